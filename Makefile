@@ -1,0 +1,179 @@
+# bmt — top-level GNU Makefile.
+#
+#   make                 build bmlaunch, libbmt (static + shared), test programs, benchmarks
+#   make deps            install the Debian packages the project needs (idempotent)
+#   make check           run every test that needs no GPU; ends with "N passed, N failed"
+#   make demo            a 2x2 CPU job through bmlaunch
+#   make install PREFIX=/opt/bmt
+#
+# Knobs: BUILDDIR=build DEBUG=1 ASAN=1 WERROR=1 V=1 CUDA_HOME=/usr/local/cuda NO_CUDA=1
+# Paths come from pkg-config and CPPFLAGS/LDFLAGS/PKG_CONFIG_PATH, so the same file
+# builds on the GPU machine (docs/building.md).
+
+BUILDDIR ?= build
+PREFIX ?= /usr/local
+CUDA_HOME ?= /usr/local/cuda
+CC ?= cc
+PKG_CONFIG ?= pkg-config
+CUDA_ARCH ?= -gencode=arch=compute_90,code=sm_90
+
+comma := ,
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+# ---------------------------------------------------------------- dependencies
+PMIX_CFLAGS ?= $(shell $(PKG_CONFIG) --cflags pmix 2>/dev/null)
+PMIX_LIBS ?= $(shell $(PKG_CONFIG) --libs pmix 2>/dev/null || echo -lpmix)
+JANSSON_CFLAGS ?= $(shell $(PKG_CONFIG) --cflags jansson 2>/dev/null)
+JANSSON_LIBS ?= $(shell $(PKG_CONFIG) --libs jansson 2>/dev/null || echo -ljansson)
+
+# CUDA and NCCL: built when nvcc and nccl.h are found (NO_CUDA=1 turns them off).
+NVCC ?= $(CUDA_HOME)/bin/nvcc
+ifneq ($(NO_CUDA),1)
+HAVE_CUDA := $(if $(wildcard $(NVCC)),$(if $(wildcard $(CUDA_HOME)/include/cuda_runtime.h),1))
+NCCL_H := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h $(NCCL_HOME)/include/nccl.h))
+HAVE_NCCL := $(if $(HAVE_CUDA),$(if $(NCCL_H),1))
+endif
+ifeq ($(HAVE_CUDA),1)
+CUDA_CPPFLAGS := -DBMT_HAVE_CUDA -isystem $(CUDA_HOME)/include
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
+ifeq ($(HAVE_NCCL),1)
+CUDA_CPPFLAGS += -DBMT_HAVE_NCCL $(if $(NCCL_HOME),-isystem $(NCCL_HOME)/include)
+CUDA_LIBS += $(if $(NCCL_HOME),-L$(NCCL_HOME)/lib -Wl$(comma)-rpath$(comma)$(NCCL_HOME)/lib) -lnccl
+endif
+endif
+
+# ---------------------------------------------------------------- flags
+WARN := -Wall -Wextra -Wshadow -Wvla -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
+OPT := $(if $(filter 1,$(DEBUG)),-O0 -g3,-O2 -g)
+SAN := $(if $(filter 1,$(ASAN)),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer)
+BMT_CFLAGS := -std=c11 -pthread -D_GNU_SOURCE $(WARN) $(OPT) $(SAN) $(if $(filter 1,$(WERROR)),-Werror) \
+	-fPIC -fvisibility=hidden -MMD -MP -Iinclude -Iruntime
+BMT_LDFLAGS := $(SAN)
+NVCC_FLAGS := -std=c++17 -O2 -g $(CUDA_ARCH) -Xcompiler -fPIC,-fvisibility=hidden -Iinclude -Iruntime
+
+# ---------------------------------------------------------------- sources
+RUNTIME_SRC := $(filter-out runtime/comm_nccl.c,$(wildcard runtime/*.c))
+ifeq ($(HAVE_NCCL),1)
+RUNTIME_SRC += runtime/comm_nccl.c
+endif
+RUNTIME_CU := $(if $(HAVE_CUDA),$(wildcard runtime/cuda/*.cu))
+RUNTIME_OBJ := $(RUNTIME_SRC:%.c=$(BUILDDIR)/%.o) $(RUNTIME_CU:%.cu=$(BUILDDIR)/%.o)
+LIB_LIBS := $(PMIX_LIBS) $(CUDA_LIBS) -lpthread -lrt -lm
+
+LAUNCHER_SRC := $(filter-out launcher/main.c,$(wildcard launcher/*.c))
+LAUNCHER_OBJ := $(LAUNCHER_SRC:%.c=$(BUILDDIR)/%.o)
+LAUNCHER_A := $(BUILDDIR)/launcher/liblauncher.a
+
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+UNIT_BIN := $(UNIT_SRC:%.c=$(BUILDDIR)/%)
+PROG_SRC := $(wildcard tests/progs/*.c)
+PROG_BIN := $(PROG_SRC:%.c=$(BUILDDIR)/%)
+BENCH_SRC := $(wildcard bench/*.c)
+BENCH_BIN := $(BENCH_SRC:%.c=$(BUILDDIR)/%)
+
+LIBBMT_A := $(BUILDDIR)/lib/libbmt.a
+LIBBMT_SO := $(BUILDDIR)/lib/libbmt.so
+BMLAUNCH := $(BUILDDIR)/bin/bmlaunch
+
+ALL := $(LIBBMT_A) $(LIBBMT_SO) $(BMLAUNCH) $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN) $(BUILDDIR)/bmt.pc
+
+.PHONY: all deps check check-unit check-integration check-gpu demo install clean format notice
+all: notice $(ALL)
+
+notice:
+ifneq ($(HAVE_CUDA),1)
+	@echo "bmt: CUDA not found under $(CUDA_HOME) (or NO_CUDA=1): building the CPU parts only"
+else ifneq ($(HAVE_NCCL),1)
+	@echo "bmt: nccl.h not found: building without the nccl backend"
+endif
+
+deps:
+	$(Q)scripts/deps.sh
+
+# ---------------------------------------------------------------- rules
+$(BUILDDIR)/runtime/%.o: runtime/%.c
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  CC      $<")
+	$(Q)$(CC) $(BMT_CFLAGS) -DBMT_BUILDING_LIBRARY $(PMIX_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILDDIR)/runtime/cuda/%.o: runtime/cuda/%.cu
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  NVCC    $<")
+	$(Q)$(NVCC) $(NVCC_FLAGS) -DBMT_BUILDING_LIBRARY $(CUDA_CPPFLAGS) $(CPPFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILDDIR)/%.o: %.c
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  CC      $<")
+	$(Q)$(CC) $(BMT_CFLAGS) -Ilauncher $(PMIX_CFLAGS) $(JANSSON_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(LIBBMT_A): $(RUNTIME_OBJ)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  AR      $@")
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+$(LIBBMT_SO): $(RUNTIME_OBJ)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  LD      $@")
+	$(Q)$(CC) -shared -Wl,-soname,libbmt.so.0 -Wl,--version-script=runtime/libbmt.map $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $^ $(LIB_LIBS)
+
+# The launcher's modules form a static library so unit tests can link them.
+$(LAUNCHER_A): $(LAUNCHER_OBJ)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  AR      $@")
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+$(BMLAUNCH): $(BUILDDIR)/launcher/main.o $(LAUNCHER_A) $(LIBBMT_A)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  LD      $@")
+	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(LAUNCHER_A) $(LIBBMT_A) $(LIB_LIBS) $(JANSSON_LIBS)
+
+$(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN): $(BUILDDIR)/%: $(BUILDDIR)/%.o $(LAUNCHER_A) $(LIBBMT_A)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  LD      $@")
+	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(LAUNCHER_A) $(LIBBMT_A) $(LIB_LIBS) $(JANSSON_LIBS)
+
+$(BUILDDIR)/bmt.pc: bmt.pc.in Makefile
+	@mkdir -p $(@D)
+	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(shell sed -n 's/^#define BMT_VERSION_STRING "\(.*\)"/\1/p' include/bmt/bmt.h)|g' \
+	    -e 's|@LIBS_PRIVATE@|$(LIB_LIBS)|g' $< > $@
+
+# ---------------------------------------------------------------- tests, demo, install
+check: all
+	$(Q)BUILDDIR=$(BUILDDIR) tests/run
+
+check-unit: all
+	$(Q)BUILDDIR=$(BUILDDIR) tests/run unit
+
+check-integration: all
+	$(Q)BUILDDIR=$(BUILDDIR) tests/run integration
+
+check-gpu: all
+	$(Q)BUILDDIR=$(BUILDDIR) tests/run gpu
+
+demo: all
+	$(Q)echo '$$ bmlaunch --groups 2 --gpus-per-group 2 --device cpu -- $(BUILDDIR)/tests/progs/hello'
+	$(Q)$(BMLAUNCH) --groups 2 --gpus-per-group 2 --device cpu -- $(BUILDDIR)/tests/progs/hello
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/bmt \
+	    $(DESTDIR)$(PREFIX)/share/bmt/templates $(DESTDIR)$(PREFIX)/share/man/man1
+	install -m 755 $(BMLAUNCH) $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 $(LIBBMT_A) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(LIBBMT_SO) $(DESTDIR)$(PREFIX)/lib/libbmt.so.0
+	ln -sf libbmt.so.0 $(DESTDIR)$(PREFIX)/lib/libbmt.so
+	install -m 644 include/bmt/*.h $(DESTDIR)$(PREFIX)/include/bmt/
+	install -m 644 $(BUILDDIR)/bmt.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	install -m 644 templates/* $(DESTDIR)$(PREFIX)/share/bmt/templates/
+	install -m 644 docs/bmlaunch.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')
+
+clean:
+	rm -rf $(BUILDDIR)
+
+-include $(shell find $(BUILDDIR) -name '*.d' 2>/dev/null)

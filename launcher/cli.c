@@ -1,0 +1,189 @@
+/* launcher/cli.c — parse bmlaunch's options.
+ *
+ * GNU getopt_long in "+" mode: options stop at the first non-option, so the
+ * program's own options are never taken for ours; `--` may separate them too.
+ * Every number goes through bmt_parse_positive, so "8x", "-1", "0" and "" are
+ * all refused with a message naming the option.
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bmt/bmt.h"
+#include "error.h"
+
+enum {
+    OPT_GPN = 256,
+    OPT_DEVICE,
+    OPT_BACKEND,
+    OPT_PLAN,
+    OPT_JSON,
+    OPT_GRACE,
+    OPT_TIMEOUT,
+    OPT_LOG_DIR,
+    OPT_TEE,
+    OPT_NO_LABEL,
+};
+
+static const struct option long_opts[] = {
+    {"groups", required_argument, NULL, 'g'},
+    {"gpus-per-group", required_argument, NULL, 'n'},
+    {"gpus-per-node", required_argument, NULL, OPT_GPN},
+    {"nodes", required_argument, NULL, 'N'},
+    {"device", required_argument, NULL, OPT_DEVICE},
+    {"backend", required_argument, NULL, OPT_BACKEND},
+    {"plan", no_argument, NULL, OPT_PLAN},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"grace", required_argument, NULL, OPT_GRACE},
+    {"timeout", required_argument, NULL, OPT_TIMEOUT},
+    {"log-dir", required_argument, NULL, OPT_LOG_DIR},
+    {"tee", no_argument, NULL, OPT_TEE},
+    {"no-label", no_argument, NULL, OPT_NO_LABEL},
+    {"verbose", no_argument, NULL, 'v'},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, 'V'},
+    {NULL, 0, NULL, 0},
+};
+
+void cli_usage(FILE *out)
+{
+    fputs("Usage: bmlaunch [OPTIONS] [--] PROGRAM [ARGS...]\n"
+          "       bmlaunch [LAYOUT OPTIONS] --plan [--json]\n"
+          "\n"
+          "Run PROGRAM as groups x gpus-per-group ranks: ZeRO-3 inside each group,\n"
+          "data parallel across groups. bmlaunch is the PMIx server of the ranks,\n"
+          "supervises them, and ends the job when the first rank fails.\n"
+          "\n"
+          "Layout:\n"
+          "  -g, --groups N          data-parallel groups (default 1)\n"
+          "  -n, --gpus-per-group N  ranks per group, sharing one replica (default 1)\n"
+          "      --gpus-per-node N   ranks per node (default: all on this node)\n"
+          "  -N, --nodes N           nodes of the allocation (default: derived)\n"
+          "      --plan              print the layout, alignment and alternatives; run nothing\n"
+          "      --json              with --plan: JSON with per-rank detail\n"
+          "Ranks:\n"
+          "      --device cpu|cuda   where ranks compute (default cpu)\n"
+          "      --backend NAME      shm, nccl or none (default: shm on cpu, nccl on cuda)\n"
+          "      --timeout SECONDS   deadline of every bootstrap step and collective\n"
+          "                          (BMT_TIMEOUT in the ranks; default 300)\n"
+          "Supervision and output:\n"
+          "      --grace SECONDS     after the first failure, SIGTERM the others and\n"
+          "                          SIGKILL them this much later (default 5)\n"
+          "      --log-dir DIR       write each rank's output to DIR/rank-N.log\n"
+          "      --tee               with --log-dir: also print to the console\n"
+          "      --no-label          do not prefix output lines with \"RANK: \"\n"
+          "  -v, --verbose           say what bmlaunch does\n"
+          "  -h, --help              this text\n"
+          "  -V, --version           version\n"
+          "\n"
+          "Exit status: 0 when every rank exits 0; otherwise the first failing rank's\n"
+          "exit code, 128+N if it was killed by signal N, or its PMIx_Abort status;\n"
+          "2 for bad usage; 1 when bmlaunch itself fails. See bmlaunch(1).\n",
+          out);
+}
+
+static int parse_seconds(const char *text, const char *what, bool allow_zero, double *out,
+                         bmt_error_t *err)
+{
+    errno = 0;
+    char *end = NULL;
+    double d = strtod(text, &end);
+    if (*text == '\0' || end == text || *end != '\0' || errno == ERANGE || !isfinite(d) ||
+        d < 0 || (!allow_zero && d == 0) || d > 1e7)
+        return errprintf(err, "%s needs a %s number of seconds, got '%.60s'", what,
+                         allow_zero ? "non-negative" : "positive", text);
+    *out = d;
+    return 0;
+}
+
+int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
+{
+    *o = (launch_opts_t){
+        .groups = 1,
+        .gpus_per_group = 1,
+        .device = "cpu",
+        .grace_s = 5.0,
+        .label = true,
+    };
+    opterr = 0; /* we write our own messages */
+    optind = 0; /* GNU: 0 also resets getopt's state left by an earlier parse */
+    int c;
+    while ((c = getopt_long(argc, argv, "+:g:n:N:vhV", long_opts, NULL)) != -1) {
+        switch (c) {
+        case 'g':
+            if (bmt_parse_positive(optarg, "--groups", &o->groups, err) < 0)
+                return -1;
+            break;
+        case 'n':
+            if (bmt_parse_positive(optarg, "--gpus-per-group", &o->gpus_per_group, err) < 0)
+                return -1;
+            break;
+        case OPT_GPN:
+            if (bmt_parse_positive(optarg, "--gpus-per-node", &o->gpus_per_node, err) < 0)
+                return -1;
+            break;
+        case 'N':
+            if (bmt_parse_positive(optarg, "--nodes", &o->nodes, err) < 0)
+                return -1;
+            break;
+        case OPT_DEVICE:
+            if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0)
+                return errprintf(err, "--device must be cpu or cuda, got '%.60s'", optarg);
+            o->device = optarg;
+            break;
+        case OPT_BACKEND:
+            if (strcmp(optarg, "shm") != 0 && strcmp(optarg, "nccl") != 0 &&
+                strcmp(optarg, "none") != 0)
+                return errprintf(err, "--backend must be shm, nccl or none, got '%.60s'", optarg);
+            o->backend = optarg;
+            break;
+        case OPT_PLAN: o->plan = true; break;
+        case OPT_JSON: o->json = true; break;
+        case OPT_GRACE:
+            if (parse_seconds(optarg, "--grace", true, &o->grace_s, err) < 0)
+                return -1;
+            break;
+        case OPT_TIMEOUT:
+            if (parse_seconds(optarg, "--timeout", false, &o->timeout_s, err) < 0)
+                return -1;
+            break;
+        case OPT_LOG_DIR:
+            if (*optarg == '\0')
+                return errprintf(err, "--log-dir needs a directory");
+            o->log_dir = optarg;
+            break;
+        case OPT_TEE: o->tee = true; break;
+        case OPT_NO_LABEL: o->label = false; break;
+        case 'v': o->verbose++; break;
+        case 'h': cli_usage(stdout); return 1;
+        case 'V': printf("bmlaunch (bmt) %s\n", BMT_VERSION_STRING); return 1;
+        case ':':
+            return errprintf(err, "%s needs a value", argv[optind - 1]);
+        case '?':
+        default:
+            if (optopt)
+                return errprintf(err, "unknown option '-%c'", optopt);
+            return errprintf(err, "unknown option '%.60s'", argv[optind - 1]);
+        }
+    }
+    if (o->json && !o->plan)
+        return errprintf(err, "--json goes with --plan");
+    if (o->tee && !o->log_dir)
+        return errprintf(err, "--tee goes with --log-dir");
+    if (o->backend && strcmp(o->backend, "shm") == 0 && strcmp(o->device, "cuda") == 0)
+        return errprintf(err, "--backend shm moves host memory; use --backend nccl with --device cuda");
+    if (o->backend && strcmp(o->backend, "nccl") == 0 && strcmp(o->device, "cpu") == 0)
+        return errprintf(err, "--backend nccl needs --device cuda");
+    o->prog_argc = argc - optind;
+    o->prog_argv = argv + optind;
+    if (o->plan && o->prog_argc > 0)
+        return errprintf(err, "--plan runs nothing; drop '%.60s' or drop --plan", o->prog_argv[0]);
+    if (!o->plan && o->prog_argc == 0)
+        return errprintf(err, "no program to run: bmlaunch [OPTIONS] -- PROGRAM [ARGS...]");
+    return 0;
+}

@@ -1,0 +1,41 @@
+/* launcher/cli.h — bmlaunch's command line.
+ *
+ * Parsing is pure: it fills launch_opts_t or an error message and never exits,
+ * so the table of bad inputs is tested directly (tests/unit/test_cli.c) as well
+ * as through the binary.
+ */
+#ifndef BMT_LAUNCHER_CLI_H
+#define BMT_LAUNCHER_CLI_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "bmt/error.h"
+
+typedef struct launch_opts {
+    int groups;         /* --groups, default 1 */
+    int gpus_per_group; /* --gpus-per-group, default 1 */
+    int gpus_per_node;  /* --gpus-per-node, 0: derived (all ranks on one node locally) */
+    int nodes;          /* --nodes, 0: derived */
+    const char *device; /* --device cpu|cuda */
+    const char *backend;/* --backend shm|nccl|none, NULL: by device */
+    bool plan;          /* --plan: print the layout and exit */
+    bool json;          /* --json: the plan as JSON */
+    double grace_s;     /* --grace: SIGTERM -> SIGKILL delay */
+    double timeout_s;   /* --timeout: BMT_TIMEOUT for the ranks, 0: leave as is */
+    const char *log_dir;/* --log-dir */
+    bool tee;           /* --tee: console output too when --log-dir is set */
+    bool label;         /* prefix output lines with the rank (--no-label turns off) */
+    int verbose;        /* -v */
+    int prog_argc;      /* the program and its arguments */
+    char **prog_argv;
+} launch_opts_t;
+
+/* Parse argv. Returns 0 to run, 1 when help or version was printed to stdout
+ * (exit 0), -1 on bad usage (err says what is wrong; exit 2). */
+int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err);
+
+/* The usage text. */
+void cli_usage(FILE *out);
+
+#endif

@@ -1,0 +1,54 @@
+/* launcher/local.h — bmlaunch as the PMIx server of its ranks (local mode).
+ *
+ * The PMIx library runs its own progress thread and calls our module callbacks
+ * there. Those never block and never touch launcher state: they package what
+ * happened as a host_event_t and write its pointer to notify_fd, which the
+ * supervisor's poll loop reads. Abort requests carry the PMIx callback, which the
+ * supervisor calls once it has started ending the job.
+ */
+#ifndef BMT_LAUNCHER_LOCAL_H
+#define BMT_LAUNCHER_LOCAL_H
+
+#include <stdbool.h>
+
+#include "bmt/error.h"
+#include "bmt/layout.h"
+
+typedef struct pmix_host pmix_host_t;
+
+typedef enum host_event_kind {
+    HOST_CONNECTED,  /* a rank called PMIx_Init */
+    HOST_FINALIZED,  /* a rank called PMIx_Finalize */
+    HOST_ABORT,      /* a rank called PMIx_Abort(status, msg) */
+} host_event_kind_t;
+
+typedef struct host_event {
+    host_event_kind_t kind;
+    int rank;
+    int status;     /* HOST_ABORT */
+    char msg[256];  /* HOST_ABORT */
+    void (*done)(int pmix_status, void *cbdata); /* release the caller (HOST_ABORT) */
+    void *done_data;
+} host_event_t;
+
+/* The PMIx job keys that carry the bmt layout (read back by runtime/init.c). */
+#define HOST_KEY_GROUPS "bmt.groups"
+#define HOST_KEY_GPUS_PER_GROUP "bmt.gpus_per_group"
+#define HOST_KEY_GPUS_PER_NODE "bmt.gpus_per_node"
+
+/* Start the PMIx server in a private temporary directory and register the job
+ * (namespace nspace, all l->world ranks on this node) with the standard job,
+ * node and proc keys plus the bmt layout. Events go to notify_fd as pointers to
+ * malloc'd host_event_t (the reader frees them). */
+int host_start(pmix_host_t **out, const char *nspace, const bmt_layout_t *l, int notify_fd,
+               bmt_error_t *err);
+
+/* Prepare rank: register it as a client and add PMIx's variables to *envp, a
+ * NULL-terminated malloc'd array of malloc'd strings that PMIx may grow. */
+int host_setup_rank(pmix_host_t *h, int rank, char ***envp, bmt_error_t *err);
+
+/* Release the client registrations and the server; remove the temporary
+ * directory. NULL: no-op. */
+void host_stop(pmix_host_t *h);
+
+#endif

@@ -1,0 +1,15 @@
+/* launcher/plan.h — print a layout for people (--plan) or tools (--plan --json). */
+#ifndef BMT_LAUNCHER_PLAN_H
+#define BMT_LAUNCHER_PLAN_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "bmt/layout.h"
+
+/* Text: a summary, a table of groups and one of nodes (long tables elided), the
+ * rail-alignment verdict and aligned alternatives. JSON: the same facts plus
+ * every group, replica communicator and rank. Returns 0, or -1 on a write error. */
+int plan_print(FILE *out, const bmt_layout_t *l, bool json);
+
+#endif

@@ -1,0 +1,640 @@
+/* launcher/supervise.c — spawn the ranks, relay their output, end the job well.
+ *
+ * One thread, one poll loop. Everything that can happen arrives as a readable
+ * file descriptor: signals through a signalfd (they are blocked, so they queue
+ * there instead of interrupting anything, also on PMIx's thread), PMIx events
+ * through the host's pipe, and each rank's stdout and stderr through a pipe.
+ * Because output and exits are handled by the same loop, the summary of a failed
+ * rank always includes everything it printed before it died.
+ *
+ * The job ends when every rank has exited and every pipe reached end of file
+ * (or, after all ranks exited, a short drain period passed: a rank may leave a
+ * background child holding its pipe). Finally every rank's process group gets
+ * SIGKILL, so no rank process outlives bmlaunch.
+ */
+#include "supervise.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "local.h"
+
+#define TAIL_LINES 10
+#define TAIL_WIDTH 300
+#define LINE_MAX_BYTES 65536 /* a longer run without newline is emitted as a line */
+#define DRAIN_S 1.0          /* output drain after the last rank exited */
+
+typedef struct stream {
+    int fd;      /* -1 once closed */
+    bool is_err; /* stderr of the rank */
+    char *buf;   /* pending partial line */
+    size_t len, cap;
+} stream_t;
+
+typedef struct rank_proc {
+    int rank;
+    pid_t pid;  /* also the process group id; 0 if never started */
+    bool running;
+    int status; /* wait status once exited */
+    double start, end;
+    stream_t out, err;
+    FILE *log;
+    char *tail[TAIL_LINES]; /* ring of the last lines (both streams) */
+    int tail_next, tail_count;
+} rank_proc_t;
+
+typedef enum failure_kind { FAIL_NONE, FAIL_EXIT, FAIL_SIGNAL, FAIL_ABORT } failure_kind_t;
+
+struct job {
+    job_opts_t o;
+    rank_proc_t *ranks;
+    int spawned, running;
+    int sigfd;
+    sigset_t old_mask;
+    double t0;
+    /* The first failure decides the exit status and the summary. */
+    failure_kind_t fail;
+    int fail_rank, fail_code;
+    char fail_msg[256];
+    /* Ending the job. */
+    bool ending;
+    double kill_at; /* when SIGKILL follows SIGTERM */
+    bool killed;
+    int interrupts; /* SIGINTs received: the second one kills at once */
+    int user_signal;
+    int stopped_term, stopped_kill; /* ranks that died of our SIGTERM / SIGKILL */
+    int connected, finalized;
+    char host[256];
+};
+
+static const int handled_signals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static const char *sig_name(int sig)
+{
+    static char buf[16];
+    const char *abbrev = sigabbrev_np(sig);
+    if (abbrev == NULL) {
+        snprintf(buf, sizeof(buf), "%d", sig);
+        return buf;
+    }
+    snprintf(buf, sizeof(buf), "SIG%s", abbrev);
+    return buf;
+}
+
+job_t *job_create(const job_opts_t *opts, bmt_error_t *err)
+{
+    job_t *job = calloc(1, sizeof(*job));
+    if (job)
+        job->ranks = calloc((size_t)opts->world, sizeof(rank_proc_t));
+    if (job == NULL || job->ranks == NULL) {
+        free(job);
+        errprintf(err, "out of memory for %d ranks", opts->world);
+        return NULL;
+    }
+    job->o = *opts;
+    job->t0 = now_s();
+    job->fail_rank = -1;
+    gethostname(job->host, sizeof(job->host) - 1);
+    for (int r = 0; r < opts->world; r++) {
+        job->ranks[r].rank = r;
+        job->ranks[r].out.fd = job->ranks[r].err.fd = -1;
+        job->ranks[r].err.is_err = true;
+    }
+    sigset_t set;
+    sigemptyset(&set);
+    for (size_t i = 0; i < sizeof(handled_signals) / sizeof(handled_signals[0]); i++)
+        sigaddset(&set, handled_signals[i]);
+    if (sigprocmask(SIG_BLOCK, &set, &job->old_mask) != 0 ||
+        (job->sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK)) < 0) {
+        errprintf(err, "signalfd: %s", strerror(errno));
+        free(job->ranks);
+        free(job);
+        return NULL;
+    }
+    /* A closed console must not kill the supervisor before it has ended the job. */
+    signal(SIGPIPE, SIG_IGN);
+    return job;
+}
+
+int resolve_program(const char *name, char *out, size_t len, bmt_error_t *err)
+{
+    if (strchr(name, '/')) {
+        if (access(name, X_OK) != 0)
+            return errprintf(err, "cannot run '%.100s': %s", name, strerror(errno));
+        struct stat st;
+        if (stat(name, &st) == 0 && S_ISDIR(st.st_mode))
+            return errprintf(err, "cannot run '%.100s': it is a directory", name);
+        snprintf(out, len, "%s", name);
+        return 0;
+    }
+    const char *path = getenv("PATH");
+    if (path == NULL || *path == '\0')
+        path = "/usr/local/bin:/usr/bin:/bin";
+    const char *p = path;
+    while (*p) {
+        const char *colon = strchr(p, ':');
+        size_t n = colon ? (size_t)(colon - p) : strlen(p);
+        char cand[PATH_MAX];
+        if (n == 0)
+            snprintf(cand, sizeof(cand), "./%s", name);
+        else
+            snprintf(cand, sizeof(cand), "%.*s/%s", (int)n, p, name);
+        struct stat st;
+        if (access(cand, X_OK) == 0 && stat(cand, &st) == 0 && S_ISREG(st.st_mode)) {
+            snprintf(out, len, "%s", cand);
+            return 0;
+        }
+        p += n;
+        if (*p == ':')
+            p++;
+    }
+    return errprintf(err, "program '%.100s' not found in PATH", name);
+}
+
+int job_spawn(job_t *job, int rank, const char *path, char *const argv[], char *const envp[],
+              bmt_error_t *err)
+{
+    rank_proc_t *rp = &job->ranks[rank];
+    int out[2], errp[2];
+    if (pipe2(out, O_CLOEXEC) != 0)
+        return errprintf(err, "rank %d: pipe: %s", rank, strerror(errno));
+    if (pipe2(errp, O_CLOEXEC) != 0) {
+        int e = errno;
+        close(out[0]);
+        close(out[1]);
+        return errprintf(err, "rank %d: pipe: %s (raise the open-files limit, ulimit -n)", rank,
+                         strerror(e));
+    }
+    if (job->o.log_dir) {
+        char file[PATH_MAX];
+        snprintf(file, sizeof(file), "%s/rank-%d.log", job->o.log_dir, rank);
+        rp->log = fopen(file, "we");
+        if (rp->log == NULL) {
+            int e = errno;
+            close(out[0]), close(out[1]), close(errp[0]), close(errp[1]);
+            return errprintf(err, "cannot write %.120s: %s", file, strerror(e));
+        }
+    }
+    /* Everything the child needs is prepared here: after fork only
+     * async-signal-safe calls are allowed (PMIx runs a thread in this process). */
+    char failmsg[512];
+    int faillen = snprintf(failmsg, sizeof(failmsg), "bmlaunch: rank %d: cannot run '%s': ", rank,
+                           path);
+    if (faillen < 0 || faillen >= (int)sizeof(failmsg))
+        faillen = (int)sizeof(failmsg) - 1;
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(out[0]), close(out[1]), close(errp[0]), close(errp[1]);
+        return errprintf(err, "rank %d: fork: %s", rank, strerror(e));
+    }
+    if (pid == 0) {
+        setpgid(0, 0);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127);
+        for (size_t i = 0; i < sizeof(handled_signals) / sizeof(handled_signals[0]); i++)
+            signal(handled_signals[i], SIG_DFL);
+        signal(SIGPIPE, SIG_DFL);
+        sigprocmask(SIG_SETMASK, &job->old_mask, NULL);
+        int devnull = open("/dev/null", O_RDONLY);
+        if (devnull >= 0 && devnull != 0) {
+            dup2(devnull, 0);
+            close(devnull);
+        }
+        dup2(out[1], 1);
+        dup2(errp[1], 2);
+        execve(path, argv, envp);
+        int e = errno;
+        ssize_t w = write(2, failmsg, (size_t)faillen);
+        const char *s = strerror(e); /* not listed async-signal-safe, but glibc's is */
+        w += write(2, s, strlen(s));
+        w += write(2, "\n", 1);
+        (void)w;
+        _exit(127);
+    }
+    setpgid(pid, pid); /* also here: no window in which kill(-pid) could miss */
+    close(out[1]);
+    close(errp[1]);
+    fcntl(out[0], F_SETFL, O_NONBLOCK);
+    fcntl(errp[0], F_SETFL, O_NONBLOCK);
+    rp->pid = pid;
+    rp->running = true;
+    rp->start = now_s();
+    rp->out.fd = out[0];
+    rp->err.fd = errp[0];
+    job->spawned++;
+    job->running++;
+    return 0;
+}
+
+/* ------------------------------------------------------------ output */
+
+static void tail_add(rank_proc_t *rp, const char *line, size_t len)
+{
+    if (len > TAIL_WIDTH)
+        len = TAIL_WIDTH;
+    char *copy = malloc(len + 1);
+    if (copy == NULL)
+        return;
+    memcpy(copy, line, len);
+    copy[len] = '\0';
+    free(rp->tail[rp->tail_next]);
+    rp->tail[rp->tail_next] = copy;
+    rp->tail_next = (rp->tail_next + 1) % TAIL_LINES;
+    if (rp->tail_count < TAIL_LINES)
+        rp->tail_count++;
+}
+
+static void emit_line(job_t *job, rank_proc_t *rp, bool is_err, const char *line, size_t len)
+{
+    tail_add(rp, line, len);
+    if (rp->log) {
+        fwrite(line, 1, len, rp->log);
+        fputc('\n', rp->log);
+    }
+    if (rp->log && !job->o.tee)
+        return;
+    FILE *con = is_err ? stderr : stdout;
+    if (job->o.label)
+        fprintf(con, "%d: ", rp->rank);
+    fwrite(line, 1, len, con);
+    fputc('\n', con);
+}
+
+static void stream_close(job_t *job, rank_proc_t *rp, stream_t *s)
+{
+    if (s->fd < 0)
+        return;
+    if (s->len > 0)
+        emit_line(job, rp, s->is_err, s->buf, s->len);
+    s->len = 0;
+    close(s->fd);
+    s->fd = -1;
+    free(s->buf);
+    s->buf = NULL;
+    s->cap = 0;
+}
+
+static void stream_read(job_t *job, rank_proc_t *rp, stream_t *s)
+{
+    char chunk[16384];
+    for (;;) {
+        ssize_t n = read(s->fd, chunk, sizeof(chunk));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (n <= 0) {
+            stream_close(job, rp, s);
+            return;
+        }
+        for (ssize_t i = 0; i < n; i++) {
+            char c = chunk[i];
+            if (c == '\n' || s->len == LINE_MAX_BYTES) {
+                emit_line(job, rp, s->is_err, s->buf, s->len);
+                s->len = 0;
+                if (c == '\n')
+                    continue;
+            }
+            if (s->len == s->cap) {
+                size_t cap = s->cap ? 2 * s->cap : 256;
+                char *b = realloc(s->buf, cap);
+                if (b == NULL)
+                    continue; /* drop a byte rather than the supervisor */
+                s->buf = b;
+                s->cap = cap;
+            }
+            s->buf[s->len++] = c;
+        }
+    }
+}
+
+/* ------------------------------------------------------------ ending the job */
+
+static void signal_ranks(job_t *job, int sig)
+{
+    for (int r = 0; r < job->spawned; r++)
+        if (job->ranks[r].running)
+            kill(-job->ranks[r].pid, sig);
+}
+
+static void begin_end(job_t *job)
+{
+    if (job->ending)
+        return;
+    job->ending = true;
+    job->kill_at = now_s() + job->o.grace_s;
+    signal_ranks(job, SIGTERM);
+}
+
+static void describe_status(char *buf, size_t len, int status)
+{
+    if (WIFEXITED(status))
+        snprintf(buf, len, "exited with code %d", WEXITSTATUS(status));
+    else if (WIFSIGNALED(status))
+        snprintf(buf, len, "was killed by signal %d (%s)%s", WTERMSIG(status),
+                 sig_name(WTERMSIG(status)), WCOREDUMP(status) ? ", core dumped" : "");
+    else
+        snprintf(buf, len, "ended with wait status %d", status);
+}
+
+static void rank_exited(job_t *job, rank_proc_t *rp, int status)
+{
+    rp->running = false;
+    rp->status = status;
+    rp->end = now_s();
+    job->running--;
+    bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (job->o.verbose)
+        fprintf(stderr, "bmlaunch: rank %d (pid %d) %s after %.2f s\n", rp->rank, (int)rp->pid,
+                ok ? "exited 0" : "failed", rp->end - rp->start);
+    if (ok)
+        return;
+    if (job->fail != FAIL_NONE) {
+        /* Fallout of ending the job, not a new failure. */
+        if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && job->killed)
+            job->stopped_kill++;
+        else
+            job->stopped_term++;
+        return;
+    }
+    if (WIFSIGNALED(status)) {
+        job->fail = FAIL_SIGNAL;
+        job->fail_code = WTERMSIG(status);
+    } else {
+        job->fail = FAIL_EXIT;
+        job->fail_code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    }
+    job->fail_rank = rp->rank;
+    char what[96];
+    describe_status(what, sizeof(what), status);
+    fprintf(stderr, "bmlaunch: rank %d (pid %d on %s) %s after %.2f s; ending the job\n",
+            rp->rank, (int)rp->pid, job->host, what, rp->end - rp->start);
+    begin_end(job);
+}
+
+static void reap(job_t *job)
+{
+    for (;;) {
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid < 0 && errno == EINTR)
+            continue;
+        if (pid <= 0)
+            return;
+        for (int r = 0; r < job->spawned; r++)
+            if (job->ranks[r].pid == pid && job->ranks[r].running) {
+                rank_exited(job, &job->ranks[r], status);
+                break;
+            }
+    }
+}
+
+static void handle_signals(job_t *job)
+{
+    struct signalfd_siginfo si;
+    while (read(job->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+        int sig = (int)si.ssi_signo;
+        if (sig == SIGCHLD) {
+            reap(job);
+            continue;
+        }
+        if (job->o.verbose || sig == SIGINT || sig == SIGTERM || sig == SIGHUP)
+            fprintf(stderr, "bmlaunch: received %s; forwarding it to %d rank%s\n", sig_name(sig),
+                    job->running, job->running == 1 ? "" : "s");
+        if (sig == SIGINT && ++job->interrupts >= 2) {
+            fprintf(stderr, "bmlaunch: second SIGINT: killing every rank now\n");
+            job->killed = true;
+            signal_ranks(job, SIGKILL);
+            continue;
+        }
+        signal_ranks(job, sig);
+        if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
+            job->user_signal = sig;
+            if (!job->ending) {
+                job->ending = true;
+                job->kill_at = now_s() + job->o.grace_s;
+            }
+        }
+    }
+}
+
+static void handle_host_events(job_t *job)
+{
+    host_event_t *ev;
+    while (read(job->o.notify_fd, &ev, sizeof(ev)) == (ssize_t)sizeof(ev)) {
+        switch (ev->kind) {
+        case HOST_CONNECTED: job->connected++; break;
+        case HOST_FINALIZED: job->finalized++; break;
+        case HOST_ABORT:
+            if (job->fail == FAIL_NONE) {
+                job->fail = FAIL_ABORT;
+                job->fail_rank = ev->rank;
+                job->fail_code = ev->status;
+                snprintf(job->fail_msg, sizeof(job->fail_msg), "%s", ev->msg);
+                fprintf(stderr, "bmlaunch: rank %d called PMIx_Abort(status %d): %s; ending the job\n",
+                        ev->rank, ev->status, ev->msg[0] ? ev->msg : "(no message)");
+            }
+            begin_end(job);
+            if (ev->done)
+                ev->done(0 /* PMIX_SUCCESS */, ev->done_data);
+            break;
+        }
+        free(ev);
+    }
+}
+
+static void print_summary(job_t *job)
+{
+    if (job->fail == FAIL_NONE) {
+        if (job->o.verbose)
+            fprintf(stderr, "bmlaunch: all %d rank%s exited 0 after %.2f s\n", job->spawned,
+                    job->spawned == 1 ? "" : "s", now_s() - job->t0);
+        return;
+    }
+    rank_proc_t *rp = &job->ranks[job->fail_rank];
+    char what[320];
+    if (job->fail == FAIL_ABORT)
+        snprintf(what, sizeof(what), "called PMIx_Abort with status %d: %s", job->fail_code,
+                 job->fail_msg[0] ? job->fail_msg : "(no message)");
+    else
+        describe_status(what, sizeof(what), rp->status);
+    fprintf(stderr, "bmlaunch: job failed: rank %d (pid %d on %s) %s\n", rp->rank, (int)rp->pid,
+            job->host, what);
+    if (rp->tail_count > 0) {
+        fprintf(stderr, "bmlaunch: last %d line%s of rank %d:\n", rp->tail_count,
+                rp->tail_count == 1 ? "" : "s", rp->rank);
+        for (int i = 0; i < rp->tail_count; i++) {
+            int k = (rp->tail_next - rp->tail_count + i + TAIL_LINES) % TAIL_LINES;
+            fprintf(stderr, "    %d: %s\n", rp->rank, rp->tail[k]);
+        }
+    } else {
+        fprintf(stderr, "bmlaunch: rank %d printed nothing\n", rp->rank);
+    }
+    int others = job->stopped_term + job->stopped_kill;
+    if (others > 0)
+        fprintf(stderr, "bmlaunch: %d other rank%s stopped (%d after SIGTERM, %d by SIGKILL after "
+                        "%.1f s grace)\n",
+                others, others == 1 ? " was" : "s were", job->stopped_term, job->stopped_kill,
+                job->o.grace_s);
+    if (job->user_signal)
+        fprintf(stderr, "bmlaunch: the job was ended by %s sent to bmlaunch\n",
+                sig_name(job->user_signal));
+}
+
+static int exit_status(const job_t *job)
+{
+    switch (job->fail) {
+    case FAIL_EXIT: return job->fail_code;
+    case FAIL_SIGNAL: return 128 + job->fail_code;
+    case FAIL_ABORT: return job->fail_code >= 1 && job->fail_code <= 255 ? job->fail_code : 1;
+    default: return 0;
+    }
+}
+
+int job_run(job_t *job)
+{
+    int nfds_max = 2 + 2 * job->spawned;
+    struct pollfd *pfd = calloc((size_t)nfds_max, sizeof(*pfd));
+    stream_t **owner = calloc((size_t)nfds_max, sizeof(*owner));
+    rank_proc_t **owner_rank = calloc((size_t)nfds_max, sizeof(*owner_rank));
+    if (pfd == NULL || owner == NULL || owner_rank == NULL) {
+        fprintf(stderr, "bmlaunch: out of memory supervising %d ranks\n", job->spawned);
+        job_kill_all(job);
+        free(pfd), free(owner), free(owner_rank);
+        return 1;
+    }
+    double drain_until = 0;
+    /* A rank may have exited before the loop started. */
+    reap(job);
+    for (;;) {
+        int n = 0;
+        pfd[n++] = (struct pollfd){.fd = job->sigfd, .events = POLLIN};
+        if (job->o.notify_fd >= 0)
+            pfd[n++] = (struct pollfd){.fd = job->o.notify_fd, .events = POLLIN};
+        int first_stream = n;
+        for (int r = 0; r < job->spawned; r++) {
+            rank_proc_t *rp = &job->ranks[r];
+            stream_t *ss[2] = {&rp->out, &rp->err};
+            for (int k = 0; k < 2; k++)
+                if (ss[k]->fd >= 0) {
+                    owner[n] = ss[k];
+                    owner_rank[n] = rp;
+                    pfd[n++] = (struct pollfd){.fd = ss[k]->fd, .events = POLLIN};
+                }
+        }
+        int open_streams = n - first_stream;
+        if (job->running == 0 && open_streams == 0)
+            break;
+        double t = now_s();
+        if (job->running == 0 && drain_until == 0)
+            drain_until = t + DRAIN_S;
+        if (job->running == 0 && t >= drain_until) {
+            /* Whoever still holds a pipe is a leftover of a rank: end it. */
+            for (int r = 0; r < job->spawned; r++) {
+                kill(-job->ranks[r].pid, SIGKILL);
+                stream_close(job, &job->ranks[r], &job->ranks[r].out);
+                stream_close(job, &job->ranks[r], &job->ranks[r].err);
+            }
+            continue;
+        }
+        if (job->ending && !job->killed && job->running > 0 && t >= job->kill_at) {
+            job->killed = true;
+            if (job->o.verbose)
+                fprintf(stderr, "bmlaunch: %d rank%s still running after %.1f s grace: SIGKILL\n",
+                        job->running, job->running == 1 ? "" : "s", job->o.grace_s);
+            signal_ranks(job, SIGKILL);
+        }
+        double wait = -1;
+        if (job->ending && !job->killed && job->running > 0)
+            wait = job->kill_at - t;
+        if (job->running == 0)
+            wait = drain_until - t;
+        int tmo = wait < 0 ? -1 : (int)(wait * 1000) + 1;
+        int rc = poll(pfd, (nfds_t)n, tmo);
+        if (rc < 0 && errno != EINTR) {
+            fprintf(stderr, "bmlaunch: poll: %s\n", strerror(errno));
+            job_kill_all(job);
+            break;
+        }
+        if (rc <= 0)
+            continue;
+        /* Output first, so a rank's last words precede the news of its death. */
+        for (int i = first_stream; i < n; i++)
+            if (pfd[i].revents)
+                stream_read(job, owner_rank[i], owner[i]);
+        fflush(stdout);
+        fflush(stderr);
+        if (job->o.notify_fd >= 0 && pfd[1].revents)
+            handle_host_events(job);
+        if (pfd[0].revents)
+            handle_signals(job);
+    }
+    free(pfd);
+    free(owner);
+    free(owner_rank);
+    /* No rank process outlives bmlaunch: sweep every rank's process group. */
+    for (int r = 0; r < job->spawned; r++)
+        kill(-job->ranks[r].pid, SIGKILL);
+    fflush(stdout);
+    print_summary(job);
+    return exit_status(job);
+}
+
+void job_kill_all(job_t *job)
+{
+    for (int r = 0; r < job->spawned; r++) {
+        rank_proc_t *rp = &job->ranks[r];
+        if (!rp->running)
+            continue;
+        kill(-rp->pid, SIGKILL);
+        waitpid(rp->pid, NULL, 0);
+        rp->running = false;
+        job->running--;
+    }
+}
+
+void job_destroy(job_t *job)
+{
+    if (job == NULL)
+        return;
+    for (int r = 0; r < job->o.world; r++) {
+        rank_proc_t *rp = &job->ranks[r];
+        if (rp->out.fd >= 0)
+            close(rp->out.fd);
+        if (rp->err.fd >= 0)
+            close(rp->err.fd);
+        free(rp->out.buf);
+        free(rp->err.buf);
+        if (rp->log)
+            fclose(rp->log);
+        for (int i = 0; i < TAIL_LINES; i++)
+            free(rp->tail[i]);
+    }
+    close(job->sigfd);
+    sigprocmask(SIG_SETMASK, &job->old_mask, NULL);
+    free(job->ranks);
+    free(job);
+}

@@ -1,0 +1,53 @@
+/* launcher/supervise.h — the ranks as processes: spawn, watch, relay, end.
+ *
+ * Supervision as users know it from `srun -K` and torchrun: the first rank that
+ * exits non-zero, dies by a signal or calls PMIx_Abort ends the job; the others
+ * get SIGTERM, then SIGKILL after the grace period; bmlaunch exits with that
+ * rank's status and prints a summary naming it. Signals sent to bmlaunch are
+ * forwarded to every rank. Each rank runs in its own process group, so a rank's
+ * children are signalled with it, and dies with bmlaunch (PR_SET_PDEATHSIG).
+ */
+#ifndef BMT_LAUNCHER_SUPERVISE_H
+#define BMT_LAUNCHER_SUPERVISE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "bmt/error.h"
+
+typedef struct job job_t;
+
+typedef struct job_opts {
+    int world;
+    double grace_s;      /* SIGTERM -> SIGKILL */
+    const char *log_dir; /* NULL: console only */
+    bool tee;            /* console as well as log files */
+    bool label;          /* "RANK: " before each line */
+    int verbose;
+    int notify_fd;       /* read end of the PMIx host's event pipe, or -1 */
+} job_opts_t;
+
+/* Block the signals bmlaunch handles (so they queue for the poll loop, also
+ * while the PMIx thread runs) and open the job's state. Call before any thread
+ * starts. */
+job_t *job_create(const job_opts_t *opts, bmt_error_t *err);
+
+/* Fork and exec rank: path (resolved), argv (NULL-terminated), envp. */
+int job_spawn(job_t *job, int rank, const char *path, char *const argv[], char *const envp[],
+              bmt_error_t *err);
+
+/* Supervise until every spawned rank has exited and its output is drained.
+ * Returns bmlaunch's exit status (see bmlaunch(1)). */
+int job_run(job_t *job);
+
+/* SIGKILL every spawned rank's process group and reap them (a failed start). */
+void job_kill_all(job_t *job);
+
+/* Free everything. NULL: no-op. */
+void job_destroy(job_t *job);
+
+/* Find an executable: a name with '/' is taken as it is, others are searched in
+ * PATH. Writes the path to out (len bytes). */
+int resolve_program(const char *name, char *out, size_t len, bmt_error_t *err);
+
+#endif

@@ -1,0 +1,414 @@
+/* runtime/comm.c — communicators: what every backend shares.
+ *
+ * Argument checks, membership bookkeeping, splits and error context live here so
+ * that a backend only moves bytes. A split first agrees on membership (from the
+ * caller's tables, or by exchanging (color, key) over the parent), then asks the
+ * backend to build the child collectively over the parent. Communicator ids are
+ * derived, not exchanged: child id = hash(parent id, parent's split count, color),
+ * which every member computes identically.
+ *
+ * After a backend reports an error the communicator is marked aborted and every
+ * later call fails at once with the same story: a collective that half-ran on some
+ * ranks cannot be trusted to line up with the next one.
+ *
+ * The "none" backend (membership only) lives here too: bootstrap tests at scale
+ * build world, group and replica communicators without moving data.
+ */
+#include "comm.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctx.h"
+#include "error.h"
+
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+static uint64_t child_id(uint64_t parent, uint32_t seq, int color)
+{
+    return mix64(parent ^ mix64(((uint64_t)seq << 32) ^ (uint32_t)color ^ 0x9e3779b97f4a7c15ULL));
+}
+
+/* ------------------------------------------------------------ the "none" backend */
+
+static int none_create_world(bmt_comm_t *world, bmt_error_t *err)
+{
+    return 0;
+}
+
+static int none_create_split(bmt_comm_t *parent, int color, int key, bmt_comm_t *child,
+                             bmt_error_t *err)
+{
+    return 0;
+}
+
+static int none_refuse(bmt_comm_t *c, bmt_error_t *err)
+{
+    return errprintf(err,
+                     "the 'none' backend moves no data (BMT_BACKEND=none); "
+                     "use shm on CPU or nccl on GPUs");
+}
+
+static int none_all_gather(bmt_comm_t *c, const void *s, void *r, size_t n, bmt_dtype_t t,
+                           bmt_error_t *err)
+{
+    return none_refuse(c, err);
+}
+
+static int none_reduce(bmt_comm_t *c, const void *s, void *r, size_t n, bmt_dtype_t t,
+                       bmt_op_t op, bmt_error_t *err)
+{
+    return none_refuse(c, err);
+}
+
+static int none_broadcast(bmt_comm_t *c, void *b, size_t n, bmt_dtype_t t, int root,
+                          bmt_error_t *err)
+{
+    return none_refuse(c, err);
+}
+
+static int none_barrier(bmt_comm_t *c, bmt_error_t *err)
+{
+    return none_refuse(c, err);
+}
+
+static void none_abort(bmt_comm_t *c)
+{
+}
+
+static void none_destroy(bmt_comm_t *c)
+{
+}
+
+const struct comm_backend comm_backend_none = {
+    .name = "none",
+    .create_world = none_create_world,
+    .create_split = none_create_split,
+    .all_gather = none_all_gather,
+    .reduce_scatter = none_reduce,
+    .all_reduce = none_reduce,
+    .broadcast = none_broadcast,
+    .barrier = none_barrier,
+    .abort = none_abort,
+    .destroy = none_destroy,
+};
+
+const struct comm_backend *comm_backend_find(const char *name)
+{
+    if (strcmp(name, "none") == 0)
+        return &comm_backend_none;
+    if (strcmp(name, "shm") == 0)
+        return &comm_backend_shm;
+#ifdef BMT_HAVE_NCCL
+    if (strcmp(name, "nccl") == 0)
+        return &comm_backend_nccl;
+#endif
+    return NULL;
+}
+
+/* ------------------------------------------------------------ lifetime */
+
+static bmt_comm_t *comm_alloc(bmt_ctx_t *ctx, const struct comm_backend *be, const char *name)
+{
+    bmt_comm_t *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return NULL;
+    c->ctx = ctx;
+    c->be = be;
+    c->timeout_s = ctx->timeout_s;
+    snprintf(c->name, sizeof(c->name), "%s", name ? name : "comm");
+    return c;
+}
+
+void comm_free(bmt_comm_t *c)
+{
+    if (c == NULL)
+        return;
+    c->be->destroy(c);
+    free(c->members);
+    free(c);
+}
+
+bmt_comm_t *comm_create_world(bmt_ctx_t *ctx, const struct comm_backend *be, bmt_error_t *err)
+{
+    bmt_comm_t *c = comm_alloc(ctx, be, "world");
+    if (c == NULL) {
+        errprintf(err, "rank %d: out of memory creating the world communicator", ctx->rank);
+        return NULL;
+    }
+    c->rank = ctx->rank;
+    c->size = ctx->world;
+    c->id = mix64(ctx->job_hash ^ 0x776f726c64ULL /* "world" */);
+    if (be->create_world(c, err) < 0) {
+        errprefix(err, "rank %d: %s backend, world communicator: ", ctx->rank, be->name);
+        comm_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* A member of a split, ordered by (key, parent rank). */
+struct member {
+    int key;
+    int parent_rank;
+};
+
+static int member_cmp(const void *a, const void *b)
+{
+    const struct member *x = a, *y = b;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    return (x->parent_rank > y->parent_rank) - (x->parent_rank < y->parent_rank);
+}
+
+int comm_split_known(bmt_comm_t *parent, const int *colors, const int *keys, const char *name,
+                     bmt_comm_t **out, bmt_error_t *err)
+{
+    bmt_ctx_t *ctx = parent->ctx;
+    if (parent->aborted)
+        return errprintf(err, COMM_WHERE_FMT " was aborted by an earlier error", ctx->rank,
+                         parent->name);
+    int color = colors[parent->rank];
+    uint32_t seq = parent->splits++;
+    bmt_comm_t *child = NULL;
+    if (color >= 0) {
+        child = comm_alloc(ctx, parent->be, name);
+        int n = 0;
+        for (int i = 0; i < parent->size; i++)
+            n += colors[i] == color;
+        struct member *tmp = malloc(sizeof(*tmp) * (size_t)(n ? n : 1));
+        if (child)
+            child->members = malloc(sizeof(int) * (size_t)(n ? n : 1));
+        if (child == NULL || child->members == NULL || tmp == NULL) {
+            free(tmp);
+            free(child ? child->members : NULL);
+            free(child);
+            child = NULL;
+            /* Still take part in the backend's collective part so peers do not hang;
+             * report the failure afterwards. */
+        } else {
+            int m = 0;
+            for (int i = 0; i < parent->size; i++)
+                if (colors[i] == color)
+                    tmp[m++] = (struct member){keys[i], i};
+            qsort(tmp, (size_t)n, sizeof(*tmp), member_cmp);
+            child->size = n;
+            child->rank = -1;
+            for (int i = 0; i < n; i++) {
+                child->members[i] = bmt_comm_member(parent, tmp[i].parent_rank);
+                if (tmp[i].parent_rank == parent->rank)
+                    child->rank = i;
+            }
+            free(tmp);
+            child->id = child_id(parent->id, seq, color);
+        }
+    }
+    bool oom = color >= 0 && child == NULL;
+    if (parent->be->create_split(parent, oom ? -1 : color, keys[parent->rank], child, err) < 0) {
+        errprefix(err, COMM_WHERE_FMT ": split into %s: ", ctx->rank, parent->name,
+                  name ? name : "comm");
+        comm_free(child);
+        return -1;
+    }
+    if (oom)
+        return errprintf(err, "rank %d: out of memory splitting %s", ctx->rank, parent->name);
+    *out = child;
+    return 0;
+}
+
+/* ------------------------------------------------------------ public API */
+
+int bmt_comm_rank(const bmt_comm_t *comm)
+{
+    return comm ? comm->rank : -1;
+}
+
+int bmt_comm_size(const bmt_comm_t *comm)
+{
+    return comm ? comm->size : 0;
+}
+
+const char *bmt_comm_name(const bmt_comm_t *comm)
+{
+    return comm ? comm->name : "(none)";
+}
+
+int bmt_comm_member(const bmt_comm_t *comm, int i)
+{
+    if (comm == NULL || i < 0 || i >= comm->size)
+        return -1;
+    return comm->members ? comm->members[i] : i;
+}
+
+int bmt_comm_split(bmt_comm_t *parent, int color, int key, const char *name, bmt_comm_t **out,
+                   bmt_error_t *err)
+{
+    if (parent == NULL || out == NULL)
+        return errprintf(err, "bmt_comm_split: parent and out must not be NULL");
+    bmt_ctx_t *ctx = parent->ctx;
+    if (parent->aborted)
+        return errprintf(err, COMM_WHERE_FMT " was aborted by an earlier error", ctx->rank,
+                         parent->name);
+    int n = parent->size;
+    int *pairs = malloc(sizeof(int) * 2 * (size_t)n);
+    int *colors = malloc(sizeof(int) * (size_t)n);
+    int *keys = malloc(sizeof(int) * (size_t)n);
+    int mine[2] = {color < 0 ? -1 : color, key};
+    int rc = -1;
+    if (pairs == NULL || colors == NULL || keys == NULL) {
+        errprintf(err, "rank %d: out of memory splitting %s", ctx->rank, parent->name);
+        goto out;
+    }
+    /* Exchange (color, key). The data backends carry it as raw bytes in a device
+     * buffer (an all-gather moves bytes unchanged, so 2-byte bf16 elements are a
+     * typeless carrier); "none" moves no data, so it goes over PMIx, which only
+     * works when the parent is the whole world. */
+    if (parent->be == &comm_backend_none) {
+        if (n != ctx->world) {
+            errprintf(err, "rank %d: the 'none' backend can only split the world", ctx->rank);
+            goto out;
+        }
+        if (boot_allgather(ctx->boot, mine, sizeof(mine), pairs, err) < 0)
+            goto out;
+    } else {
+        void *dev = bmt_mem_alloc(ctx, sizeof(int) * 2 * ((size_t)n + 1), err);
+        if (dev == NULL)
+            goto out;
+        char *dall = (char *)dev + sizeof(mine);
+        if (bmt_mem_upload(ctx, dev, mine, sizeof(mine), err) < 0 ||
+            bmt_all_gather(parent, dev, dall, sizeof(mine) / 2, BMT_BF16, err) < 0 ||
+            bmt_mem_download(ctx, pairs, dall, sizeof(int) * 2 * (size_t)n, err) < 0) {
+            bmt_mem_free(ctx, dev);
+            goto out;
+        }
+        bmt_mem_free(ctx, dev);
+    }
+    for (int i = 0; i < n; i++) {
+        colors[i] = pairs[2 * i];
+        keys[i] = pairs[2 * i + 1];
+    }
+    rc = comm_split_known(parent, colors, keys, name, out, err);
+out:
+    free(pairs);
+    free(colors);
+    free(keys);
+    return rc;
+}
+
+void bmt_comm_destroy(bmt_comm_t *comm)
+{
+    if (comm == NULL || comm->owned)
+        return;
+    comm_free(comm);
+}
+
+static int check_common(bmt_comm_t *c, const char *op, bmt_dtype_t dtype, bmt_error_t *err)
+{
+    if (c == NULL)
+        return errprintf(err, "%s: communicator is NULL", op);
+    if (c->aborted)
+        return errprintf(err, COMM_WHERE_FMT ": %s: communicator was aborted by an earlier error",
+                         c->ctx->rank, c->name, op);
+    if (bmt_dtype_size(dtype) == 0)
+        return errprintf(err, COMM_WHERE_FMT ": %s: invalid dtype %d", c->ctx->rank, c->name, op,
+                         (int)dtype);
+    return 0;
+}
+
+static int check_count(bmt_comm_t *c, const char *op, size_t count, bmt_dtype_t dtype,
+                       size_t factor, bmt_error_t *err)
+{
+    size_t es = bmt_dtype_size(dtype);
+    if (factor && count > SIZE_MAX / factor / es)
+        return errprintf(err, COMM_WHERE_FMT ": %s: %zu elements x %zu ranks overflows", c->ctx->rank,
+                         c->name, op, count, factor);
+    return 0;
+}
+
+static int failed(bmt_comm_t *c, const char *op, bmt_error_t *err)
+{
+    c->aborted = true;
+    c->be->abort(c);
+    return errprefix(err, COMM_WHERE_FMT ": %s: ", c->ctx->rank, c->name, op);
+}
+
+int bmt_all_gather(bmt_comm_t *c, const void *send, void *recv, size_t count, bmt_dtype_t dtype,
+                   bmt_error_t *err)
+{
+    if (check_common(c, "all_gather", dtype, err) < 0 ||
+        check_count(c, "all_gather", count, dtype, (size_t)c->size, err) < 0)
+        return -1;
+    if (count && (send == NULL || recv == NULL))
+        return errprintf(err, COMM_WHERE_FMT ": all_gather: NULL buffer", c->ctx->rank, c->name);
+    if (c->be->all_gather(c, send, recv, count, dtype, err) < 0)
+        return failed(c, "all_gather", err);
+    return 0;
+}
+
+int bmt_reduce_scatter(bmt_comm_t *c, const void *send, void *recv, size_t count,
+                       bmt_dtype_t dtype, bmt_op_t op, bmt_error_t *err)
+{
+    if (check_common(c, "reduce_scatter", dtype, err) < 0 ||
+        check_count(c, "reduce_scatter", count, dtype, (size_t)c->size, err) < 0)
+        return -1;
+    if ((unsigned)op >= BMT_OP_COUNT)
+        return errprintf(err, COMM_WHERE_FMT ": reduce_scatter: invalid op %d", c->ctx->rank,
+                         c->name, (int)op);
+    if (count && (send == NULL || recv == NULL))
+        return errprintf(err, COMM_WHERE_FMT ": reduce_scatter: NULL buffer", c->ctx->rank,
+                         c->name);
+    if (c->be->reduce_scatter(c, send, recv, count, dtype, op, err) < 0)
+        return failed(c, "reduce_scatter", err);
+    return 0;
+}
+
+int bmt_all_reduce(bmt_comm_t *c, const void *send, void *recv, size_t count, bmt_dtype_t dtype,
+                   bmt_op_t op, bmt_error_t *err)
+{
+    if (check_common(c, "all_reduce", dtype, err) < 0 ||
+        check_count(c, "all_reduce", count, dtype, 1, err) < 0)
+        return -1;
+    if ((unsigned)op >= BMT_OP_COUNT)
+        return errprintf(err, COMM_WHERE_FMT ": all_reduce: invalid op %d", c->ctx->rank, c->name,
+                         (int)op);
+    if (count && (send == NULL || recv == NULL))
+        return errprintf(err, COMM_WHERE_FMT ": all_reduce: NULL buffer", c->ctx->rank, c->name);
+    if (c->be->all_reduce(c, send, recv, count, dtype, op, err) < 0)
+        return failed(c, "all_reduce", err);
+    return 0;
+}
+
+int bmt_broadcast(bmt_comm_t *c, void *buf, size_t count, bmt_dtype_t dtype, int root,
+                  bmt_error_t *err)
+{
+    if (check_common(c, "broadcast", dtype, err) < 0 ||
+        check_count(c, "broadcast", count, dtype, 1, err) < 0)
+        return -1;
+    if (root < 0 || root >= c->size)
+        return errprintf(err, COMM_WHERE_FMT ": broadcast: root %d is not in [0, %d)",
+                         c->ctx->rank, c->name, root, c->size);
+    if (count && buf == NULL)
+        return errprintf(err, COMM_WHERE_FMT ": broadcast: NULL buffer", c->ctx->rank, c->name);
+    if (c->be->broadcast(c, buf, count, dtype, root, err) < 0)
+        return failed(c, "broadcast", err);
+    return 0;
+}
+
+int bmt_barrier(bmt_comm_t *c, bmt_error_t *err)
+{
+    if (check_common(c, "barrier", BMT_F32, err) < 0)
+        return -1;
+    if (c->be->barrier(c, err) < 0)
+        return failed(c, "barrier", err);
+    return 0;
+}

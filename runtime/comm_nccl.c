@@ -1,0 +1,353 @@
+/* runtime/comm_nccl.c — the nccl backend: GPU buffers, NCCL communicators.
+ *
+ * World: rank 0 makes the unique id, PMIx carries it to everyone (boot_bcast:
+ * Put/Commit/Fence(collect)/Get), every rank calls ncclCommInitRankConfig.
+ * Group and replica communicators come from ncclCommSplit of the world; no more
+ * ids are exchanged.
+ *
+ * Every communicator is non-blocking (config.blocking = 0), so no NCCL call can
+ * hang the process: init, split, finalize and each collective are followed by
+ * polling (ncclCommGetAsyncError for NCCL's own progress, cudaStreamQuery for
+ * the kernel) against the communicator's deadline. On timeout or an
+ * asynchronous error the communicator is aborted (ncclCommAbort) and the error
+ * names the communicator, the operation and the rank. A peer that never arrives
+ * thus becomes an error after BMT_TIMEOUT seconds, not a hang.
+ *
+ * Each communicator has its own stream; the collectives of this layer complete
+ * before returning (the training engine issues on its own streams).
+ */
+#include <math.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "boot.h"
+#include "comm.h"
+#include "ctx.h"
+#include "error.h"
+
+typedef struct nccl_state {
+    ncclComm_t comm;     /* NULL once aborted or destroyed */
+    cudaStream_t stream; /* this communicator's stream */
+    float *scratch;      /* (1) f32, device: the barrier's all-reduce */
+} nccl_state_t;
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Spin briefly (latency of small collectives), then yield, then sleep: a rank
+ * waiting on a slow peer should not steal a core from it. */
+static void backoff(unsigned *iter)
+{
+    unsigned i = (*iter)++;
+    if (i < 2000)
+        return;
+    if (i < 4000) {
+        sched_yield();
+        return;
+    }
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
+}
+
+static void state_abort(nccl_state_t *s)
+{
+    if (s && s->comm) {
+        ncclCommAbort(s->comm);
+        s->comm = NULL;
+    }
+}
+
+/* Wait until comm's asynchronous state leaves ncclInProgress. */
+static int wait_ready(bmt_comm_t *c, ncclComm_t comm, const char *call, double deadline,
+                      bmt_error_t *err)
+{
+    unsigned it = 0;
+    for (;;) {
+        ncclResult_t st = ncclSuccess;
+        ncclResult_t r = ncclCommGetAsyncError(comm, &st);
+        if (r != ncclSuccess)
+            return errprintf(err, "ncclCommGetAsyncError after %s: %s", call, ncclGetErrorString(r));
+        if (st == ncclSuccess)
+            return 0;
+        if (st != ncclInProgress)
+            return errprintf(err, "%s: %s (%s)", call, ncclGetErrorString(st),
+                             ncclGetLastError(comm));
+        if (mono_s() > deadline)
+            return errprintf(err, "%s: not every rank of %s arrived within %.1f s (BMT_TIMEOUT)",
+                             call, c->name, c->timeout_s);
+        backoff(&it);
+    }
+}
+
+/* Wait for the stream's work (the collective's kernel), watching NCCL's errors. */
+static int wait_stream(bmt_comm_t *c, nccl_state_t *s, const char *call, bmt_error_t *err)
+{
+    double deadline = mono_s() + c->timeout_s;
+    unsigned it = 0;
+    for (;;) {
+        cudaError_t e = cudaStreamQuery(s->stream);
+        if (e == cudaSuccess)
+            return 0;
+        if (e != cudaErrorNotReady)
+            return errprintf(err, "%s: %s", call, cudaGetErrorString(e));
+        ncclResult_t st = ncclSuccess;
+        if (ncclCommGetAsyncError(s->comm, &st) == ncclSuccess && st != ncclSuccess &&
+            st != ncclInProgress)
+            return errprintf(err, "%s: %s (%s)", call, ncclGetErrorString(st),
+                             ncclGetLastError(s->comm));
+        if (mono_s() > deadline)
+            return errprintf(err, "%s: did not complete within %.1f s: a peer of %s is missing "
+                                  "or stuck (BMT_TIMEOUT)", call, c->timeout_s, c->name);
+        backoff(&it);
+    }
+}
+
+static int state_new(bmt_comm_t *c, nccl_state_t **out, bmt_error_t *err)
+{
+    nccl_state_t *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return errprintf(err, "out of memory");
+    cudaError_t e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess)
+        e = cudaMalloc((void **)&s->scratch, sizeof(float));
+    if (e != cudaSuccess) {
+        if (s->stream)
+            cudaStreamDestroy(s->stream);
+        free(s);
+        return errprintf(err, "creating the stream of %s: %s", c->name, cudaGetErrorString(e));
+    }
+    *out = s;
+    return 0;
+}
+
+static void state_free(nccl_state_t *s)
+{
+    if (s == NULL)
+        return;
+    if (s->scratch)
+        cudaFree(s->scratch);
+    if (s->stream)
+        cudaStreamDestroy(s->stream);
+    free(s);
+}
+
+static ncclConfig_t make_config(bmt_comm_t *c)
+{
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    cfg.commName = c->name;
+    return cfg;
+}
+
+static int nccl_create_world(bmt_comm_t *c, bmt_error_t *err)
+{
+    bmt_ctx_t *ctx = c->ctx;
+    ncclUniqueId id;
+    memset(&id, 0, sizeof(id));
+    if (c->rank == 0) {
+        ncclResult_t r = ncclGetUniqueId(&id);
+        if (r != ncclSuccess)
+            return errprintf(err, "ncclGetUniqueId: %s (%s)", ncclGetErrorString(r),
+                             ncclGetLastError(NULL));
+    }
+    /* Every rank takes part in the exchange, even one that will fail later, so
+     * that no peer waits for it in vain. */
+    if (boot_bcast(ctx->boot, 0, &id, sizeof(id), err) < 0)
+        return -1;
+    nccl_state_t *s = NULL;
+    if (state_new(c, &s, err) < 0)
+        return -1;
+    ncclConfig_t cfg = make_config(c);
+    double deadline = mono_s() + c->timeout_s;
+    ncclResult_t r = ncclCommInitRankConfig(&s->comm, c->size, id, c->rank, &cfg);
+    if (r != ncclSuccess && r != ncclInProgress) {
+        errprintf(err, "ncclCommInitRankConfig: %s (%s)", ncclGetErrorString(r),
+                  ncclGetLastError(NULL));
+        state_abort(s);
+        state_free(s);
+        return -1;
+    }
+    if (wait_ready(c, s->comm, "ncclCommInitRankConfig", deadline, err) < 0) {
+        state_abort(s);
+        state_free(s);
+        return -1;
+    }
+    c->impl = s;
+    return 0;
+}
+
+static int nccl_create_split(bmt_comm_t *parent, int color, int key, bmt_comm_t *child,
+                             bmt_error_t *err)
+{
+    nccl_state_t *ps = parent->impl;
+    nccl_state_t *s = NULL;
+    bmt_comm_t *named = child ? child : parent;
+    if (child && state_new(child, &s, err) < 0)
+        color = -1; /* still take part in the collective split */
+    ncclConfig_t cfg = make_config(named);
+    ncclComm_t out = NULL;
+    double deadline = mono_s() + parent->timeout_s;
+    ncclResult_t r = ncclCommSplit(ps->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &out,
+                                   &cfg);
+    int rc = 0;
+    if (r != ncclSuccess && r != ncclInProgress)
+        rc = errprintf(err, "ncclCommSplit: %s (%s)", ncclGetErrorString(r),
+                       ncclGetLastError(ps->comm));
+    if (rc == 0)
+        rc = wait_ready(parent, ps->comm, "ncclCommSplit", deadline, err);
+    if (rc == 0 && out)
+        rc = wait_ready(named, out, "ncclCommSplit", deadline, err);
+    if (rc == 0 && child && s == NULL)
+        rc = -1; /* state_new's error is in err */
+    if (rc < 0) {
+        if (out)
+            ncclCommAbort(out);
+        state_free(s);
+        return -1;
+    }
+    if (child) {
+        s->comm = out;
+        child->impl = s;
+    }
+    return 0;
+}
+
+static ncclDataType_t nccl_type(bmt_dtype_t t)
+{
+    switch (t) {
+    case BMT_BF16: return ncclBfloat16;
+    case BMT_F64: return ncclFloat64;
+    default: return ncclFloat32;
+    }
+}
+
+static ncclRedOp_t nccl_op(bmt_op_t op)
+{
+    switch (op) {
+    case BMT_AVG: return ncclAvg;
+    case BMT_MAX: return ncclMax;
+    default: return ncclSum;
+    }
+}
+
+/* Issue-and-wait common to every collective: r is what the NCCL call returned. */
+static int finish(bmt_comm_t *c, ncclResult_t r, const char *call, bmt_error_t *err)
+{
+    nccl_state_t *s = c->impl;
+    if (r != ncclSuccess && r != ncclInProgress)
+        return errprintf(err, "%s: %s (%s)", call, ncclGetErrorString(r), ncclGetLastError(s->comm));
+    if (r == ncclInProgress &&
+        wait_ready(c, s->comm, call, mono_s() + c->timeout_s, err) < 0)
+        return -1;
+    return wait_stream(c, s, call, err);
+}
+
+static int live(bmt_comm_t *c, bmt_error_t *err)
+{
+    nccl_state_t *s = c->impl;
+    if (s == NULL || s->comm == NULL)
+        return errprintf(err, "the NCCL communicator was aborted");
+    return 0;
+}
+
+static int nccl_all_gather(bmt_comm_t *c, const void *send, void *recv, size_t count,
+                           bmt_dtype_t dtype, bmt_error_t *err)
+{
+    if (live(c, err) < 0)
+        return -1;
+    nccl_state_t *s = c->impl;
+    return finish(c, ncclAllGather(send, recv, count, nccl_type(dtype), s->comm, s->stream),
+                  "ncclAllGather", err);
+}
+
+static int nccl_reduce_scatter(bmt_comm_t *c, const void *send, void *recv, size_t count,
+                               bmt_dtype_t dtype, bmt_op_t op, bmt_error_t *err)
+{
+    if (live(c, err) < 0)
+        return -1;
+    nccl_state_t *s = c->impl;
+    return finish(c,
+                  ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), s->comm,
+                                    s->stream),
+                  "ncclReduceScatter", err);
+}
+
+static int nccl_all_reduce(bmt_comm_t *c, const void *send, void *recv, size_t count,
+                           bmt_dtype_t dtype, bmt_op_t op, bmt_error_t *err)
+{
+    if (live(c, err) < 0)
+        return -1;
+    nccl_state_t *s = c->impl;
+    return finish(c,
+                  ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), s->comm,
+                                s->stream),
+                  "ncclAllReduce", err);
+}
+
+static int nccl_broadcast(bmt_comm_t *c, void *buf, size_t count, bmt_dtype_t dtype, int root,
+                          bmt_error_t *err)
+{
+    if (live(c, err) < 0)
+        return -1;
+    nccl_state_t *s = c->impl;
+    return finish(c, ncclBroadcast(buf, buf, count, nccl_type(dtype), root, s->comm, s->stream),
+                  "ncclBroadcast", err);
+}
+
+static int nccl_barrier(bmt_comm_t *c, bmt_error_t *err)
+{
+    if (live(c, err) < 0)
+        return -1;
+    nccl_state_t *s = c->impl;
+    return finish(c,
+                  ncclAllReduce(s->scratch, s->scratch, 1, ncclFloat32, ncclSum, s->comm,
+                                s->stream),
+                  "barrier (ncclAllReduce)", err);
+}
+
+static void nccl_abort(bmt_comm_t *c)
+{
+    state_abort(c->impl);
+}
+
+static void nccl_destroy(bmt_comm_t *c)
+{
+    nccl_state_t *s = c->impl;
+    if (s == NULL)
+        return;
+    if (s->comm) {
+        /* Finalize flushes outstanding work; bounded like everything else. */
+        bmt_error_t ignored;
+        ncclResult_t r = ncclCommFinalize(s->comm);
+        if ((r == ncclSuccess || r == ncclInProgress) &&
+            wait_ready(c, s->comm, "ncclCommFinalize", mono_s() + c->timeout_s, &ignored) == 0)
+            ncclCommDestroy(s->comm);
+        else
+            ncclCommAbort(s->comm);
+        s->comm = NULL;
+    }
+    state_free(s);
+    c->impl = NULL;
+}
+
+const struct comm_backend comm_backend_nccl = {
+    .name = "nccl",
+    .create_world = nccl_create_world,
+    .create_split = nccl_create_split,
+    .all_gather = nccl_all_gather,
+    .reduce_scatter = nccl_reduce_scatter,
+    .all_reduce = nccl_all_reduce,
+    .broadcast = nccl_broadcast,
+    .barrier = nccl_barrier,
+    .abort = nccl_abort,
+    .destroy = nccl_destroy,
+};

@@ -1,0 +1,31 @@
+/* runtime/ctx.h — the per-process runtime context (internal).
+ *
+ * init.c creates it in bmt_init and frees it in bmt_finalize; the other modules
+ * read it. Nothing here is shared between processes.
+ */
+#ifndef BMT_RUNTIME_CTX_H
+#define BMT_RUNTIME_CTX_H
+
+#include <stdint.h>
+
+#include "bmt/bmt.h"
+#include "boot.h"
+#include "comm.h"
+
+struct bmt_ctx {
+    boot_t *boot;
+    int rank;
+    int world;
+    bmt_layout_t layout;
+    bmt_rank_info_t self;
+    bmt_device_kind_t device;
+    int device_index;   /* CUDA ordinal, -1 on CPU */
+    double timeout_s;
+    uint64_t job_hash;  /* hash of the PMIx namespace and uid: names shared objects */
+    const struct comm_backend *backend;
+    bmt_comm_t *world_comm;
+    bmt_comm_t *group_comm;
+    bmt_comm_t *replica_comm;
+};
+
+#endif

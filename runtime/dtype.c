@@ -1,0 +1,58 @@
+/* runtime/dtype.c — element types: sizes, names, and bf16 conversion on the host.
+ *
+ * bf16 is the upper half of an IEEE f32. Conversion rounds to nearest even, as
+ * CUDA's __float2bfloat16_rn does, and keeps NaN a (quiet) NaN instead of letting
+ * rounding carry it into infinity.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "bmt/bmt.h"
+
+size_t bmt_dtype_size(bmt_dtype_t dtype)
+{
+    switch (dtype) {
+    case BMT_F32: return 4;
+    case BMT_BF16: return 2;
+    case BMT_F64: return 8;
+    default: return 0;
+    }
+}
+
+const char *bmt_dtype_name(bmt_dtype_t dtype)
+{
+    switch (dtype) {
+    case BMT_F32: return "f32";
+    case BMT_BF16: return "bf16";
+    case BMT_F64: return "f64";
+    default: return "invalid dtype";
+    }
+}
+
+const char *bmt_op_name(bmt_op_t op)
+{
+    switch (op) {
+    case BMT_SUM: return "sum";
+    case BMT_AVG: return "avg";
+    case BMT_MAX: return "max";
+    default: return "invalid op";
+    }
+}
+
+uint16_t bmt_f32_to_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof(u));
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep sign, force a quiet payload */
+        return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float bmt_bf16_to_f32(uint16_t x)
+{
+    uint32_t u = (uint32_t)x << 16;
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}

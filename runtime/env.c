@@ -1,0 +1,108 @@
+/* runtime/env.c — the table of BMT_ environment knobs and their parsers.
+ *
+ * Launcher-set knobs (the layout) are how the same rank program runs under
+ * bmlaunch and under srun; user knobs tune the runtime. Keep docs/env.md in step
+ * with this table (tests/integration/test_docs.sh checks it).
+ */
+#include "env.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bmt/layout.h"
+#include "error.h"
+
+static const env_knob_t knobs[] = {
+    {"BMT_GROUPS", NULL, "number of groups (data-parallel replicas); set by bmlaunch"},
+    {"BMT_GPUS_PER_GROUP", NULL, "ranks per group (ZeRO-3 shards); set by bmlaunch"},
+    {"BMT_GPUS_PER_NODE", NULL, "ranks per node; set by bmlaunch"},
+    {"BMT_NODES", NULL, "nodes of the job; set by bmlaunch"},
+    {"BMT_WORLD_SIZE", NULL, "groups * gpus_per_group; set by bmlaunch"},
+    {"BMT_RANK", NULL, "this process's rank, for programs that do not use PMIx; set by bmlaunch"},
+    {"BMT_LOCAL_RANK", NULL, "rank within the node (picks the GPU); set by bmlaunch"},
+    {"BMT_GROUP", NULL, "this rank's group; set by bmlaunch"},
+    {"BMT_GROUP_RANK", NULL, "this rank's index in its group; set by bmlaunch"},
+    {"BMT_NODE", NULL, "this rank's node; set by bmlaunch"},
+    {"BMT_JOB_ID", NULL, "job identifier (the PMIx namespace locally, the Slurm job under srun)"},
+    {"BMT_DEVICE", "cpu", "cpu or cuda: where buffers live and compute runs"},
+    {"BMT_BACKEND", NULL, "shm, nccl or none; default shm on cpu, nccl on cuda"},
+    {"BMT_TIMEOUT", "300", "seconds any bootstrap step or collective may take before it fails"},
+    {"BMT_SHM_CHUNK", "1M", "bytes each rank stages per step in the shm backend (K/M/G suffix)"},
+    {NULL, NULL, NULL},
+};
+
+const env_knob_t *env_knobs(void)
+{
+    return knobs;
+}
+
+static const env_knob_t *find(const char *name)
+{
+    for (const env_knob_t *k = knobs; k->name; k++)
+        if (strcmp(k->name, name) == 0)
+            return k;
+    return NULL;
+}
+
+const char *env_get(const char *name)
+{
+    const env_knob_t *k = find(name);
+    if (k == NULL)
+        return NULL;
+    const char *v = getenv(name);
+    return v ? v : k->deflt;
+}
+
+int env_get_seconds(const char *name, double *out, bmt_error_t *err)
+{
+    const char *v = env_get(name);
+    if (v == NULL)
+        return errprintf(err, "%s is not set", name);
+    errno = 0;
+    char *end = NULL;
+    double d = strtod(v, &end);
+    if (end == v || *end != '\0' || errno == ERANGE || !isfinite(d) || d <= 0)
+        return errprintf(err, "%s='%.60s' is not a positive number of seconds", name, v);
+    *out = d;
+    return 0;
+}
+
+int env_get_positive(const char *name, int *out, bmt_error_t *err)
+{
+    const char *v = env_get(name);
+    if (v == NULL)
+        return 0;
+    if (bmt_parse_positive(v, name, out, err) < 0)
+        return -1;
+    return 1;
+}
+
+int env_get_bytes(const char *name, size_t *out, bmt_error_t *err)
+{
+    const char *v = env_get(name);
+    if (v == NULL)
+        return errprintf(err, "%s is not set", name);
+    errno = 0;
+    char *end = NULL;
+    unsigned long long n = strtoull(v, &end, 10);
+    unsigned long long mult = 1;
+    if (end != v && *end != '\0') {
+        if (strcmp(end, "K") == 0 || strcmp(end, "k") == 0)
+            mult = 1ull << 10;
+        else if (strcmp(end, "M") == 0 || strcmp(end, "m") == 0)
+            mult = 1ull << 20;
+        else if (strcmp(end, "G") == 0 || strcmp(end, "g") == 0)
+            mult = 1ull << 30;
+        else
+            mult = 0;
+    }
+    if (end == v || v[0] == '-' || mult == 0 || errno == ERANGE || n == 0 ||
+        n > (unsigned long long)SIZE_MAX / mult)
+        return errprintf(err, "%s='%.60s' is not a byte count (e.g. 4096, 64K, 1M)", name, v);
+    *out = (size_t)(n * mult);
+    return 0;
+}

@@ -1,0 +1,277 @@
+/* runtime/init.c — bmt_init and bmt_finalize: from a process to a rank of a job.
+ *
+ * Order: PMIx (boot.c) -> layout -> device -> world communicator -> group and
+ * replica communicators split from it. The layout comes from the job keys the
+ * launcher registered with PMIx (bmt.groups, bmt.gpus_per_group,
+ * bmt.gpus_per_node); under srun, where only Slurm's keys exist, from the BMT_
+ * environment that bmlaunch sets; with neither, the job is one group of all its
+ * ranks. When both sources exist they must agree: a program must never run with
+ * a layout other than the one its launcher planned.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bmt/bmt.h"
+#include "ctx.h"
+#include "env.h"
+#include "error.h"
+
+#ifdef BMT_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+static uint64_t fnv1a(const char *s, uint64_t h)
+{
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+/* One layout number: from PMIx if the launcher registered it, else from the
+ * environment. Returns 1 found, 0 absent, -1 error (both present and differing,
+ * or malformed). */
+static int layout_number(bmt_ctx_t *ctx, const char *pmix_key, const char *env_name, int *out,
+                         bmt_error_t *err)
+{
+    uint32_t p = 0;
+    int from_pmix = boot_job_uint(ctx->boot, pmix_key, &p, err);
+    if (from_pmix < 0)
+        return -1;
+    int e = 0;
+    int from_env = env_get_positive(env_name, &e, err);
+    if (from_env < 0)
+        return errprefix(err, "rank %d: ", ctx->rank);
+    if (from_pmix && from_env && (int)p != e)
+        return errprintf(err,
+                         "rank %d: the launcher registered %s=%u but the environment says "
+                         "%s=%d; unset %s or start the job with matching options",
+                         ctx->rank, pmix_key, p, env_name, e, env_name);
+    if (from_pmix) {
+        *out = (int)p;
+        return 1;
+    }
+    if (from_env) {
+        *out = e;
+        return 1;
+    }
+    return 0;
+}
+
+static int setup_layout(bmt_ctx_t *ctx, bmt_error_t *err)
+{
+    const boot_info_t *bi = boot_info(ctx->boot);
+    int groups = 1, gpg = bi->size, gpn = 0;
+    int hg, hp, hn;
+    if ((hg = layout_number(ctx, "bmt.groups", "BMT_GROUPS", &groups, err)) < 0 ||
+        (hp = layout_number(ctx, "bmt.gpus_per_group", "BMT_GPUS_PER_GROUP", &gpg, err)) < 0 ||
+        (hn = layout_number(ctx, "bmt.gpus_per_node", "BMT_GPUS_PER_NODE", &gpn, err)) < 0)
+        return -1;
+    if (hg && !hp)
+        gpg = bi->size / groups;
+    if (hp && !hg)
+        groups = bi->size / gpg;
+    if (!hn)
+        gpn = (bi->local_size > 0 && bi->size % bi->local_size == 0) ? bi->local_size : 0;
+    bmt_error_t lerr;
+    if (bmt_layout_make(&ctx->layout, groups, gpg, gpn, 0, &lerr) < 0)
+        return errprintf(err, "rank %d: layout: %s", ctx->rank, lerr.text);
+    if (ctx->layout.world != bi->size)
+        return errprintf(err,
+                         "rank %d: the layout %d x %d = %d ranks does not match the job's %d "
+                         "ranks; start it with bmlaunch or set BMT_GROUPS/BMT_GPUS_PER_GROUP",
+                         ctx->rank, groups, gpg, ctx->layout.world, bi->size);
+    ctx->self = bmt_layout_rank(&ctx->layout, ctx->rank);
+    return 0;
+}
+
+static int setup_device(bmt_ctx_t *ctx, const char *device, bmt_error_t *err)
+{
+    if (strcmp(device, "cpu") == 0) {
+        ctx->device = BMT_DEVICE_CPU;
+        ctx->device_index = -1;
+        return 0;
+    }
+    if (strcmp(device, "cuda") != 0)
+        return errprintf(err, "rank %d: unknown device '%.40s' (BMT_DEVICE): use cpu or cuda",
+                         ctx->rank, device);
+#ifdef BMT_HAVE_CUDA
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess)
+        return errprintf(err, "rank %d: cudaGetDeviceCount: %s", ctx->rank, cudaGetErrorString(e));
+    if (ctx->self.local_rank >= n)
+        return errprintf(err,
+                         "rank %d: local rank %d needs cuda:%d but this node shows %d GPU%s; "
+                         "lower --gpus-per-node or check CUDA_VISIBLE_DEVICES",
+                         ctx->rank, ctx->self.local_rank, ctx->self.local_rank, n,
+                         n == 1 ? "" : "s");
+    e = cudaSetDevice(ctx->self.local_rank);
+    if (e != cudaSuccess)
+        return errprintf(err, "rank %d: cudaSetDevice(%d): %s", ctx->rank, ctx->self.local_rank,
+                         cudaGetErrorString(e));
+    ctx->device = BMT_DEVICE_CUDA;
+    ctx->device_index = ctx->self.local_rank;
+    return 0;
+#else
+    return errprintf(err, "rank %d: device cuda requested but this libbmt was built without CUDA",
+                     ctx->rank);
+#endif
+}
+
+static int setup_backend(bmt_ctx_t *ctx, const char *name, bmt_error_t *err)
+{
+    if (name == NULL)
+        name = ctx->device == BMT_DEVICE_CUDA ? "nccl" : "shm";
+    ctx->backend = comm_backend_find(name);
+    if (ctx->backend == NULL) {
+#ifdef BMT_HAVE_NCCL
+        const char *known = "shm, nccl or none";
+#else
+        const char *known = "shm or none (this libbmt was built without NCCL)";
+#endif
+        return errprintf(err, "rank %d: unknown communication backend '%.40s' (BMT_BACKEND): use %s",
+                         ctx->rank, name, known);
+    }
+    if (ctx->backend == &comm_backend_shm) {
+        if (ctx->device != BMT_DEVICE_CPU)
+            return errprintf(err, "rank %d: the shm backend moves host memory; use device cpu, "
+                                  "or the nccl backend on cuda", ctx->rank);
+        const boot_info_t *bi = boot_info(ctx->boot);
+        if (bi->local_size != bi->size)
+            return errprintf(err,
+                             "rank %d: the shm backend needs every rank on one node, but only %d "
+                             "of %d are on %s; use the nccl backend across nodes",
+                             ctx->rank, bi->local_size, bi->size, bi->hostname);
+    }
+#ifdef BMT_HAVE_NCCL
+    if (ctx->backend == &comm_backend_nccl && ctx->device != BMT_DEVICE_CUDA)
+        return errprintf(err, "rank %d: the nccl backend needs device cuda (BMT_DEVICE=cuda)",
+                         ctx->rank);
+#endif
+    return 0;
+}
+
+/* The layout's two splits of the world, without exchanging anything: every rank
+ * computes every other rank's color and key from the layout. */
+static int setup_splits(bmt_ctx_t *ctx, bmt_error_t *err)
+{
+    const bmt_layout_t *l = &ctx->layout;
+    int *colors = malloc(sizeof(int) * (size_t)l->world);
+    int *keys = malloc(sizeof(int) * (size_t)l->world);
+    int rc = -1;
+    if (colors == NULL || keys == NULL) {
+        errprintf(err, "rank %d: out of memory building the group communicators", ctx->rank);
+        goto out;
+    }
+    char name[48];
+    for (int r = 0; r < l->world; r++) {
+        bmt_rank_info_t ri = bmt_layout_rank(l, r);
+        colors[r] = ri.group;
+        keys[r] = ri.group_rank;
+    }
+    snprintf(name, sizeof(name), "group %d", ctx->self.group);
+    if (comm_split_known(ctx->world_comm, colors, keys, name, &ctx->group_comm, err) < 0)
+        goto out;
+    ctx->group_comm->owned = true;
+    for (int r = 0; r < l->world; r++) {
+        bmt_rank_info_t ri = bmt_layout_rank(l, r);
+        colors[r] = ri.group_rank;
+        keys[r] = ri.group;
+    }
+    snprintf(name, sizeof(name), "replica %d", ctx->self.group_rank);
+    if (comm_split_known(ctx->world_comm, colors, keys, name, &ctx->replica_comm, err) < 0)
+        goto out;
+    ctx->replica_comm->owned = true;
+    rc = 0;
+out:
+    free(colors);
+    free(keys);
+    return rc;
+}
+
+int bmt_init(bmt_ctx_t **out, const bmt_config_t *cfg, bmt_error_t *err)
+{
+    bmt_config_t defaults = BMT_CONFIG_INITIALIZER;
+    if (out == NULL)
+        return errprintf(err, "bmt_init: out must not be NULL");
+    if (cfg == NULL)
+        cfg = &defaults;
+    if (cfg->magic != BMT_CONFIG_MAGIC || cfg->size < sizeof(bmt_config_t) ||
+        cfg->version != BMT_CONFIG_VERSION)
+        return errprintf(err, "bmt_init: the config was not set up with BMT_CONFIG_INITIALIZER "
+                              "of this version of bmt.h (%s)", BMT_VERSION_STRING);
+    bmt_ctx_t *ctx = calloc(1, sizeof(*ctx));
+    if (ctx == NULL)
+        return errprintf(err, "bmt_init: out of memory");
+    ctx->device_index = -1;
+
+    if (cfg->timeout_s > 0)
+        ctx->timeout_s = cfg->timeout_s;
+    else if (env_get_seconds("BMT_TIMEOUT", &ctx->timeout_s, err) < 0)
+        goto fail;
+    if (boot_init(&ctx->boot, ctx->timeout_s, err) < 0)
+        goto fail;
+    const boot_info_t *bi = boot_info(ctx->boot);
+    ctx->rank = bi->rank;
+    ctx->world = bi->size;
+    ctx->job_hash = fnv1a(bi->nspace, 0xcbf29ce484222325ULL) ^ ((uint64_t)getuid() << 32);
+
+    if (setup_layout(ctx, err) < 0)
+        goto fail;
+    if (setup_device(ctx, cfg->device ? cfg->device : env_get("BMT_DEVICE"), err) < 0)
+        goto fail;
+    if (setup_backend(ctx, cfg->backend ? cfg->backend : env_get("BMT_BACKEND"), err) < 0)
+        goto fail;
+    ctx->world_comm = comm_create_world(ctx, ctx->backend, err);
+    if (ctx->world_comm == NULL)
+        goto fail;
+    ctx->world_comm->owned = true;
+    if (setup_splits(ctx, err) < 0)
+        goto fail;
+    *out = ctx;
+    return 0;
+fail:
+    bmt_finalize(ctx);
+    return -1;
+}
+
+void bmt_finalize(bmt_ctx_t *ctx)
+{
+    if (ctx == NULL)
+        return;
+    comm_free(ctx->replica_comm);
+    comm_free(ctx->group_comm);
+    comm_free(ctx->world_comm);
+    boot_finalize(ctx->boot);
+    free(ctx);
+}
+
+void bmt_abort(bmt_ctx_t *ctx, int status, const char *msg)
+{
+    if (ctx)
+        boot_abort(ctx->boot, status, msg);
+}
+
+int bmt_oob_allgather(bmt_ctx_t *ctx, const void *mine, size_t len, void *all, bmt_error_t *err)
+{
+    if (ctx == NULL || (len && (mine == NULL || all == NULL)))
+        return errprintf(err, "bmt_oob_allgather: NULL argument");
+    return boot_allgather(ctx->boot, mine, len, all, err);
+}
+
+int bmt_rank(const bmt_ctx_t *ctx) { return ctx->rank; }
+int bmt_world_size(const bmt_ctx_t *ctx) { return ctx->world; }
+const bmt_layout_t *bmt_layout(const bmt_ctx_t *ctx) { return &ctx->layout; }
+bmt_rank_info_t bmt_self(const bmt_ctx_t *ctx) { return ctx->self; }
+bmt_device_kind_t bmt_device(const bmt_ctx_t *ctx) { return ctx->device; }
+int bmt_device_index(const bmt_ctx_t *ctx) { return ctx->device_index; }
+const char *bmt_backend(const bmt_ctx_t *ctx) { return ctx->backend->name; }
+const char *bmt_hostname(const bmt_ctx_t *ctx) { return boot_info(ctx->boot)->hostname; }
+double bmt_timeout(const bmt_ctx_t *ctx) { return ctx->timeout_s; }
+bmt_comm_t *bmt_comm_world(bmt_ctx_t *ctx) { return ctx->world_comm; }
+bmt_comm_t *bmt_comm_group(bmt_ctx_t *ctx) { return ctx->group_comm; }
+bmt_comm_t *bmt_comm_replica(bmt_ctx_t *ctx) { return ctx->replica_comm; }

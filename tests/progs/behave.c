@@ -1,0 +1,141 @@
+/* tests/progs/behave.c — a rank that misbehaves on purpose, for the supervision tests.
+ *
+ *   behave [--rank R] ACTION [ARG...]
+ * The rank named by --rank (default: every rank) performs ACTION; the others
+ * print a line and wait to be ended by bmlaunch. The rank number comes from
+ * BMT_RANK, so the plain actions need no PMIx; "abort" and "init" join the job
+ * through bmt_init (backend none) first.
+ *   exit N          print two lines, exit with status N
+ *   signal SIG      print a line, kill itself with signal number SIG
+ *   abort N MSG     bmt_init on every rank, then PMIx_Abort(N, MSG) (bmt_abort)
+ *   sleep S         sleep S seconds, then exit 0
+ *   print N         print N numbered lines to stdout and N to stderr, exit 0
+ *   ignore-term     ignore SIGTERM and sleep (bmlaunch must SIGKILL it)
+ *   fork-sleep      leave a background child that sleeps, then exit 0
+ *   env             print the BMT_ and PMIX_RANK variables, exit 0
+ *   init            bmt_init (backend none) and print the rank, exit 0
+ * Waiting ranks also write their pid to $BEHAVE_PIDDIR/pid.R when set, so a
+ * test can check that none survives.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bmt/bmt.h"
+
+extern char **environ;
+
+static void note_pid(int rank)
+{
+    const char *dir = getenv("BEHAVE_PIDDIR");
+    if (dir == NULL)
+        return;
+    char path[512];
+    snprintf(path, sizeof(path), "%s/pid.%d", dir, rank);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fprintf(f, "%d\n", (int)getpid());
+        fclose(f);
+    }
+}
+
+static void wait_forever(int rank)
+{
+    printf("rank %d waiting\n", rank);
+    fflush(stdout);
+    for (;;)
+        pause();
+}
+
+int main(int argc, char **argv)
+{
+    const char *r = getenv("BMT_RANK");
+    int rank = r ? atoi(r) : 0;
+    int target = -1;
+    int a = 1;
+    if (a + 1 < argc && strcmp(argv[a], "--rank") == 0) {
+        target = atoi(argv[a + 1]);
+        a += 2;
+    }
+    if (a >= argc) {
+        fprintf(stderr, "usage: behave [--rank R] ACTION [ARG...]\n");
+        return 64;
+    }
+    const char *action = argv[a];
+    note_pid(rank);
+    bmt_ctx_t *ctx = NULL;
+    if (strcmp(action, "abort") == 0 || strcmp(action, "init") == 0) {
+        bmt_config_t cfg = BMT_CONFIG_INITIALIZER;
+        cfg.backend = "none";
+        bmt_error_t err;
+        if (bmt_init(&ctx, &cfg, &err) < 0) {
+            fprintf(stderr, "behave: %s\n", err.text);
+            return 1;
+        }
+        rank = bmt_rank(ctx);
+    }
+    if (target >= 0 && rank != target)
+        wait_forever(rank);
+
+    if (strcmp(action, "exit") == 0 && a + 1 < argc) {
+        printf("rank %d about to exit\n", rank);
+        fprintf(stderr, "rank %d: exiting with %s\n", rank, argv[a + 1]);
+        return atoi(argv[a + 1]);
+    }
+    if (strcmp(action, "signal") == 0 && a + 1 < argc) {
+        printf("rank %d about to die by signal %s\n", rank, argv[a + 1]);
+        fflush(stdout);
+        kill(getpid(), atoi(argv[a + 1]));
+        pause();
+    }
+    if (strcmp(action, "abort") == 0 && a + 2 < argc) {
+        printf("rank %d aborting\n", rank);
+        fflush(stdout);
+        bmt_abort(ctx, atoi(argv[a + 1]), argv[a + 2]);
+        fprintf(stderr, "rank %d: bmt_abort returned\n", rank);
+        for (;;)
+            pause(); /* the launcher ends us */
+    }
+    if (strcmp(action, "sleep") == 0 && a + 1 < argc) {
+        usleep((useconds_t)(atof(argv[a + 1]) * 1e6));
+        return 0;
+    }
+    if (strcmp(action, "print") == 0 && a + 1 < argc) {
+        int n = atoi(argv[a + 1]);
+        for (int i = 0; i < n; i++) {
+            printf("out %d of rank %d\n", i, rank);
+            fprintf(stderr, "err %d of rank %d\n", i, rank);
+        }
+        return 0;
+    }
+    if (strcmp(action, "ignore-term") == 0) {
+        signal(SIGTERM, SIG_IGN);
+        wait_forever(rank);
+    }
+    if (strcmp(action, "fork-sleep") == 0) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            execlp("sleep", "sleep", "300", (char *)NULL);
+            _exit(127);
+        }
+        printf("rank %d left child %d\n", rank, (int)pid);
+        return 0;
+    }
+    if (strcmp(action, "env") == 0) {
+        for (char **e = environ; *e; e++)
+            if (strncmp(*e, "BMT_", 4) == 0 || strncmp(*e, "PMIX_RANK=", 10) == 0)
+                printf("%s\n", *e);
+        return 0;
+    }
+    if (strcmp(action, "init") == 0) {
+        bmt_rank_info_t me = bmt_self(ctx);
+        printf("init rank %d group %d group_rank %d world %d\n", me.rank, me.group, me.group_rank,
+               bmt_world_size(ctx));
+        bmt_finalize(ctx);
+        return 0;
+    }
+    fprintf(stderr, "behave: unknown action '%s'\n", action);
+    return 64;
+}
