@@ -14,10 +14,14 @@
  *   fork-sleep      leave a background child that sleeps, then exit 0
  *   env             print the BMT_ and PMIX_RANK variables, exit 0
  *   init            bmt_init (backend none) and print the rank, exit 0
+ *   stall           bmt_init (default backend); the --rank rank sleeps while every
+ *                   other rank enters a world barrier, which must fail at the
+ *                   deadline naming the missing rank (exit 1 after printing it)
  * Waiting ranks also write their pid to $BEHAVE_PIDDIR/pid.R when set, so a
  * test can check that none survives.
  */
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +42,27 @@ static void note_pid(int rank)
     if (f) {
         fprintf(f, "%d\n", (int)getpid());
         fclose(f);
+    }
+}
+
+/* With BEHAVE_PIDDIR, wait (up to 5 s) until every rank has written its pid, so
+ * that a test can afterwards check each of them, however fast the job ends. */
+static void await_pids(void)
+{
+    const char *dir = getenv("BEHAVE_PIDDIR"), *w = getenv("BMT_WORLD_SIZE");
+    if (dir == NULL || w == NULL)
+        return;
+    int world = atoi(w);
+    for (int tries = 0; tries < 500; tries++) {
+        int n = 0;
+        for (int r = 0; r < world; r++) {
+            char path[512];
+            snprintf(path, sizeof(path), "%s/pid.%d", dir, r);
+            n += access(path, F_OK) == 0;
+        }
+        if (n == world)
+            return;
+        usleep(10000);
     }
 }
 
@@ -65,10 +90,12 @@ int main(int argc, char **argv)
     }
     const char *action = argv[a];
     note_pid(rank);
+    await_pids();
     bmt_ctx_t *ctx = NULL;
-    if (strcmp(action, "abort") == 0 || strcmp(action, "init") == 0) {
+    bool stall = strcmp(action, "stall") == 0;
+    if (strcmp(action, "abort") == 0 || strcmp(action, "init") == 0 || stall) {
         bmt_config_t cfg = BMT_CONFIG_INITIALIZER;
-        cfg.backend = "none";
+        cfg.backend = stall ? NULL : "none";
         bmt_error_t err;
         if (bmt_init(&ctx, &cfg, &err) < 0) {
             fprintf(stderr, "behave: %s\n", err.text);
@@ -76,6 +103,17 @@ int main(int argc, char **argv)
         }
         rank = bmt_rank(ctx);
     }
+    if (stall && rank != target) {
+        bmt_error_t err;
+        if (bmt_barrier(bmt_comm_world(ctx), &err) == 0) {
+            fprintf(stderr, "rank %d: the barrier completed without rank %d\n", rank, target);
+            return 2;
+        }
+        fprintf(stderr, "%s\n", err.text);
+        return 1;
+    }
+    if (stall)
+        wait_forever(rank);
     if (target >= 0 && rank != target)
         wait_forever(rank);
 

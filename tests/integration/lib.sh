@@ -1,0 +1,87 @@
+# tests/integration/lib.sh — a small sharness-style harness speaking TAP.
+#
+#   . "$(dirname "$0")/lib.sh"
+#   test_expect_success "what it shows" 'commands && more commands'
+#   test_expect_code 3 "what" 'command'      # the body's exit status must be 3
+#   test_must_fail command args              # inside a body: fails unless command fails
+#   test_done                                # prints the plan; exit 1 if anything failed
+#
+# Bodies run in a subshell under `set -e`, each in a fresh directory under $TMP. Variables for the bodies: $BMLAUNCH, $PROGS
+# (test programs), $BUILDDIR, $SRC (the source tree).
+set -u
+SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BUILDDIR=${BUILDDIR:-build}
+case $BUILDDIR in /*) ;; *) BUILDDIR=$SRC/$BUILDDIR ;; esac
+BMLAUNCH=$BUILDDIR/bin/bmlaunch
+PROGS=$BUILDDIR/tests/progs
+export SRC BUILDDIR BMLAUNCH PROGS
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/bmt-test.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+test_count=0
+test_failures=0
+
+_report() { # status description
+    test_count=$((test_count + 1))
+    if [ "$1" -eq 0 ]; then
+        echo "ok $test_count - $2"
+    else
+        test_failures=$((test_failures + 1))
+        echo "not ok $test_count - $2"
+        if [ -s "$TMP/.out" ]; then sed -e 's/^/#   /' "$TMP/.out" | tail -30; fi
+    fi
+}
+
+_run_body() { # body: runs in a fresh directory of its own
+    local dir=$TMP/t$((test_count + 1))
+    mkdir -p "$dir"
+    (cd "$dir" && set -e && eval "$1") >"$TMP/.out" 2>&1
+}
+
+test_expect_success() { # description body
+    _run_body "$2"
+    _report $? "$1"
+}
+
+test_expect_code() { # code description body
+    local want=$1
+    _run_body "$3"
+    local got=$?
+    if [ "$got" -ne "$want" ]; then
+        echo "exit status $got, expected $want" >>"$TMP/.out"
+        _report 1 "$2"
+    else
+        _report 0 "$2"
+    fi
+}
+
+test_must_fail() { # command...
+    if "$@"; then
+        echo "test_must_fail: '$*' succeeded" >&2
+        return 1
+    fi
+    return 0
+}
+
+# Run a command with a deadline; its exit status, 124 on timeout.
+with_timeout() { # seconds command...
+    local s=$1; shift
+    timeout -k 5 "$s" "$@"
+}
+
+# Fails if any process listed in the pid files under dir is still alive.
+no_survivors() { # dir
+    local f pid
+    for f in "$1"/pid.*; do
+        [ -f "$f" ] || continue
+        pid=$(cat "$f")
+        if kill -0 "$pid" 2>/dev/null && ! grep -q '^State:.*Z' /proc/"$pid"/status 2>/dev/null; then
+            echo "process $pid ($(basename "$f")) is still alive" >&2
+            return 1
+        fi
+    done
+}
+
+test_done() {
+    echo "1..$test_count"
+    [ "$test_failures" -eq 0 ]
+}

@@ -1,0 +1,91 @@
+#!/bin/bash
+# bmlaunch's command line through the binary: bad input exits 2 with a message
+# that says what is wrong and starts nothing; --plan prints the layout.
+. "$(dirname "$0")/lib.sh"
+
+# Each line: expected message fragment | arguments
+while IFS='|' read -r want args; do
+    [ -n "$want" ] || continue
+    test_expect_success "bad input exits 2: $args" "
+        mkdir pids; export BEHAVE_PIDDIR=\$PWD/pids
+        { \$BMLAUNCH $args >out 2>err; rc=\$?; } &&
+        test \$rc -eq 2 && grep -qF -- \"$want\" err &&
+        grep -q \"Try 'bmlaunch --help'\" err && test ! -s out &&
+        test -z \"\$(ls pids)\" && test ! -e newlogs
+    "
+done <<'CASES'
+--groups must be at least 1|--groups 0 --log-dir newlogs -- $PROGS/behave env
+--gpus-per-group needs a positive whole number, got 'four'|--gpus-per-group four -- $PROGS/behave env
+--groups needs a positive whole number, got '-3'|--groups -3 -- $PROGS/behave env
+--nodes: '12345678901' is too large|--nodes 12345678901 -- $PROGS/behave env
+--gpus-per-node needs a value|--gpus-per-node
+unknown option '--gpu'|--gpu 2 -- $PROGS/behave env
+no program to run|--groups 2 --gpus-per-group 2
+no program to run|--groups 2 --
+program 'no-such-program-xyz' not found in PATH|-n 2 --log-dir newlogs -- no-such-program-xyz
+cannot run './not-here'|./not-here
+do not fill whole nodes of 8 GPUs; make the world a multiple of 8|--groups 3 --gpus-per-group 3 --gpus-per-node 8 --log-dir newlogs -- $PROGS/behave env
+do not fit 2 nodes x 4 GPUs = 8 slots|--groups 4 --gpus-per-group 4 --gpus-per-node 4 --nodes 2 -- $PROGS/behave env
+leave 8 of 16 GPUs idle|--groups 1 --gpus-per-group 8 --gpus-per-node 8 --nodes 2 -- $PROGS/behave env
+--device must be cpu or cuda, got 'gpu'|--device gpu -- $PROGS/behave env
+--backend nccl needs --device cuda|--backend nccl -- $PROGS/behave env
+--timeout needs a positive number of seconds, got '0'|--timeout 0 -- $PROGS/behave env
+--grace needs a non-negative number of seconds, got 'later'|--grace later -- $PROGS/behave env
+--json goes with --plan|--json -- $PROGS/behave env
+--plan runs nothing|--plan -- $PROGS/behave env
+local mode runs every rank on this machine|--device cuda -g 2 -n 2 --gpus-per-node 2 -- $PROGS/behave env
+CASES
+
+test_expect_success "--help prints the usage and exits 0" '
+    $BMLAUNCH --help >out && grep -q "^Usage: bmlaunch \[OPTIONS\] \[--\] PROGRAM" out &&
+    grep -q -- "--gpus-per-group N" out
+'
+
+test_expect_success "--version" '
+    $BMLAUNCH --version >out && grep -qE "^bmlaunch \(bmt\) [0-9]+\.[0-9]+\.[0-9]+$" out
+'
+
+test_expect_success "--plan 20x50 on 8-GPU nodes: summary, elided tables, verdict, alternatives" '
+    $BMLAUNCH --groups 20 --gpus-per-group 50 --gpus-per-node 8 --plan >out &&
+    grep -q "^bmt plan: 20 groups x 50 GPUs = 1000 ranks on 125 nodes x 8 GPUs" out &&
+    grep -q "(14 more groups)" out && grep -q "(119 more nodes)" out &&
+    grep -qE "^  19 +950-999 +118-124 +yes" out &&
+    grep -q "rail alignment: NOT aligned" out && grep -q "20 of 20 groups straddle" out &&
+    grep -q -- "--groups 20 --gpus-per-group 48: 960 ranks on 120 nodes (same groups)" out &&
+    grep -q -- "--groups 20 --gpus-per-group 56: 1120 ranks on 140 nodes (same groups)" out &&
+    grep -q -- "--groups 20 --gpus-per-group 64: 1280 ranks on 160 nodes" out &&
+    grep -q -- "--groups 25 --gpus-per-group 40: 1000 ranks on 125 nodes (same world)" out &&
+    test $(wc -l <out) -lt 60
+'
+
+test_expect_success "--plan of an aligned layout says so and offers nothing" '
+    $BMLAUNCH --groups 2 --gpus-per-group 16 --gpus-per-node 8 --plan >out &&
+    grep -q "rail alignment: aligned (16 GPUs per group is a multiple of 8" out &&
+    ! grep -q "alternatives" out
+'
+
+test_expect_success "--plan --json: valid JSON with per-rank detail (checked by python)" '
+    $BMLAUNCH --groups 20 --gpus-per-group 50 --gpus-per-node 8 --plan --json >plan.json &&
+    /usr/bin/python3 - plan.json <<-PY
+	import json, sys
+	p = json.load(open(sys.argv[1]))
+	assert (p["groups"], p["gpus_per_group"], p["gpus_per_node"], p["nodes"], p["world"]) == (20, 50, 8, 125, 1000)
+	assert p["rail_aligned"] is False and p["straddling_groups"] == 20
+	assert len(p["ranks"]) == 1000
+	for r in p["ranks"]:
+	    k = r["rank"]
+	    assert (r["node"], r["local_rank"], r["group"], r["group_rank"]) == (k // 8, k % 8, k // 50, k % 50), r
+	assert len(p["group_comms"]) == 20 and p["group_comms"][19]["first_rank"] == 950
+	assert len(p["replica_comms"]) == 50
+	assert p["replica_comms"][3]["ranks"] == [3 + 50 * g for g in range(20)]
+	sizes = [a["gpus_per_group"] for a in p["alternatives"]]
+	assert sizes[:3] == [48, 56, 64], sizes
+	PY
+'
+
+test_expect_success "--plan handles 100k ranks quickly" '
+    with_timeout 20 $BMLAUNCH --groups 2000 --gpus-per-group 50 --gpus-per-node 8 --plan >out &&
+    grep -q "= 100000 ranks on 12500 nodes" out
+'
+
+test_done

@@ -1,0 +1,133 @@
+#!/bin/bash
+# Supervision: the first failing rank ends the job with its status, the summary
+# names it, signals reach the ranks, and no rank process outlives bmlaunch.
+. "$(dirname "$0")/lib.sh"
+
+elapsed_below() { # limit start end
+    awk -v l="$1" -v a="$2" -v b="$3" 'BEGIN { exit !(b - a < l) }'
+}
+
+test_expect_success "all ranks exit 0: bmlaunch exits 0, output is prefixed with the rank" '
+    $BMLAUNCH -n 3 -- $PROGS/behave print 2 >out 2>err &&
+    grep -qx "0: out 0 of rank 0" out && grep -qx "2: out 1 of rank 2" out &&
+    grep -qx "1: err 1 of rank 1" err && ! grep -q "^0: err" out &&
+    test $(wc -l <out) -eq 6
+'
+
+test_expect_success "a rank exits 3: bmlaunch exits 3 within 2 s, names it, leaves no rank" '
+    mkdir pids && export BEHAVE_PIDDIR=$PWD/pids &&
+    start=$(date +%s.%N) &&
+    { $BMLAUNCH -g 2 -n 2 -- $PROGS/behave --rank 2 exit 3 >out 2>err; rc=$?; } &&
+    end=$(date +%s.%N) &&
+    test $rc -eq 3 && elapsed_below 2 $start $end &&
+    grep -q "bmlaunch: job failed: rank 2 (pid [0-9]* on .*) exited with code 3" err &&
+    grep -q "^    2: rank 2: exiting with 3" err &&
+    grep -q "3 other ranks were stopped" err &&
+    test $(ls pids | wc -l) -eq 4 && no_survivors pids
+'
+
+test_expect_success "a rank killed by SIGKILL: exit 137 and the summary names rank and signal" '
+    mkdir pids && export BEHAVE_PIDDIR=$PWD/pids &&
+    { $BMLAUNCH -n 4 -- $PROGS/behave --rank 1 signal 9 >out 2>err; rc=$?; } &&
+    test $rc -eq 137 &&
+    grep -q "job failed: rank 1 (pid [0-9]* on .*) was killed by signal 9 (SIGKILL)" err &&
+    grep -q "^    1: rank 1 about to die by signal 9" err &&
+    no_survivors pids
+'
+
+test_expect_success "a rank killed by SIGSEGV: exit 139" '
+    { $BMLAUNCH -n 2 -- $PROGS/behave --rank 0 signal 11 >out 2>err; rc=$?; } &&
+    test $rc -eq 139 && grep -q "killed by signal 11 (SIGSEGV)" err
+'
+
+test_expect_success "PMIx_Abort from a rank ends the job with its status and message" '
+    mkdir pids && export BEHAVE_PIDDIR=$PWD/pids &&
+    { with_timeout 30 $BMLAUNCH -n 4 -- $PROGS/behave --rank 3 abort 42 "loss is NaN" >out 2>err; rc=$?; } &&
+    test $rc -eq 42 &&
+    grep -q "rank 3 called PMIx_Abort(status 42): loss is NaN" err &&
+    grep -q "job failed: rank 3 (pid [0-9]* on .*) called PMIx_Abort with status 42: loss is NaN" err &&
+    no_survivors pids
+'
+
+test_expect_success "SIGTERM to bmlaunch: forwarded, every rank ends, bmlaunch reports it" '
+    mkdir pids; export BEHAVE_PIDDIR=$PWD/pids
+    $BMLAUNCH -n 4 -- $PROGS/behave --rank 99 sleep 1 >out 2>err & pid=$!
+    for i in $(seq 50); do [ $(ls pids | wc -l) -eq 4 ] && break; sleep 0.1; done &&
+    kill -TERM $pid && { wait $pid; rc=$?; } &&
+    test $rc -eq 143 &&
+    grep -q "bmlaunch: received SIGTERM; forwarding it to 4 ranks" err &&
+    grep -q "the job was ended by SIGTERM sent to bmlaunch" err &&
+    no_survivors pids
+'
+
+test_expect_success "SIGUSR1 is forwarded to every rank (the default action ends them)" '
+    mkdir pids; export BEHAVE_PIDDIR=$PWD/pids
+    $BMLAUNCH -n 2 -- $PROGS/behave --rank 99 sleep 1 >out 2>err & pid=$!
+    for i in $(seq 50); do [ $(ls pids | wc -l) -eq 2 ] && break; sleep 0.1; done &&
+    kill -USR1 $pid && { wait $pid; rc=$?; } &&
+    test $rc -eq 138 && grep -q "killed by signal 10 (SIGUSR1)" err && no_survivors pids
+'
+
+test_expect_success "a rank that ignores SIGTERM gets SIGKILL after --grace" '
+    mkdir pids && export BEHAVE_PIDDIR=$PWD/pids &&
+    start=$(date +%s.%N) &&
+    { $BMLAUNCH -n 3 --grace 1 -- sh -c "if [ \$BMT_RANK = 0 ]; then echo \$\$ >\$BEHAVE_PIDDIR/pid.0; sleep 1; exit 5; else exec $PROGS/behave ignore-term; fi" >out 2>err; rc=$?; } &&
+    end=$(date +%s.%N) &&
+    test $rc -eq 5 && elapsed_below 5 $start $end &&
+    grep -q "2 other ranks were stopped (0 after SIGTERM, 2 by SIGKILL after 1.0 s grace)" err &&
+    no_survivors pids
+'
+
+test_expect_success "a rank leaves a background child: bmlaunch ends it too" '
+    $BMLAUNCH -n 2 -- $PROGS/behave fork-sleep >out 2>err &&
+    for p in $(sed -n "s/.*left child \([0-9]*\)/\1/p" out); do
+        for i in $(seq 20); do kill -0 $p 2>/dev/null || break; sleep 0.1; done
+        ! kill -0 $p 2>/dev/null || grep -q "^State:.*Z" /proc/$p/status
+    done
+'
+
+test_expect_success "bmlaunch killed by SIGKILL: its ranks die with it" '
+    mkdir pids; export BEHAVE_PIDDIR=$PWD/pids
+    $BMLAUNCH -n 3 -- $PROGS/behave --rank 99 sleep 1 >out 2>err & pid=$!
+    for i in $(seq 50); do [ $(ls pids | wc -l) -eq 3 ] && break; sleep 0.1; done &&
+    kill -KILL $pid && { wait $pid || true; } &&
+    sleep 0.5 && no_survivors pids
+'
+
+test_expect_success "--log-dir writes one file per rank and keeps the console quiet" '
+    $BMLAUNCH -n 2 --log-dir logs/run1 -- $PROGS/behave print 1 >out 2>err &&
+    test ! -s out &&
+    grep -qx "out 0 of rank 1" logs/run1/rank-1.log && grep -qx "err 0 of rank 1" logs/run1/rank-1.log &&
+    grep -qx "out 0 of rank 0" logs/run1/rank-0.log
+'
+
+test_expect_success "--log-dir with --tee keeps the console too; --no-label drops prefixes" '
+    $BMLAUNCH -n 2 --log-dir logs --tee --no-label -- $PROGS/behave print 1 >out 2>err &&
+    grep -qx "out 0 of rank 1" out && grep -qx "out 0 of rank 1" logs/rank-1.log
+'
+
+test_expect_success "the summary shows a failing rank's last 10 lines, even without newline" '
+    { $BMLAUNCH -n 2 -- sh -c "if [ \$BMT_RANK = 1 ]; then seq 1 25; printf partial; exit 7; else sleep 30; fi" >out 2>err; rc=$?; } &&
+    test $rc -eq 7 && grep -q "last 10 lines of rank 1" err &&
+    grep -qx "    1: 17" err && grep -qx "    1: partial" err && ! grep -qx "    1: 16" err
+'
+
+test_expect_success "any program runs, PMIx client or not (hostname, as with srun)" '
+    $BMLAUNCH -g 2 -n 2 -- hostname >out &&
+    test $(wc -l <out) -eq 4 && grep -qx "3: $(hostname)" out
+'
+
+test_expect_success "the layout reaches the ranks through the environment" '
+    $BMLAUNCH -g 2 -n 3 --gpus-per-node 3 -- $PROGS/behave env >out &&
+    grep -qx "4: BMT_GROUP=1" out && grep -qx "4: BMT_GROUP_RANK=1" out &&
+    grep -qx "4: BMT_NODE=1" out && grep -qx "4: BMT_LOCAL_RANK=1" out &&
+    grep -qx "4: BMT_WORLD_SIZE=6" out && grep -qx "4: PMIX_RANK=4" out &&
+    grep -qx "0: BMT_DEVICE=cpu" out
+'
+
+test_expect_success "a stale BMT_ layout in the caller's environment is replaced" '
+    BMT_GROUPS=7 BMT_RANK=99 $BMLAUNCH -g 2 -n 1 -- $PROGS/behave env >out &&
+    grep -qx "1: BMT_GROUPS=2" out && grep -qx "1: BMT_RANK=1" out && ! grep -q "=99" out
+'
+
+test_done
