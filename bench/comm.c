@@ -89,6 +89,7 @@ static int run_bmt(int op, bmt_comm_t *c, void *send, void *recv, size_t count, 
 
 #ifdef BMT_HAVE_NCCL
 static ncclComm_t peer_comm;
+static bool peer_nonblocking, peer_poll;
 static cudaStream_t peer_stream;
 
 static void peer_nccl_init(bmt_comm_t *c)
@@ -106,9 +107,20 @@ static void peer_nccl_init(bmt_comm_t *c)
         die("oob", err.text);
     id = ids[bmt_comm_member(c, 0)];
     free(ids);
-    ncclResult_t r = ncclCommInitRank(&peer_comm, bmt_comm_size(c), id, bmt_comm_rank(c));
-    if (r != ncclSuccess)
-        die("ncclCommInitRank", ncclGetErrorString(r));
+    /* BENCH_PEER=nonblocking makes the peer's communicator non-blocking like
+     * bmt's (and BENCH_PEER=nonblocking-poll also waits the way bmt does), to
+     * tell the cost of the mode from the cost of bmt's layer. */
+    const char *mode = getenv("BENCH_PEER");
+    peer_nonblocking = mode && strncmp(mode, "nonblocking", 11) == 0;
+    peer_poll = mode && strcmp(mode, "nonblocking-poll") == 0;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = peer_nonblocking ? 0 : 1;
+    ncclResult_t r = ncclCommInitRankConfig(&peer_comm, bmt_comm_size(c), id, bmt_comm_rank(c), &cfg);
+    ncclResult_t st = r;
+    while (st == ncclInProgress)
+        ncclCommGetAsyncError(peer_comm, &st);
+    if (r != ncclSuccess && r != ncclInProgress)
+        die("ncclCommInitRankConfig", ncclGetErrorString(r));
     if (cudaStreamCreateWithFlags(&peer_stream, cudaStreamNonBlocking) != cudaSuccess)
         die("cudaStreamCreate", "failed");
 }
@@ -123,9 +135,15 @@ static void run_peer_nccl(int op, void *send, void *recv, size_t count, bmt_dtyp
         r = ncclReduceScatter(send, recv, count, nt, ncclSum, peer_comm, peer_stream);
     else
         r = ncclAllReduce(send, recv, count, nt, ncclSum, peer_comm, peer_stream);
-    if (r != ncclSuccess)
+    if (r != ncclSuccess && !(peer_nonblocking && r == ncclInProgress))
         die("nccl", ncclGetErrorString(r));
-    if (cudaStreamSynchronize(peer_stream) != cudaSuccess)
+    ncclResult_t st = r;
+    while (st == ncclInProgress)
+        ncclCommGetAsyncError(peer_comm, &st);
+    if (peer_poll) {
+        while (cudaStreamQuery(peer_stream) == cudaErrorNotReady)
+            ncclCommGetAsyncError(peer_comm, &st);
+    } else if (cudaStreamSynchronize(peer_stream) != cudaSuccess)
         die("cudaStreamSynchronize", "failed");
 }
 #endif
@@ -178,16 +196,18 @@ int main(int argc, char **argv)
 #endif
     FILE *csvf = NULL;
     if (me == 0) {
-        printf("bench/comm: backend %s, %s communicator of %d ranks, dtype %s, peer: %s\n",
+        printf("bench/comm: backend %s, %s communicator of %d ranks, dtype %s, peer: %s%s\n",
                bmt_backend(ctx), comm_name, n, bmt_dtype_name(t),
-               gpu ? "direct NCCL on the same buffers" : "memcpy of the same bytes");
+               gpu ? "direct NCCL on the same buffers" : "memcpy of the same bytes",
+               gpu && getenv("BENCH_PEER") ? getenv("BENCH_PEER") : "");
         printf("%-15s %10s %11s %11s %11s %7s\n", "op", "bytes", "bmt us", "bmt busbw",
                "peer busbw", "ratio");
         if (csv && (csvf = fopen(csv, "w")) != NULL)
             fprintf(csvf, "op,bytes,ranks,bmt_us,bmt_busbw_gbs,peer_us,peer_busbw_gbs,ratio\n");
     }
+    size_t step = getenv("BENCH_STEP") ? (size_t)atoi(getenv("BENCH_STEP")) : 4;
     for (int op = 0; op < OP_COUNT; op++)
-        for (size_t bytes = min; bytes <= max; bytes *= 4) {
+        for (size_t bytes = min; bytes <= max; bytes *= step) {
             /* bytes = the whole array; count = per-rank elements for AG/RS. */
             size_t total = bytes / es / (size_t)n * (size_t)n;
             size_t count = op == OP_AR ? total : total / (size_t)n;

@@ -5,13 +5,23 @@
  * Group and replica communicators come from ncclCommSplit of the world; no more
  * ids are exchanged.
  *
- * Every communicator is non-blocking (config.blocking = 0), so no NCCL call can
- * hang the process: init, split, finalize and each collective are followed by
- * polling (ncclCommGetAsyncError for NCCL's own progress, cudaStreamQuery for
- * the kernel) against the communicator's deadline. On timeout or an
- * asynchronous error the communicator is aborted (ncclCommAbort) and the error
- * names the communicator, the operation and the rank. A peer that never arrives
- * thus becomes an error after BMT_TIMEOUT seconds, not a hang.
+ * Two kinds of NCCL communicator, for two measured reasons (bench/NOTES.md,
+ * 2026-11-30, 2x H200):
+ *   - a non-blocking one ("boot", world only) for everything that waits on
+ *     peers to show up: init and the splits of the world. Every such call
+ *     returns at once and is polled (ncclCommGetAsyncError) against the
+ *     deadline, so a peer that never arrives is an error, not a hang.
+ *   - blocking ones for the collectives. Non-blocking NCCL hands every call to a
+ *     background thread: +55 us per call, 2x slower at 16 MiB. Blocking calls
+ *     only enqueue a kernel, so they cannot wait on a peer either, once every
+ *     connection exists: NCCL_RUNTIME_CONNECT=0 (set unless the user set it)
+ *     makes NCCL connect at creation instead of inside the first collective.
+ *     Completion is polled (cudaStreamQuery, and ncclCommGetAsyncError for
+ *     NCCL's own errors) against the deadline; on timeout or error the
+ *     communicator is aborted (ncclCommAbort) and the error names the
+ *     communicator, the operation and the rank.
+ * Splits of a communicator other than the world go through its blocking
+ * handle: they are bounded only by the launcher's fail-fast (docs/runtime.md).
  *
  * Each communicator has its own stream; the collectives of this layer complete
  * before returning (the training engine issues on its own streams).
@@ -31,7 +41,8 @@
 #include "error.h"
 
 typedef struct nccl_state {
-    ncclComm_t comm;     /* NULL once aborted or destroyed */
+    ncclComm_t comm;     /* blocking, for collectives; NULL once aborted or destroyed */
+    ncclComm_t boot;     /* non-blocking world communicator (world only): init, splits */
     cudaStream_t stream; /* this communicator's stream */
     float *scratch;      /* (1) f32, device: the barrier's all-reduce */
 } nccl_state_t;
@@ -63,6 +74,10 @@ static void state_abort(nccl_state_t *s)
     if (s && s->comm) {
         ncclCommAbort(s->comm);
         s->comm = NULL;
+    }
+    if (s && s->boot) {
+        ncclCommAbort(s->boot);
+        s->boot = NULL;
     }
 }
 
@@ -116,7 +131,9 @@ static int state_new(bmt_comm_t *c, nccl_state_t **out, bmt_error_t *err)
     nccl_state_t *s = calloc(1, sizeof(*s));
     if (s == NULL)
         return errprintf(err, "out of memory");
-    cudaError_t e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
+    /* A blocking stream: it orders after work the caller put on the legacy
+     * default stream, so "the input is ready" needs no extra event. */
+    cudaError_t e = cudaStreamCreate(&s->stream);
     if (e == cudaSuccess)
         e = cudaMalloc((void **)&s->scratch, sizeof(float));
     if (e != cudaSuccess) {
@@ -140,12 +157,36 @@ static void state_free(nccl_state_t *s)
     free(s);
 }
 
-static ncclConfig_t make_config(bmt_comm_t *c)
+static ncclConfig_t make_config(bmt_comm_t *c, int blocking)
 {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    cfg.blocking = 0;
+    cfg.blocking = blocking;
     cfg.commName = c->name;
     return cfg;
+}
+
+/* Split parent (polled against deadline) into *out with the given blocking mode.
+ * *out is NULL for color < 0. */
+static int split(bmt_comm_t *named, ncclComm_t parent, int color, int key, int blocking,
+                 ncclComm_t *out, double deadline, bmt_error_t *err)
+{
+    ncclConfig_t cfg = make_config(named, blocking);
+    *out = NULL;
+    ncclResult_t r =
+        ncclCommSplit(parent, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, out, &cfg);
+    int rc = 0;
+    if (r != ncclSuccess && r != ncclInProgress)
+        rc = errprintf(err, "ncclCommSplit: %s (%s)", ncclGetErrorString(r),
+                       ncclGetLastError(parent));
+    if (rc == 0)
+        rc = wait_ready(named, parent, "ncclCommSplit", deadline, err);
+    if (rc == 0 && *out)
+        rc = wait_ready(named, *out, "ncclCommSplit", deadline, err);
+    if (rc < 0 && *out) {
+        ncclCommAbort(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 static int nccl_create_world(bmt_comm_t *c, bmt_error_t *err)
@@ -166,9 +207,12 @@ static int nccl_create_world(bmt_comm_t *c, bmt_error_t *err)
     nccl_state_t *s = NULL;
     if (state_new(c, &s, err) < 0)
         return -1;
-    ncclConfig_t cfg = make_config(c);
+    /* Connect everything at creation, so that no blocking collective ever waits
+     * on a peer's connection handshake (see the note at the top). */
+    setenv("NCCL_RUNTIME_CONNECT", "0", 0);
+    ncclConfig_t cfg = make_config(c, 0);
     double deadline = mono_s() + c->timeout_s;
-    ncclResult_t r = ncclCommInitRankConfig(&s->comm, c->size, id, c->rank, &cfg);
+    ncclResult_t r = ncclCommInitRankConfig(&s->boot, c->size, id, c->rank, &cfg);
     if (r != ncclSuccess && r != ncclInProgress) {
         errprintf(err, "ncclCommInitRankConfig: %s (%s)", ncclGetErrorString(r),
                   ncclGetLastError(NULL));
@@ -176,7 +220,8 @@ static int nccl_create_world(bmt_comm_t *c, bmt_error_t *err)
         state_free(s);
         return -1;
     }
-    if (wait_ready(c, s->comm, "ncclCommInitRankConfig", deadline, err) < 0) {
+    if (wait_ready(c, s->boot, "ncclCommInitRankConfig", deadline, err) < 0 ||
+        split(c, s->boot, 0, c->rank, 1, &s->comm, deadline, err) < 0) {
         state_abort(s);
         state_free(s);
         return -1;
@@ -190,22 +235,14 @@ static int nccl_create_split(bmt_comm_t *parent, int color, int key, bmt_comm_t 
 {
     nccl_state_t *ps = parent->impl;
     nccl_state_t *s = NULL;
-    bmt_comm_t *named = child ? child : parent;
+    if (ps == NULL || ps->comm == NULL)
+        return errprintf(err, "the NCCL communicator was aborted");
     if (child && state_new(child, &s, err) < 0)
         color = -1; /* still take part in the collective split */
-    ncclConfig_t cfg = make_config(named);
     ncclComm_t out = NULL;
     double deadline = mono_s() + parent->timeout_s;
-    ncclResult_t r = ncclCommSplit(ps->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &out,
-                                   &cfg);
-    int rc = 0;
-    if (r != ncclSuccess && r != ncclInProgress)
-        rc = errprintf(err, "ncclCommSplit: %s (%s)", ncclGetErrorString(r),
-                       ncclGetLastError(ps->comm));
-    if (rc == 0)
-        rc = wait_ready(parent, ps->comm, "ncclCommSplit", deadline, err);
-    if (rc == 0 && out)
-        rc = wait_ready(named, out, "ncclCommSplit", deadline, err);
+    int rc = split(child ? child : parent, ps->boot ? ps->boot : ps->comm, color, key, 1, &out,
+                   deadline, err);
     if (rc == 0 && child && s == NULL)
         rc = -1; /* state_new's error is in err */
     if (rc < 0) {
@@ -319,22 +356,28 @@ static void nccl_abort(bmt_comm_t *c)
     state_abort(c->impl);
 }
 
+/* Finalize (flush) then destroy; bounded like everything else, abort on timeout. */
+static void close_comm(bmt_comm_t *c, ncclComm_t *comm)
+{
+    if (*comm == NULL)
+        return;
+    bmt_error_t ignored;
+    ncclResult_t r = ncclCommFinalize(*comm);
+    if ((r == ncclSuccess || r == ncclInProgress) &&
+        wait_ready(c, *comm, "ncclCommFinalize", mono_s() + c->timeout_s, &ignored) == 0)
+        ncclCommDestroy(*comm);
+    else
+        ncclCommAbort(*comm);
+    *comm = NULL;
+}
+
 static void nccl_destroy(bmt_comm_t *c)
 {
     nccl_state_t *s = c->impl;
     if (s == NULL)
         return;
-    if (s->comm) {
-        /* Finalize flushes outstanding work; bounded like everything else. */
-        bmt_error_t ignored;
-        ncclResult_t r = ncclCommFinalize(s->comm);
-        if ((r == ncclSuccess || r == ncclInProgress) &&
-            wait_ready(c, s->comm, "ncclCommFinalize", mono_s() + c->timeout_s, &ignored) == 0)
-            ncclCommDestroy(s->comm);
-        else
-            ncclCommAbort(s->comm);
-        s->comm = NULL;
-    }
+    close_comm(c, &s->comm);
+    close_comm(c, &s->boot);
     state_free(s);
     c->impl = NULL;
 }

@@ -69,8 +69,14 @@ static int copy(bmt_ctx_t *ctx, void *dst, const void *src, size_t bytes, int to
         return 0;
     }
 #ifdef BMT_HAVE_CUDA
+    /* cudaMemcpy from pageable host memory may return before the DMA into the
+     * device has landed; a stream that does not wait for the legacy stream (such
+     * as NCCL's) could then read half-copied data. Wait for it: these copies
+     * promise completion. */
     cudaError_t e =
         cudaMemcpy(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess && to_device)
+        e = cudaStreamSynchronize(0);
     if (e != cudaSuccess)
         return cuda_fail(ctx, err, "cudaMemcpy", e);
     return 0;

@@ -31,7 +31,8 @@ static const env_knob_t knobs[] = {
     {"BMT_DEVICE", "cpu", "cpu or cuda: where buffers live and compute runs"},
     {"BMT_BACKEND", NULL, "shm, nccl or none; default shm on cpu, nccl on cuda"},
     {"BMT_TIMEOUT", "300", "seconds any bootstrap step or collective may take before it fails"},
-    {"BMT_SHM_CHUNK", "1M", "bytes each rank stages per step in the shm backend (K/M/G suffix)"},
+    {"BMT_SHM_CHUNK", "1M", "bytes each rank stages per step in the shm backend (K/M/G suffix); "
+                            "each shm communicator reserves (2*size+2) times this in /dev/shm"},
     {NULL, NULL, NULL},
 };
 
