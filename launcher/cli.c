@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "bmt/bmt.h"
+#include "env.h"
 #include "error.h"
 
 enum {
@@ -28,6 +29,7 @@ enum {
     OPT_LOG_DIR,
     OPT_TEE,
     OPT_NO_LABEL,
+    OPT_HELP_ENV,
 };
 
 static const struct option long_opts[] = {
@@ -46,6 +48,7 @@ static const struct option long_opts[] = {
     {"no-label", no_argument, NULL, OPT_NO_LABEL},
     {"verbose", no_argument, NULL, 'v'},
     {"help", no_argument, NULL, 'h'},
+    {"help-env", no_argument, NULL, OPT_HELP_ENV},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
 };
@@ -79,12 +82,20 @@ void cli_usage(FILE *out)
           "      --no-label          do not prefix output lines with \"RANK: \"\n"
           "  -v, --verbose           say what bmlaunch does\n"
           "  -h, --help              this text\n"
+          "      --help-env          the BMT_ environment variables, their defaults and meaning\n"
           "  -V, --version           version\n"
           "\n"
           "Exit status: 0 when every rank exits 0; otherwise the first failing rank's\n"
           "exit code, 128+N if it was killed by signal N, or its PMIx_Abort status;\n"
           "2 for bad usage; 1 when bmlaunch itself fails. See bmlaunch(1).\n",
           out);
+}
+
+void cli_env_help(FILE *out)
+{
+    fputs("Environment variables read by bmlaunch and libbmt (docs/env.md):\n", out);
+    for (const env_knob_t *k = env_knobs(); k->name; k++)
+        fprintf(out, "  %-20s %-8s %s\n", k->name, k->deflt ? k->deflt : "-", k->doc);
 }
 
 static int parse_seconds(const char *text, const char *what, bool allow_zero, double *out,
@@ -161,6 +172,7 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
         case OPT_NO_LABEL: o->label = false; break;
         case 'v': o->verbose++; break;
         case 'h': cli_usage(stdout); return 1;
+        case OPT_HELP_ENV: cli_env_help(stdout); return 1;
         case 'V': printf("bmlaunch (bmt) %s\n", BMT_VERSION_STRING); return 1;
         case ':':
             return errprintf(err, "%s needs a value", argv[optind - 1]);

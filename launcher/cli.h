@@ -38,4 +38,7 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err);
 /* The usage text. */
 void cli_usage(FILE *out);
 
+/* The table of BMT_ environment variables (--help-env). */
+void cli_env_help(FILE *out);
+
 #endif

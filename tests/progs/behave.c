@@ -110,6 +110,7 @@ int main(int argc, char **argv)
             return 2;
         }
         fprintf(stderr, "%s\n", err.text);
+        bmt_finalize(ctx);
         return 1;
     }
     if (stall)

@@ -1,0 +1,48 @@
+#!/bin/bash
+# make install: binaries, headers, libraries, bmt.pc, templates, man page; a
+# program built against the installed tree with pkg-config runs under the
+# installed bmlaunch; the shared library exports the public API only.
+. "$(dirname "$0")/lib.sh"
+
+test_expect_success "make install PREFIX=... installs every part" '
+    make -s -C "$SRC" install BUILDDIR="$BUILDDIR" PREFIX="$PWD/prefix" >log 2>&1 &&
+    test -x prefix/bin/bmlaunch &&
+    test -f prefix/include/bmt/bmt.h && test -f prefix/include/bmt/layout.h &&
+    test -f prefix/include/bmt/error.h &&
+    test -f prefix/lib/libbmt.a && test -f prefix/lib/libbmt.so.0 && test -L prefix/lib/libbmt.so &&
+    test -f prefix/lib/pkgconfig/bmt.pc &&
+    test -f prefix/share/bmt/templates/bmt.sbatch &&
+    test -f prefix/share/man/man1/bmlaunch.1
+'
+
+test_expect_success "a program built with pkg-config against the installed bmt runs under bmlaunch" '
+    make -s -C "$SRC" install BUILDDIR="$BUILDDIR" PREFIX="$PWD/prefix" >log 2>&1 &&
+    export PKG_CONFIG_PATH=$PWD/prefix/lib/pkgconfig &&
+    test "$(pkg-config --modversion bmt)" = "$(sed -n "s/^#define BMT_VERSION_STRING \"\(.*\)\"/\1/p" "$SRC/include/bmt/bmt.h")" &&
+    cat >user.c <<-EOF &&
+	#include <stdio.h>
+	#include <bmt/bmt.h>
+	int main(void) {
+	    bmt_ctx_t *ctx; bmt_error_t err;
+	    if (bmt_init(&ctx, NULL, &err) < 0) { fprintf(stderr, "%s\n", err.text); return 1; }
+	    float x = (float)bmt_rank(ctx) + 1, *d = bmt_mem_alloc(ctx, sizeof x, &err);
+	    if (!d || bmt_mem_upload(ctx, d, &x, sizeof x, &err) ||
+	        bmt_all_reduce(bmt_comm_world(ctx), d, d, 1, BMT_F32, BMT_SUM, &err) ||
+	        bmt_mem_download(ctx, &x, d, sizeof x, &err)) { fprintf(stderr, "%s\n", err.text); return 1; }
+	    printf("user program: rank %d sum %.0f\n", bmt_rank(ctx), x);
+	    bmt_mem_free(ctx, d); bmt_finalize(ctx); return 0;
+	}
+	EOF
+    cc -std=c11 user.c -o user $(pkg-config --cflags --libs bmt) &&
+    ldd ./user | grep -q "libbmt.so.0 => $PWD/prefix/lib/libbmt.so.0" &&
+    prefix/bin/bmlaunch -n 3 -- ./user >out &&
+    grep -qx "2: user program: rank 2 sum 6" out
+'
+
+test_expect_success "libbmt.so exports the bmt_ API and nothing else" '
+    nm -D --defined-only "$BUILDDIR/lib/libbmt.so" | awk "\$2 != \"A\" {print \$3}" | grep -v "^bmt_" >extra || true
+    test ! -s extra || { cat extra; false; }
+    nm -D --defined-only "$BUILDDIR/lib/libbmt.so" | grep -q " T bmt_init@@BMT_0$"
+'
+
+test_done
