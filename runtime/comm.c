@@ -22,17 +22,8 @@
 #include <string.h>
 
 #include "ctx.h"
+#include "hash.h"
 #include "error.h"
-
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    x ^= x >> 33;
-    return x;
-}
 
 static uint64_t child_id(uint64_t parent, uint32_t seq, int color)
 {
@@ -148,7 +139,7 @@ bmt_comm_t *comm_create_world(bmt_ctx_t *ctx, const struct comm_backend *be, bmt
     }
     c->rank = ctx->rank;
     c->size = ctx->world;
-    c->id = mix64(ctx->job_hash ^ 0x776f726c64ULL /* "world" */);
+    c->id = comm_world_id(ctx->job_hash);
     if (be->create_world(c, err) < 0) {
         errprefix(err, "rank %d: %s backend, world communicator: ", ctx->rank, be->name);
         comm_free(c);

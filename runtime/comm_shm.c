@@ -66,6 +66,7 @@
  * at creation time. A communicator of one rank has no segment at all.
  */
 #include "comm.h"
+#include "hash.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -198,16 +199,6 @@ static void futex_wait(_Atomic uint32_t *word, uint32_t val, double secs)
 static void futex_wake_all(_Atomic uint32_t *word)
 {
     syscall(SYS_futex, (void *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-}
-
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    x ^= x >> 33;
-    return x;
 }
 
 static uint64_t make_nonce(uint64_t id)

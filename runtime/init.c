@@ -17,19 +17,11 @@
 #include "ctx.h"
 #include "env.h"
 #include "error.h"
+#include "hash.h"
 
 #ifdef BMT_HAVE_CUDA
 #include <cuda_runtime.h>
 #endif
-
-static uint64_t fnv1a(const char *s, uint64_t h)
-{
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 0x100000001b3ULL;
-    }
-    return h;
-}
 
 /* One layout number: from PMIx if the launcher registered it, else from the
  * environment. Returns 1 found, 0 absent, -1 error (both present and differing,

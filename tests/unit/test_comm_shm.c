@@ -35,6 +35,7 @@
 #include "bmt/bmt.h"
 #include "comm.h"
 #include "ctx.h"
+#include "hash.h"
 #include "tap.h"
 
 #define MAX_RANKS 8
@@ -163,21 +164,6 @@ static uint64_t splitmix(uint64_t x)
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
     return x ^ (x >> 31);
-}
-
-static uint64_t mix64(uint64_t x) /* comm.c's id hash */
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    x ^= x >> 33;
-    return x;
-}
-
-static uint64_t world_id(uint64_t job)
-{
-    return mix64(job ^ 0x776f726c64ULL);
 }
 
 static const bmt_dtype_t dtypes[] = {BMT_F32, BMT_BF16, BMT_F64};
@@ -720,7 +706,7 @@ static bmt_comm_t *make_world(bmt_ctx_t *ctx, int r, int n, double tmo)
     w->rank = r;
     w->size = n;
     w->members = NULL;
-    w->id = world_id(me.job);
+    w->id = comm_world_id(me.job);
     w->timeout_s = tmo;
     return w;
 }
@@ -847,7 +833,7 @@ static void make_leftover(uint64_t job)
 {
     char name[64];
     snprintf(name, sizeof(name), "/bmt-%016llx-%016llx", (unsigned long long)job,
-             (unsigned long long)world_id(job));
+             (unsigned long long)comm_world_id(job));
     int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
     if (fd < 0)
         return;
