@@ -74,8 +74,13 @@ static double max_over(bmt_comm_t *world, double v)
     return v;
 }
 
-enum { OP_AG, OP_RS, OP_AR, OP_COUNT };
-static const char *op_names[] = {"all_gather", "reduce_scatter", "all_reduce"};
+enum {
+    OP_AG,
+    OP_RS,
+    OP_AR,
+    OP_COUNT
+};
+static const char *op_names[] = { "all_gather", "reduce_scatter", "all_reduce" };
 
 static int run_bmt(int op, bmt_comm_t *c, void *send, void *recv, size_t count, bmt_dtype_t t,
                    bmt_error_t *err)
@@ -115,7 +120,8 @@ static void peer_nccl_init(bmt_comm_t *c)
     peer_poll = mode && strcmp(mode, "nonblocking-poll") == 0;
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = peer_nonblocking ? 0 : 1;
-    ncclResult_t r = ncclCommInitRankConfig(&peer_comm, bmt_comm_size(c), id, bmt_comm_rank(c), &cfg);
+    ncclResult_t r =
+        ncclCommInitRankConfig(&peer_comm, bmt_comm_size(c), id, bmt_comm_rank(c), &cfg);
     ncclResult_t st = r;
     while (st == ncclInProgress)
         ncclCommGetAsyncError(peer_comm, &st);
@@ -188,7 +194,8 @@ int main(int argc, char **argv)
         die("alloc", "host memory");
     for (size_t i = 0; i < cap; i++)
         host[i] = (char)(i * 131 + (size_t)me); /* random-looking; never zeros */
-    if (bmt_mem_upload(ctx, send, host, cap, &err) < 0 || bmt_mem_upload(ctx, recv, host, cap, &err) < 0)
+    if (bmt_mem_upload(ctx, send, host, cap, &err) < 0 ||
+        bmt_mem_upload(ctx, recv, host, cap, &err) < 0)
         die("upload", err.text);
 #ifdef BMT_HAVE_NCCL
     if (gpu)

@@ -33,24 +33,24 @@ enum {
 };
 
 static const struct option long_opts[] = {
-    {"groups", required_argument, NULL, 'g'},
-    {"gpus-per-group", required_argument, NULL, 'n'},
-    {"gpus-per-node", required_argument, NULL, OPT_GPN},
-    {"nodes", required_argument, NULL, 'N'},
-    {"device", required_argument, NULL, OPT_DEVICE},
-    {"backend", required_argument, NULL, OPT_BACKEND},
-    {"plan", no_argument, NULL, OPT_PLAN},
-    {"json", no_argument, NULL, OPT_JSON},
-    {"grace", required_argument, NULL, OPT_GRACE},
-    {"timeout", required_argument, NULL, OPT_TIMEOUT},
-    {"log-dir", required_argument, NULL, OPT_LOG_DIR},
-    {"tee", no_argument, NULL, OPT_TEE},
-    {"no-label", no_argument, NULL, OPT_NO_LABEL},
-    {"verbose", no_argument, NULL, 'v'},
-    {"help", no_argument, NULL, 'h'},
-    {"help-env", no_argument, NULL, OPT_HELP_ENV},
-    {"version", no_argument, NULL, 'V'},
-    {NULL, 0, NULL, 0},
+    { "groups", required_argument, NULL, 'g' },
+    { "gpus-per-group", required_argument, NULL, 'n' },
+    { "gpus-per-node", required_argument, NULL, OPT_GPN },
+    { "nodes", required_argument, NULL, 'N' },
+    { "device", required_argument, NULL, OPT_DEVICE },
+    { "backend", required_argument, NULL, OPT_BACKEND },
+    { "plan", no_argument, NULL, OPT_PLAN },
+    { "json", no_argument, NULL, OPT_JSON },
+    { "grace", required_argument, NULL, OPT_GRACE },
+    { "timeout", required_argument, NULL, OPT_TIMEOUT },
+    { "log-dir", required_argument, NULL, OPT_LOG_DIR },
+    { "tee", no_argument, NULL, OPT_TEE },
+    { "no-label", no_argument, NULL, OPT_NO_LABEL },
+    { "verbose", no_argument, NULL, 'v' },
+    { "help", no_argument, NULL, 'h' },
+    { "help-env", no_argument, NULL, OPT_HELP_ENV },
+    { "version", no_argument, NULL, 'V' },
+    { NULL, 0, NULL, 0 },
 };
 
 void cli_usage(FILE *out)
@@ -104,8 +104,8 @@ static int parse_seconds(const char *text, const char *what, bool allow_zero, do
     errno = 0;
     char *end = NULL;
     double d = strtod(text, &end);
-    if (*text == '\0' || end == text || *end != '\0' || errno == ERANGE || !isfinite(d) ||
-        d < 0 || (!allow_zero && d == 0) || d > 1e7)
+    if (*text == '\0' || end == text || *end != '\0' || errno == ERANGE || !isfinite(d) || d < 0 ||
+        (!allow_zero && d == 0) || d > 1e7)
         return errprintf(err, "%s needs a %s number of seconds, got '%.60s'", what,
                          allow_zero ? "non-negative" : "positive", text);
     *out = d;
@@ -174,8 +174,7 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
         case 'h': cli_usage(stdout); return 1;
         case OPT_HELP_ENV: cli_env_help(stdout); return 1;
         case 'V': printf("bmlaunch (bmt) %s\n", BMT_VERSION_STRING); return 1;
-        case ':':
-            return errprintf(err, "%s needs a value", argv[optind - 1]);
+        case ':': return errprintf(err, "%s needs a value", argv[optind - 1]);
         case '?':
         default:
             if (optopt)
@@ -188,7 +187,8 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
     if (o->tee && !o->log_dir)
         return errprintf(err, "--tee goes with --log-dir");
     if (o->backend && strcmp(o->backend, "shm") == 0 && strcmp(o->device, "cuda") == 0)
-        return errprintf(err, "--backend shm moves host memory; use --backend nccl with --device cuda");
+        return errprintf(err,
+                         "--backend shm moves host memory; use --backend nccl with --device cuda");
     if (o->backend && strcmp(o->backend, "nccl") == 0 && strcmp(o->device, "cpu") == 0)
         return errprintf(err, "--backend nccl needs --device cuda");
     o->prog_argc = argc - optind;

@@ -13,21 +13,21 @@
 #include "bmt/error.h"
 
 typedef struct launch_opts {
-    int groups;         /* --groups, default 1 */
-    int gpus_per_group; /* --gpus-per-group, default 1 */
-    int gpus_per_node;  /* --gpus-per-node, 0: derived (all ranks on one node locally) */
-    int nodes;          /* --nodes, 0: derived */
-    const char *device; /* --device cpu|cuda */
-    const char *backend;/* --backend shm|nccl|none, NULL: by device */
-    bool plan;          /* --plan: print the layout and exit */
-    bool json;          /* --json: the plan as JSON */
-    double grace_s;     /* --grace: SIGTERM -> SIGKILL delay */
-    double timeout_s;   /* --timeout: BMT_TIMEOUT for the ranks, 0: leave as is */
-    const char *log_dir;/* --log-dir */
-    bool tee;           /* --tee: console output too when --log-dir is set */
-    bool label;         /* prefix output lines with the rank (--no-label turns off) */
-    int verbose;        /* -v */
-    int prog_argc;      /* the program and its arguments */
+    int groups;          /* --groups, default 1 */
+    int gpus_per_group;  /* --gpus-per-group, default 1 */
+    int gpus_per_node;   /* --gpus-per-node, 0: derived (all ranks on one node locally) */
+    int nodes;           /* --nodes, 0: derived */
+    const char *device;  /* --device cpu|cuda */
+    const char *backend; /* --backend shm|nccl|none, NULL: by device */
+    bool plan;           /* --plan: print the layout and exit */
+    bool json;           /* --json: the plan as JSON */
+    double grace_s;      /* --grace: SIGTERM -> SIGKILL delay */
+    double timeout_s;    /* --timeout: BMT_TIMEOUT for the ranks, 0: leave as is */
+    const char *log_dir; /* --log-dir */
+    bool tee;            /* --tee: console output too when --log-dir is set */
+    bool label;          /* prefix output lines with the rank (--no-label turns off) */
+    int verbose;         /* -v */
+    int prog_argc;       /* the program and its arguments */
     char **prog_argv;
 } launch_opts_t;
 

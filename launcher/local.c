@@ -138,7 +138,7 @@ static pmix_status_t op_wait(op_wait_t *w, pmix_status_t rc)
         return PMIX_SUCCESS;
     if (rc != PMIX_SUCCESS)
         return rc;
-    struct timespec ts = {0, 20000};
+    struct timespec ts = { 0, 20000 };
     while (!atomic_load_explicit(&w->done, memory_order_acquire))
         nanosleep(&ts, NULL);
     return w->status;
@@ -190,13 +190,13 @@ static void info_free(info_list_t *l)
     for (size_t i = 0; i < l->n; i++)
         PMIX_INFO_DESTRUCT(&l->v[i]);
     free(l->v);
-    *l = (info_list_t){0};
+    *l = (info_list_t){ 0 };
 }
 
 /* One pmix_data_array_t of infos, added to parent under key (copied). */
 static int info_add_array(info_list_t *parent, const char *key, info_list_t *items)
 {
-    pmix_data_array_t da = {.type = PMIX_INFO, .size = items->n, .array = items->v};
+    pmix_data_array_t da = { .type = PMIX_INFO, .size = items->n, .array = items->v };
     int rc = info_add(parent, key, &da, PMIX_DATA_ARRAY);
     info_free(items);
     return rc;
@@ -223,7 +223,7 @@ static int register_job(pmix_host_t *h, const bmt_layout_t *l, bmt_error_t *err)
     }
     uint32_t groups = (uint32_t)l->groups, gpg = (uint32_t)l->gpus_per_group,
              gpn = (uint32_t)l->gpus_per_node;
-    info_list_t job = {0}, node = {0};
+    info_list_t job = { 0 }, node = { 0 };
     int bad = 0;
     bad |= info_add(&job, PMIX_UNIV_SIZE, &world, PMIX_UINT32);
     bad |= info_add(&job, PMIX_JOB_SIZE, &world, PMIX_UINT32);
@@ -247,7 +247,7 @@ static int register_job(pmix_host_t *h, const bmt_layout_t *l, bmt_error_t *err)
     bad |= info_add_array(&job, PMIX_NODE_INFO_ARRAY, &node);
     /* Every proc: rank, local and node rank, node id, host. */
     for (int r = 0; r < l->world && !bad; r++) {
-        info_list_t proc = {0};
+        info_list_t proc = { 0 };
         pmix_rank_t pr = (pmix_rank_t)r;
         uint16_t lr = (uint16_t)r;
         bad |= info_add(&proc, PMIX_RANK, &pr, PMIX_PROC_RANK);
@@ -264,7 +264,7 @@ static int register_job(pmix_host_t *h, const bmt_layout_t *l, bmt_error_t *err)
         info_free(&job);
         return errprintf(err, "building the PMIx job description failed (out of memory?)");
     }
-    op_wait_t w = {0};
+    op_wait_t w = { 0 };
     rc = op_wait(&w, PMIx_server_register_nspace(h->nspace, l->world, job.v, job.n, op_done, &w));
     info_free(&job);
     if (rc != PMIX_SUCCESS)
@@ -278,8 +278,10 @@ int host_start(pmix_host_t **out, const char *nspace, const bmt_layout_t *l, int
                bmt_error_t *err)
 {
     if (l->world > UINT16_MAX)
-        return errprintf(err, "local mode hosts at most %d ranks on one machine, not %d; "
-                              "use Slurm for more", UINT16_MAX, l->world);
+        return errprintf(err,
+                         "local mode hosts at most %d ranks on one machine, not %d; "
+                         "use Slurm for more",
+                         UINT16_MAX, l->world);
     pmix_host_t *h = calloc(1, sizeof(*h));
     if (h == NULL)
         return errprintf(err, "out of memory");
@@ -325,7 +327,7 @@ int host_setup_rank(pmix_host_t *h, int rank, char ***envp, bmt_error_t *err)
     pmix_proc_t proc;
     PMIX_PROC_CONSTRUCT(&proc);
     PMIX_LOAD_PROCID(&proc, h->nspace, (pmix_rank_t)rank);
-    op_wait_t w = {0};
+    op_wait_t w = { 0 };
     pmix_status_t rc =
         op_wait(&w, PMIx_server_register_client(&proc, geteuid(), getegid(), NULL, op_done, &w));
     if (rc != PMIX_SUCCESS)
@@ -343,9 +345,9 @@ void host_stop(pmix_host_t *h)
         return;
     if (h->registered) {
         /* Deregistering the namespace also releases its clients. */
-        op_wait_t w = {0};
+        op_wait_t w = { 0 };
         PMIx_server_deregister_nspace(h->nspace, op_done, &w);
-        struct timespec ts = {0, 20000};
+        struct timespec ts = { 0, 20000 };
         for (int i = 0; i < 50000 && !atomic_load_explicit(&w.done, memory_order_acquire); i++)
             nanosleep(&ts, NULL); /* bounded: never hang on the way out */
     }

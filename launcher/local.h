@@ -17,16 +17,16 @@
 typedef struct pmix_host pmix_host_t;
 
 typedef enum host_event_kind {
-    HOST_CONNECTED,  /* a rank called PMIx_Init */
-    HOST_FINALIZED,  /* a rank called PMIx_Finalize */
-    HOST_ABORT,      /* a rank called PMIx_Abort(status, msg) */
+    HOST_CONNECTED, /* a rank called PMIx_Init */
+    HOST_FINALIZED, /* a rank called PMIx_Finalize */
+    HOST_ABORT,     /* a rank called PMIx_Abort(status, msg) */
 } host_event_kind_t;
 
 typedef struct host_event {
     host_event_kind_t kind;
     int rank;
-    int status;     /* HOST_ABORT */
-    char msg[256];  /* HOST_ABORT */
+    int status;                                  /* HOST_ABORT */
+    char msg[256];                               /* HOST_ABORT */
     void (*done)(int pmix_status, void *cbdata); /* release the caller (HOST_ABORT) */
     void *done_data;
 } host_event_t;

@@ -80,10 +80,19 @@ static int mkdir_p(const char *path, bmt_error_t *err)
  * this rank's. Returns a NULL-terminated malloc'd array PMIx may extend. */
 static char **rank_env(const launch_opts_t *o, const bmt_layout_t *l, int rank, const char *job_id)
 {
-    static const char *ours[] = {"BMT_GROUPS=", "BMT_GPUS_PER_GROUP=", "BMT_GPUS_PER_NODE=",
-                                 "BMT_NODES=", "BMT_WORLD_SIZE=", "BMT_RANK=", "BMT_LOCAL_RANK=",
-                                 "BMT_GROUP=", "BMT_GROUP_RANK=", "BMT_NODE=", "BMT_JOB_ID=",
-                                 "BMT_DEVICE=", NULL};
+    static const char *ours[] = { "BMT_GROUPS=",
+                                  "BMT_GPUS_PER_GROUP=",
+                                  "BMT_GPUS_PER_NODE=",
+                                  "BMT_NODES=",
+                                  "BMT_WORLD_SIZE=",
+                                  "BMT_RANK=",
+                                  "BMT_LOCAL_RANK=",
+                                  "BMT_GROUP=",
+                                  "BMT_GROUP_RANK=",
+                                  "BMT_NODE=",
+                                  "BMT_JOB_ID=",
+                                  "BMT_DEVICE=",
+                                  NULL };
     size_t n = 0;
     while (environ[n])
         n++;
@@ -102,11 +111,11 @@ static char **rank_env(const launch_opts_t *o, const bmt_layout_t *l, int rank, 
     }
     bmt_rank_info_t ri = bmt_layout_rank(l, rank);
     char buf[256];
-#define ADD(...)                                                                                 \
-    do {                                                                                         \
-        snprintf(buf, sizeof(buf), __VA_ARGS__);                                                 \
-        if ((env[k] = strdup(buf)) != NULL)                                                      \
-            k++;                                                                                 \
+#define ADD(...)                                                                                   \
+    do {                                                                                           \
+        snprintf(buf, sizeof(buf), __VA_ARGS__);                                                   \
+        if ((env[k] = strdup(buf)) != NULL)                                                        \
+            k++;                                                                                   \
     } while (0)
     ADD("BMT_GROUPS=%d", l->groups);
     ADD("BMT_GPUS_PER_GROUP=%d", l->gpus_per_group);
@@ -155,7 +164,7 @@ static void raise_nofile(int world)
 int main(int argc, char **argv)
 {
     launch_opts_t o;
-    bmt_error_t err = {{0}};
+    bmt_error_t err = { { 0 } };
     int rc = cli_parse(argc, argv, &o, &err);
     if (rc == 1)
         return 0;
@@ -180,7 +189,8 @@ int main(int argc, char **argv)
         if (gpus >= 0 && l.world > gpus) {
             snprintf(err.text, sizeof(err.text),
                      "%d ranks need %d GPUs but this machine shows %d (CUDA_VISIBLE_DEVICES or "
-                     "/proc/driver/nvidia/gpus)", l.world, l.world, gpus);
+                     "/proc/driver/nvidia/gpus)",
+                     l.world, l.world, gpus);
             return usage_error(err.text);
         }
     }
@@ -195,8 +205,7 @@ int main(int argc, char **argv)
     gethostname(host, sizeof(host) - 1);
     host[strcspn(host, ".")] = '\0';
     char job_id[128];
-    snprintf(job_id, sizeof(job_id), "bmlaunch.%s.%ld.%ld", host, (long)getpid(),
-             (long)time(NULL));
+    snprintf(job_id, sizeof(job_id), "bmlaunch.%s.%ld.%ld", host, (long)getpid(), (long)time(NULL));
 
     int notify[2];
     if (pipe2(notify, O_CLOEXEC) != 0) {

@@ -51,10 +51,10 @@ static int replica_local_ranks(const bmt_layout_t *l, int i, int *out, int max)
 static void print_text(FILE *out, const bmt_layout_t *l)
 {
     char a[48], b[48];
-    fprintf(out, "bmt plan: %d group%s x %d GPU%s = %d rank%s on %d node%s x %d GPU%s\n",
-            l->groups, l->groups == 1 ? "" : "s", l->gpus_per_group,
-            l->gpus_per_group == 1 ? "" : "s", l->world, l->world == 1 ? "" : "s", l->nodes,
-            l->nodes == 1 ? "" : "s", l->gpus_per_node, l->gpus_per_node == 1 ? "" : "s");
+    fprintf(out, "bmt plan: %d group%s x %d GPU%s = %d rank%s on %d node%s x %d GPU%s\n", l->groups,
+            l->groups == 1 ? "" : "s", l->gpus_per_group, l->gpus_per_group == 1 ? "" : "s",
+            l->world, l->world == 1 ? "" : "s", l->nodes, l->nodes == 1 ? "" : "s",
+            l->gpus_per_node, l->gpus_per_node == 1 ? "" : "s");
     fprintf(out, "  ZeRO-3 inside each group: %d group communicator%s of %d rank%s\n", l->groups,
             l->groups == 1 ? "" : "s", l->gpus_per_group, l->gpus_per_group == 1 ? "" : "s");
     fprintf(out, "  data parallel across groups: %d replica communicator%s of %d rank%s\n\n",
@@ -65,8 +65,7 @@ static void print_text(FILE *out, const bmt_layout_t *l)
     for (int g = 0; g < l->groups; g++) {
         if (!shown(g, l->groups)) {
             if (g == PLAN_HEAD)
-                fprintf(out, "  %-8s (%d more groups)\n", "...",
-                        l->groups - PLAN_HEAD - PLAN_TAIL);
+                fprintf(out, "  %-8s (%d more groups)\n", "...", l->groups - PLAN_HEAD - PLAN_TAIL);
             continue;
         }
         int first, last;
@@ -104,18 +103,20 @@ static void print_text(FILE *out, const bmt_layout_t *l)
 
     int straddling = bmt_layout_straddling_groups(l);
     if (bmt_layout_rail_aligned(l)) {
-        fprintf(out, "\n  rail alignment: aligned (%d GPUs per group %s %d GPUs per node): every "
-                     "replica communicator uses the same GPU index, hence one NIC rail, on "
-                     "each node\n",
+        fprintf(out,
+                "\n  rail alignment: aligned (%d GPUs per group %s %d GPUs per node): every "
+                "replica communicator uses the same GPU index, hence one NIC rail, on "
+                "each node\n",
                 l->gpus_per_group,
                 l->gpus_per_group % l->gpus_per_node == 0 ? "is a multiple of" : "divides",
                 l->gpus_per_node);
         return;
     }
-    fprintf(out, "\n  rail alignment: NOT aligned: %d GPUs per group is neither a multiple nor a "
-                 "divisor of %d GPUs per node;\n    replica communicators mix GPU indices, so "
-                 "cross-group traffic crosses NIC rails; %d of %d groups straddle node "
-                 "boundaries\n",
+    fprintf(out,
+            "\n  rail alignment: NOT aligned: %d GPUs per group is neither a multiple nor a "
+            "divisor of %d GPUs per node;\n    replica communicators mix GPU indices, so "
+            "cross-group traffic crosses NIC rails; %d of %d groups straddle node "
+            "boundaries\n",
             l->gpus_per_group, l->gpus_per_node, straddling, l->groups);
     bmt_layout_alt_t alts[PLAN_ALTS];
     size_t n = bmt_layout_alternatives(l, alts, PLAN_ALTS);
@@ -124,8 +125,7 @@ static void print_text(FILE *out, const bmt_layout_t *l)
     fprintf(out, "  aligned alternatives:\n");
     for (size_t i = 0; i < n; i++)
         fprintf(out, "    --groups %d --gpus-per-group %d: %d ranks on %d nodes (%s)\n",
-                alts[i].groups, alts[i].gpus_per_group, alts[i].world, alts[i].nodes,
-                alts[i].why);
+                alts[i].groups, alts[i].gpus_per_group, alts[i].world, alts[i].nodes, alts[i].why);
 }
 
 static json_t *build_json(const bmt_layout_t *l)
@@ -143,10 +143,10 @@ static json_t *build_json(const bmt_layout_t *l)
     bmt_layout_alt_t alt[PLAN_ALTS];
     size_t na = bmt_layout_alternatives(l, alt, PLAN_ALTS);
     for (size_t i = 0; i < na; i++)
-        json_array_append_new(alts, json_pack("{s:i, s:i, s:i, s:i, s:s}", "groups", alt[i].groups,
-                                              "gpus_per_group", alt[i].gpus_per_group, "world",
-                                              alt[i].world, "nodes", alt[i].nodes, "why",
-                                              alt[i].why));
+        json_array_append_new(alts,
+                              json_pack("{s:i, s:i, s:i, s:i, s:s}", "groups", alt[i].groups,
+                                        "gpus_per_group", alt[i].gpus_per_group, "world",
+                                        alt[i].world, "nodes", alt[i].nodes, "why", alt[i].why));
     json_object_set_new(root, "alternatives", alts);
 
     json_t *groups = json_array();
@@ -154,11 +154,10 @@ static json_t *build_json(const bmt_layout_t *l)
         int first, last;
         bmt_layout_group_nodes(l, g, &first, &last);
         int r0 = bmt_layout_group_member(l, g, 0);
-        json_array_append_new(groups, json_pack("{s:i, s:i, s:i, s:i, s:i, s:b}", "group", g,
-                                                "first_rank", r0, "last_rank",
-                                                r0 + l->gpus_per_group - 1, "first_node", first,
-                                                "last_node", last, "straddles",
-                                                bmt_layout_group_straddles(l, g)));
+        json_array_append_new(
+            groups, json_pack("{s:i, s:i, s:i, s:i, s:i, s:b}", "group", g, "first_rank", r0,
+                              "last_rank", r0 + l->gpus_per_group - 1, "first_node", first,
+                              "last_node", last, "straddles", bmt_layout_group_straddles(l, g)));
     }
     json_object_set_new(root, "group_comms", groups);
 

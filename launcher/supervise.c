@@ -46,7 +46,7 @@ typedef struct stream {
 
 typedef struct rank_proc {
     int rank;
-    pid_t pid;  /* also the process group id; 0 if never started */
+    pid_t pid; /* also the process group id; 0 if never started */
     bool running;
     int status; /* wait status once exited */
     double start, end;
@@ -56,7 +56,12 @@ typedef struct rank_proc {
     int tail_next, tail_count;
 } rank_proc_t;
 
-typedef enum failure_kind { FAIL_NONE, FAIL_EXIT, FAIL_SIGNAL, FAIL_ABORT } failure_kind_t;
+typedef enum failure_kind {
+    FAIL_NONE,
+    FAIL_EXIT,
+    FAIL_SIGNAL,
+    FAIL_ABORT
+} failure_kind_t;
 
 struct job {
     job_opts_t o;
@@ -80,7 +85,7 @@ struct job {
     char host[256];
 };
 
-static const int handled_signals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
+static const int handled_signals[] = { SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2 };
 
 static double now_s(void)
 {
@@ -198,8 +203,8 @@ int job_spawn(job_t *job, int rank, const char *path, char *const argv[], char *
     /* Everything the child needs is prepared here: after fork only
      * async-signal-safe calls are allowed (PMIx runs a thread in this process). */
     char failmsg[512];
-    int faillen = snprintf(failmsg, sizeof(failmsg), "bmlaunch: rank %d: cannot run '%s': ", rank,
-                           path);
+    int faillen =
+        snprintf(failmsg, sizeof(failmsg), "bmlaunch: rank %d: cannot run '%s': ", rank, path);
     if (faillen < 0 || faillen >= (int)sizeof(failmsg))
         faillen = (int)sizeof(failmsg) - 1;
     pid_t parent = getpid();
@@ -390,8 +395,8 @@ static void rank_exited(job_t *job, rank_proc_t *rp, int status)
     job->fail_rank = rp->rank;
     char what[96];
     describe_status(what, sizeof(what), status);
-    fprintf(stderr, "bmlaunch: rank %d (pid %d on %s) %s after %.2f s; ending the job\n",
-            rp->rank, (int)rp->pid, job->host, what, rp->end - rp->start);
+    fprintf(stderr, "bmlaunch: rank %d (pid %d on %s) %s after %.2f s; ending the job\n", rp->rank,
+            (int)rp->pid, job->host, what, rp->end - rp->start);
     begin_end(job);
 }
 
@@ -454,7 +459,8 @@ static void handle_host_events(job_t *job)
                 job->fail_rank = ev->rank;
                 job->fail_code = ev->status;
                 snprintf(job->fail_msg, sizeof(job->fail_msg), "%s", ev->msg);
-                fprintf(stderr, "bmlaunch: rank %d called PMIx_Abort(status %d): %s; ending the job\n",
+                fprintf(stderr,
+                        "bmlaunch: rank %d called PMIx_Abort(status %d): %s; ending the job\n",
                         ev->rank, ev->status, ev->msg[0] ? ev->msg : "(no message)");
             }
             begin_end(job);
@@ -495,8 +501,9 @@ static void print_summary(job_t *job)
     }
     int others = job->stopped_term + job->stopped_kill;
     if (others > 0)
-        fprintf(stderr, "bmlaunch: %d other rank%s stopped (%d after SIGTERM, %d by SIGKILL after "
-                        "%.1f s grace)\n",
+        fprintf(stderr,
+                "bmlaunch: %d other rank%s stopped (%d after SIGTERM, %d by SIGKILL after "
+                "%.1f s grace)\n",
                 others, others == 1 ? " was" : "s were", job->stopped_term, job->stopped_kill,
                 job->o.grace_s);
     if (job->user_signal)
@@ -531,18 +538,18 @@ int job_run(job_t *job)
     reap(job);
     for (;;) {
         int n = 0;
-        pfd[n++] = (struct pollfd){.fd = job->sigfd, .events = POLLIN};
+        pfd[n++] = (struct pollfd){ .fd = job->sigfd, .events = POLLIN };
         if (job->o.notify_fd >= 0)
-            pfd[n++] = (struct pollfd){.fd = job->o.notify_fd, .events = POLLIN};
+            pfd[n++] = (struct pollfd){ .fd = job->o.notify_fd, .events = POLLIN };
         int first_stream = n;
         for (int r = 0; r < job->spawned; r++) {
             rank_proc_t *rp = &job->ranks[r];
-            stream_t *ss[2] = {&rp->out, &rp->err};
+            stream_t *ss[2] = { &rp->out, &rp->err };
             for (int k = 0; k < 2; k++)
                 if (ss[k]->fd >= 0) {
                     owner[n] = ss[k];
                     owner_rank[n] = rp;
-                    pfd[n++] = (struct pollfd){.fd = ss[k]->fd, .events = POLLIN};
+                    pfd[n++] = (struct pollfd){ .fd = ss[k]->fd, .events = POLLIN };
                 }
         }
         int open_streams = n - first_stream;

@@ -24,7 +24,7 @@ typedef struct job_opts {
     bool tee;            /* console as well as log files */
     bool label;          /* "RANK: " before each line */
     int verbose;
-    int notify_fd;       /* read end of the PMIx host's event pipe, or -1 */
+    int notify_fd; /* read end of the PMIx host's event pipe, or -1 */
 } job_opts_t;
 
 /* Block the signals bmlaunch handles (so they queue for the poll loop, also

@@ -40,11 +40,31 @@ static int value_uint(const pmix_value_t *v, uint64_t *out)
     case PMIX_UINT32: *out = v->data.uint32; return 0;
     case PMIX_UINT64: *out = v->data.uint64; return 0;
     case PMIX_SIZE: *out = v->data.size; return 0;
-    case PMIX_INT: if (v->data.integer < 0) return -1; *out = (uint64_t)v->data.integer; return 0;
-    case PMIX_INT8: if (v->data.int8 < 0) return -1; *out = (uint64_t)v->data.int8; return 0;
-    case PMIX_INT16: if (v->data.int16 < 0) return -1; *out = (uint64_t)v->data.int16; return 0;
-    case PMIX_INT32: if (v->data.int32 < 0) return -1; *out = (uint64_t)v->data.int32; return 0;
-    case PMIX_INT64: if (v->data.int64 < 0) return -1; *out = (uint64_t)v->data.int64; return 0;
+    case PMIX_INT:
+        if (v->data.integer < 0)
+            return -1;
+        *out = (uint64_t)v->data.integer;
+        return 0;
+    case PMIX_INT8:
+        if (v->data.int8 < 0)
+            return -1;
+        *out = (uint64_t)v->data.int8;
+        return 0;
+    case PMIX_INT16:
+        if (v->data.int16 < 0)
+            return -1;
+        *out = (uint64_t)v->data.int16;
+        return 0;
+    case PMIX_INT32:
+        if (v->data.int32 < 0)
+            return -1;
+        *out = (uint64_t)v->data.int32;
+        return 0;
+    case PMIX_INT64:
+        if (v->data.int64 < 0)
+            return -1;
+        *out = (uint64_t)v->data.int64;
+        return 0;
     case PMIX_UINT: *out = v->data.uint; return 0;
     default: return -1;
     }
@@ -155,10 +175,7 @@ void boot_finalize(boot_t *b)
     free(b);
 }
 
-const boot_info_t *boot_info(const boot_t *b)
-{
-    return &b->info;
-}
+const boot_info_t *boot_info(const boot_t *b) { return &b->info; }
 
 int boot_job_uint(boot_t *b, const char *key, uint32_t *out, bmt_error_t *err)
 {
@@ -237,8 +254,8 @@ static int get_bytes(boot_t *b, int rank, const char *key, void *dst, size_t len
         memcpy(dst, v->data.bo.bytes, len);
     PMIX_VALUE_RELEASE(v);
     if (!ok)
-        return errprintf(err, "rank %d: PMIx key %s of rank %d is not %zu bytes", b->info.rank,
-                         key, rank, len);
+        return errprintf(err, "rank %d: PMIx key %s of rank %d is not %zu bytes", b->info.rank, key,
+                         rank, len);
     return 0;
 }
 

@@ -17,12 +17,12 @@
 typedef struct boot boot_t;
 
 typedef struct boot_info {
-    int rank;          /* PMIx rank */
-    int size;          /* PMIX_JOB_SIZE */
-    int local_rank;    /* PMIX_LOCAL_RANK */
-    int local_size;    /* PMIX_LOCAL_SIZE */
-    int node_id;       /* PMIX_NODEID */
-    char nspace[256];  /* PMIx namespace ("singleton" without PMIx) */
+    int rank;         /* PMIx rank */
+    int size;         /* PMIX_JOB_SIZE */
+    int local_rank;   /* PMIX_LOCAL_RANK */
+    int local_size;   /* PMIX_LOCAL_SIZE */
+    int node_id;      /* PMIX_NODEID */
+    char nspace[256]; /* PMIx namespace ("singleton" without PMIx) */
     char hostname[256];
     bool singleton;
 } boot_info_t;

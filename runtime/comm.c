@@ -32,10 +32,7 @@ static uint64_t child_id(uint64_t parent, uint32_t seq, int color)
 
 /* ------------------------------------------------------------ the "none" backend */
 
-static int none_create_world(bmt_comm_t *world, bmt_error_t *err)
-{
-    return 0;
-}
+static int none_create_world(bmt_comm_t *world, bmt_error_t *err) { return 0; }
 
 static int none_create_split(bmt_comm_t *parent, int color, int key, bmt_comm_t *child,
                              bmt_error_t *err)
@@ -45,9 +42,8 @@ static int none_create_split(bmt_comm_t *parent, int color, int key, bmt_comm_t 
 
 static int none_refuse(bmt_comm_t *c, bmt_error_t *err)
 {
-    return errprintf(err,
-                     "the 'none' backend moves no data (BMT_BACKEND=none); "
-                     "use shm on CPU or nccl on GPUs");
+    return errprintf(err, "the 'none' backend moves no data (BMT_BACKEND=none); "
+                          "use shm on CPU or nccl on GPUs");
 }
 
 static int none_all_gather(bmt_comm_t *c, const void *s, void *r, size_t n, bmt_dtype_t t,
@@ -56,8 +52,8 @@ static int none_all_gather(bmt_comm_t *c, const void *s, void *r, size_t n, bmt_
     return none_refuse(c, err);
 }
 
-static int none_reduce(bmt_comm_t *c, const void *s, void *r, size_t n, bmt_dtype_t t,
-                       bmt_op_t op, bmt_error_t *err)
+static int none_reduce(bmt_comm_t *c, const void *s, void *r, size_t n, bmt_dtype_t t, bmt_op_t op,
+                       bmt_error_t *err)
 {
     return none_refuse(c, err);
 }
@@ -68,18 +64,11 @@ static int none_broadcast(bmt_comm_t *c, void *b, size_t n, bmt_dtype_t t, int r
     return none_refuse(c, err);
 }
 
-static int none_barrier(bmt_comm_t *c, bmt_error_t *err)
-{
-    return none_refuse(c, err);
-}
+static int none_barrier(bmt_comm_t *c, bmt_error_t *err) { return none_refuse(c, err); }
 
-static void none_abort(bmt_comm_t *c)
-{
-}
+static void none_abort(bmt_comm_t *c) {}
 
-static void none_destroy(bmt_comm_t *c)
-{
-}
+static void none_destroy(bmt_comm_t *c) {}
 
 const struct comm_backend comm_backend_none = {
     .name = "none",
@@ -191,7 +180,7 @@ int comm_split_known(bmt_comm_t *parent, const int *colors, const int *keys, con
             int m = 0;
             for (int i = 0; i < parent->size; i++)
                 if (colors[i] == color)
-                    tmp[m++] = (struct member){keys[i], i};
+                    tmp[m++] = (struct member){ keys[i], i };
             qsort(tmp, (size_t)n, sizeof(*tmp), member_cmp);
             child->size = n;
             child->rank = -1;
@@ -219,20 +208,11 @@ int comm_split_known(bmt_comm_t *parent, const int *colors, const int *keys, con
 
 /* ------------------------------------------------------------ public API */
 
-int bmt_comm_rank(const bmt_comm_t *comm)
-{
-    return comm ? comm->rank : -1;
-}
+int bmt_comm_rank(const bmt_comm_t *comm) { return comm ? comm->rank : -1; }
 
-int bmt_comm_size(const bmt_comm_t *comm)
-{
-    return comm ? comm->size : 0;
-}
+int bmt_comm_size(const bmt_comm_t *comm) { return comm ? comm->size : 0; }
 
-const char *bmt_comm_name(const bmt_comm_t *comm)
-{
-    return comm ? comm->name : "(none)";
-}
+const char *bmt_comm_name(const bmt_comm_t *comm) { return comm ? comm->name : "(none)"; }
 
 int bmt_comm_member(const bmt_comm_t *comm, int i)
 {
@@ -254,7 +234,7 @@ int bmt_comm_split(bmt_comm_t *parent, int color, int key, const char *name, bmt
     int *pairs = malloc(sizeof(int) * 2 * (size_t)n);
     int *colors = malloc(sizeof(int) * (size_t)n);
     int *keys = malloc(sizeof(int) * (size_t)n);
-    int mine[2] = {color < 0 ? -1 : color, key};
+    int mine[2] = { color < 0 ? -1 : color, key };
     int rc = -1;
     if (pairs == NULL || colors == NULL || keys == NULL) {
         errprintf(err, "rank %d: out of memory splitting %s", ctx->rank, parent->name);
@@ -321,8 +301,8 @@ static int check_count(bmt_comm_t *c, const char *op, size_t count, bmt_dtype_t 
 {
     size_t es = bmt_dtype_size(dtype);
     if (factor && count > SIZE_MAX / factor / es)
-        return errprintf(err, COMM_WHERE_FMT ": %s: %zu elements x %zu ranks overflows", c->ctx->rank,
-                         c->name, op, count, factor);
+        return errprintf(err, COMM_WHERE_FMT ": %s: %zu elements x %zu ranks overflows",
+                         c->ctx->rank, c->name, op, count, factor);
     return 0;
 }
 
@@ -346,8 +326,8 @@ int bmt_all_gather(bmt_comm_t *c, const void *send, void *recv, size_t count, bm
     return 0;
 }
 
-int bmt_reduce_scatter(bmt_comm_t *c, const void *send, void *recv, size_t count,
-                       bmt_dtype_t dtype, bmt_op_t op, bmt_error_t *err)
+int bmt_reduce_scatter(bmt_comm_t *c, const void *send, void *recv, size_t count, bmt_dtype_t dtype,
+                       bmt_op_t op, bmt_error_t *err)
 {
     if (check_common(c, "reduce_scatter", dtype, err) < 0 ||
         check_count(c, "reduce_scatter", count, dtype, (size_t)c->size, err) < 0)
@@ -386,8 +366,8 @@ int bmt_broadcast(bmt_comm_t *c, void *buf, size_t count, bmt_dtype_t dtype, int
         check_count(c, "broadcast", count, dtype, 1, err) < 0)
         return -1;
     if (root < 0 || root >= c->size)
-        return errprintf(err, COMM_WHERE_FMT ": broadcast: root %d is not in [0, %d)",
-                         c->ctx->rank, c->name, root, c->size);
+        return errprintf(err, COMM_WHERE_FMT ": broadcast: root %d is not in [0, %d)", c->ctx->rank,
+                         c->name, root, c->size);
     if (count && buf == NULL)
         return errprintf(err, COMM_WHERE_FMT ": broadcast: NULL buffer", c->ctx->rank, c->name);
     if (c->be->broadcast(c, buf, count, dtype, root, err) < 0)

@@ -17,16 +17,16 @@
 struct bmt_comm {
     bmt_ctx_t *ctx;
     const struct comm_backend *be;
-    char name[48];     /* "world", "group 3", "replica 1", or the split's name */
-    int rank;          /* rank in this communicator */
+    char name[48]; /* "world", "group 3", "replica 1", or the split's name */
+    int rank;      /* rank in this communicator */
     int size;
-    int *members;      /* (size) world rank of each member; NULL: identity (world) */
-    uint64_t id;       /* agreed by all members: hash of the parent's id, split seq, color */
-    uint32_t splits;   /* splits of this communicator so far (all members agree) */
+    int *members;    /* (size) world rank of each member; NULL: identity (world) */
+    uint64_t id;     /* agreed by all members: hash of the parent's id, split seq, color */
+    uint32_t splits; /* splits of this communicator so far (all members agree) */
     double timeout_s;
-    bool owned;        /* destroyed by bmt_finalize, not by the user */
-    bool aborted;      /* a collective failed: every further call fails at once */
-    void *impl;        /* backend state */
+    bool owned;   /* destroyed by bmt_finalize, not by the user */
+    bool aborted; /* a collective failed: every further call fails at once */
+    void *impl;   /* backend state */
 };
 
 struct comm_backend {
@@ -39,12 +39,12 @@ struct comm_backend {
      * which still take part in whatever the backend does over parent. */
     int (*create_split)(bmt_comm_t *parent, int color, int key, bmt_comm_t *child,
                         bmt_error_t *err);
-    int (*all_gather)(bmt_comm_t *c, const void *send, void *recv, size_t count,
-                      bmt_dtype_t dtype, bmt_error_t *err);
+    int (*all_gather)(bmt_comm_t *c, const void *send, void *recv, size_t count, bmt_dtype_t dtype,
+                      bmt_error_t *err);
     int (*reduce_scatter)(bmt_comm_t *c, const void *send, void *recv, size_t count,
                           bmt_dtype_t dtype, bmt_op_t op, bmt_error_t *err);
-    int (*all_reduce)(bmt_comm_t *c, const void *send, void *recv, size_t count,
-                      bmt_dtype_t dtype, bmt_op_t op, bmt_error_t *err);
+    int (*all_reduce)(bmt_comm_t *c, const void *send, void *recv, size_t count, bmt_dtype_t dtype,
+                      bmt_op_t op, bmt_error_t *err);
     int (*broadcast)(bmt_comm_t *c, void *buf, size_t count, bmt_dtype_t dtype, int root,
                      bmt_error_t *err);
     int (*barrier)(bmt_comm_t *c, bmt_error_t *err);

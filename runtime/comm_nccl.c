@@ -65,7 +65,7 @@ static void backoff(unsigned *iter)
         sched_yield();
         return;
     }
-    struct timespec ts = {0, 50000};
+    struct timespec ts = { 0, 50000 };
     nanosleep(&ts, NULL);
 }
 
@@ -90,7 +90,8 @@ static int wait_ready(bmt_comm_t *c, ncclComm_t comm, const char *call, double d
         ncclResult_t st = ncclSuccess;
         ncclResult_t r = ncclCommGetAsyncError(comm, &st);
         if (r != ncclSuccess)
-            return errprintf(err, "ncclCommGetAsyncError after %s: %s", call, ncclGetErrorString(r));
+            return errprintf(err, "ncclCommGetAsyncError after %s: %s", call,
+                             ncclGetErrorString(r));
         if (st == ncclSuccess)
             return 0;
         if (st != ncclInProgress)
@@ -120,8 +121,10 @@ static int wait_stream(bmt_comm_t *c, nccl_state_t *s, const char *call, bmt_err
             return errprintf(err, "%s: %s (%s)", call, ncclGetErrorString(st),
                              ncclGetLastError(s->comm));
         if (mono_s() > deadline)
-            return errprintf(err, "%s: did not complete within %.1f s: a peer of %s is missing "
-                                  "or stuck (BMT_TIMEOUT)", call, c->timeout_s, c->name);
+            return errprintf(err,
+                             "%s: did not complete within %.1f s: a peer of %s is missing "
+                             "or stuck (BMT_TIMEOUT)",
+                             call, c->timeout_s, c->name);
         backoff(&it);
     }
 }
@@ -172,8 +175,7 @@ static int split(bmt_comm_t *named, ncclComm_t parent, int color, int key, int b
 {
     ncclConfig_t cfg = make_config(named, blocking);
     *out = NULL;
-    ncclResult_t r =
-        ncclCommSplit(parent, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, out, &cfg);
+    ncclResult_t r = ncclCommSplit(parent, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, out, &cfg);
     int rc = 0;
     if (r != ncclSuccess && r != ncclInProgress)
         rc = errprintf(err, "ncclCommSplit: %s (%s)", ncclGetErrorString(r),
@@ -281,9 +283,9 @@ static int finish(bmt_comm_t *c, ncclResult_t r, const char *call, bmt_error_t *
 {
     nccl_state_t *s = c->impl;
     if (r != ncclSuccess && r != ncclInProgress)
-        return errprintf(err, "%s: %s (%s)", call, ncclGetErrorString(r), ncclGetLastError(s->comm));
-    if (r == ncclInProgress &&
-        wait_ready(c, s->comm, call, mono_s() + c->timeout_s, err) < 0)
+        return errprintf(err, "%s: %s (%s)", call, ncclGetErrorString(r),
+                         ncclGetLastError(s->comm));
+    if (r == ncclInProgress && wait_ready(c, s->comm, call, mono_s() + c->timeout_s, err) < 0)
         return -1;
     return wait_stream(c, s, call, err);
 }
@@ -312,10 +314,9 @@ static int nccl_reduce_scatter(bmt_comm_t *c, const void *send, void *recv, size
     if (live(c, err) < 0)
         return -1;
     nccl_state_t *s = c->impl;
-    return finish(c,
-                  ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), s->comm,
-                                    s->stream),
-                  "ncclReduceScatter", err);
+    return finish(
+        c, ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), s->comm, s->stream),
+        "ncclReduceScatter", err);
 }
 
 static int nccl_all_reduce(bmt_comm_t *c, const void *send, void *recv, size_t count,
@@ -324,10 +325,9 @@ static int nccl_all_reduce(bmt_comm_t *c, const void *send, void *recv, size_t c
     if (live(c, err) < 0)
         return -1;
     nccl_state_t *s = c->impl;
-    return finish(c,
-                  ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), s->comm,
-                                s->stream),
-                  "ncclAllReduce", err);
+    return finish(
+        c, ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), s->comm, s->stream),
+        "ncclAllReduce", err);
 }
 
 static int nccl_broadcast(bmt_comm_t *c, void *buf, size_t count, bmt_dtype_t dtype, int root,
@@ -345,16 +345,12 @@ static int nccl_barrier(bmt_comm_t *c, bmt_error_t *err)
     if (live(c, err) < 0)
         return -1;
     nccl_state_t *s = c->impl;
-    return finish(c,
-                  ncclAllReduce(s->scratch, s->scratch, 1, ncclFloat32, ncclSum, s->comm,
-                                s->stream),
-                  "barrier (ncclAllReduce)", err);
+    return finish(
+        c, ncclAllReduce(s->scratch, s->scratch, 1, ncclFloat32, ncclSum, s->comm, s->stream),
+        "barrier (ncclAllReduce)", err);
 }
 
-static void nccl_abort(bmt_comm_t *c)
-{
-    state_abort(c->impl);
-}
+static void nccl_abort(bmt_comm_t *c) { state_abort(c->impl); }
 
 /* Finalize (flush) then destroy; bounded like everything else, abort on timeout. */
 static void close_comm(bmt_comm_t *c, ncclComm_t *comm)

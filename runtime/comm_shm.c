@@ -94,14 +94,15 @@
 #define SHM_VERSION 1u
 #define SHM_ATTACH_DEAD 0x80000000u /* attach word: a newer creator retired this segment */
 #define SHM_LINE_ATTACHED 1u
-#define SHM_LINE_REJECTED 2u        /* this rank refused the header: fail everyone now */
-#define SHM_SMALL_BYTES 32768       /* all_reduce with bytes * size up to this: one sync, every
-                                     * rank reduces all (cost grows with size^2) */
-#define SHM_TILE 512                /* elements per pass over the ranks (stack accumulator) */
-#define SHM_SPIN_POLLS 4000         /* polls before sleeping, when not oversubscribed */
-#define SHM_SLICE_S 0.1             /* longest futex sleep of a sync: abort latency */
-#define SHM_ATTACH_SLICE_S 0.01     /* longest futex sleep of the rendezvous */
-#define SHM_POLL_NS 1000000L        /* rendezvous: wait between shm_open tries (1 ms) */
+#define SHM_LINE_REJECTED 2u /* this rank refused the header: fail everyone now */
+#define SHM_SMALL_BYTES                                                                            \
+    32768                       /* all_reduce with bytes * size up to this: one sync, every        \
+                                 * rank reduces all (cost grows with size^2) */
+#define SHM_TILE 512            /* elements per pass over the ranks (stack accumulator) */
+#define SHM_SPIN_POLLS 4000     /* polls before sleeping, when not oversubscribed */
+#define SHM_SLICE_S 0.1         /* longest futex sleep of a sync: abort latency */
+#define SHM_ATTACH_SLICE_S 0.01 /* longest futex sleep of the rendezvous */
+#define SHM_POLL_NS 1000000L    /* rendezvous: wait between shm_open tries (1 ms) */
 #define SHM_DATA_ALIGN 4096
 
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2 && ATOMIC_LLONG_LOCK_FREE == 2,
@@ -110,9 +111,9 @@ _Static_assert(ATOMIC_INT_LOCK_FREE == 2 && ATOMIC_LLONG_LOCK_FREE == 2,
 struct shm_hdr {
     /* line 0: written by the creator before `ready`; then only attach and aborted change */
     uint64_t magic;
-    uint64_t id;              /* communicator id */
-    uint64_t slot;            /* bytes per rank slot, multiple of 64 */
-    uint64_t total;           /* bytes of the whole segment */
+    uint64_t id;    /* communicator id */
+    uint64_t slot;  /* bytes per rank slot, multiple of 64 */
+    uint64_t total; /* bytes of the whole segment */
     uint32_t version;
     int32_t size;             /* ranks of the communicator */
     _Atomic uint64_t ready;   /* 0 until the header is valid, then the creator's nonce */
@@ -138,7 +139,7 @@ _Static_assert(sizeof(struct shm_line) == 64, "one cache line per rank");
 
 /* Process-local state of one communicator. */
 struct shm {
-    struct shm_hdr *hdr;    /* the mapping; NULL for a communicator of one rank */
+    struct shm_hdr *hdr; /* the mapping; NULL for a communicator of one rank */
     size_t map_bytes;
     struct shm_line *lines; /* (size) */
     char *slots;            /* (2, size, slot) bytes */
@@ -152,7 +153,7 @@ struct shm {
 
 /* Geometry every member computes alike and the creator writes into the header. */
 struct shm_geom {
-    char name[48];   /* "/bmt-<job hash>-<comm id>" */
+    char name[48]; /* "/bmt-<job hash>-<comm id>" */
     size_t slot;
     size_t data_off;
     size_t total;
@@ -169,7 +170,7 @@ static double now_s(void)
 
 static void sleep_ns(long ns)
 {
-    struct timespec ts = {0, ns};
+    struct timespec ts = { 0, ns };
     nanosleep(&ts, NULL);
 }
 
@@ -222,15 +223,9 @@ static int spin_polls(int size)
     return cpus >= size ? SHM_SPIN_POLLS : 0;
 }
 
-static inline bool reached(uint32_t v, uint32_t target)
-{
-    return (int32_t)(v - target) >= 0;
-}
+static inline bool reached(uint32_t v, uint32_t target) { return (int32_t)(v - target) >= 0; }
 
-static inline size_t min_sz(size_t a, size_t b)
-{
-    return a < b ? a : b;
-}
+static inline size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 
 /* The set that sync seq + 1 publishes (fill before it) and the one sync seq
  * published (read after it). */
@@ -250,11 +245,13 @@ static int aborted_error(bmt_comm_t *c, uint32_t who, int waiting_for, bmt_error
 {
     int r = (int)who - 1;
     if (waiting_for < 0)
-        return errprintf(err, "rank %d (world rank %d) aborted the communicator after an error "
-                              "(BMT_ABORTED)",
+        return errprintf(err,
+                         "rank %d (world rank %d) aborted the communicator after an error "
+                         "(BMT_ABORTED)",
                          r, bmt_comm_member(c, r));
-    return errprintf(err, "rank %d (world rank %d) aborted the communicator; this rank was "
-                          "waiting for rank %d (world rank %d) (BMT_ABORTED)",
+    return errprintf(err,
+                     "rank %d (world rank %d) aborted the communicator; this rank was "
+                     "waiting for rank %d (world rank %d) (BMT_ABORTED)",
                      r, bmt_comm_member(c, r), waiting_for, bmt_comm_member(c, waiting_for));
 }
 
@@ -279,14 +276,16 @@ static int timeout_error(bmt_comm_t *c, const struct shm *s, bmt_error_t *err)
     int n = 0;
     int j = missing_ranks(c, s, &n);
     if (j < 0)
-        return errprintf(err, "timed out after %.1f s although every rank arrived "
-                              "(did the ranks call different collectives?) (BMT_TIMEOUT)",
+        return errprintf(err,
+                         "timed out after %.1f s although every rank arrived "
+                         "(did the ranks call different collectives?) (BMT_TIMEOUT)",
                          s->timeout_s);
     char more[32] = "";
     if (n > 1)
         snprintf(more, sizeof(more), " and %d more", n - 1);
-    return errprintf(err, "timed out after %.1f s waiting for rank %d (world rank %d)%s "
-                          "(BMT_TIMEOUT)",
+    return errprintf(err,
+                     "timed out after %.1f s waiting for rank %d (world rank %d)%s "
+                     "(BMT_TIMEOUT)",
                      s->timeout_s, j, bmt_comm_member(c, j), more);
 }
 
@@ -353,15 +352,9 @@ static inline float bf16_widen(uint16_t x)
 }
 
 /* max that propagates NaN from either side, so a NaN is never hidden. */
-static inline float max_f32(float a, float x)
-{
-    return x > a || isnan(x) ? x : a;
-}
+static inline float max_f32(float a, float x) { return x > a || isnan(x) ? x : a; }
 
-static inline double max_f64(double a, double x)
-{
-    return x > a || isnan(x) ? x : a;
-}
+static inline double max_f64(double a, double x) { return x > a || isnan(x) ? x : a; }
 
 /* dst[0, n) = op over ranks j = 0..size-1, in that order, of elements [off, off + n)
  * of slot j of set (slots stride bytes apart), for f32 or (bf16 true) bf16:
@@ -370,7 +363,7 @@ static inline double max_f64(double a, double x)
 static void reduce_f32(char *dst, const char *set, size_t stride, size_t off, size_t n, int size,
                        bmt_op_t op, bool bf16)
 {
-    float acc[SHM_TILE]; /* (m) running result of one tile */
+    float acc[SHM_TILE];  /* (m) running result of one tile */
     float wide[SHM_TILE]; /* (m) one rank's bf16 tile widened to f32 */
     uint16_t out[SHM_TILE];
     size_t es = bf16 ? 2 : 4;
@@ -414,8 +407,7 @@ static void reduce_f64(char *dst, const char *set, size_t stride, size_t off, si
     for (size_t t = 0; t < n; t += SHM_TILE) {
         size_t m = min_sz(SHM_TILE, n - t);
         for (int j = 0; j < size; j++) {
-            const double *x =
-                (const double *)(const void *)(set + (size_t)j * stride) + off + t;
+            const double *x = (const double *)(const void *)(set + (size_t)j * stride) + off + t;
             if (j == 0)
                 memcpy(acc, x, m * sizeof(double));
             else if (op == BMT_MAX)
@@ -450,8 +442,7 @@ static void retire_stale(const char *name)
     if (fd >= 0) {
         struct stat st;
         if (fstat(fd, &st) == 0 && st.st_size >= (off_t)sizeof(struct shm_hdr)) {
-            struct shm_hdr *h =
-                mmap(NULL, sizeof(*h), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            struct shm_hdr *h = mmap(NULL, sizeof(*h), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
             if (h != MAP_FAILED) {
                 atomic_fetch_or(&h->attach, SHM_ATTACH_DEAD);
                 futex_wake_all(&h->attach);
@@ -478,8 +469,9 @@ static int wait_attached(bmt_comm_t *c, struct shm *s, double deadline, bmt_erro
         for (int j = 0; j < c->size; j++) {
             uint32_t a = atomic_load_explicit(&s->lines[j].attached, memory_order_relaxed);
             if (a == SHM_LINE_REJECTED)
-                return errprintf(err, "rank %d (world rank %d) rejected the shm segment "
-                                      "(see its error)",
+                return errprintf(err,
+                                 "rank %d (world rank %d) rejected the shm segment "
+                                 "(see its error)",
                                  j, bmt_comm_member(c, j));
             if (a == 0 && missing < 0)
                 missing = j;
@@ -488,8 +480,9 @@ static int wait_attached(bmt_comm_t *c, struct shm *s, double deadline, bmt_erro
         if (left <= 0) {
             if (missing < 0)
                 missing = 0;
-            return errprintf(err, "timed out after %.1f s waiting for rank %d (world rank %d) "
-                                  "to attach to the shm segment (BMT_TIMEOUT)",
+            return errprintf(err,
+                             "timed out after %.1f s waiting for rank %d (world rank %d) "
+                             "to attach to the shm segment (BMT_TIMEOUT)",
                              s->timeout_s, missing, bmt_comm_member(c, missing));
         }
         futex_wait(&h->attach, v, left < SHM_ATTACH_SLICE_S ? left : SHM_ATTACH_SLICE_S);
@@ -528,8 +521,9 @@ static int seg_create(bmt_comm_t *c, struct shm *s, const struct shm_geom *g, do
     if (e != 0) {
         close(fd);
         shm_unlink(g->name);
-        return errprintf(err, "cannot reserve %.1f MiB in /dev/shm: %s (lower BMT_SHM_CHUNK "
-                              "or enlarge /dev/shm)",
+        return errprintf(err,
+                         "cannot reserve %.1f MiB in /dev/shm: %s (lower BMT_SHM_CHUNK "
+                         "or enlarge /dev/shm)",
                          (double)g->total / 1048576.0, strerror(e));
     }
     void *p = mmap(NULL, g->total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -572,8 +566,9 @@ static int check_header(const bmt_comm_t *c, const struct shm_hdr *h, size_t byt
         return errprintf(err, "%s was created for %d ranks, this communicator has %d", g->name,
                          (int)h->size, c->size);
     if (h->slot != g->slot)
-        return errprintf(err, "rank 0 stages %llu-byte chunks, this rank %zu: set BMT_SHM_CHUNK "
-                              "alike on every rank",
+        return errprintf(err,
+                         "rank 0 stages %llu-byte chunks, this rank %zu: set BMT_SHM_CHUNK "
+                         "alike on every rank",
                          (unsigned long long)h->slot, g->slot);
     if (h->total != g->total || bytes != g->total)
         return errprintf(err, "%s has %zu bytes, expected %zu", g->name, bytes, g->total);
@@ -593,12 +588,13 @@ static int seg_join(bmt_comm_t *c, struct shm *s, const struct shm_geom *g, doub
                     bmt_error_t *err)
 {
     bmt_error_t why; /* what we are waiting for, for the deadline's message */
-    snprintf(why.text, sizeof(why.text), " waiting for rank 0 (world rank %d) to create the shm "
-             "segment", bmt_comm_member(c, 0));
+    snprintf(why.text, sizeof(why.text),
+             " waiting for rank 0 (world rank %d) to create the shm "
+             "segment",
+             bmt_comm_member(c, 0));
     for (;; sleep_ns(SHM_POLL_NS)) {
         if (now_s() >= deadline)
-            return errprintf(err, "timed out after %.1f s%s (BMT_TIMEOUT)", s->timeout_s,
-                             why.text);
+            return errprintf(err, "timed out after %.1f s%s (BMT_TIMEOUT)", s->timeout_s, why.text);
         int fd = shm_open(g->name, O_RDWR, 0);
         if (fd < 0) {
             if (errno == ENOENT)
@@ -802,8 +798,8 @@ static int shm_reduce_scatter(bmt_comm_t *c, const void *send, void *recv, size_
         size_t n = min_sz(per, count - done);
         char *mine = next_set(s, c->size) + (size_t)c->rank * s->slot; /* (size, n) */
         for (int b = 0; b < c->size && n; b++)
-            memcpy(mine + (size_t)b * n * es,
-                   (const char *)send + ((size_t)b * count + done) * es, n * es);
+            memcpy(mine + (size_t)b * n * es, (const char *)send + ((size_t)b * count + done) * es,
+                   n * es);
         if (shm_sync(c, s, err) < 0)
             return -1;
         reduce((char *)recv + done * es, cur_set(s, c->size), s->slot, (size_t)c->rank * n, n,
@@ -856,8 +852,7 @@ static int shm_all_reduce(bmt_comm_t *c, const void *send, void *recv, size_t co
             size_t lo = m * (size_t)c->rank / (size_t)c->size;
             size_t hi = m * ((size_t)c->rank + 1) / (size_t)c->size;
             char *result = s->results + (size_t)(s->seq & 1) * s->slot; /* (m) */
-            reduce(result + lo * es, cur_set(s, c->size), s->slot, lo, hi - lo, c->size, dtype,
-                   op);
+            reduce(result + lo * es, cur_set(s, c->size), s->slot, lo, hi - lo, c->size, dtype, op);
         }
         if (k > 0) {
             size_t pm = min_sz(per, count - (k - 1) * per);

@@ -19,9 +19,9 @@ struct bmt_ctx {
     bmt_layout_t layout;
     bmt_rank_info_t self;
     bmt_device_kind_t device;
-    int device_index;   /* CUDA ordinal, -1 on CPU */
+    int device_index; /* CUDA ordinal, -1 on CPU */
     double timeout_s;
-    uint64_t job_hash;  /* hash of the PMIx namespace and uid: names shared objects */
+    uint64_t job_hash; /* hash of the PMIx namespace and uid: names shared objects */
     const struct comm_backend *backend;
     bmt_comm_t *world_comm;
     bmt_comm_t *group_comm;

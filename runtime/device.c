@@ -85,8 +85,7 @@ static int copy(bmt_ctx_t *ctx, void *dst, const void *src, size_t bytes, int to
 #endif
 }
 
-int bmt_mem_upload(bmt_ctx_t *ctx, void *dst, const void *host_src, size_t bytes,
-                   bmt_error_t *err)
+int bmt_mem_upload(bmt_ctx_t *ctx, void *dst, const void *host_src, size_t bytes, bmt_error_t *err)
 {
     return copy(ctx, dst, host_src, bytes, 1, err);
 }

@@ -17,29 +17,27 @@
 #include "error.h"
 
 static const env_knob_t knobs[] = {
-    {"BMT_GROUPS", NULL, "number of groups (data-parallel replicas); set by bmlaunch"},
-    {"BMT_GPUS_PER_GROUP", NULL, "ranks per group (ZeRO-3 shards); set by bmlaunch"},
-    {"BMT_GPUS_PER_NODE", NULL, "ranks per node; set by bmlaunch"},
-    {"BMT_NODES", NULL, "nodes of the job; set by bmlaunch"},
-    {"BMT_WORLD_SIZE", NULL, "groups * gpus_per_group; set by bmlaunch"},
-    {"BMT_RANK", NULL, "this process's rank, for programs that do not use PMIx; set by bmlaunch"},
-    {"BMT_LOCAL_RANK", NULL, "rank within the node (picks the GPU); set by bmlaunch"},
-    {"BMT_GROUP", NULL, "this rank's group; set by bmlaunch"},
-    {"BMT_GROUP_RANK", NULL, "this rank's index in its group; set by bmlaunch"},
-    {"BMT_NODE", NULL, "this rank's node; set by bmlaunch"},
-    {"BMT_JOB_ID", NULL, "job identifier (the PMIx namespace locally, the Slurm job under srun)"},
-    {"BMT_DEVICE", "cpu", "cpu or cuda: where buffers live and compute runs"},
-    {"BMT_BACKEND", NULL, "shm, nccl or none; default shm on cpu, nccl on cuda"},
-    {"BMT_TIMEOUT", "300", "seconds any bootstrap step or collective may take before it fails"},
-    {"BMT_SHM_CHUNK", "1M", "bytes each rank stages per step in the shm backend (K/M/G suffix); "
-                            "each shm communicator reserves (2*size+2) times this in /dev/shm"},
-    {NULL, NULL, NULL},
+    { "BMT_GROUPS", NULL, "number of groups (data-parallel replicas); set by bmlaunch" },
+    { "BMT_GPUS_PER_GROUP", NULL, "ranks per group (ZeRO-3 shards); set by bmlaunch" },
+    { "BMT_GPUS_PER_NODE", NULL, "ranks per node; set by bmlaunch" },
+    { "BMT_NODES", NULL, "nodes of the job; set by bmlaunch" },
+    { "BMT_WORLD_SIZE", NULL, "groups * gpus_per_group; set by bmlaunch" },
+    { "BMT_RANK", NULL, "this process's rank, for programs that do not use PMIx; set by bmlaunch" },
+    { "BMT_LOCAL_RANK", NULL, "rank within the node (picks the GPU); set by bmlaunch" },
+    { "BMT_GROUP", NULL, "this rank's group; set by bmlaunch" },
+    { "BMT_GROUP_RANK", NULL, "this rank's index in its group; set by bmlaunch" },
+    { "BMT_NODE", NULL, "this rank's node; set by bmlaunch" },
+    { "BMT_JOB_ID", NULL, "job identifier (the PMIx namespace locally, the Slurm job under srun)" },
+    { "BMT_DEVICE", "cpu", "cpu or cuda: where buffers live and compute runs" },
+    { "BMT_BACKEND", NULL, "shm, nccl or none; default shm on cpu, nccl on cuda" },
+    { "BMT_TIMEOUT", "300", "seconds any bootstrap step or collective may take before it fails" },
+    { "BMT_SHM_CHUNK", "1M",
+      "bytes each rank stages per step in the shm backend (K/M/G suffix); "
+      "each shm communicator reserves (2*size+2) times this in /dev/shm" },
+    { NULL, NULL, NULL },
 };
 
-const env_knob_t *env_knobs(void)
-{
-    return knobs;
-}
+const env_knob_t *env_knobs(void) { return knobs; }
 
 static const env_knob_t *find(const char *name)
 {

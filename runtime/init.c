@@ -125,13 +125,16 @@ static int setup_backend(bmt_ctx_t *ctx, const char *name, bmt_error_t *err)
 #else
         const char *known = "shm or none (this libbmt was built without NCCL)";
 #endif
-        return errprintf(err, "rank %d: unknown communication backend '%.40s' (BMT_BACKEND): use %s",
+        return errprintf(err,
+                         "rank %d: unknown communication backend '%.40s' (BMT_BACKEND): use %s",
                          ctx->rank, name, known);
     }
     if (ctx->backend == &comm_backend_shm) {
         if (ctx->device != BMT_DEVICE_CPU)
-            return errprintf(err, "rank %d: the shm backend moves host memory; use device cpu, "
-                                  "or the nccl backend on cuda", ctx->rank);
+            return errprintf(err,
+                             "rank %d: the shm backend moves host memory; use device cpu, "
+                             "or the nccl backend on cuda",
+                             ctx->rank);
         const boot_info_t *bi = boot_info(ctx->boot);
         if (bi->local_size != bi->size)
             return errprintf(err,
@@ -194,8 +197,10 @@ int bmt_init(bmt_ctx_t **out, const bmt_config_t *cfg, bmt_error_t *err)
         cfg = &defaults;
     if (cfg->magic != BMT_CONFIG_MAGIC || cfg->size < sizeof(bmt_config_t) ||
         cfg->version != BMT_CONFIG_VERSION)
-        return errprintf(err, "bmt_init: the config was not set up with BMT_CONFIG_INITIALIZER "
-                              "of this version of bmt.h (%s)", BMT_VERSION_STRING);
+        return errprintf(err,
+                         "bmt_init: the config was not set up with BMT_CONFIG_INITIALIZER "
+                         "of this version of bmt.h (%s)",
+                         BMT_VERSION_STRING);
     bmt_ctx_t *ctx = calloc(1, sizeof(*ctx));
     if (ctx == NULL)
         return errprintf(err, "bmt_init: out of memory");

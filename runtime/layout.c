@@ -32,8 +32,8 @@ int bmt_parse_positive(const char *text, const char *what, int *out, bmt_error_t
     return 0;
 }
 
-int bmt_layout_make(bmt_layout_t *out, int groups, int gpus_per_group, int gpus_per_node,
-                    int nodes, bmt_error_t *err)
+int bmt_layout_make(bmt_layout_t *out, int groups, int gpus_per_group, int gpus_per_node, int nodes,
+                    bmt_error_t *err)
 {
     if (groups < 1)
         return errprintf(err, "groups must be at least 1, got %d", groups);
@@ -168,8 +168,8 @@ static bool alt_seen(const bmt_layout_alt_t *v, size_t n, int groups, int size)
     return false;
 }
 
-static void alt_push(bmt_layout_alt_t *v, size_t *n, size_t cap, const bmt_layout_t *l,
-                     int groups, int size, const char *why)
+static void alt_push(bmt_layout_alt_t *v, size_t *n, size_t cap, const bmt_layout_t *l, int groups,
+                     int size, const char *why)
 {
     if (size < 1 || groups < 1 || *n >= cap)
         return;
@@ -178,7 +178,7 @@ static void alt_push(bmt_layout_alt_t *v, size_t *n, size_t cap, const bmt_layou
     int world = groups * size;
     if (world % l->gpus_per_node != 0 || alt_seen(v, *n, groups, size))
         return;
-    v[(*n)++] = (bmt_layout_alt_t){groups, size, world, world / l->gpus_per_node, why};
+    v[(*n)++] = (bmt_layout_alt_t){ groups, size, world, world / l->gpus_per_node, why };
 }
 
 size_t bmt_layout_alternatives(const bmt_layout_t *l, bmt_layout_alt_t *out, size_t max)
@@ -186,7 +186,9 @@ size_t bmt_layout_alternatives(const bmt_layout_t *l, bmt_layout_alt_t *out, siz
     if (bmt_layout_rail_aligned(l) || max == 0)
         return 0;
     const int s = l->gpus_per_group, G = l->gpus_per_node;
-    enum { CAP = 16 };
+    enum {
+        CAP = 16
+    };
     bmt_layout_alt_t same_groups[CAP], same_world[CAP];
     size_t ng = 0, nw = 0;
 

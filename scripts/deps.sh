@@ -15,6 +15,7 @@ libpmix-dev
 libjansson-dev
 python3
 procps
+clang-format
 "
 
 missing=""

@@ -65,9 +65,9 @@ BMT_API const char *bmt_op_name(bmt_op_t op);
 /* Options of bmt_init. Start from BMT_CONFIG_INITIALIZER; fields left NULL or 0
  * take their value from the environment (docs/env.md) or the default. */
 typedef struct bmt_config {
-    size_t size;      /* sizeof(bmt_config_t), for extension */
-    uint32_t magic;   /* BMT_CONFIG_MAGIC */
-    uint32_t version; /* BMT_CONFIG_VERSION */
+    size_t size;         /* sizeof(bmt_config_t), for extension */
+    uint32_t magic;      /* BMT_CONFIG_MAGIC */
+    uint32_t version;    /* BMT_CONFIG_VERSION */
     const char *device;  /* "cpu" or "cuda"; NULL: BMT_DEVICE, else "cpu" */
     const char *backend; /* "shm", "nccl" or "none"; NULL: BMT_BACKEND, else by device */
     double timeout_s;    /* deadline of bootstrap and collectives; 0: BMT_TIMEOUT, else 300 */
@@ -75,9 +75,9 @@ typedef struct bmt_config {
 
 #define BMT_CONFIG_MAGIC 0x434d4254u /* "BMTC" */
 #define BMT_CONFIG_VERSION 1u
-#define BMT_CONFIG_INITIALIZER                                                                \
-    {                                                                                         \
-        sizeof(bmt_config_t), BMT_CONFIG_MAGIC, BMT_CONFIG_VERSION, NULL, NULL, 0.0           \
+#define BMT_CONFIG_INITIALIZER                                                                     \
+    {                                                                                              \
+        sizeof(bmt_config_t), BMT_CONFIG_MAGIC, BMT_CONFIG_VERSION, NULL, NULL, 0.0                \
     }
 
 typedef struct bmt_ctx bmt_ctx_t;   /* one per process */

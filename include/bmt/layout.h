@@ -51,8 +51,8 @@ typedef struct bmt_rank_info {
  * Errors (return -1, *out untouched, err says what is wrong and what to do):
  *   a size < 1, a world over BMT_LAYOUT_MAX_WORLD, a world that does not fill
  *   whole nodes, more ranks than nodes * gpus_per_node, fewer ranks than that. */
-BMT_API int bmt_layout_make(bmt_layout_t *out, int groups, int gpus_per_group,
-                            int gpus_per_node, int nodes, bmt_error_t *err);
+BMT_API int bmt_layout_make(bmt_layout_t *out, int groups, int gpus_per_group, int gpus_per_node,
+                            int nodes, bmt_error_t *err);
 
 /* Where rank lives. rank must be in [0, world). */
 BMT_API bmt_rank_info_t bmt_layout_rank(const bmt_layout_t *l, int rank);

@@ -22,7 +22,7 @@
 typedef struct record {
     int32_t rank, node, local_rank, group, group_rank;
     int32_t world_size, group_size, group_comm_rank, replica_size, replica_comm_rank;
-    int32_t env_rank;   /* BMT_RANK as the launcher set it, -1 if unset */
+    int32_t env_rank;                   /* BMT_RANK as the launcher set it, -1 if unset */
     int32_t group_first, replica_first; /* world rank of member 0 of each comm */
     char host[64];
 } record_t;
@@ -59,12 +59,19 @@ int main(int argc, char **argv)
     bmt_comm_t *g = bmt_comm_group(ctx), *rc = bmt_comm_replica(ctx), *w = bmt_comm_world(ctx);
     const char *env_rank = getenv("BMT_RANK");
     record_t mine = {
-        .rank = me.rank, .node = me.node, .local_rank = me.local_rank, .group = me.group,
-        .group_rank = me.group_rank, .world_size = bmt_comm_size(w),
-        .group_size = bmt_comm_size(g), .group_comm_rank = bmt_comm_rank(g),
-        .replica_size = bmt_comm_size(rc), .replica_comm_rank = bmt_comm_rank(rc),
+        .rank = me.rank,
+        .node = me.node,
+        .local_rank = me.local_rank,
+        .group = me.group,
+        .group_rank = me.group_rank,
+        .world_size = bmt_comm_size(w),
+        .group_size = bmt_comm_size(g),
+        .group_comm_rank = bmt_comm_rank(g),
+        .replica_size = bmt_comm_size(rc),
+        .replica_comm_rank = bmt_comm_rank(rc),
         .env_rank = env_rank ? atoi(env_rank) : -1,
-        .group_first = bmt_comm_member(g, 0), .replica_first = bmt_comm_member(rc, 0),
+        .group_first = bmt_comm_member(g, 0),
+        .replica_first = bmt_comm_member(rc, 0),
     };
     snprintf(mine.host, sizeof(mine.host), "%s", bmt_hostname(ctx));
     int n = bmt_world_size(ctx);
@@ -111,7 +118,8 @@ int main(int argc, char **argv)
         for (int h = 0; h < nhosts; h++)
             printf("%s%s", h ? "," : " ", hosts[h]);
         printf("; every peer's placement and communicators check out; init %.3f s, "
-               "init+exchange %.3f s\n", t_init, t_total);
+               "init+exchange %.3f s\n",
+               t_init, t_total);
     }
     free(recs);
     bmt_finalize(ctx);

@@ -44,7 +44,9 @@ static uint64_t mix(uint64_t x)
 static double input(int family, int w, size_t i, int s)
 {
     if (family == 0)
-        return (double)((int)((mix((uint64_t)w * 1000003u + i * 7919u + (uint64_t)s * 104729u) % 31)) - 15);
+        return (
+            double)((int)((mix((uint64_t)w * 1000003u + i * 7919u + (uint64_t)s * 104729u) % 31)) -
+                    15);
     uint64_t h = mix(((uint64_t)w << 40) ^ ((uint64_t)s << 56) ^ i);
     return (double)(h >> 11) / 9007199254740992.0 * 2.0 - 1.0;
 }
@@ -151,8 +153,8 @@ static double reduce(bmt_op_t op, const double *v, int n)
 
 static int check_comm(bmt_comm_t *comm, bufs_t *b, const size_t *counts, int ncounts, int *salt)
 {
-    static const bmt_dtype_t dtypes[] = {BMT_F32, BMT_BF16, BMT_F64};
-    static const bmt_op_t ops[] = {BMT_SUM, BMT_AVG, BMT_MAX};
+    static const bmt_dtype_t dtypes[] = { BMT_F32, BMT_BF16, BMT_F64 };
+    static const bmt_op_t ops[] = { BMT_SUM, BMT_AVG, BMT_MAX };
     const int n = bmt_comm_size(comm), me = bmt_comm_rank(comm);
     int *w = malloc(sizeof(int) * (size_t)n);
     double *v = malloc(sizeof(double) * (size_t)n);
@@ -181,8 +183,8 @@ static int check_comm(bmt_comm_t *comm, bufs_t *b, const size_t *counts, int nco
                     return fail(err.text);
                 if (download(b, b->dev_recv, count * es * n) < 0)
                     return -1;
-                snprintf(what, sizeof(what), "%s all_gather %s count %zu", bmt_comm_name(comm),
-                         tn, count);
+                snprintf(what, sizeof(what), "%s all_gather %s count %zu", bmt_comm_name(comm), tn,
+                         count);
                 for (int k = 0; k < n; k++)
                     for (size_t i = 0; i < count; i++) {
                         double want = as_dtype(t, input(family, w[k], i, s));
@@ -226,8 +228,8 @@ static int check_comm(bmt_comm_t *comm, bufs_t *b, const size_t *counts, int nco
                         if (download(b, out, count * es) < 0)
                             return -1;
                         snprintf(what, sizeof(what), "%s all_reduce%s %s %s count %zu",
-                                 bmt_comm_name(comm), inplace ? " (in place)" : "",
-                                 bmt_op_name(op), tn, count);
+                                 bmt_comm_name(comm), inplace ? " (in place)" : "", bmt_op_name(op),
+                                 tn, count);
                         for (size_t i = 0; i < count; i++) {
                             for (int k = 0; k < n; k++)
                                 v[k] = as_dtype(t, input(family, w[k], i, s));
@@ -254,8 +256,8 @@ static int check_comm(bmt_comm_t *comm, bufs_t *b, const size_t *counts, int nco
                     snprintf(what, sizeof(what), "%s broadcast from %d %s count %zu",
                              bmt_comm_name(comm), root, tn, count);
                     for (size_t i = 0; i < count; i++)
-                        if (compare(what, b->h_recv, t, i, as_dtype(t, input(family, w[root], i, s)),
-                                    1, 0, 1) < 0)
+                        if (compare(what, b->h_recv, t, i,
+                                    as_dtype(t, input(family, w[root], i, s)), 1, 0, 1) < 0)
                             return -1;
                 }
             }
@@ -279,8 +281,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "collcheck: backend is %s, expected %s\n", bmt_backend(ctx), want_backend);
         return 1;
     }
-    static const size_t full[] = {0, 1, 3, 7, 1000, 300001};
-    static const size_t small[] = {0, 1, 7, 1000, 70001};
+    static const size_t full[] = { 0, 1, 3, 7, 1000, 300001 };
+    static const size_t small[] = { 0, 1, 7, 1000, 70001 };
     const size_t *counts = quick ? small : full;
     int ncounts = quick ? 5 : 6;
     size_t maxcount = counts[ncounts - 1];
@@ -297,7 +299,7 @@ int main(int argc, char **argv)
         return 1;
     }
     int salt = 0;
-    bmt_comm_t *comms[3] = {bmt_comm_world(ctx), bmt_comm_group(ctx), bmt_comm_replica(ctx)};
+    bmt_comm_t *comms[3] = { bmt_comm_world(ctx), bmt_comm_group(ctx), bmt_comm_replica(ctx) };
     for (int c = 0; c < 3; c++)
         if (check_comm(comms[c], &b, counts, ncounts, &salt) < 0) {
             bmt_finalize(ctx);
@@ -307,8 +309,8 @@ int main(int argc, char **argv)
     printf("collcheck: rank %d (group %d rank %d, %s on %s): %ld checks passed on world(%d), "
            "group(%d), replica(%d)\n",
            me.rank, me.group, me.group_rank, bmt_backend(ctx),
-           bmt_device(ctx) == BMT_DEVICE_CUDA ? "cuda" : "cpu", checks,
-           bmt_comm_size(comms[0]), bmt_comm_size(comms[1]), bmt_comm_size(comms[2]));
+           bmt_device(ctx) == BMT_DEVICE_CUDA ? "cuda" : "cpu", checks, bmt_comm_size(comms[0]),
+           bmt_comm_size(comms[1]), bmt_comm_size(comms[2]));
     bmt_mem_free(ctx, b.dev_send);
     bmt_mem_free(ctx, b.dev_recv);
     free(b.h_send);

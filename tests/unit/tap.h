@@ -57,7 +57,8 @@ static inline int tap_is_int(long long got, long long want, const char *file, in
         printf("#   got %lld, want %lld\n", got, want);
     return cond;
 }
-#define is_int(got, want, what) tap_is_int((long long)(got), (long long)(want), __FILE__, __LINE__, (what))
+#define is_int(got, want, what)                                                                    \
+    tap_is_int((long long)(got), (long long)(want), __FILE__, __LINE__, (what))
 
 static inline int tap_is_str(const char *got, const char *want, const char *file, int line,
                              const char *what)

@@ -30,38 +30,36 @@ static int parse(const char *const *args, launch_opts_t *o, bmt_error_t *err)
 static void check_valid(void)
 {
     launch_opts_t o;
-    bmt_error_t err = {{0}};
+    bmt_error_t err = { { 0 } };
     {
-        const char *a[] = {"--groups", "2", "--gpus-per-group", "4", "--", "prog", "-x", NULL};
-        ok(parse(a, &o, &err) == 0 && o.groups == 2 && o.gpus_per_group == 4 &&
-               o.prog_argc == 2 && strcmp(o.prog_argv[0], "prog") == 0 &&
-               strcmp(o.prog_argv[1], "-x") == 0,
+        const char *a[] = { "--groups", "2", "--gpus-per-group", "4", "--", "prog", "-x", NULL };
+        ok(parse(a, &o, &err) == 0 && o.groups == 2 && o.gpus_per_group == 4 && o.prog_argc == 2 &&
+               strcmp(o.prog_argv[0], "prog") == 0 && strcmp(o.prog_argv[1], "-x") == 0,
            "long options, -- and the program's own options");
     }
     {
-        const char *a[] = {"-g", "3", "-n", "5", "hostname", "--groups", "9", NULL};
-        ok(parse(a, &o, &err) == 0 && o.groups == 3 && o.gpus_per_group == 5 &&
-               o.prog_argc == 3 && strcmp(o.prog_argv[1], "--groups") == 0,
+        const char *a[] = { "-g", "3", "-n", "5", "hostname", "--groups", "9", NULL };
+        ok(parse(a, &o, &err) == 0 && o.groups == 3 && o.gpus_per_group == 5 && o.prog_argc == 3 &&
+               strcmp(o.prog_argv[1], "--groups") == 0,
            "options after the program belong to the program");
     }
     {
-        const char *a[] = {"prog", NULL};
+        const char *a[] = { "prog", NULL };
         ok(parse(a, &o, &err) == 0 && o.groups == 1 && o.gpus_per_group == 1 &&
-               strcmp(o.device, "cpu") == 0 && o.backend == NULL && o.grace_s == 5.0 &&
-               o.label && !o.plan && o.gpus_per_node == 0 && o.nodes == 0,
+               strcmp(o.device, "cpu") == 0 && o.backend == NULL && o.grace_s == 5.0 && o.label &&
+               !o.plan && o.gpus_per_node == 0 && o.nodes == 0,
            "defaults: 1x1, cpu, backend by device, grace 5 s, labels on");
     }
     {
-        const char *a[] = {"--groups", "20", "--gpus-per-group", "50", "--gpus-per-node", "8",
-                           "--plan", "--json", NULL};
-        ok(parse(a, &o, &err) == 0 && o.plan && o.json && o.gpus_per_node == 8 &&
-               o.prog_argc == 0,
+        const char *a[] = { "--groups", "20",     "--gpus-per-group", "50", "--gpus-per-node",
+                            "8",        "--plan", "--json",           NULL };
+        ok(parse(a, &o, &err) == 0 && o.plan && o.json && o.gpus_per_node == 8 && o.prog_argc == 0,
            "--plan --json needs no program");
     }
     {
-        const char *a[] = {"--device", "cuda", "--backend", "nccl", "--grace", "0.5",
-                           "--timeout", "30", "--log-dir", "/tmp/x", "--tee", "--no-label",
-                           "-v", "-N", "2", "p", NULL};
+        const char *a[] = { "--device",  "cuda", "--backend", "nccl",   "--grace", "0.5",
+                            "--timeout", "30",   "--log-dir", "/tmp/x", "--tee",   "--no-label",
+                            "-v",        "-N",   "2",         "p",      NULL };
         ok(parse(a, &o, &err) == 0 && strcmp(o.device, "cuda") == 0 &&
                strcmp(o.backend, "nccl") == 0 && o.grace_s == 0.5 && o.timeout_s == 30 &&
                strcmp(o.log_dir, "/tmp/x") == 0 && o.tee && !o.label && o.verbose == 1 &&
@@ -69,7 +67,7 @@ static void check_valid(void)
            "every option sets its field");
     }
     {
-        const char *a[] = {"--grace", "0", "p", NULL};
+        const char *a[] = { "--grace", "0", "p", NULL };
         ok(parse(a, &o, &err) == 0 && o.grace_s == 0, "--grace 0 (SIGKILL at once) is allowed");
     }
 }
@@ -78,37 +76,38 @@ static const struct {
     const char *args[8];
     const char *want;
 } bad[] = {
-    {{"--groups", "0", "p"}, "--groups must be at least 1"},
-    {{"--groups", "-2", "p"}, "--groups needs a positive whole number, got '-2'"},
-    {{"--groups", "two", "p"}, "--groups needs a positive whole number, got 'two'"},
-    {{"--gpus-per-group", "4x", "p"}, "--gpus-per-group needs a positive whole number"},
-    {{"--gpus-per-node", "", "p"}, "--gpus-per-node needs a positive whole number, got nothing"},
-    {{"--nodes", "99999999999", "p"}, "--nodes: '99999999999' is too large"},
-    {{"--groups"}, "--groups needs a value"},
-    {{"--frobnicate", "p"}, "unknown option '--frobnicate'"},
-    {{"-z", "p"}, "unknown option '-z'"},
-    {{"--device", "tpu", "p"}, "--device must be cpu or cuda, got 'tpu'"},
-    {{"--backend", "mpi", "p"}, "--backend must be shm, nccl or none, got 'mpi'"},
-    {{"--device", "cuda", "--backend", "shm", "p"}, "--backend shm moves host memory"},
-    {{"--backend", "nccl", "p"}, "--backend nccl needs --device cuda"},
-    {{"--grace", "-1", "p"}, "--grace needs a non-negative number of seconds, got '-1'"},
-    {{"--grace", "soon", "p"}, "--grace needs a non-negative number of seconds"},
-    {{"--timeout", "0", "p"}, "--timeout needs a positive number of seconds"},
-    {{"--timeout", "nan", "p"}, "--timeout needs a positive number of seconds"},
-    {{"--json", "p"}, "--json goes with --plan"},
-    {{"--tee", "p"}, "--tee goes with --log-dir"},
-    {{"--log-dir", "", "p"}, "--log-dir needs a directory"},
-    {{"--plan", "p"}, "--plan runs nothing"},
-    {{"--groups", "2"}, "no program to run"},
-    {{"--"}, "no program to run"},
-    {{NULL}, "no program to run"},
+    { { "--groups", "0", "p" }, "--groups must be at least 1" },
+    { { "--groups", "-2", "p" }, "--groups needs a positive whole number, got '-2'" },
+    { { "--groups", "two", "p" }, "--groups needs a positive whole number, got 'two'" },
+    { { "--gpus-per-group", "4x", "p" }, "--gpus-per-group needs a positive whole number" },
+    { { "--gpus-per-node", "", "p" },
+      "--gpus-per-node needs a positive whole number, got nothing" },
+    { { "--nodes", "99999999999", "p" }, "--nodes: '99999999999' is too large" },
+    { { "--groups" }, "--groups needs a value" },
+    { { "--frobnicate", "p" }, "unknown option '--frobnicate'" },
+    { { "-z", "p" }, "unknown option '-z'" },
+    { { "--device", "tpu", "p" }, "--device must be cpu or cuda, got 'tpu'" },
+    { { "--backend", "mpi", "p" }, "--backend must be shm, nccl or none, got 'mpi'" },
+    { { "--device", "cuda", "--backend", "shm", "p" }, "--backend shm moves host memory" },
+    { { "--backend", "nccl", "p" }, "--backend nccl needs --device cuda" },
+    { { "--grace", "-1", "p" }, "--grace needs a non-negative number of seconds, got '-1'" },
+    { { "--grace", "soon", "p" }, "--grace needs a non-negative number of seconds" },
+    { { "--timeout", "0", "p" }, "--timeout needs a positive number of seconds" },
+    { { "--timeout", "nan", "p" }, "--timeout needs a positive number of seconds" },
+    { { "--json", "p" }, "--json goes with --plan" },
+    { { "--tee", "p" }, "--tee goes with --log-dir" },
+    { { "--log-dir", "", "p" }, "--log-dir needs a directory" },
+    { { "--plan", "p" }, "--plan runs nothing" },
+    { { "--groups", "2" }, "no program to run" },
+    { { "--" }, "no program to run" },
+    { { NULL }, "no program to run" },
 };
 
 static void check_bad(void)
 {
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         launch_opts_t o;
-        bmt_error_t err = {{0}};
+        bmt_error_t err = { { 0 } };
         int rc = parse(bad[i].args, &o, &err);
         char line[128] = "";
         for (int k = 0; bad[i].args[k]; k++)

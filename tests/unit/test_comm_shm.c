@@ -41,7 +41,12 @@
 #define MAX_RANKS 8
 #define MIXED_OPS 60
 
-enum scenario { SC_SUITE, SC_TIMEOUT, SC_MISMATCH, SC_STALE };
+enum scenario {
+    SC_SUITE,
+    SC_TIMEOUT,
+    SC_MISMATCH,
+    SC_STALE
+};
 
 struct run {
     const char *label;
@@ -49,25 +54,29 @@ struct run {
     const char *chunk; /* BMT_SHM_CHUNK; NULL: the default (1M) */
     enum scenario sc;
     double timeout_s;
-    size_t big;        /* a count that crosses many chunks */
-    bool splits;       /* also split 2 x n/2 into group and replica comms */
-    bool bench;        /* print a bandwidth figure */
+    size_t big;  /* a count that crosses many chunks */
+    bool splits; /* also split 2 x n/2 into group and replica comms */
+    bool bench;  /* print a bandwidth figure */
 };
 
 static const struct run runs[] = {
-    {"1 rank", 1, NULL, SC_SUITE, 20, 600001, false, false},
-    {"2 ranks, 1M chunk", 2, NULL, SC_SUITE, 20, 600001, false, true},
-    {"3 ranks, 4K chunk", 3, "4K", SC_SUITE, 20, 10007, false, false},
-    {"4 ranks, 4K chunk", 4, "4K", SC_SUITE, 20, 10007, true, false},
-    {"8 ranks, 4K chunk", 8, "4K", SC_SUITE, 20, 10007, true, false},
-    {"4 ranks, 1 s deadline", 4, "4K", SC_TIMEOUT, 1, 0, false, false},
-    {"2 ranks, chunk mismatch", 2, NULL, SC_MISMATCH, 5, 0, false, false},
-    {"3 ranks, stale leftover", 3, "4K", SC_STALE, 20, 0, false, false},
+    { "1 rank", 1, NULL, SC_SUITE, 20, 600001, false, false },
+    { "2 ranks, 1M chunk", 2, NULL, SC_SUITE, 20, 600001, false, true },
+    { "3 ranks, 4K chunk", 3, "4K", SC_SUITE, 20, 10007, false, false },
+    { "4 ranks, 4K chunk", 4, "4K", SC_SUITE, 20, 10007, true, false },
+    { "8 ranks, 4K chunk", 8, "4K", SC_SUITE, 20, 10007, true, false },
+    { "4 ranks, 1 s deadline", 4, "4K", SC_TIMEOUT, 1, 0, false, false },
+    { "2 ranks, chunk mismatch", 2, NULL, SC_MISMATCH, 5, 0, false, false },
+    { "3 ranks, stale leftover", 3, "4K", SC_STALE, 20, 0, false, false },
 };
 
 /* ------------------------------------------------------------ child -> parent records */
 
-enum rec_kind { REC_CHECK, REC_SAME, REC_DIAG };
+enum rec_kind {
+    REC_CHECK,
+    REC_SAME,
+    REC_DIAG
+};
 
 struct rec {
     int kind;
@@ -108,7 +117,10 @@ struct chk {
     int pass;
     char detail[144];
 };
-#define CHK_INIT {1, ""}
+#define CHK_INIT                                                                                   \
+    {                                                                                              \
+        1, ""                                                                                      \
+    }
 
 static void chk_fail(struct chk *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void chk_fail(struct chk *k, const char *fmt, ...)
@@ -143,7 +155,7 @@ static double now_s(void)
 
 static void sleep_s(double s)
 {
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    struct timespec ts = { (time_t)s, (long)((s - (double)(time_t)s) * 1e9) };
     while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
         ;
 }
@@ -166,11 +178,14 @@ static uint64_t splitmix(uint64_t x)
     return x ^ (x >> 31);
 }
 
-static const bmt_dtype_t dtypes[] = {BMT_F32, BMT_BF16, BMT_F64};
-static const bmt_op_t ops[] = {BMT_SUM, BMT_AVG, BMT_MAX};
+static const bmt_dtype_t dtypes[] = { BMT_F32, BMT_BF16, BMT_F64 };
+static const bmt_op_t ops[] = { BMT_SUM, BMT_AVG, BMT_MAX };
 
 /* INT: small integers, every sum exact even in bf16. RAND: uniform in [-1, 1). */
-enum data_kind { DATA_INT, DATA_RAND };
+enum data_kind {
+    DATA_INT,
+    DATA_RAND
+};
 
 static double in_dtype(bmt_dtype_t t, double x)
 {
@@ -273,16 +288,16 @@ static struct ref ref_reduce(bmt_dtype_t t, bmt_op_t op, int kind, uint64_t seed
         r.spec = acc32;
     else
         r.spec = bmt_bf16_to_f32(bmt_f32_to_bf16(acc32));
-    double eps = t == BMT_F64 ? 0x1p-53 : 0x1p-24;      /* accumulation */
-    double out = t == BMT_BF16 ? 0x1p-8 : eps;          /* final rounding */
+    double eps = t == BMT_F64 ? 0x1p-53 : 0x1p-24; /* accumulation */
+    double out = t == BMT_BF16 ? 0x1p-8 : eps;     /* final rounding */
     r.f64 = op == BMT_MAX ? max : op == BMT_AVG ? sum / n : sum;
     double acc_err = eps * n * sumabs / (op == BMT_AVG ? n : 1);
     r.tol = op == BMT_MAX ? 0 : 2 * (acc_err + out * fabs(r.f64));
     return r;
 }
 
-static void check_reduced(struct chk *k, bmt_dtype_t t, bmt_op_t op, int kind, uint64_t seed,
-                          int n, const void *buf, size_t i, size_t idx, size_t count)
+static void check_reduced(struct chk *k, bmt_dtype_t t, bmt_op_t op, int kind, uint64_t seed, int n,
+                          const void *buf, size_t i, size_t idx, size_t count)
 {
     struct ref r = ref_reduce(t, op, kind, seed, n, idx);
     double got = get(t, buf, i);
@@ -323,8 +338,8 @@ static void one_all_gather(bmt_comm_t *c, bmt_dtype_t t, int kind, uint64_t seed
     free(recv);
 }
 
-static void one_reduce_scatter(bmt_comm_t *c, bmt_dtype_t t, bmt_op_t op, int kind,
-                               uint64_t seed, size_t count, struct chk *k)
+static void one_reduce_scatter(bmt_comm_t *c, bmt_dtype_t t, bmt_op_t op, int kind, uint64_t seed,
+                               size_t count, struct chk *k)
 {
     int n = bmt_comm_size(c), r = bmt_comm_rank(c);
     size_t es = bmt_dtype_size(t);
@@ -418,8 +433,10 @@ static void suite(bmt_comm_t *c, const char *label, uint64_t seed, const size_t 
         }
         if (!lite) {
             char name[96];
-            snprintf(name, sizeof(name), "%s: all_reduce %s results are bitwise identical on "
-                     "every rank", label, bmt_dtype_name(dtypes[d]));
+            snprintf(name, sizeof(name),
+                     "%s: all_reduce %s results are bitwise identical on "
+                     "every rank",
+                     label, bmt_dtype_name(dtypes[d]));
             send_rec(REC_SAME, name, 1, n, hash, "");
         }
     }
@@ -502,9 +519,10 @@ static void bench(bmt_comm_t *c)
                  mib, n, t_ag * 1e3, (double)bytes / t_ag / 1e9, mib, t_cp * 1e3,
                  (double)bytes / t_cp / 1e9);
         send_rec(REC_DIAG, "", 1, 0, 0, d);
-        snprintf(d, sizeof(d), "bandwidth: all_reduce f32 sum of %.0f MiB over %d ranks %.1f ms "
-                 "(%.2f GB/s of buffer)", (double)per * 4 / 1048576.0, n, t_ar * 1e3,
-                 (double)per * 4 / t_ar / 1e9);
+        snprintf(d, sizeof(d),
+                 "bandwidth: all_reduce f32 sum of %.0f MiB over %d ranks %.1f ms "
+                 "(%.2f GB/s of buffer)",
+                 (double)per * 4 / 1048576.0, n, t_ar * 1e3, (double)per * 4 / t_ar / 1e9);
         send_rec(REC_DIAG, "", 1, 0, 0, d);
     }
     struct chk k = CHK_INIT;
@@ -605,10 +623,7 @@ static void splits(bmt_comm_t *world, uint64_t seed, const size_t *counts, int n
 
 /* ------------------------------------------------------------ scenarios */
 
-static int has(const char *s, const char *needle)
-{
-    return strstr(s, needle) != NULL;
-}
+static int has(const char *s, const char *needle) { return strstr(s, needle) != NULL; }
 
 static void sc_timeout(bmt_comm_t *world, double tmo)
 {
@@ -640,8 +655,10 @@ static void sc_timeout(bmt_comm_t *world, double tmo)
         else if (!has(err.text, want) || !has(err.text, "rank ") ||
                  !(has(err.text, "BMT_TIMEOUT") || has(err.text, "BMT_ABORTED")))
             chk_fail(&k, "message: %s", err.text);
-        chk_report(&k, n - 1, "world barrier without rank %d: the others fail within %.0f s + "
-                   "slack, naming it", late, tmo);
+        chk_report(&k, n - 1,
+                   "world barrier without rank %d: the others fail within %.0f s + "
+                   "slack, naming it",
+                   late, tmo);
         send_rec(REC_DIAG, "", 1, 0, 0, err.text);
         t0 = now_s();
         rc = bmt_barrier(world, &err);
@@ -674,8 +691,10 @@ static void sc_timeout(bmt_comm_t *world, double tmo)
         if (rc == 0 || dt < 0.9 * tmo || dt > tmo + 2.0 || !has(err.text, want) ||
             !has(err.text, "timed out after"))
             chk_fail(&k, "rc %d after %.2f s: %s", rc, dt, err.text);
-        chk_report(&k, 1, "split comm barrier without world rank %d: fails naming comm rank "
-                   "and world rank", late);
+        chk_report(&k, 1,
+                   "split comm barrier without world rank %d: fails naming comm rank "
+                   "and world rank",
+                   late);
         send_rec(REC_DIAG, "", 1, 0, 0, err.text);
     }
     bmt_comm_destroy(odd);
@@ -736,8 +755,7 @@ static void child(const struct run *run, int r)
         if (rc == 0 || !has(err.text, want) || dt > 2.0)
             chk_fail(&k, "rc %d after %.2f s: %s", rc, dt, rc ? err.text : "");
         chk_report(&k, 1, "rank %d: create_world fails fast (%s)", r,
-                   r == 0 ? "names the rank that rejected the segment"
-                          : "the chunk sizes differ");
+                   r == 0 ? "names the rank that rejected the segment" : "the chunk sizes differ");
         send_rec(REC_DIAG, "", 1, 0, 0, err.text);
         comm_free(world); /* destroy must tolerate impl == NULL */
         _exit(0);
@@ -784,7 +802,7 @@ static void child(const struct run *run, int r)
     suite(world, "world", seed, counts, nc, false);
     mixed(world, "world", seed + 1);
     if (run->splits) {
-        size_t small[] = {0, 1, 3, 1000, 2049};
+        size_t small[] = { 0, 1, 3, 1000, 2049 };
         splits(world, seed + 2, small, 5);
     }
     if (run->bench)
@@ -879,7 +897,7 @@ static void run_one(const struct run *run, int index)
     close(fds[1]);
     struct rec rec;
     size_t got = 0;
-    struct pollfd pfd = {fds[0], POLLIN, 0};
+    struct pollfd pfd = { fds[0], POLLIN, 0 };
     for (;;) {
         if (now_s() - t0 > 120) {
             diag("run took over 120 s: killing its children");
@@ -944,8 +962,8 @@ static void run_one(const struct run *run, int index)
             pass = pass && !a->hash_differs;
         ok(pass, "[%s] %s", run->label, a->name);
         if (!pass) {
-            diag("  %d ranks reported (want %d), %d passed%s", a->nrep, a->expect,
-                 a->npass, a->hash_differs ? ", results differ between ranks" : "");
+            diag("  %d ranks reported (want %d), %d passed%s", a->nrep, a->expect, a->npass,
+                 a->hash_differs ? ", results differ between ranks" : "");
             if (a->fail_rank >= 0)
                 diag("  rank %d: %s", a->fail_rank, a->detail);
         }

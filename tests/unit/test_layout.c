@@ -23,24 +23,24 @@ typedef struct {
 } valid_case_t;
 
 static const valid_case_t valid[] = {
-    {1, 1, 0, 0, 1, 1, true, 0},
-    {1, 4, 0, 0, 4, 1, true, 0},
-    {2, 2, 0, 0, 4, 1, true, 0},
-    {4, 1, 0, 0, 4, 1, true, 0},
-    {2, 4, 0, 0, 8, 1, true, 0},
-    {2, 4, 4, 0, 8, 2, true, 0},
-    {2, 4, 2, 0, 8, 4, true, 0},
-    {4, 2, 8, 1, 8, 1, true, 0},
-    {20, 50, 8, 0, 1000, 125, false, 20},
-    {20, 48, 8, 0, 960, 120, true, 0},
-    {20, 56, 8, 0, 1120, 140, true, 0},
-    {40, 25, 8, 0, 1000, 125, false, 40},
-    {8, 3, 8, 0, 24, 3, false, 2},
-    {7, 7, 7, 0, 49, 7, true, 0},      /* primes, aligned by equality */
-    {13, 7, 13, 0, 91, 7, false, 6},   /* primes, not aligned */
-    {2, 50000, 8, 0, 100000, 12500, true, 0}, /* huge */
-    {100000, 1, 8, 0, 100000, 12500, true, 0},
-    {1000, 100, 10, 0, 100000, 10000, true, 0},
+    { 1, 1, 0, 0, 1, 1, true, 0 },
+    { 1, 4, 0, 0, 4, 1, true, 0 },
+    { 2, 2, 0, 0, 4, 1, true, 0 },
+    { 4, 1, 0, 0, 4, 1, true, 0 },
+    { 2, 4, 0, 0, 8, 1, true, 0 },
+    { 2, 4, 4, 0, 8, 2, true, 0 },
+    { 2, 4, 2, 0, 8, 4, true, 0 },
+    { 4, 2, 8, 1, 8, 1, true, 0 },
+    { 20, 50, 8, 0, 1000, 125, false, 20 },
+    { 20, 48, 8, 0, 960, 120, true, 0 },
+    { 20, 56, 8, 0, 1120, 140, true, 0 },
+    { 40, 25, 8, 0, 1000, 125, false, 40 },
+    { 8, 3, 8, 0, 24, 3, false, 2 },
+    { 7, 7, 7, 0, 49, 7, true, 0 },             /* primes, aligned by equality */
+    { 13, 7, 13, 0, 91, 7, false, 6 },          /* primes, not aligned */
+    { 2, 50000, 8, 0, 100000, 12500, true, 0 }, /* huge */
+    { 100000, 1, 8, 0, 100000, 12500, true, 0 },
+    { 1000, 100, 10, 0, 100000, 10000, true, 0 },
 };
 
 /* Independent placement, straight from the definitions. */
@@ -49,7 +49,7 @@ static void check_layout(const valid_case_t *c)
     char name[96];
     snprintf(name, sizeof(name), "%dx%d gpn=%d nodes=%d", c->groups, c->gpg, c->gpn, c->nodes);
     bmt_layout_t l;
-    bmt_error_t err = {{0}};
+    bmt_error_t err = { { 0 } };
     int rc = bmt_layout_make(&l, c->groups, c->gpg, c->gpn, c->nodes, &err);
     if (!ok(rc == 0, "%s: valid", name)) {
         diag("error: %s", err.text);
@@ -172,27 +172,27 @@ typedef struct {
 } invalid_case_t;
 
 static const invalid_case_t invalid[] = {
-    {0, 4, 0, 0, "groups must be at least 1"},
-    {-3, 4, 0, 0, "groups must be at least 1"},
-    {2, 0, 0, 0, "gpus per group must be at least 1"},
-    {2, -1, 0, 0, "gpus per group must be at least 1"},
-    {2, 2, -8, 0, "gpus per node must be at least 1"},
-    {2, 2, 0, -1, "nodes must be at least 1"},
-    {3, 3, 8, 0, "do not fill whole nodes of 8 GPUs"},
-    {1, 2, 8, 0, "do not fill whole nodes of 8 GPUs"},
-    {2, 8, 8, 1, "do not fit 1 node x 8 GPUs"},
-    {2, 8, 4, 2, "do not fit 2 nodes x 4 GPUs"},
-    {1, 8, 8, 2, "leave 8 of 16 GPUs idle"},
-    {65536, 65536, 8, 0, "more than bmt supports"},
-    {2147483647, 2, 8, 0, "more than bmt supports"},
+    { 0, 4, 0, 0, "groups must be at least 1" },
+    { -3, 4, 0, 0, "groups must be at least 1" },
+    { 2, 0, 0, 0, "gpus per group must be at least 1" },
+    { 2, -1, 0, 0, "gpus per group must be at least 1" },
+    { 2, 2, -8, 0, "gpus per node must be at least 1" },
+    { 2, 2, 0, -1, "nodes must be at least 1" },
+    { 3, 3, 8, 0, "do not fill whole nodes of 8 GPUs" },
+    { 1, 2, 8, 0, "do not fill whole nodes of 8 GPUs" },
+    { 2, 8, 8, 1, "do not fit 1 node x 8 GPUs" },
+    { 2, 8, 4, 2, "do not fit 2 nodes x 4 GPUs" },
+    { 1, 8, 8, 2, "leave 8 of 16 GPUs idle" },
+    { 65536, 65536, 8, 0, "more than bmt supports" },
+    { 2147483647, 2, 8, 0, "more than bmt supports" },
 };
 
 static void check_invalid(void)
 {
     for (size_t i = 0; i < sizeof(invalid) / sizeof(invalid[0]); i++) {
         const invalid_case_t *c = &invalid[i];
-        bmt_layout_t l = {.groups = 12345};
-        bmt_error_t err = {{0}};
+        bmt_layout_t l = { .groups = 12345 };
+        bmt_error_t err = { { 0 } };
         int rc = bmt_layout_make(&l, c->groups, c->gpg, c->gpn, c->nodes, &err);
         ok(rc == -1 && strstr(err.text, c->want) != NULL && l.groups == 12345,
            "invalid %d x %d gpn=%d nodes=%d: error '%s' and nothing written", c->groups, c->gpg,
@@ -209,23 +209,23 @@ static void check_parse(void)
         int rc, value;
         const char *want;
     } cases[] = {
-        {"1", 0, 1, NULL},
-        {"50", 0, 50, NULL},
-        {"2147483647", 0, 2147483647, NULL},
-        {"0", -1, 0, "must be at least 1"},
-        {"", -1, 0, "got nothing"},
-        {"-2", -1, 0, "positive whole number, got '-2'"},
-        {"+2", -1, 0, "positive whole number, got '+2'"},
-        {"8x", -1, 0, "positive whole number, got '8x'"},
-        {"abc", -1, 0, "positive whole number, got 'abc'"},
-        {" 4", -1, 0, "positive whole number"},
-        {"4.0", -1, 0, "positive whole number"},
-        {"2147483648", -1, 0, "too large"},
-        {"99999999999999999999999", -1, 0, "too large"},
+        { "1", 0, 1, NULL },
+        { "50", 0, 50, NULL },
+        { "2147483647", 0, 2147483647, NULL },
+        { "0", -1, 0, "must be at least 1" },
+        { "", -1, 0, "got nothing" },
+        { "-2", -1, 0, "positive whole number, got '-2'" },
+        { "+2", -1, 0, "positive whole number, got '+2'" },
+        { "8x", -1, 0, "positive whole number, got '8x'" },
+        { "abc", -1, 0, "positive whole number, got 'abc'" },
+        { " 4", -1, 0, "positive whole number" },
+        { "4.0", -1, 0, "positive whole number" },
+        { "2147483648", -1, 0, "too large" },
+        { "99999999999999999999999", -1, 0, "too large" },
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         int v = -7;
-        bmt_error_t err = {{0}};
+        bmt_error_t err = { { 0 } };
         int rc = bmt_parse_positive(cases[i].text, "--groups", &v, &err);
         if (cases[i].rc == 0)
             ok(rc == 0 && v == cases[i].value, "parse '%s' = %d", cases[i].text, cases[i].value);
