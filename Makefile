@@ -76,10 +76,16 @@ BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:%.c=$(BUILDDIR)/%)
 
 LIBBMT_A := $(BUILDDIR)/lib/libbmt.a
-LIBBMT_SO := $(BUILDDIR)/lib/libbmt.so
+LIBBMT_SO := $(BUILDDIR)/lib/libbmt.so.0
 BMLAUNCH := $(BUILDDIR)/bin/bmlaunch
 
-ALL := $(LIBBMT_A) $(LIBBMT_SO) $(BMLAUNCH) $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN) $(BUILDDIR)/bmt.pc
+ALL := $(LIBBMT_A) $(LIBBMT_SO) $(BMLAUNCH) $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN)
+
+# Objects depend on the flags they were built with: switching DEBUG, ASAN, NO_CUDA
+# or CFLAGS in the same BUILDDIR rebuilds instead of mixing old and new objects.
+FLAGS_STAMP := $(BUILDDIR)/.flags
+FLAGS_NOW := $(CC) $(BMT_CFLAGS) $(PMIX_CFLAGS) $(JANSSON_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) $(NVCC_FLAGS) $(LDFLAGS)
+$(shell mkdir -p $(BUILDDIR) && (echo '$(FLAGS_NOW)' | cmp -s - $(FLAGS_STAMP) || echo '$(FLAGS_NOW)' > $(FLAGS_STAMP)))
 
 .PHONY: all deps check check-unit check-integration check-gpu demo install clean format notice
 all: notice $(ALL)
@@ -95,17 +101,17 @@ deps:
 	$(Q)scripts/deps.sh
 
 # ---------------------------------------------------------------- rules
-$(BUILDDIR)/runtime/%.o: runtime/%.c
+$(BUILDDIR)/runtime/%.o: runtime/%.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  CC      $<")
 	$(Q)$(CC) $(BMT_CFLAGS) -DBMT_BUILDING_LIBRARY $(PMIX_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
-$(BUILDDIR)/runtime/cuda/%.o: runtime/cuda/%.cu
+$(BUILDDIR)/runtime/cuda/%.o: runtime/cuda/%.cu $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  NVCC    $<")
 	$(Q)$(NVCC) $(NVCC_FLAGS) -DBMT_BUILDING_LIBRARY $(CUDA_CPPFLAGS) $(CPPFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILDDIR)/%.o: %.c
+$(BUILDDIR)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  CC      $<")
 	$(Q)$(CC) $(BMT_CFLAGS) -Ilauncher $(PMIX_CFLAGS) $(JANSSON_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
@@ -118,7 +124,8 @@ $(LIBBMT_A): $(RUNTIME_OBJ)
 $(LIBBMT_SO): $(RUNTIME_OBJ)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  LD      $@")
-	$(Q)$(CC) -shared -Wl,-soname,libbmt.so.0 -Wl,--version-script=runtime/libbmt.map $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $^ $(LIB_LIBS)
+	$(Q)$(CC) -shared -Wl,-soname,libbmt.so.0 -Wl,--version-script=runtime/libbmt.map $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $(RUNTIME_OBJ) $(LIB_LIBS)
+	$(Q)ln -sf libbmt.so.0 $(@D)/libbmt.so
 
 # The launcher's modules form a static library so unit tests can link them.
 $(LAUNCHER_A): $(LAUNCHER_OBJ)
@@ -136,10 +143,7 @@ $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN): $(BUILDDIR)/%: $(BUILDDIR)/%.o $(LAUNCHER_
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(LAUNCHER_A) $(LIBBMT_A) $(LIB_LIBS) $(JANSSON_LIBS)
 
-$(BUILDDIR)/bmt.pc: bmt.pc.in Makefile
-	@mkdir -p $(@D)
-	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(shell sed -n 's/^#define BMT_VERSION_STRING "\(.*\)"/\1/p' include/bmt/bmt.h)|g' \
-	    -e 's|@LIBS_PRIVATE@|$(LIB_LIBS)|g' $< > $@
+BMT_VERSION := $(shell sed -n 's/^\#define BMT_VERSION_STRING "\(.*\)"/\1/p' include/bmt/bmt.h)
 
 # ---------------------------------------------------------------- tests, demo, install
 check: all
@@ -166,7 +170,8 @@ install: all
 	install -m 755 $(LIBBMT_SO) $(DESTDIR)$(PREFIX)/lib/libbmt.so.0
 	ln -sf libbmt.so.0 $(DESTDIR)$(PREFIX)/lib/libbmt.so
 	install -m 644 include/bmt/*.h $(DESTDIR)$(PREFIX)/include/bmt/
-	install -m 644 $(BUILDDIR)/bmt.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(BMT_VERSION)|g' -e 's|@LIBS_PRIVATE@|$(LIB_LIBS)|g' \
+	    bmt.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/bmt.pc
 	install -m 644 templates/* $(DESTDIR)$(PREFIX)/share/bmt/templates/
 	install -m 644 docs/bmlaunch.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 

@@ -70,7 +70,7 @@ void cli_usage(FILE *out)
           "      --plan              print the layout, alignment and alternatives; run nothing\n"
           "      --json              with --plan: JSON with per-rank detail\n"
           "Ranks:\n"
-          "      --device cpu|cuda   where ranks compute (default cpu)\n"
+          "      --device cpu|cuda   where ranks compute (default: BMT_DEVICE, else cpu)\n"
           "      --backend NAME      shm, nccl or none (default: shm on cpu, nccl on cuda)\n"
           "      --timeout SECONDS   deadline of every bootstrap step and collective\n"
           "                          (BMT_TIMEOUT in the ranks; default 300)\n"
@@ -117,7 +117,6 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
     *o = (launch_opts_t){
         .groups = 1,
         .gpus_per_group = 1,
-        .device = "cpu",
         .grace_s = 5.0,
         .label = true,
     };
@@ -181,6 +180,13 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
                 return errprintf(err, "unknown option '-%c'", optopt);
             return errprintf(err, "unknown option '%.60s'", argv[optind - 1]);
         }
+    }
+    if (o->device == NULL) {
+        /* Like the other BMT_ knobs, an exported BMT_DEVICE is honoured. */
+        const char *env = getenv("BMT_DEVICE");
+        if (env && strcmp(env, "cpu") != 0 && strcmp(env, "cuda") != 0)
+            return errprintf(err, "BMT_DEVICE='%.40s' in the environment: use cpu or cuda", env);
+        o->device = env ? env : "cpu";
     }
     if (o->json && !o->plan)
         return errprintf(err, "--json goes with --plan");

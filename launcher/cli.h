@@ -17,7 +17,7 @@ typedef struct launch_opts {
     int gpus_per_group;  /* --gpus-per-group, default 1 */
     int gpus_per_node;   /* --gpus-per-node, 0: derived (all ranks on one node locally) */
     int nodes;           /* --nodes, 0: derived */
-    const char *device;  /* --device cpu|cuda */
+    const char *device;  /* --device cpu|cuda, else BMT_DEVICE, else cpu */
     const char *backend; /* --backend shm|nccl|none, NULL: by device */
     bool plan;           /* --plan: print the layout and exit */
     bool json;           /* --json: the plan as JSON */

@@ -132,16 +132,27 @@ static void op_done(pmix_status_t status, void *cbdata)
     atomic_store_explicit(&w->done, 1, memory_order_release);
 }
 
+/* Bounded: a PMIx library that never calls back must not hang the launcher. */
+#define HOST_OP_TIMEOUT_S 60
+
+/* Wait for w's callback (rc is what the PMIx call returned), then free w. After
+ * a timeout w stays allocated on purpose: a late callback would otherwise write
+ * into freed memory. */
 static pmix_status_t op_wait(op_wait_t *w, pmix_status_t rc)
 {
-    if (rc == PMIX_OPERATION_SUCCEEDED)
-        return PMIX_SUCCESS;
-    if (rc != PMIX_SUCCESS)
-        return rc;
+    if (rc == PMIX_OPERATION_SUCCEEDED || rc != PMIX_SUCCESS) {
+        free(w); /* no callback will come */
+        return rc == PMIX_OPERATION_SUCCEEDED ? PMIX_SUCCESS : rc;
+    }
     struct timespec ts = { 0, 20000 };
-    while (!atomic_load_explicit(&w->done, memory_order_acquire))
+    for (long i = 0; !atomic_load_explicit(&w->done, memory_order_acquire); i++) {
+        if (i > HOST_OP_TIMEOUT_S * 50000L)
+            return PMIX_ERR_TIMEOUT;
         nanosleep(&ts, NULL);
-    return w->status;
+    }
+    pmix_status_t st = w->status;
+    free(w);
+    return st;
 }
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
@@ -264,9 +275,14 @@ static int register_job(pmix_host_t *h, const bmt_layout_t *l, bmt_error_t *err)
         info_free(&job);
         return errprintf(err, "building the PMIx job description failed (out of memory?)");
     }
-    op_wait_t w = { 0 };
-    rc = op_wait(&w, PMIx_server_register_nspace(h->nspace, l->world, job.v, job.n, op_done, &w));
-    info_free(&job);
+    op_wait_t *w = calloc(1, sizeof(*w));
+    if (w == NULL) {
+        info_free(&job);
+        return errprintf(err, "out of memory");
+    }
+    rc = op_wait(w, PMIx_server_register_nspace(h->nspace, l->world, job.v, job.n, op_done, w));
+    if (rc != PMIX_ERR_TIMEOUT) /* after a timeout PMIx may still read it */
+        info_free(&job);
     if (rc != PMIX_SUCCESS)
         return errprintf(err, "PMIx_server_register_nspace(%s): %s", h->nspace,
                          PMIx_Error_string(rc));
@@ -278,9 +294,7 @@ int host_start(pmix_host_t **out, const char *nspace, const bmt_layout_t *l, int
                bmt_error_t *err)
 {
     if (l->world > UINT16_MAX)
-        return errprintf(err,
-                         "local mode hosts at most %d ranks on one machine, not %d; "
-                         "use Slurm for more",
+        return errprintf(err, "local mode hosts at most %d ranks on one machine, not %d",
                          UINT16_MAX, l->world);
     pmix_host_t *h = calloc(1, sizeof(*h));
     if (h == NULL)
@@ -327,9 +341,11 @@ int host_setup_rank(pmix_host_t *h, int rank, char ***envp, bmt_error_t *err)
     pmix_proc_t proc;
     PMIX_PROC_CONSTRUCT(&proc);
     PMIX_LOAD_PROCID(&proc, h->nspace, (pmix_rank_t)rank);
-    op_wait_t w = { 0 };
+    op_wait_t *w = calloc(1, sizeof(*w));
+    if (w == NULL)
+        return errprintf(err, "out of memory");
     pmix_status_t rc =
-        op_wait(&w, PMIx_server_register_client(&proc, geteuid(), getegid(), NULL, op_done, &w));
+        op_wait(w, PMIx_server_register_client(&proc, geteuid(), getegid(), NULL, op_done, w));
     if (rc != PMIX_SUCCESS)
         return errprintf(err, "PMIx_server_register_client(rank %d): %s", rank,
                          PMIx_Error_string(rc));
@@ -345,11 +361,11 @@ void host_stop(pmix_host_t *h)
         return;
     if (h->registered) {
         /* Deregistering the namespace also releases its clients. */
-        op_wait_t w = { 0 };
-        PMIx_server_deregister_nspace(h->nspace, op_done, &w);
-        struct timespec ts = { 0, 20000 };
-        for (int i = 0; i < 50000 && !atomic_load_explicit(&w.done, memory_order_acquire); i++)
-            nanosleep(&ts, NULL); /* bounded: never hang on the way out */
+        op_wait_t *w = calloc(1, sizeof(*w));
+        if (w) {
+            PMIx_server_deregister_nspace(h->nspace, op_done, w);
+            op_wait(w, PMIX_SUCCESS);
+        }
     }
     PMIx_server_finalize();
     nftw(h->tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);

@@ -176,13 +176,18 @@ int main(int argc, char **argv)
     if (o.plan)
         return plan_print(stdout, &l, o.json) == 0 ? 0 : 1;
 
-    /* Local mode: every rank on this machine. */
+    /* Local mode: every rank on this machine. PMIx's local ranks are 16-bit. */
+    if (l.world > 65535) {
+        snprintf(err.text, sizeof(err.text),
+                 "local mode hosts at most 65535 ranks on one machine, not %d", l.world);
+        return usage_error(err.text);
+    }
     if (strcmp(o.device, "cuda") == 0) {
         int gpus = visible_gpus();
         if (l.nodes > 1) {
             snprintf(err.text, sizeof(err.text),
                      "local mode runs every rank on this machine, but the layout has %d nodes of "
-                     "%d GPUs; drop --gpus-per-node/--nodes or run under Slurm",
+                     "%d GPUs; drop --gpus-per-node/--nodes (one node, all its GPUs)",
                      l.nodes, l.gpus_per_node);
             return usage_error(err.text);
         }

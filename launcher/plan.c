@@ -103,13 +103,18 @@ static void print_text(FILE *out, const bmt_layout_t *l)
 
     int straddling = bmt_layout_straddling_groups(l);
     if (bmt_layout_rail_aligned(l)) {
-        fprintf(out,
-                "\n  rail alignment: aligned (%d GPUs per group %s %d GPUs per node): every "
-                "replica communicator uses the same GPU index, hence one NIC rail, on "
-                "each node\n",
-                l->gpus_per_group,
-                l->gpus_per_group % l->gpus_per_node == 0 ? "is a multiple of" : "divides",
-                l->gpus_per_node);
+        if (l->gpus_per_group % l->gpus_per_node == 0)
+            fprintf(out,
+                    "\n  rail alignment: aligned (%d GPUs per group is a multiple of %d GPUs per "
+                    "node): every replica communicator uses one GPU index, hence one NIC rail, "
+                    "on every node\n",
+                    l->gpus_per_group, l->gpus_per_node);
+        else
+            fprintf(out,
+                    "\n  rail alignment: aligned (%d GPUs per group divides %d GPUs per node): "
+                    "every replica communicator uses the same %d GPU indices on every node; "
+                    "the hops between them on one node stay on NVLink\n",
+                    l->gpus_per_group, l->gpus_per_node, l->gpus_per_node / l->gpus_per_group);
         return;
     }
     fprintf(out,

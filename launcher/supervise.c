@@ -80,7 +80,8 @@ struct job {
     bool killed;
     int interrupts; /* SIGINTs received: the second one kills at once */
     int user_signal;
-    int stopped_term, stopped_kill; /* ranks that died of our SIGTERM / SIGKILL */
+    double fail_at;       /* when the first failure was seen */
+    char kill_reason[48]; /* why SIGKILL was sent: "after the 5.0 s grace", ... */
     int connected, finalized;
     char host[256];
 };
@@ -377,14 +378,9 @@ static void rank_exited(job_t *job, rank_proc_t *rp, int status)
                 ok ? "exited 0" : "failed", rp->end - rp->start);
     if (ok)
         return;
-    if (job->fail != FAIL_NONE) {
-        /* Fallout of ending the job, not a new failure. */
-        if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && job->killed)
-            job->stopped_kill++;
-        else
-            job->stopped_term++;
-        return;
-    }
+    if (job->fail != FAIL_NONE)
+        return; /* fallout of ending the job, not a new failure (see print_summary) */
+    job->fail_at = rp->end;
     if (WIFSIGNALED(status)) {
         job->fail = FAIL_SIGNAL;
         job->fail_code = WTERMSIG(status);
@@ -432,6 +428,7 @@ static void handle_signals(job_t *job)
         if (sig == SIGINT && ++job->interrupts >= 2) {
             fprintf(stderr, "bmlaunch: second SIGINT: killing every rank now\n");
             job->killed = true;
+            snprintf(job->kill_reason, sizeof(job->kill_reason), "at the second SIGINT");
             signal_ranks(job, SIGKILL);
             continue;
         }
@@ -457,6 +454,7 @@ static void handle_host_events(job_t *job)
             if (job->fail == FAIL_NONE) {
                 job->fail = FAIL_ABORT;
                 job->fail_rank = ev->rank;
+                job->fail_at = now_s();
                 job->fail_code = ev->status;
                 snprintf(job->fail_msg, sizeof(job->fail_msg), "%s", ev->msg);
                 fprintf(stderr,
@@ -499,13 +497,40 @@ static void print_summary(job_t *job)
     } else {
         fprintf(stderr, "bmlaunch: rank %d printed nothing\n", rp->rank);
     }
-    int others = job->stopped_term + job->stopped_kill;
-    if (others > 0)
-        fprintf(stderr,
-                "bmlaunch: %d other rank%s stopped (%d after SIGTERM, %d by SIGKILL after "
-                "%.1f s grace)\n",
-                others, others == 1 ? " was" : "s were", job->stopped_term, job->stopped_kill,
-                job->o.grace_s);
+    /* How the other ranks that were still running at the failure ended. */
+    int term = 0, killed = 0, ok = 0, failed = 0;
+    for (int r = 0; r < job->spawned; r++) {
+        const rank_proc_t *o = &job->ranks[r];
+        if (r == job->fail_rank || o->pid == 0 || o->end < job->fail_at)
+            continue;
+        if (WIFSIGNALED(o->status) && WTERMSIG(o->status) == SIGTERM)
+            term++;
+        else if (WIFSIGNALED(o->status) && WTERMSIG(o->status) == SIGKILL && job->killed)
+            killed++;
+        else if (WIFEXITED(o->status) && WEXITSTATUS(o->status) == 0)
+            ok++;
+        else
+            failed++;
+    }
+    int others = term + killed + ok + failed;
+    if (others > 0) {
+        char parts[4][96];
+        int np = 0;
+        if (term)
+            snprintf(parts[np++], sizeof(parts[0]), "%d ended on SIGTERM", term);
+        if (killed)
+            snprintf(parts[np++], sizeof(parts[0]), "%d killed with SIGKILL %s", killed,
+                     job->kill_reason);
+        if (ok)
+            snprintf(parts[np++], sizeof(parts[0]), "%d exited 0", ok);
+        if (failed)
+            snprintf(parts[np++], sizeof(parts[0]), "%d failed on their own", failed);
+        fprintf(stderr, "bmlaunch: of the %d other rank%s still running: ", others,
+                others == 1 ? "" : "s");
+        for (int i = 0; i < np; i++)
+            fprintf(stderr, "%s%s", i ? ", " : "", parts[i]);
+        fputc('\n', stderr);
+    }
     if (job->user_signal)
         fprintf(stderr, "bmlaunch: the job was ended by %s sent to bmlaunch\n",
                 sig_name(job->user_signal));
@@ -569,6 +594,8 @@ int job_run(job_t *job)
         }
         if (job->ending && !job->killed && job->running > 0 && t >= job->kill_at) {
             job->killed = true;
+            snprintf(job->kill_reason, sizeof(job->kill_reason), "after the %.1f s grace",
+                     job->o.grace_s);
             if (job->o.verbose)
                 fprintf(stderr, "bmlaunch: %d rank%s still running after %.1f s grace: SIGKILL\n",
                         job->running, job->running == 1 ? "" : "s", job->o.grace_s);

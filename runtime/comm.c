@@ -114,6 +114,12 @@ void comm_free(bmt_comm_t *c)
 {
     if (c == NULL)
         return;
+    /* After any failure in this process, flushing (ncclCommFinalize) could wait
+     * for a peer that is gone or stuck: abort instead. */
+    if (c->ctx->comm_failed && !c->aborted) {
+        c->aborted = true;
+        c->be->abort(c);
+    }
     c->be->destroy(c);
     free(c->members);
     free(c);
@@ -309,6 +315,7 @@ static int check_count(bmt_comm_t *c, const char *op, size_t count, bmt_dtype_t 
 static int failed(bmt_comm_t *c, const char *op, bmt_error_t *err)
 {
     c->aborted = true;
+    c->ctx->comm_failed = true;
     c->be->abort(c);
     return errprefix(err, COMM_WHERE_FMT ": %s: ", c->ctx->rank, c->name, op);
 }

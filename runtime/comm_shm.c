@@ -247,11 +247,11 @@ static int aborted_error(bmt_comm_t *c, uint32_t who, int waiting_for, bmt_error
     if (waiting_for < 0)
         return errprintf(err,
                          "rank %d (world rank %d) aborted the communicator after an error "
-                         "(BMT_ABORTED)",
+                         "of its own (see its message)",
                          r, bmt_comm_member(c, r));
     return errprintf(err,
                      "rank %d (world rank %d) aborted the communicator; this rank was "
-                     "waiting for rank %d (world rank %d) (BMT_ABORTED)",
+                     "waiting for rank %d (world rank %d)",
                      r, bmt_comm_member(c, r), waiting_for, bmt_comm_member(c, waiting_for));
 }
 

@@ -6,6 +6,7 @@
 #ifndef BMT_RUNTIME_CTX_H
 #define BMT_RUNTIME_CTX_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "bmt/bmt.h"
@@ -26,6 +27,7 @@ struct bmt_ctx {
     bmt_comm_t *world_comm;
     bmt_comm_t *group_comm;
     bmt_comm_t *replica_comm;
+    bool comm_failed; /* a collective failed: finalize aborts instead of flushing */
 };
 
 #endif

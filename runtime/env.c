@@ -27,7 +27,7 @@ static const env_knob_t knobs[] = {
     { "BMT_GROUP", NULL, "this rank's group; set by bmlaunch" },
     { "BMT_GROUP_RANK", NULL, "this rank's index in its group; set by bmlaunch" },
     { "BMT_NODE", NULL, "this rank's node; set by bmlaunch" },
-    { "BMT_JOB_ID", NULL, "job identifier (the PMIx namespace locally, the Slurm job under srun)" },
+    { "BMT_JOB_ID", NULL, "job identifier: the PMIx namespace of the job; set by bmlaunch" },
     { "BMT_DEVICE", "cpu", "cpu or cuda: where buffers live and compute runs" },
     { "BMT_BACKEND", NULL, "shm, nccl or none; default shm on cpu, nccl on cuda" },
     { "BMT_TIMEOUT", "300", "seconds any bootstrap step or collective may take before it fails" },

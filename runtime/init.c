@@ -232,6 +232,7 @@ int bmt_init(bmt_ctx_t **out, const bmt_config_t *cfg, bmt_error_t *err)
     *out = ctx;
     return 0;
 fail:
+    ctx->comm_failed = true; /* tear down without waiting for peers */
     bmt_finalize(ctx);
     return -1;
 }

@@ -134,8 +134,9 @@ BMT_API void bmt_comm_destroy(bmt_comm_t *comm);
  *                   i-th count-sized block lands on rank i).
  *   all_reduce:     count elements; send == recv allowed (in place).
  *   broadcast:      count elements from root's buf into every rank's buf.
- * Reductions of bf16 accumulate in f32 and round once; every rank receives
- * bitwise-identical results. count may be 0 (the call still synchronizes). */
+ * Every rank receives bitwise-identical results. bf16 reductions: the shm backend
+ * accumulates in f32 in rank order and rounds once; nccl follows NCCL (rounding
+ * to bf16 at each step of its ring or tree). count may be 0. */
 BMT_API int bmt_all_gather(bmt_comm_t *comm, const void *send, void *recv, size_t count,
                            bmt_dtype_t dtype, bmt_error_t *err);
 BMT_API int bmt_reduce_scatter(bmt_comm_t *comm, const void *send, void *recv, size_t count,

@@ -22,7 +22,7 @@ test_expect_success "a rank exits 3: bmlaunch exits 3 within 2 s, names it, leav
     test $rc -eq 3 && elapsed_below 2 $start $end &&
     grep -q "bmlaunch: job failed: rank 2 (pid [0-9]* on .*) exited with code 3" err &&
     grep -q "^    2: rank 2: exiting with 3" err &&
-    grep -q "3 other ranks were stopped" err &&
+    grep -q "of the 3 other ranks still running: 3 ended on SIGTERM" err &&
     test $(ls pids | wc -l) -eq 4 && no_survivors pids
 '
 
@@ -46,6 +46,7 @@ test_expect_success "PMIx_Abort from a rank ends the job with its status and mes
     test $rc -eq 42 &&
     grep -q "rank 3 called PMIx_Abort(status 42): loss is NaN" err &&
     grep -q "job failed: rank 3 (pid [0-9]* on .*) called PMIx_Abort with status 42: loss is NaN" err &&
+    grep -q "of the 3 other ranks still running: 3 ended on SIGTERM" err &&
     no_survivors pids
 '
 
@@ -74,7 +75,7 @@ test_expect_success "a rank that ignores SIGTERM gets SIGKILL after --grace" '
     { $BMLAUNCH -n 3 --grace 1 -- sh -c "if [ \$BMT_RANK = 0 ]; then echo \$\$ >\$BEHAVE_PIDDIR/pid.0; sleep 1; exit 5; else exec $PROGS/behave ignore-term; fi" >out 2>err; rc=$?; } &&
     end=$(date +%s.%N) &&
     test $rc -eq 5 && elapsed_below 5 $start $end &&
-    grep -q "2 other ranks were stopped (0 after SIGTERM, 2 by SIGKILL after 1.0 s grace)" err &&
+    grep -q "of the 2 other ranks still running: 2 killed with SIGKILL after the 1.0 s grace" err &&
     no_survivors pids
 '
 

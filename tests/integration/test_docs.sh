@@ -1,0 +1,148 @@
+#!/bin/bash
+# The documents against the code, so that they cannot drift apart unnoticed:
+# docs/env.md lists every BMT_ variable of `bmlaunch --help-env` with the same
+# default and meaning; the man page documents every option of `bmlaunch --help`
+# (and no other) and renders without warnings; the plan quoted in the user guide
+# is what --plan prints; the example program of docs/runtime.md builds and prints
+# what the page shows; README.md and docs/*.md name only paths that exist.
+. "$(dirname "$0")/lib.sh"
+
+test_expect_success "docs/env.md lists every BMT_ variable of --help-env with its default and meaning" '
+    $BMLAUNCH --help-env >help &&
+    sed -nE "s/^  (BMT_[A-Z0-9_]+) +([^ ]+) +(.*[^ ]) *\$/\1\t\2\t\3/p" help | sort >knobs &&
+    test "$(wc -l <knobs)" -eq "$(grep -c "^  BMT_" help)" && test "$(wc -l <knobs)" -ge 10 &&
+    awk -F"|" "/^\\| *\`BMT_/ {
+        for (i = 2; i <= 4; i++) { gsub(/\`/, \"\", \$i); gsub(/^ +| +\$/, \"\", \$i) }
+        print \$2 \"\t\" \$3 \"\t\" \$4
+    }" "$SRC/docs/env.md" | sort >rows &&
+    bad="" &&
+    while IFS="	" read -r name deflt doc; do
+        row=$(grep "^$name	" rows || true)
+        if [ -z "$row" ]; then
+            echo "$name is missing from docs/env.md"; bad=1
+        elif [ "$(echo "$row" | cut -f2)" != "$deflt" ]; then
+            echo "$name: docs/env.md says default $(echo "$row" | cut -f2), --help-env says $deflt"; bad=1
+        elif [ "$(echo "$row" | cut -f3)" != "$doc" ]; then
+            echo "$name: docs/env.md says \"$(echo "$row" | cut -f3)\", --help-env says \"$doc\""; bad=1
+        fi
+    done <knobs &&
+    for name in $(cut -f1 rows); do
+        grep -q "^$name	" knobs || { echo "docs/env.md lists $name, which --help-env does not print"; bad=1; }
+    done &&
+    test -z "$bad"
+'
+
+# The man page as plain text: font changes dropped, \- as -, \e as \.
+man_text() {
+    sed -e 's/\\f[BIRP]//g' -e 's/\\f([A-Z][A-Z]//g' -e 's/\\-/-/g' -e 's/\\e/\\/g' "$SRC/docs/bmlaunch.1"
+}
+export -f man_text
+
+test_expect_success "every long option of --help is in the man page's OPTIONS, and no other" '
+    $BMLAUNCH --help >help &&
+    grep -oE -- "--[a-z][a-z-]*" help | sort -u >opts &&
+    test "$(wc -l <opts)" -ge 15 &&
+    man_text >page.txt &&
+    sed -n "/^\.SH OPTIONS/,/^\.SH /p" page.txt >options.txt && test -s options.txt &&
+    bad="" &&
+    for o in $(cat opts); do
+        grep -qE -- "(^|[^a-z-])$o([^a-z-]|\$)" options.txt || { echo "$o is not in OPTIONS of docs/bmlaunch.1"; bad=1; }
+    done &&
+    for o in $(grep -oE -- "--[a-z][a-z-]*" options.txt | sort -u); do
+        grep -qx -- "$o" opts || { echo "docs/bmlaunch.1 documents $o, which --help does not print"; bad=1; }
+    done &&
+    test -z "$bad"
+'
+
+test_expect_success "every long option of --help is in docs/user-guide.md or docs/bmlaunch.1" '
+    $BMLAUNCH --help | grep -oE -- "--[a-z][a-z-]*" | sort -u >opts &&
+    { man_text; cat "$SRC/docs/user-guide.md"; } >both.txt &&
+    bad="" &&
+    for o in $(cat opts); do
+        grep -qE -- "(^|[^a-z-])$o([^a-z-]|\$)" both.txt || { echo "$o is documented nowhere"; bad=1; }
+    done &&
+    test -z "$bad"
+'
+
+if command -v man >/dev/null 2>&1; then
+    test_expect_success "docs/bmlaunch.1 renders without warnings (man --warnings)" '
+        MANWIDTH=80 man --warnings -l "$SRC/docs/bmlaunch.1" >page 2>warnings &&
+        { test ! -s warnings || { cat warnings; false; }; } &&
+        grep -q "^BMLAUNCH(1)" page && grep -q "^EXIT STATUS" page && grep -q "^OPTIONS" page
+    '
+else
+    echo "# skipped: man is not installed, docs/bmlaunch.1 was not rendered (apt-get install man-db groff-base)"
+fi
+
+test_expect_success "the 20x50 plan in docs/user-guide.md is what --plan prints" '
+    cmd="build/bin/bmlaunch --groups 20 --gpus-per-group 50 --gpus-per-node 8 --plan" &&
+    awk -v cmd="\$ $cmd" "
+        \$0 == cmd { on = 1; next }
+        on && /^\`\`\`/ { exit }
+        on { print }
+    " "$SRC/docs/user-guide.md" >quoted &&
+    test -s quoted &&
+    $BMLAUNCH --groups 20 --gpus-per-group 50 --gpus-per-node 8 --plan >actual &&
+    diff -u quoted actual
+'
+
+test_expect_success "the example of docs/runtime.md builds warning-free and prints what the page shows" '
+    awk "/^## A minimal program/ { sec = 1 } sec && /^\`\`\`c\$/ { on = 1; next } on && /^\`\`\`/ { exit } on" \
+        "$SRC/docs/runtime.md" >example.c &&
+    grep -q "bmt_init" example.c &&
+    cc -std=c11 -Wall -Wextra -Werror -I"$SRC/include" example.c -o example "$BUILDDIR/lib/libbmt.a" \
+        $(sed -n "s/^Libs.private: //p" "$BUILDDIR/bmt.pc") &&
+    with_timeout 60 $BMLAUNCH -g 2 -n 2 -- ./example >out &&
+    # the output block: between the third and fourth bare fence of the section
+    awk "/^## A minimal program/ { sec = 1 } sec && /^\`\`\`\$/ { n++; next } n == 3 { print } n == 4 { exit }" \
+        "$SRC/docs/runtime.md" | sort >documented &&
+    sort out >actual && test -s documented && diff -u documented actual
+'
+
+test_expect_success "every docs/... and bench/... path named in README.md exists" '
+    grep -oE "(^|[^A-Za-z0-9_./-])(docs|bench)/[A-Za-z0-9_./-]*" "$SRC/README.md" |
+        sed -E "s/^[^db]//; s/[.]+\$//" | sort -u >paths &&
+    test "$(wc -l <paths)" -ge 2 &&
+    bad="" &&
+    for p in $(cat paths); do
+        test -e "$SRC/$p" || { echo "README.md names $p, which does not exist"; bad=1; }
+    done &&
+    test -z "$bad"
+'
+
+test_expect_success "relative links in docs/*.md point at files and headings that exist" '
+    /usr/bin/python3 - "$SRC" <<-PY
+	import os, re, sys
+	src = sys.argv[1]
+	def slug(title):
+	    s = re.sub(r"[^a-z0-9 _-]", "", title.strip().lower())
+	    return s.replace(" ", "-")
+	def anchors(path):
+	    out, fence = set(), False
+	    for line in open(path, encoding="utf-8"):
+	        if line.startswith("\`\`\`"):
+	            fence = not fence
+	        elif not fence and line.startswith("#"):
+	            out.add(slug(line.lstrip("#")))
+	    return out
+	bad = 0
+	docs = os.path.join(src, "docs")
+	for name in sorted(os.listdir(docs)):
+	    if not name.endswith(".md"):
+	        continue
+	    path = os.path.join(docs, name)
+	    text = re.sub(r"\`\`\`.*?\`\`\`", "", open(path, encoding="utf-8").read(), flags=re.S)
+	    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+	        if re.match(r"[a-z]+:", target):
+	            continue
+	        file, _, frag = target.partition("#")
+	        dest = os.path.normpath(os.path.join(docs, file)) if file else path
+	        if not os.path.exists(dest):
+	            print(f"{name}: link {target}: no such file"); bad = 1
+	        elif frag and dest.endswith(".md") and frag not in anchors(dest):
+	            print(f"{name}: link {target}: no such heading"); bad = 1
+	sys.exit(bad)
+	PY
+'
+
+test_done
