@@ -38,6 +38,8 @@ for c in world; do
     result[bench-1x2]="rc=$?"
 done
 cat "$OUT/comm-1x2.log"
+BUILDDIR=build timeout 500 tests/run gpu >"$OUT/check-gpu.log" 2>&1
+result[check-gpu]="$(tail -1 "$OUT/check-gpu.log")"
 echo
 echo "== summary =="
 for k in "${!result[@]}"; do echo "$k: ${result[$k]}"; done | sort
