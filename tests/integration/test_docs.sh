@@ -90,8 +90,8 @@ test_expect_success "the example of docs/runtime.md builds warning-free and prin
     awk "/^## A minimal program/ { sec = 1 } sec && /^\`\`\`c\$/ { on = 1; next } on && /^\`\`\`/ { exit } on" \
         "$SRC/docs/runtime.md" >example.c &&
     grep -q "bmt_init" example.c &&
-    cc -std=c11 -Wall -Wextra -Werror -I"$SRC/include" example.c -o example "$BUILDDIR/lib/libbmt.a" \
-        $(sed -n "s/^Libs.private: //p" "$BUILDDIR/bmt.pc") &&
+    cc -std=c11 -Wall -Wextra -Werror -I"$SRC/include" example.c -o example \
+        -L"$BUILDDIR/lib" -Wl,-rpath,"$BUILDDIR/lib" -lbmt &&
     with_timeout 60 $BMLAUNCH -g 2 -n 2 -- ./example >out &&
     # the output block: between the third and fourth bare fence of the section
     awk "/^## A minimal program/ { sec = 1 } sec && /^\`\`\`\$/ { n++; next } n == 3 { print } n == 4 { exit }" \
