@@ -39,7 +39,7 @@ HAVE_NCCL := $(if $(HAVE_CUDA),$(if $(NCCL_H),1))
 endif
 ifeq ($(HAVE_CUDA),1)
 CUDA_CPPFLAGS := -DBMT_HAVE_CUDA -isystem $(CUDA_HOME)/include
-CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++
 ifeq ($(HAVE_NCCL),1)
 CUDA_CPPFLAGS += -DBMT_HAVE_NCCL $(if $(NCCL_HOME),-isystem $(NCCL_HOME)/include)
 CUDA_LIBS += $(if $(NCCL_HOME),-L$(NCCL_HOME)/lib -Wl$(comma)-rpath$(comma)$(NCCL_HOME)/lib) -lnccl
@@ -70,8 +70,11 @@ LAUNCHER_A := $(BUILDDIR)/launcher/liblauncher.a
 
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:%.c=$(BUILDDIR)/%)
-PROG_SRC := $(wildcard tests/progs/*.c)
+PROG_SRC := $(wildcard tests/progs/*.c tests/gpu/*.c)
 PROG_BIN := $(PROG_SRC:%.c=$(BUILDDIR)/%)
+# A program X.c may have CUDA parts in X_cuda.cu (built and linked with cuBLAS
+# when CUDA is found; X.c sees BMT_HAVE_CUDA then).
+PROG_CU := $(if $(HAVE_CUDA),$(wildcard tests/progs/*_cuda.cu tests/gpu/*_cuda.cu))
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:%.c=$(BUILDDIR)/%)
 
@@ -141,7 +144,17 @@ $(BMLAUNCH): $(BUILDDIR)/launcher/main.o $(LAUNCHER_A) $(LIBBMT_A)
 $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN): $(BUILDDIR)/%: $(BUILDDIR)/%.o $(LAUNCHER_A) $(LIBBMT_A)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  LD      $@")
-	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(LAUNCHER_A) $(LIBBMT_A) $(LIB_LIBS) $(JANSSON_LIBS)
+	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(filter $(@)_cuda.o,$(PROG_CU:%.cu=$(BUILDDIR)/%.o)) \
+	    $(LAUNCHER_A) $(LIBBMT_A) $(if $(filter $(@)_cuda.o,$(PROG_CU:%.cu=$(BUILDDIR)/%.o)),-lcublas) \
+	    $(LIB_LIBS) $(JANSSON_LIBS)
+
+# Each program depends on its CUDA part, when it has one.
+$(foreach cu,$(PROG_CU),$(eval $(BUILDDIR)/$(cu:_cuda.cu=): $(BUILDDIR)/$(cu:.cu=.o)))
+
+$(BUILDDIR)/tests/%_cuda.o: tests/%_cuda.cu $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  NVCC    $<")
+	$(Q)$(NVCC) $(NVCC_FLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) -MMD -MP -c $< -o $@
 
 BMT_VERSION := $(shell sed -n 's/^\#define BMT_VERSION_STRING "\(.*\)"/\1/p' include/bmt/bmt.h)
 

@@ -366,6 +366,68 @@ int bmt_all_reduce(bmt_comm_t *c, const void *send, void *recv, size_t count, bm
     return 0;
 }
 
+/* ------------------------------------------------------------ on a stream */
+
+int comm_all_gather_on(bmt_comm_t *c, const void *send, void *recv, size_t count, bmt_dtype_t dtype,
+                       void *stream, bmt_error_t *err)
+{
+    if (stream == NULL || c->be->all_gather_on == NULL) /* no stream: the synchronous call */
+        return bmt_all_gather(c, send, recv, count, dtype, err);
+    if (check_common(c, "all_gather", dtype, err) < 0 ||
+        check_count(c, "all_gather", count, dtype, (size_t)c->size, err) < 0)
+        return -1;
+    if (c->be->all_gather_on(c, send, recv, count, dtype, stream, err) < 0)
+        return failed(c, "all_gather", err);
+    return 0;
+}
+
+int comm_reduce_scatter_on(bmt_comm_t *c, const void *send, void *recv, size_t count,
+                           bmt_dtype_t dtype, bmt_op_t op, void *stream, bmt_error_t *err)
+{
+    if (stream == NULL || c->be->reduce_scatter_on == NULL) /* no stream: the synchronous call */
+        return bmt_reduce_scatter(c, send, recv, count, dtype, op, err);
+    if (check_common(c, "reduce_scatter", dtype, err) < 0 ||
+        check_count(c, "reduce_scatter", count, dtype, (size_t)c->size, err) < 0)
+        return -1;
+    if (c->be->reduce_scatter_on(c, send, recv, count, dtype, op, stream, err) < 0)
+        return failed(c, "reduce_scatter", err);
+    return 0;
+}
+
+int comm_all_reduce_on(bmt_comm_t *c, const void *send, void *recv, size_t count, bmt_dtype_t dtype,
+                       bmt_op_t op, void *stream, bmt_error_t *err)
+{
+    if (stream == NULL || c->be->all_reduce_on == NULL) /* no stream: the synchronous call */
+        return bmt_all_reduce(c, send, recv, count, dtype, op, err);
+    if (check_common(c, "all_reduce", dtype, err) < 0 ||
+        check_count(c, "all_reduce", count, dtype, 1, err) < 0)
+        return -1;
+    if (c->be->all_reduce_on(c, send, recv, count, dtype, op, stream, err) < 0)
+        return failed(c, "all_reduce", err);
+    return 0;
+}
+
+int comm_poll(bmt_comm_t *c, bmt_error_t *err)
+{
+    if (c == NULL || c->be->poll == NULL)
+        return 0;
+    if (c->aborted)
+        return errprintf(err, COMM_WHERE_FMT ": communicator was aborted by an earlier error",
+                         c->ctx->rank, c->name);
+    if (c->be->poll(c, err) < 0)
+        return failed(c, "asynchronous error", err);
+    return 0;
+}
+
+void comm_abort(bmt_comm_t *c)
+{
+    if (c == NULL || c->aborted)
+        return;
+    c->aborted = true;
+    c->ctx->comm_failed = true;
+    c->be->abort(c);
+}
+
 int bmt_broadcast(bmt_comm_t *c, void *buf, size_t count, bmt_dtype_t dtype, int root,
                   bmt_error_t *err)
 {

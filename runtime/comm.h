@@ -48,6 +48,18 @@ struct comm_backend {
     int (*broadcast)(bmt_comm_t *c, void *buf, size_t count, bmt_dtype_t dtype, int root,
                      bmt_error_t *err);
     int (*barrier)(bmt_comm_t *c, bmt_error_t *err);
+    /* The same three, enqueued on stream (a cudaStream_t) without waiting; the
+     * caller synchronizes (bmt_device_synchronize). NULL: the backend has no
+     * streams, and comm.c runs the synchronous operation instead. */
+    int (*all_gather_on)(bmt_comm_t *c, const void *send, void *recv, size_t count,
+                         bmt_dtype_t dtype, void *stream, bmt_error_t *err);
+    int (*reduce_scatter_on)(bmt_comm_t *c, const void *send, void *recv, size_t count,
+                             bmt_dtype_t dtype, bmt_op_t op, void *stream, bmt_error_t *err);
+    int (*all_reduce_on)(bmt_comm_t *c, const void *send, void *recv, size_t count,
+                         bmt_dtype_t dtype, bmt_op_t op, void *stream, bmt_error_t *err);
+    /* Report an asynchronous error of enqueued work (nccl: ncclCommGetAsyncError).
+     * NULL: nothing is ever asynchronous. */
+    int (*poll)(bmt_comm_t *c, bmt_error_t *err);
     /* Mark the backend state unusable after an error (nccl: ncclCommAbort). */
     void (*abort)(bmt_comm_t *c);
     /* Release the backend state (impl may be NULL after a failed create). */
@@ -74,6 +86,23 @@ int comm_split_known(bmt_comm_t *parent, const int *colors, const int *keys, con
 
 /* Free a communicator regardless of ownership (bmt_finalize). */
 void comm_free(bmt_comm_t *c);
+
+/* Collectives enqueued on a stream (the engine's). Checked like the public
+ * ones; on failure the communicator is aborted. Completion: see
+ * bmt_device_synchronize. With stream NULL, or on cpu backends, they are the
+ * synchronous calls and complete before returning. */
+int comm_all_gather_on(bmt_comm_t *c, const void *send, void *recv, size_t count, bmt_dtype_t dtype,
+                       void *stream, bmt_error_t *err);
+int comm_reduce_scatter_on(bmt_comm_t *c, const void *send, void *recv, size_t count,
+                           bmt_dtype_t dtype, bmt_op_t op, void *stream, bmt_error_t *err);
+int comm_all_reduce_on(bmt_comm_t *c, const void *send, void *recv, size_t count, bmt_dtype_t dtype,
+                       bmt_op_t op, void *stream, bmt_error_t *err);
+
+/* Check for an asynchronous error of enqueued work; on one, abort c. */
+int comm_poll(bmt_comm_t *c, bmt_error_t *err);
+
+/* Abort c (NULL: no-op): every later call fails at once. */
+void comm_abort(bmt_comm_t *c);
 
 /* "rank 3: <name>" context for messages. */
 #define COMM_WHERE_FMT "rank %d: %s"

@@ -350,6 +350,66 @@ static int nccl_barrier(bmt_comm_t *c, bmt_error_t *err)
         "barrier (ncclAllReduce)", err);
 }
 
+/* Enqueue-only variants for the engine's streams: an error here is one NCCL
+ * reported at once; the rest surface in nccl_poll or the stream's deadline. */
+static int enqueued(bmt_comm_t *c, ncclResult_t r, const char *call, bmt_error_t *err)
+{
+    nccl_state_t *s = c->impl;
+    if (r != ncclSuccess && r != ncclInProgress)
+        return errprintf(err, "%s: %s (%s)", call, ncclGetErrorString(r),
+                         ncclGetLastError(s->comm));
+    return 0;
+}
+
+static int nccl_all_gather_on(bmt_comm_t *c, const void *send, void *recv, size_t count,
+                              bmt_dtype_t dtype, void *stream, bmt_error_t *err)
+{
+    if (live(c, err) < 0)
+        return -1;
+    nccl_state_t *s = c->impl;
+    return enqueued(
+        c, ncclAllGather(send, recv, count, nccl_type(dtype), s->comm, (cudaStream_t)stream),
+        "ncclAllGather", err);
+}
+
+static int nccl_reduce_scatter_on(bmt_comm_t *c, const void *send, void *recv, size_t count,
+                                  bmt_dtype_t dtype, bmt_op_t op, void *stream, bmt_error_t *err)
+{
+    if (live(c, err) < 0)
+        return -1;
+    nccl_state_t *s = c->impl;
+    return enqueued(c,
+                    ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), s->comm,
+                                      (cudaStream_t)stream),
+                    "ncclReduceScatter", err);
+}
+
+static int nccl_all_reduce_on(bmt_comm_t *c, const void *send, void *recv, size_t count,
+                              bmt_dtype_t dtype, bmt_op_t op, void *stream, bmt_error_t *err)
+{
+    if (live(c, err) < 0)
+        return -1;
+    nccl_state_t *s = c->impl;
+    return enqueued(c,
+                    ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), s->comm,
+                                  (cudaStream_t)stream),
+                    "ncclAllReduce", err);
+}
+
+static int nccl_poll(bmt_comm_t *c, bmt_error_t *err)
+{
+    if (live(c, err) < 0)
+        return -1;
+    nccl_state_t *s = c->impl;
+    ncclResult_t st = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(s->comm, &st);
+    if (r != ncclSuccess)
+        return errprintf(err, "ncclCommGetAsyncError: %s", ncclGetErrorString(r));
+    if (st != ncclSuccess && st != ncclInProgress)
+        return errprintf(err, "%s (%s)", ncclGetErrorString(st), ncclGetLastError(s->comm));
+    return 0;
+}
+
 static void nccl_abort(bmt_comm_t *c) { state_abort(c->impl); }
 
 /* Finalize (flush) then destroy; bounded like everything else, abort on timeout. */
@@ -387,6 +447,10 @@ const struct comm_backend comm_backend_nccl = {
     .all_reduce = nccl_all_reduce,
     .broadcast = nccl_broadcast,
     .barrier = nccl_barrier,
+    .all_gather_on = nccl_all_gather_on,
+    .reduce_scatter_on = nccl_reduce_scatter_on,
+    .all_reduce_on = nccl_all_reduce_on,
+    .poll = nccl_poll,
     .abort = nccl_abort,
     .destroy = nccl_destroy,
 };

@@ -12,6 +12,7 @@
 #include "bmt/bmt.h"
 #include "boot.h"
 #include "comm.h"
+#include "device.h"
 
 struct bmt_ctx {
     boot_t *boot;
@@ -27,7 +28,9 @@ struct bmt_ctx {
     bmt_comm_t *world_comm;
     bmt_comm_t *group_comm;
     bmt_comm_t *replica_comm;
-    bool comm_failed; /* a collective failed: finalize aborts instead of flushing */
+    bool comm_failed;              /* a collective failed: finalize aborts instead of flushing */
+    void *mem;                     /* device.c's allocation table (NULL until first use) */
+    void *streams[DEVICE_STREAMS]; /* cudaStream_t; NULL on cpu */
 };
 
 #endif

@@ -1,15 +1,26 @@
-/* runtime/device.c — memory on the context's device (cpu: malloc, cuda: cudaMalloc).
+/* runtime/device.c — memory and streams of the context's device, with accounting.
  *
- * The smallest layer the communicators and their tests need: allocate, free and
- * copy to and from the host. CUDA errors are turned into messages here, where
- * they enter our code. (The training engine grows this into the full device
- * layer with streams, events and per-kind byte accounting.)
+ * Memory: cpu uses malloc, cuda cudaMalloc. Every pointer handed out is entered
+ * in an open-addressing table (pointer -> bytes, kind) so that bmt_free can
+ * subtract it from the right counter without a header in front of device
+ * memory; the table also catches frees of pointers that are not ours. The
+ * counters keep current and peak bytes per kind: the engine's tests assert the
+ * "sharded from birth" invariant from them.
+ *
+ * Streams (cuda): compute, comm and replica are made at bmt_init and live in the
+ * context as void * (cudaStream_t) so that headers compiled without CUDA can
+ * carry them. CUDA errors become messages here, where they enter our code.
+ *
+ * A context made by hand in a unit test (calloc, no bmt_init) works: the table
+ * starts empty on first use and the streams are NULL (the legacy stream).
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bmt/bmt.h"
 #include "ctx.h"
+#include "device.h"
 #include "error.h"
 
 #ifdef BMT_HAVE_CUDA
@@ -22,34 +33,199 @@ static int cuda_fail(bmt_ctx_t *ctx, bmt_error_t *err, const char *call, cudaErr
 }
 #endif
 
-void *bmt_mem_alloc(bmt_ctx_t *ctx, size_t bytes, bmt_error_t *err)
+/* ------------------------------------------------------------ the table */
+
+struct mem_entry {
+    void *ptr; /* NULL: empty slot; TOMBSTONE: freed slot */
+    size_t bytes;
+    int kind;
+};
+
+struct mem_table {
+    struct mem_entry *slots;
+    size_t cap, used, live; /* used counts tombstones too */
+    bmt_mem_stats_t stats;
+};
+
+static char tombstone_;
+#define TOMBSTONE ((void *)&tombstone_)
+
+static size_t slot_of(const void *p, size_t cap)
 {
-    if (bytes == 0)
-        bytes = 1; /* a distinct, freeable pointer, as malloc(0) is not promised to be */
-    if (ctx->device == BMT_DEVICE_CPU) {
-        void *p = malloc(bytes);
-        if (p == NULL)
-            errprintf(err, "rank %d: out of host memory allocating %zu bytes", ctx->rank, bytes);
-        return p;
+    uintptr_t x = (uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return (size_t)x & (cap - 1);
+}
+
+static struct mem_table *table(bmt_ctx_t *ctx)
+{
+    if (ctx->mem == NULL)
+        ctx->mem = calloc(1, sizeof(struct mem_table));
+    return ctx->mem;
+}
+
+static int table_grow(struct mem_table *t)
+{
+    size_t cap = t->cap ? t->cap * 2 : 256;
+    while (t->live * 2 >= cap)
+        cap *= 2;
+    struct mem_entry *s = calloc(cap, sizeof(*s));
+    if (s == NULL)
+        return -1;
+    for (size_t i = 0; i < t->cap; i++) {
+        void *p = t->slots[i].ptr;
+        if (p == NULL || p == TOMBSTONE)
+            continue;
+        size_t j = slot_of(p, cap);
+        while (s[j].ptr)
+            j = (j + 1) & (cap - 1);
+        s[j] = t->slots[i];
+    }
+    free(t->slots);
+    t->slots = s;
+    t->cap = cap;
+    t->used = t->live;
+    return 0;
+}
+
+static int table_add(struct mem_table *t, void *p, size_t bytes, int kind)
+{
+    if ((t->used + 1) * 2 > t->cap && table_grow(t) < 0)
+        return -1;
+    size_t j = slot_of(p, t->cap);
+    while (t->slots[j].ptr && t->slots[j].ptr != TOMBSTONE)
+        j = (j + 1) & (t->cap - 1);
+    if (t->slots[j].ptr == NULL)
+        t->used++;
+    t->slots[j] = (struct mem_entry){ p, bytes, kind };
+    t->live++;
+    bmt_mem_stats_t *st = &t->stats;
+    st->current[kind] += bytes;
+    st->current_total += bytes;
+    if (st->current[kind] > st->peak[kind])
+        st->peak[kind] = st->current[kind];
+    if (st->current_total > st->peak_total)
+        st->peak_total = st->current_total;
+    return 0;
+}
+
+/* Remove p; returns its entry's kind, or -1 if p is not in the table. */
+static int table_remove(struct mem_table *t, const void *p)
+{
+    if (t == NULL || t->cap == 0)
+        return -1;
+    size_t j = slot_of(p, t->cap);
+    for (size_t n = 0; n < t->cap && t->slots[j].ptr; n++, j = (j + 1) & (t->cap - 1)) {
+        if (t->slots[j].ptr != p)
+            continue;
+        int kind = t->slots[j].kind;
+        t->stats.current[kind] -= t->slots[j].bytes;
+        t->stats.current_total -= t->slots[j].bytes;
+        t->slots[j].ptr = TOMBSTONE;
+        t->live--;
+        return kind;
+    }
+    return -1;
+}
+
+void device_release(bmt_ctx_t *ctx)
+{
+    struct mem_table *t = ctx->mem;
+    if (t) {
+        free(t->slots);
+        free(t);
+        ctx->mem = NULL;
     }
 #ifdef BMT_HAVE_CUDA
-    void *p = NULL;
-    cudaError_t e = cudaMalloc(&p, bytes);
-    if (e != cudaSuccess) {
-        cuda_fail(ctx, err, "cudaMalloc", e);
-        return NULL;
-    }
-    return p;
-#else
-    errprintf(err, "rank %d: this libbmt was built without CUDA", ctx->rank);
-    return NULL;
+    for (int i = 0; i < DEVICE_STREAMS; i++)
+        if (ctx->streams[i]) {
+            cudaStreamDestroy((cudaStream_t)ctx->streams[i]);
+            ctx->streams[i] = NULL;
+        }
 #endif
 }
 
-void bmt_mem_free(bmt_ctx_t *ctx, void *ptr)
+int device_setup_streams(bmt_ctx_t *ctx, bmt_error_t *err)
+{
+    if (ctx->device != BMT_DEVICE_CUDA)
+        return 0;
+#ifdef BMT_HAVE_CUDA
+    for (int i = 0; i < DEVICE_STREAMS; i++) {
+        cudaStream_t s;
+        /* Non-blocking: the three streams order among themselves through events
+         * only, never through the legacy stream. */
+        cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+        if (e != cudaSuccess)
+            return cuda_fail(ctx, err, "cudaStreamCreate", e);
+        ctx->streams[i] = s;
+    }
+    return 0;
+#else
+    return errprintf(err, "rank %d: this libbmt was built without CUDA", ctx->rank);
+#endif
+}
+
+/* ------------------------------------------------------------ allocation */
+
+const char *bmt_mem_kind_name(bmt_mem_kind_t kind)
+{
+    static const char *names[] = { "param", "gathered",   "grad_full", "grad",
+                                   "optim", "activation", "workspace" };
+    return (unsigned)kind < BMT_MEM_KIND_COUNT ? names[kind] : "invalid";
+}
+
+void *bmt_alloc(bmt_ctx_t *ctx, bmt_mem_kind_t kind, size_t bytes, bmt_error_t *err)
+{
+    if ((unsigned)kind >= BMT_MEM_KIND_COUNT) {
+        errprintf(err, "rank %d: bmt_alloc: invalid memory kind %d", ctx->rank, (int)kind);
+        return NULL;
+    }
+    struct mem_table *t = table(ctx);
+    if (t == NULL) {
+        errprintf(err, "rank %d: out of host memory", ctx->rank);
+        return NULL;
+    }
+    size_t real = bytes ? bytes : 1; /* a distinct, freeable pointer */
+    void *p = NULL;
+    if (ctx->device == BMT_DEVICE_CPU) {
+        /* 64-byte alignment, like cudaMalloc's 256: vector loads, no false sharing. */
+        if (posix_memalign(&p, 64, (real + 63) & ~(size_t)63) != 0)
+            p = NULL;
+        if (p == NULL) {
+            errprintf(err, "rank %d: out of host memory allocating %zu bytes (%s)", ctx->rank,
+                      bytes, bmt_mem_kind_name(kind));
+            return NULL;
+        }
+    } else {
+#ifdef BMT_HAVE_CUDA
+        cudaError_t e = cudaMalloc(&p, real);
+        if (e != cudaSuccess) {
+            bmt_mem_stats_t st = t->stats;
+            errprintf(err, "rank %d: cudaMalloc of %zu bytes (%s) on cuda:%d: %s; %.2f GiB in use",
+                      ctx->rank, bytes, bmt_mem_kind_name(kind), ctx->device_index,
+                      cudaGetErrorString(e), (double)st.current_total / (1 << 30));
+            return NULL;
+        }
+#else
+        errprintf(err, "rank %d: this libbmt was built without CUDA", ctx->rank);
+        return NULL;
+#endif
+    }
+    if (table_add(t, p, bytes, kind) < 0) {
+        bmt_free(ctx, p);
+        errprintf(err, "rank %d: out of host memory for the allocation table", ctx->rank);
+        return NULL;
+    }
+    return p;
+}
+
+void bmt_free(bmt_ctx_t *ctx, void *ptr)
 {
     if (ptr == NULL)
         return;
+    table_remove(ctx->mem, ptr);
     if (ctx->device == BMT_DEVICE_CPU) {
         free(ptr);
         return;
@@ -58,6 +234,33 @@ void bmt_mem_free(bmt_ctx_t *ctx, void *ptr)
     cudaFree(ptr);
 #endif
 }
+
+void *bmt_mem_alloc(bmt_ctx_t *ctx, size_t bytes, bmt_error_t *err)
+{
+    return bmt_alloc(ctx, BMT_MEM_WORKSPACE, bytes, err);
+}
+
+void bmt_mem_free(bmt_ctx_t *ctx, void *ptr) { bmt_free(ctx, ptr); }
+
+void bmt_mem_get_stats(const bmt_ctx_t *ctx, bmt_mem_stats_t *out)
+{
+    const struct mem_table *t = ctx->mem;
+    if (t)
+        *out = t->stats;
+    else
+        memset(out, 0, sizeof(*out));
+}
+
+void bmt_mem_reset_peaks(bmt_ctx_t *ctx)
+{
+    struct mem_table *t = table(ctx);
+    if (t == NULL)
+        return;
+    memcpy(t->stats.peak, t->stats.current, sizeof(t->stats.peak));
+    t->stats.peak_total = t->stats.current_total;
+}
+
+/* ------------------------------------------------------------ copies */
 
 static int copy(bmt_ctx_t *ctx, void *dst, const void *src, size_t bytes, int to_device,
                 bmt_error_t *err)
@@ -72,9 +275,15 @@ static int copy(bmt_ctx_t *ctx, void *dst, const void *src, size_t bytes, int to
     /* cudaMemcpy from pageable host memory may return before the DMA into the
      * device has landed; a stream that does not wait for the legacy stream (such
      * as NCCL's) could then read half-copied data. Wait for it: these copies
-     * promise completion. */
-    cudaError_t e =
-        cudaMemcpy(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
+     * promise completion. Work queued on the context's streams is waited for
+     * first, so a download sees what the engine computed. */
+    cudaError_t e = cudaSuccess;
+    for (int i = 0; i < DEVICE_STREAMS && e == cudaSuccess; i++)
+        if (ctx->streams[i])
+            e = cudaStreamSynchronize((cudaStream_t)ctx->streams[i]);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(dst, src, bytes,
+                       to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
     if (e == cudaSuccess && to_device)
         e = cudaStreamSynchronize(0);
     if (e != cudaSuccess)
@@ -94,4 +303,120 @@ int bmt_mem_download(bmt_ctx_t *ctx, void *host_dst, const void *src, size_t byt
                      bmt_error_t *err)
 {
     return copy(ctx, host_dst, src, bytes, 0, err);
+}
+
+/* ------------------------------------------------------------ streams and events */
+
+void *bmt_compute_stream(bmt_ctx_t *ctx) { return ctx->streams[DEVICE_COMPUTE]; }
+
+void *device_stream(bmt_ctx_t *ctx, int which) { return ctx->streams[which]; }
+
+int device_sync_legacy(bmt_ctx_t *ctx, bmt_error_t *err)
+{
+    if (ctx->device != BMT_DEVICE_CUDA)
+        return 0;
+#ifdef BMT_HAVE_CUDA
+    cudaError_t e = cudaStreamSynchronize(0);
+    if (e != cudaSuccess)
+        return cuda_fail(ctx, err, "cudaStreamSynchronize", e);
+#endif
+    return 0;
+}
+
+int device_event_create(bmt_ctx_t *ctx, void **ev, bmt_error_t *err)
+{
+    *ev = NULL;
+    if (ctx->device != BMT_DEVICE_CUDA)
+        return 0;
+#ifdef BMT_HAVE_CUDA
+    cudaEvent_t e;
+    cudaError_t r = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    if (r != cudaSuccess)
+        return cuda_fail(ctx, err, "cudaEventCreate", r);
+    *ev = e;
+    return 0;
+#else
+    return errprintf(err, "rank %d: this libbmt was built without CUDA", ctx->rank);
+#endif
+}
+
+void device_event_destroy(bmt_ctx_t *ctx, void *ev)
+{
+#ifdef BMT_HAVE_CUDA
+    if (ev)
+        cudaEventDestroy((cudaEvent_t)ev);
+#endif
+}
+
+int device_event_record(bmt_ctx_t *ctx, void *ev, void *stream, bmt_error_t *err)
+{
+    if (ev == NULL)
+        return 0;
+#ifdef BMT_HAVE_CUDA
+    cudaError_t r = cudaEventRecord((cudaEvent_t)ev, (cudaStream_t)stream);
+    if (r != cudaSuccess)
+        return cuda_fail(ctx, err, "cudaEventRecord", r);
+#endif
+    return 0;
+}
+
+int device_stream_wait(bmt_ctx_t *ctx, void *stream, void *ev, bmt_error_t *err)
+{
+    if (ev == NULL)
+        return 0;
+#ifdef BMT_HAVE_CUDA
+    cudaError_t r = cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)ev, 0);
+    if (r != cudaSuccess)
+        return cuda_fail(ctx, err, "cudaStreamWaitEvent", r);
+#endif
+    return 0;
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int bmt_device_synchronize(bmt_ctx_t *ctx, bmt_error_t *err)
+{
+    if (ctx->device != BMT_DEVICE_CUDA)
+        return 0;
+#ifdef BMT_HAVE_CUDA
+    static const char *names[DEVICE_STREAMS] = { "compute", "comm", "replica" };
+    double deadline = mono_s() + ctx->timeout_s;
+    struct timespec nap = { 0, 20000 };
+    for (int i = 0; i < DEVICE_STREAMS; i++) {
+        if (ctx->streams[i] == NULL)
+            continue;
+        for (unsigned it = 0;; it++) {
+            cudaError_t e = cudaStreamQuery((cudaStream_t)ctx->streams[i]);
+            if (e == cudaSuccess)
+                break;
+            if (e != cudaErrorNotReady)
+                return cuda_fail(ctx, err, "cudaStreamQuery", e);
+            /* A collective that can never finish shows up as an NCCL error, or
+             * not at all: check the communicators, then the deadline. */
+            bmt_comm_t *comms[3] = { ctx->world_comm, ctx->group_comm, ctx->replica_comm };
+            for (int c = 0; c < 3; c++)
+                if (comms[c] && comm_poll(comms[c], err) < 0)
+                    return -1;
+            if (mono_s() > deadline) {
+                ctx->comm_failed = true;
+                for (int c = 0; c < 3; c++)
+                    comm_abort(comms[c]);
+                return errprintf(err,
+                                 "rank %d: the %s stream did not finish within %.1f s: a peer "
+                                 "is missing or stuck (BMT_TIMEOUT)",
+                                 ctx->rank, names[i], ctx->timeout_s);
+            }
+            if (it > 2000)
+                nanosleep(&nap, NULL);
+        }
+    }
+    return 0;
+#else
+    return errprintf(err, "rank %d: this libbmt was built without CUDA", ctx->rank);
+#endif
 }

@@ -221,7 +221,8 @@ int bmt_init(bmt_ctx_t **out, const bmt_config_t *cfg, bmt_error_t *err)
         goto fail;
     if (setup_device(ctx, cfg->device ? cfg->device : env_get("BMT_DEVICE"), err) < 0)
         goto fail;
-    if (setup_backend(ctx, cfg->backend ? cfg->backend : env_get("BMT_BACKEND"), err) < 0)
+    if (setup_backend(ctx, cfg->backend ? cfg->backend : env_get("BMT_BACKEND"), err) < 0 ||
+        device_setup_streams(ctx, err) < 0)
         goto fail;
     ctx->world_comm = comm_create_world(ctx, ctx->backend, err);
     if (ctx->world_comm == NULL)
@@ -244,6 +245,7 @@ void bmt_finalize(bmt_ctx_t *ctx)
     comm_free(ctx->replica_comm);
     comm_free(ctx->group_comm);
     comm_free(ctx->world_comm);
+    device_release(ctx);
     boot_finalize(ctx->boot);
     free(ctx);
 }

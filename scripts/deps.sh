@@ -14,6 +14,8 @@ pkg-config
 libpmix-dev
 libjansson-dev
 python3
+python3-numpy
+python3-torch
 procps
 clang-format
 "

@@ -1,0 +1,188 @@
+/* bmt/block.h — sharded blocks of parameters and the block list that runs them.
+ *
+ * The ideas are BMTrain's (Block / CheckpointBlock, BlockList, init_parameters,
+ * zero_level), rebuilt around a C model that gives each block forward and
+ * backward callbacks:
+ *
+ *   bmt_block_t      A group of parameters that is gathered and released as one
+ *                    (a transformer layer, the embeddings, the head). Parameters
+ *                    are laid out in one flat buffer per dtype, in the order they
+ *                    were added, each starting at a multiple of BMT_BLOCK_ALIGN
+ *                    elements; the buffer is padded to a multiple of
+ *                    BMT_BLOCK_ALIGN x group size, and each group rank allocates
+ *                    and keeps only its contiguous shard (padded / group size
+ *                    elements, at group_rank x shard). Nothing ever holds a
+ *                    whole model.
+ *   initialization   An element's initial value depends only on (seed, the
+ *                    parameter's full name, the element's index), through
+ *                    Philox 4x32-10, so every layout starts from the same bits.
+ *   bmt_blocklist_t  The schedule: forward gathers block i+1 (on the comm
+ *                    stream) while block i computes; backward runs in reverse
+ *                    with the same prefetch, recomputes a block's forward first
+ *                    when activation checkpointing is on, and reduce-scatters
+ *                    each block's gradients in the group (and, on the last
+ *                    micro-batch, all-reduces the shard across groups on its own
+ *                    stream) as soon as the block is done.
+ *
+ * The model owns activations: its forward callback reads the block's input and
+ * writes its output in its own buffers, keeping what its backward needs only
+ * when call->keep_activations says so. The runtime owns parameters, gradients
+ * and the schedule. The optimizer (bmt/optim.h) finishes a step.
+ */
+#ifndef BMT_BLOCK_H
+#define BMT_BLOCK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bmt/bmt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------ initialization */
+
+typedef enum bmt_init_kind {
+    BMT_INIT_ZEROS = 0,
+    BMT_INIT_ONES,
+    BMT_INIT_CONSTANT,     /* a */
+    BMT_INIT_UNIFORM,      /* uniform in [a, b) */
+    BMT_INIT_NORMAL,       /* mean a, standard deviation b */
+    BMT_INIT_TRUNC_NORMAL, /* mean a, standard deviation b, cut at a +- 2b */
+} bmt_init_kind_t;
+
+typedef struct bmt_init {
+    bmt_init_kind_t kind;
+    double a, b;
+    double scale; /* the value is multiplied by this; 0 means 1 */
+} bmt_init_t;
+
+#define BMT_INIT_ZEROS_V ((bmt_init_t){ BMT_INIT_ZEROS, 0, 0, 1 })
+#define BMT_INIT_ONES_V ((bmt_init_t){ BMT_INIT_ONES, 0, 0, 1 })
+#define BMT_INIT_NORMAL_V(mean, std) ((bmt_init_t){ BMT_INIT_NORMAL, (mean), (std), 1 })
+#define BMT_INIT_TRUNC_NORMAL_V(mean, std) ((bmt_init_t){ BMT_INIT_TRUNC_NORMAL, (mean), (std), 1 })
+#define BMT_INIT_UNIFORM_V(lo, hi) ((bmt_init_t){ BMT_INIT_UNIFORM, (lo), (hi), 1 })
+
+/* The value of element `index` of the parameter `name` (full name, e.g.
+ * "h.3.mlp.c_fc.weight") under seed, computed on the host in double precision:
+ * the reference the tests compare with. The device computes the same formula. */
+BMT_API double bmt_init_value(uint64_t seed, const char *name, uint64_t index,
+                              const bmt_init_t *init);
+
+/* ------------------------------------------------------------ blocks */
+
+typedef struct bmt_block bmt_block_t;
+
+/* Parameter flags. */
+#define BMT_PARAM_NO_DECAY 1u /* AdamW applies no weight decay (biases, norms) */
+
+#define BMT_MAX_DIMS 4
+#define BMT_BLOCK_ALIGN 16 /* elements: parameter offsets and shard sizes are multiples */
+
+/* A new, empty block. name prefixes its parameters' names ("h.3" + "." + "ln_1.weight").
+ * It belongs to the caller until appended to a block list. */
+BMT_API bmt_block_t *bmt_block_create(bmt_ctx_t *ctx, const char *name, bmt_error_t *err);
+
+/* Register a parameter before bmt_block_build. shape has ndim (1..4) positive
+ * sizes, C order. Returns its index (0, 1, ...) in the block, or -1. */
+BMT_API int bmt_block_add_param(bmt_block_t *block, const char *name, int ndim,
+                                const int64_t *shape, bmt_dtype_t dtype, bmt_init_t init,
+                                unsigned flags, bmt_error_t *err);
+
+/* Lay the parameters out, allocate this rank's shards only, and initialize them
+ * (on the device) from seed. No parameter can be added afterwards. */
+BMT_API int bmt_block_build(bmt_block_t *block, uint64_t seed, bmt_error_t *err);
+
+/* Free a block that is not in a block list (those go with the list). NULL: no-op. */
+BMT_API void bmt_block_destroy(bmt_block_t *block);
+
+BMT_API const char *bmt_block_name(const bmt_block_t *block);
+BMT_API int bmt_block_num_params(const bmt_block_t *block);
+/* Full name ("h.3.ln_1.weight"), numel, dtype of parameter i; NULL/-1 if out of range. */
+BMT_API const char *bmt_block_param_name(const bmt_block_t *block, int i);
+BMT_API int64_t bmt_block_param_numel(const bmt_block_t *block, int i);
+BMT_API int bmt_block_param_dtype(const bmt_block_t *block, int i);
+
+/* Gather the whole block into a full buffer and wait for it (outside a block
+ * list: tests, export). bmt_block_param then gives parameter i's full data on
+ * the device until bmt_block_release. Errors: not built, already gathered. */
+BMT_API int bmt_block_gather(bmt_block_t *block, bmt_error_t *err);
+BMT_API void *bmt_block_param(const bmt_block_t *block, int i);
+BMT_API int bmt_block_release(bmt_block_t *block, bmt_error_t *err);
+
+/* ------------------------------------------------------------ block list */
+
+typedef struct bmt_blocklist bmt_blocklist_t;
+
+/* What a block callback gets. Pointers are valid during the call only. */
+typedef struct bmt_block_call {
+    int index; /* position of the block in the list */
+    bmt_block_t *block;
+    void *const *params;   /* (num params) full parameters, device memory, param dtype */
+    void *const *grads;    /* backward: (num params) full gradients, grad dtype of the
+                            * list, zeroed before the call: ADD into them.
+                            * forward: NULL */
+    void *stream;          /* cudaStream_t of the compute stream, NULL on cpu */
+    bool keep_activations; /* forward: keep what backward needs (false in the first
+                            * forward under activation checkpointing) */
+    bool recompute;        /* forward: this is the recomputation inside backward */
+    int microbatch;        /* micro-batches since the last optimizer step, from 0 */
+} bmt_block_call_t;
+
+typedef struct bmt_block_ops {
+    int (*forward)(void *model, const bmt_block_call_t *call, bmt_error_t *err);
+    int (*backward)(void *model, const bmt_block_call_t *call, bmt_error_t *err);
+} bmt_block_ops_t;
+
+typedef struct bmt_blocklist_config {
+    size_t size;
+    uint32_t magic;
+    uint32_t version;
+    int zero_level;         /* 3 (default): release after forward, gather again in
+                             * backward; 2: keep forward's full parameters until the
+                             * block's backward (no second gather, more memory) */
+    int checkpointing;      /* 1 (default): keep only block inputs and recompute a
+                             * block's forward inside backward; 0: keep activations */
+    bmt_dtype_t grad_dtype; /* full gradients and their reduce-scatter: BMT_F32
+                             * (default) or BMT_BF16; gradient shards are always f32 */
+    int prefetch;           /* 1 (default): gather block i+1 during block i; 0: no overlap */
+} bmt_blocklist_config_t;
+
+#define BMT_BLOCKLIST_CONFIG_MAGIC 0x4c4b4c42u /* "BLKL" */
+#define BMT_BLOCKLIST_CONFIG_VERSION 1u
+#define BMT_BLOCKLIST_CONFIG_INITIALIZER                                                           \
+    {                                                                                              \
+        sizeof(bmt_blocklist_config_t), BMT_BLOCKLIST_CONFIG_MAGIC, BMT_BLOCKLIST_CONFIG_VERSION,  \
+            3, 1, BMT_F32, 1                                                                       \
+    }
+
+/* A new, empty list. cfg NULL: defaults. */
+BMT_API bmt_blocklist_t *bmt_blocklist_create(bmt_ctx_t *ctx, const bmt_blocklist_config_t *cfg,
+                                              bmt_error_t *err);
+
+/* Append a built block with its callbacks; model is passed back to them. The
+ * list takes ownership of the block. */
+BMT_API int bmt_blocklist_append(bmt_blocklist_t *list, bmt_block_t *block,
+                                 const bmt_block_ops_t *ops, void *model, bmt_error_t *err);
+
+/* Run every block's forward in order. */
+BMT_API int bmt_blocklist_forward(bmt_blocklist_t *list, bmt_error_t *err);
+
+/* Run every block's backward in reverse order, after a forward. Gradients are
+ * reduce-scattered in the group and accumulated into the f32 gradient shards;
+ * with last_microbatch, each block's shard is also all-reduced across groups.
+ * The optimizer step then averages over world size x micro-batches. */
+BMT_API int bmt_blocklist_backward(bmt_blocklist_t *list, bool last_microbatch, bmt_error_t *err);
+
+BMT_API int bmt_blocklist_size(const bmt_blocklist_t *list);
+BMT_API bmt_block_t *bmt_blocklist_block(const bmt_blocklist_t *list, int i);
+
+/* Free the list, its blocks and their memory. NULL: no-op. */
+BMT_API void bmt_blocklist_destroy(bmt_blocklist_t *list);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

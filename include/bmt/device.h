@@ -1,0 +1,75 @@
+/* bmt/device.h — memory and streams of the context's device, with accounting.
+ *
+ * Every allocation the runtime makes goes through bmt_alloc with a kind, and the
+ * context keeps current and peak bytes per kind. That is how the invariant
+ * "sharded from birth" is checked: a rank's parameter, gradient and optimizer
+ * bytes equal its shard sizes, and the full-block buffers never exceed K blocks
+ * (docs/engine.md). Models allocate their activations here too (kind
+ * BMT_MEM_ACTIVATION) so that the figures are whole.
+ *
+ * Streams: on cuda the context owns three CUDA streams, made at bmt_init:
+ *   compute  - the model's kernels (block forward and backward run here);
+ *   comm     - gathers of block parameters and reduce-scatters of gradients;
+ *   replica  - the all-reduce of gradient shards across groups.
+ * Work moves between them through CUDA events only; the host never waits
+ * inside a step except where the optimizer reads the gradient norm. On cpu
+ * everything is synchronous and the stream handles are NULL.
+ */
+#ifndef BMT_DEVICE_H
+#define BMT_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bmt/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct bmt_ctx bmt_ctx_t;
+
+typedef enum bmt_mem_kind {
+    BMT_MEM_PARAM = 0,  /* parameter shards, compute dtype */
+    BMT_MEM_GATHERED,   /* full (gathered) parameter buffers of blocks */
+    BMT_MEM_GRAD_FULL,  /* full gradient buffers of blocks in backward */
+    BMT_MEM_GRAD,       /* gradient shards (f32) */
+    BMT_MEM_OPTIM,      /* optimizer state: f32 master shards, moments */
+    BMT_MEM_ACTIVATION, /* activations (allocated by the model) */
+    BMT_MEM_WORKSPACE,  /* everything else: staging, scratch, reductions */
+    BMT_MEM_KIND_COUNT
+} bmt_mem_kind_t;
+
+/* "param", "gathered", "grad_full", "grad", "optim", "activation", "workspace". */
+BMT_API const char *bmt_mem_kind_name(bmt_mem_kind_t kind);
+
+/* Allocate bytes of device memory (host memory on cpu) counted under kind.
+ * bytes 0 gives a distinct freeable pointer. NULL and err on failure. */
+BMT_API void *bmt_alloc(bmt_ctx_t *ctx, bmt_mem_kind_t kind, size_t bytes, bmt_error_t *err);
+
+/* Free memory from bmt_alloc or bmt_mem_alloc. NULL: no-op. */
+BMT_API void bmt_free(bmt_ctx_t *ctx, void *ptr);
+
+typedef struct bmt_mem_stats {
+    uint64_t current[BMT_MEM_KIND_COUNT]; /* bytes allocated now */
+    uint64_t peak[BMT_MEM_KIND_COUNT];    /* most bytes at any time since the last reset */
+    uint64_t current_total, peak_total;
+} bmt_mem_stats_t;
+
+BMT_API void bmt_mem_get_stats(const bmt_ctx_t *ctx, bmt_mem_stats_t *out);
+
+/* Start the peaks again from the current figures. */
+BMT_API void bmt_mem_reset_peaks(bmt_ctx_t *ctx);
+
+/* The compute stream as a cudaStream_t (cast it), NULL on cpu. Launch the model's
+ * kernels on the stream a block callback receives; this is the same one. */
+BMT_API void *bmt_compute_stream(bmt_ctx_t *ctx);
+
+/* Wait (host) until the context's streams are idle, watching every
+ * communicator for asynchronous errors, bounded by BMT_TIMEOUT. */
+BMT_API int bmt_device_synchronize(bmt_ctx_t *ctx, bmt_error_t *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

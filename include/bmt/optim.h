@@ -1,0 +1,75 @@
+/* bmt/optim.h — AdamW on sharded f32 master weights.
+ *
+ * Each rank updates only its shards: f32 master weights and both moments live
+ * in BMT_MEM_OPTIM (for f32 parameters the master is the parameter shard
+ * itself), and the update writes the compute-dtype parameter shard. A step:
+ *   1. waits for the block list's gradient reductions;
+ *   2. scales the gradients by 1 / (world size x micro-batches);
+ *   3. computes the global gradient norm (sum of squares over the group;
+ *      replicas hold equal shards after the cross-group all-reduce);
+ *   4. skips the step if the norm is inf or nan (counting it), else clips to
+ *      clip_norm when set and applies AdamW exactly as torch.optim.AdamW does
+ *      (decoupled weight decay, bias correction);
+ *   5. zeroes the gradient shards for the next step.
+ */
+#ifndef BMT_OPTIM_H
+#define BMT_OPTIM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "bmt/block.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct bmt_optim bmt_optim_t;
+
+/* Learning rate of step (1-based) given the base rate. NULL: constant. */
+typedef double (*bmt_lr_schedule_fn)(void *user, int64_t step, double base_lr);
+
+typedef struct bmt_adamw_config {
+    size_t size;
+    uint32_t magic;
+    uint32_t version;
+    double lr;           /* default 1e-3 */
+    double beta1, beta2; /* default 0.9, 0.999 */
+    double eps;          /* default 1e-8 */
+    double weight_decay; /* default 0.01; not applied to BMT_PARAM_NO_DECAY parameters */
+    double clip_norm;    /* > 0: clip the global gradient norm to it; 0 (default): off */
+    bmt_lr_schedule_fn schedule;
+    void *schedule_user;
+} bmt_adamw_config_t;
+
+#define BMT_ADAMW_CONFIG_MAGIC 0x4d414441u /* "ADAM" */
+#define BMT_ADAMW_CONFIG_VERSION 1u
+#define BMT_ADAMW_CONFIG_INITIALIZER                                                               \
+    {                                                                                              \
+        sizeof(bmt_adamw_config_t), BMT_ADAMW_CONFIG_MAGIC, BMT_ADAMW_CONFIG_VERSION, 1e-3, 0.9,   \
+            0.999, 1e-8, 0.01, 0.0, NULL, NULL                                                     \
+    }
+
+/* What a step did. */
+typedef struct bmt_step_info {
+    int64_t step;          /* steps taken, including this one if it was not skipped */
+    double lr;             /* learning rate used */
+    double grad_norm;      /* global norm before clipping (inf or nan when skipped) */
+    bool skipped;          /* gradients held inf or nan: parameters unchanged */
+    int64_t skipped_total; /* skipped steps so far */
+    int microbatches;      /* micro-batches averaged into this step */
+} bmt_step_info_t;
+
+/* An AdamW optimizer over every block of list (the list must be complete). */
+BMT_API bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *cfg,
+                                      bmt_error_t *err);
+
+/* One step. Errors: no backward with last_microbatch since the last step. */
+BMT_API int bmt_optim_step(bmt_optim_t *opt, bmt_step_info_t *info, bmt_error_t *err);
+
+BMT_API void bmt_optim_destroy(bmt_optim_t *opt);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,326 @@
+/* runtime/block.c — sharded parameter storage: layout, shards, init, gather.
+ *
+ * Layout: parameters go into one flat buffer per dtype, in the order they were
+ * added, each at a multiple of BMT_BLOCK_ALIGN elements (aligned vector access
+ * in kernels, and a parameter never shares a 64-byte line with the previous
+ * one). The buffer is padded to BMT_BLOCK_ALIGN x group size so that every group
+ * rank owns one equal, aligned, contiguous shard. Gaps and padding are zeros in
+ * the parameters and stay zero in the gradients, so they never move.
+ *
+ * Sharded from birth: bmt_block_build allocates only this rank's shards
+ * (BMT_MEM_PARAM) and fills them with kern_init, which computes each element
+ * from (seed, parameter name, element index): the shard holds the same values
+ * whatever the layout, and no rank ever materializes another rank's part.
+ *
+ * A full buffer holds the dtype groups back to back (each 256-byte aligned),
+ * so one allocation (or one pool slot of the block list) serves a whole block.
+ */
+#include "block.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctx.h"
+#include "error.h"
+#include "kernels.h"
+
+#define FULL_ALIGN 256 /* bytes between dtype groups in a full buffer */
+
+static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+
+bmt_block_t *bmt_block_create(bmt_ctx_t *ctx, const char *name, bmt_error_t *err)
+{
+    if (ctx == NULL || name == NULL || *name == '\0') {
+        errprintf(err, "bmt_block_create: a context and a non-empty name are required");
+        return NULL;
+    }
+    bmt_block_t *b = calloc(1, sizeof(*b));
+    if (b == NULL || (b->name = strdup(name)) == NULL) {
+        free(b);
+        errprintf(err, "rank %d: out of memory creating block %.60s", ctx->rank, name);
+        return NULL;
+    }
+    b->ctx = ctx;
+    b->index = -1;
+    b->grad_fresh = true;
+    return b;
+}
+
+int bmt_block_add_param(bmt_block_t *b, const char *name, int ndim, const int64_t *shape,
+                        bmt_dtype_t dtype, bmt_init_t init, unsigned flags, bmt_error_t *err)
+{
+    if (b == NULL)
+        return errprintf(err, "bmt_block_add_param: block is NULL");
+    int rank = b->ctx->rank;
+    if (b->built)
+        return errprintf(err,
+                         "rank %d: block %.40s: parameter %.40s added after bmt_block_build; "
+                         "add every parameter first",
+                         rank, b->name, name ? name : "(null)");
+    if (name == NULL || *name == '\0')
+        return errprintf(err, "rank %d: block %.40s: a parameter needs a name", rank, b->name);
+    if (ndim < 1 || ndim > BMT_MAX_DIMS || shape == NULL)
+        return errprintf(err, "rank %d: %.40s.%.40s: ndim must be 1..%d, got %d", rank, b->name,
+                         name, BMT_MAX_DIMS, ndim);
+    if (bmt_dtype_size(dtype) == 0)
+        return errprintf(err, "rank %d: %.40s.%.40s: invalid dtype %d", rank, b->name, name,
+                         (int)dtype);
+    if ((unsigned)init.kind > BMT_INIT_TRUNC_NORMAL)
+        return errprintf(err, "rank %d: %.40s.%.40s: invalid init kind %d", rank, b->name, name,
+                         (int)init.kind);
+    int64_t numel = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 1 || numel > INT64_MAX / shape[d] / 16)
+            return errprintf(err, "rank %d: %.40s.%.40s: dimension %d is %lld", rank, b->name, name,
+                             d, (long long)shape[d]);
+        numel *= shape[d];
+    }
+    for (int i = 0; i < b->nparams; i++) {
+        const char *short_name = b->params[i].name + strlen(b->name) + 1;
+        if (strcmp(short_name, name) == 0)
+            return errprintf(err, "rank %d: block %.40s already has a parameter %.40s", rank,
+                             b->name, name);
+    }
+    if (b->nparams == b->cap) {
+        int cap = b->cap ? 2 * b->cap : 8;
+        struct param *p = realloc(b->params, (size_t)cap * sizeof(*p));
+        if (p == NULL)
+            return errprintf(err, "rank %d: out of memory", rank);
+        b->params = p;
+        b->cap = cap;
+    }
+    struct param *p = &b->params[b->nparams];
+    memset(p, 0, sizeof(*p));
+    size_t len = strlen(b->name) + 1 + strlen(name) + 1;
+    if ((p->name = malloc(len)) == NULL)
+        return errprintf(err, "rank %d: out of memory", rank);
+    snprintf(p->name, len, "%s.%s", b->name, name);
+    p->ndim = ndim;
+    memcpy(p->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    p->numel = numel;
+    p->dtype = dtype;
+    p->init = init;
+    if (p->init.scale == 0)
+        p->init.scale = 1;
+    p->flags = flags;
+    return b->nparams++;
+}
+
+int bmt_block_build(bmt_block_t *b, uint64_t seed, bmt_error_t *err)
+{
+    if (b == NULL)
+        return errprintf(err, "bmt_block_build: block is NULL");
+    bmt_ctx_t *ctx = b->ctx;
+    if (b->built)
+        return errprintf(err, "rank %d: block %.40s is already built", ctx->rank, b->name);
+    const int gpg = ctx->layout.gpus_per_group, grank = ctx->self.group_rank;
+
+    /* One dtype group per dtype in use, in order of first appearance. */
+    b->ngroups = 0;
+    for (int i = 0; i < b->nparams; i++) {
+        struct param *p = &b->params[i];
+        int g = 0;
+        while (g < b->ngroups && b->groups[g].dtype != p->dtype)
+            g++;
+        if (g == b->ngroups)
+            b->groups[b->ngroups++] = (struct dgroup){ .dtype = p->dtype };
+        p->group = g;
+        p->offset = round_up(b->groups[g].numel, BMT_BLOCK_ALIGN);
+        b->groups[g].numel = p->offset + (size_t)p->numel;
+    }
+    size_t full = 0;
+    for (int g = 0; g < b->ngroups; g++) {
+        struct dgroup *d = &b->groups[g];
+        d->padded = round_up(d->numel, (size_t)BMT_BLOCK_ALIGN * (size_t)gpg);
+        d->shard = d->padded / (size_t)gpg;
+        d->shard_first = (size_t)grank * d->shard;
+        d->full_off = full;
+        full = round_up(full + dsize(d->dtype, d->padded), FULL_ALIGN);
+    }
+    b->full_bytes = full;
+    block_layout_grads(b, BMT_F32);
+
+    b->param_ptrs = calloc((size_t)(b->nparams ? b->nparams : 1), sizeof(void *));
+    b->grad_ptrs = calloc((size_t)(b->nparams ? b->nparams : 1), sizeof(void *));
+    if (b->param_ptrs == NULL || b->grad_ptrs == NULL)
+        return errprintf(err, "rank %d: out of memory", ctx->rank);
+
+    /* Allocate and fill this rank's shards: zeros first (gaps, padding), then
+     * every parameter's overlap with the shard. */
+    for (int g = 0; g < b->ngroups; g++) {
+        struct dgroup *d = &b->groups[g];
+        d->param = bmt_alloc(ctx, BMT_MEM_PARAM, dsize(d->dtype, d->shard), err);
+        if (d->param == NULL)
+            goto fail;
+        if (kern_zero(ctx, NULL, d->param, dsize(d->dtype, d->shard), err) < 0)
+            goto fail;
+    }
+    for (int i = 0; i < b->nparams; i++) {
+        const struct param *p = &b->params[i];
+        const struct dgroup *d = &b->groups[p->group];
+        size_t lo = p->offset > d->shard_first ? p->offset : d->shard_first;
+        size_t hi = p->offset + (size_t)p->numel;
+        if (hi > d->shard_first + d->shard)
+            hi = d->shard_first + d->shard;
+        if (lo >= hi)
+            continue;
+        uint32_t key[2];
+        kern_init_key(seed, p->name, key);
+        char *dst = (char *)d->param + dsize(d->dtype, lo - d->shard_first);
+        if (kern_init(ctx, NULL, dst, d->dtype, hi - lo, lo - p->offset, key, &p->init, err) < 0)
+            goto fail;
+    }
+    if (device_sync_legacy(ctx, err) < 0)
+        goto fail;
+    b->built = true;
+    return 0;
+fail:
+    errprefix(err, "block %.40s: ", b->name);
+    for (int g = 0; g < b->ngroups; g++) {
+        bmt_free(ctx, b->groups[g].param);
+        b->groups[g].param = NULL;
+    }
+    return -1;
+}
+
+void bmt_block_destroy(bmt_block_t *b)
+{
+    if (b == NULL || b->list)
+        return; /* a list owns its blocks */
+    bmt_ctx_t *ctx = b->ctx;
+    if (b->own_full)
+        bmt_free(ctx, b->full);
+    for (int g = 0; g < b->ngroups; g++) {
+        bmt_free(ctx, b->groups[g].param);
+        bmt_free(ctx, b->groups[g].grad);
+    }
+    for (int i = 0; i < b->nparams; i++)
+        free(b->params[i].name);
+    free(b->params);
+    free(b->param_ptrs);
+    free(b->grad_ptrs);
+    device_event_destroy(ctx, b->rs_done);
+    free(b->name);
+    free(b);
+}
+
+const char *bmt_block_name(const bmt_block_t *b) { return b ? b->name : NULL; }
+int bmt_block_num_params(const bmt_block_t *b) { return b ? b->nparams : 0; }
+
+const char *bmt_block_param_name(const bmt_block_t *b, int i)
+{
+    return b && i >= 0 && i < b->nparams ? b->params[i].name : NULL;
+}
+
+int64_t bmt_block_param_numel(const bmt_block_t *b, int i)
+{
+    return b && i >= 0 && i < b->nparams ? b->params[i].numel : -1;
+}
+
+int bmt_block_param_dtype(const bmt_block_t *b, int i)
+{
+    return b && i >= 0 && i < b->nparams ? (int)b->params[i].dtype : -1;
+}
+
+void block_bind_full(bmt_block_t *b, void *base)
+{
+    for (int i = 0; i < b->nparams; i++) {
+        const struct param *p = &b->params[i];
+        const struct dgroup *d = &b->groups[p->group];
+        b->param_ptrs[i] = base ? (char *)base + d->full_off + dsize(p->dtype, p->offset) : NULL;
+    }
+}
+
+void block_layout_grads(bmt_block_t *b, bmt_dtype_t gt)
+{
+    size_t off = 0;
+    for (int g = 0; g < b->ngroups; g++) {
+        b->groups[g].grad_off = off;
+        off = round_up(off + dsize(gt, b->groups[g].padded), FULL_ALIGN);
+    }
+    b->grad_bytes = off;
+}
+
+void block_bind_grads(bmt_block_t *b, void *base, bmt_dtype_t gt)
+{
+    for (int i = 0; i < b->nparams; i++) {
+        const struct param *p = &b->params[i];
+        const struct dgroup *d = &b->groups[p->group];
+        b->grad_ptrs[i] = base ? (char *)base + d->grad_off + dsize(gt, p->offset) : NULL;
+    }
+}
+
+int block_gather_into(bmt_block_t *b, void *base, void *stream, bmt_error_t *err)
+{
+    bmt_comm_t *group = b->ctx->group_comm;
+    for (int g = 0; g < b->ngroups; g++) {
+        const struct dgroup *d = &b->groups[g];
+        if (comm_all_gather_on(group, d->param, (char *)base + d->full_off, d->shard, d->dtype,
+                               stream, err) < 0)
+            return errprefix(err, "gathering block %.40s: ", b->name);
+    }
+    return 0;
+}
+
+int block_alloc_grads(bmt_block_t *b, bmt_error_t *err)
+{
+    for (int g = 0; g < b->ngroups; g++) {
+        struct dgroup *d = &b->groups[g];
+        d->grad = bmt_alloc(b->ctx, BMT_MEM_GRAD, dsize(BMT_F32, d->shard), err);
+        if (d->grad == NULL || kern_zero(b->ctx, NULL, d->grad, dsize(BMT_F32, d->shard), err) < 0)
+            return -1;
+    }
+    b->grad_fresh = true;
+    return device_sync_legacy(b->ctx, err);
+}
+
+int bmt_block_gather(bmt_block_t *b, bmt_error_t *err)
+{
+    if (b == NULL)
+        return errprintf(err, "bmt_block_gather: block is NULL");
+    bmt_ctx_t *ctx = b->ctx;
+    if (!b->built)
+        return errprintf(err, "rank %d: block %.40s: gather before bmt_block_build", ctx->rank,
+                         b->name);
+    if (b->full)
+        return errprintf(err, "rank %d: block %.40s is already gathered", ctx->rank, b->name);
+    void *full = bmt_alloc(ctx, BMT_MEM_GATHERED, b->full_bytes, err);
+    if (full == NULL)
+        return -1;
+    /* Outside a schedule: synchronous, on the communicator's own path. */
+    if (bmt_device_synchronize(ctx, err) < 0 || block_gather_into(b, full, NULL, err) < 0 ||
+        bmt_device_synchronize(ctx, err) < 0) {
+        bmt_free(ctx, full);
+        return -1;
+    }
+    b->full = full;
+    b->own_full = true;
+    block_bind_full(b, full);
+    return 0;
+}
+
+void *bmt_block_param(const bmt_block_t *b, int i)
+{
+    if (b == NULL || b->full == NULL || i < 0 || i >= b->nparams)
+        return NULL;
+    return b->param_ptrs[i];
+}
+
+int bmt_block_release(bmt_block_t *b, bmt_error_t *err)
+{
+    if (b == NULL)
+        return errprintf(err, "bmt_block_release: block is NULL");
+    if (b->full == NULL || !b->own_full)
+        return errprintf(err,
+                         "rank %d: block %.40s: release of a block that is not gathered "
+                         "(by bmt_block_gather)",
+                         b->ctx->rank, b->name);
+    if (bmt_device_synchronize(b->ctx, err) < 0)
+        return -1;
+    bmt_free(b->ctx, b->full);
+    b->full = NULL;
+    b->own_full = false;
+    block_bind_full(b, NULL);
+    return 0;
+}

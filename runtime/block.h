@@ -1,0 +1,93 @@
+/* runtime/block.h — blocks, block lists and the optimizer's shared view (internal).
+ *
+ * block.c owns parameter layout, shards, initialization and full buffers;
+ * schedule.c owns the block list (the forward/backward schedule and gradient
+ * reduction); optim.c owns AdamW. They share the structures below.
+ */
+#ifndef BMT_RUNTIME_BLOCK_H
+#define BMT_RUNTIME_BLOCK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bmt/block.h"
+#include "bmt/optim.h"
+
+struct param {
+    char *name; /* full name: "<block>.<param>" */
+    int ndim;
+    int64_t shape[BMT_MAX_DIMS];
+    int64_t numel;
+    bmt_dtype_t dtype;
+    bmt_init_t init;
+    unsigned flags;
+    int group;     /* index into bmt_block.groups */
+    size_t offset; /* elements, in the group's flat buffer */
+};
+
+/* One flat buffer per dtype. Sizes in elements. */
+struct dgroup {
+    bmt_dtype_t dtype;
+    size_t numel;       /* used, including alignment gaps */
+    size_t padded;      /* numel rounded up to BMT_BLOCK_ALIGN x group size */
+    size_t shard;       /* padded / group size */
+    size_t shard_first; /* group_rank x shard: first element of this rank's shard */
+    void *param;        /* (shard) dtype, BMT_MEM_PARAM */
+    float *grad;        /* (shard) f32, BMT_MEM_GRAD; allocated when appended to a list */
+    size_t full_off;    /* bytes: where this group starts in a full parameter buffer */
+    size_t grad_off;    /* bytes: where this group starts in a full gradient buffer */
+};
+
+struct bmt_block {
+    bmt_ctx_t *ctx;
+    char *name;
+    struct param *params;
+    int nparams, cap;
+    struct dgroup groups[BMT_DTYPE_COUNT];
+    int ngroups;
+    bool built;
+    bmt_blocklist_t *list; /* the list that owns it, once appended */
+    int index;             /* position in the list */
+    size_t full_bytes;     /* a full parameter buffer of this block */
+    size_t grad_bytes;     /* a full gradient buffer (list's grad dtype) */
+    /* Gathered state. */
+    void *full;        /* the full parameter buffer, NULL when released */
+    bool own_full;     /* allocated by bmt_block_gather (outside a list) */
+    void **param_ptrs; /* (nparams) into full */
+    void **grad_ptrs;  /* (nparams) into the full gradient buffer in backward */
+    /* Gradient state (schedule.c, optim.c). */
+    bool grad_fresh; /* grad shards hold nothing yet: reduce-scatter overwrites */
+    void *rs_done;   /* event: this block's gradient shard is reduced in the group */
+};
+
+/* Bytes of n elements of t. */
+static inline size_t dsize(bmt_dtype_t t, size_t n) { return n * bmt_dtype_size(t); }
+
+/* Point block->param_ptrs into a full buffer at base. */
+void block_bind_full(bmt_block_t *b, void *base);
+
+/* Lay out a full gradient buffer of dtype gt (grad_off, grad_bytes). */
+void block_layout_grads(bmt_block_t *b, bmt_dtype_t gt);
+
+/* Point block->grad_ptrs into a full gradient buffer at base (dtype gt). */
+void block_bind_grads(bmt_block_t *b, void *base, bmt_dtype_t gt);
+
+/* Enqueue the all-gather of every dtype group into the full buffer at base, on
+ * stream (comm stream in a list, NULL otherwise). */
+int block_gather_into(bmt_block_t *b, void *base, void *stream, bmt_error_t *err);
+
+/* Allocate the f32 gradient shards (BMT_MEM_GRAD), zeroed. */
+int block_alloc_grads(bmt_block_t *b, bmt_error_t *err);
+
+/* What the optimizer needs of a list. */
+struct list_state {
+    int microbatches; /* backward calls since the last step */
+    bool reduced;     /* a backward with last_microbatch ran since the last step */
+    void *updated;    /* event: the optimizer wrote the parameter shards */
+};
+
+struct list_state *blocklist_state(bmt_blocklist_t *list);
+bmt_ctx_t *blocklist_ctx(bmt_blocklist_t *list);
+
+#endif

@@ -1,0 +1,38 @@
+/* runtime/device.h — the device layer's internal side (public side: bmt/device.h).
+ *
+ * Streams and events are void * (cudaStream_t, cudaEvent_t) so that modules
+ * compiled without CUDA headers can carry them; on cpu they are NULL and every
+ * function here is a no-op that succeeds.
+ */
+#ifndef BMT_RUNTIME_DEVICE_H
+#define BMT_RUNTIME_DEVICE_H
+
+#include "bmt/device.h"
+
+enum device_stream_id {
+    DEVICE_COMPUTE = 0, /* the model's kernels */
+    DEVICE_COMM = 1,    /* gathers and reduce-scatters in the group */
+    DEVICE_REPLICA = 2, /* all-reduce of gradient shards across groups */
+    DEVICE_STREAMS = 3
+};
+
+/* Make the three CUDA streams (cuda only). */
+int device_setup_streams(bmt_ctx_t *ctx, bmt_error_t *err);
+
+/* Free the allocation table and the streams (bmt_finalize). */
+void device_release(bmt_ctx_t *ctx);
+
+void *device_stream(bmt_ctx_t *ctx, int which);
+
+/* Wait for work enqueued on the legacy stream (stream NULL: block building,
+ * gradient shard allocation), which the context's non-blocking streams do not
+ * order after. */
+int device_sync_legacy(bmt_ctx_t *ctx, bmt_error_t *err);
+
+int device_event_create(bmt_ctx_t *ctx, void **ev, bmt_error_t *err);
+void device_event_destroy(bmt_ctx_t *ctx, void *ev);
+/* Record ev on stream / make stream wait for ev. ev NULL: no-op. */
+int device_event_record(bmt_ctx_t *ctx, void *ev, void *stream, bmt_error_t *err);
+int device_stream_wait(bmt_ctx_t *ctx, void *stream, void *ev, bmt_error_t *err);
+
+#endif

@@ -1,0 +1,272 @@
+/* runtime/optim.c — AdamW on sharded f32 master weights.
+ *
+ * State per block and dtype group, all shards (BMT_MEM_OPTIM): f32 master
+ * weights (for f32 parameters the parameter shard itself, so nothing is stored
+ * twice), first and second moments. Weight decay differs per parameter
+ * (BMT_PARAM_NO_DECAY), so a shard is updated in segments: the pieces of each
+ * parameter that fall into this rank's shard. Gaps and padding are never
+ * touched; their gradients are zero and their values stay zero.
+ *
+ * The gradient norm is summed per shard on the device (kern_sumsq, in double,
+ * deterministic), read by the host (the step's one synchronization point: it
+ * decides skipping and clipping), and summed over the group with an all-reduce:
+ * after the cross-group all-reduce every replica holds the same shards, so the
+ * group's sum is the whole model's.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "block.h"
+#include "ctx.h"
+#include "error.h"
+#include "kernels.h"
+
+struct segment {
+    size_t first; /* element offset within the shard */
+    size_t n;
+    bool decay;
+};
+
+struct ostate {
+    bmt_block_t *block;
+    struct dgroup *d;
+    float *master; /* (shard) f32: d->param itself for f32 groups */
+    float *m, *v;  /* (shard) f32 */
+    struct segment *seg;
+    int nseg;
+};
+
+struct bmt_optim {
+    bmt_ctx_t *ctx;
+    bmt_blocklist_t *list;
+    bmt_adamw_config_t cfg;
+    struct ostate *s;
+    int ns;
+    double *sums;  /* (ns) device doubles: per-state sums of squares */
+    double *hsums; /* (ns) host copy */
+    int64_t step;
+    int64_t skipped;
+};
+
+void bmt_optim_destroy(bmt_optim_t *o)
+{
+    if (o == NULL)
+        return;
+    bmt_ctx_t *ctx = o->ctx;
+    for (int i = 0; i < o->ns; i++) {
+        struct ostate *s = &o->s[i];
+        if (s->master != s->d->param)
+            bmt_free(ctx, s->master);
+        bmt_free(ctx, s->m);
+        bmt_free(ctx, s->v);
+        free(s->seg);
+    }
+    bmt_free(ctx, o->sums);
+    free(o->hsums);
+    free(o->s);
+    free(o);
+}
+
+static int make_segments(struct ostate *s, bmt_error_t *err)
+{
+    const bmt_block_t *b = s->block;
+    s->seg = calloc((size_t)(b->nparams ? b->nparams : 1), sizeof(*s->seg));
+    if (s->seg == NULL)
+        return errprintf(err, "out of memory");
+    for (int i = 0; i < b->nparams; i++) {
+        const struct param *p = &b->params[i];
+        if (&b->groups[p->group] != s->d)
+            continue;
+        size_t lo = p->offset, hi = p->offset + (size_t)p->numel;
+        size_t s0 = s->d->shard_first, s1 = s0 + s->d->shard;
+        if (lo < s0)
+            lo = s0;
+        if (hi > s1)
+            hi = s1;
+        if (lo < hi)
+            s->seg[s->nseg++] =
+                (struct segment){ lo - s0, hi - lo, !(p->flags & BMT_PARAM_NO_DECAY) };
+    }
+    return 0;
+}
+
+bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *cfg,
+                              bmt_error_t *err)
+{
+    bmt_adamw_config_t defaults = BMT_ADAMW_CONFIG_INITIALIZER;
+    if (list == NULL) {
+        errprintf(err, "bmt_adamw_create: list is NULL");
+        return NULL;
+    }
+    bmt_ctx_t *ctx = blocklist_ctx(list);
+    if (cfg == NULL)
+        cfg = &defaults;
+    if (cfg->magic != BMT_ADAMW_CONFIG_MAGIC || cfg->size < sizeof(*cfg) ||
+        cfg->version != BMT_ADAMW_CONFIG_VERSION) {
+        errprintf(err, "bmt_adamw_create: the config was not set up with "
+                       "BMT_ADAMW_CONFIG_INITIALIZER of this bmt");
+        return NULL;
+    }
+    if (!(cfg->lr >= 0) || !(cfg->beta1 >= 0 && cfg->beta1 < 1) ||
+        !(cfg->beta2 >= 0 && cfg->beta2 < 1) || !(cfg->eps > 0) || !(cfg->weight_decay >= 0) ||
+        !(cfg->clip_norm >= 0)) {
+        errprintf(err,
+                  "rank %d: bmt_adamw_create: need lr >= 0, 0 <= betas < 1, eps > 0, "
+                  "weight_decay >= 0, clip_norm >= 0",
+                  ctx->rank);
+        return NULL;
+    }
+    bmt_optim_t *o = calloc(1, sizeof(*o));
+    if (o == NULL) {
+        errprintf(err, "rank %d: out of memory", ctx->rank);
+        return NULL;
+    }
+    o->ctx = ctx;
+    o->list = list;
+    o->cfg = *cfg;
+    int total = 0;
+    for (int i = 0; i < bmt_blocklist_size(list); i++)
+        total += bmt_blocklist_block(list, i)->ngroups;
+    o->s = calloc((size_t)(total ? total : 1), sizeof(*o->s));
+    o->hsums = calloc((size_t)(total ? total : 1), sizeof(double));
+    if (o->s == NULL || o->hsums == NULL) {
+        errprintf(err, "rank %d: out of memory", ctx->rank);
+        goto fail;
+    }
+    for (int i = 0; i < bmt_blocklist_size(list); i++) {
+        bmt_block_t *b = bmt_blocklist_block(list, i);
+        for (int g = 0; g < b->ngroups; g++) {
+            struct ostate *s = &o->s[o->ns++];
+            s->block = b;
+            s->d = &b->groups[g];
+            size_t bytes = dsize(BMT_F32, s->d->shard);
+            if (s->d->dtype == BMT_F32) {
+                s->master = s->d->param;
+            } else {
+                s->master = bmt_alloc(ctx, BMT_MEM_OPTIM, bytes, err);
+                if (s->master == NULL || kern_cast(ctx, NULL, s->master, BMT_F32, s->d->param,
+                                                   s->d->dtype, s->d->shard, err) < 0)
+                    goto fail;
+            }
+            s->m = bmt_alloc(ctx, BMT_MEM_OPTIM, bytes, err);
+            s->v = s->m ? bmt_alloc(ctx, BMT_MEM_OPTIM, bytes, err) : NULL;
+            if (s->v == NULL || kern_zero(ctx, NULL, s->m, bytes, err) < 0 ||
+                kern_zero(ctx, NULL, s->v, bytes, err) < 0 || make_segments(s, err) < 0)
+                goto fail;
+        }
+    }
+    o->sums = bmt_alloc(ctx, BMT_MEM_WORKSPACE, sizeof(double) * (size_t)(total ? total : 1), err);
+    if (o->sums == NULL || device_sync_legacy(ctx, err) < 0)
+        goto fail;
+    return o;
+fail:
+    bmt_optim_destroy(o);
+    return NULL;
+}
+
+/* Sum of squares of every gradient shard, over the group: the whole model's. */
+static int grad_sumsq(bmt_optim_t *o, double *total, bmt_error_t *err)
+{
+    bmt_ctx_t *ctx = o->ctx;
+    void *compute = device_stream(ctx, DEVICE_COMPUTE);
+    for (int i = 0; i < o->ns; i++)
+        if (kern_sumsq(ctx, compute, o->s[i].d->grad, o->s[i].d->shard, o->sums, i, err) < 0)
+            return -1;
+    if (bmt_mem_download(ctx, o->hsums, o->sums, sizeof(double) * (size_t)o->ns, err) < 0)
+        return -1;
+    double local = 0;
+    for (int i = 0; i < o->ns; i++) /* fixed order: the same bits on every run */
+        local += o->hsums[i];
+    /* The group's sum, through a device double (the nccl backend needs one). */
+    if (ctx->layout.gpus_per_group > 1) {
+        if (bmt_mem_upload(ctx, o->sums, &local, sizeof(local), err) < 0 ||
+            bmt_all_reduce(ctx->group_comm, o->sums, o->sums, 1, BMT_F64, BMT_SUM, err) < 0 ||
+            bmt_mem_download(ctx, &local, o->sums, sizeof(local), err) < 0)
+            return -1;
+    }
+    *total = local;
+    return 0;
+}
+
+static int zero_grads(bmt_optim_t *o, bmt_error_t *err)
+{
+    void *compute = device_stream(o->ctx, DEVICE_COMPUTE);
+    for (int i = 0; i < o->ns; i++) {
+        if (kern_zero(o->ctx, compute, o->s[i].d->grad, dsize(BMT_F32, o->s[i].d->shard), err) < 0)
+            return -1;
+        o->s[i].block->grad_fresh = true;
+    }
+    return 0;
+}
+
+int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
+{
+    if (o == NULL)
+        return errprintf(err, "bmt_optim_step: optimizer is NULL");
+    bmt_ctx_t *ctx = o->ctx;
+    struct list_state *st = blocklist_state(o->list);
+    if (!st->reduced)
+        return errprintf(err,
+                         "rank %d: bmt_optim_step without bmt_blocklist_backward(..., "
+                         "last_microbatch = true) since the last step",
+                         ctx->rank);
+    /* Every reduce-scatter and cross-group all-reduce must have landed. */
+    if (bmt_device_synchronize(ctx, err) < 0)
+        return -1;
+    const int micro = st->microbatches;
+    double scale = 1.0 / ((double)ctx->world * micro);
+    double sumsq;
+    if (grad_sumsq(o, &sumsq, err) < 0)
+        return -1;
+    double norm = sqrt(sumsq) * scale;
+    bmt_step_info_t out = { .grad_norm = norm, .microbatches = micro };
+    if (!isfinite(norm)) {
+        o->skipped++;
+        out.skipped = true;
+    } else {
+        if (o->cfg.clip_norm > 0) {
+            /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), at most 1. */
+            double coef = o->cfg.clip_norm / (norm + 1e-6);
+            if (coef < 1)
+                scale *= coef;
+        }
+        o->step++;
+        double lr =
+            o->cfg.schedule ? o->cfg.schedule(o->cfg.schedule_user, o->step, o->cfg.lr) : o->cfg.lr;
+        out.lr = lr;
+        kern_adamw_args_t a = {
+            .lr = (float)lr,
+            .beta1 = (float)o->cfg.beta1,
+            .beta2 = (float)o->cfg.beta2,
+            .eps = (float)o->cfg.eps,
+            .grad_scale = (float)scale,
+            .bc1 = (float)(1.0 - pow(o->cfg.beta1, (double)o->step)),
+            .bc2 = (float)(1.0 - pow(o->cfg.beta2, (double)o->step)),
+        };
+        void *compute = device_stream(ctx, DEVICE_COMPUTE);
+        for (int i = 0; i < o->ns; i++) {
+            struct ostate *s = &o->s[i];
+            for (int k = 0; k < s->nseg; k++) {
+                const struct segment *g = &s->seg[k];
+                a.weight_decay = g->decay ? (float)o->cfg.weight_decay : 0.0f;
+                void *param = s->d->dtype == BMT_F32
+                                  ? (void *)(s->master + g->first)
+                                  : (char *)s->d->param + dsize(s->d->dtype, g->first);
+                if (kern_adamw(ctx, compute, s->master + g->first, s->m + g->first, s->v + g->first,
+                               s->d->grad + g->first, param, s->d->dtype, g->n, &a, err) < 0)
+                    return -1;
+            }
+        }
+    }
+    if (zero_grads(o, err) < 0 ||
+        device_event_record(ctx, st->updated, device_stream(ctx, DEVICE_COMPUTE), err) < 0)
+        return -1;
+    st->microbatches = 0;
+    st->reduced = false;
+    out.step = o->step;
+    out.skipped_total = o->skipped;
+    if (info)
+        *info = out;
+    return 0;
+}

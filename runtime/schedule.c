@@ -1,0 +1,471 @@
+/* runtime/schedule.c — the block list: forward and backward with prefetch,
+ * activation checkpointing, and two-level gradient reduction.
+ *
+ * Streams (cuda; on cpu every step is synchronous and the events are NULL):
+ *   comm     gathers block parameters into pool slots, reduce-scatters full
+ *            gradients into f32 shards (and accumulates micro-batches there);
+ *   compute  the model's callbacks, zeroing of full gradient buffers;
+ *   replica  on the last micro-batch, the all-reduce of each block's gradient
+ *            shard across groups, as soon as that block's reduce-scatter is done.
+ * Dependencies are CUDA events on pool slots: a slot's `ready` is recorded after
+ * its gather (the compute stream waits for it), its `free` after its last use
+ * (the comm stream waits for it before gathering into it again). The host never
+ * waits; the optimizer step synchronizes, bounded by BMT_TIMEOUT.
+ *
+ * Pools (invariant 1): with zero level 3 at most two parameter slots exist
+ * (the block computing and the one being prefetched; one without prefetch),
+ * with zero level 2 one per block, kept from forward to backward. Two full
+ * gradient buffers alternate: backward of block i fills one while the
+ * reduce-scatter of block i+1 drains the other.
+ *
+ * Forward (zero 3):  gather(0); for i: gather(i+1) | wait ready(i), forward(i),
+ *                    record free, release(i).
+ * Backward:          for i = n-1..0: [gather(i)] gather(i-1) | wait ready(i),
+ *                    [recompute forward(i)], zero a gradient buffer, backward(i),
+ *                    release(i) | comm: reduce-scatter -> shard (+= if not the
+ *                    first micro-batch) | replica (last micro-batch): all-reduce.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "block.h"
+#include "ctx.h"
+#include "error.h"
+#include "kernels.h"
+
+struct slot {
+    void *mem; /* full buffer: BMT_MEM_GATHERED or BMT_MEM_GRAD_FULL */
+    size_t bytes;
+    void *ready;        /* event: filled (gather done / gradients written) */
+    void *free;         /* event: last reader done */
+    bmt_block_t *owner; /* NULL when free */
+};
+
+struct entry {
+    bmt_block_t *block;
+    bmt_block_ops_t ops;
+    void *model;
+    struct slot *slot; /* parameter slot while gathered */
+};
+
+enum phase {
+    PHASE_IDLE,
+    PHASE_FORWARD_DONE,
+    PHASE_BROKEN
+};
+
+struct bmt_blocklist {
+    bmt_ctx_t *ctx;
+    bmt_blocklist_config_t cfg;
+    struct entry *e;
+    int n, cap;
+    struct slot *pslots; /* parameter pool */
+    int npslots, maxpslots;
+    struct slot gslots[2]; /* full gradient pool */
+    int gnext;
+    void *rs_tmp; /* (largest shard) grad dtype: reduce-scatter output to accumulate */
+    size_t rs_tmp_bytes;
+    struct list_state st;
+    enum phase phase;
+};
+
+static int broken(bmt_blocklist_t *l, bmt_error_t *err)
+{
+    l->phase = PHASE_BROKEN;
+    return -1;
+}
+
+bmt_blocklist_t *bmt_blocklist_create(bmt_ctx_t *ctx, const bmt_blocklist_config_t *cfg,
+                                      bmt_error_t *err)
+{
+    bmt_blocklist_config_t defaults = BMT_BLOCKLIST_CONFIG_INITIALIZER;
+    if (ctx == NULL) {
+        errprintf(err, "bmt_blocklist_create: context is NULL");
+        return NULL;
+    }
+    if (cfg == NULL)
+        cfg = &defaults;
+    if (cfg->magic != BMT_BLOCKLIST_CONFIG_MAGIC || cfg->size < sizeof(*cfg) ||
+        cfg->version != BMT_BLOCKLIST_CONFIG_VERSION) {
+        errprintf(err, "bmt_blocklist_create: the config was not set up with "
+                       "BMT_BLOCKLIST_CONFIG_INITIALIZER of this bmt");
+        return NULL;
+    }
+    if ((cfg->zero_level != 2 && cfg->zero_level != 3) ||
+        (cfg->checkpointing != 0 && cfg->checkpointing != 1) ||
+        (cfg->grad_dtype != BMT_F32 && cfg->grad_dtype != BMT_BF16) ||
+        (cfg->prefetch != 0 && cfg->prefetch != 1)) {
+        errprintf(err,
+                  "rank %d: bmt_blocklist_create: zero_level must be 2 or 3, checkpointing and "
+                  "prefetch 0 or 1, grad_dtype f32 or bf16 (got %d, %d, %d, %d)",
+                  ctx->rank, cfg->zero_level, cfg->checkpointing, (int)cfg->grad_dtype,
+                  cfg->prefetch);
+        return NULL;
+    }
+    bmt_blocklist_t *l = calloc(1, sizeof(*l));
+    if (l == NULL) {
+        errprintf(err, "rank %d: out of memory", ctx->rank);
+        return NULL;
+    }
+    l->ctx = ctx;
+    l->cfg = *cfg;
+    for (int k = 0; k < 2; k++)
+        if (device_event_create(ctx, &l->gslots[k].ready, err) < 0 ||
+            device_event_create(ctx, &l->gslots[k].free, err) < 0) {
+            bmt_blocklist_destroy(l);
+            return NULL;
+        }
+    if (device_event_create(ctx, &l->st.updated, err) < 0) {
+        bmt_blocklist_destroy(l);
+        return NULL;
+    }
+    return l;
+}
+
+int bmt_blocklist_append(bmt_blocklist_t *l, bmt_block_t *b, const bmt_block_ops_t *ops,
+                         void *model, bmt_error_t *err)
+{
+    if (l == NULL || b == NULL || ops == NULL || ops->forward == NULL || ops->backward == NULL)
+        return errprintf(err, "bmt_blocklist_append: list, block and both callbacks are required");
+    bmt_ctx_t *ctx = l->ctx;
+    if (b->ctx != ctx)
+        return errprintf(err, "rank %d: block %.40s belongs to another context", ctx->rank,
+                         b->name);
+    if (!b->built)
+        return errprintf(err, "rank %d: block %.40s is not built (bmt_block_build first)",
+                         ctx->rank, b->name);
+    if (b->list)
+        return errprintf(err, "rank %d: block %.40s is already in a block list", ctx->rank,
+                         b->name);
+    if (b->full)
+        return errprintf(err, "rank %d: block %.40s is gathered; release it first", ctx->rank,
+                         b->name);
+    if (l->phase != PHASE_IDLE || l->st.microbatches > 0)
+        return errprintf(err, "rank %d: blocks can only be appended before training starts",
+                         ctx->rank);
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 16;
+        struct entry *e = realloc(l->e, (size_t)cap * sizeof(*e));
+        if (e == NULL)
+            return errprintf(err, "rank %d: out of memory", ctx->rank);
+        l->e = e;
+        l->cap = cap;
+    }
+    block_layout_grads(b, l->cfg.grad_dtype);
+    if (block_alloc_grads(b, err) < 0 || device_event_create(ctx, &b->rs_done, err) < 0)
+        return errprefix(err, "block %.40s: ", b->name);
+    size_t tmp = 0;
+    for (int g = 0; g < b->ngroups; g++)
+        if (dsize(l->cfg.grad_dtype, b->groups[g].shard) > tmp)
+            tmp = dsize(l->cfg.grad_dtype, b->groups[g].shard);
+    if (tmp > l->rs_tmp_bytes) {
+        void *t = bmt_alloc(ctx, BMT_MEM_WORKSPACE, tmp, err);
+        if (t == NULL)
+            return -1;
+        bmt_free(ctx, l->rs_tmp);
+        l->rs_tmp = t;
+        l->rs_tmp_bytes = tmp;
+    }
+    l->e[l->n] = (struct entry){ .block = b, .ops = *ops, .model = model };
+    b->list = l;
+    b->index = l->n++;
+    return 0;
+}
+
+int bmt_blocklist_size(const bmt_blocklist_t *l) { return l ? l->n : 0; }
+
+bmt_block_t *bmt_blocklist_block(const bmt_blocklist_t *l, int i)
+{
+    return l && i >= 0 && i < l->n ? l->e[i].block : NULL;
+}
+
+struct list_state *blocklist_state(bmt_blocklist_t *l) { return &l->st; }
+bmt_ctx_t *blocklist_ctx(bmt_blocklist_t *l) { return l->ctx; }
+
+/* ------------------------------------------------------------ pools */
+
+static size_t max_full_bytes(const bmt_blocklist_t *l)
+{
+    size_t m = 0;
+    for (int i = 0; i < l->n; i++)
+        if (l->e[i].block->full_bytes > m)
+            m = l->e[i].block->full_bytes;
+    return m;
+}
+
+static size_t max_grad_bytes(const bmt_blocklist_t *l)
+{
+    size_t m = 0;
+    for (int i = 0; i < l->n; i++)
+        if (l->e[i].block->grad_bytes > m)
+            m = l->e[i].block->grad_bytes;
+    return m;
+}
+
+/* A free parameter slot, making one while under the pool's limit. */
+static struct slot *pslot_get(bmt_blocklist_t *l, bmt_error_t *err)
+{
+    for (int k = 0; k < l->npslots; k++)
+        if (l->pslots[k].owner == NULL)
+            return &l->pslots[k];
+    int limit = l->cfg.zero_level == 2 ? l->n : (l->cfg.prefetch ? 2 : 1);
+    if (l->npslots >= limit) {
+        errprintf(err, "rank %d: internal: no free parameter buffer (%d in use)", l->ctx->rank,
+                  l->npslots);
+        return NULL;
+    }
+    if (l->pslots == NULL) {
+        l->maxpslots = l->n > 2 ? l->n : 2;
+        l->pslots = calloc((size_t)l->maxpslots, sizeof(struct slot));
+        if (l->pslots == NULL) {
+            errprintf(err, "rank %d: out of memory", l->ctx->rank);
+            return NULL;
+        }
+    }
+    struct slot *s = &l->pslots[l->npslots];
+    s->bytes = max_full_bytes(l);
+    s->mem = bmt_alloc(l->ctx, BMT_MEM_GATHERED, s->bytes, err);
+    if (s->mem == NULL || device_event_create(l->ctx, &s->ready, err) < 0 ||
+        device_event_create(l->ctx, &s->free, err) < 0)
+        return NULL;
+    l->npslots++;
+    return s;
+}
+
+/* Gather block i into a slot, on the comm stream. */
+static int gather(bmt_blocklist_t *l, int i, bmt_error_t *err)
+{
+    struct entry *e = &l->e[i];
+    bmt_block_t *b = e->block;
+    if (e->slot)
+        return 0; /* kept from forward (zero level 2) */
+    if (b->nparams == 0)
+        return 0;
+    struct slot *s = pslot_get(l, err);
+    if (s == NULL)
+        return -1;
+    void *comm = device_stream(l->ctx, DEVICE_COMM);
+    if (device_stream_wait(l->ctx, comm, s->free, err) < 0 ||
+        block_gather_into(b, s->mem, comm, err) < 0 ||
+        device_event_record(l->ctx, s->ready, comm, err) < 0)
+        return -1;
+    s->owner = b;
+    e->slot = s;
+    b->full = s->mem;
+    block_bind_full(b, s->mem);
+    return 0;
+}
+
+/* The compute stream waits for block i's parameters. */
+static int await_params(bmt_blocklist_t *l, int i, bmt_error_t *err)
+{
+    struct slot *s = l->e[i].slot;
+    return s ? device_stream_wait(l->ctx, device_stream(l->ctx, DEVICE_COMPUTE), s->ready, err) : 0;
+}
+
+/* Block i is done with its parameters (on the compute stream). */
+static int release(bmt_blocklist_t *l, int i, bmt_error_t *err)
+{
+    struct entry *e = &l->e[i];
+    if (e->slot == NULL)
+        return 0;
+    if (device_event_record(l->ctx, e->slot->free, device_stream(l->ctx, DEVICE_COMPUTE), err) < 0)
+        return -1;
+    e->slot->owner = NULL;
+    e->slot = NULL;
+    e->block->full = NULL;
+    block_bind_full(e->block, NULL);
+    return 0;
+}
+
+static int call(bmt_blocklist_t *l, int i, bool backward, bool keep, bool recompute,
+                bmt_error_t *err)
+{
+    struct entry *e = &l->e[i];
+    bmt_block_t *b = e->block;
+    bmt_block_call_t c = {
+        .index = i,
+        .block = b,
+        .params = b->param_ptrs,
+        .grads = backward ? b->grad_ptrs : NULL,
+        .stream = device_stream(l->ctx, DEVICE_COMPUTE),
+        .keep_activations = keep,
+        .recompute = recompute,
+        .microbatch = l->st.microbatches,
+    };
+    int rc = backward ? e->ops.backward(e->model, &c, err) : e->ops.forward(e->model, &c, err);
+    if (rc < 0)
+        return errprefix(err, "rank %d: %s of block %d (%.40s): ", l->ctx->rank,
+                         backward    ? "backward"
+                         : recompute ? "recomputed forward"
+                                     : "forward",
+                         i, b->name);
+    return 0;
+}
+
+/* ------------------------------------------------------------ forward */
+
+int bmt_blocklist_forward(bmt_blocklist_t *l, bmt_error_t *err)
+{
+    if (l == NULL)
+        return errprintf(err, "bmt_blocklist_forward: list is NULL");
+    if (l->phase == PHASE_BROKEN)
+        return errprintf(err, "rank %d: an earlier error left this block list unusable",
+                         l->ctx->rank);
+    if (l->n == 0)
+        return errprintf(err, "rank %d: the block list is empty", l->ctx->rank);
+    bmt_ctx_t *ctx = l->ctx;
+    void *comm = device_stream(ctx, DEVICE_COMM);
+    /* Parameters (and zeroed gradient shards) the optimizer wrote. */
+    if (device_stream_wait(ctx, comm, l->st.updated, err) < 0)
+        return broken(l, err);
+    /* A forward without backward (evaluation) leaves zero-2 slots held: drop them. */
+    for (int i = 0; i < l->n; i++)
+        if (release(l, i, err) < 0)
+            return broken(l, err);
+    const bool keep = !l->cfg.checkpointing;
+    if (gather(l, 0, err) < 0)
+        return broken(l, err);
+    for (int i = 0; i < l->n; i++) {
+        if (l->cfg.prefetch && i + 1 < l->n && gather(l, i + 1, err) < 0)
+            return broken(l, err);
+        if (await_params(l, i, err) < 0 || call(l, i, false, keep, false, err) < 0)
+            return broken(l, err);
+        if (l->cfg.zero_level == 3 && release(l, i, err) < 0)
+            return broken(l, err);
+        if (!l->cfg.prefetch && i + 1 < l->n && gather(l, i + 1, err) < 0)
+            return broken(l, err);
+    }
+    l->phase = PHASE_FORWARD_DONE;
+    return 0;
+}
+
+/* ------------------------------------------------------------ backward */
+
+/* Reduce block b's full gradients (in slot g) into its f32 shards, on the comm
+ * stream; on the last micro-batch, all-reduce the shards across groups on the
+ * replica stream. */
+static int reduce(bmt_blocklist_t *l, bmt_block_t *b, struct slot *g, bool last, bmt_error_t *err)
+{
+    bmt_ctx_t *ctx = l->ctx;
+    void *comm = device_stream(ctx, DEVICE_COMM);
+    const bmt_dtype_t gt = l->cfg.grad_dtype;
+    if (device_stream_wait(ctx, comm, g->ready, err) < 0)
+        return -1;
+    for (int k = 0; k < b->ngroups; k++) {
+        struct dgroup *d = &b->groups[k];
+        const char *full = (const char *)g->mem + d->grad_off;
+        if (b->grad_fresh && gt == BMT_F32) {
+            if (comm_reduce_scatter_on(ctx->group_comm, full, d->grad, d->shard, gt, BMT_SUM, comm,
+                                       err) < 0)
+                return -1;
+        } else if (comm_reduce_scatter_on(ctx->group_comm, full, l->rs_tmp, d->shard, gt, BMT_SUM,
+                                          comm, err) < 0 ||
+                   kern_accumulate(ctx, comm, d->grad, l->rs_tmp, gt, d->shard, err) < 0)
+            return -1;
+    }
+    b->grad_fresh = false;
+    if (device_event_record(ctx, g->free, comm, err) < 0)
+        return -1;
+    if (!last || ctx->layout.groups == 1)
+        return 0;
+    void *rep = device_stream(ctx, DEVICE_REPLICA);
+    if (device_event_record(ctx, b->rs_done, comm, err) < 0 ||
+        device_stream_wait(ctx, rep, b->rs_done, err) < 0)
+        return -1;
+    for (int k = 0; k < b->ngroups; k++) {
+        struct dgroup *d = &b->groups[k];
+        if (comm_all_reduce_on(ctx->replica_comm, d->grad, d->grad, d->shard, BMT_F32, BMT_SUM, rep,
+                               err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+int bmt_blocklist_backward(bmt_blocklist_t *l, bool last, bmt_error_t *err)
+{
+    if (l == NULL)
+        return errprintf(err, "bmt_blocklist_backward: list is NULL");
+    bmt_ctx_t *ctx = l->ctx;
+    if (l->phase == PHASE_BROKEN)
+        return errprintf(err, "rank %d: an earlier error left this block list unusable", ctx->rank);
+    if (l->phase != PHASE_FORWARD_DONE)
+        return errprintf(err, "rank %d: bmt_blocklist_backward without a forward before it",
+                         ctx->rank);
+    void *compute = device_stream(ctx, DEVICE_COMPUTE);
+    const bmt_dtype_t gt = l->cfg.grad_dtype;
+    for (int k = 0; k < 2; k++)
+        if (l->gslots[k].mem == NULL) {
+            l->gslots[k].bytes = max_grad_bytes(l);
+            l->gslots[k].mem = bmt_alloc(ctx, BMT_MEM_GRAD_FULL, l->gslots[k].bytes, err);
+            if (l->gslots[k].mem == NULL)
+                return broken(l, err);
+        }
+    if (gather(l, l->n - 1, err) < 0)
+        return broken(l, err);
+    for (int i = l->n - 1; i >= 0; i--) {
+        bmt_block_t *b = l->e[i].block;
+        if (l->cfg.prefetch && i > 0 && gather(l, i - 1, err) < 0)
+            return broken(l, err);
+        if (await_params(l, i, err) < 0)
+            return broken(l, err);
+        if (l->cfg.checkpointing && call(l, i, false, true, true, err) < 0)
+            return broken(l, err);
+        struct slot *g = &l->gslots[l->gnext];
+        l->gnext ^= 1;
+        if (b->nparams > 0) {
+            /* The buffer's previous reduce-scatter must have drained it. */
+            if (device_stream_wait(ctx, compute, g->free, err) < 0 ||
+                kern_zero(ctx, compute, g->mem, b->grad_bytes, err) < 0)
+                return broken(l, err);
+            block_bind_grads(b, g->mem, gt);
+        }
+        if (call(l, i, true, true, false, err) < 0)
+            return broken(l, err);
+        if (release(l, i, err) < 0)
+            return broken(l, err);
+        if (b->nparams > 0) {
+            block_bind_grads(b, NULL, gt);
+            if (device_event_record(ctx, g->ready, compute, err) < 0 ||
+                reduce(l, b, g, last, err) < 0)
+                return broken(l, err);
+        }
+        if (!l->cfg.prefetch && i > 0 && gather(l, i - 1, err) < 0)
+            return broken(l, err);
+    }
+    l->st.microbatches++;
+    if (last)
+        l->st.reduced = true;
+    l->phase = PHASE_IDLE;
+    return 0;
+}
+
+void bmt_blocklist_destroy(bmt_blocklist_t *l)
+{
+    if (l == NULL)
+        return;
+    bmt_ctx_t *ctx = l->ctx;
+    bmt_error_t ignored;
+    bmt_device_synchronize(ctx, &ignored); /* nothing may still read what we free */
+    for (int i = 0; i < l->n; i++) {
+        bmt_block_t *b = l->e[i].block;
+        b->list = NULL;
+        b->full = NULL;
+        bmt_block_destroy(b);
+    }
+    for (int k = 0; k < l->npslots; k++) {
+        bmt_free(ctx, l->pslots[k].mem);
+        device_event_destroy(ctx, l->pslots[k].ready);
+        device_event_destroy(ctx, l->pslots[k].free);
+    }
+    for (int k = 0; k < 2; k++) {
+        bmt_free(ctx, l->gslots[k].mem);
+        device_event_destroy(ctx, l->gslots[k].ready);
+        device_event_destroy(ctx, l->gslots[k].free);
+    }
+    device_event_destroy(ctx, l->st.updated);
+    bmt_free(ctx, l->rs_tmp);
+    free(l->pslots);
+    free(l->e);
+    free(l);
+}
