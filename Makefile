@@ -74,7 +74,7 @@ PROG_SRC := $(wildcard tests/progs/*.c tests/gpu/*.c)
 PROG_BIN := $(PROG_SRC:%.c=$(BUILDDIR)/%)
 # A program X.c may have CUDA parts in X_cuda.cu (built and linked with cuBLAS
 # when CUDA is found; X.c sees BMT_HAVE_CUDA then).
-PROG_CU := $(if $(HAVE_CUDA),$(wildcard tests/progs/*_cuda.cu tests/gpu/*_cuda.cu))
+PROG_CU := $(if $(HAVE_CUDA),$(wildcard tests/progs/*_cuda.cu tests/gpu/*_cuda.cu bench/*_cuda.cu))
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_BIN := $(BENCH_SRC:%.c=$(BUILDDIR)/%)
 
@@ -151,7 +151,7 @@ $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN): $(BUILDDIR)/%: $(BUILDDIR)/%.o $(LAUNCHER_
 # Each program depends on its CUDA part, when it has one.
 $(foreach cu,$(PROG_CU),$(eval $(BUILDDIR)/$(cu:_cuda.cu=): $(BUILDDIR)/$(cu:.cu=.o)))
 
-$(BUILDDIR)/tests/%_cuda.o: tests/%_cuda.cu $(FLAGS_STAMP)
+$(BUILDDIR)/%_cuda.o: %_cuda.cu $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  NVCC    $<")
 	$(Q)$(NVCC) $(NVCC_FLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) -MMD -MP -c $< -o $@

@@ -262,9 +262,9 @@ int kern_adamw(bmt_ctx_t *ctx, void *stream, float *master, float *m, float *v, 
     kern_adamw_scalars_t s;
     s.grad_scale = a->grad_scale;
     s.beta1 = a->beta1;
-    s.one_minus_beta1 = 1.0f - a->beta1;
+    s.one_minus_beta1 = a->one_minus_beta1 != 0 ? a->one_minus_beta1 : 1.0f - a->beta1;
     s.beta2 = a->beta2;
-    s.one_minus_beta2 = 1.0f - a->beta2;
+    s.one_minus_beta2 = a->one_minus_beta2 != 0 ? a->one_minus_beta2 : 1.0f - a->beta2;
     s.eps = a->eps;
     s.decay = 1.0f - a->lr * a->weight_decay;
     s.step_size = a->lr / a->bc1;

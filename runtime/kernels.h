@@ -49,6 +49,10 @@ typedef struct kern_adamw_args {
     float lr, beta1, beta2, eps, weight_decay;
     float grad_scale;
     float bc1, bc2;
+    /* (float)(1 - beta) computed in double, as torch does: 1.0f - 0.999f is
+     * 1.3e-5 off, which moves parameters by ~1e-5 relative over 20 steps.
+     * 0 means: take 1.0f - beta (only for callers that already pass f32 betas). */
+    float one_minus_beta1, one_minus_beta2;
 } kern_adamw_args_t;
 
 int kern_adamw(bmt_ctx_t *ctx, void *stream, float *master, float *m, float *v, const float *grad,

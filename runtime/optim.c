@@ -243,6 +243,8 @@ int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
             .grad_scale = (float)scale,
             .bc1 = (float)(1.0 - pow(o->cfg.beta1, (double)o->step)),
             .bc2 = (float)(1.0 - pow(o->cfg.beta2, (double)o->step)),
+            .one_minus_beta1 = (float)(1.0 - o->cfg.beta1),
+            .one_minus_beta2 = (float)(1.0 - o->cfg.beta2),
         };
         void *compute = device_stream(ctx, DEVICE_COMPUTE);
         for (int i = 0; i < o->ns; i++) {

@@ -12,7 +12,9 @@
  *                    BMT_BLOCK_ALIGN x group size, and each group rank allocates
  *                    and keeps only its contiguous shard (padded / group size
  *                    elements, at group_rank x shard). Nothing ever holds a
- *                    whole model.
+ *                    whole model. A full (gathered) buffer holds the dtype
+ *                    groups' padded buffers back to back, each starting at a
+ *                    multiple of 256 bytes.
  *   initialization   An element's initial value depends only on (seed, the
  *                    parameter's full name, the element's index), through
  *                    Philox 4x32-10, so every layout starts from the same bits.
@@ -105,9 +107,11 @@ BMT_API const char *bmt_block_param_name(const bmt_block_t *block, int i);
 BMT_API int64_t bmt_block_param_numel(const bmt_block_t *block, int i);
 BMT_API int bmt_block_param_dtype(const bmt_block_t *block, int i);
 
-/* Gather the whole block into a full buffer and wait for it (outside a block
- * list: tests, export). bmt_block_param then gives parameter i's full data on
- * the device until bmt_block_release. Errors: not built, already gathered. */
+/* Gather the whole block into a full buffer of its own and wait for it (outside
+ * the block list's schedule: tests, export; the buffer counts as
+ * BMT_MEM_GATHERED on top of the list's pool). bmt_block_param then gives
+ * parameter i's full data on the device until bmt_block_release. Errors: not
+ * built, already gathered. */
 BMT_API int bmt_block_gather(bmt_block_t *block, bmt_error_t *err);
 BMT_API void *bmt_block_param(const bmt_block_t *block, int i);
 BMT_API int bmt_block_release(bmt_block_t *block, bmt_error_t *err);

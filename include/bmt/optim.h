@@ -2,7 +2,8 @@
  *
  * Each rank updates only its shards: f32 master weights and both moments live
  * in BMT_MEM_OPTIM (for f32 parameters the master is the parameter shard
- * itself), and the update writes the compute-dtype parameter shard. A step:
+ * itself; for bf16 ones it starts as the bf16 shard widened to f32), and the
+ * update writes the compute-dtype parameter shard. A step:
  *   1. waits for the block list's gradient reductions;
  *   2. scales the gradients by 1 / (world size x micro-batches);
  *   3. computes the global gradient norm (sum of squares over the group;
@@ -26,7 +27,8 @@ extern "C" {
 
 typedef struct bmt_optim bmt_optim_t;
 
-/* Learning rate of step (1-based) given the base rate. NULL: constant. */
+/* Learning rate of step (1-based: the steps taken, skipped ones not counted)
+ * given the base rate. NULL: constant. */
 typedef double (*bmt_lr_schedule_fn)(void *user, int64_t step, double base_lr);
 
 typedef struct bmt_adamw_config {

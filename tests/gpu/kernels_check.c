@@ -520,7 +520,9 @@ static void check_adamw(void)
                                         wd,
                                         0.5f,
                                         (float)(1 - pow(0.9, t)),
-                                        (float)(1 - pow(0.999, t)) };
+                                        (float)(1 - pow(0.999, t)),
+                                        (float)(1.0 - 0.9),
+                                        (float)(1.0 - 0.999) };
                 void *gparam =
                     mode == 1 ? (void *)(dm + off) : (void *)((char *)dp + (size_t)off * esize(pt));
                 void *cparam = mode == 1 ? (void *)cm : (void *)cp;
@@ -593,7 +595,7 @@ static void throughput(void)
     uint32_t key[2];
     kern_init_key(1, "bench", key);
     bmt_init_t nr = BMT_INIT_NORMAL_V(0, 1), tn = BMT_INIT_TRUNC_NORMAL_V(0, 1);
-    kern_adamw_args_t aa = { 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 1.0f, 0.1f, 0.001f };
+    kern_adamw_args_t aa = { 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 1.0f, 0.1f, 0.001f, 0.1f, 0.001f };
     kern_zero(gpu, stream, m, n * 4, &err);
     kern_zero(gpu, stream, v, n * 4, &err);
     kern_init(gpu, stream, b, BMT_F32, n, 0, key, &nr, &err);

@@ -824,7 +824,9 @@ static int run_adamw(float *master, float *m, float *v, const float *grads, void
                                 h->wd,
                                 h->grad_scale,
                                 (float)(1 - pow(h->beta1, t)),
-                                (float)(1 - pow(h->beta2, t)) };
+                                (float)(1 - pow(h->beta2, t)),
+                                (float)(1.0 - h->beta1),
+                                (float)(1.0 - h->beta2) };
         void *pp = param ? param : master;
         if (kern_adamw(ctx, NULL, master, m, v, grads + (size_t)(t - 1) * n, pp, pt, n, &a, &err) !=
             0) {
@@ -981,7 +983,7 @@ static void test_adamw(void)
     }
 
     /* Errors change nothing. */
-    kern_adamw_args_t a = { 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1.0f, 0.1f, 0.001f };
+    kern_adamw_args_t a = { 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1.0f, 0.1f, 0.001f, 0.1f, 0.001f };
     bmt_error_t err;
     memcpy(keep, master, n * 4);
     int rc = kern_adamw(ctx, NULL, master, m, v, grads, master, BMT_BF16, n, &a, &err);

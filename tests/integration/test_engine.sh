@@ -1,0 +1,85 @@
+#!/bin/bash
+# The training engine (bmt/block.h, bmt/optim.h) through the real bmlaunch on CPU
+# ranks (shm backend): engine_check builds a small model of sharded blocks,
+# trains it and compares it with its own single-process reference (fp64 model
+# and torch.optim.AdamW), checks the memory counters against this rank's shard
+# sizes, and tries misuse. It prints "ok ..." / "FAIL ..." per check and exits 1
+# on any failure; rank 0's last line sums up every rank.
+. "$(dirname "$0")/lib.sh"
+
+EC=$PROGS/engine_check
+# ec RANKS BMLAUNCH-ARGS... -- engine_check ARGS...: run it (output in out, err)
+# and pass if it exits 0 with rank 0's summary saying nothing failed on RANKS
+# ranks; otherwise show why (the harness prints a failing body's output).
+ec() {
+    local n=$1 rc=0
+    shift
+    with_timeout 150 "$BMLAUNCH" "$@" >out 2>err || rc=$?
+    if [ $rc -eq 0 ] && grep -q "^0: engine_check: [0-9]* checks passed, 0 failed on $n ranks" out &&
+        ! grep -q FAIL out; then
+        return 0
+    fi
+    echo "exit status $rc"
+    grep -E "FAIL|engine_check" out | head -20
+    tail -5 err
+    return 1
+}
+
+for layout in 1x1 1x4 2x2 4x1 2x4; do
+    g=${layout%x*} n=${layout#*x}
+    test_expect_success "engine ${g}x${n}: init, 20 steps x 2 micro-batches match the reference, memory, misuse" "
+        ec $((g * n)) -g $g -n $n --timeout 60 -- \$EC --init-dump \$TMP/init.$layout &&
+        grep -q '^0: ok train (zero 3, ckpt 1): head.out.weight .* within 1e-05 of the reference after 20 steps' out &&
+        grep -q '^0: ok memory (zero 3, ckpt 1): peak of gathered buffers in training [0-9]* <= K = 2 blocks' out &&
+        test \$(grep -c '^0: ok bad use' out) -eq 11
+    "
+done
+
+test_expect_success "initial parameters are bitwise identical in layouts 1x1, 1x4, 2x2, 4x1, 2x4" '
+    test $(grep -c "^h\.1\.fc\.weight f32 377 " $TMP/init.1x1) -eq 1 &&
+    test $(wc -l <$TMP/init.1x1) -eq 23 &&
+    for l in 1x4 2x2 4x1 2x4; do cmp $TMP/init.1x1 $TMP/init.$l; done
+'
+
+test_expect_success "zero level 2 and 3, checkpointing on and off give the same parameters (2x2)" '
+    ec 4 -g 2 -n 2 --timeout 60 -- $EC --variants &&
+    test $(grep -c "^0: ok variants: " out) -eq 3 &&
+    grep -q "^0: ok protocol (zero 3, ckpt 0): 480 callback calls" out &&
+    grep -q "^0: ok memory (zero 2, ckpt 1): peak of gathered buffers in training [0-9]* <= every block" out
+'
+
+test_expect_success "gradient clipping and a warm-up schedule (2x4)" '
+    ec 8 -g 2 -n 4 --timeout 60 -- $EC --clip 0.3 --warmup 5 &&
+    grep -q "^0: ok train (zero 3, ckpt 1): clip_norm 0.3 binds in [1-9][0-9]* of 20 steps" out
+'
+
+test_expect_success "a step whose gradients are NaN is skipped and counted (1x4, zero 2)" '
+    ec 4 -g 1 -n 4 --timeout 60 -- $EC --nan-step 7 --zero 2 &&
+    grep -q "^0: ok train (zero 2, ckpt 1): the step with NaN gradients (7) was skipped" out
+'
+
+test_expect_success "bf16 parameters with f32 master weights (2x2, bound 2e-2)" '
+    ec 4 -g 2 -n 2 --timeout 60 -- $EC --dtype bf16 --init-dump init.bf16 &&
+    grep -q "^0: ok memory (zero 3, ckpt 1): optim bytes [0-9]* (peak [0-9]*) = 3 (moments, master)" out &&
+    test $(grep -c " bf16 " init.bf16) -eq 22
+'
+
+test_expect_success "no prefetch, 3 micro-batches, checkpointing off (4x1)" '
+    ec 4 -g 4 -n 1 --timeout 60 -- $EC --prefetch 0 --accum 3 --ckpt 0 --steps 8
+'
+
+test_expect_success "the checker can fail: an impossible bound fails the run" '
+    test_must_fail with_timeout 150 $BMLAUNCH -g 1 -n 2 --timeout 60 -- $EC --steps 2 --bound 1e-15 >out 2>err &&
+    grep -q "^0: FAIL (rank 0) train (zero 3, ckpt 1): h.0.fc.weight" out &&
+    grep -q "^0: engine_check: [0-9]* checks passed, [1-9][0-9]* failed on 2 ranks" out
+'
+
+test_expect_code 2 "a bad option is a usage error" '
+    $EC --zero 4 2>err
+'
+
+test_expect_success "no shared-memory segment is left behind" '
+    ! ls /dev/shm | grep -q "^bmt-"
+'
+
+test_done

@@ -1,0 +1,1955 @@
+/* tests/progs/engine_check.c — the training engine (bmt/block.h, bmt/optim.h)
+ * against an independent reference, under any layout.
+ *
+ * Run as a rank program: `bmlaunch -g 2 -n 2 -- engine_check [options]`.
+ *
+ * The model (sizes in engine_model.h; every parameter count is odd):
+ *   embed   W_in (C x D_in), y = x W_in^T                       (Linear convention)
+ *   h.0     y = x + proj(gelu_tanh(fc(layernorm(x))))           fc.weight (C x H) and
+ *   mix     y = 0.5 x + 0.25 tanh(x)       (no parameters)      proj.weight (H x C) are
+ *   h.1     residual, as h.0                                    (in x out): y = x W + b
+ *   h.2     residual, as h.0
+ *   head    out = layernorm_f(x) out.weight (C x D_out); loss = mean over rows and
+ *           outputs of (out - target)^2 / 2
+ * Inits use every kind (uniform, ones, zeros, normal, scaled truncated normal);
+ * biases and norms are BMT_PARAM_NO_DECAY.
+ *
+ * Data: every rank trains on its own micro-batches (data parallel over the whole
+ * world). In step s (1-based) rank r's a-th micro-batch is global micro-batch
+ * a * world + r; its rows and targets are hashes of (tag, s, global index, row,
+ * column) to uniform [-1, 1), exactly representable in f32.
+ *
+ * The reference (ref_*) is a plain single-process implementation of the same
+ * model and of torch.optim.AdamW over whole-model arrays, with its own loops (it
+ * never calls the block callbacks or libbmt, except bmt_init_value for initial
+ * values and the bf16 rounding helpers). It runs in fp64: the truth the fp32
+ * engine is measured against, and the code the finite-difference check (fp64)
+ * validates, so the reference itself is not trusted blindly. For --dtype bf16
+ * it rounds exactly where the model does (parameters, every matmul operand) so
+ * the bound can stay tight.
+ *
+ * The block callbacks are written once against ec_ops_t (engine_model.h): plain
+ * loops on the cpu (also the reference of the cuda kernels, --kernel-check), cuda
+ * kernels and cuBLAS in engine_check_cuda.cu.
+ *
+ * Checks (one line each: "ok ..." on rank 0, "FAIL ..." on any rank that fails;
+ * rank 0 ends with a summary over all ranks; exit 1 on any failure):
+ *   init      every parameter equals bmt_init_value rounded to its dtype, bitwise;
+ *   fd        the reference's gradients against central differences;
+ *   train     after --steps steps of --accum micro-batches every parameter is within
+ *             the bound of the reference, and so are each step's loss and grad norm;
+ *   protocol  what the callbacks were given (index, block, stream, micro-batch,
+ *             keep_activations/recompute, zeroed gradients on cpu);
+ *   memory    param/grad/optim bytes equal this rank's shards; the peak of gathered
+ *             buffers stays within K = 2 blocks under zero level 3; nothing is left
+ *             after the list is destroyed;
+ *   bad use   each misuse returns an error (add_param after build or with a bad
+ *             shape, release of a block not gathered, gather twice, appending an
+ *             unbuilt block or one twice, a step without a backward, a backward
+ *             without a forward), and changes nothing;
+ *   variants  (--variants) zero level 2/3 and checkpointing on/off agree (1e-6);
+ *   kernel    (--kernel-check, cuda) every cuda op against its cpu function.
+ * Bounds: see bound(). Options: see usage(); --init-dump FILE writes one hash per
+ * initial parameter (rank 0) for comparing layouts, --nan-step S poisons one
+ * target of step S (the optimizer must skip that step), --verbose prints the
+ * loss and grad norm of every step next to the reference's.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bmt/bmt.h"
+#include "bmt/block.h"
+#include "bmt/device.h"
+#include "bmt/optim.h"
+#include "engine_model.h"
+
+/* ------------------------------------------------------------ options */
+
+typedef struct opts {
+    int steps, accum, zero, ckpt, prefetch, warmup, nan_step;
+    double clip, lr, weight_decay;
+    uint64_t seed;
+    bmt_dtype_t dtype;
+    const char *init_dump;
+    bool variants, kernel_check, verbose;
+    double bound; /* relative bound on parameters, loss and grad norm; 0: by dtype */
+} opts_t;
+
+static opts_t O = { .steps = 20,
+                    .accum = 2,
+                    .zero = 3,
+                    .ckpt = 1,
+                    .prefetch = 1,
+                    .lr = 1e-2,
+                    .weight_decay = 0.1,
+                    .seed = 1234,
+                    .dtype = BMT_F32 };
+
+/* ------------------------------------------------------------ the model's definition */
+
+enum {
+    NBLOCKS = 6,
+    MAXP = 6
+};
+enum block_kind {
+    K_EMBED,
+    K_RESID,
+    K_MIX,
+    K_HEAD
+};
+static const int block_kind[NBLOCKS] = { K_EMBED, K_RESID, K_MIX, K_RESID, K_RESID, K_HEAD };
+static const char *const block_name[NBLOCKS] = { "embed", "h.0", "mix", "h.1", "h.2", "head" };
+
+typedef struct pspec {
+    const char *name; /* within the block */
+    int rows, cols;   /* cols 0: a vector of rows elements */
+    bmt_init_t init;
+    unsigned flags;
+} pspec_t;
+
+#define NODECAY BMT_PARAM_NO_DECAY
+static const pspec_t embed_params[] = {
+    { "W_in", EC_C, EC_DIN, { BMT_INIT_UNIFORM, -0.5, 0.5, 1 }, 0 },
+};
+/* Residual blocks; order fixed (the callbacks index params by it). proj.weight is
+ * scaled by 1 / sqrt(2 L) = 1 / sqrt(6), GPT-2's residual scaling. */
+enum {
+    R_LNW,
+    R_LNB,
+    R_FCW,
+    R_FCB,
+    R_PRW,
+    R_PRB
+};
+static const pspec_t resid_params[] = {
+    { "ln.weight", EC_C, 0, { BMT_INIT_ONES, 0, 0, 1 }, NODECAY },
+    { "ln.bias", EC_C, 0, { BMT_INIT_ZEROS, 0, 0, 1 }, NODECAY },
+    { "fc.weight", EC_C, EC_H, { BMT_INIT_NORMAL, 0, 0.02, 1 }, 0 },
+    { "fc.bias", EC_H, 0, { BMT_INIT_UNIFORM, -0.1, 0.1, 1 }, NODECAY },
+    { "proj.weight", EC_H, EC_C, { BMT_INIT_TRUNC_NORMAL, 0, 0.02, 0.40824829046386302 }, 0 },
+    { "proj.bias", EC_C, 0, { BMT_INIT_ZEROS, 0, 0, 1 }, NODECAY },
+};
+enum {
+    H_LNW,
+    H_LNB,
+    H_OUTW
+};
+static const pspec_t head_params[] = {
+    { "ln_f.weight", EC_C, 0, { BMT_INIT_ONES, 0, 0, 1 }, NODECAY },
+    { "ln_f.bias", EC_C, 0, { BMT_INIT_ZEROS, 0, 0, 1 }, NODECAY },
+    { "out.weight", EC_C, EC_DOUT, { BMT_INIT_TRUNC_NORMAL, 0, 0.2, 1 }, 0 },
+};
+
+static const pspec_t *block_specs(int b, int *n)
+{
+    switch (block_kind[b]) {
+    case K_EMBED: *n = 1; return embed_params;
+    case K_RESID: *n = 6; return resid_params;
+    case K_HEAD: *n = 3; return head_params;
+    default: *n = 0; return NULL;
+    }
+}
+
+/* Every parameter of the model, in block order: the reference's flat arrays
+ * hold them back to back at `off`. */
+typedef struct gparam {
+    int block, k;
+    const pspec_t *spec;
+    char name[64]; /* full name, "h.1.fc.weight" */
+    int numel;
+    size_t off;
+} gparam_t;
+
+static gparam_t gp[NBLOCKS * MAXP];
+static int ngp, gp_first[NBLOCKS], gp_count[NBLOCKS];
+static size_t ntot;
+
+static void model_table(void)
+{
+    for (int b = 0; b < NBLOCKS; b++) {
+        int n;
+        const pspec_t *s = block_specs(b, &n);
+        gp_first[b] = ngp;
+        gp_count[b] = n;
+        for (int k = 0; k < n; k++) {
+            gparam_t *g = &gp[ngp++];
+            g->block = b;
+            g->k = k;
+            g->spec = &s[k];
+            snprintf(g->name, sizeof(g->name), "%s.%s", block_name[b], s[k].name);
+            g->numel = s[k].rows * (s[k].cols ? s[k].cols : 1);
+            g->off = ntot;
+            ntot += (size_t)g->numel;
+        }
+    }
+}
+
+/* ------------------------------------------------------------ data */
+
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 31;
+    x *= 0x7fb5d329728ea185ULL;
+    x ^= x >> 27;
+    x *= 0x81dadef4bc2dd44dULL;
+    x ^= x >> 33;
+    return x;
+}
+
+enum {
+    TAG_INPUT = 1,
+    TAG_TARGET = 2
+};
+
+/* Uniform in [-1, 1) with 24 bits: exact in f32. --nan-step makes one target of
+ * global micro-batch 0 NaN in that step, so the step's gradients are NaN. */
+static float data_value(int tag, int step, int gidx, int row, int col)
+{
+    if (tag == TAG_TARGET && O.nan_step > 0 && step == O.nan_step && gidx == 0 && row == 0 &&
+        col == 0)
+        return NAN;
+    uint64_t h = mix64(0x9e3779b97f4a7c15ULL ^ ((uint64_t)tag << 56) ^ ((uint64_t)step << 36) ^
+                       ((uint64_t)gidx << 20) ^ ((uint64_t)row << 10) ^ (uint64_t)col);
+    return (float)((double)(h >> 40) / 8388608.0 - 1.0);
+}
+
+static void make_batch(int step, int gidx, float *in /* (ROWS, DIN) */,
+                       float *tgt /* (ROWS, DOUT) */)
+{
+    for (int r = 0; r < EC_ROWS; r++) {
+        for (int c = 0; c < EC_DIN; c++)
+            in[r * EC_DIN + c] = data_value(TAG_INPUT, step, gidx, r, c);
+        for (int c = 0; c < EC_DOUT; c++)
+            tgt[r * EC_DOUT + c] = data_value(TAG_TARGET, step, gidx, r, c);
+    }
+}
+
+static double lr_at(int64_t step, double base)
+{
+    return O.warmup > 0 && step < O.warmup ? base * (double)step / O.warmup : base;
+}
+
+static double warmup_schedule(void *user, int64_t step, double base_lr)
+{
+    return lr_at(step, base_lr);
+}
+
+/* ------------------------------------------------------------ the reference (fp64) */
+
+static double rq(bool bf, double x)
+{
+    return bf ? (double)bmt_bf16_to_f32(bmt_f32_to_bf16((float)x)) : x;
+}
+
+/* Y (M x N) = beta Y + op(A) op(B), as ec_ops_t.gemm but in f64; operands are
+ * rounded to bf16 first when bf. */
+static void ref_mm(bool bf, int ta, int tb, int M, int N, int K, const double *A, const double *B,
+                   double beta, double *Y)
+{
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double acc = 0;
+            for (int k = 0; k < K; k++)
+                acc += rq(bf, ta ? A[k * M + i] : A[i * K + k]) *
+                       rq(bf, tb ? B[j * K + k] : B[k * N + j]);
+            Y[i * N + j] = beta != 0 ? beta * Y[i * N + j] + acc : acc;
+        }
+}
+
+static void ref_ln(const double *x, const double *w, const double *b, double *y, double *mean,
+                   double *rstd)
+{
+    for (int r = 0; r < EC_ROWS; r++) {
+        const double *xr = x + r * EC_C;
+        double mu = 0, var = 0;
+        for (int j = 0; j < EC_C; j++)
+            mu += xr[j];
+        mu /= EC_C;
+        for (int j = 0; j < EC_C; j++)
+            var += (xr[j] - mu) * (xr[j] - mu);
+        var /= EC_C;
+        mean[r] = mu;
+        rstd[r] = 1.0 / sqrt(var + (double)EC_LN_EPS);
+        for (int j = 0; j < EC_C; j++)
+            y[r * EC_C + j] = (xr[j] - mu) * rstd[r] * w[j] + b[j];
+    }
+}
+
+/* dx = d layernorm / dx (dy) (written, not added); dw, db += */
+static void ref_ln_back(const double *x, const double *mean, const double *rstd, const double *w,
+                        const double *dy, double *dx, double *dw, double *db)
+{
+    for (int r = 0; r < EC_ROWS; r++) {
+        double xhat[EC_C], g[EC_C], s1 = 0, s2 = 0;
+        for (int j = 0; j < EC_C; j++) {
+            xhat[j] = (x[r * EC_C + j] - mean[r]) * rstd[r];
+            g[j] = dy[r * EC_C + j] * w[j];
+            s1 += g[j];
+            s2 += g[j] * xhat[j];
+            dw[j] += dy[r * EC_C + j] * xhat[j];
+            db[j] += dy[r * EC_C + j];
+        }
+        for (int j = 0; j < EC_C; j++)
+            dx[r * EC_C + j] = rstd[r] * (g[j] - s1 / EC_C - xhat[j] * s2 / EC_C);
+    }
+}
+
+#define GELU_K 0.7978845608028654 /* sqrt(2 / pi) */
+
+static double ref_gelu(double x)
+{
+    return 0.5 * x * (1 + tanh(GELU_K * (x + 0.044715 * x * x * x)));
+}
+
+static double ref_gelu_d(double x)
+{
+    double t = tanh(GELU_K * (x + 0.044715 * x * x * x));
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * GELU_K * (1 + 3 * 0.044715 * x * x);
+}
+
+/* Forward and (grad != NULL) backward of one micro-batch through parameters w
+ * (ntot, as the model uses them); grad (ntot) += the gradient of its loss.
+ * Returns the loss. */
+static double ref_microbatch(bool bf, const double *w, const float *xin, const float *tgt,
+                             double *grad)
+{
+    enum {
+        RC = EC_ROWS * EC_C,
+        RH = EC_ROWS * EC_H,
+        RO = EC_ROWS * EC_DOUT
+    };
+    static double in[EC_ROWS * EC_DIN], x[NBLOCKS + 1][RC], ln[NBLOCKS][RC];
+    static double mean[NBLOCKS][EC_ROWS], rstd[NBLOCKS][EC_ROWS];
+    static double pre[NBLOCKS][RH], act[NBLOCKS][RH], out[RO];
+    for (int i = 0; i < EC_ROWS * EC_DIN; i++)
+        in[i] = xin[i];
+    double loss = 0;
+    for (int b = 0; b < NBLOCKS; b++) {
+        const double *P[MAXP];
+        for (int k = 0; k < gp_count[b]; k++)
+            P[k] = w + gp[gp_first[b] + k].off;
+        switch (block_kind[b]) {
+        case K_EMBED: ref_mm(bf, 0, 1, EC_ROWS, EC_C, EC_DIN, in, P[0], 0, x[1]); break;
+        case K_RESID:
+            ref_ln(x[b], P[R_LNW], P[R_LNB], ln[b], mean[b], rstd[b]);
+            ref_mm(bf, 0, 0, EC_ROWS, EC_H, EC_C, ln[b], P[R_FCW], 0, pre[b]);
+            for (int i = 0; i < RH; i++) {
+                pre[b][i] += P[R_FCB][i % EC_H];
+                act[b][i] = ref_gelu(pre[b][i]);
+            }
+            memcpy(x[b + 1], x[b], sizeof(x[b]));
+            ref_mm(bf, 0, 0, EC_ROWS, EC_C, EC_H, act[b], P[R_PRW], 1, x[b + 1]);
+            for (int i = 0; i < RC; i++)
+                x[b + 1][i] += P[R_PRB][i % EC_C];
+            break;
+        case K_MIX:
+            for (int i = 0; i < RC; i++)
+                x[b + 1][i] = 0.5 * x[b][i] + 0.25 * tanh(x[b][i]);
+            break;
+        case K_HEAD:
+            ref_ln(x[b], P[H_LNW], P[H_LNB], ln[b], mean[b], rstd[b]);
+            ref_mm(bf, 0, 0, EC_ROWS, EC_DOUT, EC_C, ln[b], P[H_OUTW], 0, out);
+            for (int i = 0; i < RO; i++)
+                loss += (out[i] - tgt[i]) * (out[i] - tgt[i]);
+            loss /= 2.0 * RO;
+            break;
+        }
+    }
+    if (grad == NULL)
+        return loss;
+    double d[RC], dprev[RC], dout[RO], dln[RC], dact[RH];
+    for (int b = NBLOCKS - 1; b >= 0; b--) {
+        const double *P[MAXP];
+        double *G[MAXP];
+        for (int k = 0; k < gp_count[b]; k++) {
+            P[k] = w + gp[gp_first[b] + k].off;
+            G[k] = grad + gp[gp_first[b] + k].off;
+        }
+        switch (block_kind[b]) {
+        case K_HEAD:
+            for (int i = 0; i < RO; i++)
+                dout[i] = (out[i] - tgt[i]) / RO;
+            ref_mm(bf, 1, 0, EC_C, EC_DOUT, EC_ROWS, ln[b], dout, 1, G[H_OUTW]);
+            ref_mm(bf, 0, 1, EC_ROWS, EC_C, EC_DOUT, dout, P[H_OUTW], 0, dln);
+            ref_ln_back(x[b], mean[b], rstd[b], P[H_LNW], dln, d, G[H_LNW], G[H_LNB]);
+            break;
+        case K_RESID:
+            for (int i = 0; i < RC; i++)
+                G[R_PRB][i % EC_C] += d[i];
+            ref_mm(bf, 1, 0, EC_H, EC_C, EC_ROWS, act[b], d, 1, G[R_PRW]);
+            ref_mm(bf, 0, 1, EC_ROWS, EC_H, EC_C, d, P[R_PRW], 0, dact);
+            for (int i = 0; i < RH; i++) {
+                dact[i] *= ref_gelu_d(pre[b][i]); /* now d pre */
+                G[R_FCB][i % EC_H] += dact[i];
+            }
+            ref_mm(bf, 1, 0, EC_C, EC_H, EC_ROWS, ln[b], dact, 1, G[R_FCW]);
+            ref_mm(bf, 0, 1, EC_ROWS, EC_C, EC_H, dact, P[R_FCW], 0, dln);
+            ref_ln_back(x[b], mean[b], rstd[b], P[R_LNW], dln, dprev, G[R_LNW], G[R_LNB]);
+            for (int i = 0; i < RC; i++)
+                d[i] += dprev[i]; /* the residual path */
+            break;
+        case K_MIX:
+            for (int i = 0; i < RC; i++) {
+                double t = tanh(x[b][i]);
+                d[i] *= 0.5 + 0.25 * (1 - t * t);
+            }
+            break;
+        case K_EMBED: ref_mm(bf, 1, 0, EC_C, EC_DIN, EC_ROWS, d, in, 1, G[0]); break;
+        }
+    }
+    return loss;
+}
+
+typedef struct ref {
+    bool bf;
+    double *p, *w, *m, *v, *g; /* (ntot) master, as used (bf16-rounded when bf), moments, grad */
+    int64_t t;                 /* optimizer steps taken */
+    /* per step (index step - 1) */
+    double *loss, *norm, *lr;
+    bool *skipped, *clipped;
+} ref_t;
+
+/* torch.optim.AdamW (and torch.nn.utils.clip_grad_norm_) on the averaged gradient. */
+static void ref_step(ref_t *R, int step, int nmb)
+{
+    double ss = 0;
+    for (size_t i = 0; i < ntot; i++) {
+        R->g[i] /= nmb;
+        ss += R->g[i] * R->g[i];
+    }
+    double norm = sqrt(ss);
+    R->norm[step - 1] = norm;
+    R->skipped[step - 1] = !isfinite(norm);
+    R->clipped[step - 1] = false;
+    R->lr[step - 1] = lr_at(R->t + 1, O.lr);
+    if (isfinite(norm)) {
+        if (O.clip > 0 && O.clip / (norm + 1e-6) < 1) {
+            double coef = O.clip / (norm + 1e-6);
+            R->clipped[step - 1] = true;
+            for (size_t i = 0; i < ntot; i++)
+                R->g[i] *= coef;
+        }
+        int64_t t = ++R->t;
+        double lr = lr_at(t, O.lr), b1 = 0.9, b2 = 0.999, eps = 1e-8;
+        double bc1 = 1 - pow(b1, (double)t), bc2 = 1 - pow(b2, (double)t);
+        for (int q = 0; q < ngp; q++) {
+            double wd = gp[q].spec->flags & BMT_PARAM_NO_DECAY ? 0 : O.weight_decay;
+            for (size_t i = gp[q].off; i < gp[q].off + (size_t)gp[q].numel; i++) {
+                double g = R->g[i];
+                R->p[i] *= 1 - lr * wd;
+                R->m[i] = b1 * R->m[i] + (1 - b1) * g;
+                R->v[i] = b2 * R->v[i] + (1 - b2) * g * g;
+                R->p[i] -= lr / bc1 * R->m[i] / (sqrt(R->v[i]) / sqrt(bc2) + eps);
+                R->w[i] = rq(R->bf, R->p[i]);
+            }
+        }
+    }
+    memset(R->g, 0, ntot * sizeof(double));
+}
+
+/* Train the reference for O.steps steps of world x accum micro-batches. Initial
+ * values: bmt_init_value rounded to the parameter dtype (the bf16 master starts
+ * from the bf16 parameter, as a master made from the shard does). */
+static int ref_train(ref_t *R, int world)
+{
+    R->bf = O.dtype == BMT_BF16;
+    double *arr[5];
+    for (int i = 0; i < 5; i++)
+        if ((arr[i] = calloc(ntot, sizeof(double))) == NULL)
+            return -1;
+    R->p = arr[0], R->w = arr[1], R->m = arr[2], R->v = arr[3], R->g = arr[4];
+    R->loss = calloc((size_t)O.steps, sizeof(double));
+    R->norm = calloc((size_t)O.steps, sizeof(double));
+    R->lr = calloc((size_t)O.steps, sizeof(double));
+    R->skipped = calloc((size_t)O.steps, sizeof(bool));
+    R->clipped = calloc((size_t)O.steps, sizeof(bool));
+    if (!R->loss || !R->norm || !R->lr || !R->skipped || !R->clipped)
+        return -1;
+    for (int q = 0; q < ngp; q++)
+        for (int i = 0; i < gp[q].numel; i++) {
+            float v = (float)bmt_init_value(O.seed, gp[q].name, (uint64_t)i, &gp[q].spec->init);
+            R->p[gp[q].off + i] = rq(R->bf, v);
+            R->w[gp[q].off + i] = R->p[gp[q].off + i];
+        }
+    float in[EC_ROWS * EC_DIN], tgt[EC_ROWS * EC_DOUT];
+    int nmb = world * O.accum;
+    for (int s = 1; s <= O.steps; s++) {
+        double loss = 0;
+        for (int gi = 0; gi < nmb; gi++) {
+            make_batch(s, gi, in, tgt);
+            loss += ref_microbatch(R->bf, R->w, in, tgt, R->g);
+        }
+        R->loss[s - 1] = loss / nmb;
+        ref_step(R, s, nmb);
+    }
+    return 0;
+}
+
+static void ref_free(ref_t *R)
+{
+    free(R->p), free(R->w), free(R->m), free(R->v), free(R->g);
+    free(R->loss), free(R->norm), free(R->lr), free(R->skipped), free(R->clipped);
+}
+
+/* ------------------------------------------------------------ reporting */
+
+static bmt_ctx_t *ctx;
+static int my_rank;
+static long n_passed, n_failed;
+
+static void check(bool ok, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (ok)
+        n_passed++;
+    else
+        n_failed++;
+    if (!ok)
+        printf("FAIL (rank %d) %s\n", my_rank, line);
+    else if (my_rank == 0)
+        printf("ok %s\n", line);
+    fflush(stdout);
+}
+
+/* ||a - b|| / ||b|| over n elements (0 when both are 0). */
+static double rel_err(const double *a, const double *b, size_t n)
+{
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) {
+        d += (a[i] - b[i]) * (a[i] - b[i]);
+        r += b[i] * b[i];
+    }
+    if (isnan(d) || isnan(r))
+        return NAN;
+    return r > 0 ? sqrt(d / r) : (d > 0 ? INFINITY : 0);
+}
+
+/* The finite-difference check of the reference's gradients: random parameters of
+ * order one (not the init: gradients large everywhere), one micro-batch, every
+ * element of every parameter, central differences in fp64. */
+static void fd_check(void)
+{
+    double *w = malloc(ntot * sizeof(double)), *g = calloc(ntot, sizeof(double));
+    float in[EC_ROWS * EC_DIN], tgt[EC_ROWS * EC_DOUT];
+    if (w == NULL || g == NULL) {
+        check(false, "fd: out of memory");
+        return;
+    }
+    for (size_t i = 0; i < ntot; i++)
+        w[i] = (double)(mix64(i * 77 + 5) >> 11) / 9007199254740992.0 - 0.5;
+    for (int q = 0; q < ngp; q++)
+        if (strstr(gp[q].name, "ln") != NULL && strstr(gp[q].name, "weight") != NULL)
+            for (int i = 0; i < gp[q].numel; i++)
+                w[gp[q].off + i] += 1.0; /* norm gains near one */
+    make_batch(0, 0, in, tgt);
+    ref_microbatch(false, w, in, tgt, g);
+    const double h = 1e-5;
+    double worst = 0;
+    const char *worst_name = "";
+    for (int q = 0; q < ngp; q++) {
+        double *fd = malloc((size_t)gp[q].numel * sizeof(double));
+        for (int i = 0; i < gp[q].numel; i++) {
+            double *x = &w[gp[q].off + i], keep = *x;
+            *x = keep + h;
+            double fp = ref_microbatch(false, w, in, tgt, NULL);
+            *x = keep - h;
+            double fm = ref_microbatch(false, w, in, tgt, NULL);
+            *x = keep;
+            fd[i] = (fp - fm) / (2 * h);
+        }
+        double e = rel_err(g + gp[q].off, fd, (size_t)gp[q].numel);
+        if (!(e <= worst)) {
+            worst = e;
+            worst_name = gp[q].name;
+        }
+        free(fd);
+    }
+    check(worst < 1e-6,
+          "fd: the reference's gradients of all %d parameters match central differences "
+          "(fp64, h 1e-5): worst relative error %.2e (%s), bound 1e-6",
+          ngp, worst, worst_name);
+    free(w);
+    free(g);
+}
+
+/* ------------------------------------------------------------ cpu ops (reference of the kernels)
+ */
+
+static float ld(const void *p, bmt_dtype_t t, size_t i)
+{
+    return t == BMT_BF16 ? bmt_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+static float to_bf16(float x) { return bmt_bf16_to_f32(bmt_f32_to_bf16(x)); }
+
+static int cpu_gemm(void *dev, void *stream, int ta, int tb, int M, int N, int K, const void *A,
+                    bmt_dtype_t at, const void *B, bmt_dtype_t bt, float beta, float *Cm,
+                    bmt_dtype_t cd, bmt_error_t *err)
+{
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float acc = 0;
+            for (int k = 0; k < K; k++) {
+                float a = ld(A, at, ta ? (size_t)k * M + i : (size_t)i * K + k);
+                float b = ld(B, bt, tb ? (size_t)j * K + k : (size_t)k * N + j);
+                if (cd == BMT_BF16)
+                    a = to_bf16(a), b = to_bf16(b);
+                acc += a * b;
+            }
+            Cm[i * N + j] = beta != 0 ? beta * Cm[i * N + j] + acc : acc;
+        }
+    return 0;
+}
+
+static int cpu_ln_fwd(void *dev, void *stream, int M, int N, const float *x, const void *w,
+                      const void *b, bmt_dtype_t pt, float *y, float *mean, float *rstd,
+                      bmt_error_t *err)
+{
+    for (int r = 0; r < M; r++) {
+        const float *xr = x + (size_t)r * N;
+        float mu = 0, var = 0;
+        for (int j = 0; j < N; j++)
+            mu += xr[j];
+        mu /= N;
+        for (int j = 0; j < N; j++)
+            var += (xr[j] - mu) * (xr[j] - mu);
+        var /= N;
+        float rs = 1.0f / sqrtf(var + EC_LN_EPS);
+        mean[r] = mu;
+        rstd[r] = rs;
+        for (int j = 0; j < N; j++)
+            y[(size_t)r * N + j] = (xr[j] - mu) * rs * ld(w, pt, j) + ld(b, pt, j);
+    }
+    return 0;
+}
+
+static int cpu_ln_bwd(void *dev, void *stream, int M, int N, const float *x, const float *mean,
+                      const float *rstd, const void *w, bmt_dtype_t pt, const float *dy, float *dx,
+                      float *dw, float *db, bmt_error_t *err)
+{
+    for (int r = 0; r < M; r++) {
+        const float *xr = x + (size_t)r * N, *dyr = dy + (size_t)r * N;
+        float s1 = 0, s2 = 0;
+        for (int j = 0; j < N; j++) {
+            float xhat = (xr[j] - mean[r]) * rstd[r], g = dyr[j] * ld(w, pt, j);
+            s1 += g;
+            s2 += g * xhat;
+        }
+        for (int j = 0; j < N; j++) {
+            float xhat = (xr[j] - mean[r]) * rstd[r], g = dyr[j] * ld(w, pt, j);
+            dx[(size_t)r * N + j] += rstd[r] * (g - s1 / N - xhat * (s2 / N));
+        }
+    }
+    for (int j = 0; j < N; j++)
+        for (int r = 0; r < M; r++) {
+            float xhat = (x[(size_t)r * N + j] - mean[r]) * rstd[r];
+            dw[j] += dy[(size_t)r * N + j] * xhat;
+            db[j] += dy[(size_t)r * N + j];
+        }
+    return 0;
+}
+
+static int cpu_bias_add(void *dev, void *stream, int M, int N, float *y, const void *b,
+                        bmt_dtype_t pt, bmt_error_t *err)
+{
+    for (int r = 0; r < M; r++)
+        for (int j = 0; j < N; j++)
+            y[(size_t)r * N + j] += ld(b, pt, j);
+    return 0;
+}
+
+static int cpu_bias_grad(void *dev, void *stream, int M, int N, const float *dy, float *db,
+                         bmt_error_t *err)
+{
+    for (int j = 0; j < N; j++)
+        for (int r = 0; r < M; r++)
+            db[j] += dy[(size_t)r * N + j];
+    return 0;
+}
+
+static int cpu_gelu_fwd(void *dev, void *stream, int n, const float *x, float *y, bmt_error_t *err)
+{
+    for (int i = 0; i < n; i++) {
+        float v = x[i];
+        y[i] = 0.5f * v * (1.0f + tanhf((float)GELU_K * (v + 0.044715f * v * v * v)));
+    }
+    return 0;
+}
+
+static int cpu_gelu_bwd(void *dev, void *stream, int n, const float *x, const float *dy, float *dx,
+                        bmt_error_t *err)
+{
+    for (int i = 0; i < n; i++) {
+        float v = x[i], t = tanhf((float)GELU_K * (v + 0.044715f * v * v * v));
+        float d = 0.5f * (1.0f + t) +
+                  0.5f * v * (1.0f - t * t) * (float)GELU_K * (1.0f + 3.0f * 0.044715f * v * v);
+        dx[i] = dy[i] * d;
+    }
+    return 0;
+}
+
+static int cpu_mix_fwd(void *dev, void *stream, int n, const float *x, float *y, bmt_error_t *err)
+{
+    for (int i = 0; i < n; i++)
+        y[i] = 0.5f * x[i] + 0.25f * tanhf(x[i]);
+    return 0;
+}
+
+static int cpu_mix_bwd(void *dev, void *stream, int n, const float *x, const float *dy, float *dx,
+                       bmt_error_t *err)
+{
+    for (int i = 0; i < n; i++) {
+        float t = tanhf(x[i]);
+        dx[i] = dy[i] * (0.5f + 0.25f * (1.0f - t * t));
+    }
+    return 0;
+}
+
+static int cpu_copy(void *dev, void *stream, int n, const float *x, float *y, bmt_error_t *err)
+{
+    for (int i = 0; i < n; i++)
+        y[i] = x ? x[i] : 0.0f;
+    return 0;
+}
+
+static int cpu_mse(void *dev, void *stream, int M, int N, const float *out, const float *target,
+                   float *loss, float *dout, bmt_error_t *err)
+{
+    float s = 0;
+    for (int i = 0; i < M * N; i++) {
+        float d = out[i] - target[i];
+        s += d * d;
+        if (dout)
+            dout[i] = d / (float)(M * N);
+    }
+    if (loss)
+        *loss = s / (float)(2 * M * N);
+    return 0;
+}
+
+static const ec_ops_t cpu_ops = { cpu_gemm,      cpu_ln_fwd,   cpu_ln_bwd,   cpu_bias_add,
+                                  cpu_bias_grad, cpu_gelu_fwd, cpu_gelu_bwd, cpu_mix_fwd,
+                                  cpu_mix_bwd,   cpu_copy,     cpu_mse };
+
+/* ------------------------------------------------------------ the model (block callbacks) */
+
+typedef struct saved {
+    float *ln, *mean, *rstd; /* (ROWS, C), (ROWS), (ROWS) */
+    float *pre, *act;        /* (ROWS, H): resid */
+    float *out;              /* (ROWS, DOUT): head */
+    bool valid;              /* kept by a forward, not yet used by a backward */
+} saved_t;
+
+typedef struct model {
+    bmt_ctx_t *ctx;
+    const ec_ops_t *ops;
+    void *dev;      /* ec_cuda_t on cuda, NULL on cpu */
+    bmt_dtype_t pt; /* parameter dtype */
+    bmt_dtype_t cd; /* matmul operands: f32, or bf16 for bf16 parameters */
+    bool ckpt;      /* the list's checkpointing: what keep_activations must say */
+    bool host;      /* buffers are host memory (cpu) */
+    bmt_block_t *blocks[NBLOCKS];
+    int mb;                 /* micro-batch of the step now running */
+    float *mem;             /* one ACTIVATION allocation carved below */
+    float *data;            /* (accum, ROWS, DIN) this rank's inputs of this step */
+    float *target;          /* (accum, ROWS, DOUT) */
+    float *loss;            /* (accum) loss of each micro-batch */
+    float *x[NBLOCKS + 1];  /* x[b]: input of block b (ROWS, C), b >= 1 */
+    float *dx[NBLOCKS + 1]; /* dL/dx[b] */
+    saved_t saved[NBLOCKS], scratch;
+    float *dact, *dpre, *dln, *dout; /* backward scratch (ROWS,H) x2, (ROWS,C), (ROWS,DOUT) */
+    /* protocol: calls per block in this micro-batch, first complaint, count */
+    int nfwd[NBLOCKS], nrec[NBLOCKS], nbwd[NBLOCKS];
+    char complaint[200];
+    long ncomplaints, ncalls;
+} model_t;
+
+static void complain(model_t *m, const char *fmt, ...)
+{
+    if (m->ncomplaints++ == 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(m->complaint, sizeof(m->complaint), fmt, ap);
+        va_end(ap);
+    }
+}
+
+/* Checks every call against what the header promises; returns the block index. */
+static int verify_call(model_t *m, const bmt_block_call_t *call, int kind, bool backward)
+{
+    int b = call->index;
+    m->ncalls++;
+    if (b < 0 || b >= NBLOCKS || call->block != m->blocks[b] || block_kind[b] != kind) {
+        complain(m, "call index %d does not match the block passed (%s)", b,
+                 call->block ? bmt_block_name(call->block) : "NULL");
+        return -1;
+    }
+    if (call->stream != bmt_compute_stream(m->ctx))
+        complain(m, "block %d: call->stream is not the compute stream", b);
+    if (call->microbatch != m->mb)
+        complain(m, "block %d: call->microbatch %d, this is micro-batch %d", b, call->microbatch,
+                 m->mb);
+    if (gp_count[b] > 0 && call->params == NULL)
+        complain(m, "block %d: params NULL", b);
+    if (backward) {
+        if (gp_count[b] > 0 && call->grads == NULL)
+            complain(m, "block %d: backward without grads", b);
+        if (m->nbwd[b]++ != 0)
+            complain(m, "block %d: second backward in one micro-batch", b);
+        if (m->nfwd[b] != 1 || m->nrec[b] != (m->ckpt ? 1 : 0))
+            complain(m, "block %d: backward after %d forwards and %d recomputations", b, m->nfwd[b],
+                     m->nrec[b]);
+        if (m->host) /* the runtime zeroes full gradients before the call */
+            for (int k = 0; k < gp_count[b]; k++)
+                for (int i = 0; i < gp[gp_first[b] + k].numel; i++)
+                    if (((const float *)call->grads[k])[i] != 0.0f) {
+                        complain(m, "block %d: gradient %d not zeroed before backward", b, k);
+                        break;
+                    }
+    } else {
+        if (call->grads != NULL)
+            complain(m, "block %d: forward with grads", b);
+        if (call->recompute) {
+            if (!m->ckpt)
+                complain(m, "block %d: recompute without checkpointing", b);
+            if (m->nrec[b]++ != 0 || m->nfwd[b] != 1 || m->nbwd[b] != 0)
+                complain(m, "block %d: recompute out of order", b);
+        } else {
+            if (m->nfwd[b]++ != 0)
+                complain(m, "block %d: second forward in one micro-batch", b);
+            if (call->keep_activations != !m->ckpt)
+                complain(m, "block %d: keep_activations %d with checkpointing %d", b,
+                         (int)call->keep_activations, (int)m->ckpt);
+        }
+    }
+    return b;
+}
+
+/* Where a forward writes what backward needs: the block's own buffers when it is
+ * to keep them (or recomputes them), else the shared scratch. */
+static saved_t *save_area(model_t *m, const bmt_block_call_t *call, int b)
+{
+    bool keep = call->keep_activations || call->recompute;
+    m->saved[b].valid = keep;
+    return keep ? &m->saved[b] : &m->scratch;
+}
+
+static int need_saved(model_t *m, int b, bmt_error_t *err)
+{
+    if (m->saved[b].valid)
+        return 0;
+    snprintf(err->text, sizeof(err->text),
+             "engine_check: block %d (%s): backward without its activations (neither kept nor "
+             "recomputed)",
+             b, block_name[b]);
+    return -1;
+}
+
+#define OPS (m->ops)
+
+static int embed_forward(void *model, const bmt_block_call_t *call, bmt_error_t *err)
+{
+    model_t *m = model;
+    int b = verify_call(m, call, K_EMBED, false);
+    if (b < 0)
+        return 0;
+    save_area(m, call, b);
+    if (call->recompute) /* nothing to rebuild: the input is the data */
+        return 0;
+    const float *in = m->data + (size_t)m->mb * EC_ROWS * EC_DIN;
+    return OPS->gemm(m->dev, call->stream, 0, 1, EC_ROWS, EC_C, EC_DIN, in, BMT_F32,
+                     call->params[0], m->pt, 0, m->x[b + 1], m->cd, err);
+}
+
+static int embed_backward(void *model, const bmt_block_call_t *call, bmt_error_t *err)
+{
+    model_t *m = model;
+    int b = verify_call(m, call, K_EMBED, true);
+    if (b < 0)
+        return 0;
+    const float *in = m->data + (size_t)m->mb * EC_ROWS * EC_DIN;
+    return OPS->gemm(m->dev, call->stream, 1, 0, EC_C, EC_DIN, EC_ROWS, m->dx[b + 1], BMT_F32, in,
+                     BMT_F32, 1, call->grads[0], m->cd, err);
+}
+
+static int resid_forward(void *model, const bmt_block_call_t *call, bmt_error_t *err)
+{
+    model_t *m = model;
+    int b = verify_call(m, call, K_RESID, false);
+    if (b < 0)
+        return 0;
+    saved_t *s = save_area(m, call, b);
+    void *st = call->stream, *dev = m->dev;
+    void *const *P = call->params;
+    if (OPS->ln_fwd(dev, st, EC_ROWS, EC_C, m->x[b], P[R_LNW], P[R_LNB], m->pt, s->ln, s->mean,
+                    s->rstd, err) < 0 ||
+        OPS->gemm(dev, st, 0, 0, EC_ROWS, EC_H, EC_C, s->ln, BMT_F32, P[R_FCW], m->pt, 0, s->pre,
+                  m->cd, err) < 0 ||
+        OPS->bias_add(dev, st, EC_ROWS, EC_H, s->pre, P[R_FCB], m->pt, err) < 0 ||
+        OPS->gelu_fwd(dev, st, EC_ROWS * EC_H, s->pre, s->act, err) < 0)
+        return -1;
+    if (call->recompute) /* the output was consumed already */
+        return 0;
+    float *y = m->x[b + 1];
+    if (OPS->copy(dev, st, EC_ROWS * EC_C, m->x[b], y, err) < 0 ||
+        OPS->gemm(dev, st, 0, 0, EC_ROWS, EC_C, EC_H, s->act, BMT_F32, P[R_PRW], m->pt, 1, y, m->cd,
+                  err) < 0 ||
+        OPS->bias_add(dev, st, EC_ROWS, EC_C, y, P[R_PRB], m->pt, err) < 0)
+        return -1;
+    return 0;
+}
+
+static int resid_backward(void *model, const bmt_block_call_t *call, bmt_error_t *err)
+{
+    model_t *m = model;
+    int b = verify_call(m, call, K_RESID, true);
+    if (b < 0)
+        return 0;
+    if (need_saved(m, b, err) < 0)
+        return -1;
+    saved_t *s = &m->saved[b];
+    void *st = call->stream, *dev = m->dev;
+    void *const *P = call->params;
+    float *const *G = (float *const *)call->grads;
+    const float *dy = m->dx[b + 1];
+    s->valid = false;
+    if (OPS->bias_grad(dev, st, EC_ROWS, EC_C, dy, G[R_PRB], err) < 0 ||
+        OPS->gemm(dev, st, 1, 0, EC_H, EC_C, EC_ROWS, s->act, BMT_F32, dy, BMT_F32, 1, G[R_PRW],
+                  m->cd, err) < 0 ||
+        OPS->gemm(dev, st, 0, 1, EC_ROWS, EC_H, EC_C, dy, BMT_F32, P[R_PRW], m->pt, 0, m->dact,
+                  m->cd, err) < 0 ||
+        OPS->gelu_bwd(dev, st, EC_ROWS * EC_H, s->pre, m->dact, m->dpre, err) < 0 ||
+        OPS->bias_grad(dev, st, EC_ROWS, EC_H, m->dpre, G[R_FCB], err) < 0 ||
+        OPS->gemm(dev, st, 1, 0, EC_C, EC_H, EC_ROWS, s->ln, BMT_F32, m->dpre, BMT_F32, 1, G[R_FCW],
+                  m->cd, err) < 0 ||
+        OPS->gemm(dev, st, 0, 1, EC_ROWS, EC_C, EC_H, m->dpre, BMT_F32, P[R_FCW], m->pt, 0, m->dln,
+                  m->cd, err) < 0 ||
+        OPS->copy(dev, st, EC_ROWS * EC_C, dy, m->dx[b], err) < 0 ||
+        OPS->ln_bwd(dev, st, EC_ROWS, EC_C, m->x[b], s->mean, s->rstd, P[R_LNW], m->pt, m->dln,
+                    m->dx[b], G[R_LNW], G[R_LNB], err) < 0)
+        return -1;
+    return 0;
+}
+
+static int mix_forward(void *model, const bmt_block_call_t *call, bmt_error_t *err)
+{
+    model_t *m = model;
+    int b = verify_call(m, call, K_MIX, false);
+    if (b < 0)
+        return 0;
+    save_area(m, call, b);
+    if (call->recompute)
+        return 0;
+    return OPS->mix_fwd(m->dev, call->stream, EC_ROWS * EC_C, m->x[b], m->x[b + 1], err);
+}
+
+static int mix_backward(void *model, const bmt_block_call_t *call, bmt_error_t *err)
+{
+    model_t *m = model;
+    int b = verify_call(m, call, K_MIX, true);
+    if (b < 0)
+        return 0;
+    return OPS->mix_bwd(m->dev, call->stream, EC_ROWS * EC_C, m->x[b], m->dx[b + 1], m->dx[b], err);
+}
+
+static int head_forward(void *model, const bmt_block_call_t *call, bmt_error_t *err)
+{
+    model_t *m = model;
+    int b = verify_call(m, call, K_HEAD, false);
+    if (b < 0)
+        return 0;
+    saved_t *s = save_area(m, call, b);
+    void *st = call->stream, *dev = m->dev;
+    void *const *P = call->params;
+    const float *tgt = m->target + (size_t)m->mb * EC_ROWS * EC_DOUT;
+    if (OPS->ln_fwd(dev, st, EC_ROWS, EC_C, m->x[b], P[H_LNW], P[H_LNB], m->pt, s->ln, s->mean,
+                    s->rstd, err) < 0 ||
+        OPS->gemm(dev, st, 0, 0, EC_ROWS, EC_DOUT, EC_C, s->ln, BMT_F32, P[H_OUTW], m->pt, 0,
+                  s->out, m->cd, err) < 0)
+        return -1;
+    if (call->recompute)
+        return 0;
+    return OPS->mse(dev, st, EC_ROWS, EC_DOUT, s->out, tgt, m->loss + m->mb, NULL, err);
+}
+
+static int head_backward(void *model, const bmt_block_call_t *call, bmt_error_t *err)
+{
+    model_t *m = model;
+    int b = verify_call(m, call, K_HEAD, true);
+    if (b < 0)
+        return 0;
+    if (need_saved(m, b, err) < 0)
+        return -1;
+    saved_t *s = &m->saved[b];
+    void *st = call->stream, *dev = m->dev;
+    void *const *P = call->params;
+    float *const *G = (float *const *)call->grads;
+    const float *tgt = m->target + (size_t)m->mb * EC_ROWS * EC_DOUT;
+    s->valid = false;
+    if (OPS->mse(dev, st, EC_ROWS, EC_DOUT, s->out, tgt, NULL, m->dout, err) < 0 ||
+        OPS->gemm(dev, st, 1, 0, EC_C, EC_DOUT, EC_ROWS, s->ln, BMT_F32, m->dout, BMT_F32, 1,
+                  G[H_OUTW], m->cd, err) < 0 ||
+        OPS->gemm(dev, st, 0, 1, EC_ROWS, EC_C, EC_DOUT, m->dout, BMT_F32, P[H_OUTW], m->pt, 0,
+                  m->dln, m->cd, err) < 0 ||
+        OPS->copy(dev, st, EC_ROWS * EC_C, NULL, m->dx[b], err) < 0 ||
+        OPS->ln_bwd(dev, st, EC_ROWS, EC_C, m->x[b], s->mean, s->rstd, P[H_LNW], m->pt, m->dln,
+                    m->dx[b], G[H_LNW], G[H_LNB], err) < 0)
+        return -1;
+    return 0;
+}
+
+static const bmt_block_ops_t kind_ops[4] = {
+    { embed_forward, embed_backward },
+    { resid_forward, resid_backward },
+    { mix_forward, mix_backward },
+    { head_forward, head_backward },
+};
+
+/* Activations: one allocation (BMT_MEM_ACTIVATION), carved in 256-byte pieces. */
+static model_t *model_create(bmt_ctx_t *c, const ec_ops_t *ops, void *dev, bool ckpt,
+                             bmt_error_t *err)
+{
+    model_t *m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        snprintf(err->text, sizeof(err->text), "engine_check: out of memory");
+        return NULL;
+    }
+    m->ctx = c;
+    m->ops = ops;
+    m->dev = dev;
+    m->pt = O.dtype;
+    m->cd = O.dtype == BMT_BF16 ? BMT_BF16 : BMT_F32;
+    m->ckpt = ckpt;
+    m->host = bmt_device(c) == BMT_DEVICE_CPU;
+    enum {
+        RC = EC_ROWS * EC_C,
+        RH = EC_ROWS * EC_H,
+        RO = EC_ROWS * EC_DOUT
+    };
+    /* Two passes: count, then carve. */
+    size_t used = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        used = 0;
+#define CARVE(ptr, n)                                                                              \
+    do {                                                                                           \
+        (ptr) = pass ? m->mem + used : NULL;                                                       \
+        used += ((size_t)(n) + 63) & ~(size_t)63;                                                  \
+    } while (0)
+        CARVE(m->data, (size_t)O.accum * EC_ROWS * EC_DIN);
+        CARVE(m->target, (size_t)O.accum * RO);
+        CARVE(m->loss, O.accum);
+        for (int b = 1; b <= NBLOCKS; b++) {
+            CARVE(m->x[b], RC);
+            CARVE(m->dx[b], RC);
+        }
+        for (int b = 0; b <= NBLOCKS; b++) {
+            saved_t *s = b < NBLOCKS ? &m->saved[b] : &m->scratch;
+            CARVE(s->ln, RC);
+            CARVE(s->mean, EC_ROWS);
+            CARVE(s->rstd, EC_ROWS);
+            CARVE(s->pre, RH);
+            CARVE(s->act, RH);
+            CARVE(s->out, RO);
+        }
+        CARVE(m->dact, RH);
+        CARVE(m->dpre, RH);
+        CARVE(m->dln, RC);
+        CARVE(m->dout, RO);
+#undef CARVE
+        if (pass == 0 && (m->mem = bmt_alloc(c, BMT_MEM_ACTIVATION, used * 4, err)) == NULL) {
+            free(m);
+            return NULL;
+        }
+    }
+    return m;
+}
+
+static void model_destroy(model_t *m)
+{
+    if (m == NULL)
+        return;
+    bmt_free(m->ctx, m->mem);
+    free(m);
+}
+
+/* ------------------------------------------------------------ engine runs */
+
+typedef struct run_cfg {
+    int zero, ckpt;
+    bool first; /* the run that also checks init, dumps it and tries misuse */
+} run_cfg_t;
+
+typedef struct shard_bytes {
+    uint64_t param, grad, optim; /* this rank's shards */
+    uint64_t largest_full;       /* the largest block's full (gathered) buffers */
+    uint64_t largest_grad_full;  /* ... and its full f32 gradients */
+    int with_params;             /* blocks that have parameters */
+} shard_bytes_t;
+
+/* The documented layout (bmt/block.h): per block and dtype, each parameter starts
+ * at a multiple of BMT_BLOCK_ALIGN elements, the buffer is padded to a multiple of
+ * BMT_BLOCK_ALIGN x group size, and a rank's shard is padded / group size. All
+ * parameters of this model share one dtype. A full (gathered) buffer holds the
+ * padded dtype groups back to back, each rounded up to FULL_ALIGN bytes (what
+ * runtime/block.c does; bmt/block.h does not say it). */
+#define FULL_ALIGN 256
+static shard_bytes_t expected_bytes(int gsize)
+{
+    shard_bytes_t e = { 0, 0, 0, 0, 0, 0 };
+    size_t ps = bmt_dtype_size(O.dtype);
+    for (int b = 0; b < NBLOCKS; b++) {
+        uint64_t end = 0;
+        for (int k = 0; k < gp_count[b]; k++) {
+            end = (end + BMT_BLOCK_ALIGN - 1) / BMT_BLOCK_ALIGN * BMT_BLOCK_ALIGN;
+            end += (uint64_t)gp[gp_first[b] + k].numel;
+        }
+        uint64_t unit = (uint64_t)BMT_BLOCK_ALIGN * (uint64_t)gsize;
+        uint64_t padded = (end + unit - 1) / unit * unit, shard = padded / (uint64_t)gsize;
+        e.param += shard * ps;
+        e.grad += shard * 4;
+        e.optim += shard * 4 * (O.dtype == BMT_F32 ? 2 : 3);
+        uint64_t full = (padded * ps + FULL_ALIGN - 1) / FULL_ALIGN * FULL_ALIGN;
+        uint64_t gfull = (padded * 4 + FULL_ALIGN - 1) / FULL_ALIGN * FULL_ALIGN;
+        if (full > e.largest_full)
+            e.largest_full = full;
+        if (gfull > e.largest_grad_full)
+            e.largest_grad_full = gfull;
+        e.with_params += gp_count[b] > 0;
+    }
+    return e;
+}
+
+static uint64_t fnv1a(const void *p, size_t n, uint64_t h)
+{
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ c[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+/* Gather block b, download every parameter (host copies in out[k]), release. */
+static int download_block(bmt_block_t *blk, int b, void **out, bmt_error_t *err)
+{
+    if (bmt_block_gather(blk, err) < 0)
+        return -1;
+    int rc = 0;
+    size_t es = bmt_dtype_size(O.dtype);
+    for (int k = 0; k < gp_count[b] && rc == 0; k++) {
+        const void *p = bmt_block_param(blk, k);
+        out[k] = malloc((size_t)gp[gp_first[b] + k].numel * es);
+        if (p == NULL || out[k] == NULL) {
+            snprintf(err->text, sizeof(err->text), "bmt_block_param(%s, %d) is NULL", block_name[b],
+                     k);
+            rc = -1;
+        } else
+            rc = bmt_mem_download(ctx, out[k], p, (size_t)gp[gp_first[b] + k].numel * es, err);
+    }
+    if (bmt_block_release(blk, rc == 0 ? err : NULL) < 0 && rc == 0)
+        rc = -1;
+    return rc;
+}
+
+/* Check 1: every parameter is bmt_init_value rounded to the dtype, bitwise; the
+ * block reports the names, sizes and dtypes it was given. */
+static int check_init(bmt_block_t **blocks, bmt_error_t *err)
+{
+    FILE *dump = NULL;
+    if (O.init_dump && my_rank == 0 && (dump = fopen(O.init_dump, "w")) == NULL) {
+        snprintf(err->text, sizeof(err->text), "cannot write %s", O.init_dump);
+        return -1;
+    }
+    uint64_t all = 0xcbf29ce484222325ULL;
+    for (int b = 0; b < NBLOCKS; b++) {
+        void *host[MAXP] = { NULL };
+        if (download_block(blocks[b], b, host, err) < 0)
+            return -1;
+        long bad = 0, total = 0;
+        char first[200] = "";
+        bool meta = bmt_block_num_params(blocks[b]) == gp_count[b];
+        for (int k = 0; k < gp_count[b]; k++) {
+            const gparam_t *g = &gp[gp_first[b] + k];
+            const char *nm = bmt_block_param_name(blocks[b], k);
+            meta = meta && nm && strcmp(nm, g->name) == 0 &&
+                   bmt_block_param_numel(blocks[b], k) == g->numel &&
+                   bmt_block_param_dtype(blocks[b], k) == (int)O.dtype;
+            for (int i = 0; i < g->numel; i++, total++) {
+                float v = (float)bmt_init_value(O.seed, g->name, (uint64_t)i, &g->spec->init);
+                bool same;
+                if (O.dtype == BMT_BF16)
+                    same = ((uint16_t *)host[k])[i] == bmt_f32_to_bf16(v);
+                else
+                    same = memcmp((float *)host[k] + i, &v, 4) == 0;
+                if (!same && bad++ == 0)
+                    snprintf(first, sizeof(first), "; first: %s[%d] is %.9g, expected %.9g",
+                             g->name, i, ld(host[k], O.dtype, (size_t)i), (double)v);
+            }
+            size_t bytes = (size_t)g->numel * bmt_dtype_size(O.dtype);
+            uint64_t h = fnv1a(host[k], bytes, 0xcbf29ce484222325ULL);
+            all = fnv1a(host[k], bytes, all);
+            if (dump)
+                fprintf(dump, "%s %s %d %016llx\n", g->name, bmt_dtype_name(O.dtype), g->numel,
+                        (unsigned long long)h);
+        }
+        check(meta, "init: block %s reports the %d parameters it was given (names, numel, dtype)",
+              block_name[b], gp_count[b]);
+        check(bad == 0, "init: block %s: %ld of %ld elements equal bmt_init_value as %s bitwise%s",
+              block_name[b], total - bad, total, bmt_dtype_name(O.dtype), first);
+        for (int k = 0; k < gp_count[b]; k++)
+            free(host[k]);
+    }
+    if (dump) {
+        fprintf(dump, "all %016llx\n", (unsigned long long)all);
+        fclose(dump);
+    }
+    return 0;
+}
+
+/* Check 4, on the trained list: misuse returns an error and changes nothing
+ * (the parameters are compared with the reference afterwards). */
+static void misuse_list(bmt_blocklist_t *list, bmt_optim_t *opt, const char *when)
+{
+    bmt_error_t e;
+    bmt_step_info_t info;
+    memset(&e, 0, sizeof(e));
+    int rc = bmt_optim_step(opt, &info, &e);
+    check(rc == -1 && e.text[0],
+          "bad use (%s): bmt_optim_step without a backward since the last "
+          "step fails: \"%s\"",
+          when, rc == -1 ? e.text : "it returned 0");
+    memset(&e, 0, sizeof(e));
+    rc = bmt_blocklist_backward(list, true, &e);
+    check(rc == -1 && e.text[0],
+          "bad use (%s): bmt_blocklist_backward without a forward fails: "
+          "\"%s\"",
+          when, rc == -1 ? e.text : "it returned 0");
+}
+
+/* Check 4, on blocks of their own. */
+static int misuse_blocks(bmt_error_t *err)
+{
+    const int64_t shape[1] = { 5 }, bad_shape[1] = { -3 };
+    bmt_block_t *a = bmt_block_create(ctx, "misuse.a", err);
+    bmt_block_t *u = bmt_block_create(ctx, "misuse.unbuilt", err);
+    bmt_blocklist_t *l = bmt_blocklist_create(ctx, NULL, err);
+    if (!a || !u || !l)
+        return -1;
+    if (bmt_block_add_param(a, "w", 1, shape, O.dtype, (bmt_init_t){ BMT_INIT_ONES, 0, 0, 1 }, 0,
+                            err) < 0 ||
+        bmt_block_add_param(u, "w", 1, shape, O.dtype, (bmt_init_t){ BMT_INIT_ONES, 0, 0, 1 }, 0,
+                            err) < 0)
+        return -1;
+    bmt_error_t e;
+    memset(&e, 0, sizeof(e));
+    int rc = bmt_block_add_param(a, "v", 1, bad_shape, O.dtype,
+                                 (bmt_init_t){ BMT_INIT_ONES, 0, 0, 1 }, 0, &e);
+    check(rc == -1 && e.text[0], "bad use: bmt_block_add_param with shape {-3} fails: \"%s\"",
+          rc == -1 ? e.text : "it returned an index");
+    if (bmt_block_build(a, O.seed, err) < 0)
+        return -1;
+    memset(&e, 0, sizeof(e));
+    rc = bmt_block_add_param(a, "late", 1, shape, O.dtype, (bmt_init_t){ BMT_INIT_ONES, 0, 0, 1 },
+                             0, &e);
+    check(rc == -1 && e.text[0] && bmt_block_num_params(a) == 1,
+          "bad use: bmt_block_add_param after bmt_block_build fails and adds nothing: \"%s\"",
+          rc == -1 ? e.text : "it returned an index");
+    memset(&e, 0, sizeof(e));
+    rc = bmt_block_release(a, &e);
+    check(rc == -1 && e.text[0], "bad use: bmt_block_release of a block not gathered fails: \"%s\"",
+          rc == -1 ? e.text : "it returned 0");
+    if (bmt_block_gather(a, err) < 0)
+        return -1;
+    memset(&e, 0, sizeof(e));
+    rc = bmt_block_gather(a, &e);
+    check(rc == -1 && e.text[0], "bad use: bmt_block_gather of a gathered block fails: \"%s\"",
+          rc == -1 ? e.text : "it returned 0");
+    if (bmt_block_release(a, err) < 0)
+        return -1;
+    memset(&e, 0, sizeof(e));
+    rc = bmt_block_release(a, &e);
+    check(rc == -1 && e.text[0], "bad use: bmt_block_release twice fails: \"%s\"",
+          rc == -1 ? e.text : "it returned 0");
+    memset(&e, 0, sizeof(e));
+    rc = bmt_blocklist_append(l, u, &kind_ops[K_MIX], NULL, &e);
+    check(rc == -1 && e.text[0], "bad use: appending a block that was not built fails: \"%s\"",
+          rc == -1 ? e.text : "it returned 0");
+    if (rc == 0)
+        u = NULL; /* the list owns it now */
+    if (bmt_blocklist_append(l, a, &kind_ops[K_MIX], NULL, err) < 0)
+        return -1;
+    memset(&e, 0, sizeof(e));
+    rc = bmt_blocklist_append(l, a, &kind_ops[K_MIX], NULL, &e);
+    check(rc == -1 && e.text[0] && bmt_blocklist_size(l) == 1,
+          "bad use: appending a block twice fails and leaves the list as it was: \"%s\"",
+          rc == -1 ? e.text : "it returned 0");
+    bmt_block_destroy(u);
+    bmt_blocklist_destroy(l); /* and a */
+    return 0;
+}
+
+static void mem_line(char *buf, size_t n, const bmt_mem_stats_t *st)
+{
+    size_t len = 0;
+    for (int k = 0; k < BMT_MEM_KIND_COUNT && len < n; k++)
+        len +=
+            (size_t)snprintf(buf + len, n - len, "%s%s %llu/%llu", k ? ", " : "",
+                             bmt_mem_kind_name((bmt_mem_kind_t)k),
+                             (unsigned long long)st->current[k], (unsigned long long)st->peak[k]);
+}
+
+/* The relative bound on parameters, loss and grad norm against the reference.
+ * f32: 1e-5. The fp32 engine's own rounding moves 20 steps by <= 3e-6 (measured
+ * in every layout and several seeds, with the optimizer's 1 - beta taken as
+ * torch takes it); fewer steps are more fragile (a zero-initialized bias after
+ * two steps: 1.6e-5), so the tests train 8 steps or more. bf16: 2e-2 (measured
+ * <= 5e-3: with the reference rounding exactly where the model does, a different
+ * order of f32 summation still flips bf16 roundings, and the trajectories part;
+ * against an unrounded reference the gap is ~1e-1). */
+static double bound(void) { return O.bound > 0 ? O.bound : (O.dtype == BMT_BF16 ? 2e-2 : 1e-5); }
+
+/* The model's blocks, built: shards only, initialized from O.seed. */
+static int build_blocks(bmt_block_t **blocks, bmt_error_t *err)
+{
+    for (int b = 0; b < NBLOCKS; b++) {
+        if ((blocks[b] = bmt_block_create(ctx, block_name[b], err)) == NULL)
+            return -1;
+        for (int k = 0; k < gp_count[b]; k++) {
+            const pspec_t *s = gp[gp_first[b] + k].spec;
+            int64_t shape[2] = { s->rows, s->cols };
+            int idx = bmt_block_add_param(blocks[b], s->name, s->cols ? 2 : 1, shape, O.dtype,
+                                          s->init, s->flags, err);
+            if (idx < 0)
+                return -1;
+            if (idx != k) {
+                snprintf(err->text, sizeof(err->text), "bmt_block_add_param returned %d for %s",
+                         idx, gp[gp_first[b] + k].name);
+                return -1;
+            }
+        }
+        if (bmt_block_build(blocks[b], O.seed, err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+typedef struct trained {
+    double *loss;          /* (steps) mean loss of each step over the world */
+    bmt_step_info_t *info; /* (steps) what bmt_optim_step said */
+    bmt_mem_stats_t mem;   /* after the last step; peaks since the first */
+} trained_t;
+
+/* O.steps steps of O.accum micro-batches; rank r's a-th micro-batch of a step is
+ * global micro-batch a * world + r. */
+static int train(bmt_blocklist_t *list, bmt_optim_t *opt, model_t *m, trained_t *t,
+                 bmt_error_t *err)
+{
+    const int world = bmt_world_size(ctx), me = bmt_rank(ctx);
+    const size_t nin = (size_t)O.accum * EC_ROWS * EC_DIN,
+                 ntg = (size_t)O.accum * EC_ROWS * EC_DOUT;
+    float *hin = malloc(sizeof(float) * nin), *htg = malloc(sizeof(float) * ntg);
+    float *hloss = malloc(sizeof(float) * (size_t)O.accum);
+    t->loss = calloc((size_t)O.steps, sizeof(double));
+    t->info = calloc((size_t)O.steps, sizeof(bmt_step_info_t));
+    if (!hin || !htg || !hloss || !t->loss || !t->info) {
+        snprintf(err->text, sizeof(err->text), "out of host memory");
+        return -1;
+    }
+    bmt_mem_reset_peaks(ctx);
+    for (int s = 1; s <= O.steps; s++) {
+        for (int a = 0; a < O.accum; a++)
+            make_batch(s, a * world + me, hin + (size_t)a * EC_ROWS * EC_DIN,
+                       htg + (size_t)a * EC_ROWS * EC_DOUT);
+        if (bmt_mem_upload(ctx, m->data, hin, sizeof(float) * nin, err) < 0 ||
+            bmt_mem_upload(ctx, m->target, htg, sizeof(float) * ntg, err) < 0)
+            return -1;
+        for (int a = 0; a < O.accum; a++) {
+            m->mb = a;
+            memset(m->nfwd, 0, sizeof(m->nfwd));
+            memset(m->nrec, 0, sizeof(m->nrec));
+            memset(m->nbwd, 0, sizeof(m->nbwd));
+            if (bmt_blocklist_forward(list, err) < 0 ||
+                bmt_blocklist_backward(list, a == O.accum - 1, err) < 0)
+                return -1;
+            for (int b = 0; b < NBLOCKS; b++)
+                if (m->nbwd[b] != 1)
+                    complain(m, "step %d micro-batch %d: block %d had %d backwards", s, a, b,
+                             m->nbwd[b]);
+        }
+        if (bmt_optim_step(opt, &t->info[s - 1], err) < 0 ||
+            bmt_mem_download(ctx, hloss, m->loss, sizeof(float) * O.accum, err) < 0)
+            return -1;
+        for (int a = 0; a < O.accum; a++)
+            t->loss[s - 1] += hloss[a];
+    }
+    bmt_mem_get_stats(ctx, &t->mem);
+    free(hin);
+    free(htg);
+    free(hloss);
+    /* Sum the losses over the world (one collective for all steps). */
+    double *dl = bmt_mem_alloc(ctx, sizeof(double) * (size_t)O.steps, err);
+    if (dl == NULL || bmt_mem_upload(ctx, dl, t->loss, sizeof(double) * O.steps, err) < 0 ||
+        bmt_all_reduce(bmt_comm_world(ctx), dl, dl, (size_t)O.steps, BMT_F64, BMT_SUM, err) < 0 ||
+        bmt_mem_download(ctx, t->loss, dl, sizeof(double) * O.steps, err) < 0)
+        return -1;
+    bmt_mem_free(ctx, dl);
+    for (int s = 0; s < O.steps; s++)
+        t->loss[s] /= (double)world * O.accum;
+    return 0;
+}
+
+/* Check 2, per step: what bmt_optim_step reported, the loss and the grad norm. */
+static void check_steps(const char *tag, const ref_t *R, const trained_t *t)
+{
+    double worst_loss = 0, worst_norm = 0;
+    int bad = 0, nclipped = 0;
+    char first_bad[300] = "";
+    int64_t taken = 0, skipped = 0;
+    for (int s = 1; s <= O.steps; s++) {
+        const bmt_step_info_t *in = &t->info[s - 1];
+        bool sk = R->skipped[s - 1];
+        taken += !sk;
+        skipped += sk;
+        nclipped += R->clipped[s - 1];
+        bool ok = in->step == taken && in->skipped == sk && in->skipped_total == skipped &&
+                  in->microbatches == O.accum && (sk || fabs(in->lr - R->lr[s - 1]) <= 1e-12);
+        if (sk) {
+            ok = ok && !isfinite(in->grad_norm);
+        } else {
+            double el = fabs(t->loss[s - 1] - R->loss[s - 1]) / fabs(R->loss[s - 1]);
+            double en = fabs(in->grad_norm - R->norm[s - 1]) / R->norm[s - 1];
+            if (!(el <= worst_loss))
+                worst_loss = el;
+            if (!(en <= worst_norm))
+                worst_norm = en;
+            if (O.verbose && my_rank == 0)
+                printf("# step %2d: loss %.9g (reference %.9g, %.2e), grad norm %.9g (%.9g, "
+                       "%.2e)%s\n",
+                       s, t->loss[s - 1], R->loss[s - 1], el, in->grad_norm, R->norm[s - 1], en,
+                       R->clipped[s - 1] ? " clipped" : "");
+        }
+        if (!ok && bad++ == 0)
+            snprintf(first_bad, sizeof(first_bad),
+                     "; step %d: step %lld skipped %d total %lld microbatches %d lr %.9g norm %g, "
+                     "expected %lld %d %lld %d %.9g %s",
+                     s, (long long)in->step, (int)in->skipped, (long long)in->skipped_total,
+                     in->microbatches, in->lr, in->grad_norm, (long long)taken, (int)sk,
+                     (long long)skipped, O.accum, R->lr[s - 1], sk ? "non-finite" : "finite");
+    }
+    check(bad == 0,
+          "train (%s): bmt_step_info_t of all %d steps as expected (step, skipped, lr, "
+          "microbatches %d)%s",
+          tag, O.steps, O.accum, first_bad);
+    check(worst_loss <= bound(),
+          "train (%s): mean loss of every step within %.0e of the reference: worst relative "
+          "error %.2e (last step: %.9g vs %.9g)",
+          tag, bound(), worst_loss, t->loss[O.steps - 1], R->loss[O.steps - 1]);
+    check(worst_norm <= bound(),
+          "train (%s): grad norm of every step within %.0e of the reference: worst relative "
+          "error %.2e",
+          tag, bound(), worst_norm);
+    if (O.clip > 0)
+        check(nclipped > 0, "train (%s): clip_norm %g binds in %d of %d steps", tag, O.clip,
+              nclipped, O.steps);
+    if (O.nan_step > 0)
+        check(skipped == 1 && t->info[O.nan_step - 1].skipped,
+              "train (%s): the step with NaN gradients (%d) was skipped, the others were not", tag,
+              O.nan_step);
+}
+
+/* Check 2: every parameter against the reference; final (ntot) gets their values. */
+static int check_params(const char *tag, bmt_block_t **blocks, const ref_t *R, double *final,
+                        bmt_error_t *err)
+{
+    for (int b = 0; b < NBLOCKS; b++) {
+        void *host[MAXP] = { NULL };
+        if (download_block(blocks[b], b, host, err) < 0)
+            return -1;
+        for (int k = 0; k < gp_count[b]; k++) {
+            const gparam_t *g = &gp[gp_first[b] + k];
+            for (int i = 0; i < g->numel; i++)
+                final[g->off + i] = ld(host[k], O.dtype, (size_t)i);
+            double e = rel_err(final + g->off, R->w + g->off, (size_t)g->numel);
+            check(e <= bound(),
+                  "train (%s): %-16s (%3d) within %.0e of the reference after %d steps: "
+                  "relative error %.2e",
+                  tag, g->name, g->numel, bound(), O.steps, e);
+            free(host[k]);
+        }
+    }
+    return 0;
+}
+
+/* Check 3 after training: shard-sized param, grad and optim bytes (now and at
+ * peak); gathered buffers within K = 2 blocks (zero level 3) or one per block. */
+static void check_memory(const char *tag, int zero, const bmt_mem_stats_t *st,
+                         const shard_bytes_t *want)
+{
+    const uint64_t *cur = st->current, *peak = st->peak;
+    check(cur[BMT_MEM_PARAM] == want->param && peak[BMT_MEM_PARAM] == want->param,
+          "memory (%s): param bytes %llu (peak %llu) = this rank's %s shards %llu", tag,
+          (unsigned long long)cur[BMT_MEM_PARAM], (unsigned long long)peak[BMT_MEM_PARAM],
+          bmt_dtype_name(O.dtype), (unsigned long long)want->param);
+    check(cur[BMT_MEM_GRAD] == want->grad && peak[BMT_MEM_GRAD] == want->grad,
+          "memory (%s): grad bytes %llu (peak %llu) = this rank's f32 shards %llu", tag,
+          (unsigned long long)cur[BMT_MEM_GRAD], (unsigned long long)peak[BMT_MEM_GRAD],
+          (unsigned long long)want->grad);
+    check(cur[BMT_MEM_OPTIM] == want->optim && peak[BMT_MEM_OPTIM] == want->optim,
+          "memory (%s): optim bytes %llu (peak %llu) = %s x f32 shards %llu", tag,
+          (unsigned long long)cur[BMT_MEM_OPTIM], (unsigned long long)peak[BMT_MEM_OPTIM],
+          O.dtype == BMT_F32 ? "2 (moments)" : "3 (moments, master)",
+          (unsigned long long)want->optim);
+    uint64_t cap =
+        zero == 3 ? 2 * want->largest_full : (uint64_t)want->with_params * want->largest_full;
+    check(peak[BMT_MEM_GATHERED] <= cap && peak[BMT_MEM_GATHERED] > 0,
+          "memory (%s): peak of gathered buffers in training %llu <= %s = %llu (largest block "
+          "%llu)",
+          tag, (unsigned long long)peak[BMT_MEM_GATHERED],
+          zero == 3 ? "K = 2 blocks" : "every block", (unsigned long long)cap,
+          (unsigned long long)want->largest_full);
+    check(peak[BMT_MEM_GRAD_FULL] <= 2 * want->largest_grad_full,
+          "memory (%s): peak of full gradient buffers %llu <= 2 blocks = %llu", tag,
+          (unsigned long long)peak[BMT_MEM_GRAD_FULL],
+          (unsigned long long)(2 * want->largest_grad_full));
+    if (my_rank == 0) {
+        char ml[400];
+        mem_line(ml, sizeof(ml), st);
+        printf("# memory (%s) after training, current/peak bytes: %s\n", tag, ml);
+    }
+}
+
+/* One engine run: build, (init), train, compare with R, memory, teardown.
+ * final (ntot) receives the trained parameters as doubles. */
+static int engine_run(const run_cfg_t *rc, const ref_t *R, const ec_ops_t *ops, void *dev,
+                      double *final, bmt_error_t *err)
+{
+    const shard_bytes_t want = expected_bytes(bmt_comm_size(bmt_comm_group(ctx)));
+    char tag[64], ml[400];
+    snprintf(tag, sizeof(tag), "zero %d, ckpt %d", rc->zero, rc->ckpt);
+    bmt_mem_stats_t st;
+    bmt_mem_get_stats(ctx, &st);
+    if (st.current[BMT_MEM_PARAM] || st.current[BMT_MEM_GRAD] || st.current[BMT_MEM_OPTIM] ||
+        st.current[BMT_MEM_GATHERED]) {
+        snprintf(err->text, sizeof(err->text), "engine memory in use before the run");
+        return -1;
+    }
+    bmt_mem_reset_peaks(ctx);
+
+    /* Check 3 at construction: shards only, nothing gathered. */
+    bmt_block_t *blocks[NBLOCKS] = { NULL };
+    if (build_blocks(blocks, err) < 0)
+        return -1;
+    bmt_mem_get_stats(ctx, &st);
+    mem_line(ml, sizeof(ml), &st);
+    check(st.current[BMT_MEM_PARAM] == want.param && st.peak[BMT_MEM_PARAM] == want.param &&
+              st.peak[BMT_MEM_GATHERED] == 0 && st.peak[BMT_MEM_GRAD_FULL] == 0,
+          "memory (%s, built): param bytes now and at peak = %llu, this rank's shards; "
+          "nothing gathered [%s]",
+          tag, (unsigned long long)want.param, ml);
+    if (rc->first && check_init(blocks, err) < 0)
+        return -1;
+
+    /* The list and the optimizer. */
+    model_t *m = model_create(ctx, ops, dev, rc->ckpt != 0, err);
+    if (m == NULL)
+        return -1;
+    bmt_blocklist_config_t lc = BMT_BLOCKLIST_CONFIG_INITIALIZER;
+    lc.zero_level = rc->zero;
+    lc.checkpointing = rc->ckpt;
+    lc.prefetch = O.prefetch;
+    bmt_blocklist_t *list = bmt_blocklist_create(ctx, &lc, err);
+    if (list == NULL)
+        return -1;
+    for (int b = 0; b < NBLOCKS; b++) {
+        if (bmt_blocklist_append(list, blocks[b], &kind_ops[block_kind[b]], m, err) < 0)
+            return -1;
+        m->blocks[b] = blocks[b];
+    }
+    bmt_adamw_config_t ac = BMT_ADAMW_CONFIG_INITIALIZER;
+    ac.lr = O.lr;
+    ac.beta1 = 0.9;
+    ac.beta2 = 0.999;
+    ac.eps = 1e-8;
+    ac.weight_decay = O.weight_decay;
+    ac.clip_norm = O.clip;
+    ac.schedule = O.warmup > 0 ? warmup_schedule : NULL;
+    bmt_optim_t *opt = bmt_adamw_create(list, &ac, err);
+    if (opt == NULL)
+        return -1;
+    if (rc->first)
+        misuse_list(list, opt, "before training");
+
+    trained_t t;
+    if (train(list, opt, m, &t, err) < 0)
+        return -1;
+    check_steps(tag, R, &t);
+    check(m->ncomplaints == 0, "protocol (%s): %ld callback calls as the header describes%s%s", tag,
+          m->ncalls, m->ncomplaints ? "; first problem: " : "", m->complaint);
+    if (rc->first) /* before the parameters are compared: a failed call changes nothing */
+        misuse_list(list, opt, "after training");
+    if (check_params(tag, blocks, R, final, err) < 0)
+        return -1;
+    check_memory(tag, rc->zero, &t.mem, &want);
+
+    bmt_optim_destroy(opt);
+    bmt_blocklist_destroy(list);
+    model_destroy(m);
+    bmt_mem_get_stats(ctx, &st);
+    mem_line(ml, sizeof(ml), &st);
+    check(st.current[BMT_MEM_PARAM] == 0 && st.current[BMT_MEM_GRAD] == 0 &&
+              st.current[BMT_MEM_OPTIM] == 0 && st.current[BMT_MEM_GATHERED] == 0 &&
+              st.current[BMT_MEM_GRAD_FULL] == 0 && st.current[BMT_MEM_ACTIVATION] == 0,
+          "memory (%s): nothing left after bmt_optim_destroy and bmt_blocklist_destroy [%s]", tag,
+          ml);
+    free(t.loss);
+    free(t.info);
+    return 0;
+}
+
+/* ------------------------------------------------------------ kernels: cuda vs cpu */
+
+#ifdef BMT_HAVE_CUDA
+enum {
+    KMAX = 64 * 64
+}; /* elements of each test buffer */
+
+typedef struct kbufs {
+    float *h[8];  /* (KMAX) host inputs and the cpu results */
+    float *got;   /* (KMAX) a cuda result, downloaded */
+    void *d[8];   /* (KMAX) f32 on the device: the same inputs, the cuda results */
+    uint16_t *hb; /* (KMAX) bf16 copy of h[1] */
+    void *db;     /* (KMAX) ... on the device */
+    uint64_t seed;
+} kbufs_t;
+
+/* h[i] and d[i] = lo + uniform [-1, 1). */
+static int kfill(kbufs_t *k, int i, float lo, bmt_error_t *err)
+{
+    for (int q = 0; q < KMAX; q++) {
+        k->seed = mix64(k->seed + 0x9e3779b97f4a7c15ULL);
+        k->h[i][q] = lo + (float)((double)(k->seed >> 40) / 8388608.0 - 1.0);
+    }
+    return bmt_mem_upload(ctx, k->d[i], k->h[i], KMAX * 4, err);
+}
+
+/* The cuda result d[i] against the cpu result h[i], n elements, bound 1e-5. */
+static int kcmp(kbufs_t *k, int i, int n, const char *what, bmt_error_t *err)
+{
+    if (bmt_mem_download(ctx, k->got, k->d[i], (size_t)n * 4, err) < 0)
+        return -1;
+    double e = 0, r = 0;
+    for (int q = 0; q < n; q++) {
+        double diff = (double)k->got[q] - k->h[i][q];
+        e += diff * diff;
+        r += (double)k->h[i][q] * k->h[i][q];
+    }
+    e = r > 0 ? sqrt(e / r) : sqrt(e);
+    check(e <= 1e-5, "kernel: %s: cuda vs cpu relative error %.2e (bound 1e-5)", what, e);
+    return 0;
+}
+
+/* Each kernel against its cpu function on random data, at this model's sizes and
+ * at larger ones, relative bound 1e-5: the same formulas in f32 on both sides
+ * (bf16 products: the same rounded operands, summed in f32). */
+static int kernel_check(const ec_ops_t *cu, void *dev, bmt_error_t *err)
+{
+    enum {
+        M = 37,
+        N = 53,
+        K = 41
+    };
+    kbufs_t kb, *k = &kb;
+    memset(k, 0, sizeof(*k));
+    k->seed = 99;
+    for (int i = 0; i < 8; i++)
+        if ((k->h[i] = malloc(KMAX * 4)) == NULL ||
+            (k->d[i] = bmt_mem_alloc(ctx, KMAX * 4, err)) == NULL)
+            return -1;
+    if ((k->got = malloc(KMAX * 4)) == NULL || (k->hb = malloc(KMAX * 2)) == NULL ||
+        (k->db = bmt_mem_alloc(ctx, KMAX * 2, err)) == NULL)
+        return -1;
+    float *const *h = k->h;
+    void *const *d = k->d;
+    void *st = bmt_compute_stream(ctx);
+    char what[96];
+    for (int big = 0; big < 2; big++) {
+        int rows = big ? M : EC_ROWS, cols = big ? N : EC_C, kk = big ? K : EC_H;
+        /* gemm: every transpose and beta 0 or 1, in three modes: f32; a bf16 B (a
+         * parameter) with an f32 A rounded on the way; both f32, rounded to bf16. */
+        for (int v = 0; v < 24; v++) {
+            int ta = v & 1, tb = (v >> 1) & 1, beta = (v >> 2) & 1, mode = v >> 3;
+            if (kfill(k, 0, 0, err) < 0 || kfill(k, 1, 0, err) < 0 || kfill(k, 2, 0, err) < 0)
+                return -1;
+            for (int q = 0; q < KMAX; q++)
+                k->hb[q] = bmt_f32_to_bf16(h[1][q]);
+            if (bmt_mem_upload(ctx, k->db, k->hb, KMAX * 2, err) < 0)
+                return -1;
+            const void *Bd = mode == 1 ? k->db : d[1];
+            const void *Bh = mode == 1 ? (const void *)k->hb : (const void *)h[1];
+            bmt_dtype_t bt = mode == 1 ? BMT_BF16 : BMT_F32;
+            bmt_dtype_t cd = mode == 0 ? BMT_F32 : BMT_BF16;
+            if (cpu_gemm(NULL, NULL, ta, tb, rows, cols, kk, h[0], BMT_F32, Bh, bt, (float)beta,
+                         h[2], cd, err) < 0 ||
+                cu->gemm(dev, st, ta, tb, rows, cols, kk, d[0], BMT_F32, Bd, bt, (float)beta, d[2],
+                         cd, err) < 0)
+                return -1;
+            static const char *const modes[3] = { "f32", "bf16 B", "f32 rounded to bf16" };
+            snprintf(what, sizeof(what), "gemm %dx%dx%d ta %d tb %d beta %d %s", rows, cols, kk, ta,
+                     tb, beta, modes[mode]);
+            if (kcmp(k, 2, rows * cols, what, err) < 0)
+                return -1;
+        }
+        /* layernorm forward (x, w near 1, b) and backward (dy, dx, dw, db accumulate) */
+        if (kfill(k, 0, 0.3f, err) < 0 || kfill(k, 1, 1.0f, err) < 0 || kfill(k, 2, 0, err) < 0 ||
+            cpu_ln_fwd(NULL, NULL, rows, cols, h[0], h[1], h[2], BMT_F32, h[3], h[4], h[5], err) <
+                0 ||
+            cu->ln_fwd(dev, st, rows, cols, d[0], d[1], d[2], BMT_F32, d[3], d[4], d[5], err) < 0)
+            return -1;
+        snprintf(what, sizeof(what), "layernorm forward %dx%d", rows, cols);
+        if (kcmp(k, 3, rows * cols, what, err) < 0 || kcmp(k, 5, rows, "layernorm rstd", err) < 0)
+            return -1;
+        if (kfill(k, 6, 0, err) < 0 || kfill(k, 7, 0, err) < 0 || kfill(k, 2, 0, err) < 0 ||
+            kfill(k, 3, 0, err) < 0 ||
+            cpu_ln_bwd(NULL, NULL, rows, cols, h[0], h[4], h[5], h[1], BMT_F32, h[6], h[7], h[2],
+                       h[3], err) < 0 ||
+            cu->ln_bwd(dev, st, rows, cols, d[0], d[4], d[5], d[1], BMT_F32, d[6], d[7], d[2], d[3],
+                       err) < 0)
+            return -1;
+        snprintf(what, sizeof(what), "layernorm backward %dx%d (dx)", rows, cols);
+        if (kcmp(k, 7, rows * cols, what, err) < 0 ||
+            kcmp(k, 2, cols, "layernorm backward (dw)", err) < 0 ||
+            kcmp(k, 3, cols, "layernorm backward (db)", err) < 0)
+            return -1;
+        /* bias add and gradient */
+        if (kfill(k, 0, 0, err) < 0 || kfill(k, 1, 0, err) < 0 || kfill(k, 2, 0, err) < 0 ||
+            cpu_bias_add(NULL, NULL, rows, cols, h[0], h[1], BMT_F32, err) < 0 ||
+            cu->bias_add(dev, st, rows, cols, d[0], d[1], BMT_F32, err) < 0 ||
+            cpu_bias_grad(NULL, NULL, rows, cols, h[1], h[2], err) < 0 ||
+            cu->bias_grad(dev, st, rows, cols, d[1], d[2], err) < 0)
+            return -1;
+        if (kcmp(k, 0, rows * cols, "bias add", err) < 0 || kcmp(k, 2, cols, "bias grad", err) < 0)
+            return -1;
+        /* element-wise: x in [-4, 4) */
+        if (kfill(k, 0, 0, err) < 0 || kfill(k, 1, 0, err) < 0)
+            return -1;
+        for (int q = 0; q < KMAX; q++)
+            h[0][q] *= 4;
+        int n = rows * cols;
+        if (bmt_mem_upload(ctx, d[0], h[0], KMAX * 4, err) < 0 ||
+            cpu_gelu_fwd(NULL, NULL, n, h[0], h[2], err) < 0 ||
+            cu->gelu_fwd(dev, st, n, d[0], d[2], err) < 0 ||
+            cpu_gelu_bwd(NULL, NULL, n, h[0], h[1], h[3], err) < 0 ||
+            cu->gelu_bwd(dev, st, n, d[0], d[1], d[3], err) < 0 ||
+            cpu_mix_fwd(NULL, NULL, n, h[0], h[4], err) < 0 ||
+            cu->mix_fwd(dev, st, n, d[0], d[4], err) < 0 ||
+            cpu_mix_bwd(NULL, NULL, n, h[0], h[1], h[5], err) < 0 ||
+            cu->mix_bwd(dev, st, n, d[0], d[1], d[5], err) < 0 ||
+            cpu_copy(NULL, NULL, n, h[0], h[6], err) < 0 ||
+            cu->copy(dev, st, n, d[0], d[6], err) < 0 ||
+            cpu_mse(NULL, NULL, rows, cols, h[0], h[1], h[7], h[7] + 1, err) < 0 ||
+            cu->mse(dev, st, rows, cols, d[0], d[1], d[7], (float *)d[7] + 1, err) < 0)
+            return -1;
+        if (kcmp(k, 2, n, "gelu forward", err) < 0 || kcmp(k, 3, n, "gelu backward", err) < 0 ||
+            kcmp(k, 4, n, "mix forward", err) < 0 || kcmp(k, 5, n, "mix backward", err) < 0 ||
+            kcmp(k, 6, n, "copy", err) < 0 || kcmp(k, 7, 1 + n, "mse (loss and dout)", err) < 0)
+            return -1;
+    }
+    for (int i = 0; i < 8; i++) {
+        free(k->h[i]);
+        bmt_mem_free(ctx, k->d[i]);
+    }
+    free(k->got);
+    free(k->hb);
+    bmt_mem_free(ctx, k->db);
+    return 0;
+}
+#endif
+
+/* ------------------------------------------------------------ main */
+
+static int usage(void)
+{
+    fprintf(stderr,
+            "usage: engine_check [--steps N] [--accum A] [--zero 3|2] [--ckpt 1|0] [--prefetch "
+            "1|0]\n"
+            "                    [--clip X] [--lr X] [--warmup N] [--nan-step S] [--seed N]\n"
+            "                    [--dtype f32|bf16] [--bound X] [--init-dump FILE] [--variants]\n"
+            "                    [--kernel-check] [--verbose]\n");
+    return 2;
+}
+
+static int parse(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--variants") == 0) {
+            O.variants = true;
+            continue;
+        }
+        if (strcmp(a, "--kernel-check") == 0) {
+            O.kernel_check = true;
+            continue;
+        }
+        if (strcmp(a, "--verbose") == 0) {
+            O.verbose = true;
+            continue;
+        }
+        if (v == NULL)
+            return usage();
+        i++;
+        char *end = NULL;
+        if (strcmp(a, "--steps") == 0)
+            O.steps = (int)strtol(v, &end, 10);
+        else if (strcmp(a, "--accum") == 0)
+            O.accum = (int)strtol(v, &end, 10);
+        else if (strcmp(a, "--zero") == 0)
+            O.zero = (int)strtol(v, &end, 10);
+        else if (strcmp(a, "--ckpt") == 0)
+            O.ckpt = (int)strtol(v, &end, 10);
+        else if (strcmp(a, "--prefetch") == 0)
+            O.prefetch = (int)strtol(v, &end, 10);
+        else if (strcmp(a, "--warmup") == 0)
+            O.warmup = (int)strtol(v, &end, 10);
+        else if (strcmp(a, "--nan-step") == 0)
+            O.nan_step = (int)strtol(v, &end, 10);
+        else if (strcmp(a, "--seed") == 0)
+            O.seed = strtoull(v, &end, 10);
+        else if (strcmp(a, "--clip") == 0)
+            O.clip = strtod(v, &end);
+        else if (strcmp(a, "--lr") == 0)
+            O.lr = strtod(v, &end);
+        else if (strcmp(a, "--bound") == 0)
+            O.bound = strtod(v, &end);
+        else if (strcmp(a, "--init-dump") == 0)
+            O.init_dump = v, end = (char *)"";
+        else if (strcmp(a, "--dtype") == 0) {
+            end = (char *)"";
+            if (strcmp(v, "f32") == 0)
+                O.dtype = BMT_F32;
+            else if (strcmp(v, "bf16") == 0)
+                O.dtype = BMT_BF16;
+            else
+                return usage();
+        } else
+            return usage();
+        if (end == NULL || *end != '\0')
+            return usage();
+    }
+    if (O.steps < 1 || O.accum < 1 || (O.zero != 2 && O.zero != 3) ||
+        (O.ckpt != 0 && O.ckpt != 1) || (O.prefetch != 0 && O.prefetch != 1) || O.nan_step < 0 ||
+        O.nan_step > O.steps || O.clip < 0 || O.warmup < 0)
+        return usage();
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (parse(argc, argv) != 0)
+        return 2;
+    model_table();
+    bmt_error_t err;
+    memset(&err, 0, sizeof(err));
+    if (bmt_init(&ctx, NULL, &err) < 0) {
+        fprintf(stderr, "engine_check: %s\n", err.text);
+        return 1;
+    }
+    my_rank = bmt_rank(ctx);
+    const int world = bmt_world_size(ctx);
+    const bmt_layout_t *lay = bmt_layout(ctx);
+    bool cuda = bmt_device(ctx) == BMT_DEVICE_CUDA;
+    const ec_ops_t *ops = &cpu_ops;
+    void *dev = NULL;
+    int rc = 0;
+    if (cuda) {
+#ifdef BMT_HAVE_CUDA
+        ops = ec_cuda_ops();
+        if ((dev = ec_cuda_create(ctx, 64 * 64, &err)) == NULL)
+            goto fatal;
+        if (O.kernel_check && kernel_check(ops, dev, &err) < 0)
+            goto fatal;
+#else
+        snprintf(err.text, sizeof(err.text), "built without CUDA: no model kernels for cuda");
+        goto fatal;
+#endif
+    }
+    if (my_rank == 0) {
+        printf("# engine_check: layout %dx%d on %s (%s), %s, %d steps x %d micro-batches of %d "
+               "rows per rank, lr %g, clip %g, seed %llu\n",
+               lay->groups, lay->gpus_per_group, cuda ? "cuda" : "cpu", bmt_backend(ctx),
+               bmt_dtype_name(O.dtype), O.steps, O.accum, (int)EC_ROWS, O.lr, O.clip,
+               (unsigned long long)O.seed);
+        fd_check();
+    }
+
+    ref_t R;
+    memset(&R, 0, sizeof(R));
+    double *final = malloc(ntot * sizeof(double)), *other = malloc(ntot * sizeof(double));
+    if (final == NULL || other == NULL || ref_train(&R, world) < 0) {
+        snprintf(err.text, sizeof(err.text), "out of host memory");
+        goto fatal;
+    }
+    run_cfg_t main_cfg = { O.zero, O.ckpt, true };
+    if (engine_run(&main_cfg, &R, ops, dev, final, &err) < 0)
+        goto fatal;
+    if (misuse_blocks(&err) < 0)
+        goto fatal;
+    if (O.variants) {
+        static const int cfgs[4][2] = { { 3, 1 }, { 2, 1 }, { 3, 0 }, { 2, 0 } };
+        for (int v = 0; v < 4; v++) {
+            if (cfgs[v][0] == O.zero && cfgs[v][1] == O.ckpt)
+                continue;
+            run_cfg_t vc = { cfgs[v][0], cfgs[v][1], false };
+            if (engine_run(&vc, &R, ops, dev, other, &err) < 0)
+                goto fatal;
+            double worst = 0;
+            const char *wn = "";
+            for (int q = 0; q < ngp; q++) {
+                double e = rel_err(other + gp[q].off, final + gp[q].off, (size_t)gp[q].numel);
+                if (!(e <= worst))
+                    worst = e, wn = gp[q].name;
+            }
+            check(worst <= 1e-6,
+                  "variants: zero %d ckpt %d agrees with zero %d ckpt %d: worst relative "
+                  "difference %.2e (%s), bound 1e-6%s",
+                  vc.zero, vc.ckpt, O.zero, O.ckpt, worst, wn,
+                  memcmp(other, final, ntot * sizeof(double)) == 0 ? " (bitwise equal)" : "");
+        }
+    }
+
+    /* The summary over every rank. */
+    double counts[2] = { (double)n_passed, (double)n_failed };
+    double *dc = bmt_mem_alloc(ctx, sizeof(counts), &err);
+    if (dc == NULL || bmt_mem_upload(ctx, dc, counts, sizeof(counts), &err) < 0 ||
+        bmt_all_reduce(bmt_comm_world(ctx), dc, dc, 2, BMT_F64, BMT_SUM, &err) < 0 ||
+        bmt_mem_download(ctx, counts, dc, sizeof(counts), &err) < 0)
+        goto fatal;
+    bmt_mem_free(ctx, dc);
+    if (my_rank == 0)
+        printf("engine_check: %.0f checks passed, %.0f failed on %d ranks (layout %dx%d, %s, %s, "
+               "zero %d, ckpt %d, %d steps x %d)\n",
+               counts[0], counts[1], world, lay->groups, lay->gpus_per_group, cuda ? "cuda" : "cpu",
+               bmt_dtype_name(O.dtype), O.zero, O.ckpt, O.steps, O.accum);
+    rc = counts[1] > 0 ? 1 : 0;
+    ref_free(&R);
+    free(final);
+    free(other);
+#ifdef BMT_HAVE_CUDA
+    ec_cuda_destroy(dev);
+#endif
+    bmt_finalize(ctx);
+    return rc;
+
+fatal:
+    printf("FAIL (rank %d) engine_check stopped: %s\n", my_rank, err.text);
+    fprintf(stderr, "engine_check: rank %d: %s\n", my_rank, err.text);
+    fflush(stdout);
+    bmt_finalize(ctx);
+    return 1;
+}
