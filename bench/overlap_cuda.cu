@@ -13,7 +13,7 @@ extern "C" {
 struct ov {
     cublasHandle_t h;
     int n, rows, blocks;
-    __nv_bfloat16 *x;    /* (blocks + 1, rows, n) activations */
+    __nv_bfloat16 *x; /* (blocks + 1, rows, n) activations */
     cudaEvent_t *start, *stop;
 };
 
@@ -55,10 +55,10 @@ int ov_block(int i, const void *w, void *stream)
     const float one = 1.0f, zero = 0.0f;
     size_t act = (size_t)g.rows * g.n;
     /* Row-major Y = X W is column-major Y^T = W^T X^T. */
-    cublasStatus_t st = cublasGemmEx(g.h, CUBLAS_OP_N, CUBLAS_OP_N, g.n, g.rows, g.n, &one, w,
-                                     CUDA_R_16BF, g.n, g.x + i * act, CUDA_R_16BF, g.n, &zero,
-                                     g.x + (i + 1) * act, CUDA_R_16BF, g.n, CUBLAS_COMPUTE_32F,
-                                     CUBLAS_GEMM_DEFAULT);
+    cublasStatus_t st =
+        cublasGemmEx(g.h, CUBLAS_OP_N, CUBLAS_OP_N, g.n, g.rows, g.n, &one, w, CUDA_R_16BF, g.n,
+                     g.x + i * act, CUDA_R_16BF, g.n, &zero, g.x + (i + 1) * act, CUDA_R_16BF, g.n,
+                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     cudaEventRecord(g.stop[i], s);
     return st == CUBLAS_STATUS_SUCCESS ? 0 : -1;
 }

@@ -99,6 +99,18 @@ test_expect_success "the example of docs/runtime.md builds warning-free and prin
     sort out >actual && test -s documented && diff -u documented actual
 '
 
+test_expect_success "the worked example of docs/engine.md builds, trains and prints what the page shows" '
+    awk "/^## A worked example/ { sec = 1 } sec && /^\`\`\`c\$/ { on = 1; next } on && /^\`\`\`/ { exit } on" \
+        "$SRC/docs/engine.md" >example.c &&
+    grep -q "bmt_blocklist_forward" example.c &&
+    cc -std=c11 -Wall -Wextra -Wno-unused-parameter -Werror -I"$SRC/include" example.c -o example \
+        -L"$BUILDDIR/lib" -Wl,-rpath,"$BUILDDIR/lib" -lbmt &&
+    with_timeout 60 $BMLAUNCH --groups 2 --gpus-per-group 2 -- ./example >out &&
+    awk "/^## A worked example/ { sec = 1 } sec && /^\`\`\`\$/ { n++; next } n == 3 { print } n == 4 { exit }" \
+        "$SRC/docs/engine.md" | sort >documented &&
+    sort out >actual && test -s documented && diff -u documented actual
+'
+
 test_expect_success "every docs/... and bench/... path named in README.md exists" '
     grep -oE "(^|[^A-Za-z0-9_./-])(docs|bench)/[A-Za-z0-9_./-]*" "$SRC/README.md" |
         sed -E "s/^[^db]//; s/[.]+\$//" | sort -u >paths &&

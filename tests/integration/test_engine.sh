@@ -31,7 +31,7 @@ for layout in 1x1 1x4 2x2 4x1 2x4; do
         ec $((g * n)) -g $g -n $n --timeout 60 -- \$EC --init-dump \$TMP/init.$layout &&
         grep -q '^0: ok train (zero 3, ckpt 1): head.out.weight .* within 1e-05 of the reference after 20 steps' out &&
         grep -q '^0: ok memory (zero 3, ckpt 1): peak of gathered buffers in training [0-9]* <= K = 2 blocks' out &&
-        test \$(grep -c '^0: ok bad use' out) -eq 11
+        test \$(grep -c '^0: ok bad use' out) -eq 12
     "
 done
 

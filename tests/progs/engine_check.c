@@ -1290,6 +1290,28 @@ static int misuse_blocks(bmt_error_t *err)
     check(rc == -1 && e.text[0] && bmt_blocklist_size(l) == 1,
           "bad use: appending a block twice fails and leaves the list as it was: \"%s\"",
           rc == -1 ? e.text : "it returned 0");
+    /* A block of another context (and so possibly of another layout) is refused.
+     * A second context of the same job needs no communication with backend none. */
+    bmt_ctx_t *other = NULL;
+    bmt_config_t cfg2 = BMT_CONFIG_INITIALIZER;
+    cfg2.backend = "none";
+    if (bmt_init(&other, &cfg2, err) < 0)
+        return -1;
+    bmt_block_t *x = bmt_block_create(other, "misuse.other", err);
+    if (x == NULL ||
+        bmt_block_add_param(x, "w", 1, shape, O.dtype, (bmt_init_t){ BMT_INIT_ONES, 0, 0, 1 }, 0,
+                            err) < 0 ||
+        bmt_block_build(x, O.seed, err) < 0)
+        return -1;
+    memset(&e, 0, sizeof(e));
+    rc = bmt_blocklist_append(l, x, &kind_ops[K_MIX], NULL, &e);
+    check(rc == -1 && strstr(e.text, "another context") && bmt_blocklist_size(l) == 1,
+          "bad use: appending a block of another context fails: \"%s\"",
+          rc == -1 ? e.text : "it returned 0");
+    if (rc == 0)
+        x = NULL;
+    bmt_block_destroy(x);
+    bmt_finalize(other);
     bmt_block_destroy(u);
     bmt_blocklist_destroy(l); /* and a */
     return 0;
