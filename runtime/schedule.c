@@ -63,8 +63,9 @@ struct bmt_blocklist {
     int npslots, maxpslots;
     struct slot gslots[2]; /* full gradient pool */
     int gnext;
-    void *rs_tmp; /* (largest shard) grad dtype: reduce-scatter output to accumulate */
+    void *rs_tmp; /* (largest shard) reduce dtype: reduce-scatter output to accumulate */
     size_t rs_tmp_bytes;
+    void *rs_stage; /* (largest group buffer) bf16: gradients rounded for a bf16 reduce */
     struct list_state st;
     enum phase phase;
 };
@@ -151,7 +152,7 @@ int bmt_blocklist_append(bmt_blocklist_t *l, bmt_block_t *b, const bmt_block_ops
         l->e = e;
         l->cap = cap;
     }
-    block_layout_grads(b, l->cfg.grad_dtype);
+    block_layout_grads(b, BMT_F32); /* the model always writes f32 gradients */
     if (block_alloc_grads(b, err) < 0 || device_event_create(ctx, &b->rs_done, err) < 0)
         return errprefix(err, "block %.40s: ", b->name);
     size_t tmp = 0;
@@ -355,6 +356,13 @@ static int reduce(bmt_blocklist_t *l, bmt_block_t *b, struct slot *g, bool last,
     for (int k = 0; k < b->ngroups; k++) {
         struct dgroup *d = &b->groups[k];
         const char *full = (const char *)g->mem + d->grad_off;
+        if (gt == BMT_BF16) {
+            /* Half the traffic: round the f32 gradients to bf16 for the wire;
+             * the shards stay f32. */
+            if (kern_cast(ctx, comm, l->rs_stage, BMT_BF16, full, BMT_F32, d->padded, err) < 0)
+                return -1;
+            full = l->rs_stage;
+        }
         if (b->grad_fresh && gt == BMT_F32) {
             if (comm_reduce_scatter_on(ctx->group_comm, full, d->grad, d->shard, gt, BMT_SUM, comm,
                                        err) < 0)
@@ -393,7 +401,7 @@ int bmt_blocklist_backward(bmt_blocklist_t *l, bool last, bmt_error_t *err)
         return errprintf(err, "rank %d: bmt_blocklist_backward without a forward before it",
                          ctx->rank);
     void *compute = device_stream(ctx, DEVICE_COMPUTE);
-    const bmt_dtype_t gt = l->cfg.grad_dtype;
+    const bmt_dtype_t gt = BMT_F32; /* full gradients, as the model writes them */
     for (int k = 0; k < 2; k++)
         if (l->gslots[k].mem == NULL) {
             l->gslots[k].bytes = max_grad_bytes(l);
@@ -401,6 +409,16 @@ int bmt_blocklist_backward(bmt_blocklist_t *l, bool last, bmt_error_t *err)
             if (l->gslots[k].mem == NULL)
                 return broken(l, err);
         }
+    if (l->cfg.grad_dtype == BMT_BF16 && l->rs_stage == NULL) {
+        size_t most = 0;
+        for (int i = 0; i < l->n; i++)
+            for (int k = 0; k < l->e[i].block->ngroups; k++)
+                if (l->e[i].block->groups[k].padded > most)
+                    most = l->e[i].block->groups[k].padded;
+        l->rs_stage = bmt_alloc(ctx, BMT_MEM_GRAD_FULL, dsize(BMT_BF16, most), err);
+        if (l->rs_stage == NULL)
+            return broken(l, err);
+    }
     if (gather(l, l->n - 1, err) < 0)
         return broken(l, err);
     for (int i = l->n - 1; i >= 0; i--) {
@@ -465,6 +483,7 @@ void bmt_blocklist_destroy(bmt_blocklist_t *l)
     }
     device_event_destroy(ctx, l->st.updated);
     bmt_free(ctx, l->rs_tmp);
+    bmt_free(ctx, l->rs_stage);
     free(l->pslots);
     free(l->e);
     free(l);

@@ -125,9 +125,9 @@ typedef struct bmt_block_call {
     int index; /* position of the block in the list */
     bmt_block_t *block;
     void *const *params;   /* (num params) full parameters, device memory, param dtype */
-    void *const *grads;    /* backward: (num params) full gradients, grad dtype of the
-                            * list, zeroed before the call: ADD into them.
-                            * forward: NULL */
+    void *const *grads;    /* backward: (num params) full gradients, f32 whatever
+                            * the parameter dtype, zeroed before the call: ADD
+                            * into them. forward: NULL */
     void *stream;          /* cudaStream_t of the compute stream, NULL on cpu */
     bool keep_activations; /* forward: keep what backward needs (false in the first
                             * forward under activation checkpointing) */
@@ -149,8 +149,13 @@ typedef struct bmt_blocklist_config {
                              * block's backward (no second gather, more memory) */
     int checkpointing;      /* 1 (default): keep only block inputs and recompute a
                              * block's forward inside backward; 0: keep activations */
-    bmt_dtype_t grad_dtype; /* full gradients and their reduce-scatter: BMT_F32
-                             * (default) or BMT_BF16; gradient shards are always f32 */
+    bmt_dtype_t grad_dtype; /* dtype of the gradient reduce-scatter: BMT_F32
+                             * (default) or BMT_BF16 (gradients rounded to bf16
+                             * for the wire: half the traffic, plus one bf16
+                             * staging buffer of the largest flat buffer, counted
+                             * as BMT_MEM_GRAD_FULL). Full gradients (what
+                             * callbacks add into) and gradient shards are always
+                             * f32. */
     int prefetch;           /* 1 (default): gather block i+1 during block i; 0: no overlap */
 } bmt_blocklist_config_t;
 

@@ -73,4 +73,9 @@ for layout in 1x2 2x1; do
     "
 done
 
+test_expect_success "gradients reduce-scattered in bf16 over NCCL (cuda 1x2, bound 3e-2)" '
+    ec 2 --device cuda -g 1 -n 2 --timeout 120 -- $EC --reduce-dtype bf16 --bound 3e-2 &&
+    grep -q "^0: ok memory (zero 3, ckpt 1): peak of full gradient buffers [0-9]* <= 2 blocks + the bf16 staging buffer" out
+'
+
 test_done

@@ -53,6 +53,12 @@ test_expect_success "gradient clipping and a warm-up schedule (2x4)" '
     grep -q "^0: ok train (zero 3, ckpt 1): clip_norm 0.3 binds in [1-9][0-9]* of 20 steps" out
 '
 
+test_expect_success "gradients reduce-scattered in bf16 (2x2): within a bf16 bound of the reference" '
+    ec 4 -g 2 -n 2 --timeout 60 -- $EC --reduce-dtype bf16 --bound 3e-2 &&
+    grep -q "^0: ok memory (zero 3, ckpt 1): peak of full gradient buffers [0-9]* <= 2 blocks + the bf16 staging buffer" out &&
+    grep -q "^0: ok train (zero 3, ckpt 1): head.out.weight .* within 3e-02 of the reference" out
+'
+
 test_expect_success "a step whose gradients are NaN is skipped and counted (1x4, zero 2)" '
     ec 4 -g 1 -n 4 --timeout 60 -- $EC --nan-step 7 --zero 2 &&
     grep -q "^0: ok train (zero 2, ckpt 1): the step with NaN gradients (7) was skipped" out

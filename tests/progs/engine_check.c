@@ -75,6 +75,7 @@ typedef struct opts {
     double clip, lr, weight_decay;
     uint64_t seed;
     bmt_dtype_t dtype;
+    bmt_dtype_t reduce; /* the block list's gradient reduce dtype */
     const char *init_dump;
     bool variants, kernel_check, verbose;
     double bound; /* relative bound on parameters, loss and grad norm; 0: by dtype */
@@ -88,7 +89,8 @@ static opts_t O = { .steps = 20,
                     .lr = 1e-2,
                     .weight_decay = 0.1,
                     .seed = 1234,
-                    .dtype = BMT_F32 };
+                    .dtype = BMT_F32,
+                    .reduce = BMT_F32 };
 
 /* ------------------------------------------------------------ the model's definition */
 
@@ -1092,6 +1094,7 @@ typedef struct shard_bytes {
     uint64_t param, grad, optim; /* this rank's shards */
     uint64_t largest_full;       /* the largest block's full (gathered) buffers */
     uint64_t largest_grad_full;  /* ... and its full f32 gradients */
+    uint64_t largest_padded;     /* elements of the largest padded flat buffer */
     int with_params;             /* blocks that have parameters */
 } shard_bytes_t;
 
@@ -1104,7 +1107,8 @@ typedef struct shard_bytes {
 #define FULL_ALIGN 256
 static shard_bytes_t expected_bytes(int gsize)
 {
-    shard_bytes_t e = { 0, 0, 0, 0, 0, 0 };
+    shard_bytes_t e;
+    memset(&e, 0, sizeof(e));
     size_t ps = bmt_dtype_size(O.dtype);
     for (int b = 0; b < NBLOCKS; b++) {
         uint64_t end = 0;
@@ -1123,6 +1127,8 @@ static shard_bytes_t expected_bytes(int gsize)
             e.largest_full = full;
         if (gfull > e.largest_grad_full)
             e.largest_grad_full = gfull;
+        if (padded > e.largest_padded)
+            e.largest_padded = padded;
         e.with_params += gp_count[b] > 0;
     }
     return e;
@@ -1536,10 +1542,13 @@ static void check_memory(const char *tag, int zero, const bmt_mem_stats_t *st,
           tag, (unsigned long long)peak[BMT_MEM_GATHERED],
           zero == 3 ? "K = 2 blocks" : "every block", (unsigned long long)cap,
           (unsigned long long)want->largest_full);
-    check(peak[BMT_MEM_GRAD_FULL] <= 2 * want->largest_grad_full,
-          "memory (%s): peak of full gradient buffers %llu <= 2 blocks = %llu", tag,
+    /* A bf16 reduce adds one bf16 staging buffer of the largest flat buffer. */
+    uint64_t gcap =
+        2 * want->largest_grad_full + (O.reduce == BMT_BF16 ? 2 * want->largest_padded : 0);
+    check(peak[BMT_MEM_GRAD_FULL] <= gcap,
+          "memory (%s): peak of full gradient buffers %llu <= 2 blocks%s = %llu", tag,
           (unsigned long long)peak[BMT_MEM_GRAD_FULL],
-          (unsigned long long)(2 * want->largest_grad_full));
+          O.reduce == BMT_BF16 ? " + the bf16 staging buffer" : "", (unsigned long long)gcap);
     if (my_rank == 0) {
         char ml[400];
         mem_line(ml, sizeof(ml), st);
@@ -1586,6 +1595,7 @@ static int engine_run(const run_cfg_t *rc, const ref_t *R, const ec_ops_t *ops, 
     lc.zero_level = rc->zero;
     lc.checkpointing = rc->ckpt;
     lc.prefetch = O.prefetch;
+    lc.grad_dtype = O.reduce;
     bmt_blocklist_t *list = bmt_blocklist_create(ctx, &lc, err);
     if (list == NULL)
         return -1;
@@ -1802,7 +1812,8 @@ static int usage(void)
             "usage: engine_check [--steps N] [--accum A] [--zero 3|2] [--ckpt 1|0] [--prefetch "
             "1|0]\n"
             "                    [--clip X] [--lr X] [--warmup N] [--nan-step S] [--seed N]\n"
-            "                    [--dtype f32|bf16] [--bound X] [--init-dump FILE] [--variants]\n"
+            "                    [--dtype f32|bf16] [--reduce-dtype f32|bf16] [--bound X]\n"
+            "                    [--init-dump FILE] [--variants]\n"
             "                    [--kernel-check] [--verbose]\n");
     return 2;
 }
@@ -1851,7 +1862,15 @@ static int parse(int argc, char **argv)
             O.bound = strtod(v, &end);
         else if (strcmp(a, "--init-dump") == 0)
             O.init_dump = v, end = (char *)"";
-        else if (strcmp(a, "--dtype") == 0) {
+        else if (strcmp(a, "--reduce-dtype") == 0) {
+            end = (char *)"";
+            if (strcmp(v, "f32") == 0)
+                O.reduce = BMT_F32;
+            else if (strcmp(v, "bf16") == 0)
+                O.reduce = BMT_BF16;
+            else
+                return usage();
+        } else if (strcmp(a, "--dtype") == 0) {
             end = (char *)"";
             if (strcmp(v, "f32") == 0)
                 O.dtype = BMT_F32;
