@@ -7,6 +7,12 @@
 # what the page shows; README.md and docs/*.md name only paths that exist.
 . "$(dirname "$0")/lib.sh"
 
+# Examples link the build tree's libbmt.so; an ASAN=1 build needs them built with
+# the sanitizers too (the ASan runtime must come first).
+SANFLAGS=$(grep -qo -- "-fsanitize=[a-z,]*" "$BUILDDIR/.flags" 2>/dev/null &&
+    grep -o -- "-fsanitize=[a-z,]*" "$BUILDDIR/.flags" | head -1)
+export SANFLAGS
+
 test_expect_success "docs/env.md lists every BMT_ variable of --help-env with its default and meaning" '
     $BMLAUNCH --help-env >help &&
     sed -nE "s/^  (BMT_[A-Z0-9_]+) +([^ ]+) +(.*[^ ]) *\$/\1\t\2\t\3/p" help | sort >knobs &&
@@ -90,7 +96,7 @@ test_expect_success "the example of docs/runtime.md builds warning-free and prin
     awk "/^## A minimal program/ { sec = 1 } sec && /^\`\`\`c\$/ { on = 1; next } on && /^\`\`\`/ { exit } on" \
         "$SRC/docs/runtime.md" >example.c &&
     grep -q "bmt_init" example.c &&
-    cc -std=c11 -Wall -Wextra -Werror -I"$SRC/include" example.c -o example \
+    cc -std=c11 $SANFLAGS -Wall -Wextra -Werror -I"$SRC/include" example.c -o example \
         -L"$BUILDDIR/lib" -Wl,-rpath,"$BUILDDIR/lib" -lbmt &&
     with_timeout 60 $BMLAUNCH -g 2 -n 2 -- ./example >out &&
     # the output block: between the third and fourth bare fence of the section
@@ -103,7 +109,7 @@ test_expect_success "the worked example of docs/engine.md builds, trains and pri
     awk "/^## A worked example/ { sec = 1 } sec && /^\`\`\`c\$/ { on = 1; next } on && /^\`\`\`/ { exit } on" \
         "$SRC/docs/engine.md" >example.c &&
     grep -q "bmt_blocklist_forward" example.c &&
-    cc -std=c11 -Wall -Wextra -Wno-unused-parameter -Werror -I"$SRC/include" example.c -o example \
+    cc -std=c11 $SANFLAGS -Wall -Wextra -Wno-unused-parameter -Werror -I"$SRC/include" example.c -o example \
         -L"$BUILDDIR/lib" -Wl,-rpath,"$BUILDDIR/lib" -lbmt &&
     with_timeout 60 $BMLAUNCH --groups 2 --gpus-per-group 2 -- ./example >out &&
     awk "/^## A worked example/ { sec = 1 } sec && /^\`\`\`\$/ { n++; next } n == 3 { print } n == 4 { exit }" \
