@@ -82,12 +82,18 @@ int block_alloc_grads(bmt_block_t *b, bmt_error_t *err);
 
 /* What the optimizer needs of a list. */
 struct list_state {
-    int microbatches; /* backward calls since the last step */
-    bool reduced;     /* a backward with last_microbatch ran since the last step */
-    void *updated;    /* event: the optimizer wrote the parameter shards */
+    int microbatches;     /* backward calls since the last step */
+    bool reduced;         /* a backward with last_microbatch ran since the last step */
+    bool forward_pending; /* a forward ran whose backward has not (a step cancels it) */
+    bool sealed;          /* training started or an optimizer exists: no more blocks */
+    void *updated;        /* event: the optimizer wrote the parameter shards */
 };
 
 struct list_state *blocklist_state(bmt_blocklist_t *list);
+
+/* Drop a forward whose backward will not run (the optimizer stepped): release
+ * the parameter buffers zero level 2 kept for it. */
+int blocklist_cancel_forward(bmt_blocklist_t *list, bmt_error_t *err);
 bmt_ctx_t *blocklist_ctx(bmt_blocklist_t *list);
 
 #endif

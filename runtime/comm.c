@@ -320,14 +320,29 @@ static int failed(bmt_comm_t *c, const char *op, bmt_error_t *err)
     return errprefix(err, COMM_WHERE_FMT ": %s: ", c->ctx->rank, c->name, op);
 }
 
+/* Everything the callers of a reduction or gather must get right; factor is the
+ * communicator size for the ops whose buffers scale with it. NO_OP: a gather. */
+#define NO_OP (-1)
+static int check_args(bmt_comm_t *c, const char *what, const void *send, const void *recv,
+                      size_t count, bmt_dtype_t dtype, long op, size_t factor, bmt_error_t *err)
+{
+    if (check_common(c, what, dtype, err) < 0 ||
+        check_count(c, what, count, dtype, factor, err) < 0)
+        return -1;
+    if (op != NO_OP && (op < 0 || op >= BMT_OP_COUNT))
+        return errprintf(err, COMM_WHERE_FMT ": %s: invalid op %ld", c->ctx->rank, c->name, what,
+                         op);
+    if (count && (send == NULL || recv == NULL))
+        return errprintf(err, COMM_WHERE_FMT ": %s: NULL buffer", c->ctx->rank, c->name, what);
+    return 0;
+}
+
 int bmt_all_gather(bmt_comm_t *c, const void *send, void *recv, size_t count, bmt_dtype_t dtype,
                    bmt_error_t *err)
 {
-    if (check_common(c, "all_gather", dtype, err) < 0 ||
-        check_count(c, "all_gather", count, dtype, (size_t)c->size, err) < 0)
+    if (check_args(c, "all_gather", send, recv, count, dtype, NO_OP, c ? (size_t)c->size : 1, err) <
+        0)
         return -1;
-    if (count && (send == NULL || recv == NULL))
-        return errprintf(err, COMM_WHERE_FMT ": all_gather: NULL buffer", c->ctx->rank, c->name);
     if (c->be->all_gather(c, send, recv, count, dtype, err) < 0)
         return failed(c, "all_gather", err);
     return 0;
@@ -336,15 +351,9 @@ int bmt_all_gather(bmt_comm_t *c, const void *send, void *recv, size_t count, bm
 int bmt_reduce_scatter(bmt_comm_t *c, const void *send, void *recv, size_t count, bmt_dtype_t dtype,
                        bmt_op_t op, bmt_error_t *err)
 {
-    if (check_common(c, "reduce_scatter", dtype, err) < 0 ||
-        check_count(c, "reduce_scatter", count, dtype, (size_t)c->size, err) < 0)
+    if (check_args(c, "reduce_scatter", send, recv, count, dtype, (long)op, c ? (size_t)c->size : 1,
+                   err) < 0)
         return -1;
-    if ((unsigned)op >= BMT_OP_COUNT)
-        return errprintf(err, COMM_WHERE_FMT ": reduce_scatter: invalid op %d", c->ctx->rank,
-                         c->name, (int)op);
-    if (count && (send == NULL || recv == NULL))
-        return errprintf(err, COMM_WHERE_FMT ": reduce_scatter: NULL buffer", c->ctx->rank,
-                         c->name);
     if (c->be->reduce_scatter(c, send, recv, count, dtype, op, err) < 0)
         return failed(c, "reduce_scatter", err);
     return 0;
@@ -353,14 +362,8 @@ int bmt_reduce_scatter(bmt_comm_t *c, const void *send, void *recv, size_t count
 int bmt_all_reduce(bmt_comm_t *c, const void *send, void *recv, size_t count, bmt_dtype_t dtype,
                    bmt_op_t op, bmt_error_t *err)
 {
-    if (check_common(c, "all_reduce", dtype, err) < 0 ||
-        check_count(c, "all_reduce", count, dtype, 1, err) < 0)
+    if (check_args(c, "all_reduce", send, recv, count, dtype, (long)op, 1, err) < 0)
         return -1;
-    if ((unsigned)op >= BMT_OP_COUNT)
-        return errprintf(err, COMM_WHERE_FMT ": all_reduce: invalid op %d", c->ctx->rank, c->name,
-                         (int)op);
-    if (count && (send == NULL || recv == NULL))
-        return errprintf(err, COMM_WHERE_FMT ": all_reduce: NULL buffer", c->ctx->rank, c->name);
     if (c->be->all_reduce(c, send, recv, count, dtype, op, err) < 0)
         return failed(c, "all_reduce", err);
     return 0;
@@ -373,8 +376,7 @@ int comm_all_gather_on(bmt_comm_t *c, const void *send, void *recv, size_t count
 {
     if (stream == NULL || c->be->all_gather_on == NULL) /* no stream: the synchronous call */
         return bmt_all_gather(c, send, recv, count, dtype, err);
-    if (check_common(c, "all_gather", dtype, err) < 0 ||
-        check_count(c, "all_gather", count, dtype, (size_t)c->size, err) < 0)
+    if (check_args(c, "all_gather", send, recv, count, dtype, NO_OP, (size_t)c->size, err) < 0)
         return -1;
     if (c->be->all_gather_on(c, send, recv, count, dtype, stream, err) < 0)
         return failed(c, "all_gather", err);
@@ -386,8 +388,8 @@ int comm_reduce_scatter_on(bmt_comm_t *c, const void *send, void *recv, size_t c
 {
     if (stream == NULL || c->be->reduce_scatter_on == NULL) /* no stream: the synchronous call */
         return bmt_reduce_scatter(c, send, recv, count, dtype, op, err);
-    if (check_common(c, "reduce_scatter", dtype, err) < 0 ||
-        check_count(c, "reduce_scatter", count, dtype, (size_t)c->size, err) < 0)
+    if (check_args(c, "reduce_scatter", send, recv, count, dtype, (long)op, (size_t)c->size, err) <
+        0)
         return -1;
     if (c->be->reduce_scatter_on(c, send, recv, count, dtype, op, stream, err) < 0)
         return failed(c, "reduce_scatter", err);
@@ -399,8 +401,7 @@ int comm_all_reduce_on(bmt_comm_t *c, const void *send, void *recv, size_t count
 {
     if (stream == NULL || c->be->all_reduce_on == NULL) /* no stream: the synchronous call */
         return bmt_all_reduce(c, send, recv, count, dtype, op, err);
-    if (check_common(c, "all_reduce", dtype, err) < 0 ||
-        check_count(c, "all_reduce", count, dtype, 1, err) < 0)
+    if (check_args(c, "all_reduce", send, recv, count, dtype, (long)op, 1, err) < 0)
         return -1;
     if (c->be->all_reduce_on(c, send, recv, count, dtype, op, stream, err) < 0)
         return failed(c, "all_reduce", err);

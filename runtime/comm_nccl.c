@@ -209,9 +209,8 @@ static int nccl_create_world(bmt_comm_t *c, bmt_error_t *err)
     nccl_state_t *s = NULL;
     if (state_new(c, &s, err) < 0)
         return -1;
-    /* Connect everything at creation, so that no blocking collective ever waits
-     * on a peer's connection handshake (see the note at the top). */
-    setenv("NCCL_RUNTIME_CONNECT", "0", 0);
+    /* NCCL_RUNTIME_CONNECT=0 (connect everything at creation, so that no
+     * blocking collective waits on a peer's handshake) was set by bmt_init. */
     ncclConfig_t cfg = make_config(c, 0);
     double deadline = mono_s() + c->timeout_s;
     ncclResult_t r = ncclCommInitRankConfig(&s->boot, c->size, id, c->rank, &cfg);

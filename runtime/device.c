@@ -225,7 +225,9 @@ void bmt_free(bmt_ctx_t *ctx, void *ptr)
 {
     if (ptr == NULL)
         return;
-    table_remove(ctx->mem, ptr);
+    /* Not ours (or freed already): leave it alone rather than corrupt the heap. */
+    if (table_remove(ctx->mem, ptr) < 0)
+        return;
     if (ctx->device == BMT_DEVICE_CPU) {
         free(ptr);
         return;
@@ -277,13 +279,10 @@ static int copy(bmt_ctx_t *ctx, void *dst, const void *src, size_t bytes, int to
      * as NCCL's) could then read half-copied data. Wait for it: these copies
      * promise completion. Work queued on the context's streams is waited for
      * first, so a download sees what the engine computed. */
-    cudaError_t e = cudaSuccess;
-    for (int i = 0; i < DEVICE_STREAMS && e == cudaSuccess; i++)
-        if (ctx->streams[i])
-            e = cudaStreamSynchronize((cudaStream_t)ctx->streams[i]);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(dst, src, bytes,
-                       to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
+    if (bmt_device_synchronize(ctx, err) < 0) /* bounded, watching the communicators */
+        return -1;
+    cudaError_t e =
+        cudaMemcpy(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
     if (e == cudaSuccess && to_device)
         e = cudaStreamSynchronize(0);
     if (e != cudaSuccess)
@@ -400,8 +399,13 @@ int bmt_device_synchronize(bmt_ctx_t *ctx, bmt_error_t *err)
              * not at all: check the communicators, then the deadline. */
             bmt_comm_t *comms[3] = { ctx->world_comm, ctx->group_comm, ctx->replica_comm };
             for (int c = 0; c < 3; c++)
-                if (comms[c] && comm_poll(comms[c], err) < 0)
+                if (comms[c] && comm_poll(comms[c], err) < 0) {
+                    /* Kernels of the other communicators may wait for this one's
+                     * peers forever: abort them all, so nothing hangs later. */
+                    for (int k = 0; k < 3; k++)
+                        comm_abort(comms[k]);
                     return -1;
+                }
             if (mono_s() > deadline) {
                 ctx->comm_failed = true;
                 for (int c = 0; c < 3; c++)

@@ -210,6 +210,9 @@ int bmt_init(bmt_ctx_t **out, const bmt_config_t *cfg, bmt_error_t *err)
         ctx->timeout_s = cfg->timeout_s;
     else if (env_get_seconds("BMT_TIMEOUT", &ctx->timeout_s, err) < 0)
         goto fail;
+    /* NCCL reads its environment at its first call; set it now, before PMIx
+     * starts threads (setenv is not thread-safe). See comm_nccl.c for why. */
+    setenv("NCCL_RUNTIME_CONNECT", "0", 0);
     if (boot_init(&ctx->boot, ctx->timeout_s, err) < 0)
         goto fail;
     const boot_info_t *bi = boot_info(ctx->boot);
@@ -242,6 +245,11 @@ void bmt_finalize(bmt_ctx_t *ctx)
 {
     if (ctx == NULL)
         return;
+    /* Let enqueued work finish, bounded; if it cannot, abort rather than flush. */
+    bmt_error_t ignored;
+    if (ctx->device == BMT_DEVICE_CUDA && !ctx->comm_failed &&
+        bmt_device_synchronize(ctx, &ignored) < 0)
+        ctx->comm_failed = true;
     comm_free(ctx->replica_comm);
     comm_free(ctx->group_comm);
     comm_free(ctx->world_comm);

@@ -32,7 +32,8 @@ struct ostate {
     bmt_block_t *block;
     struct dgroup *d;
     float *master; /* (shard) f32: d->param itself for f32 groups */
-    float *m, *v;  /* (shard) f32 */
+    bool own_master;
+    float *m, *v; /* (shard) f32 */
     struct segment *seg;
     int nseg;
 };
@@ -47,6 +48,7 @@ struct bmt_optim {
     double *hsums; /* (ns) host copy */
     int64_t step;
     int64_t skipped;
+    bool broken; /* a step failed half-way: shards may be half updated */
 };
 
 void bmt_optim_destroy(bmt_optim_t *o)
@@ -56,7 +58,7 @@ void bmt_optim_destroy(bmt_optim_t *o)
     bmt_ctx_t *ctx = o->ctx;
     for (int i = 0; i < o->ns; i++) {
         struct ostate *s = &o->s[i];
-        if (s->master != s->d->param)
+        if (s->own_master) /* s->d may be gone: never look at it here */
             bmt_free(ctx, s->master);
         bmt_free(ctx, s->m);
         bmt_free(ctx, s->v);
@@ -117,6 +119,10 @@ bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *c
                   ctx->rank);
         return NULL;
     }
+    /* The parameter shards may still be written by the streams (a forward,
+     * a step of another optimizer): read them settled. */
+    if (bmt_device_synchronize(ctx, err) < 0)
+        return NULL;
     bmt_optim_t *o = calloc(1, sizeof(*o));
     if (o == NULL) {
         errprintf(err, "rank %d: out of memory", ctx->rank);
@@ -145,6 +151,7 @@ bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *c
                 s->master = s->d->param;
             } else {
                 s->master = bmt_alloc(ctx, BMT_MEM_OPTIM, bytes, err);
+                s->own_master = s->master != NULL;
                 if (s->master == NULL || kern_cast(ctx, NULL, s->master, BMT_F32, s->d->param,
                                                    s->d->dtype, s->d->shard, err) < 0)
                     goto fail;
@@ -159,6 +166,7 @@ bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *c
     o->sums = bmt_alloc(ctx, BMT_MEM_WORKSPACE, sizeof(double) * (size_t)(total ? total : 1), err);
     if (o->sums == NULL || device_sync_legacy(ctx, err) < 0)
         goto fail;
+    blocklist_state(list)->sealed = true; /* a block appended now would be missed */
     return o;
 fail:
     bmt_optim_destroy(o);
@@ -206,11 +214,15 @@ int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
         return errprintf(err, "bmt_optim_step: optimizer is NULL");
     bmt_ctx_t *ctx = o->ctx;
     struct list_state *st = blocklist_state(o->list);
+    if (o->broken)
+        return errprintf(err, "rank %d: an earlier failed step left the optimizer unusable",
+                         ctx->rank);
     if (!st->reduced)
         return errprintf(err,
                          "rank %d: bmt_optim_step without bmt_blocklist_backward(..., "
                          "last_microbatch = true) since the last step",
                          ctx->rank);
+
     /* Every reduce-scatter and cross-group all-reduce must have landed. */
     if (bmt_device_synchronize(ctx, err) < 0)
         return -1;
@@ -231,9 +243,9 @@ int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
             if (coef < 1)
                 scale *= coef;
         }
-        o->step++;
+        const int64_t step = o->step + 1;
         double lr =
-            o->cfg.schedule ? o->cfg.schedule(o->cfg.schedule_user, o->step, o->cfg.lr) : o->cfg.lr;
+            o->cfg.schedule ? o->cfg.schedule(o->cfg.schedule_user, step, o->cfg.lr) : o->cfg.lr;
         out.lr = lr;
         kern_adamw_args_t a = {
             .lr = (float)lr,
@@ -241,8 +253,8 @@ int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
             .beta2 = (float)o->cfg.beta2,
             .eps = (float)o->cfg.eps,
             .grad_scale = (float)scale,
-            .bc1 = (float)(1.0 - pow(o->cfg.beta1, (double)o->step)),
-            .bc2 = (float)(1.0 - pow(o->cfg.beta2, (double)o->step)),
+            .bc1 = (float)(1.0 - pow(o->cfg.beta1, (double)step)),
+            .bc2 = (float)(1.0 - pow(o->cfg.beta2, (double)step)),
             .one_minus_beta1 = (float)(1.0 - o->cfg.beta1),
             .one_minus_beta2 = (float)(1.0 - o->cfg.beta2),
         };
@@ -256,16 +268,23 @@ int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
                                   ? (void *)(s->master + g->first)
                                   : (char *)s->d->param + dsize(s->d->dtype, g->first);
                 if (kern_adamw(ctx, compute, s->master + g->first, s->m + g->first, s->v + g->first,
-                               s->d->grad + g->first, param, s->d->dtype, g->n, &a, err) < 0)
+                               s->d->grad + g->first, param, s->d->dtype, g->n, &a, err) < 0) {
+                    o->broken = true; /* some shards are updated, others not */
                     return -1;
+                }
             }
         }
+        o->step = step;
     }
     if (zero_grads(o, err) < 0 ||
-        device_event_record(ctx, st->updated, device_stream(ctx, DEVICE_COMPUTE), err) < 0)
+        device_event_record(ctx, st->updated, device_stream(ctx, DEVICE_COMPUTE), err) < 0) {
+        o->broken = true;
         return -1;
+    }
     st->microbatches = 0;
     st->reduced = false;
+    if (st->forward_pending && blocklist_cancel_forward(o->list, err) < 0)
+        return -1; /* a forward before the step is stale now */
     out.step = o->step;
     out.skipped_total = o->skipped;
     if (info)

@@ -68,6 +68,7 @@ struct bmt_blocklist {
     void *rs_stage; /* (largest group buffer) bf16: gradients rounded for a bf16 reduce */
     struct list_state st;
     enum phase phase;
+    bool checked; /* the ranks agreed on the list's configuration and blocks */
 };
 
 static int broken(bmt_blocklist_t *l, bmt_error_t *err)
@@ -141,9 +142,11 @@ int bmt_blocklist_append(bmt_blocklist_t *l, bmt_block_t *b, const bmt_block_ops
     if (b->full)
         return errprintf(err, "rank %d: block %.40s is gathered; release it first", ctx->rank,
                          b->name);
-    if (l->phase != PHASE_IDLE || l->st.microbatches > 0)
-        return errprintf(err, "rank %d: blocks can only be appended before training starts",
-                         ctx->rank);
+    if (l->st.sealed)
+        return errprintf(err,
+                         "rank %d: block %.40s: blocks can only be appended before the first "
+                         "forward and before bmt_adamw_create",
+                         ctx->rank, b->name);
     if (l->n == l->cap) {
         int cap = l->cap ? 2 * l->cap : 16;
         struct entry *e = realloc(l->e, (size_t)cap * sizeof(*e));
@@ -152,9 +155,6 @@ int bmt_blocklist_append(bmt_blocklist_t *l, bmt_block_t *b, const bmt_block_ops
         l->e = e;
         l->cap = cap;
     }
-    block_layout_grads(b, BMT_F32); /* the model always writes f32 gradients */
-    if (block_alloc_grads(b, err) < 0 || device_event_create(ctx, &b->rs_done, err) < 0)
-        return errprefix(err, "block %.40s: ", b->name);
     size_t tmp = 0;
     for (int g = 0; g < b->ngroups; g++)
         if (dsize(l->cfg.grad_dtype, b->groups[g].shard) > tmp)
@@ -166,6 +166,17 @@ int bmt_blocklist_append(bmt_blocklist_t *l, bmt_block_t *b, const bmt_block_ops
         bmt_free(ctx, l->rs_tmp);
         l->rs_tmp = t;
         l->rs_tmp_bytes = tmp;
+    }
+    block_layout_grads(b, BMT_F32); /* the model always writes f32 gradients */
+    if (block_alloc_grads(b, err) < 0 || device_event_create(ctx, &b->rs_done, err) < 0) {
+        /* Nothing of this attempt stays: the block is as it was. */
+        for (int g = 0; g < b->ngroups; g++) {
+            bmt_free(ctx, b->groups[g].grad);
+            b->groups[g].grad = NULL;
+        }
+        device_event_destroy(ctx, b->rs_done);
+        b->rs_done = NULL;
+        return errprefix(err, "block %.40s: ", b->name);
     }
     l->e[l->n] = (struct entry){ .block = b, .ops = *ops, .model = model };
     b->list = l;
@@ -227,8 +238,12 @@ static struct slot *pslot_get(bmt_blocklist_t *l, bmt_error_t *err)
     s->bytes = max_full_bytes(l);
     s->mem = bmt_alloc(l->ctx, BMT_MEM_GATHERED, s->bytes, err);
     if (s->mem == NULL || device_event_create(l->ctx, &s->ready, err) < 0 ||
-        device_event_create(l->ctx, &s->free, err) < 0)
+        device_event_create(l->ctx, &s->free, err) < 0) {
+        bmt_free(l->ctx, s->mem);
+        device_event_destroy(l->ctx, s->ready);
+        *s = (struct slot){ 0 };
         return NULL;
+    }
     l->npslots++;
     return s;
 }
@@ -242,6 +257,11 @@ static int gather(bmt_blocklist_t *l, int i, bmt_error_t *err)
         return 0; /* kept from forward (zero level 2) */
     if (b->nparams == 0)
         return 0;
+    if (b->own_full)
+        return errprintf(err,
+                         "rank %d: block %.40s is gathered by bmt_block_gather; release it "
+                         "before the block list runs",
+                         l->ctx->rank, b->name);
     struct slot *s = pslot_get(l, err);
     if (s == NULL)
         return -1;
@@ -304,6 +324,79 @@ static int call(bmt_blocklist_t *l, int i, bool backward, bool keep, bool recomp
     return 0;
 }
 
+/* ------------------------------------------------------------ agreement */
+
+/* Collectives on one communicator must be issued in the same order on every
+ * rank, and that order follows from the configuration and the blocks. A rank
+ * with another prefetch setting or another model would pair its all-gathers
+ * with its peers' reduce-scatters: wrong numbers on shm, a hang on NCCL. So the
+ * first forward checks, with one all-reduce of max and min over the world,
+ * that every rank has the same fingerprint. */
+static uint64_t fp_mix(uint64_t h, uint64_t v)
+{
+    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    return h;
+}
+
+static int check_same_everywhere(bmt_blocklist_t *l, bmt_error_t *err)
+{
+    bmt_ctx_t *ctx = l->ctx;
+    uint64_t h = fp_mix(0, (uint64_t)l->n);
+    h = fp_mix(h, (uint64_t)l->cfg.zero_level);
+    h = fp_mix(h, (uint64_t)l->cfg.checkpointing);
+    h = fp_mix(h, (uint64_t)l->cfg.prefetch);
+    h = fp_mix(h, (uint64_t)l->cfg.grad_dtype);
+    for (int i = 0; i < l->n; i++) {
+        const bmt_block_t *b = l->e[i].block;
+        h = fp_mix(h, (uint64_t)b->nparams);
+        for (int k = 0; k < b->ngroups; k++) {
+            h = fp_mix(h, (uint64_t)b->groups[k].dtype);
+            h = fp_mix(h, (uint64_t)b->groups[k].padded);
+        }
+    }
+    /* Exact in a double: 52 bits. [max, -min] in one all-reduce with MAX. */
+    double mine = (double)(h >> 12), v[2] = { mine, -mine };
+    double *d = bmt_alloc(ctx, BMT_MEM_WORKSPACE, sizeof(v), err);
+    if (d == NULL)
+        return -1;
+    int rc = bmt_mem_upload(ctx, d, v, sizeof(v), err);
+    if (rc == 0)
+        rc = bmt_all_reduce(ctx->world_comm, d, d, 2, BMT_F64, BMT_MAX, err);
+    if (rc == 0)
+        rc = bmt_mem_download(ctx, v, d, sizeof(v), err);
+    bmt_free(ctx, d);
+    if (rc < 0)
+        return errprefix(err, "checking that every rank has the same block list: ");
+    if (v[0] != mine || -v[1] != mine)
+        return errprintf(err,
+                         "rank %d: the ranks' block lists differ; every rank needs the same "
+                         "blocks and zero level, checkpointing, prefetch, grad dtype",
+                         ctx->rank);
+    return 0;
+}
+
+/* A block gathered by bmt_block_gather holds its own buffer: the schedule must
+ * not take it over. Checked before anything runs, so the list stays usable. */
+static int none_held(const bmt_blocklist_t *l, bmt_error_t *err)
+{
+    for (int i = 0; i < l->n; i++)
+        if (l->e[i].block->own_full)
+            return errprintf(err,
+                             "rank %d: block %.40s is gathered by bmt_block_gather; release it "
+                             "before the block list runs",
+                             l->ctx->rank, l->e[i].block->name);
+    return 0;
+}
+
+int blocklist_cancel_forward(bmt_blocklist_t *l, bmt_error_t *err)
+{
+    for (int i = 0; i < l->n; i++)
+        if (release(l, i, err) < 0)
+            return broken(l, err);
+    l->st.forward_pending = false;
+    return 0;
+}
+
 /* ------------------------------------------------------------ forward */
 
 int bmt_blocklist_forward(bmt_blocklist_t *l, bmt_error_t *err)
@@ -315,7 +408,15 @@ int bmt_blocklist_forward(bmt_blocklist_t *l, bmt_error_t *err)
                          l->ctx->rank);
     if (l->n == 0)
         return errprintf(err, "rank %d: the block list is empty", l->ctx->rank);
+    if (none_held(l, err) < 0)
+        return -1;
     bmt_ctx_t *ctx = l->ctx;
+    if (!l->checked) {
+        if (check_same_everywhere(l, err) < 0)
+            return broken(l, err);
+        l->checked = true;
+        l->st.sealed = true;
+    }
     void *comm = device_stream(ctx, DEVICE_COMM);
     /* Parameters (and zeroed gradient shards) the optimizer wrote. */
     if (device_stream_wait(ctx, comm, l->st.updated, err) < 0)
@@ -338,6 +439,7 @@ int bmt_blocklist_forward(bmt_blocklist_t *l, bmt_error_t *err)
             return broken(l, err);
     }
     l->phase = PHASE_FORWARD_DONE;
+    l->st.forward_pending = true;
     return 0;
 }
 
@@ -397,9 +499,21 @@ int bmt_blocklist_backward(bmt_blocklist_t *l, bool last, bmt_error_t *err)
     bmt_ctx_t *ctx = l->ctx;
     if (l->phase == PHASE_BROKEN)
         return errprintf(err, "rank %d: an earlier error left this block list unusable", ctx->rank);
-    if (l->phase != PHASE_FORWARD_DONE)
-        return errprintf(err, "rank %d: bmt_blocklist_backward without a forward before it",
+    if (!l->st.forward_pending)
+        return errprintf(err,
+                         "rank %d: bmt_blocklist_backward without a forward before it (since "
+                         "the last backward or optimizer step)",
                          ctx->rank);
+    if (l->st.reduced)
+        return errprintf(err,
+                         "rank %d: bmt_blocklist_backward after the last micro-batch's backward; "
+                         "call bmt_optim_step first",
+                         ctx->rank);
+    if (none_held(l, err) < 0)
+        return -1;
+    /* Gradient shards and parameters are the optimizer's until its step is done. */
+    if (device_stream_wait(ctx, device_stream(ctx, DEVICE_COMM), l->st.updated, err) < 0)
+        return broken(l, err);
     void *compute = device_stream(ctx, DEVICE_COMPUTE);
     const bmt_dtype_t gt = BMT_F32; /* full gradients, as the model writes them */
     for (int k = 0; k < 2; k++)
@@ -454,6 +568,7 @@ int bmt_blocklist_backward(bmt_blocklist_t *l, bool last, bmt_error_t *err)
     l->st.microbatches++;
     if (last)
         l->st.reduced = true;
+    l->st.forward_pending = false;
     l->phase = PHASE_IDLE;
     return 0;
 }
@@ -468,7 +583,8 @@ void bmt_blocklist_destroy(bmt_blocklist_t *l)
     for (int i = 0; i < l->n; i++) {
         bmt_block_t *b = l->e[i].block;
         b->list = NULL;
-        b->full = NULL;
+        if (!b->own_full)
+            b->full = NULL; /* a pool slot, freed below; its own buffer goes with it */
         bmt_block_destroy(b);
     }
     for (int k = 0; k < l->npslots; k++) {

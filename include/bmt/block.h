@@ -30,6 +30,13 @@
  * writes its output in its own buffers, keeping what its backward needs only
  * when call->keep_activations says so. The runtime owns parameters, gradients
  * and the schedule. The optimizer (bmt/optim.h) finishes a step.
+ *
+ * Collective calls: bmt_block_build is local; bmt_block_gather and
+ * bmt_block_release are collective over the group; bmt_blocklist_forward and
+ * bmt_blocklist_backward over the world (group and replica communicators).
+ * Every rank must build the same blocks, in the same order, with the same list
+ * configuration: the first forward checks it and fails on every rank if not.
+ * Destroy optimizers before their list, and everything before bmt_finalize.
  */
 #ifndef BMT_BLOCK_H
 #define BMT_BLOCK_H
@@ -167,7 +174,8 @@ typedef struct bmt_blocklist_config {
             3, 1, BMT_F32, 1                                                                       \
     }
 
-/* A new, empty list. cfg NULL: defaults. */
+/* A new, empty list. cfg NULL: defaults. Blocks are appended until the first
+ * forward or bmt_adamw_create, whichever comes first. */
 BMT_API bmt_blocklist_t *bmt_blocklist_create(bmt_ctx_t *ctx, const bmt_blocklist_config_t *cfg,
                                               bmt_error_t *err);
 

@@ -1,11 +1,12 @@
 /* bmt/device.h — memory and streams of the context's device, with accounting.
  *
  * Every allocation the runtime makes goes through bmt_alloc with a kind, and the
- * context keeps current and peak bytes per kind. That is how the invariant
- * "sharded from birth" is checked: a rank's parameter, gradient and optimizer
- * bytes equal its shard sizes, and the full-block buffers never exceed K blocks
- * (docs/engine.md). Models allocate their activations here too (kind
- * BMT_MEM_ACTIVATION) so that the figures are whole.
+ * context keeps current and peak bytes per kind (not counted: NCCL's and
+ * cuBLAS's own buffers, the nccl backend's 4-byte barrier scratch, and an 8 KiB
+ * scratch that each gradient-norm reduction takes and returns on its stream). That is how the
+ * invariant "sharded from birth" is checked: a rank's parameter, gradient and optimizer bytes equal
+ * its shard sizes, and the full-block buffers never exceed K blocks (docs/engine.md). Models
+ * allocate their activations here too (kind BMT_MEM_ACTIVATION) so that the figures are whole.
  *
  * Streams: on cuda the context owns three CUDA streams, made at bmt_init:
  *   compute  - the model's kernels (block forward and backward run here);
@@ -47,7 +48,8 @@ BMT_API const char *bmt_mem_kind_name(bmt_mem_kind_t kind);
  * bytes 0 gives a distinct freeable pointer. NULL and err on failure. */
 BMT_API void *bmt_alloc(bmt_ctx_t *ctx, bmt_mem_kind_t kind, size_t bytes, bmt_error_t *err);
 
-/* Free memory from bmt_alloc or bmt_mem_alloc. NULL: no-op. */
+/* Free memory from bmt_alloc or bmt_mem_alloc. NULL, or a pointer that is not
+ * one of this context's (already freed, say): no-op. */
 BMT_API void bmt_free(bmt_ctx_t *ctx, void *ptr);
 
 typedef struct bmt_mem_stats {

@@ -55,18 +55,21 @@ typedef struct bmt_adamw_config {
 /* What a step did. */
 typedef struct bmt_step_info {
     int64_t step;          /* steps taken, including this one if it was not skipped */
-    double lr;             /* learning rate used */
+    double lr;             /* learning rate used (0 when skipped) */
     double grad_norm;      /* global norm before clipping (inf or nan when skipped) */
     bool skipped;          /* gradients held inf or nan: parameters unchanged */
     int64_t skipped_total; /* skipped steps so far */
     int microbatches;      /* micro-batches averaged into this step */
 } bmt_step_info_t;
 
-/* An AdamW optimizer over every block of list (the list must be complete). */
+/* An AdamW optimizer over every block of list. Creating it seals the list (no
+ * more blocks). Destroy it before the list. */
 BMT_API bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *cfg,
                                       bmt_error_t *err);
 
-/* One step. Errors: no backward with last_microbatch since the last step. */
+/* One step. Errors: no backward with last_microbatch since the last step. A
+ * forward made after that backward (evaluation) is cancelled: the next backward
+ * needs a new forward. */
 BMT_API int bmt_optim_step(bmt_optim_t *opt, bmt_step_info_t *info, bmt_error_t *err);
 
 BMT_API void bmt_optim_destroy(bmt_optim_t *opt);

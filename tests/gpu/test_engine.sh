@@ -46,7 +46,7 @@ for layout in 1x2 2x1; do
         ec 2 --device cuda -g $g -n $n --timeout 120 -- \$EC --init-dump \$TMP/init.$layout &&
         grep -q '^0: # engine_check: layout ${g}x${n} on cuda (nccl)' out &&
         grep -q '^0: ok train (zero 3, ckpt 1): head.out.weight .* within 1e-05 of the reference' out &&
-        test \$(grep -c '^0: ok bad use' out) -eq 12
+        test \$(grep -c '^0: ok bad use' out) -eq 16
     "
 done
 

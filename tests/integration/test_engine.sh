@@ -31,7 +31,7 @@ for layout in 1x1 1x4 2x2 4x1 2x4; do
         ec $((g * n)) -g $g -n $n --timeout 60 -- \$EC --init-dump \$TMP/init.$layout &&
         grep -q '^0: ok train (zero 3, ckpt 1): head.out.weight .* within 1e-05 of the reference after 20 steps' out &&
         grep -q '^0: ok memory (zero 3, ckpt 1): peak of gathered buffers in training [0-9]* <= K = 2 blocks' out &&
-        test \$(grep -c '^0: ok bad use' out) -eq 12
+        test \$(grep -c '^0: ok bad use' out) -eq 16
     "
 done
 
@@ -57,6 +57,12 @@ test_expect_success "gradients reduce-scattered in bf16 (2x2): within a bf16 bou
     ec 4 -g 2 -n 2 --timeout 60 -- $EC --reduce-dtype bf16 --bound 3e-2 &&
     grep -q "^0: ok memory (zero 3, ckpt 1): peak of full gradient buffers [0-9]* <= 2 blocks + the bf16 staging buffer" out &&
     grep -q "^0: ok train (zero 3, ckpt 1): head.out.weight .* within 3e-02 of the reference" out
+'
+
+test_expect_success "ranks whose block lists differ are refused at the first forward, on every rank (1x4)" '
+    with_timeout 60 $BMLAUNCH -g 1 -n 4 --timeout 30 -- $EC --mismatch >out 2>err &&
+    test $(grep -c "engine_check: mismatch: [1-9][0-9]* passed, 0 failed on rank" out) -eq 4 &&
+    grep -q "^0: ok mismatch: .*the ranks. block lists differ" out
 '
 
 test_expect_success "a step whose gradients are NaN is skipped and counted (1x4, zero 2)" '

@@ -78,7 +78,8 @@ typedef struct opts {
     bmt_dtype_t reduce; /* the block list's gradient reduce dtype */
     const char *init_dump;
     bool variants, kernel_check, verbose;
-    double bound; /* relative bound on parameters, loss and grad norm; 0: by dtype */
+    bool mismatch; /* odd ranks take another prefetch setting: the first forward must fail */
+    double bound;  /* relative bound on parameters, loss and grad norm; 0: by dtype */
 } opts_t;
 
 static opts_t O = { .steps = 20,
@@ -1240,6 +1241,70 @@ static void misuse_list(bmt_blocklist_t *list, bmt_optim_t *opt, const char *whe
 }
 
 /* Check 4, on blocks of their own. */
+/* Check 4 (continued), on the trained list after its parameters were compared:
+ * calls in an order the engine must refuse, each refused without breaking the
+ * list, and the sequences it must accept. Every rank makes the same calls. */
+static void misuse_order(bmt_blocklist_t *list, bmt_optim_t *opt, bmt_block_t *b0)
+{
+    bmt_error_t e;
+    bmt_step_info_t info;
+    const int64_t shape[1] = { 5 };
+    int rc;
+
+    memset(&e, 0, sizeof(e));
+    bmt_block_t *late = bmt_block_create(ctx, "misuse.late", &e);
+    if (late &&
+        bmt_block_add_param(late, "w", 1, shape, O.dtype, (bmt_init_t){ BMT_INIT_ONES, 0, 0, 1 }, 0,
+                            &e) >= 0 &&
+        bmt_block_build(late, O.seed, &e) == 0) {
+        int n = bmt_blocklist_size(list);
+        memset(&e, 0, sizeof(e));
+        rc = bmt_blocklist_append(list, late, &kind_ops[K_MIX], NULL, &e);
+        check(rc == -1 && strstr(e.text, "before the first forward") &&
+                  bmt_blocklist_size(list) == n,
+              "bad use: appending a block after training started fails: \"%s\"",
+              rc == -1 ? e.text : "it returned 0");
+        if (rc == 0)
+            late = NULL;
+    } else
+        check(false, "bad use: making a block to append late: %s", e.text);
+    bmt_block_destroy(late);
+
+    bmt_error_t e1, e2, e3;
+    memset(&e1, 0, sizeof(e1));
+    memset(&e2, 0, sizeof(e2));
+    memset(&e3, 0, sizeof(e3));
+    rc = bmt_blocklist_forward(list, &e1) || bmt_blocklist_backward(list, true, &e1) ||
+         bmt_blocklist_forward(list, &e1);
+    int again = rc ? 0 : bmt_blocklist_backward(list, true, &e2);
+    check(rc == 0 && again == -1 && strstr(e2.text, "call bmt_optim_step first"),
+          "bad use: a second backward with last_microbatch before the step fails: \"%s\"",
+          rc            ? e1.text
+          : again == -1 ? e2.text
+                        : "it returned 0");
+    rc = bmt_optim_step(opt, &info, &e1);
+    int after = rc ? 0 : bmt_blocklist_backward(list, true, &e3);
+    check(rc == 0 && after == -1 && strstr(e3.text, "without a forward"),
+          "bad use: the step cancels a pending forward: a backward right after it fails: \"%s\"",
+          rc            ? e1.text
+          : after == -1 ? e3.text
+                        : "it returned 0");
+
+    memset(&e1, 0, sizeof(e1));
+    memset(&e2, 0, sizeof(e2));
+    rc = bmt_block_gather(b0, &e1);
+    int fw = rc ? 0 : bmt_blocklist_forward(list, &e2);
+    int rel = rc ? -1 : bmt_block_release(b0, &e1);
+    int ok = rel == 0 && bmt_blocklist_forward(list, &e1) == 0 &&
+             bmt_blocklist_backward(list, true, &e1) == 0 && bmt_optim_step(opt, &info, &e1) == 0;
+    check(rc == 0 && fw == -1 && strstr(e2.text, "release it") && ok,
+          "bad use: the list refuses to run while bmt_block_gather holds a block, and runs after "
+          "the release: \"%s\"",
+          fw == -1     ? e2.text
+          : e1.text[0] ? e1.text
+                       : "the forward returned 0");
+}
+
 static int misuse_blocks(bmt_error_t *err)
 {
     const int64_t shape[1] = { 5 }, bad_shape[1] = { -3 };
@@ -1629,6 +1694,8 @@ static int engine_run(const run_cfg_t *rc, const ref_t *R, const ec_ops_t *ops, 
     if (check_params(tag, blocks, R, final, err) < 0)
         return -1;
     check_memory(tag, rc->zero, &t.mem, &want);
+    if (rc->first)
+        misuse_order(list, opt, blocks[0]);
 
     bmt_optim_destroy(opt);
     bmt_blocklist_destroy(list);
@@ -1834,6 +1901,10 @@ static int parse(int argc, char **argv)
             O.verbose = true;
             continue;
         }
+        if (strcmp(a, "--mismatch") == 0) {
+            O.mismatch = true;
+            continue;
+        }
         if (v == NULL)
             return usage();
         i++;
@@ -1935,6 +2006,40 @@ int main(int argc, char **argv)
     if (final == NULL || other == NULL || ref_train(&R, world) < 0) {
         snprintf(err.text, sizeof(err.text), "out of host memory");
         goto fatal;
+    }
+    if (O.mismatch) {
+        /* Ranks that disagree on the schedule would pair different collectives.
+         * The engine must refuse at the first forward, on every rank, before
+         * any collective of the schedule runs. */
+        bmt_blocklist_config_t lc = BMT_BLOCKLIST_CONFIG_INITIALIZER;
+        lc.prefetch = my_rank % 2 ? 0 : 1;
+        bmt_blocklist_t *l = bmt_blocklist_create(ctx, &lc, &err);
+        const int64_t shape[1] = { 40 };
+        for (int b = 0; l && b < 2; b++) {
+            char name[16];
+            snprintf(name, sizeof(name), "mm.%d", b);
+            bmt_block_t *blk = bmt_block_create(ctx, name, &err);
+            if (blk == NULL ||
+                bmt_block_add_param(blk, "w", 1, shape, O.dtype,
+                                    (bmt_init_t){ BMT_INIT_ONES, 0, 0, 1 }, 0, &err) < 0 ||
+                bmt_block_build(blk, O.seed, &err) < 0 ||
+                bmt_blocklist_append(l, blk, &kind_ops[K_MIX], NULL, &err) < 0)
+                goto fatal;
+        }
+        if (l == NULL)
+            goto fatal;
+        bmt_error_t e;
+        memset(&e, 0, sizeof(e));
+        int frc = bmt_blocklist_forward(l, &e);
+        check(frc == -1 && strstr(e.text, "block lists differ"),
+              "mismatch: ranks with different prefetch settings are refused at the first "
+              "forward: \"%s\"",
+              frc == -1 ? e.text : "it returned 0");
+        bmt_blocklist_destroy(l);
+        printf("engine_check: mismatch: %ld passed, %ld failed on rank %d\n", (long)n_passed,
+               (long)n_failed, my_rank);
+        bmt_finalize(ctx);
+        return n_failed ? 1 : 0;
     }
     run_cfg_t main_cfg = { O.zero, O.ckpt, true };
     if (engine_run(&main_cfg, &R, ops, dev, final, &err) < 0)
