@@ -16,6 +16,7 @@
 
 #include "bmt/bmt.h"
 #include "env.h"
+#include "costmodel.h"
 #include "error.h"
 
 enum {
@@ -30,6 +31,23 @@ enum {
     OPT_TEE,
     OPT_NO_LABEL,
     OPT_HELP_ENV,
+    OPT_LOCAL,
+    OPT_SBATCH,
+    OPT_SUBMIT,
+    OPT_TIME,
+    OPT_PARTITION,
+    OPT_ACCOUNT,
+    OPT_JOB_NAME,
+    OPT_OUTPUT,
+    OPT_SIGNAL_LEAD,
+    OPT_TEMPLATE,
+    OPT_MODEL,
+    OPT_BUSBW_GROUP,
+    OPT_BUSBW_REPLICA,
+    OPT_BUSBW_FLAT,
+    OPT_LATENCY_US,
+    OPT_ZERO,
+    OPT_GRAD_DTYPE,
 };
 
 static const struct option long_opts[] = {
@@ -49,6 +67,23 @@ static const struct option long_opts[] = {
     { "verbose", no_argument, NULL, 'v' },
     { "help", no_argument, NULL, 'h' },
     { "help-env", no_argument, NULL, OPT_HELP_ENV },
+    { "local", no_argument, NULL, OPT_LOCAL },
+    { "sbatch", no_argument, NULL, OPT_SBATCH },
+    { "submit", no_argument, NULL, OPT_SUBMIT },
+    { "time", required_argument, NULL, OPT_TIME },
+    { "partition", required_argument, NULL, OPT_PARTITION },
+    { "account", required_argument, NULL, OPT_ACCOUNT },
+    { "job-name", required_argument, NULL, OPT_JOB_NAME },
+    { "output", required_argument, NULL, OPT_OUTPUT },
+    { "signal-lead", required_argument, NULL, OPT_SIGNAL_LEAD },
+    { "template", required_argument, NULL, OPT_TEMPLATE },
+    { "model", required_argument, NULL, OPT_MODEL },
+    { "busbw-group", required_argument, NULL, OPT_BUSBW_GROUP },
+    { "busbw-replica", required_argument, NULL, OPT_BUSBW_REPLICA },
+    { "busbw-flat", required_argument, NULL, OPT_BUSBW_FLAT },
+    { "latency-us", required_argument, NULL, OPT_LATENCY_US },
+    { "zero", required_argument, NULL, OPT_ZERO },
+    { "grad-dtype", required_argument, NULL, OPT_GRAD_DTYPE },
     { "version", no_argument, NULL, 'V' },
     { NULL, 0, NULL, 0 },
 };
@@ -69,11 +104,30 @@ void cli_usage(FILE *out)
           "  -N, --nodes N           nodes of the allocation (default: derived)\n"
           "      --plan              print the layout, alignment and alternatives; run nothing\n"
           "      --json              with --plan: JSON with per-rank detail\n"
+          "Communication model (with --plan; GB/s as nccl-tests' busbw):\n"
+          "      --model NAME|COUNT  bytes, ring steps and time per training step and GPU,\n"
+          "                          flat ZeRO-3 vs this layout: d12 d24 d36 d48 (GPT-2),\n"
+          "                          or a count: 1.5e9, 350M, 70B\n"
+          "      --busbw-group GBPS  ZeRO collectives inside a group   (default: 230 on one\n"
+          "      --busbw-replica GBPS  all-reduce across groups       node, else 45 per rank\n"
+          "      --busbw-flat GBPS   a ring over the whole world       on its thinnest node)\n"
+          "      --latency-us US     added per ring step (default 0)\n"
+          "      --zero 2|3          parameters gathered once or twice a step (default 3)\n"
+          "      --grad-dtype bf16|f32  gradient reduce-scatter dtype (default f32)\n"
           "Ranks:\n"
           "      --device cpu|cuda   where ranks compute (default: BMT_DEVICE, else cpu)\n"
           "      --backend NAME      shm, nccl or none (default: shm on cpu, nccl on cuda)\n"
           "      --timeout SECONDS   deadline of every bootstrap step and collective\n"
           "                          (BMT_TIMEOUT in the ranks; default 300)\n"
+          "Slurm:\n"
+          "      --local             inside an allocation, run on this machine, not with srun\n"
+          "      --sbatch            print a batch script for this job (templates/bmt.sbatch)\n"
+          "      --submit            with --sbatch: hand the script to sbatch\n"
+          "      --time T            job time limit (default 01:00:00)\n"
+          "      --partition P, --account A, --job-name N   passed to #SBATCH lines\n"
+          "      --output PATTERN    batch output file (default bmt-%%x-%%j.out)\n"
+          "      --signal-lead S     send USR1 S seconds before the limit (default 120)\n"
+          "      --template FILE     the batch template (default: the installed one)\n"
           "Supervision and output:\n"
           "      --grace SECONDS     after the first failure, SIGTERM the others and\n"
           "                          SIGKILL them this much later (default 5)\n"
@@ -119,6 +173,9 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
         .gpus_per_group = 1,
         .grace_s = 5.0,
         .label = true,
+        .signal_lead = 120,
+        .zero_level = 3,
+        .grad_bytes = 4,
     };
     opterr = 0; /* we write our own messages */
     optind = 0; /* GNU: 0 also resets getopt's state left by an earlier parse */
@@ -172,6 +229,68 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
         case 'v': o->verbose++; break;
         case 'h': cli_usage(stdout); return 1;
         case OPT_HELP_ENV: cli_env_help(stdout); return 1;
+        case OPT_LOCAL: o->local = true; break;
+        case OPT_SBATCH: o->sbatch = true; break;
+        case OPT_SUBMIT: o->submit = o->sbatch = true; break;
+        case OPT_TIME:
+        case OPT_PARTITION:
+        case OPT_ACCOUNT:
+        case OPT_JOB_NAME:
+        case OPT_OUTPUT:
+        case OPT_TEMPLATE:
+            if (*optarg == '\0' || strpbrk(optarg, "\n\r"))
+                return errprintf(err, "%s needs a value on one line", argv[optind - 1]);
+            if (c != OPT_TEMPLATE && strpbrk(optarg, " \t'\"\\$`"))
+                return errprintf(err, "%s '%.60s': no spaces, quotes, $ or backslashes",
+                                 argv[optind - 1], optarg);
+            if (c == OPT_TIME)
+                o->time = optarg;
+            else if (c == OPT_PARTITION)
+                o->partition = optarg;
+            else if (c == OPT_ACCOUNT)
+                o->account = optarg;
+            else if (c == OPT_JOB_NAME)
+                o->job_name = optarg;
+            else if (c == OPT_OUTPUT)
+                o->output = optarg;
+            else
+                o->template_path = optarg;
+            break;
+        case OPT_MODEL:
+            if (costmodel_parse_params(optarg, "--model", &o->params, err) < 0)
+                return -1;
+            o->model = optarg;
+            break;
+        case OPT_BUSBW_GROUP:
+        case OPT_BUSBW_REPLICA:
+        case OPT_BUSBW_FLAT:
+            if (costmodel_parse_gbps(optarg, argv[optind - 1],
+                                     c == OPT_BUSBW_GROUP     ? &o->busbw_group
+                                     : c == OPT_BUSBW_REPLICA ? &o->busbw_replica
+                                                              : &o->busbw_flat,
+                                     err) < 0)
+                return -1;
+            o->comm_opts = true;
+            break;
+        case OPT_LATENCY_US:
+            if (costmodel_parse_us(optarg, "--latency-us", &o->latency_us, err) < 0)
+                return -1;
+            o->comm_opts = true;
+            break;
+        case OPT_ZERO:
+            if (costmodel_parse_zero(optarg, "--zero", &o->zero_level, err) < 0)
+                return -1;
+            o->comm_opts = true;
+            break;
+        case OPT_GRAD_DTYPE:
+            if (costmodel_parse_dtype(optarg, "--grad-dtype", &o->grad_bytes, err) < 0)
+                return -1;
+            o->comm_opts = true;
+            break;
+        case OPT_SIGNAL_LEAD:
+            if (bmt_parse_positive(optarg, "--signal-lead", &o->signal_lead, err) < 0)
+                return -1;
+            break;
         case 'V': printf("bmlaunch (bmt) %s\n", BMT_VERSION_STRING); return 1;
         case ':': return errprintf(err, "%s needs a value", argv[optind - 1]);
         case '?':
@@ -190,6 +309,18 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
     }
     if (o->json && !o->plan)
         return errprintf(err, "--json goes with --plan");
+    if (o->model && !o->plan)
+        return errprintf(err, "--model goes with --plan");
+    if (o->comm_opts && !o->model)
+        return errprintf(err, "--busbw-group, --busbw-replica, --busbw-flat, --latency-us, --zero "
+                              "and --grad-dtype go with --model");
+    if (o->sbatch && (o->plan || o->local))
+        return errprintf(err, "--sbatch prints a batch script; it goes with neither --plan nor "
+                              "--local");
+    if (!o->sbatch &&
+        (o->time || o->partition || o->account || o->job_name || o->output || o->template_path))
+        return errprintf(err, "--time, --partition, --account, --job-name, --output and "
+                              "--template go with --sbatch");
     if (o->tee && !o->log_dir)
         return errprintf(err, "--tee goes with --log-dir");
     if (o->backend && strcmp(o->backend, "shm") == 0 && strcmp(o->device, "cuda") == 0)

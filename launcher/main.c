@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <dirent.h>
@@ -21,7 +22,10 @@
 #include "cli.h"
 #include "error.h"
 #include "local.h"
+#include "costmodel.h"
 #include "plan.h"
+#include "sbatch.h"
+#include "slurm.h"
 #include "supervise.h"
 
 extern char **environ;
@@ -77,7 +81,8 @@ static int mkdir_p(const char *path, bmt_error_t *err)
 }
 
 /* The environment of one rank: ours, minus stale BMT_ layout variables, plus
- * this rank's. Returns a NULL-terminated malloc'd array PMIx may extend. */
+ * this rank's (rank < 0: the job's only, for srun). Returns a NULL-terminated
+ * malloc'd array PMIx may extend. */
 static char **rank_env(const launch_opts_t *o, const bmt_layout_t *l, int rank, const char *job_id)
 {
     static const char *ours[] = { "BMT_GROUPS=",
@@ -109,7 +114,7 @@ static char **rank_env(const launch_opts_t *o, const bmt_layout_t *l, int rank, 
         if (!skip && (env[k] = strdup(environ[i])) != NULL)
             k++;
     }
-    bmt_rank_info_t ri = bmt_layout_rank(l, rank);
+    bmt_rank_info_t ri = bmt_layout_rank(l, rank < 0 ? 0 : rank);
     char buf[256];
 #define ADD(...)                                                                                   \
     do {                                                                                           \
@@ -122,11 +127,13 @@ static char **rank_env(const launch_opts_t *o, const bmt_layout_t *l, int rank, 
     ADD("BMT_GPUS_PER_NODE=%d", l->gpus_per_node);
     ADD("BMT_NODES=%d", l->nodes);
     ADD("BMT_WORLD_SIZE=%d", l->world);
-    ADD("BMT_RANK=%d", rank);
-    ADD("BMT_LOCAL_RANK=%d", ri.local_rank);
-    ADD("BMT_GROUP=%d", ri.group);
-    ADD("BMT_GROUP_RANK=%d", ri.group_rank);
-    ADD("BMT_NODE=%d", ri.node);
+    if (rank >= 0) { /* under srun, bmlaunch --rank-exec sets these in each task */
+        ADD("BMT_RANK=%d", rank);
+        ADD("BMT_LOCAL_RANK=%d", ri.local_rank);
+        ADD("BMT_GROUP=%d", ri.group);
+        ADD("BMT_GROUP_RANK=%d", ri.group_rank);
+        ADD("BMT_NODE=%d", ri.node);
+    }
     ADD("BMT_JOB_ID=%s", job_id);
     ADD("BMT_DEVICE=%s", o->device);
     if (o->backend)
@@ -161,21 +168,120 @@ static void raise_nofile(int world)
     setrlimit(RLIMIT_NOFILE, &rl);
 }
 
-int main(int argc, char **argv)
+static char *self_path(void)
 {
-    launch_opts_t o;
-    bmt_error_t err = { { 0 } };
-    int rc = cli_parse(argc, argv, &o, &err);
-    if (rc == 1)
-        return 0;
-    if (rc < 0)
-        return usage_error(err.text);
-    bmt_layout_t l;
-    if (bmt_layout_make(&l, o.groups, o.gpus_per_group, o.gpus_per_node, o.nodes, &err) < 0)
-        return usage_error(err.text);
-    if (o.plan)
-        return plan_print(stdout, &l, o.json) == 0 ? 0 : 1;
+    static char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0)
+        return NULL;
+    exe[n] = '\0';
+    return exe;
+}
 
+/* --sbatch [--submit]: print (or submit) the batch script of this job. */
+static int run_sbatch(const launch_opts_t *o)
+{
+    bmt_error_t err = { { 0 } };
+    int world = o->groups * o->gpus_per_group;
+    int gpn = o->gpus_per_node ? o->gpus_per_node : o->nodes ? world / o->nodes : 0;
+    if (gpn == 0)
+        return usage_error("--sbatch needs --gpus-per-node (ranks per node) or --nodes to size "
+                           "the job");
+    bmt_layout_t l;
+    if (bmt_layout_make(&l, o->groups, o->gpus_per_group, gpn, o->nodes, &err) < 0)
+        return usage_error(err.text);
+    const char *self = self_path();
+    if (self == NULL)
+        return usage_error("cannot find bmlaunch's own path (/proc/self/exe)");
+    char *script = sbatch_script(o, &l, self, &err);
+    if (script == NULL)
+        return usage_error(err.text);
+    if (!o->submit) {
+        fputs(script, stdout);
+        free(script);
+        return ferror(stdout) ? 1 : 0;
+    }
+    char sbatch[PATH_MAX];
+    if (resolve_program("sbatch", sbatch, sizeof(sbatch), &err) < 0) {
+        free(script);
+        return usage_error("--submit needs sbatch in PATH (Slurm's client commands)");
+    }
+    FILE *p = popen("sbatch", "w"); /* the script on its stdin; its answer on our stdout */
+    if (p == NULL) {
+        free(script);
+        fprintf(stderr, "bmlaunch: cannot run sbatch: %s\n", strerror(errno));
+        return 1;
+    }
+    fputs(script, p);
+    free(script);
+    int st = pclose(p);
+    return st == -1 ? 1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Inside a Slurm allocation: srun starts the ranks; bmlaunch supervises srun. */
+static int run_slurm(const launch_opts_t *o, const slurm_alloc_t *a)
+{
+    bmt_error_t err = { { 0 } };
+    bmt_layout_t l;
+    if (slurm_plan(a, o, &l, &err) < 0)
+        return usage_error(err.text);
+    char srun[PATH_MAX], path[PATH_MAX];
+    if (resolve_program("srun", srun, sizeof(srun), &err) < 0)
+        return usage_error("inside a Slurm allocation bmlaunch starts the ranks with srun, which "
+                           "is not in PATH; install Slurm's client commands or use --local");
+    if (resolve_program(o->prog_argv[0], path, sizeof(path), &err) < 0)
+        return usage_error(err.text);
+    if (o->log_dir && mkdir_p(o->log_dir, &err) < 0)
+        return usage_error(err.text);
+    const char *self = self_path();
+    if (self == NULL)
+        return usage_error("cannot find bmlaunch's own path (/proc/self/exe)");
+    char job_id[128];
+    snprintf(job_id, sizeof(job_id), "slurm.%s", a->job_id);
+    char **argv = slurm_srun_argv(a, o, &l, self);
+    char **env = rank_env(o, &l, -1, job_id);
+    job_opts_t jo = {
+        .world = l.world,
+        .grace_s = o->grace_s,
+        .log_dir = o->log_dir,
+        .tee = o->tee,
+        .label = o->label,
+        .verbose = o->verbose,
+        .notify_fd = -1,
+        .demux = true,
+    };
+    job_t *job = argv && env ? job_create(&jo, &err) : NULL;
+    if (job == NULL) {
+        fprintf(stderr, "bmlaunch: %s\n", argv && env ? err.text : "out of memory");
+        slurm_argv_free(argv);
+        env_free(env);
+        return 1;
+    }
+    if (o->verbose) {
+        fprintf(stderr, "bmlaunch: allocation %s: %d x %d = %d ranks on %d of %d nodes:", a->job_id,
+                l.groups, l.gpus_per_group, l.world, l.nodes, a->nodes);
+        for (char **p = argv; *p; p++)
+            fprintf(stderr, " %s", *p);
+        fputc('\n', stderr);
+    }
+    int status = 1;
+    if (job_spawn_driver(job, srun, argv, env, &err) < 0)
+        fprintf(stderr, "bmlaunch: starting srun failed: %s\n", err.text);
+    else
+        status = job_run(job);
+    job_destroy(job);
+    slurm_argv_free(argv);
+    env_free(env);
+    return status;
+}
+
+/* On this machine: bmlaunch is the PMIx server of every rank. */
+static int run_local(const launch_opts_t *o_, const bmt_layout_t *l_)
+{
+    const launch_opts_t o = *o_;
+    const bmt_layout_t l = *l_;
+    bmt_error_t err = { { 0 } };
+    int rc;
     /* Local mode: every rank on this machine. PMIx's local ranks are 16-bit. */
     if (l.world > 65535) {
         snprintf(err.text, sizeof(err.text),
@@ -280,4 +386,54 @@ int main(int argc, char **argv)
     close(notify[0]);
     close(notify[1]);
     return status;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && strcmp(argv[1], "--rank-exec") == 0) {
+        int a = argc >= 3 && strcmp(argv[2], "--") == 0 ? 3 : 2;
+        return slurm_rank_exec(argc - a, argv + a);
+    }
+    launch_opts_t o;
+    bmt_error_t err = { { 0 } };
+    int rc = cli_parse(argc, argv, &o, &err);
+    if (rc == 1)
+        return 0;
+    if (rc < 0)
+        return usage_error(err.text);
+    if (o.sbatch)
+        return run_sbatch(&o);
+    bmt_layout_t l;
+    if (o.plan) {
+        if (bmt_layout_make(&l, o.groups, o.gpus_per_group, o.gpus_per_node, o.nodes, &err) < 0)
+            return usage_error(err.text);
+        if (o.model == NULL)
+            return plan_print(stdout, &l, o.json, NULL, NULL) == 0 ? 0 : 1;
+        costmodel_in_t cin = COSTMODEL_IN_INITIALIZER;
+        const costmodel_preset_t *preset = costmodel_preset(o.model);
+        cin.params = o.params;
+        cin.model = o.model;
+        cin.zero_level = o.zero_level;
+        cin.reduce_bytes = o.grad_bytes;
+        cin.shard_bytes = 4; /* the engine all-reduces f32 gradient shards */
+        cin.busbw_group = o.busbw_group;
+        cin.busbw_replica = o.busbw_replica;
+        cin.busbw_world = o.busbw_flat;
+        cin.latency_us = o.latency_us;
+        cin.blocks = preset ? preset->layers : 1; /* one gather per block */
+        costmodel_default_busbw(&l, COSTMODEL_NVLINK_GBPS, COSTMODEL_NIC_GBPS, &cin);
+        costmodel_out_t cout;
+        if (costmodel_eval(&l, &cin, &cout, &err) < 0)
+            return usage_error(err.text);
+        return plan_print(stdout, &l, o.json, &cin, &cout) == 0 ? 0 : 1;
+    }
+    slurm_alloc_t a;
+    int in_slurm = o.local ? 0 : slurm_detect(&a, &err);
+    if (in_slurm < 0)
+        return usage_error(err.text);
+    if (in_slurm)
+        return run_slurm(&o, &a);
+    if (bmt_layout_make(&l, o.groups, o.gpus_per_group, o.gpus_per_node, o.nodes, &err) < 0)
+        return usage_error(err.text);
+    return run_local(&o, &l);
 }

@@ -186,15 +186,22 @@ static json_t *build_json(const bmt_layout_t *l)
     return root;
 }
 
-int plan_print(FILE *out, const bmt_layout_t *l, bool json)
+int plan_print(FILE *out, const bmt_layout_t *l, bool json, const costmodel_in_t *cin,
+               const costmodel_out_t *cout)
 {
     if (!json) {
         print_text(out, l);
+        if (cin && cout)
+            costmodel_print_text(out, l, cin, cout);
         return ferror(out) ? -1 : 0;
     }
     json_t *root = build_json(l);
     if (root == NULL)
         return -1;
+    if (cin && cout && json_object_set_new(root, "comm_model", costmodel_json(l, cin, cout)) < 0) {
+        json_decref(root);
+        return -1;
+    }
     int rc = json_dumpf(root, out, JSON_INDENT(1) | JSON_COMPACT);
     fputc('\n', out);
     json_decref(root);

@@ -6,10 +6,14 @@
 #include <stdio.h>
 
 #include "bmt/layout.h"
+#include "costmodel.h"
 
 /* Text: a summary, a table of groups and one of nodes (long tables elided), the
  * rail-alignment verdict and aligned alternatives. JSON: the same facts plus
- * every group, replica communicator and rank. Returns 0, or -1 on a write error. */
-int plan_print(FILE *out, const bmt_layout_t *l, bool json);
+ * every group, replica communicator and rank. With cin and cout (from
+ * costmodel_eval; both NULL for none) the communication model follows the text,
+ * or is the JSON's "comm_model" object. Returns 0, or -1 on a write error. */
+int plan_print(FILE *out, const bmt_layout_t *l, bool json, const costmodel_in_t *cin,
+               const costmodel_out_t *cout);
 
 #endif

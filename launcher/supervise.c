@@ -65,7 +65,8 @@ typedef enum failure_kind {
 
 struct job {
     job_opts_t o;
-    rank_proc_t *ranks;
+    rank_proc_t *ranks; /* (world) per rank: the process (local mode), output, tail, log */
+    rank_proc_t driver; /* Slurm mode: srun, whose labelled output stands for every rank */
     int spawned, running;
     int sigfd;
     sigset_t old_mask;
@@ -84,7 +85,16 @@ struct job {
     char kill_reason[48]; /* why SIGKILL was sent: "after the 5.0 s grace", ... */
     int connected, finalized;
     char host[256];
+    char fail_host[128]; /* Slurm mode: the failing task's node, from srun */
 };
+
+/* The processes bmlaunch supervises: every rank locally, srun alone under Slurm. */
+static int nprocs(const job_t *job)
+{
+    return job->o.demux ? (job->driver.pid ? 1 : 0) : job->spawned;
+}
+
+static rank_proc_t *proc(job_t *job, int i) { return job->o.demux ? &job->driver : &job->ranks[i]; }
 
 static const int handled_signals[] = { SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2 };
 
@@ -126,6 +136,9 @@ job_t *job_create(const job_opts_t *opts, bmt_error_t *err)
         job->ranks[r].out.fd = job->ranks[r].err.fd = -1;
         job->ranks[r].err.is_err = true;
     }
+    job->driver.rank = -1;
+    job->driver.out.fd = job->driver.err.fd = -1;
+    job->driver.err.is_err = true;
     sigset_t set;
     sigemptyset(&set);
     for (size_t i = 0; i < sizeof(handled_signals) / sizeof(handled_signals[0]); i++)
@@ -177,10 +190,22 @@ int resolve_program(const char *name, char *out, size_t len, bmt_error_t *err)
     return errprintf(err, "program '%.100s' not found in PATH", name);
 }
 
-int job_spawn(job_t *job, int rank, const char *path, char *const argv[], char *const envp[],
-              bmt_error_t *err)
+/* Open DIR/rank-N.log for rank. */
+static int open_log(job_t *job, rank_proc_t *rp, bmt_error_t *err)
 {
-    rank_proc_t *rp = &job->ranks[rank];
+    char file[PATH_MAX];
+    snprintf(file, sizeof(file), "%s/rank-%d.log", job->o.log_dir, rp->rank);
+    rp->log = fopen(file, "we");
+    if (rp->log == NULL)
+        return errprintf(err, "cannot write %.120s: %s", file, strerror(errno));
+    return 0;
+}
+
+/* Fork and exec one supervised process into rp (a rank, or srun). */
+static int spawn(job_t *job, rank_proc_t *rp, const char *path, char *const argv[],
+                 char *const envp[], bmt_error_t *err)
+{
+    const int rank = rp->rank;
     int out[2], errp[2];
     if (pipe2(out, O_CLOEXEC) != 0)
         return errprintf(err, "rank %d: pipe: %s", rank, strerror(errno));
@@ -191,15 +216,9 @@ int job_spawn(job_t *job, int rank, const char *path, char *const argv[], char *
         return errprintf(err, "rank %d: pipe: %s (raise the open-files limit, ulimit -n)", rank,
                          strerror(e));
     }
-    if (job->o.log_dir) {
-        char file[PATH_MAX];
-        snprintf(file, sizeof(file), "%s/rank-%d.log", job->o.log_dir, rank);
-        rp->log = fopen(file, "we");
-        if (rp->log == NULL) {
-            int e = errno;
-            close(out[0]), close(out[1]), close(errp[0]), close(errp[1]);
-            return errprintf(err, "cannot write %.120s: %s", file, strerror(e));
-        }
+    if (job->o.log_dir && rank >= 0 && open_log(job, rp, err) < 0) {
+        close(out[0]), close(out[1]), close(errp[0]), close(errp[1]);
+        return -1;
     }
     /* Everything the child needs is prepared here: after fork only
      * async-signal-safe calls are allowed (PMIx runs a thread in this process). */
@@ -250,8 +269,29 @@ int job_spawn(job_t *job, int rank, const char *path, char *const argv[], char *
     rp->start = now_s();
     rp->out.fd = out[0];
     rp->err.fd = errp[0];
-    job->spawned++;
     job->running++;
+    return 0;
+}
+
+int job_spawn(job_t *job, int rank, const char *path, char *const argv[], char *const envp[],
+              bmt_error_t *err)
+{
+    if (spawn(job, &job->ranks[rank], path, argv, envp, err) < 0)
+        return -1;
+    job->spawned++;
+    return 0;
+}
+
+int job_spawn_driver(job_t *job, const char *path, char *const argv[], char *const envp[],
+                     bmt_error_t *err)
+{
+    if (job->o.log_dir)
+        for (int r = 0; r < job->o.world; r++)
+            if (open_log(job, &job->ranks[r], err) < 0)
+                return -1;
+    if (spawn(job, &job->driver, path, argv, envp, err) < 0)
+        return -1;
+    job->spawned = job->o.world;
     return 0;
 }
 
@@ -273,8 +313,14 @@ static void tail_add(rank_proc_t *rp, const char *line, size_t len)
         rp->tail_count++;
 }
 
+static void demux_line(job_t *job, bool is_err, const char *line, size_t len);
+
 static void emit_line(job_t *job, rank_proc_t *rp, bool is_err, const char *line, size_t len)
 {
+    if (rp->rank < 0) { /* srun: the line belongs to a rank, or to srun itself */
+        demux_line(job, is_err, line, len);
+        return;
+    }
     tail_add(rp, line, len);
     if (rp->log) {
         fwrite(line, 1, len, rp->log);
@@ -287,6 +333,92 @@ static void emit_line(job_t *job, rank_proc_t *rp, bool is_err, const char *line
         fprintf(con, "%d: ", rp->rank);
     fwrite(line, 1, len, con);
     fputc('\n', con);
+}
+
+/* The signal whose description (strsignal, as srun prints it) is text. */
+static int signal_named(const char *text)
+{
+    for (int sig = 1; sig < NSIG; sig++) {
+        const char *d = strsignal(sig);
+        if (d && strcmp(d, text) == 0)
+            return sig;
+    }
+    return 0;
+}
+
+/* srun's report of a task's end, e.g. "srun: error: node1: task 2: Exited with
+ * exit code 3" or "...: task 0: Segmentation fault (core dumped)": the first
+ * one names the job's first failure. */
+static void srun_report(job_t *job, const char *line, size_t len)
+{
+    char buf[512];
+    snprintf(buf, sizeof(buf), "%.*s", (int)(len < sizeof(buf) - 1 ? len : sizeof(buf) - 1), line);
+    const char *t = strstr(buf, ": task ");
+    if (t == NULL || job->fail != FAIL_NONE)
+        return;
+    int rank = -1, n = 0;
+    if (sscanf(t, ": task %d: %n", &rank, &n) != 1 || n == 0 || rank < 0 || rank >= job->o.world)
+        return;
+    const char *what = t + n;
+    const char *h = strstr(buf, "error: ");
+    h = h && h < t ? h + 7 : buf;
+    snprintf(job->fail_host, sizeof(job->fail_host), "%.*s", (int)(t - h), h);
+    int code = 0;
+    char desc[128];
+    snprintf(desc, sizeof(desc), "%s", what);
+    char *core = strstr(desc, " (core dumped)");
+    if (core)
+        *core = '\0';
+    if (sscanf(what, "Exited with exit code %d", &code) == 1) {
+        job->fail = FAIL_EXIT;
+        job->fail_code = code;
+    } else if ((code = signal_named(desc)) > 0) {
+        job->fail = FAIL_SIGNAL;
+        job->fail_code = code;
+    } else {
+        job->fail = FAIL_EXIT;
+        job->fail_code = 1;
+        snprintf(job->fail_msg, sizeof(job->fail_msg), "%s", what);
+    }
+    job->fail_rank = rank;
+    job->fail_at = now_s();
+    fprintf(stderr, "bmlaunch: rank %d (on %s) %s; srun ends the job step\n", rank, job->fail_host,
+            what);
+}
+
+/* Slurm mode: "N: text" (srun --label) is rank N's line; the rest is srun's. */
+static void demux_line(job_t *job, bool is_err, const char *line, size_t len)
+{
+    size_t i = 0;
+    while (i < len && line[i] == ' ')
+        i++;
+    size_t d = i;
+    long r = 0;
+    while (i < len && i - d < 9 && line[i] >= '0' && line[i] <= '9')
+        r = r * 10 + (line[i++] - '0');
+    if (i > d && i < len && line[i] == ':' && r < job->o.world) {
+        size_t start = i + 1 < len && line[i + 1] == ' ' ? i + 2 : i + 1;
+        emit_line(job, &job->ranks[r], is_err, line + start, len - start);
+        /* bmt_abort's line: srun reports the abort only as killed tasks. */
+        char text[512];
+        size_t n = len - start < sizeof(text) - 1 ? len - start : sizeof(text) - 1;
+        memcpy(text, line + start, n);
+        text[n] = '\0';
+        int status;
+        const char *msg = strstr(text, "): ");
+        if (job->fail == FAIL_NONE && msg &&
+            sscanf(text, "bmt: rank %*d called bmt_abort(status %d)", &status) == 1) {
+            job->fail = FAIL_ABORT;
+            job->fail_rank = (int)r;
+            job->fail_code = status;
+            job->fail_at = now_s();
+            snprintf(job->fail_msg, sizeof(job->fail_msg), "%s", msg + 3);
+        }
+        return;
+    }
+    fwrite(line, 1, len, stderr);
+    fputc('\n', stderr);
+    srun_report(job, line, len);
 }
 
 static void stream_close(job_t *job, rank_proc_t *rp, stream_t *s)
@@ -341,9 +473,9 @@ static void stream_read(job_t *job, rank_proc_t *rp, stream_t *s)
 
 static void signal_ranks(job_t *job, int sig)
 {
-    for (int r = 0; r < job->spawned; r++)
-        if (job->ranks[r].running)
-            kill(-job->ranks[r].pid, sig);
+    for (int i = 0; i < nprocs(job); i++)
+        if (proc(job, i)->running)
+            kill(-proc(job, i)->pid, sig);
 }
 
 static void begin_end(job_t *job)
@@ -372,6 +504,17 @@ static void rank_exited(job_t *job, rank_proc_t *rp, int status)
     rp->status = status;
     rp->end = now_s();
     job->running--;
+    if (rp->rank < 0) {
+        /* srun: its task reports named the failure, if there was one. */
+        bool fine = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        if (job->fail == FAIL_NONE && !fine) {
+            job->fail = WIFSIGNALED(status) ? FAIL_SIGNAL : FAIL_EXIT;
+            job->fail_code = WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status);
+            job->fail_rank = -1;
+            job->fail_at = rp->end;
+        }
+        return;
+    }
     bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
     if (job->o.verbose)
         fprintf(stderr, "bmlaunch: rank %d (pid %d) %s after %.2f s\n", rp->rank, (int)rp->pid,
@@ -405,9 +548,9 @@ static void reap(job_t *job)
             continue;
         if (pid <= 0)
             return;
-        for (int r = 0; r < job->spawned; r++)
-            if (job->ranks[r].pid == pid && job->ranks[r].running) {
-                rank_exited(job, &job->ranks[r], status);
+        for (int i = 0; i < nprocs(job); i++)
+            if (proc(job, i)->pid == pid && proc(job, i)->running) {
+                rank_exited(job, proc(job, i), status);
                 break;
             }
     }
@@ -478,15 +621,41 @@ static void print_summary(job_t *job)
                     job->spawned == 1 ? "" : "s", now_s() - job->t0);
         return;
     }
+    if (job->fail_rank < 0) { /* srun failed, and no task report said why */
+        char what[96];
+        describe_status(what, sizeof(what), job->driver.status);
+        fprintf(stderr, "bmlaunch: job failed: srun %s\n", what);
+        if (job->user_signal)
+            fprintf(stderr, "bmlaunch: the job was ended by %s sent to bmlaunch\n",
+                    sig_name(job->user_signal));
+        return;
+    }
     rank_proc_t *rp = &job->ranks[job->fail_rank];
     char what[320];
-    if (job->fail == FAIL_ABORT)
+    if (job->o.demux) {
+        if (job->fail == FAIL_ABORT)
+            snprintf(what, sizeof(what), "called PMIx_Abort with status %d: %s", job->fail_code,
+                     job->fail_msg[0] ? job->fail_msg : "(no message)");
+        else if (job->fail == FAIL_EXIT && job->fail_msg[0])
+            snprintf(what, sizeof(what), "%s", job->fail_msg);
+        else if (job->fail == FAIL_EXIT)
+            snprintf(what, sizeof(what), "exited with code %d", job->fail_code);
+        else
+            snprintf(what, sizeof(what), "was killed by signal %d (%s)", job->fail_code,
+                     sig_name(job->fail_code));
+        if (job->fail_host[0])
+            fprintf(stderr, "bmlaunch: job failed: rank %d (on %s) %s\n", rp->rank, job->fail_host,
+                    what);
+        else
+            fprintf(stderr, "bmlaunch: job failed: rank %d %s\n", rp->rank, what);
+    } else if (job->fail == FAIL_ABORT)
         snprintf(what, sizeof(what), "called PMIx_Abort with status %d: %s", job->fail_code,
                  job->fail_msg[0] ? job->fail_msg : "(no message)");
     else
         describe_status(what, sizeof(what), rp->status);
-    fprintf(stderr, "bmlaunch: job failed: rank %d (pid %d on %s) %s\n", rp->rank, (int)rp->pid,
-            job->host, what);
+    if (!job->o.demux)
+        fprintf(stderr, "bmlaunch: job failed: rank %d (pid %d on %s) %s\n", rp->rank, (int)rp->pid,
+                job->host, what);
     if (rp->tail_count > 0) {
         fprintf(stderr, "bmlaunch: last %d line%s of rank %d:\n", rp->tail_count,
                 rp->tail_count == 1 ? "" : "s", rp->rank);
@@ -548,7 +717,7 @@ static int exit_status(const job_t *job)
 
 int job_run(job_t *job)
 {
-    int nfds_max = 2 + 2 * job->spawned;
+    int nfds_max = 2 + 2 * (nprocs(job) ? nprocs(job) : 1);
     struct pollfd *pfd = calloc((size_t)nfds_max, sizeof(*pfd));
     stream_t **owner = calloc((size_t)nfds_max, sizeof(*owner));
     rank_proc_t **owner_rank = calloc((size_t)nfds_max, sizeof(*owner_rank));
@@ -567,8 +736,8 @@ int job_run(job_t *job)
         if (job->o.notify_fd >= 0)
             pfd[n++] = (struct pollfd){ .fd = job->o.notify_fd, .events = POLLIN };
         int first_stream = n;
-        for (int r = 0; r < job->spawned; r++) {
-            rank_proc_t *rp = &job->ranks[r];
+        for (int i = 0; i < nprocs(job); i++) {
+            rank_proc_t *rp = proc(job, i);
             stream_t *ss[2] = { &rp->out, &rp->err };
             for (int k = 0; k < 2; k++)
                 if (ss[k]->fd >= 0) {
@@ -585,10 +754,10 @@ int job_run(job_t *job)
             drain_until = t + DRAIN_S;
         if (job->running == 0 && t >= drain_until) {
             /* Whoever still holds a pipe is a leftover of a rank: end it. */
-            for (int r = 0; r < job->spawned; r++) {
-                kill(-job->ranks[r].pid, SIGKILL);
-                stream_close(job, &job->ranks[r], &job->ranks[r].out);
-                stream_close(job, &job->ranks[r], &job->ranks[r].err);
+            for (int i = 0; i < nprocs(job); i++) {
+                kill(-proc(job, i)->pid, SIGKILL);
+                stream_close(job, proc(job, i), &proc(job, i)->out);
+                stream_close(job, proc(job, i), &proc(job, i)->err);
             }
             continue;
         }
@@ -630,8 +799,8 @@ int job_run(job_t *job)
     free(owner);
     free(owner_rank);
     /* No rank process outlives bmlaunch: sweep every rank's process group. */
-    for (int r = 0; r < job->spawned; r++)
-        kill(-job->ranks[r].pid, SIGKILL);
+    for (int i = 0; i < nprocs(job); i++)
+        kill(-proc(job, i)->pid, SIGKILL);
     fflush(stdout);
     print_summary(job);
     return exit_status(job);
@@ -639,8 +808,8 @@ int job_run(job_t *job)
 
 void job_kill_all(job_t *job)
 {
-    for (int r = 0; r < job->spawned; r++) {
-        rank_proc_t *rp = &job->ranks[r];
+    for (int i = 0; i < nprocs(job); i++) {
+        rank_proc_t *rp = proc(job, i);
         if (!rp->running)
             continue;
         kill(-rp->pid, SIGKILL);
@@ -654,8 +823,8 @@ void job_destroy(job_t *job)
 {
     if (job == NULL)
         return;
-    for (int r = 0; r < job->o.world; r++) {
-        rank_proc_t *rp = &job->ranks[r];
+    for (int r = -1; r < job->o.world; r++) {
+        rank_proc_t *rp = r < 0 ? &job->driver : &job->ranks[r];
         if (rp->out.fd >= 0)
             close(rp->out.fd);
         if (rp->err.fd >= 0)

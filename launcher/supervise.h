@@ -25,6 +25,8 @@ typedef struct job_opts {
     bool label;          /* "RANK: " before each line */
     int verbose;
     int notify_fd; /* read end of the PMIx host's event pipe, or -1 */
+    bool demux;    /* Slurm mode: one process (srun) whose output is labelled
+                    * "RANK: " (srun --label) speaks for all ranks */
 } job_opts_t;
 
 /* Block the signals bmlaunch handles (so they queue for the poll loop, also
@@ -35,6 +37,12 @@ job_t *job_create(const job_opts_t *opts, bmt_error_t *err);
 /* Fork and exec rank: path (resolved), argv (NULL-terminated), envp. */
 int job_spawn(job_t *job, int rank, const char *path, char *const argv[], char *const envp[],
               bmt_error_t *err);
+
+/* Slurm mode: fork and exec srun (path, argv, envp), whose labelled output is
+ * split per rank (console labels, tails, --log-dir files) and whose own lines
+ * ("srun: error: node1: task 2: Exited with exit code 3") name the failure. */
+int job_spawn_driver(job_t *job, const char *path, char *const argv[], char *const envp[],
+                     bmt_error_t *err);
 
 /* Supervise until every spawned rank has exited and its output is drained.
  * Returns bmlaunch's exit status (see bmlaunch(1)). */

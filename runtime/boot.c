@@ -22,8 +22,11 @@
 struct boot {
     boot_info_t info;
     pmix_proc_t me;
-    int timeout_s; /* PMIX_TIMEOUT is whole seconds */
-    unsigned seq;  /* exchanges so far (all ranks agree) */
+    int timeout_s;        /* PMIX_TIMEOUT is whole seconds */
+    unsigned seq;         /* exchanges so far (all ranks agree) */
+    char pub_key[64];     /* key of the latest boot_publish */
+    size_t published_len; /* its length */
+    void *published;      /* singleton: the bytes themselves */
 };
 
 static int pmix_fail(bmt_error_t *err, const boot_t *b, const char *call, pmix_status_t rc)
@@ -172,6 +175,7 @@ void boot_finalize(boot_t *b)
         return;
     if (!b->info.singleton)
         PMIx_Finalize(NULL, 0);
+    free(b->published);
     free(b);
 }
 
@@ -276,6 +280,41 @@ int boot_allgather(boot_t *b, const void *mine, size_t len, void *all, bmt_error
             return -1;
     }
     return 0;
+}
+
+int boot_publish(boot_t *b, const void *mine, size_t len, bmt_error_t *err)
+{
+    if (b->info.singleton) {
+        free(b->published);
+        b->published = malloc(len ? len : 1);
+        if (b->published == NULL)
+            return errprintf(err, "rank 0: out of memory");
+        memcpy(b->published, mine, len);
+        b->published_len = len;
+        return 0;
+    }
+    snprintf(b->pub_key, sizeof(b->pub_key), "bmt.pub.%u", b->seq++);
+    if (put_bytes(b, b->pub_key, mine, len, err) < 0 || fence(b, true, err) < 0)
+        return -1;
+    b->published_len = len;
+    return 0;
+}
+
+int boot_fetch(boot_t *b, int peer, void *buf, size_t len, bmt_error_t *err)
+{
+    if (peer < 0 || peer >= b->info.size)
+        return errprintf(err, "rank %d: bmt_oob_fetch: peer %d is not in [0, %d)", b->info.rank,
+                         peer, b->info.size);
+    if (b->published_len == 0 && !b->pub_key[0] && !b->published)
+        return errprintf(err, "rank %d: bmt_oob_fetch before bmt_oob_publish", b->info.rank);
+    if (len != b->published_len)
+        return errprintf(err, "rank %d: bmt_oob_fetch of %zu bytes, but %zu were published",
+                         b->info.rank, len, b->published_len);
+    if (b->info.singleton) {
+        memcpy(buf, b->published, len);
+        return 0;
+    }
+    return get_bytes(b, peer, b->pub_key, buf, len, err);
 }
 
 int boot_bcast(boot_t *b, int root, void *buf, size_t len, bmt_error_t *err)

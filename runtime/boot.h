@@ -40,6 +40,11 @@ int boot_job_uint(boot_t *b, const char *key, uint32_t *out, bmt_error_t *err);
  * Collective over the whole job (Put, Commit, Fence with collect, Get). */
 int boot_allgather(boot_t *b, const void *mine, size_t len, void *all, bmt_error_t *err);
 
+/* Publish len bytes under a fresh key (collective: Put, Commit, Fence) and fetch
+ * a peer's bytes of the latest publication (local). */
+int boot_publish(boot_t *b, const void *mine, size_t len, bmt_error_t *err);
+int boot_fetch(boot_t *b, int peer, void *buf, size_t len, bmt_error_t *err);
+
 /* Root's len bytes land in every rank's buf. Collective over the whole job. */
 int boot_bcast(boot_t *b, int root, void *buf, size_t len, bmt_error_t *err);
 

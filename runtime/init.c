@@ -260,8 +260,14 @@ void bmt_finalize(bmt_ctx_t *ctx)
 
 void bmt_abort(bmt_ctx_t *ctx, int status, const char *msg)
 {
-    if (ctx)
-        boot_abort(ctx->boot, status, msg);
+    if (ctx == NULL)
+        return;
+    /* Said on stderr too: under srun the launcher learns of the abort only from
+     * the rank's output (bmlaunch reads this line). */
+    fprintf(stderr, "bmt: rank %d called bmt_abort(status %d): %s\n", ctx->rank, status,
+            msg ? msg : "");
+    fflush(stderr);
+    boot_abort(ctx->boot, status, msg);
 }
 
 int bmt_oob_allgather(bmt_ctx_t *ctx, const void *mine, size_t len, void *all, bmt_error_t *err)
@@ -269,6 +275,20 @@ int bmt_oob_allgather(bmt_ctx_t *ctx, const void *mine, size_t len, void *all, b
     if (ctx == NULL || (len && (mine == NULL || all == NULL)))
         return errprintf(err, "bmt_oob_allgather: NULL argument");
     return boot_allgather(ctx->boot, mine, len, all, err);
+}
+
+int bmt_oob_publish(bmt_ctx_t *ctx, const void *mine, size_t len, bmt_error_t *err)
+{
+    if (ctx == NULL || len == 0 || mine == NULL)
+        return errprintf(err, "bmt_oob_publish: NULL argument or empty data");
+    return boot_publish(ctx->boot, mine, len, err);
+}
+
+int bmt_oob_fetch(bmt_ctx_t *ctx, int peer, void *buf, size_t len, bmt_error_t *err)
+{
+    if (ctx == NULL || buf == NULL)
+        return errprintf(err, "bmt_oob_fetch: NULL argument");
+    return boot_fetch(ctx->boot, peer, buf, len, err);
 }
 
 int bmt_rank(const bmt_ctx_t *ctx) { return ctx->rank; }

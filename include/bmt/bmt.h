@@ -153,6 +153,14 @@ BMT_API int bmt_barrier(bmt_comm_t *comm, bmt_error_t *err);
 BMT_API int bmt_oob_allgather(bmt_ctx_t *ctx, const void *mine, size_t len, void *all,
                               bmt_error_t *err);
 
+/* The same in two halves, for when a rank needs only some peers' data (at
+ * scale, a world-wide all-gather costs every rank world fetches):
+ * bmt_oob_publish (collective over the world; every rank publishes len bytes,
+ * the same len everywhere) makes them available, and bmt_oob_fetch copies rank
+ * peer's bytes of the latest publication (local, cheap). */
+BMT_API int bmt_oob_publish(bmt_ctx_t *ctx, const void *mine, size_t len, bmt_error_t *err);
+BMT_API int bmt_oob_fetch(bmt_ctx_t *ctx, int peer, void *buf, size_t len, bmt_error_t *err);
+
 /* Memory on the context's device: host memory on cpu, device memory on cuda. */
 BMT_API void *bmt_mem_alloc(bmt_ctx_t *ctx, size_t bytes, bmt_error_t *err);
 BMT_API void bmt_mem_free(bmt_ctx_t *ctx, void *ptr);

@@ -3,6 +3,9 @@
 # that says what is wrong and starts nothing; --plan prints the layout.
 . "$(dirname "$0")/lib.sh"
 
+# A template with a typo, for the --template case below.
+printf '#!/bin/bash\n#SBATCH --nodes={{NODES}}\n#SBATCH --time={{TIEM}}\n' >"$TMP/bad.sbatch"
+
 # Each line: expected message fragment | arguments
 while IFS='|' read -r want args; do
     [ -n "$want" ] || continue
@@ -34,6 +37,14 @@ leave 8 of 16 GPUs idle|--groups 1 --gpus-per-group 8 --gpus-per-node 8 --nodes 
 --json goes with --plan|--json -- $PROGS/behave env
 --plan runs nothing|--plan -- $PROGS/behave env
 local mode runs every rank on this machine|--device cuda -g 2 -n 2 --gpus-per-node 2 -- $PROGS/behave env
+--model: '7x' is neither a parameter count|--plan --model 7x
+--model goes with --plan|--model 7b -- $PROGS/behave env
+go with --model|--plan --zero 2
+--sbatch needs --gpus-per-node|--sbatch -g 2 -n 2 -- $PROGS/behave env
+--time, --partition, --account, --job-name, --output and --template go with --sbatch|--time 01:00:00 -- $PROGS/behave env
+--sbatch prints a batch script; it goes with neither --plan nor --local|--sbatch --plan -g 2
+no spaces, quotes|--sbatch --gpus-per-node 2 --job-name "x'y" -- $PROGS/behave env
+unknown field {{TIEM}}|--sbatch -g 2 --gpus-per-node 2 --template $TMP/bad.sbatch -- $PROGS/behave env
 CASES
 
 test_expect_success "--help prints the usage and exits 0" '
@@ -81,6 +92,37 @@ test_expect_success "--plan --json: valid JSON with per-rank detail (checked by 
 	sizes = [a["gpus_per_group"] for a in p["alternatives"]]
 	assert sizes[:3] == [48, 56, 64], sizes
 	PY
+'
+
+test_expect_success "--plan --model: the communication model of the issue's 70B case" '
+    $BMLAUNCH --plan --model 70B -g 20 -n 50 --gpus-per-node 8 --grad-dtype bf16 >out &&
+    grep -qE "^  flat +total +2997 +419\.580" out &&
+    grep -qE "^  two-level +all-gather params \(fwd\) +group +50 +49 +137\.200" out &&
+    grep -qE "^  two-level +all-reduce grad shard +replica +20 +38 " out &&
+    $BMLAUNCH --plan --json --model d48 -g 2 -n 4 >plan.json &&
+    /usr/bin/python3 -c "import json,sys; p=json.load(open(\"plan.json\")); assert p[\"comm_model\"][\"params\"] == 1557611200, p[\"comm_model\"]"
+'
+
+# The program and arguments with a space and a quote, rendered into a script.
+render_sbatch() {
+    "$BMLAUNCH" --sbatch -g 2 -n 4 --gpus-per-node 4 --device cuda --time 00:30:00 \
+        --partition gpu --job-name train -- "/opt/my prog" "it's"
+}
+cat >"$TMP/want-sbatch" <<'WANT'
+-- '/opt/my prog' 'it'\''s' &
+WANT
+
+test_expect_success "--sbatch renders the template: layout, optional lines, quoting" '
+    render_sbatch >job.sbatch &&
+    grep -qx "#SBATCH --nodes=2" job.sbatch && grep -qx "#SBATCH --ntasks-per-node=4" job.sbatch &&
+    grep -qx "#SBATCH --gpus-per-node=4" job.sbatch && grep -qx "#SBATCH --partition=gpu" job.sbatch &&
+    grep -qx "#SBATCH --time=00:30:00" job.sbatch && grep -qx "#SBATCH --job-name=train" job.sbatch &&
+    grep -qx "#SBATCH --signal=B:USR1@120" job.sbatch && ! grep -q "^#SBATCH --account" job.sbatch &&
+    ! grep -q "{{" job.sbatch && bash -n job.sbatch &&
+    grep -q -- "--groups 2 --gpus-per-group 4 --gpus-per-node 4 --device cuda" job.sbatch &&
+    grep -qF -f "$TMP/want-sbatch" job.sbatch &&
+    $BMLAUNCH --sbatch -g 2 -n 2 --gpus-per-node 4 -- hostname >cpu.sbatch &&
+    ! grep -q "^#SBATCH --gpus-per-node" cpu.sbatch && grep -qx "#SBATCH --nodes=1" cpu.sbatch
 '
 
 test_expect_success "--plan handles 100k ranks quickly" '

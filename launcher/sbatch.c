@@ -1,0 +1,279 @@
+/* launcher/sbatch.c — render batch scripts from templates (see sbatch.h).
+ *
+ * The script runs bmlaunch itself on the first node of the allocation; bmlaunch
+ * sees SLURM_JOB_ID, plans the same layout and starts the ranks with srun. So a
+ * batch job and an interactive `salloc ... bmlaunch ...` behave the same, and
+ * the template stays a short shell script a user can read and copy.
+ */
+#include "sbatch.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "error.h"
+
+#ifndef BMT_DATADIR
+#define BMT_DATADIR "/usr/local/share/bmt"
+#endif
+
+/* A growing string. */
+typedef struct buf {
+    char *s;
+    size_t len, cap;
+    int bad;
+} buf_t;
+
+static void put(buf_t *b, const char *s, size_t n)
+{
+    if (b->bad)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (b->len + n + 1 > cap)
+            cap *= 2;
+        char *ns = realloc(b->s, cap);
+        if (ns == NULL) {
+            b->bad = 1;
+            return;
+        }
+        b->s = ns;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->len, s, n);
+    b->len += n;
+    b->s[b->len] = '\0';
+}
+
+static const sbatch_var_t *lookup(const sbatch_var_t *v, size_t n, const char *name, size_t len)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strlen(v[i].name) == len && strncmp(v[i].name, name, len) == 0)
+            return &v[i];
+    return NULL;
+}
+
+char *sbatch_render(const char *tmpl, const sbatch_var_t *vars, size_t nvars, bmt_error_t *err)
+{
+    buf_t out = { 0 };
+    int lineno = 0;
+    const char *line = tmpl;
+    while (*line) {
+        lineno++;
+        const char *eol = strchr(line, '\n');
+        size_t len = eol ? (size_t)(eol - line) + 1 : strlen(line);
+        buf_t l = { 0 };
+        bool drop = false;
+        const char *p = line, *end = line + len;
+        while (p < end) {
+            const char *open = p;
+            while (open + 1 < end && !(open[0] == '{' && open[1] == '{'))
+                open++;
+            if (open + 1 >= end) {
+                put(&l, p, (size_t)(end - p));
+                break;
+            }
+            put(&l, p, (size_t)(open - p));
+            const char *close = open + 2;
+            while (close + 1 < end && !(close[0] == '}' && close[1] == '}'))
+                close++;
+            if (close + 1 >= end) {
+                free(l.s);
+                free(out.s);
+                errprintf(err, "template line %d: '{{' without '}}'", lineno);
+                return NULL;
+            }
+            const sbatch_var_t *v = lookup(vars, nvars, open + 2, (size_t)(close - open - 2));
+            if (v == NULL) {
+                int n = (int)(close - open - 2);
+                free(l.s);
+                free(out.s);
+                errprintf(err, "template line %d: unknown field {{%.*s}}", lineno, n > 40 ? 40 : n,
+                          open + 2);
+                return NULL;
+            }
+            if (v->value == NULL || v->value[0] == '\0')
+                drop = true;
+            else
+                put(&l, v->value, strlen(v->value));
+            p = close + 2;
+        }
+        if (!drop && l.len)
+            put(&out, l.s, l.len);
+        if (l.bad)
+            out.bad = 1;
+        free(l.s);
+        line += len;
+    }
+    if (out.bad || out.s == NULL) {
+        free(out.s);
+        errprintf(err, "out of memory rendering the batch script");
+        return NULL;
+    }
+    return out.s;
+}
+
+char *shell_quote(const char *arg)
+{
+    buf_t b = { 0 };
+    put(&b, "'", 1);
+    for (const char *p = arg; *p; p++) {
+        if (*p == '\'')
+            put(&b, "'\\''", 4);
+        else
+            put(&b, p, 1);
+    }
+    put(&b, "'", 1);
+    if (b.bad) {
+        free(b.s);
+        return NULL;
+    }
+    return b.s;
+}
+
+static int readable(const char *path) { return access(path, R_OK) == 0; }
+
+int sbatch_find_template(const char *given, char *path, size_t len, bmt_error_t *err)
+{
+    if (given) {
+        if (!readable(given))
+            return errprintf(err, "--template %.100s: %s", given, strerror(errno));
+        snprintf(path, len, "%s", given);
+        return 0;
+    }
+    const char *dir = getenv("BMT_TEMPLATE_DIR");
+    if (dir) {
+        snprintf(path, len, "%s/bmt.sbatch", dir);
+        if (readable(path))
+            return 0;
+    }
+    snprintf(path, len, "%s/templates/bmt.sbatch", BMT_DATADIR);
+    if (readable(path))
+        return 0;
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0'; /* .../build/bin -> .../templates in the source tree */
+            snprintf(path, len, "%s/../../templates/bmt.sbatch", exe);
+            if (readable(path))
+                return 0;
+            snprintf(path, len, "%s/../share/bmt/templates/bmt.sbatch", exe);
+            if (readable(path))
+                return 0;
+        }
+    }
+    return errprintf(err,
+                     "no batch template found (looked in $BMT_TEMPLATE_DIR, %s/templates "
+                     "and next to bmlaunch); give --template FILE",
+                     BMT_DATADIR);
+}
+
+static char *read_file(const char *path, bmt_error_t *err)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        errprintf(err, "cannot read %.100s: %s", path, strerror(errno));
+        return NULL;
+    }
+    buf_t b = { 0 };
+    char chunk[4096];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        put(&b, chunk, n);
+    int bad = ferror(f) || b.bad || b.s == NULL || b.len > (1 << 20);
+    fclose(f);
+    if (bad) {
+        free(b.s);
+        errprintf(err, "cannot read %.100s (empty, unreadable or over 1 MiB)", path);
+        return NULL;
+    }
+    return b.s;
+}
+
+char *sbatch_script(const launch_opts_t *o, const bmt_layout_t *l, const char *self,
+                    bmt_error_t *err)
+{
+    char path[PATH_MAX];
+    if (sbatch_find_template(o->template_path, path, sizeof(path), err) < 0)
+        return NULL;
+    char *tmpl = read_file(path, err);
+    if (tmpl == NULL)
+        return NULL;
+    const bool cuda = strcmp(o->device, "cuda") == 0;
+    char nodes[16], tpn[16], gpn[16], lead[16];
+    snprintf(nodes, sizeof(nodes), "%d", l->nodes);
+    snprintf(tpn, sizeof(tpn), "%d", l->gpus_per_node);
+    snprintf(gpn, sizeof(gpn), "%d", cuda ? l->gpus_per_node : 0);
+    snprintf(lead, sizeof(lead), "%d", o->signal_lead);
+    const char *prog = o->prog_argv[0];
+    const char *base = strrchr(prog, '/') ? strrchr(prog, '/') + 1 : prog;
+
+    /* bmlaunch's own options, as this command line gave them. */
+    buf_t args = { 0 }, program = { 0 };
+    char tmp[160];
+    snprintf(tmp, sizeof(tmp), "--groups %d --gpus-per-group %d --gpus-per-node %d --device %s",
+             l->groups, l->gpus_per_group, l->gpus_per_node, o->device);
+    put(&args, tmp, strlen(tmp));
+    if (o->backend) {
+        snprintf(tmp, sizeof(tmp), " --backend %s", o->backend);
+        put(&args, tmp, strlen(tmp));
+    }
+    if (o->timeout_s > 0) {
+        snprintf(tmp, sizeof(tmp), " --timeout %g", o->timeout_s);
+        put(&args, tmp, strlen(tmp));
+    }
+    snprintf(tmp, sizeof(tmp), " --grace %g", o->grace_s);
+    put(&args, tmp, strlen(tmp));
+    if (o->log_dir) {
+        char *q = shell_quote(o->log_dir);
+        put(&args, " --log-dir ", 11);
+        put(&args, q ? q : "''", strlen(q ? q : "''"));
+        free(q);
+        if (o->tee)
+            put(&args, " --tee", 6);
+    }
+    if (!o->label)
+        put(&args, " --no-label", 11);
+    for (int i = 0; i < o->prog_argc; i++) {
+        char *q = shell_quote(o->prog_argv[i]);
+        if (i)
+            put(&program, " ", 1);
+        put(&program, q ? q : "''", strlen(q ? q : "''"));
+        free(q);
+    }
+    char *self_q = shell_quote(self);
+    char *script = NULL;
+    if (!args.bad && !program.bad && self_q) {
+        const sbatch_var_t vars[] = {
+            { "JOB_NAME", o->job_name ? o->job_name : base },
+            { "NODES", nodes },
+            { "TASKS_PER_NODE", tpn },
+            { "GPUS_PER_NODE", cuda ? gpn : "" },
+            { "TIME", o->time ? o->time : "01:00:00" },
+            { "PARTITION", o->partition ? o->partition : "" },
+            { "ACCOUNT", o->account ? o->account : "" },
+            { "OUTPUT", o->output ? o->output : "bmt-%x-%j.out" },
+            { "SIGNAL_LEAD", lead },
+            { "BMLAUNCH", self_q },
+            { "BMLAUNCH_ARGS", args.s },
+            { "PROGRAM", program.s },
+        };
+        script = sbatch_render(tmpl, vars, sizeof(vars) / sizeof(vars[0]), err);
+        if (script == NULL)
+            errprefix(err, "%.100s: ", path);
+    } else {
+        errprintf(err, "out of memory");
+    }
+    free(self_q);
+    free(args.s);
+    free(program.s);
+    free(tmpl);
+    return script;
+}

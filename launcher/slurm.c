@@ -1,0 +1,273 @@
+/* launcher/slurm.c — bmlaunch inside a Slurm allocation: plan, srun, rank wrapper.
+ *
+ * Why every task runs `bmlaunch --rank-exec -- prog`: srun gives all tasks the
+ * same environment, but a local run gives each rank its BMT_RANK, BMT_GROUP, ...
+ * The wrapper derives them from SLURM_PROCID and the layout, checks that srun
+ * put the task on the node the layout says (block distribution), and execs the
+ * program: nothing in the rank program differs between local and Slurm runs.
+ *
+ * srun flags: --mpi=pmix (slurmd is the PMIx server), one task per rank with
+ * --ntasks-per-node and --distribution=block (rank r on node r / gpus_per_node),
+ * --kill-on-bad-exit (the first failing task ends the step, as locally), --label
+ * (bmlaunch splits the output per rank), --unbuffered. GPUs: --gpu-bind=none so
+ * every task sees its node's GPUs and takes cuda:<local rank> (binding one GPU
+ * per task through cgroups hides the peers and breaks NVLink peer access), and
+ * each task gets the node's CPUs split evenly and bound (--cpus-per-task,
+ * --cpu-bind=cores). CPU runs may put more tasks than cores on a node
+ * (--overcommit, no binding).
+ */
+#include "slurm.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "error.h"
+
+static const char *real_getenv(const char *name) { return getenv(name); }
+
+int slurm_uniform_count(const char *text, int *out)
+{
+    /* "4(x2),4,4(x3)": every count equal -> that count; else 0. */
+    if (text == NULL || *text == '\0')
+        return -1;
+    long value = -1;
+    const char *p = text;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || errno)
+            return -1;
+        p = end;
+        if (*p == '(') {
+            if (p[1] != 'x')
+                return -1;
+            long rep = strtol(p + 2, &end, 10);
+            if (end == p + 2 || rep < 1 || *end != ')')
+                return -1;
+            p = end + 1;
+        }
+        if (value < 0)
+            value = v;
+        else if (value != v)
+            value = 0;
+        if (*p == ',')
+            p++;
+        else if (*p != '\0')
+            return -1;
+    }
+    *out = value > 1 << 20 ? 0 : (int)value;
+    return 0;
+}
+
+static int get_int(const char *(*get)(const char *), const char *name, int *out, bool required,
+                   bmt_error_t *err)
+{
+    const char *v = get(name);
+    if (v == NULL || *v == '\0') {
+        if (required)
+            return errprintf(err, "inside a Slurm allocation but %s is not set", name);
+        *out = 0;
+        return 0;
+    }
+    int n;
+    if (bmt_parse_positive(v, name, &n, err) < 0)
+        return errprefix(err, "Slurm environment: ");
+    *out = n;
+    return 0;
+}
+
+int slurm_detect_from(slurm_alloc_t *a, const char *(*get)(const char *name), bmt_error_t *err)
+{
+    const char *job = get("SLURM_JOB_ID");
+    if (job == NULL || *job == '\0')
+        return 0;
+    slurm_alloc_t s = { 0 };
+    snprintf(s.job_id, sizeof(s.job_id), "%s", job);
+    const char *nn = get("SLURM_JOB_NUM_NODES") ? "SLURM_JOB_NUM_NODES" : "SLURM_NNODES";
+    if (get_int(get, nn, &s.nodes, true, err) < 0)
+        return -1;
+    const char *t = get("SLURM_TASKS_PER_NODE");
+    if (t && *t && slurm_uniform_count(t, &s.tasks_per_node) < 0)
+        return errprintf(err, "Slurm environment: SLURM_TASKS_PER_NODE='%.60s' is malformed", t);
+    const char *c = get("SLURM_JOB_CPUS_PER_NODE");
+    if (c && *c && slurm_uniform_count(c, &s.cpus_per_node) < 0)
+        return errprintf(err, "Slurm environment: SLURM_JOB_CPUS_PER_NODE='%.60s' is malformed", c);
+    if (get_int(get, "SLURM_GPUS_ON_NODE", &s.gpus_per_node, false, err) < 0)
+        return -1;
+    *a = s;
+    return 1;
+}
+
+int slurm_detect(slurm_alloc_t *a, bmt_error_t *err)
+{
+    return slurm_detect_from(a, real_getenv, err);
+}
+
+int slurm_plan(const slurm_alloc_t *a, const launch_opts_t *o, bmt_layout_t *l, bmt_error_t *err)
+{
+    const bool cuda = strcmp(o->device, "cuda") == 0;
+    int gpn = o->gpus_per_node;
+    if (gpn == 0) {
+        if (cuda && a->gpus_per_node == 0)
+            return errprintf(err,
+                             "--device cuda but allocation %s has no GPUs; ask Slurm for them "
+                             "(--gpus-per-node) or give --gpus-per-node",
+                             a->job_id);
+        gpn = cuda ? a->gpus_per_node : a->tasks_per_node;
+    }
+    int world = (long long)o->groups * o->gpus_per_group > BMT_LAYOUT_MAX_WORLD
+                    ? 0
+                    : o->groups * o->gpus_per_group;
+    if (gpn == 0) /* cpu, tasks not uniform or not given: spread over the nodes */
+        gpn = world > 0 && world % a->nodes == 0 ? world / a->nodes : 0;
+    if (gpn == 0)
+        return errprintf(err,
+                         "cannot tell the ranks per node of allocation %s (%d nodes); give "
+                         "--gpus-per-node",
+                         a->job_id, a->nodes);
+    if (cuda && a->gpus_per_node > 0 && gpn > a->gpus_per_node)
+        return errprintf(err, "--gpus-per-node %d but the nodes of allocation %s have %d GPUs each",
+                         gpn, a->job_id, a->gpus_per_node);
+    if (bmt_layout_make(l, o->groups, o->gpus_per_group, gpn, o->nodes, err) < 0)
+        return -1;
+    if (l->nodes > a->nodes)
+        return errprintf(err,
+                         "%d ranks (%d x %d) on nodes of %d need %d nodes, but allocation %s has "
+                         "%d; ask for more nodes or fewer ranks",
+                         l->world, l->groups, l->gpus_per_group, gpn, l->nodes, a->job_id,
+                         a->nodes);
+    return 0;
+}
+
+static int push(char ***v, int *n, int *cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int push(char ***v, int *n, int *cap, const char *fmt, ...)
+{
+    if (*n + 2 > *cap) {
+        int c = *cap ? 2 * *cap : 32;
+        char **nv = realloc(*v, (size_t)c * sizeof(char *));
+        if (nv == NULL)
+            return -1;
+        *v = nv;
+        *cap = c;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vasprintf(&(*v)[*n], fmt, ap);
+    va_end(ap);
+    if (rc < 0)
+        return -1;
+    (*v)[++*n] = NULL;
+    return 0;
+}
+
+char **slurm_srun_argv(const slurm_alloc_t *a, const launch_opts_t *o, const bmt_layout_t *l,
+                       const char *self)
+{
+    char **v = NULL;
+    int n = 0, cap = 0, bad = 0;
+    const bool cuda = strcmp(o->device, "cuda") == 0;
+    bad |= push(&v, &n, &cap, "srun");
+    bad |= push(&v, &n, &cap, "--mpi=pmix");
+    bad |= push(&v, &n, &cap, "--nodes=%d", l->nodes);
+    bad |= push(&v, &n, &cap, "--ntasks=%d", l->world);
+    bad |= push(&v, &n, &cap, "--ntasks-per-node=%d", l->gpus_per_node);
+    bad |= push(&v, &n, &cap, "--distribution=block");
+    bad |= push(&v, &n, &cap, "--kill-on-bad-exit=1");
+    bad |= push(&v, &n, &cap, "--label");
+    bad |= push(&v, &n, &cap, "--unbuffered");
+    if (cuda) {
+        bad |= push(&v, &n, &cap, "--gpu-bind=none");
+        if (a->cpus_per_node >= l->gpus_per_node) {
+            bad |= push(&v, &n, &cap, "--cpus-per-task=%d", a->cpus_per_node / l->gpus_per_node);
+            bad |= push(&v, &n, &cap, "--cpu-bind=cores");
+        }
+    } else if (a->cpus_per_node == 0 || l->gpus_per_node > a->cpus_per_node) {
+        /* More CPU ranks than cores: let them share, unbound. */
+        bad |= push(&v, &n, &cap, "--overcommit");
+        bad |= push(&v, &n, &cap, "--cpu-bind=none");
+    }
+    bad |= push(&v, &n, &cap, "%s", self);
+    bad |= push(&v, &n, &cap, "--rank-exec");
+    bad |= push(&v, &n, &cap, "--");
+    for (int i = 0; i < o->prog_argc; i++)
+        bad |= push(&v, &n, &cap, "%s", o->prog_argv[i]);
+    if (bad) {
+        slurm_argv_free(v);
+        return NULL;
+    }
+    return v;
+}
+
+void slurm_argv_free(char **argv)
+{
+    if (argv == NULL)
+        return;
+    for (char **p = argv; *p; p++)
+        free(*p);
+    free(argv);
+}
+
+static int env_int(const char *name, int *out)
+{
+    const char *v = getenv(name);
+    bmt_error_t ignored;
+    if (v == NULL || bmt_parse_positive(v, name, out, &ignored) < 0)
+        return -1;
+    return 0;
+}
+
+int slurm_rank_exec(int argc, char **argv)
+{
+    /* argv: the program and its arguments. */
+    if (argc < 1) {
+        fprintf(stderr, "bmlaunch --rank-exec: no program\n");
+        return 2;
+    }
+    const char *procid = getenv("SLURM_PROCID");
+    int rank = -1, groups, gpg, gpn;
+    if (procid == NULL || sscanf(procid, "%d", &rank) != 1 || rank < 0 ||
+        env_int("BMT_GROUPS", &groups) < 0 || env_int("BMT_GPUS_PER_GROUP", &gpg) < 0 ||
+        env_int("BMT_GPUS_PER_NODE", &gpn) < 0) {
+        fprintf(stderr, "bmlaunch --rank-exec: needs SLURM_PROCID and the BMT_ layout variables "
+                        "(it is started by bmlaunch through srun, not by hand)\n");
+        return 2;
+    }
+    bmt_layout_t l;
+    bmt_error_t err;
+    if (bmt_layout_make(&l, groups, gpg, gpn, 0, &err) < 0 || rank >= l.world) {
+        fprintf(stderr, "bmlaunch --rank-exec: rank %d: layout: %s\n", rank,
+                rank >= l.world ? "rank outside the world" : err.text);
+        return 2;
+    }
+    bmt_rank_info_t ri = bmt_layout_rank(&l, rank);
+    const char *lid = getenv("SLURM_LOCALID"), *nid = getenv("SLURM_NODEID");
+    if ((lid && atoi(lid) != ri.local_rank) || (nid && atoi(nid) != ri.node)) {
+        fprintf(stderr,
+                "bmlaunch --rank-exec: srun placed rank %d on node %s as local rank %s, but the "
+                "layout puts it on node %d as local rank %d\n",
+                rank, nid ? nid : "?", lid ? lid : "?", ri.node, ri.local_rank);
+        return 2;
+    }
+    char buf[32];
+#define SETI(name, value)                                                                          \
+    do {                                                                                           \
+        snprintf(buf, sizeof(buf), "%d", (value));                                                 \
+        setenv((name), buf, 1);                                                                    \
+    } while (0)
+    SETI("BMT_RANK", rank);
+    SETI("BMT_LOCAL_RANK", ri.local_rank);
+    SETI("BMT_NODE", ri.node);
+    SETI("BMT_GROUP", ri.group);
+    SETI("BMT_GROUP_RANK", ri.group_rank);
+#undef SETI
+    execvp(argv[0], argv);
+    fprintf(stderr, "bmlaunch: rank %d: cannot run '%s': %s\n", rank, argv[0], strerror(errno));
+    return 127;
+}
