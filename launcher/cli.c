@@ -125,7 +125,7 @@ void cli_usage(FILE *out)
           "      --submit            with --sbatch: hand the script to sbatch\n"
           "      --time T            job time limit (default 01:00:00)\n"
           "      --partition P, --account A, --job-name N   passed to #SBATCH lines\n"
-          "      --output PATTERN    batch output file (default bmt-%%x-%%j.out)\n"
+          "      --output PATTERN    batch output file (default bmt-%x-%j.out)\n"
           "      --signal-lead S     send USR1 S seconds before the limit (default 120)\n"
           "      --template FILE     the batch template (default: the installed one)\n"
           "Supervision and output:\n"

@@ -231,6 +231,22 @@ static int run_slurm(const launch_opts_t *o, const slurm_alloc_t *a)
                            "is not in PATH; install Slurm's client commands or use --local");
     if (resolve_program(o->prog_argv[0], path, sizeof(path), &err) < 0)
         return usage_error(err.text);
+    /* --log-dir logs-%j: one directory per job (the batch script's natural use). */
+    launch_opts_t oo = *o;
+    char log_dir[PATH_MAX];
+    if (o->log_dir && strstr(o->log_dir, "%j")) {
+        size_t k = 0;
+        for (const char *p = o->log_dir; *p && k + 64 < sizeof(log_dir); p++) {
+            if (p[0] == '%' && p[1] == 'j') {
+                k += (size_t)snprintf(log_dir + k, sizeof(log_dir) - k, "%s", a->job_id);
+                p++;
+            } else
+                log_dir[k++] = *p;
+        }
+        log_dir[k] = '\0';
+        oo.log_dir = log_dir;
+    }
+    o = &oo;
     if (o->log_dir && mkdir_p(o->log_dir, &err) < 0)
         return usage_error(err.text);
     const char *self = self_path();

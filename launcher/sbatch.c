@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "env.h"
 #include "error.h"
 
 #ifndef BMT_DATADIR
@@ -145,7 +146,7 @@ int sbatch_find_template(const char *given, char *path, size_t len, bmt_error_t 
         snprintf(path, len, "%s", given);
         return 0;
     }
-    const char *dir = getenv("BMT_TEMPLATE_DIR");
+    const char *dir = env_get("BMT_TEMPLATE_DIR");
     if (dir) {
         snprintf(path, len, "%s/bmt.sbatch", dir);
         if (readable(path))

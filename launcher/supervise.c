@@ -565,9 +565,16 @@ static void handle_signals(job_t *job)
             reap(job);
             continue;
         }
-        if (job->o.verbose || sig == SIGINT || sig == SIGTERM || sig == SIGHUP)
-            fprintf(stderr, "bmlaunch: received %s; forwarding it to %d rank%s\n", sig_name(sig),
-                    job->running, job->running == 1 ? "" : "s");
+        if (job->o.verbose || sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
+            if (job->o.demux)
+                fprintf(stderr,
+                        "bmlaunch: received %s; forwarding it to srun, which signals "
+                        "every task\n",
+                        sig_name(sig));
+            else
+                fprintf(stderr, "bmlaunch: received %s; forwarding it to %d rank%s\n",
+                        sig_name(sig), job->running, job->running == 1 ? "" : "s");
+        }
         if (sig == SIGINT && ++job->interrupts >= 2) {
             fprintf(stderr, "bmlaunch: second SIGINT: killing every rank now\n");
             job->killed = true;
@@ -707,6 +714,11 @@ static void print_summary(job_t *job)
 
 static int exit_status(const job_t *job)
 {
+    /* Under srun a forwarded SIGTERM may end the tasks by SIGTERM or, when srun
+     * forces the step down, by SIGKILL: report the signal the user sent, as a
+     * local run would. */
+    if (job->o.demux && job->fail_rank < 0 && job->user_signal)
+        return 128 + job->user_signal;
     switch (job->fail) {
     case FAIL_EXIT: return job->fail_code;
     case FAIL_SIGNAL: return 128 + job->fail_code;

@@ -29,6 +29,7 @@ static const env_knob_t knobs[] = {
     { "BMT_NODE", NULL, "this rank's node; set by bmlaunch" },
     { "BMT_JOB_ID", NULL, "job identifier: the PMIx namespace of the job; set by bmlaunch" },
     { "BMT_DEVICE", "cpu", "cpu or cuda: where buffers live and compute runs" },
+    { "BMT_TEMPLATE_DIR", NULL, "directory of bmt.sbatch for bmlaunch --sbatch (before the installed one)" },
     { "BMT_BACKEND", NULL, "shm, nccl or none; default shm on cpu, nccl on cuda" },
     { "BMT_TIMEOUT", "300", "seconds any bootstrap step or collective may take before it fails" },
     { "BMT_SHM_CHUNK", "1M",

@@ -17,6 +17,11 @@ python3
 python3-numpy
 python3-torch
 procps
+slurm-wlm
+slurm-client
+munge
+iproute2
+util-linux
 clang-format
 "
 

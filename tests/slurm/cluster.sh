@@ -33,15 +33,20 @@
 #     to create network namespaces/bridges); 2: usage (or a cluster of this shell runs already).
 #
 # slurm_stop
-#     Stops everything this cluster started: the daemons (pids in $SLURM_DIR/pid.*), every
-#     process carrying the cluster's marker in its environment (slurmstepd inherits it), all
-#     their descendants (job tasks) and anything inside its namespaces: TERM, then KILL after
-#     3 s; waits until none is left. Removes its namespaces, veths and bridge, then
-#     $SLURM_DIR (if $SLURM_KEEP is non-empty, only state/spool/tmp go: logs and slurm.conf
-#     stay and their place is printed). Unsets SLURM_CONF and SLURM_DIR. Safe to call twice,
-#     with no cluster, and from an EXIT trap. Returns 1 if something survived KILL.
-#     Before the call, $SLURM_DIR/pid.* (one pid per file, lib.sh's no_survivors reads them)
-#     and $SLURM_DIR/net (one "netns NAME" or "link NAME" a line) say what it will remove.
+#     Stops everything this cluster started, also while jobs run: the daemons (pids in
+#     $SLURM_DIR/pid.*; the marker $BMT_SLURM_CLUSTER=$SLURM_DIR in their environment), every
+#     slurmstepd holding a file under $SLURM_DIR open, every srun/sbatch/salloc/sattach/
+#     scancel/scontrol/squeue/sinfo/sstat whose SLURM_CONF is this cluster's (a client left
+#     waiting on dead daemons would hang), all their descendants (job tasks) and anything in
+#     its namespaces: TERM (slurmstepd and clients: KILL), KILL after 3 s; returns once none
+#     is left.
+#     Removes its veths, namespaces and bridge, then $SLURM_DIR (if $SLURM_KEEP is non-empty
+#     only state/spool/tmp/munge go: logs and slurm.conf stay, their place is printed).
+#     Unsets SLURM_CONF and SLURM_DIR. Safe to call twice, with no cluster, and from an EXIT
+#     trap; refuses (1) a $SLURM_DIR that slurm_start did not make. Returns 1 if something
+#     survived KILL. Before the call, $SLURM_DIR/pid.* (one pid a file: lib.sh's no_survivors
+#     reads them) and $SLURM_DIR/net ("netns NAME" or "link NAME" a line) say what goes.
+#     Typically 0.2 s; about 1 s when steps or clients are still running.
 #
 # slurm_logs [LINES]
 #     Prints the last LINES (default 40) of every daemon log and daemon stdout/stderr file of
@@ -53,6 +58,8 @@
 # The code is set -u safe and never uses set -e.
 
 _SLURM_MARK=BMT_SLURM_CLUSTER # env marker: $_SLURM_MARK=$SLURM_DIR on every daemon
+_SLURM_CLIENTS='srun|sbatch|salloc|sattach|scancel|scontrol|squeue|sinfo|sstat'
+_SLURM_KILLNOW="^(slurmstepd|$_SLURM_CLIENTS)\$" # comm names that slurm_stop KILLs at once
 
 _slurm_err() { echo "slurm_start: $*" >&2; }
 
@@ -326,66 +333,106 @@ _slurm_trap() { # add slurm_stop to the EXIT trap of this shell once; TERM/INT e
     [ -n "$(trap -p INT)" ] || trap 'exit 130' INT
 }
 
-_slurm_procs() { # dir netns...: pids of this cluster's live processes and all their descendants
-    local dir=$1 ns
+_slurm_starttime() { # pid: field 22 of /proc/PID/stat (tells a pid from a reused one)
+    local st
+    st=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+    st=${st##*) } # the fields after "(comm) "
+    set -- $st
+    echo "${20}"
+}
+
+_slurm_procs() { # dir netns...: "pid starttime comm" of this cluster's processes, one a line
+    # Roots: the daemons (marker in their environment; the pid files), every slurmstepd with
+    # a file of $dir open (its log: setproctitle may overwrite its environment), the
+    # clients srun/sbatch/... whose SLURM_CONF is this cluster's, anything in its netns.
+    # Then every descendant of a root. Zombies are left out: they are dead already.
+    local dir=$1 ns p c
     shift
     {
         grep -lzxF -- "$_SLURM_MARK=$dir" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3 || true
-        cat "$dir"/pid.* 2>/dev/null | while read -r p; do
-            # a pid of ours only while it still carries the marker (pids get reused)
-            if grep -qzxF -- "$_SLURM_MARK=$dir" "/proc/$p/environ" 2>/dev/null; then echo "$p"; fi
+        cat "$dir"/pid.* 2>/dev/null || true
+        ps -e -o pid=,comm= | while read -r p c; do
+            case $c in
+            slurmstepd)
+                if ls -l "/proc/$p/fd" 2>/dev/null | grep -qF -- "-> $dir/"; then echo "$p"; fi ;;
+            srun | sbatch | salloc | sattach | scancel | scontrol | squeue | sinfo | sstat) # $_SLURM_CLIENTS
+                if grep -qzxF -- "SLURM_CONF=$dir/slurm.conf" "/proc/$p/environ" 2>/dev/null; then
+                    echo "$p"
+                fi ;;
+            esac
         done
         for ns in "$@"; do ip netns pids "$ns" 2>/dev/null || true; done
     } | sort -u | {
-        local roots
-        roots=$(tr '\n' ' ')
-        [ -n "${roots// /}" ] || exit 0
-        ps -e -o pid=,ppid=,stat= | awk -v roots="$roots" '
-            { ppid[$1] = $2; st[$1] = $3; n[++c] = $1 }
+        # a pid from a pid file counts only while it carries the marker (pids get reused)
+        roots=
+        while read -r p; do
+            [ -n "$p" ] || continue
+            if grep -qzxF -- "$_SLURM_MARK=$dir" "/proc/$p/environ" 2>/dev/null ||
+                ! grep -qx "$p" "$dir"/pid.* 2>/dev/null; then
+                roots="$roots $p"
+            fi
+        done
+        [ -n "$roots" ] || exit 0
+        ps -e -o pid=,ppid=,stat=,comm= | awk -v roots="$roots" -v self="$$" '
+            { ppid[$1] = $2; st[$1] = $3; cm[$1] = $4; n[++c] = $1 }
             END {
                 split(roots, r, " "); for (i in r) mine[r[i]] = 1
                 do { more = 0
                      for (i = 1; i <= c; i++) { p = n[i]
                          if (!(p in mine) && (ppid[p] in mine)) { mine[p] = 1; more = 1 } } } while (more)
-                for (p in mine) if ((p in st) && st[p] !~ /^Z/) print p
-            }'
+                for (p in mine) if ((p in st) && st[p] !~ /^Z/ && p != self) print p, cm[p]
+            }' | while read -r p c; do
+            st=$(_slurm_starttime "$p") && echo "$p $st $c"
+        done
     }
 }
 
+_slurm_alive() { # "pid starttime comm" lines on stdin: those still running (not zombies)
+    local p st c now
+    while read -r p st c; do
+        [ -n "$p" ] || continue
+        now=$(_slurm_starttime "$p") || continue
+        [ "$now" = "$st" ] || continue
+        grep -q '^State:.*Z' "/proc/$p/status" 2>/dev/null && continue
+        echo "$p $st $c"
+    done
+}
+
 slurm_stop() {
-    local dir=${SLURM_DIR:-} pids i kind name netns=() links=() left=0
+    local dir=${SLURM_DIR:-} procs i kind name netns=() links=() left=0 grace
     [ -n "$dir" ] || return 0
+    if [ -e "$dir" ] && ! [ -f "$dir/.bmt-slurm-cluster" ]; then
+        echo "slurm_stop: $dir is not a cluster of tests/slurm/cluster.sh; left alone" >&2
+        return 1
+    fi
     if [ -f "$dir/net" ]; then
         while read -r kind name; do
             case $kind in netns) netns+=("$name") ;; link) links+=("$name") ;; esac
         done <"$dir/net"
     fi
-    if [ -e "$dir" ] && ! [ -f "$dir/.bmt-slurm-cluster" ]; then
-        echo "slurm_stop: $dir is not a cluster of tests/slurm/cluster.sh; left alone" >&2
-        return 1
-    fi
-    pids=$(_slurm_procs "$dir" ${netns[@]+"${netns[@]}"})
-    if [ -n "$pids" ]; then
-        # shellcheck disable=SC2086
-        kill -TERM $pids 2>/dev/null || true
-        for i in $(seq 1 30); do
-            pids=$(_slurm_procs "$dir" ${netns[@]+"${netns[@]}"})
-            [ -z "$pids" ] && break
-            sleep 0.1
-        done
-        if [ -n "$pids" ]; then
-            # shellcheck disable=SC2086
-            kill -KILL $pids 2>/dev/null || true
-            for i in $(seq 1 50); do
-                pids=$(_slurm_procs "$dir" ${netns[@]+"${netns[@]}"})
-                [ -z "$pids" ] && break
-                sleep 0.1
-            done
-            if [ -n "$pids" ]; then
-                echo "slurm_stop: still alive after KILL:" $pids >&2
-                left=1
-            fi
+    # TERM the daemons and tasks; KILL slurmstepd and the clients at once (with slurmctld
+    # and slurmd gone they would only wait for them, srun for up to its KillWait and more).
+    # Processes found once stay on the list (an orphaned task loses its slurmstepd parent);
+    # new ones found by each scan join it. After 3 s, KILL what is left.
+    procs=$(_slurm_procs "$dir" ${netns[@]+"${netns[@]}"})
+    grace=$((SECONDS + 3))
+    for i in $(seq 1 100); do
+        [ -n "$procs" ] || break
+        if [ "$SECONDS" -ge "$grace" ]; then
+            kill -KILL $(echo "$procs" | awk '{ print $1 }') 2>/dev/null || true
+        else
+            kill -KILL $(echo "$procs" | awk "\$3 ~ /$_SLURM_KILLNOW/ { print \$1 }") 2>/dev/null || true
+            kill -TERM $(echo "$procs" | awk "\$3 !~ /$_SLURM_KILLNOW/ { print \$1 }") 2>/dev/null || true
         fi
+        sleep 0.1
+        procs=$({
+            echo "$procs"
+            _slurm_procs "$dir" ${netns[@]+"${netns[@]}"}
+        } | sort -u | _slurm_alive)
+    done
+    if [ -n "$procs" ]; then
+        echo "slurm_stop: still alive after KILL:" $procs >&2
+        left=1
     fi
     # veths first (that removes both ends), then namespaces, then the bridge
     for name in ${links[@]+"${links[@]}"}; do

@@ -11,12 +11,18 @@ test_skip() { # description reason
     echo "ok $test_count - $1 # SKIP $2"
 }
 
-# Pids of the `sleep` tasks of job $1 of the running cluster.
-job_sleeps() { # jobid
-    local p
+# Pids of the `sleep` tasks of job $1 (or, with -t, of every job whose sleep has argument $2)
+# of the running cluster.
+job_sleeps() { # jobid | -t seconds
+    local p want="SLURM_JOB_ID=$1"
+    [ "$1" = -t ] && want=
     for p in $(pgrep -x sleep); do
-        grep -qzx "SLURM_JOB_ID=$1" "/proc/$p/environ" 2>/dev/null &&
-            grep -qzxF "SLURM_CONF=$SLURM_CONF" "/proc/$p/environ" 2>/dev/null && echo "$p"
+        if [ -n "$want" ]; then
+            grep -qzx "$want" "/proc/$p/environ" 2>/dev/null || continue
+        else
+            [ "$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)" = "$(command -v sleep) $2 " ] || continue
+        fi
+        grep -qzxF "SLURM_CONF=$SLURM_CONF" "/proc/$p/environ" 2>/dev/null && echo "$p"
     done
 }
 # Fails if any of the pids is alive (zombies count as dead).
@@ -114,8 +120,19 @@ if [ "$rc" -eq 0 ]; then
         echo "srun exited $rc"; test $rc -ne 0 && test $rc -ne 124
     '
     [ "$test_failures" -eq "$fails" ] || slurm_logs 15 | sed 's/^/# /'
-    stop_and_check one "one node: slurm_stop (twice) leaves no daemon, marked process or directory" ||
+    # leave a batch job and an srun running: slurm_stop must end them, tasks included
+    jid=$(sbatch --parsable -o /dev/null --wrap "srun sleep 61")
+    srun sleep 62 >/dev/null 2>&1 &
+    for i in $(seq 150); do
+        test -n "$(job_sleeps "$jid")" && test -n "$(job_sleeps -t 62)" && break
+        sleep 0.1
+    done
+    mkdir -p "$TMP/one.pids"
+    running=$(echo $(job_sleeps "$jid") $(job_sleeps -t 62) $!)
+    for p in $running; do echo "$p" >"$TMP/one.pids/pid.running.$p"; done
+    stop_and_check one "one node: slurm_stop (twice) with a job and an srun running leaves no daemon, task ($running), client or directory" ||
         true
+    wait 2>/dev/null
 fi
 
 # A shell that started a cluster and is killed with TERM stops it through its EXIT trap.

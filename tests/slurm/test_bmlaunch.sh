@@ -1,0 +1,149 @@
+#!/bin/bash
+# bmlaunch under a real Slurm cluster (tests/slurm/cluster.sh: slurmctld, slurmd and
+# munge of our own, one node, then two nodes in network namespaces): the ranks run
+# through srun --mpi=pmix, the summary and exit codes are those of local mode, the
+# rendered batch script runs under sbatch --wait, scancel ends every rank.
+. "$(dirname "$0")/../integration/lib.sh"
+. "$(dirname "$0")/cluster.sh"
+
+slurm_start one 64
+rc=$?
+if [ $rc -eq 77 ]; then
+    echo "# skipped: this machine cannot run a private Slurm cluster (see above)"
+    test_expect_success "a private Slurm cluster can start here (root, slurm-wlm, munge)" 'false'
+    test_done
+    exit
+elif [ $rc -ne 0 ]; then
+    test_expect_success "the one-node Slurm cluster starts" 'false'
+    test_done
+    exit
+fi
+NODE=$SLURM_TEST_NODES
+export NODE
+
+test_expect_success "collectives 2x2 through srun inside salloc (shm on one node)" '
+    with_timeout 120 salloc -N1 -n4 $BMLAUNCH -v -g 2 -n 2 --timeout 60 -- $PROGS/collcheck --quick >out 2>err &&
+    test $(grep -c "checks passed on world(4), group(2), replica(2)" out) -eq 4 &&
+    grep -q "srun --mpi=pmix --nodes=1 --ntasks=4 --ntasks-per-node=4 --distribution=block --kill-on-bad-exit=1 --label" err
+'
+
+test_expect_success "each task gets the same BMT_ variables as a local rank" '
+    with_timeout 60 salloc -N1 -n4 $BMLAUNCH -g 2 -n 2 -- $PROGS/behave env >slurm.env 2>err &&
+    $BMLAUNCH -g 2 -n 2 -- $PROGS/behave env >local.env &&
+    for v in BMT_RANK BMT_GROUP BMT_GROUP_RANK BMT_LOCAL_RANK BMT_NODE BMT_GROUPS BMT_GPUS_PER_GROUP BMT_WORLD_SIZE; do
+        test "$(grep ": $v=" slurm.env | sort)" = "$(grep ": $v=" local.env | sort)" || { echo "$v differs"; false; }
+    done &&
+    grep -q "^0: BMT_JOB_ID=slurm\\." slurm.env
+'
+
+test_expect_success "a rank exits 3: exit 3, the summary names it and its last lines, no rank left" '
+    mkdir pids; export BEHAVE_PIDDIR=$PWD/pids
+    { with_timeout 60 salloc -N1 -n4 $BMLAUNCH -g 2 -n 2 -- $PROGS/behave --rank 2 exit 3 >out 2>err; rc=$?; } &&
+    test $rc -eq 3 &&
+    grep -q "bmlaunch: job failed: rank 2 (on $NODE) exited with code 3" err &&
+    grep -q "^    2: rank 2: exiting with 3" err &&
+    test $(ls pids | wc -l) -eq 4 && sleep 1 && no_survivors pids
+'
+
+test_expect_success "a rank killed by SIGKILL: exit 137 and the summary names it" '
+    { with_timeout 60 salloc -N1 -n4 $BMLAUNCH -n 4 -- $PROGS/behave --rank 1 signal 9 >out 2>err; rc=$?; } &&
+    test $rc -eq 137 && grep -q "job failed: rank 1 (on $NODE) was killed by signal 9 (SIGKILL)" err
+'
+
+test_expect_success "PMIx_Abort from a rank: its status and message" '
+    { with_timeout 60 salloc -N1 -n4 $BMLAUNCH -n 4 -- $PROGS/behave --rank 3 abort 42 "loss is NaN" >out 2>err; rc=$?; } &&
+    test $rc -eq 42 &&
+    grep -q "job failed: rank 3 called PMIx_Abort with status 42: loss is NaN" err
+'
+
+test_expect_success "SIGTERM to bmlaunch reaches every task; exit 143; no rank left" '
+    mkdir pids; export BEHAVE_PIDDIR=$PWD/pids
+    salloc -N1 -n4 $BMLAUNCH -n 4 -- $PROGS/behave --rank 99 sleep 1 >out 2>err & spid=$!
+    for i in $(seq 100); do [ $(ls pids | wc -l) -eq 4 ] && break; sleep 0.1; done &&
+    test $(ls pids | wc -l) -eq 4 &&
+    pkill -TERM -f "^$BMLAUNCH -n 4 -- $PROGS/behave --rank 99" &&
+    { wait $spid; rc=$?; } && test $rc -eq 143 &&
+    grep -q "bmlaunch: received SIGTERM; forwarding it to srun" err &&
+    grep -q "the job was ended by SIGTERM sent to bmlaunch" err &&
+    sleep 1 && no_survivors pids
+'
+
+test_expect_success "a layout that does not fit the allocation: exit 2 and what to ask for" '
+    { with_timeout 60 salloc -N1 -n4 $BMLAUNCH -g 2 -n 4 --gpus-per-node 4 -- $PROGS/behave env >out 2>err; rc=$?; } &&
+    test $rc -eq 2 &&
+    grep -q "8 ranks (2 x 4) on nodes of 4 need 2 nodes, but allocation [0-9]* has 1; ask for more nodes or fewer ranks" err &&
+    ! grep -q "BMT_RANK" out
+'
+
+test_expect_success "--local inside an allocation runs on this machine, bmlaunch as the PMIx server" '
+    with_timeout 60 salloc -N1 -n2 $BMLAUNCH --local -v -n 2 -- $PROGS/hello >out 2>err &&
+    grep -q "PMIx namespace bmlaunch\\." err && ! grep -q "srun --mpi" err &&
+    test $(grep -c "sums of ranks" out) -eq 2
+'
+
+test_expect_success "the rendered batch script runs under sbatch --wait; output per rank" '
+    $BMLAUNCH --sbatch -g 2 -n 2 --gpus-per-node 4 --time 00:05:00 --job-name bmtjob \
+        --output "$PWD/job-%j.out" --log-dir "$PWD/logs-%j" --tee -- $PROGS/hello >job.sbatch &&
+    with_timeout 90 sbatch --wait job.sbatch >submitted &&
+    id=$(awk "/Submitted batch job/ {print \$4}" submitted) && test -n "$id" &&
+    test $(grep -c "sums of ranks: world 6" job-$id.out) -eq 4 &&
+    grep -q "^3: rank 3 of 4 on $NODE" job-$id.out &&
+    test $(ls logs-$id | wc -l) -eq 4 && grep -q "sums of ranks" logs-$id/rank-3.log
+'
+
+test_expect_success "--submit hands the script to sbatch" '
+    $BMLAUNCH --sbatch --submit -g 1 -n 2 --gpus-per-node 2 --time 00:05:00 --output "$PWD/sub-%j.out" -- $PROGS/hello >submitted &&
+    grep -qE "^Submitted batch job [0-9]+$" submitted &&
+    id=$(awk "{print \$4}" submitted) &&
+    for i in $(seq 100); do squeue -h -j $id 2>/dev/null | grep -q . || break; sleep 0.2; done &&
+    test $(grep -c "sums of ranks" sub-$id.out) -eq 2
+'
+
+test_expect_success "scancel of a batch job ends every rank" '
+    mkdir pids; export BEHAVE_PIDDIR=$PWD/pids
+    $BMLAUNCH --sbatch -n 4 --gpus-per-node 4 --time 00:05:00 --output "$PWD/c-%j.out" -- \
+        $PROGS/behave --rank 99 sleep 1 >long.sbatch &&
+    id=$(sbatch --parsable long.sbatch) &&
+    for i in $(seq 150); do [ $(ls pids | wc -l) -eq 4 ] && break; sleep 0.1; done &&
+    test $(ls pids | wc -l) -eq 4 &&
+    scancel $id &&
+    for i in $(seq 100); do squeue -h -j $id 2>/dev/null | grep -q . || break; sleep 0.2; done &&
+    sleep 1 && no_survivors pids
+'
+
+test_expect_success "1000 ranks (40 x 25) bootstrap under srun on one node" '
+    with_timeout 300 salloc -N1 -n1000 --overcommit $BMLAUNCH -g 40 -n 25 --timeout 120 -- $PROGS/bootcheck >out 2>err &&
+    grep -q "^0: bootcheck: rank 0: 1000 ranks (40 x 25) on 1 host" out
+'
+
+slurm_stop
+stopped_one=$?
+stopped_two=0
+
+slurm_start two 64
+rc=$?
+if [ $rc -eq 77 ]; then
+    echo "# skipped: no rights for network namespaces here; the two-node tests need them"
+elif [ $rc -ne 0 ]; then
+    test_expect_success "the two-node Slurm cluster starts" 'false'
+else
+    test_expect_success "two nodes: every peer's placement and communicators check out across them" '
+        with_timeout 120 salloc -N2 --ntasks-per-node=2 $BMLAUNCH -g 2 -n 2 -- $PROGS/bootcheck --all >out 2>err &&
+        test $(grep -c "bootcheck: rank [0-3]: 4 ranks (2 x 2) on 2 hosts node1,node2; every peer" out) -eq 4
+    '
+    test_expect_success "two nodes: groups across nodes, 4 ranks per node (2 x 4 on 2 x 4)" '
+        with_timeout 120 salloc -N2 --ntasks-per-node=4 $BMLAUNCH -g 2 -n 4 -- $PROGS/behave env >out 2>err &&
+        grep -qx "5: BMT_NODE=1" out && grep -qx "5: BMT_LOCAL_RANK=1" out && grep -qx "5: BMT_GROUP=1" out
+    '
+    test_expect_success "two nodes: the shm backend refuses ranks on several nodes, clearly" '
+        { with_timeout 120 salloc -N2 --ntasks-per-node=2 $BMLAUNCH -g 2 -n 2 -- $PROGS/hello >out 2>err; rc=$?; } &&
+        test $rc -eq 1 && grep -q "the shm backend needs every rank on one node" err
+    '
+    slurm_stop
+    stopped_two=$?
+fi
+
+test_expect_success "nothing of either cluster is left running (slurm_stop checks every pid)" "
+    test $stopped_one -eq 0 && test $stopped_two -eq 0
+"
+test_done
