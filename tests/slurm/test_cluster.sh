@@ -123,30 +123,35 @@ if [ "$rc" -eq 0 ]; then
     # leave a batch job and an srun running: slurm_stop must end them, tasks included
     jid=$(sbatch --parsable -o /dev/null --wrap "srun sleep 61")
     srun sleep 62 >/dev/null 2>&1 &
-    for i in $(seq 150); do
+    srun_pid=$!
+    for _ in $(seq 150); do
         test -n "$(job_sleeps "$jid")" && test -n "$(job_sleeps -t 62)" && break
         sleep 0.1
     done
     mkdir -p "$TMP/one.pids"
-    running=$(echo $(job_sleeps "$jid") $(job_sleeps -t 62) $!)
+    running=$({ job_sleeps "$jid"; job_sleeps -t 62; echo "$srun_pid"; } | tr '\n' ' ')
+    running=${running% }
     for p in $running; do echo "$p" >"$TMP/one.pids/pid.running.$p"; done
     stop_and_check one "one node: slurm_stop (twice) with a job and an srun running leaves no daemon, task ($running), client or directory" ||
         true
-    wait 2>/dev/null
+    kill -KILL "$srun_pid" 2>/dev/null # only if slurm_stop failed to
+    wait "$srun_pid" 2>/dev/null
 fi
 
-# A shell that started a cluster and is killed with TERM stops it through its EXIT trap.
+# A shell that started a cluster and is killed with TERM stops it through its EXIT trap, and
+# the EXIT trap it had before slurm_start still runs.
 t0=$SECONDS
-bash -c '. "$1"; slurm_start one || exit 1; cp "$SLURM_DIR"/pid.* "$2/"; echo "$SLURM_DIR" >"$2/dir"
-         sleep 60 & wait' sh "$SRC/tests/slurm/cluster.sh" "$(mkdir -p "$TMP/trap" && echo "$TMP/trap")" \
-    >"$TMP/trap.out" 2>&1 &
+mkdir -p "$TMP/trap"
+bash -c 'trap "kill \$s 2>/dev/null; echo the old EXIT trap ran" EXIT; s=
+         . "$1"; slurm_start one || exit 1; cp "$SLURM_DIR"/pid.* "$2/"; echo "$SLURM_DIR" >"$2/dir"
+         sleep 60 & s=$!; wait' sh "$SRC/tests/slurm/cluster.sh" "$TMP/trap" >"$TMP/trap.out" 2>&1 &
 child=$!
-for i in $(seq 200); do [ -s "$TMP/trap/dir" ] && break; kill -0 $child 2>/dev/null || break; sleep 0.1; done
+for _ in $(seq 200); do [ -s "$TMP/trap/dir" ] && break; kill -0 $child 2>/dev/null || break; sleep 0.1; done
 kill -TERM $child 2>/dev/null
 wait $child
 rc=$?
-test_expect_success "a shell killed by TERM stops its cluster through the EXIT trap ($((SECONDS - t0)) s)" "
-    cat '$TMP/trap.out'; test $rc -eq 143 && test -s '$TMP/trap/dir' &&
+test_expect_success "a shell killed by TERM stops its cluster through the EXIT trap, keeping the old one ($((SECONDS - t0)) s)" "
+    cat '$TMP/trap.out'; test $rc -eq 143 && test -s '$TMP/trap/dir' && grep -qx 'the old EXIT trap ran' '$TMP/trap.out' &&
     no_survivors '$TMP/trap' && no_marked \"\$(cat '$TMP/trap/dir')\" && ! test -e \"\$(cat '$TMP/trap/dir')\"
 "
 
