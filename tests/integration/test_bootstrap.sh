@@ -12,6 +12,11 @@ for layout in 1x1 2x4 8x8 16x16; do
     "
 done
 
+test_expect_success "1000 ranks (40 x 25): bootstrap-only job completes, every peer checked" '
+    with_timeout 120 $BMLAUNCH --groups 40 --gpus-per-group 25 --device cpu --timeout 100 -- $PROGS/bootcheck >out &&
+    grep -q "^0: bootcheck: rank 0: 1000 ranks (40 x 25) on 1 host .*(1000 checked here)" out
+'
+
 test_expect_success "logical nodes on one machine: 2 groups of 4 on 2 nodes of 4 (shm)" '
     $BMLAUNCH -g 2 -n 4 --gpus-per-node 4 -- $PROGS/bootcheck --all >out &&
     test $(grep -c "every peer" out) -eq 8 &&
