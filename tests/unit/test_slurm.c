@@ -1,0 +1,224 @@
+/* tests/unit/test_slurm.c — the pure parts of Slurm mode and of --sbatch.
+ *
+ * Allocation parsing from a fake environment, the layout-fits-allocation check,
+ * srun's argument vector, and the template renderer (fields, dropped lines,
+ * unknown fields) with shell quoting. tests/slurm/ runs the same code against
+ * a real cluster.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "sbatch.h"
+#include "slurm.h"
+#include "tap.h"
+
+/* ------------------------------------------------------------ a fake environment */
+
+static const char *const *fake_env;
+
+static const char *fake_get(const char *name)
+{
+    for (const char *const *p = fake_env; p && *p; p += 2)
+        if (strcmp(p[0], name) == 0)
+            return p[1];
+    return NULL;
+}
+
+static int detect(const char *const *env, slurm_alloc_t *a, bmt_error_t *err)
+{
+    fake_env = env;
+    memset(err, 0, sizeof(*err));
+    return slurm_detect_from(a, fake_get, err);
+}
+
+static void check_uniform(void)
+{
+    static const struct {
+        const char *text;
+        int rc, value;
+    } cases[] = {
+        { "8", 0, 8 },       { "4(x2)", 0, 4 },  { "2,2", 0, 2 },   { "4(x3),4", 0, 4 },
+        { "4(x2),2", 0, 0 }, { "1,2", 0, 0 },    { "", -1, 0 },     { "x", -1, 0 },
+        { "4(x)", -1, 0 },   { "4(y2)", -1, 0 }, { "4(x2", -1, 0 }, { "0", -1, 0 },
+        { "-4", -1, 0 },     { "4,", 0, 4 },     { "4;4", -1, 0 },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int v = -7;
+        int rc = slurm_uniform_count(cases[i].text, &v);
+        ok(rc == cases[i].rc && (rc < 0 || v == cases[i].value), "uniform count '%s' -> %d (%d)",
+           cases[i].text, cases[i].rc, cases[i].value);
+    }
+}
+
+static void check_detect(void)
+{
+    slurm_alloc_t a;
+    bmt_error_t err;
+    static const char *const none[] = { "HOME", "/root", NULL };
+    is_int(detect(none, &a, &err), 0, "no SLURM_JOB_ID: not in an allocation");
+
+    static const char *const two[] = { "SLURM_JOB_ID",
+                                       "42",
+                                       "SLURM_JOB_NUM_NODES",
+                                       "2",
+                                       "SLURM_TASKS_PER_NODE",
+                                       "4(x2)",
+                                       "SLURM_JOB_CPUS_PER_NODE",
+                                       "64(x2)",
+                                       "SLURM_GPUS_ON_NODE",
+                                       "4",
+                                       NULL };
+    ok(detect(two, &a, &err) == 1 && strcmp(a.job_id, "42") == 0 && a.nodes == 2 &&
+           a.tasks_per_node == 4 && a.cpus_per_node == 64 && a.gpus_per_node == 4,
+       "a two-node GPU allocation is read whole");
+
+    static const char *const old[] = { "SLURM_JOB_ID", "7", "SLURM_NNODES", "3", NULL };
+    ok(detect(old, &a, &err) == 1 && a.nodes == 3 && a.tasks_per_node == 0 && a.gpus_per_node == 0,
+       "SLURM_NNODES serves when SLURM_JOB_NUM_NODES is absent; the rest is optional");
+
+    static const char *const bad[][7] = {
+        { "SLURM_JOB_ID", "1", NULL },
+        { "SLURM_JOB_ID", "1", "SLURM_JOB_NUM_NODES", "two", NULL },
+        { "SLURM_JOB_ID", "1", "SLURM_JOB_NUM_NODES", "2", "SLURM_TASKS_PER_NODE", "4(x", NULL },
+        { "SLURM_JOB_ID", "1", "SLURM_JOB_NUM_NODES", "2", "SLURM_GPUS_ON_NODE", "-1", NULL },
+    };
+    static const char *const want[] = { "SLURM_NNODES is not set", "SLURM_JOB_NUM_NODES",
+                                        "SLURM_TASKS_PER_NODE='4(x' is malformed",
+                                        "SLURM_GPUS_ON_NODE" };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int rc = detect(bad[i], &a, &err);
+        ok(rc == -1 && strstr(err.text, want[i]), "malformed allocation %zu: '%s'", i, want[i]);
+        if (rc != -1 || !strstr(err.text, want[i]))
+            diag("got %d '%s'", rc, err.text);
+    }
+}
+
+static launch_opts_t opts(int groups, int gpg, int gpn, const char *device)
+{
+    static char *prog[] = { (char *)"./train", (char *)"--steps", (char *)"10", NULL };
+    launch_opts_t o = { 0 };
+    o.groups = groups;
+    o.gpus_per_group = gpg;
+    o.gpus_per_node = gpn;
+    o.device = device;
+    o.prog_argc = 3;
+    o.prog_argv = prog;
+    return o;
+}
+
+static int has_arg(char **argv, const char *a)
+{
+    for (char **p = argv; p && *p; p++)
+        if (strcmp(*p, a) == 0)
+            return 1;
+    return 0;
+}
+
+static void check_plan(void)
+{
+    slurm_alloc_t gpu = { "42", 2, 4, 64, 4 }, cpu = { "9", 1, 8, 2, 0 };
+    bmt_layout_t l;
+    bmt_error_t err = { { 0 } };
+    launch_opts_t o = opts(2, 4, 0, "cuda");
+    ok(slurm_plan(&gpu, &o, &l, &err) == 0 && l.gpus_per_node == 4 && l.nodes == 2,
+       "cuda: GPUs per node from the allocation; 2 x 4 fills 2 nodes of 4");
+    char **v = slurm_srun_argv(&gpu, &o, &l, "/opt/bmt/bin/bmlaunch");
+    ok(v && strcmp(v[0], "srun") == 0 && has_arg(v, "--mpi=pmix") && has_arg(v, "--nodes=2") &&
+           has_arg(v, "--ntasks=8") && has_arg(v, "--ntasks-per-node=4") &&
+           has_arg(v, "--distribution=block") && has_arg(v, "--kill-on-bad-exit=1") &&
+           has_arg(v, "--label") && has_arg(v, "--gpu-bind=none") &&
+           has_arg(v, "--cpus-per-task=16") && has_arg(v, "--cpu-bind=cores") &&
+           !has_arg(v, "--overcommit"),
+       "cuda srun line: pmix, one task per GPU, block, kill-on-bad-exit, label, no GPU binding, "
+       "16 bound cores per task");
+    int k = 0;
+    while (v && v[k] && strcmp(v[k], "/opt/bmt/bin/bmlaunch") != 0)
+        k++;
+    ok(v && v[k] && strcmp(v[k + 1], "--rank-exec") == 0 && strcmp(v[k + 2], "--") == 0 &&
+           strcmp(v[k + 3], "./train") == 0 && strcmp(v[k + 5], "10") == 0 && v[k + 6] == NULL,
+       "each task runs bmlaunch --rank-exec -- the program and its arguments");
+    slurm_argv_free(v);
+
+    o = opts(1, 8, 0, "cpu");
+    ok(slurm_plan(&cpu, &o, &l, &err) == 0 && l.gpus_per_node == 8, "cpu: tasks per node");
+    v = slurm_srun_argv(&cpu, &o, &l, "/b");
+    ok(v && has_arg(v, "--overcommit") && has_arg(v, "--cpu-bind=none") &&
+           !has_arg(v, "--gpu-bind=none"),
+       "cpu ranks beyond the cores: --overcommit, unbound");
+    slurm_argv_free(v);
+
+    static const struct {
+        slurm_alloc_t a;
+        int groups, gpg, gpn;
+        const char *device, *want;
+    } bad[] = {
+        { { "42", 2, 4, 64, 4 }, 2, 8, 0, "cuda", "need 4 nodes, but allocation 42 has 2" },
+        { { "42", 2, 4, 64, 0 }, 1, 2, 0, "cuda", "has no GPUs" },
+        { { "42", 2, 4, 64, 4 },
+          1,
+          8,
+          8,
+          "cuda",
+          "--gpus-per-node 8 but the nodes of allocation 42 have 4" },
+        { { "42", 2, 0, 0, 0 }, 1, 3, 0, "cpu", "cannot tell the ranks per node" },
+        { { "42", 1, 4, 4, 0 }, 3, 1, 0, "cpu", "do not fill whole nodes of 4" },
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        o = opts(bad[i].groups, bad[i].gpg, bad[i].gpn, bad[i].device);
+        memset(&err, 0, sizeof(err));
+        int rc = slurm_plan(&bad[i].a, &o, &l, &err);
+        ok(rc == -1 && strstr(err.text, bad[i].want), "does not fit: '%s'", bad[i].want);
+        if (rc != -1 || !strstr(err.text, bad[i].want))
+            diag("got %d '%s'", rc, err.text);
+    }
+}
+
+static void check_render(void)
+{
+    const sbatch_var_t vars[] = { { "A", "1" }, { "B", "" }, { "C", "x y" } };
+    bmt_error_t err = { { 0 } };
+    char *out = sbatch_render("a={{A}}\nb={{B}}\nc={{C}}{{A}}\nplain\n", vars, 3, &err);
+    is_str(out, "a=1\nc=x y1\nplain\n", "fields replaced; a line with an empty field dropped");
+    free(out);
+    out = sbatch_render("no newline {{A}}", vars, 3, &err);
+    is_str(out, "no newline 1", "the last line without a newline");
+    free(out);
+    static const struct {
+        const char *tmpl, *want;
+    } bad[] = {
+        { "x\n#SBATCH --time={{TIEM}}\n", "line 2: unknown field {{TIEM}}" },
+        { "{{A}\n", "line 1: '{{' without '}}'" },
+        { "ok\nx={{\n", "line 2: '{{' without '}}'" },
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        memset(&err, 0, sizeof(err));
+        char *r = sbatch_render(bad[i].tmpl, vars, 3, &err);
+        ok(r == NULL && strstr(err.text, bad[i].want), "bad template: '%s'", bad[i].want);
+        free(r);
+    }
+    static const struct {
+        const char *in, *out;
+    } q[] = {
+        { "plain", "'plain'" },
+        { "a b", "'a b'" },
+        { "it's", "'it'\\''s'" },
+        { "$HOME `x` \\n", "'$HOME `x` \\n'" },
+        { "", "''" },
+    };
+    for (size_t i = 0; i < sizeof(q) / sizeof(q[0]); i++) {
+        char *s = shell_quote(q[i].in);
+        is_str(s, q[i].out, "shell_quote");
+        free(s);
+    }
+}
+
+int main(void)
+{
+    check_uniform();
+    check_detect();
+    check_plan();
+    check_render();
+    return done_testing();
+}
