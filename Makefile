@@ -29,6 +29,10 @@ PMIX_CFLAGS ?= $(shell $(PKG_CONFIG) --cflags pmix 2>/dev/null)
 PMIX_LIBS ?= $(shell $(PKG_CONFIG) --libs pmix 2>/dev/null || echo -lpmix)
 JANSSON_CFLAGS ?= $(shell $(PKG_CONFIG) --cflags jansson 2>/dev/null)
 JANSSON_LIBS ?= $(shell $(PKG_CONFIG) --libs jansson 2>/dev/null || echo -ljansson)
+CURL_CFLAGS ?= $(shell $(PKG_CONFIG) --cflags libcurl 2>/dev/null)
+CURL_LIBS ?= $(shell $(PKG_CONFIG) --libs libcurl 2>/dev/null || echo -lcurl)
+MHD_CFLAGS ?= $(shell $(PKG_CONFIG) --cflags libmicrohttpd 2>/dev/null)
+MHD_LIBS ?= $(shell $(PKG_CONFIG) --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
 
 # CUDA and NCCL: built when nvcc and nccl.h are found (NO_CUDA=1 turns them off).
 NVCC ?= $(CUDA_HOME)/bin/nvcc
@@ -62,11 +66,21 @@ RUNTIME_SRC += runtime/comm_nccl.c
 endif
 RUNTIME_CU := $(if $(HAVE_CUDA),$(wildcard runtime/cuda/*.cu))
 RUNTIME_OBJ := $(RUNTIME_SRC:%.c=$(BUILDDIR)/%.o) $(RUNTIME_CU:%.cu=$(BUILDDIR)/%.o)
-LIB_LIBS := $(PMIX_LIBS) $(CUDA_LIBS) -lpthread -lrt -lm
+LIB_LIBS := $(PMIX_LIBS) $(CUDA_LIBS) -ldl -lpthread -lrt -lm
 
 LAUNCHER_SRC := $(filter-out launcher/main.c,$(wildcard launcher/*.c))
-LAUNCHER_OBJ := $(LAUNCHER_SRC:%.c=$(BUILDDIR)/%.o)
+LAUNCHER_OBJ := $(LAUNCHER_SRC:%.c=$(BUILDDIR)/%.o) $(BUILDDIR)/launcher/web_page.o
 LAUNCHER_A := $(BUILDDIR)/launcher/liblauncher.a
+
+# Monitor plugins: plugins/<name>/*.c -> lib/bmt/plugins/<name>.so, each with the
+# shared pieces of plugins/common (queue, JSON form of the metrics, Prometheus
+# text), which bmlaunch's collector links too.
+PLUGIN_COMMON_OBJ := $(patsubst %.c,$(BUILDDIR)/%.o,$(wildcard plugins/common/*.c))
+PLUGIN_COMMON_A := $(BUILDDIR)/plugins/common/libplugcommon.a
+PLUGINS := $(filter-out common,$(notdir $(patsubst %/,%,$(wildcard plugins/*/))))
+PLUGIN_DIR := $(BUILDDIR)/lib/bmt/plugins
+PLUGIN_SO := $(PLUGINS:%=$(PLUGIN_DIR)/%.so)
+PLUGIN_LIBS_push := $(CURL_LIBS)
 
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:%.c=$(BUILDDIR)/%)
@@ -82,12 +96,12 @@ LIBBMT_A := $(BUILDDIR)/lib/libbmt.a
 LIBBMT_SO := $(BUILDDIR)/lib/libbmt.so.0
 BMLAUNCH := $(BUILDDIR)/bin/bmlaunch
 
-ALL := $(LIBBMT_A) $(LIBBMT_SO) $(BMLAUNCH) $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN)
+ALL := $(LIBBMT_A) $(LIBBMT_SO) $(BMLAUNCH) $(PLUGIN_SO) $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN)
 
 # Objects depend on the flags they were built with: switching DEBUG, ASAN, NO_CUDA
 # or CFLAGS in the same BUILDDIR rebuilds instead of mixing old and new objects.
 FLAGS_STAMP := $(BUILDDIR)/.flags
-FLAGS_NOW := $(CC) $(BMT_CFLAGS) $(PMIX_CFLAGS) $(JANSSON_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) $(NVCC_FLAGS) $(LDFLAGS)
+FLAGS_NOW := $(PREFIX) $(CC) $(BMT_CFLAGS) $(PMIX_CFLAGS) $(JANSSON_CFLAGS) $(CURL_CFLAGS) $(MHD_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) $(NVCC_FLAGS) $(LDFLAGS)
 $(shell mkdir -p $(BUILDDIR) && (echo '$(FLAGS_NOW)' | cmp -s - $(FLAGS_STAMP) || echo '$(FLAGS_NOW)' > $(FLAGS_STAMP)))
 
 .PHONY: all deps check check-unit check-integration check-gpu demo install clean format notice
@@ -107,7 +121,7 @@ deps:
 $(BUILDDIR)/runtime/%.o: runtime/%.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  CC      $<")
-	$(Q)$(CC) $(BMT_CFLAGS) -DBMT_BUILDING_LIBRARY $(PMIX_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(Q)$(CC) $(BMT_CFLAGS) -DBMT_BUILDING_LIBRARY -DBMT_DEFAULT_PLUGIN_DIR='"$(PREFIX)/lib/bmt/plugins"' $(PMIX_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
 $(BUILDDIR)/runtime/cuda/%.o: runtime/cuda/%.cu $(FLAGS_STAMP)
 	@mkdir -p $(@D)
@@ -117,7 +131,13 @@ $(BUILDDIR)/runtime/cuda/%.o: runtime/cuda/%.cu $(FLAGS_STAMP)
 $(BUILDDIR)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  CC      $<")
-	$(Q)$(CC) $(BMT_CFLAGS) -Ilauncher $(PMIX_CFLAGS) $(JANSSON_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(Q)$(CC) $(BMT_CFLAGS) -Ilauncher -Iplugins $(PMIX_CFLAGS) $(JANSSON_CFLAGS) $(CURL_CFLAGS) $(MHD_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+# The live page of the metrics endpoint, embedded with .incbin.
+$(BUILDDIR)/launcher/web_page.o: launcher/web_page.S launcher/web/index.html
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  AS      $<")
+	$(Q)$(CC) -c $< -o $@
 
 $(LIBBMT_A): $(RUNTIME_OBJ)
 	@mkdir -p $(@D)
@@ -136,17 +156,32 @@ $(LAUNCHER_A): $(LAUNCHER_OBJ)
 	$(if $(Q),@echo "  AR      $@")
 	$(Q)rm -f $@ && $(AR) rcs $@ $^
 
-$(BMLAUNCH): $(BUILDDIR)/launcher/main.o $(LAUNCHER_A) $(LIBBMT_A)
+$(PLUGIN_COMMON_A): $(PLUGIN_COMMON_OBJ)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  AR      $@")
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+define PLUGIN_RULE
+$(PLUGIN_DIR)/$(1).so: $(patsubst %.c,$(BUILDDIR)/%.o,$(wildcard plugins/$(1)/*.c)) $(PLUGIN_COMMON_A)
+	@mkdir -p $$(@D)
+	$$(if $$(Q),@echo "  LD      $$@")
+	$$(Q)$$(CC) -shared $$(BMT_LDFLAGS) $$(LDFLAGS) -o $$@ $$^ $$(PLUGIN_LIBS_$(1)) $$(JANSSON_LIBS) -lpthread
+endef
+$(foreach p,$(PLUGINS),$(eval $(call PLUGIN_RULE,$(p))))
+
+LAUNCHER_LIBS := $(LAUNCHER_A) $(PLUGIN_COMMON_A) $(LIBBMT_A)
+
+$(BMLAUNCH): $(BUILDDIR)/launcher/main.o $(LAUNCHER_A) $(PLUGIN_COMMON_A) $(LIBBMT_A)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  LD      $@")
-	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(LAUNCHER_A) $(LIBBMT_A) $(LIB_LIBS) $(JANSSON_LIBS)
+	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(LAUNCHER_LIBS) $(LIB_LIBS) $(MHD_LIBS) $(JANSSON_LIBS)
 
-$(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN): $(BUILDDIR)/%: $(BUILDDIR)/%.o $(LAUNCHER_A) $(LIBBMT_A)
+$(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN): $(BUILDDIR)/%: $(BUILDDIR)/%.o $(LAUNCHER_A) $(PLUGIN_COMMON_A) $(LIBBMT_A)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(filter $(@)_cuda.o,$(PROG_CU:%.cu=$(BUILDDIR)/%.o)) \
-	    $(LAUNCHER_A) $(LIBBMT_A) $(if $(filter $(@)_cuda.o,$(PROG_CU:%.cu=$(BUILDDIR)/%.o)),-lcublas) \
-	    $(LIB_LIBS) $(JANSSON_LIBS)
+	    $(LAUNCHER_LIBS) $(if $(filter $(@)_cuda.o,$(PROG_CU:%.cu=$(BUILDDIR)/%.o)),-lcublas) \
+	    $(LIB_LIBS) $(MHD_LIBS) $(JANSSON_LIBS)
 
 # Each program depends on its CUDA part, when it has one.
 $(foreach cu,$(PROG_CU),$(eval $(BUILDDIR)/$(cu:_cuda.cu=): $(BUILDDIR)/$(cu:.cu=.o)))
@@ -179,6 +214,8 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/bmt \
 	    $(DESTDIR)$(PREFIX)/share/bmt/templates $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 755 $(BMLAUNCH) $(DESTDIR)$(PREFIX)/bin/
+	install -d $(DESTDIR)$(PREFIX)/lib/bmt/plugins
+	install -m 755 $(PLUGIN_SO) $(DESTDIR)$(PREFIX)/lib/bmt/plugins/
 	install -m 644 $(LIBBMT_A) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(LIBBMT_SO) $(DESTDIR)$(PREFIX)/lib/libbmt.so.0
 	ln -sf libbmt.so.0 $(DESTDIR)$(PREFIX)/lib/libbmt.so

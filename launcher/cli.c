@@ -7,6 +7,7 @@
  */
 #include "cli.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -16,6 +17,7 @@
 
 #include "bmt/bmt.h"
 #include "env.h"
+#include "collector.h"
 #include "costmodel.h"
 #include "error.h"
 
@@ -48,6 +50,10 @@ enum {
     OPT_LATENCY_US,
     OPT_ZERO,
     OPT_GRAD_DTYPE,
+    OPT_METRICS_PORT,
+    OPT_METRICS_BIND,
+    OPT_METRICS_PER_RANK,
+    OPT_METRICS_LINGER,
 };
 
 static const struct option long_opts[] = {
@@ -84,6 +90,10 @@ static const struct option long_opts[] = {
     { "latency-us", required_argument, NULL, OPT_LATENCY_US },
     { "zero", required_argument, NULL, OPT_ZERO },
     { "grad-dtype", required_argument, NULL, OPT_GRAD_DTYPE },
+    { "metrics-port", required_argument, NULL, OPT_METRICS_PORT },
+    { "metrics-bind", required_argument, NULL, OPT_METRICS_BIND },
+    { "metrics-per-rank", no_argument, NULL, OPT_METRICS_PER_RANK },
+    { "metrics-linger", required_argument, NULL, OPT_METRICS_LINGER },
     { "version", no_argument, NULL, 'V' },
     { NULL, 0, NULL, 0 },
 };
@@ -128,6 +138,14 @@ void cli_usage(FILE *out)
           "      --output PATTERN    batch output file (default bmt-%x-%j.out)\n"
           "      --signal-lead S     send USR1 S seconds before the limit (default 120)\n"
           "      --template FILE     the batch template (default: the installed one)\n"
+          "Metrics (docs/metrics.md):\n"
+          "      --metrics-port N    serve /metrics (Prometheus), /api/status and a live page\n"
+          "                          on this port (default 9477, or a free one if taken);\n"
+          "                          0 turns the endpoint and the ranks' push plugin off\n"
+          "      --metrics-bind ADDR address to listen on (default 127.0.0.1; under Slurm\n"
+          "                          with several nodes, 0.0.0.0)\n"
+          "      --metrics-per-rank  per-rank series on /metrics too (default: job and group)\n"
+          "      --metrics-linger S  keep serving S seconds after the job ends (default 0)\n"
           "Supervision and output:\n"
           "      --grace SECONDS     after the first failure, SIGTERM the others and\n"
           "                          SIGKILL them this much later (default 5)\n"
@@ -176,6 +194,8 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
         .signal_lead = 120,
         .zero_level = 3,
         .grad_bytes = 4,
+        .metrics_port = COLLECTOR_DEFAULT_PORT,
+        .metrics_bind = "127.0.0.1",
     };
     opterr = 0; /* we write our own messages */
     optind = 0; /* GNU: 0 also resets getopt's state left by an earlier parse */
@@ -289,6 +309,35 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
             break;
         case OPT_SIGNAL_LEAD:
             if (bmt_parse_positive(optarg, "--signal-lead", &o->signal_lead, err) < 0)
+                return -1;
+            break;
+        case OPT_METRICS_PORT: {
+            char *end = NULL;
+            errno = 0;
+            long p = strtol(optarg, &end, 10);
+            if (*optarg == '\0' || *end != '\0' || errno || p < 0 || p > 65535)
+                return errprintf(err,
+                                 "--metrics-port needs a port from 0 (off) to 65535, got "
+                                 "'%.40s'",
+                                 optarg);
+            o->metrics_port = (int)p;
+            o->metrics_port_set = true;
+            break;
+        }
+        case OPT_METRICS_BIND: {
+            unsigned char addr[sizeof(struct in6_addr)];
+            if (inet_pton(AF_INET, optarg, addr) != 1 && inet_pton(AF_INET6, optarg, addr) != 1)
+                return errprintf(err,
+                                 "--metrics-bind needs a numeric IPv4 or IPv6 address (127.0.0.1, "
+                                 "0.0.0.0, ::1), got '%.40s'",
+                                 optarg);
+            o->metrics_bind = optarg;
+            o->metrics_bind_set = true;
+            break;
+        }
+        case OPT_METRICS_PER_RANK: o->metrics_per_rank = true; break;
+        case OPT_METRICS_LINGER:
+            if (parse_seconds(optarg, "--metrics-linger", true, &o->metrics_linger_s, err) < 0)
                 return -1;
             break;
         case 'V': printf("bmlaunch (bmt) %s\n", BMT_VERSION_STRING); return 1;

@@ -13,6 +13,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 #include <dirent.h>
@@ -20,6 +21,7 @@
 
 #include "bmt/bmt.h"
 #include "cli.h"
+#include "collector.h"
 #include "error.h"
 #include "local.h"
 #include "costmodel.h"
@@ -80,10 +82,124 @@ static int mkdir_p(const char *path, bmt_error_t *err)
     return 0;
 }
 
+/* ------------------------------------------------------------ metrics */
+
+/* What the ranks need to push to the collector (empty when it is off). */
+typedef struct metrics_env {
+    bool on;
+    char url[320];
+    char token[80];
+    char plugins[1024]; /* BMT_PLUGINS with push in it */
+    char plugin_dir[PATH_MAX];
+} metrics_env_t;
+
+static char *self_path(void);
+
+/* Does the comma-separated list name the push plugin (by name or path)? */
+static bool names_push(const char *list)
+{
+    const char *p = list;
+    while (p && *p) {
+        size_t n = strcspn(p, ",");
+        while (n > 0 && p[n - 1] == ' ')
+            n--;
+        const char *q = p;
+        while (*q == ' ' && q < p + n)
+            q++;
+        size_t m = n - (size_t)(q - p);
+        if ((m == 4 && strncmp(q, "push", 4) == 0) ||
+            (m >= 8 && strncmp(q + m - 8, "/push.so", 8) == 0))
+            return true;
+        p = strchr(p, ',');
+        if (p)
+            p++;
+    }
+    return false;
+}
+
+/* Start the collector (unless --metrics-port 0) and fill what the ranks need.
+ * host_for_ranks: the address ranks use when bind is a wildcard ("0.0.0.0" is
+ * replaced under srun by bmlaunch --rank-exec; see slurm.c). */
+static collector_t *metrics_start(const launch_opts_t *o, const bmt_layout_t *l, const char *job_id,
+                                  const char *bind, const char *host_for_ranks,
+                                  const char *host_shown, metrics_env_t *me, bmt_error_t *err)
+{
+    memset(me, 0, sizeof(*me));
+    if (o->metrics_port == 0)
+        return NULL;
+    collector_opts_t co = {
+        .job_id = job_id, .layout = l, .device = o->device, .per_rank = o->metrics_per_rank
+    };
+    collector_t *c = collector_create(&co, err);
+    if (c == NULL)
+        return NULL;
+    if (collector_listen(c, bind, o->metrics_port, !o->metrics_port_set, err) < 0) {
+        collector_destroy(c);
+        return NULL;
+    }
+    bool wildcard = strcmp(bind, "0.0.0.0") == 0 || strcmp(bind, "::") == 0;
+    const char *host = wildcard ? host_for_ranks : bind;
+    bool v6 = strchr(host, ':') != NULL;
+    snprintf(me->url, sizeof(me->url), "http://%s%s%s:%d/api/push", v6 ? "[" : "", host,
+             v6 ? "]" : "", collector_port(c));
+    snprintf(me->token, sizeof(me->token), "%s", collector_token(c));
+    const char *plugins = getenv("BMT_PLUGINS");
+    if (plugins && *plugins)
+        snprintf(me->plugins, sizeof(me->plugins), "%s%s", plugins,
+                 names_push(plugins) ? "" : ",push");
+    else
+        snprintf(me->plugins, sizeof(me->plugins), "push");
+    /* Plugins are found next to this bmlaunch: build/bin -> build/lib/bmt/plugins,
+     * PREFIX/bin -> PREFIX/lib/bmt/plugins (unless BMT_PLUGIN_DIR says otherwise). */
+    const char *dir = getenv("BMT_PLUGIN_DIR");
+    const char *self = self_path();
+    if (dir && *dir)
+        snprintf(me->plugin_dir, sizeof(me->plugin_dir), "%s", dir);
+    else if (self) {
+        char buf[PATH_MAX];
+        snprintf(buf, sizeof(buf), "%s", self);
+        char *slash = strrchr(buf, '/');
+        if (slash)
+            *slash = '\0';
+        snprintf(me->plugin_dir, sizeof(me->plugin_dir), "%.3000s/../lib/bmt/plugins", buf);
+    }
+    me->on = true;
+    const char *shown = wildcard ? host_shown : bind;
+    fprintf(stderr, "bmlaunch: metrics on http://%s%s%s:%d/ (Prometheus: /metrics)\n",
+            v6 ? "[" : "", shown, v6 ? "]" : "", collector_port(c));
+    return c;
+}
+
+static void on_rank_exit(void *arg, int rank, int status)
+{
+    collector_t **c = arg;
+    if (rank >= 0 && *c)
+        collector_rank_exited(*c, rank);
+}
+
+/* --metrics-linger: serve a while after the job, so a last scrape sees the end.
+ * The supervisor's signals are still blocked: wait for one of them instead of
+ * sleeping, so Ctrl-C ends the wait. */
+static void metrics_linger(collector_t *c, double s)
+{
+    if (c == NULL || s <= 0)
+        return;
+    fprintf(stderr, "bmlaunch: serving metrics for %g s more (--metrics-linger)\n", s);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    struct timespec ts = { (time_t)s, (long)((s - (double)(time_t)s) * 1e9) };
+    while (sigtimedwait(&set, NULL, &ts) < 0 && errno == EINTR)
+        ;
+}
+
 /* The environment of one rank: ours, minus stale BMT_ layout variables, plus
  * this rank's (rank < 0: the job's only, for srun). Returns a NULL-terminated
  * malloc'd array PMIx may extend. */
-static char **rank_env(const launch_opts_t *o, const bmt_layout_t *l, int rank, const char *job_id)
+static char **rank_env(const launch_opts_t *o, const bmt_layout_t *l, int rank, const char *job_id,
+                       const metrics_env_t *me)
 {
     static const char *ours[] = { "BMT_GROUPS=",
                                   "BMT_GPUS_PER_GROUP=",
@@ -108,14 +224,18 @@ static char **rank_env(const launch_opts_t *o, const bmt_layout_t *l, int rank, 
     bool drop_backend = o->backend != NULL, drop_timeout = o->timeout_s > 0;
     for (size_t i = 0; i < n; i++) {
         bool skip = (drop_backend && strncmp(environ[i], "BMT_BACKEND=", 12) == 0) ||
-                    (drop_timeout && strncmp(environ[i], "BMT_TIMEOUT=", 12) == 0);
+                    (drop_timeout && strncmp(environ[i], "BMT_TIMEOUT=", 12) == 0) ||
+                    (me->on && (strncmp(environ[i], "BMT_METRICS_URL=", 16) == 0 ||
+                                strncmp(environ[i], "BMT_METRICS_TOKEN=", 18) == 0 ||
+                                strncmp(environ[i], "BMT_PLUGINS=", 12) == 0 ||
+                                strncmp(environ[i], "BMT_PLUGIN_DIR=", 15) == 0));
         for (int j = 0; ours[j] && !skip; j++)
             skip = strncmp(environ[i], ours[j], strlen(ours[j])) == 0;
         if (!skip && (env[k] = strdup(environ[i])) != NULL)
             k++;
     }
     bmt_rank_info_t ri = bmt_layout_rank(l, rank < 0 ? 0 : rank);
-    char buf[256];
+    char buf[1200];
 #define ADD(...)                                                                                   \
     do {                                                                                           \
         snprintf(buf, sizeof(buf), __VA_ARGS__);                                                   \
@@ -140,6 +260,17 @@ static char **rank_env(const launch_opts_t *o, const bmt_layout_t *l, int rank, 
         ADD("BMT_BACKEND=%s", o->backend);
     if (o->timeout_s > 0)
         ADD("BMT_TIMEOUT=%g", o->timeout_s);
+    if (me->on) {
+        ADD("BMT_METRICS_URL=%s", me->url);
+        ADD("BMT_METRICS_TOKEN=%s", me->token);
+        ADD("BMT_PLUGINS=%s", me->plugins);
+        if (me->plugin_dir[0]) {
+            char dir[PATH_MAX + 32];
+            snprintf(dir, sizeof(dir), "BMT_PLUGIN_DIR=%s", me->plugin_dir);
+            if ((env[k] = strdup(dir)) != NULL)
+                k++;
+        }
+    }
 #undef ADD
     env[k] = NULL;
     return env;
@@ -254,8 +385,16 @@ static int run_slurm(const launch_opts_t *o, const slurm_alloc_t *a)
         return usage_error("cannot find bmlaunch's own path (/proc/self/exe)");
     char job_id[128];
     snprintf(job_id, sizeof(job_id), "slurm.%s", a->job_id);
-    char **argv = slurm_srun_argv(a, o, &l, self);
-    char **env = rank_env(o, &l, -1, job_id);
+    /* Ranks on other nodes cannot reach a loopback address: with several nodes
+     * the default bind becomes every interface (pushes still need the token),
+     * and bmlaunch --rank-exec points each rank at this node's address. */
+    const char *bind = o->metrics_bind;
+    if (!o->metrics_bind_set && l.nodes > 1)
+        bind = "0.0.0.0";
+    char host[256] = "localhost";
+    gethostname(host, sizeof(host) - 1);
+    metrics_env_t me = { 0 };
+    collector_t *coll = NULL;
     job_opts_t jo = {
         .world = l.world,
         .grace_s = o->grace_s,
@@ -266,11 +405,25 @@ static int run_slurm(const launch_opts_t *o, const slurm_alloc_t *a)
         .notify_fd = -1,
         .demux = true,
     };
-    job_t *job = argv && env ? job_create(&jo, &err) : NULL;
+    job_t *job = job_create(&jo, &err);
     if (job == NULL) {
-        fprintf(stderr, "bmlaunch: %s\n", argv && env ? err.text : "out of memory");
+        fprintf(stderr, "bmlaunch: %s\n", err.text);
+        return 1;
+    }
+    /* After job_create: the collector's threads inherit the blocked signals. */
+    coll = metrics_start(o, &l, job_id, bind, "0.0.0.0", host, &me, &err);
+    if (coll == NULL && o->metrics_port != 0) {
+        job_destroy(job);
+        return usage_error(err.text);
+    }
+    char **argv = slurm_srun_argv(a, o, &l, self);
+    char **env = rank_env(o, &l, -1, job_id, &me);
+    if (argv == NULL || env == NULL) {
+        fprintf(stderr, "bmlaunch: out of memory\n");
         slurm_argv_free(argv);
         env_free(env);
+        job_destroy(job);
+        collector_destroy(coll);
         return 1;
     }
     if (o->verbose) {
@@ -285,7 +438,10 @@ static int run_slurm(const launch_opts_t *o, const slurm_alloc_t *a)
         fprintf(stderr, "bmlaunch: starting srun failed: %s\n", err.text);
     else
         status = job_run(job);
+    collector_job_ended(coll, status);
+    metrics_linger(coll, o->metrics_linger_s);
     job_destroy(job);
+    collector_destroy(coll);
     slurm_argv_free(argv);
     env_free(env);
     return status;
@@ -334,9 +490,13 @@ static int run_local(const launch_opts_t *o_, const bmt_layout_t *l_)
     char job_id[128];
     snprintf(job_id, sizeof(job_id), "bmlaunch.%s.%ld.%ld", host, (long)getpid(), (long)time(NULL));
 
+    collector_t *coll = NULL; /* started once the job blocked its signals (see below) */
+    metrics_env_t me = { 0 };
+
     int notify[2];
     if (pipe2(notify, O_CLOEXEC) != 0) {
         fprintf(stderr, "bmlaunch: pipe: %s\n", strerror(errno));
+        collector_destroy(coll);
         return 1;
     }
     /* The supervisor drains the read end until EAGAIN; the PMIx thread's writes
@@ -350,6 +510,8 @@ static int run_local(const launch_opts_t *o_, const bmt_layout_t *l_)
         .label = o.label,
         .verbose = o.verbose,
         .notify_fd = notify[0],
+        .on_exit = on_rank_exit,
+        .on_exit_arg = &coll,
     };
     /* Signals are blocked before PMIx starts its thread, so that thread never
      * takes one of ours. */
@@ -358,10 +520,18 @@ static int run_local(const launch_opts_t *o_, const bmt_layout_t *l_)
         fprintf(stderr, "bmlaunch: %s\n", err.text);
         return 1;
     }
+    /* The collector's threads must inherit the blocked signals, or SIGCHLD could
+     * land on one of them and never reach the supervisor. */
+    coll = metrics_start(&o, &l, job_id, o.metrics_bind, "127.0.0.1", "127.0.0.1", &me, &err);
+    if (coll == NULL && o.metrics_port != 0) {
+        job_destroy(job);
+        return usage_error(err.text);
+    }
     pmix_host_t *host_srv = NULL;
     if (host_start(&host_srv, job_id, &l, notify[1], &err) < 0) {
         fprintf(stderr, "bmlaunch: cannot start the PMIx server: %s\n", err.text);
         job_destroy(job);
+        collector_destroy(coll);
         return 1;
     }
     if (o.verbose)
@@ -375,7 +545,7 @@ static int run_local(const launch_opts_t *o_, const bmt_layout_t *l_)
     int failed_rank = 0;
     for (int r = 0; r < l.world && rc == 0; r++) {
         failed_rank = r;
-        envs[r] = rank_env(&o, &l, r, job_id);
+        envs[r] = rank_env(&o, &l, r, job_id, &me);
         if (envs[r] == NULL)
             rc = errprintf(&err, "out of memory building the environment of rank %d", r);
         else
@@ -394,11 +564,15 @@ static int run_local(const launch_opts_t *o_, const bmt_layout_t *l_)
         job_kill_all(job);
         host_stop(host_srv);
         job_destroy(job);
+        collector_destroy(coll);
         return 1;
     }
     int status = job_run(job);
+    collector_job_ended(coll, status);
+    metrics_linger(coll, o.metrics_linger_s);
     host_stop(host_srv);
     job_destroy(job);
+    collector_destroy(coll);
     close(notify[0]);
     close(notify[1]);
     return status;

@@ -267,6 +267,16 @@ int slurm_rank_exec(int argc, char **argv)
     SETI("BMT_GROUP", ri.group);
     SETI("BMT_GROUP_RANK", ri.group_rank);
 #undef SETI
+    /* bmlaunch listens on every interface of its node and wrote 0.0.0.0 for
+     * its address: srun tells each task the launching node's address. */
+    const char *url = getenv("BMT_METRICS_URL"), *launch = getenv("SLURM_LAUNCH_NODE_IPADDR");
+    const char *wild = url ? strstr(url, "://0.0.0.0:") : NULL;
+    if (wild && launch && *launch) {
+        char fixed[1024];
+        snprintf(fixed, sizeof(fixed), "%.*s://%s%s", (int)(wild - url), url, launch,
+                 wild + strlen("://0.0.0.0"));
+        setenv("BMT_METRICS_URL", fixed, 1);
+    }
     execvp(argv[0], argv);
     fprintf(stderr, "bmlaunch: rank %d: cannot run '%s': %s\n", rank, argv[0], strerror(errno));
     return 127;

@@ -504,6 +504,8 @@ static void rank_exited(job_t *job, rank_proc_t *rp, int status)
     rp->status = status;
     rp->end = now_s();
     job->running--;
+    if (job->o.on_exit)
+        job->o.on_exit(job->o.on_exit_arg, rp->rank, status);
     if (rp->rank < 0) {
         /* srun: its task reports named the failure, if there was one. */
         bool fine = WIFEXITED(status) && WEXITSTATUS(status) == 0;

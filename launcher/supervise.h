@@ -27,6 +27,10 @@ typedef struct job_opts {
     int notify_fd; /* read end of the PMIx host's event pipe, or -1 */
     bool demux;    /* Slurm mode: one process (srun) whose output is labelled
                     * "RANK: " (srun --label) speaks for all ranks */
+    /* Called on the supervisor's thread when a rank's process has exited (local
+     * mode; rank -1: srun, Slurm mode). NULL: none. */
+    void (*on_exit)(void *arg, int rank, int wait_status);
+    void *on_exit_arg;
 } job_opts_t;
 
 /* Block the signals bmlaunch handles (so they queue for the poll loop, also

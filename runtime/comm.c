@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ctx.h"
 #include "hash.h"
@@ -337,13 +338,23 @@ static int check_args(bmt_comm_t *c, const char *what, const void *send, const v
     return 0;
 }
 
+static double comm_clock(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 int bmt_all_gather(bmt_comm_t *c, const void *send, void *recv, size_t count, bmt_dtype_t dtype,
                    bmt_error_t *err)
 {
     if (check_args(c, "all_gather", send, recv, count, dtype, NO_OP, c ? (size_t)c->size : 1, err) <
         0)
         return -1;
-    if (c->be->all_gather(c, send, recv, count, dtype, err) < 0)
+    double t0 = comm_clock();
+    int rc = c->be->all_gather(c, send, recv, count, dtype, err);
+    c->ctx->comm_host_s += comm_clock() - t0; /* comm_wait_s on cpu (bmt/monitor.h) */
+    if (rc < 0)
         return failed(c, "all_gather", err);
     return 0;
 }
@@ -354,7 +365,10 @@ int bmt_reduce_scatter(bmt_comm_t *c, const void *send, void *recv, size_t count
     if (check_args(c, "reduce_scatter", send, recv, count, dtype, (long)op, c ? (size_t)c->size : 1,
                    err) < 0)
         return -1;
-    if (c->be->reduce_scatter(c, send, recv, count, dtype, op, err) < 0)
+    double t0 = comm_clock();
+    int rc = c->be->reduce_scatter(c, send, recv, count, dtype, op, err);
+    c->ctx->comm_host_s += comm_clock() - t0; /* comm_wait_s on cpu (bmt/monitor.h) */
+    if (rc < 0)
         return failed(c, "reduce_scatter", err);
     return 0;
 }
@@ -364,7 +378,10 @@ int bmt_all_reduce(bmt_comm_t *c, const void *send, void *recv, size_t count, bm
 {
     if (check_args(c, "all_reduce", send, recv, count, dtype, (long)op, 1, err) < 0)
         return -1;
-    if (c->be->all_reduce(c, send, recv, count, dtype, op, err) < 0)
+    double t0 = comm_clock();
+    int rc = c->be->all_reduce(c, send, recv, count, dtype, op, err);
+    c->ctx->comm_host_s += comm_clock() - t0; /* comm_wait_s on cpu (bmt/monitor.h) */
+    if (rc < 0)
         return failed(c, "all_reduce", err);
     return 0;
 }
@@ -440,7 +457,10 @@ int bmt_broadcast(bmt_comm_t *c, void *buf, size_t count, bmt_dtype_t dtype, int
                          c->name, root, c->size);
     if (count && buf == NULL)
         return errprintf(err, COMM_WHERE_FMT ": broadcast: NULL buffer", c->ctx->rank, c->name);
-    if (c->be->broadcast(c, buf, count, dtype, root, err) < 0)
+    double t0 = comm_clock();
+    int rc = c->be->broadcast(c, buf, count, dtype, root, err);
+    c->ctx->comm_host_s += comm_clock() - t0; /* comm_wait_s on cpu (bmt/monitor.h) */
+    if (rc < 0)
         return failed(c, "broadcast", err);
     return 0;
 }
@@ -449,7 +469,10 @@ int bmt_barrier(bmt_comm_t *c, bmt_error_t *err)
 {
     if (check_common(c, "barrier", BMT_F32, err) < 0)
         return -1;
-    if (c->be->barrier(c, err) < 0)
+    double t0 = comm_clock();
+    int rc = c->be->barrier(c, err);
+    c->ctx->comm_host_s += comm_clock() - t0; /* comm_wait_s on cpu (bmt/monitor.h) */
+    if (rc < 0)
         return failed(c, "barrier", err);
     return 0;
 }

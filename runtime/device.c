@@ -14,6 +14,8 @@
  * A context made by hand in a unit test (calloc, no bmt_init) works: the table
  * starts empty on first use and the streams are NULL (the legacy stream).
  */
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -45,6 +47,7 @@ struct mem_table {
     struct mem_entry *slots;
     size_t cap, used, live; /* used counts tombstones too */
     bmt_mem_stats_t stats;
+    uint64_t step_peak[BMT_MEM_KIND_COUNT]; /* peaks since the monitor's last step */
 };
 
 static char tombstone_;
@@ -106,6 +109,8 @@ static int table_add(struct mem_table *t, void *p, size_t bytes, int kind)
     st->current_total += bytes;
     if (st->current[kind] > st->peak[kind])
         st->peak[kind] = st->current[kind];
+    if (st->current[kind] > t->step_peak[kind])
+        t->step_peak[kind] = st->current[kind];
     if (st->current_total > st->peak_total)
         st->peak_total = st->current_total;
     return 0;
@@ -130,6 +135,158 @@ static int table_remove(struct mem_table *t, const void *p)
     return -1;
 }
 
+/* ------------------------------------------------------------ exposed communication
+ *
+ * comm_wait_s of a step (bmt/monitor.h) on cuda: the time the compute stream
+ * sat waiting for communication. Each wait of the compute stream on a comm
+ * event is bracketed by two timing events on the compute stream; the host runs
+ * ahead of the GPU, so the first one completes when compute's previous work
+ * ends and the second when the wait is over. The optimizer adds the tail: how
+ * long the comm and replica streams ran past the end of compute. The events are
+ * read after the step's synchronization and reused. On cpu the collectives run
+ * on the host and comm.c adds up their time instead.
+ */
+#define WAIT_EVENTS_MAX 12288
+
+struct wait_mark {
+    int a, b, c; /* event indices; c < 0: a wait (b - a), else a tail (max(b, c) - a) */
+};
+
+struct wait_clock {
+    void **ev; /* cudaEvent_t pool, created on demand, timing enabled */
+    int nev, used;
+    struct wait_mark *marks;
+    int nmarks;
+    bool partial; /* the pool ran out this step: some waits went untimed */
+};
+
+static void wait_clock_free(bmt_ctx_t *ctx)
+{
+    struct wait_clock *w = ctx->waits;
+    if (w == NULL)
+        return;
+#ifdef BMT_HAVE_CUDA
+    for (int i = 0; i < w->nev; i++)
+        cudaEventDestroy((cudaEvent_t)w->ev[i]);
+#endif
+    free(w->ev);
+    free(w->marks);
+    free(w);
+    ctx->waits = NULL;
+}
+
+#ifdef BMT_HAVE_CUDA
+/* Index of a free timing event, or -1 (pool full or out of memory: untimed). */
+static int clock_event(bmt_ctx_t *ctx)
+{
+    struct wait_clock *w = ctx->waits;
+    if (w == NULL) {
+        w = ctx->waits = calloc(1, sizeof(*w));
+        if (w) {
+            w->ev = calloc(WAIT_EVENTS_MAX, sizeof(void *));
+            w->marks = calloc(WAIT_EVENTS_MAX / 2, sizeof(struct wait_mark));
+        }
+        if (w == NULL || w->ev == NULL || w->marks == NULL) {
+            wait_clock_free(ctx);
+            return -1;
+        }
+    }
+    if (w->used == w->nev) {
+        cudaEvent_t e;
+        if (w->nev == WAIT_EVENTS_MAX || cudaEventCreate(&e) != cudaSuccess) {
+            w->partial = true;
+            return -1;
+        }
+        w->ev[w->nev++] = e;
+    }
+    return w->used++;
+}
+
+static int clock_record(bmt_ctx_t *ctx, int i, void *stream, bmt_error_t *err)
+{
+    struct wait_clock *w = ctx->waits;
+    cudaError_t r = cudaEventRecord((cudaEvent_t)w->ev[i], (cudaStream_t)stream);
+    return r == cudaSuccess ? 0 : cuda_fail(ctx, err, "cudaEventRecord", r);
+}
+#endif
+
+int device_wait_timed(bmt_ctx_t *ctx, void *ev, bmt_error_t *err)
+{
+    void *compute = ctx->streams[DEVICE_COMPUTE];
+#ifdef BMT_HAVE_CUDA
+    if (ev != NULL && ctx->device == BMT_DEVICE_CUDA) {
+        int used = ctx->waits ? ((struct wait_clock *)ctx->waits)->used : 0;
+        int a = clock_event(ctx), b = a < 0 ? -1 : clock_event(ctx);
+        if (b >= 0) {
+            struct wait_clock *w = ctx->waits;
+            if (clock_record(ctx, a, compute, err) < 0 ||
+                device_stream_wait(ctx, compute, ev, err) < 0 ||
+                clock_record(ctx, b, compute, err) < 0)
+                return -1;
+            w->marks[w->nmarks++] = (struct wait_mark){ a, b, -1 };
+            return 0;
+        }
+        if (ctx->waits) /* give back a lone event */
+            ((struct wait_clock *)ctx->waits)->used = used;
+    }
+#endif
+    return device_stream_wait(ctx, compute, ev, err);
+}
+
+int device_wait_tail(bmt_ctx_t *ctx, bmt_error_t *err)
+{
+#ifdef BMT_HAVE_CUDA
+    if (ctx->device != BMT_DEVICE_CUDA || ctx->streams[DEVICE_COMPUTE] == NULL)
+        return 0;
+    int used = ctx->waits ? ((struct wait_clock *)ctx->waits)->used : 0;
+    int a = clock_event(ctx), b = a < 0 ? -1 : clock_event(ctx), c = b < 0 ? -1 : clock_event(ctx);
+    if (c < 0) {
+        if (ctx->waits)
+            ((struct wait_clock *)ctx->waits)->used = used;
+        return 0;
+    }
+    struct wait_clock *w = ctx->waits;
+    if (clock_record(ctx, a, ctx->streams[DEVICE_COMPUTE], err) < 0 ||
+        clock_record(ctx, b, ctx->streams[DEVICE_COMM], err) < 0 ||
+        clock_record(ctx, c, ctx->streams[DEVICE_REPLICA], err) < 0)
+        return -1;
+    w->marks[w->nmarks++] = (struct wait_mark){ a, b, c };
+#endif
+    return 0;
+}
+
+double device_wait_collect(bmt_ctx_t *ctx, bool *partial)
+{
+    struct wait_clock *w = ctx->waits;
+    double total = 0;
+    *partial = false;
+    if (w == NULL)
+        return 0;
+#ifdef BMT_HAVE_CUDA
+    for (int i = 0; i < w->nmarks; i++) {
+        struct wait_mark *m = &w->marks[i];
+        float ab = 0, ac = 0;
+        if (cudaEventElapsedTime(&ab, (cudaEvent_t)w->ev[m->a], (cudaEvent_t)w->ev[m->b]) !=
+            cudaSuccess) {
+            w->partial = true; /* not complete: the caller did not synchronize */
+            continue;
+        }
+        if (m->c >= 0 && cudaEventElapsedTime(&ac, (cudaEvent_t)w->ev[m->a],
+                                              (cudaEvent_t)w->ev[m->c]) != cudaSuccess)
+            ac = 0;
+        double ms = ab > ac ? ab : ac;
+        if (ms > 0)
+            total += ms * 1e-3;
+    }
+    (void)cudaGetLastError(); /* a not-ready query leaves no sticky error; clear it anyway */
+#endif
+    *partial = w->partial;
+    w->used = 0;
+    w->nmarks = 0;
+    w->partial = false;
+    return total;
+}
+
 void device_release(bmt_ctx_t *ctx)
 {
     struct mem_table *t = ctx->mem;
@@ -138,6 +295,7 @@ void device_release(bmt_ctx_t *ctx)
         free(t);
         ctx->mem = NULL;
     }
+    wait_clock_free(ctx);
 #ifdef BMT_HAVE_CUDA
     for (int i = 0; i < DEVICE_STREAMS; i++)
         if (ctx->streams[i]) {
@@ -260,6 +418,18 @@ void bmt_mem_reset_peaks(bmt_ctx_t *ctx)
         return;
     memcpy(t->stats.peak, t->stats.current, sizeof(t->stats.peak));
     t->stats.peak_total = t->stats.current_total;
+    memcpy(t->step_peak, t->stats.current, sizeof(t->step_peak));
+}
+
+void device_mem_step_peaks(bmt_ctx_t *ctx, uint64_t *current, uint64_t *peak)
+{
+    struct mem_table *t = table(ctx);
+    for (int k = 0; k < BMT_MEM_KIND_COUNT; k++) {
+        current[k] = t ? t->stats.current[k] : 0;
+        peak[k] = t ? t->step_peak[k] : 0;
+        if (t)
+            t->step_peak[k] = t->stats.current[k];
+    }
 }
 
 /* ------------------------------------------------------------ copies */
@@ -423,4 +593,38 @@ int bmt_device_synchronize(bmt_ctx_t *ctx, bmt_error_t *err)
 #else
     return errprintf(err, "rank %d: this libbmt was built without CUDA", ctx->rank);
 #endif
+}
+
+/* ------------------------------------------------------------ identity */
+
+void device_name(bmt_ctx_t *ctx, char *out, size_t len)
+{
+    snprintf(out, len, "cpu");
+#ifdef BMT_HAVE_CUDA
+    struct cudaDeviceProp p;
+    if (ctx->device == BMT_DEVICE_CUDA) {
+        if (cudaGetDeviceProperties(&p, ctx->device_index) == cudaSuccess)
+            snprintf(out, len, "%s", p.name);
+        else
+            snprintf(out, len, "cuda:%d", ctx->device_index);
+        return;
+    }
+#endif
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f == NULL)
+        return;
+    char line[256];
+    while (fgets(line, sizeof(line), f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) != 0 || colon == NULL)
+            continue;
+        char *v = colon + 1;
+        while (*v == ' ' || *v == '\t')
+            v++;
+        v[strcspn(v, "\n")] = '\0';
+        if (*v)
+            snprintf(out, len, "%s", v);
+        break;
+    }
+    fclose(f);
 }

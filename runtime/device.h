@@ -7,6 +7,10 @@
 #ifndef BMT_RUNTIME_DEVICE_H
 #define BMT_RUNTIME_DEVICE_H
 
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
 #include "bmt/device.h"
 
 enum device_stream_id {
@@ -34,5 +38,22 @@ void device_event_destroy(bmt_ctx_t *ctx, void *ev);
 /* Record ev on stream / make stream wait for ev. ev NULL: no-op. */
 int device_event_record(bmt_ctx_t *ctx, void *ev, void *stream, bmt_error_t *err);
 int device_stream_wait(bmt_ctx_t *ctx, void *stream, void *ev, bmt_error_t *err);
+
+/* Make the compute stream wait for ev (NULL: no-op), timing the wait on cuda
+ * (exposed communication, see device.c). */
+int device_wait_timed(bmt_ctx_t *ctx, void *ev, bmt_error_t *err);
+/* Before the optimizer's synchronization: mark the end of compute on all
+ * three streams, so the reductions' tail counts as exposed communication. */
+int device_wait_tail(bmt_ctx_t *ctx, bmt_error_t *err);
+/* After a synchronization: seconds of exposed communication since the last
+ * call (*partial: some waits could not be timed). 0 on cpu. */
+double device_wait_collect(bmt_ctx_t *ctx, bool *partial);
+
+/* Memory now and the peak per kind since the last call (which starts a new
+ * period); arrays of BMT_MEM_KIND_COUNT. The public peaks are not touched. */
+void device_mem_step_peaks(bmt_ctx_t *ctx, uint64_t *current, uint64_t *peak);
+
+/* The device's name ("NVIDIA H200", or the CPU model from /proc/cpuinfo). */
+void device_name(bmt_ctx_t *ctx, char *out, size_t len);
 
 #endif

@@ -36,6 +36,26 @@ static const env_knob_t knobs[] = {
     { "BMT_SHM_CHUNK", "1M",
       "bytes each rank stages per step in the shm backend (K/M/G suffix); "
       "each shm communicator reserves (2*size+2) times this in /dev/shm" },
+    { "BMT_PLUGINS", NULL,
+      "monitor plugins to load: comma-separated names (BMT_PLUGIN_DIR/<name>.so) or paths; "
+      "bmlaunch adds push when its metrics endpoint is on" },
+    { "BMT_PLUGIN_DIR", NULL,
+      "where plugin names are looked up; set by bmlaunch, else the installed lib/bmt/plugins" },
+    { "BMT_PLUGIN_ERRORS", "fail",
+      "fail: a plugin that cannot be loaded fails bmt_init; warn: say so and run without it" },
+    { "BMT_PLUGIN_FLUSH_TIMEOUT", "5",
+      "seconds a plugin may take at bmt_finalize to send or write what it has queued" },
+    { "BMT_PEAK_TFLOPS", NULL,
+      "peak dense TFLOP/s of one rank for MFU; default: from the GPU's name, none on cpu" },
+    { "BMT_METRICS_URL", NULL, "push plugin: where to POST metrics; set by bmlaunch" },
+    { "BMT_METRICS_TOKEN", NULL, "push plugin: the job's bearer token; set by bmlaunch" },
+    { "BMT_METRICS_QUEUE", "1024",
+      "push and jsonl plugins: items queued before the oldest is dropped" },
+    { "BMT_METRICS_TIMEOUT", "5", "push plugin: seconds one HTTP request may take" },
+    { "BMT_PUSHGATEWAY_URL", NULL,
+      "push plugin: also PUT each rank's latest metrics to this Prometheus Pushgateway" },
+    { "BMT_JSONL", "bmt-metrics-%j-%r.jsonl",
+      "jsonl plugin: output file; %r becomes the rank, %j the job id, %% a percent sign" },
     { NULL, NULL, NULL },
 };
 

@@ -16,6 +16,7 @@
 #include "bmt/bmt.h"
 #include "ctx.h"
 #include "env.h"
+#include "monitor.h"
 #include "error.h"
 #include "hash.h"
 
@@ -227,6 +228,10 @@ int bmt_init(bmt_ctx_t **out, const bmt_config_t *cfg, bmt_error_t *err)
     if (setup_backend(ctx, cfg->backend ? cfg->backend : env_get("BMT_BACKEND"), err) < 0 ||
         device_setup_streams(ctx, err) < 0)
         goto fail;
+    /* Plugins before the communicators: a misconfigured plugin fails in
+     * milliseconds, not after NCCL's set-up. */
+    if (monitor_init(ctx, err) < 0)
+        goto fail;
     ctx->world_comm = comm_create_world(ctx, ctx->backend, err);
     if (ctx->world_comm == NULL)
         goto fail;
@@ -245,6 +250,7 @@ void bmt_finalize(bmt_ctx_t *ctx)
 {
     if (ctx == NULL)
         return;
+    monitor_finalize(ctx);
     /* Let enqueued work finish, bounded; if it cannot, abort rather than flush. */
     bmt_error_t ignored;
     if (ctx->device == BMT_DEVICE_CUDA && !ctx->comm_failed &&
@@ -267,6 +273,7 @@ void bmt_abort(bmt_ctx_t *ctx, int status, const char *msg)
     fprintf(stderr, "bmt: rank %d called bmt_abort(status %d): %s\n", ctx->rank, status,
             msg ? msg : "");
     fflush(stderr);
+    monitor_abort(ctx, status, msg); /* the plugins tell the collector, within their flush time */
     boot_abort(ctx->boot, status, msg);
 }
 

@@ -223,8 +223,9 @@ int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
                          "last_microbatch = true) since the last step",
                          ctx->rank);
 
-    /* Every reduce-scatter and cross-group all-reduce must have landed. */
-    if (bmt_device_synchronize(ctx, err) < 0)
+    /* Every reduce-scatter and cross-group all-reduce must have landed; how long
+     * they ran past compute is exposed communication (device_wait_tail). */
+    if (device_wait_tail(ctx, err) < 0 || bmt_device_synchronize(ctx, err) < 0)
         return -1;
     const int micro = st->microbatches;
     double scale = 1.0 / ((double)ctx->world * micro);

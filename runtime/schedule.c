@@ -281,7 +281,7 @@ static int gather(bmt_blocklist_t *l, int i, bmt_error_t *err)
 static int await_params(bmt_blocklist_t *l, int i, bmt_error_t *err)
 {
     struct slot *s = l->e[i].slot;
-    return s ? device_stream_wait(l->ctx, device_stream(l->ctx, DEVICE_COMPUTE), s->ready, err) : 0;
+    return s ? device_wait_timed(l->ctx, s->ready, err) : 0;
 }
 
 /* Block i is done with its parameters (on the compute stream). */
@@ -547,7 +547,7 @@ int bmt_blocklist_backward(bmt_blocklist_t *l, bool last, bmt_error_t *err)
         l->gnext ^= 1;
         if (b->nparams > 0) {
             /* The buffer's previous reduce-scatter must have drained it. */
-            if (device_stream_wait(ctx, compute, g->free, err) < 0 ||
+            if (device_wait_timed(ctx, g->free, err) < 0 ||
                 kern_zero(ctx, compute, g->mem, b->grad_bytes, err) < 0)
                 return broken(l, err);
             block_bind_grads(b, g->mem, gt);

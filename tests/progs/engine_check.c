@@ -61,10 +61,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bmt/bmt.h"
 #include "bmt/block.h"
 #include "bmt/device.h"
+#include "bmt/monitor.h"
 #include "bmt/optim.h"
 #include "engine_model.h"
 
@@ -78,8 +80,11 @@ typedef struct opts {
     bmt_dtype_t reduce; /* the block list's gradient reduce dtype */
     const char *init_dump;
     bool variants, kernel_check, verbose;
-    bool mismatch; /* odd ranks take another prefetch setting: the first forward must fail */
-    double bound;  /* relative bound on parameters, loss and grad norm; 0: by dtype */
+    bool mismatch;   /* odd ranks take another prefetch setting: the first forward must fail */
+    double bound;    /* relative bound on parameters, loss and grad norm; 0: by dtype */
+    double pace_ms;  /* sleep this long in every step (monitoring tests want a steady run) */
+    int event_every; /* report a checkpoint_saved event every N steps (0: none) */
+    int abort_at;    /* rank 0 calls bmt_abort(3, ...) after this step (0: never) */
 } opts_t;
 
 static opts_t O = { .steps = 20,
@@ -1433,6 +1438,101 @@ static int build_blocks(bmt_block_t **blocks, bmt_error_t *err)
     return 0;
 }
 
+/* ------------------------------------------------------------ monitoring */
+
+/* bmt_report_step after each step, and its figures checked against what the
+ * step did: the optimizer's result, the counts reported, the allocator's
+ * counters, and the time (rates times step time give back the counts). */
+typedef struct monitor {
+    int64_t tokens_base; /* tokens_total before this run (bmt_init counts them all) */
+    int bad;
+    char first[300];
+    double comm_wait, time;
+} monitor_t;
+
+static void mon_bad(monitor_t *m, const char *fmt, ...)
+{
+    if (m->bad++ == 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(m->first, sizeof(m->first), fmt, ap);
+        va_end(ap);
+    }
+}
+
+static bool near(double a, double b) { return fabs(a - b) <= 1e-9 * fabs(b) + 1e-12; }
+
+static int monitor_step(monitor_t *mon, int s, double loss, const bmt_step_info_t *info,
+                        bmt_error_t *err)
+{
+    const int64_t rows = (int64_t)O.accum * EC_ROWS;
+    bmt_step_report_t r = BMT_STEP_REPORT_INITIALIZER;
+    r.tokens = rows; /* a row of this model stands for a token */
+    r.samples = rows;
+    r.loss = loss;
+    r.params = (int64_t)ntot;
+    r.flops = 6.0 * (double)ntot * (double)rows;
+    r.optim = info;
+    bmt_step_metrics_t x;
+    if (bmt_report_step(ctx, &r, &x, err) < 0)
+        return -1;
+    if (s == 1)
+        mon->tokens_base = x.tokens_total - rows;
+    bmt_mem_stats_t st;
+    bmt_mem_get_stats(ctx, &st);
+    double peak = bmt_peak_flops(ctx);
+    bool multi = bmt_world_size(ctx) > 1;
+    mon->comm_wait += x.comm_wait_s;
+    mon->time += x.step_time_s;
+    if (x.size != sizeof(x) || x.version != BMT_PLUGIN_ABI_VERSION)
+        mon_bad(mon, "step %d: size %u version %u", s, x.size, x.version);
+    if (x.step != info->step || x.skipped != (info->skipped ? 1 : 0) ||
+        x.skipped_total != info->skipped_total || x.microbatches != O.accum)
+        mon_bad(mon, "step %d: step %lld skipped %d/%lld micro %d, optimizer said %lld %d/%lld", s,
+                (long long)x.step, x.skipped, (long long)x.skipped_total, x.microbatches,
+                (long long)info->step, info->skipped, (long long)info->skipped_total);
+    if (!(x.grad_norm == info->grad_norm || (isnan(x.grad_norm) && isnan(info->grad_norm))) ||
+        !(x.lr == info->lr) || !(x.loss == loss || (isnan(x.loss) && isnan(loss))))
+        mon_bad(mon, "step %d: grad norm %g lr %g loss %g, want %g %g %g", s, x.grad_norm, x.lr,
+                x.loss, info->grad_norm, info->lr, loss);
+    if (x.tokens != rows || x.samples != rows || x.tokens_total - mon->tokens_base != s * rows ||
+        x.params != (int64_t)ntot)
+        mon_bad(mon, "step %d: tokens %lld samples %lld total %lld params %lld", s,
+                (long long)x.tokens, (long long)x.samples,
+                (long long)(x.tokens_total - mon->tokens_base), (long long)x.params);
+    if (!(x.step_time_s > 0) || !near(x.tokens_per_s * x.step_time_s, (double)rows) ||
+        !near(x.samples_per_s * x.step_time_s, (double)rows) ||
+        !near(x.flops_per_s * x.step_time_s, r.flops))
+        mon_bad(mon, "step %d: step time %g s, tokens/s %g, FLOP/s %g", s, x.step_time_s,
+                x.tokens_per_s, x.flops_per_s);
+    if (O.pace_ms > 0 && x.step_time_s < O.pace_ms * 1e-3)
+        mon_bad(mon, "step %d: step time %g s is shorter than the %g ms paced", s, x.step_time_s,
+                O.pace_ms);
+    if (peak > 0 ? !near(x.mfu, x.flops_per_s / peak) : !isnan(x.mfu))
+        mon_bad(mon, "step %d: mfu %g with peak %g FLOP/s", s, x.mfu, peak);
+    if (!(x.comm_wait_s >= 0 && x.comm_wait_s <= x.step_time_s) ||
+        (multi && bmt_device(ctx) == BMT_DEVICE_CPU && !(x.comm_wait_s > 0)))
+        mon_bad(mon, "step %d: comm wait %g s of a %g s step", s, x.comm_wait_s, x.step_time_s);
+    if (x.mem_kinds != BMT_MEM_KIND_COUNT)
+        mon_bad(mon, "step %d: %d memory kinds", s, x.mem_kinds);
+    for (int k = 0; k < BMT_MEM_KIND_COUNT; k++)
+        if (x.mem_current[k] != st.current[k] || x.mem_peak[k] < x.mem_current[k] ||
+            x.mem_peak[k] > st.peak[k])
+            mon_bad(mon, "step %d: memory %s now %llu peak %llu, allocator says %llu (peak %llu)",
+                    s, bmt_mem_kind_name(k), (unsigned long long)x.mem_current[k],
+                    (unsigned long long)x.mem_peak[k], (unsigned long long)st.current[k],
+                    (unsigned long long)st.peak[k]);
+    if (x.mem_peak[BMT_MEM_GRAD_FULL] == 0 || x.mem_peak[BMT_MEM_GATHERED] == 0)
+        mon_bad(mon, "step %d: the step's peaks miss its gathered or gradient buffers", s);
+    if (O.event_every && s % O.event_every == 0) {
+        char path[64];
+        snprintf(path, sizeof(path), "ckpt/step-%d", s);
+        if (bmt_report_event(ctx, BMT_EVENT_CHECKPOINT_SAVED, path, err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 typedef struct trained {
     double *loss;          /* (steps) mean loss of each step over the world */
     bmt_step_info_t *info; /* (steps) what bmt_optim_step said */
@@ -1456,6 +1556,10 @@ static int train(bmt_blocklist_t *list, bmt_optim_t *opt, model_t *m, trained_t 
         return -1;
     }
     bmt_mem_reset_peaks(ctx);
+    monitor_t mon = { 0 };
+    bmt_step_begin(ctx); /* set-up is not the first step's time */
+    if (O.event_every && bmt_report_event(ctx, BMT_EVENT_NOTE, "engine_check starts", err) < 0)
+        return -1;
     for (int s = 1; s <= O.steps; s++) {
         for (int a = 0; a < O.accum; a++)
             make_batch(s, a * world + me, hin + (size_t)a * EC_ROWS * EC_DIN,
@@ -1481,7 +1585,22 @@ static int train(bmt_blocklist_t *list, bmt_optim_t *opt, model_t *m, trained_t 
             return -1;
         for (int a = 0; a < O.accum; a++)
             t->loss[s - 1] += hloss[a];
+        if (O.pace_ms > 0) {
+            struct timespec nap = { (time_t)(O.pace_ms / 1e3), (long)(fmod(O.pace_ms, 1e3) * 1e6) };
+            nanosleep(&nap, NULL);
+        }
+        if (monitor_step(&mon, s, t->loss[s - 1] / O.accum, &t->info[s - 1], err) < 0)
+            return -1;
+        if (O.abort_at == s && my_rank == 0) {
+            char why[64];
+            snprintf(why, sizeof(why), "engine_check --abort-at %d", s);
+            bmt_abort(ctx, 3, why);
+        }
     }
+    check(mon.bad == 0,
+          "monitor: %d steps reported; step, grad norm, loss, token totals and rates, FLOP/s, "
+          "MFU, memory and comm wait as measured (comm wait %.3g s of %.3g s)%s%s",
+          O.steps, mon.comm_wait, mon.time, mon.bad ? "; first problem: " : "", mon.first);
     bmt_mem_get_stats(ctx, &t->mem);
     free(hin);
     free(htg);
@@ -1881,7 +2000,8 @@ static int usage(void)
             "                    [--clip X] [--lr X] [--warmup N] [--nan-step S] [--seed N]\n"
             "                    [--dtype f32|bf16] [--reduce-dtype f32|bf16] [--bound X]\n"
             "                    [--init-dump FILE] [--variants]\n"
-            "                    [--kernel-check] [--verbose]\n");
+            "                    [--kernel-check] [--verbose]\n"
+            "                    [--pace MS] [--event-every N] [--abort-at S]\n");
     return 2;
 }
 
@@ -1931,6 +2051,12 @@ static int parse(int argc, char **argv)
             O.lr = strtod(v, &end);
         else if (strcmp(a, "--bound") == 0)
             O.bound = strtod(v, &end);
+        else if (strcmp(a, "--pace") == 0)
+            O.pace_ms = strtod(v, &end);
+        else if (strcmp(a, "--event-every") == 0)
+            O.event_every = (int)strtol(v, &end, 10);
+        else if (strcmp(a, "--abort-at") == 0)
+            O.abort_at = (int)strtol(v, &end, 10);
         else if (strcmp(a, "--init-dump") == 0)
             O.init_dump = v, end = (char *)"";
         else if (strcmp(a, "--reduce-dtype") == 0) {
@@ -1956,7 +2082,8 @@ static int parse(int argc, char **argv)
     }
     if (O.steps < 1 || O.accum < 1 || (O.zero != 2 && O.zero != 3) ||
         (O.ckpt != 0 && O.ckpt != 1) || (O.prefetch != 0 && O.prefetch != 1) || O.nan_step < 0 ||
-        O.nan_step > O.steps || O.clip < 0 || O.warmup < 0)
+        O.nan_step > O.steps || O.clip < 0 || O.warmup < 0 || !(O.pace_ms >= 0) ||
+        O.event_every < 0 || O.abort_at < 0)
         return usage();
     return 0;
 }

@@ -1,0 +1,940 @@
+/* launcher/collector.c — the metrics endpoint: ingest pushes, aggregate, serve.
+ *
+ * State: each rank's latest metrics (what /metrics aggregates, so a scrape
+ * costs O(world) and the series are per job and per group), plus a history of
+ * whole-job steps for the page. A step enters the history once every rank has
+ * reported it, or when a later step pushes it out of the window of SLOTS
+ * steps being assembled (then it carries the ranks it had). One mutex guards
+ * everything; libmicrohttpd's threads take it for an ingest or a render, the
+ * supervisor for a rank's exit.
+ *
+ * Pushes are validated whole before anything is applied (bad input changes
+ * nothing): token first (401, before the body is even read), size (413, from
+ * Content-Length when given), then JSON shape, job id, rank and every field's
+ * type (400 with the reason in the body).
+ */
+#include "collector.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "bmt/device.h"
+#include "common/metrics_json.h"
+#include "common/prom.h"
+#include "error.h"
+
+#define SLOTS 32
+#define HISTORY 600
+#define EVENTS 50
+#define MAX_ITEMS 4096
+
+extern const char collector_page[], collector_page_end[]; /* web_page.S */
+
+struct rank_state {
+    bool seen, exited;
+    double last_push; /* monotonic */
+    int64_t top_step; /* highest step added to the history */
+    uint64_t dropped;
+    char host[64];
+    bmt_step_metrics_t m;
+};
+
+struct acc { /* one step being assembled from the ranks' reports */
+    int64_t step;
+    int n, loss_n, mfu_n;
+    bool done;
+    double time, tps, fps, loss, mfu, step_s, comm_s;
+};
+
+struct point {
+    int64_t step;
+    int ranks;
+    double time, tps, fps, loss, mfu, step_s, comm_s;
+};
+
+struct event {
+    int rank;
+    metrics_event_t e;
+};
+
+enum {
+    C200,
+    C400,
+    C401,
+    C404,
+    C405,
+    C413,
+    NCODES
+};
+static const int codes[NCODES] = { 200, 400, 401, 404, 405, 413 };
+
+struct collector {
+    pthread_mutex_t mu;
+    char job_id[256], device[16], token[72];
+    bmt_layout_t l;
+    bool per_rank;
+    double stale_s;
+    struct rank_state *r;
+    struct acc acc[SLOTS];
+    struct point hist[HISTORY];
+    int nhist;
+    struct event ev[EVENTS];
+    int nev, evnext;
+    uint64_t ev_count[BMT_EVENT_KIND_MAX + 1];
+    uint64_t pushes[NCODES];
+    int alive;
+    bool ended;
+    int exit_status;
+    double started;
+    const char *kinds[BMT_MEM_KIND_COUNT];
+    struct MHD_Daemon *d;
+    int port;
+};
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double unix_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+collector_t *collector_create(const collector_opts_t *o, bmt_error_t *err)
+{
+    collector_t *c = calloc(1, sizeof(*c));
+    if (c == NULL || (c->r = calloc((size_t)o->layout->world, sizeof(*c->r))) == NULL) {
+        free(c);
+        errprintf(err, "out of memory for the metrics of %d ranks", o->layout->world);
+        return NULL;
+    }
+    pthread_mutex_init(&c->mu, NULL);
+    snprintf(c->job_id, sizeof(c->job_id), "%s", o->job_id);
+    snprintf(c->device, sizeof(c->device), "%s", o->device ? o->device : "cpu");
+    c->l = *o->layout;
+    c->per_rank = o->per_rank;
+    c->stale_s = o->stale_s;
+    c->alive = c->l.world;
+    c->started = unix_s();
+    for (int k = 0; k < BMT_MEM_KIND_COUNT; k++)
+        c->kinds[k] = bmt_mem_kind_name((bmt_mem_kind_t)k);
+    for (int i = 0; i < SLOTS; i++)
+        c->acc[i].step = -1;
+    if (o->token) {
+        snprintf(c->token, sizeof(c->token), "%s", o->token);
+    } else {
+        unsigned char raw[32];
+        if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
+            errprintf(err, "getrandom: %s", strerror(errno));
+            collector_destroy(c);
+            return NULL;
+        }
+        for (int i = 0; i < 32; i++)
+            snprintf(c->token + 2 * i, 3, "%02x", raw[i]);
+    }
+    return c;
+}
+
+const char *collector_token(const collector_t *c) { return c->token; }
+int collector_port(const collector_t *c) { return c->port; }
+
+/* ------------------------------------------------------------ ingest */
+
+static bool token_ok(const collector_t *c, const char *auth)
+{
+    if (auth == NULL || strncmp(auth, "Bearer ", 7) != 0)
+        return false;
+    const char *t = auth + 7;
+    size_t n = strlen(c->token);
+    if (strlen(t) != n)
+        return false;
+    unsigned char diff = 0; /* constant time in the token's length */
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)(t[i] ^ c->token[i]);
+    return diff == 0;
+}
+
+static void history_insert(collector_t *c, const struct acc *a)
+{
+    struct point p = {
+        .step = a->step,
+        .ranks = a->n,
+        .time = a->time,
+        .tps = a->tps,
+        .fps = a->fps,
+        .loss = a->loss_n ? a->loss / a->loss_n : NAN,
+        .mfu = a->mfu_n ? a->mfu / a->mfu_n : NAN,
+        .step_s = a->step_s,
+        .comm_s = a->comm_s,
+    };
+    int i = c->nhist;
+    while (i > 0 && c->hist[i - 1].step > p.step)
+        i--;
+    if (c->nhist == HISTORY) { /* drop the oldest */
+        if (i == 0)
+            return;
+        memmove(c->hist, c->hist + 1, sizeof(struct point) * (size_t)(i - 1));
+        i--;
+    } else {
+        memmove(c->hist + i + 1, c->hist + i, sizeof(struct point) * (size_t)(c->nhist - i));
+        c->nhist++;
+    }
+    c->hist[i] = p;
+}
+
+static void history_add(collector_t *c, const bmt_step_metrics_t *m)
+{
+    struct acc *a = &c->acc[(uint64_t)m->step % SLOTS];
+    if (a->step != m->step) {
+        if (a->step > m->step)
+            return; /* older than the window */
+        if (a->n > 0 && !a->done)
+            history_insert(c, a);
+        memset(a, 0, sizeof(*a));
+        a->step = m->step;
+    }
+    if (a->done)
+        return;
+    a->n++;
+    a->time = m->time > a->time ? m->time : a->time;
+    a->tps += m->tokens_per_s;
+    if (isfinite(m->flops_per_s))
+        a->fps += m->flops_per_s;
+    if (isfinite(m->loss))
+        a->loss += m->loss, a->loss_n++;
+    if (isfinite(m->mfu))
+        a->mfu += m->mfu, a->mfu_n++;
+    a->step_s = m->step_time_s > a->step_s ? m->step_time_s : a->step_s;
+    a->comm_s = m->comm_wait_s > a->comm_s ? m->comm_wait_s : a->comm_s;
+    if (a->n == c->l.world) {
+        history_insert(c, a);
+        a->done = true;
+    }
+}
+
+static int bad(char *why, size_t wlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad(char *why, size_t wlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, wlen, fmt, ap);
+    va_end(ap);
+    return 400;
+}
+
+static int ingest_json(collector_t *c, const json_t *doc, char *why, size_t wlen)
+{
+    if (!json_is_object(doc))
+        return bad(why, wlen, "the body must be a JSON object");
+    const json_t *v = json_object_get(doc, "version"), *job = json_object_get(doc, "job"),
+                 *rank = json_object_get(doc, "rank"), *steps = json_object_get(doc, "steps"),
+                 *events = json_object_get(doc, "events"),
+                 *dropped = json_object_get(doc, "dropped"), *host = json_object_get(doc, "host");
+    if (!json_is_integer(v) || json_integer_value(v) != 1)
+        return bad(why, wlen, "\"version\" must be 1");
+    if (!json_is_string(job) || strcmp(json_string_value(job), c->job_id) != 0)
+        return bad(why, wlen, "\"job\" must be this job's id (%.100s)", c->job_id);
+    if (!json_is_integer(rank) || json_integer_value(rank) < 0 ||
+        json_integer_value(rank) >= c->l.world)
+        return bad(why, wlen, "\"rank\" must be an integer in [0, %d)", c->l.world);
+    if ((steps && !json_is_array(steps)) || (events && !json_is_array(events)))
+        return bad(why, wlen, "\"steps\" and \"events\" must be arrays");
+    if (dropped && (!json_is_integer(dropped) || json_integer_value(dropped) < 0))
+        return bad(why, wlen, "\"dropped\" must be a count");
+    if (host && !json_is_string(host))
+        return bad(why, wlen, "\"host\" must be a string");
+    size_t ns = steps ? json_array_size(steps) : 0, ne = events ? json_array_size(events) : 0;
+    if (ns + ne > MAX_ITEMS)
+        return bad(why, wlen, "at most %d steps and events in one push", MAX_ITEMS);
+    bmt_step_metrics_t *ms = ns ? calloc(ns, sizeof(*ms)) : NULL;
+    metrics_event_t *es = ne ? calloc(ne, sizeof(*es)) : NULL;
+    if ((ns && ms == NULL) || (ne && es == NULL)) {
+        free(ms);
+        free(es);
+        return bad(why, wlen, "out of memory");
+    }
+    char what[200];
+    for (size_t i = 0; i < ns; i++)
+        if (metrics_step_parse(json_array_get(steps, i), &ms[i], c->kinds, BMT_MEM_KIND_COUNT, what,
+                               sizeof(what)) < 0) {
+            free(ms);
+            free(es);
+            return bad(why, wlen, "steps[%zu]: %s", i, what);
+        }
+    for (size_t i = 0; i < ne; i++)
+        if (metrics_event_parse(json_array_get(events, i), &es[i], what, sizeof(what)) < 0) {
+            free(ms);
+            free(es);
+            return bad(why, wlen, "events[%zu]: %s", i, what);
+        }
+    int r = (int)json_integer_value(rank);
+    pthread_mutex_lock(&c->mu);
+    struct rank_state *rs = &c->r[r];
+    rs->last_push = mono_s();
+    if (dropped)
+        rs->dropped = (uint64_t)json_integer_value(dropped);
+    if (host)
+        snprintf(rs->host, sizeof(rs->host), "%s", json_string_value(host));
+    for (size_t i = 0; i < ns; i++) {
+        rs->m = ms[i];
+        rs->seen = true;
+        if (!rs->top_step || ms[i].step > rs->top_step) {
+            history_add(c, &ms[i]);
+            rs->top_step = ms[i].step;
+        }
+    }
+    for (size_t i = 0; i < ne; i++) {
+        c->ev_count[es[i].kind]++;
+        c->ev[c->evnext] = (struct event){ r, es[i] };
+        c->evnext = (c->evnext + 1) % EVENTS;
+        if (c->nev < EVENTS)
+            c->nev++;
+    }
+    c->pushes[C200]++;
+    pthread_mutex_unlock(&c->mu);
+    free(ms);
+    free(es);
+    return 200;
+}
+
+void collector_count(collector_t *c, int code)
+{
+    pthread_mutex_lock(&c->mu);
+    for (int i = 0; i < NCODES; i++)
+        if (codes[i] == code)
+            c->pushes[i]++;
+    pthread_mutex_unlock(&c->mu);
+}
+
+int collector_ingest(collector_t *c, const char *authorization, const char *body, size_t len,
+                     char *why, size_t wlen)
+{
+    if (!token_ok(c, authorization)) {
+        snprintf(why, wlen,
+                 "missing or wrong bearer token (Authorization: Bearer <the job's "
+                 "BMT_METRICS_TOKEN>)");
+        collector_count(c, 401);
+        return 401;
+    }
+    json_error_t je;
+    json_t *doc = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    int code;
+    if (doc == NULL)
+        code =
+            bad(why, wlen, "malformed JSON at line %d column %d: %s", je.line, je.column, je.text);
+    else
+        code = ingest_json(c, doc, why, wlen);
+    json_decref(doc);
+    if (code != 200)
+        collector_count(c, code);
+    return code;
+}
+
+void collector_rank_exited(collector_t *c, int rank)
+{
+    if (c == NULL || rank < 0 || rank >= c->l.world)
+        return;
+    pthread_mutex_lock(&c->mu);
+    if (!c->r[rank].exited) {
+        c->r[rank].exited = true;
+        c->alive--;
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+void collector_job_ended(collector_t *c, int exit_status)
+{
+    if (c == NULL)
+        return;
+    pthread_mutex_lock(&c->mu);
+    c->ended = true;
+    c->alive = 0;
+    c->exit_status = exit_status;
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* ------------------------------------------------------------ aggregation */
+
+/* Figures over a set of ranks' latest metrics. */
+typedef struct agg {
+    int seen, reporting;
+    int64_t step_min, step_max, skipped, params;
+    double tps, sps, fps, mfu, loss, grad_norm, lr, step_s, comm_s;
+    int mfu_n, loss_n;
+    double tokens, samples; /* totals (counters) */
+    uint64_t dropped;
+    uint64_t mem[BMT_MEM_KIND_COUNT], mem_peak[BMT_MEM_KIND_COUNT], mem_total;
+} agg_t;
+
+static double stale_after(const collector_t *c)
+{
+    if (c->stale_s > 0)
+        return c->stale_s;
+    double worst = 0;
+    for (int r = 0; r < c->l.world; r++)
+        if (c->r[r].seen && c->r[r].m.step_time_s > worst)
+            worst = c->r[r].m.step_time_s;
+    return worst * 5 > 30 ? worst * 5 : 30;
+}
+
+static void aggregate(const collector_t *c, int first, int n, double stale, double now, agg_t *a)
+{
+    memset(a, 0, sizeof(*a));
+    a->grad_norm = a->lr = NAN;
+    int64_t lead = -1;
+    for (int r = first; r < first + n; r++) {
+        const struct rank_state *s = &c->r[r];
+        if (!s->seen)
+            continue;
+        const bmt_step_metrics_t *m = &s->m;
+        a->seen++;
+        a->tokens += (double)m->tokens_total;
+        a->samples += (double)m->samples_total;
+        a->dropped += s->dropped;
+        a->skipped = m->skipped_total > a->skipped ? m->skipped_total : a->skipped;
+        a->params = m->params > a->params ? m->params : a->params;
+        if (a->seen == 1 || m->step < a->step_min)
+            a->step_min = m->step;
+        if (m->step > a->step_max)
+            a->step_max = m->step;
+        if (m->step > lead) {
+            lead = m->step;
+            a->grad_norm = m->grad_norm;
+            a->lr = m->lr;
+        }
+        uint64_t total = 0;
+        for (int k = 0; k < BMT_MEM_KIND_COUNT && k < m->mem_kinds; k++) {
+            a->mem[k] = m->mem_current[k] > a->mem[k] ? m->mem_current[k] : a->mem[k];
+            a->mem_peak[k] = m->mem_peak[k] > a->mem_peak[k] ? m->mem_peak[k] : a->mem_peak[k];
+            total += m->mem_current[k];
+        }
+        a->mem_total = total > a->mem_total ? total : a->mem_total;
+        if (now - s->last_push > stale || s->exited || c->ended)
+            continue; /* rates count only while a rank reports */
+        a->reporting++;
+        a->tps += m->tokens_per_s;
+        a->sps += m->samples_per_s;
+        if (isfinite(m->flops_per_s))
+            a->fps += m->flops_per_s;
+        if (isfinite(m->mfu))
+            a->mfu += m->mfu, a->mfu_n++;
+        if (isfinite(m->loss))
+            a->loss += m->loss, a->loss_n++;
+        a->step_s = m->step_time_s > a->step_s ? m->step_time_s : a->step_s;
+        a->comm_s = m->comm_wait_s > a->comm_s ? m->comm_wait_s : a->comm_s;
+    }
+    a->mfu = a->mfu_n ? a->mfu / a->mfu_n : NAN;
+    a->loss = a->loss_n ? a->loss / a->loss_n : NAN;
+}
+
+/* ------------------------------------------------------------ /metrics */
+
+typedef struct fam {
+    const char *name, *type, *help;
+    size_t off; /* double field of agg_t, or (size_t)-1: special */
+} fam_t;
+
+#define AGG(f) offsetof(agg_t, f)
+
+static const fam_t job_fams[] = {
+    { "tokens_per_second", "gauge", "tokens per second of the reporting ranks, summed", AGG(tps) },
+    { "samples_per_second", "gauge", "samples per second of the reporting ranks, summed",
+      AGG(sps) },
+    { "model_flops_per_second", "gauge", "achieved model FLOP/s of the reporting ranks, summed",
+      AGG(fps) },
+    { "mfu_ratio", "gauge", "model FLOP utilization (0..1), mean over the reporting ranks",
+      AGG(mfu) },
+    { "step_duration_seconds", "gauge", "wall time of the last step, slowest reporting rank",
+      AGG(step_s) },
+    { "comm_wait_seconds", "gauge",
+      "time the last step waited on communication, most of any reporting rank", AGG(comm_s) },
+    { "loss", "gauge", "loss of the last step, mean over the reporting ranks", AGG(loss) },
+};
+
+static void put_agg_family(prom_buf_t *b, const char *scope, const fam_t *f, const agg_t *aggs,
+                           int n, const char *const *const *labels)
+{
+    char name[128];
+    snprintf(name, sizeof(name), "bmt_%s%s", scope, f->name);
+    prom_family(b, name, f->type, f->help);
+    for (int i = 0; i < n; i++)
+        prom_sample(b, name, labels[i], *(const double *)((const char *)&aggs[i] + f->off));
+}
+
+char *collector_metrics_text(collector_t *c, size_t *len)
+{
+    prom_buf_t b = { 0 };
+    pthread_mutex_lock(&c->mu);
+    double now = mono_s(), stale = stale_after(c);
+    const int G = c->l.groups, P = c->l.gpus_per_group;
+    agg_t job;
+    aggregate(c, 0, c->l.world, stale, now, &job);
+    agg_t *groups = calloc((size_t)G, sizeof(agg_t));
+    char(*gname)[16] = calloc((size_t)G, 16);
+    const char *(*glab)[5] = calloc((size_t)G, sizeof(*glab));
+    const char *const **gl = calloc((size_t)G, sizeof(*gl));
+    if (groups == NULL || gname == NULL || glab == NULL || gl == NULL) {
+        pthread_mutex_unlock(&c->mu);
+        free(groups), free(gname), free(glab), free(gl);
+        return NULL;
+    }
+    for (int g = 0; g < G; g++) {
+        aggregate(c, g * P, P, stale, now, &groups[g]);
+        snprintf(gname[g], 16, "%d", g);
+        glab[g][0] = "job", glab[g][1] = c->job_id, glab[g][2] = "group", glab[g][3] = gname[g];
+        glab[g][4] = NULL;
+        gl[g] = glab[g];
+    }
+    const char *jl[] = { "job", c->job_id, NULL };
+    const char *const *jls[] = { jl };
+
+    char world[16], groups_s[16], gpg[16], gpn[16], nodes[16];
+    snprintf(world, sizeof(world), "%d", c->l.world);
+    snprintf(groups_s, sizeof(groups_s), "%d", G);
+    snprintf(gpg, sizeof(gpg), "%d", P);
+    snprintf(gpn, sizeof(gpn), "%d", c->l.gpus_per_node);
+    snprintf(nodes, sizeof(nodes), "%d", c->l.nodes);
+    const char *info[] = { "job",   c->job_id,       "groups", groups_s,  "gpus_per_group",
+                           gpg,     "gpus_per_node", gpn,      "nodes",   nodes,
+                           "world", world,           "device", c->device, NULL };
+    prom_family(&b, "bmt_job_info", "gauge", "the job's layout (value 1)");
+    prom_sample(&b, "bmt_job_info", info, 1);
+    prom_family(&b, "bmt_job_running", "gauge", "1 while the job's ranks run, 0 after");
+    prom_sample(&b, "bmt_job_running", jl, c->ended ? 0 : 1);
+    prom_family(&b, "bmt_ranks", "gauge", "ranks of the job");
+    prom_sample(&b, "bmt_ranks", jl, c->l.world);
+    prom_family(&b, "bmt_ranks_alive", "gauge", "rank processes still running");
+    prom_sample(&b, "bmt_ranks_alive", jl, c->alive);
+    prom_family(&b, "bmt_ranks_reporting", "gauge", "ranks that pushed metrics recently");
+    prom_sample(&b, "bmt_ranks_reporting", jl, job.reporting);
+    prom_family(&b, "bmt_step", "gauge", "last step every rank has reported (optimizer steps)");
+    prom_sample(&b, "bmt_step", jl, (double)job.step_min);
+    prom_family(&b, "bmt_tokens_total", "counter", "tokens processed by all ranks");
+    prom_sample(&b, "bmt_tokens_total", jl, job.tokens);
+    prom_family(&b, "bmt_samples_total", "counter", "samples processed by all ranks");
+    prom_sample(&b, "bmt_samples_total", jl, job.samples);
+    prom_family(&b, "bmt_skipped_steps_total", "counter",
+                "optimizer steps skipped for inf/nan gradients");
+    prom_sample(&b, "bmt_skipped_steps_total", jl, (double)job.skipped);
+    prom_family(&b, "bmt_model_parameters", "gauge", "parameters of the model");
+    prom_sample(&b, "bmt_model_parameters", jl, (double)job.params);
+    prom_family(&b, "bmt_grad_norm", "gauge", "global gradient norm of the last step");
+    prom_sample(&b, "bmt_grad_norm", jl, job.grad_norm);
+    prom_family(&b, "bmt_learning_rate", "gauge", "learning rate of the last step");
+    prom_sample(&b, "bmt_learning_rate", jl, job.lr);
+    for (size_t i = 0; i < sizeof(job_fams) / sizeof(job_fams[0]); i++)
+        put_agg_family(&b, "", &job_fams[i], &job, 1, jls);
+    prom_family(&b, "bmt_memory_bytes", "gauge",
+                "device memory now by kind, most of any rank (bytes)");
+    for (int k = 0; k < BMT_MEM_KIND_COUNT; k++) {
+        const char *ml[] = { "job", c->job_id, "kind", c->kinds[k], NULL };
+        prom_sample(&b, "bmt_memory_bytes", ml, (double)job.mem[k]);
+    }
+    prom_family(&b, "bmt_memory_peak_bytes", "gauge",
+                "device memory peak during the last step by kind, most of any rank (bytes)");
+    for (int k = 0; k < BMT_MEM_KIND_COUNT; k++) {
+        const char *ml[] = { "job", c->job_id, "kind", c->kinds[k], NULL };
+        prom_sample(&b, "bmt_memory_peak_bytes", ml, (double)job.mem_peak[k]);
+    }
+    prom_family(&b, "bmt_events_total", "counter",
+                "events the ranks reported (checkpoint_saved, restart, abort, note)");
+    static const char *ev_names[] = { "", "checkpoint_saved", "restart", "abort", "note" };
+    for (int k = 1; k <= BMT_EVENT_KIND_MAX; k++) {
+        const char *el[] = { "job", c->job_id, "kind", ev_names[k], NULL };
+        prom_sample(&b, "bmt_events_total", el, (double)c->ev_count[k]);
+    }
+    prom_family(&b, "bmt_push_dropped_total", "counter",
+                "metrics items the ranks' push plugins dropped (collector unreachable or slow)");
+    prom_sample(&b, "bmt_push_dropped_total", jl, (double)job.dropped);
+    prom_family(&b, "bmt_collector_pushes_total", "counter",
+                "pushes received by the collector, by HTTP status");
+    for (int i = 0; i < NCODES; i++) {
+        char code[8];
+        snprintf(code, sizeof(code), "%d", codes[i]);
+        const char *pl[] = { "job", c->job_id, "code", code, NULL };
+        prom_sample(&b, "bmt_collector_pushes_total", pl, (double)c->pushes[i]);
+    }
+
+    /* per group */
+    for (size_t i = 0; i < sizeof(job_fams) / sizeof(job_fams[0]); i++)
+        put_agg_family(&b, "group_", &job_fams[i], groups, G, gl);
+    prom_family(&b, "bmt_group_step", "gauge", "last step every rank of the group has reported");
+    for (int g = 0; g < G; g++)
+        prom_sample(&b, "bmt_group_step", gl[g], (double)groups[g].step_min);
+    prom_family(&b, "bmt_group_ranks_reporting", "gauge",
+                "ranks of the group that pushed recently");
+    for (int g = 0; g < G; g++)
+        prom_sample(&b, "bmt_group_ranks_reporting", gl[g], groups[g].reporting);
+    prom_family(&b, "bmt_group_memory_bytes", "gauge",
+                "device memory now, all kinds, most of any rank of the group (bytes)");
+    for (int g = 0; g < G; g++)
+        prom_sample(&b, "bmt_group_memory_bytes", gl[g], (double)groups[g].mem_total);
+
+    /* per rank, on request */
+    if (c->per_rank) {
+        static const struct {
+            const char *name, *help;
+            size_t off;
+        } rf[] = {
+            { "bmt_rank_tokens_per_second", "tokens per second of the rank's last step",
+              offsetof(bmt_step_metrics_t, tokens_per_s) },
+            { "bmt_rank_step_duration_seconds", "wall time of the rank's last step",
+              offsetof(bmt_step_metrics_t, step_time_s) },
+            { "bmt_rank_comm_wait_seconds", "time the rank's last step waited on communication",
+              offsetof(bmt_step_metrics_t, comm_wait_s) },
+            { "bmt_rank_mfu_ratio", "model FLOP utilization of the rank's last step",
+              offsetof(bmt_step_metrics_t, mfu) },
+            { "bmt_rank_loss", "the rank's last loss", offsetof(bmt_step_metrics_t, loss) },
+        };
+        for (size_t f = 0; f < sizeof(rf) / sizeof(rf[0]); f++) {
+            prom_family(&b, rf[f].name, "gauge", rf[f].help);
+            for (int r = 0; r < c->l.world; r++) {
+                if (!c->r[r].seen)
+                    continue;
+                char rs[16];
+                snprintf(rs, sizeof(rs), "%d", r);
+                const char *rl[] = { "job", c->job_id, "group", gname[r / P], "rank", rs, NULL };
+                prom_sample(&b, rf[f].name, rl,
+                            *(const double *)((const char *)&c->r[r].m + rf[f].off));
+            }
+        }
+        for (int f = 0; f < 2; f++) {
+            const char *name = f ? "bmt_rank_last_push_age_seconds" : "bmt_rank_step";
+            prom_family(&b, name, "gauge",
+                        f ? "seconds since the rank last pushed" : "the rank's last step");
+            for (int r = 0; r < c->l.world; r++) {
+                if (!c->r[r].seen)
+                    continue;
+                char rs[16];
+                snprintf(rs, sizeof(rs), "%d", r);
+                const char *rl[] = { "job", c->job_id, "group", gname[r / P], "rank", rs, NULL };
+                prom_sample(&b, name, rl, f ? now - c->r[r].last_push : (double)c->r[r].m.step);
+            }
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    free(groups);
+    free(gname);
+    free(glab);
+    free(gl);
+    if (b.oom) {
+        prom_buf_free(&b);
+        return NULL;
+    }
+    *len = b.len;
+    return b.data;
+}
+
+/* ------------------------------------------------------------ /api/status */
+
+static json_t *agg_json(const agg_t *a)
+{
+    return json_pack("{sIsIsisisosososososososo}", "step", (json_int_t)a->step_min, "step_max",
+                     (json_int_t)a->step_max, "ranks_seen", a->seen, "ranks_reporting",
+                     a->reporting, "tokens_per_second", metrics_real(a->tps), "samples_per_second",
+                     metrics_real(a->sps), "flops_per_second", metrics_real(a->fps), "mfu",
+                     metrics_real(a->mfu), "loss", metrics_real(a->loss), "step_time_seconds",
+                     metrics_real(a->step_s), "comm_wait_seconds", metrics_real(a->comm_s),
+                     "memory_bytes", json_integer((json_int_t)a->mem_total));
+}
+
+char *collector_status_json(collector_t *c, bool ranks, size_t *len)
+{
+    pthread_mutex_lock(&c->mu);
+    double now = mono_s(), stale = stale_after(c);
+    agg_t job;
+    aggregate(c, 0, c->l.world, stale, now, &job);
+    json_t *doc = json_object();
+    json_t *jj = agg_json(&job);
+    if (doc && jj) {
+        json_object_update(doc, jj);
+        json_object_set_new(doc, "job", json_string(c->job_id));
+        json_object_set_new(doc, "state", json_string(c->ended ? "ended" : "running"));
+        if (c->ended)
+            json_object_set_new(doc, "exit_status", json_integer(c->exit_status));
+        json_object_set_new(doc, "started", json_real(c->started));
+        json_object_set_new(doc, "now", json_real(unix_s()));
+        json_object_set_new(doc, "layout",
+                            json_pack("{sisisisisiss}", "groups", c->l.groups, "gpus_per_group",
+                                      c->l.gpus_per_group, "gpus_per_node", c->l.gpus_per_node,
+                                      "nodes", c->l.nodes, "world", c->l.world, "device",
+                                      c->device));
+        json_object_set_new(doc, "ranks_alive", json_integer(c->alive));
+        json_object_set_new(doc, "tokens_total", json_real(job.tokens));
+        json_object_set_new(doc, "samples_total", json_real(job.samples));
+        json_object_set_new(doc, "params", json_integer((json_int_t)job.params));
+        json_object_set_new(doc, "grad_norm", metrics_real(job.grad_norm));
+        json_object_set_new(doc, "learning_rate", metrics_real(job.lr));
+        json_object_set_new(doc, "skipped_steps", json_integer((json_int_t)job.skipped));
+        json_object_set_new(doc, "dropped", json_integer((json_int_t)job.dropped));
+        json_t *groups = json_array();
+        for (int g = 0; groups && g < c->l.groups; g++) {
+            agg_t a;
+            aggregate(c, g * c->l.gpus_per_group, c->l.gpus_per_group, stale, now, &a);
+            json_t *x = agg_json(&a);
+            if (x) {
+                json_object_set_new(x, "group", json_integer(g));
+                json_array_append_new(groups, x);
+            }
+        }
+        json_object_set_new(doc, "groups", groups);
+        json_t *hist = json_array();
+        for (int i = 0; hist && i < c->nhist; i++) {
+            const struct point *p = &c->hist[i];
+            json_array_append_new(
+                hist,
+                json_pack("{sIsisosososososo}", "step", (json_int_t)p->step, "ranks", p->ranks,
+                          "time", metrics_real(p->time), "tokens_per_second", metrics_real(p->tps),
+                          "flops_per_second", metrics_real(p->fps), "loss", metrics_real(p->loss),
+                          "mfu", metrics_real(p->mfu), "step_time_seconds", metrics_real(p->step_s),
+                          "comm_wait_seconds", metrics_real(p->comm_s)));
+        }
+        json_object_set_new(doc, "history", hist);
+        json_t *evs = json_array();
+        for (int i = 0; evs && i < c->nev; i++) {
+            const struct event *e = &c->ev[(c->evnext - c->nev + i + EVENTS) % EVENTS];
+            json_t *x = metrics_event_json(&e->e);
+            if (x) {
+                json_object_set_new(x, "rank", json_integer(e->rank));
+                json_array_append_new(evs, x);
+            }
+        }
+        json_object_set_new(doc, "events", evs);
+        if (ranks) {
+            json_t *rs = json_array();
+            for (int r = 0; rs && r < c->l.world; r++) {
+                const struct rank_state *s = &c->r[r];
+                json_t *x = s->seen ? metrics_step_json(&s->m, c->kinds, BMT_MEM_KIND_COUNT)
+                                    : json_object();
+                if (x == NULL)
+                    continue;
+                json_object_set_new(x, "rank", json_integer(r));
+                json_object_set_new(x, "group", json_integer(r / c->l.gpus_per_group));
+                json_object_set_new(x, "host", json_string(s->host));
+                json_object_set_new(x, "seen", json_boolean(s->seen));
+                json_object_set_new(x, "exited", json_boolean(s->exited));
+                json_object_set_new(x, "dropped", json_integer((json_int_t)s->dropped));
+                json_object_set_new(x, "last_push_age_seconds",
+                                    s->seen ? json_real(now - s->last_push) : json_null());
+                json_array_append_new(rs, x);
+            }
+            json_object_set_new(doc, "ranks", rs);
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    json_decref(jj);
+    char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+    json_decref(doc);
+    if (text)
+        *len = strlen(text);
+    return text;
+}
+
+/* ------------------------------------------------------------ HTTP */
+
+enum route {
+    R_NONE,
+    R_PAGE,
+    R_METRICS,
+    R_STATUS,
+    R_PUSH
+};
+
+struct req {
+    char *body;
+    size_t len;
+    bool too_big;
+};
+
+static enum MHD_Result respond(struct MHD_Connection *conn, unsigned code, const char *ctype,
+                               const char *body, size_t len, enum MHD_ResponseMemoryMode mode,
+                               const char *allow)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, mode);
+    if (r == NULL)
+        return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", ctype);
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    if (allow)
+        MHD_add_response_header(r, "Allow", allow);
+    if (code == 401)
+        MHD_add_response_header(r, "WWW-Authenticate", "Bearer realm=\"bmt\"");
+    enum MHD_Result ok = MHD_queue_response(conn, code, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+static enum MHD_Result respond_text(struct MHD_Connection *conn, unsigned code, const char *msg)
+{
+    char buf[600];
+    int n = snprintf(buf, sizeof(buf), "%s\n", msg);
+    return respond(conn, code, "text/plain; charset=utf-8", buf,
+                   (size_t)(n < (int)sizeof(buf) ? n : (int)sizeof(buf) - 1), MHD_RESPMEM_MUST_COPY,
+                   NULL);
+}
+
+static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char *url,
+                              const char *method, const char *version, const char *upload,
+                              size_t *upload_size, void **con_cls)
+{
+    collector_t *c = cls;
+    enum route route = strcmp(url, "/") == 0 || strcmp(url, "/index.html") == 0 ? R_PAGE
+                       : strcmp(url, "/metrics") == 0                           ? R_METRICS
+                       : strcmp(url, "/api/status") == 0                        ? R_STATUS
+                       : strcmp(url, "/api/push") == 0                          ? R_PUSH
+                                                                                : R_NONE;
+    bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+    struct req *rq = *con_cls;
+    if (rq == NULL) { /* headers only, so far */
+        if (route == R_NONE)
+            return respond_text(conn, 404, "not found: try /, /metrics or /api/status");
+        if (route == R_PUSH && strcmp(method, "POST") != 0) {
+            collector_count(c, 405);
+            return respond(conn, 405, "text/plain; charset=utf-8", "use POST\n", 9,
+                           MHD_RESPMEM_PERSISTENT, "POST");
+        }
+        if (route != R_PUSH && !get)
+            return respond(conn, 405, "text/plain; charset=utf-8", "use GET\n", 8,
+                           MHD_RESPMEM_PERSISTENT, "GET, HEAD");
+        if (route == R_PAGE)
+            return respond(conn, 200, "text/html; charset=utf-8", collector_page,
+                           (size_t)(collector_page_end - collector_page) - 1,
+                           MHD_RESPMEM_PERSISTENT, NULL);
+        if (route == R_METRICS || route == R_STATUS) {
+            size_t len = 0;
+            const char *ranks = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "ranks");
+            char *text = route == R_METRICS
+                             ? collector_metrics_text(c, &len)
+                             : collector_status_json(c, ranks && strcmp(ranks, "1") == 0, &len);
+            if (text == NULL)
+                return respond_text(conn, 500, "out of memory");
+            return respond(conn, 200, route == R_METRICS ? PROM_CONTENT_TYPE : "application/json",
+                           text, len, MHD_RESPMEM_MUST_FREE, NULL);
+        }
+        /* A push: refuse what we can before reading the body. */
+        const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+        if (!token_ok(c, auth)) {
+            collector_count(c, 401);
+            return respond_text(conn, 401, "missing or wrong bearer token");
+        }
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+        if (cl && strtoull(cl, NULL, 10) > COLLECTOR_MAX_BODY) {
+            collector_count(c, 413);
+            return respond_text(conn, 413, "push body larger than 4 MiB");
+        }
+        rq = calloc(1, sizeof(*rq));
+        if (rq == NULL)
+            return MHD_NO;
+        *con_cls = rq;
+        return MHD_YES;
+    }
+    if (*upload_size > 0) {
+        if (!rq->too_big && rq->len + *upload_size <= COLLECTOR_MAX_BODY) {
+            char *b = realloc(rq->body, rq->len + *upload_size + 1);
+            if (b == NULL)
+                rq->too_big = true;
+            else {
+                memcpy(b + rq->len, upload, *upload_size);
+                rq->body = b;
+                rq->len += *upload_size;
+            }
+        } else
+            rq->too_big = true;
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (rq->too_big) {
+        collector_count(c, 413);
+        return respond_text(conn, 413, "push body larger than 4 MiB");
+    }
+    char why[400];
+    const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    int code = collector_ingest(c, auth, rq->body ? rq->body : "", rq->len, why, sizeof(why));
+    if (code == 200)
+        return respond(conn, 200, "application/json", "{\"ok\":true}\n", 12, MHD_RESPMEM_PERSISTENT,
+                       NULL);
+    return respond_text(conn, (unsigned)code, why);
+}
+
+static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                      enum MHD_RequestTerminationCode toe)
+{
+    struct req *rq = *con_cls;
+    if (rq) {
+        free(rq->body);
+        free(rq);
+        *con_cls = NULL;
+    }
+}
+
+static struct MHD_Daemon *start(collector_t *c, const struct sockaddr *sa, bool v6)
+{
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL;
+    if (v6)
+        flags |= MHD_USE_IPv6;
+    return MHD_start_daemon(flags, 0, NULL, NULL, handle, c, MHD_OPTION_SOCK_ADDR, sa,
+                            MHD_OPTION_NOTIFY_COMPLETED, completed, c, MHD_OPTION_THREAD_POOL_SIZE,
+                            2u, MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_CONNECTION_LIMIT,
+                            8192u, MHD_OPTION_END);
+}
+
+int collector_listen(collector_t *c, const char *bind, int port, bool fallback, bmt_error_t *err)
+{
+    struct addrinfo hints = { .ai_flags = AI_NUMERICHOST | AI_PASSIVE, .ai_socktype = SOCK_STREAM },
+                    *ai = NULL;
+    char ps[16];
+    snprintf(ps, sizeof(ps), "%d", port);
+    if (getaddrinfo(bind, ps, &hints, &ai) != 0 || ai == NULL)
+        return errprintf(err,
+                         "--metrics-bind '%.60s' is not a numeric IPv4 or IPv6 address (e.g. "
+                         "127.0.0.1, 0.0.0.0, ::1)",
+                         bind);
+    bool v6 = ai->ai_family == AF_INET6;
+    c->d = start(c, ai->ai_addr, v6);
+    if (c->d == NULL && fallback && port != 0) {
+        if (v6)
+            ((struct sockaddr_in6 *)ai->ai_addr)->sin6_port = 0;
+        else
+            ((struct sockaddr_in *)ai->ai_addr)->sin_port = 0;
+        c->d = start(c, ai->ai_addr, v6);
+        if (c->d)
+            fprintf(stderr, "bmlaunch: metrics port %d is taken; using a free one instead\n", port);
+    }
+    freeaddrinfo(ai);
+    if (c->d == NULL)
+        return errprintf(err,
+                         "cannot serve metrics on %.60s port %d (in use, or not an address of "
+                         "this host): choose --metrics-port N, or 0 to turn the endpoint off",
+                         bind, port);
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(c->d, MHD_DAEMON_INFO_BIND_PORT);
+    c->port = info ? info->port : port;
+    return 0;
+}
+
+void collector_destroy(collector_t *c)
+{
+    if (c == NULL)
+        return;
+    if (c->d)
+        MHD_stop_daemon(c->d);
+    pthread_mutex_destroy(&c->mu);
+    free(c->r);
+    free(c);
+}

@@ -1,0 +1,163 @@
+/* plugins/common/metrics_json.c — see metrics_json.h. */
+#include "metrics_json.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+json_t *metrics_real(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+void metrics_event_copy(metrics_event_t *dst, const bmt_event_t *ev)
+{
+    memset(dst, 0, sizeof(*dst));
+    dst->kind = ev->kind;
+    dst->status = ev->status;
+    dst->step = ev->step;
+    dst->time = ev->time;
+    snprintf(dst->name, sizeof(dst->name), "%s", ev->name ? ev->name : "");
+    snprintf(dst->detail, sizeof(dst->detail), "%s", ev->detail ? ev->detail : "");
+}
+
+static int set(json_t *o, const char *key, json_t *v)
+{
+    return v ? json_object_set_new(o, key, v) : -1;
+}
+
+json_t *metrics_step_json(const bmt_step_metrics_t *m, const char *const *kind_names, int kinds)
+{
+    json_t *o = json_object();
+    if (o == NULL)
+        return NULL;
+    int bad = 0;
+#define I64(f) bad |= set(o, #f, json_integer((json_int_t)m->f))
+#define I32(f) bad |= set(o, #f, json_integer((json_int_t)m->f))
+#define F64(f) bad |= set(o, #f, metrics_real(m->f))
+#define X(f, kind) kind(f);
+    METRICS_FIELDS(X)
+#undef X
+#undef I64
+#undef I32
+#undef F64
+    json_t *mem = json_object();
+    bad |= set(o, "memory", mem);
+    for (int k = 0; mem && k < kinds && k < m->mem_kinds && k < BMT_METRICS_MEM_KINDS; k++)
+        bad |= set(mem, kind_names[k],
+                   json_pack("{sIsI}", "current", (json_int_t)m->mem_current[k], "peak",
+                             (json_int_t)m->mem_peak[k]));
+    if (bad) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+json_t *metrics_event_json(const metrics_event_t *ev)
+{
+    return json_pack("{sssisIsoss}", "kind", ev->name, "status", (int)ev->status, "step",
+                     (json_int_t)ev->step, "time", metrics_real(ev->time), "detail", ev->detail);
+}
+
+static int get_i64(const json_t *o, const char *key, int64_t *out, char *why, size_t len)
+{
+    const json_t *v = json_object_get(o, key);
+    if (v == NULL || json_is_null(v))
+        return *out = 0, 0;
+    if (json_is_integer(v))
+        return *out = (int64_t)json_integer_value(v), 0;
+    if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) &&
+        fabs(json_real_value(v)) < 9e18)
+        return *out = (int64_t)json_real_value(v), 0;
+    snprintf(why, len, "field \"%s\" must be an integer", key);
+    return -1;
+}
+
+static int get_f64(const json_t *o, const char *key, double *out, char *why, size_t len)
+{
+    const json_t *v = json_object_get(o, key);
+    if (v == NULL || json_is_null(v))
+        return *out = NAN, 0;
+    if (json_is_number(v))
+        return *out = json_number_value(v), 0;
+    snprintf(why, len, "field \"%s\" must be a number or null", key);
+    return -1;
+}
+
+int metrics_step_parse(const json_t *o, bmt_step_metrics_t *m, const char *const *kind_names,
+                       int kinds, char *why, size_t len)
+{
+    if (!json_is_object(o)) {
+        snprintf(why, len, "a step must be a JSON object");
+        return -1;
+    }
+    memset(m, 0, sizeof(*m));
+    m->size = sizeof(*m);
+    m->version = BMT_PLUGIN_ABI_VERSION;
+    int64_t i;
+#define I64(f)                                                                                     \
+    if (get_i64(o, #f, &m->f, why, len) < 0)                                                       \
+        return -1;
+#define I32(f)                                                                                     \
+    if (get_i64(o, #f, &i, why, len) < 0 || i < INT32_MIN || i > INT32_MAX)                        \
+        return snprintf(why, len, "field \"%s\" must be a 32-bit integer", #f), -1;                \
+    m->f = (int32_t)i;
+#define F64(f)                                                                                     \
+    if (get_f64(o, #f, &m->f, why, len) < 0)                                                       \
+        return -1;
+#define X(f, kind) kind(f)
+    METRICS_FIELDS(X)
+#undef X
+#undef I64
+#undef I32
+#undef F64
+    const json_t *mem = json_object_get(o, "memory");
+    if (mem && !json_is_object(mem) && !json_is_null(mem)) {
+        snprintf(why, len, "field \"memory\" must be an object");
+        return -1;
+    }
+    m->mem_kinds = kinds < BMT_METRICS_MEM_KINDS ? kinds : BMT_METRICS_MEM_KINDS;
+    for (int k = 0; mem && k < m->mem_kinds; k++) {
+        const json_t *e = json_object_get(mem, kind_names[k]);
+        if (e == NULL)
+            continue;
+        int64_t cur, peak;
+        if (!json_is_object(e) || get_i64(e, "current", &cur, why, len) < 0 ||
+            get_i64(e, "peak", &peak, why, len) < 0 || cur < 0 || peak < 0) {
+            snprintf(why, len, "memory \"%s\" must be {\"current\": bytes, \"peak\": bytes}",
+                     kind_names[k]);
+            return -1;
+        }
+        m->mem_current[k] = (uint64_t)cur;
+        m->mem_peak[k] = (uint64_t)peak;
+    }
+    return 0;
+}
+
+int metrics_event_parse(const json_t *o, metrics_event_t *ev, char *why, size_t len)
+{
+    memset(ev, 0, sizeof(*ev));
+    const json_t *kind = json_object_get(o, "kind"), *detail = json_object_get(o, "detail");
+    if (!json_is_object(o) || !json_is_string(kind)) {
+        snprintf(why, len, "an event must be an object with a string \"kind\"");
+        return -1;
+    }
+    static const char *kinds[] = { "checkpoint_saved", "restart", "abort", "note" };
+    for (int k = 0; k < 4; k++)
+        if (strcmp(json_string_value(kind), kinds[k]) == 0)
+            ev->kind = k + 1;
+    if (ev->kind == 0) {
+        snprintf(why, len, "unknown event kind \"%.40s\"", json_string_value(kind));
+        return -1;
+    }
+    snprintf(ev->name, sizeof(ev->name), "%s", kinds[ev->kind - 1]);
+    if (detail && !json_is_string(detail)) {
+        snprintf(why, len, "event field \"detail\" must be a string");
+        return -1;
+    }
+    snprintf(ev->detail, sizeof(ev->detail), "%s", detail ? json_string_value(detail) : "");
+    int64_t status;
+    if (get_i64(o, "step", &ev->step, why, len) < 0 ||
+        get_f64(o, "time", &ev->time, why, len) < 0 || get_i64(o, "status", &status, why, len) < 0)
+        return -1;
+    ev->status = (int32_t)status;
+    return 0;
+}

@@ -1,0 +1,66 @@
+/* plugins/common/metrics_json.h — step metrics and events as JSON, both ways.
+ *
+ * One table (METRICS_FIELDS) names every scalar field of bmt_step_metrics_t
+ * once; the push and jsonl plugins write it and bmlaunch's collector reads it,
+ * so the two sides cannot drift. JSON has no NaN or infinity: such values are
+ * written as null and read back as NaN. Memory is an object of kinds:
+ * "memory": {"param": {"current": 1024, "peak": 2048}, ...}.
+ */
+#ifndef BMT_PLUGINS_METRICS_JSON_H
+#define BMT_PLUGINS_METRICS_JSON_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "bmt/plugin.h"
+
+/* X(field, kind): kind I64 (int64_t), I32 (int32_t) or F64 (double). */
+#define METRICS_FIELDS(X)                                                                          \
+    X(step, I64)                                                                                   \
+    X(time, F64)                                                                                   \
+    X(step_time_s, F64)                                                                            \
+    X(tokens, I64)                                                                                 \
+    X(samples, I64)                                                                                \
+    X(tokens_total, I64)                                                                           \
+    X(samples_total, I64)                                                                          \
+    X(loss, F64)                                                                                   \
+    X(tokens_per_s, F64)                                                                           \
+    X(samples_per_s, F64)                                                                          \
+    X(flops, F64)                                                                                  \
+    X(flops_per_s, F64)                                                                            \
+    X(mfu, F64)                                                                                    \
+    X(comm_wait_s, F64)                                                                            \
+    X(plugin_s, F64)                                                                               \
+    X(grad_norm, F64)                                                                              \
+    X(lr, F64)                                                                                     \
+    X(skipped, I32)                                                                                \
+    X(microbatches, I32)                                                                           \
+    X(skipped_total, I64)                                                                          \
+    X(params, I64)
+
+/* An event as plugins queue it (bmt_event_t with its strings copied). */
+typedef struct metrics_event {
+    int32_t kind, status;
+    int64_t step;
+    double time;
+    char name[32];
+    char detail[512];
+} metrics_event_t;
+
+void metrics_event_copy(metrics_event_t *dst, const bmt_event_t *ev);
+
+/* New JSON objects (NULL when out of memory). kind_names has kinds entries. */
+json_t *metrics_step_json(const bmt_step_metrics_t *m, const char *const *kind_names, int kinds);
+json_t *metrics_event_json(const metrics_event_t *ev);
+
+/* Read a step object written by metrics_step_json into *m (fields missing are
+ * 0, or NaN for reals; unknown fields and memory kinds are ignored). Returns
+ * 0, or -1 with why naming the field that has the wrong type. */
+int metrics_step_parse(const json_t *o, bmt_step_metrics_t *m, const char *const *kind_names,
+                       int kinds, char *why, size_t len);
+int metrics_event_parse(const json_t *o, metrics_event_t *ev, char *why, size_t len);
+
+/* A double as a JSON number, or null when it is not finite. */
+json_t *metrics_real(double v);
+
+#endif

@@ -1,0 +1,244 @@
+/* plugins/jsonl/jsonl.c — one JSON line per step (and per event) per rank, to a file.
+ *
+ * The file is BMT_JSONL with %r replaced by the rank, %j by the job id and %%
+ * by '%' (default bmt-metrics-%j-%r.jsonl: one file per rank). It is opened for
+ * appending in init, so a path that cannot be written fails at bmt_init. Each
+ * line is written with one write(2) on an O_APPEND descriptor: ranks that share
+ * one file (a pattern without %r) interleave whole lines on a local file
+ * system. Lines are
+ *   {"type": "step", "job": ..., "rank": r, <the metrics of metrics_json.h>}
+ *   {"type": "event", "job": ..., "rank": r, "kind": ..., "step": ..., ...}
+ * Writing happens on the plugin's thread (a slow disk never stalls a step);
+ * finalize writes what is queued, within the flush time, and fsyncs.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bmt/plugin.h"
+#include "../common/metrics_json.h"
+#include "../common/queue.h"
+
+#define BATCH 64
+
+typedef struct item {
+    int is_event;
+    union {
+        bmt_step_metrics_t step;
+        metrics_event_t event;
+    } u;
+} item_t;
+
+struct jsonl {
+    pq_t *q;
+    pthread_t thread;
+    int fd;
+    int rank;
+    char job[256];
+    char path[4096];
+    const char *kind_names[BMT_METRICS_MEM_KINDS];
+    char kind_store[BMT_METRICS_MEM_KINDS][32];
+    int kinds;
+    double flush_s;
+    bool write_failed;
+    item_t batch[BATCH];
+};
+
+/* Expand %r, %j and %% of pattern into out. Returns 0, or -1 with why. */
+static int expand(const char *pattern, int rank, const char *job, char *out, size_t len, char *why,
+                  size_t wlen)
+{
+    size_t k = 0;
+    for (const char *s = pattern; *s; s++) {
+        char piece[300];
+        if (*s != '%') {
+            piece[0] = *s;
+            piece[1] = '\0';
+        } else if (s[1] == 'r') {
+            snprintf(piece, sizeof(piece), "%d", rank);
+            s++;
+        } else if (s[1] == 'j') {
+            snprintf(piece, sizeof(piece), "%s", job);
+            s++;
+        } else if (s[1] == '%') {
+            snprintf(piece, sizeof(piece), "%%");
+            s++;
+        } else {
+            snprintf(why, wlen, "BMT_JSONL='%.200s': unknown %%%c (use %%r, %%j or %%%%)", pattern,
+                     s[1] ? s[1] : ' ');
+            return -1;
+        }
+        size_t n = strlen(piece);
+        if (k + n + 1 > len) {
+            snprintf(why, wlen, "BMT_JSONL='%.200s' is too long", pattern);
+            return -1;
+        }
+        memcpy(out + k, piece, n);
+        k += n;
+    }
+    out[k] = '\0';
+    if (k == 0) {
+        snprintf(why, wlen, "BMT_JSONL is empty");
+        return -1;
+    }
+    return 0;
+}
+
+static void write_item(struct jsonl *j, const item_t *it)
+{
+    json_t *o = it->is_event ? metrics_event_json(&it->u.event)
+                             : metrics_step_json(&it->u.step, j->kind_names, j->kinds);
+    json_t *head = json_pack("{sssssi}", "type", it->is_event ? "event" : "step", "job", j->job,
+                             "rank", j->rank);
+    if (o == NULL || head == NULL || json_object_update(head, o) < 0) {
+        json_decref(o);
+        json_decref(head);
+        return;
+    }
+    json_decref(o);
+    char *line = json_dumps(head, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(head);
+    if (line == NULL)
+        return;
+    size_t n = strlen(line);
+    line[n] = '\n'; /* one write: replaces the terminator, which json_dumps allocated */
+    ssize_t w;
+    do
+        w = write(j->fd, line, n + 1);
+    while (w < 0 && errno == EINTR);
+    if ((w < 0 || (size_t)w != n + 1) && !j->write_failed) {
+        fprintf(stderr, "bmt: rank %d: jsonl: writing %s failed: %s (further lines are lost)\n",
+                j->rank, j->path, w < 0 ? strerror(errno) : "short write");
+        j->write_failed = true;
+    }
+    free(line);
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void *run(void *arg)
+{
+    struct jsonl *j = arg;
+    double deadline = 0;
+    for (;;) {
+        bool closing = pq_closed(j->q);
+        if (closing && deadline == 0)
+            deadline = mono_s() + j->flush_s;
+        size_t n = pq_pop(j->q, j->batch, BATCH, closing ? 0 : 1.0);
+        if (n == 0 && closing)
+            break;
+        for (size_t i = 0; i < n; i++)
+            write_item(j, &j->batch[i]);
+        if (closing && mono_s() > deadline) {
+            for (size_t k; (k = pq_pop(j->q, j->batch, BATCH, 0)) > 0;)
+                pq_count_dropped(j->q, k);
+            break;
+        }
+    }
+    return NULL;
+}
+
+static int jsonl_init(const bmt_job_info_t *job, void **state, char *err, size_t len)
+{
+    struct jsonl *j = calloc(1, sizeof(*j));
+    if (j == NULL)
+        return snprintf(err, len, "out of memory"), -1;
+    j->rank = job->rank;
+    j->flush_s = job->flush_timeout_s;
+    snprintf(j->job, sizeof(j->job), "%s", job->job_id);
+    j->kinds = job->mem_kinds < BMT_METRICS_MEM_KINDS ? job->mem_kinds : BMT_METRICS_MEM_KINDS;
+    for (int k = 0; k < j->kinds; k++) {
+        snprintf(j->kind_store[k], sizeof(j->kind_store[k]), "%s", job->mem_kind_names[k]);
+        j->kind_names[k] = j->kind_store[k];
+    }
+    const char *pattern = job->knob("BMT_JSONL");
+    const char *qs = job->knob("BMT_METRICS_QUEUE");
+    char *end = NULL;
+    long cap = strtol(qs ? qs : "", &end, 10);
+    if (end == qs || *end != '\0' || cap < 1 || cap > 1000000) {
+        snprintf(err, len, "BMT_METRICS_QUEUE='%.40s' must be a count from 1 to 1000000",
+                 qs ? qs : "");
+        free(j);
+        return -1;
+    }
+    if (expand(pattern ? pattern : "", job->rank, job->job_id, j->path, sizeof(j->path), err, len) <
+        0) {
+        free(j);
+        return -1;
+    }
+    j->fd = open(j->path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (j->fd < 0) {
+        snprintf(err, len, "cannot open %.300s for appending: %s (BMT_JSONL)", j->path,
+                 strerror(errno));
+        free(j);
+        return -1;
+    }
+    j->q = pq_create((size_t)cap, sizeof(item_t));
+    if (j->q == NULL || pthread_create(&j->thread, NULL, run, j) != 0) {
+        snprintf(err, len, "cannot start its thread");
+        pq_destroy(j->q);
+        close(j->fd);
+        free(j);
+        return -1;
+    }
+    *state = j;
+    return 0;
+}
+
+static void jsonl_on_step(void *state, const bmt_step_metrics_t *m)
+{
+    struct jsonl *j = state;
+    item_t it;
+    it.is_event = 0;
+    memset(&it.u.step, 0, sizeof(it.u.step));
+    memcpy(&it.u.step, m, m->size < sizeof(it.u.step) ? m->size : sizeof(it.u.step));
+    pq_push(j->q, &it);
+}
+
+static void jsonl_on_event(void *state, const bmt_event_t *ev)
+{
+    struct jsonl *j = state;
+    item_t it;
+    it.is_event = 1;
+    metrics_event_copy(&it.u.event, ev);
+    pq_push(j->q, &it);
+}
+
+static void jsonl_finalize(void *state)
+{
+    struct jsonl *j = state;
+    if (j == NULL)
+        return;
+    pq_close(j->q);
+    pthread_join(j->thread, NULL);
+    uint64_t dropped = pq_dropped(j->q);
+    if (dropped)
+        fprintf(stderr, "bmt: rank %d: jsonl: %llu lines were dropped (the disk was too slow)\n",
+                j->rank, (unsigned long long)dropped);
+    fsync(j->fd);
+    close(j->fd);
+    pq_destroy(j->q);
+    free(j);
+}
+
+BMT_PLUGIN_EXPORT const bmt_monitor_plugin_v1_t bmt_monitor_plugin_v1 = {
+    sizeof(bmt_monitor_plugin_v1_t),
+    BMT_PLUGIN_ABI_VERSION,
+    "jsonl",
+    jsonl_init,
+    jsonl_on_step,
+    jsonl_on_event,
+    jsonl_finalize,
+};

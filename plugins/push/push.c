@@ -1,0 +1,453 @@
+/* plugins/push/push.c — send each step's metrics over HTTP, never stalling training.
+ *
+ * on_step and on_event copy the item into a bounded queue (common/queue.c) and
+ * return. A thread of the plugin takes what is queued and
+ *   - POSTs it as one JSON document to BMT_METRICS_URL (bmlaunch's collector),
+ *     with "Authorization: Bearer BMT_METRICS_TOKEN":
+ *       {"version": 1, "job": ..., "rank": r, "host": ..., "device_name": ...,
+ *        "peak_flops": ..., "dropped": n, "steps": [...], "events": [...]}
+ *     A collector that cannot be reached (or answers 5xx/429) gets the same
+ *     items again later, with backoff from 0.1 s to 5 s; meanwhile new items
+ *     queue up and, when the queue is full, the oldest are dropped and counted
+ *     ("dropped" in the next document that gets through). A refusal for good
+ *     (other 4xx: bad token, malformed) drops those items and says why once.
+ *   - PUTs the latest step as Prometheus text to a Pushgateway at
+ *     BMT_PUSHGATEWAY_URL/metrics/job/bmt/job_id/<job>/rank/<rank> (replacing
+ *     that rank's group), when that variable is set.
+ * finalize sends what is left within job->flush_timeout_s and stops the thread.
+ */
+#include <curl/curl.h>
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bmt/plugin.h"
+#include "../common/metrics_json.h"
+#include "../common/prom.h"
+#include "../common/queue.h"
+
+#define BATCH 256
+
+typedef struct item {
+    int is_event;
+    union {
+        bmt_step_metrics_t step;
+        metrics_event_t event;
+    } u;
+} item_t;
+
+struct push {
+    pq_t *q;
+    pthread_t thread;
+    bool started;
+    int rank;
+    char job[256], host[256], device_name[128];
+    double peak_flops;
+    const char *kind_names[BMT_METRICS_MEM_KINDS];
+    char kind_store[BMT_METRICS_MEM_KINDS][32];
+    int kinds;
+    char *url, *gateway_url;
+    struct curl_slist *headers;
+    CURL *curl, *gw;
+    long timeout_ms;
+    double flush_s;
+    _Atomic double deadline; /* monotonic; set at finalize (read by the thread) */
+    bool failing;            /* the last send failed (said once) */
+    double fail_since;
+    long refused_code; /* last 4xx said, to say each kind once */
+    bool gw_failing;
+    item_t batch[BATCH];
+};
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void say(const struct push *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(const struct push *p, const char *fmt, ...)
+{
+    char line[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "bmt: rank %d: push: %s\n", p->rank, line);
+}
+
+static size_t discard(char *ptr, size_t size, size_t n, void *user)
+{
+    char *body = user; /* keep the start of the answer for messages */
+    size_t have = strlen(body), len = size * n;
+    if (have < 200) {
+        size_t k = len < 200 - have ? len : 200 - have;
+        memcpy(body + have, ptr, k);
+        body[have + k] = '\0';
+    }
+    return len;
+}
+
+/* The timeout of one request: the configured one, or what is left of the
+ * flush time at finalize. 0 when nothing is left. */
+static long request_timeout(const struct push *p)
+{
+    double deadline = p->deadline;
+    if (deadline == 0)
+        return p->timeout_ms;
+    double left = (deadline - mono_s()) * 1e3;
+    if (left < 1)
+        return 0;
+    return left < (double)p->timeout_ms ? (long)left : p->timeout_ms;
+}
+
+enum {
+    SENT,
+    RETRY,
+    REFUSED
+};
+
+/* One HTTP request; returns SENT, RETRY (unreachable, timeout, 5xx, 429) or
+ * REFUSED (another 4xx), with the status and the answer's start in msg. */
+static int http(struct push *p, CURL *c, const char *method, const char *url, const char *body,
+                const char *content_type, char *msg, size_t len)
+{
+    long timeout = request_timeout(p);
+    if (timeout == 0) {
+        snprintf(msg, len, "no time left to flush");
+        return RETRY;
+    }
+    char answer[208] = "";
+    char ctype[128];
+    snprintf(ctype, sizeof(ctype), "Content-Type: %s", content_type);
+    struct curl_slist *h = curl_slist_append(NULL, ctype);
+    for (struct curl_slist *x = p->headers; h && x && c == p->curl; x = x->next)
+        h = curl_slist_append(h, x->data);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, timeout < 2000 ? timeout : 2000L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, discard);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, answer);
+    CURLcode rc = curl_easy_perform(c);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
+    curl_slist_free_all(h);
+    if (rc != CURLE_OK) {
+        snprintf(msg, len, "%s %s: %s", method, url, curl_easy_strerror(rc));
+        return RETRY;
+    }
+    long code = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+    answer[strcspn(answer, "\r\n")] = '\0';
+    snprintf(msg, len, "%s %s: HTTP %ld %s", method, url, code, answer);
+    if (code >= 200 && code < 300)
+        return SENT;
+    return code >= 500 || code == 429 || code == 408 ? RETRY : REFUSED;
+}
+
+static char *collector_body(struct push *p, size_t n)
+{
+    json_t *steps = json_array(), *events = json_array();
+    json_t *doc =
+        json_pack("{sisssisssssosIsoso}", "version", 1, "job", p->job, "rank", p->rank, "host",
+                  p->host, "device_name", p->device_name, "peak_flops", metrics_real(p->peak_flops),
+                  "dropped", (json_int_t)pq_dropped(p->q), "steps", steps, "events", events);
+    if (doc == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = p->batch[i].is_event
+                        ? metrics_event_json(&p->batch[i].u.event)
+                        : metrics_step_json(&p->batch[i].u.step, p->kind_names, p->kinds);
+        if (x)
+            json_array_append_new(p->batch[i].is_event ? events : steps, x);
+    }
+    char *s = json_dumps(doc, JSON_COMPACT);
+    json_decref(doc);
+    return s;
+}
+
+/* The latest step as the Pushgateway's text (no job label: the URL has it). */
+static char *gateway_body(struct push *p, const bmt_step_metrics_t *m)
+{
+    prom_buf_t b = { 0 };
+    static const struct {
+        const char *name, *help;
+        size_t off;
+    } g[] = {
+        { "bmt_rank_step", "last optimizer step of the rank", offsetof(bmt_step_metrics_t, step) },
+        { "bmt_rank_tokens_per_second", "tokens per second of the rank's last step",
+          offsetof(bmt_step_metrics_t, tokens_per_s) },
+        { "bmt_rank_step_duration_seconds", "wall time of the rank's last step",
+          offsetof(bmt_step_metrics_t, step_time_s) },
+        { "bmt_rank_loss", "the rank's last loss", offsetof(bmt_step_metrics_t, loss) },
+        { "bmt_rank_mfu_ratio", "model FLOP utilization of the rank's last step",
+          offsetof(bmt_step_metrics_t, mfu) },
+        { "bmt_rank_comm_wait_seconds", "time the rank's last step waited on communication",
+          offsetof(bmt_step_metrics_t, comm_wait_s) },
+    };
+    for (size_t i = 0; i < sizeof(g) / sizeof(g[0]); i++) {
+        prom_family(&b, g[i].name, "gauge", g[i].help);
+        const char *base = (const char *)m + g[i].off;
+        double v = g[i].off == offsetof(bmt_step_metrics_t, step) ? (double)*(const int64_t *)base
+                                                                  : *(const double *)base;
+        prom_sample(&b, g[i].name, NULL, v);
+    }
+    prom_family(&b, "bmt_rank_tokens_total", "counter", "tokens the rank processed");
+    prom_sample(&b, "bmt_rank_tokens_total", NULL, (double)m->tokens_total);
+    if (b.oom) {
+        prom_buf_free(&b);
+        return NULL;
+    }
+    return b.data;
+}
+
+static void send_collector(struct push *p, size_t n)
+{
+    char *body = collector_body(p, n);
+    if (body == NULL) {
+        pq_count_dropped(p->q, n);
+        return;
+    }
+    char msg[512];
+    int rc = http(p, p->curl, "POST", p->url, body, "application/json", msg, sizeof(msg));
+    free(body);
+    if (rc == SENT) {
+        if (p->failing)
+            say(p, "the collector answers again after %.1f s (%llu items dropped so far)",
+                mono_s() - p->fail_since, (unsigned long long)pq_dropped(p->q));
+        p->failing = false;
+        return;
+    }
+    if (rc == REFUSED) {
+        long code = 0;
+        curl_easy_getinfo(p->curl, CURLINFO_RESPONSE_CODE, &code);
+        if (code != p->refused_code)
+            say(p, "the collector refused %zu items: %s%s", n, msg,
+                code == 401 ? " (check BMT_METRICS_TOKEN)" : "");
+        p->refused_code = code;
+        pq_count_dropped(p->q, n);
+        return;
+    }
+    if (!p->failing) {
+        say(p, "cannot reach the collector, will retry and drop the oldest items when %s: %s",
+            "the queue is full", msg);
+        p->fail_since = mono_s();
+    }
+    p->failing = true;
+    if (p->deadline != 0) /* finalizing: no second chance */
+        pq_count_dropped(p->q, n);
+    else
+        pq_unpop(p->q, p->batch, n);
+}
+
+static void send_gateway(struct push *p, size_t n)
+{
+    const bmt_step_metrics_t *last = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (!p->batch[i].is_event)
+            last = &p->batch[i].u.step;
+    if (last == NULL)
+        return;
+    char *body = gateway_body(p, last);
+    if (body == NULL)
+        return;
+    char msg[512];
+    int rc =
+        http(p, p->gw, "PUT", p->gateway_url, body, "text/plain; version=0.0.4", msg, sizeof(msg));
+    free(body);
+    if (rc != SENT && !p->gw_failing)
+        say(p, "Pushgateway: %s (keeps trying with the next steps)", msg);
+    else if (rc == SENT && p->gw_failing)
+        say(p, "Pushgateway answers again");
+    p->gw_failing = rc != SENT;
+}
+
+static void *run(void *arg)
+{
+    struct push *p = arg;
+    double backoff = 0;
+    for (;;) {
+        bool closing = pq_closed(p->q);
+        size_t n = pq_pop(p->q, p->batch, BATCH, closing ? 0 : 1.0);
+        if (n == 0) {
+            if (closing)
+                break;
+            continue;
+        }
+        if (p->gw)
+            send_gateway(p, n);
+        if (p->curl)
+            send_collector(p, n);
+        if (p->failing && p->deadline == 0) {
+            backoff = backoff == 0 ? 0.1 : backoff * 2 > 5 ? 5 : backoff * 2;
+            pq_nap(p->q, backoff);
+        } else
+            backoff = 0;
+        if (p->deadline != 0 && mono_s() >= p->deadline) { /* flush time is up */
+            for (size_t k; (k = pq_pop(p->q, p->batch, BATCH, 0)) > 0;)
+                pq_count_dropped(p->q, k);
+            break;
+        }
+    }
+    return NULL;
+}
+
+static void destroy(struct push *p)
+{
+    if (p->curl)
+        curl_easy_cleanup(p->curl);
+    if (p->gw)
+        curl_easy_cleanup(p->gw);
+    curl_slist_free_all(p->headers);
+    pq_destroy(p->q);
+    free(p->url);
+    free(p->gateway_url);
+    free(p);
+}
+
+static int fail(struct push *p, char *err, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(struct push *p, char *err, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, len, fmt, ap);
+    va_end(ap);
+    destroy(p);
+    return -1;
+}
+
+static bool http_url(const char *u)
+{
+    return strncmp(u, "http://", 7) == 0 || strncmp(u, "https://", 8) == 0;
+}
+
+static int push_init(const bmt_job_info_t *job, void **state, char *err, size_t len)
+{
+    struct push *p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return snprintf(err, len, "out of memory"), -1;
+    p->rank = job->rank;
+    snprintf(p->job, sizeof(p->job), "%s", job->job_id);
+    snprintf(p->host, sizeof(p->host), "%s", job->hostname);
+    snprintf(p->device_name, sizeof(p->device_name), "%s", job->device_name);
+    p->peak_flops = job->peak_flops;
+    p->flush_s = job->flush_timeout_s;
+    p->kinds = job->mem_kinds < BMT_METRICS_MEM_KINDS ? job->mem_kinds : BMT_METRICS_MEM_KINDS;
+    for (int k = 0; k < p->kinds; k++) {
+        snprintf(p->kind_store[k], sizeof(p->kind_store[k]), "%s", job->mem_kind_names[k]);
+        p->kind_names[k] = p->kind_store[k];
+    }
+    const char *url = job->knob("BMT_METRICS_URL"), *gw = job->knob("BMT_PUSHGATEWAY_URL");
+    const char *token = job->knob("BMT_METRICS_TOKEN");
+    const char *qs = job->knob("BMT_METRICS_QUEUE"), *ts = job->knob("BMT_METRICS_TIMEOUT");
+    if ((url == NULL || *url == '\0') && (gw == NULL || *gw == '\0'))
+        return fail(p, err, len,
+                    "neither BMT_METRICS_URL (bmlaunch sets it when its metrics endpoint is on) "
+                    "nor BMT_PUSHGATEWAY_URL is set");
+    if (url && *url && !http_url(url))
+        return fail(p, err, len, "BMT_METRICS_URL='%.100s' is not an http:// or https:// URL", url);
+    if (gw && *gw && !http_url(gw))
+        return fail(p, err, len, "BMT_PUSHGATEWAY_URL='%.100s' is not an http:// or https:// URL",
+                    gw);
+    char *end = NULL;
+    long cap = strtol(qs ? qs : "", &end, 10);
+    if (end == qs || *end != '\0' || cap < 1 || cap > 1000000)
+        return fail(p, err, len, "BMT_METRICS_QUEUE='%.40s' must be a count from 1 to 1000000",
+                    qs ? qs : "");
+    double t = strtod(ts ? ts : "", &end);
+    if (end == ts || *end != '\0' || !(t > 0) || t > 3600)
+        return fail(p, err, len, "BMT_METRICS_TIMEOUT='%.40s' must be seconds in (0, 3600]",
+                    ts ? ts : "");
+    p->timeout_ms = (long)(t * 1e3) > 0 ? (long)(t * 1e3) : 1;
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+        return fail(p, err, len, "curl_global_init failed");
+    p->q = pq_create((size_t)cap, sizeof(item_t));
+    if (p->q == NULL)
+        return fail(p, err, len, "out of memory for a queue of %ld items", cap);
+    if (url && *url) {
+        if (token == NULL || *token == '\0')
+            return fail(p, err, len,
+                        "BMT_METRICS_URL is set but BMT_METRICS_TOKEN is not (bmlaunch sets both)");
+        p->url = strdup(url);
+        char auth[600];
+        snprintf(auth, sizeof(auth), "Authorization: Bearer %.512s", token);
+        p->headers = curl_slist_append(NULL, auth);
+        p->curl = curl_easy_init();
+        if (p->url == NULL || p->headers == NULL || p->curl == NULL)
+            return fail(p, err, len, "out of memory");
+    }
+    if (gw && *gw) {
+        p->gw = curl_easy_init();
+        char *job_esc = p->gw ? curl_easy_escape(p->gw, p->job, 0) : NULL;
+        size_t n = strlen(gw) + (job_esc ? strlen(job_esc) : 0) + 96;
+        p->gateway_url = job_esc ? malloc(n) : NULL;
+        if (p->gateway_url)
+            snprintf(p->gateway_url, n, "%s%smetrics/job/bmt/job_id/%s/rank/%d", gw,
+                     gw[strlen(gw) - 1] == '/' ? "" : "/", job_esc, p->rank);
+        curl_free(job_esc);
+        if (p->gateway_url == NULL)
+            return fail(p, err, len, "out of memory");
+    }
+    if (pthread_create(&p->thread, NULL, run, p) != 0)
+        return fail(p, err, len, "cannot start its thread");
+    p->started = true;
+    *state = p;
+    return 0;
+}
+
+static void push_on_step(void *state, const bmt_step_metrics_t *m)
+{
+    struct push *p = state;
+    item_t it;
+    it.is_event = 0;
+    memset(&it.u.step, 0, sizeof(it.u.step));
+    memcpy(&it.u.step, m, m->size < sizeof(it.u.step) ? m->size : sizeof(it.u.step));
+    pq_push(p->q, &it);
+}
+
+static void push_on_event(void *state, const bmt_event_t *ev)
+{
+    struct push *p = state;
+    item_t it;
+    it.is_event = 1;
+    metrics_event_copy(&it.u.event, ev);
+    pq_push(p->q, &it);
+}
+
+static void push_finalize(void *state)
+{
+    struct push *p = state;
+    if (p == NULL)
+        return;
+    p->deadline = mono_s() + p->flush_s;
+    pq_close(p->q);
+    if (p->started)
+        pthread_join(p->thread, NULL);
+    uint64_t dropped = pq_dropped(p->q);
+    if (dropped)
+        say(p, "%llu metrics items were dropped in all (collector down or too slow)",
+            (unsigned long long)dropped);
+    destroy(p);
+}
+
+BMT_PLUGIN_EXPORT const bmt_monitor_plugin_v1_t bmt_monitor_plugin_v1 = {
+    sizeof(bmt_monitor_plugin_v1_t),
+    BMT_PLUGIN_ABI_VERSION,
+    "push",
+    push_init,
+    push_on_step,
+    push_on_event,
+    push_finalize,
+};
