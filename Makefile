@@ -81,6 +81,7 @@ PLUGINS := $(filter-out common,$(notdir $(patsubst %/,%,$(wildcard plugins/*/)))
 PLUGIN_DIR := $(BUILDDIR)/lib/bmt/plugins
 PLUGIN_SO := $(PLUGINS:%=$(PLUGIN_DIR)/%.so)
 PLUGIN_LIBS_push := $(CURL_LIBS)
+PROBE_SO := $(addprefix $(BUILDDIR)/tests/plugins/,probe.so probe_v2.so probe_nosym.so probe_small.so)
 
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:%.c=$(BUILDDIR)/%)
@@ -96,7 +97,7 @@ LIBBMT_A := $(BUILDDIR)/lib/libbmt.a
 LIBBMT_SO := $(BUILDDIR)/lib/libbmt.so.0
 BMLAUNCH := $(BUILDDIR)/bin/bmlaunch
 
-ALL := $(LIBBMT_A) $(LIBBMT_SO) $(BMLAUNCH) $(PLUGIN_SO) $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN)
+ALL := $(LIBBMT_A) $(LIBBMT_SO) $(BMLAUNCH) $(PLUGIN_SO) $(PROBE_SO) $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN)
 
 # Objects depend on the flags they were built with: switching DEBUG, ASAN, NO_CUDA
 # or CFLAGS in the same BUILDDIR rebuilds instead of mixing old and new objects.
@@ -168,6 +169,17 @@ $(PLUGIN_DIR)/$(1).so: $(patsubst %.c,$(BUILDDIR)/%.o,$(wildcard plugins/$(1)/*.
 	$$(Q)$$(CC) -shared $$(BMT_LDFLAGS) $$(LDFLAGS) -o $$@ $$^ $$(PLUGIN_LIBS_$(1)) $$(JANSSON_LIBS) -lpthread
 endef
 $(foreach p,$(PLUGINS),$(eval $(call PLUGIN_RULE,$(p))))
+
+# Test plugins (tests/plugins/probe.c): one source, built as a good plugin and
+# as the three kinds of broken one that bmt_init must refuse.
+PROBE_FLAGS_probe :=
+PROBE_FLAGS_probe_v2 := -DPROBE_VERSION=2u
+PROBE_FLAGS_probe_nosym := -DPROBE_NO_SYMBOL
+PROBE_FLAGS_probe_small := -DPROBE_SIZE=16u
+$(BUILDDIR)/tests/plugins/%.so: tests/plugins/probe.c include/bmt/plugin.h $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  CC      $@")
+	$(Q)$(CC) $(BMT_CFLAGS) -shared $(PROBE_FLAGS_$*) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $<
 
 LAUNCHER_LIBS := $(LAUNCHER_A) $(PLUGIN_COMMON_A) $(LIBBMT_A)
 

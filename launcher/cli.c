@@ -167,7 +167,7 @@ void cli_env_help(FILE *out)
 {
     fputs("Environment variables read by bmlaunch and libbmt (docs/env.md):\n", out);
     for (const env_knob_t *k = env_knobs(); k->name; k++)
-        fprintf(out, "  %-20s %-8s %s\n", k->name, k->deflt ? k->deflt : "-", k->doc);
+        fprintf(out, "  %-24s %-8s %s\n", k->name, k->deflt ? k->deflt : "-", k->doc);
 }
 
 static int parse_seconds(const char *text, const char *what, bool allow_zero, double *out,

@@ -117,6 +117,27 @@ static bool names_push(const char *list)
     return false;
 }
 
+/* Where the ranks look up plugins by name: BMT_PLUGIN_DIR when the user set it,
+ * else lib/bmt/plugins next to this bmlaunch's bin/ (build/bin ->
+ * build/lib/bmt/plugins, PREFIX/bin -> PREFIX/lib/bmt/plugins). Set with and
+ * without the collector, so that BMT_PLUGINS=jsonl works from the build tree. */
+static void plugin_dir_for_ranks(char *dir, size_t len)
+{
+    const char *env = getenv("BMT_PLUGIN_DIR");
+    const char *self = self_path();
+    dir[0] = '\0';
+    if (env && *env)
+        snprintf(dir, len, "%s", env);
+    else if (self) {
+        char buf[PATH_MAX];
+        snprintf(buf, sizeof(buf), "%s", self);
+        char *slash = strrchr(buf, '/');
+        if (slash)
+            *slash = '\0';
+        snprintf(dir, len, "%.3000s/../lib/bmt/plugins", buf);
+    }
+}
+
 /* Start the collector (unless --metrics-port 0) and fill what the ranks need.
  * host_for_ranks: the address ranks use when bind is a wildcard ("0.0.0.0" is
  * replaced under srun by bmlaunch --rank-exec; see slurm.c). */
@@ -125,6 +146,7 @@ static collector_t *metrics_start(const launch_opts_t *o, const bmt_layout_t *l,
                                   const char *host_shown, metrics_env_t *me, bmt_error_t *err)
 {
     memset(me, 0, sizeof(*me));
+    plugin_dir_for_ranks(me->plugin_dir, sizeof(me->plugin_dir));
     if (o->metrics_port == 0)
         return NULL;
     collector_opts_t co = {
@@ -149,20 +171,6 @@ static collector_t *metrics_start(const launch_opts_t *o, const bmt_layout_t *l,
                  names_push(plugins) ? "" : ",push");
     else
         snprintf(me->plugins, sizeof(me->plugins), "push");
-    /* Plugins are found next to this bmlaunch: build/bin -> build/lib/bmt/plugins,
-     * PREFIX/bin -> PREFIX/lib/bmt/plugins (unless BMT_PLUGIN_DIR says otherwise). */
-    const char *dir = getenv("BMT_PLUGIN_DIR");
-    const char *self = self_path();
-    if (dir && *dir)
-        snprintf(me->plugin_dir, sizeof(me->plugin_dir), "%s", dir);
-    else if (self) {
-        char buf[PATH_MAX];
-        snprintf(buf, sizeof(buf), "%s", self);
-        char *slash = strrchr(buf, '/');
-        if (slash)
-            *slash = '\0';
-        snprintf(me->plugin_dir, sizeof(me->plugin_dir), "%.3000s/../lib/bmt/plugins", buf);
-    }
     me->on = true;
     const char *shown = wildcard ? host_shown : bind;
     fprintf(stderr, "bmlaunch: metrics on http://%s%s%s:%d/ (Prometheus: /metrics)\n",
@@ -227,8 +235,8 @@ static char **rank_env(const launch_opts_t *o, const bmt_layout_t *l, int rank, 
                     (drop_timeout && strncmp(environ[i], "BMT_TIMEOUT=", 12) == 0) ||
                     (me->on && (strncmp(environ[i], "BMT_METRICS_URL=", 16) == 0 ||
                                 strncmp(environ[i], "BMT_METRICS_TOKEN=", 18) == 0 ||
-                                strncmp(environ[i], "BMT_PLUGINS=", 12) == 0 ||
-                                strncmp(environ[i], "BMT_PLUGIN_DIR=", 15) == 0));
+                                strncmp(environ[i], "BMT_PLUGINS=", 12) == 0)) ||
+                    (me->plugin_dir[0] && strncmp(environ[i], "BMT_PLUGIN_DIR=", 15) == 0);
         for (int j = 0; ours[j] && !skip; j++)
             skip = strncmp(environ[i], ours[j], strlen(ours[j])) == 0;
         if (!skip && (env[k] = strdup(environ[i])) != NULL)
@@ -264,12 +272,12 @@ static char **rank_env(const launch_opts_t *o, const bmt_layout_t *l, int rank, 
         ADD("BMT_METRICS_URL=%s", me->url);
         ADD("BMT_METRICS_TOKEN=%s", me->token);
         ADD("BMT_PLUGINS=%s", me->plugins);
-        if (me->plugin_dir[0]) {
-            char dir[PATH_MAX + 32];
-            snprintf(dir, sizeof(dir), "BMT_PLUGIN_DIR=%s", me->plugin_dir);
-            if ((env[k] = strdup(dir)) != NULL)
-                k++;
-        }
+    }
+    if (me->plugin_dir[0]) {
+        char dir[PATH_MAX + 32];
+        snprintf(dir, sizeof(dir), "BMT_PLUGIN_DIR=%s", me->plugin_dir);
+        if ((env[k] = strdup(dir)) != NULL)
+            k++;
     }
 #undef ADD
     env[k] = NULL;

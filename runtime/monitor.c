@@ -166,31 +166,35 @@ static int load_one(bmt_ctx_t *ctx, struct monitor *m, const char *item, char *w
         return snprintf(why, len, "plugin %s: cannot load it: %s (check BMT_PLUGINS%s)", item,
                         dlerror(), is_path ? "" : " and BMT_PLUGIN_DIR"),
                -1;
+    /* Name the plugin by what BMT_PLUGINS said, and by its file when that was a name. */
+    char label[1024];
+    if (is_path)
+        snprintf(label, sizeof(label), "%.1000s", item);
+    else
+        snprintf(label, sizeof(label), "%.64s (%.900s)", item, path);
     const bmt_monitor_plugin_v1_t *api = dlsym(dl, BMT_PLUGIN_SYMBOL);
     if (api == NULL) {
-        snprintf(why, len,
-                 "plugin %.64s: %.800s has no symbol %s: not a bmt monitor plugin, or built for "
-                 "another ABI",
-                 item, path, BMT_PLUGIN_SYMBOL);
+        snprintf(
+            why, len,
+            "plugin %.900s has no symbol %s: not a bmt monitor plugin, or built for another ABI",
+            label, BMT_PLUGIN_SYMBOL);
         dlclose(dl);
         return -1;
     }
     if (api->version != BMT_PLUGIN_ABI_VERSION) {
-        snprintf(
-            why, len,
-            "plugin %.64s: %.800s has ABI version %u, this libbmt %s speaks version %u: rebuild "
-            "the plugin against its bmt/plugin.h",
-            item, path, api->version, BMT_VERSION_STRING, BMT_PLUGIN_ABI_VERSION);
+        snprintf(why, len,
+                 "plugin %.900s has ABI version %u, this libbmt %s speaks version %u: rebuild the "
+                 "plugin against its bmt/plugin.h",
+                 label, api->version, BMT_VERSION_STRING, BMT_PLUGIN_ABI_VERSION);
         dlclose(dl);
         return -1;
     }
     if (api->size < sizeof(bmt_monitor_plugin_v1_t) || api->init == NULL || api->on_step == NULL ||
         api->finalize == NULL) {
-        snprintf(
-            why, len,
-            "plugin %.64s: %.800s: its bmt_monitor_plugin_v1 is incomplete (size %u, need %zu; "
-            "init, on_step and finalize are required)",
-            item, path, api->size, sizeof(bmt_monitor_plugin_v1_t));
+        snprintf(why, len,
+                 "plugin %.900s: its bmt_monitor_plugin_v1 is incomplete (size %u, need %zu; init, "
+                 "on_step and finalize are required)",
+                 label, api->size, sizeof(bmt_monitor_plugin_v1_t));
         dlclose(dl);
         return -1;
     }

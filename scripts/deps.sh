@@ -23,6 +23,14 @@ munge
 iproute2
 util-linux
 clang-format
+libcurl4-openssl-dev
+libmicrohttpd-dev
+curl
+prometheus
+prometheus-pushgateway
+chromium
+man-db
+groff-base
 "
 
 missing=""

@@ -70,8 +70,8 @@ BMT_API int bmt_report_step(bmt_ctx_t *ctx, const bmt_step_report_t *report,
 BMT_API int bmt_report_event(bmt_ctx_t *ctx, bmt_event_kind_t kind, const char *detail,
                              bmt_error_t *err);
 
-/* The plugins bmt_init loaded, in BMT_PLUGINS order: their count, and the name
- * of plugin i (NULL when out of range). */
+/* The plugins bmt_init loaded, in BMT_PLUGINS order: their count, and plugin i
+ * as BMT_PLUGINS named it, a name or a path (NULL when out of range). */
 BMT_API int bmt_plugin_count(const bmt_ctx_t *ctx);
 BMT_API const char *bmt_plugin_name(const bmt_ctx_t *ctx, int i);
 

@@ -108,6 +108,18 @@ static long request_timeout(const struct push *p)
     return left < (double)p->timeout_ms ? (long)left : p->timeout_ms;
 }
 
+/* libcurl calls this at least once a second during a request: a request in
+ * flight when finalize's flush time runs out is abandoned then, whatever its
+ * own timeout (a collector that accepts and never answers). */
+static int abandon_late(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                        curl_off_t ulnow)
+{
+    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    const struct push *p = user;
+    double deadline = p->deadline;
+    return deadline != 0 && mono_s() >= deadline;
+}
+
 enum {
     SENT,
     RETRY,
@@ -138,6 +150,9 @@ static int http(struct push *p, CURL *c, const char *method, const char *url, co
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, timeout < 2000 ? timeout : 2000L);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, abandon_late);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, p);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, discard);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, answer);
     CURLcode rc = curl_easy_perform(c);

@@ -12,7 +12,52 @@ test_expect_success "make install PREFIX=... installs every part" '
     test -f prefix/lib/libbmt.a && test -f prefix/lib/libbmt.so.0 && test -L prefix/lib/libbmt.so &&
     test -f prefix/lib/pkgconfig/bmt.pc &&
     test -f prefix/share/bmt/templates/bmt.sbatch &&
-    test -f prefix/share/man/man1/bmlaunch.1
+    test -f prefix/share/man/man1/bmlaunch.1 &&
+    test -f prefix/include/bmt/plugin.h && test -f prefix/include/bmt/monitor.h &&
+    test -x prefix/lib/bmt/plugins/push.so && test -x prefix/lib/bmt/plugins/jsonl.so
+'
+
+test_expect_success "the installed bmlaunch finds the installed plugins; a plugin built with pkg-config loads" '
+    make -s -C "$SRC" install BUILDDIR="$BUILDDIR" PREFIX="$PWD/prefix" >log 2>&1 &&
+    export PKG_CONFIG_PATH=$PWD/prefix/lib/pkgconfig &&
+    cat >mine.c <<-EOF &&
+	#include <stdio.h>
+	#include <bmt/plugin.h>
+	static FILE *f;
+	static int init(const bmt_job_info_t *job, void **state, char *err, size_t len) {
+	    (void)err; (void)len; char p[64]; snprintf(p, sizeof p, "mine-%d.txt", job->rank);
+	    f = fopen(p, "w"); *state = f; return f ? 0 : -1;
+	}
+	static void on_step(void *s, const bmt_step_metrics_t *m) {
+	    fprintf(s, "step %lld tokens %lld\\n", (long long)m->step, (long long)m->tokens);
+	}
+	static void finalize(void *s) { fclose(s); }
+	BMT_PLUGIN_EXPORT const bmt_monitor_plugin_v1_t bmt_monitor_plugin_v1 = {
+	    sizeof(bmt_monitor_plugin_v1_t), BMT_PLUGIN_ABI_VERSION, "mine", init, on_step, NULL, finalize,
+	};
+	EOF
+    cat >user.c <<-EOF &&
+	#include <stdio.h>
+	#include <bmt/monitor.h>
+	int main(void) {
+	    bmt_ctx_t *ctx; bmt_error_t err;
+	    if (bmt_init(&ctx, NULL, &err) < 0) { fprintf(stderr, "%s\\n", err.text); return 1; }
+	    for (int s = 0; s < 3; s++) {
+	        bmt_step_report_t r = BMT_STEP_REPORT_INITIALIZER;
+	        r.tokens = 100; r.samples = 1;
+	        if (bmt_report_step(ctx, &r, NULL, &err) < 0) { fprintf(stderr, "%s\\n", err.text); return 1; }
+	    }
+	    printf("plugins %d: %s %s\\n", bmt_plugin_count(ctx), bmt_plugin_name(ctx, 0), bmt_plugin_name(ctx, 1));
+	    bmt_finalize(ctx); return 0;
+	}
+	EOF
+    cc -std=c11 -shared -fPIC mine.c -o mine.so $(pkg-config --cflags bmt) &&
+    cc -std=c11 user.c -o user $(pkg-config --cflags --libs bmt) &&
+    BMT_PLUGINS=jsonl,$PWD/mine.so BMT_JSONL=$PWD/m-%r.jsonl \
+        prefix/bin/bmlaunch --metrics-port 0 -n 2 -- ./user >out 2>err &&
+    grep -qx "0: plugins 2: jsonl $PWD/mine.so" out &&
+    test "$(cat mine-1.txt)" = "$(printf "step 1 tokens 100\\nstep 2 tokens 100\\nstep 3 tokens 100")" &&
+    test "$(grep -c "\"type\":\"step\"" m-0.jsonl)" -eq 3
 '
 
 test_expect_success "a program built with pkg-config against the installed bmt runs under bmlaunch" '

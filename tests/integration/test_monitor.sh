@@ -1,0 +1,412 @@
+#!/bin/bash
+# Monitoring end to end: plugins loaded by libbmt (jsonl, push, a probe plugin
+# and its broken builds), bmlaunch's collector over HTTP (bad requests, promtool,
+# a real Prometheus scraping it, headless Chromium rendering the live page),
+# the push plugin against a collector that goes away and comes back, and a real
+# Pushgateway. The training runs are engine_check on cpu (a real model, real
+# optimizer steps), paced with --pace so that the scrapers see a running job.
+. "$(dirname "$0")/lib.sh"
+
+EC=$PROGS/engine_check
+PY=/usr/bin/python3
+PLUG=$BUILDDIR/tests/plugins
+export BMT_TIMEOUT=60
+# Runs of 100 steps and more: engine_check still checks its training against
+# the fp64 reference, with a bound for f32 drift over that many AdamW steps
+# (its default, 1e-5, is meant for the engine tests' 20 steps).
+LONG="--bound 1e-3"
+
+free_port() {
+    $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# bmlaunch in the background with the given arguments; waits for its metrics
+# URL (sets URL, JOB_PID). Output in job.out / job.err.
+start_job() {
+    "$BMLAUNCH" "$@" >job.out 2>job.err &
+    JOB_PID=$!
+    local i
+    for i in $(seq 200); do
+        URL=$(sed -n 's|^bmlaunch: metrics on \(http://[^ ]*\)/ .*|\1|p' job.err)
+        [ -n "$URL" ] && return 0
+        kill -0 $JOB_PID 2>/dev/null || break
+        sleep 0.05
+    done
+    echo "no metrics URL from bmlaunch:" >&2
+    cat job.err >&2
+    return 1
+}
+
+# Wait until the job has pushed step $1 on every rank (bmt_step >= $1).
+wait_step() {
+    local i
+    for i in $(seq 300); do
+        curl -sf "$URL/api/status" >status.json 2>/dev/null &&
+            $PY -c 'import json,sys; sys.exit(0 if json.load(open("status.json"))["step"] >= int(sys.argv[1]) else 1)' "$1" &&
+            return 0
+        sleep 0.1
+    done
+    echo "step $1 never came; last status:" >&2
+    cat status.json >&2
+    return 1
+}
+
+# ------------------------------------------------------------ plugins in the runtime
+
+test_expect_success "jsonl: one line per step and event per rank, figures consistent" '
+    BMT_PLUGINS=jsonl BMT_JSONL=$PWD/m-%r-%%.jsonl BMT_PEAK_TFLOPS=0.000001 \
+        $BMLAUNCH --metrics-port 0 -g 2 -n 1 -- $EC --steps 5 --event-every 2 >out 2>err &&
+    test -s m-0-%.jsonl && test -s m-1-%.jsonl &&
+    $PY - <<-EOF
+	import json, math
+	for r in (0, 1):
+	    lines = [json.loads(l) for l in open("m-%d-%%.jsonl" % r)]
+	    steps = [l for l in lines if l["type"] == "step"]
+	    events = [l for l in lines if l["type"] == "event"]
+	    assert [s["step"] for s in steps] == [1, 2, 3, 4, 5], steps
+	    assert all(l["rank"] == r for l in lines)
+	    assert len({l["job"] for l in lines}) == 1
+	    assert [e["kind"] for e in events] == ["note", "checkpoint_saved", "checkpoint_saved"], events
+	    assert [e["detail"] for e in events[1:]] == ["ckpt/step-2", "ckpt/step-4"]
+	    for i, s in enumerate(steps):
+	        assert s["tokens"] == 6 and s["tokens_total"] == 6 * (i + 1), s
+	        assert math.isclose(s["tokens_per_s"] * s["step_time_s"], 6, rel_tol=1e-9)
+	        assert math.isclose(s["mfu"], s["flops_per_s"] / 1e6, rel_tol=1e-9), s
+	        assert 0 <= s["comm_wait_s"] <= s["step_time_s"]
+	        assert s["memory"]["param"]["current"] > 0 and s["microbatches"] == 2
+	        assert s["grad_norm"] > 0 and s["lr"] == 0.01 and s["params"] == 2648
+	print("ok")
+	EOF
+'
+
+test_expect_success "jsonl: ranks sharing one file write whole lines" '
+    BMT_PLUGINS=jsonl BMT_JSONL=$PWD/all.jsonl \
+        $BMLAUNCH --metrics-port 0 -n 4 -- $EC --steps 10 >out 2>err &&
+    $PY -c "
+import json
+rows = [json.loads(l) for l in open(\"all.jsonl\")]
+assert len(rows) == 40 and sorted({r[\"rank\"] for r in rows}) == [0, 1, 2, 3], len(rows)"
+'
+
+test_expect_success "a probe plugin sees init, every step, events, the abort and finalize" '
+    BMT_PLUGINS=$PLUG/probe.so BMT_PROBE_LOG=$PWD/probe.log \
+        $BMLAUNCH --metrics-port 0 -n 2 -- $EC --steps 4 --event-every 2 --abort-at 4 >out 2>err ||
+        rc=$? &&
+    test "${rc:-0}" -eq 3 &&
+    grep -q "^0 init world 2 job bmlaunch\..* size 144 knob fail$" probe.log &&
+    test $(grep -c "^0 step" probe.log) -eq 4 && test $(grep -c "^1 step" probe.log) -ge 3 &&
+    grep -qx "0 event checkpoint_saved status 0 step 2 detail ckpt/step-2" probe.log &&
+    grep -qx "0 event abort status 3 step 4 detail engine_check --abort-at 4" probe.log &&
+    test "$(grep "^0 " probe.log | tail -2 | head -1)" = "0 event abort status 3 step 4 detail engine_check --abort-at 4" &&
+    test "$(grep "^0 " probe.log | tail -1)" = "0 finalize"
+'
+
+test_expect_success "time spent in a plugin is measured: plugin_s shows a 30 ms on_step" '
+    BMT_PLUGINS=$PLUG/probe.so,jsonl BMT_PROBE_LOG=$PWD/probe.log BMT_PROBE_SLEEP_MS=30 \
+        BMT_JSONL=$PWD/m.jsonl $BMLAUNCH --metrics-port 0 -n 1 -- $EC --steps 3 >out 2>err &&
+    $PY -c "
+import json
+s = [json.loads(l) for l in open(\"m.jsonl\") if \"\\\"step\\\"\" in l]
+assert s[0][\"plugin_s\"] < 0.02 and all(x[\"plugin_s\"] >= 0.03 for x in s[1:]), s"
+'
+
+for bad in "v2:has ABI version 2, this libbmt [0-9.]* speaks version 1: rebuild the plugin" \
+           "nosym:has no symbol bmt_monitor_plugin_v1: not a bmt monitor plugin" \
+           "small:its bmt_monitor_plugin_v1 is incomplete (size 16, need 48"; do
+    kind=${bad%%:*} msg=${bad#*:}
+    test_expect_success "a plugin built wrong ($kind) is refused: $msg" "
+        { BMT_PLUGINS=$PLUG/probe_$kind.so \$BMLAUNCH --metrics-port 0 -n 2 -- \$EC --steps 2 \
+            >out 2>&1; rc=\$?; } &&
+        test \$rc -eq 1 && grep -q \"bmt: rank 0: plugin $PLUG/probe_$kind.so:\\? $msg\" out &&
+        ! grep -q \"checks passed\" out
+    "
+done
+
+test_expect_success "a missing plugin fails bmt_init; BMT_PLUGIN_ERRORS=warn runs without it" '
+    { BMT_PLUGINS=nosuch $BMLAUNCH --metrics-port 0 -n 2 -- $EC --steps 2 >out 2>&1; rc=$?; } &&
+    test $rc -eq 1 &&
+    grep -q "plugin nosuch: cannot load it: .*/nosuch.so: cannot open shared object file.*check BMT_PLUGINS and BMT_PLUGIN_DIR" out &&
+    BMT_PLUGIN_ERRORS=warn BMT_PLUGINS=nosuch,$PLUG/probe.so BMT_PROBE_LOG=$PWD/p.log \
+        $BMLAUNCH --metrics-port 0 -n 2 -- $EC --steps 2 >out 2>&1 &&
+    grep -q "warning: plugin nosuch: cannot load it.*running without it" out &&
+    test $(grep -c " step " p.log) -eq 4
+'
+
+test_expect_success "a plugin whose init fails, and bad knobs, are refused with their reason" '
+    { BMT_PLUGINS=$PLUG/probe.so BMT_PROBE_FAIL="no disk today" \
+        $BMLAUNCH --metrics-port 0 -n 1 -- $EC --steps 1 >out 2>&1; rc=$?; } &&
+    test $rc -eq 1 && grep -q "plugin .*probe.so: init failed: no disk today" out &&
+    { BMT_PLUGIN_ERRORS=maybe $BMLAUNCH --metrics-port 0 -n 1 -- $EC --steps 1 >out 2>&1; rc=$?; } &&
+    test $rc -eq 1 && grep -q "BMT_PLUGIN_ERRORS=.maybe.: use fail or warn" out &&
+    { BMT_PEAK_TFLOPS=lots $BMLAUNCH --metrics-port 0 -n 1 -- $EC --steps 1 >out 2>&1; rc=$?; } &&
+    test $rc -eq 1 && grep -q "BMT_PEAK_TFLOPS=.lots. is not a positive number" out &&
+    { BMT_PLUGINS=jsonl BMT_JSONL=m-%x $BMLAUNCH --metrics-port 0 -n 1 -- $EC --steps 1 >out 2>&1; rc=$?; } &&
+    test $rc -eq 1 && grep -q "unknown %x (use %r, %j or %%)" out &&
+    { BMT_PLUGINS=jsonl BMT_JSONL=/nonexistent/dir/m.jsonl $BMLAUNCH --metrics-port 0 -n 1 -- $EC --steps 1 >out 2>&1; rc=$?; } &&
+    test $rc -eq 1 && grep -q "cannot open /nonexistent/dir/m.jsonl for appending: No such file" out &&
+    { BMT_PLUGINS=push $BMLAUNCH --metrics-port 0 -n 1 -- $EC --steps 1 >out 2>&1; rc=$?; } &&
+    test $rc -eq 1 && grep -q "push: init failed: neither BMT_METRICS_URL" out &&
+    { BMT_PLUGINS=push BMT_PUSHGATEWAY_URL=ftp://x $BMLAUNCH --metrics-port 0 -n 1 -- $EC --steps 1 >out 2>&1; rc=$?; } &&
+    test $rc -eq 1 && grep -q "BMT_PUSHGATEWAY_URL=.ftp://x. is not an http:// or https:// URL" out
+'
+
+# ------------------------------------------------------------ the collector over HTTP
+
+test_expect_success "bad --metrics-* options are refused before anything runs" '
+    { $BMLAUNCH --metrics-port 70000 -n 1 -- true 2>err; rc=$?; } && test $rc -eq 2 &&
+    grep -q "metrics-port needs a port from 0 (off) to 65535" err &&
+    { $BMLAUNCH --metrics-bind localhost -n 1 -- true 2>err; rc=$?; } && test $rc -eq 2 &&
+    grep -q "metrics-bind needs a numeric IPv4 or IPv6 address" err &&
+    { $BMLAUNCH --metrics-bind 192.0.2.1 -n 1 -- true 2>err; rc=$?; } && test $rc -eq 2 &&
+    grep -q "cannot serve metrics on 192.0.2.1" err &&
+    port=$(free_port) && $PY -c "
+import socket, subprocess, sys
+s = socket.socket(); s.bind((\"127.0.0.1\", $port)); s.listen()
+r = subprocess.run([\"$BMLAUNCH\", \"--metrics-port\", \"$port\", \"-n\", \"1\", \"--\", \"true\"], capture_output=True, text=True)
+assert r.returncode == 2 and \"cannot serve metrics on 127.0.0.1 port $port\" in r.stderr, r.stderr" &&
+    { $BMLAUNCH --metrics-linger -1 -n 1 -- true 2>err; rc=$?; } && test $rc -eq 2
+'
+
+test_expect_success "the default port taken: bmlaunch serves on a free one and says so" '
+    $PY -c "
+import socket, subprocess
+s = socket.socket()
+try:
+    s.bind((\"127.0.0.1\", 9477)); s.listen()
+except OSError:
+    pass  # someone has it already: the same situation
+r = subprocess.run([\"$BMLAUNCH\", \"-n\", \"1\", \"--\", \"true\"], capture_output=True, text=True)
+assert r.returncode == 0, r.stderr
+assert \"metrics port 9477 is taken; using a free one instead\" in r.stderr, r.stderr
+assert \"metrics on http://127.0.0.1:\" in r.stderr and \":9477/\" not in r.stderr, r.stderr"
+'
+
+test_expect_success "/metrics: content type, promtool clean, job and group figures of a live job" '
+    start_job --metrics-port $(free_port) --metrics-linger 30 -g 2 -n 2 -- $EC --steps 400 --pace 20 $LONG &&
+    wait_step 5 &&
+    curl -sfD hdr "$URL/metrics" >metrics.txt &&
+    grep -qi "^content-type: text/plain; version=0.0.4; charset=utf-8" hdr &&
+    promtool check metrics <metrics.txt &&
+    grep -q "^bmt_job_info{job=\"bmlaunch\.[^\"]*\",groups=\"2\",gpus_per_group=\"2\",gpus_per_node=\"4\",nodes=\"1\",world=\"4\",device=\"cpu\"} 1$" metrics.txt &&
+    grep -q "^bmt_ranks_reporting{job=\"[^\"]*\"} 4$" metrics.txt &&
+    grep -q "^bmt_group_tokens_per_second{job=\"[^\"]*\",group=\"1\"} [0-9]" metrics.txt &&
+    grep -q "^bmt_memory_bytes{job=\"[^\"]*\",kind=\"param\"} [1-9]" metrics.txt &&
+    ! grep -q "^bmt_rank_" metrics.txt &&
+    curl -sf "$URL/api/status" >s.json &&
+    $PY -c "
+import json
+s = json.load(open(\"s.json\"))
+assert s[\"layout\"] == {\"groups\": 2, \"gpus_per_group\": 2, \"gpus_per_node\": 4, \"nodes\": 1, \"world\": 4, \"device\": \"cpu\"}, s[\"layout\"]
+assert s[\"state\"] == \"running\" and s[\"ranks_alive\"] == 4 and s[\"ranks_reporting\"] == 4
+assert len(s[\"groups\"]) == 2 and s[\"step\"] >= 5 and s[\"tokens_per_second\"] > 0
+assert len(s[\"history\"]) >= 4 and all(p[\"ranks\"] == 4 for p in s[\"history\"][:-1])
+" &&
+    kill -INT $JOB_PID && wait $JOB_PID || true
+'
+
+test_expect_success "bad requests are refused (401, 400, 413, 405, 404) and the endpoint keeps serving" '
+    start_job --metrics-port $(free_port) -n 2 -- $EC --steps 400 --pace 20 $LONG &&
+    wait_step 2 &&
+    job=$($PY -c "import json; print(json.load(open(\"status.json\"))[\"job\"])") &&
+    code() { curl -s -o body -w "%{http_code}" "$@"; } &&
+    test "$(code -X POST -d "{}" $URL/api/push)" = 401 &&
+    test "$(code -X POST -H "Authorization: Bearer nope" -d "{}" $URL/api/push)" = 401 &&
+    token=$(tr "\0" "\n" </proc/$(pgrep -P $JOB_PID | head -1)/environ | sed -n "s/^BMT_METRICS_TOKEN=//p") &&
+    test ${#token} -eq 64 &&
+    test "$(code -X POST -H "Authorization: Bearer $token" -d "{broken" $URL/api/push)" = 400 &&
+    grep -q "malformed JSON" body &&
+    test "$(code -X POST -H "Authorization: Bearer $token" -d "{\"version\":1,\"job\":\"$job\",\"rank\":9}" $URL/api/push)" = 400 &&
+    grep -q "rank. must be an integer in \[0, 2)" body &&
+    head -c 5000000 /dev/zero | tr "\0" " " >big &&
+    test "$(code -X POST -H "Authorization: Bearer $token" --data-binary @big $URL/api/push)" = 413 &&
+    test "$(code -X POST -H "Authorization: Bearer $token" -H "Transfer-Encoding: chunked" --data-binary @big $URL/api/push)" = 413 &&
+    test "$(code -D hdr $URL/api/push)" = 405 && grep -qi "^allow: POST" hdr &&
+    test "$(code -X DELETE $URL/metrics)" = 405 &&
+    test "$(code $URL/nope)" = 404 &&
+    printf "GARBAGE\r\n\r\n" | timeout 5 bash -c "exec 3<>/dev/tcp/127.0.0.1/${URL##*:}; cat >&3; cat <&3" >raw || true &&
+    grep -q "400" raw &&
+    test "$(code $URL/metrics)" = 200 && promtool check metrics <body &&
+    grep -q "code=\"401\"} 2$" body && grep -q "code=\"400\"} 2$" body &&
+    grep -q "code=\"413\"} 2$" body && grep -q "code=\"405\"} 1$" body &&
+    grep -q "code=\"200\"} [1-9]" body &&
+    kill -INT $JOB_PID && wait $JOB_PID || true
+'
+
+test_expect_success "per-rank series on request; events and the end of the job reach the status" '
+    start_job --metrics-port $(free_port) --metrics-per-rank --metrics-linger 20 -g 2 -n 1 -- \
+        $EC --steps 6 --event-every 3 --abort-at 6 &&
+    for i in $(seq 200); do
+        curl -sf "$URL/api/status" >s.json && grep -q "\"state\":\"ended\"" s.json && break; sleep 0.1
+    done &&
+    curl -sf "$URL/metrics" >m.txt && promtool check metrics <m.txt &&
+    grep -q "^bmt_rank_step{job=\"[^\"]*\",group=\"1\",rank=\"1\"} [0-9]" m.txt &&
+    grep -q "^bmt_events_total{job=\"[^\"]*\",kind=\"abort\"} 1$" m.txt &&
+    grep -q "^bmt_events_total{job=\"[^\"]*\",kind=\"checkpoint_saved\"} [1-4]$" m.txt &&
+    grep -q "^bmt_job_running{job=\"[^\"]*\"} 0$" m.txt &&
+    $PY -c "
+import json
+s = json.load(open(\"s.json\"))
+assert s[\"state\"] == \"ended\" and s[\"exit_status\"] == 3 and s[\"ranks_alive\"] == 0, s
+kinds = [e[\"kind\"] for e in s[\"events\"]]
+assert \"abort\" in kinds and \"note\" in kinds and \"checkpoint_saved\" in kinds, kinds
+ab = [e for e in s[\"events\"] if e[\"kind\"] == \"abort\"][0]
+assert ab[\"rank\"] == 0 and ab[\"status\"] == 3 and ab[\"detail\"] == \"engine_check --abort-at 6\", ab
+" &&
+    kill -INT $JOB_PID; wait $JOB_PID || true
+'
+
+test_expect_success "a real Prometheus scrapes the endpoint during a run and sees tokens/s" '
+    command -v prometheus >/dev/null &&
+    mport=$(free_port) && pport=$(free_port) &&
+    cat >prom.yml <<-EOF &&
+	global:
+	  scrape_interval: 1s
+	scrape_configs:
+	  - job_name: bmt
+	    static_configs:
+	      - targets: ["127.0.0.1:$mport"]
+	EOF
+    { prometheus --config.file=prom.yml --storage.tsdb.path=$PWD/tsdb \
+        --web.listen-address=127.0.0.1:$pport >prom.log 2>&1 & }
+    ppid=$!
+    BMT_PLUGINS=jsonl BMT_JSONL=$PWD/m-%r.jsonl start_job --metrics-port $mport -g 2 -n 2 -- \
+        $EC --steps 120 --pace 100 $LONG &&
+    q() { curl -sf "http://127.0.0.1:$pport/api/v1/query" --data-urlencode "query=$1"; } &&
+    ok=0 &&
+    for i in $(seq 240); do
+        if q "bmt_tokens_per_second > 0" >q.json && grep -q "\"value\"" q.json &&
+           q "count_over_time(bmt_tokens_per_second[1m]) >= 3" >c.json && grep -q "\"value\"" c.json; then
+            ok=1; break
+        fi
+        sleep 0.25
+    done &&
+    test $ok = 1 &&
+    q "up{job=\"bmt\"}" >up.json && grep -q "\"1\"\]" up.json &&
+    q "bmt_group_tokens_per_second" >g.json &&
+    rc=0; wait $JOB_PID || rc=$?
+    kill $ppid; wait $ppid 2>/dev/null || true
+    test $rc -eq 0 &&
+    $PY - <<-EOF
+	import json, glob
+	v = float(json.load(open("q.json"))["data"]["result"][0]["value"][1])
+	g = json.load(open("g.json"))["data"]["result"]
+	assert len(g) == 2, g
+	# the ranks own figures: 6 tokens per step, steps of at least 100 ms
+	rates = [json.loads(l)["tokens_per_s"] for f in glob.glob("m-*.jsonl") for l in open(f)]
+	per_rank = sorted(rates)[len(rates) // 2]
+	assert 0 < v <= 4 * 60, v
+	assert 0.5 * 4 * per_rank <= v <= 2 * 4 * per_rank, (v, per_rank)
+	print("prometheus saw", v, "tokens/s; the ranks median", per_rank)
+	EOF
+'
+
+test_expect_success "headless Chromium renders the live page with data points" '
+    command -v chromium >/dev/null &&
+    BMT_PEAK_TFLOPS=0.000001 start_job --metrics-port $(free_port) -g 2 -n 1 -- $EC --steps 2000 --pace 20 $LONG &&
+    wait_step 5 &&
+    timeout 60 chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage \
+        --user-data-dir=$PWD/chrome --virtual-time-budget=5000 --dump-dom "$URL/" >dom.html 2>chrome.err &&
+    kill -INT $JOB_PID && { wait $JOB_PID || true; } &&
+    $PY - <<-EOF
+	import re
+	d = open("dom.html").read()
+	for chart in ("chart-tokens", "chart-loss", "chart-mfu"):
+	    m = re.search(r"<svg id=\"%s\" data-points=\"(\d+)\"" % chart, d)
+	    assert m and int(m.group(1)) >= 3, (chart, m and m.group(1))
+	assert d.count("<polyline") == 3 and "<circle" in d
+	assert re.search(r"<span id=\"job\">bmlaunch\.[^<]+</span>", d)
+	assert "2 groups × 1 ranks = 2 ranks" in d
+	assert re.search(r"<td>1</td><td>1</td><td>\d+</td>", d), "the groups table"
+	print("ok")
+	EOF
+'
+
+# ------------------------------------------------------------ the push plugin on its own
+
+# A collector stand-in the test controls: records every body it accepts.
+cat >"$TMP/sink.py" <<'EOF'
+import http.server, sys, json
+port, out = int(sys.argv[1]), sys.argv[2]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length", 0))
+        body = self.rfile.read(n)
+        with open(out, "a") as f:
+            f.write(json.dumps({"auth": self.headers.get("Authorization"), "body": json.loads(body)}) + "\n")
+        self.send_response(200); self.end_headers(); self.wfile.write(b"{}")
+    def log_message(self, *a): pass
+http.server.ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
+EOF
+
+test_expect_success "push survives its collector going down and coming back; drops are counted" '
+    port=$(free_port) &&
+    { $PY $TMP/sink.py $port got.jsonl & }
+    sink=$!
+    sleep 0.5
+    { BMT_PLUGINS=push,jsonl BMT_JSONL=$PWD/m.jsonl BMT_METRICS_URL=http://127.0.0.1:$port/api/push \
+        BMT_METRICS_TOKEN=sekrit BMT_METRICS_QUEUE=4 \
+        $BMLAUNCH --metrics-port 0 -n 2 -- $EC --steps 100 --pace 40 $LONG >out 2>err & }
+    job=$!
+    sleep 1.5; kill $sink; wait $sink 2>/dev/null || true; sleep 1.5
+    { $PY $TMP/sink.py $port got.jsonl & }
+    sink=$!
+    rc=0; wait $job || rc=$?
+    kill $sink; wait $sink 2>/dev/null || true;
+    test $rc -eq 0 &&
+    grep -q "push: cannot reach the collector, will retry" err &&
+    grep -q "push: the collector answers again after" err &&
+    $PY - <<-EOF
+	import json
+	rows = [json.loads(l) for l in open("got.jsonl")]
+	assert all(r["auth"] == "Bearer sekrit" for r in rows)
+	b = [r["body"] for r in rows]
+	assert len({x["job"] for x in b}) == 1 and b[0]["job"].startswith("bmlaunch.")
+	assert all(x["version"] == 1 for x in b)
+	steps = {(x["rank"], s["step"]) for x in b for s in x["steps"]}
+	for rank in (0, 1):
+	    mine = sorted(s for r, s in steps if r == rank)
+	    assert mine[0] <= 10 and mine[-1] == 100, mine[:3] + mine[-3:]
+	    assert len(mine) < 100, "an outage of 1.5 s with a queue of 4 must lose steps"
+	    assert max(x["dropped"] for x in b if x["rank"] == rank) > 0
+	# the training never waited for the network
+	ps = [json.loads(l)["plugin_s"] for l in open("m.jsonl") if "\"step\"" in l]
+	assert max(ps) < 0.05, max(ps)
+	print("ok")
+	EOF
+'
+
+test_expect_success "push never stalls training on a collector that accepts but never answers" '
+    port=$(free_port) &&
+    { $PY -c "
+import socket, time
+s = socket.socket(); s.bind((\"127.0.0.1\", $port)); s.listen(64); time.sleep(60)" & }
+    hole=$!
+    start=$(date +%s.%N) &&
+    BMT_PLUGINS=push,jsonl BMT_JSONL=$PWD/m.jsonl BMT_METRICS_URL=http://127.0.0.1:$port/api/push \
+        BMT_METRICS_TOKEN=x BMT_METRICS_TIMEOUT=30 BMT_PLUGIN_FLUSH_TIMEOUT=1 \
+        $BMLAUNCH --metrics-port 0 -n 2 -- $EC --steps 30 --pace 10 >out 2>err &&
+    end=$(date +%s.%N)
+    kill $hole; wait $hole 2>/dev/null || true;
+    awk -v a=$start -v b=$end "BEGIN { exit !(b - a < 8) }" &&
+    $PY -c "
+import json
+ps = [json.loads(l)[\"plugin_s\"] for l in open(\"m.jsonl\") if \"\\\"step\\\"\" in l]
+assert len(ps) == 60 and max(ps) < 0.05, max(ps)"
+'
+
+test_expect_success "Pushgateway mode: each rank PUTs its latest step to a real Pushgateway" '
+    command -v prometheus-pushgateway >/dev/null &&
+    gport=$(free_port) &&
+    { prometheus-pushgateway --web.listen-address=127.0.0.1:$gport >gw.log 2>&1 & }
+    gw=$!
+    for i in $(seq 50); do curl -sf http://127.0.0.1:$gport/-/ready >/dev/null && break; sleep 0.1; done &&
+    BMT_PLUGINS=push BMT_PUSHGATEWAY_URL=http://127.0.0.1:$gport \
+        $BMLAUNCH --metrics-port 0 -n 2 -- $EC --steps 5 >out 2>err &&
+    curl -sf http://127.0.0.1:$gport/metrics >gw.txt
+    rc=$?; kill $gw; wait $gw 2>/dev/null || true; test $rc -eq 0 &&
+    grep -q "^bmt_rank_step{instance=\"\",job=\"bmt\",job_id=\"bmlaunch\.[^\"]*\",rank=\"0\"} 5$" gw.txt &&
+    grep -q "^bmt_rank_step{instance=\"\",job=\"bmt\",job_id=\"bmlaunch\.[^\"]*\",rank=\"1\"} 5$" gw.txt &&
+    grep -q "^bmt_rank_tokens_total{instance=\"\",job=\"bmt\",job_id=\"bmlaunch\.[^\"]*\",rank=\"1\"} 30$" gw.txt
+'
+
+test_done
