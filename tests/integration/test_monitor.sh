@@ -3,8 +3,11 @@
 # and its broken builds), bmlaunch's collector over HTTP (bad requests, promtool,
 # a real Prometheus scraping it, headless Chromium rendering the live page),
 # the push plugin against a collector that goes away and comes back, and a real
-# Pushgateway. The training runs are engine_check on cpu (a real model, real
-# optimizer steps), paced with --pace so that the scrapers see a running job.
+# Pushgateway, and 1000 ranks pushing to one collector. The training runs are
+# engine_check on cpu (a real model, real optimizer steps), paced with --pace so
+# that the scrapers see a running job; the scale test runs tests/progs/steps
+# (reports only, --backend none). The Slurm two-node case is in
+# tests/slurm/test_bmlaunch.sh.
 . "$(dirname "$0")/lib.sh"
 
 EC=$PROGS/engine_check
@@ -407,6 +410,36 @@ test_expect_success "Pushgateway mode: each rank PUTs its latest step to a real 
     grep -q "^bmt_rank_step{instance=\"\",job=\"bmt\",job_id=\"bmlaunch\.[^\"]*\",rank=\"0\"} 5$" gw.txt &&
     grep -q "^bmt_rank_step{instance=\"\",job=\"bmt\",job_id=\"bmlaunch\.[^\"]*\",rank=\"1\"} 5$" gw.txt &&
     grep -q "^bmt_rank_tokens_total{instance=\"\",job=\"bmt\",job_id=\"bmlaunch\.[^\"]*\",rank=\"1\"} 30$" gw.txt
+'
+
+# ------------------------------------------------------------ scale
+
+test_expect_success "1000 ranks (40 x 25) push to one collector: every token counted, series stay per job and group" '
+    start_job --metrics-port $(free_port) --metrics-linger 60 --backend none --timeout 120 -g 40 -n 25 -- \
+        $PROGS/steps --steps 10 --pace 300 &&
+    for i in $(seq 600); do
+        curl -sf "$URL/api/status" >s.json && grep -q "\"state\":\"ended\"" s.json && break; sleep 0.1
+    done &&
+    curl -sf "$URL/metrics" >m.txt && promtool check metrics <m.txt &&
+    kill -INT $JOB_PID; wait $JOB_PID || true
+    # rank r reports 1000 + r tokens in each of 10 steps
+    want=$(( 10 * (1000 * 1000 + 999 * 1000 / 2) )) &&
+    grep -q "^bmt_tokens_total{job=\"[^\"]*\"} $want$" m.txt &&
+    grep -q "^bmt_step{job=\"[^\"]*\"} 10$" m.txt &&
+    grep -q "^bmt_push_dropped_total{job=\"[^\"]*\"} 0$" m.txt &&
+    series=$(grep -vc "^#" m.txt) &&
+    echo "$series series for 1000 ranks in 40 groups" &&
+    test $series -lt 600 && test $(grep -c "^bmt_group_step{" m.txt) -eq 40 &&
+    ! grep -q "rank=" m.txt &&
+    $PY -c "
+import json
+s = json.load(open(\"s.json\"))
+assert s[\"state\"] == \"ended\" and s[\"exit_status\"] == 0, s[\"state\"]
+assert s[\"ranks_seen\"] == 1000 and s[\"step\"] == 10 and len(s[\"groups\"]) == 40
+assert all(g[\"step\"] == 10 and g[\"ranks_seen\"] == 25 for g in s[\"groups\"])
+assert [p[\"step\"] for p in s[\"history\"]] == list(range(1, 11)), s[\"history\"]
+assert all(p[\"ranks\"] == 1000 for p in s[\"history\"])
+"
 '
 
 test_done

@@ -135,6 +135,26 @@ else
         with_timeout 120 salloc -N2 --ntasks-per-node=4 $BMLAUNCH -g 2 -n 4 -- $PROGS/behave env >out 2>err &&
         grep -qx "5: BMT_NODE=1" out && grep -qx "5: BMT_LOCAL_RANK=1" out && grep -qx "5: BMT_GROUP=1" out
     '
+    test_expect_success "two nodes: ranks on both nodes push metrics to bmlaunch by the launch node's address" '
+        port=$(/usr/bin/python3 -c "import socket; s=socket.socket(); s.bind((\"127.0.0.1\", 0)); print(s.getsockname()[1])") &&
+        { with_timeout 120 salloc -N2 --ntasks-per-node=2 $BMLAUNCH --backend none --metrics-port $port \
+            --metrics-linger 60 -g 2 -n 2 -- $PROGS/steps --steps 5 --pace 200 >out 2>err & }
+        job=$!
+        for i in $(seq 600); do
+            curl -sf "http://127.0.0.1:$port/api/status?ranks=1" >s.json && grep -q "\"state\":\"ended\"" s.json && break
+            sleep 0.1
+        done
+        kill -INT $job; wait $job || true
+        grep -q "bmlaunch: metrics on http://.*:$port/" err &&
+        /usr/bin/python3 -c "
+import json
+s = json.load(open(\"s.json\"))
+assert s[\"state\"] == \"ended\" and s[\"exit_status\"] == 0, s[\"state\"]
+assert s[\"layout\"][\"nodes\"] == 2 and s[\"step\"] == 5, s[\"layout\"]
+assert s[\"tokens_total\"] == 5 * (1000 + 1001 + 1002 + 1003), s[\"tokens_total\"]
+assert sorted({r[\"host\"] for r in s[\"ranks\"]}) == [\"node1\", \"node2\"], s[\"ranks\"]
+"
+    '
     test_expect_success "two nodes: the shm backend refuses ranks on several nodes, clearly" '
         { with_timeout 120 salloc -N2 --ntasks-per-node=2 $BMLAUNCH -g 2 -n 2 -- $PROGS/hello >out 2>err; rc=$?; } &&
         test $rc -eq 1 && grep -q "the shm backend needs every rank on one node" err

@@ -1,0 +1,67 @@
+/* tests/progs/steps.c — a rank that reports training steps and does nothing else.
+ *
+ *     bmlaunch ... -- steps [--steps N] [--pace MS] [--tokens T]
+ *
+ * bmt_init, then N steps of: sleep MS milliseconds, bmt_report_step with
+ * T tokens (default 1000 + rank, so that sums over ranks are checkable), one
+ * sample, loss 1/step, 1e9 model FLOPs; then bmt_finalize. It needs no data
+ * collectives, so it runs with --backend none, on many ranks and across nodes
+ * (where shm cannot go): the metrics tests use it for scale and for Slurm.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bmt/bmt.h"
+#include "bmt/monitor.h"
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: steps [--steps N] [--pace MS] [--tokens T]\n");
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    long steps = 5, pace_ms = 0, tokens = -1;
+    for (int i = 1; i < argc; i++) {
+        long *dst = strcmp(argv[i], "--steps") == 0    ? &steps
+                    : strcmp(argv[i], "--pace") == 0   ? &pace_ms
+                    : strcmp(argv[i], "--tokens") == 0 ? &tokens
+                                                       : NULL;
+        char *end = NULL;
+        if (dst == NULL || i + 1 >= argc)
+            return usage();
+        *dst = strtol(argv[++i], &end, 10);
+        if (*end != '\0' || *dst < 0)
+            return usage();
+    }
+    bmt_ctx_t *ctx = NULL;
+    bmt_error_t err;
+    if (bmt_init(&ctx, NULL, &err) < 0) {
+        fprintf(stderr, "steps: %s\n", err.text);
+        return 1;
+    }
+    if (tokens < 0)
+        tokens = 1000 + bmt_rank(ctx);
+    for (long s = 1; s <= steps; s++) {
+        if (pace_ms > 0) {
+            struct timespec ts = { pace_ms / 1000, (pace_ms % 1000) * 1000000L };
+            nanosleep(&ts, NULL);
+        }
+        bmt_step_report_t r = BMT_STEP_REPORT_INITIALIZER;
+        r.tokens = tokens;
+        r.samples = 1;
+        r.loss = 1.0 / (double)s;
+        r.flops = 1e9;
+        if (bmt_report_step(ctx, &r, NULL, &err) < 0) {
+            fprintf(stderr, "steps: %s\n", err.text);
+            bmt_abort(ctx, 1, err.text);
+        }
+    }
+    if (bmt_rank(ctx) == 0)
+        printf("steps: %ld steps reported on each of %d ranks\n", steps, bmt_world_size(ctx));
+    bmt_finalize(ctx);
+    return 0;
+}
