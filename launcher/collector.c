@@ -102,20 +102,6 @@ struct collector {
     int port;
 };
 
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double unix_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 collector_t *collector_create(const collector_opts_t *o, bmt_error_t *err)
 {
     collector_t *c = calloc(1, sizeof(*c));
@@ -131,7 +117,7 @@ collector_t *collector_create(const collector_opts_t *o, bmt_error_t *err)
     c->per_rank = o->per_rank;
     c->stale_s = o->stale_s;
     c->alive = c->l.world;
-    c->started = unix_s();
+    c->started = metrics_unix_s();
     for (int k = 0; k < BMT_MEM_KIND_COUNT; k++)
         c->kinds[k] = bmt_mem_kind_name((bmt_mem_kind_t)k);
     for (int i = 0; i < SLOTS; i++)
@@ -286,7 +272,7 @@ static int ingest_json(collector_t *c, const json_t *doc, char *why, size_t wlen
     int r = (int)json_integer_value(rank);
     pthread_mutex_lock(&c->mu);
     struct rank_state *rs = &c->r[r];
-    rs->last_push = mono_s();
+    rs->last_push = metrics_mono_s();
     if (dropped)
         rs->dropped = (uint64_t)json_integer_value(dropped);
     if (host)
@@ -481,7 +467,7 @@ char *collector_metrics_text(collector_t *c, size_t *len)
 {
     prom_buf_t b = { 0 };
     pthread_mutex_lock(&c->mu);
-    double now = mono_s(), stale = stale_after(c);
+    double now = metrics_mono_s(), stale = stale_after(c);
     const int G = c->l.groups, P = c->l.gpus_per_group;
     agg_t job;
     aggregate(c, 0, c->l.world, stale, now, &job);
@@ -657,7 +643,7 @@ static json_t *agg_json(const agg_t *a)
 char *collector_status_json(collector_t *c, bool ranks, size_t *len)
 {
     pthread_mutex_lock(&c->mu);
-    double now = mono_s(), stale = stale_after(c);
+    double now = metrics_mono_s(), stale = stale_after(c);
     agg_t job;
     aggregate(c, 0, c->l.world, stale, now, &job);
     json_t *doc = json_object();
@@ -669,7 +655,7 @@ char *collector_status_json(collector_t *c, bool ranks, size_t *len)
         if (c->ended)
             json_object_set_new(doc, "exit_status", json_integer(c->exit_status));
         json_object_set_new(doc, "started", json_real(c->started));
-        json_object_set_new(doc, "now", json_real(unix_s()));
+        json_object_set_new(doc, "now", json_real(metrics_unix_s()));
         json_object_set_new(doc, "layout",
                             json_pack("{sisisisisiss}", "groups", c->l.groups, "gpus_per_group",
                                       c->l.gpus_per_group, "gpus_per_node", c->l.gpus_per_node,

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 json_t *metrics_real(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
@@ -16,6 +17,34 @@ void metrics_event_copy(metrics_event_t *dst, const bmt_event_t *ev)
     dst->time = ev->time;
     snprintf(dst->name, sizeof(dst->name), "%s", ev->name ? ev->name : "");
     snprintf(dst->detail, sizeof(dst->detail), "%s", ev->detail ? ev->detail : "");
+}
+
+void metrics_item_step(metrics_item_t *it, const bmt_step_metrics_t *m)
+{
+    memset(it, 0, sizeof(*it));
+    it->is_event = 0;
+    memcpy(&it->u.step, m, m->size < sizeof(it->u.step) ? m->size : sizeof(it->u.step));
+}
+
+void metrics_item_event(metrics_item_t *it, const bmt_event_t *ev)
+{
+    memset(it, 0, sizeof(*it));
+    it->is_event = 1;
+    metrics_event_copy(&it->u.event, ev);
+}
+
+double metrics_mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double metrics_unix_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static int set(json_t *o, const char *key, json_t *v)

@@ -49,6 +49,24 @@ typedef struct metrics_event {
 
 void metrics_event_copy(metrics_event_t *dst, const bmt_event_t *ev);
 
+/* What the push and jsonl plugins queue: a step or an event, copied. */
+typedef struct metrics_item {
+    int is_event;
+    union {
+        bmt_step_metrics_t step;
+        metrics_event_t event;
+    } u;
+} metrics_item_t;
+
+/* Fill *it from a step (the fields the caller's libbmt filled, by m->size; the
+ * rest zero) or from an event. */
+void metrics_item_step(metrics_item_t *it, const bmt_step_metrics_t *m);
+void metrics_item_event(metrics_item_t *it, const bmt_event_t *ev);
+
+/* Monotonic and unix clocks in seconds. */
+double metrics_mono_s(void);
+double metrics_unix_s(void);
+
 /* New JSON objects (NULL when out of memory). kind_names has kinds entries. */
 json_t *metrics_step_json(const bmt_step_metrics_t *m, const char *const *kind_names, int kinds);
 json_t *metrics_event_json(const metrics_event_t *ev);

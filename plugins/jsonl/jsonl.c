@@ -28,14 +28,6 @@
 
 #define BATCH 64
 
-typedef struct item {
-    int is_event;
-    union {
-        bmt_step_metrics_t step;
-        metrics_event_t event;
-    } u;
-} item_t;
-
 struct jsonl {
     pq_t *q;
     pthread_t thread;
@@ -48,7 +40,7 @@ struct jsonl {
     int kinds;
     double flush_s;
     bool write_failed;
-    item_t batch[BATCH];
+    metrics_item_t batch[BATCH];
 };
 
 /* Expand %r, %j and %% of pattern into out. Returns 0, or -1 with why. */
@@ -91,7 +83,7 @@ static int expand(const char *pattern, int rank, const char *job, char *out, siz
     return 0;
 }
 
-static void write_item(struct jsonl *j, const item_t *it)
+static void write_item(struct jsonl *j, const metrics_item_t *it)
 {
     json_t *o = it->is_event ? metrics_event_json(&it->u.event)
                              : metrics_step_json(&it->u.step, j->kind_names, j->kinds);
@@ -121,13 +113,6 @@ static void write_item(struct jsonl *j, const item_t *it)
     free(line);
 }
 
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void *run(void *arg)
 {
     struct jsonl *j = arg;
@@ -135,13 +120,13 @@ static void *run(void *arg)
     for (;;) {
         bool closing = pq_closed(j->q);
         if (closing && deadline == 0)
-            deadline = mono_s() + j->flush_s;
+            deadline = metrics_mono_s() + j->flush_s;
         size_t n = pq_pop(j->q, j->batch, BATCH, closing ? 0 : 1.0);
         if (n == 0 && closing)
             break;
         for (size_t i = 0; i < n; i++)
             write_item(j, &j->batch[i]);
-        if (closing && mono_s() > deadline) {
+        if (closing && metrics_mono_s() > deadline) {
             for (size_t k; (k = pq_pop(j->q, j->batch, BATCH, 0)) > 0;)
                 pq_count_dropped(j->q, k);
             break;
@@ -185,7 +170,7 @@ static int jsonl_init(const bmt_job_info_t *job, void **state, char *err, size_t
         free(j);
         return -1;
     }
-    j->q = pq_create((size_t)cap, sizeof(item_t));
+    j->q = pq_create((size_t)cap, sizeof(metrics_item_t));
     if (j->q == NULL || pthread_create(&j->thread, NULL, run, j) != 0) {
         snprintf(err, len, "cannot start its thread");
         pq_destroy(j->q);
@@ -200,19 +185,16 @@ static int jsonl_init(const bmt_job_info_t *job, void **state, char *err, size_t
 static void jsonl_on_step(void *state, const bmt_step_metrics_t *m)
 {
     struct jsonl *j = state;
-    item_t it;
-    it.is_event = 0;
-    memset(&it.u.step, 0, sizeof(it.u.step));
-    memcpy(&it.u.step, m, m->size < sizeof(it.u.step) ? m->size : sizeof(it.u.step));
+    metrics_item_t it;
+    metrics_item_step(&it, m);
     pq_push(j->q, &it);
 }
 
 static void jsonl_on_event(void *state, const bmt_event_t *ev)
 {
     struct jsonl *j = state;
-    item_t it;
-    it.is_event = 1;
-    metrics_event_copy(&it.u.event, ev);
+    metrics_item_t it;
+    metrics_item_event(&it, ev);
     pq_push(j->q, &it);
 }
 

@@ -34,14 +34,6 @@
 
 #define BATCH 256
 
-typedef struct item {
-    int is_event;
-    union {
-        bmt_step_metrics_t step;
-        metrics_event_t event;
-    } u;
-} item_t;
-
 struct push {
     pq_t *q;
     pthread_t thread;
@@ -62,15 +54,8 @@ struct push {
     double fail_since;
     long refused_code; /* last 4xx said, to say each kind once */
     bool gw_failing;
-    item_t batch[BATCH];
+    metrics_item_t batch[BATCH];
 };
-
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void say(const struct push *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void say(const struct push *p, const char *fmt, ...)
@@ -102,7 +87,7 @@ static long request_timeout(const struct push *p)
     double deadline = p->deadline;
     if (deadline == 0)
         return p->timeout_ms;
-    double left = (deadline - mono_s()) * 1e3;
+    double left = (deadline - metrics_mono_s()) * 1e3;
     if (left < 1)
         return 0;
     return left < (double)p->timeout_ms ? (long)left : p->timeout_ms;
@@ -117,7 +102,7 @@ static int abandon_late(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_o
     (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
     const struct push *p = user;
     double deadline = p->deadline;
-    return deadline != 0 && mono_s() >= deadline;
+    return deadline != 0 && metrics_mono_s() >= deadline;
 }
 
 enum {
@@ -240,7 +225,7 @@ static void send_collector(struct push *p, size_t n)
     if (rc == SENT) {
         if (p->failing)
             say(p, "the collector answers again after %.1f s (%llu items dropped so far)",
-                mono_s() - p->fail_since, (unsigned long long)pq_dropped(p->q));
+                metrics_mono_s() - p->fail_since, (unsigned long long)pq_dropped(p->q));
         p->failing = false;
         return;
     }
@@ -257,7 +242,7 @@ static void send_collector(struct push *p, size_t n)
     if (!p->failing) {
         say(p, "cannot reach the collector, will retry and drop the oldest items when %s: %s",
             "the queue is full", msg);
-        p->fail_since = mono_s();
+        p->fail_since = metrics_mono_s();
     }
     p->failing = true;
     if (p->deadline != 0) /* finalizing: no second chance */
@@ -309,7 +294,7 @@ static void *run(void *arg)
             pq_nap(p->q, backoff);
         } else
             backoff = 0;
-        if (p->deadline != 0 && mono_s() >= p->deadline) { /* flush time is up */
+        if (p->deadline != 0 && metrics_mono_s() >= p->deadline) { /* flush time is up */
             for (size_t k; (k = pq_pop(p->q, p->batch, BATCH, 0)) > 0;)
                 pq_count_dropped(p->q, k);
             break;
@@ -388,7 +373,7 @@ static int push_init(const bmt_job_info_t *job, void **state, char *err, size_t 
     p->timeout_ms = (long)(t * 1e3) > 0 ? (long)(t * 1e3) : 1;
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
         return fail(p, err, len, "curl_global_init failed");
-    p->q = pq_create((size_t)cap, sizeof(item_t));
+    p->q = pq_create((size_t)cap, sizeof(metrics_item_t));
     if (p->q == NULL)
         return fail(p, err, len, "out of memory for a queue of %ld items", cap);
     if (url && *url) {
@@ -425,19 +410,16 @@ static int push_init(const bmt_job_info_t *job, void **state, char *err, size_t 
 static void push_on_step(void *state, const bmt_step_metrics_t *m)
 {
     struct push *p = state;
-    item_t it;
-    it.is_event = 0;
-    memset(&it.u.step, 0, sizeof(it.u.step));
-    memcpy(&it.u.step, m, m->size < sizeof(it.u.step) ? m->size : sizeof(it.u.step));
+    metrics_item_t it;
+    metrics_item_step(&it, m);
     pq_push(p->q, &it);
 }
 
 static void push_on_event(void *state, const bmt_event_t *ev)
 {
     struct push *p = state;
-    item_t it;
-    it.is_event = 1;
-    metrics_event_copy(&it.u.event, ev);
+    metrics_item_t it;
+    metrics_item_event(&it, ev);
     pq_push(p->q, &it);
 }
 
@@ -446,7 +428,7 @@ static void push_finalize(void *state)
     struct push *p = state;
     if (p == NULL)
         return;
-    p->deadline = mono_s() + p->flush_s;
+    p->deadline = metrics_mono_s() + p->flush_s;
     pq_close(p->q);
     if (p->started)
         pthread_join(p->thread, NULL);
