@@ -50,11 +50,40 @@ struct rank_state {
     bmt_step_metrics_t m;
 };
 
+/* Rates of a set of ranks' steps: sums of throughput, the slowest step and
+ * longest wait, and loss and MFU summed for a mean over the ranks that gave one
+ * (rates_mean turns them into means, NaN when none did). */
+struct rates {
+    double tps, sps, fps, mfu, loss, step_s, comm_s;
+    int mfu_n, loss_n;
+};
+
+static void rates_add(struct rates *x, const bmt_step_metrics_t *m)
+{
+    x->tps += m->tokens_per_s;
+    x->sps += m->samples_per_s;
+    if (isfinite(m->flops_per_s))
+        x->fps += m->flops_per_s;
+    if (isfinite(m->mfu))
+        x->mfu += m->mfu, x->mfu_n++;
+    if (isfinite(m->loss))
+        x->loss += m->loss, x->loss_n++;
+    x->step_s = m->step_time_s > x->step_s ? m->step_time_s : x->step_s;
+    x->comm_s = m->comm_wait_s > x->comm_s ? m->comm_wait_s : x->comm_s;
+}
+
+static void rates_mean(struct rates *x)
+{
+    x->mfu = x->mfu_n ? x->mfu / x->mfu_n : NAN;
+    x->loss = x->loss_n ? x->loss / x->loss_n : NAN;
+}
+
 struct acc { /* one step being assembled from the ranks' reports */
     int64_t step;
-    int n, loss_n, mfu_n;
+    int n;
     bool done;
-    double time, tps, fps, loss, mfu, step_s, comm_s;
+    double time;
+    struct rates r;
 };
 
 struct point {
@@ -158,16 +187,18 @@ static bool token_ok(const collector_t *c, const char *auth)
 
 static void history_insert(collector_t *c, const struct acc *a)
 {
+    struct rates r = a->r;
+    rates_mean(&r);
     struct point p = {
         .step = a->step,
         .ranks = a->n,
         .time = a->time,
-        .tps = a->tps,
-        .fps = a->fps,
-        .loss = a->loss_n ? a->loss / a->loss_n : NAN,
-        .mfu = a->mfu_n ? a->mfu / a->mfu_n : NAN,
-        .step_s = a->step_s,
-        .comm_s = a->comm_s,
+        .tps = r.tps,
+        .fps = r.fps,
+        .loss = r.loss,
+        .mfu = r.mfu,
+        .step_s = r.step_s,
+        .comm_s = r.comm_s,
     };
     int i = c->nhist;
     while (i > 0 && c->hist[i - 1].step > p.step)
@@ -199,15 +230,7 @@ static void history_add(collector_t *c, const bmt_step_metrics_t *m)
         return;
     a->n++;
     a->time = m->time > a->time ? m->time : a->time;
-    a->tps += m->tokens_per_s;
-    if (isfinite(m->flops_per_s))
-        a->fps += m->flops_per_s;
-    if (isfinite(m->loss))
-        a->loss += m->loss, a->loss_n++;
-    if (isfinite(m->mfu))
-        a->mfu += m->mfu, a->mfu_n++;
-    a->step_s = m->step_time_s > a->step_s ? m->step_time_s : a->step_s;
-    a->comm_s = m->comm_wait_s > a->comm_s ? m->comm_wait_s : a->comm_s;
+    rates_add(&a->r, m);
     if (a->n == c->l.world) {
         history_insert(c, a);
         a->done = true;
@@ -361,8 +384,8 @@ void collector_job_ended(collector_t *c, int exit_status)
 typedef struct agg {
     int seen, reporting;
     int64_t step_min, step_max, skipped, params;
-    double tps, sps, fps, mfu, loss, grad_norm, lr, step_s, comm_s;
-    int mfu_n, loss_n;
+    struct rates r; /* over the reporting ranks */
+    double grad_norm, lr;
     double tokens, samples; /* totals (counters) */
     uint64_t dropped;
     uint64_t mem[BMT_MEM_KIND_COUNT], mem_peak[BMT_MEM_KIND_COUNT], mem_total;
@@ -414,19 +437,9 @@ static void aggregate(const collector_t *c, int first, int n, double stale, doub
         if (now - s->last_push > stale || s->exited || c->ended)
             continue; /* rates count only while a rank reports */
         a->reporting++;
-        a->tps += m->tokens_per_s;
-        a->sps += m->samples_per_s;
-        if (isfinite(m->flops_per_s))
-            a->fps += m->flops_per_s;
-        if (isfinite(m->mfu))
-            a->mfu += m->mfu, a->mfu_n++;
-        if (isfinite(m->loss))
-            a->loss += m->loss, a->loss_n++;
-        a->step_s = m->step_time_s > a->step_s ? m->step_time_s : a->step_s;
-        a->comm_s = m->comm_wait_s > a->comm_s ? m->comm_wait_s : a->comm_s;
+        rates_add(&a->r, m);
     }
-    a->mfu = a->mfu_n ? a->mfu / a->mfu_n : NAN;
-    a->loss = a->loss_n ? a->loss / a->loss_n : NAN;
+    rates_mean(&a->r);
 }
 
 /* ------------------------------------------------------------ /metrics */
@@ -439,18 +452,19 @@ typedef struct fam {
 #define AGG(f) offsetof(agg_t, f)
 
 static const fam_t job_fams[] = {
-    { "tokens_per_second", "gauge", "tokens per second of the reporting ranks, summed", AGG(tps) },
+    { "tokens_per_second", "gauge", "tokens per second of the reporting ranks, summed",
+      AGG(r.tps) },
     { "samples_per_second", "gauge", "samples per second of the reporting ranks, summed",
-      AGG(sps) },
+      AGG(r.sps) },
     { "model_flops_per_second", "gauge", "achieved model FLOP/s of the reporting ranks, summed",
-      AGG(fps) },
+      AGG(r.fps) },
     { "mfu_ratio", "gauge", "model FLOP utilization (0..1), mean over the reporting ranks",
-      AGG(mfu) },
+      AGG(r.mfu) },
     { "step_duration_seconds", "gauge", "wall time of the last step, slowest reporting rank",
-      AGG(step_s) },
+      AGG(r.step_s) },
     { "comm_wait_seconds", "gauge",
-      "time the last step waited on communication, most of any reporting rank", AGG(comm_s) },
-    { "loss", "gauge", "loss of the last step, mean over the reporting ranks", AGG(loss) },
+      "time the last step waited on communication, most of any reporting rank", AGG(r.comm_s) },
+    { "loss", "gauge", "loss of the last step, mean over the reporting ranks", AGG(r.loss) },
 };
 
 static void put_agg_family(prom_buf_t *b, const char *scope, const fam_t *f, const agg_t *aggs,
@@ -633,11 +647,12 @@ static json_t *agg_json(const agg_t *a)
 {
     return json_pack("{sIsIsisisosososososososo}", "step", (json_int_t)a->step_min, "step_max",
                      (json_int_t)a->step_max, "ranks_seen", a->seen, "ranks_reporting",
-                     a->reporting, "tokens_per_second", metrics_real(a->tps), "samples_per_second",
-                     metrics_real(a->sps), "flops_per_second", metrics_real(a->fps), "mfu",
-                     metrics_real(a->mfu), "loss", metrics_real(a->loss), "step_time_seconds",
-                     metrics_real(a->step_s), "comm_wait_seconds", metrics_real(a->comm_s),
-                     "memory_bytes", json_integer((json_int_t)a->mem_total));
+                     a->reporting, "tokens_per_second", metrics_real(a->r.tps),
+                     "samples_per_second", metrics_real(a->r.sps), "flops_per_second",
+                     metrics_real(a->r.fps), "mfu", metrics_real(a->r.mfu), "loss",
+                     metrics_real(a->r.loss), "step_time_seconds", metrics_real(a->r.step_s),
+                     "comm_wait_seconds", metrics_real(a->r.comm_s), "memory_bytes",
+                     json_integer((json_int_t)a->mem_total));
 }
 
 char *collector_status_json(collector_t *c, bool ranks, size_t *len)
