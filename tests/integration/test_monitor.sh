@@ -113,6 +113,20 @@ s = [json.loads(l) for l in open(\"m.jsonl\") if \"\\\"step\\\"\" in l]
 assert s[0][\"plugin_s\"] < 0.02 and all(x[\"plugin_s\"] >= 0.03 for x in s[1:]), s"
 '
 
+test_expect_success "comm_wait_s: ranks waiting in a collective for a late rank show the wait, it does not" '
+    BMT_PLUGINS=jsonl BMT_JSONL=$PWD/m-%r.jsonl \
+        $BMLAUNCH --metrics-port 0 -n 3 -- $PROGS/steps --steps 6 --late 150 >out 2>err &&
+    $PY - <<-EOF
+	import json
+	w = {r: [json.loads(l) for l in open("m-%d.jsonl" % r)] for r in (0, 1, 2)}
+	assert all(len(w[r]) == 6 for r in w)
+	for r in (0, 1):  # they wait 150 ms for rank 2 in every step
+	    assert all(0.12 <= s["comm_wait_s"] <= s["step_time_s"] for s in w[r]), w[r]
+	assert all(s["comm_wait_s"] < 0.075 and s["step_time_s"] >= 0.15 for s in w[2]), w[2]
+	print("ok")
+	EOF
+'
+
 for bad in "v2:has ABI version 2, this libbmt [0-9.]* speaks version 1: rebuild the plugin" \
            "nosym:has no symbol bmt_monitor_plugin_v1: not a bmt monitor plugin" \
            "small:its bmt_monitor_plugin_v1 is incomplete (size 16, need 48"; do

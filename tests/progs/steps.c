@@ -1,12 +1,15 @@
 /* tests/progs/steps.c — a rank that reports training steps and does nothing else.
  *
- *     bmlaunch ... -- steps [--steps N] [--pace MS] [--tokens T]
+ *     bmlaunch ... -- steps [--steps N] [--pace MS] [--tokens T] [--late MS]
  *
- * bmt_init, then N steps of: sleep MS milliseconds, bmt_report_step with
+ * bmt_init, then N steps of: sleep --pace milliseconds, bmt_report_step with
  * T tokens (default 1000 + rank, so that sums over ranks are checkable), one
- * sample, loss 1/step, 1e9 model FLOPs; then bmt_finalize. It needs no data
- * collectives, so it runs with --backend none, on many ranks and across nodes
- * (where shm cannot go): the metrics tests use it for scale and for Slurm.
+ * sample, loss 1/step, 1e9 model FLOPs; then bmt_finalize. Without --late it
+ * needs no data collectives, so it runs with --backend none, on many ranks and
+ * across nodes (where shm cannot go): the metrics tests use it for scale and
+ * for Slurm. With --late MS every step also all-reduces one number over the
+ * world, which the last rank joins MS milliseconds late: the others' comm_wait_s
+ * must show that wait, the last rank's must not.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,17 +21,44 @@
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: steps [--steps N] [--pace MS] [--tokens T]\n");
+    fprintf(stderr, "usage: steps [--steps N] [--pace MS] [--tokens T] [--late MS]\n");
     return 2;
+}
+
+static void nap(long ms)
+{
+    if (ms > 0) {
+        struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+        nanosleep(&ts, NULL);
+    }
+}
+
+static int all_reduce_one(bmt_ctx_t *ctx, bmt_error_t *err)
+{
+    float one = 1, *d = bmt_mem_alloc(ctx, sizeof(one), err);
+    if (d == NULL)
+        return -1;
+    int rc = bmt_mem_upload(ctx, d, &one, sizeof(one), err);
+    if (rc == 0)
+        rc = bmt_all_reduce(bmt_comm_world(ctx), d, d, 1, BMT_F32, BMT_SUM, err);
+    if (rc == 0)
+        rc = bmt_mem_download(ctx, &one, d, sizeof(one), err);
+    bmt_mem_free(ctx, d);
+    if (rc == 0 && one != (float)bmt_world_size(ctx)) {
+        snprintf(err->text, sizeof(err->text), "all-reduce of ones gave %g", one);
+        rc = -1;
+    }
+    return rc;
 }
 
 int main(int argc, char **argv)
 {
-    long steps = 5, pace_ms = 0, tokens = -1;
+    long steps = 5, pace_ms = 0, tokens = -1, late_ms = 0;
     for (int i = 1; i < argc; i++) {
         long *dst = strcmp(argv[i], "--steps") == 0    ? &steps
                     : strcmp(argv[i], "--pace") == 0   ? &pace_ms
                     : strcmp(argv[i], "--tokens") == 0 ? &tokens
+                    : strcmp(argv[i], "--late") == 0   ? &late_ms
                                                        : NULL;
         char *end = NULL;
         if (dst == NULL || i + 1 >= argc)
@@ -46,9 +76,14 @@ int main(int argc, char **argv)
     if (tokens < 0)
         tokens = 1000 + bmt_rank(ctx);
     for (long s = 1; s <= steps; s++) {
-        if (pace_ms > 0) {
-            struct timespec ts = { pace_ms / 1000, (pace_ms % 1000) * 1000000L };
-            nanosleep(&ts, NULL);
+        nap(pace_ms);
+        if (late_ms > 0) {
+            if (bmt_rank(ctx) == bmt_world_size(ctx) - 1)
+                nap(late_ms);
+            if (all_reduce_one(ctx, &err) < 0) {
+                fprintf(stderr, "steps: %s\n", err.text);
+                bmt_abort(ctx, 1, err.text);
+            }
         }
         bmt_step_report_t r = BMT_STEP_REPORT_INITIALIZER;
         r.tokens = tokens;
