@@ -321,7 +321,9 @@ test_expect_success "headless Chromium renders the live page with data points" '
     command -v chromium >/dev/null &&
     BMT_PEAK_TFLOPS=0.000001 start_job --metrics-port $(free_port) -g 2 -n 1 -- $EC --steps 2000 --pace 20 $LONG &&
     wait_step 5 &&
+    # every host but 127.0.0.1 unresolvable: the page must need nothing from outside
     timeout 60 chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage \
+        --host-resolver-rules="MAP * ~NOTFOUND, EXCLUDE 127.0.0.1" \
         --user-data-dir=$PWD/chrome --virtual-time-budget=5000 --dump-dom "$URL/" >dom.html 2>chrome.err &&
     kill -INT $JOB_PID && { wait $JOB_PID || true; } &&
     $PY - <<-EOF
@@ -331,6 +333,7 @@ test_expect_success "headless Chromium renders the live page with data points" '
 	    m = re.search(r"<svg id=\"%s\" data-points=\"(\d+)\"" % chart, d)
 	    assert m and int(m.group(1)) >= 3, (chart, m and m.group(1))
 	assert d.count("<polyline") == 3 and "<circle" in d
+	assert not re.search(r"(src|href)=\"(https?:)?//", d), "the page loads something from outside"
 	assert re.search(r"<span id=\"job\">bmlaunch\.[^<]+</span>", d)
 	assert "2 groups × 1 ranks = 2 ranks" in d
 	assert re.search(r"<td>1</td><td>1</td><td>\d+</td>", d), "the groups table"
