@@ -8,7 +8,9 @@
 # The program is build/tests/progs/bootcheck with the "none" backend: PMIx init,
 # layout, group and replica membership, one publication of every rank's record
 # and the checks (each rank fetches its group's and replica's records; rank 0
-# all). Time is the whole bmlaunch (or salloc + bmlaunch) wall time, best of 3.
+# all). Time is the whole bmlaunch (or salloc + bmlaunch) wall time, best of 3,
+# with the metrics endpoint off (--metrics-port 0) and on (the default: every
+# rank loads the push plugin, which links libcurl, and the collector serves).
 # Layouts: 8 = 2x4, 64 = 8x8, 256 = 16x16, 1000 = 40x25. Not a test.
 set -u
 cd "$(dirname "$0")/.."
@@ -27,27 +29,30 @@ best() { # command... -> best wall seconds of 3 runs
     done
     echo "$best"
 }
-declare -A local_s slurm_s
+declare -A local_s slurm_s local_m slurm_m
 for n in $sizes; do
     set -- $(layout $n)
-    local_s[$n]=$(best timeout 300 $B -g $1 -n $2 --timeout 120 -- $P)
+    local_s[$n]=$(best timeout 300 $B --metrics-port 0 -g $1 -n $2 --timeout 120 -- $P)
+    local_m[$n]=$(best timeout 300 $B -g $1 -n $2 --timeout 120 -- $P)
 done
 have_slurm=0
 if [ "$(id -u)" -eq 0 ] && . tests/slurm/cluster.sh && slurm_start one 64; then
     have_slurm=1
     for n in $sizes; do
         set -- $(layout $n)
-        slurm_s[$n]=$(best timeout 300 salloc -N1 -n $n --overcommit $B -g $1 -n $2 --timeout 120 -- $P)
+        slurm_s[$n]=$(best timeout 300 salloc -N1 -n $n --overcommit $B --metrics-port 0 -g $1 -n $2 --timeout 120 -- $P)
+        slurm_m[$n]=$(best timeout 300 salloc -N1 -n $n --overcommit $B -g $1 -n $2 --timeout 120 -- $P)
     done
     slurm_stop
 fi
 printf "bench/bootstrap: %s, %d cores\n" "$(uname -n)" "$(nproc)"
-printf "%-6s %-7s %10s %12s %10s %12s\n" ranks layout "local s" "ms per rank" "slurm s" "ms per rank"
+per_rank() { awk -v t=$1 -v n=$2 'BEGIN { if (t + 0 > 0) printf "%.1f", t * 1000 / n; else print "-" }'; }
+printf "%-6s %-7s %9s %8s %11s %9s %8s %11s\n" ranks layout "local s" "ms/rank" "+metrics s" \
+    "slurm s" "ms/rank" "+metrics s"
 for n in $sizes; do
     set -- $(layout $n)
     l=${local_s[$n]} s=${slurm_s[$n]:-n/a}
-    lp=$(awk -v t=$l -v n=$n 'BEGIN { if (t + 0 > 0) printf "%.1f", t * 1000 / n; else print "-" }')
-    sp=$(awk -v t=$s -v n=$n 'BEGIN { if (t + 0 > 0) printf "%.1f", t * 1000 / n; else print "-" }')
-    printf "%-6s %-7s %10s %12s %10s %12s\n" $n "${1}x${2}" "$l" "$lp" "$s" "$sp"
+    printf "%-6s %-7s %9s %8s %11s %9s %8s %11s\n" $n "${1}x${2}" "$l" "$(per_rank $l $n)" \
+        "${local_m[$n]}" "$s" "$(per_rank $s $n)" "${slurm_m[$n]:-n/a}"
 done
 [ $have_slurm -eq 1 ] || echo "(no Slurm column: needs root and slurm-wlm, see tests/slurm/cluster.sh)"
