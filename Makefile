@@ -66,7 +66,7 @@ RUNTIME_SRC += runtime/comm_nccl.c
 endif
 RUNTIME_CU := $(if $(HAVE_CUDA),$(wildcard runtime/cuda/*.cu))
 RUNTIME_OBJ := $(RUNTIME_SRC:%.c=$(BUILDDIR)/%.o) $(RUNTIME_CU:%.cu=$(BUILDDIR)/%.o)
-LIB_LIBS := $(PMIX_LIBS) $(CUDA_LIBS) -ldl -lpthread -lrt -lm
+LIB_LIBS := $(PMIX_LIBS) $(JANSSON_LIBS) $(CUDA_LIBS) -ldl -lpthread -lrt -lm
 
 LAUNCHER_SRC := $(filter-out launcher/main.c,$(wildcard launcher/*.c))
 LAUNCHER_OBJ := $(LAUNCHER_SRC:%.c=$(BUILDDIR)/%.o) $(BUILDDIR)/launcher/web_page.o
@@ -83,6 +83,12 @@ PLUGIN_SO := $(PLUGINS:%=$(PLUGIN_DIR)/%.so)
 PLUGIN_LIBS_push := $(CURL_LIBS)
 PROBE_SO := $(addprefix $(BUILDDIR)/tests/plugins/,probe.so probe_v2.so probe_nosym.so probe_small.so)
 
+# The GPT-2 example (examples/gpt2): everything but its main, train.c, is a
+# library that the trainer, the unit tests and the test programs link.
+GPT2_SRC := $(filter-out examples/gpt2/train.c,$(wildcard examples/gpt2/*.c))
+GPT2_A := $(BUILDDIR)/examples/gpt2/libgpt2.a
+GPT2_BIN := $(if $(wildcard examples/gpt2/train.c),$(BUILDDIR)/bin/gpt2)
+
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:%.c=$(BUILDDIR)/%)
 PROG_SRC := $(wildcard tests/progs/*.c tests/gpu/*.c)
@@ -97,7 +103,8 @@ LIBBMT_A := $(BUILDDIR)/lib/libbmt.a
 LIBBMT_SO := $(BUILDDIR)/lib/libbmt.so.0
 BMLAUNCH := $(BUILDDIR)/bin/bmlaunch
 
-ALL := $(LIBBMT_A) $(LIBBMT_SO) $(BMLAUNCH) $(PLUGIN_SO) $(PROBE_SO) $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN)
+ALL := $(LIBBMT_A) $(LIBBMT_SO) $(BMLAUNCH) $(PLUGIN_SO) $(PROBE_SO) $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN) \
+    $(GPT2_BIN)
 
 # Objects depend on the flags they were built with: switching DEBUG, ASAN, NO_CUDA
 # or CFLAGS in the same BUILDDIR rebuilds instead of mixing old and new objects.
@@ -122,7 +129,7 @@ deps:
 $(BUILDDIR)/runtime/%.o: runtime/%.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  CC      $<")
-	$(Q)$(CC) $(BMT_CFLAGS) -DBMT_BUILDING_LIBRARY -DBMT_DEFAULT_PLUGIN_DIR='"$(PREFIX)/lib/bmt/plugins"' $(PMIX_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(Q)$(CC) $(BMT_CFLAGS) -DBMT_BUILDING_LIBRARY -DBMT_DEFAULT_PLUGIN_DIR='"$(PREFIX)/lib/bmt/plugins"' $(PMIX_CFLAGS) $(JANSSON_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
 $(BUILDDIR)/runtime/cuda/%.o: runtime/cuda/%.cu $(FLAGS_STAMP)
 	@mkdir -p $(@D)
@@ -132,7 +139,7 @@ $(BUILDDIR)/runtime/cuda/%.o: runtime/cuda/%.cu $(FLAGS_STAMP)
 $(BUILDDIR)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  CC      $<")
-	$(Q)$(CC) $(BMT_CFLAGS) -Ilauncher -Iplugins $(PMIX_CFLAGS) $(JANSSON_CFLAGS) $(CURL_CFLAGS) $(MHD_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(Q)$(CC) $(BMT_CFLAGS) -Ilauncher -Iplugins -Iexamples $(PMIX_CFLAGS) $(JANSSON_CFLAGS) $(CURL_CFLAGS) $(MHD_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
 # The live page of the metrics endpoint, embedded with .incbin.
 $(BUILDDIR)/launcher/web_page.o: launcher/web_page.S launcher/web/index.html
@@ -188,11 +195,21 @@ $(BMLAUNCH): $(BUILDDIR)/launcher/main.o $(LAUNCHER_A) $(PLUGIN_COMMON_A) $(LIBB
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(LAUNCHER_LIBS) $(LIB_LIBS) $(MHD_LIBS) $(JANSSON_LIBS)
 
-$(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN): $(BUILDDIR)/%: $(BUILDDIR)/%.o $(LAUNCHER_A) $(PLUGIN_COMMON_A) $(LIBBMT_A)
+$(GPT2_A): $(GPT2_SRC:%.c=$(BUILDDIR)/%.o)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  AR      $@")
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+$(GPT2_BIN): $(BUILDDIR)/examples/gpt2/train.o $(GPT2_A) $(PLUGIN_COMMON_A) $(LIBBMT_A)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  LD      $@")
+	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(GPT2_A) $(LIBBMT_A) $(LIB_LIBS)
+
+$(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN): $(BUILDDIR)/%: $(BUILDDIR)/%.o $(LAUNCHER_A) $(PLUGIN_COMMON_A) $(LIBBMT_A) $(GPT2_A)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(filter $(@)_cuda.o,$(PROG_CU:%.cu=$(BUILDDIR)/%.o)) \
-	    $(LAUNCHER_LIBS) $(if $(filter $(@)_cuda.o,$(PROG_CU:%.cu=$(BUILDDIR)/%.o)),-lcublas) \
+	    $(GPT2_A) $(LAUNCHER_LIBS) $(if $(filter $(@)_cuda.o,$(PROG_CU:%.cu=$(BUILDDIR)/%.o)),-lcublas) \
 	    $(LIB_LIBS) $(MHD_LIBS) $(JANSSON_LIBS)
 
 # Each program depends on its CUDA part, when it has one.
