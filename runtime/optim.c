@@ -133,7 +133,8 @@ bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *c
     o->cfg = *cfg;
     int total = 0;
     for (int i = 0; i < bmt_blocklist_size(list); i++)
-        total += bmt_blocklist_block(list, i)->ngroups;
+        if (bmt_blocklist_block(list, i)->index == i) /* a tied block's second use: once */
+            total += bmt_blocklist_block(list, i)->ngroups;
     o->s = calloc((size_t)(total ? total : 1), sizeof(*o->s));
     o->hsums = calloc((size_t)(total ? total : 1), sizeof(double));
     if (o->s == NULL || o->hsums == NULL) {
@@ -142,6 +143,8 @@ bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *c
     }
     for (int i = 0; i < bmt_blocklist_size(list); i++) {
         bmt_block_t *b = bmt_blocklist_block(list, i);
+        if (b->index != i)
+            continue;
         for (int g = 0; g < b->ngroups; g++) {
             struct ostate *s = &o->s[o->ns++];
             s->block = b;

@@ -39,10 +39,12 @@ struct slot {
     void *ready;        /* event: filled (gather done / gradients written) */
     void *free;         /* event: last reader done */
     bmt_block_t *owner; /* NULL when free */
+    int users;          /* entries holding it: 2 while a tied block's two uses share it */
 };
 
 struct entry {
-    bmt_block_t *block;
+    bmt_block_t
+        *block; /* the same block at two entries when tied (its first use is block->index) */
     bmt_block_ops_t ops;
     void *model;
     struct slot *slot; /* parameter slot while gathered */
@@ -184,6 +186,39 @@ int bmt_blocklist_append(bmt_blocklist_t *l, bmt_block_t *b, const bmt_block_ops
     return 0;
 }
 
+int bmt_blocklist_append_tied(bmt_blocklist_t *l, bmt_block_t *b, const bmt_block_ops_t *ops,
+                              void *model, bmt_error_t *err)
+{
+    if (l == NULL || b == NULL || ops == NULL || ops->forward == NULL || ops->backward == NULL)
+        return errprintf(err,
+                         "bmt_blocklist_append_tied: list, block and both callbacks are required");
+    bmt_ctx_t *ctx = l->ctx;
+    if (b->list != l)
+        return errprintf(err,
+                         "rank %d: block %.40s is not in this block list; append it first, then "
+                         "append its tied use",
+                         ctx->rank, b->name);
+    if (l->st.sealed)
+        return errprintf(err,
+                         "rank %d: block %.40s: blocks can only be appended before the first "
+                         "forward and before bmt_adamw_create",
+                         ctx->rank, b->name);
+    for (int i = b->index + 1; i < l->n; i++)
+        if (l->e[i].block == b)
+            return errprintf(err, "rank %d: block %.40s is already tied (one second use at most)",
+                             ctx->rank, b->name);
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 16;
+        struct entry *e = realloc(l->e, (size_t)cap * sizeof(*e));
+        if (e == NULL)
+            return errprintf(err, "rank %d: out of memory", ctx->rank);
+        l->e = e;
+        l->cap = cap;
+    }
+    l->e[l->n++] = (struct entry){ .block = b, .ops = *ops, .model = model };
+    return 0;
+}
+
 int bmt_blocklist_size(const bmt_blocklist_t *l) { return l ? l->n : 0; }
 
 bmt_block_t *bmt_blocklist_block(const bmt_blocklist_t *l, int i)
@@ -257,6 +292,12 @@ static int gather(bmt_blocklist_t *l, int i, bmt_error_t *err)
         return 0; /* kept from forward (zero level 2) */
     if (b->nparams == 0)
         return 0;
+    for (int k = 0; k < l->npslots; k++)
+        if (l->pslots[k].owner == b) { /* the block's other use holds it: share */
+            l->pslots[k].users++;
+            e->slot = &l->pslots[k];
+            return 0;
+        }
     if (b->own_full)
         return errprintf(err,
                          "rank %d: block %.40s is gathered by bmt_block_gather; release it "
@@ -271,6 +312,7 @@ static int gather(bmt_blocklist_t *l, int i, bmt_error_t *err)
         device_event_record(l->ctx, s->ready, comm, err) < 0)
         return -1;
     s->owner = b;
+    s->users = 1;
     e->slot = s;
     b->full = s->mem;
     block_bind_full(b, s->mem);
@@ -290,6 +332,10 @@ static int release(bmt_blocklist_t *l, int i, bmt_error_t *err)
     struct entry *e = &l->e[i];
     if (e->slot == NULL)
         return 0;
+    if (--e->slot->users > 0) { /* the tied block's other use still needs it */
+        e->slot = NULL;
+        return 0;
+    }
     if (device_event_record(l->ctx, e->slot->free, device_stream(l->ctx, DEVICE_COMPUTE), err) < 0)
         return -1;
     e->slot->owner = NULL;
@@ -348,6 +394,7 @@ static int check_same_everywhere(bmt_blocklist_t *l, bmt_error_t *err)
     h = fp_mix(h, (uint64_t)l->cfg.grad_dtype);
     for (int i = 0; i < l->n; i++) {
         const bmt_block_t *b = l->e[i].block;
+        h = fp_mix(h, (uint64_t)b->index); /* != i: a tied use */
         h = fp_mix(h, (uint64_t)b->nparams);
         for (int k = 0; k < b->ngroups; k++) {
             h = fp_mix(h, (uint64_t)b->groups[k].dtype);
@@ -558,8 +605,10 @@ int bmt_blocklist_backward(bmt_blocklist_t *l, bool last, bmt_error_t *err)
             return broken(l, err);
         if (b->nparams > 0) {
             block_bind_grads(b, NULL, gt);
+            /* A tied block is reduced at each use; its shard crosses the groups
+             * after its last reduction, at its first use. */
             if (device_event_record(ctx, g->ready, compute, err) < 0 ||
-                reduce(l, b, g, last, err) < 0)
+                reduce(l, b, g, last && i == b->index, err) < 0)
                 return broken(l, err);
         }
         if (!l->cfg.prefetch && i > 0 && gather(l, i - 1, err) < 0)
@@ -582,6 +631,8 @@ void bmt_blocklist_destroy(bmt_blocklist_t *l)
     bmt_device_synchronize(ctx, &ignored); /* nothing may still read what we free */
     for (int i = 0; i < l->n; i++) {
         bmt_block_t *b = l->e[i].block;
+        if (b->index != i)
+            continue; /* a tied use: the block goes with its first entry */
         b->list = NULL;
         if (!b->own_full)
             b->full = NULL; /* a pool slot, freed below; its own buffer goes with it */

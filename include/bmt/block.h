@@ -184,6 +184,18 @@ BMT_API bmt_blocklist_t *bmt_blocklist_create(bmt_ctx_t *ctx, const bmt_blocklis
 BMT_API int bmt_blocklist_append(bmt_blocklist_t *list, bmt_block_t *block,
                                  const bmt_block_ops_t *ops, void *model, bmt_error_t *err);
 
+/* Use a block of this list a second time, at the list's current end: a tied
+ * block, such as GPT-2's token embedding reused by its LM head. The runtime
+ * gathers the block again for this use (or shares the buffer while the first
+ * use still holds it), calls these callbacks (call->index tells the uses apart),
+ * reduce-scatters the gradients of each use into the same f32 shard, crosses
+ * the groups once after both, and the optimizer updates the block once.
+ * bmt_blocklist_size counts uses; bmt_blocklist_block(list, i) returns the
+ * block of use i. Errors: the block is not in this list, already tied, or the
+ * list has run. */
+BMT_API int bmt_blocklist_append_tied(bmt_blocklist_t *list, bmt_block_t *block,
+                                      const bmt_block_ops_t *ops, void *model, bmt_error_t *err);
+
 /* Run every block's forward in order. */
 BMT_API int bmt_blocklist_forward(bmt_blocklist_t *list, bmt_error_t *err);
 
@@ -193,6 +205,8 @@ BMT_API int bmt_blocklist_forward(bmt_blocklist_t *list, bmt_error_t *err);
  * The optimizer step then averages over world size x micro-batches. */
 BMT_API int bmt_blocklist_backward(bmt_blocklist_t *list, bool last_microbatch, bmt_error_t *err);
 
+/* Number of uses (blocks, plus tied second uses), and the block of use i (NULL
+ * when out of range). */
 BMT_API int bmt_blocklist_size(const bmt_blocklist_t *list);
 BMT_API bmt_block_t *bmt_blocklist_block(const bmt_blocklist_t *list, int i);
 

@@ -94,4 +94,19 @@ test_expect_success "no shared-memory segment is left behind" '
     ! ls /dev/shm | grep -q "^bmt-"
 '
 
+# A tied block (bmt_blocklist_append_tied: GPT-2's embedding reused as the LM
+# head): tied_check compares one AdamW step that moves every parameter by -g
+# with an fp64 reference of both uses' gradients, and the pool's peak.
+for layout in 1x1 1x2 2x1 2x2; do
+    g=${layout%x*} n=${layout#*x}
+    test_expect_success "tied block ${g}x${n}: both uses' gradients reach the shard once, every zero level and schedule" "
+        for z in 2 3; do for pf in 0 1; do for ck in 0 1; do
+            with_timeout 60 \$BMLAUNCH --metrics-port 0 -g $g -n $n --timeout 30 -- \$PROGS/tied_check \
+                --zero \$z --prefetch \$pf --ckpt \$ck >out 2>err || { cat out err; exit 1; }
+            grep -q '^0: tied_check: all checks passed on $((g * n)) ranks' out || { cat out; exit 1; }
+            ! grep -q FAIL out
+        done; done; done
+    "
+done
+
 test_done
