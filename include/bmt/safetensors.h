@@ -1,0 +1,172 @@
+/* bmt/safetensors.h — reading safetensors checkpoints by byte range, and finding
+ * the transformer blocks in them.
+ *
+ * A safetensors file is an 8-byte little-endian header length N, N bytes of JSON
+ * header ({"name": {"dtype", "shape", "data_offsets": [begin, end]}, ...,
+ * "__metadata__": {str: str}}) and the data section, which the tensors cover
+ * exactly (no holes, no overlap). A Hugging Face sharded checkpoint adds
+ * model.safetensors.index.json, whose "weight_map" names the file of each tensor.
+ *
+ * bmt_st_open reads the headers only (8 + N bytes per file) and validates them
+ * completely; bmt_st_read then reads exactly the bytes of the elements asked for,
+ * with pread, converting them to f32, bf16 or f64 through a bounded buffer
+ * (BMT_ST_CHUNK_BYTES). So a rank that loads its shard of every tensor needs
+ * memory for its shard and the headers, never for a whole tensor or file.
+ * bmt_st_discover groups the tensors into head, layers 0..L-1 and tail by their
+ * names (docs/safetensors.md), with no list of names written by hand.
+ *
+ * Errors follow bmt/error.h (0/-1 or pointer/NULL, no side effects) and name the
+ * file, the tensor and the cause, e.g.
+ *   "model-00002-of-00003.safetensors: tensor 'h.3.attn.c_attn.weight':
+ *    data_offsets [100, 90] are not increasing".
+ * A handle may be read from several threads at once (pread has no file position).
+ */
+#ifndef BMT_SAFETENSORS_H
+#define BMT_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bmt/bmt.h"
+#include "bmt/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BMT_ST_MAX_DIMS 8              /* dimensions of a tensor bmt accepts */
+#define BMT_ST_MAX_HEADER 100000000ull /* header bytes, the reference reader's cap */
+#define BMT_ST_CHUNK_BYTES (4u << 20)  /* source bytes converted per pread */
+#define BMT_ST_MAX_LAYERS 100000       /* layer numbers discovery accepts: 0..99999 */
+#define BMT_ST_INDEX_NAME "model.safetensors.index.json"
+#define BMT_ST_FILE_NAME "model.safetensors"
+
+/* Element types of the safetensors format, in the reference library's order.
+ * Every one can be listed; bmt_st_read converts F64, F32, F16 and BF16. */
+typedef enum bmt_st_dtype {
+    BMT_ST_BOOL = 0,
+    BMT_ST_U8,
+    BMT_ST_I8,
+    BMT_ST_F8_E5M2,
+    BMT_ST_F8_E4M3,
+    BMT_ST_I16,
+    BMT_ST_U16,
+    BMT_ST_F16,
+    BMT_ST_BF16,
+    BMT_ST_I32,
+    BMT_ST_U32,
+    BMT_ST_F32,
+    BMT_ST_F64,
+    BMT_ST_I64,
+    BMT_ST_U64,
+    BMT_ST_DTYPE_COUNT
+} bmt_st_dtype_t;
+
+/* The format's name of a dtype ("F32", "BF16"; "invalid" out of range) and its
+ * size in bytes (0 out of range). */
+BMT_API const char *bmt_st_dtype_name(bmt_st_dtype_t dtype);
+BMT_API size_t bmt_st_dtype_size(bmt_st_dtype_t dtype);
+
+/* One tensor of an opened checkpoint. Strings belong to the handle. */
+typedef struct bmt_st_tensor {
+    const char *name;               /* full name, e.g. "transformer.h.3.ln_1.weight" */
+    bmt_st_dtype_t dtype;           /* dtype in the file */
+    int ndim;                       /* 0 (a scalar) .. BMT_ST_MAX_DIMS */
+    int64_t shape[BMT_ST_MAX_DIMS]; /* (ndim), C order; unused entries 0 */
+    int64_t numel;                  /* product of shape (1 for a scalar) */
+    const char *file;               /* path of the file that holds it */
+    int64_t offset;                 /* absolute byte offset of element 0 in that file */
+    int64_t nbytes;                 /* numel * bmt_st_dtype_size(dtype) */
+} bmt_st_tensor_t;
+
+typedef struct bmt_st bmt_st_t;
+
+/* Open a checkpoint and read and check its headers (no tensor data is read).
+ *   path: a .safetensors file; a model.safetensors.index.json (any name ending
+ *         in ".json" is read as an index; its files are relative to its
+ *         directory); or a directory holding model.safetensors.index.json or,
+ *         failing that, model.safetensors.
+ * The files stay open until bmt_st_close. Returns the handle, or NULL with err
+ * naming the file, the tensor and the cause (every check: docs/safetensors.md). */
+BMT_API bmt_st_t *bmt_st_open(const char *path, bmt_error_t *err);
+
+/* The same checks on a header already in memory, with no file behind it (pure;
+ * for tests and tools). header: the N JSON bytes (not NUL-terminated);
+ * data_len: bytes of the data section; file: the name errors and tensors use.
+ * Listing and discovery work on the result; bmt_st_read fails. */
+BMT_API bmt_st_t *bmt_st_parse(const char *header, size_t len, uint64_t data_len, const char *file,
+                               bmt_error_t *err);
+
+/* Close the files and free everything (tensor views and names included).
+ * NULL is a no-op. */
+BMT_API void bmt_st_close(bmt_st_t *st);
+
+/* Tensors are listed sorted by name (strcmp), over all files of an index.
+ * bmt_st_find: the index of name (binary search), or -1.
+ * bmt_st_tensor: tensor i in [0, bmt_st_count), NULL out of range. */
+BMT_API int bmt_st_count(const bmt_st_t *st);
+BMT_API int bmt_st_find(const bmt_st_t *st, const char *name);
+BMT_API const bmt_st_tensor_t *bmt_st_tensor(const bmt_st_t *st, int i);
+
+/* A value of the header's "__metadata__" (for an index: its "metadata" object,
+ * strings and integers, then the files' "__metadata__"; the first one wins), or
+ * NULL when absent. Owned by the handle. */
+BMT_API const char *bmt_st_metadata(const bmt_st_t *st, const char *key);
+
+/* Read elements [first, first + count) of tensor i (flat index, C order) into
+ * dst: count elements of dst_dtype (BMT_F32, BMT_BF16 or BMT_F64). The source
+ * must be F64, F32, F16 or BF16; conversion rounds to nearest even (f64 -> bf16
+ * rounds once, not through f32), NaN stays NaN, and f16 subnormals are exact.
+ * Reads exactly those count * itemsize bytes with pread: into dst when the
+ * dtypes match, else through one buffer of at most BMT_ST_CHUNK_BYTES.
+ * count 0 reads nothing and succeeds.
+ * Errors (-1): a bad index, range or dtype, a file shorter than its header says
+ * (truncated after open), an I/O error; each names the file and the tensor.
+ * On an I/O error dst may hold part of the result. */
+BMT_API int bmt_st_read(bmt_st_t *st, int i, int64_t first, int64_t count, void *dst,
+                        bmt_dtype_t dst_dtype, bmt_error_t *err);
+
+/* Convert n elements (pure; what bmt_st_read applies to each chunk). src and dst
+ * need no alignment. Returns 0, or -1 (nothing written) when the pair is not
+ * supported: src F64, F32, F16 or BF16; dst BMT_F32, BMT_BF16 or BMT_F64. */
+BMT_API int bmt_st_convert(const void *src, bmt_st_dtype_t src_dtype, void *dst,
+                           bmt_dtype_t dst_dtype, size_t n);
+
+/* ------------------------------------------------------------ block discovery */
+
+typedef enum bmt_st_block_kind {
+    BMT_ST_HEAD = 0, /* embeddings: names with wte, wpe, embed, tok_emb or pos_emb */
+    BMT_ST_LAYER,    /* one transformer layer: "<prefix>.<h|layers|layer|blocks|block>.<N>." */
+    BMT_ST_TAIL,     /* everything else: final norm, lm_head */
+} bmt_st_block_kind_t;
+
+typedef struct bmt_st_block {
+    bmt_st_block_kind_t kind;
+    const char *name;         /* "head", "tail", or the layer's prefix: "transformer.h.3" */
+    int layer;                /* N for a layer, -1 for head and tail */
+    int count;                /* tensors in the block (head and tail may have none) */
+    const int *tensors;       /* (count) indices for bmt_st_tensor, sorted by name */
+    const char *const *names; /* (count) names within the block: "ln_1.weight" for a
+                                 layer, the full name for head and tail */
+} bmt_st_block_t;
+
+typedef struct bmt_st_plan {
+    int nlayers;              /* L */
+    int nblocks;              /* L + 2 */
+    const char *layer_prefix; /* the stack's prefix, "transformer.h." ("" if L == 0) */
+    bmt_st_block_t *blocks;   /* (nblocks) model order: [0] head, [1..L] layers 0..L-1,
+                                 [L + 1] tail */
+} bmt_st_plan_t;
+
+/* Group the tensors of st into blocks (rules in docs/safetensors.md): layers must
+ * be numbered 0..L-1 without gaps, belong to one stack, and have the same
+ * relative names and shapes as layer 0. On success *plan is a new plan that
+ * borrows st's names: free it (bmt_st_plan_free) before closing st. Errors (-1,
+ * *plan untouched) name the layer and the tensor. */
+BMT_API int bmt_st_discover(const bmt_st_t *st, bmt_st_plan_t **plan, bmt_error_t *err);
+BMT_API void bmt_st_plan_free(bmt_st_plan_t *plan);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
