@@ -324,3 +324,65 @@ int bmt_block_release(bmt_block_t *b, bmt_error_t *err)
     block_bind_full(b, NULL);
     return 0;
 }
+
+/* ------------------------------------------------------------ loading shards */
+
+int bmt_block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bmt_error_t *err)
+{
+    if (b == NULL || fn == NULL)
+        return errprintf(err, "bmt_block_load: block and source are required");
+    bmt_ctx_t *ctx = b->ctx;
+    if (!b->built)
+        return errprintf(err, "rank %d: block %.40s: load before bmt_block_build", ctx->rank,
+                         b->name);
+    if (b->list && blocklist_state(b->list)->sealed)
+        return errprintf(err,
+                         "rank %d: block %.40s: load parameters before bmt_adamw_create and the "
+                         "first forward",
+                         ctx->rank, b->name);
+    if (b->full)
+        return errprintf(err, "rank %d: block %.40s is gathered; release it first", ctx->rank,
+                         b->name);
+    /* Stage every group's shard on the host (O(shard)), starting from what the
+     * shards hold (alignment gaps and padding keep their zeros), and upload only
+     * when every source call succeeded: a failed load changes nothing. */
+    void *stage[BMT_DTYPE_COUNT] = { 0 };
+    int rc = 0;
+    for (int g = 0; g < b->ngroups && rc == 0; g++) {
+        struct dgroup *d = &b->groups[g];
+        size_t bytes = dsize(d->dtype, d->shard);
+        if ((stage[g] = malloc(bytes ? bytes : 1)) == NULL)
+            rc = errprintf(err, "rank %d: out of memory staging block %.40s", ctx->rank, b->name);
+        else
+            rc = bmt_mem_download(ctx, stage[g], d->param, bytes, err);
+    }
+    for (int i = 0; i < b->nparams && rc == 0; i++) {
+        const struct param *p = &b->params[i];
+        const struct dgroup *d = &b->groups[p->group];
+        size_t lo = p->offset > d->shard_first ? p->offset : d->shard_first;
+        size_t hi = p->offset + (size_t)p->numel;
+        if (hi > d->shard_first + d->shard)
+            hi = d->shard_first + d->shard;
+        if (lo >= hi)
+            continue; /* the parameter lies outside this rank's shard */
+        char *dst = (char *)stage[p->group] + dsize(d->dtype, lo - d->shard_first);
+        if (fn(user, b, i, (int64_t)(lo - p->offset), (int64_t)(hi - lo), dst, d->dtype, err) < 0)
+            rc = errprefix(err, "rank %d: loading %.80s: ", ctx->rank, p->name);
+    }
+    for (int g = 0; g < b->ngroups && rc == 0; g++) {
+        struct dgroup *d = &b->groups[g];
+        rc = bmt_mem_upload(ctx, d->param, stage[g], dsize(d->dtype, d->shard), err);
+    }
+    for (int g = 0; g < b->ngroups; g++)
+        free(stage[g]);
+    return rc;
+}
+
+void bmt_block_param_shape(const bmt_block_t *b, int i, int *ndim, int64_t shape[BMT_MAX_DIMS])
+{
+    *ndim = 0;
+    if (b == NULL || i < 0 || i >= b->nparams)
+        return;
+    *ndim = b->params[i].ndim;
+    memcpy(shape, b->params[i].shape, sizeof(int64_t) * (size_t)b->params[i].ndim);
+}

@@ -123,6 +123,25 @@ BMT_API int bmt_block_gather(bmt_block_t *block, bmt_error_t *err);
 BMT_API void *bmt_block_param(const bmt_block_t *block, int i);
 BMT_API int bmt_block_release(bmt_block_t *block, bmt_error_t *err);
 
+/* Shape of parameter i: *ndim (0 when out of range) and shape[0..ndim). */
+BMT_API void bmt_block_param_shape(const bmt_block_t *block, int i, int *ndim,
+                                   int64_t shape[BMT_MAX_DIMS]);
+
+/* Where bmt_block_load gets values: write elements [first, first + count) of
+ * parameter `param` (flat, C order) into dst (host memory, dtype, count
+ * elements). Return 0, or -1 with err. */
+typedef int (*bmt_block_source_fn)(void *user, const bmt_block_t *block, int param, int64_t first,
+                                   int64_t count, void *dst, bmt_dtype_t dtype, bmt_error_t *err);
+
+/* Replace this rank's shards with values from a source (a checkpoint, a
+ * safetensors file): fn is called once for each parameter that overlaps this
+ * rank's shard, with just that part, so a rank reads only its own bytes and
+ * stages O(shard) host memory. Local (no collective). All or nothing: if any
+ * call fails, no shard changes. Errors: not built, gathered, or the list has
+ * an optimizer or has run (load before bmt_adamw_create). */
+BMT_API int bmt_block_load(bmt_block_t *block, bmt_block_source_fn fn, void *user,
+                           bmt_error_t *err);
+
 /* ------------------------------------------------------------ block list */
 
 typedef struct bmt_blocklist bmt_blocklist_t;
