@@ -1,0 +1,738 @@
+/* examples/gpt2/data.c — llm.c token shards: header checks, atomic writes, a
+ * reader that serves each rank its slice of every global batch, and the
+ * byte-level tokenizer.
+ *
+ * Design. The reader keeps what llm.c's DataLoader keeps (the sorted shard list,
+ * one open file, a position) but reads with pread, so a rank touches only the
+ * B*T+1 tokens of its own slice: no rank ever reads the whole file or another
+ * rank's tokens, and the only buffer is those B*T+1 tokens. The position counts
+ * tokens of the whole world, not of one rank, so one checkpoint value serves
+ * every rank. Bytes are decoded as little-endian explicitly, so a shard means the
+ * same on any host. Both writers go through one path (temporary file beside the
+ * target, fsync, rename), so an error or a crash never leaves a half-written
+ * shard under the final name.
+ */
+#include "gpt2/data.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#define HEADER_BYTES GPT2_SHARD_HEADER_BYTES
+
+/* ---------------------------------------------------------------- errors */
+
+static int data_err(bmt_error_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int data_err(bmt_error_t *err, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(err->text, sizeof(err->text), fmt, ap);
+        va_end(ap);
+        if (n >= (int)sizeof(err->text)) /* mark a cut message, as libbmt does */
+            memcpy(err->text + sizeof(err->text) - 4, "...", 4);
+    }
+    return -1;
+}
+
+/* A path short enough to leave room for the cause in a 160-byte message: the
+ * path itself, or "..." and its tail (the tail tells shards apart). */
+#define SHOWN_MAX 72
+typedef struct {
+    char s[SHOWN_MAX + 1];
+} shown_t;
+
+static shown_t shown(const char *path)
+{
+    shown_t out;
+    size_t len = strlen(path);
+    if (len <= SHOWN_MAX)
+        memcpy(out.s, path, len + 1);
+    else
+        snprintf(out.s, sizeof(out.s), "...%s", path + len - (SHOWN_MAX - 3));
+    return out;
+}
+
+/* ---------------------------------------------------------------- header */
+
+static uint32_t get_le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static int64_t get_le32_signed(const uint8_t *p)
+{
+    uint32_t u = get_le32(p);
+    return u <= INT32_MAX ? (int64_t)u : (int64_t)u - 4294967296LL;
+}
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+int gpt2_shard_check_header(const uint8_t *head, size_t head_len, int64_t file_size, int64_t *ntok,
+                            bmt_error_t *err)
+{
+    int64_t have = file_size < (int64_t)head_len ? file_size : (int64_t)head_len;
+    if (head == NULL || have < HEADER_BYTES)
+        return data_err(err, "truncated header: %lld bytes, a shard starts with %d",
+                        (long long)(have < 0 ? 0 : have), HEADER_BYTES);
+    int64_t magic = get_le32_signed(head);
+    if (magic != GPT2_SHARD_MAGIC)
+        return data_err(err, "bad magic %lld, want %d (not an llm.c GPT-2 token shard)",
+                        (long long)magic, GPT2_SHARD_MAGIC);
+    int64_t version = get_le32_signed(head + 4);
+    if (version != GPT2_SHARD_VERSION)
+        return data_err(err, "unsupported version %lld, want %d", (long long)version,
+                        GPT2_SHARD_VERSION);
+    int64_t n = get_le32_signed(head + 8);
+    if (n < 0)
+        return data_err(err, "negative token count %lld in the header", (long long)n);
+    int64_t want = HEADER_BYTES + 2 * n;
+    if (file_size != want)
+        return data_err(err, "the header's %lld tokens need %lld bytes but the file has %lld (%s)",
+                        (long long)n, (long long)want, (long long)file_size,
+                        file_size < want ? "count larger than the file: truncated?"
+                                         : "count smaller than the file");
+    *ntok = n;
+    return 0;
+}
+
+void gpt2_shard_make_header(uint8_t out[GPT2_SHARD_HEADER_BYTES], int64_t n)
+{
+    memset(out, 0, HEADER_BYTES);
+    put_le32(out, GPT2_SHARD_MAGIC);
+    put_le32(out + 4, GPT2_SHARD_VERSION);
+    put_le32(out + 8, (uint32_t)n);
+}
+
+/* ---------------------------------------------------------------- raw I/O */
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Bytes read (fewer than len only at end of file), or -1 with errno. */
+static ssize_t pread_full(int fd, void *buf, size_t len, off_t off)
+{
+    uint8_t *p = buf;
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = pread(fd, p + got, len - got, off + (off_t)got);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    return (ssize_t)got;
+}
+
+/* ---------------------------------------------------------------- atomic shard writer */
+
+/* One output shard on its way to its final name. The header announces `want`
+ * tokens up front; out_finish checks that exactly that many were written. */
+typedef struct shard_out {
+    const char *path; /* final name (borrowed) */
+    char *tmp;        /* temporary name beside it; NULL when there is none */
+    int fd;           /* open temporary file, or -1 */
+    int64_t want;     /* tokens announced in the header */
+    int64_t have;     /* tokens written so far */
+} shard_out_t;
+
+static atomic_uint tmp_counter;
+
+static void out_abort(shard_out_t *o)
+{
+    if (o->fd >= 0)
+        close(o->fd);
+    o->fd = -1;
+    if (o->tmp) {
+        unlink(o->tmp);
+        free(o->tmp);
+        o->tmp = NULL;
+    }
+}
+
+static int out_begin(shard_out_t *o, const char *path, int64_t n, bmt_error_t *err)
+{
+    *o = (shard_out_t){ path, NULL, -1, n, 0 };
+    size_t len = strlen(path) + 48;
+    o->tmp = malloc(len);
+    if (o->tmp == NULL)
+        return data_err(err, "%s: out of memory", shown(path).s);
+    /* O_EXCL rather than mkstemp: the file gets the usual 0666 & ~umask mode. */
+    for (int tries = 0;; tries++) {
+        snprintf(o->tmp, len, "%s.tmp.%ld.%u", path, (long)getpid(),
+                 atomic_fetch_add(&tmp_counter, 1u));
+        o->fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (o->fd >= 0)
+            break;
+        if (errno != EEXIST || tries >= 100) {
+            int e = errno;
+            free(o->tmp);
+            o->tmp = NULL;
+            return data_err(err, "%s: cannot create a temporary file beside it: %s", shown(path).s,
+                            strerror(e));
+        }
+    }
+    uint8_t head[HEADER_BYTES];
+    gpt2_shard_make_header(head, n);
+    if (write_all(o->fd, head, sizeof(head)) != 0) {
+        int e = errno;
+        out_abort(o);
+        return data_err(err, "%s: writing the header: %s", shown(path).s, strerror(e));
+    }
+    return 0;
+}
+
+/* Append tokens given as little-endian uint16 bytes (nbytes even). */
+static int out_write(shard_out_t *o, const uint8_t *le, size_t nbytes, bmt_error_t *err)
+{
+    if (write_all(o->fd, le, nbytes) != 0) {
+        int e = errno;
+        out_abort(o);
+        return data_err(err, "%s: writing tokens: %s", shown(o->path).s, strerror(e));
+    }
+    o->have += (int64_t)(nbytes / 2);
+    return 0;
+}
+
+/* Make the temporary file durable; it still has its temporary name. */
+static int out_finish(shard_out_t *o, bmt_error_t *err)
+{
+    if (o->have != o->want) {
+        long long have = o->have, want = o->want;
+        out_abort(o);
+        return data_err(err, "%s: wrote %lld tokens, the header says %lld", shown(o->path).s, have,
+                        want);
+    }
+    int e = 0;
+    if (fsync(o->fd) != 0)
+        e = errno;
+    if (close(o->fd) != 0 && e == 0) /* NFS reports write errors at close */
+        e = errno;
+    o->fd = -1;
+    if (e) {
+        out_abort(o);
+        return data_err(err, "%s: fsync/close: %s", shown(o->path).s, strerror(e));
+    }
+    return 0;
+}
+
+/* Rename into place, then fsync the directory so the new name survives a crash.
+ * The directory fsync is best effort: the file is already complete and in place,
+ * and some file systems refuse fsync on directories. */
+static int out_commit(shard_out_t *o, bmt_error_t *err)
+{
+    if (rename(o->tmp, o->path) != 0) {
+        int e = errno;
+        out_abort(o);
+        return data_err(err, "%s: rename into place: %s", shown(o->path).s, strerror(e));
+    }
+    free(o->tmp);
+    o->tmp = NULL;
+    char *dir = strdup(o->path);
+    if (dir) {
+        char *slash = strrchr(dir, '/');
+        const char *d = slash == NULL ? "." : slash == dir ? "/" : (*slash = '\0', dir);
+        int dfd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+            (void)fsync(dfd);
+            close(dfd);
+        }
+        free(dir);
+    }
+    return 0;
+}
+
+#define CHUNK_TOKENS 16384
+
+int gpt2_write_shard(const char *path, const uint16_t *tokens, size_t n, bmt_error_t *err)
+{
+    if (path == NULL || *path == '\0')
+        return data_err(err, "gpt2_write_shard: no path given");
+    if (n > (size_t)GPT2_SHARD_MAX_TOKENS)
+        return data_err(err, "%s: %zu tokens do not fit one shard (at most %lld)", shown(path).s, n,
+                        GPT2_SHARD_MAX_TOKENS);
+    if (n > 0 && tokens == NULL)
+        return data_err(err, "%s: %zu tokens to write but tokens is NULL", shown(path).s, n);
+    shard_out_t o;
+    if (out_begin(&o, path, (int64_t)n, err) != 0)
+        return -1;
+    uint8_t le[2 * CHUNK_TOKENS];
+    for (size_t done = 0; done < n;) {
+        size_t k = n - done < CHUNK_TOKENS ? n - done : CHUNK_TOKENS;
+        for (size_t i = 0; i < k; i++) {
+            le[2 * i] = (uint8_t)tokens[done + i];
+            le[2 * i + 1] = (uint8_t)(tokens[done + i] >> 8);
+        }
+        if (out_write(&o, le, 2 * k, err) != 0)
+            return -1;
+        done += k;
+    }
+    if (out_finish(&o, err) != 0 || out_commit(&o, err) != 0)
+        return -1;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- reader */
+
+struct gpt2_loader {
+    int B, T, rank, world;
+    int64_t bt;     /* B*T: tokens of one rank's batch */
+    int64_t global; /* world*B*T: tokens of one global batch */
+    int nshards;
+    char **paths;  /* (nshards) glob matches in glob's order, owned */
+    int64_t *ntok; /* (nshards) tokens in each shard, as validated at open */
+    int64_t total; /* sum of ntok */
+    int shard;     /* position of the next global batch: shard index ... */
+    int64_t pos;   /* ... and token offset in it (identical on every rank) */
+    int fd;        /* the one open shard file, or -1 */
+    int fd_shard;  /* which shard fd is, or -1 */
+    uint8_t *buf;  /* (B*T+1) uint16 little-endian: this rank's slice as read */
+};
+
+/* Open a shard and validate its header against its real size. Returns the open
+ * file descriptor and the token count, or -1 with err naming the file. */
+static int shard_open(const char *path, int64_t *ntok, bmt_error_t *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return data_err(err, "%s: %s", shown(path).s, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return data_err(err, "%s: %s", shown(path).s, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return data_err(err, "%s: not a regular file", shown(path).s);
+    }
+    uint8_t head[HEADER_BYTES];
+    ssize_t got = pread_full(fd, head, sizeof(head), 0);
+    if (got < 0) {
+        int e = errno;
+        close(fd);
+        return data_err(err, "%s: reading the header: %s", shown(path).s, strerror(e));
+    }
+    bmt_error_t why;
+    if (gpt2_shard_check_header(head, (size_t)got, (int64_t)st.st_size, ntok, &why) != 0) {
+        close(fd);
+        return data_err(err, "%s: %s", shown(path).s, why.text);
+    }
+    return fd;
+}
+
+void gpt2_loader_destroy(gpt2_loader_t *l)
+{
+    if (l == NULL)
+        return;
+    if (l->fd >= 0)
+        close(l->fd);
+    for (int i = 0; l->paths && i < l->nshards; i++)
+        free(l->paths[i]);
+    free(l->paths);
+    free(l->ntok);
+    free(l->buf);
+    free(l);
+}
+
+static int has_glob_chars(const char *s) { return strpbrk(s, "*?[") != NULL; }
+
+gpt2_loader_t *gpt2_loader_open(const char *pattern, int B, int T, int rank, int world,
+                                bmt_error_t *err)
+{
+    if (pattern == NULL || *pattern == '\0') {
+        data_err(err, "gpt2_loader_open: no shard path or pattern given");
+        return NULL;
+    }
+    if (B < 1 || T < 1 || world < 1 || rank < 0 || rank >= world) {
+        data_err(err,
+                 "gpt2_loader_open(%s): need B, T, world >= 1 and 0 <= rank < world, got "
+                 "B=%d T=%d rank=%d world=%d",
+                 shown(pattern).s, B, T, rank, world);
+        return NULL;
+    }
+    int64_t bt = (int64_t)B * T;
+    if (bt >= GPT2_SHARD_MAX_TOKENS) {
+        data_err(err, "gpt2_loader_open(%s): B*T = %lld tokens, more than a shard can hold",
+                 shown(pattern).s, (long long)bt);
+        return NULL;
+    }
+    int64_t global = bt * world; /* < 2^31 * 2^31: no overflow */
+
+    glob_t g;
+    int rc = glob(pattern, 0, NULL, &g);
+    if (rc != 0) {
+        if (rc == GLOB_NOMATCH && !has_glob_chars(pattern)) {
+            struct stat st;
+            data_err(err, "%s: %s", shown(pattern).s,
+                     stat(pattern, &st) != 0 ? strerror(errno) : "cannot be listed");
+        } else if (rc == GLOB_NOMATCH) {
+            data_err(err, "no shard file matches %s", shown(pattern).s);
+        } else {
+            data_err(err, "%s: glob failed (%s)", shown(pattern).s,
+                     rc == GLOB_NOSPACE ? "out of memory" : "a directory could not be read");
+        }
+        if (rc != GLOB_NOMATCH)
+            globfree(&g);
+        return NULL;
+    }
+    if (g.gl_pathc > INT_MAX) {
+        data_err(err, "%s: %zu shards, too many", shown(pattern).s, g.gl_pathc);
+        globfree(&g);
+        return NULL;
+    }
+
+    gpt2_loader_t *l = calloc(1, sizeof(*l));
+    if (l == NULL) {
+        globfree(&g);
+        data_err(err, "gpt2_loader_open(%s): out of memory", shown(pattern).s);
+        return NULL;
+    }
+    *l = (gpt2_loader_t){ .B = B,
+                          .T = T,
+                          .rank = rank,
+                          .world = world,
+                          .bt = bt,
+                          .global = global,
+                          .fd = -1,
+                          .fd_shard = -1 };
+    l->paths = calloc(g.gl_pathc, sizeof(*l->paths));
+    l->ntok = calloc(g.gl_pathc, sizeof(*l->ntok));
+    l->buf = malloc((size_t)(bt + 1) * 2);
+    if (l->paths == NULL || l->ntok == NULL || l->buf == NULL) {
+        data_err(err, "gpt2_loader_open(%s): out of memory", shown(pattern).s);
+        goto fail;
+    }
+    /* Validate every shard now, as llm.c does, so a bad file fails at start-up
+     * and not hours into a run. */
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        const char *path = g.gl_pathv[i];
+        int64_t n = 0;
+        int fd = shard_open(path, &n, err);
+        if (fd < 0)
+            goto fail;
+        close(fd);
+        if (n < global + 1) {
+            data_err(err,
+                     "%s: %lld tokens, fewer than one global batch needs: world*B*T+1 = "
+                     "%d*%d*%d+1 = %lld",
+                     shown(path).s, (long long)n, world, B, T, (long long)(global + 1));
+            goto fail;
+        }
+        l->paths[i] = strdup(path);
+        if (l->paths[i] == NULL) {
+            data_err(err, "gpt2_loader_open(%s): out of memory", shown(pattern).s);
+            goto fail;
+        }
+        l->nshards = (int)i + 1;
+        l->ntok[i] = n;
+        l->total += n;
+    }
+    globfree(&g);
+    return l;
+fail:
+    gpt2_loader_destroy(l); /* frees paths[0..nshards) */
+    globfree(&g);
+    return NULL;
+}
+
+/* Make fd the open file of shard s, re-checking its header: a shard replaced
+ * since open would otherwise be read at offsets computed for the old one. */
+static int ensure_open(gpt2_loader_t *l, int s, bmt_error_t *err)
+{
+    if (l->fd_shard == s)
+        return 0;
+    int64_t n = 0;
+    int fd = shard_open(l->paths[s], &n, err);
+    if (fd < 0)
+        return -1;
+    if (n != l->ntok[s]) {
+        close(fd);
+        return data_err(err, "%s: now holds %lld tokens, %lld when the loader opened it",
+                        shown(l->paths[s]).s, (long long)n, (long long)l->ntok[s]);
+    }
+    if (l->fd >= 0)
+        close(l->fd);
+    l->fd = fd;
+    l->fd_shard = s;
+    return 0;
+}
+
+int gpt2_loader_next(gpt2_loader_t *l, int32_t *inputs, int32_t *targets, bmt_error_t *err)
+{
+    if (l == NULL || inputs == NULL || targets == NULL)
+        return data_err(err, "gpt2_loader_next: loader, inputs and targets are required");
+    int s = l->shard;
+    int64_t p = l->pos;
+    /* llm.c: current_sample_idx >= shard_num_samples = (n - 1) / G advances to
+     * the next shard, and after the last one resets to the first. */
+    if (p + l->global + 1 > l->ntok[s]) {
+        s = (s + 1) % l->nshards;
+        p = 0;
+    }
+    if (ensure_open(l, s, err) != 0)
+        return -1;
+    int64_t first = p + (int64_t)l->rank * l->bt;
+    size_t len = (size_t)(l->bt + 1) * 2;
+    off_t off = (off_t)(HEADER_BYTES + 2 * first);
+    ssize_t got = pread_full(l->fd, l->buf, len, off);
+    if (got < 0)
+        return data_err(err, "%s: reading %zu bytes at %lld: %s", shown(l->paths[s]).s, len,
+                        (long long)off, strerror(errno));
+    if ((size_t)got < len)
+        return data_err(err, "%s: ends at byte %lld, before the batch at %lld..%lld (truncated?)",
+                        shown(l->paths[s]).s, (long long)(off + got), (long long)off,
+                        (long long)(off + (off_t)len));
+    const uint8_t *b = l->buf;
+    for (int64_t i = 0; i < l->bt; i++) {
+        inputs[i] = (int32_t)(b[2 * i] | b[2 * i + 1] << 8);
+        targets[i] = (int32_t)(b[2 * i + 2] | b[2 * i + 3] << 8);
+    }
+    l->shard = s;
+    l->pos = p + l->global;
+    return 0;
+}
+
+void gpt2_loader_reset(gpt2_loader_t *l)
+{
+    if (l == NULL)
+        return;
+    l->shard = 0;
+    l->pos = 0;
+}
+
+void gpt2_loader_position(const gpt2_loader_t *l, int *shard, int64_t *pos)
+{
+    if (shard)
+        *shard = l ? l->shard : 0;
+    if (pos)
+        *pos = l ? l->pos : 0;
+}
+
+int gpt2_loader_seek(gpt2_loader_t *l, int shard, int64_t pos, bmt_error_t *err)
+{
+    if (l == NULL)
+        return data_err(err, "gpt2_loader_seek: loader is NULL");
+    if (shard < 0 || shard >= l->nshards)
+        return data_err(err, "gpt2_loader_seek: shard %d out of range: there are %d shards", shard,
+                        l->nshards);
+    if (pos < 0 || pos > l->ntok[shard])
+        return data_err(err, "gpt2_loader_seek: position %lld outside %s, which has %lld tokens",
+                        (long long)pos, shown(l->paths[shard]).s, (long long)l->ntok[shard]);
+    l->shard = shard;
+    l->pos = pos;
+    return 0;
+}
+
+int64_t gpt2_loader_tokens(const gpt2_loader_t *l) { return l ? l->total : 0; }
+
+int gpt2_loader_num_shards(const gpt2_loader_t *l) { return l ? l->nshards : 0; }
+
+int64_t gpt2_loader_shard_tokens(const gpt2_loader_t *l, int i)
+{
+    return l && i >= 0 && i < l->nshards ? l->ntok[i] : -1;
+}
+
+/* ---------------------------------------------------------------- byte-level tokenizer */
+
+/* Copy text bytes [off, off+len) of fd into o as tokens (token = byte). */
+static int copy_bytes(int fd, const char *text_path, int64_t off, int64_t len, shard_out_t *o,
+                      bmt_error_t *err)
+{
+    uint8_t in[CHUNK_TOKENS], le[2 * CHUNK_TOKENS];
+    for (int64_t done = 0; done < len;) {
+        size_t k = len - done < CHUNK_TOKENS ? (size_t)(len - done) : CHUNK_TOKENS;
+        ssize_t got = pread_full(fd, in, k, (off_t)(off + done));
+        if (got < 0 || (size_t)got < k) {
+            int e = errno;
+            out_abort(o);
+            return data_err(err, "%s: %s", shown(text_path).s,
+                            got < 0 ? strerror(e) : "the file shrank while it was read");
+        }
+        for (size_t i = 0; i < k; i++) {
+            le[2 * i] = in[i];
+            le[2 * i + 1] = 0;
+        }
+        if (out_write(o, le, 2 * k, err) != 0)
+            return -1;
+        done += (int64_t)k;
+    }
+    return 0;
+}
+
+int gpt2_tokenize_file(const char *text_path, const char *out_prefix, double val_fraction,
+                       bmt_error_t *err)
+{
+    if (text_path == NULL || out_prefix == NULL || *out_prefix == '\0')
+        return data_err(err, "gpt2_tokenize_file: a text path and an output prefix are required");
+    if (!(val_fraction >= 0.0 && val_fraction < 1.0)) /* also refuses NaN */
+        return data_err(err, "gpt2_tokenize_file(%s): val_fraction must be in [0, 1), got %g",
+                        shown(text_path).s, val_fraction);
+    int fd = open(text_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return data_err(err, "%s: %s", shown(text_path).s, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return data_err(err, "%s: %s", shown(text_path).s, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return data_err(err, "%s: not a regular file", shown(text_path).s);
+    }
+    int64_t n = (int64_t)st.st_size;
+    if (n > GPT2_SHARD_MAX_TOKENS) {
+        close(fd);
+        return data_err(err, "%s: %lld bytes, more tokens than one shard holds (%lld)",
+                        shown(text_path).s, (long long)n, GPT2_SHARD_MAX_TOKENS);
+    }
+    int64_t n_val = (int64_t)(val_fraction * (double)n); /* floor: both are >= 0 */
+    int64_t n_train = n - n_val;
+    if (n_train < 1) {
+        close(fd);
+        return data_err(err, "%s: %lld bytes leave nothing for the train part", shown(text_path).s,
+                        (long long)n);
+    }
+    size_t plen = strlen(out_prefix) + sizeof("_train.bin");
+    char *train_path = malloc(plen), *val_path = malloc(plen);
+    if (train_path == NULL || val_path == NULL) {
+        free(train_path);
+        free(val_path);
+        close(fd);
+        return data_err(err, "gpt2_tokenize_file(%s): out of memory", shown(text_path).s);
+    }
+    snprintf(train_path, plen, "%s_train.bin", out_prefix);
+    snprintf(val_path, plen, "%s_val.bin", out_prefix);
+
+    int rc = -1;
+    shard_out_t train, val;
+    if (out_begin(&train, train_path, n_train, err) != 0)
+        goto out;
+    if (copy_bytes(fd, text_path, 0, n_train, &train, err) != 0 || out_finish(&train, err) != 0)
+        goto out;
+    if (out_begin(&val, val_path, n_val, err) != 0) {
+        out_abort(&train);
+        goto out;
+    }
+    if (copy_bytes(fd, text_path, n_train, n_val, &val, err) != 0 || out_finish(&val, err) != 0) {
+        out_abort(&train);
+        goto out;
+    }
+    /* Both complete: now publish them. */
+    if (out_commit(&train, err) != 0) {
+        out_abort(&val);
+        goto out;
+    }
+    if (out_commit(&val, err) != 0) {
+        unlink(train_path); /* the pair is published whole or not at all */
+        goto out;
+    }
+    rc = 0;
+out:
+    close(fd);
+    free(train_path);
+    free(val_path);
+    return rc;
+}
+
+/* Length (2..4) of the well-formed UTF-8 sequence at t[0..n), or 0 (RFC 3629
+ * table 3-7: no overlong forms, no surrogates, nothing past U+10FFFF). */
+static int utf8_len(const int32_t *t, int n)
+{
+    int32_t b0 = t[0];
+    int len, lo = 0x80, hi = 0xbf;
+    if (b0 >= 0xc2 && b0 <= 0xdf) {
+        len = 2;
+    } else if (b0 >= 0xe0 && b0 <= 0xef) {
+        len = 3;
+        lo = b0 == 0xe0 ? 0xa0 : 0x80;
+        hi = b0 == 0xed ? 0x9f : 0xbf;
+    } else if (b0 >= 0xf0 && b0 <= 0xf4) {
+        len = 4;
+        lo = b0 == 0xf0 ? 0x90 : 0x80;
+        hi = b0 == 0xf4 ? 0x8f : 0xbf;
+    } else {
+        return 0;
+    }
+    if (n < len)
+        return 0;
+    for (int k = 1; k < len; k++) {
+        int32_t b = t[k];
+        if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xbf))
+            return 0;
+    }
+    return len;
+}
+
+int gpt2_decode_bytes(const int32_t *tokens, int n, char *out, size_t outlen)
+{
+    if (n < 0 || (tokens == NULL && n > 0) || (out == NULL && outlen > 0))
+        return -1;
+    size_t total = 0, written = 0;
+    int cut = 0;
+    for (int i = 0; i < n;) {
+        char piece[24];
+        size_t plen;
+        int adv = 1;
+        int32_t t = tokens[i];
+        if (t < 0 || t >= GPT2_BYTE_VOCAB) {
+            plen = (size_t)snprintf(piece, sizeof(piece), "<|%ld|>", (long)t);
+        } else if ((t >= 0x20 && t <= 0x7e) || t == '\n' || t == '\t') {
+            piece[0] = (char)t;
+            plen = 1;
+        } else if ((adv = utf8_len(tokens + i, n - i)) > 0) {
+            for (int k = 0; k < adv; k++)
+                piece[k] = (char)(uint8_t)tokens[i + k];
+            plen = (size_t)adv;
+        } else {
+            adv = 1;
+            plen = (size_t)snprintf(piece, sizeof(piece), "\\x%02x", (unsigned)t);
+        }
+        /* Stop writing at the first piece that does not fit whole; keep counting. */
+        if (!cut && outlen > 0 && written + plen < outlen) {
+            memcpy(out + written, piece, plen);
+            written += plen;
+        } else {
+            cut = 1;
+        }
+        total += plen;
+        i += adv;
+    }
+    if (outlen > 0)
+        out[written] = '\0';
+    return total > (size_t)INT_MAX ? -1 : (int)total;
+}

@@ -1,0 +1,188 @@
+#!/bin/bash
+# The GPT-2 example's data against llm.c: shards written by numpy exactly as
+# llm.c's dev/data/data_common.py write_datafile writes them read back through
+# gpt2_loader_* batch for batch as llm.c's DataLoader (llmc/dataloader.h, no
+# shuffling, transcribed below) serves them, on every rank of several worlds
+# through shard switches and epochs; gpt2_write_shard's bytes equal
+# write_datafile's; the shipped corpus tokenizes into the shards write_datafile
+# makes of its bytes and decodes back to itself. Driver: tests/progs/gpt2_data_check.c.
+. "$(dirname "$0")/lib.sh"
+
+CHECK=$PROGS/gpt2_data_check
+CORPUS=$SRC/examples/gpt2/data/corpus.txt
+# Debian's python3 (with python3-numpy, scripts/deps.sh), not one first on PATH.
+PY=/usr/bin/python3
+export CHECK CORPUS PY
+
+# write_datafile of llm.c dev/data/data_common.py, model "gpt-2", as a module.
+cat >"$TMP/llmc.py" <<'EOF'
+import numpy as np
+
+def write_datafile(filename, toks):
+    assert len(toks) < 2**31, "token count too large"
+    header = np.zeros(256, dtype=np.int32)
+    header[0] = 20240520
+    header[1] = 1
+    header[2] = len(toks)
+    toks_np = np.array(toks, dtype=np.uint16)
+    with open(filename, "wb") as f:
+        f.write(header.tobytes())
+        f.write(toks_np.tobytes())
+
+class DataLoader:
+    """llmc/dataloader.h DataLoader with should_shuffle = 0, statement for statement."""
+    def __init__(self, files, B, T, process_rank, num_processes):
+        self.files = sorted(files)  # glob(3) sorts its matches
+        self.B, self.T = B, T
+        self.total_batch_size_bytes = num_processes * B * T * 2
+        self.local_batch_offset_bytes = process_rank * B * T * 2
+        for i in range(len(self.files)):
+            assert self.load_shard_(i) >= num_processes * B * T + 1
+        self.reset()
+
+    def load_shard_(self, i):
+        self.data = open(self.files[i], "rb").read()
+        header = np.frombuffer(self.data[:1024], dtype="<i4")
+        assert header[0] == 20240520 and header[1] == 1
+        ntok = int(header[2])
+        assert len(self.data) == 1024 + 2 * ntok
+        self.shard_num_samples = (ntok * 2 - 2) // self.total_batch_size_bytes
+        return ntok
+
+    def reset(self):
+        self.current_shard_idx = 0
+        self.current_sample_idx = 0
+        self.load_shard_(0)
+
+    def advance_(self):
+        if self.current_shard_idx == len(self.files) - 1:
+            self.reset()
+            return
+        self.current_shard_idx = (self.current_shard_idx + 1) % len(self.files)
+        self.current_sample_idx = 0
+        self.load_shard_(self.current_shard_idx)
+
+    def next_batch(self):
+        if self.current_sample_idx >= self.shard_num_samples:
+            self.advance_()
+        x, y = self.load_batch()
+        self.current_sample_idx += 1
+        return x, y
+
+    def load_batch(self):
+        assert self.current_sample_idx < self.shard_num_samples
+        off = 1024 + self.current_sample_idx * self.total_batch_size_bytes + self.local_batch_offset_bytes
+        n = self.B * self.T
+        buf = np.frombuffer(self.data[off:off + 2 * (n + 1)], dtype="<u2").astype(np.int64)
+        assert len(buf) == n + 1
+        return buf[:n], buf[1:]
+EOF
+export PYTHONPATH=$TMP
+
+test_expect_success "numpy and the driver are there" '
+    test -x "$CHECK" && $PY -c "import numpy"
+'
+
+test_expect_success "gpt2_write_shard writes the bytes of llm.c write_datafile (cmp), sizes 0 to 100000" '
+    $PY - <<-EOF
+	import numpy as np, llmc
+	rng = np.random.default_rng(7)
+	for n in (0, 1, 31, 1000, 100000):
+	    t = rng.integers(0, 65536, n, dtype=np.uint16)
+	    t[:min(n, 2)] = [65535, 0][:min(n, 2)]
+	    t.astype("<u2").tofile("raw_%d" % n)
+	    llmc.write_datafile("numpy_%d.bin" % n, t.tolist())
+	EOF
+    for n in 0 1 31 1000 100000; do
+        "$CHECK" write ours_$n.bin raw_$n && cmp numpy_$n.bin ours_$n.bin || exit 1
+    done
+    test "$(stat -c %s ours_100000.bin)" -eq 201024
+'
+
+# Shards of 1000, 61 (= 2*30 + 1) and 3000 tokens, random uint16 values;
+# steps enough for three epochs of the smallest world.
+test_expect_success "shards written by numpy read as llm.c DataLoader serves them: every rank of 5 worlds, 3 epochs" '
+    mkdir d &&
+    $PY - <<-EOF
+	import numpy as np, llmc
+	rng = np.random.default_rng(11)
+	for name, n in (("d/s_b.bin", 61), ("d/s_a.bin", 1000), ("d/s_c.bin", 3000)):
+	    llmc.write_datafile(name, rng.integers(0, 65536, n, dtype=np.uint16).tolist())
+	EOF
+    for cfg in "2 5 3 250" "1 30 2 300" "4 8 1 60" "1 1 4 3000" "3 7 2 200"; do
+        set -- $cfg
+        B=$1 T=$2 W=$3 S=$4
+        for r in $(seq 0 $((W - 1))); do
+            "$CHECK" read "d/s_*.bin" $B $T $r $W $S >ours || exit 1
+            $PY - $B $T $r $W $S >want <<-EOF || exit 1
+			import sys, glob, llmc
+			B, T, r, W, S = map(int, sys.argv[1:])
+			dl = llmc.DataLoader(glob.glob("d/s_*.bin"), B, T, r, W)
+			G = W * B * T
+			for _ in range(S):
+			    x, y = dl.next_batch()
+			    # the position after the step, from llm.c resume state (shard, sample)
+			    print("%d %d | %s | %s" % (dl.current_shard_idx, dl.current_sample_idx * G,
+			          " ".join(map(str, x)), " ".join(map(str, y))))
+			EOF
+            cmp want ours || { echo "B=$B T=$T rank $r of $W differs:"; diff want ours | head -5; exit 1; }
+        done
+    done
+    test "$(cut -d" " -f1 ours | sort -u | tr "\n" " ")" = "0 1 2 "
+'
+
+test_expect_success "tokenizing the corpus gives write_datafile of its bytes, split at floor(0.1 n)" '
+    "$CHECK" tokenize "$CORPUS" corpus 0.1 &&
+    $PY - "$CORPUS" <<-EOF
+	import sys, llmc
+	text = open(sys.argv[1], "rb").read()
+	nv = int(0.1 * len(text))
+	llmc.write_datafile("want_train.bin", list(text[:len(text) - nv]))
+	llmc.write_datafile("want_val.bin", list(text[len(text) - nv:]))
+	print(len(text), nv)
+	EOF
+    cmp want_train.bin corpus_train.bin && cmp want_val.bin corpus_val.bin &&
+    test "$(stat -c %s corpus_train.bin)" -eq $((1024 + 2 * 344843)) &&
+    test "$(ls | grep -c tmp)" -eq 0
+'
+
+test_expect_success "decode(train) + decode(val) of the corpus is the corpus" '
+    "$CHECK" tokenize "$CORPUS" c 0.1 &&
+    { "$CHECK" decode c_train.bin && "$CHECK" decode c_val.bin; } >back.txt &&
+    cmp "$CORPUS" back.txt
+'
+
+# World 2, B=4, T=64: a global batch is 512 tokens, so step 3 of rank 1 reads
+# bytes [2*512 + 256, ... + 257) of the text and leaves the position at 1536.
+test_expect_success "the corpus reads as a dataset: step 3 of rank 1 of 2 is bytes 1280..1536 of the text" '
+    "$CHECK" tokenize "$CORPUS" c 0.1 &&
+    "$CHECK" read c_train.bin 4 64 1 2 3 >b &&
+    test "$(wc -l <b)" -eq 3 &&
+    test "$(sed -n 3p b | cut -d"|" -f1 | xargs)" = "0 1536" &&
+    test "$(sed -n 3p b | cut -d"|" -f2 | xargs)" = "$(tail -c +1281 "$CORPUS" | head -c 256 | od -An -v -tu1 | xargs)" &&
+    test "$(sed -n 3p b | cut -d"|" -f3 | xargs)" = "$(tail -c +1282 "$CORPUS" | head -c 256 | od -An -v -tu1 | xargs)"
+'
+
+test_expect_success "the corpus is 100 KB to 1 MB of ASCII text and its sha256 is the one its README records" '
+    size=$(stat -c %s "$CORPUS") && test "$size" -ge 100000 && test "$size" -le 1000000 &&
+    ! LC_ALL=C grep -q -P "[^\x09\x0a\x20-\x7e]" "$CORPUS" &&
+    sum=$(sha256sum "$CORPUS" | cut -d" " -f1) &&
+    grep -q "sha256  $sum  corpus.txt" "$SRC/examples/gpt2/data/README.md"
+'
+
+test_expect_code 1 "a shard cut by one byte is refused at open, naming the file" '
+    $PY -c "import llmc; llmc.write_datafile(\"cut.bin\", list(range(100)))" &&
+    truncate -s -1 cut.bin &&
+    "$CHECK" read cut.bin 1 8 0 1 1 2>err; rc=$?
+    grep -q "cut.bin: the header.s 100 tokens need 1224 bytes but the file has 1223" err || exit 3
+    exit $rc
+'
+
+test_expect_code 1 "a shard too short for one global batch is refused, naming the file" '
+    $PY -c "import llmc; llmc.write_datafile(\"small.bin\", list(range(64)))" &&
+    "$CHECK" read small.bin 2 16 0 2 1 2>err; rc=$?
+    grep -q "small.bin: 64 tokens, fewer than one global batch needs: world\*B\*T+1 = 2\*2\*16+1 = 65" err || exit 3
+    exit $rc
+'
+
+test_done

@@ -1,0 +1,147 @@
+/* tests/progs/gpt2_data_check.c — drives examples/gpt2/data.h from the shell,
+ * for tests/integration/test_gpt2_data.sh (which compares it with numpy and a
+ * transcription of llm.c's DataLoader).
+ *
+ *   gpt2_data_check write OUT.bin RAW      tokens from RAW (uint16 LE, no header)
+ *   gpt2_data_check read PATTERN B T RANK WORLD STEPS
+ *        one line per step: "SHARD POS | inputs... | targets..." where (SHARD,
+ *        POS) is the position after the step
+ *   gpt2_data_check tokenize TEXT PREFIX VAL_FRACTION
+ *   gpt2_data_check decode SHARD.bin       its tokens as text on stdout
+ *
+ * Exit status 0, 1 with "gpt2_data_check: <error>" on stderr, 2 for bad usage.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt2/data.h"
+
+static int fail(const bmt_error_t *err)
+{
+    fprintf(stderr, "gpt2_data_check: %s\n", err->text);
+    return 1;
+}
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: gpt2_data_check write OUT RAW | read PATTERN B T RANK WORLD STEPS |"
+                    " tokenize TEXT PREFIX FRAC | decode SHARD\n");
+    return 2;
+}
+
+/* The whole of a small file. */
+static uint8_t *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return NULL;
+    size_t cap = 1 << 16, n = 0;
+    uint8_t *buf = malloc(cap);
+    size_t r;
+    while (buf && (r = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += r;
+        if (n == cap) {
+            uint8_t *nb = realloc(buf, cap *= 2);
+            if (nb == NULL)
+                free(buf);
+            buf = nb;
+        }
+    }
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+static int cmd_write(const char *out, const char *raw)
+{
+    size_t len = 0;
+    uint8_t *b = slurp(raw, &len);
+    if (b == NULL || len % 2) {
+        fprintf(stderr, "gpt2_data_check: %s: unreadable or an odd number of bytes\n", raw);
+        free(b);
+        return 1;
+    }
+    size_t n = len / 2;
+    uint16_t *t = malloc((n ? n : 1) * sizeof(*t));
+    for (size_t i = 0; t && i < n; i++)
+        t[i] = (uint16_t)(b[2 * i] | b[2 * i + 1] << 8);
+    bmt_error_t err;
+    int rc = t ? gpt2_write_shard(out, t, n, &err) : -1;
+    free(b);
+    free(t);
+    return rc == 0 ? 0 : fail(&err);
+}
+
+static int cmd_read(char **a) /* PATTERN B T RANK WORLD STEPS */
+{
+    int B = atoi(a[1]), T = atoi(a[2]), rank = atoi(a[3]), world = atoi(a[4]);
+    long steps = atol(a[5]);
+    bmt_error_t err;
+    gpt2_loader_t *l = gpt2_loader_open(a[0], B, T, rank, world, &err);
+    if (l == NULL)
+        return fail(&err);
+    size_t bt = (size_t)B * (size_t)T;
+    int32_t *in = malloc(bt * sizeof(*in)), *tg = malloc(bt * sizeof(*tg));
+    for (long s = 0; s < steps; s++) {
+        if (gpt2_loader_next(l, in, tg, &err) != 0) {
+            free(in);
+            free(tg);
+            gpt2_loader_destroy(l);
+            return fail(&err);
+        }
+        int shard;
+        int64_t pos;
+        gpt2_loader_position(l, &shard, &pos);
+        printf("%d %lld |", shard, (long long)pos);
+        for (size_t i = 0; i < bt; i++)
+            printf(" %d", in[i]);
+        printf(" |");
+        for (size_t i = 0; i < bt; i++)
+            printf(" %d", tg[i]);
+        printf("\n");
+    }
+    free(in);
+    free(tg);
+    gpt2_loader_destroy(l);
+    return 0;
+}
+
+static int cmd_decode(const char *path)
+{
+    size_t len = 0;
+    uint8_t *b = slurp(path, &len);
+    bmt_error_t err;
+    int64_t n = 0;
+    if (b == NULL || gpt2_shard_check_header(b, len, (int64_t)len, &n, &err) != 0) {
+        free(b);
+        if (b == NULL)
+            snprintf(err.text, sizeof(err.text), "%s: cannot read", path);
+        return fail(&err);
+    }
+    int32_t *t = malloc((size_t)(n ? n : 1) * sizeof(*t));
+    for (int64_t i = 0; i < n; i++)
+        t[i] = b[GPT2_SHARD_HEADER_BYTES + 2 * i] | b[GPT2_SHARD_HEADER_BYTES + 2 * i + 1] << 8;
+    int want = gpt2_decode_bytes(t, (int)n, NULL, 0);
+    char *out = malloc((size_t)want + 1);
+    int got = gpt2_decode_bytes(t, (int)n, out, (size_t)want + 1);
+    fwrite(out, 1, (size_t)got, stdout);
+    free(out);
+    free(t);
+    free(b);
+    return got == want ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    bmt_error_t err;
+    if (argc == 4 && strcmp(argv[1], "write") == 0)
+        return cmd_write(argv[2], argv[3]);
+    if (argc == 8 && strcmp(argv[1], "read") == 0)
+        return cmd_read(argv + 2);
+    if (argc == 5 && strcmp(argv[1], "tokenize") == 0)
+        return gpt2_tokenize_file(argv[2], argv[3], atof(argv[4]), &err) == 0 ? 0 : fail(&err);
+    if (argc == 3 && strcmp(argv[1], "decode") == 0)
+        return cmd_decode(argv[2]);
+    return usage();
+}
