@@ -235,9 +235,18 @@ check-integration: all
 check-gpu: all
 	$(Q)BUILDDIR=$(BUILDDIR) tests/run gpu
 
-demo: all
-	$(Q)echo '$$ bmlaunch --groups 2 --gpus-per-group 2 --device cpu -- $(BUILDDIR)/tests/progs/hello'
-	$(Q)$(BMLAUNCH) --groups 2 --gpus-per-group 2 --device cpu -- $(BUILDDIR)/tests/progs/hello
+# The main job: the tiny GPT-2 trained on the shipped corpus by 2 groups of 2
+# CPU ranks (ZeRO-3 in each group, data parallel across them).
+DEMO_DATA := $(BUILDDIR)/data/corpus
+DEMO_ARGS := --data $(DEMO_DATA)_train.bin --val $(DEMO_DATA)_val.bin --steps 60 --lr 3e-3 \
+    --warmup 5 --lr-min-frac 0.1 --eval-every 20
+$(DEMO_DATA)_train.bin: examples/gpt2/data/corpus.txt $(GPT2_BIN)
+	@mkdir -p $(@D)
+	$(Q)$(GPT2_BIN) --prepare $< --out $(DEMO_DATA)
+
+demo: all $(DEMO_DATA)_train.bin
+	$(Q)echo '$$ bmlaunch --groups 2 --gpus-per-group 2 --device cpu -- $(GPT2_BIN) $(DEMO_ARGS)'
+	$(Q)$(BMLAUNCH) --groups 2 --gpus-per-group 2 --device cpu -- $(GPT2_BIN) $(DEMO_ARGS)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/bmt \

@@ -35,7 +35,11 @@
 #include "bmt/device.h"
 #include "bmt/optim.h"
 
-enum { V = 37, D = 20, B = 5 };
+enum {
+    V = 37,
+    D = 20,
+    B = 5
+};
 #define SEED 4242u
 
 static const bmt_init_t WTE_INIT = { BMT_INIT_NORMAL, 0, 0.5, 1 };
@@ -94,8 +98,8 @@ static int emb_forward(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
 {
     (void)err;
     model_t *m = mp;
-    const float *wte = c->params[0];                    /* (V, D) full */
-    if (c->index == 0) {                                /* the embedding */
+    const float *wte = c->params[0]; /* (V, D) full */
+    if (c->index == 0) {             /* the embedding */
         batch(m->step, c->microbatch * m->world + m->rank, m->x, m->t);
         for (int i = 0; i < B; i++)
             memcpy(&m->h0[i * D], &wte[m->x[i] * D], D * sizeof(float));
@@ -322,13 +326,15 @@ int main(int argc, char **argv)
     const int64_t swte[2] = { V, D }, sW[2] = { D, D }, sb[1] = { D };
     if (emb == NULL ||
         bmt_block_add_param(emb, "wte.weight", 2, swte, BMT_F32, WTE_INIT, 0, &err) < 0 ||
-        bmt_block_build(emb, SEED, &err) < 0 || (mid = bmt_block_create(ctx, "mid", &err)) == NULL ||
+        bmt_block_build(emb, SEED, &err) < 0 ||
+        (mid = bmt_block_create(ctx, "mid", &err)) == NULL ||
         bmt_block_add_param(mid, "fc.weight", 2, sW, BMT_F32, W_INIT, 0, &err) < 0 ||
         bmt_block_add_param(mid, "fc.bias", 1, sb, BMT_F32, B_INIT, BMT_PARAM_NO_DECAY, &err) < 0 ||
         bmt_block_build(mid, SEED, &err) < 0)
         DIE("tied_check: %s", err.text);
     bmt_blocklist_t *list = bmt_blocklist_create(ctx, &lc, &err);
-    const bmt_block_ops_t eops = { emb_forward, emb_backward }, mops = { mid_forward, mid_backward };
+    const bmt_block_ops_t eops = { emb_forward, emb_backward },
+                          mops = { mid_forward, mid_backward };
     if (list == NULL || bmt_blocklist_append(list, emb, &eops, m, &err) < 0 ||
         bmt_blocklist_append(list, mid, &mops, m, &err) < 0)
         DIE("tied_check: %s", err.text);
@@ -400,7 +406,8 @@ int main(int argc, char **argv)
          * 3 holds 2 (prefetch) or 1; zero 2 one per block, the tied uses sharing
          * emb's. */
         const int P = bmt_layout(ctx)->gpus_per_group, pad = 16 * P;
-        const size_t full = (((size_t)(V * D + pad - 1) / pad * pad) * sizeof(float) + 255) / 256 * 256;
+        const size_t full =
+            (((size_t)(V * D + pad - 1) / pad * pad) * sizeof(float) + 255) / 256 * 256;
         const int slots = lc.zero_level == 2 ? 2 : lc.prefetch ? 2 : 1;
         check(st.peak[BMT_MEM_GATHERED] == (uint64_t)slots * full,
               "step 1: gathered buffers peaked at %llu bytes = %d x %zu (the tied uses share)",
@@ -415,8 +422,7 @@ int main(int argc, char **argv)
             norm += gb[i] * gb[i];
         norm = sqrt(norm);
         check(fabs(info.grad_norm - norm) <= 1e-5 * norm,
-              "step 1: grad norm %.9g, reference %.9g (bound 1e-5 relative)", info.grad_norm,
-              norm);
+              "step 1: grad norm %.9g, reference %.9g (bound 1e-5 relative)", info.grad_norm, norm);
         (void)loss;
         (void)ref_loss;
         float *p = malloc(sizeof(float) * V * D);

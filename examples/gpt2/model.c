@@ -1,0 +1,598 @@
+/* examples/gpt2/model.c — GPT-2's blocks and callbacks on the CPU (see model.h).
+ *
+ * The callbacks compute with the fp32 ops of ops_cpu.c on the full parameters
+ * the block list hands them (call->params, in the order the block added them)
+ * and add gradients into call->grads. The residual stream flows between blocks
+ * through the model's own buffers: x[l] is block l's input, dres the gradient
+ * with respect to the output of the block whose backward runs next.
+ *
+ * Checkpointing (the list's config) decides where a layer's internals live: with
+ * it, one scratch set shared by all layers, filled by the forward that the list
+ * runs again inside backward; without it, one set per layer, filled once.
+ */
+#include "gpt2/model.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bmt/device.h"
+#include "bmt/safetensors.h"
+#include "gpt2/ops_cpu.h"
+
+/* A layer's activations, all (B,T,...) row-major, f32. */
+typedef struct layer_acts {
+    float *ln1, *ln1_mean, *ln1_rstd; /* (N,C), (N), (N) */
+    float *qkv;                       /* (N,3C) */
+    float *preatt, *att;              /* (B,NH,T,T) */
+    float *atty;                      /* (N,C): attention output, before c_proj */
+    float *res2;                      /* (N,C): x + attention branch */
+    float *ln2, *ln2_mean, *ln2_rstd; /* (N,C), (N), (N) */
+    float *fch, *fch_gelu;            /* (N,4C) */
+} layer_acts_t;
+
+struct gpt2_model {
+    bmt_ctx_t *ctx;
+    gpt2_config_t cfg;
+    int B, T, N; /* N = B T rows */
+    bool ckpt;
+    bmt_blocklist_t *list;
+    int32_t *inputs, *targets; /* (B,T) of the current micro-batch */
+    int counted;               /* targets >= 0 */
+    float **x;                 /* (L+1) x (N,C): the residual stream, block inputs */
+    layer_acts_t *acts;        /* L sets, or 1 shared with checkpointing */
+    /* head */
+    float *lnf, *lnf_mean, *lnf_rstd; /* (N,C), (N), (N) */
+    float *logits, *probs, *losses;   /* (N,V), (N,V), (N) */
+    float loss;
+    /* backward scratch */
+    float *dres, *dres2, *dln, *datty; /* (N,C) */
+    float *dqkv;                       /* (N,3C) */
+    float *dpreatt, *datt;             /* (B,NH,T,T) */
+    float *dfch, *dfch_gelu;           /* (N,4C) */
+    float *dlogits;                    /* (N,V) */
+};
+
+static int fail(bmt_error_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(bmt_error_t *err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->text, sizeof(err->text), fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* ------------------------------------------------------------ sizes */
+
+int gpt2_config_by_name(const char *name, gpt2_config_t *cfg, bmt_error_t *err)
+{
+    static const struct {
+        const char *name;
+        gpt2_config_t c;
+    } known[] = {
+        { "tiny", { 256, 256, 4, 4, 64 } },      { "d12", { 1024, 50257, 12, 12, 768 } },
+        { "d24", { 1024, 50257, 24, 16, 1024 } }, { "d36", { 1024, 50257, 36, 20, 1280 } },
+        { "d48", { 1024, 50257, 48, 25, 1600 } },
+    };
+    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+        if (name && strcmp(name, known[i].name) == 0) {
+            *cfg = known[i].c;
+            return 0;
+        }
+    return fail(err, "unknown model '%.40s': use tiny, d12, d24, d36 or d48, or give the sizes",
+                name ? name : "(null)");
+}
+
+int gpt2_config_check(const gpt2_config_t *c, bmt_error_t *err)
+{
+    const struct {
+        const char *what;
+        int v, max;
+    } f[] = {
+        { "sequence length (max_seq_len)", c->max_seq_len, 1 << 16 },
+        { "vocabulary size", c->vocab_size, 1 << 20 },
+        { "layers", c->n_layer, 1024 },
+        { "heads", c->n_head, 1024 },
+        { "embedding size", c->n_embd, 1 << 16 },
+    };
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+        if (f[i].v < 1 || f[i].v > f[i].max)
+            return fail(err, "model: %s must be in 1..%d, not %d", f[i].what, f[i].max, f[i].v);
+    if (c->n_embd % c->n_head != 0)
+        return fail(err, "model: the embedding size %d is not a multiple of the %d heads",
+                    c->n_embd, c->n_head);
+    return 0;
+}
+
+int64_t gpt2_num_params(const gpt2_config_t *c)
+{
+    const int64_t C = c->n_embd, L = c->n_layer;
+    const int64_t layer = 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + 2 * C + (C * 4 * C + 4 * C) +
+                          (4 * C * C + C);
+    return (int64_t)c->vocab_size * C + (int64_t)c->max_seq_len * C + L * layer + 2 * C;
+}
+
+double gpt2_flops_per_token(const gpt2_config_t *c, int T)
+{
+    return 6.0 * (double)gpt2_num_params(c) + 6.0 * c->n_layer * c->n_embd * (double)T;
+}
+
+/* ------------------------------------------------------------ callbacks */
+
+/* Parameter order of a layer block, as layer_block() adds them. */
+enum {
+    P_LN1_W,
+    P_LN1_B,
+    P_ATTN_W, /* (C,3C) */
+    P_ATTN_B, /* (3C) */
+    P_APROJ_W, /* (C,C) */
+    P_APROJ_B,
+    P_LN2_W,
+    P_LN2_B,
+    P_FC_W, /* (C,4C) */
+    P_FC_B, /* (4C) */
+    P_FPROJ_W, /* (4C,C) */
+    P_FPROJ_B,
+    P_LAYER_COUNT
+};
+/* ... and of the "transformer" block. */
+enum { P_WTE, P_WPE, P_LNF_W, P_LNF_B };
+
+static layer_acts_t *acts_of(gpt2_model_t *m, int l) { return &m->acts[m->ckpt ? 0 : l]; }
+
+static void layer_forward(gpt2_model_t *m, int l, const float *const *p)
+{
+    const int N = m->N, C = m->cfg.n_embd;
+    layer_acts_t *a = acts_of(m, l);
+    const float *x = m->x[l];
+    float *out = m->x[l + 1];
+    gpt2_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p[P_LN1_W], p[P_LN1_B], N, C);
+    gpt2_matmul_forward(a->qkv, a->ln1, p[P_ATTN_W], p[P_ATTN_B], N, C, 3 * C, 0);
+    gpt2_attention_forward(a->atty, a->preatt, a->att, a->qkv, m->B, m->T, C, m->cfg.n_head);
+    gpt2_matmul_forward(out, a->atty, p[P_APROJ_W], p[P_APROJ_B], N, C, C, 0); /* out as temp */
+    gpt2_residual_forward(a->res2, x, out, N * C);
+    gpt2_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p[P_LN2_W], p[P_LN2_B], N, C);
+    gpt2_matmul_forward(a->fch, a->ln2, p[P_FC_W], p[P_FC_B], N, C, 4 * C, 0);
+    gpt2_gelu_forward(a->fch_gelu, a->fch, N * 4 * C);
+    gpt2_matmul_forward(out, a->fch_gelu, p[P_FPROJ_W], p[P_FPROJ_B], N, 4 * C, C, 0);
+    gpt2_residual_forward(out, a->res2, out, N * C);
+}
+
+/* dres: in, the gradient w.r.t. x[l+1]; out, w.r.t. x[l]. */
+static void layer_backward(gpt2_model_t *m, int l, const float *const *p, float *const *g)
+{
+    const int N = m->N, C = m->cfg.n_embd;
+    layer_acts_t *a = acts_of(m, l);
+    const size_t nc = (size_t)N * C * sizeof(float);
+    memcpy(m->dres2, m->dres, nc); /* the residual path: d res2 = d out + ... */
+    memset(m->dfch_gelu, 0, (size_t)N * 4 * C * sizeof(float));
+    gpt2_matmul_backward(m->dfch_gelu, g[P_FPROJ_W], g[P_FPROJ_B], m->dres, a->fch_gelu,
+                         p[P_FPROJ_W], N, 4 * C, C, 0);
+    memset(m->dfch, 0, (size_t)N * 4 * C * sizeof(float));
+    gpt2_gelu_backward(m->dfch, a->fch, m->dfch_gelu, N * 4 * C);
+    memset(m->dln, 0, nc);
+    gpt2_matmul_backward(m->dln, g[P_FC_W], g[P_FC_B], m->dfch, a->ln2, p[P_FC_W], N, C, 4 * C, 0);
+    gpt2_layernorm_backward(m->dres2, g[P_LN2_W], g[P_LN2_B], m->dln, a->res2, p[P_LN2_W],
+                            a->ln2_mean, a->ln2_rstd, N, C);
+    memcpy(m->dres, m->dres2, nc); /* d x = d res2 + ... */
+    memset(m->datty, 0, nc);
+    gpt2_matmul_backward(m->datty, g[P_APROJ_W], g[P_APROJ_B], m->dres2, a->atty, p[P_APROJ_W], N,
+                         C, C, 0);
+    memset(m->dqkv, 0, (size_t)N * 3 * C * sizeof(float));
+    gpt2_attention_backward(m->dqkv, m->dpreatt, m->datt, m->datty, a->qkv, a->att, m->B, m->T, C,
+                            m->cfg.n_head);
+    memset(m->dln, 0, nc);
+    gpt2_matmul_backward(m->dln, g[P_ATTN_W], g[P_ATTN_B], m->dqkv, a->ln1, p[P_ATTN_W], N, C,
+                         3 * C, 0);
+    gpt2_layernorm_backward(m->dres, g[P_LN1_W], g[P_LN1_B], m->dln, m->x[l], p[P_LN1_W],
+                            a->ln1_mean, a->ln1_rstd, N, C);
+}
+
+static void head_forward(gpt2_model_t *m, const float *const *p)
+{
+    const int N = m->N, C = m->cfg.n_embd, V = m->cfg.vocab_size;
+    gpt2_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->x[m->cfg.n_layer], p[P_LNF_W],
+                           p[P_LNF_B], N, C);
+    gpt2_matmul_forward(m->logits, m->lnf, p[P_WTE], NULL, N, C, V, 1);
+    gpt2_crossentropy_forward(m->losses, m->probs, m->logits, m->targets, m->B, m->T, V);
+    double sum = 0;
+    for (int i = 0; i < N; i++)
+        if (m->targets[i] >= 0)
+            sum += m->losses[i];
+    m->loss = m->counted ? (float)(sum / m->counted) : 0.0f;
+}
+
+static void head_backward(gpt2_model_t *m, const float *const *p, float *const *g)
+{
+    const int N = m->N, C = m->cfg.n_embd, V = m->cfg.vocab_size;
+    memset(m->dlogits, 0, (size_t)N * V * sizeof(float));
+    if (m->counted)
+        gpt2_crossentropy_backward(m->dlogits, m->probs, m->targets, 1.0f / (float)m->counted,
+                                   m->B, m->T, V);
+    memset(m->dln, 0, (size_t)N * C * sizeof(float));
+    gpt2_matmul_backward(m->dln, g[P_WTE], NULL, m->dlogits, m->lnf, p[P_WTE], N, C, V, 1);
+    memset(m->dres, 0, (size_t)N * C * sizeof(float));
+    gpt2_layernorm_backward(m->dres, g[P_LNF_W], g[P_LNF_B], m->dln, m->x[m->cfg.n_layer],
+                            p[P_LNF_W], m->lnf_mean, m->lnf_rstd, N, C);
+}
+
+/* The "transformer" block: use 0 embeds, use L+1 is the head. */
+static int top_forward(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
+{
+    (void)err;
+    gpt2_model_t *m = mp;
+    const float *const *p = (const float *const *)c->params;
+    if (c->index == 0)
+        gpt2_encoder_forward(m->x[0], m->inputs, p[P_WTE], p[P_WPE], m->B, m->T, m->cfg.n_embd);
+    else
+        head_forward(m, p);
+    return 0;
+}
+
+static int top_backward(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
+{
+    (void)err;
+    gpt2_model_t *m = mp;
+    const float *const *p = (const float *const *)c->params;
+    float *const *g = (float *const *)c->grads;
+    if (c->index == 0)
+        gpt2_encoder_backward(g[P_WTE], g[P_WPE], m->dres, m->inputs, m->B, m->T, m->cfg.n_embd);
+    else
+        head_backward(m, p, g);
+    return 0;
+}
+
+static int layer_fwd_cb(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
+{
+    (void)err;
+    layer_forward(mp, c->index - 1, (const float *const *)c->params);
+    return 0;
+}
+
+static int layer_bwd_cb(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
+{
+    (void)err;
+    layer_backward(mp, c->index - 1, (const float *const *)c->params, (float *const *)c->grads);
+    return 0;
+}
+
+/* ------------------------------------------------------------ construction */
+
+static bmt_block_t *top_block(gpt2_model_t *m, uint64_t seed, bmt_error_t *err)
+{
+    const int64_t V = m->cfg.vocab_size, C = m->cfg.n_embd, maxT = m->cfg.max_seq_len;
+    const int64_t swte[2] = { V, C }, swpe[2] = { maxT, C }, sc[1] = { C };
+    const bmt_init_t w = BMT_INIT_NORMAL_V(0, 0.02);
+    bmt_block_t *b = bmt_block_create(m->ctx, "transformer", err);
+    if (b == NULL || bmt_block_add_param(b, "wte.weight", 2, swte, BMT_F32, w, 0, err) < 0 ||
+        bmt_block_add_param(b, "wpe.weight", 2, swpe, BMT_F32, w, 0, err) < 0 ||
+        bmt_block_add_param(b, "ln_f.weight", 1, sc, BMT_F32, BMT_INIT_ONES_V, BMT_PARAM_NO_DECAY,
+                            err) < 0 ||
+        bmt_block_add_param(b, "ln_f.bias", 1, sc, BMT_F32, BMT_INIT_ZEROS_V, BMT_PARAM_NO_DECAY,
+                            err) < 0 ||
+        bmt_block_build(b, seed, err) < 0) {
+        bmt_block_destroy(b);
+        return NULL;
+    }
+    return b;
+}
+
+static bmt_block_t *layer_block(gpt2_model_t *m, int l, uint64_t seed, bmt_error_t *err)
+{
+    const int64_t C = m->cfg.n_embd;
+    const bmt_init_t w = BMT_INIT_NORMAL_V(0, 0.02);
+    const bmt_init_t wp = BMT_INIT_NORMAL_V(0, 0.02 / sqrt(2.0 * m->cfg.n_layer));
+    const bmt_init_t one = BMT_INIT_ONES_V, zero = BMT_INIT_ZEROS_V;
+    const unsigned nd = BMT_PARAM_NO_DECAY;
+    const struct {
+        const char *name;
+        int ndim;
+        int64_t d0, d1;
+        bmt_init_t init;
+        unsigned flags;
+    } ps[P_LAYER_COUNT] = {
+        { "ln_1.weight", 1, C, 0, one, nd },       { "ln_1.bias", 1, C, 0, zero, nd },
+        { "attn.c_attn.weight", 2, C, 3 * C, w, 0 }, { "attn.c_attn.bias", 1, 3 * C, 0, zero, nd },
+        { "attn.c_proj.weight", 2, C, C, wp, 0 }, { "attn.c_proj.bias", 1, C, 0, zero, nd },
+        { "ln_2.weight", 1, C, 0, one, nd },       { "ln_2.bias", 1, C, 0, zero, nd },
+        { "mlp.c_fc.weight", 2, C, 4 * C, w, 0 },  { "mlp.c_fc.bias", 1, 4 * C, 0, zero, nd },
+        { "mlp.c_proj.weight", 2, 4 * C, C, wp, 0 }, { "mlp.c_proj.bias", 1, C, 0, zero, nd },
+    };
+    char name[64];
+    snprintf(name, sizeof(name), "transformer.h.%d", l);
+    bmt_block_t *b = bmt_block_create(m->ctx, name, err);
+    if (b == NULL)
+        return NULL;
+    for (int i = 0; i < P_LAYER_COUNT; i++) {
+        const int64_t shape[2] = { ps[i].d0, ps[i].d1 };
+        if (bmt_block_add_param(b, ps[i].name, ps[i].ndim, shape, BMT_F32, ps[i].init, ps[i].flags,
+                                err) < 0) {
+            bmt_block_destroy(b);
+            return NULL;
+        }
+    }
+    if (bmt_block_build(b, seed, err) < 0) {
+        bmt_block_destroy(b);
+        return NULL;
+    }
+    return b;
+}
+
+/* One activation buffer of n floats, counted as BMT_MEM_ACTIVATION. */
+static float *act(gpt2_model_t *m, size_t n, bmt_error_t *err)
+{
+    return bmt_alloc(m->ctx, BMT_MEM_ACTIVATION, n * sizeof(float), err);
+}
+
+static int alloc_acts(gpt2_model_t *m, bmt_error_t *err)
+{
+    const size_t N = (size_t)m->N, C = (size_t)m->cfg.n_embd, V = (size_t)m->cfg.vocab_size;
+    const size_t att = (size_t)m->B * m->cfg.n_head * m->T * m->T;
+    const int L = m->cfg.n_layer, sets = m->ckpt ? 1 : L;
+    m->inputs = calloc(N, sizeof(int32_t));
+    m->targets = calloc(N, sizeof(int32_t));
+    m->x = calloc((size_t)L + 1, sizeof(float *));
+    m->acts = calloc((size_t)sets, sizeof(layer_acts_t));
+    if (!m->inputs || !m->targets || !m->x || !m->acts)
+        return fail(err, "rank %d: out of memory for the model's activations", bmt_rank(m->ctx));
+    for (int l = 0; l <= L; l++)
+        if ((m->x[l] = act(m, N * C, err)) == NULL)
+            return -1;
+    for (int s = 0; s < sets; s++) {
+        layer_acts_t *a = &m->acts[s];
+        if (!(a->ln1 = act(m, N * C, err)) || !(a->ln1_mean = act(m, N, err)) ||
+            !(a->ln1_rstd = act(m, N, err)) || !(a->qkv = act(m, N * 3 * C, err)) ||
+            !(a->preatt = act(m, att, err)) || !(a->att = act(m, att, err)) ||
+            !(a->atty = act(m, N * C, err)) || !(a->res2 = act(m, N * C, err)) ||
+            !(a->ln2 = act(m, N * C, err)) || !(a->ln2_mean = act(m, N, err)) ||
+            !(a->ln2_rstd = act(m, N, err)) || !(a->fch = act(m, N * 4 * C, err)) ||
+            !(a->fch_gelu = act(m, N * 4 * C, err)))
+            return -1;
+    }
+    if (!(m->lnf = act(m, N * C, err)) || !(m->lnf_mean = act(m, N, err)) ||
+        !(m->lnf_rstd = act(m, N, err)) || !(m->logits = act(m, N * V, err)) ||
+        !(m->probs = act(m, N * V, err)) || !(m->losses = act(m, N, err)) ||
+        !(m->dres = act(m, N * C, err)) || !(m->dres2 = act(m, N * C, err)) ||
+        !(m->dln = act(m, N * C, err)) || !(m->datty = act(m, N * C, err)) ||
+        !(m->dqkv = act(m, N * 3 * C, err)) || !(m->dpreatt = act(m, att, err)) ||
+        !(m->datt = act(m, att, err)) || !(m->dfch = act(m, N * 4 * C, err)) ||
+        !(m->dfch_gelu = act(m, N * 4 * C, err)) || !(m->dlogits = act(m, N * V, err)))
+        return -1;
+    return 0;
+}
+
+gpt2_model_t *gpt2_model_create(bmt_ctx_t *ctx, const gpt2_config_t *cfg, int B, int T,
+                                const bmt_blocklist_config_t *list_cfg, uint64_t seed,
+                                bmt_error_t *err)
+{
+    if (gpt2_config_check(cfg, err) < 0)
+        return NULL;
+    if (B < 1 || T < 1 || T > cfg->max_seq_len || (int64_t)B * T > (1 << 24)) {
+        fail(err, "model: micro-batch %d x sequence length %d: need B >= 1 and 1 <= T <= %d", B, T,
+             cfg->max_seq_len);
+        return NULL;
+    }
+    if (bmt_device(ctx) != BMT_DEVICE_CPU) {
+        fail(err, "model: the GPT-2 example computes on cpu only for now (--device cpu)");
+        return NULL;
+    }
+    gpt2_model_t *m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        fail(err, "out of memory");
+        return NULL;
+    }
+    m->ctx = ctx;
+    m->cfg = *cfg;
+    m->B = B, m->T = T, m->N = B * T;
+    bmt_blocklist_config_t lc = BMT_BLOCKLIST_CONFIG_INITIALIZER;
+    if (list_cfg)
+        lc = *list_cfg;
+    m->ckpt = lc.checkpointing != 0;
+    static const bmt_block_ops_t top_ops = { top_forward, top_backward };
+    static const bmt_block_ops_t layer_ops = { layer_fwd_cb, layer_bwd_cb };
+    bmt_block_t *top = NULL;
+    if ((m->list = bmt_blocklist_create(ctx, &lc, err)) == NULL ||
+        (top = top_block(m, seed, err)) == NULL)
+        goto fail;
+    if (bmt_blocklist_append(m->list, top, &top_ops, m, err) < 0) {
+        bmt_block_destroy(top);
+        goto fail;
+    }
+    for (int l = 0; l < cfg->n_layer; l++) {
+        bmt_block_t *b = layer_block(m, l, seed, err);
+        if (b == NULL)
+            goto fail;
+        if (bmt_blocklist_append(m->list, b, &layer_ops, m, err) < 0) {
+            bmt_block_destroy(b);
+            goto fail;
+        }
+    }
+    if (bmt_blocklist_append_tied(m->list, top, &top_ops, m, err) < 0 || alloc_acts(m, err) < 0)
+        goto fail;
+    return m;
+fail:
+    gpt2_model_destroy(m);
+    return NULL;
+}
+
+bmt_blocklist_t *gpt2_model_list(gpt2_model_t *m) { return m ? m->list : NULL; }
+
+int gpt2_model_set_batch(gpt2_model_t *m, const int32_t *inputs, const int32_t *targets,
+                         bmt_error_t *err)
+{
+    const int V = m->cfg.vocab_size;
+    int counted = 0;
+    for (int i = 0; i < m->N; i++) {
+        if (inputs[i] < 0 || inputs[i] >= V)
+            return fail(err, "model: input token %d at position %d is outside the vocabulary [0, %d)",
+                        inputs[i], i, V);
+        if (targets[i] >= V)
+            return fail(err, "model: target token %d at position %d is outside the vocabulary [0, %d)",
+                        targets[i], i, V);
+        counted += targets[i] >= 0;
+    }
+    memcpy(m->inputs, inputs, (size_t)m->N * sizeof(int32_t));
+    memcpy(m->targets, targets, (size_t)m->N * sizeof(int32_t));
+    m->counted = counted;
+    return 0;
+}
+
+float gpt2_model_loss(const gpt2_model_t *m) { return m->loss; }
+
+const float *gpt2_model_logits(const gpt2_model_t *m) { return m->logits; }
+
+void gpt2_model_destroy(gpt2_model_t *m)
+{
+    if (m == NULL)
+        return;
+    bmt_blocklist_destroy(m->list);
+    bmt_ctx_t *ctx = m->ctx;
+    const int L = m->cfg.n_layer, sets = m->ckpt ? 1 : L;
+    if (m->x)
+        for (int l = 0; l <= L; l++)
+            bmt_free(ctx, m->x[l]);
+    if (m->acts)
+        for (int s = 0; s < sets; s++) {
+            layer_acts_t *a = &m->acts[s];
+            float *all[] = { a->ln1,  a->ln1_mean, a->ln1_rstd, a->qkv,      a->preatt,
+                             a->att,  a->atty,     a->res2,     a->ln2,      a->ln2_mean,
+                             a->ln2_rstd, a->fch,  a->fch_gelu };
+            for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+                bmt_free(ctx, all[i]);
+        }
+    float *rest[] = { m->lnf,   m->lnf_mean, m->lnf_rstd, m->logits, m->probs,  m->losses,
+                      m->dres,  m->dres2,    m->dln,      m->datty,  m->dqkv,   m->dpreatt,
+                      m->datt,  m->dfch,     m->dfch_gelu, m->dlogits };
+    for (size_t i = 0; i < sizeof(rest) / sizeof(rest[0]); i++)
+        bmt_free(ctx, rest[i]);
+    free(m->x);
+    free(m->acts);
+    free(m->inputs);
+    free(m->targets);
+    free(m);
+}
+
+/* ------------------------------------------------------------ safetensors */
+
+/* The file's tensor for our parameter full_name: the same name, or without
+ * the "transformer." prefix (HF's GPT-2 files use both). -1 when absent. */
+static int find_tensor(const bmt_st_t *st, const char *full_name)
+{
+    int i = bmt_st_find(st, full_name);
+    if (i < 0 && strncmp(full_name, "transformer.", 12) == 0)
+        i = bmt_st_find(st, full_name + 12);
+    return i;
+}
+
+static const bmt_st_tensor_t *named(const bmt_st_t *st, const char *a, const char *b)
+{
+    int i = bmt_st_find(st, a);
+    return bmt_st_tensor(st, i >= 0 ? i : bmt_st_find(st, b));
+}
+
+int gpt2_config_from_file(const char *path, int n_head, gpt2_config_t *cfg, bmt_error_t *err)
+{
+    bmt_st_t *st = bmt_st_open(path, err);
+    if (st == NULL)
+        return -1;
+    bmt_st_plan_t *plan = NULL;
+    int rc = bmt_st_discover(st, &plan, err);
+    const bmt_st_tensor_t *wte = named(st, "wte.weight", "transformer.wte.weight");
+    const bmt_st_tensor_t *wpe = named(st, "wpe.weight", "transformer.wpe.weight");
+    if (rc == 0 && (wte == NULL || wpe == NULL || wte->ndim != 2 || wpe->ndim != 2))
+        rc = fail(err, "%.200s: no GPT-2 embeddings: need 2-D wte.weight and wpe.weight", path);
+    if (rc == 0 && plan->nlayers < 1)
+        rc = fail(err, "%.200s: no transformer layers (h.<N>.*) found", path);
+    if (rc == 0 && wte->shape[1] != wpe->shape[1])
+        rc = fail(err, "%.200s: wte is %lld wide and wpe %lld: they must agree", path,
+                  (long long)wte->shape[1], (long long)wpe->shape[1]);
+    if (rc == 0) {
+        *cfg = (gpt2_config_t){ .max_seq_len = (int)wpe->shape[0],
+                                .vocab_size = (int)wte->shape[0],
+                                .n_layer = plan->nlayers,
+                                .n_embd = (int)wte->shape[1] };
+        cfg->n_head = n_head ? n_head : cfg->n_embd % 64 == 0 ? cfg->n_embd / 64 : 0;
+        if (cfg->n_head == 0)
+            rc = fail(err, "%.200s: the embedding size %d is not a multiple of 64: give the heads",
+                      path, cfg->n_embd);
+        else
+            rc = gpt2_config_check(cfg, err);
+    }
+    bmt_st_plan_free(plan);
+    bmt_st_close(st);
+    return rc;
+}
+
+typedef struct load_src {
+    bmt_st_t *st;
+    int *idx; /* (params of the block) tensor index of each */
+} load_src_t;
+
+static int read_param(void *user, const bmt_block_t *b, int param, int64_t first, int64_t count,
+                      void *dst, bmt_dtype_t dtype, bmt_error_t *err)
+{
+    (void)b;
+    const load_src_t *s = user;
+    return bmt_st_read(s->st, s->idx[param], first, count, dst, dtype, err);
+}
+
+int gpt2_model_load(gpt2_model_t *m, const char *path, bmt_error_t *err)
+{
+    bmt_st_t *st = bmt_st_open(path, err);
+    if (st == NULL)
+        return -1;
+    const int L = m->cfg.n_layer;
+    int **idx = calloc((size_t)L + 1, sizeof(int *));
+    int rc = idx ? 0 : fail(err, "out of memory");
+    /* Every name and shape first, so that a mismatch loads nothing. */
+    for (int u = 0; u <= L && rc == 0; u++) {
+        const bmt_block_t *b = bmt_blocklist_block(m->list, u);
+        const int n = bmt_block_num_params(b);
+        if ((idx[u] = calloc((size_t)n, sizeof(int))) == NULL)
+            rc = fail(err, "out of memory");
+        for (int j = 0; j < n && rc == 0; j++) {
+            const char *name = bmt_block_param_name(b, j);
+            int i = idx[u][j] = find_tensor(st, name);
+            const bmt_st_tensor_t *t = bmt_st_tensor(st, i);
+            int ndim;
+            int64_t shape[BMT_MAX_DIMS];
+            bmt_block_param_shape(b, j, &ndim, shape);
+            if (t == NULL) {
+                rc = fail(err, "%.200s has no tensor '%.80s'%s%.80s%s", path, name,
+                          strncmp(name, "transformer.", 12) == 0 ? " (nor '" : "",
+                          strncmp(name, "transformer.", 12) == 0 ? name + 12 : "",
+                          strncmp(name, "transformer.", 12) == 0 ? "')" : "");
+                break;
+            }
+            bool same = t->ndim == ndim;
+            for (int d = 0; same && d < ndim; d++)
+                same = t->shape[d] == shape[d];
+            if (!same) {
+                char want[64] = "", got[64] = "";
+                for (int d = 0; d < ndim; d++)
+                    snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s%lld",
+                             d ? ", " : "", (long long)shape[d]);
+                for (int d = 0; d < t->ndim; d++)
+                    snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%lld",
+                             d ? ", " : "", (long long)t->shape[d]);
+                rc = fail(err, "%.150s: tensor '%.80s' is (%s); the model needs (%s)", t->file,
+                          t->name, got, want);
+            } else if (t->dtype != BMT_ST_F32 && t->dtype != BMT_ST_BF16 &&
+                       t->dtype != BMT_ST_F16 && t->dtype != BMT_ST_F64)
+                rc = fail(err, "%.150s: tensor '%.80s' is %s; a float type is needed", t->file,
+                          t->name, bmt_st_dtype_name(t->dtype));
+        }
+    }
+    for (int u = 0; u <= L && rc == 0; u++) {
+        load_src_t src = { st, idx[u] };
+        rc = bmt_block_load(bmt_blocklist_block(m->list, u), read_param, &src, err);
+    }
+    for (int u = 0; idx && u <= L; u++)
+        free(idx[u]);
+    free(idx);
+    bmt_st_close(st);
+    return rc;
+}

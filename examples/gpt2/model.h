@@ -1,0 +1,97 @@
+/* examples/gpt2/model.h — GPT-2 on libbmt's block list (CPU fp32 path).
+ *
+ * The model is HF's GPT2LMHeadModel: token and position embeddings,
+ * pre-LayerNorm blocks (causal multi-head self-attention, GELU-tanh MLP), a
+ * final LayerNorm, and the LM head tied to the token embedding; mean
+ * cross-entropy loss. Parameters carry HF's names and shapes
+ * ("transformer.h.3.attn.c_attn.weight" is (C, 3C), Conv1D's (in, out)).
+ *
+ * Blocks, each sharded over the group from birth (bmt/block.h):
+ *   use 0        "transformer": wte (V,C), wpe (maxT,C), ln_f.weight (C), ln_f.bias (C)
+ *                as the embedding: x0 = wte[inputs] + wpe[t]
+ *   uses 1..L    "transformer.h.<l>": one transformer layer, x_{l+1} = layer(x_l)
+ *   use L+1      "transformer" again (bmt_blocklist_append_tied) as the head:
+ *                logits = ln_f(x_L) wte^T, loss = mean cross-entropy
+ * The model owns activations: the residual stream x_0..x_L (B,T,C) always (the
+ * blocks' inputs, what activation checkpointing keeps), and each layer's
+ * internals either per layer (checkpointing off) or in one scratch set that a
+ * layer's forward fills again inside backward (checkpointing on).
+ */
+#ifndef GPT2_MODEL_H
+#define GPT2_MODEL_H
+
+#include <stdint.h>
+
+#include "bmt/block.h"
+#include "bmt/bmt.h"
+
+typedef struct gpt2_config {
+    int max_seq_len; /* maxT: rows of wpe */
+    int vocab_size;  /* V */
+    int n_layer;     /* L */
+    int n_head;      /* NH */
+    int n_embd;      /* C, a multiple of NH */
+} gpt2_config_t;
+
+/* Named sizes: "tiny" (byte-level demo: V 256, maxT 256, L 4, NH 4, C 64), "d12"
+ * (124M: V 50257, maxT 1024, L 12, NH 12, C 768), "d24" (350M: 24, 16, 1024),
+ * "d36" (774M: 36, 20, 1280), "d48" (1558M: 48, 25, 1600). -1 and err for an
+ * unknown name. */
+int gpt2_config_by_name(const char *name, gpt2_config_t *cfg, bmt_error_t *err);
+
+/* 0, or -1 with err saying which size is wrong (non-positive, C not a multiple
+ * of NH, too large). */
+int gpt2_config_check(const gpt2_config_t *cfg, bmt_error_t *err);
+
+/* Parameters of the model (the tied wte counted once). */
+int64_t gpt2_num_params(const gpt2_config_t *cfg);
+
+/* Model FLOPs of one token, forward and backward, at sequence length T, as
+ * llm.c counts them: 6 N + 6 L C T (no recomputation). */
+double gpt2_flops_per_token(const gpt2_config_t *cfg, int T);
+
+typedef struct gpt2_model gpt2_model_t;
+
+/* Build the blocks (sharded, initialized from seed as GPT-2 does: weights
+ * N(0, 0.02), the residual projections N(0, 0.02 / sqrt(2 L)), biases 0,
+ * LayerNorm weights 1), the block list with list_cfg (NULL: defaults), and the
+ * activations for micro-batches of B sequences of T tokens (T <= maxT). On cpu
+ * only for now. */
+gpt2_model_t *gpt2_model_create(bmt_ctx_t *ctx, const gpt2_config_t *cfg, int B, int T,
+                                const bmt_blocklist_config_t *list_cfg, uint64_t seed,
+                                bmt_error_t *err);
+
+/* The block list (for bmt_blocklist_forward / _backward and bmt_adamw_create). */
+bmt_blocklist_t *gpt2_model_list(gpt2_model_t *m);
+
+/* The next micro-batch: inputs and targets (B,T) int32, copied. Tokens must be
+ * in [0, V); a target < 0 is left out of the loss. -1 and err otherwise. */
+int gpt2_model_set_batch(gpt2_model_t *m, const int32_t *inputs, const int32_t *targets,
+                         bmt_error_t *err);
+
+/* Mean loss of the last forward over its counted positions. */
+float gpt2_model_loss(const gpt2_model_t *m);
+
+/* Logits of the last forward, (B,T,V) f32, host memory on cpu. */
+const float *gpt2_model_logits(const gpt2_model_t *m);
+
+/* The sizes of the GPT-2 in a safetensors file, index or directory (HF names,
+ * with or without the "transformer." prefix), found by block discovery: L from
+ * the layers, V and C from wte, maxT from wpe; the heads from n_head, or C / 64
+ * when n_head is 0 (GPT-2's head size). -1 and err naming the file and what is
+ * missing or inconsistent. */
+int gpt2_config_from_file(const char *path, int n_head, gpt2_config_t *cfg, bmt_error_t *err);
+
+/* Replace the model's parameters with those of a safetensors file (before
+ * bmt_adamw_create): every rank reads only the bytes of its own shards
+ * (bmt_block_load), converting to f32. Every parameter must be in the file with
+ * its shape ("transformer.h.0.attn.c_attn.weight" or "h.0.attn.c_attn.weight",
+ * (C, 3C) as HF's Conv1D stores it); the file's attention-mask buffers
+ * (attn.bias, attn.masked_bias) and lm_head.weight (tied to wte) are ignored.
+ * Names and shapes are all checked before anything is read. */
+int gpt2_model_load(gpt2_model_t *m, const char *path, bmt_error_t *err);
+
+/* Destroy the list (and its blocks) and the activations. NULL: no-op. */
+void gpt2_model_destroy(gpt2_model_t *m);
+
+#endif

@@ -1,0 +1,398 @@
+/* examples/gpt2/train.c — the GPT-2 reference trainer on libbmt (bin/gpt2).
+ *
+ *     bmlaunch -g 2 -n 2 -- gpt2 --model tiny --data 'corpus_train.bin' --val corpus_val.bin
+ *     gpt2 --prepare corpus.txt --out build/data/corpus     (tokenize, byte level)
+ *
+ * Each rank trains on its own slice of every global batch (llm.c's shards and
+ * DataLoader semantics, examples/gpt2/data.h); the model's blocks are sharded
+ * over the group (ZeRO-3) and the groups are data parallel. One line per step on
+ * rank 0: step, loss (mean over the world), learning rate, step time, tokens/s
+ * of the whole job, MFU (when the peak is known: the GPU's, or BMT_PEAK_TFLOPS)
+ * and memory; every step is also reported to the monitor plugins
+ * (bmt_report_step), so bmlaunch's /metrics shows it live.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bmt/block.h"
+#include "bmt/bmt.h"
+#include "bmt/device.h"
+#include "bmt/monitor.h"
+#include "bmt/optim.h"
+#include "gpt2/data.h"
+#include "gpt2/model.h"
+
+typedef struct opts {
+    const char *model, *data, *val, *prepare, *out, *init_from;
+    gpt2_config_t cfg;
+    int layers, heads, embd, vocab, max_seq; /* overrides; 0: the model's */
+    int B, T, accum, steps, warmup, eval_every, eval_batches, zero, ckpt, prefetch;
+    double lr, lr_min_frac, weight_decay, clip, val_fraction;
+    unsigned long long seed;
+} opts_t;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: gpt2 [options]                      (a rank program: run it under bmlaunch)\n"
+            "       gpt2 --prepare TEXT --out PREFIX [--val-fraction F]\n"
+            "Model:\n"
+            "  -m, --model NAME        tiny (default), d12, d24, d36, d48\n"
+            "      --init-from PATH    start from a safetensors file, index or directory (HF\n"
+            "                          GPT-2 names); its sizes are the model's (--heads: C/64)\n"
+            "      --layers L --heads H --embd C --vocab V --max-seq N   override its sizes\n"
+            "Data (llm.c token shards: header magic 20240520, uint16 tokens):\n"
+            "  -i, --data PATTERN      training shards (a path or a glob)\n"
+            "  -j, --val PATTERN       validation shards (optional)\n"
+            "Batch:\n"
+            "  -b, --batch B           sequences per micro-batch per rank (default 4)\n"
+            "  -t, --seq T             sequence length (default 64)\n"
+            "  -a, --accum A           micro-batches per step (default 1)\n"
+            "Optimizer (AdamW):\n"
+            "  -l, --lr LR             peak learning rate (default 1e-3)\n"
+            "      --warmup N          linear warm-up steps (default 0)\n"
+            "      --lr-min-frac F     cosine decay to F x LR at the last step (default 1: none)\n"
+            "      --weight-decay W    (default 0.0)\n"
+            "      --clip NORM         clip the global gradient norm (default 1.0; 0: off)\n"
+            "Run:\n"
+            "  -n, --steps N           optimizer steps (default 50)\n"
+            "  -s, --seed S            initialization seed (default 1337)\n"
+            "  -v, --eval-every N      validation loss every N steps and at the end (default 0: "
+            "end only)\n"
+            "      --eval-batches K    micro-batches per validation (default 4)\n"
+            "      --zero 2|3          keep gathered parameters from forward to backward (2) or "
+            "not (3, default)\n"
+            "      --ckpt 0|1          activation checkpointing per block (default 1)\n"
+            "      --prefetch 0|1      gather block i+1 while block i computes (default 1)\n"
+            "  -h, --help\n");
+}
+
+static int bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int bad(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "gpt2: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\nTry 'gpt2 --help' for more information.\n");
+    va_end(ap);
+    return 2;
+}
+
+static int int_arg(const char *name, const char *s, int lo, int hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return bad("%s needs an integer from %d to %d, not '%s'", name, lo, hi, s);
+    *out = (int)v;
+    return 0;
+}
+
+static int real_arg(const char *name, const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi))
+        return bad("%s needs a number from %g to %g, not '%s'", name, lo, hi, s);
+    *out = v;
+    return 0;
+}
+
+static int parse(int argc, char **argv, opts_t *o)
+{
+    *o = (opts_t){ .model = "tiny", .B = 4, .T = 64, .accum = 1, .steps = 50, .eval_batches = 4,
+                   .zero = 3, .ckpt = 1, .prefetch = 1, .lr = 1e-3, .lr_min_frac = 1,
+                   .clip = 1.0, .val_fraction = 0.1, .seed = 1337 };
+    enum { O_LAYERS = 256, O_HEADS, O_EMBD, O_VOCAB, O_MAXSEQ, O_WARMUP, O_LRMIN, O_WD, O_CLIP,
+           O_EVALB, O_ZERO, O_CKPT, O_PREFETCH, O_PREPARE, O_OUT, O_VALFRAC, O_INIT };
+    static const struct option lo[] = {
+        { "model", required_argument, NULL, 'm' },   { "layers", required_argument, NULL, O_LAYERS },
+        { "heads", required_argument, NULL, O_HEADS }, { "embd", required_argument, NULL, O_EMBD },
+        { "vocab", required_argument, NULL, O_VOCAB }, { "max-seq", required_argument, NULL, O_MAXSEQ },
+        { "data", required_argument, NULL, 'i' },    { "val", required_argument, NULL, 'j' },
+        { "batch", required_argument, NULL, 'b' },   { "seq", required_argument, NULL, 't' },
+        { "accum", required_argument, NULL, 'a' },   { "lr", required_argument, NULL, 'l' },
+        { "warmup", required_argument, NULL, O_WARMUP }, { "lr-min-frac", required_argument, NULL, O_LRMIN },
+        { "weight-decay", required_argument, NULL, O_WD }, { "clip", required_argument, NULL, O_CLIP },
+        { "steps", required_argument, NULL, 'n' },   { "seed", required_argument, NULL, 's' },
+        { "eval-every", required_argument, NULL, 'v' }, { "eval-batches", required_argument, NULL, O_EVALB },
+        { "zero", required_argument, NULL, O_ZERO }, { "ckpt", required_argument, NULL, O_CKPT },
+        { "prefetch", required_argument, NULL, O_PREFETCH }, { "prepare", required_argument, NULL, O_PREPARE },
+        { "out", required_argument, NULL, O_OUT },   { "val-fraction", required_argument, NULL, O_VALFRAC },
+        { "init-from", required_argument, NULL, O_INIT }, { "help", no_argument, NULL, 'h' },          { NULL, 0, NULL, 0 },
+    };
+    int c, rc = 0;
+    opterr = 0;
+    while (rc == 0 && (c = getopt_long(argc, argv, ":m:i:j:b:t:a:l:n:s:v:h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'm': o->model = optarg; break;
+        case O_LAYERS: rc = int_arg("--layers", optarg, 1, 1024, &o->layers); break;
+        case O_HEADS: rc = int_arg("--heads", optarg, 1, 1024, &o->heads); break;
+        case O_EMBD: rc = int_arg("--embd", optarg, 1, 65536, &o->embd); break;
+        case O_VOCAB: rc = int_arg("--vocab", optarg, 2, 65536, &o->vocab); break;
+        case O_MAXSEQ: rc = int_arg("--max-seq", optarg, 1, 65536, &o->max_seq); break;
+        case 'i': o->data = optarg; break;
+        case 'j': o->val = optarg; break;
+        case 'b': rc = int_arg("--batch", optarg, 1, 1 << 20, &o->B); break;
+        case 't': rc = int_arg("--seq", optarg, 1, 65536, &o->T); break;
+        case 'a': rc = int_arg("--accum", optarg, 1, 1 << 20, &o->accum); break;
+        case 'l': rc = real_arg("--lr", optarg, 0, 10, &o->lr); break;
+        case O_WARMUP: rc = int_arg("--warmup", optarg, 0, 1 << 30, &o->warmup); break;
+        case O_LRMIN: rc = real_arg("--lr-min-frac", optarg, 0, 1, &o->lr_min_frac); break;
+        case O_WD: rc = real_arg("--weight-decay", optarg, 0, 10, &o->weight_decay); break;
+        case O_CLIP: rc = real_arg("--clip", optarg, 0, 1e9, &o->clip); break;
+        case 'n': rc = int_arg("--steps", optarg, 0, 1 << 30, &o->steps); break;
+        case 's': {
+            char *end;
+            errno = 0;
+            o->seed = strtoull(optarg, &end, 10);
+            if (errno || end == optarg || *end || optarg[0] == '-')
+                rc = bad("--seed needs a non-negative integer, not '%s'", optarg);
+            break;
+        }
+        case 'v': rc = int_arg("--eval-every", optarg, 0, 1 << 30, &o->eval_every); break;
+        case O_EVALB: rc = int_arg("--eval-batches", optarg, 1, 1 << 20, &o->eval_batches); break;
+        case O_ZERO: rc = int_arg("--zero", optarg, 2, 3, &o->zero); break;
+        case O_CKPT: rc = int_arg("--ckpt", optarg, 0, 1, &o->ckpt); break;
+        case O_PREFETCH: rc = int_arg("--prefetch", optarg, 0, 1, &o->prefetch); break;
+        case O_PREPARE: o->prepare = optarg; break;
+        case O_OUT: o->out = optarg; break;
+        case O_INIT: o->init_from = optarg; break;
+        case O_VALFRAC: rc = real_arg("--val-fraction", optarg, 0, 0.5, &o->val_fraction); break;
+        case 'h': usage(stdout); exit(0);
+        case ':': rc = bad("%s needs an argument", argv[optind - 1]); break;
+        default: rc = bad("unknown option '%s'", argv[optind - 1]); break;
+        }
+    }
+    if (rc)
+        return rc;
+    if (optind < argc)
+        return bad("unexpected argument '%s'", argv[optind]);
+    if (o->prepare)
+        return o->out ? 0 : bad("--prepare needs --out PREFIX (writes PREFIX_train.bin and PREFIX_val.bin)");
+    bmt_error_t err;
+    if (o->init_from) {
+        if (gpt2_config_from_file(o->init_from, o->heads, &o->cfg, &err) < 0) {
+            fprintf(stderr, "gpt2: %s\n", err.text);
+            return 1;
+        }
+    } else if (gpt2_config_by_name(o->model, &o->cfg, &err) < 0)
+        return bad("%s", err.text);
+    if (o->layers) o->cfg.n_layer = o->layers;
+    if (o->heads) o->cfg.n_head = o->heads;
+    if (o->embd) o->cfg.n_embd = o->embd;
+    if (o->vocab) o->cfg.vocab_size = o->vocab;
+    if (o->max_seq) o->cfg.max_seq_len = o->max_seq;
+    if (gpt2_config_check(&o->cfg, &err) < 0)
+        return bad("%s", err.text);
+    if (o->T > o->cfg.max_seq_len)
+        return bad("--seq %d is longer than the model's %d positions (--max-seq)", o->T,
+                   o->cfg.max_seq_len);
+    if (o->data == NULL)
+        return bad("--data PATTERN is required (token shards; make them with --prepare)");
+    if (o->cfg.vocab_size > 65536)
+        return bad("a vocabulary of %d does not fit uint16 token shards", o->cfg.vocab_size);
+    return 0;
+}
+
+/* ------------------------------------------------------------ learning rate */
+
+typedef struct sched {
+    int warmup, steps;
+    double min_frac;
+} sched_t;
+
+/* Linear warm-up over `warmup` steps, then cosine from the peak to min_frac x
+ * the peak at the last step. */
+static double lr_at(void *user, int64_t step, double base)
+{
+    const sched_t *s = user;
+    if (step <= s->warmup && s->warmup > 0)
+        return base * (double)step / s->warmup;
+    if (s->min_frac >= 1 || s->steps <= s->warmup)
+        return base;
+    double t = (double)(step - s->warmup) / (double)(s->steps - s->warmup);
+    t = t > 1 ? 1 : t;
+    return base * (s->min_frac + (1 - s->min_frac) * 0.5 * (1 + cos(M_PI * t)));
+}
+
+/* ------------------------------------------------------------ the run */
+
+/* Sum of v over the world (cpu: device memory is host memory). */
+static int world_sum(bmt_ctx_t *ctx, double *v, int n, bmt_error_t *err)
+{
+    return bmt_all_reduce(bmt_comm_world(ctx), v, v, (size_t)n, BMT_F64, BMT_SUM, err);
+}
+
+static int evaluate(bmt_ctx_t *ctx, gpt2_model_t *m, gpt2_loader_t *val, int batches,
+                    int32_t *in, int32_t *tg, double *loss, bmt_error_t *err)
+{
+    gpt2_loader_reset(val);
+    double sum[1] = { 0 };
+    for (int k = 0; k < batches; k++) {
+        if (gpt2_loader_next(val, in, tg, err) < 0 || gpt2_model_set_batch(m, in, tg, err) < 0 ||
+            bmt_blocklist_forward(gpt2_model_list(m), err) < 0)
+            return -1;
+        sum[0] += gpt2_model_loss(m);
+    }
+    if (world_sum(ctx, sum, 1, err) < 0)
+        return -1;
+    *loss = sum[0] / ((double)batches * bmt_world_size(ctx));
+    return 0;
+}
+
+static void human(double v, char *out, size_t len)
+{
+    if (v >= 1e9)
+        snprintf(out, len, "%.2fG", v / 1e9);
+    else if (v >= 1e6)
+        snprintf(out, len, "%.2fM", v / 1e6);
+    else if (v >= 1e3)
+        snprintf(out, len, "%.1fK", v / 1e3);
+    else
+        snprintf(out, len, "%.0f", v);
+}
+
+static int train(const opts_t *o)
+{
+    bmt_ctx_t *ctx = NULL;
+    bmt_error_t err;
+    if (bmt_init(&ctx, NULL, &err) < 0) {
+        fprintf(stderr, "gpt2: %s\n", err.text);
+        return 1;
+    }
+    const int rank = bmt_rank(ctx), world = bmt_world_size(ctx);
+    const bmt_layout_t *lay = bmt_layout(ctx);
+    gpt2_loader_t *train_ld = NULL, *val_ld = NULL;
+    gpt2_model_t *m = NULL;
+    bmt_optim_t *opt = NULL;
+    int32_t *in = malloc(sizeof(int32_t) * (size_t)o->B * o->T);
+    int32_t *tg = malloc(sizeof(int32_t) * (size_t)o->B * o->T);
+    int rc = 1;
+    bmt_blocklist_config_t lc = BMT_BLOCKLIST_CONFIG_INITIALIZER;
+    lc.zero_level = o->zero;
+    lc.checkpointing = o->ckpt;
+    lc.prefetch = o->prefetch;
+    sched_t sched = { o->warmup, o->steps, o->lr_min_frac };
+    bmt_adamw_config_t oc = BMT_ADAMW_CONFIG_INITIALIZER;
+    oc.lr = o->lr;
+    oc.weight_decay = o->weight_decay;
+    oc.clip_norm = o->clip;
+    oc.schedule = lr_at;
+    oc.schedule_user = &sched;
+    if (in == NULL || tg == NULL) {
+        snprintf(err.text, sizeof(err.text), "out of memory");
+        goto out;
+    }
+    if ((train_ld = gpt2_loader_open(o->data, o->B, o->T, rank, world, &err)) == NULL ||
+        (o->val && (val_ld = gpt2_loader_open(o->val, o->B, o->T, rank, world, &err)) == NULL) ||
+        (m = gpt2_model_create(ctx, &o->cfg, o->B, o->T, &lc, o->seed, &err)) == NULL ||
+        (o->init_from && gpt2_model_load(m, o->init_from, &err) < 0) ||
+        (opt = bmt_adamw_create(gpt2_model_list(m), &oc, &err)) == NULL)
+        goto out;
+    const int64_t params = gpt2_num_params(&o->cfg);
+    const double tokens_step = (double)o->B * o->T * o->accum; /* per rank */
+    const double flops_step = gpt2_flops_per_token(&o->cfg, o->T) * tokens_step;
+    if (rank == 0) {
+        char p[32], d[32];
+        human((double)params, p, sizeof(p));
+        human((double)gpt2_loader_tokens(train_ld), d, sizeof(d));
+        printf("gpt2: %s params (L %d, H %d, C %d, V %d, maxT %d) | layout %d x %d = %d ranks "
+               "(%s) | batch %d x %d x %d accum x %d ranks = %.0f tokens/step | data %s tokens\n",
+               p, o->cfg.n_layer, o->cfg.n_head, o->cfg.n_embd, o->cfg.vocab_size,
+               o->cfg.max_seq_len, lay->groups, lay->gpus_per_group, world, bmt_backend(ctx),
+               o->B, o->T, o->accum, world, tokens_step * world, d);
+        fflush(stdout);
+    }
+    for (int step = 1; step <= o->steps; step++) {
+        bmt_step_begin(ctx);
+        double loss[1] = { 0 };
+        for (int a = 0; a < o->accum; a++) {
+            if (gpt2_loader_next(train_ld, in, tg, &err) < 0 ||
+                gpt2_model_set_batch(m, in, tg, &err) < 0 ||
+                bmt_blocklist_forward(gpt2_model_list(m), &err) < 0 ||
+                bmt_blocklist_backward(gpt2_model_list(m), a == o->accum - 1, &err) < 0)
+                goto out;
+            loss[0] += gpt2_model_loss(m);
+        }
+        bmt_step_info_t info;
+        if (bmt_optim_step(opt, &info, &err) < 0 || world_sum(ctx, loss, 1, &err) < 0)
+            goto out;
+        const double mean_loss = loss[0] / ((double)o->accum * world);
+        bmt_step_report_t r = BMT_STEP_REPORT_INITIALIZER;
+        r.tokens = (int64_t)tokens_step;
+        r.samples = (int64_t)o->B * o->accum;
+        r.loss = mean_loss;
+        r.flops = flops_step;
+        r.params = params;
+        r.optim = &info;
+        bmt_step_metrics_t mt;
+        if (bmt_report_step(ctx, &r, &mt, &err) < 0)
+            goto out;
+        if (rank == 0) {
+            char tps[32], mfu[16] = "-";
+            human(mt.tokens_per_s * world, tps, sizeof(tps));
+            if (isfinite(mt.mfu))
+                snprintf(mfu, sizeof(mfu), "%.1f%%", 100 * mt.mfu);
+            uint64_t cur = 0, peak = 0;
+            for (int k = 0; k < mt.mem_kinds; k++)
+                cur += mt.mem_current[k], peak += mt.mem_peak[k];
+            printf("step %*d/%d | loss %.4f | lr %.2e | norm %.3f%s | %.1f ms | %s tok/s | MFU %s "
+                   "| mem %.1f MiB (peak %.1f)\n",
+                   o->steps >= 1000 ? 4 : 3, step, o->steps, mean_loss, info.lr, info.grad_norm,
+                   info.skipped ? " (skipped)" : "", mt.step_time_s * 1e3, tps, mfu,
+                   (double)cur / 1048576.0, (double)peak / 1048576.0);
+            fflush(stdout);
+        }
+        if (val_ld && ((o->eval_every && step % o->eval_every == 0) || step == o->steps)) {
+            double vl;
+            if (evaluate(ctx, m, val_ld, o->eval_batches, in, tg, &vl, &err) < 0)
+                goto out;
+            if (rank == 0) {
+                printf("step %*d/%d | val loss %.4f\n", o->steps >= 1000 ? 4 : 3, step, o->steps,
+                       vl);
+                fflush(stdout);
+            }
+        }
+    }
+    rc = 0;
+out:
+    if (rc)
+        fprintf(stderr, "gpt2: rank %d: %s\n", rank, err.text);
+    bmt_optim_destroy(opt);
+    gpt2_model_destroy(m);
+    gpt2_loader_destroy(train_ld);
+    gpt2_loader_destroy(val_ld);
+    free(in);
+    free(tg);
+    if (rc)
+        bmt_abort(ctx, rc, err.text);
+    bmt_finalize(ctx);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    opts_t o;
+    int rc = parse(argc, argv, &o);
+    if (rc)
+        return rc;
+    if (o.prepare) {
+        bmt_error_t err;
+        if (gpt2_tokenize_file(o.prepare, o.out, o.val_fraction, &err) < 0) {
+            fprintf(stderr, "gpt2: %s\n", err.text);
+            return 1;
+        }
+        printf("gpt2: wrote %s_train.bin and %s_val.bin (byte-level tokens)\n", o.out, o.out);
+        return 0;
+    }
+    return train(&o);
+}

@@ -1,0 +1,135 @@
+#!/bin/bash
+# The GPT-2 example (examples/gpt2) on CPU ranks through bmlaunch:
+# - PyTorch as the oracle (tests/tools/gpt2_oracle.py, float64): the same GPT-2
+#   from the same safetensors file (HF names, each rank reading its own shards),
+#   logits, loss and every gradient of the first step, and the loss over 10
+#   AdamW steps, in layouts 1x1, 2x2, 1x4 and 4x1 and with zero 2 / no
+#   checkpointing;
+# - the trainer (bin/gpt2) on the shipped corpus: the loss falls, the step line,
+#   validation, --init-from, and bad input refused with a clear message.
+. "$(dirname "$0")/lib.sh"
+
+PY=/usr/bin/python3
+ORACLE=$SRC/tests/tools/gpt2_oracle.py
+GPT2=$BUILDDIR/bin/gpt2
+export BMT_TIMEOUT=60
+
+$PY "$ORACLE" make "$TMP" || echo "# the oracle could not make its files"
+
+# oracle W LAYOUT-ARGS -- extra gpt2_check args
+oracle() {
+    local w=$1 rc=0
+    shift
+    rm -rf after
+    with_timeout 120 "$BMLAUNCH" --metrics-port 0 "$@" >out 2>err || rc=$?
+    [ $rc -eq 0 ] || { echo "gpt2_check exit $rc"; tail -5 err; return 1; }
+    sed 's/^0: //' out >out.txt
+    $PY "$ORACLE" check "$PWD" $w 2 16 out.txt
+}
+
+for layout in 1x1 2x2 1x4 4x1; do
+    g=${layout%x*} n=${layout#*x}
+    test_expect_success "GPT-2 ${g}x${n} against PyTorch: logits, loss, every gradient, 10 AdamW steps" "
+        cp \$TMP/model.safetensors \$TMP/data.bin . &&
+        oracle $((g * n)) -g $g -n $n -- \$PROGS/gpt2_check --init model.safetensors --data data.bin \
+            --heads 4 -b 2 -t 16 --out . >check.txt &&
+        cat check.txt && test \$(grep -c '^ok ' check.txt) -eq 7
+    "
+done
+
+test_expect_success "GPT-2 2x2 with zero level 2 and no activation checkpointing against PyTorch" '
+    cp $TMP/model.safetensors $TMP/data.bin . &&
+    oracle 4 -g 2 -n 2 -- $PROGS/gpt2_check --init model.safetensors --data data.bin \
+        --heads 4 -b 2 -t 16 --out . --zero 2 --ckpt 0
+'
+
+test_expect_success "the oracle catches a wrong gradient (one parameter moved after the fact)" '
+    cp $TMP/model.safetensors $TMP/data.bin . &&
+    oracle 1 -n 1 -- $PROGS/gpt2_check --init model.safetensors --data data.bin \
+        --heads 4 -b 2 -t 16 --out . &&
+    $PY -c "
+import numpy as np
+f = \"after/transformer.h.1.mlp.c_fc.bias.f32\"
+a = np.fromfile(f, dtype=np.float32); a[3] += 1e-3; a.tofile(f)" &&
+    ! $PY "$ORACLE" check . 1 2 16 out.txt >check.txt &&
+    grep -q "FAIL gradient of h.1.mlp.c_fc.bias" check.txt
+'
+
+# ------------------------------------------------------------ the trainer
+
+test_expect_success "gpt2 --prepare tokenizes the shipped corpus into llm.c shards" '
+    $GPT2 --prepare "$SRC/examples/gpt2/data/corpus.txt" --out $TMP/corpus >out &&
+    grep -q "wrote $TMP/corpus_train.bin and $TMP/corpus_val.bin" out &&
+    $PY -c "
+import numpy as np, os
+for part in (\"train\", \"val\"):
+    h = np.fromfile(\"$TMP/corpus_%s.bin\" % part, dtype=np.int32, count=256)
+    assert h[0] == 20240520 and h[1] == 1 and h[2] > 1000, h[:3]
+    assert os.path.getsize(\"$TMP/corpus_%s.bin\" % part) == 1024 + 2 * h[2]
+"
+'
+
+test_expect_success "the tiny GPT-2 trains 2 x 2 on the corpus: the loss falls, val loss and metrics reported" '
+    BMT_PLUGINS=jsonl BMT_JSONL=$PWD/m-%r.jsonl with_timeout 300 $BMLAUNCH --metrics-port 0 -g 2 -n 2 -- \
+        $GPT2 --data $TMP/corpus_train.bin --val $TMP/corpus_val.bin --steps 40 --lr 3e-3 \
+        --eval-every 20 --eval-batches 2 >out 2>err &&
+    grep -q "^0: gpt2: .* params (L 4, H 4, C 64, V 256, maxT 256) | layout 2 x 2 = 4 ranks (shm)" out &&
+    test $(grep -c "^0: step  *[0-9]*/40 | loss" out) -eq 40 &&
+    test $(grep -c "^0: step  *[0-9]*/40 | val loss" out) -eq 2 &&
+    grep -q "^0: step   1/40 | loss [0-9.]* | lr 3.00e-03 | norm [0-9.]* | [0-9.]* ms | [0-9.]*K* tok/s | MFU - | mem [0-9.]* MiB" out &&
+    $PY - <<-EOF
+	import re, json
+	out = open("out").read()
+	loss = [float(x) for x in re.findall(r"^0: step +\d+/40 \| loss ([0-9.]+)", out, re.M)]
+	val = [float(x) for x in re.findall(r"val loss ([0-9.]+)", out)]
+	first, last = sum(loss[:5]) / 5, sum(loss[-5:]) / 5
+	assert loss[0] > 5.2 and last < loss[0] - 1.5, (loss[0], last)   # ln 256 = 5.55 at the start
+	assert val[-1] < loss[0] - 1.0, val
+	steps = [json.loads(l) for l in open("m-0.jsonl") if "\"step\"" in l]
+	assert len(steps) == 40 and steps[0]["tokens"] == 4 * 64 and steps[0]["params"] > 200000
+	assert abs(steps[-1]["loss"] - loss[-1]) < 1e-3, (steps[-1]["loss"], loss[-1])
+	print("loss %.3f -> %.3f, val %s" % (first, last, val))
+	EOF
+'
+
+test_expect_success "--init-from loads a safetensors file (sizes from the file) and trains from it" '
+    with_timeout 120 $BMLAUNCH --metrics-port 0 -g 1 -n 2 -- $GPT2 --init-from $TMP/model.safetensors \
+        --heads 4 --data $TMP/data.bin -b 2 -t 16 --steps 3 >out 2>err &&
+    grep -q "^0: gpt2: .* params (L 2, H 4, C 32, V 67, maxT 24)" out &&
+    test $(grep -c "^0: step  *[0-9]/3 | loss" out) -eq 3
+'
+
+test_expect_success "a file that does not fit the model is refused, naming the file and tensor" '
+    $PY - <<-EOF &&
+	import sys; sys.path.insert(0, "$SRC/tests/tools")
+	import gpt2_oracle as o, numpy as np
+	t = o.read_safetensors("$TMP/model.safetensors")
+	t["h.1.mlp.c_fc.weight"] = t["h.1.mlp.c_fc.weight"][:, :100]
+	o.write_safetensors("bad_shape.safetensors", t)
+	t = o.read_safetensors("$TMP/model.safetensors"); del t["ln_f.bias"]
+	o.write_safetensors("missing.safetensors", t)
+	EOF
+    { with_timeout 60 $BMLAUNCH --metrics-port 0 -n 1 -- $GPT2 --init-from bad_shape.safetensors \
+        --heads 4 --data $TMP/data.bin -b 2 -t 16 --steps 1 >out 2>&1; rc=$?; } &&
+    test $rc -ne 0 && grep -q "bad_shape.safetensors.*h.1.mlp.c_fc.weight" out &&
+    { with_timeout 60 $BMLAUNCH --metrics-port 0 -n 1 -- $GPT2 --init-from missing.safetensors \
+        --heads 4 --data $TMP/data.bin -b 2 -t 16 --steps 1 >out 2>&1; rc=$?; } &&
+    test $rc -ne 0 && grep -q "missing.safetensors has no tensor .transformer.ln_f.bias. (nor .ln_f.bias.)" out
+'
+
+test_expect_success "bad arguments exit 2 with what is wrong" '
+    for args in "--steps x" "--model d99" "--zero 1" "--heads 5 --embd 64" "--seq 300" \
+                "--lr -1" "--bogus" "--prepare x"; do
+        { $GPT2 --data $TMP/corpus_train.bin $args >out 2>&1; rc=$?; }
+        test $rc -eq 2 || { echo "$args: exit $rc"; cat out; exit 1; }
+        grep -q "^gpt2: " out || { echo "$args:"; cat out; exit 1; }
+    done &&
+    { $GPT2 --steps 1 >out 2>&1; rc=$?; } && test $rc -eq 2 && grep -q "data PATTERN is required" out
+'
+
+test_expect_success "a missing data file fails the job with the file named" '
+    { with_timeout 60 $BMLAUNCH --metrics-port 0 -n 2 -- $GPT2 --data nosuch.bin --steps 1 >out 2>&1; rc=$?; } &&
+    test $rc -ne 0 && grep -q "nosuch.bin" out
+'
+
+test_done
