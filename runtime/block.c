@@ -107,6 +107,17 @@ int bmt_block_add_param(bmt_block_t *b, const char *name, int ndim, const int64_
     return b->nparams++;
 }
 
+/* The part of parameter p in this rank's shard of its group: elements [lo, hi)
+ * of the group's flat buffer; false when the parameter lies outside the shard. */
+static bool in_shard(const struct param *p, const struct dgroup *d, size_t *lo, size_t *hi)
+{
+    *lo = p->offset > d->shard_first ? p->offset : d->shard_first;
+    *hi = p->offset + (size_t)p->numel;
+    if (*hi > d->shard_first + d->shard)
+        *hi = d->shard_first + d->shard;
+    return *lo < *hi;
+}
+
 int bmt_block_build(bmt_block_t *b, uint64_t seed, bmt_error_t *err)
 {
     if (b == NULL)
@@ -159,11 +170,8 @@ int bmt_block_build(bmt_block_t *b, uint64_t seed, bmt_error_t *err)
     for (int i = 0; i < b->nparams; i++) {
         const struct param *p = &b->params[i];
         const struct dgroup *d = &b->groups[p->group];
-        size_t lo = p->offset > d->shard_first ? p->offset : d->shard_first;
-        size_t hi = p->offset + (size_t)p->numel;
-        if (hi > d->shard_first + d->shard)
-            hi = d->shard_first + d->shard;
-        if (lo >= hi)
+        size_t lo, hi;
+        if (!in_shard(p, d, &lo, &hi))
             continue;
         uint32_t key[2];
         kern_init_key(seed, p->name, key);
@@ -359,12 +367,9 @@ int bmt_block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bmt_error
     for (int i = 0; i < b->nparams && rc == 0; i++) {
         const struct param *p = &b->params[i];
         const struct dgroup *d = &b->groups[p->group];
-        size_t lo = p->offset > d->shard_first ? p->offset : d->shard_first;
-        size_t hi = p->offset + (size_t)p->numel;
-        if (hi > d->shard_first + d->shard)
-            hi = d->shard_first + d->shard;
-        if (lo >= hi)
-            continue; /* the parameter lies outside this rank's shard */
+        size_t lo, hi;
+        if (!in_shard(p, d, &lo, &hi))
+            continue;
         char *dst = (char *)stage[p->group] + dsize(d->dtype, lo - d->shard_first);
         if (fn(user, b, i, (int64_t)(lo - p->offset), (int64_t)(hi - lo), dst, d->dtype, err) < 0)
             rc = errprefix(err, "rank %d: loading %.80s: ", ctx->rank, p->name);

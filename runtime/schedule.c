@@ -126,6 +126,20 @@ bmt_blocklist_t *bmt_blocklist_create(bmt_ctx_t *ctx, const bmt_blocklist_config
     return l;
 }
 
+/* Room for one more entry. */
+static int grow(bmt_blocklist_t *l, bmt_error_t *err)
+{
+    if (l->n < l->cap)
+        return 0;
+    int cap = l->cap ? 2 * l->cap : 16;
+    struct entry *e = realloc(l->e, (size_t)cap * sizeof(*e));
+    if (e == NULL)
+        return errprintf(err, "rank %d: out of memory", l->ctx->rank);
+    l->e = e;
+    l->cap = cap;
+    return 0;
+}
+
 int bmt_blocklist_append(bmt_blocklist_t *l, bmt_block_t *b, const bmt_block_ops_t *ops,
                          void *model, bmt_error_t *err)
 {
@@ -149,14 +163,8 @@ int bmt_blocklist_append(bmt_blocklist_t *l, bmt_block_t *b, const bmt_block_ops
                          "rank %d: block %.40s: blocks can only be appended before the first "
                          "forward and before bmt_adamw_create",
                          ctx->rank, b->name);
-    if (l->n == l->cap) {
-        int cap = l->cap ? 2 * l->cap : 16;
-        struct entry *e = realloc(l->e, (size_t)cap * sizeof(*e));
-        if (e == NULL)
-            return errprintf(err, "rank %d: out of memory", ctx->rank);
-        l->e = e;
-        l->cap = cap;
-    }
+    if (grow(l, err) < 0)
+        return -1;
     size_t tmp = 0;
     for (int g = 0; g < b->ngroups; g++)
         if (dsize(l->cfg.grad_dtype, b->groups[g].shard) > tmp)
@@ -207,14 +215,8 @@ int bmt_blocklist_append_tied(bmt_blocklist_t *l, bmt_block_t *b, const bmt_bloc
         if (l->e[i].block == b)
             return errprintf(err, "rank %d: block %.40s is already tied (one second use at most)",
                              ctx->rank, b->name);
-    if (l->n == l->cap) {
-        int cap = l->cap ? 2 * l->cap : 16;
-        struct entry *e = realloc(l->e, (size_t)cap * sizeof(*e));
-        if (e == NULL)
-            return errprintf(err, "rank %d: out of memory", ctx->rank);
-        l->e = e;
-        l->cap = cap;
-    }
+    if (grow(l, err) < 0)
+        return -1;
     l->e[l->n++] = (struct entry){ .block = b, .ops = *ops, .model = model };
     return 0;
 }

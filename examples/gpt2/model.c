@@ -73,7 +73,7 @@ int gpt2_config_by_name(const char *name, gpt2_config_t *cfg, bmt_error_t *err)
         const char *name;
         gpt2_config_t c;
     } known[] = {
-        { "tiny", { 256, 256, 4, 4, 64 } },      { "d12", { 1024, 50257, 12, 12, 768 } },
+        { "tiny", { 256, 256, 4, 4, 64 } },       { "d12", { 1024, 50257, 12, 12, 768 } },
         { "d24", { 1024, 50257, 24, 16, 1024 } }, { "d36", { 1024, 50257, 36, 20, 1280 } },
         { "d48", { 1024, 50257, 48, 25, 1600 } },
     };
@@ -110,8 +110,8 @@ int gpt2_config_check(const gpt2_config_t *c, bmt_error_t *err)
 int64_t gpt2_num_params(const gpt2_config_t *c)
 {
     const int64_t C = c->n_embd, L = c->n_layer;
-    const int64_t layer = 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + 2 * C + (C * 4 * C + 4 * C) +
-                          (4 * C * C + C);
+    const int64_t layer =
+        2 * C + (C * 3 * C + 3 * C) + (C * C + C) + 2 * C + (C * 4 * C + 4 * C) + (4 * C * C + C);
     return (int64_t)c->vocab_size * C + (int64_t)c->max_seq_len * C + L * layer + 2 * C;
 }
 
@@ -126,20 +126,25 @@ double gpt2_flops_per_token(const gpt2_config_t *c, int T)
 enum {
     P_LN1_W,
     P_LN1_B,
-    P_ATTN_W, /* (C,3C) */
-    P_ATTN_B, /* (3C) */
+    P_ATTN_W,  /* (C,3C) */
+    P_ATTN_B,  /* (3C) */
     P_APROJ_W, /* (C,C) */
     P_APROJ_B,
     P_LN2_W,
     P_LN2_B,
-    P_FC_W, /* (C,4C) */
-    P_FC_B, /* (4C) */
+    P_FC_W,    /* (C,4C) */
+    P_FC_B,    /* (4C) */
     P_FPROJ_W, /* (4C,C) */
     P_FPROJ_B,
     P_LAYER_COUNT
 };
 /* ... and of the "transformer" block. */
-enum { P_WTE, P_WPE, P_LNF_W, P_LNF_B };
+enum {
+    P_WTE,
+    P_WPE,
+    P_LNF_W,
+    P_LNF_B
+};
 
 static layer_acts_t *acts_of(gpt2_model_t *m, int l) { return &m->acts[m->ckpt ? 0 : l]; }
 
@@ -210,8 +215,8 @@ static void head_backward(gpt2_model_t *m, const float *const *p, float *const *
     const int N = m->N, C = m->cfg.n_embd, V = m->cfg.vocab_size;
     memset(m->dlogits, 0, (size_t)N * V * sizeof(float));
     if (m->counted)
-        gpt2_crossentropy_backward(m->dlogits, m->probs, m->targets, 1.0f / (float)m->counted,
-                                   m->B, m->T, V);
+        gpt2_crossentropy_backward(m->dlogits, m->probs, m->targets, 1.0f / (float)m->counted, m->B,
+                                   m->T, V);
     memset(m->dln, 0, (size_t)N * C * sizeof(float));
     gpt2_matmul_backward(m->dln, g[P_WTE], NULL, m->dlogits, m->lnf, p[P_WTE], N, C, V, 1);
     memset(m->dres, 0, (size_t)N * C * sizeof(float));
@@ -294,11 +299,11 @@ static bmt_block_t *layer_block(gpt2_model_t *m, int l, uint64_t seed, bmt_error
         bmt_init_t init;
         unsigned flags;
     } ps[P_LAYER_COUNT] = {
-        { "ln_1.weight", 1, C, 0, one, nd },       { "ln_1.bias", 1, C, 0, zero, nd },
+        { "ln_1.weight", 1, C, 0, one, nd },         { "ln_1.bias", 1, C, 0, zero, nd },
         { "attn.c_attn.weight", 2, C, 3 * C, w, 0 }, { "attn.c_attn.bias", 1, 3 * C, 0, zero, nd },
-        { "attn.c_proj.weight", 2, C, C, wp, 0 }, { "attn.c_proj.bias", 1, C, 0, zero, nd },
-        { "ln_2.weight", 1, C, 0, one, nd },       { "ln_2.bias", 1, C, 0, zero, nd },
-        { "mlp.c_fc.weight", 2, C, 4 * C, w, 0 },  { "mlp.c_fc.bias", 1, 4 * C, 0, zero, nd },
+        { "attn.c_proj.weight", 2, C, C, wp, 0 },    { "attn.c_proj.bias", 1, C, 0, zero, nd },
+        { "ln_2.weight", 1, C, 0, one, nd },         { "ln_2.bias", 1, C, 0, zero, nd },
+        { "mlp.c_fc.weight", 2, C, 4 * C, w, 0 },    { "mlp.c_fc.bias", 1, 4 * C, 0, zero, nd },
         { "mlp.c_proj.weight", 2, 4 * C, C, wp, 0 }, { "mlp.c_proj.bias", 1, C, 0, zero, nd },
     };
     char name[64];
@@ -427,10 +432,12 @@ int gpt2_model_set_batch(gpt2_model_t *m, const int32_t *inputs, const int32_t *
     int counted = 0;
     for (int i = 0; i < m->N; i++) {
         if (inputs[i] < 0 || inputs[i] >= V)
-            return fail(err, "model: input token %d at position %d is outside the vocabulary [0, %d)",
+            return fail(err,
+                        "model: input token %d at position %d is outside the vocabulary [0, %d)",
                         inputs[i], i, V);
         if (targets[i] >= V)
-            return fail(err, "model: target token %d at position %d is outside the vocabulary [0, %d)",
+            return fail(err,
+                        "model: target token %d at position %d is outside the vocabulary [0, %d)",
                         targets[i], i, V);
         counted += targets[i] >= 0;
     }
@@ -457,15 +464,15 @@ void gpt2_model_destroy(gpt2_model_t *m)
     if (m->acts)
         for (int s = 0; s < sets; s++) {
             layer_acts_t *a = &m->acts[s];
-            float *all[] = { a->ln1,  a->ln1_mean, a->ln1_rstd, a->qkv,      a->preatt,
-                             a->att,  a->atty,     a->res2,     a->ln2,      a->ln2_mean,
-                             a->ln2_rstd, a->fch,  a->fch_gelu };
+            float *all[] = { a->ln1,      a->ln1_mean, a->ln1_rstd, a->qkv, a->preatt,
+                             a->att,      a->atty,     a->res2,     a->ln2, a->ln2_mean,
+                             a->ln2_rstd, a->fch,      a->fch_gelu };
             for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
                 bmt_free(ctx, all[i]);
         }
-    float *rest[] = { m->lnf,   m->lnf_mean, m->lnf_rstd, m->logits, m->probs,  m->losses,
-                      m->dres,  m->dres2,    m->dln,      m->datty,  m->dqkv,   m->dpreatt,
-                      m->datt,  m->dfch,     m->dfch_gelu, m->dlogits };
+    float *rest[] = { m->lnf,  m->lnf_mean, m->lnf_rstd,  m->logits, m->probs, m->losses,
+                      m->dres, m->dres2,    m->dln,       m->datty,  m->dqkv,  m->dpreatt,
+                      m->datt, m->dfch,     m->dfch_gelu, m->dlogits };
     for (size_t i = 0; i < sizeof(rest) / sizeof(rest[0]); i++)
         bmt_free(ctx, rest[i]);
     free(m->x);
@@ -576,8 +583,8 @@ int gpt2_model_load(gpt2_model_t *m, const char *path, bmt_error_t *err)
                     snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s%lld",
                              d ? ", " : "", (long long)shape[d]);
                 for (int d = 0; d < t->ndim; d++)
-                    snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%lld",
-                             d ? ", " : "", (long long)t->shape[d]);
+                    snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%lld", d ? ", " : "",
+                             (long long)t->shape[d]);
                 rc = fail(err, "%.150s: tensor '%.80s' is (%s); the model needs (%s)", t->file,
                           t->name, got, want);
             } else if (t->dtype != BMT_ST_F32 && t->dtype != BMT_ST_BF16 &&

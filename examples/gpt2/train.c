@@ -108,26 +108,69 @@ static int real_arg(const char *name, const char *s, double lo, double hi, doubl
 
 static int parse(int argc, char **argv, opts_t *o)
 {
-    *o = (opts_t){ .model = "tiny", .B = 4, .T = 64, .accum = 1, .steps = 50, .eval_batches = 4,
-                   .zero = 3, .ckpt = 1, .prefetch = 1, .lr = 1e-3, .lr_min_frac = 1,
-                   .clip = 1.0, .val_fraction = 0.1, .seed = 1337 };
-    enum { O_LAYERS = 256, O_HEADS, O_EMBD, O_VOCAB, O_MAXSEQ, O_WARMUP, O_LRMIN, O_WD, O_CLIP,
-           O_EVALB, O_ZERO, O_CKPT, O_PREFETCH, O_PREPARE, O_OUT, O_VALFRAC, O_INIT };
+    *o = (opts_t){ .model = "tiny",
+                   .B = 4,
+                   .T = 64,
+                   .accum = 1,
+                   .steps = 50,
+                   .eval_batches = 4,
+                   .zero = 3,
+                   .ckpt = 1,
+                   .prefetch = 1,
+                   .lr = 1e-3,
+                   .lr_min_frac = 1,
+                   .clip = 1.0,
+                   .val_fraction = 0.1,
+                   .seed = 1337 };
+    enum {
+        O_LAYERS = 256,
+        O_HEADS,
+        O_EMBD,
+        O_VOCAB,
+        O_MAXSEQ,
+        O_WARMUP,
+        O_LRMIN,
+        O_WD,
+        O_CLIP,
+        O_EVALB,
+        O_ZERO,
+        O_CKPT,
+        O_PREFETCH,
+        O_PREPARE,
+        O_OUT,
+        O_VALFRAC,
+        O_INIT
+    };
     static const struct option lo[] = {
-        { "model", required_argument, NULL, 'm' },   { "layers", required_argument, NULL, O_LAYERS },
-        { "heads", required_argument, NULL, O_HEADS }, { "embd", required_argument, NULL, O_EMBD },
-        { "vocab", required_argument, NULL, O_VOCAB }, { "max-seq", required_argument, NULL, O_MAXSEQ },
-        { "data", required_argument, NULL, 'i' },    { "val", required_argument, NULL, 'j' },
-        { "batch", required_argument, NULL, 'b' },   { "seq", required_argument, NULL, 't' },
-        { "accum", required_argument, NULL, 'a' },   { "lr", required_argument, NULL, 'l' },
-        { "warmup", required_argument, NULL, O_WARMUP }, { "lr-min-frac", required_argument, NULL, O_LRMIN },
-        { "weight-decay", required_argument, NULL, O_WD }, { "clip", required_argument, NULL, O_CLIP },
-        { "steps", required_argument, NULL, 'n' },   { "seed", required_argument, NULL, 's' },
-        { "eval-every", required_argument, NULL, 'v' }, { "eval-batches", required_argument, NULL, O_EVALB },
-        { "zero", required_argument, NULL, O_ZERO }, { "ckpt", required_argument, NULL, O_CKPT },
-        { "prefetch", required_argument, NULL, O_PREFETCH }, { "prepare", required_argument, NULL, O_PREPARE },
-        { "out", required_argument, NULL, O_OUT },   { "val-fraction", required_argument, NULL, O_VALFRAC },
-        { "init-from", required_argument, NULL, O_INIT }, { "help", no_argument, NULL, 'h' },          { NULL, 0, NULL, 0 },
+        { "model", required_argument, NULL, 'm' },
+        { "layers", required_argument, NULL, O_LAYERS },
+        { "heads", required_argument, NULL, O_HEADS },
+        { "embd", required_argument, NULL, O_EMBD },
+        { "vocab", required_argument, NULL, O_VOCAB },
+        { "max-seq", required_argument, NULL, O_MAXSEQ },
+        { "data", required_argument, NULL, 'i' },
+        { "val", required_argument, NULL, 'j' },
+        { "batch", required_argument, NULL, 'b' },
+        { "seq", required_argument, NULL, 't' },
+        { "accum", required_argument, NULL, 'a' },
+        { "lr", required_argument, NULL, 'l' },
+        { "warmup", required_argument, NULL, O_WARMUP },
+        { "lr-min-frac", required_argument, NULL, O_LRMIN },
+        { "weight-decay", required_argument, NULL, O_WD },
+        { "clip", required_argument, NULL, O_CLIP },
+        { "steps", required_argument, NULL, 'n' },
+        { "seed", required_argument, NULL, 's' },
+        { "eval-every", required_argument, NULL, 'v' },
+        { "eval-batches", required_argument, NULL, O_EVALB },
+        { "zero", required_argument, NULL, O_ZERO },
+        { "ckpt", required_argument, NULL, O_CKPT },
+        { "prefetch", required_argument, NULL, O_PREFETCH },
+        { "prepare", required_argument, NULL, O_PREPARE },
+        { "out", required_argument, NULL, O_OUT },
+        { "val-fraction", required_argument, NULL, O_VALFRAC },
+        { "init-from", required_argument, NULL, O_INIT },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
     };
     int c, rc = 0;
     opterr = 0;
@@ -177,7 +220,9 @@ static int parse(int argc, char **argv, opts_t *o)
     if (optind < argc)
         return bad("unexpected argument '%s'", argv[optind]);
     if (o->prepare)
-        return o->out ? 0 : bad("--prepare needs --out PREFIX (writes PREFIX_train.bin and PREFIX_val.bin)");
+        return o->out ? 0
+                      : bad("--prepare needs --out PREFIX (writes PREFIX_train.bin and "
+                            "PREFIX_val.bin)");
     bmt_error_t err;
     if (o->init_from) {
         if (gpt2_config_from_file(o->init_from, o->heads, &o->cfg, &err) < 0) {
@@ -186,11 +231,16 @@ static int parse(int argc, char **argv, opts_t *o)
         }
     } else if (gpt2_config_by_name(o->model, &o->cfg, &err) < 0)
         return bad("%s", err.text);
-    if (o->layers) o->cfg.n_layer = o->layers;
-    if (o->heads) o->cfg.n_head = o->heads;
-    if (o->embd) o->cfg.n_embd = o->embd;
-    if (o->vocab) o->cfg.vocab_size = o->vocab;
-    if (o->max_seq) o->cfg.max_seq_len = o->max_seq;
+    if (o->layers)
+        o->cfg.n_layer = o->layers;
+    if (o->heads)
+        o->cfg.n_head = o->heads;
+    if (o->embd)
+        o->cfg.n_embd = o->embd;
+    if (o->vocab)
+        o->cfg.vocab_size = o->vocab;
+    if (o->max_seq)
+        o->cfg.max_seq_len = o->max_seq;
     if (gpt2_config_check(&o->cfg, &err) < 0)
         return bad("%s", err.text);
     if (o->T > o->cfg.max_seq_len)
@@ -232,8 +282,8 @@ static int world_sum(bmt_ctx_t *ctx, double *v, int n, bmt_error_t *err)
     return bmt_all_reduce(bmt_comm_world(ctx), v, v, (size_t)n, BMT_F64, BMT_SUM, err);
 }
 
-static int evaluate(bmt_ctx_t *ctx, gpt2_model_t *m, gpt2_loader_t *val, int batches,
-                    int32_t *in, int32_t *tg, double *loss, bmt_error_t *err)
+static int evaluate(bmt_ctx_t *ctx, gpt2_model_t *m, gpt2_loader_t *val, int batches, int32_t *in,
+                    int32_t *tg, double *loss, bmt_error_t *err)
 {
     gpt2_loader_reset(val);
     double sum[1] = { 0 };
@@ -308,8 +358,8 @@ static int train(const opts_t *o)
         printf("gpt2: %s params (L %d, H %d, C %d, V %d, maxT %d) | layout %d x %d = %d ranks "
                "(%s) | batch %d x %d x %d accum x %d ranks = %.0f tokens/step | data %s tokens\n",
                p, o->cfg.n_layer, o->cfg.n_head, o->cfg.n_embd, o->cfg.vocab_size,
-               o->cfg.max_seq_len, lay->groups, lay->gpus_per_group, world, bmt_backend(ctx),
-               o->B, o->T, o->accum, world, tokens_step * world, d);
+               o->cfg.max_seq_len, lay->groups, lay->gpus_per_group, world, bmt_backend(ctx), o->B,
+               o->T, o->accum, world, tokens_step * world, d);
         fflush(stdout);
     }
     for (int step = 1; step <= o->steps; step++) {

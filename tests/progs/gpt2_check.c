@@ -16,6 +16,9 @@
  * Phase 2, training: the model is loaded again and trained N steps (default 10)
  * with AdamW (lr 1e-3, weight decay 0.01 except biases and LayerNorm weights,
  * clip 1.0) on consecutive global batches; rank 0 prints "traj S LOSS" per step.
+ * Diagnosis: --pre-steps K --pre-lr LR trains K steps first (AdamW, no decay,
+ * clip 1) and writes the parameters to DIR/before, so that phase 1 can be
+ * compared from a trained state (bench/NOTES.md, the loss-spike entry).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -198,7 +201,8 @@ int main(int argc, char **argv)
         int64_t shape[BMT_MAX_DIMS];
         bmt_block_param_shape(bmt_blocklist_block(gpt2_model_list(m), 0), 0, &nd, shape);
         snprintf(path, sizeof(path), "%s/logits.f32", a.out);
-        write_file(path, gpt2_model_logits(m), sizeof(float) * (size_t)a.B * a.T * (size_t)shape[0]);
+        write_file(path, gpt2_model_logits(m),
+                   sizeof(float) * (size_t)a.B * a.T * (size_t)shape[0]);
     }
     bmt_step_info_t info;
     if (bmt_optim_step(opt, &info, &err) < 0)
