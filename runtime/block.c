@@ -339,15 +339,20 @@ int bmt_block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bmt_error
 {
     if (b == NULL || fn == NULL)
         return errprintf(err, "bmt_block_load: block and source are required");
-    bmt_ctx_t *ctx = b->ctx;
-    if (!b->built)
-        return errprintf(err, "rank %d: block %.40s: load before bmt_block_build", ctx->rank,
-                         b->name);
     if (b->list && blocklist_state(b->list)->sealed)
         return errprintf(err,
                          "rank %d: block %.40s: load parameters before bmt_adamw_create and the "
                          "first forward",
-                         ctx->rank, b->name);
+                         b->ctx->rank, b->name);
+    return block_load(b, fn, user, err);
+}
+
+int block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bmt_error_t *err)
+{
+    bmt_ctx_t *ctx = b->ctx;
+    if (!b->built)
+        return errprintf(err, "rank %d: block %.40s: load before bmt_block_build", ctx->rank,
+                         b->name);
     if (b->full)
         return errprintf(err, "rank %d: block %.40s is gathered; release it first", ctx->rank,
                          b->name);

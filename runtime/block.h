@@ -91,6 +91,23 @@ struct list_state {
 
 struct list_state *blocklist_state(bmt_blocklist_t *list);
 
+/* bmt_block_load without the "before the optimizer" rule (ckpt.c loads the
+ * parameters and the optimizer's state together). */
+int block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bmt_error_t *err);
+
+/* The optimizer's state, as checkpoints see it (optim.c). */
+typedef struct optim_view {
+    bmt_block_t *block;
+    struct dgroup *d;
+    float *master; /* (shard) f32; d->param itself when the group is f32 */
+    float *m, *v;  /* (shard) f32 */
+} optim_view_t;
+int optim_count(const bmt_optim_t *o);
+void optim_get(const bmt_optim_t *o, int i, optim_view_t *out);
+bmt_blocklist_t *optim_list(const bmt_optim_t *o);
+void optim_counters(const bmt_optim_t *o, int64_t *step, int64_t *skipped);
+void optim_set_counters(bmt_optim_t *o, int64_t step, int64_t skipped);
+
 /* Drop a forward whose backward will not run (the optimizer stepped): release
  * the parameter buffers zero level 2 kept for it. */
 int blocklist_cancel_forward(bmt_blocklist_t *list, bmt_error_t *err);

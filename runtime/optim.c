@@ -295,3 +295,27 @@ int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
         *info = out;
     return 0;
 }
+
+/* ------------------------------------------------------------ checkpoint view */
+
+int optim_count(const bmt_optim_t *o) { return o->ns; }
+
+void optim_get(const bmt_optim_t *o, int i, optim_view_t *out)
+{
+    const struct ostate *s = &o->s[i];
+    *out = (optim_view_t){ s->block, s->d, s->master, s->m, s->v };
+}
+
+bmt_blocklist_t *optim_list(const bmt_optim_t *o) { return o->list; }
+
+void optim_counters(const bmt_optim_t *o, int64_t *step, int64_t *skipped)
+{
+    *step = o->step;
+    *skipped = o->skipped;
+}
+
+void optim_set_counters(bmt_optim_t *o, int64_t step, int64_t skipped)
+{
+    o->step = step;
+    o->skipped = skipped;
+}

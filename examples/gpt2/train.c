@@ -13,7 +13,9 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +23,7 @@
 
 #include "bmt/block.h"
 #include "bmt/bmt.h"
+#include "bmt/ckpt.h"
 #include "bmt/device.h"
 #include "bmt/monitor.h"
 #include "bmt/optim.h"
@@ -28,7 +31,8 @@
 #include "gpt2/model.h"
 
 typedef struct opts {
-    const char *model, *data, *val, *prepare, *out, *init_from;
+    const char *model, *data, *val, *prepare, *out, *init_from, *save_dir;
+    int save_every, keep, resume;
     gpt2_config_t cfg;
     int layers, heads, embd, vocab, max_seq; /* overrides; 0: the model's */
     int B, T, accum, steps, warmup, eval_every, eval_batches, zero, ckpt, prefetch;
@@ -59,6 +63,12 @@ static void usage(FILE *f)
             "      --lr-min-frac F     cosine decay to F x LR at the last step (default 1: none)\n"
             "      --weight-decay W    (default 0.0)\n"
             "      --clip NORM         clip the global gradient norm (default 1.0; 0: off)\n"
+            "Checkpoints (docs/gpt2.md):\n"
+            "      --save-dir DIR      save DIR/step-NNNNNNNN at --save-every, at the end and on\n"
+            "                          SIGUSR1 (then exit 0); DIR/latest names the newest\n"
+            "      --save-every N      every N steps (default 0: only at the end and on SIGUSR1)\n"
+            "      --keep K            keep the newest K checkpoints (default 3; 0: all)\n"
+            "      --resume            continue from DIR/latest when there is one (any layout)\n"
             "Run:\n"
             "  -n, --steps N           optimizer steps (default 50)\n"
             "  -s, --seed S            initialization seed (default 1337)\n"
@@ -121,7 +131,8 @@ static int parse(int argc, char **argv, opts_t *o)
                    .lr_min_frac = 1,
                    .clip = 1.0,
                    .val_fraction = 0.1,
-                   .seed = 1337 };
+                   .seed = 1337,
+                   .keep = 3 };
     enum {
         O_LAYERS = 256,
         O_HEADS,
@@ -139,7 +150,11 @@ static int parse(int argc, char **argv, opts_t *o)
         O_PREPARE,
         O_OUT,
         O_VALFRAC,
-        O_INIT
+        O_INIT,
+        O_SAVEDIR,
+        O_SAVEEVERY,
+        O_KEEP,
+        O_RESUME
     };
     static const struct option lo[] = {
         { "model", required_argument, NULL, 'm' },
@@ -169,6 +184,10 @@ static int parse(int argc, char **argv, opts_t *o)
         { "out", required_argument, NULL, O_OUT },
         { "val-fraction", required_argument, NULL, O_VALFRAC },
         { "init-from", required_argument, NULL, O_INIT },
+        { "save-dir", required_argument, NULL, O_SAVEDIR },
+        { "save-every", required_argument, NULL, O_SAVEEVERY },
+        { "keep", required_argument, NULL, O_KEEP },
+        { "resume", no_argument, NULL, O_RESUME },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -209,6 +228,10 @@ static int parse(int argc, char **argv, opts_t *o)
         case O_PREPARE: o->prepare = optarg; break;
         case O_OUT: o->out = optarg; break;
         case O_INIT: o->init_from = optarg; break;
+        case O_SAVEDIR: o->save_dir = optarg; break;
+        case O_SAVEEVERY: rc = int_arg("--save-every", optarg, 0, 1 << 30, &o->save_every); break;
+        case O_KEEP: rc = int_arg("--keep", optarg, 0, 1 << 20, &o->keep); break;
+        case O_RESUME: o->resume = 1; break;
         case O_VALFRAC: rc = real_arg("--val-fraction", optarg, 0, 0.5, &o->val_fraction); break;
         case 'h': usage(stdout); exit(0);
         case ':': rc = bad("%s needs an argument", argv[optind - 1]); break;
@@ -248,6 +271,8 @@ static int parse(int argc, char **argv, opts_t *o)
                    o->cfg.max_seq_len);
     if (o->data == NULL)
         return bad("--data PATTERN is required (token shards; make them with --prepare)");
+    if ((o->save_every || o->resume) && o->save_dir == NULL)
+        return bad("--save-every and --resume need --save-dir DIR");
     if (o->cfg.vocab_size > 65536)
         return bad("a vocabulary of %d does not fit uint16 token shards", o->cfg.vocab_size);
     return 0;
@@ -311,8 +336,76 @@ static void human(double v, char *out, size_t len)
         snprintf(out, len, "%.0f", v);
 }
 
+/* SIGUSR1 (sbatch --signal, or bmlaunch forwarding it): save at the next step
+ * boundary and exit. The ranks agree on the step through the per-step
+ * all-reduce, since each sees the signal at its own moment. */
+static volatile sig_atomic_t usr1;
+static void on_usr1(int sig)
+{
+    (void)sig;
+    usr1 = 1;
+}
+
+/* What the trainer adds to a checkpoint: its step, the model's sizes (a resume
+ * must match them) and the data position (the same on every rank). */
+static char *train_state(const opts_t *o, const gpt2_loader_t *ld, int step)
+{
+    int shard;
+    int64_t pos;
+    gpt2_loader_position(ld, &shard, &pos);
+    json_t *j =
+        json_pack("{sis{sisisisisi}s{sisI}s{sisisi}}", "step", step, "model", "n_layer",
+                  o->cfg.n_layer, "n_head", o->cfg.n_head, "n_embd", o->cfg.n_embd, "vocab_size",
+                  o->cfg.vocab_size, "max_seq_len", o->cfg.max_seq_len, "data", "shard", shard,
+                  "pos", (json_int_t)pos, "batch", "B", o->B, "T", o->T, "accum", o->accum);
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return s;
+}
+
+/* Check a checkpoint's model against ours, move the loader to its position and
+ * return its step (or -1 with err). */
+static int resume_state(const opts_t *o, const char *text, gpt2_loader_t *ld, bmt_error_t *err)
+{
+    json_error_t je;
+    json_t *j = text ? json_loads(text, 0, &je) : NULL;
+    int step = -1, L = -1, H = -1, C = -1, V = -1, maxT = -1, shard = -1;
+    json_int_t pos = -1;
+    int bad_json =
+        j == NULL || json_unpack(j, "{sis{sisisisisi}s{sisI}}", "step", &step, "model", "n_layer",
+                                 &L, "n_head", &H, "n_embd", &C, "vocab_size", &V, "max_seq_len",
+                                 &maxT, "data", "shard", &shard, "pos", &pos);
+    json_decref(j);
+    if (bad_json)
+        return snprintf(err->text, sizeof(err->text),
+                        "the checkpoint has no gpt2 state (step, model, data position)"),
+               -1;
+    if (L != o->cfg.n_layer || H != o->cfg.n_head || C != o->cfg.n_embd || V != o->cfg.vocab_size ||
+        maxT != o->cfg.max_seq_len)
+        return snprintf(err->text, sizeof(err->text),
+                        "the checkpoint is of another model (L %d, H %d, C %d, V %d, maxT %d); "
+                        "this run's is L %d, H %d, C %d, V %d, maxT %d",
+                        L, H, C, V, maxT, o->cfg.n_layer, o->cfg.n_head, o->cfg.n_embd,
+                        o->cfg.vocab_size, o->cfg.max_seq_len),
+               -1;
+    if (gpt2_loader_seek(ld, shard, (int64_t)pos, err) < 0)
+        return -1;
+    return step;
+}
+
+static int save(const opts_t *o, gpt2_model_t *m, bmt_optim_t *opt, const gpt2_loader_t *ld,
+                int step, bmt_error_t *err)
+{
+    char name[64], *st = train_state(o, ld, step);
+    snprintf(name, sizeof(name), "step-%08d", step);
+    int rc = bmt_ckpt_save(gpt2_model_list(m), opt, o->save_dir, name, st, o->keep, err);
+    free(st);
+    return rc;
+}
+
 static int train(const opts_t *o)
 {
+    signal(SIGUSR1, on_usr1); /* before anything: its default action ends the process */
     bmt_ctx_t *ctx = NULL;
     bmt_error_t err;
     if (bmt_init(&ctx, NULL, &err) < 0) {
@@ -348,6 +441,20 @@ static int train(const opts_t *o)
         (o->init_from && gpt2_model_load(m, o->init_from, &err) < 0) ||
         (opt = bmt_adamw_create(gpt2_model_list(m), &oc, &err)) == NULL)
         goto out;
+    int first = 1;
+    if (o->resume) {
+        char dir[4200], *user = NULL;
+        int r = bmt_ckpt_resolve(o->save_dir, dir, sizeof(dir), &err), done = 0;
+        if (r < 0 || (r == 0 && (bmt_ckpt_load(gpt2_model_list(m), opt, dir, &user, &err) < 0 ||
+                                 (done = resume_state(o, user, train_ld, &err)) < 0))) {
+            free(user);
+            goto out;
+        }
+        free(user);
+        first = done + 1;
+        if (r == 0 && rank == 0)
+            printf("gpt2: resumed from %s (step %d)\n", dir, done);
+    }
     const int64_t params = gpt2_num_params(&o->cfg);
     const double tokens_step = (double)o->B * o->T * o->accum; /* per rank */
     const double flops_step = gpt2_flops_per_token(&o->cfg, o->T) * tokens_step;
@@ -362,7 +469,7 @@ static int train(const opts_t *o)
                o->T, o->accum, world, tokens_step * world, d);
         fflush(stdout);
     }
-    for (int step = 1; step <= o->steps; step++) {
+    for (int step = first; step <= o->steps; step++) {
         bmt_step_begin(ctx);
         double loss[1] = { 0 };
         for (int a = 0; a < o->accum; a++) {
@@ -374,9 +481,11 @@ static int train(const opts_t *o)
             loss[0] += gpt2_model_loss(m);
         }
         bmt_step_info_t info;
-        if (bmt_optim_step(opt, &info, &err) < 0 || world_sum(ctx, loss, 1, &err) < 0)
+        double sums[2] = { loss[0], usr1 ? 1 : 0 }; /* loss, and whether anyone got SIGUSR1 */
+        if (bmt_optim_step(opt, &info, &err) < 0 || world_sum(ctx, sums, 2, &err) < 0)
             goto out;
-        const double mean_loss = loss[0] / ((double)o->accum * world);
+        const double mean_loss = sums[0] / ((double)o->accum * world);
+        const bool stop = sums[1] > 0;
         bmt_step_report_t r = BMT_STEP_REPORT_INITIALIZER;
         r.tokens = (int64_t)tokens_step;
         r.samples = (int64_t)o->B * o->accum;
@@ -402,6 +511,22 @@ static int train(const opts_t *o)
                    (double)cur / 1048576.0, (double)peak / 1048576.0);
             fflush(stdout);
         }
+        if (o->save_dir &&
+            (stop || step == o->steps || (o->save_every && step % o->save_every == 0))) {
+            if (save(o, m, opt, train_ld, step, &err) < 0)
+                goto out;
+            if (rank == 0) {
+                printf("gpt2: saved %s/step-%08d%s\n", o->save_dir, step,
+                       stop ? " (SIGUSR1: stopping)" : "");
+                fflush(stdout);
+            }
+        }
+        if (stop) {
+            if (o->save_dir == NULL && rank == 0)
+                printf("gpt2: SIGUSR1: stopping after step %d (no --save-dir: nothing saved)\n",
+                       step);
+            break;
+        }
         if (val_ld && ((o->eval_every && step % o->eval_every == 0) || step == o->steps)) {
             double vl;
             if (evaluate(ctx, m, val_ld, o->eval_batches, in, tg, &vl, &err) < 0)
@@ -415,8 +540,12 @@ static int train(const opts_t *o)
     }
     rc = 0;
 out:
-    if (rc)
-        fprintf(stderr, "gpt2: rank %d: %s\n", rank, err.text);
+    if (rc) {
+        if (strncmp(err.text, "rank ", 5) == 0) /* libbmt's errors name the rank */
+            fprintf(stderr, "gpt2: %s\n", err.text);
+        else
+            fprintf(stderr, "gpt2: rank %d: %s\n", rank, err.text);
+    }
     bmt_optim_destroy(opt);
     gpt2_model_destroy(m);
     gpt2_loader_destroy(train_ld);

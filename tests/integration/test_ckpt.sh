@@ -1,0 +1,175 @@
+#!/bin/bash
+# Checkpoints (bmt/ckpt.h) through the GPT-2 trainer on CPU ranks:
+# - saved under 2x2, resumed under 2x2 (bitwise the same losses and files as an
+#   uninterrupted run), 1x4, 4x1 and 1x1 with 4 micro-batches (same losses
+#   within f32 reduction-order noise);
+# - the files are valid safetensors read by an independent reader (numpy), the
+#   index is HF's, and PyTorch computing the loss from the saved weights gets
+#   the resumed run's next loss;
+# - keep K, leftovers of a crashed save, corrupt or mismatched checkpoints
+#   refused with the file and tensor named, SIGUSR1 saves and stops.
+. "$(dirname "$0")/lib.sh"
+
+PY=/usr/bin/python3
+GPT2=$BUILDDIR/bin/gpt2
+export BMT_TIMEOUT=60
+DATA=$TMP/corpus_train.bin
+"$GPT2" --prepare "$SRC/examples/gpt2/data/corpus.txt" --out "$TMP/corpus" >/dev/null ||
+    echo "# could not tokenize the corpus"
+
+# run NAME LAYOUT-ARGS -- gpt2 ARGS: jsonl metrics in NAME-<rank>.jsonl, output in NAME.out
+run() {
+    local name=$1 rc=0
+    shift
+    BMT_PLUGINS=jsonl BMT_JSONL=$PWD/$name-%r.jsonl with_timeout 200 "$BMLAUNCH" --metrics-port 0 \
+        "$@" >$name.out 2>$name.err || rc=$?
+    [ $rc -eq 0 ] || { echo "$name: exit $rc"; tail -5 $name.err; }
+    return $rc
+}
+# losses NAME: "step loss" per line from rank 0's jsonl, full precision
+losses() {
+    $PY -c "
+import json, sys
+for l in open(sys.argv[1]):
+    j = json.loads(l)
+    if j.get(\"type\") == \"step\":
+        print(j[\"step\"], repr(j[\"loss\"]))" $1-0.jsonl
+}
+export -f run losses
+
+# The uninterrupted reference: 10 steps under 2x2, checkpoints at 5 and 10.
+(cd $TMP && run ref -g 2 -n 2 -- $GPT2 --data $DATA --steps 10 --save-dir A --save-every 5 --keep 0 &&
+    losses ref >ref.losses) || echo "# the reference run failed"
+
+test_expect_success "a 2x2 run saves step 5 and 10; latest names step 10; files are complete" '
+    test "$(cat $TMP/A/latest)" = step-00000010 &&
+    for s in 5 10; do
+        d=$TMP/A/step-0000000$s; [ $s = 10 ] && d=$TMP/A/step-00000010
+        test -f $d/train_state.json && test -f $d/model.safetensors.index.json &&
+        test $(ls $d/*.optim.safetensors | wc -l) -eq 5 &&
+        test $(ls $d/*.safetensors | grep -vc optim) -eq 5 || exit 1
+    done &&
+    ! ls -a $TMP/A | grep -q "^\.tmp" &&
+    grep -q "^0: gpt2: saved A/step-00000005$" $TMP/ref.out
+'
+
+test_expect_success "resumed under 2x2 from step 5: losses 6..10 and the step-10 files are bitwise the uninterrupted run" '
+    cp -r $TMP/A R && echo step-00000005 >R/latest && rm -rf R/step-00000010 &&
+    run res -g 2 -n 2 -- $GPT2 --data $DATA --steps 10 --save-dir R --resume &&
+    grep -q "^0: gpt2: resumed from R/step-00000005 (step 5)" res.out &&
+    losses res >res.losses && test $(wc -l <res.losses) -eq 5 &&
+    diff res.losses <(tail -5 $TMP/ref.losses) &&
+    for f in $TMP/A/step-00000010/*.safetensors; do cmp $f R/step-00000010/$(basename $f) || exit 1; done
+'
+
+for v in "1x4:-g 1 -n 4" "4x1:-g 4 -n 1" "1x1 with 4 micro-batches:-n 1 -- --accum 4"; do
+    what=${v%%:*} args=${v#*:}
+    lay=${args%% -- *} extra=
+    [ "$lay" != "$args" ] && extra=${args#* -- }
+    test_expect_success "resumed under $what from the 2x2 checkpoint: the same losses (1e-5)" "
+        cp -r \$TMP/A R && echo step-00000005 >R/latest && rm -rf R/step-00000010 &&
+        run res $lay -- \$GPT2 --data \$DATA --steps 10 --save-dir R --resume $extra &&
+        losses res >res.losses &&
+        \$PY -c '
+import sys
+ref = dict(l.split() for l in open(sys.argv[1]))
+got = dict(l.split() for l in open(sys.argv[2]))
+assert sorted(got, key=int) == [\"6\", \"7\", \"8\", \"9\", \"10\"], got
+worst = max(abs(float(got[s]) - float(ref[s])) / float(ref[s]) for s in got)
+print(\"worst relative difference\", worst)
+assert worst <= 1e-5, worst' \$TMP/ref.losses res.losses
+    "
+done
+
+test_expect_success "an independent reader: valid safetensors, HF index, and PyTorch gets the resumed loss from the saved weights" '
+    cp -r $TMP/A R && echo step-00000005 >R/latest && rm -rf R/step-00000010 &&
+    run res -g 2 -n 2 -- $GPT2 --data $DATA --steps 6 --save-dir R --resume &&
+    $PY - $TMP/A/step-00000005 $DATA "$(sed -n "s/^6 //p" $TMP/ref.losses)" <<-EOF
+	import json, os, struct, sys, numpy as np, torch
+	sys.path.insert(0, "$SRC/tests/tools")
+	import gpt2_oracle as o
+	d, data, want = sys.argv[1], sys.argv[2], float(sys.argv[3])
+	def read(path):  # the format, by hand: 8-byte length, JSON, data; offsets contiguous
+	    raw = open(path, "rb").read()
+	    n = struct.unpack("<Q", raw[:8])[0]
+	    h = json.loads(raw[8:8 + n]); meta = h.pop("__metadata__", {})
+	    assert meta.get("format") == "pt", meta
+	    spans = sorted(v["data_offsets"] for v in h.values())
+	    assert spans[0][0] == 0 and all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+	    assert 8 + n + spans[-1][1] == len(raw), (path, len(raw))
+	    out = {}
+	    for k, v in h.items():
+	        assert v["dtype"] == "F32", v
+	        b, e = v["data_offsets"]
+	        a = np.frombuffer(raw[8 + n + b:8 + n + e], dtype=np.float32)
+	        assert a.size == int(np.prod(v["shape"])), (k, v)
+	        out[k] = a.reshape(v["shape"])
+	    return out
+	idx = json.load(open(os.path.join(d, "model.safetensors.index.json")))
+	w, total = {}, 0
+	for f in sorted(set(idx["weight_map"].values())):
+	    t = read(os.path.join(d, f))
+	    assert set(t) == {k for k, v in idx["weight_map"].items() if v == f}, f
+	    w.update(t); total += sum(a.nbytes for a in t.values())
+	assert idx["metadata"]["total_size"] == total, (idx["metadata"], total)
+	for f in os.listdir(d):
+	    if f.endswith(".optim.safetensors"):
+	        m = read(os.path.join(d, f))
+	        assert all(k.endswith((".exp_avg", ".exp_avg_sq")) for k in m), list(m)[:3]
+	        assert all((m[k] >= 0).all() for k in m if k.endswith("exp_avg_sq"))
+	st = json.load(open(os.path.join(d, "train_state.json")))
+	assert st["step"] == 5 and st["user"]["step"] == 5 and st["layout"]["world"] == 4, st
+	# PyTorch: the loss of global batch 6 (index 5) from the saved weights
+	o.V, o.C, o.NH, o.L, o.MAXT = 256, 64, 4, 4, 256
+	p = {k[len("transformer."):]: torch.tensor(v, dtype=torch.float64) for k, v in w.items()}
+	tokens = np.fromfile(data, dtype=np.uint16)[512:]
+	loss = o.world_loss(p, o.batches(tokens, 4, 4, 64, 5)).item()
+	print("torch %.7f, the resumed run %.7f" % (loss, want))
+	assert abs(loss - want) <= 1e-5 * want
+	EOF
+'
+
+test_expect_success "--keep 2 keeps the newest two; a leftover .tmp- of a crashed save is removed by the next save" '
+    mkdir -p K/.tmp-step-00000004 && echo junk >K/.tmp-step-00000004/junk &&
+    run keep -n 2 -- $GPT2 --data $DATA --steps 8 --save-dir K --save-every 2 --keep 2 &&
+    test "$(ls K | tr "\n" " ")" = "latest step-00000006 step-00000008 " &&
+    test "$(cat K/latest)" = step-00000008 && ! test -e K/.tmp-step-00000004
+'
+
+test_expect_success "a checkpoint that does not fit, or is damaged, is refused with the file and tensor named" '
+    cp -r $TMP/A/step-00000005 good &&
+    mkdir -p S1 && cp -r good S1/x && echo x >S1/latest &&
+    { run bad -n 1 -- $GPT2 --data $DATA --steps 6 --embd 32 --save-dir S1 --resume; rc=$?; } &&
+    test $rc -ne 0 && grep -q "transformer.safetensors.*transformer.wte.weight" bad.err &&
+    mkdir -p S2 && cp -r good S2/x && echo x >S2/latest &&
+    truncate -s -100 S2/x/transformer.h.2.safetensors &&
+    { run bad -n 1 -- $GPT2 --data $DATA --steps 6 --save-dir S2 --resume; rc=$?; } &&
+    test $rc -ne 0 && grep -q "transformer.h.2.safetensors" bad.err &&
+    mkdir -p S3 && cp -r good S3/x && echo x >S3/latest && rm S3/x/transformer.h.1.optim.safetensors &&
+    { run bad -n 1 -- $GPT2 --data $DATA --steps 6 --save-dir S3 --resume; rc=$?; } &&
+    test $rc -ne 0 && grep -q "transformer.h.1.optim.safetensors" bad.err &&
+    mkdir -p S4 && echo step-00000099 >S4/latest &&
+    { run bad -n 1 -- $GPT2 --data $DATA --steps 6 --save-dir S4 --resume; rc=$?; } &&
+    test $rc -ne 0 && grep -q "S4/latest names S4/step-00000099, which has no train_state.json" bad.err
+'
+
+test_expect_success "--resume with no checkpoint yet starts at step 1" '
+    run fresh -n 1 -- $GPT2 --data $DATA --steps 2 --save-dir N --resume &&
+    ! grep -q resumed fresh.out && grep -q "^0: step   1/2" fresh.out && test -f N/step-00000002/train_state.json
+'
+
+test_expect_success "SIGUSR1 to bmlaunch: the ranks save at the next step boundary and exit 0; a resume continues" '
+    { BMT_TIMEOUT=60 $BMLAUNCH --metrics-port 0 -g 2 -n 2 -- $GPT2 --data $DATA --steps 100000 \
+        --save-dir U >usr.out 2>usr.err & }
+    pid=$!
+    for i in $(seq 300); do grep -q "step   3/" usr.out && break; sleep 0.1; done
+    kill -USR1 $pid
+    rc=0; wait $pid || rc=$?
+    test $rc -eq 0 &&
+    step=$(sed -n "s|^0: gpt2: saved U/step-0*\([0-9]*\) (SIGUSR1: stopping)$|\1|p" usr.out) &&
+    test -n "$step" && test "$step" -ge 3 && test "$(cat U/latest)" = "$(printf step-%08d $step)" &&
+    run usr2 -g 2 -n 2 -- $GPT2 --data $DATA --steps $((step + 1)) --save-dir U --resume &&
+    grep -q "resumed from U/step-.* (step $step)" usr2.out && grep -q "step *$((step + 1))/" usr2.out
+'
+
+test_done
