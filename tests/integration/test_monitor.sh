@@ -29,7 +29,7 @@ start_job() {
     "$BMLAUNCH" "$@" >job.out 2>job.err &
     JOB_PID=$!
     local i
-    for i in $(seq 200); do
+    for i in $(seq 1200); do # 60 s: 1000 ranks start slowly on a loaded machine
         URL=$(sed -n 's|^bmlaunch: metrics on \(http://[^ ]*\)/ .*|\1|p' job.err)
         [ -n "$URL" ] && return 0
         kill -0 $JOB_PID 2>/dev/null || break
@@ -434,9 +434,10 @@ test_expect_success "Pushgateway mode: each rank PUTs its latest step to a real 
 test_expect_success "1000 ranks (40 x 25) push to one collector: every token counted, series stay per job and group" '
     start_job --metrics-port $(free_port) --metrics-linger 60 --backend none --timeout 120 -g 40 -n 25 -- \
         $PROGS/steps --steps 10 --pace 300 &&
-    for i in $(seq 600); do
+    for i in $(seq 2400); do
         curl -sf "$URL/api/status" >s.json && grep -q "\"state\":\"ended\"" s.json && break; sleep 0.1
     done &&
+    { grep -q "\"state\":\"ended\"" s.json || { echo "the job did not end in 240 s:"; head -c 600 s.json; tail -5 job.err; false; }; } &&
     curl -sf "$URL/metrics" >m.txt && promtool check metrics <m.txt &&
     kill -INT $JOB_PID; wait $JOB_PID || true
     # rank r reports 1000 + r tokens in each of 10 steps
