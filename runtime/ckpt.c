@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,6 +172,16 @@ static int unique_blocks(bmt_blocklist_t *l, bmt_block_t ***out)
 
 /* ------------------------------------------------------------ save */
 
+/* The part of parameter p in this rank's shard: group elements [lo, hi). */
+static bool in_shard(const struct param *p, const struct dgroup *d, size_t *lo, size_t *hi)
+{
+    *lo = p->offset > d->shard_first ? p->offset : d->shard_first;
+    *hi = p->offset + (size_t)p->numel;
+    if (*hi > d->shard_first + d->shard)
+        *hi = d->shard_first + d->shard;
+    return *lo < *hi;
+}
+
 static int write_all(int fd, const void *p, size_t n, uint64_t off)
 {
     const char *c = p;
@@ -208,20 +219,86 @@ static int create_file(const char *path, const struct flayout *f, bmt_error_t *e
     return rc == 0 ? 0 : errprintf(err, "cannot create %s: %s", path, strerror(e));
 }
 
-/* A rank of group 0: write this rank's pieces of block b into its two files. */
-static int write_shards(bmt_ctx_t *ctx, const bmt_block_t *b, bmt_optim_t *opt, const char *tmpdir,
-                        bmt_error_t *err)
+/* What a rank of group 0 writes: host copies of its shards (O(shard)) and the
+ * pwrites that put each piece where every rank computes it goes. Staged on the
+ * caller's thread; written by the writer thread, so training can change the
+ * device shards meanwhile. */
+struct wop {
+    int file;        /* index into pending.paths */
+    uint64_t off;    /* bytes, in the file */
+    const void *src; /* into one of pending.bufs */
+    size_t n;
+};
+
+struct bmt_ckpt_pending {
+    bmt_ctx_t *ctx;
+    bmt_optim_t *opt;
+    bmt_block_t **blocks;
+    int nb;
+    char dir[3100], tmpdir[3300], name[256];
+    char *user_json;
+    int keep;
+    char **paths;
+    int npaths;
+    void **bufs;
+    int nbufs, capbufs;
+    struct wop *ops;
+    int nops, capops;
+    pthread_t thread;
+    bool started;
+    int rc; /* the writer's: 0 or -1 with err */
+    bmt_error_t err;
+};
+
+static void *keep_buf(bmt_ckpt_pending_t *p, size_t bytes)
 {
+    if (p->nbufs == p->capbufs) {
+        int cap = p->capbufs ? 2 * p->capbufs : 16;
+        void **b = realloc(p->bufs, sizeof(*b) * (size_t)cap);
+        if (b == NULL)
+            return NULL;
+        p->bufs = b, p->capbufs = cap;
+    }
+    void *m = malloc(bytes ? bytes : 1);
+    if (m)
+        p->bufs[p->nbufs++] = m;
+    return m;
+}
+
+static int add_op(bmt_ckpt_pending_t *p, int file, uint64_t off, const void *src, size_t n)
+{
+    if (p->nops == p->capops) {
+        int cap = p->capops ? 2 * p->capops : 64;
+        struct wop *o = realloc(p->ops, sizeof(*o) * (size_t)cap);
+        if (o == NULL)
+            return -1;
+        p->ops = o, p->capops = cap;
+    }
+    p->ops[p->nops++] = (struct wop){ file, off, src, n };
+    return 0;
+}
+
+/* Stage this rank's pieces of block b (both files). */
+static int stage_shards(bmt_ckpt_pending_t *p, const bmt_block_t *b, bmt_error_t *err)
+{
+    bmt_ctx_t *ctx = p->ctx;
+    bmt_optim_t *opt = p->opt;
     struct flayout fl[2] = { 0 };
-    int fds[2] = { -1, -1 }, rc = 0;
-    void *stage[4] = { 0 };
-    char path[4200], name[1024];
+    int file[2] = { -1, -1 }, rc = 0;
     for (int k = 0; k < (opt ? 2 : 1) && rc == 0; k++) {
+        char name[1024], path[4200];
         file_name(b, k == 1, name, sizeof(name));
-        snprintf(path, sizeof(path), "%.3000s/%.1000s", tmpdir, name);
-        if ((rc = flayout_make(b, k == 1, &fl[k], err)) == 0 &&
-            (fds[k] = open(path, O_WRONLY | O_CLOEXEC)) < 0)
-            rc = errprintf(err, "cannot open %s: %s", path, strerror(errno));
+        snprintf(path, sizeof(path), "%.3000s/%.1000s", p->tmpdir, name);
+        char **np = realloc(p->paths, sizeof(*np) * (size_t)(p->npaths + 1));
+        if (np == NULL || (np[p->npaths] = strdup(path)) == NULL) {
+            if (np)
+                p->paths = np;
+            rc = errprintf(err, "out of memory");
+            break;
+        }
+        p->paths = np;
+        file[k] = p->npaths++;
+        rc = flayout_make(b, k == 1, &fl[k], err);
     }
     for (int g = 0; g < b->ngroups && rc == 0; g++) {
         const struct dgroup *d = &b->groups[g];
@@ -239,44 +316,66 @@ static int write_shards(bmt_ctx_t *ctx, const bmt_block_t *b, bmt_optim_t *opt, 
         /* Host copies of the shards: parameter (its dtype), then f32 state. */
         const void *src[4] = { d->param, ov.m, ov.v, ov.master };
         const size_t isz[4] = { bmt_dtype_size(d->dtype), 4, 4, 4 };
+        void *stage[4] = { 0 };
         for (int k = 0; k < (opt ? 4 : 1) && rc == 0; k++) {
             if (k == T_MASTER && d->dtype == BMT_F32)
                 continue;
-            if ((stage[k] = malloc(d->shard * isz[k] + 1)) == NULL)
-                rc = errprintf(err, "out of memory");
+            if ((stage[k] = keep_buf(p, d->shard * isz[k])) == NULL)
+                rc = errprintf(err, "out of memory staging block %.40s", b->name);
             else
                 rc = bmt_mem_download(ctx, stage[k], src[k], d->shard * isz[k], err);
         }
         for (int f = 0; f < (opt ? 2 : 1) && rc == 0; f++)
             for (int t = 0; t < fl[f].n && rc == 0; t++) {
                 const struct ftensor *ft = &fl[f].t[t];
-                const struct param *p = &b->params[ft->param];
-                if (p->group != g)
-                    continue;
-                size_t lo = p->offset > d->shard_first ? p->offset : d->shard_first;
-                size_t hi = p->offset + (size_t)p->numel;
-                if (hi > d->shard_first + d->shard)
-                    hi = d->shard_first + d->shard;
-                if (lo >= hi)
+                const struct param *pa = &b->params[ft->param];
+                size_t lo, hi;
+                if (pa->group != g || !in_shard(pa, d, &lo, &hi))
                     continue;
                 size_t sz = isz[ft->kind];
-                uint64_t at = 8 + fl[f].header_len + ft->off + (lo - p->offset) * sz;
-                if (write_all(fds[f], (char *)stage[ft->kind] + (lo - d->shard_first) * sz,
-                              (hi - lo) * sz, at) < 0)
-                    rc = errprintf(err, "writing %.80s into %s/%s: %s", ft->name, tmpdir, name,
-                                   strerror(errno));
+                uint64_t at = 8 + fl[f].header_len + ft->off + (lo - pa->offset) * sz;
+                if (add_op(p, file[f], at, (char *)stage[ft->kind] + (lo - d->shard_first) * sz,
+                           (hi - lo) * sz) < 0)
+                    rc = errprintf(err, "out of memory");
             }
-        for (int k = 0; k < 4; k++)
-            free(stage[k]), stage[k] = NULL;
     }
-    for (int k = 0; k < 2; k++) {
-        /* fsync here, by the writer: on a shared file system the data is this
-         * node's until it does. */
-        if (fds[k] >= 0 && (fsync(fds[k]) != 0 || close(fds[k]) != 0) && rc == 0)
-            rc = errprintf(err, "cannot fsync %s: %s", tmpdir, strerror(errno));
+    for (int k = 0; k < 2; k++)
         flayout_free(&fl[k]);
-    }
     return rc;
+}
+
+/* The writer thread: every staged piece with pwrite, then fsync (by the writer:
+ * on a shared file system the data is this node's until it does). */
+static void *writer(void *arg)
+{
+    bmt_ckpt_pending_t *p = arg;
+    for (int f = 0; f < p->npaths && p->rc == 0; f++) {
+        int fd = open(p->paths[f], O_WRONLY | O_CLOEXEC);
+        if (fd < 0) {
+            p->rc = errprintf(&p->err, "cannot open %s: %s", p->paths[f], strerror(errno));
+            break;
+        }
+        for (int i = 0; i < p->nops && p->rc == 0; i++)
+            if (p->ops[i].file == f && write_all(fd, p->ops[i].src, p->ops[i].n, p->ops[i].off) < 0)
+                p->rc = errprintf(&p->err, "cannot write %s: %s", p->paths[f], strerror(errno));
+        if ((fsync(fd) != 0 || close(fd) != 0) && p->rc == 0)
+            p->rc = errprintf(&p->err, "cannot fsync %s: %s", p->paths[f], strerror(errno));
+    }
+    return NULL;
+}
+
+static void pending_free(bmt_ckpt_pending_t *p)
+{
+    for (int i = 0; i < p->npaths; i++)
+        free(p->paths[i]);
+    for (int i = 0; i < p->nbufs; i++)
+        free(p->bufs[i]);
+    free(p->paths);
+    free(p->bufs);
+    free(p->ops);
+    free(p->blocks);
+    free(p->user_json);
+    free(p);
 }
 
 static int fsync_path(const char *path)
@@ -477,9 +576,10 @@ static int finish(bmt_ctx_t *ctx, bmt_block_t **blocks, int nb, bmt_optim_t *opt
     return rc;
 }
 
-int bmt_ckpt_save(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, const char *name,
-                  const char *user_json, int keep, bmt_error_t *err)
+int bmt_ckpt_save_async(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, const char *name,
+                        const char *user_json, int keep, bmt_ckpt_pending_t **out, bmt_error_t *err)
 {
+    *out = NULL;
     if (list == NULL || dir == NULL || *dir == '\0')
         return errprintf(err, "bmt_ckpt_save: a block list and a directory are required");
     bmt_ctx_t *ctx = blocklist_ctx(list);
@@ -499,12 +599,19 @@ int bmt_ckpt_save(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, cons
                          "rank %d: bmt_ckpt_save between a forward or backward and the "
                          "optimizer step: save after bmt_optim_step",
                          ctx->rank);
-    bmt_block_t **blocks = NULL;
-    int nb = unique_blocks(list, &blocks);
-    if (nb < 0)
+    bmt_ckpt_pending_t *p = calloc(1, sizeof(*p));
+    if (p == NULL || (user_json && (p->user_json = strdup(user_json)) == NULL) ||
+        (p->nb = unique_blocks(list, &p->blocks)) < 0) {
+        if (p)
+            pending_free(p);
         return errprintf(err, "rank %d: out of memory", ctx->rank);
-    char tmpdir[4200];
-    snprintf(tmpdir, sizeof(tmpdir), "%s/.tmp-%s", dir, name);
+    }
+    p->ctx = ctx;
+    p->opt = opt;
+    p->keep = keep;
+    snprintf(p->dir, sizeof(p->dir), "%s", dir);
+    snprintf(p->name, sizeof(p->name), "%s", name);
+    snprintf(p->tmpdir, sizeof(p->tmpdir), "%s/.tmp-%s", dir, name);
     int failed = 0;
     /* 1. rank 0: a fresh temporary directory with every file preallocated. */
     if (bmt_device_synchronize(ctx, err) < 0)
@@ -513,39 +620,82 @@ int bmt_ckpt_save(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, cons
         if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
             errprintf(err, "cannot create %s: %s", dir, strerror(errno));
             failed = 1;
-        } else if (remove_tree(tmpdir) != 0 || mkdir(tmpdir, 0755) != 0) {
-            errprintf(err, "cannot create %s: %s", tmpdir, strerror(errno));
+        } else if (remove_tree(p->tmpdir) != 0 || mkdir(p->tmpdir, 0755) != 0) {
+            errprintf(err, "cannot create %s: %s", p->tmpdir, strerror(errno));
             failed = 1;
         }
-        for (int i = 0; i < nb && !failed; i++)
+        for (int i = 0; i < p->nb && !failed; i++)
             for (int k = 0; k < (opt ? 2 : 1) && !failed; k++) {
                 struct flayout f;
                 char fname[1024], path[4200];
-                file_name(blocks[i], k == 1, fname, sizeof(fname));
-                snprintf(path, sizeof(path), "%.3000s/%.1000s", tmpdir, fname);
-                failed =
-                    flayout_make(blocks[i], k == 1, &f, err) < 0 || create_file(path, &f, err) < 0;
+                file_name(p->blocks[i], k == 1, fname, sizeof(fname));
+                snprintf(path, sizeof(path), "%.3000s/%.1000s", p->tmpdir, fname);
+                failed = flayout_make(p->blocks[i], k == 1, &f, err) < 0 ||
+                         create_file(path, &f, err) < 0;
                 flayout_free(&f);
             }
     }
     int rc = agree(ctx, failed, "preparing the checkpoint", err);
-    /* 2. group 0 writes its shards; the other groups hold the same ones. */
+    /* 2. group 0 copies its shards to the host and hands them to a writer
+     *    thread; the other groups hold the same shards and write nothing. */
     if (rc == 0) {
         failed = 0;
-        for (int i = 0; i < nb && !failed && ctx->self.group == 0; i++)
-            failed = write_shards(ctx, blocks[i], opt, tmpdir, err) < 0;
-        rc = agree(ctx, failed, "writing the checkpoint", err);
+        for (int i = 0; i < p->nb && !failed && ctx->self.group == 0; i++)
+            failed = stage_shards(p, p->blocks[i], err) < 0;
+        if (!failed && ctx->self.group == 0) {
+            if (pthread_create(&p->thread, NULL, writer, p) != 0)
+                failed = errprintf(err, "cannot start the writer thread") < 0;
+            else
+                p->started = true;
+        }
+        rc = agree(ctx, failed, "staging the checkpoint", err);
     }
-    /* 3. rank 0 completes it. */
+    if (rc < 0) {
+        if (p->started)
+            pthread_join(p->thread, NULL);
+        if (ctx->rank == 0)
+            remove_tree(p->tmpdir);
+        pending_free(p);
+        return errprefix(err, "checkpoint %s/%s: ", dir, name);
+    }
+    *out = p;
+    return 0;
+}
+
+int bmt_ckpt_finish(bmt_ckpt_pending_t *p, bmt_error_t *err)
+{
+    if (p == NULL)
+        return 0;
+    bmt_ctx_t *ctx = p->ctx;
+    int failed = 0;
+    if (p->started) {
+        pthread_join(p->thread, NULL);
+        if (p->rc < 0) {
+            *err = p->err;
+            failed = 1;
+        }
+    }
+    int rc = agree(ctx, failed, "writing the checkpoint", err);
     if (rc == 0) {
-        failed = ctx->rank == 0 &&
-                 finish(ctx, blocks, nb, opt, dir, tmpdir, name, user_json, keep, err) < 0;
+        failed = ctx->rank == 0 && finish(ctx, p->blocks, p->nb, p->opt, p->dir, p->tmpdir, p->name,
+                                          p->user_json, p->keep, err) < 0;
         rc = agree(ctx, failed, "completing the checkpoint", err);
     }
     if (rc < 0 && ctx->rank == 0)
-        remove_tree(tmpdir);
-    free(blocks);
-    return rc < 0 ? errprefix(err, "checkpoint %s/%s: ", dir, name) : 0;
+        remove_tree(p->tmpdir);
+    char where[3400];
+    snprintf(where, sizeof(where), "%.3000s/%.250s", p->dir, p->name);
+    pending_free(p);
+    return rc < 0 ? errprefix(err, "checkpoint %s: ", where) : 0;
+}
+
+int bmt_ckpt_save(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, const char *name,
+                  const char *user_json, int keep, bmt_error_t *err)
+{
+    bmt_ckpt_pending_t *p;
+    if (bmt_ckpt_save_async(list, opt, dir, name, user_json, keep, &p, err) < 0)
+        return -1;
+    return bmt_ckpt_finish(p, err);
 }
 
 /* ------------------------------------------------------------ load */
@@ -642,11 +792,8 @@ static int load_state(bmt_ctx_t *ctx, const bmt_block_t *b, const optim_view_t *
             const struct param *p = &b->params[j];
             if (&b->groups[p->group] != d)
                 continue;
-            size_t lo = p->offset > d->shard_first ? p->offset : d->shard_first;
-            size_t hi = p->offset + (size_t)p->numel;
-            if (hi > d->shard_first + d->shard)
-                hi = d->shard_first + d->shard;
-            if (lo < hi)
+            size_t lo, hi;
+            if (in_shard(p, d, &lo, &hi))
                 rc = bmt_st_read(st, idx[k][j], (int64_t)(lo - p->offset), (int64_t)(hi - lo),
                                  h + (lo - d->shard_first), BMT_F32, err);
         }

@@ -32,7 +32,7 @@
 
 typedef struct opts {
     const char *model, *data, *val, *prepare, *out, *init_from, *save_dir;
-    int save_every, keep, resume;
+    int save_every, keep, resume, save_async;
     gpt2_config_t cfg;
     int layers, heads, embd, vocab, max_seq; /* overrides; 0: the model's */
     int B, T, accum, steps, warmup, eval_every, eval_batches, zero, ckpt, prefetch;
@@ -69,6 +69,7 @@ static void usage(FILE *f)
             "      --save-every N      every N steps (default 0: only at the end and on SIGUSR1)\n"
             "      --keep K            keep the newest K checkpoints (default 3; 0: all)\n"
             "      --resume            continue from DIR/latest when there is one (any layout)\n"
+            "      --save-async        write checkpoints in the background while training goes on\n"
             "Run:\n"
             "  -n, --steps N           optimizer steps (default 50)\n"
             "  -s, --seed S            initialization seed (default 1337)\n"
@@ -154,7 +155,8 @@ static int parse(int argc, char **argv, opts_t *o)
         O_SAVEDIR,
         O_SAVEEVERY,
         O_KEEP,
-        O_RESUME
+        O_RESUME,
+        O_SAVEASYNC
     };
     static const struct option lo[] = {
         { "model", required_argument, NULL, 'm' },
@@ -188,6 +190,7 @@ static int parse(int argc, char **argv, opts_t *o)
         { "save-every", required_argument, NULL, O_SAVEEVERY },
         { "keep", required_argument, NULL, O_KEEP },
         { "resume", no_argument, NULL, O_RESUME },
+        { "save-async", no_argument, NULL, O_SAVEASYNC },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -232,6 +235,7 @@ static int parse(int argc, char **argv, opts_t *o)
         case O_SAVEEVERY: rc = int_arg("--save-every", optarg, 0, 1 << 30, &o->save_every); break;
         case O_KEEP: rc = int_arg("--keep", optarg, 0, 1 << 20, &o->keep); break;
         case O_RESUME: o->resume = 1; break;
+        case O_SAVEASYNC: o->save_async = 1; break;
         case O_VALFRAC: rc = real_arg("--val-fraction", optarg, 0, 0.5, &o->val_fraction); break;
         case 'h': usage(stdout); exit(0);
         case ':': rc = bad("%s needs an argument", argv[optind - 1]); break;
@@ -271,8 +275,8 @@ static int parse(int argc, char **argv, opts_t *o)
                    o->cfg.max_seq_len);
     if (o->data == NULL)
         return bad("--data PATTERN is required (token shards; make them with --prepare)");
-    if ((o->save_every || o->resume) && o->save_dir == NULL)
-        return bad("--save-every and --resume need --save-dir DIR");
+    if ((o->save_every || o->resume || o->save_async) && o->save_dir == NULL)
+        return bad("--save-every, --save-async and --resume need --save-dir DIR");
     if (o->cfg.vocab_size > 65536)
         return bad("a vocabulary of %d does not fit uint16 token shards", o->cfg.vocab_size);
     return 0;
@@ -393,12 +397,21 @@ static int resume_state(const opts_t *o, const char *text, gpt2_loader_t *ld, bm
     return step;
 }
 
+/* Save step's checkpoint; with --save-async, finish the previous one first and
+ * leave this one to the writer threads (*pending), finished by the next save or
+ * at the end. */
 static int save(const opts_t *o, gpt2_model_t *m, bmt_optim_t *opt, const gpt2_loader_t *ld,
-                int step, bmt_error_t *err)
+                int step, bmt_ckpt_pending_t **pending, bmt_error_t *err)
 {
     char name[64], *st = train_state(o, ld, step);
     snprintf(name, sizeof(name), "step-%08d", step);
-    int rc = bmt_ckpt_save(gpt2_model_list(m), opt, o->save_dir, name, st, o->keep, err);
+    int rc = bmt_ckpt_finish(*pending, err);
+    *pending = NULL;
+    if (rc == 0 && o->save_async)
+        rc = bmt_ckpt_save_async(gpt2_model_list(m), opt, o->save_dir, name, st, o->keep, pending,
+                                 err);
+    else if (rc == 0)
+        rc = bmt_ckpt_save(gpt2_model_list(m), opt, o->save_dir, name, st, o->keep, err);
     free(st);
     return rc;
 }
@@ -442,6 +455,7 @@ static int train(const opts_t *o)
         (opt = bmt_adamw_create(gpt2_model_list(m), &oc, &err)) == NULL)
         goto out;
     int first = 1;
+    bmt_ckpt_pending_t *pending = NULL;
     if (o->resume) {
         char dir[4200], *user = NULL;
         int r = bmt_ckpt_resolve(o->save_dir, dir, sizeof(dir), &err), done = 0;
@@ -513,10 +527,10 @@ static int train(const opts_t *o)
         }
         if (o->save_dir &&
             (stop || step == o->steps || (o->save_every && step % o->save_every == 0))) {
-            if (save(o, m, opt, train_ld, step, &err) < 0)
+            if (save(o, m, opt, train_ld, step, &pending, &err) < 0)
                 goto out;
             if (rank == 0) {
-                printf("gpt2: saved %s/step-%08d%s\n", o->save_dir, step,
+                printf("gpt2: %s %s/step-%08d%s\n", pending ? "saving" : "saved", o->save_dir, step,
                        stop ? " (SIGUSR1: stopping)" : "");
                 fflush(stdout);
             }
@@ -537,6 +551,15 @@ static int train(const opts_t *o)
                 fflush(stdout);
             }
         }
+    }
+    if (pending) {
+        if (bmt_ckpt_finish(pending, &err) < 0) {
+            pending = NULL;
+            goto out;
+        }
+        pending = NULL;
+        if (rank == 0)
+            printf("gpt2: the last checkpoint is complete\n");
     }
     rc = 0;
 out:

@@ -49,6 +49,22 @@ extern "C" {
 BMT_API int bmt_ckpt_save(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir,
                           const char *name, const char *user_json, int keep, bmt_error_t *err);
 
+/* The same in two halves, so that training goes on while the files are
+ * written: bmt_ckpt_save_async prepares the directory and copies this rank's
+ * shards to host memory (O(shard); the caller waits only for that), and a
+ * thread of each rank of group 0 writes them; bmt_ckpt_finish waits for the
+ * writers and completes the checkpoint (index, train state, rename, latest).
+ * Both are collective over the world. Call bmt_ckpt_finish before the next
+ * save, before bmt_finalize, and before the program exits; in between, the
+ * program may run any steps. On failure either returns -1 on every rank and
+ * latest is unchanged; a failed save_async leaves nothing pending (*pending
+ * NULL). bmt_ckpt_finish(NULL) returns 0. */
+typedef struct bmt_ckpt_pending bmt_ckpt_pending_t;
+BMT_API int bmt_ckpt_save_async(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir,
+                                const char *name, const char *user_json, int keep,
+                                bmt_ckpt_pending_t **pending, bmt_error_t *err);
+BMT_API int bmt_ckpt_finish(bmt_ckpt_pending_t *pending, bmt_error_t *err);
+
 /* The checkpoint directory path names: path itself when it holds a
  * train_state.json, else path/<the name in path/latest>. Writes it to out
  * (len bytes). Returns 0, 1 when there is no checkpoint there yet (no latest),

@@ -129,6 +129,19 @@ test_expect_success "an independent reader: valid safetensors, HF index, and PyT
 	EOF
 '
 
+test_expect_success "--save-async writes the same files as a synchronous save, completed before the end" '
+    run async -g 2 -n 2 -- $GPT2 --data $DATA --steps 10 --save-dir AS --save-every 5 --keep 0 --save-async &&
+    grep -q "^0: gpt2: saving AS/step-00000005$" async.out &&
+    grep -q "^0: gpt2: the last checkpoint is complete$" async.out &&
+    test "$(cat AS/latest)" = step-00000010 &&
+    for s in step-00000005 step-00000010; do
+        for f in $TMP/A/$s/*.safetensors $TMP/A/$s/model.safetensors.index.json; do
+            cmp $f AS/$s/$(basename $f) || exit 1
+        done
+    done &&
+    diff <(losses async) $TMP/ref.losses
+'
+
 test_expect_success "--keep 2 keeps the newest two; a leftover .tmp- of a crashed save is removed by the next save" '
     mkdir -p K/.tmp-step-00000004 && echo junk >K/.tmp-step-00000004/junk &&
     run keep -n 2 -- $GPT2 --data $DATA --steps 8 --save-dir K --save-every 2 --keep 2 &&
