@@ -109,4 +109,18 @@ for layout in 1x1 1x2 2x1 2x2; do
     "
 done
 
+# Checkpoints (bmt/ckpt.h) inside the engine: save after step 12, rewind to it
+# at the end, train 13..20 again: bitwise the same (f32 and bf16 with its f32
+# master weights, both zero levels).
+for v in "2x2:" "2x2:--dtype bf16" "1x4:--zero 2 --ckpt 0" "4x1:--dtype bf16"; do
+    layout=${v%%:*} extra=${v#*:}
+    g=${layout%x*} n=${layout#*x}
+    test_expect_success "checkpoint rewind ${g}x${n} ${extra:-f32}: steps 13..20 again from the step-12 checkpoint, bitwise" "
+        ec $((g * n)) -g $g -n $n --timeout 60 -- \$EC --ckpt-dir \$PWD/ck --ckpt-at 12 $extra &&
+        grep -q '^0: ok ckpt (.*): loading the step-12 checkpoint changed the trained parameters' out &&
+        grep -q '^0: ok ckpt (.*): from the step-12 checkpoint, steps 13..20 again: losses and parameters bitwise' out &&
+        test -f ck/ec/train_state.json && test \$(cat ck/latest) = ec
+    "
+done
+
 test_done

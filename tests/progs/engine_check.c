@@ -65,6 +65,7 @@
 
 #include "bmt/bmt.h"
 #include "bmt/block.h"
+#include "bmt/ckpt.h"
 #include "bmt/device.h"
 #include "bmt/monitor.h"
 #include "bmt/optim.h"
@@ -80,11 +81,13 @@ typedef struct opts {
     bmt_dtype_t reduce; /* the block list's gradient reduce dtype */
     const char *init_dump;
     bool variants, kernel_check, verbose;
-    bool mismatch;   /* odd ranks take another prefetch setting: the first forward must fail */
-    double bound;    /* relative bound on parameters, loss and grad norm; 0: by dtype */
-    double pace_ms;  /* sleep this long in every step (monitoring tests want a steady run) */
-    int event_every; /* report a checkpoint_saved event every N steps (0: none) */
-    int abort_at;    /* rank 0 calls bmt_abort(3, ...) after this step (0: never) */
+    bool mismatch;        /* odd ranks take another prefetch setting: the first forward must fail */
+    double bound;         /* relative bound on parameters, loss and grad norm; 0: by dtype */
+    double pace_ms;       /* sleep this long in every step (monitoring tests want a steady run) */
+    int event_every;      /* report a checkpoint_saved event every N steps (0: none) */
+    int abort_at;         /* rank 0 calls bmt_abort(3, ...) after this step (0: never) */
+    const char *ckpt_dir; /* checkpoint after step ckpt_at, then rewind to it (see ckpt check) */
+    int ckpt_at;
 } opts_t;
 
 static opts_t O = { .steps = 20,
@@ -1541,9 +1544,10 @@ typedef struct trained {
 
 /* O.steps steps of O.accum micro-batches; rank r's a-th micro-batch of a step is
  * global micro-batch a * world + r. */
-static int train(bmt_blocklist_t *list, bmt_optim_t *opt, model_t *m, trained_t *t,
+static int train(bmt_blocklist_t *list, bmt_optim_t *opt, model_t *m, trained_t *t, int from,
                  bmt_error_t *err)
 {
+    const bool first_run = from == 1;
     const int world = bmt_world_size(ctx), me = bmt_rank(ctx);
     const size_t nin = (size_t)O.accum * EC_ROWS * EC_DIN,
                  ntg = (size_t)O.accum * EC_ROWS * EC_DOUT;
@@ -1558,9 +1562,10 @@ static int train(bmt_blocklist_t *list, bmt_optim_t *opt, model_t *m, trained_t 
     bmt_mem_reset_peaks(ctx);
     monitor_t mon = { 0 };
     bmt_step_begin(ctx); /* set-up is not the first step's time */
-    if (O.event_every && bmt_report_event(ctx, BMT_EVENT_NOTE, "engine_check starts", err) < 0)
+    if (first_run && O.event_every &&
+        bmt_report_event(ctx, BMT_EVENT_NOTE, "engine_check starts", err) < 0)
         return -1;
-    for (int s = 1; s <= O.steps; s++) {
+    for (int s = from; s <= O.steps; s++) {
         for (int a = 0; a < O.accum; a++)
             make_batch(s, a * world + me, hin + (size_t)a * EC_ROWS * EC_DIN,
                        htg + (size_t)a * EC_ROWS * EC_DOUT);
@@ -1589,7 +1594,10 @@ static int train(bmt_blocklist_t *list, bmt_optim_t *opt, model_t *m, trained_t 
             struct timespec nap = { (time_t)(O.pace_ms / 1e3), (long)(fmod(O.pace_ms, 1e3) * 1e6) };
             nanosleep(&nap, NULL);
         }
-        if (monitor_step(&mon, s, t->loss[s - 1] / O.accum, &t->info[s - 1], err) < 0)
+        if (first_run && monitor_step(&mon, s, t->loss[s - 1] / O.accum, &t->info[s - 1], err) < 0)
+            return -1;
+        if (first_run && O.ckpt_dir && s == O.ckpt_at &&
+            bmt_ckpt_save(list, opt, O.ckpt_dir, "ec", NULL, 1, err) < 0)
             return -1;
         if (O.abort_at == s && my_rank == 0) {
             char why[64];
@@ -1597,7 +1605,7 @@ static int train(bmt_blocklist_t *list, bmt_optim_t *opt, model_t *m, trained_t 
             bmt_abort(ctx, 3, why);
         }
     }
-    check(mon.bad == 0,
+    check(!first_run || mon.bad == 0,
           "monitor: %d steps reported; step, grad norm, loss, token totals and rates, FLOP/s, "
           "MFU, memory and comm wait as measured (comm wait %.3g s of %.3g s)%s%s",
           O.steps, mon.comm_wait, mon.time, mon.bad ? "; first problem: " : "", mon.first);
@@ -1742,6 +1750,56 @@ static void check_memory(const char *tag, int zero, const bmt_mem_stats_t *st,
 
 /* One engine run: build, (init), train, compare with R, memory, teardown.
  * final (ntot) receives the trained parameters as doubles. */
+/* Hash of every parameter (bitwise), block by block. */
+static int params_hash(bmt_block_t **blocks, uint64_t *h, bmt_error_t *err)
+{
+    *h = 1469598103934665603ULL;
+    for (int b = 0; b < NBLOCKS; b++) {
+        void *v[16] = { 0 };
+        int rc = download_block(blocks[b], b, v, err);
+        for (int k = 0; k < gp_count[b]; k++) {
+            if (rc == 0)
+                *h = fnv1a(v[k], (size_t)gp[gp_first[b] + k].numel * bmt_dtype_size(O.dtype), *h);
+            free(v[k]);
+        }
+        if (rc < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Check ckpt: the training saved a checkpoint after step ckpt_at (bmt/ckpt.h);
+ * load it back into the trained list and optimizer (a rewind: parameters,
+ * moments, master weights and step counters) and train the remaining steps
+ * again. The same layout reduces in the same order, so the losses and the
+ * final parameters must be bitwise those of the first run; a load that missed
+ * anything (parameters, a moment, bf16 master weights, the step counter behind
+ * the bias correction) would show. */
+static int ckpt_rewind(bmt_blocklist_t *list, bmt_optim_t *opt, model_t *m, bmt_block_t **blocks,
+                       const trained_t *t, const char *tag, bmt_error_t *err)
+{
+    uint64_t h1, h2;
+    trained_t t2;
+    if (params_hash(blocks, &h1, err) < 0 || bmt_ckpt_load(list, opt, O.ckpt_dir, NULL, err) < 0)
+        return -1;
+    uint64_t h0;
+    if (params_hash(blocks, &h0, err) < 0 || train(list, opt, m, &t2, O.ckpt_at + 1, err) < 0 ||
+        params_hash(blocks, &h2, err) < 0)
+        return -1;
+    int same_losses = 1;
+    for (int s = O.ckpt_at; s < O.steps; s++)
+        same_losses &= t2.loss[s] == t->loss[s];
+    check(h0 != h1, "ckpt (%s): loading the step-%d checkpoint changed the trained parameters", tag,
+          O.ckpt_at);
+    check(h2 == h1 && same_losses,
+          "ckpt (%s): from the step-%d checkpoint, steps %d..%d again: losses and parameters "
+          "bitwise the first run's (hash %016llx)",
+          tag, O.ckpt_at, O.ckpt_at + 1, O.steps, (unsigned long long)h2);
+    free(t2.loss);
+    free(t2.info);
+    return 0;
+}
+
 static int engine_run(const run_cfg_t *rc, const ref_t *R, const ec_ops_t *ops, void *dev,
                       double *final, bmt_error_t *err)
 {
@@ -1803,7 +1861,7 @@ static int engine_run(const run_cfg_t *rc, const ref_t *R, const ec_ops_t *ops, 
         misuse_list(list, opt, "before training");
 
     trained_t t;
-    if (train(list, opt, m, &t, err) < 0)
+    if (train(list, opt, m, &t, 1, err) < 0)
         return -1;
     check_steps(tag, R, &t);
     check(m->ncomplaints == 0, "protocol (%s): %ld callback calls as the header describes%s%s", tag,
@@ -1813,6 +1871,8 @@ static int engine_run(const run_cfg_t *rc, const ref_t *R, const ec_ops_t *ops, 
     if (check_params(tag, blocks, R, final, err) < 0)
         return -1;
     check_memory(tag, rc->zero, &t.mem, &want);
+    if (rc->first && O.ckpt_dir && ckpt_rewind(list, opt, m, blocks, &t, tag, err) < 0)
+        return -1;
     if (rc->first)
         misuse_order(list, opt, blocks[0]);
 
@@ -2057,6 +2117,10 @@ static int parse(int argc, char **argv)
             O.event_every = (int)strtol(v, &end, 10);
         else if (strcmp(a, "--abort-at") == 0)
             O.abort_at = (int)strtol(v, &end, 10);
+        else if (strcmp(a, "--ckpt-dir") == 0)
+            O.ckpt_dir = v, end = (char *)"";
+        else if (strcmp(a, "--ckpt-at") == 0)
+            O.ckpt_at = (int)strtol(v, &end, 10);
         else if (strcmp(a, "--init-dump") == 0)
             O.init_dump = v, end = (char *)"";
         else if (strcmp(a, "--reduce-dtype") == 0) {
@@ -2083,7 +2147,8 @@ static int parse(int argc, char **argv)
     if (O.steps < 1 || O.accum < 1 || (O.zero != 2 && O.zero != 3) ||
         (O.ckpt != 0 && O.ckpt != 1) || (O.prefetch != 0 && O.prefetch != 1) || O.nan_step < 0 ||
         O.nan_step > O.steps || O.clip < 0 || O.warmup < 0 || !(O.pace_ms >= 0) ||
-        O.event_every < 0 || O.abort_at < 0)
+        O.event_every < 0 || O.abort_at < 0 ||
+        (O.ckpt_dir && (O.ckpt_at < 1 || O.ckpt_at >= O.steps)))
         return usage();
     return 0;
 }
