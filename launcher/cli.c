@@ -21,6 +21,8 @@
 #include "costmodel.h"
 #include "error.h"
 
+#define MAX_RESTARTS 1000 /* --max-restarts: a bound, not a budget anyone needs */
+
 enum {
     OPT_GPN = 256,
     OPT_DEVICE,
@@ -54,6 +56,7 @@ enum {
     OPT_METRICS_BIND,
     OPT_METRICS_PER_RANK,
     OPT_METRICS_LINGER,
+    OPT_MAX_RESTARTS,
 };
 
 static const struct option long_opts[] = {
@@ -94,6 +97,7 @@ static const struct option long_opts[] = {
     { "metrics-bind", required_argument, NULL, OPT_METRICS_BIND },
     { "metrics-per-rank", no_argument, NULL, OPT_METRICS_PER_RANK },
     { "metrics-linger", required_argument, NULL, OPT_METRICS_LINGER },
+    { "max-restarts", required_argument, NULL, OPT_MAX_RESTARTS },
     { "version", no_argument, NULL, 'V' },
     { NULL, 0, NULL, 0 },
 };
@@ -149,6 +153,8 @@ void cli_usage(FILE *out)
           "Supervision and output:\n"
           "      --grace SECONDS     after the first failure, SIGTERM the others and\n"
           "                          SIGKILL them this much later (default 5)\n"
+          "      --max-restarts N    after a rank fails, end the job and start it again, up\n"
+          "                          to N times (default 0); ranks see BMT_RESTART=k\n"
           "      --log-dir DIR       write each rank's output to DIR/rank-N.log\n"
           "      --tee               with --log-dir: also print to the console\n"
           "      --no-label          do not prefix output lines with \"RANK: \"\n"
@@ -158,8 +164,9 @@ void cli_usage(FILE *out)
           "  -V, --version           version\n"
           "\n"
           "Exit status: 0 when every rank exits 0; otherwise the first failing rank's\n"
-          "exit code, 128+N if it was killed by signal N, or its PMIx_Abort status;\n"
-          "2 for bad usage; 1 when bmlaunch itself fails. See bmlaunch(1).\n",
+          "exit code, 128+N if it was killed by signal N, or its PMIx_Abort status\n"
+          "(of the last run, after restarts); 2 for bad usage; 1 when bmlaunch itself\n"
+          "fails. See bmlaunch(1).\n",
           out);
 }
 
@@ -340,6 +347,17 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
             if (parse_seconds(optarg, "--metrics-linger", true, &o->metrics_linger_s, err) < 0)
                 return -1;
             break;
+        case OPT_MAX_RESTARTS: {
+            /* Digits only: strtol alone would take " 3", "+3" and "3 ". */
+            size_t digits = strspn(optarg, "0123456789");
+            long n =
+                digits > 0 && digits <= 4 && optarg[digits] == '\0' ? strtol(optarg, NULL, 10) : -1;
+            if (n < 0 || n > MAX_RESTARTS)
+                return errprintf(err, "--max-restarts needs a count from 0 to %d, got '%.40s'",
+                                 MAX_RESTARTS, optarg);
+            o->max_restarts = (int)n;
+            break;
+        }
         case 'V': printf("bmlaunch (bmt) %s\n", BMT_VERSION_STRING); return 1;
         case ':': return errprintf(err, "%s needs a value", argv[optind - 1]);
         case '?':

@@ -48,6 +48,7 @@ typedef struct launch_opts {
     bool metrics_bind_set;
     bool metrics_per_rank;   /* --metrics-per-rank */
     double metrics_linger_s; /* --metrics-linger: keep serving after the job */
+    int max_restarts;        /* --max-restarts: restarts after a rank failed, default 0 */
     int prog_argc;           /* the program and its arguments */
     char **prog_argv;
 } launch_opts_t;

@@ -378,6 +378,28 @@ void collector_job_ended(collector_t *c, int exit_status)
     pthread_mutex_unlock(&c->mu);
 }
 
+void collector_job_restarted(collector_t *c, int restart, const char *detail)
+{
+    if (c == NULL)
+        return;
+    pthread_mutex_lock(&c->mu);
+    metrics_event_t e = { .kind = BMT_EVENT_RESTART, .time = metrics_unix_s() };
+    for (int r = 0; r < c->l.world; r++) {
+        c->r[r].exited = false;
+        e.step = c->r[r].top_step > e.step ? c->r[r].top_step : e.step;
+    }
+    c->alive = c->l.world;
+    snprintf(e.name, sizeof(e.name), "restart");
+    snprintf(e.detail, sizeof(e.detail), "bmlaunch: restart %d after %s", restart,
+             detail ? detail : "a failure");
+    c->ev_count[BMT_EVENT_RESTART]++;
+    c->ev[c->evnext] = (struct event){ -1, e }; /* rank -1: bmlaunch itself */
+    c->evnext = (c->evnext + 1) % EVENTS;
+    if (c->nev < EVENTS)
+        c->nev++;
+    pthread_mutex_unlock(&c->mu);
+}
+
 /* ------------------------------------------------------------ aggregation */
 
 /* Figures over a set of ranks' latest metrics. */

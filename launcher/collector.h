@@ -61,6 +61,12 @@ void collector_count(collector_t *c, int code);
 void collector_rank_exited(collector_t *c, int rank);
 void collector_job_ended(collector_t *c, int exit_status);
 
+/* bmlaunch started every rank again (restart, 1-based) after the failure that
+ * detail describes ("rank 2 (pid 7 on vm) exited with code 1"): count a
+ * "restart" event (rank -1 on /api/status: bmlaunch's own) and every rank as
+ * alive again. NULL c: no-op. */
+void collector_job_restarted(collector_t *c, int restart, const char *detail);
+
 /* Renderings (malloc'd NUL-terminated text, NULL when out of memory).
  * status: ranks true adds every rank's latest figures. */
 char *collector_metrics_text(collector_t *c, size_t *len);

@@ -3,7 +3,11 @@
  * Sequence (openpmix examples/server.c shows the same): private tmpdir ->
  * PMIx_server_init -> PMIx_server_register_nspace with the job info -> per rank
  * PMIx_server_setup_fork + PMIx_server_register_client -> (the supervisor forks)
- * -> ... -> PMIx_server_deregister_nspace -> PMIx_server_finalize.
+ * -> ... -> PMIx_server_deregister_nspace -> PMIx_server_finalize. A restart
+ * (host_renew) deregisters the namespace and registers the job again under a
+ * new one, keeping the server (its socket, thread and directory start once):
+ * so no state of the last run (clients, their data, the shm names libbmt
+ * derives from the namespace) reaches the next one.
  *
  * All ranks live on this machine, so PMIx is told the truth: one node holding the
  * whole job. The bmt layout (which may describe several logical nodes, for
@@ -35,6 +39,7 @@ struct pmix_host {
     char nspace[PMIX_MAX_NSLEN + 1];
     char tmpdir[256];
     int world;
+    bmt_layout_t l; /* registered again by host_renew */
     bool registered;
 };
 
@@ -300,6 +305,7 @@ int host_start(pmix_host_t **out, const char *nspace, const bmt_layout_t *l, int
     if (h == NULL)
         return errprintf(err, "out of memory");
     h->world = l->world;
+    h->l = *l;
     snprintf(h->nspace, sizeof(h->nspace), "%s", nspace);
     const char *base = getenv("TMPDIR");
     snprintf(h->tmpdir, sizeof(h->tmpdir), "%s/bmlaunch.XXXXXX", base && *base ? base : "/tmp");
@@ -355,18 +361,31 @@ int host_setup_rank(pmix_host_t *h, int rank, char ***envp, bmt_error_t *err)
     return 0;
 }
 
+static void deregister_job(pmix_host_t *h)
+{
+    if (!h->registered)
+        return;
+    /* Deregistering the namespace also releases its clients. */
+    op_wait_t *w = calloc(1, sizeof(*w));
+    if (w) {
+        PMIx_server_deregister_nspace(h->nspace, op_done, w);
+        op_wait(w, PMIX_SUCCESS);
+    }
+    h->registered = false;
+}
+
+int host_renew(pmix_host_t *h, const char *nspace, bmt_error_t *err)
+{
+    deregister_job(h);
+    snprintf(h->nspace, sizeof(h->nspace), "%s", nspace);
+    return register_job(h, &h->l, err);
+}
+
 void host_stop(pmix_host_t *h)
 {
     if (h == NULL)
         return;
-    if (h->registered) {
-        /* Deregistering the namespace also releases its clients. */
-        op_wait_t *w = calloc(1, sizeof(*w));
-        if (w) {
-            PMIx_server_deregister_nspace(h->nspace, op_done, w);
-            op_wait(w, PMIX_SUCCESS);
-        }
-    }
+    deregister_job(h);
     PMIx_server_finalize();
     nftw(h->tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     free(h);

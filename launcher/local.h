@@ -47,6 +47,13 @@ int host_start(pmix_host_t **out, const char *nspace, const bmt_layout_t *l, int
  * NULL-terminated malloc'd array of malloc'd strings that PMIx may grow. */
 int host_setup_rank(pmix_host_t *h, int rank, char ***envp, bmt_error_t *err);
 
+/* A restart: deregister the job's namespace (releasing its clients, which must
+ * all have exited) and register the same job again as nspace, a name not used
+ * before. Events of the old namespace that PMIx posted before this returns are
+ * in notify_fd already (the supervisor drops them, job_reset); none come
+ * after. */
+int host_renew(pmix_host_t *h, const char *nspace, bmt_error_t *err);
+
 /* Release the client registrations and the server; remove the temporary
  * directory. NULL: no-op. */
 void host_stop(pmix_host_t *h);

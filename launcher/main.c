@@ -185,6 +185,16 @@ static void on_rank_exit(void *arg, int rank, int status)
         collector_rank_exited(*c, rank);
 }
 
+/* --max-restarts: say why every rank starts again, and count it in the metrics. */
+static void announce_restart(job_t *job, collector_t *coll, int restart, int max)
+{
+    char why[512];
+    job_failure(job, why, sizeof(why));
+    fprintf(stderr, "bmlaunch: restart %d of %d after %s\n", restart, max, why);
+    fflush(stderr);
+    collector_job_restarted(coll, restart, why);
+}
+
 /* --metrics-linger: serve a while after the job, so a last scrape sees the end.
  * The supervisor's signals are still blocked: wait for one of them instead of
  * sleeping, so Ctrl-C ends the wait. */
@@ -204,28 +214,25 @@ static void metrics_linger(collector_t *c, double s)
 }
 
 /* The environment of one rank: ours, minus stale BMT_ layout variables, plus
- * this rank's (rank < 0: the job's only, for srun). Returns a NULL-terminated
- * malloc'd array PMIx may extend. */
+ * this rank's (rank < 0: the job's only, for srun) and the run's BMT_RESTART
+ * (0, then 1, 2, ... after each restart). Returns a NULL-terminated malloc'd
+ * array PMIx may extend. */
 static char **rank_env(const launch_opts_t *o, const bmt_layout_t *l, int rank, const char *job_id,
-                       const metrics_env_t *me)
+                       int restart, const metrics_env_t *me)
 {
-    static const char *ours[] = { "BMT_GROUPS=",
-                                  "BMT_GPUS_PER_GROUP=",
-                                  "BMT_GPUS_PER_NODE=",
-                                  "BMT_NODES=",
-                                  "BMT_WORLD_SIZE=",
-                                  "BMT_RANK=",
-                                  "BMT_LOCAL_RANK=",
-                                  "BMT_GROUP=",
-                                  "BMT_GROUP_RANK=",
-                                  "BMT_NODE=",
-                                  "BMT_JOB_ID=",
-                                  "BMT_DEVICE=",
-                                  NULL };
+    static const char *ours[] = {
+        "BMT_GROUPS=",        "BMT_GPUS_PER_GROUP=",
+        "BMT_GPUS_PER_NODE=", "BMT_NODES=",
+        "BMT_WORLD_SIZE=",    "BMT_RANK=",
+        "BMT_LOCAL_RANK=",    "BMT_GROUP=",
+        "BMT_GROUP_RANK=",    "BMT_NODE=",
+        "BMT_JOB_ID=",        "BMT_DEVICE=",
+        "BMT_RESTART=",       NULL,
+    };
     size_t n = 0;
     while (environ[n])
         n++;
-    char **env = calloc(n + 20, sizeof(char *));
+    char **env = calloc(n + 24, sizeof(char *)); /* ours below, and NULL */
     if (env == NULL)
         return NULL;
     size_t k = 0;
@@ -264,6 +271,7 @@ static char **rank_env(const launch_opts_t *o, const bmt_layout_t *l, int rank, 
     }
     ADD("BMT_JOB_ID=%s", job_id);
     ADD("BMT_DEVICE=%s", o->device);
+    ADD("BMT_RESTART=%d", restart);
     if (o->backend)
         ADD("BMT_BACKEND=%s", o->backend);
     if (o->timeout_s > 0)
@@ -412,6 +420,7 @@ static int run_slurm(const launch_opts_t *o, const slurm_alloc_t *a)
         .verbose = o->verbose,
         .notify_fd = -1,
         .demux = true,
+        .max_restarts = o->max_restarts,
     };
     job_t *job = job_create(&jo, &err);
     if (job == NULL) {
@@ -425,11 +434,8 @@ static int run_slurm(const launch_opts_t *o, const slurm_alloc_t *a)
         return usage_error(err.text);
     }
     char **argv = slurm_srun_argv(a, o, &l, self);
-    char **env = rank_env(o, &l, -1, job_id, &me);
-    if (argv == NULL || env == NULL) {
+    if (argv == NULL) {
         fprintf(stderr, "bmlaunch: out of memory\n");
-        slurm_argv_free(argv);
-        env_free(env);
         job_destroy(job);
         collector_destroy(coll);
         return 1;
@@ -441,18 +447,78 @@ static int run_slurm(const launch_opts_t *o, const slurm_alloc_t *a)
             fprintf(stderr, " %s", *p);
         fputc('\n', stderr);
     }
+    /* One srun (one job step) per run; a restart is the next step of the same
+     * allocation, with BMT_RESTART in the tasks' environment (srun passes ours). */
     int status = 1;
-    if (job_spawn_driver(job, srun, argv, env, &err) < 0)
-        fprintf(stderr, "bmlaunch: starting srun failed: %s\n", err.text);
-    else
+    for (int restart = 0;; restart++) {
+        if (restart > 0) {
+            announce_restart(job, coll, restart, o->max_restarts);
+            job_reset(job, restart);
+        }
+        char **env = rank_env(o, &l, -1, job_id, restart, &me);
+        int rc = env ? job_spawn_driver(job, srun, argv, env, &err)
+                     : errprintf(&err, "out of memory for the environment of srun");
+        env_free(env);
+        if (rc < 0) {
+            fprintf(stderr, "bmlaunch: starting srun failed: %s\n", err.text);
+            status = 1;
+            break;
+        }
         status = job_run(job);
+        if (!job_restartable(job)) {
+            job_summary(job);
+            break;
+        }
+    }
     collector_job_ended(coll, status);
     metrics_linger(coll, o->metrics_linger_s);
     job_destroy(job);
     collector_destroy(coll);
     slurm_argv_free(argv);
-    env_free(env);
     return status;
+}
+
+/* Register every rank of one run (restart: 0, 1, ...) with the PMIx server,
+ * then fork them all. On failure *failed_rank names the rank. */
+static int start_ranks(job_t *job, pmix_host_t *srv, const launch_opts_t *o, const bmt_layout_t *l,
+                       const char *path, const char *job_id, int restart, const metrics_env_t *me,
+                       int *failed_rank, bmt_error_t *err)
+{
+    /* Register every rank before the first one starts: PMIx hands a client its
+     * job's data when it connects, and that data must already describe every
+     * local rank (otherwise early ranks see a smaller PMIX_LOCAL_SIZE). */
+    char ***envs = calloc((size_t)l->world, sizeof(char **));
+    int rc = envs ? 0 : errprintf(err, "out of memory for %d environments", l->world);
+    for (int r = 0; r < l->world && rc == 0; r++) {
+        *failed_rank = r;
+        envs[r] = rank_env(o, l, r, job_id, restart, me);
+        if (envs[r] == NULL)
+            rc = errprintf(err, "out of memory building the environment of rank %d", r);
+        else
+            rc = host_setup_rank(srv, r, &envs[r], err);
+    }
+    for (int r = 0; r < l->world && rc == 0; r++) {
+        *failed_rank = r;
+        rc = job_spawn(job, r, path, o->prog_argv, envs[r], err);
+    }
+    for (int r = 0; envs && r < l->world; r++)
+        env_free(envs[r]);
+    free(envs);
+    return rc;
+}
+
+/* Open file descriptors of bmlaunch (-v, at each restart: they must not grow). */
+static int open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1; /* the directory's own */
 }
 
 /* On this machine: bmlaunch is the PMIx server of every rank. */
@@ -461,7 +527,6 @@ static int run_local(const launch_opts_t *o_, const bmt_layout_t *l_)
     const launch_opts_t o = *o_;
     const bmt_layout_t l = *l_;
     bmt_error_t err = { { 0 } };
-    int rc;
     /* Local mode: every rank on this machine. PMIx's local ranks are 16-bit. */
     if (l.world > 65535) {
         snprintf(err.text, sizeof(err.text),
@@ -518,6 +583,7 @@ static int run_local(const launch_opts_t *o_, const bmt_layout_t *l_)
         .label = o.label,
         .verbose = o.verbose,
         .notify_fd = notify[0],
+        .max_restarts = o.max_restarts,
         .on_exit = on_rank_exit,
         .on_exit_arg = &coll,
     };
@@ -545,37 +611,44 @@ static int run_local(const launch_opts_t *o_, const bmt_layout_t *l_)
     if (o.verbose)
         fprintf(stderr, "bmlaunch: %d x %d = %d ranks, device %s, PMIx namespace %s\n", l.groups,
                 l.gpus_per_group, l.world, o.device, job_id);
-    /* Register every rank before the first one starts: PMIx hands a client its
-     * job's data when it connects, and that data must already describe every
-     * local rank (otherwise early ranks see a smaller PMIX_LOCAL_SIZE). */
-    char ***envs = calloc((size_t)l.world, sizeof(char **));
-    rc = envs ? 0 : errprintf(&err, "out of memory for %d environments", l.world);
-    int failed_rank = 0;
-    for (int r = 0; r < l.world && rc == 0; r++) {
-        failed_rank = r;
-        envs[r] = rank_env(&o, &l, r, job_id, &me);
-        if (envs[r] == NULL)
-            rc = errprintf(&err, "out of memory building the environment of rank %d", r);
-        else
-            rc = host_setup_rank(host_srv, r, &envs[r], &err);
+    int status = 1;
+    for (int restart = 0;; restart++) {
+        if (restart > 0) {
+            /* A fresh namespace per run: nothing of the last run's PMIx state,
+             * nor the shm segments libbmt names after the namespace, carries
+             * over. BMT_JOB_ID (the collector's job) stays. */
+            char nspace[192];
+            snprintf(nspace, sizeof(nspace), "%s.restart%d", job_id, restart);
+            announce_restart(job, coll, restart, o.max_restarts);
+            if (host_renew(host_srv, nspace, &err) < 0) {
+                fprintf(stderr, "bmlaunch: cannot restart the job: %s\n", err.text);
+                job_summary(job);
+                break;
+            }
+            job_reset(job, restart);
+            if (o.verbose)
+                fprintf(stderr, "bmlaunch: restart %d: PMIx namespace %s, %d open files\n", restart,
+                        nspace, open_fds());
+        }
+        int failed_rank = 0;
+        if (start_ranks(job, host_srv, &o, &l, path, job_id, restart, &me, &failed_rank, &err) <
+            0) {
+            fprintf(stderr, "bmlaunch: starting rank %d of %d failed: %s\n", failed_rank, l.world,
+                    err.text);
+            job_kill_all(job);
+            host_stop(host_srv);
+            job_destroy(job);
+            collector_destroy(coll);
+            close(notify[0]);
+            close(notify[1]);
+            return 1;
+        }
+        status = job_run(job);
+        if (!job_restartable(job)) {
+            job_summary(job);
+            break;
+        }
     }
-    for (int r = 0; r < l.world && rc == 0; r++) {
-        failed_rank = r;
-        rc = job_spawn(job, r, path, o.prog_argv, envs[r], &err);
-    }
-    for (int r = 0; envs && r < l.world; r++)
-        env_free(envs[r]);
-    free(envs);
-    if (rc < 0) {
-        fprintf(stderr, "bmlaunch: starting rank %d of %d failed: %s\n", failed_rank, l.world,
-                err.text);
-        job_kill_all(job);
-        host_stop(host_srv);
-        job_destroy(job);
-        collector_destroy(coll);
-        return 1;
-    }
-    int status = job_run(job);
     collector_job_ended(coll, status);
     metrics_linger(coll, o.metrics_linger_s);
     host_stop(host_srv);

@@ -232,6 +232,10 @@ char *sbatch_script(const launch_opts_t *o, const bmt_layout_t *l, const char *s
     }
     snprintf(tmp, sizeof(tmp), " --grace %g", o->grace_s);
     put(&args, tmp, strlen(tmp));
+    if (o->max_restarts > 0) {
+        snprintf(tmp, sizeof(tmp), " --max-restarts %d", o->max_restarts);
+        put(&args, tmp, strlen(tmp));
+    }
     if (o->log_dir) {
         char *q = shell_quote(o->log_dir);
         put(&args, " --log-dir ", 11);

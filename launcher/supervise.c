@@ -11,6 +11,10 @@
  * (or, after all ranks exited, a short drain period passed: a rank may leave a
  * background child holding its pipe). Finally every rank's process group gets
  * SIGKILL, so no rank process outlives bmlaunch.
+ *
+ * A restart reuses the job: the signalfd stays (unblocking the signals between
+ * runs would let a SIGTERM kill bmlaunch there), the per-run state is cleared
+ * by job_reset.
  */
 #include "supervise.h"
 
@@ -81,11 +85,15 @@ struct job {
     bool killed;
     int interrupts; /* SIGINTs received: the second one kills at once */
     int user_signal;
+    unsigned forwarded;   /* bit N: signal N was forwarded to the ranks */
     double fail_at;       /* when the first failure was seen */
     char kill_reason[48]; /* why SIGKILL was sent: "after the 5.0 s grace", ... */
     int connected, finalized;
     char host[256];
     char fail_host[128]; /* Slurm mode: the failing task's node, from srun */
+    /* Across runs (--max-restarts). */
+    int restarts;    /* job_reset calls */
+    int stop_signal; /* SIGINT/SIGTERM/SIGHUP that came after a run (job_restartable) */
 };
 
 /* The processes bmlaunch supervises: every rank locally, srun alone under Slurm. */
@@ -216,7 +224,7 @@ static int spawn(job_t *job, rank_proc_t *rp, const char *path, char *const argv
         return errprintf(err, "rank %d: pipe: %s (raise the open-files limit, ulimit -n)", rank,
                          strerror(e));
     }
-    if (job->o.log_dir && rank >= 0 && open_log(job, rp, err) < 0) {
+    if (job->o.log_dir && rank >= 0 && rp->log == NULL && open_log(job, rp, err) < 0) {
         close(out[0]), close(out[1]), close(errp[0]), close(errp[1]);
         return -1;
     }
@@ -287,7 +295,7 @@ int job_spawn_driver(job_t *job, const char *path, char *const argv[], char *con
 {
     if (job->o.log_dir)
         for (int r = 0; r < job->o.world; r++)
-            if (open_log(job, &job->ranks[r], err) < 0)
+            if (job->ranks[r].log == NULL && open_log(job, &job->ranks[r], err) < 0)
                 return -1;
     if (spawn(job, &job->driver, path, argv, envp, err) < 0)
         return -1;
@@ -347,19 +355,26 @@ static int signal_named(const char *text)
 }
 
 /* srun's report of a task's end, e.g. "srun: error: node1: task 2: Exited with
- * exit code 3" or "...: task 0: Segmentation fault (core dumped)": the first
- * one names the job's first failure. */
+ * exit code 3" or "...: task 0: Segmentation fault (core dumped)", or of several
+ * that ended alike, "...: tasks 0-2,5: Exited with exit code 1": the first one
+ * names the job's first failure (the lowest task of a list stands for it). */
 static void srun_report(job_t *job, const char *line, size_t len)
 {
     char buf[512];
     snprintf(buf, sizeof(buf), "%.*s", (int)(len < sizeof(buf) - 1 ? len : sizeof(buf) - 1), line);
-    const char *t = strstr(buf, ": task ");
-    if (t == NULL || job->fail != FAIL_NONE)
+    const char *t = strstr(buf, ": task "), *list = t ? t + 7 : NULL;
+    if (t == NULL && (t = strstr(buf, ": tasks ")) != NULL)
+        list = t + 8;
+    /* After SIGINT, SIGTERM or SIGHUP the tasks' deaths (srun may SIGKILL them
+     * all) are the stop's doing, not a failure: exit_status reports the signal. */
+    if (t == NULL || job->fail != FAIL_NONE || job->user_signal || *list < '0' || *list > '9')
         return;
-    int rank = -1, n = 0;
-    if (sscanf(t, ": task %d: %n", &rank, &n) != 1 || n == 0 || rank < 0 || rank >= job->o.world)
+    char *end;
+    long rank = strtol(list, &end, 10);
+    size_t span = strspn(list, "0123456789-,");
+    if (rank >= job->o.world || strncmp(list + span, ": ", 2) != 0)
         return;
-    const char *what = t + n;
+    const char *what = list + span + 2;
     const char *h = strstr(buf, "error: ");
     h = h && h < t ? h + 7 : buf;
     snprintf(job->fail_host, sizeof(job->fail_host), "%.*s", (int)(t - h), h);
@@ -380,10 +395,14 @@ static void srun_report(job_t *job, const char *line, size_t len)
         job->fail_code = 1;
         snprintf(job->fail_msg, sizeof(job->fail_msg), "%s", what);
     }
-    job->fail_rank = rank;
+    job->fail_rank = (int)rank;
     job->fail_at = now_s();
-    fprintf(stderr, "bmlaunch: rank %d (on %s) %s; srun ends the job step\n", rank, job->fail_host,
-            what);
+    if (list + span == end)
+        fprintf(stderr, "bmlaunch: rank %ld (on %s) %s; srun ends the job step\n", rank,
+                job->fail_host, what);
+    else
+        fprintf(stderr, "bmlaunch: ranks %.*s (on %s) %s; srun ends the job step\n", (int)span,
+                list, job->fail_host, what);
 }
 
 /* Slurm mode: "N: text" (srun --label) is rank N's line; the rest is srun's. */
@@ -585,6 +604,8 @@ static void handle_signals(job_t *job)
             continue;
         }
         signal_ranks(job, sig);
+        if (sig < 32)
+            job->forwarded |= 1u << sig;
         if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
             job->user_signal = sig;
             if (!job->ending) {
@@ -622,12 +643,68 @@ static void handle_host_events(job_t *job)
     }
 }
 
-static void print_summary(job_t *job)
+/* Did the failing rank die of a signal that bmlaunch forwarded to it? Then the
+ * job was stopped from outside (Slurm's USR1 before the time limit, say). */
+static bool died_of_forwarded(const job_t *job)
+{
+    return job->fail == FAIL_SIGNAL && job->fail_code > 0 && job->fail_code < 32 &&
+           (job->forwarded >> job->fail_code & 1u);
+}
+
+int job_failure(const job_t *job, char *buf, size_t len)
+{
+    if (len > 0)
+        buf[0] = '\0';
+    if (job->fail == FAIL_NONE || job->fail_rank < 0)
+        return -1;
+    const rank_proc_t *rp = &job->ranks[job->fail_rank];
+    char what[320];
+    if (job->fail == FAIL_ABORT)
+        snprintf(what, sizeof(what), "called PMIx_Abort with status %d: %s", job->fail_code,
+                 job->fail_msg[0] ? job->fail_msg : "(no message)");
+    else if (!job->o.demux)
+        describe_status(what, sizeof(what), rp->status);
+    else if (job->fail == FAIL_EXIT && job->fail_msg[0])
+        snprintf(what, sizeof(what), "%s", job->fail_msg);
+    else if (job->fail == FAIL_EXIT)
+        snprintf(what, sizeof(what), "exited with code %d", job->fail_code);
+    else
+        snprintf(what, sizeof(what), "was killed by signal %d (%s)", job->fail_code,
+                 sig_name(job->fail_code));
+    if (!job->o.demux)
+        snprintf(buf, len, "rank %d (pid %d on %s) %s", rp->rank, (int)rp->pid, job->host, what);
+    else if (job->fail_host[0])
+        snprintf(buf, len, "rank %d (on %s) %s", rp->rank, job->fail_host, what);
+    else
+        snprintf(buf, len, "rank %d %s", rp->rank, what);
+    return 0;
+}
+
+/* The summary's last line with --max-restarts: how many, and why no more. */
+static void summary_restarts(const job_t *job)
+{
+    if (job->o.max_restarts == 0 || (job->fail == FAIL_NONE && job->restarts == 0))
+        return;
+    const char *why = "";
+    if (job->fail == FAIL_NONE)
+        ;
+    else if (job->user_signal || job->stop_signal || died_of_forwarded(job))
+        why = "; a job stopped by a signal to bmlaunch is not restarted";
+    else if (job->fail_rank < 0)
+        why = "; srun itself failed, not a rank: not restarted";
+    else if (job->restarts >= job->o.max_restarts)
+        why = "; none left";
+    fprintf(stderr, "bmlaunch: %d restart%s made (--max-restarts %d)%s\n", job->restarts,
+            job->restarts == 1 ? "" : "s", job->o.max_restarts, why);
+}
+
+void job_summary(job_t *job)
 {
     if (job->fail == FAIL_NONE) {
-        if (job->o.verbose)
+        if (job->o.verbose || job->restarts > 0)
             fprintf(stderr, "bmlaunch: all %d rank%s exited 0 after %.2f s\n", job->spawned,
                     job->spawned == 1 ? "" : "s", now_s() - job->t0);
+        summary_restarts(job);
         return;
     }
     if (job->fail_rank < 0) { /* srun failed, and no task report said why */
@@ -637,34 +714,13 @@ static void print_summary(job_t *job)
         if (job->user_signal)
             fprintf(stderr, "bmlaunch: the job was ended by %s sent to bmlaunch\n",
                     sig_name(job->user_signal));
+        summary_restarts(job);
         return;
     }
     rank_proc_t *rp = &job->ranks[job->fail_rank];
-    char what[320];
-    if (job->o.demux) {
-        if (job->fail == FAIL_ABORT)
-            snprintf(what, sizeof(what), "called PMIx_Abort with status %d: %s", job->fail_code,
-                     job->fail_msg[0] ? job->fail_msg : "(no message)");
-        else if (job->fail == FAIL_EXIT && job->fail_msg[0])
-            snprintf(what, sizeof(what), "%s", job->fail_msg);
-        else if (job->fail == FAIL_EXIT)
-            snprintf(what, sizeof(what), "exited with code %d", job->fail_code);
-        else
-            snprintf(what, sizeof(what), "was killed by signal %d (%s)", job->fail_code,
-                     sig_name(job->fail_code));
-        if (job->fail_host[0])
-            fprintf(stderr, "bmlaunch: job failed: rank %d (on %s) %s\n", rp->rank, job->fail_host,
-                    what);
-        else
-            fprintf(stderr, "bmlaunch: job failed: rank %d %s\n", rp->rank, what);
-    } else if (job->fail == FAIL_ABORT)
-        snprintf(what, sizeof(what), "called PMIx_Abort with status %d: %s", job->fail_code,
-                 job->fail_msg[0] ? job->fail_msg : "(no message)");
-    else
-        describe_status(what, sizeof(what), rp->status);
-    if (!job->o.demux)
-        fprintf(stderr, "bmlaunch: job failed: rank %d (pid %d on %s) %s\n", rp->rank, (int)rp->pid,
-                job->host, what);
+    char what[512];
+    job_failure(job, what, sizeof(what));
+    fprintf(stderr, "bmlaunch: job failed: %s\n", what);
     if (rp->tail_count > 0) {
         fprintf(stderr, "bmlaunch: last %d line%s of rank %d:\n", rp->tail_count,
                 rp->tail_count == 1 ? "" : "s", rp->rank);
@@ -712,6 +768,7 @@ static void print_summary(job_t *job)
     if (job->user_signal)
         fprintf(stderr, "bmlaunch: the job was ended by %s sent to bmlaunch\n",
                 sig_name(job->user_signal));
+    summary_restarts(job);
 }
 
 static int exit_status(const job_t *job)
@@ -816,8 +873,89 @@ int job_run(job_t *job)
     for (int i = 0; i < nprocs(job); i++)
         kill(-proc(job, i)->pid, SIGKILL);
     fflush(stdout);
-    print_summary(job);
     return exit_status(job);
+}
+
+bool job_restartable(job_t *job)
+{
+    if (job->fail == FAIL_NONE || job->fail_rank < 0 || job->user_signal ||
+        died_of_forwarded(job) || job->restarts >= job->o.max_restarts)
+        return false;
+    /* The loop has ended: a stop that came during the drain or since is read
+     * here, not by the next run (which would start every rank only to stop it). */
+    struct signalfd_siginfo si;
+    while (read(job->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+        int sig = (int)si.ssi_signo;
+        if (sig == SIGCHLD)
+            reap(job);
+        else if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP)
+            job->stop_signal = sig;
+        else if (job->o.verbose)
+            fprintf(stderr, "bmlaunch: received %s while no rank runs; not forwarded\n",
+                    sig_name(sig));
+    }
+    if (job->stop_signal) {
+        fprintf(stderr, "bmlaunch: received %s; not restarting the job\n",
+                sig_name(job->stop_signal));
+        return false;
+    }
+    return true;
+}
+
+/* Close and free what one process's run left: pipes, partial lines, tail. The
+ * log file stays (job_destroy closes it). */
+static void proc_clear(rank_proc_t *rp)
+{
+    stream_t *ss[2] = { &rp->out, &rp->err };
+    for (int k = 0; k < 2; k++) {
+        if (ss[k]->fd >= 0)
+            close(ss[k]->fd);
+        free(ss[k]->buf);
+        ss[k]->fd = -1;
+        ss[k]->buf = NULL;
+        ss[k]->len = ss[k]->cap = 0;
+    }
+    for (int i = 0; i < TAIL_LINES; i++) {
+        free(rp->tail[i]);
+        rp->tail[i] = NULL;
+    }
+    rp->tail_next = rp->tail_count = 0;
+    rp->pid = 0;
+    rp->running = false;
+    rp->status = 0;
+    rp->start = rp->end = 0;
+}
+
+void job_reset(job_t *job, int restart)
+{
+    for (int r = -1; r < job->o.world; r++) {
+        rank_proc_t *rp = r < 0 ? &job->driver : &job->ranks[r];
+        proc_clear(rp);
+        if (rp->log) {
+            fprintf(rp->log, "bmlaunch: restart %d of %d\n", restart, job->o.max_restarts);
+            fflush(rp->log);
+        }
+    }
+    /* Events of the last run's namespace (an abort that came after its loop
+     * ended): release their callers, and let them not count for the next run. */
+    host_event_t *ev;
+    while (job->o.notify_fd >= 0 &&
+           read(job->o.notify_fd, &ev, sizeof(ev)) == (ssize_t)sizeof(ev)) {
+        if (ev->kind == HOST_ABORT && ev->done)
+            ev->done(0 /* PMIX_SUCCESS */, ev->done_data);
+        free(ev);
+    }
+    job->spawned = job->running = 0;
+    job->fail = FAIL_NONE;
+    job->fail_rank = -1;
+    job->fail_code = 0;
+    job->fail_msg[0] = job->kill_reason[0] = job->fail_host[0] = '\0';
+    job->ending = job->killed = false;
+    job->kill_at = job->fail_at = 0;
+    job->interrupts = job->user_signal = 0;
+    job->forwarded = 0;
+    job->connected = job->finalized = 0;
+    job->restarts = restart;
 }
 
 void job_kill_all(job_t *job)
@@ -839,16 +977,9 @@ void job_destroy(job_t *job)
         return;
     for (int r = -1; r < job->o.world; r++) {
         rank_proc_t *rp = r < 0 ? &job->driver : &job->ranks[r];
-        if (rp->out.fd >= 0)
-            close(rp->out.fd);
-        if (rp->err.fd >= 0)
-            close(rp->err.fd);
-        free(rp->out.buf);
-        free(rp->err.buf);
+        proc_clear(rp);
         if (rp->log)
             fclose(rp->log);
-        for (int i = 0; i < TAIL_LINES; i++)
-            free(rp->tail[i]);
     }
     close(job->sigfd);
     sigprocmask(SIG_SETMASK, &job->old_mask, NULL);

@@ -6,6 +6,11 @@
  * rank's status and prints a summary naming it. Signals sent to bmlaunch are
  * forwarded to every rank. Each rank runs in its own process group, so a rank's
  * children are signalled with it, and dies with bmlaunch (PR_SET_PDEATHSIG).
+ *
+ * Restarts (--max-restarts): after a run that a rank's failure ended, the
+ * caller may job_reset the job and spawn every rank again; the signal handling,
+ * the log files and the job's start time stay, everything about the last run's
+ * processes goes. A run ended by a signal sent to bmlaunch is never restarted.
  */
 #ifndef BMT_LAUNCHER_SUPERVISE_H
 #define BMT_LAUNCHER_SUPERVISE_H
@@ -24,9 +29,10 @@ typedef struct job_opts {
     bool tee;            /* console as well as log files */
     bool label;          /* "RANK: " before each line */
     int verbose;
-    int notify_fd; /* read end of the PMIx host's event pipe, or -1 */
-    bool demux;    /* Slurm mode: one process (srun) whose output is labelled
-                    * "RANK: " (srun --label) speaks for all ranks */
+    int notify_fd;    /* read end of the PMIx host's event pipe, or -1 */
+    bool demux;       /* Slurm mode: one process (srun) whose output is labelled
+                       * "RANK: " (srun --label) speaks for all ranks */
+    int max_restarts; /* --max-restarts: job_restartable's bound, named in the summary */
     /* Called on the supervisor's thread when a rank's process has exited (local
      * mode; rank -1: srun, Slurm mode). NULL: none. */
     void (*on_exit)(void *arg, int rank, int wait_status);
@@ -49,8 +55,32 @@ int job_spawn_driver(job_t *job, const char *path, char *const argv[], char *con
                      bmt_error_t *err);
 
 /* Supervise until every spawned rank has exited and its output is drained.
- * Returns bmlaunch's exit status (see bmlaunch(1)). */
+ * Returns bmlaunch's exit status for this run (see bmlaunch(1)); job_summary
+ * tells why. */
 int job_run(job_t *job);
+
+/* After job_run: may the job be started again? True when a rank failed (exit
+ * code, signal or PMIx_Abort; not srun itself, not a rank ended by a signal
+ * sent to bmlaunch) and fewer than max_restarts restarts were made. Signals
+ * that reached bmlaunch since the run ended are read here: SIGINT, SIGTERM or
+ * SIGHUP means no (said on stderr). */
+bool job_restartable(job_t *job);
+
+/* The last run's failure as one phrase, "rank 2 (pid 7 on vm) exited with code
+ * 1" (Slurm mode: "rank 2 (on node1) ..."), into buf. Returns -1 (and "") when
+ * no rank failed. */
+int job_failure(const job_t *job, char *buf, size_t len);
+
+/* Ready the job for restart number restart (1, 2, ...): forget the last run's
+ * processes, failure and output tails, drop PMIx events it left in notify_fd
+ * (call after host_renew), and mark the restart in each --log-dir file, which
+ * stays open and keeps the last run's output. */
+void job_reset(job_t *job, int restart);
+
+/* Print the summary of the last run on stderr (nothing for a job that
+ * succeeded, unless verbose or restarted): the failing rank, its last lines, how
+ * the others ended, and the restarts made. */
+void job_summary(job_t *job);
 
 /* SIGKILL every spawned rank's process group and reap them (a failed start). */
 void job_kill_all(job_t *job);

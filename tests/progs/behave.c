@@ -17,6 +17,12 @@
  *   stall           bmt_init (default backend); the --rank rank sleeps while every
  *                   other rank enters a world barrier, which must fail at the
  *                   deadline naming the missing rank (exit 1 after printing it)
+ *   fail-until K    (bmlaunch --max-restarts) every rank prints "rank R restart N"
+ *                   (N: BMT_RESTART); while N < K the --rank rank exits 1 and the
+ *                   others wait to be ended; from restart K on every rank exits 0.
+ *                   With BEHAVE_PIDDIR each rank also creates restart.N.R after
+ *                   its line, and the failing rank waits (up to 5 s) for all of
+ *                   them, so every rank's line is out before the job ends
  * Waiting ranks also write their pid to $BEHAVE_PIDDIR/pid.R when set, so a
  * test can check that none survives.
  */
@@ -74,6 +80,39 @@ static void wait_forever(int rank)
         pause();
 }
 
+/* The fail-until action (see the top of the file). */
+static int fail_until(int rank, int target, int k)
+{
+    const char *n = getenv("BMT_RESTART"), *dir = getenv("BEHAVE_PIDDIR"),
+               *w = getenv("BMT_WORLD_SIZE");
+    int restart = n ? atoi(n) : -1, world = w ? atoi(w) : 1;
+    printf("rank %d restart %d\n", rank, restart);
+    fflush(stdout);
+    char path[512];
+    if (dir) {
+        snprintf(path, sizeof(path), "%s/restart.%d.%d", dir, restart, rank);
+        FILE *f = fopen(path, "w");
+        if (f)
+            fclose(f);
+    }
+    if (restart >= k)
+        return 0;
+    if (target >= 0 && rank != target)
+        wait_forever(rank);
+    for (int tries = 0; dir && tries < 500; tries++) {
+        int seen = 0;
+        for (int r = 0; r < world; r++) {
+            snprintf(path, sizeof(path), "%s/restart.%d.%d", dir, restart, r);
+            seen += access(path, F_OK) == 0;
+        }
+        if (seen == world)
+            break;
+        usleep(10000);
+    }
+    fprintf(stderr, "rank %d: failing at restart %d (until %d)\n", rank, restart, k);
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     const char *r = getenv("BMT_RANK");
@@ -115,6 +154,8 @@ int main(int argc, char **argv)
     }
     if (stall)
         wait_forever(rank);
+    if (strcmp(action, "fail-until") == 0 && a + 1 < argc)
+        return fail_until(rank, target, atoi(argv[a + 1]));
     if (target >= 0 && rank != target)
         wait_forever(rank);
 

@@ -70,6 +70,18 @@ static void check_valid(void)
         const char *a[] = { "--grace", "0", "p", NULL };
         ok(parse(a, &o, &err) == 0 && o.grace_s == 0, "--grace 0 (SIGKILL at once) is allowed");
     }
+    {
+        const char *a[] = { "p", NULL };
+        ok(parse(a, &o, &err) == 0 && o.max_restarts == 0, "--max-restarts defaults to 0");
+    }
+    {
+        const char *a[] = { "--max-restarts", "1000", "p", NULL };
+        const char *b[] = { "--max-restarts", "0", "p", NULL };
+        const char *c[] = { "--max-restarts", "007", "p", NULL };
+        ok(parse(a, &o, &err) == 0 && o.max_restarts == 1000 && parse(b, &o, &err) == 0 &&
+               o.max_restarts == 0 && parse(c, &o, &err) == 0 && o.max_restarts == 7,
+           "--max-restarts takes 0 to 1000");
+    }
 }
 
 static const struct {
@@ -94,6 +106,15 @@ static const struct {
     { { "--grace", "soon", "p" }, "--grace needs a non-negative number of seconds" },
     { { "--timeout", "0", "p" }, "--timeout needs a positive number of seconds" },
     { { "--timeout", "nan", "p" }, "--timeout needs a positive number of seconds" },
+    { { "--max-restarts", "1001", "p" },
+      "--max-restarts needs a count from 0 to 1000, got '1001'" },
+    { { "--max-restarts", "-1", "p" }, "--max-restarts needs a count from 0 to 1000, got '-1'" },
+    { { "--max-restarts", "three", "p" }, "--max-restarts needs a count from 0 to 1000" },
+    { { "--max-restarts", "", "p" }, "--max-restarts needs a count from 0 to 1000, got ''" },
+    { { "--max-restarts", "2.5", "p" }, "--max-restarts needs a count from 0 to 1000" },
+    { { "--max-restarts", "+2", "p" }, "--max-restarts needs a count from 0 to 1000" },
+    { { "--max-restarts", "99999999999999999999", "p" }, "--max-restarts needs a count" },
+    { { "--max-restarts" }, "--max-restarts needs a value" },
     { { "--json", "p" }, "--json goes with --plan" },
     { { "--tee", "p" }, "--tee goes with --log-dir" },
     { { "--log-dir", "", "p" }, "--log-dir needs a directory" },
