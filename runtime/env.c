@@ -27,7 +27,11 @@ static const env_knob_t knobs[] = {
     { "BMT_GROUP", NULL, "this rank's group; set by bmlaunch" },
     { "BMT_GROUP_RANK", NULL, "this rank's index in its group; set by bmlaunch" },
     { "BMT_NODE", NULL, "this rank's node; set by bmlaunch" },
-    { "BMT_JOB_ID", NULL, "job identifier: the PMIx namespace of the job; set by bmlaunch" },
+    { "BMT_JOB_ID", NULL,
+      "job identifier: the PMIx namespace of the job's first run; set by bmlaunch" },
+    { "BMT_RESTART", NULL,
+      "how often bmlaunch --max-restarts restarted the job before this run (0 on the first); set "
+      "by bmlaunch" },
     { "BMT_DEVICE", "cpu", "cpu or cuda: where buffers live and compute runs" },
     { "BMT_TEMPLATE_DIR", NULL,
       "directory of bmt.sbatch for bmlaunch --sbatch (before the installed one)" },

@@ -171,6 +171,33 @@ test_expect_success "--resume with no checkpoint yet starts at step 1" '
     ! grep -q resumed fresh.out && grep -q "^0: step   1/2" fresh.out && test -f N/step-00000002/train_state.json
 '
 
+test_expect_success "a rank killed mid-run: bmlaunch --max-restarts 1 restarts the job and the trainer resumes from latest" '
+    { BMT_PLUGINS=jsonl BMT_JSONL=$PWD/rs-%r.jsonl with_timeout 200 $BMLAUNCH --metrics-port 0 --max-restarts 1 \
+        -g 2 -n 2 -- $GPT2 --data $DATA --steps 10 --save-dir RS --save-every 2 --keep 0 --resume \
+        >rs.out 2>rs.err & }
+    pid=$!
+    for i in $(seq 600); do grep -q "saved RS/step-00000004" rs.out && break; sleep 0.1; done
+    victim=$(pgrep -f "^$GPT2 --data $DATA --steps 10 --save-dir RS" | head -1)
+    test -n "$victim" && kill -9 $victim
+    rc=0; wait $pid || rc=$?
+    test $rc -eq 0 &&
+    grep -q "^bmlaunch: restart 1 of 1 after rank [0-3] .* killed by signal 9" rs.err &&
+    from=$(sed -n "s|^0: gpt2: resumed from RS/step-0*\([0-9]*\) (step .*|\1|p" rs.out) &&
+    test -n "$from" && test "$from" -ge 4 &&
+    test "$(cat RS/latest)" = step-00000010 &&
+    # the resumed steps are bitwise the uninterrupted run (same layout, same data)
+    $PY -c "
+import json, sys
+ref = dict(l.split() for l in open(sys.argv[1]))
+got = {}
+for l in open(\"rs-0.jsonl\"):
+    j = json.loads(l)
+    if j.get(\"type\") == \"step\":
+        got[str(j[\"step\"])] = repr(j[\"loss\"])   # the last run wins
+assert got[\"10\"] == ref[\"10\"] and got[str($from + 1)] == ref[str($from + 1)], (got, ref)
+" $TMP/ref.losses
+'
+
 test_expect_success "SIGUSR1 to bmlaunch: the ranks save at the next step boundary and exit 0; a resume continues" '
     { BMT_TIMEOUT=60 $BMLAUNCH --metrics-port 0 -g 2 -n 2 -- $GPT2 --data $DATA --steps 100000 \
         --save-dir U >usr.out 2>usr.err & }
