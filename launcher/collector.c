@@ -116,6 +116,7 @@ struct collector {
     double stale_s;
     struct rank_state *r;
     struct acc acc[SLOTS];
+    bool rewound; /* restarted: the next complete step may go back (a resume) */
     struct point hist[HISTORY];
     int nhist;
     struct event ev[EVENTS];
@@ -200,6 +201,13 @@ static void history_insert(collector_t *c, const struct acc *a)
         .step_s = r.step_s,
         .comm_s = r.comm_s,
     };
+    if (c->rewound) {
+        /* The first complete step after a restart: a trainer that resumed from
+         * a checkpoint repeats steps; the new run's figures replace the old. */
+        while (c->nhist > 0 && c->hist[c->nhist - 1].step >= p.step)
+            c->nhist--;
+        c->rewound = false;
+    }
     int i = c->nhist;
     while (i > 0 && c->hist[i - 1].step > p.step)
         i--;
@@ -388,6 +396,11 @@ void collector_job_restarted(collector_t *c, int restart, const char *detail)
         c->r[r].exited = false;
         e.step = c->r[r].top_step > e.step ? c->r[r].top_step : e.step;
     }
+    /* The next run starts its steps anew (from 1, or from a checkpoint). */
+    for (int r = 0; r < c->l.world; r++)
+        c->r[r].top_step = 0;
+    memset(c->acc, 0, sizeof(c->acc));
+    c->rewound = true;
     c->alive = c->l.world;
     snprintf(e.name, sizeof(e.name), "restart");
     snprintf(e.detail, sizeof(e.detail), "bmlaunch: restart %d after %s", restart,
