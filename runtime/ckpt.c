@@ -28,6 +28,7 @@
 #include "bmt/safetensors.h"
 #include "ctx.h"
 #include "error.h"
+#include "fault.h"
 
 enum {
     T_PARAM,
@@ -246,7 +247,8 @@ struct bmt_ckpt_pending {
     int nops, capops;
     pthread_t thread;
     bool started;
-    int rc; /* the writer's: 0 or -1 with err */
+    int64_t step; /* the optimizer's, for BMT_FAULT=save:... */
+    int rc;       /* the writer's: 0 or -1 with err */
     bmt_error_t err;
 };
 
@@ -355,9 +357,13 @@ static void *writer(void *arg)
             p->rc = errprintf(&p->err, "cannot open %s: %s", p->paths[f], strerror(errno));
             break;
         }
-        for (int i = 0; i < p->nops && p->rc == 0; i++)
-            if (p->ops[i].file == f && write_all(fd, p->ops[i].src, p->ops[i].n, p->ops[i].off) < 0)
+        for (int i = 0; i < p->nops && p->rc == 0; i++) {
+            if (p->ops[i].file != f)
+                continue;
+            if (write_all(fd, p->ops[i].src, p->ops[i].n, p->ops[i].off) < 0)
                 p->rc = errprintf(&p->err, "cannot write %s: %s", p->paths[f], strerror(errno));
+            fault_point(p->ctx, FAULT_SAVE, p->step); /* BMT_FAULT=save:...: tests only */
+        }
         if ((fsync(fd) != 0 || close(fd) != 0) && p->rc == 0)
             p->rc = errprintf(&p->err, "cannot fsync %s: %s", p->paths[f], strerror(errno));
     }
@@ -609,6 +615,10 @@ int bmt_ckpt_save_async(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir
     p->ctx = ctx;
     p->opt = opt;
     p->keep = keep;
+    if (opt) {
+        int64_t skipped;
+        optim_counters(opt, &p->step, &skipped);
+    }
     snprintf(p->dir, sizeof(p->dir), "%s", dir);
     snprintf(p->name, sizeof(p->name), "%s", name);
     snprintf(p->tmpdir, sizeof(p->tmpdir), "%s/.tmp-%s", dir, name);

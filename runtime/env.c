@@ -45,6 +45,9 @@ static const env_knob_t knobs[] = {
       "bmlaunch adds push when its metrics endpoint is on" },
     { "BMT_PLUGIN_DIR", NULL,
       "where plugin names are looked up; set by bmlaunch, else the installed lib/bmt/plugins" },
+    { "BMT_FAULT", NULL,
+      "tests: step:RANK:STEP or save:RANK:STEP kills that rank after step STEP or while saving "
+      "it, in the first run only" },
     { "BMT_PLUGIN_ERRORS", "fail",
       "fail: a plugin that cannot be loaded fails bmt_init; warn: say so and run without it" },
     { "BMT_PLUGIN_FLUSH_TIMEOUT", "5",

@@ -18,6 +18,7 @@
 #include "env.h"
 #include "monitor.h"
 #include "error.h"
+#include "fault.h"
 #include "hash.h"
 
 #ifdef BMT_HAVE_CUDA
@@ -230,7 +231,7 @@ int bmt_init(bmt_ctx_t **out, const bmt_config_t *cfg, bmt_error_t *err)
         goto fail;
     /* Plugins before the communicators: a misconfigured plugin fails in
      * milliseconds, not after NCCL's set-up. */
-    if (monitor_init(ctx, err) < 0)
+    if (monitor_init(ctx, err) < 0 || fault_init(ctx, err) < 0)
         goto fail;
     ctx->world_comm = comm_create_world(ctx, ctx->backend, err);
     if (ctx->world_comm == NULL)

@@ -20,6 +20,7 @@
 #include "block.h"
 #include "ctx.h"
 #include "error.h"
+#include "fault.h"
 #include "kernels.h"
 
 struct segment {
@@ -293,6 +294,7 @@ int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
     out.skipped_total = o->skipped;
     if (info)
         *info = out;
+    fault_point(o->ctx, FAULT_STEP, o->step); /* BMT_FAULT=step:...: tests only */
     return 0;
 }
 

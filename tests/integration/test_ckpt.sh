@@ -217,6 +217,32 @@ assert got[\"10\"] == ref[\"10\"] and got[str($from + 1)] == ref[str($from + 1)]
 " $TMP/ref.losses
 '
 
+test_expect_success "BMT_FAULT=step:3:7 with --max-restarts 1: the job completes and its final checkpoint is the uninterrupted one" '
+    BMT_FAULT=step:3:7 run fault -g 2 -n 2 --max-restarts 1 -- $GPT2 --data $DATA --steps 10 \
+        --save-dir F --save-every 2 --keep 0 --resume &&
+    grep -q "bmt: rank 3: BMT_FAULT: killing myself after step 7" fault.err &&
+    grep -q "^bmlaunch: restart 1 of 1 after rank 3 .*killed by signal 9" fault.err &&
+    grep -q "^0: gpt2: resumed from F/step-00000006 (step 6)" fault.out &&
+    for f in $TMP/A/step-00000010/*.safetensors; do cmp $f F/step-00000010/$(basename $f) || exit 1; done
+'
+
+test_expect_success "kill -9 of a rank in the middle of a save: latest still names the previous checkpoint, a new run resumes from it" '
+    { BMT_FAULT=save:1:6 run crash -g 2 -n 2 -- $GPT2 --data $DATA --steps 10 --save-dir C \
+        --save-every 2 --keep 0; rc=$?; } &&
+    test $rc -eq 137 && grep -q "bmt: rank 1: BMT_FAULT: killing myself while saving step 6" crash.err &&
+    test "$(cat C/latest)" = step-00000004 && ! test -e C/step-00000006 &&
+    test -f C/step-00000004/train_state.json &&
+    run again -g 2 -n 2 -- $GPT2 --data $DATA --steps 10 --save-dir C --save-every 2 --keep 0 --resume &&
+    grep -q "^0: gpt2: resumed from C/step-00000004 (step 4)" again.out &&
+    ! ls -a C | grep -q "^\.tmp" &&
+    for f in $TMP/A/step-00000010/*.safetensors; do cmp $f C/step-00000010/$(basename $f) || exit 1; done
+'
+
+test_expect_success "a malformed BMT_FAULT fails bmt_init with what to write" '
+    { BMT_FAULT=boom run badf -n 1 -- $GPT2 --data $DATA --steps 1; rc=$?; } &&
+    test $rc -ne 0 && grep -q "BMT_FAULT=.boom.: use step:RANK:STEP or save:RANK:STEP" badf.err
+'
+
 test_expect_success "SIGUSR1 to bmlaunch: the ranks save at the next step boundary and exit 0; a resume continues" '
     { BMT_TIMEOUT=60 $BMLAUNCH --metrics-port 0 -g 2 -n 2 -- $GPT2 --data $DATA --steps 100000 \
         --save-dir U >usr.out 2>usr.err & }
