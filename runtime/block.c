@@ -356,18 +356,17 @@ int block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bmt_error_t *
     if (b->full)
         return errprintf(err, "rank %d: block %.40s is gathered; release it first", ctx->rank,
                          b->name);
-    /* Stage every group's shard on the host (O(shard)), starting from what the
-     * shards hold (alignment gaps and padding keep their zeros), and upload only
-     * when every source call succeeded: a failed load changes nothing. */
+    /* Stage every group's shard on the host (O(shard)) and upload only when
+     * every source call succeeded: a failed load changes nothing. */
     void *stage[BMT_DTYPE_COUNT] = { 0 };
     int rc = 0;
     for (int g = 0; g < b->ngroups && rc == 0; g++) {
         struct dgroup *d = &b->groups[g];
         size_t bytes = dsize(d->dtype, d->shard);
-        if ((stage[g] = malloc(bytes ? bytes : 1)) == NULL)
+        /* Zeros, not a download: alignment gaps and padding hold zeros always
+         * (optim.c never touches them), and every parameter piece is read. */
+        if ((stage[g] = calloc(1, bytes ? bytes : 1)) == NULL)
             rc = errprintf(err, "rank %d: out of memory staging block %.40s", ctx->rank, b->name);
-        else
-            rc = bmt_mem_download(ctx, stage[g], d->param, bytes, err);
     }
     for (int i = 0; i < b->nparams && rc == 0; i++) {
         const struct param *p = &b->params[i];

@@ -205,9 +205,10 @@ static int create_file(const char *path, const struct flayout *f, bmt_error_t *e
     unsigned char len8[8];
     for (int i = 0; i < 8; i++)
         len8[i] = (unsigned char)(hl >> (8 * i));
-    int rc = fd < 0 ? -1 : posix_fallocate(fd, 0, (off_t)total);
-    if (fd >= 0 && rc != 0 && rc != EOPNOTSUPP && rc != EINVAL) {
-        errno = rc;
+    /* fallocate(2), not posix_fallocate: where the file system cannot
+     * preallocate, glibc's fallback writes every block once more. */
+    int rc = fd < 0 ? -1 : fallocate(fd, 0, 0, (off_t)total);
+    if (fd >= 0 && rc != 0 && errno != EOPNOTSUPP && errno != ENOSYS && errno != EINVAL) {
         rc = -1;
     } else if (fd >= 0) {
         rc = ftruncate(fd, (off_t)total);
@@ -248,6 +249,7 @@ struct bmt_ckpt_pending {
     pthread_t thread;
     bool started;
     int64_t step; /* the optimizer's, for BMT_FAULT=save:... */
+    bool copy;    /* stage host copies (async, or device memory); else write the shards */
     int rc;       /* the writer's: 0 or -1 with err */
     bmt_error_t err;
 };
@@ -322,7 +324,9 @@ static int stage_shards(bmt_ckpt_pending_t *p, const bmt_block_t *b, bmt_error_t
         for (int k = 0; k < (opt ? 4 : 1) && rc == 0; k++) {
             if (k == T_MASTER && d->dtype == BMT_F32)
                 continue;
-            if ((stage[k] = keep_buf(p, d->shard * isz[k])) == NULL)
+            if (!p->copy)
+                stage[k] = (void *)src[k]; /* cpu, synchronous: write from the shard */
+            else if ((stage[k] = keep_buf(p, d->shard * isz[k])) == NULL)
                 rc = errprintf(err, "out of memory staging block %.40s", b->name);
             else
                 rc = bmt_mem_download(ctx, stage[k], src[k], d->shard * isz[k], err);
@@ -582,8 +586,20 @@ static int finish(bmt_ctx_t *ctx, bmt_block_t **blocks, int nb, bmt_optim_t *opt
     return rc;
 }
 
+static int save_start(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, const char *name,
+                      const char *user_json, int keep, bool copy, bmt_ckpt_pending_t **out,
+                      bmt_error_t *err);
+
 int bmt_ckpt_save_async(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, const char *name,
                         const char *user_json, int keep, bmt_ckpt_pending_t **out, bmt_error_t *err)
+{
+    return save_start(list, opt, dir, name, user_json, keep, true, out, err);
+}
+
+/* copy: stage host copies of the shards (async); else, on cpu, write from them. */
+static int save_start(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, const char *name,
+                      const char *user_json, int keep, bool copy, bmt_ckpt_pending_t **out,
+                      bmt_error_t *err)
 {
     *out = NULL;
     if (list == NULL || dir == NULL || *dir == '\0')
@@ -615,6 +631,7 @@ int bmt_ckpt_save_async(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir
     p->ctx = ctx;
     p->opt = opt;
     p->keep = keep;
+    p->copy = copy || bmt_device(ctx) != BMT_DEVICE_CPU;
     if (opt) {
         int64_t skipped;
         optim_counters(opt, &p->step, &skipped);
@@ -703,7 +720,7 @@ int bmt_ckpt_save(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, cons
                   const char *user_json, int keep, bmt_error_t *err)
 {
     bmt_ckpt_pending_t *p;
-    if (bmt_ckpt_save_async(list, opt, dir, name, user_json, keep, &p, err) < 0)
+    if (save_start(list, opt, dir, name, user_json, keep, false, &p, err) < 0)
         return -1;
     return bmt_ckpt_finish(p, err);
 }
@@ -794,10 +811,9 @@ static int load_state(bmt_ctx_t *ctx, const bmt_block_t *b, const optim_view_t *
     for (int k = T_EXP_AVG; k <= T_MASTER && rc == 0; k++) {
         if (dst[k] == NULL)
             continue;
-        float *h = malloc(d->shard * sizeof(float) + 1);
+        float *h = calloc(d->shard + 1, sizeof(float)); /* gaps and padding: zeros */
         if (h == NULL)
             return errprintf(err, "out of memory");
-        rc = bmt_mem_download(ctx, h, dst[k], d->shard * sizeof(float), err);
         for (int j = 0; j < b->nparams && rc == 0; j++) {
             const struct param *p = &b->params[j];
             if (&b->groups[p->group] != d)

@@ -1,0 +1,144 @@
+/* bench/ckpt.c — checkpoint save and load throughput next to dd, in one run.
+ *
+ *     bmlaunch -g G -n P -- build/bench/ckpt DIR [MB_PER_BLOCK [BLOCKS]]
+ *
+ * Builds BLOCKS blocks (default 8) of MB_PER_BLOCK MiB of f32 parameters
+ * (default 32) with an AdamW optimizer, so a checkpoint holds 3x that (weights,
+ * two moments). Then, timed on the wall clock between world barriers:
+ *   save   bmt_ckpt_save (preallocate, pwrite by the ranks of group 0, fsync,
+ *          rename, latest);
+ *   load   bmt_ckpt_load into the same list (each rank reads its own ranges),
+ *          after dropping the page cache when allowed (root), so that it reads
+ *          from the disk;
+ *   dd     rank 0 runs dd with the same number of bytes: write with
+ *          conv=fsync, then (cache dropped) read, 4 MiB blocks.
+ * Prints one table: bytes, seconds, GB/s for ours and dd's, and the ratio.
+ * Not a test: the machines are shared and noisy.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bmt/block.h"
+#include "bmt/bmt.h"
+#include "bmt/ckpt.h"
+#include "bmt/optim.h"
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+#define DIE(...)                                                                                   \
+    do {                                                                                           \
+        fprintf(stderr, "bench/ckpt: " __VA_ARGS__);                                               \
+        fprintf(stderr, "\n");                                                                     \
+        exit(1);                                                                                   \
+    } while (0)
+
+static int noop(void *m, const bmt_block_call_t *c, bmt_error_t *e)
+{
+    (void)m, (void)c, (void)e;
+    return 0;
+}
+
+/* Drop the page cache (root only); returns whether it could. */
+static int drop_caches(void)
+{
+    sync();
+    FILE *f = fopen("/proc/sys/vm/drop_caches", "w");
+    if (f == NULL)
+        return 0;
+    int ok = fputs("3\n", f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+static double timed(const char *cmd)
+{
+    double t0 = now();
+    if (system(cmd) != 0)
+        DIE("'%s' failed", cmd);
+    return now() - t0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        DIE("usage: bench/ckpt DIR [MB_PER_BLOCK [BLOCKS]]");
+    const char *dir = argv[1];
+    const int mb = argc > 2 ? atoi(argv[2]) : 32, nblocks = argc > 3 ? atoi(argv[3]) : 8;
+    if (mb < 1 || nblocks < 1)
+        DIE("MB_PER_BLOCK and BLOCKS must be positive");
+    bmt_ctx_t *ctx;
+    bmt_error_t err;
+    if (bmt_init(&ctx, NULL, &err) < 0)
+        DIE("%s", err.text);
+    const int rank = bmt_rank(ctx);
+    bmt_blocklist_t *list = bmt_blocklist_create(ctx, NULL, &err);
+    const bmt_block_ops_t ops = { noop, noop };
+    if (list == NULL)
+        DIE("%s", err.text);
+    for (int b = 0; b < nblocks; b++) {
+        char name[32];
+        snprintf(name, sizeof(name), "h.%d", b);
+        const int64_t shape[2] = { (int64_t)mb * 256, 1024 }; /* mb MiB of f32 */
+        bmt_block_t *blk = bmt_block_create(ctx, name, &err);
+        if (blk == NULL ||
+            bmt_block_add_param(blk, "w", 2, shape, BMT_F32, BMT_INIT_NORMAL_V(0, 0.02), 0, &err) <
+                0 ||
+            bmt_block_build(blk, 1, &err) < 0 ||
+            bmt_blocklist_append(list, blk, &ops, NULL, &err) < 0)
+            DIE("%s", err.text);
+    }
+    bmt_optim_t *opt = bmt_adamw_create(list, NULL, &err);
+    if (opt == NULL)
+        DIE("%s", err.text);
+    const double bytes = 3.0 * nblocks * mb * 1048576.0; /* weights + 2 moments */
+
+    bmt_barrier(bmt_comm_world(ctx), &err);
+    double t0 = now();
+    if (bmt_ckpt_save(list, opt, dir, "bench", NULL, 1, &err) < 0)
+        DIE("%s", err.text);
+    bmt_barrier(bmt_comm_world(ctx), &err);
+    double t_save = now() - t0;
+
+    int dropped = rank == 0 ? drop_caches() : 0;
+    bmt_barrier(bmt_comm_world(ctx), &err);
+    t0 = now();
+    if (bmt_ckpt_load(list, opt, dir, NULL, &err) < 0)
+        DIE("%s", err.text);
+    bmt_barrier(bmt_comm_world(ctx), &err);
+    double t_load = now() - t0;
+
+    if (rank == 0) {
+        char cmd[4400];
+        const long count = (long)(bytes / 4194304.0);
+        snprintf(cmd, sizeof(cmd),
+                 "dd if=/dev/zero of=%s/dd.bin bs=4M count=%ld conv=fsync status=none", dir, count);
+        double t_ddw = timed(cmd);
+        drop_caches();
+        snprintf(cmd, sizeof(cmd), "dd if=%s/dd.bin of=/dev/null bs=4M status=none", dir);
+        double t_ddr = timed(cmd);
+        snprintf(cmd, sizeof(cmd), "%s/dd.bin", dir);
+        remove(cmd);
+        const bmt_layout_t *l = bmt_layout(ctx);
+        printf("bench/ckpt: %d blocks x %d MiB f32 + AdamW = %.0f MiB per checkpoint, layout %d x "
+               "%d (%d writers), page cache %s\n",
+               nblocks, mb, bytes / 1048576.0, l->groups, l->gpus_per_group, l->gpus_per_group,
+               dropped ? "dropped before reads" : "NOT dropped (not root): reads may be cached");
+        printf("%-6s %10s %10s %10s %10s %10s %7s\n", "op", "MiB", "ours s", "ours GB/s", "dd s",
+               "dd GB/s", "ratio");
+        printf("%-6s %10.0f %10.3f %10.3f %10.3f %10.3f %7.2f\n", "save", bytes / 1048576.0, t_save,
+               bytes / t_save / 1e9, t_ddw, bytes / t_ddw / 1e9, t_ddw / t_save);
+        printf("%-6s %10.0f %10.3f %10.3f %10.3f %10.3f %7.2f\n", "load", bytes / 1048576.0, t_load,
+               bytes / t_load / 1e9, t_ddr, bytes / t_ddr / 1e9, t_ddr / t_load);
+    }
+    bmt_optim_destroy(opt);
+    bmt_blocklist_destroy(list);
+    bmt_finalize(ctx);
+    return 0;
+}
