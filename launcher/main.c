@@ -38,6 +38,20 @@ static int usage_error(const char *msg)
     return 2;
 }
 
+/* Entries of a directory other than "." and "..", or -1 when it cannot be read. */
+static int dir_entries(const char *path)
+{
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
 /* GPUs this process may use: CUDA_VISIBLE_DEVICES when set, else the driver's
  * list of GPUs. -1 when unknown (no driver here: the ranks will say so). */
 static int visible_gpus(void)
@@ -51,15 +65,7 @@ static int visible_gpus(void)
             n += *v == ',';
         return n;
     }
-    DIR *d = opendir("/proc/driver/nvidia/gpus");
-    if (d == NULL)
-        return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n;
+    return dir_entries("/proc/driver/nvidia/gpus");
 }
 
 static int mkdir_p(const char *path, bmt_error_t *err)
@@ -510,15 +516,8 @@ static int start_ranks(job_t *job, pmix_host_t *srv, const launch_opts_t *o, con
 /* Open file descriptors of bmlaunch (-v, at each restart: they must not grow). */
 static int open_fds(void)
 {
-    DIR *d = opendir("/proc/self/fd");
-    if (d == NULL)
-        return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n - 1; /* the directory's own */
+    int n = dir_entries("/proc/self/fd");
+    return n < 0 ? -1 : n - 1; /* the directory's own */
 }
 
 /* On this machine: bmlaunch is the PMIx server of every rank. */
