@@ -31,6 +31,8 @@ prometheus-pushgateway
 chromium
 man-db
 groff-base
+clang
+libclang-rt-14-dev
 "
 
 missing=""
