@@ -7,7 +7,10 @@
  * bytes, and tensors that tile the data section with no hole, overlap or tail.
  * The header is freed right after parsing: a handle keeps one entry per tensor
  * (name, dtype, shape, byte range, file) and an open descriptor per file, so
- * memory is O(header) whatever the size of the data.
+ * memory is O(header) whatever the size of the data. An index runs the same
+ * code whether its files' headers come from the files (bmt_st_open) or from
+ * memory (bmt_st_parse_index, which tests/fuzz/st_index.c drives): a load
+ * function fetches each.
  *
  * bmt_st_read turns an element range into one byte range of one file and
  * preads exactly those bytes, straight into dst when no conversion is needed,
@@ -273,11 +276,12 @@ static const char *meta_get(const bmt_st_t *st, const char *key)
     return NULL;
 }
 
+/* Appended in the order read; meta_get's scan from the start makes the first
+ * one win. No duplicate check here: with it, a header of 100,000 metadata keys
+ * took 27 s to open (quadratic), found while fuzzing. */
 static int meta_add(bmt_st_t *st, const char *key, const char *value, const char *label,
                     bmt_error_t *err)
 {
-    if (meta_get(st, key))
-        return 0;
     if (st->nmeta == st->metacap) {
         int cap = st->metacap ? 2 * st->metacap : 8;
         meta_t *m = realloc(st->meta, (size_t)cap * sizeof(*m));
@@ -323,6 +327,20 @@ static int tensor_err(bmt_error_t *err, const char *file, const char *name, cons
     vsnprintf(cause, sizeof(cause), fmt, ap);
     va_end(ap);
     return errprintf(err, "%.48s: tensor '%.64s': %s", file, name, cause);
+}
+
+/* Errors are one printable line (bmt/error.h), yet they quote the file: a
+ * tensor name may hold any character JSON can escape ("a\nb"), and Jansson's
+ * messages quote the raw bytes near a syntax error, newlines included (found
+ * by tests/fuzz/st_header.c). Every public function passes its error through
+ * here, so a crafted header cannot add lines to a log. Returns -1. */
+static int one_line(bmt_error_t *err)
+{
+    if (err != NULL)
+        for (char *c = err->text; *c; c++)
+            if ((unsigned char)*c < 0x20 || *c == 0x7f)
+                *c = '?';
+    return -1;
 }
 
 /* ------------------------------------------------------------ header parsing */
@@ -570,6 +588,7 @@ bmt_st_t *bmt_st_parse(const char *header, size_t len, uint64_t data_len, const 
     f->data_start = 8 + (uint64_t)len;
     f->data_len = data_len;
     if (parse_header(st, header ? header : "", len, data_len, 0, err) < 0 || finish(st, err) < 0) {
+        one_line(err);
         bmt_st_close(st);
         return NULL;
     }
@@ -682,9 +701,16 @@ static int by_str(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* How an index gets the header of its file st->files[file] (path and label set)
+ * parsed into st: from the file itself (bmt_st_open) or from memory
+ * (bmt_st_parse_index). Returns 0 or -1 with err set. */
+typedef int (*load_fn)(bmt_st_t *st, int file, const void *arg, bmt_error_t *err);
+
 /* The files of an index, its metadata, then every weight_map entry against the
- * files' contents (both ways). root: the parsed index. */
-static int open_index_files(bmt_st_t *st, json_t *root, const char *path, bmt_error_t *err)
+ * files' contents (both ways). root: the parsed index; load reads each file's
+ * header. */
+static int index_files(bmt_st_t *st, json_t *root, const char *path, load_fn load, const void *arg,
+                       bmt_error_t *err)
 {
     const char *label = st->label;
     json_t *wm = json_object_get(root, "weight_map");
@@ -739,7 +765,7 @@ static int open_index_files(bmt_st_t *st, json_t *root, const char *path, bmt_er
         memcpy(sf->path, path, dirlen);
         memcpy(sf->path + dirlen, names[f], flen + 1);
         sf->label = sf->path + dirlen;
-        rc = open_file(st, f, err);
+        rc = load(st, f, arg, err);
     }
     free(names);
     if (rc < 0 || (rc = finish(st, err)) < 0)
@@ -800,16 +826,14 @@ static char *read_small_file(const char *path, size_t *len, bmt_error_t *err)
     return text;
 }
 
-static bmt_st_t *open_index(const char *path, bmt_error_t *err)
+/* An index of len bytes at path (pure but for load, which reads each file's
+ * header): bmt_st_open's index path and bmt_st_parse_index. */
+static bmt_st_t *parse_index(const char *text, size_t len, const char *path, load_fn load,
+                             const void *arg, bmt_error_t *err)
 {
     const char *label = base_name(path);
-    size_t got = 0;
-    char *text = read_small_file(path, &got, err);
-    if (text == NULL)
-        return NULL;
     json_error_t jerr;
-    json_t *root = json_loadb(text, got, JSON_REJECT_DUPLICATES, &jerr);
-    free(text);
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (root == NULL) {
         errprintf(err, "%.60s: not valid JSON: %.60s (at byte %d)", label, jerr.text,
                   jerr.position);
@@ -837,12 +861,73 @@ static bmt_st_t *open_index(const char *path, bmt_error_t *err)
                 rc = meta_add(st, mk, num, label, err);
             }
         }
-        if (rc < 0 || open_index_files(st, root, path, err) < 0) {
+        if (rc < 0 || index_files(st, root, path, load, arg, err) < 0) {
             bmt_st_close(st);
             st = NULL;
         }
     }
     json_decref(root);
+    return st;
+}
+
+static int load_file(bmt_st_t *st, int file, const void *arg, bmt_error_t *err)
+{
+    (void)arg;
+    return open_file(st, file, err);
+}
+
+static bmt_st_t *open_index(const char *path, bmt_error_t *err)
+{
+    size_t got = 0;
+    char *text = read_small_file(path, &got, err);
+    if (text == NULL)
+        return NULL;
+    bmt_st_t *st = parse_index(text, got, path, load_file, NULL, err);
+    free(text);
+    return st;
+}
+
+typedef struct shard_set {
+    const bmt_st_shard_t *shards; /* (n) */
+    int n;
+} shard_set_t;
+
+/* A file of the index from memory: the shard of that name, else the error a
+ * missing file gives. */
+static int load_memory(bmt_st_t *st, int file, const void *arg, bmt_error_t *err)
+{
+    const shard_set_t *set = arg;
+    st_file_t *f = &st->files[file];
+    for (int k = 0; k < set->n; k++) {
+        const bmt_st_shard_t *s = &set->shards[k];
+        if (s->file == NULL || strcmp(s->file, f->label) != 0)
+            continue;
+        if (s->header == NULL && s->len > 0)
+            return errprintf(err, "%.60s: header is NULL", f->label);
+        f->data_start = 8 + (uint64_t)s->len;
+        f->data_len = s->data_len;
+        return parse_header(st, s->header ? s->header : "", s->len, s->data_len, file, err);
+    }
+    return errprintf(err, "%.100s: cannot open: %s", f->path, strerror(ENOENT));
+}
+
+bmt_st_t *bmt_st_parse_index(const char *json, size_t len, const char *path,
+                             const bmt_st_shard_t *shards, int nshards, bmt_error_t *err)
+{
+    if (json == NULL && len > 0) {
+        errprintf(err, "bmt_st_parse_index: the index is NULL");
+        return NULL;
+    }
+    if (nshards < 0 || (shards == NULL && nshards > 0)) {
+        errprintf(err, "bmt_st_parse_index: %d shards at %p", nshards, (const void *)shards);
+        return NULL;
+    }
+    if (path == NULL || *path == '\0')
+        path = BMT_ST_INDEX_NAME;
+    shard_set_t set = { shards, nshards };
+    bmt_st_t *st = parse_index(json ? json : "", len, path, load_memory, &set, err);
+    if (st == NULL)
+        one_line(err);
     return st;
 }
 
@@ -852,7 +937,7 @@ static bool ends_with(const char *s, const char *suffix)
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-bmt_st_t *bmt_st_open(const char *path, bmt_error_t *err)
+static bmt_st_t *open_path(const char *path, bmt_error_t *err)
 {
     if (path == NULL || *path == '\0') {
         errprintf(err, "bmt_st_open: no path");
@@ -884,6 +969,14 @@ bmt_st_t *bmt_st_open(const char *path, bmt_error_t *err)
                       path);
     }
     free(p);
+    return st;
+}
+
+bmt_st_t *bmt_st_open(const char *path, bmt_error_t *err)
+{
+    bmt_st_t *st = open_path(path, err);
+    if (st == NULL)
+        one_line(err);
     return st;
 }
 
@@ -921,8 +1014,8 @@ const char *bmt_st_metadata(const bmt_st_t *st, const char *key)
 
 /* ------------------------------------------------------------ reading */
 
-int bmt_st_read(bmt_st_t *st, int i, int64_t first, int64_t count, void *dst, bmt_dtype_t dst_dtype,
-                bmt_error_t *err)
+static int read_range(bmt_st_t *st, int i, int64_t first, int64_t count, void *dst,
+                      bmt_dtype_t dst_dtype, bmt_error_t *err)
 {
     if (st == NULL)
         return errprintf(err, "bmt_st_read: the handle is NULL");
@@ -982,6 +1075,12 @@ int bmt_st_read(bmt_st_t *st, int i, int64_t first, int64_t count, void *dst, bm
     if (!same)
         free(buf);
     return rc;
+}
+
+int bmt_st_read(bmt_st_t *st, int i, int64_t first, int64_t count, void *dst, bmt_dtype_t dst_dtype,
+                bmt_error_t *err)
+{
+    return read_range(st, i, first, count, dst, dst_dtype, err) < 0 ? one_line(err) : 0;
 }
 
 /* ------------------------------------------------------------ discovery */
@@ -1074,7 +1173,7 @@ static int compare_layers(const bmt_st_t *st, const bmt_st_block_t *a, const bmt
     return 0;
 }
 
-int bmt_st_discover(const bmt_st_t *st, bmt_st_plan_t **out, bmt_error_t *err)
+static int discover(const bmt_st_t *st, bmt_st_plan_t **out, bmt_error_t *err)
 {
     if (st == NULL || out == NULL)
         return errprintf(err, "bmt_st_discover: a handle and a place for the plan are required");
@@ -1109,13 +1208,38 @@ int bmt_st_discover(const bmt_st_t *st, bmt_st_plan_t **out, bmt_error_t *err)
         if (m[i].layer + 1 > nlayers)
             nlayers = m[i].layer + 1;
     }
-    /* per[l]: tensors of layer l, then (prefix sums) where layer l starts. */
-    int *per = calloc((size_t)nlayers + 3, sizeof(*per));
+    /* per[l]: tensors of layer l. Every layer 0..L-1 must have one, so a gap is
+     * refused before anything is allocated per layer: else one tensor named
+     * "<4000 bytes>.h.99999.x" (a 4 KB header) cost 100000 block names of 4 KB,
+     * 400 MB (tests/fuzz/st_header.c reports it under -malloc_limit_mb:
+     * tests/fuzz/regressions/st_header/layer-99999-long-prefix). Past this
+     * check L <= the number of layer tensors, and memory is O(header). */
+    size_t stack_len = ref >= 0 ? m[ref].stack_len : 0;
+    int *per = calloc((size_t)nlayers + 1, sizeof(*per)); /* at most BMT_ST_MAX_LAYERS */
+    if (per == NULL) {
+        free(m);
+        return errprintf(err, "%.60s: out of memory", st->label);
+    }
+    for (int i = 0; i < n; i++)
+        if (m[i].layer >= 0)
+            per[m[i].layer]++;
+    for (int l = 0; l < nlayers; l++) {
+        if (per[l] == 0) {
+            char a[64], b[64]; /* the names of blocks l and L-1, as the plan would call them */
+            snprintf(a, sizeof(a), "%.*s%d", (int)stack_len, st->ent[ref].name, l);
+            snprintf(b, sizeof(b), "%.*s%d", (int)stack_len, st->ent[ref].name, nlayers - 1);
+            free(per);
+            free(m);
+            return errprintf(err,
+                             "%.40s: layer '%.40s' is missing: the stack goes up to '%.40s' "
+                             "but has no tensor of layer %d",
+                             st->label, a, b, l);
+        }
+    }
     bmt_st_plan_t *plan = calloc(1, sizeof(*plan));
     bmt_st_block_t *blocks = calloc((size_t)nlayers + 2, sizeof(*blocks));
     int *idx = malloc((size_t)(n ? n : 1) * sizeof(*idx));
     const char **names = malloc((size_t)(n ? n : 1) * sizeof(*names));
-    size_t stack_len = ref >= 0 ? m[ref].stack_len : 0;
     char *bnames = malloc((size_t)nlayers * (stack_len + 8) + 1); /* "transformer.h.3\0"... */
     char *prefix = malloc(stack_len + 1);
     if (!per || !plan || !blocks || !idx || !names || !bnames || !prefix) {
@@ -1137,14 +1261,11 @@ int bmt_st_discover(const bmt_st_t *st, bmt_st_plan_t **out, bmt_error_t *err)
     prefix[stack_len] = '\0';
     plan->layer_prefix = prefix;
 
-    /* Blocks in model order: head, layers, tail; per holds their sizes. */
+    /* Blocks in model order: head, layers, tail; per holds the layers' sizes. */
     int nhead = 0;
-    for (int i = 0; i < n; i++) {
-        if (m[i].layer >= 0)
-            per[m[i].layer]++;
-        else if (is_head(st->ent[i].name))
+    for (int i = 0; i < n; i++)
+        if (m[i].layer < 0 && is_head(st->ent[i].name))
             nhead++;
-    }
     char *bn = bnames;
     int pos = 0;
     blocks[0] = (bmt_st_block_t){ BMT_ST_HEAD, "head", -1, 0, idx, names };
@@ -1169,12 +1290,6 @@ int bmt_st_discover(const bmt_st_t *st, bmt_st_plan_t **out, bmt_error_t *err)
     }
     free(m);
     int rc = 0;
-    for (int l = 0; l < nlayers && rc == 0; l++)
-        if (per[l] == 0)
-            rc = errprintf(err,
-                           "%.40s: layer '%.40s' is missing: the stack goes up to '%.40s' "
-                           "but has no tensor of layer %d",
-                           st->label, blocks[1 + l].name, blocks[nlayers].name, l);
     for (int l = 1; l < nlayers && rc == 0; l++)
         rc = compare_layers(st, &blocks[1], &blocks[1 + l], err);
     free(per);
@@ -1184,4 +1299,9 @@ int bmt_st_discover(const bmt_st_t *st, bmt_st_plan_t **out, bmt_error_t *err)
     }
     *out = plan;
     return 0;
+}
+
+int bmt_st_discover(const bmt_st_t *st, bmt_st_plan_t **plan, bmt_error_t *err)
+{
+    return discover(st, plan, err) < 0 ? one_line(err) : 0;
 }

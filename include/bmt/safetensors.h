@@ -97,6 +97,26 @@ BMT_API bmt_st_t *bmt_st_open(const char *path, bmt_error_t *err);
 BMT_API bmt_st_t *bmt_st_parse(const char *header, size_t len, uint64_t data_len, const char *file,
                                bmt_error_t *err);
 
+/* One file of an index, in memory, for bmt_st_parse_index. */
+typedef struct bmt_st_shard {
+    const char *file;   /* its name in the weight_map: "model-00001-of-00002.safetensors" */
+    const char *header; /* (len) its JSON header, not NUL-terminated */
+    size_t len;
+    uint64_t data_len; /* bytes of its data section */
+} bmt_st_shard_t;
+
+/* The same checks as bmt_st_open on an index, with the headers of its files
+ * already in memory (pure; for tests and fuzzing; bmt_st_open's index path runs
+ * the same code). json: the index's len bytes (not NUL-terminated); path: where
+ * the index would be (NULL: BMT_ST_INDEX_NAME): errors use its last component,
+ * and a tensor's file is its directory + the weight_map's name. shards: nshards
+ * files, found by that name; a named file with no shard fails as a missing file
+ * does ("...: cannot open: No such file or directory"), a shard no one names is
+ * ignored. Borrowed: nothing is kept after the call. Listing, metadata and
+ * discovery work on the result; bmt_st_read fails. NULL with err on an error. */
+BMT_API bmt_st_t *bmt_st_parse_index(const char *json, size_t len, const char *path,
+                                     const bmt_st_shard_t *shards, int nshards, bmt_error_t *err);
+
 /* Close the files and free everything (tensor views and names included).
  * NULL is a no-op. */
 BMT_API void bmt_st_close(bmt_st_t *st);

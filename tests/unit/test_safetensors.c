@@ -256,7 +256,22 @@ static const header_case_t headers[] = {
       "x.safetensors: __metadata__ is not an object of strings", 0 },
     { "__metadata__ value a number", "{'__metadata__':{'n':1}}", 0, NULL,
       "x.safetensors: __metadata__ 'n' is not a string", 0 },
+    /* Errors stay one printable line (tests/fuzz found Jansson quoting a raw
+     * newline: tests/fuzz/regressions/st_header/newline-in-json-error). */
+    { "a newline in a tensor name", "{'a\\nb':5}", 0, NULL,
+      "x.safetensors: tensor 'a?b': entry is not an object", 0 },
+    { "a raw newline near a JSON error", "{'a\\u00\n':1}", 0, NULL,
+      "x.safetensors: header is not valid JSON: invalid escape near '\"a\\u00?' (at byte 8)", 0 },
 };
+
+/* One line of printable characters (bmt/error.h). */
+static bool printable(const char *text)
+{
+    for (const char *c = text; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            return false;
+    return true;
+}
 
 static void test_headers(void)
 {
@@ -271,7 +286,8 @@ static void test_headers(void)
             else
                 is_int(bmt_st_count(st), c->count, "header: tensor count");
         } else {
-            ok(st == NULL && strncmp(err.text, c->want, strlen(c->want)) == 0,
+            ok(st == NULL && strncmp(err.text, c->want, strlen(c->want)) == 0 &&
+                   printable(err.text),
                "header: %s: refused with \"%s\"", c->what, c->want);
             if (st != NULL || strncmp(err.text, c->want, strlen(c->want)) != 0)
                 diag("got \"%s\"", st ? "(accepted)" : err.text);
@@ -414,6 +430,165 @@ static void test_listing(void)
     bmt_st_close(st);
     free(big);
     free(at);
+}
+
+/* ------------------------------------------------------------ index in memory */
+
+typedef struct {
+    const char *file;
+    uint64_t data_len;
+    const char *header; /* ' stands for " */
+} shard_case_t;
+
+typedef struct {
+    const char *what;
+    const char *index;      /* ' stands for " */
+    shard_case_t shards[3]; /* up to 3; file NULL ends the list */
+    const char *want;       /* NULL: valid; else the start of the error */
+    int count;              /* valid: number of tensors */
+} index_case_t;
+
+#define WM4 "'weight_map':{'a':'s1.safetensors','b':'s1.safetensors','c':'s2.safetensors'"
+#define S1                                                                                         \
+    {                                                                                              \
+        "s1.safetensors", 8, "{" T4("a", 1, 0, 4) "," T4("b", 1, 4, 8) "}"                         \
+    }
+#define S2                                                                                         \
+    {                                                                                              \
+        "s2.safetensors", 4, "{" T4("c", 1, 0, 4) "}"                                              \
+    }
+
+/* The index messages of docs/safetensors.md, through bmt_st_parse_index at
+ * ckpt/idx.json (bmt_st_open's index path runs the same code). */
+static const index_case_t index_cases[] = {
+    { "two shards", "{'metadata':{'total_size':12}," WM4 "}}", { S1, S2 }, NULL, 3 },
+    { "a shard no one names is ignored",
+      "{'weight_map':{'c':'s2.safetensors'}}",
+      { S1, S2 },
+      NULL,
+      1 },
+    { "a shard in a subdirectory",
+      "{'weight_map':{'c':'sub/s2.safetensors'}}",
+      { { "sub/s2.safetensors", 4, "{" T4("c", 1, 0, 4) "}" } },
+      NULL,
+      1 },
+    { "not JSON", "{", { S1 }, "idx.json: not valid JSON: ", 0 },
+    { "not an object", "[]", { S1 }, "idx.json: not a JSON object", 0 },
+    { "no weight_map", "{'metadata':{}}", { S1 }, "idx.json: no \"weight_map\" object", 0 },
+    { "an empty weight_map",
+      "{'weight_map':{}}",
+      { S1 },
+      "idx.json: weight_map names no tensors",
+      0 },
+    { "metadata not an object",
+      "{'metadata':[1]," WM4 "}}",
+      { S1, S2 },
+      "idx.json: \"metadata\" is not an object",
+      0 },
+    { "a file name that is not a string",
+      "{'weight_map':{'a':5}}",
+      { S1 },
+      "idx.json: tensor 'a': weight_map gives no file name",
+      0 },
+    { "a file outside the directory",
+      "{'weight_map':{'a':'../s1.safetensors'}}",
+      { S1 },
+      "idx.json: tensor 'a': file '../s1.safetensors' is outside the index's directory",
+      0 },
+    { "an absolute file name",
+      "{'weight_map':{'a':'/s1.safetensors'}}",
+      { S1 },
+      "idx.json: tensor 'a': file '/s1.safetensors' is outside the index's directory",
+      0 },
+    { "a file that is not there",
+      "{" WM4 ",'d':'s3.safetensors'}}",
+      { S1, S2 },
+      "ckpt/s3.safetensors: cannot open: No such file or directory",
+      0 },
+    { "a bad shard header",
+      "{" WM4 "}}",
+      { S1, { "s2.safetensors", 4, "{" T4("c", 1, 0, 8) "}" } },
+      "s2.safetensors: tensor 'c': data_offsets [0, 8] run past the data section (4 bytes)",
+      0 },
+    { "a mapped tensor missing",
+      "{" WM4 ",'d':'s2.safetensors'}}",
+      { S1, S2 },
+      "s2.safetensors: tensor 'd': not in the file, but idx.json's weight_map puts it there",
+      0 },
+    { "in another file than mapped",
+      "{'weight_map':{'a':'s1.safetensors','b':'s2.safetensors','c':'s2.safetensors'}}",
+      { S1, S2 },
+      "idx.json: tensor 'b': is in 's1.safetensors', but weight_map says "
+      "'s2.safetensors'",
+      0 },
+    { "a tensor not in the map",
+      "{'weight_map':{'a':'s1.safetensors','c':'s2.safetensors'}}",
+      { S1, S2 },
+      "s1.safetensors: tensor 'b': not in idx.json's weight_map",
+      0 },
+    { "in two files",
+      "{" WM4 "}}",
+      { S1, { "s2.safetensors", 8, "{" T4("c", 1, 0, 4) "," T4("b", 1, 4, 8) "}" } },
+      "idx.json: tensor 'b': is in both 's1.safetensors' and 's2.safetensors'",
+      0 },
+};
+
+static void test_index(void)
+{
+    int n = (int)(sizeof(index_cases) / sizeof(index_cases[0]));
+    for (int i = 0; i < n; i++) {
+        const index_case_t *c = &index_cases[i];
+        bmt_st_shard_t shards[3];
+        char *text[3] = { NULL, NULL, NULL };
+        int ns = 0;
+        for (; ns < 3 && c->shards[ns].file; ns++) {
+            text[ns] = dq(c->shards[ns].header);
+            shards[ns] = (bmt_st_shard_t){ c->shards[ns].file, text[ns], strlen(text[ns]),
+                                           c->shards[ns].data_len };
+        }
+        char *json = dq(c->index);
+        bmt_error_t err = { { 0 } };
+        bmt_st_t *st = bmt_st_parse_index(json, strlen(json), "ckpt/idx.json", shards, ns, &err);
+        if (c->want == NULL) {
+            if (!ok(st != NULL, "index: %s: valid", c->what))
+                diag("error: %s", err.text);
+            else
+                is_int(bmt_st_count(st), c->count, "index: tensor count");
+        } else {
+            ok(st == NULL && strncmp(err.text, c->want, strlen(c->want)) == 0,
+               "index: %s: refused with \"%s\"", c->what, c->want);
+            if (st != NULL || strncmp(err.text, c->want, strlen(c->want)) != 0)
+                diag("got \"%s\"", st ? "(accepted)" : err.text);
+        }
+        if (i == 0 && st != NULL) { /* two shards: where each tensor is, metadata, no reads */
+            const bmt_st_tensor_t *b = bmt_st_tensor(st, bmt_st_find(st, "b"));
+            const bmt_st_tensor_t *t = bmt_st_tensor(st, bmt_st_find(st, "c"));
+            ok(b && t && strcmp(b->file, "ckpt/s1.safetensors") == 0 &&
+                   b->offset == 8 + (int64_t)strlen(text[0]) + 4 &&
+                   strcmp(t->file, "ckpt/s2.safetensors") == 0 &&
+                   t->offset == 8 + (int64_t)strlen(text[1]),
+               "index: each tensor's file is the index's directory + its shard, at its offset");
+            is_str(bmt_st_metadata(st, "total_size"), "12", "index: metadata total_size = 12");
+            float f;
+            ok(bmt_st_read(st, 0, 0, 1, &f, BMT_F32, &err) == -1 &&
+                   strstr(err.text, "no file behind this header") != NULL,
+               "index: reading without files is refused");
+        }
+        bmt_st_close(st);
+        free(json);
+        for (int k = 0; k < ns; k++)
+            free(text[k]);
+    }
+    bmt_error_t err = { { 0 } };
+    ok(bmt_st_parse_index(NULL, 3, NULL, NULL, 0, &err) == NULL &&
+           strcmp(err.text, "bmt_st_parse_index: the index is NULL") == 0,
+       "index: a NULL index is refused");
+    ok(bmt_st_parse_index("{}", 2, NULL, NULL, -1, &err) == NULL &&
+           strncmp(err.text, "bmt_st_parse_index: -1 shards", 29) == 0,
+       "index: a negative shard count is refused");
+    ok(bmt_st_parse_index("{}", 2, NULL, NULL, 0, &err) == NULL &&
+           strcmp(err.text, BMT_ST_INDEX_NAME ": no \"weight_map\" object") == 0,
+       "index: without a path, errors name " BMT_ST_INDEX_NAME);
 }
 
 /* ------------------------------------------------------------ discovery */
@@ -639,6 +814,36 @@ static void test_discover(void)
     bmt_st_plan_free(NULL);
     bmt_error_t err;
     ok(bmt_st_discover(NULL, NULL, &err) == -1, "discover: NULL refused");
+
+    /* A gap is refused before anything is allocated per layer: tests/fuzz found
+     * a 4 KB header (a 4000-byte prefix, layer 99999) costing 400 MB of block
+     * names. With an 8 MB prefix that would be 800 GB, which no allocator
+     * grants ("out of memory"); now it is the gap's message, at once. */
+    size_t plen = 8u << 20, len = 0;
+    char *json = malloc(plen + 128);
+    len += (size_t)sprintf(json, "{\"");
+    memset(json + len, 'a', plen);
+    len += plen;
+    len += (size_t)sprintf(json + len,
+                           ".h.99999.x\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}");
+    bmt_st_t *st = bmt_st_parse(json, len, 1, "model.safetensors", &err);
+    bmt_st_plan_t *plan = NULL;
+    int rc = st ? bmt_st_discover(st, &plan, &err) : -2;
+    char a40[41], want[256];
+    memset(a40, 'a', 40);
+    a40[40] = '\0';
+    snprintf(want, sizeof(want),
+             "model.safetensors: layer '%s' is missing: the stack goes up to '%s' but has no "
+             "tensor of layer 0",
+             a40, a40);
+    ok(rc == -1 && plan == NULL && strncmp(err.text, want, 150) == 0,
+       "discover: layer 99999 under an 8 MB prefix: the gap is refused, nothing allocated per "
+       "layer");
+    if (rc != -1 || strncmp(err.text, want, 150) != 0)
+        diag("got \"%s\"", rc == -2 ? "(header refused)" : rc == 0 ? "(a plan)" : err.text);
+    bmt_st_plan_free(plan);
+    bmt_st_close(st);
+    free(json);
 }
 
 /* ------------------------------------------------------------ conversion */
@@ -1199,6 +1404,7 @@ int main(int argc, char **argv)
     }
     test_headers();
     test_listing();
+    test_index();
     test_discover();
     test_convert();
     if (argc == 2)
