@@ -344,10 +344,10 @@ int bmt_block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bmt_error
                          "rank %d: block %.40s: load parameters before bmt_adamw_create and the "
                          "first forward",
                          b->ctx->rank, b->name);
-    return block_load(b, fn, user, err);
+    return block_load(b, fn, user, false, err);
 }
 
-int block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bmt_error_t *err)
+int block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bool direct, bmt_error_t *err)
 {
     bmt_ctx_t *ctx = b->ctx;
     if (!b->built)
@@ -357,10 +357,14 @@ int block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bmt_error_t *
         return errprintf(err, "rank %d: block %.40s is gathered; release it first", ctx->rank,
                          b->name);
     /* Stage every group's shard on the host (O(shard)) and upload only when
-     * every source call succeeded: a failed load changes nothing. */
+     * every source call succeeded: a failed load changes nothing. direct (on
+     * cpu only): the source writes into the shards themselves, no copy; a
+     * failure then leaves them partly loaded (checkpoint loads, which check
+     * every name and shape first and stop the program on an I/O error). */
+    direct = direct && bmt_device(ctx) == BMT_DEVICE_CPU;
     void *stage[BMT_DTYPE_COUNT] = { 0 };
     int rc = 0;
-    for (int g = 0; g < b->ngroups && rc == 0; g++) {
+    for (int g = 0; g < b->ngroups && rc == 0 && !direct; g++) {
         struct dgroup *d = &b->groups[g];
         size_t bytes = dsize(d->dtype, d->shard);
         /* Zeros, not a download: alignment gaps and padding hold zeros always
@@ -374,11 +378,12 @@ int block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bmt_error_t *
         size_t lo, hi;
         if (!in_shard(p, d, &lo, &hi))
             continue;
-        char *dst = (char *)stage[p->group] + dsize(d->dtype, lo - d->shard_first);
+        char *dst =
+            (char *)(direct ? d->param : stage[p->group]) + dsize(d->dtype, lo - d->shard_first);
         if (fn(user, b, i, (int64_t)(lo - p->offset), (int64_t)(hi - lo), dst, d->dtype, err) < 0)
             rc = errprefix(err, "rank %d: loading %.80s: ", ctx->rank, p->name);
     }
-    for (int g = 0; g < b->ngroups && rc == 0; g++) {
+    for (int g = 0; g < b->ngroups && rc == 0 && !direct; g++) {
         struct dgroup *d = &b->groups[g];
         rc = bmt_mem_upload(ctx, d->param, stage[g], dsize(d->dtype, d->shard), err);
     }

@@ -92,8 +92,9 @@ struct list_state {
 struct list_state *blocklist_state(bmt_blocklist_t *list);
 
 /* bmt_block_load without the "before the optimizer" rule (ckpt.c loads the
- * parameters and the optimizer's state together). */
-int block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bmt_error_t *err);
+ * parameters and the optimizer's state together); direct: on cpu, read into
+ * the shards without staging (not all or nothing; see block.c). */
+int block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bool direct, bmt_error_t *err);
 
 /* The optimizer's state, as checkpoints see it (optim.c). */
 typedef struct optim_view {

@@ -811,7 +811,10 @@ static int load_state(bmt_ctx_t *ctx, const bmt_block_t *b, const optim_view_t *
     for (int k = T_EXP_AVG; k <= T_MASTER && rc == 0; k++) {
         if (dst[k] == NULL)
             continue;
-        float *h = calloc(d->shard + 1, sizeof(float)); /* gaps and padding: zeros */
+        /* On cpu straight into the state (names and shapes are checked already);
+         * else through a host buffer of zeros (gaps and padding stay zero). */
+        const bool direct = bmt_device(ctx) == BMT_DEVICE_CPU;
+        float *h = direct ? dst[k] : calloc(d->shard + 1, sizeof(float));
         if (h == NULL)
             return errprintf(err, "out of memory");
         for (int j = 0; j < b->nparams && rc == 0; j++) {
@@ -823,9 +826,10 @@ static int load_state(bmt_ctx_t *ctx, const bmt_block_t *b, const optim_view_t *
                 rc = bmt_st_read(st, idx[k][j], (int64_t)(lo - p->offset), (int64_t)(hi - lo),
                                  h + (lo - d->shard_first), BMT_F32, err);
         }
-        if (rc == 0)
+        if (rc == 0 && !direct)
             rc = bmt_mem_upload(ctx, dst[k], h, d->shard * sizeof(float), err);
-        free(h);
+        if (!direct)
+            free(h);
     }
     return rc;
 }
@@ -899,7 +903,7 @@ int bmt_ckpt_load(bmt_blocklist_t *list, bmt_optim_t *opt, const char *path, cha
     }
     for (int i = 0; i < nb && rc == 0; i++) {
         struct src s = { sts[2 * i], idx[8 * i + T_PARAM] };
-        rc = block_load(blocks[i], read_piece, &s, err);
+        rc = block_load(blocks[i], read_piece, &s, true, err);
         for (int k = 0; opt && rc == 0 && k < optim_count(opt); k++) {
             optim_view_t ov;
             optim_get(opt, k, &ov);
