@@ -107,17 +107,6 @@ int bmt_block_add_param(bmt_block_t *b, const char *name, int ndim, const int64_
     return b->nparams++;
 }
 
-/* The part of parameter p in this rank's shard of its group: elements [lo, hi)
- * of the group's flat buffer; false when the parameter lies outside the shard. */
-static bool in_shard(const struct param *p, const struct dgroup *d, size_t *lo, size_t *hi)
-{
-    *lo = p->offset > d->shard_first ? p->offset : d->shard_first;
-    *hi = p->offset + (size_t)p->numel;
-    if (*hi > d->shard_first + d->shard)
-        *hi = d->shard_first + d->shard;
-    return *lo < *hi;
-}
-
 int bmt_block_build(bmt_block_t *b, uint64_t seed, bmt_error_t *err)
 {
     if (b == NULL)
@@ -171,7 +160,7 @@ int bmt_block_build(bmt_block_t *b, uint64_t seed, bmt_error_t *err)
         const struct param *p = &b->params[i];
         const struct dgroup *d = &b->groups[p->group];
         size_t lo, hi;
-        if (!in_shard(p, d, &lo, &hi))
+        if (!block_in_shard(p, d, &lo, &hi))
             continue;
         uint32_t key[2];
         kern_init_key(seed, p->name, key);
@@ -376,7 +365,7 @@ int block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bool direct, 
         const struct param *p = &b->params[i];
         const struct dgroup *d = &b->groups[p->group];
         size_t lo, hi;
-        if (!in_shard(p, d, &lo, &hi))
+        if (!block_in_shard(p, d, &lo, &hi))
             continue;
         char *dst =
             (char *)(direct ? d->param : stage[p->group]) + dsize(d->dtype, lo - d->shard_first);

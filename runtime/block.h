@@ -61,6 +61,18 @@ struct bmt_block {
     void *rs_done;   /* event: this block's gradient shard is reduced in the group */
 };
 
+/* The part of parameter p in this rank's shard of its group d: elements
+ * [*lo, *hi) of the group's flat buffer; false when it lies outside the shard. */
+static inline bool block_in_shard(const struct param *p, const struct dgroup *d, size_t *lo,
+                                  size_t *hi)
+{
+    *lo = p->offset > d->shard_first ? p->offset : d->shard_first;
+    *hi = p->offset + (size_t)p->numel;
+    if (*hi > d->shard_first + d->shard)
+        *hi = d->shard_first + d->shard;
+    return *lo < *hi;
+}
+
 /* Bytes of n elements of t. */
 static inline size_t dsize(bmt_dtype_t t, size_t n) { return n * bmt_dtype_size(t); }
 

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "block.h"
+#include "comm.h"
 #include "bmt/safetensors.h"
 #include "ctx.h"
 #include "error.h"
@@ -136,17 +137,13 @@ static void file_name(const bmt_block_t *b, bool optim, char *out, size_t len)
  * rank's own message if it failed, else "another rank failed: ..."). */
 static int agree(bmt_ctx_t *ctx, int failed, const char *what, bmt_error_t *err)
 {
-    double v = failed ? 1 : 0, *d = bmt_alloc(ctx, BMT_MEM_WORKSPACE, sizeof(double), err);
+    double v = failed ? 1 : 0;
     bmt_error_t e2;
-    if (d == NULL || bmt_mem_upload(ctx, d, &v, sizeof(v), &e2) < 0 ||
-        bmt_all_reduce(ctx->world_comm, d, d, 1, BMT_F64, BMT_MAX, &e2) < 0 ||
-        bmt_mem_download(ctx, &v, d, sizeof(v), &e2) < 0) {
-        bmt_free(ctx, d);
-        if (!failed && d != NULL)
+    if (comm_all_reduce_host_f64(ctx->world_comm, &v, 1, BMT_MAX, &e2) < 0) {
+        if (!failed) /* a failed rank keeps its own message */
             *err = e2;
         return -1;
     }
-    bmt_free(ctx, d);
     if (failed)
         return -1;
     if (v > 0)
@@ -172,16 +169,6 @@ static int unique_blocks(bmt_blocklist_t *l, bmt_block_t ***out)
 }
 
 /* ------------------------------------------------------------ save */
-
-/* The part of parameter p in this rank's shard: group elements [lo, hi). */
-static bool in_shard(const struct param *p, const struct dgroup *d, size_t *lo, size_t *hi)
-{
-    *lo = p->offset > d->shard_first ? p->offset : d->shard_first;
-    *hi = p->offset + (size_t)p->numel;
-    if (*hi > d->shard_first + d->shard)
-        *hi = d->shard_first + d->shard;
-    return *lo < *hi;
-}
 
 static int write_all(int fd, const void *p, size_t n, uint64_t off)
 {
@@ -336,7 +323,7 @@ static int stage_shards(bmt_ckpt_pending_t *p, const bmt_block_t *b, bmt_error_t
                 const struct ftensor *ft = &fl[f].t[t];
                 const struct param *pa = &b->params[ft->param];
                 size_t lo, hi;
-                if (pa->group != g || !in_shard(pa, d, &lo, &hi))
+                if (pa->group != g || !block_in_shard(pa, d, &lo, &hi))
                     continue;
                 size_t sz = isz[ft->kind];
                 uint64_t at = 8 + fl[f].header_len + ft->off + (lo - pa->offset) * sz;
@@ -822,7 +809,7 @@ static int load_state(bmt_ctx_t *ctx, const bmt_block_t *b, const optim_view_t *
             if (&b->groups[p->group] != d)
                 continue;
             size_t lo, hi;
-            if (in_shard(p, d, &lo, &hi))
+            if (block_in_shard(p, d, &lo, &hi))
                 rc = bmt_st_read(st, idx[k][j], (int64_t)(lo - p->offset), (int64_t)(hi - lo),
                                  h + (lo - d->shard_first), BMT_F32, err);
         }

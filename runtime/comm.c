@@ -476,3 +476,18 @@ int bmt_barrier(bmt_comm_t *c, bmt_error_t *err)
         return failed(c, "barrier", err);
     return 0;
 }
+
+int comm_all_reduce_host_f64(bmt_comm_t *c, double *v, size_t n, bmt_op_t op, bmt_error_t *err)
+{
+    bmt_ctx_t *ctx = c->ctx;
+    double *d = bmt_alloc(ctx, BMT_MEM_WORKSPACE, n * sizeof(double), err);
+    if (d == NULL)
+        return -1;
+    int rc = bmt_mem_upload(ctx, d, v, n * sizeof(double), err);
+    if (rc == 0)
+        rc = bmt_all_reduce(c, d, d, n, BMT_F64, op, err);
+    if (rc == 0)
+        rc = bmt_mem_download(ctx, v, d, n * sizeof(double), err);
+    bmt_free(ctx, d);
+    return rc;
+}

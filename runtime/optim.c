@@ -81,15 +81,10 @@ static int make_segments(struct ostate *s, bmt_error_t *err)
         const struct param *p = &b->params[i];
         if (&b->groups[p->group] != s->d)
             continue;
-        size_t lo = p->offset, hi = p->offset + (size_t)p->numel;
-        size_t s0 = s->d->shard_first, s1 = s0 + s->d->shard;
-        if (lo < s0)
-            lo = s0;
-        if (hi > s1)
-            hi = s1;
-        if (lo < hi)
-            s->seg[s->nseg++] =
-                (struct segment){ lo - s0, hi - lo, !(p->flags & BMT_PARAM_NO_DECAY) };
+        size_t lo, hi;
+        if (block_in_shard(p, s->d, &lo, &hi))
+            s->seg[s->nseg++] = (struct segment){ lo - s->d->shard_first, hi - lo,
+                                                  !(p->flags & BMT_PARAM_NO_DECAY) };
     }
     return 0;
 }

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "block.h"
+#include "comm.h"
 #include "ctx.h"
 #include "error.h"
 #include "kernels.h"
@@ -405,16 +406,7 @@ static int check_same_everywhere(bmt_blocklist_t *l, bmt_error_t *err)
     }
     /* Exact in a double: 52 bits. [max, -min] in one all-reduce with MAX. */
     double mine = (double)(h >> 12), v[2] = { mine, -mine };
-    double *d = bmt_alloc(ctx, BMT_MEM_WORKSPACE, sizeof(v), err);
-    if (d == NULL)
-        return -1;
-    int rc = bmt_mem_upload(ctx, d, v, sizeof(v), err);
-    if (rc == 0)
-        rc = bmt_all_reduce(ctx->world_comm, d, d, 2, BMT_F64, BMT_MAX, err);
-    if (rc == 0)
-        rc = bmt_mem_download(ctx, v, d, sizeof(v), err);
-    bmt_free(ctx, d);
-    if (rc < 0)
+    if (comm_all_reduce_host_f64(ctx->world_comm, v, 2, BMT_MAX, err) < 0)
         return errprefix(err, "checking that every rank has the same block list: ");
     if (v[0] != mine || -v[1] != mine)
         return errprintf(err,

@@ -33,6 +33,7 @@ man-db
 groff-base
 clang
 libclang-rt-14-dev
+strace
 "
 
 missing=""
