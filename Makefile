@@ -57,7 +57,7 @@ SAN := $(if $(filter 1,$(ASAN)),-fsanitize=address$(comma)undefined -fno-omit-fr
 BMT_CFLAGS := -std=c11 -pthread -D_GNU_SOURCE $(WARN) $(OPT) $(SAN) $(if $(filter 1,$(WERROR)),-Werror) \
 	-fPIC -fvisibility=hidden -MMD -MP -Iinclude -Iruntime
 BMT_LDFLAGS := $(SAN)
-NVCC_FLAGS := -std=c++17 -O2 -g $(CUDA_ARCH) -Xcompiler -fPIC,-fvisibility=hidden -Iinclude -Iruntime
+NVCC_FLAGS := -std=c++17 -O2 -g $(CUDA_ARCH) -Xcompiler -fPIC,-fvisibility=hidden -Iinclude -Iruntime -Iexamples
 
 # ---------------------------------------------------------------- sources
 RUNTIME_SRC := $(filter-out runtime/comm_nccl.c,$(wildcard runtime/*.c))
@@ -85,7 +85,11 @@ PROBE_SO := $(addprefix $(BUILDDIR)/tests/plugins/,probe.so probe_v2.so probe_no
 
 # The GPT-2 example (examples/gpt2): everything but its main, train.c, is a
 # library that the trainer, the unit tests and the test programs link.
+# Its CUDA kernels (examples/gpt2/*_cuda.cu) join it where CUDA is found, and
+# whatever links it then links cuBLAS and cuBLASLt (as needed only).
 GPT2_SRC := $(filter-out examples/gpt2/train.c,$(wildcard examples/gpt2/*.c))
+GPT2_CU := $(if $(HAVE_CUDA),$(wildcard examples/gpt2/*_cuda.cu))
+GPT2_LIBS := $(if $(HAVE_CUDA),-Wl$(comma)--push-state$(comma)--as-needed -lcublasLt -lcublas -Wl$(comma)--pop-state)
 GPT2_A := $(BUILDDIR)/examples/gpt2/libgpt2.a
 GPT2_BIN := $(if $(wildcard examples/gpt2/train.c),$(BUILDDIR)/bin/gpt2)
 
@@ -195,7 +199,7 @@ $(BMLAUNCH): $(BUILDDIR)/launcher/main.o $(LAUNCHER_A) $(PLUGIN_COMMON_A) $(LIBB
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(LAUNCHER_LIBS) $(LIB_LIBS) $(MHD_LIBS) $(JANSSON_LIBS)
 
-$(GPT2_A): $(GPT2_SRC:%.c=$(BUILDDIR)/%.o)
+$(GPT2_A): $(GPT2_SRC:%.c=$(BUILDDIR)/%.o) $(GPT2_CU:%.cu=$(BUILDDIR)/%.o)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  AR      $@")
 	$(Q)rm -f $@ && $(AR) rcs $@ $^
@@ -203,14 +207,14 @@ $(GPT2_A): $(GPT2_SRC:%.c=$(BUILDDIR)/%.o)
 $(GPT2_BIN): $(BUILDDIR)/examples/gpt2/train.o $(GPT2_A) $(PLUGIN_COMMON_A) $(LIBBMT_A)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  LD      $@")
-	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(GPT2_A) $(LIBBMT_A) $(LIB_LIBS)
+	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(GPT2_A) $(LIBBMT_A) $(GPT2_LIBS) $(LIB_LIBS)
 
 $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN): $(BUILDDIR)/%: $(BUILDDIR)/%.o $(LAUNCHER_A) $(PLUGIN_COMMON_A) $(LIBBMT_A) $(GPT2_A)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(filter $(@)_cuda.o,$(PROG_CU:%.cu=$(BUILDDIR)/%.o)) \
 	    $(GPT2_A) $(LAUNCHER_LIBS) $(if $(filter $(@)_cuda.o,$(PROG_CU:%.cu=$(BUILDDIR)/%.o)),-lcublas) \
-	    $(LIB_LIBS) $(MHD_LIBS) $(JANSSON_LIBS)
+	    $(GPT2_LIBS) $(LIB_LIBS) $(MHD_LIBS) $(JANSSON_LIBS)
 
 # Each program depends on its CUDA part, when it has one.
 $(foreach cu,$(PROG_CU),$(eval $(BUILDDIR)/$(cu:_cuda.cu=): $(BUILDDIR)/$(cu:.cu=.o)))

@@ -20,6 +20,7 @@
 
 #include "bmt/device.h"
 #include "bmt/safetensors.h"
+#include "gpt2/model_cuda.h"
 #include "gpt2/ops_cpu.h"
 
 /* A layer's activations, all (B,T,...) row-major, f32. */
@@ -38,6 +39,8 @@ struct gpt2_model {
     gpt2_config_t cfg;
     int B, T, N; /* N = B T rows */
     bool ckpt;
+    bmt_dtype_t pdtype; /* parameters: f32 on cpu, bf16 on cuda */
+    gpt2_cu_t *cu;      /* the CUDA half (model_cuda.c), NULL on cpu */
     bmt_blocklist_t *list;
     int32_t *inputs, *targets; /* (B,T) of the current micro-batch */
     int counted;               /* targets >= 0 */
@@ -227,8 +230,9 @@ static void head_backward(gpt2_model_t *m, const float *const *p, float *const *
 /* The "transformer" block: use 0 embeds, use L+1 is the head. */
 static int top_forward(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
 {
-    (void)err;
     gpt2_model_t *m = mp;
+    if (m->cu)
+        return gpt2_cu_forward(m->cu, c, err);
     const float *const *p = (const float *const *)c->params;
     if (c->index == 0)
         gpt2_encoder_forward(m->x[0], m->inputs, p[P_WTE], p[P_WPE], m->B, m->T, m->cfg.n_embd);
@@ -239,8 +243,9 @@ static int top_forward(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
 
 static int top_backward(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
 {
-    (void)err;
     gpt2_model_t *m = mp;
+    if (m->cu)
+        return gpt2_cu_backward(m->cu, c, err);
     const float *const *p = (const float *const *)c->params;
     float *const *g = (float *const *)c->grads;
     if (c->index == 0)
@@ -252,14 +257,18 @@ static int top_backward(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
 
 static int layer_fwd_cb(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
 {
-    (void)err;
+    gpt2_model_t *m = mp;
+    if (m->cu)
+        return gpt2_cu_forward(m->cu, c, err);
     layer_forward(mp, c->index - 1, (const float *const *)c->params);
     return 0;
 }
 
 static int layer_bwd_cb(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
 {
-    (void)err;
+    gpt2_model_t *m = mp;
+    if (m->cu)
+        return gpt2_cu_backward(m->cu, c, err);
     layer_backward(mp, c->index - 1, (const float *const *)c->params, (float *const *)c->grads);
     return 0;
 }
@@ -272,11 +281,11 @@ static bmt_block_t *top_block(gpt2_model_t *m, uint64_t seed, bmt_error_t *err)
     const int64_t swte[2] = { V, C }, swpe[2] = { maxT, C }, sc[1] = { C };
     const bmt_init_t w = BMT_INIT_NORMAL_V(0, 0.02);
     bmt_block_t *b = bmt_block_create(m->ctx, "transformer", err);
-    if (b == NULL || bmt_block_add_param(b, "wte.weight", 2, swte, BMT_F32, w, 0, err) < 0 ||
-        bmt_block_add_param(b, "wpe.weight", 2, swpe, BMT_F32, w, 0, err) < 0 ||
-        bmt_block_add_param(b, "ln_f.weight", 1, sc, BMT_F32, BMT_INIT_ONES_V, BMT_PARAM_NO_DECAY,
+    if (b == NULL || bmt_block_add_param(b, "wte.weight", 2, swte, m->pdtype, w, 0, err) < 0 ||
+        bmt_block_add_param(b, "wpe.weight", 2, swpe, m->pdtype, w, 0, err) < 0 ||
+        bmt_block_add_param(b, "ln_f.weight", 1, sc, m->pdtype, BMT_INIT_ONES_V, BMT_PARAM_NO_DECAY,
                             err) < 0 ||
-        bmt_block_add_param(b, "ln_f.bias", 1, sc, BMT_F32, BMT_INIT_ZEROS_V, BMT_PARAM_NO_DECAY,
+        bmt_block_add_param(b, "ln_f.bias", 1, sc, m->pdtype, BMT_INIT_ZEROS_V, BMT_PARAM_NO_DECAY,
                             err) < 0 ||
         bmt_block_build(b, seed, err) < 0) {
         bmt_block_destroy(b);
@@ -313,7 +322,7 @@ static bmt_block_t *layer_block(gpt2_model_t *m, int l, uint64_t seed, bmt_error
         return NULL;
     for (int i = 0; i < P_LAYER_COUNT; i++) {
         const int64_t shape[2] = { ps[i].d0, ps[i].d1 };
-        if (bmt_block_add_param(b, ps[i].name, ps[i].ndim, shape, BMT_F32, ps[i].init, ps[i].flags,
+        if (bmt_block_add_param(b, ps[i].name, ps[i].ndim, shape, m->pdtype, ps[i].init, ps[i].flags,
                                 err) < 0) {
             bmt_block_destroy(b);
             return NULL;
@@ -337,11 +346,9 @@ static int alloc_acts(gpt2_model_t *m, bmt_error_t *err)
     const size_t N = (size_t)m->N, C = (size_t)m->cfg.n_embd, V = (size_t)m->cfg.vocab_size;
     const size_t att = (size_t)m->B * m->cfg.n_head * m->T * m->T;
     const int L = m->cfg.n_layer, sets = m->ckpt ? 1 : L;
-    m->inputs = calloc(N, sizeof(int32_t));
-    m->targets = calloc(N, sizeof(int32_t));
     m->x = calloc((size_t)L + 1, sizeof(float *));
     m->acts = calloc((size_t)sets, sizeof(layer_acts_t));
-    if (!m->inputs || !m->targets || !m->x || !m->acts)
+    if (!m->x || !m->acts)
         return fail(err, "rank %d: out of memory for the model's activations", bmt_rank(m->ctx));
     for (int l = 0; l <= L; l++)
         if ((m->x[l] = act(m, N * C, err)) == NULL)
@@ -380,12 +387,18 @@ gpt2_model_t *gpt2_model_create(bmt_ctx_t *ctx, const gpt2_config_t *cfg, int B,
              cfg->max_seq_len);
         return NULL;
     }
-    if (bmt_device(ctx) != BMT_DEVICE_CPU) {
-        fail(err, "model: the GPT-2 example computes on cpu only for now (--device cpu)");
-        return NULL;
-    }
     gpt2_model_t *m = calloc(1, sizeof(*m));
     if (m == NULL) {
+        fail(err, "out of memory");
+        return NULL;
+    }
+    m->pdtype = bmt_device(ctx) == BMT_DEVICE_CUDA ? BMT_BF16 : BMT_F32;
+    m->inputs = calloc((size_t)B * T, sizeof(int32_t));
+    m->targets = calloc((size_t)B * T, sizeof(int32_t));
+    if (!m->inputs || !m->targets) {
+        free(m->inputs);
+        free(m->targets);
+        free(m);
         fail(err, "out of memory");
         return NULL;
     }
@@ -415,7 +428,10 @@ gpt2_model_t *gpt2_model_create(bmt_ctx_t *ctx, const gpt2_config_t *cfg, int B,
             goto fail;
         }
     }
-    if (bmt_blocklist_append_tied(m->list, top, &top_ops, m, err) < 0 || alloc_acts(m, err) < 0)
+    if (bmt_blocklist_append_tied(m->list, top, &top_ops, m, err) < 0)
+        goto fail;
+    if (m->pdtype == BMT_BF16 ? (m->cu = gpt2_cu_create(ctx, cfg, B, T, m->ckpt, err)) == NULL
+                              : alloc_acts(m, err) < 0)
         goto fail;
     return m;
 fail:
@@ -441,21 +457,51 @@ int gpt2_model_set_batch(gpt2_model_t *m, const int32_t *inputs, const int32_t *
                         targets[i], i, V);
         counted += targets[i] >= 0;
     }
+    if (m->cu && gpt2_cu_set_batch(m->cu, inputs, targets, counted, err) < 0)
+        return -1;
     memcpy(m->inputs, inputs, (size_t)m->N * sizeof(int32_t));
     memcpy(m->targets, targets, (size_t)m->N * sizeof(int32_t));
     m->counted = counted;
     return 0;
 }
 
-float gpt2_model_loss(const gpt2_model_t *m) { return m->loss; }
+float gpt2_model_loss(const gpt2_model_t *m)
+{
+    if (m->cu) {
+        bmt_error_t err;
+        float loss;
+        if (gpt2_cu_loss(m->cu, &loss, &err) < 0) {
+            fprintf(stderr, "gpt2: rank %d: %s\n", bmt_rank(m->ctx), err.text);
+            return NAN;
+        }
+        return loss;
+    }
+    return m->loss;
+}
 
-const float *gpt2_model_logits(const gpt2_model_t *m) { return m->logits; }
+int gpt2_model_keep_logits(gpt2_model_t *m, bmt_error_t *err)
+{
+    return m->cu ? gpt2_cu_keep_logits(m->cu, err) : 0;
+}
+
+const float *gpt2_model_logits(const gpt2_model_t *m)
+{
+    if (m->cu) {
+        bmt_error_t err;
+        const float *l = gpt2_cu_logits(m->cu, &err);
+        if (l == NULL)
+            fprintf(stderr, "gpt2: rank %d: %s\n", bmt_rank(m->ctx), err.text);
+        return l;
+    }
+    return m->logits;
+}
 
 void gpt2_model_destroy(gpt2_model_t *m)
 {
     if (m == NULL)
         return;
     bmt_blocklist_destroy(m->list);
+    gpt2_cu_destroy(m->cu);
     bmt_ctx_t *ctx = m->ctx;
     const int L = m->cfg.n_layer, sets = m->ckpt ? 1 : L;
     if (m->x)

@@ -1,4 +1,10 @@
-/* examples/gpt2/model.h — GPT-2 on libbmt's block list (CPU fp32 path).
+/* examples/gpt2/model.h — GPT-2 on libbmt's block list.
+ *
+ * Two compute paths with the same results: on a cpu context, f32 parameters
+ * and activations with the plain C layers of ops_cpu.c (the reference); on a
+ * cuda context, bf16 parameters (f32 master weights in the optimizer, f32
+ * gradients) and bf16 activations with the kernels of ops_cuda.cu
+ * (model_cuda.c).
  *
  * The model is HF's GPT2LMHeadModel: token and position embeddings,
  * pre-LayerNorm blocks (causal multi-head self-attention, GELU-tanh MLP), a
@@ -55,8 +61,8 @@ typedef struct gpt2_model gpt2_model_t;
 /* Build the blocks (sharded, initialized from seed as GPT-2 does: weights
  * N(0, 0.02), the residual projections N(0, 0.02 / sqrt(2 L)), biases 0,
  * LayerNorm weights 1), the block list with list_cfg (NULL: defaults), and the
- * activations for micro-batches of B sequences of T tokens (T <= maxT). On cpu
- * only for now. */
+ * activations for micro-batches of B sequences of T tokens (T <= maxT), on the
+ * context's device: f32 parameters on cpu, bf16 on cuda. */
 gpt2_model_t *gpt2_model_create(bmt_ctx_t *ctx, const gpt2_config_t *cfg, int B, int T,
                                 const bmt_blocklist_config_t *list_cfg, uint64_t seed,
                                 bmt_error_t *err);
@@ -72,8 +78,12 @@ int gpt2_model_set_batch(gpt2_model_t *m, const int32_t *inputs, const int32_t *
 /* Mean loss of the last forward over its counted positions. */
 float gpt2_model_loss(const gpt2_model_t *m);
 
-/* Logits of the last forward, (B,T,V) f32, host memory on cpu. */
+/* Logits of the last forward, (B,T,V) f32 in host memory. On cuda the head
+ * overwrites its logits with their gradient, so ask for them first with
+ * gpt2_model_keep_logits (an (N,V) f32 copy per forward; a test's view); NULL
+ * otherwise (and on a copy error, printed). */
 const float *gpt2_model_logits(const gpt2_model_t *m);
+int gpt2_model_keep_logits(gpt2_model_t *m, bmt_error_t *err);
 
 /* The sizes of the GPT-2 in a safetensors file, index or directory (HF names,
  * with or without the "transformer." prefix), found by block discovery: L from

@@ -9,13 +9,7 @@
 . "$(dirname "$0")/../integration/lib.sh"
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-if [ "${gpus:-0}" -lt 2 ]; then
-    echo "# this machine shows ${gpus:-0} GPUs; these tests need 2"
-    test_expect_success "a machine with at least 2 GPUs (nvidia-smi -L)" 'false'
-    test_done
-    exit
-fi
+gpu_require 2
 
 EC=$PROGS/engine_check
 # ec RANKS BMLAUNCH-ARGS... -- engine_check ARGS...: run it (output in out, err)

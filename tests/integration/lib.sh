@@ -93,6 +93,43 @@ no_survivors() { # dir
     done
 }
 
+gpu_require() { # count: with fewer GPUs (nvidia-smi -L), one failing point and exit
+    local gpus
+    gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    if [ "${gpus:-0}" -lt "$1" ]; then
+        echo "# this machine shows ${gpus:-0} GPUs; these tests need $1"
+        test_expect_success "a machine with at least $1 GPUs (nvidia-smi -L)" 'false'
+        test_done
+        exit
+    fi
+}
+
+test_tap_program() { # label seconds program args...: each TAP point it prints is one
+    # point here ("label: ..."), its "#" lines pass through, and a last point
+    # says that it exited 0 with a plan.
+    local label=$1 secs=$2 rc=0 line log
+    shift 2
+    log=$TMP/$label.log
+    if [ ! -x "$1" ]; then
+        test_expect_success "$label is built ($1)" 'false'
+        return
+    fi
+    with_timeout "$secs" "$@" >"$log" 2>&1 || rc=$?
+    while IFS= read -r line; do
+        case $line in
+        "ok "*) _report 0 "$label: ${line#ok * - }" ;;
+        "not ok "*)
+            : >"$TMP/.out"
+            _report 1 "$label: ${line#not ok * - }"
+            ;;
+        "#"*) echo "$line" ;;
+        esac
+    done <"$log"
+    test_expect_success "$label exits 0 with a plan (exit status $rc)" "
+        test $rc -eq 0 && grep -qE '^1\.\.[1-9]' '$log' || { tail -5 '$log'; false; }
+    "
+}
+
 test_done() {
     echo "1..$test_count"
     [ "$test_failures" -eq 0 ]

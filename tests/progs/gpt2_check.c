@@ -12,7 +12,10 @@
  * i.e. by minus the gradient of the world's mean loss to a relative 1e-6; rank
  * 0 writes every parameter after it to DIR/after/<name>.f32 (gathered per block,
  * a test's view: checkpoints never gather), and the oracle takes p0 - p1 as our
- * gradient.
+ * gradient. On cuda (bf16 parameters, f32 masters) the f32 values after the
+ * step are the optimizer's masters: the run saves a checkpoint DIR/after
+ * instead (bmt_ckpt_save; "<param>.master" in the .optim files), and p0 is the
+ * file's value rounded to bf16 (tests/gpu/gpt2_hf.py).
  * Phase 2, training: the model is loaded again and trained N steps (default 10)
  * with AdamW (lr 1e-3, weight decay 0.01 except biases and LayerNorm weights,
  * clip 1.0) on consecutive global batches; rank 0 prints "traj S LOSS" per step.
@@ -28,6 +31,7 @@
 
 #include "bmt/block.h"
 #include "bmt/bmt.h"
+#include "bmt/ckpt.h"
 #include "bmt/optim.h"
 #include "gpt2/data.h"
 #include "gpt2/model.h"
@@ -193,6 +197,8 @@ int main(int argc, char **argv)
     bmt_optim_t *opt = bmt_adamw_create(gpt2_model_list(m), &oc, &err);
     if (opt == NULL)
         DIE("%s", err.text);
+    if (gpt2_model_keep_logits(m, &err) < 0)
+        DIE("%s", err.text);
     step(ctx, m, ld, in, tg, &loss, &err);
     if (rank == 0) {
         printf("loss1 %.10g\n", loss);
@@ -201,7 +207,10 @@ int main(int argc, char **argv)
         int64_t shape[BMT_MAX_DIMS];
         bmt_block_param_shape(bmt_blocklist_block(gpt2_model_list(m), 0), 0, &nd, shape);
         snprintf(path, sizeof(path), "%s/logits.f32", a.out);
-        write_file(path, gpt2_model_logits(m),
+        const float *logits = gpt2_model_logits(m);
+        if (logits == NULL)
+            DIE("no logits");
+        write_file(path, logits,
                    sizeof(float) * (size_t)a.B * a.T * (size_t)shape[0]);
     }
     bmt_step_info_t info;
@@ -209,7 +218,10 @@ int main(int argc, char **argv)
         DIE("%s", err.text);
     if (rank == 0)
         printf("norm1 %.10g\n", info.grad_norm);
-    dump(ctx, m, a.out, "after");
+    if (bmt_block_param_dtype(bmt_blocklist_block(gpt2_model_list(m), 0), 0) == BMT_F32)
+        dump(ctx, m, a.out, "after");
+    else if (bmt_ckpt_save(gpt2_model_list(m), opt, a.out, "after", NULL, 0, &err) < 0)
+        DIE("%s", err.text);
     bmt_optim_destroy(opt);
     gpt2_model_destroy(m);
 

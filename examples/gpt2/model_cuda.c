@@ -1,0 +1,377 @@
+/* examples/gpt2/model_cuda.c — GPT-2's callbacks on CUDA (see model_cuda.h).
+ *
+ * The same dataflow as model.c's CPU layers, with ops_cuda.h's kernels:
+ * activations bf16, LayerNorm statistics and losses f32, parameter gradients
+ * f32 (added into the list's buffers). The residual stream x_0..x_L is kept
+ * (the blocks' inputs); a layer's internals live in one scratch set under
+ * activation checkpointing, else one set per layer. The head overwrites its
+ * logits with their gradient in the forward (fused cross-entropy), so the
+ * backward reads them from there.
+ */
+#include "gpt2/model_cuda.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bmt/device.h"
+
+#ifdef BMT_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "gpt2/ops_cuda.h"
+
+typedef struct cu_layer {
+    void *ln1, *qkvr, *att, *atty, *res2, *ln2, *fch, *fch_gelu; /* bf16 */
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+} cu_layer_t;
+
+struct gpt2_cu {
+    bmt_ctx_t *ctx;
+    gpt2_config_t cfg;
+    int B, T, N, Vp; /* Vp: V rounded up to 64, the logits' row stride */
+    bool ckpt;
+    gpt2_cuda_t *h;
+    void *workspace;
+    int32_t *inputs, *targets, *buckets; /* device: N, N, 3N + 1 */
+    int32_t *buckets_host;
+    int U, counted;
+    void **x;         /* L + 1 residual stream buffers (N,C) */
+    cu_layer_t *acts; /* L sets, or 1 */
+    /* forward scratch */
+    void *qkv, *attn_y; /* (N,3C), (N,C) */
+    /* head */
+    void *lnf, *logits; /* (N,C), (N,Vp) */
+    float *lnf_mean, *lnf_rstd, *losses, *loss_sum;
+    float *logits_f32, *logits_host; /* keep_logits: (N,V) device, host */
+    /* backward */
+    void *dres, *dres2, *dln, *datty, *dqkv, *datt, *attn_scratch, *dfch;
+};
+
+static void *cu_alloc(gpt2_cu_t *cu, size_t bytes, bmt_error_t *err)
+{
+    return bmt_alloc(cu->ctx, BMT_MEM_ACTIVATION, bytes, err);
+}
+
+static int alloc_all(gpt2_cu_t *cu, bmt_error_t *err)
+{
+    const size_t N = (size_t)cu->N, C = (size_t)cu->cfg.n_embd, h = 2; /* bf16 bytes */
+    const size_t att = (size_t)cu->B * cu->cfg.n_head * cu->T * cu->T;
+    const int L = cu->cfg.n_layer, sets = cu->ckpt ? 1 : L;
+    if ((cu->x = calloc((size_t)L + 1, sizeof(void *))) == NULL ||
+        (cu->acts = calloc((size_t)sets, sizeof(cu_layer_t))) == NULL ||
+        (cu->buckets_host = malloc((3 * N + 1) * sizeof(int32_t))) == NULL) {
+        snprintf(err->text, sizeof(err->text), "gpt2: out of host memory");
+        return -1;
+    }
+    for (int l = 0; l <= L; l++)
+        if ((cu->x[l] = cu_alloc(cu, N * C * h, err)) == NULL)
+            return -1;
+    for (int s = 0; s < sets; s++) {
+        cu_layer_t *a = &cu->acts[s];
+        if (!(a->ln1 = cu_alloc(cu, N * C * h, err)) || !(a->qkvr = cu_alloc(cu, 3 * N * C * h, err)) ||
+            !(a->att = cu_alloc(cu, att * h, err)) || !(a->atty = cu_alloc(cu, N * C * h, err)) ||
+            !(a->res2 = cu_alloc(cu, N * C * h, err)) || !(a->ln2 = cu_alloc(cu, N * C * h, err)) ||
+            !(a->fch = cu_alloc(cu, 4 * N * C * h, err)) ||
+            !(a->fch_gelu = cu_alloc(cu, 4 * N * C * h, err)) ||
+            !(a->ln1_mean = cu_alloc(cu, N * 4, err)) || !(a->ln1_rstd = cu_alloc(cu, N * 4, err)) ||
+            !(a->ln2_mean = cu_alloc(cu, N * 4, err)) || !(a->ln2_rstd = cu_alloc(cu, N * 4, err)))
+            return -1;
+    }
+    if (!(cu->inputs = cu_alloc(cu, N * 4, err)) || !(cu->targets = cu_alloc(cu, N * 4, err)) ||
+        !(cu->buckets = cu_alloc(cu, (3 * N + 1) * 4, err)) ||
+        !(cu->qkv = cu_alloc(cu, 3 * N * C * h, err)) || !(cu->attn_y = cu_alloc(cu, N * C * h, err)) ||
+        !(cu->lnf = cu_alloc(cu, N * C * h, err)) ||
+        !(cu->logits = cu_alloc(cu, N * (size_t)cu->Vp * h, err)) ||
+        !(cu->lnf_mean = cu_alloc(cu, N * 4, err)) || !(cu->lnf_rstd = cu_alloc(cu, N * 4, err)) ||
+        !(cu->losses = cu_alloc(cu, N * 4, err)) || !(cu->loss_sum = cu_alloc(cu, 4, err)) ||
+        !(cu->dres = cu_alloc(cu, N * C * h, err)) || !(cu->dres2 = cu_alloc(cu, N * C * h, err)) ||
+        !(cu->dln = cu_alloc(cu, N * C * h, err)) || !(cu->datty = cu_alloc(cu, N * C * h, err)) ||
+        !(cu->dqkv = cu_alloc(cu, 3 * N * C * h, err)) || !(cu->datt = cu_alloc(cu, att * h, err)) ||
+        !(cu->attn_scratch = cu_alloc(cu, 4 * N * C * h, err)) ||
+        !(cu->dfch = cu_alloc(cu, 4 * N * C * h, err)))
+        return -1;
+    return 0;
+}
+
+gpt2_cu_t *gpt2_cu_create(bmt_ctx_t *ctx, const gpt2_config_t *cfg, int B, int T, bool ckpt,
+                          bmt_error_t *err)
+{
+    gpt2_cu_t *cu = calloc(1, sizeof(*cu));
+    if (cu == NULL) {
+        snprintf(err->text, sizeof(err->text), "gpt2: out of host memory");
+        return NULL;
+    }
+    cu->ctx = ctx;
+    cu->cfg = *cfg;
+    cu->B = B, cu->T = T, cu->N = B * T;
+    cu->Vp = (cfg->vocab_size + 63) / 64 * 64;
+    cu->ckpt = ckpt;
+    const int max_cols = 4 * cfg->n_embd;
+    if ((cu->workspace = bmt_alloc(ctx, BMT_MEM_WORKSPACE, gpt2_cuda_workspace_bytes(max_cols),
+                                   err)) == NULL ||
+        (cu->h = gpt2_cuda_create(bmt_compute_stream(ctx), cu->workspace, max_cols, err)) == NULL ||
+        alloc_all(cu, err) < 0) {
+        gpt2_cu_destroy(cu);
+        return NULL;
+    }
+    return cu;
+}
+
+void gpt2_cu_destroy(gpt2_cu_t *cu)
+{
+    if (cu == NULL)
+        return;
+    bmt_ctx_t *ctx = cu->ctx;
+    bmt_error_t e;
+    bmt_device_synchronize(ctx, &e); /* nothing may still run on what is freed */
+    gpt2_cuda_destroy(cu->h);
+    const int L = cu->cfg.n_layer, sets = cu->ckpt ? 1 : L;
+    if (cu->x)
+        for (int l = 0; l <= L; l++)
+            bmt_free(ctx, cu->x[l]);
+    if (cu->acts)
+        for (int s = 0; s < sets; s++) {
+            cu_layer_t *a = &cu->acts[s];
+            void *all[] = { a->ln1,      a->qkvr,     a->att,      a->atty,
+                            a->res2,     a->ln2,      a->fch,      a->fch_gelu,
+                            a->ln1_mean, a->ln1_rstd, a->ln2_mean, a->ln2_rstd };
+            for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+                bmt_free(ctx, all[i]);
+        }
+    void *rest[] = { cu->inputs,     cu->targets,  cu->buckets,  cu->qkv,      cu->attn_y,
+                     cu->lnf,        cu->logits,   cu->lnf_mean, cu->lnf_rstd, cu->losses,
+                     cu->loss_sum,   cu->logits_f32, cu->dres,   cu->dres2,    cu->dln,
+                     cu->datty,      cu->dqkv,     cu->datt,     cu->attn_scratch, cu->dfch,
+                     cu->workspace };
+    for (size_t i = 0; i < sizeof(rest) / sizeof(rest[0]); i++)
+        bmt_free(ctx, rest[i]);
+    free(cu->x);
+    free(cu->acts);
+    free(cu->buckets_host);
+    free(cu->logits_host);
+    free(cu);
+}
+
+int gpt2_cu_set_batch(gpt2_cu_t *cu, const int32_t *inputs, const int32_t *targets, int counted,
+                      bmt_error_t *err)
+{
+    const size_t N = (size_t)cu->N;
+    int U = gpt2_token_buckets(inputs, cu->N, cu->cfg.vocab_size, cu->buckets_host);
+    if (U < 0) {
+        snprintf(err->text, sizeof(err->text), "gpt2: out of host memory");
+        return -1;
+    }
+    /* bmt_mem_upload waits for the context's streams first: the previous
+     * micro-batch's backward may still read these buffers. */
+    if (bmt_mem_upload(cu->ctx, cu->inputs, inputs, N * 4, err) < 0 ||
+        bmt_mem_upload(cu->ctx, cu->targets, targets, N * 4, err) < 0 ||
+        bmt_mem_upload(cu->ctx, cu->buckets, cu->buckets_host, (2 * (size_t)U + 1 + N) * 4, err) <
+            0)
+        return -1;
+    cu->U = U;
+    cu->counted = counted;
+    return 0;
+}
+
+/* Parameter order: model.c's P_* enums (repeated here as indices). */
+enum { LN1_W, LN1_B, ATTN_W, ATTN_B, APROJ_W, APROJ_B, LN2_W, LN2_B, FC_W, FC_B, FPROJ_W, FPROJ_B };
+enum { WTE, WPE, LNF_W, LNF_B };
+
+static cu_layer_t *layer_of(gpt2_cu_t *cu, int l) { return &cu->acts[cu->ckpt ? 0 : l]; }
+
+static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bmt_error_t *err)
+{
+    gpt2_cuda_t *h = cu->h;
+    const int N = cu->N, C = cu->cfg.n_embd;
+    const size_t NC = (size_t)N * C;
+    cu_layer_t *a = layer_of(cu, l);
+    void *x = cu->x[l], *out = cu->x[l + 1];
+    if (gpt2_cuda_layernorm_forward(h, a->ln1, a->ln1_mean, a->ln1_rstd, x, p[LN1_W], p[LN1_B], N,
+                                    C, err) < 0 ||
+        gpt2_cuda_matmul_forward(h, cu->qkv, 3 * C, a->ln1, p[ATTN_W], p[ATTN_B], N, C, 3 * C, 0,
+                                 err) < 0 ||
+        gpt2_cuda_attention_forward(h, a->atty, a->qkvr, a->att, cu->qkv, cu->attn_y, cu->B, cu->T,
+                                    C, cu->cfg.n_head, err) < 0 ||
+        gpt2_cuda_matmul_forward(h, out, C, a->atty, p[APROJ_W], p[APROJ_B], N, C, C, 0, err) < 0 ||
+        gpt2_cuda_residual_forward(h, a->res2, x, out, NC, err) < 0 ||
+        gpt2_cuda_layernorm_forward(h, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p[LN2_W],
+                                    p[LN2_B], N, C, err) < 0 ||
+        gpt2_cuda_matmul_forward(h, a->fch, 4 * C, a->ln2, p[FC_W], p[FC_B], N, C, 4 * C, 0, err) <
+            0 ||
+        gpt2_cuda_gelu_forward(h, a->fch_gelu, a->fch, 4 * NC, err) < 0 ||
+        gpt2_cuda_matmul_forward(h, out, C, a->fch_gelu, p[FPROJ_W], p[FPROJ_B], N, 4 * C, C, 0,
+                                 err) < 0 ||
+        gpt2_cuda_residual_forward(h, out, a->res2, out, NC, err) < 0)
+        return -1;
+    return 0;
+}
+
+/* cu->dres: in, the gradient w.r.t. x[l+1]; out, w.r.t. x[l]. */
+static int layer_backward(gpt2_cu_t *cu, int l, void *const *p, float *const *g, bmt_error_t *err)
+{
+    gpt2_cuda_t *h = cu->h;
+    const int N = cu->N, C = cu->cfg.n_embd;
+    const size_t NC = (size_t)N * C;
+    cu_layer_t *a = layer_of(cu, l);
+    if (gpt2_cuda_matmul_backward(h, cu->dfch, g[FPROJ_W], g[FPROJ_B], cu->dres, C, a->fch_gelu,
+                                  p[FPROJ_W], N, 4 * C, C, 0, err) < 0 ||
+        gpt2_cuda_gelu_backward(h, cu->dfch, a->fch, cu->dfch, 4 * NC, err) < 0 ||
+        gpt2_cuda_matmul_backward(h, cu->dln, g[FC_W], g[FC_B], cu->dfch, 4 * C, a->ln2, p[FC_W],
+                                  N, C, 4 * C, 0, err) < 0 ||
+        gpt2_cuda_layernorm_backward(h, cu->dres2, cu->dres, g[LN2_W], g[LN2_B], cu->dln, a->res2,
+                                     p[LN2_W], a->ln2_mean, a->ln2_rstd, N, C, err) < 0 ||
+        gpt2_cuda_matmul_backward(h, cu->datty, g[APROJ_W], g[APROJ_B], cu->dres2, C, a->atty,
+                                  p[APROJ_W], N, C, C, 0, err) < 0 ||
+        gpt2_cuda_attention_backward(h, cu->dqkv, cu->datty, a->qkvr, a->att, cu->datt,
+                                     cu->attn_scratch, cu->B, cu->T, C, cu->cfg.n_head, err) < 0 ||
+        gpt2_cuda_matmul_backward(h, cu->dln, g[ATTN_W], g[ATTN_B], cu->dqkv, 3 * C, a->ln1,
+                                  p[ATTN_W], N, C, 3 * C, 0, err) < 0 ||
+        gpt2_cuda_layernorm_backward(h, cu->dres, cu->dres2, g[LN1_W], g[LN1_B], cu->dln, cu->x[l],
+                                     p[LN1_W], a->ln1_mean, a->ln1_rstd, N, C, err) < 0)
+        return -1;
+    return 0;
+}
+
+static int head_forward(gpt2_cu_t *cu, void *const *p, bmt_error_t *err)
+{
+    gpt2_cuda_t *h = cu->h;
+    const int N = cu->N, C = cu->cfg.n_embd, V = cu->cfg.vocab_size;
+    const float dloss = cu->counted ? 1.0f / (float)cu->counted : 0.0f;
+    if (gpt2_cuda_layernorm_forward(h, cu->lnf, cu->lnf_mean, cu->lnf_rstd, cu->x[cu->cfg.n_layer],
+                                    p[LNF_W], p[LNF_B], N, C, err) < 0 ||
+        gpt2_cuda_matmul_forward(h, cu->logits, cu->Vp, cu->lnf, p[WTE], NULL, N, C, V, 1, err) <
+            0 ||
+        (cu->logits_f32 &&
+         gpt2_cuda_to_f32(h, cu->logits_f32, cu->logits, N, V, cu->Vp, err) < 0) ||
+        gpt2_cuda_crossentropy(h, cu->losses, cu->logits, cu->Vp, cu->targets, dloss, N, V, err) <
+            0 ||
+        gpt2_cuda_sum(h, cu->loss_sum, cu->losses, N, err) < 0)
+        return -1;
+    return 0;
+}
+
+static int head_backward(gpt2_cu_t *cu, void *const *p, float *const *g, bmt_error_t *err)
+{
+    gpt2_cuda_t *h = cu->h;
+    const int N = cu->N, C = cu->cfg.n_embd, V = cu->cfg.vocab_size;
+    if (cu->counted == 0) /* no position counts: the loss does not depend on anything */
+        return cudaMemsetAsync(cu->dres, 0, (size_t)N * C * 2, bmt_compute_stream(cu->ctx)) ==
+                       cudaSuccess
+                   ? 0
+                   : (snprintf(err->text, sizeof(err->text), "gpt2: cudaMemsetAsync failed"), -1);
+    /* The forward left d loss / d logits in the logits buffer. */
+    if (gpt2_cuda_matmul_backward(h, cu->dln, g[WTE], NULL, cu->logits, cu->Vp, cu->lnf, p[WTE], N,
+                                  C, V, 1, err) < 0 ||
+        gpt2_cuda_layernorm_backward(h, cu->dres, NULL, g[LNF_W], g[LNF_B], cu->dln,
+                                     cu->x[cu->cfg.n_layer], p[LNF_W], cu->lnf_mean, cu->lnf_rstd,
+                                     N, C, err) < 0)
+        return -1;
+    return 0;
+}
+
+int gpt2_cu_forward(gpt2_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *err)
+{
+    void *const *p = c->params;
+    if (c->index == 0)
+        return gpt2_cuda_encoder_forward(cu->h, cu->x[0], cu->inputs, p[WTE], p[WPE], cu->B, cu->T,
+                                         cu->cfg.n_embd, err);
+    if (c->index == cu->cfg.n_layer + 1)
+        return head_forward(cu, p, err);
+    return layer_forward(cu, c->index - 1, p, err);
+}
+
+int gpt2_cu_backward(gpt2_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *err)
+{
+    void *const *p = c->params;
+    float *const *g = (float *const *)c->grads;
+    if (c->index == 0)
+        return gpt2_cuda_encoder_backward(cu->h, g[WTE], g[WPE], cu->dres, cu->buckets, cu->U,
+                                          cu->B, cu->T, cu->cfg.n_embd, err);
+    if (c->index == cu->cfg.n_layer + 1)
+        return head_backward(cu, p, g, err);
+    return layer_backward(cu, c->index - 1, p, g, err);
+}
+
+int gpt2_cu_loss(gpt2_cu_t *cu, float *loss, bmt_error_t *err)
+{
+    float sum;
+    if (bmt_mem_download(cu->ctx, &sum, cu->loss_sum, sizeof(sum), err) < 0)
+        return -1;
+    *loss = cu->counted ? sum / (float)cu->counted : 0.0f;
+    return 0;
+}
+
+int gpt2_cu_keep_logits(gpt2_cu_t *cu, bmt_error_t *err)
+{
+    const size_t n = (size_t)cu->N * cu->cfg.vocab_size;
+    if (cu->logits_f32)
+        return 0;
+    if ((cu->logits_host = malloc(n * sizeof(float))) == NULL) {
+        snprintf(err->text, sizeof(err->text), "gpt2: out of host memory for the logits");
+        return -1;
+    }
+    return (cu->logits_f32 = cu_alloc(cu, n * sizeof(float), err)) ? 0 : -1;
+}
+
+const float *gpt2_cu_logits(gpt2_cu_t *cu, bmt_error_t *err)
+{
+    if (cu->logits_f32 == NULL) {
+        snprintf(err->text, sizeof(err->text), "gpt2: logits are not kept (gpt2_model_keep_logits)");
+        return NULL;
+    }
+    const size_t n = (size_t)cu->N * cu->cfg.vocab_size;
+    return bmt_mem_download(cu->ctx, cu->logits_host, cu->logits_f32, n * sizeof(float), err) < 0
+               ? NULL
+               : cu->logits_host;
+}
+
+#else /* no CUDA */
+
+static int no_cuda(bmt_error_t *err)
+{
+    snprintf(err->text, sizeof(err->text),
+             "gpt2: this build has no CUDA: rebuild where nvcc is found, or use --device cpu");
+    return -1;
+}
+
+gpt2_cu_t *gpt2_cu_create(bmt_ctx_t *ctx, const gpt2_config_t *cfg, int B, int T, bool ckpt,
+                          bmt_error_t *err)
+{
+    (void)ctx, (void)cfg, (void)B, (void)T, (void)ckpt;
+    no_cuda(err);
+    return NULL;
+}
+void gpt2_cu_destroy(gpt2_cu_t *cu) { (void)cu; }
+int gpt2_cu_set_batch(gpt2_cu_t *cu, const int32_t *i, const int32_t *t, int n, bmt_error_t *err)
+{
+    (void)cu, (void)i, (void)t, (void)n;
+    return no_cuda(err);
+}
+int gpt2_cu_forward(gpt2_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *err)
+{
+    (void)cu, (void)c;
+    return no_cuda(err);
+}
+int gpt2_cu_backward(gpt2_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *err)
+{
+    (void)cu, (void)c;
+    return no_cuda(err);
+}
+int gpt2_cu_loss(gpt2_cu_t *cu, float *loss, bmt_error_t *err)
+{
+    (void)cu, (void)loss;
+    return no_cuda(err);
+}
+int gpt2_cu_keep_logits(gpt2_cu_t *cu, bmt_error_t *err)
+{
+    (void)cu;
+    return no_cuda(err);
+}
+const float *gpt2_cu_logits(gpt2_cu_t *cu, bmt_error_t *err)
+{
+    (void)cu;
+    no_cuda(err);
+    return NULL;
+}
+#endif

@@ -1,0 +1,45 @@
+/* examples/gpt2/model_cuda.h — the CUDA half of model.c (internal).
+ *
+ * model.c owns the blocks, the list and the host copy of the batch; on a cuda
+ * context it hands every callback to these functions, which run the layers of
+ * ops_cuda.h on the compute stream with bf16 parameters (the list gathers them
+ * in bf16; the optimizer keeps f32 masters) and bf16 activations. Built
+ * without CUDA, gpt2_cu_create fails with a clear error and nothing else is
+ * reachable.
+ */
+#ifndef GPT2_MODEL_CUDA_H
+#define GPT2_MODEL_CUDA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "bmt/block.h"
+#include "gpt2/model.h"
+
+typedef struct gpt2_cu gpt2_cu_t;
+
+/* Activations for micro-batches of B x T (one scratch set of layer internals
+ * when ckpt, one per layer otherwise), the tokens' device copies and the
+ * handle; all counted by bmt_alloc. */
+gpt2_cu_t *gpt2_cu_create(bmt_ctx_t *ctx, const gpt2_config_t *cfg, int B, int T, bool ckpt,
+                          bmt_error_t *err);
+void gpt2_cu_destroy(gpt2_cu_t *cu);
+
+/* Copy the batch (host, validated by the caller; counted targets >= 0) to the
+ * device, after the work that still reads the previous one. */
+int gpt2_cu_set_batch(gpt2_cu_t *cu, const int32_t *inputs, const int32_t *targets, int counted,
+                      bmt_error_t *err);
+
+/* The callbacks of every use: 0 embeds, 1..L are layers, L+1 is the head. */
+int gpt2_cu_forward(gpt2_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *err);
+int gpt2_cu_backward(gpt2_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *err);
+
+/* Mean loss of the last forward (waits for the compute stream). */
+int gpt2_cu_loss(gpt2_cu_t *cu, float *loss, bmt_error_t *err);
+
+/* From now on, keep each forward's logits as f32 (N x V more device memory);
+ * gpt2_cu_logits then copies the last ones to host memory it owns. */
+int gpt2_cu_keep_logits(gpt2_cu_t *cu, bmt_error_t *err);
+const float *gpt2_cu_logits(gpt2_cu_t *cu, bmt_error_t *err);
+
+#endif

@@ -1,0 +1,806 @@
+/* examples/gpt2/ops_cuda.cu — GPT-2's layers on CUDA (see ops_cuda.h).
+ *
+ * Plain, checked kernels first: one warp per row for the row-wise layers
+ * (layernorm, softmax), grid-stride loops for the element-wise ones, and
+ * column sums (bias and LayerNorm parameter gradients) in two fixed-order
+ * passes (partial sums per chunk of rows, then per column) so that results do
+ * not depend on scheduling. Matmuls are cuBLASLt, the attention scores batched
+ * cuBLAS GEMMs. bench/NOTES.md records what each later change to these bought.
+ */
+#include "gpt2/ops_cuda.h"
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef __nv_bfloat16 bf16;
+
+#define LT_WORKSPACE (32u << 20) /* cuBLASLt's workspace: what Hopper's kernels ask for */
+#define COL_CHUNKS 64            /* row chunks of a column sum */
+
+struct gpt2_cuda {
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    cublasLtHandle_t lt;
+    void *lt_ws;    /* LT_WORKSPACE bytes */
+    float *partial; /* COL_CHUNKS x 2 x max_cols f32 */
+    int max_cols;
+};
+
+namespace {
+
+int fail_text(bmt_error_t *err, const char *what, const char *why)
+{
+    if (err)
+        snprintf(err->text, sizeof(err->text), "gpt2 cuda: %s: %s", what, why);
+    return -1;
+}
+
+int launched(bmt_error_t *err, const char *what)
+{
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : fail_text(err, what, cudaGetErrorString(e));
+}
+
+int blas_ok(cublasStatus_t s, bmt_error_t *err, const char *what)
+{
+    return s == CUBLAS_STATUS_SUCCESS ? 0 : fail_text(err, what, cublasGetStatusString(s));
+}
+
+unsigned blocks_for(size_t n, unsigned threads)
+{
+    size_t b = (n + threads - 1) / threads;
+    return (unsigned)(b < 1 ? 1 : b > 65535u * 8 ? 65535u * 8 : b);
+}
+
+__device__ __forceinline__ float ld(const bf16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ bf16 bf(float x) { return __float2bfloat16(x); }
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* ------------------------------------------------------------ encoder */
+
+__global__ void encoder_fwd(bf16 *out, const int32_t *inp, const bf16 *wte, const bf16 *wpe,
+                            int T, int C, size_t total)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t n = i / C;
+        int c = (int)(i % C), t = (int)(n % T);
+        out[i] = bf(ld(&wte[(size_t)inp[n] * C + c]) + ld(&wpe[(size_t)t * C + c]));
+    }
+}
+
+/* One block per distinct token: its positions' rows, summed in position order. */
+__global__ void encoder_bwd_wte(float *dwte, const bf16 *dout, const int32_t *buckets, int U,
+                                int C)
+{
+    const int u = blockIdx.x;
+    const int tok = buckets[u], begin = buckets[U + u], end = buckets[U + u + 1];
+    const int32_t *pos = buckets + 2 * U + 1;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float s = 0;
+        for (int j = begin; j < end; j++)
+            s += ld(&dout[(size_t)pos[j] * C + c]);
+        dwte[(size_t)tok * C + c] += s;
+    }
+}
+
+__global__ void encoder_bwd_wpe(float *dwpe, const bf16 *dout, int B, int T, int C)
+{
+    const int t = blockIdx.x;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float s = 0;
+        for (int b = 0; b < B; b++)
+            s += ld(&dout[((size_t)b * T + t) * C + c]);
+        dwpe[(size_t)t * C + c] += s;
+    }
+}
+
+/* ------------------------------------------------------------ column sums */
+
+/* Per-element terms of the column sums: K sums per column. */
+struct bias_term {
+    const bf16 *dout;
+    int stride;
+    __device__ float2 operator()(int r, int c) const
+    {
+        return make_float2(__bfloat162float(dout[(size_t)r * stride + c]), 0.f);
+    }
+};
+
+struct ln_term {
+    const bf16 *dout, *inp;
+    const float *mean, *rstd;
+    int C;
+    __device__ float2 operator()(int r, int c) const
+    {
+        const size_t i = (size_t)r * C + c;
+        const float d = __bfloat162float(dout[i]);
+        const float norm = (__bfloat162float(inp[i]) - mean[r]) * rstd[r];
+        return make_float2(d * norm, d); /* dweight, dbias */
+    }
+};
+
+/* grid (ceil(cols / 32), chunks), block (32, 8): partial[k][chunk][col]. */
+template <int K, class F>
+__global__ void colsum_partial(float *partial, int N, int cols, F f)
+{
+    __shared__ float s[K][8][33];
+    const int col = blockIdx.x * 32 + threadIdx.x;
+    const int per = (N + gridDim.y - 1) / gridDim.y;
+    const int r0 = blockIdx.y * per, r1 = min(N, r0 + per);
+    float a0 = 0, a1 = 0;
+    if (col < cols)
+        for (int r = r0 + threadIdx.y; r < r1; r += 8) {
+            float2 v = f(r, col);
+            a0 += v.x;
+            a1 += v.y;
+        }
+    s[0][threadIdx.y][threadIdx.x] = a0;
+    if (K > 1)
+        s[K - 1][threadIdx.y][threadIdx.x] = a1;
+    __syncthreads();
+    if (threadIdx.y < K && col < cols) {
+        float t = 0;
+        for (int y = 0; y < 8; y++)
+            t += s[threadIdx.y][y][threadIdx.x];
+        partial[((size_t)threadIdx.y * gridDim.y + blockIdx.y) * cols + col] = t;
+    }
+}
+
+/* dst_k[col] += sum over chunks of partial[k][chunk][col], in chunk order. */
+__global__ void colsum_final(float *dst0, float *dst1, const float *partial, int cols, int chunks)
+{
+    const int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= cols)
+        return;
+    float s = 0;
+    for (int c = 0; c < chunks; c++)
+        s += partial[(size_t)c * cols + col];
+    dst0[col] += s;
+    if (dst1) {
+        s = 0;
+        for (int c = 0; c < chunks; c++)
+            s += partial[((size_t)chunks + c) * cols + col];
+        dst1[col] += s;
+    }
+}
+
+template <int K, class F>
+int colsum(gpt2_cuda_t *h, float *dst0, float *dst1, int N, int cols, F f, bmt_error_t *err)
+{
+    if (cols > h->max_cols)
+        return fail_text(err, "column sum", "more columns than the handle was made for");
+    const int chunks = N < COL_CHUNKS ? (N > 0 ? N : 1) : COL_CHUNKS;
+    colsum_partial<K, F>
+        <<<dim3((unsigned)(cols + 31) / 32, (unsigned)chunks), dim3(32, 8), 0, h->stream>>>(
+            h->partial, N, cols, f);
+    colsum_final<<<(unsigned)(cols + 255) / 256, 256, 0, h->stream>>>(dst0, dst1, h->partial, cols,
+                                                                        chunks);
+    return launched(err, "column sum");
+}
+
+/* ------------------------------------------------------------ layernorm */
+
+__global__ void layernorm_fwd(bf16 *out, float *mean, float *rstd, const bf16 *inp, const bf16 *w,
+                              const bf16 *b, int N, int C)
+{
+    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N)
+        return;
+    const bf16 *x = inp + (size_t)row * C;
+    float s = 0;
+    for (int c = lane; c < C; c += 32)
+        s += ld(&x[c]);
+    const float m = warp_sum(s) / C;
+    float v = 0;
+    for (int c = lane; c < C; c += 32) {
+        float d = ld(&x[c]) - m;
+        v += d * d;
+    }
+    const float rs = rsqrtf(warp_sum(v) / C + 1e-5f);
+    bf16 *o = out + (size_t)row * C;
+    for (int c = lane; c < C; c += 32)
+        o[c] = bf((ld(&x[c]) - m) * rs * ld(&w[c]) + ld(&b[c]));
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = rs;
+    }
+}
+
+__global__ void layernorm_bwd(bf16 *dinp, const bf16 *dres, const bf16 *dout, const bf16 *inp,
+                              const bf16 *w, const float *mean, const float *rstd, int N, int C)
+{
+    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N)
+        return;
+    const size_t base = (size_t)row * C;
+    const float m = mean[row], rs = rstd[row];
+    float a = 0, b = 0;
+    for (int c = lane; c < C; c += 32) {
+        const float dn = ld(&w[c]) * ld(&dout[base + c]);
+        a += dn;
+        b += dn * (ld(&inp[base + c]) - m) * rs;
+    }
+    a = warp_sum(a) / C;
+    b = warp_sum(b) / C;
+    for (int c = lane; c < C; c += 32) {
+        const float dn = ld(&w[c]) * ld(&dout[base + c]);
+        const float norm = (ld(&inp[base + c]) - m) * rs;
+        dinp[base + c] = bf((dres ? ld(&dres[base + c]) : 0.f) + (dn - a - norm * b) * rs);
+    }
+}
+
+/* ------------------------------------------------------------ matmul */
+
+__global__ void add_bias(bf16 *out, int ld_out, const bf16 *bias, int N, int OC)
+{
+    const size_t total = (size_t)N * OC;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t n = i / OC;
+        const int c = (int)(i % OC);
+        bf16 *o = &out[n * ld_out + c];
+        *o = bf(ld(o) + ld(&bias[c]));
+    }
+}
+
+/* D (m,n) col-major, ldd, of type dtD = op(A) (m,k) x op(B) (k,n) [+ beta D]
+ * [+ bias (m) bf16 broadcast over columns]; A and B bf16; f32 compute. */
+int matmul(gpt2_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void *A, bool ta, int lda,
+           const void *B, bool tb, int ldb, int m, int n, int k, const void *bias, float beta,
+           bmt_error_t *err)
+{
+    const float one = 1.0f;
+    cublasLtMatmulDesc_t desc = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, ldl = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const size_t ws = LT_WORKSPACE;
+    cublasStatus_t s = cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa));
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb));
+    if (s == CUBLAS_STATUS_SUCCESS && bias) {
+        const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        s = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
+        if (s == CUBLAS_STATUS_SUCCESS)
+            s = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                               sizeof(bias));
+    }
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta ? k : m, ta ? m : k, lda);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb ? n : k, tb ? k : n, ldb);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutCreate(&ldl, dtD, m, n, ldd);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceCreate(&pref);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                 sizeof(ws));
+    if (s == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulAlgoGetHeuristic(h->lt, desc, la, lb, ldl, ldl, pref, 1, &heur, &found) !=
+            CUBLAS_STATUS_SUCCESS)
+        found = 0;
+    if (s == CUBLAS_STATUS_SUCCESS && found > 0)
+        s = cublasLtMatmul(h->lt, desc, &one, A, la, B, lb, &beta, D, ldl, D, ldl, &heur.algo,
+                           h->lt_ws, ws, h->stream);
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    if (ldl)
+        cublasLtMatrixLayoutDestroy(ldl);
+    if (lb)
+        cublasLtMatrixLayoutDestroy(lb);
+    if (la)
+        cublasLtMatrixLayoutDestroy(la);
+    if (desc)
+        cublasLtMatmulDescDestroy(desc);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return blas_ok(s, err, "cublasLtMatmul");
+    if (found > 0)
+        return launched(err, "cublasLtMatmul");
+    /* No cuBLASLt algorithm for these sizes: cuBLAS, then the bias on its own. */
+    if (blas_ok(cublasGemmEx(h->blas, opa, opb, m, n, k, &one, A, CUDA_R_16BF, lda, B, CUDA_R_16BF,
+                             ldb, &beta, D, dtD, ldd, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                err, "cublasGemmEx") < 0)
+        return -1;
+    if (bias) {
+        add_bias<<<blocks_for((size_t)m * n, 256), 256, 0, h->stream>>>((bf16 *)D, ldd,
+                                                                         (const bf16 *)bias, n, m);
+        return launched(err, "bias");
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ attention */
+
+/* qkv (B,T,3,NH,hs) -> q, k, v each (B,NH,T,hs), back to back. */
+__global__ void permute_qkv(bf16 *qkvr, const bf16 *qkv, int B, int T, int NH, int hs)
+{
+    const size_t C = (size_t)NH * hs, one = (size_t)B * T * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < 3 * one;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const int which = (int)(i / one);
+        size_t r = i % one;
+        const int d = (int)(r % hs);
+        r /= hs;
+        const int t = (int)(r % T);
+        r /= T;
+        const int hh = (int)(r % NH);
+        const size_t b = r / NH;
+        qkvr[i] = qkv[(b * T + t) * 3 * C + which * C + (size_t)hh * hs + d];
+    }
+}
+
+/* The inverse: parts (B,NH,T,hs) each, `parts` of them -> out (B,T,parts,NH,hs). */
+__global__ void unpermute(bf16 *out, const bf16 *r4, int parts, int B, int T, int NH, int hs)
+{
+    const size_t C = (size_t)NH * hs, one = (size_t)B * T * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)parts * one;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const int which = (int)(i / one);
+        size_t r = i % one;
+        const int d = (int)(r % hs);
+        r /= hs;
+        const int t = (int)(r % T);
+        r /= T;
+        const int hh = (int)(r % NH);
+        const size_t b = r / NH;
+        out[(b * T + t) * parts * C + which * C + (size_t)hh * hs + d] = r4[i];
+    }
+}
+
+/* (B,T,NH,hs) -> (B,NH,T,hs) */
+__global__ void permute_one(bf16 *dst, const bf16 *src, int B, int T, int NH, int hs)
+{
+    const size_t C = (size_t)NH * hs, total = (size_t)B * T * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t r = i;
+        const int d = (int)(r % hs);
+        r /= hs;
+        const int t = (int)(r % T);
+        r /= T;
+        const int hh = (int)(r % NH);
+        const size_t b = r / NH;
+        dst[i] = src[(b * T + t) * C + (size_t)hh * hs + d];
+    }
+}
+
+/* In place on rows of T scores (rows = B NH T, row r is query t = r % T):
+ * att = softmax(scale * s) over t2 <= t, 0 above. */
+__global__ void softmax_causal_fwd(bf16 *att, float scale, int rows, int T)
+{
+    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= rows)
+        return;
+    const int t = row % T;
+    bf16 *a = att + (size_t)row * T;
+    float mx = -INFINITY;
+    for (int j = lane; j <= t; j += 32)
+        mx = fmaxf(mx, scale * ld(&a[j]));
+    mx = warp_max(mx);
+    float s = 0;
+    for (int j = lane; j <= t; j += 32)
+        s += expf(scale * ld(&a[j]) - mx);
+    const float inv = 1.0f / warp_sum(s);
+    for (int j = lane; j < T; j += 32)
+        a[j] = j <= t ? bf(expf(scale * ld(&a[j]) - mx) * inv) : bf(0.f);
+}
+
+/* In place: datt -> d scores = scale * att * (datt - sum(att * datt)), 0 above. */
+__global__ void softmax_causal_bwd(bf16 *datt, const bf16 *att, float scale, int rows, int T)
+{
+    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= rows)
+        return;
+    const int t = row % T;
+    bf16 *d = datt + (size_t)row * T;
+    const bf16 *a = att + (size_t)row * T;
+    float s = 0;
+    for (int j = lane; j <= t; j += 32)
+        s += ld(&a[j]) * ld(&d[j]);
+    s = warp_sum(s);
+    for (int j = lane; j < T; j += 32)
+        d[j] = j <= t ? bf(scale * ld(&a[j]) * (ld(&d[j]) - s)) : bf(0.f);
+}
+
+int batched(gpt2_cuda_t *h, bool ta, bool tb, int m, int n, int k, const void *A, int lda,
+            long long sa, const void *B, int ldb, long long sb, void *Cm, int ldc, long long sc,
+            int count, bmt_error_t *err)
+{
+    const float one = 1.0f, zero = 0.0f;
+    return blas_ok(cublasGemmStridedBatchedEx(h->blas, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                              tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &one, A,
+                                              CUDA_R_16BF, lda, sa, B, CUDA_R_16BF, ldb, sb, &zero,
+                                              Cm, CUDA_R_16BF, ldc, sc, count, CUBLAS_COMPUTE_32F,
+                                              CUBLAS_GEMM_DEFAULT),
+                   err, "cublasGemmStridedBatchedEx");
+}
+
+/* ------------------------------------------------------------ element-wise */
+
+#define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
+
+__global__ void gelu_fwd(bf16 *out, const bf16 *inp, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float x = ld(&inp[i]);
+        out[i] = bf(0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x))));
+    }
+}
+
+__global__ void gelu_bwd(bf16 *dinp, const bf16 *inp, const bf16 *dout, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float x = ld(&inp[i]);
+        const float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+        const float th = tanhf(u);
+        const float sech2 = 1.0f - th * th;
+        const float g = 0.5f * (1.0f + th) +
+                        0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = bf(g * ld(&dout[i]));
+    }
+}
+
+__global__ void residual_fwd(bf16 *out, const bf16 *a, const bf16 *b, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = bf(ld(&a[i]) + ld(&b[i]));
+}
+
+/* ------------------------------------------------------------ cross-entropy */
+
+#define CE_THREADS 512
+
+/* Block-wide reduction in a fixed order: warps, then warp 0 over the warps. */
+template <bool MAX> __device__ float block_reduce(float v, float *sh)
+{
+    v = MAX ? warp_max(v) : warp_sum(v);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+    __syncthreads(); /* sh may still be read from a previous call */
+    if (lane == 0)
+        sh[warp] = v;
+    __syncthreads();
+    float r = lane < nw ? sh[lane] : (MAX ? -INFINITY : 0.f);
+    r = MAX ? warp_max(r) : warp_sum(r);
+    return r;
+}
+
+/* One block per row. */
+__global__ void crossentropy_fused(float *losses, bf16 *logits, int ldv, const int32_t *targets,
+                                   float dloss, int V)
+{
+    __shared__ float sh[32];
+    const size_t row = blockIdx.x;
+    bf16 *x = logits + row * ldv;
+    const int tg = targets[row];
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < V; j += blockDim.x)
+        mx = fmaxf(mx, ld(&x[j]));
+    mx = block_reduce<true>(mx, sh);
+    float s = 0;
+    for (int j = threadIdx.x; j < V; j += blockDim.x)
+        s += expf(ld(&x[j]) - mx);
+    s = block_reduce<false>(s, sh);
+    const float lse = mx + logf(s);
+    if (threadIdx.x == 0)
+        losses[row] = tg >= 0 ? lse - ld(&x[tg]) : 0.f;
+    if (dloss == 0.f)
+        return;
+    __syncthreads(); /* x[tg] is read above before any thread overwrites it */
+    const float inv = 1.0f / s;
+    for (int j = threadIdx.x; j < ldv; j += blockDim.x) {
+        float g = 0.f;
+        if (tg >= 0 && j < V)
+            g = (expf(ld(&x[j]) - mx) * inv - (j == tg ? 1.f : 0.f)) * dloss;
+        x[j] = bf(g);
+    }
+}
+
+__global__ void sum_f32(float *out, const float *x, int n)
+{
+    __shared__ float sh[32];
+    float s = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        s += x[i];
+    s = block_reduce<false>(s, sh);
+    if (threadIdx.x == 0)
+        *out = s;
+}
+
+__global__ void to_f32(float *dst, const bf16 *src, int rows, int cols, int ldv)
+{
+    const size_t total = (size_t)rows * cols;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = ld(&src[(i / cols) * ldv + i % cols]);
+}
+
+} /* namespace */
+
+/* ------------------------------------------------------------ the C API */
+
+extern "C" size_t gpt2_cuda_workspace_bytes(int max_cols)
+{
+    return LT_WORKSPACE + (size_t)COL_CHUNKS * 2 * (size_t)max_cols * sizeof(float);
+}
+
+extern "C" gpt2_cuda_t *gpt2_cuda_create(void *stream, void *workspace, int max_cols,
+                                         bmt_error_t *err)
+{
+    gpt2_cuda_t *h = (gpt2_cuda_t *)calloc(1, sizeof(*h));
+    if (h == NULL) {
+        fail_text(err, "handle", "out of memory");
+        return NULL;
+    }
+    h->stream = (cudaStream_t)stream;
+    h->lt_ws = workspace;
+    h->partial = (float *)((char *)workspace + LT_WORKSPACE);
+    h->max_cols = max_cols;
+    if (blas_ok(cublasCreate(&h->blas), err, "cublasCreate") < 0) {
+        free(h);
+        return NULL;
+    }
+    if (blas_ok(cublasLtCreate(&h->lt), err, "cublasLtCreate") < 0 ||
+        blas_ok(cublasSetStream(h->blas, h->stream), err, "cublasSetStream") < 0 ||
+        blas_ok(cublasSetWorkspace(h->blas, workspace, LT_WORKSPACE), err, "cublasSetWorkspace") <
+            0) {
+        gpt2_cuda_destroy(h);
+        return NULL;
+    }
+    return h;
+}
+
+extern "C" void gpt2_cuda_destroy(gpt2_cuda_t *h)
+{
+    if (h == NULL)
+        return;
+    if (h->lt)
+        cublasLtDestroy(h->lt);
+    if (h->blas)
+        cublasDestroy(h->blas);
+    free(h);
+}
+
+extern "C" int gpt2_cuda_encoder_forward(gpt2_cuda_t *h, void *out, const int32_t *inp,
+                                         const void *wte, const void *wpe, int B, int T, int C,
+                                         bmt_error_t *err)
+{
+    const size_t total = (size_t)B * T * C;
+    encoder_fwd<<<blocks_for(total, 256), 256, 0, h->stream>>>(
+        (bf16 *)out, inp, (const bf16 *)wte, (const bf16 *)wpe, T, C, total);
+    return launched(err, "encoder forward");
+}
+
+extern "C" int gpt2_token_buckets(const int32_t *inp, int N, int V, int32_t *out)
+{
+    /* Counting sort by token, stable: positions of each token in order. */
+    int32_t *count = (int32_t *)calloc((size_t)V + 1, sizeof(int32_t));
+    if (count == NULL)
+        return -1;
+    for (int i = 0; i < N; i++)
+        count[inp[i] + 1]++;
+    int U = 0;
+    for (int v = 0; v < V; v++)
+        U += count[v + 1] > 0;
+    for (int v = 0; v < V; v++)
+        count[v + 1] += count[v]; /* count[v]: first slot of token v */
+    int32_t *tok = out, *start = out + U, *pos = out + 2 * U + 1;
+    int u = 0;
+    for (int v = 0; v < V; v++)
+        if (count[v + 1] > count[v]) {
+            tok[u] = v;
+            start[u++] = count[v];
+        }
+    start[U] = N;
+    for (int i = 0; i < N; i++)
+        pos[count[inp[i]]++] = i;
+    free(count);
+    return U;
+}
+
+extern "C" int gpt2_cuda_encoder_backward(gpt2_cuda_t *h, float *dwte, float *dwpe,
+                                          const void *dout, const int32_t *buckets, int U, int B,
+                                          int T, int C, bmt_error_t *err)
+{
+    if (U > 0)
+        encoder_bwd_wte<<<(unsigned)U, 256, 0, h->stream>>>(dwte, (const bf16 *)dout, buckets, U,
+                                                            C);
+    encoder_bwd_wpe<<<(unsigned)T, 256, 0, h->stream>>>(dwpe, (const bf16 *)dout, B, T, C);
+    return launched(err, "encoder backward");
+}
+
+extern "C" int gpt2_cuda_layernorm_forward(gpt2_cuda_t *h, void *out, float *mean, float *rstd,
+                                           const void *inp, const void *weight, const void *bias,
+                                           int N, int C, bmt_error_t *err)
+{
+    layernorm_fwd<<<(unsigned)(N + 7) / 8, 256, 0, h->stream>>>(
+        (bf16 *)out, mean, rstd, (const bf16 *)inp, (const bf16 *)weight, (const bf16 *)bias, N, C);
+    return launched(err, "layernorm forward");
+}
+
+extern "C" int gpt2_cuda_layernorm_backward(gpt2_cuda_t *h, void *dinp, const void *dres,
+                                            float *dweight, float *dbias, const void *dout,
+                                            const void *inp, const void *weight, const float *mean,
+                                            const float *rstd, int N, int C, bmt_error_t *err)
+{
+    /* The parameter sums first: dinp may alias nothing they read, but keep the
+     * order that reads inp and dout before anything is written. */
+    ln_term f = { (const bf16 *)dout, (const bf16 *)inp, mean, rstd, C };
+    if (colsum<2>(h, dweight, dbias, N, C, f, err) < 0)
+        return -1;
+    layernorm_bwd<<<(unsigned)(N + 7) / 8, 256, 0, h->stream>>>(
+        (bf16 *)dinp, (const bf16 *)dres, (const bf16 *)dout, (const bf16 *)inp,
+        (const bf16 *)weight, mean, rstd, N, C);
+    return launched(err, "layernorm backward");
+}
+
+/* Row-major (rows, cols) is col-major (cols, rows): every product below is
+ * written for cuBLAS's column-major view of our row-major buffers. */
+extern "C" int gpt2_cuda_matmul_forward(gpt2_cuda_t *h, void *out, int ld_out, const void *inp,
+                                        const void *weight, const void *bias, int N, int IC,
+                                        int OC, int wt, bmt_error_t *err)
+{
+    /* out^T (OC,N) = W' (OC,IC) x inp^T (IC,N); W' is Conv1D's (IC,OC) seen
+     * col-major (no transpose, ld OC), or the head's (OC,IC) transposed. */
+    return matmul(h, out, CUDA_R_16BF, ld_out, weight, wt != 0, wt ? IC : OC, inp, false, IC, OC,
+                  N, IC, bias, 0.0f, err);
+}
+
+extern "C" int gpt2_cuda_matmul_backward(gpt2_cuda_t *h, void *dinp, float *dweight, float *dbias,
+                                         const void *dout, int ld_dout, const void *inp,
+                                         const void *weight, int N, int IC, int OC, int wt,
+                                         bmt_error_t *err)
+{
+    /* dinp^T (IC,N) = W'^T (IC,OC) x dout^T (OC,N) */
+    if (dinp && matmul(h, dinp, CUDA_R_16BF, IC, weight, wt == 0, wt ? IC : OC, dout, false,
+                       ld_dout, IC, N, OC, NULL, 0.0f, err) < 0)
+        return -1;
+    /* Conv1D: dW^T (OC,IC) += dout^T (OC,N) x inp (N,IC);
+     * head:   dW^T (IC,OC) += inp^T (IC,N) x dout (N,OC). */
+    if (wt == 0) {
+        if (matmul(h, dweight, CUDA_R_32F, OC, dout, false, ld_dout, inp, true, IC, OC, IC, N,
+                   NULL, 1.0f, err) < 0)
+            return -1;
+    } else if (matmul(h, dweight, CUDA_R_32F, IC, inp, false, IC, dout, true, ld_dout, IC, OC, N,
+                      NULL, 1.0f, err) < 0)
+        return -1;
+    if (dbias) {
+        bias_term f = { (const bf16 *)dout, ld_dout };
+        return colsum<1>(h, dbias, NULL, N, OC, f, err);
+    }
+    return 0;
+}
+
+extern "C" int gpt2_cuda_attention_forward(gpt2_cuda_t *h, void *out, void *qkvr, void *att,
+                                           const void *qkv, void *scratch, int B, int T, int C,
+                                           int NH, bmt_error_t *err)
+{
+    const int hs = C / NH, BH = B * NH;
+    const size_t one = (size_t)B * T * C;
+    bf16 *q = (bf16 *)qkvr, *k = q + one, *v = k + one, *y = (bf16 *)scratch;
+    permute_qkv<<<blocks_for(3 * one, 256), 256, 0, h->stream>>>(q, (const bf16 *)qkv, B, T, NH,
+                                                                 hs);
+    if (launched(err, "attention permute") < 0)
+        return -1;
+    /* scores[t1][t2] = q[t1] . k[t2]: col-major (t2, t1) = k^T q */
+    if (batched(h, true, false, T, T, hs, k, hs, (long long)T * hs, q, hs, (long long)T * hs, att,
+                T, (long long)T * T, BH, err) < 0)
+        return -1;
+    const int rows = BH * T;
+    softmax_causal_fwd<<<(unsigned)(rows + 7) / 8, 256, 0, h->stream>>>(
+        (bf16 *)att, 1.0f / sqrtf((float)hs), rows, T);
+    if (launched(err, "attention softmax") < 0)
+        return -1;
+    /* y[t1] = sum_t2 att[t1][t2] v[t2]: col-major (d, t1) = v (d,t2) x att (t2,t1) */
+    if (batched(h, false, false, hs, T, T, v, hs, (long long)T * hs, att, T, (long long)T * T, y,
+                hs, (long long)T * hs, BH, err) < 0)
+        return -1;
+    unpermute<<<blocks_for(one, 256), 256, 0, h->stream>>>((bf16 *)out, y, 1, B, T, NH, hs);
+    return launched(err, "attention unpermute");
+}
+
+extern "C" int gpt2_cuda_attention_backward(gpt2_cuda_t *h, void *dqkv, const void *dout,
+                                            const void *qkvr, const void *att, void *datt,
+                                            void *scratch, int B, int T, int C, int NH,
+                                            bmt_error_t *err)
+{
+    const int hs = C / NH, BH = B * NH;
+    const size_t one = (size_t)B * T * C;
+    const long long sh = (long long)T * hs, st = (long long)T * T;
+    const bf16 *q = (const bf16 *)qkvr, *k = q + one, *v = k + one;
+    bf16 *dy = (bf16 *)scratch, *dq = dy + one, *dk = dq + one, *dv = dk + one;
+    permute_one<<<blocks_for(one, 256), 256, 0, h->stream>>>(dy, (const bf16 *)dout, B, T, NH, hs);
+    if (launched(err, "attention permute") < 0)
+        return -1;
+    /* datt[t1][t2] = dy[t1] . v[t2] */
+    if (batched(h, true, false, T, T, hs, v, hs, sh, dy, hs, sh, datt, T, st, BH, err) < 0)
+        return -1;
+    /* dv[t2] = sum_t1 att[t1][t2] dy[t1]: col-major (d,t2) = dy (d,t1) x att^T */
+    if (batched(h, false, true, hs, T, T, dy, hs, sh, att, T, st, dv, hs, sh, BH, err) < 0)
+        return -1;
+    const int rows = BH * T;
+    softmax_causal_bwd<<<(unsigned)(rows + 7) / 8, 256, 0, h->stream>>>(
+        (bf16 *)datt, (const bf16 *)att, 1.0f / sqrtf((float)hs), rows, T);
+    if (launched(err, "attention softmax backward") < 0)
+        return -1;
+    /* dq[t1] = sum_t2 dpre[t1][t2] k[t2]; dk[t2] = sum_t1 dpre[t1][t2] q[t1] */
+    if (batched(h, false, false, hs, T, T, k, hs, sh, datt, T, st, dq, hs, sh, BH, err) < 0 ||
+        batched(h, false, true, hs, T, T, q, hs, sh, datt, T, st, dk, hs, sh, BH, err) < 0)
+        return -1;
+    unpermute<<<blocks_for(3 * one, 256), 256, 0, h->stream>>>((bf16 *)dqkv, dq, 3, B, T, NH, hs);
+    return launched(err, "attention unpermute");
+}
+
+extern "C" int gpt2_cuda_gelu_forward(gpt2_cuda_t *h, void *out, const void *inp, size_t n,
+                                      bmt_error_t *err)
+{
+    gelu_fwd<<<blocks_for(n, 256), 256, 0, h->stream>>>((bf16 *)out, (const bf16 *)inp, n);
+    return launched(err, "gelu forward");
+}
+
+extern "C" int gpt2_cuda_gelu_backward(gpt2_cuda_t *h, void *dinp, const void *inp,
+                                       const void *dout, size_t n, bmt_error_t *err)
+{
+    gelu_bwd<<<blocks_for(n, 256), 256, 0, h->stream>>>((bf16 *)dinp, (const bf16 *)inp,
+                                                        (const bf16 *)dout, n);
+    return launched(err, "gelu backward");
+}
+
+extern "C" int gpt2_cuda_residual_forward(gpt2_cuda_t *h, void *out, const void *a, const void *b,
+                                          size_t n, bmt_error_t *err)
+{
+    residual_fwd<<<blocks_for(n, 256), 256, 0, h->stream>>>((bf16 *)out, (const bf16 *)a,
+                                                            (const bf16 *)b, n);
+    return launched(err, "residual");
+}
+
+extern "C" int gpt2_cuda_crossentropy(gpt2_cuda_t *h, float *losses, void *logits, int ldv,
+                                      const int32_t *targets, float dloss, int N, int V,
+                                      bmt_error_t *err)
+{
+    if (N > 0)
+        crossentropy_fused<<<(unsigned)N, CE_THREADS, 0, h->stream>>>(losses, (bf16 *)logits, ldv,
+                                                                      targets, dloss, V);
+    return launched(err, "cross-entropy");
+}
+
+extern "C" int gpt2_cuda_sum(gpt2_cuda_t *h, float *out, const float *x, int n, bmt_error_t *err)
+{
+    sum_f32<<<1, 1024, 0, h->stream>>>(out, x, n);
+    return launched(err, "sum");
+}
+
+extern "C" int gpt2_cuda_to_f32(gpt2_cuda_t *h, float *dst, const void *src, int rows, int cols,
+                                int ldv, bmt_error_t *err)
+{
+    to_f32<<<blocks_for((size_t)rows * cols, 256), 256, 0, h->stream>>>(dst, (const bf16 *)src,
+                                                                        rows, cols, ldv);
+    return launched(err, "to f32");
+}

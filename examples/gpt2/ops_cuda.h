@@ -1,0 +1,138 @@
+/* examples/gpt2/ops_cuda.h — the layers of GPT-2 on CUDA, bf16 activations and
+ * parameters with f32 accumulation (examples/gpt2/ops_cuda.cu).
+ *
+ * The same layers as ops_cpu.h (the reference), with the same shapes and
+ * conventions (HF Conv1D weights (in, out), "gelu_new", qkv packed [q | k | v]);
+ * tests/gpu/gpt2_ops_check.c checks each one against its CPU twin on random
+ * data with bf16 bounds. What differs, and why:
+ *   - Activations and parameters are bf16 ("bf16" below: 2-byte bfloat16, passed
+ *     as void *); every sum is f32. Gradients of parameters are f32 (what the
+ *     block list hands a backward callback) and are ADDED into (+=), as on the
+ *     CPU; gradients of activations are overwritten (=), except where said.
+ *   - Matmuls are cuBLASLt (bf16 in, f32 compute; bias fused as an epilogue),
+ *     with cublasGemmEx as the fallback when cuBLASLt offers no algorithm.
+ *   - Attention keeps q, k, v permuted to (B,NH,T,hs) ("qkvr", 3 N C) and the
+ *     softmax (B,NH,T,T) for the backward; the scores are batched GEMMs.
+ *   - Cross-entropy is fused with its backward: one pass over each row of the
+ *     logits gives the loss and overwrites the logits with the gradient, so no
+ *     (N,V) f32 buffer exists.
+ *   - Every reduction is in a fixed order (no atomics): the same inputs give the
+ *     same bits, run after run.
+ * All work goes to the handle's stream. Functions return 0, or -1 with a text
+ * in err (the CUDA or cuBLAS error of the launch; errors inside a kernel show
+ * at the next synchronization). Pointers are device memory unless said.
+ */
+#ifndef GPT2_OPS_CUDA_H
+#define GPT2_OPS_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bmt/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gpt2_cuda gpt2_cuda_t;
+
+/* Device bytes of the workspace a handle needs for layers of at most max_cols
+ * columns (4C for GPT-2) and N rows: cuBLASLt's workspace plus the partial
+ * sums of the column reductions. */
+size_t gpt2_cuda_workspace_bytes(int max_cols);
+
+/* A handle: cuBLAS and cuBLASLt handles bound to stream (a cudaStream_t) on the
+ * current device, and the caller's workspace (device memory of
+ * gpt2_cuda_workspace_bytes(max_cols) bytes, which it keeps and frees). */
+gpt2_cuda_t *gpt2_cuda_create(void *stream, void *workspace, int max_cols, bmt_error_t *err);
+void gpt2_cuda_destroy(gpt2_cuda_t *h);
+
+/* out (N,C) bf16 = wte[inp] + wpe[t]; inp (B,T) int32 on the device. */
+int gpt2_cuda_encoder_forward(gpt2_cuda_t *h, void *out, const int32_t *inp, const void *wte,
+                              const void *wpe, int B, int T, int C, bmt_error_t *err);
+
+/* Token buckets for the encoder's backward, computed on the host from inp (N)
+ * with tokens in [0, V): out (3 N + 1 int32) receives
+ *   [0, U)          the distinct tokens, ascending,
+ *   [U, 2U + 1)     where each token's positions start in the list below,
+ *   [2U + 1, +N)    positions sorted by token (stable),
+ * and the function returns U. Upload it as is (3 N + 1 int32 at most). */
+int gpt2_token_buckets(const int32_t *inp, int N, int V, int32_t *out);
+
+/* dwte (V,C) f32 += dout rows summed per token (buckets: gpt2_token_buckets's
+ * output, uploaded, with its U); dwpe (maxT,C) f32 += dout summed over the
+ * batch, rows 0..T-1. dout (B,T,C) bf16. */
+int gpt2_cuda_encoder_backward(gpt2_cuda_t *h, float *dwte, float *dwpe, const void *dout,
+                               const int32_t *buckets, int U, int B, int T, int C,
+                               bmt_error_t *err);
+
+/* out (N,C) bf16, mean (N) and rstd (N) f32 from inp (N,C) bf16, weight and
+ * bias (C) bf16, as torch.nn.LayerNorm (eps 1e-5). */
+int gpt2_cuda_layernorm_forward(gpt2_cuda_t *h, void *out, float *mean, float *rstd,
+                                const void *inp, const void *weight, const void *bias, int N,
+                                int C, bmt_error_t *err);
+
+/* dinp (N,C) bf16 = dres (N,C) bf16 + the input gradient (dres may be dinp:
+ * the residual stream's gradient, accumulated in place; NULL: 0); dweight, dbias (C)
+ * f32 += theirs. From dout (N,C) bf16 and the forward's inp, weight, mean, rstd. */
+int gpt2_cuda_layernorm_backward(gpt2_cuda_t *h, void *dinp, const void *dres, float *dweight,
+                                 float *dbias, const void *dout, const void *inp,
+                                 const void *weight, const float *mean, const float *rstd, int N,
+                                 int C, bmt_error_t *err);
+
+/* out (N,OC) bf16, rows ld_out >= OC apart, = inp (N,IC) x W + bias (OC, or
+ * NULL); W is (IC,OC) when wt == 0 (Conv1D), (OC,IC) when wt != 0 (tied head). */
+int gpt2_cuda_matmul_forward(gpt2_cuda_t *h, void *out, int ld_out, const void *inp,
+                             const void *weight, const void *bias, int N, int IC, int OC, int wt,
+                             bmt_error_t *err);
+
+/* From dout (N,OC) bf16 with rows ld_dout apart: dinp (N,IC) bf16 = dout x W^T
+ * (overwritten; NULL: not wanted), dweight (shaped as W) f32 += , dbias (OC) f32
+ * += (NULL: no bias). inp and weight as in the forward. */
+int gpt2_cuda_matmul_backward(gpt2_cuda_t *h, void *dinp, float *dweight, float *dbias,
+                              const void *dout, int ld_dout, const void *inp, const void *weight,
+                              int N, int IC, int OC, int wt, bmt_error_t *err);
+
+/* Causal self-attention. From qkv (B,T,3C) bf16: qkvr (3 x (B,NH,T,hs)) bf16
+ * and att (B,NH,T,T) bf16 (the softmax, 0 above the diagonal) are saved for the
+ * backward; out (B,T,C) bf16. scratch: N C bf16. */
+int gpt2_cuda_attention_forward(gpt2_cuda_t *h, void *out, void *qkvr, void *att, const void *qkv,
+                                void *scratch, int B, int T, int C, int NH, bmt_error_t *err);
+
+/* dqkv (B,T,3C) bf16 = the gradient for dout (B,T,C) bf16 (overwritten), from the
+ * forward's qkvr and att. scratch: datt (B,NH,T,T) bf16 and 4 N C bf16 more. */
+int gpt2_cuda_attention_backward(gpt2_cuda_t *h, void *dqkv, const void *dout, const void *qkvr,
+                                 const void *att, void *datt, void *scratch, int B, int T, int C,
+                                 int NH, bmt_error_t *err);
+
+/* out (n) bf16 = GELU_tanh(inp (n) bf16); out may be inp. */
+int gpt2_cuda_gelu_forward(gpt2_cuda_t *h, void *out, const void *inp, size_t n, bmt_error_t *err);
+
+/* dinp (n) bf16 = GELU'(inp) * dout (overwritten; dinp may be dout). */
+int gpt2_cuda_gelu_backward(gpt2_cuda_t *h, void *dinp, const void *inp, const void *dout,
+                            size_t n, bmt_error_t *err);
+
+/* out (n) bf16 = a + b; out may be a or b. */
+int gpt2_cuda_residual_forward(gpt2_cuda_t *h, void *out, const void *a, const void *b, size_t n,
+                               bmt_error_t *err);
+
+/* Fused softmax cross-entropy and its backward, per row of logits (N rows of V
+ * bf16, ld apart, ld >= V): losses (N) f32 = -log softmax(row)[target] (0 where
+ * target < 0); when dloss != 0, the row is then overwritten with
+ * (softmax - onehot(target)) * dloss (0 where target < 0), and columns V..ld-1
+ * with 0. targets (N) int32 on the device. */
+int gpt2_cuda_crossentropy(gpt2_cuda_t *h, float *losses, void *logits, int ld,
+                           const int32_t *targets, float dloss, int N, int V, bmt_error_t *err);
+
+/* *out (one f32, device) = sum of x (n f32), in a fixed order. */
+int gpt2_cuda_sum(gpt2_cuda_t *h, float *out, const float *x, int n, bmt_error_t *err);
+
+/* dst (n) f32 = src (n, rows of `cols` bf16 with ld apart) — a (rows, cols)
+ * view cast to f32 densely (cols per row). */
+int gpt2_cuda_to_f32(gpt2_cuda_t *h, float *dst, const void *src, int rows, int cols, int ld,
+                     bmt_error_t *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,452 @@
+/* tests/gpu/gpt2_ops_check.c — every GPT-2 CUDA layer (examples/gpt2/ops_cuda.h)
+ * against its CPU twin (ops_cpu.h, itself checked against PyTorch in float64).
+ *
+ * Runs on a machine with a GPU (tests/gpu/test_gpt2_ops.sh). Inputs are fresh
+ * random values (never zeros) rounded to bf16 on the host, so both sides see
+ * the same numbers; the CPU computes in f32 from them. Device outputs are
+ * poisoned (all bits set: NaN) before each call, so an unwritten element fails;
+ * f32 parameter gradients start from random values on both sides, which checks
+ * that they are added into (+=). The measure is ||cuda - cpu|| / ||cpu|| over a
+ * tensor, printed with its bound:
+ *   1.5e-2  bf16 outputs of one layer (bf16 rounding of the result, 2^-9 per
+ *           element, plus the kernel's f32 order of summation);
+ *   3e-2    attention (a bf16 score matrix and softmax between two products);
+ *   1e-3    f32 parameter gradients (same bf16 inputs, only f32 sums differ).
+ * Sizes are GPT-2's (C 768 and 1600, 12 heads, a vocabulary that is not a
+ * multiple of 64 so logits rows are padded). Determinism: the reductions are
+ * in a fixed order, so two runs give the same bits. Prints TAP.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef BMT_HAVE_CUDA
+int main(void)
+{
+    printf("1..0 # SKIP built without CUDA\n");
+    return 0;
+}
+#else
+#include <cuda_runtime.h>
+
+#include "bmt/bmt.h"
+#include "gpt2/ops_cpu.h"
+#include "gpt2/ops_cuda.h"
+
+static int tap_n, tap_failed;
+static gpt2_cuda_t *h;
+static cudaStream_t stream;
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static void die(const char *what, const char *why)
+{
+    tap_n++;
+    printf("not ok %d - %s: %s\n1..%d\n", tap_n, what, why, tap_n);
+    exit(1);
+}
+
+static void ck(cudaError_t e, const char *what)
+{
+    if (e != cudaSuccess)
+        die(what, cudaGetErrorString(e));
+}
+
+static void run(int rc, const char *what, const bmt_error_t *err)
+{
+    if (rc < 0)
+        die(what, err->text);
+    ck(cudaStreamSynchronize(stream), what);
+}
+
+/* ||a - b|| / ||b|| in double; NaN when a has a NaN (an unwritten element). */
+static double rel(const float *a, const float *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(a[i]))
+            return NAN;
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static void check(const char *what, const float *got, const float *want, size_t n, double bound)
+{
+    double e = rel(got, want, n);
+    bool good = e <= bound; /* NaN fails */
+    printf("%sok %d - %s: rel err %.3g (bound %.3g)\n", good ? "" : "not ", ++tap_n, what, e,
+           bound);
+    fflush(stdout);
+    tap_failed += !good;
+}
+
+static double uniform(void)
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+static float bf16r(float x) { return bmt_bf16_to_f32(bmt_f32_to_bf16(x)); }
+
+/* n values, normal(0, scale), rounded to bf16, never exactly 0. */
+static float *rnd(size_t n, float scale)
+{
+    float *x = malloc(n * sizeof(float));
+    if (x == NULL)
+        die("malloc", "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        double u1 = uniform() + 1e-12, u2 = uniform();
+        float v = (float)(sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2)) * scale;
+        x[i] = bf16r(v == 0 ? scale * 1e-3f : v);
+    }
+    return x;
+}
+
+static float *zeros(size_t n)
+{
+    float *x = calloc(n ? n : 1, sizeof(float));
+    if (x == NULL)
+        die("calloc", "out of memory");
+    return x;
+}
+
+static float *copy(const float *x, size_t n)
+{
+    float *y = malloc(n * sizeof(float));
+    memcpy(y, x, n * sizeof(float));
+    return y;
+}
+
+static void *dmalloc(size_t bytes)
+{
+    void *p;
+    ck(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc");
+    ck(cudaMemset(p, 0xff, bytes), "poison");
+    return p;
+}
+
+static void *up_bf16(const float *x, size_t n)
+{
+    uint16_t *t = malloc(n * 2);
+    for (size_t i = 0; i < n; i++)
+        t[i] = bmt_f32_to_bf16(x[i]);
+    void *d = dmalloc(n * 2);
+    ck(cudaMemcpy(d, t, n * 2, cudaMemcpyHostToDevice), "upload");
+    free(t);
+    return d;
+}
+
+static float *up_f32(const float *x, size_t n)
+{
+    float *d = dmalloc(n * 4);
+    ck(cudaMemcpy(d, x, n * 4, cudaMemcpyHostToDevice), "upload");
+    return d;
+}
+
+static void *up_i32(const int32_t *x, size_t n)
+{
+    void *d = dmalloc(n * 4);
+    ck(cudaMemcpy(d, x, n * 4, cudaMemcpyHostToDevice), "upload");
+    return d;
+}
+
+static float *down_bf16(const void *d, size_t n)
+{
+    uint16_t *t = malloc(n * 2);
+    float *x = malloc(n * sizeof(float));
+    ck(cudaMemcpy(t, d, n * 2, cudaMemcpyDeviceToHost), "download");
+    for (size_t i = 0; i < n; i++)
+        x[i] = bmt_bf16_to_f32(t[i]);
+    free(t);
+    return x;
+}
+
+static float *down_f32(const void *d, size_t n)
+{
+    float *x = malloc(n * sizeof(float));
+    ck(cudaMemcpy(x, d, n * 4, cudaMemcpyDeviceToHost), "download");
+    return x;
+}
+
+/* ------------------------------------------------------------ the layers */
+
+static void t_encoder(int B, int T, int C, int V)
+{
+    const size_t N = (size_t)B * T;
+    bmt_error_t err;
+    int32_t *inp = malloc(N * 4);
+    for (size_t i = 0; i < N; i++) /* repeats, so tokens share wte rows */
+        inp[i] = (int32_t)(uniform() * (V < 50 ? V : 50));
+    float *wte = rnd((size_t)V * C, 0.3f), *wpe = rnd((size_t)T * C, 0.1f);
+    float *ref = zeros(N * C);
+    gpt2_encoder_forward(ref, inp, wte, wpe, B, T, C);
+    void *dinp = up_i32(inp, N), *dwte = up_bf16(wte, (size_t)V * C), *dwpe = up_bf16(wpe, (size_t)T * C);
+    void *dout = dmalloc(N * C * 2);
+    run(gpt2_cuda_encoder_forward(h, dout, dinp, dwte, dwpe, B, T, C, &err), "encoder forward", &err);
+    float *got = down_bf16(dout, N * C);
+    check("encoder forward", got, ref, N * C, 1.5e-2);
+
+    /* backward: += into random gradients */
+    float *g = rnd(N * C, 1.0f), *gw = rnd((size_t)V * C, 0.5f), *gp = rnd((size_t)T * C, 0.5f);
+    float *rw = copy(gw, (size_t)V * C), *rp = copy(gp, (size_t)T * C);
+    gpt2_encoder_backward(rw, rp, g, inp, B, T, C);
+    int32_t *bk = malloc((3 * N + 1) * 4);
+    int U = gpt2_token_buckets(inp, (int)N, V, bk);
+    void *dg = up_bf16(g, N * C), *dbk = up_i32(bk, 3 * N + 1);
+    float *dgw = up_f32(gw, (size_t)V * C), *dgp = up_f32(gp, (size_t)T * C);
+    run(gpt2_cuda_encoder_backward(h, dgw, dgp, dg, dbk, U, B, T, C, &err), "encoder backward",
+        &err);
+    float *gw1 = down_f32(dgw, (size_t)V * C), *gp1 = down_f32(dgp, (size_t)T * C);
+    check("encoder backward dwte (+=)", gw1, rw, (size_t)V * C, 1e-3);
+    check("encoder backward dwpe (+=)", gp1, rp, (size_t)T * C, 1e-3);
+    /* determinism: again from the same start gives the same bits */
+    ck(cudaMemcpy(dgw, gw, (size_t)V * C * 4, cudaMemcpyHostToDevice), "upload");
+    run(gpt2_cuda_encoder_backward(h, dgw, dgp, dg, dbk, U, B, T, C, &err), "encoder backward",
+        &err);
+    float *gw2 = down_f32(dgw, (size_t)V * C);
+    bool same = memcmp(gw1, gw2, (size_t)V * C * 4) == 0;
+    printf("%sok %d - encoder backward dwte: the same bits on a second run\n", same ? "" : "not ",
+           ++tap_n);
+    tap_failed += !same;
+    free(inp), free(wte), free(wpe), free(ref), free(got), free(g), free(gw), free(gp), free(rw);
+    free(rp), free(bk), free(gw1), free(gp1), free(gw2);
+    cudaFree(dinp), cudaFree(dwte), cudaFree(dwpe), cudaFree(dout), cudaFree(dg), cudaFree(dbk);
+    cudaFree(dgw), cudaFree(dgp);
+}
+
+static void t_layernorm(int N, int C)
+{
+    bmt_error_t err;
+    char name[96];
+    float *x = rnd((size_t)N * C, 2.0f), *w = rnd(C, 1.0f), *b = rnd(C, 0.5f);
+    for (size_t i = 0; i < (size_t)N * C; i++) /* a per-row offset: the mean matters */
+        x[i] = bf16r(x[i] + (float)(i / C % 7) - 3.0f);
+    float *ref = zeros((size_t)N * C), *rm = zeros(N), *rr = zeros(N);
+    gpt2_layernorm_forward(ref, rm, rr, x, w, b, N, C);
+    void *dx = up_bf16(x, (size_t)N * C), *dw = up_bf16(w, C), *db = up_bf16(b, C);
+    void *dout = dmalloc((size_t)N * C * 2);
+    float *dm = dmalloc((size_t)N * 4), *dr = dmalloc((size_t)N * 4);
+    run(gpt2_cuda_layernorm_forward(h, dout, dm, dr, dx, dw, db, N, C, &err), "layernorm forward",
+        &err);
+    float *got = down_bf16(dout, (size_t)N * C), *gm = down_f32(dm, N), *gr = down_f32(dr, N);
+    snprintf(name, sizeof(name), "layernorm forward (N %d, C %d)", N, C);
+    check(name, got, ref, (size_t)N * C, 1.5e-2);
+    snprintf(name, sizeof(name), "layernorm forward mean and rstd (C %d)", C);
+    double e = fmax(rel(gm, rm, N), rel(gr, rr, N));
+    printf("%sok %d - %s: rel err %.3g (bound 1e-5)\n", e <= 1e-5 ? "" : "not ", ++tap_n, name, e);
+    tap_failed += !(e <= 1e-5);
+
+    /* backward: dinp = dres + ..., dweight/dbias += ; the CPU's statistics on both sides */
+    float *dy = rnd((size_t)N * C, 1.0f), *dres = rnd((size_t)N * C, 1.0f);
+    float *gw = rnd(C, 1.0f), *gb = rnd(C, 1.0f);
+    float *rdx = copy(dres, (size_t)N * C), *rgw = copy(gw, C), *rgb = copy(gb, C);
+    gpt2_layernorm_backward(rdx, rgw, rgb, dy, x, w, rm, rr, N, C);
+    void *ddy = up_bf16(dy, (size_t)N * C), *ddres = up_bf16(dres, (size_t)N * C);
+    void *ddx = dmalloc((size_t)N * C * 2);
+    float *dgw = up_f32(gw, C), *dgb = up_f32(gb, C), *dcm = up_f32(rm, N), *dcr = up_f32(rr, N);
+    run(gpt2_cuda_layernorm_backward(h, ddx, ddres, dgw, dgb, ddy, dx, dw, dcm, dcr, N, C, &err),
+        "layernorm backward", &err);
+    float *gdx = down_bf16(ddx, (size_t)N * C), *ggw = down_f32(dgw, C), *ggb = down_f32(dgb, C);
+    snprintf(name, sizeof(name), "layernorm backward dinp = dres + ... (C %d)", C);
+    check(name, gdx, rdx, (size_t)N * C, 1.5e-2);
+    check("layernorm backward dweight (+=)", ggw, rgw, C, 1e-3);
+    check("layernorm backward dbias (+=)", ggb, rgb, C, 1e-3);
+    /* in place: dres == dinp, as the layers use it */
+    run(gpt2_cuda_layernorm_backward(h, ddres, ddres, dgw, dgb, ddy, dx, dw, dcm, dcr, N, C, &err),
+        "layernorm backward", &err);
+    float *gip = down_bf16(ddres, (size_t)N * C);
+    check("layernorm backward in place (dinp == dres)", gip, rdx, (size_t)N * C, 1.5e-2);
+    free(x), free(w), free(b), free(ref), free(rm), free(rr), free(got), free(gm), free(gr);
+    free(dy), free(dres), free(gw), free(gb), free(rdx), free(rgw), free(rgb), free(gdx);
+    free(ggw), free(ggb), free(gip);
+    cudaFree(dx), cudaFree(dw), cudaFree(db), cudaFree(dout), cudaFree(dm), cudaFree(dr);
+    cudaFree(ddy), cudaFree(ddres), cudaFree(ddx), cudaFree(dgw), cudaFree(dgb), cudaFree(dcm);
+    cudaFree(dcr);
+}
+
+/* wt 0: W (IC,OC) with bias; wt 1: W (OC,IC), output rows ld apart (padded). */
+static void t_matmul(int N, int IC, int OC, int wt, int ld)
+{
+    bmt_error_t err;
+    char name[128];
+    const size_t nw = (size_t)IC * OC;
+    float *x = rnd((size_t)N * IC, 1.0f), *w = rnd(nw, 0.05f), *b = wt ? NULL : rnd(OC, 0.5f);
+    float *ref = zeros((size_t)N * OC);
+    gpt2_matmul_forward(ref, x, w, b, N, IC, OC, wt);
+    void *dx = up_bf16(x, (size_t)N * IC), *dw = up_bf16(w, nw), *db = b ? up_bf16(b, OC) : NULL;
+    void *dout = dmalloc((size_t)N * ld * 2);
+    run(gpt2_cuda_matmul_forward(h, dout, ld, dx, dw, db, N, IC, OC, wt, &err), "matmul forward",
+        &err);
+    float *raw = down_bf16(dout, (size_t)N * ld), *got = zeros((size_t)N * OC);
+    for (int n = 0; n < N; n++)
+        memcpy(got + (size_t)n * OC, raw + (size_t)n * ld, (size_t)OC * 4);
+    snprintf(name, sizeof(name), "matmul forward (N %d, IC %d, OC %d, %s, ld %d)", N, IC, OC,
+             wt ? "W (OC,IC)" : "W (IC,OC) + bias", ld);
+    check(name, got, ref, (size_t)N * OC, 1.5e-2);
+
+    /* backward: dout with rows ld apart */
+    float *dy = rnd((size_t)N * OC, 1.0f), *gw = rnd(nw, 1.0f), *gb = rnd(OC, 1.0f);
+    float *rdx = zeros((size_t)N * IC), *rgw = copy(gw, nw), *rgb = copy(gb, OC);
+    gpt2_matmul_backward(rdx, rgw, wt ? NULL : rgb, dy, x, w, N, IC, OC, wt);
+    float *dyp = zeros((size_t)N * ld);
+    for (int n = 0; n < N; n++)
+        memcpy(dyp + (size_t)n * ld, dy + (size_t)n * OC, (size_t)OC * 4);
+    void *ddy = up_bf16(dyp, (size_t)N * ld), *ddx = dmalloc((size_t)N * IC * 2);
+    float *dgw = up_f32(gw, nw), *dgb = up_f32(gb, OC);
+    run(gpt2_cuda_matmul_backward(h, ddx, dgw, wt ? NULL : dgb, ddy, ld, dx, dw, N, IC, OC, wt,
+                                  &err),
+        "matmul backward", &err);
+    float *gdx = down_bf16(ddx, (size_t)N * IC), *ggw = down_f32(dgw, nw), *ggb = down_f32(dgb, OC);
+    snprintf(name, sizeof(name), "matmul backward dinp (IC %d, OC %d, wt %d)", IC, OC, wt);
+    check(name, gdx, rdx, (size_t)N * IC, 1.5e-2);
+    snprintf(name, sizeof(name), "matmul backward dweight += (IC %d, OC %d, wt %d)", IC, OC, wt);
+    check(name, ggw, rgw, nw, 1e-3);
+    if (!wt)
+        check("matmul backward dbias (+=)", ggb, rgb, OC, 1e-3);
+    free(x), free(w), free(b), free(ref), free(raw), free(got), free(dy), free(gw), free(gb);
+    free(rdx), free(rgw), free(rgb), free(dyp), free(gdx), free(ggw), free(ggb);
+    cudaFree(dx), cudaFree(dw), cudaFree(db), cudaFree(dout), cudaFree(ddy), cudaFree(ddx);
+    cudaFree(dgw), cudaFree(dgb);
+}
+
+static void t_attention(int B, int T, int C, int NH)
+{
+    bmt_error_t err;
+    char name[96];
+    const size_t N = (size_t)B * T, att = (size_t)B * NH * T * T;
+    float *qkv = rnd(N * 3 * C, 1.0f);
+    float *ref = zeros(N * C), *pre = zeros(att), *ratt = zeros(att);
+    gpt2_attention_forward(ref, pre, ratt, qkv, B, T, C, NH);
+    void *dqkv = up_bf16(qkv, N * 3 * C), *dout = dmalloc(N * C * 2), *dqkvr = dmalloc(N * 3 * C * 2);
+    void *datt = dmalloc(att * 2), *scratch = dmalloc(4 * N * C * 2);
+    run(gpt2_cuda_attention_forward(h, dout, dqkvr, datt, dqkv, scratch, B, T, C, NH, &err),
+        "attention forward", &err);
+    float *got = down_bf16(dout, N * C), *gatt = down_bf16(datt, att);
+    snprintf(name, sizeof(name), "attention forward (B %d, T %d, C %d, NH %d)", B, T, C, NH);
+    check(name, got, ref, N * C, 3e-2);
+    check("attention forward: softmax, 0 above the diagonal", gatt, ratt, att, 3e-2);
+
+    float *dy = rnd(N * C, 1.0f), *rdq = zeros(N * 3 * C), *s1 = zeros(att), *s2 = zeros(att);
+    gpt2_attention_backward(rdq, s1, s2, dy, qkv, ratt, B, T, C, NH);
+    void *ddy = up_bf16(dy, N * C), *ddq = dmalloc(N * 3 * C * 2), *ddatt = dmalloc(att * 2);
+    run(gpt2_cuda_attention_backward(h, ddq, ddy, dqkvr, datt, ddatt, scratch, B, T, C, NH, &err),
+        "attention backward", &err);
+    float *gdq = down_bf16(ddq, N * 3 * C);
+    check("attention backward dqkv", gdq, rdq, N * 3 * C, 3e-2);
+    free(qkv), free(ref), free(pre), free(ratt), free(got), free(gatt), free(dy), free(rdq);
+    free(s1), free(s2), free(gdq);
+    cudaFree(dqkv), cudaFree(dout), cudaFree(dqkvr), cudaFree(datt), cudaFree(scratch);
+    cudaFree(ddy), cudaFree(ddq), cudaFree(ddatt);
+}
+
+static void t_elementwise(size_t n)
+{
+    bmt_error_t err;
+    float *x = rnd(n, 2.0f), *y = rnd(n, 1.0f), *ref = zeros(n);
+    void *dx = up_bf16(x, n), *dy = up_bf16(y, n), *dout = dmalloc(n * 2);
+    gpt2_gelu_forward(ref, x, (int)n);
+    run(gpt2_cuda_gelu_forward(h, dout, dx, n, &err), "gelu forward", &err);
+    float *got = down_bf16(dout, n);
+    check("gelu forward", got, ref, n, 1.5e-2);
+    free(got);
+    memset(ref, 0, n * 4);
+    gpt2_gelu_backward(ref, x, y, (int)n);
+    ck(cudaMemset(dout, 0xff, n * 2), "poison");
+    run(gpt2_cuda_gelu_backward(h, dout, dx, dy, n, &err), "gelu backward", &err);
+    got = down_bf16(dout, n);
+    check("gelu backward", got, ref, n, 1.5e-2);
+    free(got);
+    run(gpt2_cuda_gelu_backward(h, dy, dx, dy, n, &err), "gelu backward", &err);
+    got = down_bf16(dy, n);
+    check("gelu backward in place (dinp == dout)", got, ref, n, 1.5e-2);
+    free(got);
+    void *dy2 = up_bf16(y, n);
+    gpt2_residual_forward(ref, x, y, (int)n);
+    ck(cudaMemset(dout, 0xff, n * 2), "poison");
+    run(gpt2_cuda_residual_forward(h, dout, dx, dy2, n, &err), "residual", &err);
+    got = down_bf16(dout, n);
+    check("residual forward", got, ref, n, 1.5e-2);
+    free(got);
+    free(x), free(y), free(ref);
+    cudaFree(dx), cudaFree(dy), cudaFree(dy2), cudaFree(dout);
+}
+
+static void t_crossentropy(int N, int V, int ld)
+{
+    bmt_error_t err;
+    char name[96];
+    float *logits = rnd((size_t)N * V, 3.0f);
+    int32_t *tg = malloc((size_t)N * 4);
+    int counted = 0;
+    for (int i = 0; i < N; i++) {
+        tg[i] = i % 5 == 3 ? -1 : (int32_t)(uniform() * V);
+        counted += tg[i] >= 0;
+    }
+    const float dloss = 1.0f / (float)counted;
+    float *rl = zeros(N), *probs = zeros((size_t)N * V), *rd = zeros((size_t)N * V);
+    gpt2_crossentropy_forward(rl, probs, logits, tg, 1, N, V);
+    gpt2_crossentropy_backward(rd, probs, tg, dloss, 1, N, V);
+    float *lp = zeros((size_t)N * ld);
+    for (int n = 0; n < N; n++)
+        memcpy(lp + (size_t)n * ld, logits + (size_t)n * V, (size_t)V * 4);
+    void *dl = up_bf16(lp, (size_t)N * ld), *dtg = up_i32(tg, N);
+    float *dlosses = dmalloc((size_t)N * 4), *dsum = dmalloc(4);
+    run(gpt2_cuda_crossentropy(h, dlosses, dl, ld, dtg, dloss, N, V, &err), "cross-entropy", &err);
+    run(gpt2_cuda_sum(h, dsum, dlosses, N, &err), "sum", &err);
+    float *gl = down_f32(dlosses, N), *graw = down_bf16(dl, (size_t)N * ld), *gs = down_f32(dsum, 1);
+    float *gd = zeros((size_t)N * V);
+    bool pad_zero = true;
+    for (int n = 0; n < N; n++) {
+        memcpy(gd + (size_t)n * V, graw + (size_t)n * ld, (size_t)V * 4);
+        for (int j = V; j < ld; j++)
+            pad_zero &= graw[(size_t)n * ld + j] == 0.0f;
+    }
+    snprintf(name, sizeof(name), "cross-entropy losses (N %d, V %d, ld %d, ignored targets)", N, V,
+             ld);
+    check(name, gl, rl, N, 1e-2);
+    check("cross-entropy fused backward: dlogits in place", gd, rd, (size_t)N * V, 1.5e-2);
+    printf("%sok %d - cross-entropy: the padding columns V..ld are 0\n", pad_zero ? "" : "not ",
+           ++tap_n);
+    tap_failed += !pad_zero;
+    double s = 0;
+    for (int n = 0; n < N; n++)
+        s += rl[n];
+    float want = (float)s;
+    check("sum of the losses", gs, &want, 1, 1e-5);
+    free(logits), free(tg), free(rl), free(probs), free(rd), free(lp), free(gl), free(graw);
+    free(gs), free(gd);
+    cudaFree(dl), cudaFree(dtg), cudaFree(dlosses), cudaFree(dsum);
+}
+
+int main(void)
+{
+    bmt_error_t err;
+    void *ws;
+    ck(cudaSetDevice(0), "cudaSetDevice");
+    ck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    ck(cudaMalloc(&ws, gpt2_cuda_workspace_bytes(4 * 1600)), "cudaMalloc");
+    if ((h = gpt2_cuda_create(stream, ws, 4 * 1600, &err)) == NULL)
+        die("gpt2_cuda_create", err.text);
+    t_encoder(4, 64, 768, 1000);
+    t_layernorm(512, 768);
+    t_layernorm(300, 1600);
+    t_matmul(256, 768, 2304, 0, 2304); /* c_attn */
+    t_matmul(256, 3072, 768, 0, 768);  /* mlp c_proj */
+    t_matmul(128, 768, 1000, 1, 1024); /* tied head, padded rows */
+    t_matmul(16, 768, 50257, 1, 50304);
+    t_attention(2, 128, 768, 12);
+    t_attention(1, 100, 200, 4); /* T not a multiple of 32, head size 50 */
+    t_elementwise(1000003);
+    t_crossentropy(200, 1000, 1024);
+    t_crossentropy(16, 50257, 50304);
+    gpt2_cuda_destroy(h);
+    cudaFree(ws);
+    printf("1..%d\n", tap_n);
+    return tap_failed ? 1 : 0;
+}
+#endif
