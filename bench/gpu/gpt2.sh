@@ -1,0 +1,82 @@
+#!/bin/bash
+# bench/gpu/gpt2.sh — on the GPU machine: our GPT-2 trainer (examples/gpt2, CUDA
+# path) next to PyTorch FSDP2 (bench/gpu/fsdp2_gpt2.py) on the same shapes, batch
+# and sequence length, in the same call. Prints a table last: config, layout,
+# step ms, tokens/s, MFU (datasheet bf16 peak), peak GPU memory per rank, our
+# exposed communication (comm_wait_s / step, from the jsonl plugin), and the
+# ratio of tokens/s to the peer's.
+#   RUNS="d12:16:1x2:0 ..."  model:micro-batch:layout:checkpointing (default below)
+#   STEPS=13                 steps per run; the median of the last STEPS-3 is kept
+#   SKIP_BUILD=1             reuse build/ (a warm machine)
+#   carry: .device-deps (Debian libjansson-dev, see docs/building.md)
+# Peak memory: ours is libbmt's own accounting (bmt_alloc: parameters, gathered
+# blocks, gradients, optimizer, activations, workspace); the peer's is
+# torch.cuda.max_memory_allocated. Neither counts NCCL's buffers.
+set -u
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0
+T=1024
+STEPS=${STEPS:-13}
+RUNS=${RUNS:-"d12:16:1x2:0 d12:16:1x2:1 d48:8:1x2:1 d48:8:1x2:0"}
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+    mkdir -p /opt/deps && for f in .device-deps/*.deb; do dpkg -x "$f" /opt/deps; done
+    make -j"$(nproc)" CPPFLAGS=-I/opt/deps/usr/include JANSSON_LIBS=-l:libjansson.so.4 \
+        >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+fi
+DATA=/tmp/bench-tokens.bin
+[ -f $DATA ] || python3 -c "
+import numpy as np
+n = 1 << 23
+h = np.zeros(256, np.int32); h[0], h[1], h[2] = 20240520, 1, n
+t = np.random.default_rng(0).integers(0, 50257, n).astype(np.uint16)
+open('$DATA', 'wb').write(h.tobytes() + t.tobytes())"
+
+rows=()
+for run in $RUNS; do
+    IFS=: read -r model b layout ck <<<"$run"
+    g=${layout%x*} n=${layout#*x}
+    w=$((g * n))
+    tag=$model-b$b-$layout-ckpt$ck
+    # ours
+    rm -f /tmp/bench-m-*.jsonl
+    BMT_PLUGINS=jsonl BMT_JSONL=/tmp/bench-m-%r.jsonl timeout 400 build/bin/bmlaunch --metrics-port 0 \
+        --device cuda -g $g -n $n -- build/bin/gpt2 --model $model -b $b -t $T --steps $STEPS \
+        --data $DATA --ckpt $ck --lr 3e-4 --warmup 0 >"$OUT/ours-$tag.log" 2>&1
+    rc=$?
+    ours=$(python3 - "$OUT/ours-$tag.log" $STEPS $b $T $w <<'PY'
+import re, statistics, sys, json, glob
+log, steps, b, t, w = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+ms, mfu, peak = [], [], 0.0
+for l in open(log):
+    m = re.search(r"step +(\d+)/\d+ \| .*\| ([\d.]+) ms \| .* MFU ([\d.]+)% \| mem [\d.]+ MiB \(peak ([\d.]+)\)", l)
+    if m and int(m.group(1)) > 3:
+        ms.append(float(m.group(2))); mfu.append(float(m.group(3))); peak = max(peak, float(m.group(4)))
+wait = []
+for f in glob.glob("/tmp/bench-m-*.jsonl"):
+    for l in open(f):
+        j = json.loads(l)
+        if j.get("step", 0) > 3 and "comm_wait_s" in j and j.get("step_time_s"):
+            wait.append(j["comm_wait_s"] / j["step_time_s"])
+if not ms:
+    print("- - - - -"); sys.exit()
+s = statistics.median(ms)
+print("%.1f %.0f %.1f %.2f %s" % (s, b * t * w / (s / 1e3), statistics.median(mfu), peak / 1024,
+                                  "%.1f%%" % (100 * max(wait)) if wait else "-"))
+PY
+)
+    # the peer
+    timeout 400 python3 -m torch.distributed.run --standalone --nproc_per_node $w bench/gpu/fsdp2_gpt2.py \
+        --model $model -b $b -t $T --steps $STEPS --groups $g $([ "$ck" = 1 ] && echo --ckpt) \
+        >"$OUT/fsdp2-$tag.log" 2>&1
+    peer=$(sed -n 's/.*step_ms=\([0-9.]*\) tok_s=\([0-9]*\) mem_gib=\([0-9.]*\).*/\1 \2 \3/p' "$OUT/fsdp2-$tag.log")
+    read -r oms otok omfu omem owait <<<"$ours"
+    read -r pms ptok pmem <<<"${peer:-- - -}"
+    ratio=$(awk -v a="$otok" -v b="$ptok" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.2f", a / b; else print "-" }')
+    rows+=("$(printf '%-4s b%-3s %-4s ckpt %s | ours %8s ms %9s tok/s MFU %5s%% mem %6s GiB wait %6s | fsdp2 %8s ms %9s tok/s mem %6s GiB | x%s (rc %s)' \
+        $model $b $layout $ck "$oms" "$otok" "$omfu" "$omem" "$owait" "$pms" "$ptok" "$pmem" "$ratio" $rc)")
+    echo "${rows[-1]}"
+done
+echo
+echo "== GPT-2 T=$T, $(nvidia-smi -L | head -1 | sed 's/ (UUID.*//'), $(nvidia-smi -L | wc -l) GPUs"
+printf '%s\n' "${rows[@]}" | tee "$OUT/gpt2-table.txt"

@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""tests/gpu/gpt2_hf.py — HF transformers' GPT2LMHeadModel as the oracle of the
+CUDA path of the C trainer (run on the GPU machine, tests/gpu/test_gpt2.sh).
+
+    gpt2_hf.py make DIR L C NH V MAXT
+        DIR/model.safetensors: a GPT2LMHeadModel (HF's initialization, then
+        noise on biases and LayerNorm weights so none is 0 or 1), every weight
+        rounded to bf16 and stored as f32, so that our bf16 parameters and the
+        reference's f32 ones are the same numbers.
+    gpt2_hf.py check DIR WORLD B T OUT.txt CURVE.txt
+        compare what tests/progs/gpt2_check wrote on cuda (OUT.txt: its
+        stdout; DIR/logits.f32; DIR/after/*.optim.safetensors, whose
+        "<param>.master" is each parameter after one AdamW step with
+        lr = eps = 1e6, i.e. p0 - g) with GPT2LMHeadModel in f32 on the GPU (no
+        TF32), print "ok"/"FAIL" lines and the figures, write both loss curves
+        to CURVE.txt, exit 1 on any failure.
+
+Data: DIR/data.bin, an llm.c shard; rank r of W takes tokens
+[pos + r B T, + B T + 1) of each global batch; the loss is the mean over ranks.
+Bounds (ours computes in bf16 with f32 sums; the reference in f32):
+  loss of step 1        5e-3 relative
+  logits                2e-2 relative (||ours - ref|| / ||ref||)
+  every gradient        5e-2 relative per tensor (||.|| as above)
+  gradient norm         2e-2 relative
+  loss curve            every step within 2e-2 relative of the reference's
+                        (AdamW lr 1e-3, weight decay 0.01 except biases and
+                        LayerNorm weights, clip 1.0, as the engine does it)
+"""
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from transformers import GPT2Config, GPT2LMHeadModel
+
+FAILED = []
+
+
+def report(ok, msg):
+    print(("ok   " if ok else "FAIL ") + msg, flush=True)
+    if not ok:
+        FAILED.append(msg)
+
+
+def config(L, C, NH, V, MAXT):
+    return GPT2Config(vocab_size=V, n_positions=MAXT, n_embd=C, n_layer=L, n_head=NH,
+                      activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0,
+                      attn_pdrop=0.0, layer_norm_epsilon=1e-5, tie_word_embeddings=True)
+
+
+def params_of(model):
+    """HF's state without the tied head and the mask buffers: our names."""
+    return {k: v for k, v in model.state_dict().items()
+            if k.startswith("transformer.") and not k.endswith((".attn.bias", ".attn.masked_bias"))}
+
+
+def make(d, L, C, NH, V, MAXT):
+    torch.manual_seed(20241130)
+    model = GPT2LMHeadModel(config(L, C, NH, V, MAXT))
+    with torch.no_grad():
+        for k, t in params_of(model).items():
+            if k.endswith(".bias"):
+                t.copy_(torch.randn_like(t) * 0.02)
+            elif ".ln_" in k and k.endswith(".weight"):
+                t.copy_(1 + torch.randn_like(t) * 0.1)
+            t.copy_(t.bfloat16().float())
+    sd = {k: v.contiguous().clone() for k, v in params_of(model).items()}
+    json.dump({"L": L, "C": C, "NH": NH, "V": V, "MAXT": MAXT}, open(os.path.join(d, "shape.json"), "w"))
+    save_file(sd, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+
+
+def load_model(d):
+    s = json.load(open(os.path.join(d, "shape.json")))
+    model = GPT2LMHeadModel(config(s["L"], s["C"], s["NH"], s["V"], s["MAXT"]))
+    missing, unexpected = model.load_state_dict(load_file(os.path.join(d, "model.safetensors")), strict=False)
+    bad = [k for k in missing if not k.endswith((".attn.bias", ".attn.masked_bias", "lm_head.weight"))]
+    if bad or unexpected:
+        raise SystemExit("model.safetensors does not fit: missing %s, unexpected %s" % (bad, unexpected))
+    model.tie_weights()
+    return model.cuda().train(), s["V"]
+
+
+def batches(tokens, world, B, T, step):
+    pos = step * world * B * T
+    out = []
+    for r in range(world):
+        s = tokens[pos + r * B * T: pos + r * B * T + B * T + 1].astype(np.int64)
+        out.append((torch.tensor(s[:-1]).view(B, T).cuda(), torch.tensor(s[1:]).view(B, T).cuda()))
+    return out
+
+
+def world_loss(model, V, bs):
+    return sum(F.cross_entropy(model(input_ids=x).logits.reshape(-1, V).float(), y.reshape(-1))
+               for x, y in bs) / len(bs)
+
+
+def rel(a, b):
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def check(d, world, B, T, out_txt, curve_txt):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    raw = open(os.path.join(d, "data.bin"), "rb").read()
+    tokens = np.frombuffer(raw[1024:], dtype=np.uint16)
+    text = open(out_txt).read().splitlines()
+    lines = dict(l.split(None, 1) for l in text if l.startswith(("loss1", "norm1")))
+    traj = [float(l.split()[2]) for l in text if l.startswith("traj ")]
+
+    model, V = load_model(d)
+    p0 = {k: v.detach().double().cpu().numpy() for k, v in model.named_parameters()}
+    bs = batches(tokens, world, B, T, 0)
+    loss = world_loss(model, V, bs)
+    loss.backward()
+    ours = float(lines["loss1"])
+    e = abs(ours - loss.item()) / abs(loss.item())
+    report(e <= 5e-3, "loss of step 1: ours %.6f, HF %.6f: relative error %.2e (bound 5e-3)" % (ours, loss.item(), e))
+    with torch.no_grad():
+        ref = model(input_ids=bs[0][0]).logits.double().cpu().numpy()
+    mine = np.fromfile(os.path.join(d, "logits.f32"), dtype=np.float32).astype(np.float64).reshape(ref.shape)
+    e = rel(mine, ref)
+    report(e <= 2e-2, "logits of rank 0's micro-batch: relative error %.2e (bound 2e-2)" % e)
+    grads = {k: v.grad.double().cpu().numpy() for k, v in model.named_parameters()}
+    norm = math.sqrt(sum(float((g ** 2).sum()) for g in grads.values()))
+    ours = float(lines["norm1"])
+    e = abs(ours - norm) / norm
+    report(e <= 2e-2, "gradient norm: ours %.6f, HF %.6f: relative error %.2e (bound 2e-2)" % (ours, norm, e))
+    masters = {}
+    after = os.path.join(d, "after")
+    for f in sorted(os.listdir(after)):
+        if f.endswith(".optim.safetensors"):
+            for k, v in load_file(os.path.join(after, f)).items():
+                if k.endswith(".master"):
+                    masters[k[:-len(".master")]] = v.double().numpy()
+    worst, wname, count = 0.0, "", 0
+    for name, g_ref in sorted(grads.items()):
+        if name not in masters:
+            report(False, "no master weights for %s in %s" % (name, after))
+            continue
+        g_ours = p0[name] - masters[name].reshape(g_ref.shape)  # lr = eps = 1e6: moved by -g
+        e = rel(g_ours, g_ref)
+        count += 1
+        if e > worst:
+            worst, wname = e, name
+        if e > 5e-2:
+            report(False, "gradient of %s: relative error %.2e (bound 5e-2)" % (name, e))
+    report(count == len(grads) and count > 0,
+           "gradients of all %d parameters compared; worst %.2e (%s; bound 5e-2)" % (count, worst, wname))
+
+    # The loss curve from the same weights, torch.optim.AdamW as the engine does it.
+    model, V = load_model(d)
+    named = dict(model.named_parameters())
+    decay = [t for k, t in named.items() if k.endswith(".weight") and not k.split(".")[-2].startswith("ln")]
+    no_decay = [t for k, t in named.items() if not any(t is u for u in decay)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=1e-3, foreach=False)
+    ref = []
+    for s in range(len(traj)):
+        opt.zero_grad()
+        loss = world_loss(model, V, batches(tokens, world, B, T, s))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(named.values()), 1.0)
+        opt.step()
+        ref.append(loss.item())
+    with open(curve_txt, "w") as f:
+        f.write("step ours hf\n")
+        for s, (a, b) in enumerate(zip(traj, ref)):
+            f.write("%d %.6f %.6f\n" % (s + 1, a, b))
+    report(len(traj) >= 50, "%d training steps reported (want 50)" % len(traj))
+    e = max(abs(a - b) / b for a, b in zip(traj, ref)) if traj else 1
+    report(e <= 2e-2, "loss curve over %d AdamW steps: worst relative error %.2e (bound 2e-2); "
+           "ours %s; HF %s" % (len(traj), e, " ".join("%.4f" % x for x in traj[::10]),
+                               " ".join("%.4f" % x for x in ref[::10])))
+    report(bool(ref) and ref[-1] < ref[0] - 1, "the loss falls (%.4f -> %.4f)" % (ref[0], ref[-1]) if ref else "no steps")
+    return 1 if FAILED else 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "make":
+        make(sys.argv[2], *[int(x) for x in sys.argv[3:8]])
+    else:
+        sys.exit(check(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], sys.argv[7]))

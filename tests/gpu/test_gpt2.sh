@@ -1,0 +1,60 @@
+#!/bin/bash
+# GPU tests of the GPT-2 example's CUDA path (make check-gpu, >= 1 GPU; the
+# layouts 1x2 and 2x1 need 2):
+# - HF transformers' GPT2LMHeadModel as the oracle (tests/gpu/gpt2_hf.py, f32 on
+#   the GPU, no TF32) with the same bf16-representable weights: logits, loss,
+#   every gradient and the gradient norm of the first step, and the loss curve
+#   over 50 AdamW steps, bf16 bounds (in gpt2_hf.py);
+# - the trainer on cuda through bmlaunch: the loss falls, MFU is reported.
+# GPT2_CURVES=DIR keeps each layout's loss curves (ours, HF) there.
+. "$(dirname "$0")/../integration/lib.sh"
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} BMT_TIMEOUT=120
+gpu_require 1
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+
+PY=python3
+HF=$SRC/tests/gpu/gpt2_hf.py
+GPT2=$BUILDDIR/bin/gpt2
+CURVES=${GPT2_CURVES:-$TMP}
+L=4 C=256 NH=4 V=50257 MAXT=256 B=4 T=256
+
+$GPT2 --prepare "$SRC/examples/gpt2/data/corpus.txt" --out "$TMP/corpus" >/dev/null &&
+    cp "$TMP/corpus_train.bin" "$TMP/data.bin" &&
+    $PY "$HF" make "$TMP" $L $C $NH $V $MAXT || echo "# the oracle could not make its files"
+
+# hf LAYOUT: gpt2_check on cuda in that layout, then the oracle
+hf() {
+    local g=${1%x*} n=${1#*x} rc=0 tag=$1
+    [ $# -gt 1 ] && tag=$1-zero2-nockpt
+    cp "$TMP/model.safetensors" "$TMP/data.bin" "$TMP/shape.json" .
+    with_timeout 600 "$BMLAUNCH" --metrics-port 0 --device cuda -g $g -n $n -- \
+        "$PROGS/gpt2_check" --init model.safetensors --data data.bin --heads $NH -b $B -t $T \
+        --out . --steps 50 "${@:2}" >out 2>err || rc=$?
+    [ $rc -eq 0 ] || { echo "gpt2_check exit $rc"; tail -5 err; return 1; }
+    sed 's/^0: //' out >out.txt
+    $PY "$HF" check "$PWD" $((g * n)) $B $T out.txt "$CURVES/curve-$tag.txt"
+}
+
+layouts="1x1"
+[ "$gpus" -ge 2 ] && layouts="1x1 1x2 2x1"
+for layout in $layouts; do
+    test_expect_success "GPT-2 (L $L, C $C, V $V) on cuda $layout against HF GPT2LMHeadModel: logits, loss, gradients, 50 steps" "
+        hf $layout >check.txt; rc=\$?; cat check.txt; test \$rc -eq 0 && test \$(grep -c '^ok ' check.txt) -eq 7
+    "
+done
+
+test_expect_success "the same with zero level 2 and no activation checkpointing (1x$([ "$gpus" -ge 2 ] && echo 2 || echo 1))" "
+    hf 1x$([ "$gpus" -ge 2 ] && echo 2 || echo 1) --zero 2 --ckpt 0 >check.txt; rc=\$?; cat check.txt; test \$rc -eq 0
+"
+
+test_expect_success "the trainer on cuda: the loss falls, step lines with MFU" '
+    with_timeout 300 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- "$GPT2" --model tiny \
+        --data "$TMP/corpus_train.bin" --val "$TMP/corpus_val.bin" -b 16 -t 256 --steps 60 \
+        --lr 3e-3 --warmup 5 --eval-every 30 >out 2>err || { tail -20 out err; false; } &&
+    first=$(sed -n "s/^0: step *1\/60 | loss \([0-9.]*\).*/\1/p" out) &&
+    last=$(sed -n "s/^0: step *60\/60 | loss \([0-9.]*\).*/\1/p" out) &&
+    echo "loss $first -> $last" &&
+    awk -v a="$first" -v b="$last" "BEGIN { exit !(b < a - 1.5) }" &&
+    grep -q "^0: step *60/60 .* MFU [0-9.]*%" out
+'
+test_done
