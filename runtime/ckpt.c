@@ -139,7 +139,7 @@ static int agree(bmt_ctx_t *ctx, int failed, const char *what, bmt_error_t *err)
 {
     double v = failed ? 1 : 0;
     bmt_error_t e2;
-    if (comm_all_reduce_host_f64(ctx->world_comm, &v, 1, BMT_MAX, &e2) < 0) {
+    if (bmt_all_reduce_host_f64(ctx->world_comm, &v, 1, BMT_MAX, &e2) < 0) {
         if (!failed) /* a failed rank keeps its own message */
             *err = e2;
         return -1;

@@ -477,7 +477,7 @@ int bmt_barrier(bmt_comm_t *c, bmt_error_t *err)
     return 0;
 }
 
-int comm_all_reduce_host_f64(bmt_comm_t *c, double *v, size_t n, bmt_op_t op, bmt_error_t *err)
+int bmt_all_reduce_host_f64(bmt_comm_t *c, double *v, size_t n, bmt_op_t op, bmt_error_t *err)
 {
     bmt_ctx_t *ctx = c->ctx;
     double *d = bmt_alloc(ctx, BMT_MEM_WORKSPACE, n * sizeof(double), err);

@@ -107,8 +107,5 @@ void comm_abort(bmt_comm_t *c);
 /* "rank 3: <name>" context for messages. */
 #define COMM_WHERE_FMT "rank %d: %s"
 
-/* All-reduce n host doubles over comm through a device buffer (the nccl
- * backend needs device memory): small agreement and flag exchanges. */
-int comm_all_reduce_host_f64(bmt_comm_t *comm, double *v, size_t n, bmt_op_t op, bmt_error_t *err);
 
 #endif

@@ -406,7 +406,7 @@ static int check_same_everywhere(bmt_blocklist_t *l, bmt_error_t *err)
     }
     /* Exact in a double: 52 bits. [max, -min] in one all-reduce with MAX. */
     double mine = (double)(h >> 12), v[2] = { mine, -mine };
-    if (comm_all_reduce_host_f64(ctx->world_comm, v, 2, BMT_MAX, err) < 0)
+    if (bmt_all_reduce_host_f64(ctx->world_comm, v, 2, BMT_MAX, err) < 0)
         return errprefix(err, "checking that every rank has the same block list: ");
     if (v[0] != mine || -v[1] != mine)
         return errprintf(err,

@@ -66,7 +66,7 @@ class GPT(nn.Module):
         for b in self.h:
             x = checkpoint(b, x, use_reentrant=False) if self.ckpt else b(x)
         logits = F.linear(self.ln_f(x), self.wte.weight)
-        return F.cross_entropy(logits.float().view(-1, V), targets.view(-1))
+        return F.cross_entropy(logits.float().reshape(-1, V), targets.reshape(-1))
 
 
 def main():

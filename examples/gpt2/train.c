@@ -305,10 +305,10 @@ static double lr_at(void *user, int64_t step, double base)
 
 /* ------------------------------------------------------------ the run */
 
-/* Sum of v over the world (cpu: device memory is host memory). */
+/* Sum of v (host memory) over the world. */
 static int world_sum(bmt_ctx_t *ctx, double *v, int n, bmt_error_t *err)
 {
-    return bmt_all_reduce(bmt_comm_world(ctx), v, v, (size_t)n, BMT_F64, BMT_SUM, err);
+    return bmt_all_reduce_host_f64(bmt_comm_world(ctx), v, (size_t)n, BMT_SUM, err);
 }
 
 static int evaluate(bmt_ctx_t *ctx, gpt2_model_t *m, gpt2_loader_t *val, int batches, int32_t *in,

@@ -147,6 +147,12 @@ BMT_API int bmt_broadcast(bmt_comm_t *comm, void *buf, size_t count, bmt_dtype_t
                           bmt_error_t *err);
 BMT_API int bmt_barrier(bmt_comm_t *comm, bmt_error_t *err);
 
+/* All-reduce of n doubles in host memory, whatever the device (on cuda they go
+ * through a device buffer of the context: the collectives above take device
+ * memory). For a program's own figures (a loss, a flag); synchronizes. */
+BMT_API int bmt_all_reduce_host_f64(bmt_comm_t *comm, double *v, size_t n, bmt_op_t op,
+                                    bmt_error_t *err);
+
 /* Out-of-band all-gather over the whole job through PMIx (slow; for setup data
  * such as hostnames): every rank contributes len bytes (the same len everywhere),
  * all receives world*len bytes ordered by rank. Collective over the world. */

@@ -104,7 +104,7 @@ static void dump(bmt_ctx_t *ctx, gpt2_model_t *m, const char *dir, const char *s
 
 static double world_mean(bmt_ctx_t *ctx, double v, bmt_error_t *err)
 {
-    if (bmt_all_reduce(bmt_comm_world(ctx), &v, &v, 1, BMT_F64, BMT_SUM, err) < 0)
+    if (bmt_all_reduce_host_f64(bmt_comm_world(ctx), &v, 1, BMT_SUM, err) < 0)
         DIE("%s", err->text);
     return v / bmt_world_size(ctx);
 }

@@ -453,7 +453,7 @@ int main(int argc, char **argv)
     bmt_optim_destroy(opt);
     bmt_blocklist_destroy(list);
     double all = failures; /* on cpu, device memory is host memory */
-    if (bmt_all_reduce(bmt_comm_world(ctx), &all, &all, 1, BMT_F64, BMT_SUM, &err) < 0)
+    if (bmt_all_reduce_host_f64(bmt_comm_world(ctx), &all, 1, BMT_SUM, &err) < 0)
         DIE("tied_check: %s", err.text);
     if (my_rank == 0)
         printf("tied_check: %s on %d ranks (zero %d, ckpt %d, prefetch %d, accum %d)\n",
