@@ -56,7 +56,7 @@ static void *cu_alloc(gpt2_cu_t *cu, size_t bytes, bmt_error_t *err)
 static int alloc_all(gpt2_cu_t *cu, bmt_error_t *err)
 {
     const size_t N = (size_t)cu->N, C = (size_t)cu->cfg.n_embd, h = 2; /* bf16 bytes */
-    const size_t att = (size_t)cu->B * cu->cfg.n_head * cu->T * cu->T;
+    const size_t att = gpt2_cuda_attention_saved_bytes(cu->B, cu->T, cu->cfg.n_embd, cu->cfg.n_head);
     const int L = cu->cfg.n_layer, sets = cu->ckpt ? 1 : L;
     if ((cu->x = calloc((size_t)L + 1, sizeof(void *))) == NULL ||
         (cu->acts = calloc((size_t)sets, sizeof(cu_layer_t))) == NULL ||
@@ -70,7 +70,7 @@ static int alloc_all(gpt2_cu_t *cu, bmt_error_t *err)
     for (int s = 0; s < sets; s++) {
         cu_layer_t *a = &cu->acts[s];
         if (!(a->ln1 = cu_alloc(cu, N * C * h, err)) || !(a->qkvr = cu_alloc(cu, 3 * N * C * h, err)) ||
-            !(a->att = cu_alloc(cu, att * h, err)) || !(a->atty = cu_alloc(cu, N * C * h, err)) ||
+            !(a->att = cu_alloc(cu, att, err)) || !(a->atty = cu_alloc(cu, N * C * h, err)) ||
             !(a->res2 = cu_alloc(cu, N * C * h, err)) || !(a->ln2 = cu_alloc(cu, N * C * h, err)) ||
             !(a->fch = cu_alloc(cu, 4 * N * C * h, err)) ||
             !(a->fch_gelu = cu_alloc(cu, 4 * N * C * h, err)) ||
@@ -87,7 +87,7 @@ static int alloc_all(gpt2_cu_t *cu, bmt_error_t *err)
         !(cu->losses = cu_alloc(cu, N * 4, err)) || !(cu->loss_sum = cu_alloc(cu, 4, err)) ||
         !(cu->dres = cu_alloc(cu, N * C * h, err)) || !(cu->dres2 = cu_alloc(cu, N * C * h, err)) ||
         !(cu->dln = cu_alloc(cu, N * C * h, err)) || !(cu->datty = cu_alloc(cu, N * C * h, err)) ||
-        !(cu->dqkv = cu_alloc(cu, 3 * N * C * h, err)) || !(cu->datt = cu_alloc(cu, att * h, err)) ||
+        !(cu->dqkv = cu_alloc(cu, 3 * N * C * h, err)) || !(cu->datt = cu_alloc(cu, att, err)) ||
         !(cu->attn_scratch = cu_alloc(cu, 4 * N * C * h, err)) ||
         !(cu->dfch = cu_alloc(cu, 4 * N * C * h, err)))
         return -1;
@@ -223,7 +223,7 @@ static int layer_backward(gpt2_cu_t *cu, int l, void *const *p, float *const *g,
                                      p[LN2_W], a->ln2_mean, a->ln2_rstd, N, C, err) < 0 ||
         gpt2_cuda_matmul_backward(h, cu->datty, g[APROJ_W], g[APROJ_B], cu->dres2, C, a->atty,
                                   p[APROJ_W], N, C, C, 0, err) < 0 ||
-        gpt2_cuda_attention_backward(h, cu->dqkv, cu->datty, a->qkvr, a->att, cu->datt,
+        gpt2_cuda_attention_backward(h, cu->dqkv, cu->datty, a->atty, a->qkvr, a->att, cu->datt,
                                      cu->attn_scratch, cu->B, cu->T, C, cu->cfg.n_head, err) < 0 ||
         gpt2_cuda_matmul_backward(h, cu->dln, g[ATTN_W], g[ATTN_B], cu->dqkv, 3 * C, a->ln1,
                                   p[ATTN_W], N, C, 3 * C, 0, err) < 0 ||

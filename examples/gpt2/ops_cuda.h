@@ -11,8 +11,9 @@
  *     CPU; gradients of activations are overwritten (=), except where said.
  *   - Matmuls are cuBLASLt (bf16 in, f32 compute; bias fused as an epilogue),
  *     with cublasGemmEx as the fallback when cuBLASLt offers no algorithm.
- *   - Attention keeps q, k, v permuted to (B,NH,T,hs) ("qkvr", 3 N C) and the
- *     softmax (B,NH,T,T) for the backward; the scores are batched GEMMs.
+ *   - Attention keeps q, k, v permuted to (B,NH,T,hs) ("qkvr", 3 N C) for the
+ *     backward; GPT-2's head sizes run flash attention (own WMMA kernels,
+ *     FlashAttention-2's tiling), others batched GEMMs over (T,T) scores.
  *   - Cross-entropy is fused with its backward: one pass over each row of the
  *     logits gives the loss and overwrites the logits with the gradient, so no
  *     (N,V) f32 buffer exists.
@@ -93,17 +94,25 @@ int gpt2_cuda_matmul_backward(gpt2_cuda_t *h, void *dinp, float *dweight, float 
                               const void *dout, int ld_dout, const void *inp, const void *weight,
                               int N, int IC, int OC, int wt, bmt_error_t *err);
 
-/* Causal self-attention. From qkv (B,T,3C) bf16: qkvr (3 x (B,NH,T,hs)) bf16
- * and att (B,NH,T,T) bf16 (the softmax, 0 above the diagonal) are saved for the
+/* Causal self-attention. Head sizes 16, 32, 64 and 128 (GPT-2's is 64) take
+ * flash attention (the scores never reach memory; `att` saves the softmax's
+ * log-sum-exp per row, (B,NH,T) f32); other head sizes materialize the scores
+ * (`att` saves the softmax itself, (B,NH,T,T) bf16, 0 above the diagonal).
+ * gpt2_cuda_attention_saved_bytes gives the size of `att` and of the backward's
+ * `datt` scratch either way. */
+int gpt2_cuda_attention_is_flash(int C, int NH);
+size_t gpt2_cuda_attention_saved_bytes(int B, int T, int C, int NH);
+
+/* From qkv (B,T,3C) bf16: qkvr (3 x (B,NH,T,hs)) bf16 and att are saved for the
  * backward; out (B,T,C) bf16. scratch: N C bf16. */
 int gpt2_cuda_attention_forward(gpt2_cuda_t *h, void *out, void *qkvr, void *att, const void *qkv,
                                 void *scratch, int B, int T, int C, int NH, bmt_error_t *err);
 
 /* dqkv (B,T,3C) bf16 = the gradient for dout (B,T,C) bf16 (overwritten), from the
- * forward's qkvr and att. scratch: datt (B,NH,T,T) bf16 and 4 N C bf16 more. */
-int gpt2_cuda_attention_backward(gpt2_cuda_t *h, void *dqkv, const void *dout, const void *qkvr,
-                                 const void *att, void *datt, void *scratch, int B, int T, int C,
-                                 int NH, bmt_error_t *err);
+ * forward's out, qkvr and att. scratch: datt (saved_bytes) and 4 N C bf16. */
+int gpt2_cuda_attention_backward(gpt2_cuda_t *h, void *dqkv, const void *dout, const void *out,
+                                 const void *qkvr, const void *att, void *datt, void *scratch,
+                                 int B, int T, int C, int NH, bmt_error_t *err);
 
 /* out (n) bf16 = GELU_tanh(inp (n) bf16); out may be inp. */
 int gpt2_cuda_gelu_forward(gpt2_cuda_t *h, void *out, const void *inp, size_t n, bmt_error_t *err);

@@ -24,9 +24,10 @@ Bounds (ours computes in bf16 with f32 sums; the reference in f32):
   gradient norm         2e-2 relative
   loss curve            (AdamW lr 1e-3, weight decay 0.01 except biases and
                         LayerNorm weights, clip 1.0, as the engine does it)
-                        steps 1-10 within 1e-2 relative, the median over 50
-                        steps 1e-2, the mean of the last 10 3e-2 (single-step
-                        spikes land where rounding puts them: see check())
+                        steps 1-10 within 1e-2 relative; the median relative
+                        error over all 50 steps 1e-2, over the last 10 2e-2
+                        (single-step spikes land where rounding puts them:
+                        see check())
 """
 import json
 import math
@@ -185,11 +186,11 @@ def check(d, world, B, T, out_txt, curve_txt):
     if errs:
         e10 = max(errs[:10])
         med = float(np.median(errs))
-        tail = abs(np.mean(traj[-10:]) - np.mean(ref[-10:])) / np.mean(ref[-10:])
+        tail = float(np.median(errs[-10:]))
         worst = max(range(len(errs)), key=lambda i: errs[i])
-        report(e10 <= 1e-2 and med <= 1e-2 and tail <= 3e-2,
+        report(e10 <= 1e-2 and med <= 1e-2 and tail <= 2e-2,
                "loss curve over %d AdamW steps: steps 1-10 worst relative error %.2e (bound 1e-2), "
-               "median %.2e (bound 1e-2), mean of the last 10 %.2e (bound 3e-2); worst step %d "
+               "median %.2e (bound 1e-2), median of the last 10 %.2e (bound 2e-2); worst step %d "
                "(ours %.4f, HF %.4f); ours %s; HF %s"
                % (len(traj), e10, med, tail, worst + 1, traj[worst], ref[worst],
                   " ".join("%.4f" % x for x in traj[::10]), " ".join("%.4f" % x for x in ref[::10])))

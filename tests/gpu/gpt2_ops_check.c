@@ -323,21 +323,53 @@ static void t_attention(int B, int T, int C, int NH)
     float *ref = zeros(N * C), *pre = zeros(att), *ratt = zeros(att);
     gpt2_attention_forward(ref, pre, ratt, qkv, B, T, C, NH);
     void *dqkv = up_bf16(qkv, N * 3 * C), *dout = dmalloc(N * C * 2), *dqkvr = dmalloc(N * 3 * C * 2);
-    void *datt = dmalloc(att * 2), *scratch = dmalloc(4 * N * C * 2);
+    const bool flash = gpt2_cuda_attention_is_flash(C, NH);
+    void *datt = dmalloc(gpt2_cuda_attention_saved_bytes(B, T, C, NH));
+    void *scratch = dmalloc(4 * N * C * 2);
     run(gpt2_cuda_attention_forward(h, dout, dqkvr, datt, dqkv, scratch, B, T, C, NH, &err),
         "attention forward", &err);
-    float *got = down_bf16(dout, N * C), *gatt = down_bf16(datt, att);
-    snprintf(name, sizeof(name), "attention forward (B %d, T %d, C %d, NH %d)", B, T, C, NH);
+    float *got = down_bf16(dout, N * C), *gatt = NULL;
+    snprintf(name, sizeof(name), "attention forward (B %d, T %d, C %d, NH %d, %s)", B, T, C, NH,
+             flash ? "flash" : "materialized");
     check(name, got, ref, N * C, 3e-2);
-    check("attention forward: softmax, 0 above the diagonal", gatt, ratt, att, 3e-2);
+    if (flash) { /* att holds the log-sum-exp of each row: check it against the CPU's scores */
+        float *lse = down_f32(datt, (size_t)B * NH * T), *rl = zeros((size_t)B * NH * T);
+        for (size_t r = 0; r < (size_t)B * NH * T; r++) {
+            const size_t t = r % T;
+            double mx = -INFINITY, s = 0;
+            for (size_t j = 0; j <= t; j++)
+                mx = fmax(mx, pre[r * T + j]);
+            for (size_t j = 0; j <= t; j++)
+                s += exp(pre[r * T + j] - mx);
+            rl[r] = (float)(mx + log(s));
+        }
+        check("flash attention forward: log-sum-exp per row", lse, rl, (size_t)B * NH * T, 1e-3);
+        free(lse), free(rl);
+    } else {
+        gatt = down_bf16(datt, att);
+        check("attention forward: softmax, 0 above the diagonal", gatt, ratt, att, 3e-2);
+    }
 
     float *dy = rnd(N * C, 1.0f), *rdq = zeros(N * 3 * C), *s1 = zeros(att), *s2 = zeros(att);
     gpt2_attention_backward(rdq, s1, s2, dy, qkv, ratt, B, T, C, NH);
-    void *ddy = up_bf16(dy, N * C), *ddq = dmalloc(N * 3 * C * 2), *ddatt = dmalloc(att * 2);
-    run(gpt2_cuda_attention_backward(h, ddq, ddy, dqkvr, datt, ddatt, scratch, B, T, C, NH, &err),
+    void *ddy = up_bf16(dy, N * C), *ddq = dmalloc(N * 3 * C * 2);
+    void *ddatt = dmalloc(gpt2_cuda_attention_saved_bytes(B, T, C, NH));
+    run(gpt2_cuda_attention_backward(h, ddq, ddy, dout, dqkvr, datt, ddatt, scratch, B, T, C, NH,
+                                     &err),
         "attention backward", &err);
     float *gdq = down_bf16(ddq, N * 3 * C);
     check("attention backward dqkv", gdq, rdq, N * 3 * C, 3e-2);
+    /* the same bits on a second run (no atomics) */
+    ck(cudaMemset(ddq, 0xff, N * 3 * C * 2), "poison");
+    run(gpt2_cuda_attention_backward(h, ddq, ddy, dout, dqkvr, datt, ddatt, scratch, B, T, C, NH,
+                                     &err),
+        "attention backward", &err);
+    float *gdq2 = down_bf16(ddq, N * 3 * C);
+    const bool same = memcmp(gdq, gdq2, N * 3 * C * sizeof(float)) == 0;
+    printf("%sok %d - attention backward: the same bits on a second run\n", same ? "" : "not ",
+           ++tap_n);
+    tap_failed += !same;
+    free(gdq2);
     free(qkv), free(ref), free(pre), free(ratt), free(got), free(gatt), free(dy), free(rdq);
     free(s1), free(s2), free(gdq);
     cudaFree(dqkv), cudaFree(dout), cudaFree(dqkvr), cudaFree(datt), cudaFree(scratch);
@@ -439,8 +471,12 @@ int main(void)
     t_matmul(256, 3072, 768, 0, 768);  /* mlp c_proj */
     t_matmul(128, 768, 1000, 1, 1024); /* tied head, padded rows */
     t_matmul(16, 768, 50257, 1, 50304);
-    t_attention(2, 128, 768, 12);
-    t_attention(1, 100, 200, 4); /* T not a multiple of 32, head size 50 */
+    t_attention(2, 128, 768, 12); /* GPT-2's head size 64: flash */
+    t_attention(1, 200, 256, 4);  /* flash, T not a multiple of the 64-row tile */
+    t_attention(2, 64, 64, 4);    /* flash, head size 16 (the tiny model) */
+    t_attention(1, 96, 256, 2);   /* flash, head size 128 */
+    t_attention(1, 64, 128, 4);   /* flash, head size 32 */
+    t_attention(1, 100, 200, 4);  /* head size 50: the materialized path */
     t_elementwise(1000003);
     t_crossentropy(200, 1000, 1024);
     t_crossentropy(16, 50257, 50304);
