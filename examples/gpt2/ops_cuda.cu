@@ -31,6 +31,7 @@ struct gpt2_cuda {
     void *lt_ws;    /* LT_WORKSPACE bytes */
     float *partial; /* COL_CHUNKS x 2 x max_cols f32 */
     int max_cols;
+    int no_flash; /* gpt2_cuda_use_flash(h, 0): benchmarks of the materialized path */
 };
 
 namespace {
@@ -534,29 +535,38 @@ __global__ void __launch_bounds__(FA_WARPS * 32)
         __syncthreads();
         fa_abt<D>(Ss + wr * L::LDS, Qs + wr * L::LDH, Ks);
         __syncwarp();
-        /* online softmax of the warp's 16 rows; lane handles columns lane, lane + 32 */
-        for (int rr = 0; rr < 16; rr++) {
-            const int r = wr + rr, row = r0 + r;
-            float *srow = Ss + r * L::LDS;
-            float x0 = -INFINITY, x1 = -INFINITY;
-            if (row < T) {
-                if (c0 + lane <= row)
-                    x0 = srow[lane] * scale;
-                if (c0 + lane + 32 <= row)
-                    x1 = srow[lane + 32] * scale;
-            }
+        /* online softmax of the warp's 16 rows: two lanes per row, each over
+         * half of its 64 columns (and half of its D outputs), one shuffle to
+         * combine; rows are independent, so the lanes run in parallel. */
+        {
+            const int r = wr + lane / 2, row = r0 + r, half = lane % 2;
+            const float *srow = Ss + r * L::LDS + half * 32;
+            const int cbase = c0 + half * 32;
+            float mx = -INFINITY;
+#pragma unroll 8
+            for (int c = 0; c < 32; c++)
+                if (row < T && cbase + c <= row)
+                    mx = fmaxf(mx, srow[c] * scale);
             const float m_old = ms[r];
-            const float m_new = fmaxf(m_old, warp_max(fmaxf(x0, x1)));
-            const float p0 = m_new == -INFINITY ? 0.f : expf(x0 - m_new);
-            const float p1 = m_new == -INFINITY ? 0.f : expf(x1 - m_new);
+            const float m_new = fmaxf(m_old, fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)));
             const float alpha = m_new == -INFINITY ? 1.f : expf(m_old - m_new);
-            const float sum = warp_sum(p0 + p1);
-            Ps[r * L::LDP + lane] = bf(p0);
-            Ps[r * L::LDP + lane + 32] = bf(p1);
-            for (int c = lane; c < D; c += 32)
-                Os[r * L::LDO + c] *= alpha;
+            float sum = 0.f;
+            bf16 *prow = Ps + r * L::LDP + half * 32;
+#pragma unroll 8
+            for (int c = 0; c < 32; c++) {
+                float p = 0.f;
+                if (row < T && cbase + c <= row)
+                    p = expf(srow[c] * scale - m_new);
+                sum += p;
+                prow[c] = bf(p);
+            }
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            float *orow = Os + r * L::LDO + half * (D / 2);
+#pragma unroll 8
+            for (int c = 0; c < D / 2; c++)
+                orow[c] *= alpha;
             __syncwarp();
-            if (lane == 0)
+            if (half == 0)
                 ms[r] = m_new, ls[r] = ls[r] * alpha + sum;
             __syncwarp();
         }
@@ -959,6 +969,8 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(void *stream, void *workspace, int max_
     return h;
 }
 
+extern "C" void gpt2_cuda_use_flash(gpt2_cuda_t *h, int on) { h->no_flash = !on; }
+
 extern "C" void gpt2_cuda_destroy(gpt2_cuda_t *h)
 {
     if (h == NULL)
@@ -1099,7 +1111,7 @@ extern "C" int gpt2_cuda_attention_forward(gpt2_cuda_t *h, void *out, void *qkvr
                                                                  hs);
     if (launched(err, "attention permute") < 0)
         return -1;
-    if (flash_ok(hs)) {
+    if (flash_ok(hs) && !h->no_flash) {
         const float scale = 1.0f / sqrtf((float)hs);
         cudaError_t e = hs == 16    ? flash_forward<16>(h->stream, y, (float *)att, q, k, v, BH, T, scale)
                         : hs == 32  ? flash_forward<32>(h->stream, y, (float *)att, q, k, v, BH, T, scale)
@@ -1140,7 +1152,7 @@ extern "C" int gpt2_cuda_attention_backward(gpt2_cuda_t *h, void *dqkv, const vo
     permute_one<<<blocks_for(one, 256), 256, 0, h->stream>>>(dy, (const bf16 *)dout, B, T, NH, hs);
     if (launched(err, "attention permute") < 0)
         return -1;
-    if (flash_ok(hs)) {
+    if (flash_ok(hs) && !h->no_flash) {
         const float scale = 1.0f / sqrtf((float)hs);
         float *Dd = (float *)datt;
         const size_t warps = (size_t)B * T * NH;

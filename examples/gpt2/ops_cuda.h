@@ -48,6 +48,10 @@ size_t gpt2_cuda_workspace_bytes(int max_cols);
 gpt2_cuda_t *gpt2_cuda_create(void *stream, void *workspace, int max_cols, bmt_error_t *err);
 void gpt2_cuda_destroy(gpt2_cuda_t *h);
 
+/* on 0: attention materializes the scores whatever the head size (for
+ * benchmarks; `att` and `datt` must then have B NH T T bf16). Default 1. */
+void gpt2_cuda_use_flash(gpt2_cuda_t *h, int on);
+
 /* out (N,C) bf16 = wte[inp] + wpe[t]; inp (B,T) int32 on the device. */
 int gpt2_cuda_encoder_forward(gpt2_cuda_t *h, void *out, const int32_t *inp, const void *wte,
                               const void *wpe, int B, int T, int C, bmt_error_t *err);

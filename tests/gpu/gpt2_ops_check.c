@@ -455,7 +455,130 @@ static void t_crossentropy(int N, int V, int ld)
     cudaFree(dl), cudaFree(dtg), cudaFree(dlosses), cudaFree(dsum);
 }
 
-int main(void)
+/* ------------------------------------------------------------ timing (--bench)
+ *
+ * Diagnostics, not tests: each layer at GPT-2 d12's shapes (B 16, T 1024, C 768,
+ * 12 heads, V 50257), the median of 20 runs timed with events, and the
+ * figures of one training step (forward, recomputation under activation
+ * checkpointing excluded, backward) of 12 layers and the head. Prints "#" lines.
+ */
+static float time_ms(void (*fn)(void *), void *arg)
+{
+    cudaEvent_t a, b;
+    float t[20];
+    ck(cudaEventCreate(&a), "event");
+    ck(cudaEventCreate(&b), "event");
+    fn(arg); /* warm-up */
+    for (int i = 0; i < 20; i++) {
+        ck(cudaEventRecord(a, stream), "event");
+        fn(arg);
+        ck(cudaEventRecord(b, stream), "event");
+        ck(cudaEventSynchronize(b), "event");
+        ck(cudaEventElapsedTime(&t[i], a, b), "event");
+    }
+    for (int i = 0; i < 20; i++) /* sort for the median */
+        for (int j = i + 1; j < 20; j++)
+            if (t[j] < t[i]) {
+                float x = t[i];
+                t[i] = t[j], t[j] = x;
+            }
+    cudaEventDestroy(a), cudaEventDestroy(b);
+    return (t[9] + t[10]) / 2;
+}
+
+typedef struct bench_bufs {
+    int B, T, C, NH, V, Vp, N, op, flash;
+    void *x, *y, *qkv, *qkvr, *att, *datt, *scratch, *big, *dbig, *w, *bias, *logits;
+    float *mean, *rstd, *gw, *gb, *gwbig, *losses;
+    int32_t *tok;
+} bench_bufs_t;
+
+static void bench_op(void *arg)
+{
+    bench_bufs_t *z = arg;
+    bmt_error_t err;
+    const int N = z->N, C = z->C;
+    int rc = 0;
+    switch (z->op) {
+    case 0: rc = gpt2_cuda_layernorm_forward(h, z->y, z->mean, z->rstd, z->x, z->w, z->bias, N, C, &err); break;
+    case 1: rc = gpt2_cuda_layernorm_backward(h, z->y, z->y, z->gw, z->gb, z->x, z->x, z->w, z->mean, z->rstd, N, C, &err); break;
+    case 2: rc = gpt2_cuda_matmul_forward(h, z->qkv, 3 * C, z->x, z->w, z->bias, N, C, 3 * C, 0, &err); break;
+    case 3: rc = gpt2_cuda_matmul_backward(h, z->x, z->gwbig, z->gb, z->qkv, 3 * C, z->y, z->w, N, C, 3 * C, 0, &err); break;
+    case 4: rc = gpt2_cuda_matmul_forward(h, z->big, 4 * C, z->x, z->w, z->bias, N, C, 4 * C, 0, &err); break;
+    case 5: rc = gpt2_cuda_matmul_backward(h, z->x, z->gwbig, z->gb, z->big, 4 * C, z->y, z->w, N, C, 4 * C, 0, &err); break;
+    case 6: rc = gpt2_cuda_matmul_forward(h, z->y, C, z->big, z->w, z->bias, N, 4 * C, C, 0, &err); break;
+    case 7: rc = gpt2_cuda_matmul_backward(h, z->dbig, z->gwbig, z->gb, z->y, C, z->big, z->w, N, 4 * C, C, 0, &err); break;
+    case 8: rc = gpt2_cuda_matmul_forward(h, z->y, C, z->x, z->w, z->bias, N, C, C, 0, &err); break;
+    case 9: rc = gpt2_cuda_matmul_backward(h, z->x, z->gwbig, z->gb, z->y, C, z->x, z->w, N, C, C, 0, &err); break;
+    case 10: rc = gpt2_cuda_attention_forward(h, z->y, z->qkvr, z->att, z->qkv, z->scratch, z->B, z->T, C, z->NH, &err); break;
+    case 11: rc = gpt2_cuda_attention_backward(h, z->qkv, z->x, z->y, z->qkvr, z->att, z->datt, z->scratch, z->B, z->T, C, z->NH, &err); break;
+    case 12: rc = gpt2_cuda_gelu_forward(h, z->dbig, z->big, (size_t)N * 4 * C, &err); break;
+    case 13: rc = gpt2_cuda_gelu_backward(h, z->dbig, z->big, z->dbig, (size_t)N * 4 * C, &err); break;
+    case 14: rc = gpt2_cuda_residual_forward(h, z->y, z->x, z->y, (size_t)N * C, &err); break;
+    case 15: rc = gpt2_cuda_matmul_forward(h, z->logits, z->Vp, z->x, z->w, NULL, N, C, z->V, 1, &err); break;
+    case 16: rc = gpt2_cuda_crossentropy(h, z->losses, z->logits, z->Vp, z->tok, 1e-4f, N, z->V, &err); break;
+    case 17: rc = gpt2_cuda_matmul_backward(h, z->x, z->gwbig, NULL, z->logits, z->Vp, z->y, z->w, N, C, z->V, 1, &err); break;
+    }
+    if (rc < 0)
+        die("bench", err.text);
+}
+
+static void bench(void)
+{
+    bench_bufs_t z = { .B = 16, .T = 1024, .C = 768, .NH = 12, .V = 50257, .Vp = 50304 };
+    const size_t N = (size_t)z.B * z.T, C = z.C;
+    const size_t att = (size_t)z.B * z.NH * z.T * z.T * 2;
+    z.N = (int)N;
+    float *r = rnd(N * 4 * C, 1.0f);
+    int32_t *tok = malloc(N * 4);
+    for (size_t i = 0; i < N; i++)
+        tok[i] = (int32_t)(uniform() * z.V);
+    z.x = up_bf16(r, N * C), z.y = up_bf16(r, N * C), z.qkv = up_bf16(r, N * 3 * C);
+    z.qkvr = up_bf16(r, N * 3 * C), z.big = up_bf16(r, N * 4 * C), z.dbig = up_bf16(r, N * 4 * C);
+    z.w = up_bf16(r, (size_t)z.V * C), z.bias = up_bf16(r, 4 * C);
+    z.att = dmalloc(att), z.datt = dmalloc(att), z.scratch = dmalloc(4 * N * C * 2);
+    z.logits = dmalloc(N * z.Vp * 2), z.mean = up_f32(r, N), z.rstd = up_f32(r, N);
+    z.gw = up_f32(r, 4 * C), z.gb = up_f32(r, 4 * C), z.gwbig = up_f32(r, (size_t)z.V * C);
+    z.losses = dmalloc(N * 4), z.tok = up_i32(tok, N);
+    for (size_t i = 0; i < N; i++) /* sane LayerNorm statistics */
+        r[i] = 1.0f;
+    ck(cudaMemcpy(z.rstd, r, N * 4, cudaMemcpyHostToDevice), "upload");
+    static const struct {
+        const char *name;
+        int op, per_layer; /* times per layer in a step (0: once, the head) */
+    } ops[] = {
+        { "layernorm fwd", 0, 2 },  { "layernorm bwd", 1, 2 },       { "matmul c_attn fwd", 2, 1 },
+        { "matmul c_attn bwd", 3, 1 }, { "matmul c_fc fwd", 4, 1 },  { "matmul c_fc bwd", 5, 1 },
+        { "matmul mlp c_proj fwd", 6, 1 }, { "matmul mlp c_proj bwd", 7, 1 },
+        { "matmul attn c_proj fwd", 8, 1 }, { "matmul attn c_proj bwd", 9, 1 },
+        { "attention fwd (flash)", 10, 1 }, { "attention bwd (flash)", 11, 1 },
+        { "gelu fwd", 12, 1 },      { "gelu bwd", 13, 1 },           { "residual", 14, 2 },
+        { "head matmul fwd", 15, 0 }, { "cross-entropy fused", 16, 0 }, { "head matmul bwd", 17, 0 },
+    };
+    double layer = 0, head = 0;
+    printf("# timing at d12 shapes (B 16, T 1024, C 768, NH 12, V 50257), median of 20\n");
+    for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+        z.op = ops[i].op;
+        float ms = time_ms(bench_op, &z);
+        printf("#   %-26s %8.3f ms%s\n", ops[i].name, ms, ops[i].per_layer > 1 ? " (x2 per layer)" : "");
+        if (ops[i].per_layer)
+            layer += ms * ops[i].per_layer;
+        else
+            head += ms;
+    }
+    gpt2_cuda_use_flash(h, 0);
+    z.op = 10;
+    float mf = time_ms(bench_op, &z);
+    z.op = 11;
+    float mb = time_ms(bench_op, &z);
+    gpt2_cuda_use_flash(h, 1);
+    printf("#   attention fwd (materialized) %6.3f ms, bwd %6.3f ms\n", mf, mb);
+    printf("# one layer %.2f ms; 12 layers + head: %.1f ms per step (without recomputation)\n",
+           layer, 12 * layer + head);
+    free(r), free(tok);
+}
+
+int main(int argc, char **argv)
 {
     bmt_error_t err;
     void *ws;
@@ -480,6 +603,8 @@ int main(void)
     t_elementwise(1000003);
     t_crossentropy(200, 1000, 1024);
     t_crossentropy(16, 50257, 50304);
+    if (argc > 1 && strcmp(argv[1], "--bench") == 0)
+        bench();
     gpt2_cuda_destroy(h);
     cudaFree(ws);
     printf("1..%d\n", tap_n);
