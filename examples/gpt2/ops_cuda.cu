@@ -31,7 +31,7 @@ struct gpt2_cuda {
     void *lt_ws;    /* LT_WORKSPACE bytes */
     float *partial; /* COL_CHUNKS x 2 x max_cols f32 */
     int max_cols;
-    int no_flash; /* gpt2_cuda_use_flash(h, 0): benchmarks of the materialized path */
+    int attn_mode; /* gpt2_cuda_attention_mode: 0 flash (mma), 1 materialized, 2 flash (WMMA) */
 };
 
 namespace {
@@ -267,9 +267,9 @@ __global__ void add_bias(bf16 *out, int ld_out, const bf16 *bias, int N, int OC)
 
 /* D (m,n) col-major, ldd, of type dtD = op(A) (m,k) x op(B) (k,n) [+ beta D]
  * [+ bias (m) bf16 broadcast over columns]; A and B bf16; f32 compute. */
-int matmul(gpt2_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void *A, bool ta, int lda,
-           const void *B, bool tb, int ldb, int m, int n, int k, const void *bias, float beta,
-           bmt_error_t *err)
+int matmul_one(gpt2_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void *A, bool ta,
+               int lda, const void *B, bool tb, int ldb, int m, int n, int k, const void *bias,
+               float beta, bmt_error_t *err)
 {
     const float one = 1.0f;
     cublasLtMatmulDesc_t desc = NULL;
@@ -334,6 +334,49 @@ int matmul(gpt2_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void *A, 
         return launched(err, "bias");
     }
     return 0;
+}
+
+/* The same product with every dimension but a remainder a multiple of 64: a
+ * dimension such as GPT-2's vocabulary (50257) makes cuBLASLt fall back to
+ * kernels several times slower (measured: the head's forward at 95 TFLOP/s
+ * against 550 for the layers' products, bench/NOTES.md), so it is split into
+ * an aligned part and the remainder. Splitting m or n splits D; splitting k
+ * adds the remainder's product into D (beta 1), one more rounding of D. */
+int matmul(gpt2_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void *A, bool ta, int lda,
+           const void *B, bool tb, int ldb, int m, int n, int k, const void *bias, float beta,
+           bmt_error_t *err)
+{
+    const size_t ds = dtD == CUDA_R_32F ? 4 : 2;
+    const char *a = (const char *)A, *b = (const char *)B;
+    char *d = (char *)D;
+    if (m > 64 && m % 64) {
+        const int m1 = m / 64 * 64;
+        return matmul(h, D, dtD, ldd, A, ta, lda, B, tb, ldb, m1, n, k, bias, beta, err) < 0 ||
+                       matmul(h, d + m1 * ds, dtD, ldd, a + (ta ? (size_t)m1 * lda : m1) * 2, ta,
+                              lda, B, tb, ldb, m - m1, n, k,
+                              bias ? (const char *)bias + (size_t)m1 * 2 : NULL, beta, err) < 0
+                   ? -1
+                   : 0;
+    }
+    if (n > 64 && n % 64) {
+        const int n1 = n / 64 * 64;
+        return matmul(h, D, dtD, ldd, A, ta, lda, B, tb, ldb, m, n1, k, bias, beta, err) < 0 ||
+                       matmul(h, d + (size_t)n1 * ldd * ds, dtD, ldd, A, ta, lda,
+                              b + (tb ? n1 : (size_t)n1 * ldb) * 2, tb, ldb, m, n - n1, k, bias,
+                              beta, err) < 0
+                   ? -1
+                   : 0;
+    }
+    if (k > 64 && k % 64) {
+        const int k1 = k / 64 * 64;
+        return matmul(h, D, dtD, ldd, A, ta, lda, B, tb, ldb, m, n, k1, bias, beta, err) < 0 ||
+                       matmul(h, D, dtD, ldd, a + (ta ? k1 : (size_t)k1 * lda) * 2, ta, lda,
+                              b + (tb ? (size_t)k1 * ldb : k1) * 2, tb, ldb, m, n, k - k1, NULL,
+                              1.0f, err) < 0
+                   ? -1
+                   : 0;
+    }
+    return matmul_one(h, D, dtD, ldd, A, ta, lda, B, tb, ldb, m, n, k, bias, beta, err);
 }
 
 /* ------------------------------------------------------------ attention */
@@ -832,6 +875,385 @@ cudaError_t flash_backward(cudaStream_t st, bf16 *dq, bf16 *dk, bf16 *dv, const 
 
 bool flash_ok(int hs) { return hs == 16 || hs == 32 || hs == 64 || hs == 128; }
 
+/* ------------------------------------------------------------ flash attention, mma.sync
+ *
+ * The same algorithm with PTX mma.m16n8k16 (bf16 in, f32 accumulators), whose
+ * fragment layouts are documented, so that scores, probabilities and output
+ * accumulators stay in registers: the accumulator fragments of two adjacent
+ * 8-column score tiles are, packed to bf16, exactly the A fragment of the next
+ * product (FlashAttention-2's arrangement). Operands come from shared memory
+ * with rows padded by 8 elements (conflict-free 32-bit loads); a tile that
+ * must be read along its other dimension is stored transposed. Softmax works
+ * in base 2 (exp2f). Head sizes 16, 32, 64; 128 keeps the WMMA kernels above
+ * (its register need would spill here).
+ */
+#define LOG2E_F 1.4426950408889634f
+#define LN2_F 0.6931471805599453f
+
+__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack2(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+__device__ __forceinline__ uint32_t lds32(const bf16 *p)
+{
+    return *reinterpret_cast<const uint32_t *>(p);
+}
+
+__device__ __forceinline__ float bf16r(float x) { return __bfloat162float(__float2bfloat16(x)); }
+
+#define MFA_LDT (FA_ROWS + 8) /* row stride of a transposed tile (D rows of 64) */
+
+/* rows [r0, r0 + 64) of a (T, D) matrix, transposed: dst[d * MFA_LDT + r]; 0 past T */
+template <int D>
+__device__ __forceinline__ void mfa_load_tile_t(bf16 *dst, const bf16 *src, int r0, int T)
+{
+    for (int i = threadIdx.x; i < FA_ROWS * (D / 8); i += blockDim.x) {
+        const int r = i % FA_ROWS, c = (i / FA_ROWS) * 8;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (r0 + r < T)
+            v = *reinterpret_cast<const uint4 *>(src + (size_t)(r0 + r) * D + c);
+        const bf16 *e = reinterpret_cast<const bf16 *>(&v);
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            dst[(c + j) * MFA_LDT + r] = e[j];
+    }
+}
+
+/* A fragments of the warp's 16 rows (from row wr) of a row-major tile, ld LDH */
+template <int D>
+__device__ __forceinline__ void mfa_frag_a(uint32_t f[D / 16][4], const bf16 *tile, int wr, int g,
+                                           int t)
+{
+    constexpr int LDH = D + 8;
+#pragma unroll
+    for (int kc = 0; kc < D / 16; kc++) {
+        const bf16 *p = tile + (wr + g) * LDH + kc * 16 + 2 * t;
+        f[kc][0] = lds32(p);
+        f[kc][1] = lds32(p + 8 * LDH);
+        f[kc][2] = lds32(p + 8);
+        f[kc][3] = lds32(p + 8 * LDH + 8);
+    }
+}
+
+/* s (16 x 64) = A (fragments, 16 x D) x B^T with B a row-major (64 x D) tile, ld LDH */
+template <int D>
+__device__ __forceinline__ void mfa_abt(float s[8][4], const uint32_t a[D / 16][4], const bf16 *B,
+                                        int g, int t)
+{
+    constexpr int LDH = D + 8;
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++) {
+        s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+#pragma unroll
+        for (int kc = 0; kc < D / 16; kc++) {
+            const bf16 *p = B + (nt * 8 + g) * LDH + kc * 16 + 2 * t;
+            mma16816(s[nt], a[kc], lds32(p), lds32(p + 8));
+        }
+    }
+}
+
+/* o (16 x D) += P (16 x 64, the score fragments) x B, B given transposed (D x 64, ld MFA_LDT) */
+template <int D>
+__device__ __forceinline__ void mfa_pv(float o[D / 8][4], const float s[8][4], const bf16 *Bt, int g,
+                                       int t)
+{
+#pragma unroll
+    for (int kc = 0; kc < 4; kc++) {
+        const uint32_t a[4] = { pack2(s[2 * kc][0], s[2 * kc][1]), pack2(s[2 * kc][2], s[2 * kc][3]),
+                                pack2(s[2 * kc + 1][0], s[2 * kc + 1][1]),
+                                pack2(s[2 * kc + 1][2], s[2 * kc + 1][3]) };
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn++) {
+            const bf16 *p = Bt + (dn * 8 + g) * MFA_LDT + kc * 16 + 2 * t;
+            mma16816(o[dn], a, lds32(p), lds32(p + 8));
+        }
+    }
+}
+
+template <int D>
+__global__ void __launch_bounds__(FA_WARPS * 32)
+    mfa_fwd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int T, float scale)
+{
+    constexpr int LDH = D + 8;
+    extern __shared__ __align__(128) unsigned char fa_sh[];
+    bf16 *Qs = (bf16 *)fa_sh, *Ks = Qs + FA_ROWS * LDH, *Vt = Ks + FA_ROWS * LDH;
+    const int tile = gridDim.x - 1 - blockIdx.x; /* the longest rows first */
+    const int bh = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane >> 2, t = lane & 3, r0 = tile * FA_ROWS, wr = warp * 16;
+    const size_t base = (size_t)bh * T * D;
+    const int row0 = r0 + wr + g, row1 = row0 + 8;
+    const float sl2 = scale * LOG2E_F;
+    fa_load_tile<D>(Qs, q + base, r0, T);
+    __syncthreads();
+    uint32_t qf[D / 16][4];
+    mfa_frag_a<D>(qf, Qs, wr, g, t);
+    float o[D / 8][4];
+#pragma unroll
+    for (int dn = 0; dn < D / 8; dn++)
+        o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+    for (int j = 0; j <= tile; j++) {
+        const int c0 = j * FA_ROWS;
+        __syncthreads();
+        fa_load_tile<D>(Ks, k + base, c0, T);
+        mfa_load_tile_t<D>(Vt, v + base, c0, T);
+        __syncthreads();
+        float s[8][4];
+        mfa_abt<D>(s, qf, Ks, g, t);
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = c0 + nt * 8 + 2 * t + (e & 1), row = e < 2 ? row0 : row1;
+                const float x = (key <= row && row < T) ? s[nt][e] * sl2 : -INFINITY;
+                s[nt][e] = x;
+                if (e < 2)
+                    mx0 = fmaxf(mx0, x);
+                else
+                    mx1 = fmaxf(mx1, x);
+            }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+        const float a0 = n0 == -INFINITY ? 1.f : exp2f(m0 - n0);
+        const float a1 = n1 == -INFINITY ? 1.f : exp2f(m1 - n1);
+        float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float nn = e < 2 ? n0 : n1;
+                const float p = nn == -INFINITY ? 0.f : exp2f(s[nt][e] - nn);
+                s[nt][e] = p;
+                if (e < 2)
+                    sum0 += p;
+                else
+                    sum1 += p;
+            }
+        sum0 += __shfl_xor_sync(0xffffffffu, sum0, 1);
+        sum0 += __shfl_xor_sync(0xffffffffu, sum0, 2);
+        sum1 += __shfl_xor_sync(0xffffffffu, sum1, 1);
+        sum1 += __shfl_xor_sync(0xffffffffu, sum1, 2);
+        l0 = l0 * a0 + sum0, l1 = l1 * a1 + sum1;
+        m0 = n0, m1 = n1;
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn++) {
+            o[dn][0] *= a0, o[dn][1] *= a0;
+            o[dn][2] *= a1, o[dn][3] *= a1;
+        }
+        mfa_pv<D>(o, s, Vt, g, t);
+    }
+    const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
+#pragma unroll
+    for (int dn = 0; dn < D / 8; dn++) {
+        const int col = dn * 8 + 2 * t;
+        if (row0 < T)
+            *reinterpret_cast<uint32_t *>(out + base + (size_t)row0 * D + col) =
+                pack2(o[dn][0] * i0, o[dn][1] * i0);
+        if (row1 < T)
+            *reinterpret_cast<uint32_t *>(out + base + (size_t)row1 * D + col) =
+                pack2(o[dn][2] * i1, o[dn][3] * i1);
+    }
+    if (t == 0) {
+        if (row0 < T)
+            lse[(size_t)bh * T + row0] = (m0 + log2f(l0)) * LN2_F;
+        if (row1 < T)
+            lse[(size_t)bh * T + row1] = (m1 + log2f(l1)) * LN2_F;
+    }
+}
+
+/* dK, dV of one 64-row key tile (a warp: 16 keys), over the query tiles at or below it. */
+template <int D>
+__global__ void __launch_bounds__(FA_WARPS * 32)
+    mfa_bwd_dkdv(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, const bf16 *v,
+                 const bf16 *dout, const float *lse, const float *Dd, int T, float scale)
+{
+    constexpr int LDH = D + 8;
+    extern __shared__ __align__(128) unsigned char fa_sh[];
+    bf16 *Qs = (bf16 *)fa_sh, *dOs = Qs + FA_ROWS * LDH, *Qt = dOs + FA_ROWS * LDH;
+    bf16 *dOt = Qt + D * MFA_LDT;
+    float *lse2 = (float *)(dOt + D * MFA_LDT), *Ds = lse2 + FA_ROWS;
+    const int tile = blockIdx.x, bh = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane >> 2, t = lane & 3, c0 = tile * FA_ROWS, wr = warp * 16;
+    const size_t base = (size_t)bh * T * D;
+    const int qtiles = (T + FA_ROWS - 1) / FA_ROWS;
+    const float sl2 = scale * LOG2E_F;
+    const int key0 = c0 + wr + g, key1 = key0 + 8;
+    /* K and V of the warp's keys as A fragments (through the Q and dO areas) */
+    fa_load_tile<D>(Qs, k + base, c0, T);
+    fa_load_tile<D>(dOs, v + base, c0, T);
+    __syncthreads();
+    uint32_t kf[D / 16][4], vf[D / 16][4];
+    mfa_frag_a<D>(kf, Qs, wr, g, t);
+    mfa_frag_a<D>(vf, dOs, wr, g, t);
+    float dkacc[D / 8][4], dvacc[D / 8][4];
+#pragma unroll
+    for (int dn = 0; dn < D / 8; dn++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            dkacc[dn][e] = dvacc[dn][e] = 0.f;
+    for (int i = tile; i < qtiles; i++) {
+        const int r0 = i * FA_ROWS;
+        __syncthreads();
+        fa_load_tile<D>(Qs, q + base, r0, T);
+        fa_load_tile<D>(dOs, dout + base, r0, T);
+        mfa_load_tile_t<D>(Qt, q + base, r0, T);
+        mfa_load_tile_t<D>(dOt, dout + base, r0, T);
+        for (int x = threadIdx.x; x < FA_ROWS; x += blockDim.x) {
+            const bool in = r0 + x < T;
+            lse2[x] = in ? lse[(size_t)bh * T + r0 + x] * LOG2E_F : 0.f;
+            Ds[x] = in ? Dd[(size_t)bh * T + r0 + x] : 0.f;
+        }
+        __syncthreads();
+        float s[8][4], dp[8][4];
+        mfa_abt<D>(s, kf, Qs, g, t); /* S^T: keys x queries */
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int qc = nt * 8 + 2 * t + (e & 1), query = r0 + qc;
+                const int key = e < 2 ? key0 : key1;
+                s[nt][e] = (query < T && key <= query) ? bf16r(exp2f(s[nt][e] * sl2 - lse2[qc]))
+                                                       : 0.f;
+            }
+        mfa_pv<D>(dvacc, s, dOt, g, t); /* dV += P^T dO */
+        mfa_abt<D>(dp, vf, dOs, g, t);  /* dP^T = V dO^T */
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                dp[nt][e] = s[nt][e] * (dp[nt][e] - Ds[nt * 8 + 2 * t + (e & 1)]);
+        mfa_pv<D>(dkacc, dp, Qt, g, t); /* dK += dS^T Q */
+    }
+#pragma unroll
+    for (int dn = 0; dn < D / 8; dn++) {
+        const int col = dn * 8 + 2 * t;
+        if (key0 < T) {
+            *reinterpret_cast<uint32_t *>(dk + base + (size_t)key0 * D + col) =
+                pack2(dkacc[dn][0] * scale, dkacc[dn][1] * scale);
+            *reinterpret_cast<uint32_t *>(dv + base + (size_t)key0 * D + col) =
+                pack2(dvacc[dn][0], dvacc[dn][1]);
+        }
+        if (key1 < T) {
+            *reinterpret_cast<uint32_t *>(dk + base + (size_t)key1 * D + col) =
+                pack2(dkacc[dn][2] * scale, dkacc[dn][3] * scale);
+            *reinterpret_cast<uint32_t *>(dv + base + (size_t)key1 * D + col) =
+                pack2(dvacc[dn][2], dvacc[dn][3]);
+        }
+    }
+}
+
+/* dQ of one 64-row query tile (a warp: 16 queries), over the key tiles at or below it. */
+template <int D>
+__global__ void __launch_bounds__(FA_WARPS * 32)
+    mfa_bwd_dq(bf16 *dq, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *dout,
+               const float *lse, const float *Dd, int T, float scale)
+{
+    constexpr int LDH = D + 8;
+    extern __shared__ __align__(128) unsigned char fa_sh[];
+    bf16 *Ks = (bf16 *)fa_sh, *Vs = Ks + FA_ROWS * LDH, *Kt = Vs + FA_ROWS * LDH;
+    const int tile = gridDim.x - 1 - blockIdx.x;
+    const int bh = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane >> 2, t = lane & 3, r0 = tile * FA_ROWS, wr = warp * 16;
+    const size_t base = (size_t)bh * T * D;
+    const int row0 = r0 + wr + g, row1 = row0 + 8;
+    const float sl2 = scale * LOG2E_F;
+    fa_load_tile<D>(Ks, q + base, r0, T);
+    fa_load_tile<D>(Vs, dout + base, r0, T);
+    __syncthreads();
+    uint32_t qf[D / 16][4], df[D / 16][4];
+    mfa_frag_a<D>(qf, Ks, wr, g, t);
+    mfa_frag_a<D>(df, Vs, wr, g, t);
+    const float ls0 = row0 < T ? lse[(size_t)bh * T + row0] * LOG2E_F : 0.f;
+    const float ls1 = row1 < T ? lse[(size_t)bh * T + row1] * LOG2E_F : 0.f;
+    const float D0 = row0 < T ? Dd[(size_t)bh * T + row0] : 0.f;
+    const float D1 = row1 < T ? Dd[(size_t)bh * T + row1] : 0.f;
+    float dqacc[D / 8][4];
+#pragma unroll
+    for (int dn = 0; dn < D / 8; dn++)
+        dqacc[dn][0] = dqacc[dn][1] = dqacc[dn][2] = dqacc[dn][3] = 0.f;
+    for (int j = 0; j <= tile; j++) {
+        const int c0 = j * FA_ROWS;
+        __syncthreads();
+        fa_load_tile<D>(Ks, k + base, c0, T);
+        fa_load_tile<D>(Vs, v + base, c0, T);
+        mfa_load_tile_t<D>(Kt, k + base, c0, T);
+        __syncthreads();
+        float s[8][4], dp[8][4];
+        mfa_abt<D>(s, qf, Ks, g, t);
+        mfa_abt<D>(dp, df, Vs, g, t); /* dP = dO V^T */
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = c0 + nt * 8 + 2 * t + (e & 1), row = e < 2 ? row0 : row1;
+                const float p = (key <= row && row < T)
+                                    ? bf16r(exp2f(s[nt][e] * sl2 - (e < 2 ? ls0 : ls1)))
+                                    : 0.f;
+                s[nt][e] = p * (dp[nt][e] - (e < 2 ? D0 : D1));
+            }
+        mfa_pv<D>(dqacc, s, Kt, g, t); /* dQ += dS K */
+    }
+#pragma unroll
+    for (int dn = 0; dn < D / 8; dn++) {
+        const int col = dn * 8 + 2 * t;
+        if (row0 < T)
+            *reinterpret_cast<uint32_t *>(dq + base + (size_t)row0 * D + col) =
+                pack2(dqacc[dn][0] * scale, dqacc[dn][1] * scale);
+        if (row1 < T)
+            *reinterpret_cast<uint32_t *>(dq + base + (size_t)row1 * D + col) =
+                pack2(dqacc[dn][2] * scale, dqacc[dn][3] * scale);
+    }
+}
+
+template <int D>
+cudaError_t mfa_forward(cudaStream_t st, bf16 *out, float *lse, const bf16 *q, const bf16 *k,
+                        const bf16 *v, int BH, int T, float scale)
+{
+    const size_t sm = (size_t)(2 * FA_ROWS * (D + 8) + D * MFA_LDT) * 2;
+    cudaError_t e =
+        cudaFuncSetAttribute(mfa_fwd<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+    if (e != cudaSuccess)
+        return e;
+    mfa_fwd<D><<<dim3((unsigned)(T + FA_ROWS - 1) / FA_ROWS, (unsigned)BH), FA_WARPS * 32, sm,
+                 st>>>(out, lse, q, k, v, T, scale);
+    return cudaGetLastError();
+}
+
+template <int D>
+cudaError_t mfa_backward(cudaStream_t st, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *q,
+                         const bf16 *k, const bf16 *v, const bf16 *dout, const float *lse,
+                         const float *Dd, int BH, int T, float scale)
+{
+    const size_t s1 = (size_t)(2 * FA_ROWS * (D + 8) + 2 * D * MFA_LDT) * 2 + 2 * FA_ROWS * 4;
+    const size_t s2 = (size_t)(2 * FA_ROWS * (D + 8) + D * MFA_LDT) * 2;
+    cudaError_t e = cudaFuncSetAttribute(mfa_bwd_dkdv<D>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(mfa_bwd_dq<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)s2);
+    if (e != cudaSuccess)
+        return e;
+    const dim3 grid((unsigned)(T + FA_ROWS - 1) / FA_ROWS, (unsigned)BH);
+    mfa_bwd_dkdv<D><<<grid, FA_WARPS * 32, s1, st>>>(dk, dv, q, k, v, dout, lse, Dd, T, scale);
+    mfa_bwd_dq<D><<<grid, FA_WARPS * 32, s2, st>>>(dq, q, k, v, dout, lse, Dd, T, scale);
+    return cudaGetLastError();
+}
+
+
 /* ------------------------------------------------------------ element-wise */
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
@@ -915,6 +1337,56 @@ __global__ void crossentropy_fused(float *losses, bf16 *logits, int ldv, const i
     }
 }
 
+/* The same with 16-byte loads and stores (ld a multiple of 8) and one pass for
+ * the max and the sum (online softmax per thread, combined across the block). */
+__global__ void crossentropy_fused_vec(float *losses, bf16 *logits, int ldv,
+                                       const int32_t *targets, float dloss, int V)
+{
+    __shared__ float sh[32];
+    const size_t row = blockIdx.x;
+    bf16 *x = logits + row * ldv;
+    const int tg = targets[row];
+    float m = -INFINITY, s = 0.f;
+    for (int c8 = threadIdx.x * 8; c8 < V; c8 += blockDim.x * 8) {
+        uint4 raw = *reinterpret_cast<const uint4 *>(x + c8);
+        const bf16 *v = reinterpret_cast<const bf16 *>(&raw);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            if (c8 + i < V) {
+                const float xv = __bfloat162float(v[i]);
+                if (xv > m) {
+                    s = s * expf(m - xv) + 1.f;
+                    m = xv;
+                } else {
+                    s += expf(xv - m);
+                }
+            }
+    }
+    const float mx = block_reduce<true>(m, sh);
+    s = m == -INFINITY ? 0.f : s * expf(m - mx);
+    s = block_reduce<false>(s, sh);
+    const float lse = mx + logf(s);
+    if (threadIdx.x == 0)
+        losses[row] = tg >= 0 ? lse - ld(&x[tg]) : 0.f;
+    if (dloss == 0.f)
+        return;
+    __syncthreads(); /* x[tg] is read above before any thread overwrites it */
+    const float inv = 1.0f / s;
+    for (int c8 = threadIdx.x * 8; c8 < ldv; c8 += blockDim.x * 8) {
+        uint4 raw = *reinterpret_cast<const uint4 *>(x + c8);
+        bf16 *v = reinterpret_cast<bf16 *>(&raw);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const int j = c8 + i;
+            float g = 0.f;
+            if (tg >= 0 && j < V)
+                g = (expf(__bfloat162float(v[i]) - mx) * inv - (j == tg ? 1.f : 0.f)) * dloss;
+            v[i] = bf(g);
+        }
+        *reinterpret_cast<uint4 *>(x + c8) = raw;
+    }
+}
+
 __global__ void sum_f32(float *out, const float *x, int n)
 {
     __shared__ float sh[32];
@@ -969,7 +1441,7 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(void *stream, void *workspace, int max_
     return h;
 }
 
-extern "C" void gpt2_cuda_use_flash(gpt2_cuda_t *h, int on) { h->no_flash = !on; }
+extern "C" void gpt2_cuda_attention_mode(gpt2_cuda_t *h, int mode) { h->attn_mode = mode; }
 
 extern "C" void gpt2_cuda_destroy(gpt2_cuda_t *h)
 {
@@ -1111,12 +1583,18 @@ extern "C" int gpt2_cuda_attention_forward(gpt2_cuda_t *h, void *out, void *qkvr
                                                                  hs);
     if (launched(err, "attention permute") < 0)
         return -1;
-    if (flash_ok(hs) && !h->no_flash) {
+    if (flash_ok(hs) && h->attn_mode != 1) {
         const float scale = 1.0f / sqrtf((float)hs);
-        cudaError_t e = hs == 16    ? flash_forward<16>(h->stream, y, (float *)att, q, k, v, BH, T, scale)
-                        : hs == 32  ? flash_forward<32>(h->stream, y, (float *)att, q, k, v, BH, T, scale)
-                        : hs == 64  ? flash_forward<64>(h->stream, y, (float *)att, q, k, v, BH, T, scale)
-                                    : flash_forward<128>(h->stream, y, (float *)att, q, k, v, BH, T, scale);
+        float *lse = (float *)att;
+        const bool w = h->attn_mode == 2;
+        cudaError_t e =
+            hs == 16   ? (w ? flash_forward<16>(h->stream, y, lse, q, k, v, BH, T, scale)
+                            : mfa_forward<16>(h->stream, y, lse, q, k, v, BH, T, scale))
+            : hs == 32 ? (w ? flash_forward<32>(h->stream, y, lse, q, k, v, BH, T, scale)
+                            : mfa_forward<32>(h->stream, y, lse, q, k, v, BH, T, scale))
+            : hs == 64 ? (w ? flash_forward<64>(h->stream, y, lse, q, k, v, BH, T, scale)
+                            : mfa_forward<64>(h->stream, y, lse, q, k, v, BH, T, scale))
+                       : flash_forward<128>(h->stream, y, lse, q, k, v, BH, T, scale);
         if (e != cudaSuccess)
             return fail_text(err, "flash attention forward", cudaGetErrorString(e));
         unpermute<<<blocks_for(one, 256), 256, 0, h->stream>>>((bf16 *)out, y, 1, B, T, NH, hs);
@@ -1152,8 +1630,9 @@ extern "C" int gpt2_cuda_attention_backward(gpt2_cuda_t *h, void *dqkv, const vo
     permute_one<<<blocks_for(one, 256), 256, 0, h->stream>>>(dy, (const bf16 *)dout, B, T, NH, hs);
     if (launched(err, "attention permute") < 0)
         return -1;
-    if (flash_ok(hs) && !h->no_flash) {
+    if (flash_ok(hs) && h->attn_mode != 1) {
         const float scale = 1.0f / sqrtf((float)hs);
+        const bool w = h->attn_mode == 2;
         float *Dd = (float *)datt;
         const size_t warps = (size_t)B * T * NH;
         flash_bwd_dot<<<blocks_for(warps * 32, 256), 256, 0, h->stream>>>(
@@ -1162,9 +1641,12 @@ extern "C" int gpt2_cuda_attention_backward(gpt2_cuda_t *h, void *dqkv, const vo
             return -1;
         const float *lse = (const float *)att;
         cudaError_t e =
-            hs == 16   ? flash_backward<16>(h->stream, dq, dk, dv, q, k, v, dy, lse, Dd, BH, T, scale)
-            : hs == 32 ? flash_backward<32>(h->stream, dq, dk, dv, q, k, v, dy, lse, Dd, BH, T, scale)
-            : hs == 64 ? flash_backward<64>(h->stream, dq, dk, dv, q, k, v, dy, lse, Dd, BH, T, scale)
+            hs == 16   ? (w ? flash_backward<16>(h->stream, dq, dk, dv, q, k, v, dy, lse, Dd, BH, T, scale)
+                            : mfa_backward<16>(h->stream, dq, dk, dv, q, k, v, dy, lse, Dd, BH, T, scale))
+            : hs == 32 ? (w ? flash_backward<32>(h->stream, dq, dk, dv, q, k, v, dy, lse, Dd, BH, T, scale)
+                            : mfa_backward<32>(h->stream, dq, dk, dv, q, k, v, dy, lse, Dd, BH, T, scale))
+            : hs == 64 ? (w ? flash_backward<64>(h->stream, dq, dk, dv, q, k, v, dy, lse, Dd, BH, T, scale)
+                            : mfa_backward<64>(h->stream, dq, dk, dv, q, k, v, dy, lse, Dd, BH, T, scale))
                        : flash_backward<128>(h->stream, dq, dk, dv, q, k, v, dy, lse, Dd, BH, T, scale);
         if (e != cudaSuccess)
             return fail_text(err, "flash attention backward", cudaGetErrorString(e));
@@ -1219,8 +1701,14 @@ extern "C" int gpt2_cuda_crossentropy(gpt2_cuda_t *h, float *losses, void *logit
                                       bmt_error_t *err)
 {
     if (N > 0)
-        crossentropy_fused<<<(unsigned)N, CE_THREADS, 0, h->stream>>>(losses, (bf16 *)logits, ldv,
-                                                                      targets, dloss, V);
+    {
+        if (ldv % 8 == 0 && (uintptr_t)logits % 16 == 0)
+            crossentropy_fused_vec<<<(unsigned)N, CE_THREADS, 0, h->stream>>>(
+                losses, (bf16 *)logits, ldv, targets, dloss, V);
+        else
+            crossentropy_fused<<<(unsigned)N, CE_THREADS, 0, h->stream>>>(
+                losses, (bf16 *)logits, ldv, targets, dloss, V);
+    }
     return launched(err, "cross-entropy");
 }
 

@@ -48,9 +48,11 @@ size_t gpt2_cuda_workspace_bytes(int max_cols);
 gpt2_cuda_t *gpt2_cuda_create(void *stream, void *workspace, int max_cols, bmt_error_t *err);
 void gpt2_cuda_destroy(gpt2_cuda_t *h);
 
-/* on 0: attention materializes the scores whatever the head size (for
- * benchmarks; `att` and `datt` must then have B NH T T bf16). Default 1. */
-void gpt2_cuda_use_flash(gpt2_cuda_t *h, int on);
+/* Which attention kernels run where flash attention applies (tests and
+ * benchmarks): 0 (default) the mma.sync kernels (the WMMA ones for head size
+ * 128), 1 the materialized scores (`att` and `datt` must then hold B NH T T
+ * bf16), 2 the WMMA kernels for every head size. */
+void gpt2_cuda_attention_mode(gpt2_cuda_t *h, int mode);
 
 /* out (N,C) bf16 = wte[inp] + wpe[t]; inp (B,T) int32 on the device. */
 int gpt2_cuda_encoder_forward(gpt2_cuda_t *h, void *out, const int32_t *inp, const void *wte,
