@@ -882,10 +882,12 @@ bool flash_ok(int hs) { return hs == 16 || hs == 32 || hs == 64 || hs == 128; }
  * accumulators stay in registers: the accumulator fragments of two adjacent
  * 8-column score tiles are, packed to bf16, exactly the A fragment of the next
  * product (FlashAttention-2's arrangement). Operands come from shared memory
- * with rows padded by 8 elements (conflict-free 32-bit loads); a tile that
- * must be read along its other dimension is stored transposed. Softmax works
- * in base 2 (exp2f). Head sizes 16, 32, 64; 128 keeps the WMMA kernels above
- * (its register need would spill here).
+ * with rows padded by 8 elements (conflict-free 32-bit loads); a tile read
+ * along its other dimension goes through ldmatrix.trans. The forward and dQ
+ * blocks own 128 rows (8 warps) so each K/V tile feeds twice the work; the
+ * dK/dV blocks own 64 keys (4 warps: they hold the most registers). Softmax
+ * works in base 2 (exp2f). Head sizes 16, 32, 64; 128 keeps the WMMA kernels
+ * above (its register need would spill here).
  */
 #define LOG2E_F 1.4426950408889634f
 #define LN2_F 0.6931471805599453f
@@ -911,22 +913,29 @@ __device__ __forceinline__ uint32_t lds32(const bf16 *p)
 
 __device__ __forceinline__ float bf16r(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
-#define MFA_LDT (FA_ROWS + 8) /* row stride of a transposed tile (D rows of 64) */
-
-/* rows [r0, r0 + 64) of a (T, D) matrix, transposed: dst[d * MFA_LDT + r]; 0 past T */
-template <int D>
-__device__ __forceinline__ void mfa_load_tile_t(bf16 *dst, const bf16 *src, int r0, int T)
+/* rows [r0, r0 + ROWS) of a (T, D) bf16 matrix into smem (ld D + 8), zero past T */
+template <int D, int ROWS>
+__device__ __forceinline__ void mfa_load(bf16 *dst, const bf16 *src, int r0, int T)
 {
-    for (int i = threadIdx.x; i < FA_ROWS * (D / 8); i += blockDim.x) {
-        const int r = i % FA_ROWS, c = (i / FA_ROWS) * 8;
+    constexpr int LDH = D + 8, PER_ROW = D / 8;
+    for (int i = threadIdx.x; i < ROWS * PER_ROW; i += blockDim.x) {
+        const int r = i / PER_ROW, c = (i % PER_ROW) * 8;
         uint4 v = make_uint4(0, 0, 0, 0);
         if (r0 + r < T)
             v = *reinterpret_cast<const uint4 *>(src + (size_t)(r0 + r) * D + c);
-        const bf16 *e = reinterpret_cast<const bf16 *>(&v);
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            dst[(c + j) * MFA_LDT + r] = e[j];
+        *reinterpret_cast<uint4 *>(dst + r * LDH + c) = v;
     }
+}
+
+/* Two 8x8 bf16 matrices of rows p (lanes 0-7: rows 0-7, lanes 8-15: rows
+ * 8-15), transposed: the B fragment (k = those 16 rows, n = 8 columns) of a
+ * row-major (k, n) tile. */
+__device__ __forceinline__ void ldsm_x2_t(uint32_t &r0, uint32_t &r1, const bf16 *p)
+{
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(r0), "=r"(r1)
+                 : "r"(a));
 }
 
 /* A fragments of the warp's 16 rows (from row wr) of a row-major tile, ld LDH */
@@ -962,11 +971,12 @@ __device__ __forceinline__ void mfa_abt(float s[8][4], const uint32_t a[D / 16][
     }
 }
 
-/* o (16 x D) += P (16 x 64, the score fragments) x B, B given transposed (D x 64, ld MFA_LDT) */
+/* o (16 x D) += P (16 x 64, the score fragments) x B, B a row-major (64 x D) tile, ld LDH */
 template <int D>
-__device__ __forceinline__ void mfa_pv(float o[D / 8][4], const float s[8][4], const bf16 *Bt, int g,
-                                       int t)
+__device__ __forceinline__ void mfa_pv(float o[D / 8][4], const float s[8][4], const bf16 *B,
+                                       int lane)
 {
+    constexpr int LDH = D + 8;
 #pragma unroll
     for (int kc = 0; kc < 4; kc++) {
         const uint32_t a[4] = { pack2(s[2 * kc][0], s[2 * kc][1]), pack2(s[2 * kc][2], s[2 * kc][3]),
@@ -974,26 +984,30 @@ __device__ __forceinline__ void mfa_pv(float o[D / 8][4], const float s[8][4], c
                                 pack2(s[2 * kc + 1][2], s[2 * kc + 1][3]) };
 #pragma unroll
         for (int dn = 0; dn < D / 8; dn++) {
-            const bf16 *p = Bt + (dn * 8 + g) * MFA_LDT + kc * 16 + 2 * t;
-            mma16816(o[dn], a, lds32(p), lds32(p + 8));
+            uint32_t b0, b1;
+            ldsm_x2_t(b0, b1, B + (kc * 16 + (lane & 15)) * LDH + dn * 8);
+            mma16816(o[dn], a, b0, b1);
         }
     }
 }
 
-template <int D>
-__global__ void __launch_bounds__(FA_WARPS * 32)
+/* Blocks of W warps own 16 W rows of their side (queries, or keys for dK/dV)
+ * and walk 64-row tiles of the other side; a warp skips a tile that lies
+ * wholly above the diagonal for its rows. */
+template <int D, int W>
+__global__ void __launch_bounds__(W * 32)
     mfa_fwd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int T, float scale)
 {
-    constexpr int LDH = D + 8;
+    constexpr int LDH = D + 8, QR = W * 16;
     extern __shared__ __align__(128) unsigned char fa_sh[];
-    bf16 *Qs = (bf16 *)fa_sh, *Ks = Qs + FA_ROWS * LDH, *Vt = Ks + FA_ROWS * LDH;
+    bf16 *Qs = (bf16 *)fa_sh, *Ks = Qs + QR * LDH, *Vs = Ks + FA_ROWS * LDH;
     const int tile = gridDim.x - 1 - blockIdx.x; /* the longest rows first */
     const int bh = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int g = lane >> 2, t = lane & 3, r0 = tile * FA_ROWS, wr = warp * 16;
+    const int g = lane >> 2, t = lane & 3, r0 = tile * QR, wr = warp * 16;
     const size_t base = (size_t)bh * T * D;
     const int row0 = r0 + wr + g, row1 = row0 + 8;
     const float sl2 = scale * LOG2E_F;
-    fa_load_tile<D>(Qs, q + base, r0, T);
+    mfa_load<D, QR>(Qs, q + base, r0, T);
     __syncthreads();
     uint32_t qf[D / 16][4];
     mfa_frag_a<D>(qf, Qs, wr, g, t);
@@ -1002,12 +1016,15 @@ __global__ void __launch_bounds__(FA_WARPS * 32)
     for (int dn = 0; dn < D / 8; dn++)
         o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
-    for (int j = 0; j <= tile; j++) {
+    const int jmax = min(r0 + QR - 1, T - 1) / FA_ROWS;
+    for (int j = 0; j <= jmax; j++) {
         const int c0 = j * FA_ROWS;
         __syncthreads();
-        fa_load_tile<D>(Ks, k + base, c0, T);
-        mfa_load_tile_t<D>(Vt, v + base, c0, T);
+        mfa_load<D, FA_ROWS>(Ks, k + base, c0, T);
+        mfa_load<D, FA_ROWS>(Vs, v + base, c0, T);
         __syncthreads();
+        if (r0 + wr + 15 < c0 || r0 + wr >= T)
+            continue; /* every key of the tile is after every row of the warp */
         float s[8][4];
         mfa_abt<D>(s, qf, Ks, g, t);
         float mx0 = -INFINITY, mx1 = -INFINITY;
@@ -1054,7 +1071,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32)
             o[dn][0] *= a0, o[dn][1] *= a0;
             o[dn][2] *= a1, o[dn][3] *= a1;
         }
-        mfa_pv<D>(o, s, Vt, g, t);
+        mfa_pv<D>(o, s, Vs, lane);
     }
     const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
 #pragma unroll
@@ -1075,49 +1092,48 @@ __global__ void __launch_bounds__(FA_WARPS * 32)
     }
 }
 
-/* dK, dV of one 64-row key tile (a warp: 16 keys), over the query tiles at or below it. */
-template <int D>
-__global__ void __launch_bounds__(FA_WARPS * 32)
+/* dK, dV of 16 W keys, over the 64-row query tiles at or below them. */
+template <int D, int W>
+__global__ void __launch_bounds__(W * 32)
     mfa_bwd_dkdv(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, const bf16 *v,
                  const bf16 *dout, const float *lse, const float *Dd, int T, float scale)
 {
-    constexpr int LDH = D + 8;
+    constexpr int LDH = D + 8, KR = W * 16;
     extern __shared__ __align__(128) unsigned char fa_sh[];
-    bf16 *Qs = (bf16 *)fa_sh, *dOs = Qs + FA_ROWS * LDH, *Qt = dOs + FA_ROWS * LDH;
-    bf16 *dOt = Qt + D * MFA_LDT;
-    float *lse2 = (float *)(dOt + D * MFA_LDT), *Ds = lse2 + FA_ROWS;
+    bf16 *area = (bf16 *)fa_sh; /* K and V rows first, then the Q and dO tiles */
+    bf16 *Qs = area, *dOs = area + FA_ROWS * LDH;
+    float *lse2 = (float *)(area + 2 * KR * LDH), *Ds = lse2 + FA_ROWS;
     const int tile = blockIdx.x, bh = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int g = lane >> 2, t = lane & 3, c0 = tile * FA_ROWS, wr = warp * 16;
+    const int g = lane >> 2, t = lane & 3, c0 = tile * KR, wr = warp * 16;
     const size_t base = (size_t)bh * T * D;
     const int qtiles = (T + FA_ROWS - 1) / FA_ROWS;
     const float sl2 = scale * LOG2E_F;
     const int key0 = c0 + wr + g, key1 = key0 + 8;
-    /* K and V of the warp's keys as A fragments (through the Q and dO areas) */
-    fa_load_tile<D>(Qs, k + base, c0, T);
-    fa_load_tile<D>(dOs, v + base, c0, T);
+    mfa_load<D, KR>(area, k + base, c0, T);
+    mfa_load<D, KR>(area + KR * LDH, v + base, c0, T);
     __syncthreads();
     uint32_t kf[D / 16][4], vf[D / 16][4];
-    mfa_frag_a<D>(kf, Qs, wr, g, t);
-    mfa_frag_a<D>(vf, dOs, wr, g, t);
+    mfa_frag_a<D>(kf, area, wr, g, t);
+    mfa_frag_a<D>(vf, area + KR * LDH, wr, g, t);
     float dkacc[D / 8][4], dvacc[D / 8][4];
 #pragma unroll
     for (int dn = 0; dn < D / 8; dn++)
 #pragma unroll
         for (int e = 0; e < 4; e++)
             dkacc[dn][e] = dvacc[dn][e] = 0.f;
-    for (int i = tile; i < qtiles; i++) {
+    for (int i = c0 / FA_ROWS; i < qtiles; i++) {
         const int r0 = i * FA_ROWS;
         __syncthreads();
-        fa_load_tile<D>(Qs, q + base, r0, T);
-        fa_load_tile<D>(dOs, dout + base, r0, T);
-        mfa_load_tile_t<D>(Qt, q + base, r0, T);
-        mfa_load_tile_t<D>(dOt, dout + base, r0, T);
+        mfa_load<D, FA_ROWS>(Qs, q + base, r0, T);
+        mfa_load<D, FA_ROWS>(dOs, dout + base, r0, T);
         for (int x = threadIdx.x; x < FA_ROWS; x += blockDim.x) {
             const bool in = r0 + x < T;
             lse2[x] = in ? lse[(size_t)bh * T + r0 + x] * LOG2E_F : 0.f;
             Ds[x] = in ? Dd[(size_t)bh * T + r0 + x] : 0.f;
         }
         __syncthreads();
+        if (c0 + wr >= T || c0 + wr > r0 + FA_ROWS - 1)
+            continue; /* every key of the warp is after every query of the tile */
         float s[8][4], dp[8][4];
         mfa_abt<D>(s, kf, Qs, g, t); /* S^T: keys x queries */
 #pragma unroll
@@ -1129,14 +1145,14 @@ __global__ void __launch_bounds__(FA_WARPS * 32)
                 s[nt][e] = (query < T && key <= query) ? bf16r(exp2f(s[nt][e] * sl2 - lse2[qc]))
                                                        : 0.f;
             }
-        mfa_pv<D>(dvacc, s, dOt, g, t); /* dV += P^T dO */
-        mfa_abt<D>(dp, vf, dOs, g, t);  /* dP^T = V dO^T */
+        mfa_pv<D>(dvacc, s, dOs, lane); /* dV += P^T dO */
+        mfa_abt<D>(dp, vf, dOs, g, t);   /* dP^T = V dO^T */
 #pragma unroll
         for (int nt = 0; nt < 8; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 dp[nt][e] = s[nt][e] * (dp[nt][e] - Ds[nt * 8 + 2 * t + (e & 1)]);
-        mfa_pv<D>(dkacc, dp, Qt, g, t); /* dK += dS^T Q */
+        mfa_pv<D>(dkacc, dp, Qs, lane); /* dK += dS^T Q */
     }
 #pragma unroll
     for (int dn = 0; dn < D / 8; dn++) {
@@ -1156,27 +1172,28 @@ __global__ void __launch_bounds__(FA_WARPS * 32)
     }
 }
 
-/* dQ of one 64-row query tile (a warp: 16 queries), over the key tiles at or below it. */
-template <int D>
-__global__ void __launch_bounds__(FA_WARPS * 32)
+/* dQ of 16 W queries, over the 64-row key tiles at or below them. */
+template <int D, int W>
+__global__ void __launch_bounds__(W * 32)
     mfa_bwd_dq(bf16 *dq, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *dout,
                const float *lse, const float *Dd, int T, float scale)
 {
-    constexpr int LDH = D + 8;
+    constexpr int LDH = D + 8, QR = W * 16;
     extern __shared__ __align__(128) unsigned char fa_sh[];
-    bf16 *Ks = (bf16 *)fa_sh, *Vs = Ks + FA_ROWS * LDH, *Kt = Vs + FA_ROWS * LDH;
+    bf16 *area = (bf16 *)fa_sh; /* Q and dO rows first, then the K and V tiles */
+    bf16 *Ks = area, *Vs = area + FA_ROWS * LDH;
     const int tile = gridDim.x - 1 - blockIdx.x;
     const int bh = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int g = lane >> 2, t = lane & 3, r0 = tile * FA_ROWS, wr = warp * 16;
+    const int g = lane >> 2, t = lane & 3, r0 = tile * QR, wr = warp * 16;
     const size_t base = (size_t)bh * T * D;
     const int row0 = r0 + wr + g, row1 = row0 + 8;
     const float sl2 = scale * LOG2E_F;
-    fa_load_tile<D>(Ks, q + base, r0, T);
-    fa_load_tile<D>(Vs, dout + base, r0, T);
+    mfa_load<D, QR>(area, q + base, r0, T);
+    mfa_load<D, QR>(area + QR * LDH, dout + base, r0, T);
     __syncthreads();
     uint32_t qf[D / 16][4], df[D / 16][4];
-    mfa_frag_a<D>(qf, Ks, wr, g, t);
-    mfa_frag_a<D>(df, Vs, wr, g, t);
+    mfa_frag_a<D>(qf, area, wr, g, t);
+    mfa_frag_a<D>(df, area + QR * LDH, wr, g, t);
     const float ls0 = row0 < T ? lse[(size_t)bh * T + row0] * LOG2E_F : 0.f;
     const float ls1 = row1 < T ? lse[(size_t)bh * T + row1] * LOG2E_F : 0.f;
     const float D0 = row0 < T ? Dd[(size_t)bh * T + row0] : 0.f;
@@ -1185,13 +1202,15 @@ __global__ void __launch_bounds__(FA_WARPS * 32)
 #pragma unroll
     for (int dn = 0; dn < D / 8; dn++)
         dqacc[dn][0] = dqacc[dn][1] = dqacc[dn][2] = dqacc[dn][3] = 0.f;
-    for (int j = 0; j <= tile; j++) {
+    const int jmax = min(r0 + QR - 1, T - 1) / FA_ROWS;
+    for (int j = 0; j <= jmax; j++) {
         const int c0 = j * FA_ROWS;
         __syncthreads();
-        fa_load_tile<D>(Ks, k + base, c0, T);
-        fa_load_tile<D>(Vs, v + base, c0, T);
-        mfa_load_tile_t<D>(Kt, k + base, c0, T);
+        mfa_load<D, FA_ROWS>(Ks, k + base, c0, T);
+        mfa_load<D, FA_ROWS>(Vs, v + base, c0, T);
         __syncthreads();
+        if (r0 + wr + 15 < c0 || r0 + wr >= T)
+            continue;
         float s[8][4], dp[8][4];
         mfa_abt<D>(s, qf, Ks, g, t);
         mfa_abt<D>(dp, df, Vs, g, t); /* dP = dO V^T */
@@ -1205,7 +1224,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32)
                                     : 0.f;
                 s[nt][e] = p * (dp[nt][e] - (e < 2 ? D0 : D1));
             }
-        mfa_pv<D>(dqacc, s, Kt, g, t); /* dQ += dS K */
+        mfa_pv<D>(dqacc, s, Ks, lane); /* dQ += dS K */
     }
 #pragma unroll
     for (int dn = 0; dn < D / 8; dn++) {
@@ -1219,17 +1238,22 @@ __global__ void __launch_bounds__(FA_WARPS * 32)
     }
 }
 
+#define MFA_W_FWD 8  /* warps: 128 query rows per block */
+#define MFA_W_DKDV 4 /* 64 keys per block (the register-heavy one) */
+#define MFA_W_DQ 8
+
 template <int D>
 cudaError_t mfa_forward(cudaStream_t st, bf16 *out, float *lse, const bf16 *q, const bf16 *k,
                         const bf16 *v, int BH, int T, float scale)
 {
-    const size_t sm = (size_t)(2 * FA_ROWS * (D + 8) + D * MFA_LDT) * 2;
-    cudaError_t e =
-        cudaFuncSetAttribute(mfa_fwd<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+    constexpr int QR = MFA_W_FWD * 16;
+    const size_t sm = (size_t)(QR + 2 * FA_ROWS) * (D + 8) * 2;
+    cudaError_t e = cudaFuncSetAttribute(mfa_fwd<D, MFA_W_FWD>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
     if (e != cudaSuccess)
         return e;
-    mfa_fwd<D><<<dim3((unsigned)(T + FA_ROWS - 1) / FA_ROWS, (unsigned)BH), FA_WARPS * 32, sm,
-                 st>>>(out, lse, q, k, v, T, scale);
+    mfa_fwd<D, MFA_W_FWD><<<dim3((unsigned)(T + QR - 1) / QR, (unsigned)BH), MFA_W_FWD * 32, sm,
+                            st>>>(out, lse, q, k, v, T, scale);
     return cudaGetLastError();
 }
 
@@ -1238,21 +1262,23 @@ cudaError_t mfa_backward(cudaStream_t st, bf16 *dq, bf16 *dk, bf16 *dv, const bf
                          const bf16 *k, const bf16 *v, const bf16 *dout, const float *lse,
                          const float *Dd, int BH, int T, float scale)
 {
-    const size_t s1 = (size_t)(2 * FA_ROWS * (D + 8) + 2 * D * MFA_LDT) * 2 + 2 * FA_ROWS * 4;
-    const size_t s2 = (size_t)(2 * FA_ROWS * (D + 8) + D * MFA_LDT) * 2;
-    cudaError_t e = cudaFuncSetAttribute(mfa_bwd_dkdv<D>,
+    constexpr int KR = MFA_W_DKDV * 16, QR = MFA_W_DQ * 16;
+    const size_t s1 = (size_t)(2 * (KR > FA_ROWS ? KR : FA_ROWS)) * (D + 8) * 2 + 2 * FA_ROWS * 4;
+    const size_t s2 = (size_t)(2 * (QR > FA_ROWS ? QR : FA_ROWS)) * (D + 8) * 2;
+    cudaError_t e = cudaFuncSetAttribute(mfa_bwd_dkdv<D, MFA_W_DKDV>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1);
     if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(mfa_bwd_dq<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)s2);
+        e = cudaFuncSetAttribute(mfa_bwd_dq<D, MFA_W_DQ>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s2);
     if (e != cudaSuccess)
         return e;
-    const dim3 grid((unsigned)(T + FA_ROWS - 1) / FA_ROWS, (unsigned)BH);
-    mfa_bwd_dkdv<D><<<grid, FA_WARPS * 32, s1, st>>>(dk, dv, q, k, v, dout, lse, Dd, T, scale);
-    mfa_bwd_dq<D><<<grid, FA_WARPS * 32, s2, st>>>(dq, q, k, v, dout, lse, Dd, T, scale);
+    mfa_bwd_dkdv<D, MFA_W_DKDV><<<dim3((unsigned)(T + KR - 1) / KR, (unsigned)BH),
+                                  MFA_W_DKDV * 32, s1, st>>>(dk, dv, q, k, v, dout, lse, Dd, T,
+                                                             scale);
+    mfa_bwd_dq<D, MFA_W_DQ><<<dim3((unsigned)(T + QR - 1) / QR, (unsigned)BH), MFA_W_DQ * 32, s2,
+                              st>>>(dq, q, k, v, dout, lse, Dd, T, scale);
     return cudaGetLastError();
 }
-
 
 /* ------------------------------------------------------------ element-wise */
 
@@ -1279,6 +1305,47 @@ __global__ void gelu_bwd(bf16 *dinp, const bf16 *inp, const bf16 *dout, size_t n
                         0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
         dinp[i] = bf(g * ld(&dout[i]));
     }
+}
+
+/* 8 elements per thread through 16-byte loads (n a multiple of 8, pointers
+ * 16-byte aligned; the launchers check and fall back to the kernels above). */
+__device__ __forceinline__ float gelu_f(float x)
+{
+    return 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
+}
+
+__device__ __forceinline__ float gelu_grad(float x)
+{
+    const float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+    const float th = tanhf(u);
+    return 0.5f * (1.0f + th) +
+           0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+template <int OP> /* 0 gelu, 1 gelu backward (b = dout), 2 residual (a + b) */
+__global__ void elementwise8(bf16 *out, const bf16 *a, const bf16 *b, size_t n8)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n8;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint4 ra = reinterpret_cast<const uint4 *>(a)[i], rb = make_uint4(0, 0, 0, 0), ro;
+        if (OP != 0)
+            rb = reinterpret_cast<const uint4 *>(b)[i];
+        const bf16 *xa = reinterpret_cast<const bf16 *>(&ra), *xb = reinterpret_cast<const bf16 *>(&rb);
+        bf16 *xo = reinterpret_cast<bf16 *>(&ro);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const float x = __bfloat162float(xa[j]);
+            xo[j] = bf(OP == 0   ? gelu_f(x)
+                       : OP == 1 ? gelu_grad(x) * __bfloat162float(xb[j])
+                                 : x + __bfloat162float(xb[j]));
+        }
+        reinterpret_cast<uint4 *>(out)[i] = ro;
+    }
+}
+
+bool vec8(size_t n, const void *a, const void *b, const void *c)
+{
+    return n % 8 == 0 && (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0 && (uintptr_t)c % 16 == 0;
 }
 
 __global__ void residual_fwd(bf16 *out, const bf16 *a, const bf16 *b, size_t n)
@@ -1676,23 +1743,35 @@ extern "C" int gpt2_cuda_attention_backward(gpt2_cuda_t *h, void *dqkv, const vo
 extern "C" int gpt2_cuda_gelu_forward(gpt2_cuda_t *h, void *out, const void *inp, size_t n,
                                       bmt_error_t *err)
 {
-    gelu_fwd<<<blocks_for(n, 256), 256, 0, h->stream>>>((bf16 *)out, (const bf16 *)inp, n);
+    if (vec8(n, out, inp, inp))
+        elementwise8<0><<<blocks_for(n / 8, 256), 256, 0, h->stream>>>((bf16 *)out,
+                                                                      (const bf16 *)inp, NULL, n / 8);
+    else
+        gelu_fwd<<<blocks_for(n, 256), 256, 0, h->stream>>>((bf16 *)out, (const bf16 *)inp, n);
     return launched(err, "gelu forward");
 }
 
 extern "C" int gpt2_cuda_gelu_backward(gpt2_cuda_t *h, void *dinp, const void *inp,
                                        const void *dout, size_t n, bmt_error_t *err)
 {
-    gelu_bwd<<<blocks_for(n, 256), 256, 0, h->stream>>>((bf16 *)dinp, (const bf16 *)inp,
-                                                        (const bf16 *)dout, n);
+    if (vec8(n, dinp, inp, dout))
+        elementwise8<1><<<blocks_for(n / 8, 256), 256, 0, h->stream>>>(
+            (bf16 *)dinp, (const bf16 *)inp, (const bf16 *)dout, n / 8);
+    else
+        gelu_bwd<<<blocks_for(n, 256), 256, 0, h->stream>>>((bf16 *)dinp, (const bf16 *)inp,
+                                                            (const bf16 *)dout, n);
     return launched(err, "gelu backward");
 }
 
 extern "C" int gpt2_cuda_residual_forward(gpt2_cuda_t *h, void *out, const void *a, const void *b,
                                           size_t n, bmt_error_t *err)
 {
-    residual_fwd<<<blocks_for(n, 256), 256, 0, h->stream>>>((bf16 *)out, (const bf16 *)a,
-                                                            (const bf16 *)b, n);
+    if (vec8(n, out, a, b))
+        elementwise8<2><<<blocks_for(n / 8, 256), 256, 0, h->stream>>>((bf16 *)out, (const bf16 *)a,
+                                                                      (const bf16 *)b, n / 8);
+    else
+        residual_fwd<<<blocks_for(n, 256), 256, 0, h->stream>>>((bf16 *)out, (const bf16 *)a,
+                                                                (const bf16 *)b, n);
     return launched(err, "residual");
 }
 

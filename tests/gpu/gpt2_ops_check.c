@@ -610,7 +610,8 @@ int main(int argc, char **argv)
     gpt2_cuda_attention_mode(h, 0);
     t_attention(1, 96, 256, 2);   /* head size 128 (WMMA) */
     t_attention(1, 100, 200, 4);  /* head size 50: the materialized path */
-    t_elementwise(1000003);
+    t_elementwise(1000003); /* odd: the scalar kernels */
+    t_elementwise(1 << 20); /* the 16-byte kernels */
     t_crossentropy(200, 1000, 1024);
     t_crossentropy(16, 50257, 50304);
     t_crossentropy(50, 1000, 1003); /* rows not 16-byte aligned: the scalar kernel */
