@@ -7,9 +7,7 @@ set -u
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0
-mkdir -p /opt/deps && for f in .device-deps/*.deb; do dpkg -x "$f" /opt/deps; done
-make -j16 CPPFLAGS=-I/opt/deps/usr/include JANSSON_LIBS=-l:libjansson.so.4 >"$OUT/build.log" 2>&1 ||
-    { tail -30 "$OUT/build.log"; exit 1; }
+bench/gpu/build.sh || exit 1
 start=$(date +%s)
 BUILDDIR=build timeout 400 tests/run gpu >"$OUT/check-gpu.log" 2>&1
 echo "tests/run gpu: $(( $(date +%s) - start )) s"

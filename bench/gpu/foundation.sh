@@ -7,10 +7,8 @@ set -u
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0
-mkdir -p /opt/deps && for f in .device-deps/*.deb; do dpkg -x "$f" /opt/deps; done
 nvidia-smi -L | tee "$OUT/gpus.txt"
-make -j16 CPPFLAGS=-I/opt/deps/usr/include JANSSON_LIBS=-l:libjansson.so.4 >"$OUT/build.log" 2>&1 ||
-    { tail -30 "$OUT/build.log"; exit 1; }
+bench/gpu/build.sh || exit 1
 grep -E "warning|notice|bmt:" "$OUT/build.log" | head
 B=build/bin/bmlaunch
 declare -A result

@@ -2,7 +2,9 @@
 # bench/gpu/gpt2.sh — on the GPU machine: our GPT-2 trainer (examples/gpt2, CUDA
 # path) next to PyTorch FSDP2 (bench/gpu/fsdp2_gpt2.py) on the same shapes, batch
 # and sequence length, in the same call. Prints a table last: config, layout,
-# step ms, tokens/s, MFU (datasheet bf16 peak), peak GPU memory per rank, our
+# step ms, tokens/s, MFU against the datasheet's bf16 peak and against the
+# measured bf16 matmul ceiling (an 8192^3 cuBLASLt product timed first in the
+# same call: tests/gpu/gpt2_ops_check --ceiling), peak GPU memory per rank, our
 # exposed communication (comm_wait_s / step, from the jsonl plugin), and the
 # ratio of tokens/s to the peer's.
 #   RUNS="d12:16:1x2:0 ..."  model:micro-batch:layout:checkpointing (default below)
@@ -20,9 +22,7 @@ T=1024
 STEPS=${STEPS:-13}
 RUNS=${RUNS:-"d12:16:1x2:0 d12:16:1x2:1 d48:8:1x2:1 d48:8:1x2:0"}
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
-    mkdir -p /opt/deps && for f in .device-deps/*.deb; do dpkg -x "$f" /opt/deps; done
-    make -j"$(nproc)" CPPFLAGS=-I/opt/deps/usr/include JANSSON_LIBS=-l:libjansson.so.4 \
-        >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+    bench/gpu/build.sh || exit 1
 fi
 DATA=/tmp/bench-tokens.bin
 [ -f $DATA ] || python3 -c "
@@ -32,6 +32,8 @@ h = np.zeros(256, np.int32); h[0], h[1], h[2] = 20240520, 1, n
 t = np.random.default_rng(0).integers(0, 50257, n).astype(np.uint16)
 open('$DATA', 'wb').write(h.tobytes() + t.tobytes())"
 
+CEIL=$(build/tests/gpu/gpt2_ops_check --ceiling 2>&1 | sed -n 's/^ceiling_tflops //p')
+echo "bf16 matmul ceiling: ${CEIL:-?} TFLOP/s"
 rows=()
 for run in $RUNS; do
     IFS=: read -r model b layout ck <<<"$run"
@@ -44,25 +46,28 @@ for run in $RUNS; do
         --device cuda -g $g -n $n -- build/bin/gpt2 --model $model -b $b -t $T --steps $STEPS \
         --data $DATA --ckpt $ck --lr 3e-4 --warmup 0 >"$OUT/ours-$tag.log" 2>&1
     rc=$?
-    ours=$(python3 - "$OUT/ours-$tag.log" $STEPS $b $T $w <<'PY'
+    ours=$(python3 - "$OUT/ours-$tag.log" $STEPS $b $T $w "${CEIL:-0}" <<'PY'
 import re, statistics, sys, json, glob
 log, steps, b, t, w = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+ceil = float(sys.argv[6]) * 1e12
 ms, mfu, peak = [], [], 0.0
 for l in open(log):
     m = re.search(r"step +(\d+)/\d+ \| .*\| ([\d.]+) ms \| .* MFU ([\d.]+)% \| mem [\d.]+ MiB \(peak ([\d.]+)\)", l)
     if m and int(m.group(1)) > 3:
         ms.append(float(m.group(2))); mfu.append(float(m.group(3))); peak = max(peak, float(m.group(4)))
-wait = []
+wait, fps = [], []
 for f in glob.glob("/tmp/bench-m-*.jsonl"):
     for l in open(f):
         j = json.loads(l)
-        if j.get("step", 0) > 3 and "comm_wait_s" in j and j.get("step_time_s"):
-            wait.append(j["comm_wait_s"] / j["step_time_s"])
+        if j.get("type") == "step" and j.get("step", 0) > 3 and j.get("step_time_s"):
+            wait.append(j.get("comm_wait_s", 0) / j["step_time_s"])
+            fps.append(j.get("flops_per_s") or 0)
 if not ms:
-    print("- - - - -"); sys.exit()
+    print("- - - - - -"); sys.exit()
 s = statistics.median(ms)
-print("%.1f %.0f %.1f %.2f %s" % (s, b * t * w / (s / 1e3), statistics.median(mfu), peak / 1024,
-                                  "%.1f%%" % (100 * max(wait)) if wait else "-"))
+mc = "%.1f" % (100 * statistics.median(fps) / ceil) if fps and ceil > 0 else "-"
+print("%.1f %.0f %.1f %s %.2f %s" % (s, b * t * w / (s / 1e3), statistics.median(mfu), mc, peak / 1024,
+                                     "%.1f%%" % (100 * max(wait)) if wait else "-"))
 PY
 )
     # the peer
@@ -70,11 +75,11 @@ PY
         --model $model -b $b -t $T --steps $STEPS --groups $g $([ "$ck" = 1 ] && echo --ckpt) \
         >"$OUT/fsdp2-$tag.log" 2>&1
     peer=$(sed -n 's/.*step_ms=\([0-9.]*\) tok_s=\([0-9]*\) mem_gib=\([0-9.]*\).*/\1 \2 \3/p' "$OUT/fsdp2-$tag.log")
-    read -r oms otok omfu omem owait <<<"$ours"
+    read -r oms otok omfu omfuc omem owait <<<"$ours"
     read -r pms ptok pmem <<<"${peer:-- - -}"
     ratio=$(awk -v a="$otok" -v b="$ptok" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.2f", a / b; else print "-" }')
-    rows+=("$(printf '%-4s b%-3s %-4s ckpt %s | ours %8s ms %9s tok/s MFU %5s%% mem %6s GiB wait %6s | fsdp2 %8s ms %9s tok/s mem %6s GiB | x%s (rc %s)' \
-        $model $b $layout $ck "$oms" "$otok" "$omfu" "$omem" "$owait" "$pms" "$ptok" "$pmem" "$ratio" $rc)")
+    rows+=("$(printf '%-4s b%-3s %-4s ckpt %s | ours %8s ms %9s tok/s MFU %5s%% (ceiling %5s%%) mem %6s GiB wait %6s | fsdp2 %8s ms %9s tok/s mem %6s GiB | x%s (rc %s)' \
+        $model $b $layout $ck "$oms" "$otok" "$omfu" "$omfuc" "$omem" "$owait" "$pms" "$ptok" "$pmem" "$ratio" $rc)")
     echo "${rows[-1]}"
 done
 echo

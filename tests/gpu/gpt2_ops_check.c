@@ -15,6 +15,8 @@
  * Sizes are GPT-2's (C 768 and 1600, 12 heads, a vocabulary that is not a
  * multiple of 64 so logits rows are padded). Determinism: the reductions are
  * in a fixed order, so two runs give the same bits. Prints TAP.
+ *   --bench    then times each layer at d12's shapes ("#" lines)
+ *   --ceiling  only prints the bf16 matmul rate ("ceiling_tflops X")
  */
 #include <math.h>
 #include <stdarg.h>
@@ -525,6 +527,29 @@ static void bench_op(void *arg)
         die("bench", err.text);
 }
 
+/* --ceiling: the bf16 matmul rate this GPU reaches through the same cuBLASLt
+ * call as the model (random data, 8192^3, median of 20), printed as
+ * "ceiling_tflops X": what bench/gpu/gpt2.sh reports MFU against besides the
+ * datasheet's peak. */
+static void gemm_op(void *arg)
+{
+    void **b = arg;
+    bmt_error_t err;
+    if (gpt2_cuda_matmul_forward(h, b[0], 8192, b[1], b[2], NULL, 8192, 8192, 8192, 1, &err) < 0)
+        die("ceiling matmul", err.text);
+}
+
+static void ceiling(void)
+{
+    const size_t n = (size_t)8192 * 8192;
+    float *r = rnd(n, 1.0f);
+    void *b[3] = { dmalloc(n * 2), up_bf16(r, n), up_bf16(r, n) };
+    const float ms = time_ms(gemm_op, b);
+    printf("ceiling_tflops %.1f\n", 2.0 * 8192 * 8192 * 8192 / (ms * 1e-3) / 1e12);
+    free(r);
+    cudaFree(b[0]), cudaFree(b[1]), cudaFree(b[2]);
+}
+
 static void bench(void)
 {
     bench_bufs_t z = { .B = 16, .T = 1024, .C = 768, .NH = 12, .V = 50257, .Vp = 50304 };
@@ -592,6 +617,10 @@ int main(int argc, char **argv)
     ck(cudaMalloc(&ws, gpt2_cuda_workspace_bytes(4 * 1600)), "cudaMalloc");
     if ((h = gpt2_cuda_create(stream, ws, 4 * 1600, &err)) == NULL)
         die("gpt2_cuda_create", err.text);
+    if (argc > 1 && strcmp(argv[1], "--ceiling") == 0) {
+        ceiling();
+        return 0;
+    }
     t_encoder(4, 64, 768, 1000);
     t_layernorm(512, 768);
     t_layernorm(300, 1600);

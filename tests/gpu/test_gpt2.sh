@@ -37,10 +37,14 @@ hf() {
 
 layouts="1x1"
 [ "$gpus" -ge 2 ] && layouts="1x1 1x2 2x1"
+# The oracle's figures (errors, curves) go to the log as comments, pass or fail.
+figures() { [ -f "$TMP/check-$1.txt" ] && sed 's/^/# /' "$TMP/check-$1.txt"; }
 for layout in $layouts; do
     test_expect_success "GPT-2 (L $L, C $C, V $V) on cuda $layout against HF GPT2LMHeadModel: logits, loss, gradients, 50 steps" "
-        hf $layout >check.txt; rc=\$?; cat check.txt; test \$rc -eq 0 && test \$(grep -c '^ok ' check.txt) -eq 7
+        hf $layout >check.txt; rc=\$?; cp check.txt \$TMP/check-$layout.txt; cat check.txt
+        test \$rc -eq 0 && test \$(grep -c '^ok ' check.txt) -eq 7
     "
+    figures $layout
 done
 
 test_expect_success "the same with zero level 2 and no activation checkpointing (1x$([ "$gpus" -ge 2 ] && echo 2 || echo 1))" "
