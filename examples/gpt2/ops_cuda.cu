@@ -14,7 +14,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
-#include <mma.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +30,7 @@ struct gpt2_cuda {
     void *lt_ws;    /* LT_WORKSPACE bytes */
     float *partial; /* COL_CHUNKS x 2 x max_cols f32 */
     int max_cols;
-    int attn_mode; /* gpt2_cuda_attention_mode: 0 flash (mma), 1 materialized, 2 flash (WMMA) */
+    int attn_mode; /* gpt2_cuda_attention_mode: 0 flash where it applies, 1 materialized */
 };
 
 namespace {
@@ -488,157 +487,17 @@ int batched(gpt2_cuda_t *h, bool ta, bool tb, int m, int n, int k, const void *A
 
 /* ------------------------------------------------------------ flash attention
  *
- * FlashAttention-2's tiling with WMMA (16x16x16 bf16, f32 accumulators): the
- * (T,T) scores never reach device memory. Blocks of 4 warps; a block owns 64
- * query rows (forward, dq) or 64 key rows (dk/dv), a warp 16 of them, and
- * walks the other side's 64-row tiles below the diagonal. Scores, the
- * softmax's running max and sum, and the output accumulator live in shared
- * memory (WMMA's fragment layout is opaque, so row-wise work goes through
- * shared memory). The forward saves LSE = max + log(sum) per row; the
- * backward recomputes P = exp(scale S - LSE) and runs as two kernels, one over
- * key tiles (dK, dV) and one over query tiles (dQ), so that nothing is
- * accumulated with atomics: fixed order, the same bits every run.
- * Head sizes 16, 32, 64, 128; others take the materialized path above.
+ * FlashAttention-2's algorithm: the (T,T) scores never reach device memory.
+ * The forward keeps a running max and sum per row and saves LSE = max +
+ * log(sum); the backward recomputes P = exp(scale S - LSE) and runs as two
+ * kernels, one over key tiles (dK, dV) and one over query tiles (dQ), so that
+ * nothing is accumulated with atomics: fixed order, the same bits every run.
+ * Head sizes 16, 32 and 64 (GPT-2's is 64); others take the materialized path
+ * above. (A first version with WMMA fragments, whose opaque layout forced the
+ * scores through shared memory, ran slower than the materialized path: see
+ * bench/NOTES.md.)
  */
-#define FA_ROWS 64 /* rows of a tile */
-#define FA_WARPS 4
-
-template <int D> struct fa_smem {
-    static constexpr int LDH = D + 8;       /* bf16 tile row stride */
-    static constexpr int LDS = FA_ROWS + 4; /* f32 score row stride */
-    static constexpr int LDP = FA_ROWS + 8; /* bf16 P row stride */
-    static constexpr int LDO = D + 4;       /* f32 accumulator row stride */
-};
-
-/* rows [r0, r0 + 64) of a (T, D) bf16 matrix into smem (ld LDH), zero past T */
-template <int D>
-__device__ __forceinline__ void fa_load_tile(bf16 *dst, const bf16 *src, int r0, int T)
-{
-    constexpr int LDH = fa_smem<D>::LDH, VEC = 8, PER_ROW = D / VEC;
-    for (int i = threadIdx.x; i < FA_ROWS * PER_ROW; i += blockDim.x) {
-        const int r = i / PER_ROW, c = (i % PER_ROW) * VEC;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (r0 + r < T)
-            v = *reinterpret_cast<const uint4 *>(src + (size_t)(r0 + r) * D + c);
-        *reinterpret_cast<uint4 *>(dst + r * LDH + c) = v;
-    }
-}
-
-namespace wm = nvcuda::wmma;
-typedef wm::fragment<wm::matrix_a, 16, 16, 16, bf16, wm::row_major> frag_a;
-typedef wm::fragment<wm::matrix_a, 16, 16, 16, bf16, wm::col_major> frag_at;
-typedef wm::fragment<wm::matrix_b, 16, 16, 16, bf16, wm::row_major> frag_b;
-typedef wm::fragment<wm::matrix_b, 16, 16, 16, bf16, wm::col_major> frag_bt;
-typedef wm::fragment<wm::accumulator, 16, 16, 16, float> frag_c;
-
-/* S (16 x 64, f32, ld LDS) = A (16 x D, bf16 rows, ld LDH) x B^T, B (64 x D, ld LDH) */
-template <int D>
-__device__ __forceinline__ void fa_abt(float *S, const bf16 *A, const bf16 *B)
-{
-    constexpr int LDH = fa_smem<D>::LDH, LDS = fa_smem<D>::LDS;
-    for (int n = 0; n < FA_ROWS / 16; n++) {
-        frag_c c;
-        wm::fill_fragment(c, 0.0f);
-        for (int k = 0; k < D / 16; k++) {
-            frag_a a;
-            frag_bt b;
-            wm::load_matrix_sync(a, A + k * 16, LDH);
-            wm::load_matrix_sync(b, B + n * 16 * LDH + k * 16, LDH);
-            wm::mma_sync(c, a, b, c);
-        }
-        wm::store_matrix_sync(S + n * 16, c, LDS, wm::mem_row_major);
-    }
-}
-
-template <int D>
-__global__ void __launch_bounds__(FA_WARPS * 32)
-    flash_fwd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int T,
-              float scale)
-{
-    typedef fa_smem<D> L;
-    extern __shared__ __align__(128) unsigned char fa_sh[];
-    bf16 *Qs = (bf16 *)fa_sh, *Ks = Qs + FA_ROWS * L::LDH, *Vs = Ks + FA_ROWS * L::LDH;
-    float *Ss = (float *)(Vs + FA_ROWS * L::LDH);
-    bf16 *Ps = (bf16 *)(Ss + FA_ROWS * L::LDS);
-    float *Os = (float *)(Ps + FA_ROWS * L::LDP);
-    float *ms = Os + FA_ROWS * L::LDO, *ls = ms + FA_ROWS;
-    const int tile = blockIdx.x, bh = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int r0 = tile * FA_ROWS, wr = warp * 16;
-    const size_t base = (size_t)bh * T * D;
-    fa_load_tile<D>(Qs, q + base, r0, T);
-    for (int i = threadIdx.x; i < FA_ROWS * L::LDO; i += blockDim.x)
-        Os[i] = 0.f;
-    for (int i = threadIdx.x; i < FA_ROWS; i += blockDim.x)
-        ms[i] = -INFINITY, ls[i] = 0.f;
-    for (int j = 0; j <= tile; j++) {
-        const int c0 = j * FA_ROWS;
-        __syncthreads(); /* the previous tile's K, V are no longer read */
-        fa_load_tile<D>(Ks, k + base, c0, T);
-        fa_load_tile<D>(Vs, v + base, c0, T);
-        __syncthreads();
-        fa_abt<D>(Ss + wr * L::LDS, Qs + wr * L::LDH, Ks);
-        __syncwarp();
-        /* online softmax of the warp's 16 rows: two lanes per row, each over
-         * half of its 64 columns (and half of its D outputs), one shuffle to
-         * combine; rows are independent, so the lanes run in parallel. */
-        {
-            const int r = wr + lane / 2, row = r0 + r, half = lane % 2;
-            const float *srow = Ss + r * L::LDS + half * 32;
-            const int cbase = c0 + half * 32;
-            float mx = -INFINITY;
-#pragma unroll 8
-            for (int c = 0; c < 32; c++)
-                if (row < T && cbase + c <= row)
-                    mx = fmaxf(mx, srow[c] * scale);
-            const float m_old = ms[r];
-            const float m_new = fmaxf(m_old, fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1)));
-            const float alpha = m_new == -INFINITY ? 1.f : expf(m_old - m_new);
-            float sum = 0.f;
-            bf16 *prow = Ps + r * L::LDP + half * 32;
-#pragma unroll 8
-            for (int c = 0; c < 32; c++) {
-                float p = 0.f;
-                if (row < T && cbase + c <= row)
-                    p = expf(srow[c] * scale - m_new);
-                sum += p;
-                prow[c] = bf(p);
-            }
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            float *orow = Os + r * L::LDO + half * (D / 2);
-#pragma unroll 8
-            for (int c = 0; c < D / 2; c++)
-                orow[c] *= alpha;
-            __syncwarp();
-            if (half == 0)
-                ms[r] = m_new, ls[r] = ls[r] * alpha + sum;
-            __syncwarp();
-        }
-        /* O (16 x D) += P (16 x 64) V (64 x D) */
-        for (int n = 0; n < D / 16; n++) {
-            frag_c c;
-            wm::load_matrix_sync(c, Os + wr * L::LDO + n * 16, L::LDO, wm::mem_row_major);
-            for (int kk = 0; kk < FA_ROWS / 16; kk++) {
-                frag_a a;
-                frag_b b;
-                wm::load_matrix_sync(a, Ps + wr * L::LDP + kk * 16, L::LDP);
-                wm::load_matrix_sync(b, Vs + kk * 16 * L::LDH + n * 16, L::LDH);
-                wm::mma_sync(c, a, b, c);
-            }
-            wm::store_matrix_sync(Os + wr * L::LDO + n * 16, c, L::LDO, wm::mem_row_major);
-        }
-        __syncwarp();
-    }
-    for (int rr = 0; rr < 16; rr++) {
-        const int r = wr + rr, row = r0 + r;
-        if (row >= T)
-            break;
-        const float inv = 1.0f / ls[r];
-        for (int c = lane; c < D; c += 32)
-            out[base + (size_t)row * D + c] = bf(Os[r * L::LDO + c] * inv);
-        if (lane == 0)
-            lse[(size_t)bh * T + row] = ms[r] + logf(ls[r]);
-    }
-}
+#define FA_ROWS 64 /* rows of the tiles a block walks */
 
 /* Dd (B,NH,T) = rowsum(dout * out) per head, from (B,T,C) layouts: one warp per (b,t,h). */
 __global__ void flash_bwd_dot(float *Dd, const bf16 *dout, const bf16 *out, int B, int T, int NH,
@@ -659,225 +518,11 @@ __global__ void flash_bwd_dot(float *Dd, const bf16 *dout, const bf16 *out, int 
         Dd[(b * NH + hh) * T + t] = s;
 }
 
-/* dK, dV of one 64-row key tile: walks the query tiles at or below it. */
-template <int D>
-__global__ void __launch_bounds__(FA_WARPS * 32)
-    flash_bwd_dkdv(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, const bf16 *v,
-                   const bf16 *dout, const float *lse, const float *Dd, int T, float scale)
-{
-    typedef fa_smem<D> L;
-    extern __shared__ __align__(128) unsigned char fa_sh[];
-    bf16 *Ks = (bf16 *)fa_sh, *Vs = Ks + FA_ROWS * L::LDH, *Qs = Vs + FA_ROWS * L::LDH;
-    bf16 *dOs = Qs + FA_ROWS * L::LDH;
-    float *Ss = (float *)(dOs + FA_ROWS * L::LDH);
-    bf16 *Ps = (bf16 *)(Ss + FA_ROWS * L::LDS), *dSs = Ps + FA_ROWS * L::LDP;
-    float *lses = (float *)(dSs + FA_ROWS * L::LDP), *Ds = lses + FA_ROWS;
-    const int tile = blockIdx.x, bh = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int c0 = tile * FA_ROWS, wr = warp * 16; /* the warp's 16 key rows */
-    const size_t base = (size_t)bh * T * D;
-    const int qtiles = (T + FA_ROWS - 1) / FA_ROWS;
-    fa_load_tile<D>(Ks, k + base, c0, T);
-    fa_load_tile<D>(Vs, v + base, c0, T);
-    frag_c dKf[D / 16], dVf[D / 16];
-    for (int n = 0; n < D / 16; n++) {
-        wm::fill_fragment(dKf[n], 0.0f);
-        wm::fill_fragment(dVf[n], 0.0f);
-    }
-    for (int i = tile; i < qtiles; i++) {
-        const int r0 = i * FA_ROWS;
-        __syncthreads();
-        fa_load_tile<D>(Qs, q + base, r0, T);
-        fa_load_tile<D>(dOs, dout + base, r0, T);
-        for (int x = threadIdx.x; x < FA_ROWS; x += blockDim.x) {
-            const bool in = r0 + x < T;
-            lses[x] = in ? lse[(size_t)bh * T + r0 + x] : 0.f;
-            Ds[x] = in ? Dd[(size_t)bh * T + r0 + x] : 0.f;
-        }
-        __syncthreads();
-        /* S^T (16 keys x 64 queries) = K_w Q^T, then P^T = exp(scale S^T - lse[q]) */
-        fa_abt<D>(Ss + wr * L::LDS, Ks + wr * L::LDH, Qs);
-        __syncwarp();
-        for (int x = lane; x < 16 * FA_ROWS; x += 32) {
-            const int rr = x / FA_ROWS, qc = x % FA_ROWS;
-            const int key = c0 + wr + rr, qrow = r0 + qc;
-            float p = 0.f;
-            if (qrow < T && key < T && key <= qrow)
-                p = expf(Ss[(wr + rr) * L::LDS + qc] * scale - lses[qc]);
-            Ps[(wr + rr) * L::LDP + qc] = bf(p);
-        }
-        __syncwarp();
-        /* dV_w += P^T dO ; dP^T (16 x 64) = V_w dO^T */
-        for (int n = 0; n < D / 16; n++)
-            for (int kk = 0; kk < FA_ROWS / 16; kk++) {
-                frag_a a;
-                frag_b b;
-                wm::load_matrix_sync(a, Ps + wr * L::LDP + kk * 16, L::LDP);
-                wm::load_matrix_sync(b, dOs + kk * 16 * L::LDH + n * 16, L::LDH);
-                wm::mma_sync(dVf[n], a, b, dVf[n]);
-            }
-        fa_abt<D>(Ss + wr * L::LDS, Vs + wr * L::LDH, dOs);
-        __syncwarp();
-        /* dS^T = P^T (dP^T - D[q]) */
-        for (int x = lane; x < 16 * FA_ROWS; x += 32) {
-            const int rr = x / FA_ROWS, qc = x % FA_ROWS;
-            const float p = ld(&Ps[(wr + rr) * L::LDP + qc]);
-            dSs[(wr + rr) * L::LDP + qc] = bf(p * (Ss[(wr + rr) * L::LDS + qc] - Ds[qc]));
-        }
-        __syncwarp();
-        /* dK_w += dS^T Q */
-        for (int n = 0; n < D / 16; n++)
-            for (int kk = 0; kk < FA_ROWS / 16; kk++) {
-                frag_a a;
-                frag_b b;
-                wm::load_matrix_sync(a, dSs + wr * L::LDP + kk * 16, L::LDP);
-                wm::load_matrix_sync(b, Qs + kk * 16 * L::LDH + n * 16, L::LDH);
-                wm::mma_sync(dKf[n], a, b, dKf[n]);
-            }
-    }
-    /* through the warp's score scratch: scale dK, round, store the rows below T */
-    float *tmp = Ss + wr * L::LDS; /* 16 x 64 f32: 16 columns of D at a time */
-    for (int n = 0; n < D / 16; n++)
-        for (int which = 0; which < 2; which++) {
-            __syncwarp();
-            wm::store_matrix_sync(tmp, which ? dVf[n] : dKf[n], L::LDS, wm::mem_row_major);
-            __syncwarp();
-            bf16 *dst = which ? dv : dk;
-            const float f = which ? 1.0f : scale;
-            for (int x = lane; x < 256; x += 32) {
-                const int rr = x / 16, cc = x % 16, key = c0 + wr + rr;
-                if (key < T)
-                    dst[base + (size_t)key * D + n * 16 + cc] = bf(tmp[rr * L::LDS + cc] * f);
-            }
-        }
-}
-
-/* dQ of one 64-row query tile: walks the key tiles at or below it. */
-template <int D>
-__global__ void __launch_bounds__(FA_WARPS * 32)
-    flash_bwd_dq(bf16 *dq, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *dout,
-                 const float *lse, const float *Dd, int T, float scale)
-{
-    typedef fa_smem<D> L;
-    extern __shared__ __align__(128) unsigned char fa_sh[];
-    bf16 *Qs = (bf16 *)fa_sh, *dOs = Qs + FA_ROWS * L::LDH, *Ks = dOs + FA_ROWS * L::LDH;
-    bf16 *Vs = Ks + FA_ROWS * L::LDH;
-    float *Ss = (float *)(Vs + FA_ROWS * L::LDH), *dPs = Ss + FA_ROWS * L::LDS;
-    bf16 *dSs = (bf16 *)(dPs + FA_ROWS * L::LDS);
-    const int tile = blockIdx.x, bh = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int r0 = tile * FA_ROWS, wr = warp * 16;
-    const size_t base = (size_t)bh * T * D;
-    fa_load_tile<D>(Qs, q + base, r0, T);
-    fa_load_tile<D>(dOs, dout + base, r0, T);
-    float my_lse[16], my_D[16]; /* the warp's rows, every lane the same */
-    for (int rr = 0; rr < 16; rr++) {
-        const int row = r0 + wr + rr;
-        my_lse[rr] = row < T ? lse[(size_t)bh * T + row] : 0.f;
-        my_D[rr] = row < T ? Dd[(size_t)bh * T + row] : 0.f;
-    }
-    frag_c dQf[D / 16];
-    for (int n = 0; n < D / 16; n++)
-        wm::fill_fragment(dQf[n], 0.0f);
-    for (int j = 0; j <= tile; j++) {
-        const int c0 = j * FA_ROWS;
-        __syncthreads();
-        fa_load_tile<D>(Ks, k + base, c0, T);
-        fa_load_tile<D>(Vs, v + base, c0, T);
-        __syncthreads();
-        fa_abt<D>(Ss + wr * L::LDS, Qs + wr * L::LDH, Ks);  /* S */
-        fa_abt<D>(dPs + wr * L::LDS, dOs + wr * L::LDH, Vs); /* dP = dO V^T */
-        __syncwarp();
-        for (int rr = 0; rr < 16; rr++) {
-            const int row = r0 + wr + rr;
-            for (int cc = lane; cc < FA_ROWS; cc += 32) {
-                const int key = c0 + cc;
-                float ds = 0.f;
-                if (row < T && key <= row) {
-                    const float p = __bfloat162float(
-                        bf(expf(Ss[(wr + rr) * L::LDS + cc] * scale - my_lse[rr])));
-                    ds = p * (dPs[(wr + rr) * L::LDS + cc] - my_D[rr]);
-                }
-                dSs[(wr + rr) * L::LDP + cc] = bf(ds);
-            }
-        }
-        __syncwarp();
-        for (int n = 0; n < D / 16; n++)
-            for (int kk = 0; kk < FA_ROWS / 16; kk++) {
-                frag_a a;
-                frag_b b;
-                wm::load_matrix_sync(a, dSs + wr * L::LDP + kk * 16, L::LDP);
-                wm::load_matrix_sync(b, Ks + kk * 16 * L::LDH + n * 16, L::LDH);
-                wm::mma_sync(dQf[n], a, b, dQf[n]);
-            }
-    }
-    float *tmp = Ss + wr * L::LDS;
-    for (int n = 0; n < D / 16; n++) {
-        __syncwarp();
-        wm::store_matrix_sync(tmp, dQf[n], L::LDS, wm::mem_row_major);
-        __syncwarp();
-        for (int x = lane; x < 256; x += 32) {
-            const int rr = x / 16, cc = x % 16, row = r0 + wr + rr;
-            if (row < T)
-                dq[base + (size_t)row * D + n * 16 + cc] = bf(tmp[rr * L::LDS + cc] * scale);
-        }
-    }
-}
-
-template <int D> size_t fa_fwd_smem()
-{
-    typedef fa_smem<D> L;
-    return 3 * FA_ROWS * L::LDH * 2 + FA_ROWS * L::LDS * 4 + FA_ROWS * L::LDP * 2 +
-           FA_ROWS * L::LDO * 4 + 2 * FA_ROWS * 4;
-}
-template <int D> size_t fa_dkdv_smem()
-{
-    typedef fa_smem<D> L;
-    return 4 * FA_ROWS * L::LDH * 2 + FA_ROWS * L::LDS * 4 + 2 * FA_ROWS * L::LDP * 2 +
-           2 * FA_ROWS * 4;
-}
-template <int D> size_t fa_dq_smem()
-{
-    typedef fa_smem<D> L;
-    return 4 * FA_ROWS * L::LDH * 2 + 2 * FA_ROWS * L::LDS * 4 + FA_ROWS * L::LDP * 2;
-}
-
-template <int D>
-cudaError_t flash_forward(cudaStream_t st, bf16 *out, float *lse, const bf16 *q, const bf16 *k,
-                          const bf16 *v, int BH, int T, float scale)
-{
-    const size_t sm = fa_fwd_smem<D>();
-    cudaError_t e = cudaFuncSetAttribute(flash_fwd<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)sm);
-    if (e != cudaSuccess)
-        return e;
-    flash_fwd<D><<<dim3((unsigned)(T + FA_ROWS - 1) / FA_ROWS, (unsigned)BH), FA_WARPS * 32, sm,
-                   st>>>(out, lse, q, k, v, T, scale);
-    return cudaGetLastError();
-}
-
-template <int D>
-cudaError_t flash_backward(cudaStream_t st, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *q,
-                           const bf16 *k, const bf16 *v, const bf16 *dout, const float *lse,
-                           const float *Dd, int BH, int T, float scale)
-{
-    const size_t s1 = fa_dkdv_smem<D>(), s2 = fa_dq_smem<D>();
-    cudaError_t e = cudaFuncSetAttribute(flash_bwd_dkdv<D>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1);
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(flash_bwd_dq<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)s2);
-    if (e != cudaSuccess)
-        return e;
-    const dim3 grid((unsigned)(T + FA_ROWS - 1) / FA_ROWS, (unsigned)BH);
-    flash_bwd_dkdv<D><<<grid, FA_WARPS * 32, s1, st>>>(dk, dv, q, k, v, dout, lse, Dd, T, scale);
-    flash_bwd_dq<D><<<grid, FA_WARPS * 32, s2, st>>>(dq, q, k, v, dout, lse, Dd, T, scale);
-    return cudaGetLastError();
-}
-
-bool flash_ok(int hs) { return hs == 16 || hs == 32 || hs == 64 || hs == 128; }
+bool flash_ok(int hs) { return hs == 16 || hs == 32 || hs == 64; }
 
 /* ------------------------------------------------------------ flash attention, mma.sync
  *
- * The same algorithm with PTX mma.m16n8k16 (bf16 in, f32 accumulators), whose
+ * The kernels use PTX mma.m16n8k16 (bf16 in, f32 accumulators), whose
  * fragment layouts are documented, so that scores, probabilities and output
  * accumulators stay in registers: the accumulator fragments of two adjacent
  * 8-column score tiles are, packed to bf16, exactly the A fragment of the next
@@ -886,8 +531,8 @@ bool flash_ok(int hs) { return hs == 16 || hs == 32 || hs == 64 || hs == 128; }
  * along its other dimension goes through ldmatrix.trans. The forward and dQ
  * blocks own 128 rows (8 warps) so each K/V tile feeds twice the work; the
  * dK/dV blocks own 64 keys (4 warps: they hold the most registers). Softmax
- * works in base 2 (exp2f). Head sizes 16, 32, 64; 128 keeps the WMMA kernels
- * above (its register need would spill here).
+ * works in base 2 (exp2f). (Head size 128 would need about 256 registers in
+ * the dK/dV kernel as written: it takes the materialized path.)
  */
 #define LOG2E_F 1.4426950408889634f
 #define LN2_F 0.6931471805599453f
@@ -1653,15 +1298,9 @@ extern "C" int gpt2_cuda_attention_forward(gpt2_cuda_t *h, void *out, void *qkvr
     if (flash_ok(hs) && h->attn_mode != 1) {
         const float scale = 1.0f / sqrtf((float)hs);
         float *lse = (float *)att;
-        const bool w = h->attn_mode == 2;
-        cudaError_t e =
-            hs == 16   ? (w ? flash_forward<16>(h->stream, y, lse, q, k, v, BH, T, scale)
-                            : mfa_forward<16>(h->stream, y, lse, q, k, v, BH, T, scale))
-            : hs == 32 ? (w ? flash_forward<32>(h->stream, y, lse, q, k, v, BH, T, scale)
-                            : mfa_forward<32>(h->stream, y, lse, q, k, v, BH, T, scale))
-            : hs == 64 ? (w ? flash_forward<64>(h->stream, y, lse, q, k, v, BH, T, scale)
-                            : mfa_forward<64>(h->stream, y, lse, q, k, v, BH, T, scale))
-                       : flash_forward<128>(h->stream, y, lse, q, k, v, BH, T, scale);
+        cudaError_t e = hs == 16   ? mfa_forward<16>(h->stream, y, lse, q, k, v, BH, T, scale)
+                        : hs == 32 ? mfa_forward<32>(h->stream, y, lse, q, k, v, BH, T, scale)
+                                   : mfa_forward<64>(h->stream, y, lse, q, k, v, BH, T, scale);
         if (e != cudaSuccess)
             return fail_text(err, "flash attention forward", cudaGetErrorString(e));
         unpermute<<<blocks_for(one, 256), 256, 0, h->stream>>>((bf16 *)out, y, 1, B, T, NH, hs);
@@ -1699,7 +1338,6 @@ extern "C" int gpt2_cuda_attention_backward(gpt2_cuda_t *h, void *dqkv, const vo
         return -1;
     if (flash_ok(hs) && h->attn_mode != 1) {
         const float scale = 1.0f / sqrtf((float)hs);
-        const bool w = h->attn_mode == 2;
         float *Dd = (float *)datt;
         const size_t warps = (size_t)B * T * NH;
         flash_bwd_dot<<<blocks_for(warps * 32, 256), 256, 0, h->stream>>>(
@@ -1708,13 +1346,9 @@ extern "C" int gpt2_cuda_attention_backward(gpt2_cuda_t *h, void *dqkv, const vo
             return -1;
         const float *lse = (const float *)att;
         cudaError_t e =
-            hs == 16   ? (w ? flash_backward<16>(h->stream, dq, dk, dv, q, k, v, dy, lse, Dd, BH, T, scale)
-                            : mfa_backward<16>(h->stream, dq, dk, dv, q, k, v, dy, lse, Dd, BH, T, scale))
-            : hs == 32 ? (w ? flash_backward<32>(h->stream, dq, dk, dv, q, k, v, dy, lse, Dd, BH, T, scale)
-                            : mfa_backward<32>(h->stream, dq, dk, dv, q, k, v, dy, lse, Dd, BH, T, scale))
-            : hs == 64 ? (w ? flash_backward<64>(h->stream, dq, dk, dv, q, k, v, dy, lse, Dd, BH, T, scale)
-                            : mfa_backward<64>(h->stream, dq, dk, dv, q, k, v, dy, lse, Dd, BH, T, scale))
-                       : flash_backward<128>(h->stream, dq, dk, dv, q, k, v, dy, lse, Dd, BH, T, scale);
+            hs == 16   ? mfa_backward<16>(h->stream, dq, dk, dv, q, k, v, dy, lse, Dd, BH, T, scale)
+            : hs == 32 ? mfa_backward<32>(h->stream, dq, dk, dv, q, k, v, dy, lse, Dd, BH, T, scale)
+                       : mfa_backward<64>(h->stream, dq, dk, dv, q, k, v, dy, lse, Dd, BH, T, scale);
         if (e != cudaSuccess)
             return fail_text(err, "flash attention backward", cudaGetErrorString(e));
         unpermute<<<blocks_for(3 * one, 256), 256, 0, h->stream>>>((bf16 *)dqkv, dq, 3, B, T, NH,

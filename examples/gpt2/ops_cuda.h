@@ -12,8 +12,8 @@
  *   - Matmuls are cuBLASLt (bf16 in, f32 compute; bias fused as an epilogue),
  *     with cublasGemmEx as the fallback when cuBLASLt offers no algorithm.
  *   - Attention keeps q, k, v permuted to (B,NH,T,hs) ("qkvr", 3 N C) for the
- *     backward; GPT-2's head sizes run flash attention (own WMMA kernels,
- *     FlashAttention-2's tiling), others batched GEMMs over (T,T) scores.
+ *     backward; GPT-2's head size runs flash attention (own mma.sync kernels,
+ *     FlashAttention-2's algorithm), others batched GEMMs over (T,T) scores.
  *   - Cross-entropy is fused with its backward: one pass over each row of the
  *     logits gives the loss and overwrites the logits with the gradient, so no
  *     (N,V) f32 buffer exists.
@@ -48,10 +48,9 @@ size_t gpt2_cuda_workspace_bytes(int max_cols);
 gpt2_cuda_t *gpt2_cuda_create(void *stream, void *workspace, int max_cols, bmt_error_t *err);
 void gpt2_cuda_destroy(gpt2_cuda_t *h);
 
-/* Which attention kernels run where flash attention applies (tests and
- * benchmarks): 0 (default) the mma.sync kernels (the WMMA ones for head size
- * 128), 1 the materialized scores (`att` and `datt` must then hold B NH T T
- * bf16), 2 the WMMA kernels for every head size. */
+/* Attention where flash attention applies (tests and benchmarks): 0 (the
+ * default) flash attention, 1 the materialized scores (`att` and `datt` must
+ * then hold B NH T T bf16). */
 void gpt2_cuda_attention_mode(gpt2_cuda_t *h, int mode);
 
 /* out (N,C) bf16 = wte[inp] + wpe[t]; inp (B,T) int32 on the device. */
@@ -100,7 +99,7 @@ int gpt2_cuda_matmul_backward(gpt2_cuda_t *h, void *dinp, float *dweight, float 
                               const void *dout, int ld_dout, const void *inp, const void *weight,
                               int N, int IC, int OC, int wt, bmt_error_t *err);
 
-/* Causal self-attention. Head sizes 16, 32, 64 and 128 (GPT-2's is 64) take
+/* Causal self-attention. Head sizes 16, 32 and 64 (GPT-2's is 64) take
  * flash attention (the scores never reach memory; `att` saves the softmax's
  * log-sum-exp per row, (B,NH,T) f32); other head sizes materialize the scores
  * (`att` saves the softmax itself, (B,NH,T,T) bf16, 0 above the diagonal).

@@ -43,7 +43,6 @@ static int tap_n, tap_failed;
 static gpt2_cuda_t *h;
 static cudaStream_t stream;
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static int attn_mode; /* gpt2_cuda_attention_mode of the attention tests */
 
 static void die(const char *what, const char *why)
 {
@@ -332,9 +331,8 @@ static void t_attention(int B, int T, int C, int NH)
     run(gpt2_cuda_attention_forward(h, dout, dqkvr, datt, dqkv, scratch, B, T, C, NH, &err),
         "attention forward", &err);
     float *got = down_bf16(dout, N * C), *gatt = NULL;
-    const int hs = C / NH;
     snprintf(name, sizeof(name), "attention forward (B %d, T %d, C %d, NH %d, %s)", B, T, C, NH,
-             !flash ? "materialized" : attn_mode == 2 || hs == 128 ? "flash, WMMA" : "flash, mma");
+             flash ? "flash" : "materialized");
     check(name, got, ref, N * C, 3e-2);
     if (flash) { /* att holds the log-sum-exp of each row: check it against the CPU's scores */
         float *lse = down_f32(datt, (size_t)B * NH * T), *rl = zeros((size_t)B * NH * T);
@@ -593,15 +591,12 @@ static void bench(void)
         else
             head += ms;
     }
-    for (int mode = 1; mode <= 2; mode++) {
-        gpt2_cuda_attention_mode(h, mode);
-        z.op = 10;
-        float mf = time_ms(bench_op, &z);
-        z.op = 11;
-        float mb = time_ms(bench_op, &z);
-        printf("#   attention fwd (%s) %6.3f ms, bwd %6.3f ms\n",
-               mode == 1 ? "materialized" : "WMMA flash", mf, mb);
-    }
+    gpt2_cuda_attention_mode(h, 1);
+    z.op = 10;
+    float mf = time_ms(bench_op, &z);
+    z.op = 11;
+    float mb = time_ms(bench_op, &z);
+    printf("#   attention fwd (materialized) %6.3f ms, bwd %6.3f ms\n", mf, mb);
     gpt2_cuda_attention_mode(h, 0);
     printf("# one layer %.2f ms; 12 layers + head: %.1f ms per step (without recomputation)\n",
            layer, 12 * layer + head);
@@ -628,16 +623,11 @@ int main(int argc, char **argv)
     t_matmul(256, 3072, 768, 0, 768);  /* mlp c_proj */
     t_matmul(128, 768, 1000, 1, 1024); /* tied head, padded rows */
     t_matmul(16, 768, 50257, 1, 50304);
-    for (attn_mode = 0; attn_mode <= 2; attn_mode += 2) { /* mma, then WMMA */
-        gpt2_cuda_attention_mode(h, attn_mode);
-        t_attention(2, 128, 768, 12); /* GPT-2's head size 64 */
-        t_attention(1, 200, 256, 4);  /* T not a multiple of the 64-row tile */
-        t_attention(2, 64, 64, 4);    /* head size 16 (the tiny model) */
-        t_attention(1, 64, 128, 4);   /* head size 32 */
-    }
-    attn_mode = 0;
-    gpt2_cuda_attention_mode(h, 0);
-    t_attention(1, 96, 256, 2);   /* head size 128 (WMMA) */
+    t_attention(2, 128, 768, 12); /* GPT-2's head size 64: flash */
+    t_attention(1, 200, 256, 4);  /* T not a multiple of the 128-row block */
+    t_attention(2, 64, 64, 4);    /* head size 16 (the tiny model) */
+    t_attention(1, 64, 128, 4);   /* head size 32 */
+    t_attention(1, 96, 256, 2);   /* head size 128: the materialized path */
     t_attention(1, 100, 200, 4);  /* head size 50: the materialized path */
     t_elementwise(1000003); /* odd: the scalar kernels */
     t_elementwise(1 << 20); /* the 16-byte kernels */
