@@ -107,5 +107,4 @@ void comm_abort(bmt_comm_t *c);
 /* "rank 3: <name>" context for messages. */
 #define COMM_WHERE_FMT "rank %d: %s"
 
-
 #endif

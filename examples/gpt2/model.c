@@ -322,8 +322,8 @@ static bmt_block_t *layer_block(gpt2_model_t *m, int l, uint64_t seed, bmt_error
         return NULL;
     for (int i = 0; i < P_LAYER_COUNT; i++) {
         const int64_t shape[2] = { ps[i].d0, ps[i].d1 };
-        if (bmt_block_add_param(b, ps[i].name, ps[i].ndim, shape, m->pdtype, ps[i].init, ps[i].flags,
-                                err) < 0) {
+        if (bmt_block_add_param(b, ps[i].name, ps[i].ndim, shape, m->pdtype, ps[i].init,
+                                ps[i].flags, err) < 0) {
             bmt_block_destroy(b);
             return NULL;
         }

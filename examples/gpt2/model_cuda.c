@@ -56,7 +56,8 @@ static void *cu_alloc(gpt2_cu_t *cu, size_t bytes, bmt_error_t *err)
 static int alloc_all(gpt2_cu_t *cu, bmt_error_t *err)
 {
     const size_t N = (size_t)cu->N, C = (size_t)cu->cfg.n_embd, h = 2; /* bf16 bytes */
-    const size_t att = gpt2_cuda_attention_saved_bytes(cu->B, cu->T, cu->cfg.n_embd, cu->cfg.n_head);
+    const size_t att =
+        gpt2_cuda_attention_saved_bytes(cu->B, cu->T, cu->cfg.n_embd, cu->cfg.n_head);
     const int L = cu->cfg.n_layer, sets = cu->ckpt ? 1 : L;
     if ((cu->x = calloc((size_t)L + 1, sizeof(void *))) == NULL ||
         (cu->acts = calloc((size_t)sets, sizeof(cu_layer_t))) == NULL ||
@@ -69,19 +70,21 @@ static int alloc_all(gpt2_cu_t *cu, bmt_error_t *err)
             return -1;
     for (int s = 0; s < sets; s++) {
         cu_layer_t *a = &cu->acts[s];
-        if (!(a->ln1 = cu_alloc(cu, N * C * h, err)) || !(a->qkvr = cu_alloc(cu, 3 * N * C * h, err)) ||
-            !(a->att = cu_alloc(cu, att, err)) || !(a->atty = cu_alloc(cu, N * C * h, err)) ||
+        if (!(a->ln1 = cu_alloc(cu, N * C * h, err)) ||
+            !(a->qkvr = cu_alloc(cu, 3 * N * C * h, err)) || !(a->att = cu_alloc(cu, att, err)) ||
+            !(a->atty = cu_alloc(cu, N * C * h, err)) ||
             !(a->res2 = cu_alloc(cu, N * C * h, err)) || !(a->ln2 = cu_alloc(cu, N * C * h, err)) ||
             !(a->fch = cu_alloc(cu, 4 * N * C * h, err)) ||
             !(a->fch_gelu = cu_alloc(cu, 4 * N * C * h, err)) ||
-            !(a->ln1_mean = cu_alloc(cu, N * 4, err)) || !(a->ln1_rstd = cu_alloc(cu, N * 4, err)) ||
+            !(a->ln1_mean = cu_alloc(cu, N * 4, err)) ||
+            !(a->ln1_rstd = cu_alloc(cu, N * 4, err)) ||
             !(a->ln2_mean = cu_alloc(cu, N * 4, err)) || !(a->ln2_rstd = cu_alloc(cu, N * 4, err)))
             return -1;
     }
     if (!(cu->inputs = cu_alloc(cu, N * 4, err)) || !(cu->targets = cu_alloc(cu, N * 4, err)) ||
         !(cu->buckets = cu_alloc(cu, (3 * N + 1) * 4, err)) ||
-        !(cu->qkv = cu_alloc(cu, 3 * N * C * h, err)) || !(cu->attn_y = cu_alloc(cu, N * C * h, err)) ||
-        !(cu->lnf = cu_alloc(cu, N * C * h, err)) ||
+        !(cu->qkv = cu_alloc(cu, 3 * N * C * h, err)) ||
+        !(cu->attn_y = cu_alloc(cu, N * C * h, err)) || !(cu->lnf = cu_alloc(cu, N * C * h, err)) ||
         !(cu->logits = cu_alloc(cu, N * (size_t)cu->Vp * h, err)) ||
         !(cu->lnf_mean = cu_alloc(cu, N * 4, err)) || !(cu->lnf_rstd = cu_alloc(cu, N * 4, err)) ||
         !(cu->losses = cu_alloc(cu, N * 4, err)) || !(cu->loss_sum = cu_alloc(cu, 4, err)) ||
@@ -108,8 +111,8 @@ gpt2_cu_t *gpt2_cu_create(bmt_ctx_t *ctx, const gpt2_config_t *cfg, int B, int T
     cu->Vp = (cfg->vocab_size + 63) / 64 * 64;
     cu->ckpt = ckpt;
     const int max_cols = 4 * cfg->n_embd;
-    if ((cu->workspace = bmt_alloc(ctx, BMT_MEM_WORKSPACE, gpt2_cuda_workspace_bytes(max_cols),
-                                   err)) == NULL ||
+    if ((cu->workspace =
+             bmt_alloc(ctx, BMT_MEM_WORKSPACE, gpt2_cuda_workspace_bytes(max_cols), err)) == NULL ||
         (cu->h = gpt2_cuda_create(bmt_compute_stream(ctx), cu->workspace, max_cols, err)) == NULL ||
         alloc_all(cu, err) < 0) {
         gpt2_cu_destroy(cu);
@@ -133,16 +136,17 @@ void gpt2_cu_destroy(gpt2_cu_t *cu)
     if (cu->acts)
         for (int s = 0; s < sets; s++) {
             cu_layer_t *a = &cu->acts[s];
-            void *all[] = { a->ln1,      a->qkvr,     a->att,      a->atty,
-                            a->res2,     a->ln2,      a->fch,      a->fch_gelu,
-                            a->ln1_mean, a->ln1_rstd, a->ln2_mean, a->ln2_rstd };
+            void *all[] = {
+                a->ln1, a->qkvr,     a->att,      a->atty,     a->res2,     a->ln2,
+                a->fch, a->fch_gelu, a->ln1_mean, a->ln1_rstd, a->ln2_mean, a->ln2_rstd
+            };
             for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
                 bmt_free(ctx, all[i]);
         }
-    void *rest[] = { cu->inputs,     cu->targets,  cu->buckets,  cu->qkv,      cu->attn_y,
-                     cu->lnf,        cu->logits,   cu->lnf_mean, cu->lnf_rstd, cu->losses,
-                     cu->loss_sum,   cu->logits_f32, cu->dres,   cu->dres2,    cu->dln,
-                     cu->datty,      cu->dqkv,     cu->datt,     cu->attn_scratch, cu->dfch,
+    void *rest[] = { cu->inputs,   cu->targets,    cu->buckets,  cu->qkv,          cu->attn_y,
+                     cu->lnf,      cu->logits,     cu->lnf_mean, cu->lnf_rstd,     cu->losses,
+                     cu->loss_sum, cu->logits_f32, cu->dres,     cu->dres2,        cu->dln,
+                     cu->datty,    cu->dqkv,       cu->datt,     cu->attn_scratch, cu->dfch,
                      cu->workspace };
     for (size_t i = 0; i < sizeof(rest) / sizeof(rest[0]); i++)
         bmt_free(ctx, rest[i]);
@@ -175,8 +179,26 @@ int gpt2_cu_set_batch(gpt2_cu_t *cu, const int32_t *inputs, const int32_t *targe
 }
 
 /* Parameter order: model.c's P_* enums (repeated here as indices). */
-enum { LN1_W, LN1_B, ATTN_W, ATTN_B, APROJ_W, APROJ_B, LN2_W, LN2_B, FC_W, FC_B, FPROJ_W, FPROJ_B };
-enum { WTE, WPE, LNF_W, LNF_B };
+enum {
+    LN1_W,
+    LN1_B,
+    ATTN_W,
+    ATTN_B,
+    APROJ_W,
+    APROJ_B,
+    LN2_W,
+    LN2_B,
+    FC_W,
+    FC_B,
+    FPROJ_W,
+    FPROJ_B
+};
+enum {
+    WTE,
+    WPE,
+    LNF_W,
+    LNF_B
+};
 
 static cu_layer_t *layer_of(gpt2_cu_t *cu, int l) { return &cu->acts[cu->ckpt ? 0 : l]; }
 
@@ -217,8 +239,8 @@ static int layer_backward(gpt2_cu_t *cu, int l, void *const *p, float *const *g,
     if (gpt2_cuda_matmul_backward(h, cu->dfch, g[FPROJ_W], g[FPROJ_B], cu->dres, C, a->fch_gelu,
                                   p[FPROJ_W], N, 4 * C, C, 0, err) < 0 ||
         gpt2_cuda_gelu_backward(h, cu->dfch, a->fch, cu->dfch, 4 * NC, err) < 0 ||
-        gpt2_cuda_matmul_backward(h, cu->dln, g[FC_W], g[FC_B], cu->dfch, 4 * C, a->ln2, p[FC_W],
-                                  N, C, 4 * C, 0, err) < 0 ||
+        gpt2_cuda_matmul_backward(h, cu->dln, g[FC_W], g[FC_B], cu->dfch, 4 * C, a->ln2, p[FC_W], N,
+                                  C, 4 * C, 0, err) < 0 ||
         gpt2_cuda_layernorm_backward(h, cu->dres2, cu->dres, g[LN2_W], g[LN2_B], cu->dln, a->res2,
                                      p[LN2_W], a->ln2_mean, a->ln2_rstd, N, C, err) < 0 ||
         gpt2_cuda_matmul_backward(h, cu->datty, g[APROJ_W], g[APROJ_B], cu->dres2, C, a->atty,
@@ -317,7 +339,8 @@ int gpt2_cu_keep_logits(gpt2_cu_t *cu, bmt_error_t *err)
 const float *gpt2_cu_logits(gpt2_cu_t *cu, bmt_error_t *err)
 {
     if (cu->logits_f32 == NULL) {
-        snprintf(err->text, sizeof(err->text), "gpt2: logits are not kept (gpt2_model_keep_logits)");
+        snprintf(err->text, sizeof(err->text),
+                 "gpt2: logits are not kept (gpt2_model_keep_logits)");
         return NULL;
     }
     const size_t n = (size_t)cu->N * cu->cfg.vocab_size;

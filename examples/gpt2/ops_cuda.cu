@@ -33,7 +33,8 @@ struct gpt2_cuda {
     int attn_mode; /* gpt2_cuda_attention_mode: 0 flash where it applies, 1 materialized */
 };
 
-namespace {
+namespace
+{
 
 int fail_text(bmt_error_t *err, const char *what, const char *why)
 {
@@ -78,8 +79,8 @@ __device__ __forceinline__ float warp_max(float v)
 
 /* ------------------------------------------------------------ encoder */
 
-__global__ void encoder_fwd(bf16 *out, const int32_t *inp, const bf16 *wte, const bf16 *wpe,
-                            int T, int C, size_t total)
+__global__ void encoder_fwd(bf16 *out, const int32_t *inp, const bf16 *wte, const bf16 *wpe, int T,
+                            int C, size_t total)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -90,8 +91,7 @@ __global__ void encoder_fwd(bf16 *out, const int32_t *inp, const bf16 *wte, cons
 }
 
 /* One block per distinct token: its positions' rows, summed in position order. */
-__global__ void encoder_bwd_wte(float *dwte, const bf16 *dout, const int32_t *buckets, int U,
-                                int C)
+__global__ void encoder_bwd_wte(float *dwte, const bf16 *dout, const int32_t *buckets, int U, int C)
 {
     const int u = blockIdx.x;
     const int tok = buckets[u], begin = buckets[U + u], end = buckets[U + u + 1];
@@ -141,8 +141,7 @@ struct ln_term {
 };
 
 /* grid (ceil(cols / 32), chunks), block (32, 8): partial[k][chunk][col]. */
-template <int K, class F>
-__global__ void colsum_partial(float *partial, int N, int cols, F f)
+template <int K, class F> __global__ void colsum_partial(float *partial, int N, int cols, F f)
 {
     __shared__ float s[K][8][33];
     const int col = blockIdx.x * 32 + threadIdx.x;
@@ -195,7 +194,7 @@ int colsum(gpt2_cuda_t *h, float *dst0, float *dst1, int N, int cols, F f, bmt_e
         <<<dim3((unsigned)(cols + 31) / 32, (unsigned)chunks), dim3(32, 8), 0, h->stream>>>(
             h->partial, N, cols, f);
     colsum_final<<<(unsigned)(cols + 255) / 256, 256, 0, h->stream>>>(dst0, dst1, h->partial, cols,
-                                                                        chunks);
+                                                                      chunks);
     return launched(err, "column sum");
 }
 
@@ -276,7 +275,8 @@ int matmul_one(gpt2_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void 
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
-    const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     const size_t ws = LT_WORKSPACE;
     cublasStatus_t s = cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     if (s == CUBLAS_STATUS_SUCCESS)
@@ -299,8 +299,8 @@ int matmul_one(gpt2_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void 
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulPreferenceCreate(&pref);
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                                 sizeof(ws));
+        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &ws, sizeof(ws));
     if (s == CUBLAS_STATUS_SUCCESS &&
         cublasLtMatmulAlgoGetHeuristic(h->lt, desc, la, lb, ldl, ldl, pref, 1, &heur, &found) !=
             CUBLAS_STATUS_SUCCESS)
@@ -329,7 +329,7 @@ int matmul_one(gpt2_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void 
         return -1;
     if (bias) {
         add_bias<<<blocks_for((size_t)m * n, 256), 256, 0, h->stream>>>((bf16 *)D, ldd,
-                                                                         (const bf16 *)bias, n, m);
+                                                                        (const bf16 *)bias, n, m);
         return launched(err, "bias");
     }
     return 0;
@@ -380,26 +380,11 @@ int matmul(gpt2_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void *A, 
 
 /* ------------------------------------------------------------ attention */
 
-/* qkv (B,T,3,NH,hs) -> q, k, v each (B,NH,T,hs), back to back. */
-__global__ void permute_qkv(bf16 *qkvr, const bf16 *qkv, int B, int T, int NH, int hs)
-{
-    const size_t C = (size_t)NH * hs, one = (size_t)B * T * C;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < 3 * one;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const int which = (int)(i / one);
-        size_t r = i % one;
-        const int d = (int)(r % hs);
-        r /= hs;
-        const int t = (int)(r % T);
-        r /= T;
-        const int hh = (int)(r % NH);
-        const size_t b = r / NH;
-        qkvr[i] = qkv[(b * T + t) * 3 * C + which * C + (size_t)hh * hs + d];
-    }
-}
-
-/* The inverse: parts (B,NH,T,hs) each, `parts` of them -> out (B,T,parts,NH,hs). */
-__global__ void unpermute(bf16 *out, const bf16 *r4, int parts, int B, int T, int NH, int hs)
+/* Between the token layout (B,T,parts,NH,hs) — qkv is parts = 3, [q | k | v] —
+ * and `parts` head-major tensors (B,NH,T,hs) back to back: TO_HEADS gathers
+ * src (tokens) into dst (heads), otherwise scatters src (heads) back. */
+template <bool TO_HEADS>
+__global__ void permute_heads(bf16 *dst, const bf16 *src, int parts, int B, int T, int NH, int hs)
 {
     const size_t C = (size_t)NH * hs, one = (size_t)B * T * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)parts * one;
@@ -412,24 +397,11 @@ __global__ void unpermute(bf16 *out, const bf16 *r4, int parts, int B, int T, in
         r /= T;
         const int hh = (int)(r % NH);
         const size_t b = r / NH;
-        out[(b * T + t) * parts * C + which * C + (size_t)hh * hs + d] = r4[i];
-    }
-}
-
-/* (B,T,NH,hs) -> (B,NH,T,hs) */
-__global__ void permute_one(bf16 *dst, const bf16 *src, int B, int T, int NH, int hs)
-{
-    const size_t C = (size_t)NH * hs, total = (size_t)B * T * C;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
-         i += (size_t)gridDim.x * blockDim.x) {
-        size_t r = i;
-        const int d = (int)(r % hs);
-        r /= hs;
-        const int t = (int)(r % T);
-        r /= T;
-        const int hh = (int)(r % NH);
-        const size_t b = r / NH;
-        dst[i] = src[(b * T + t) * C + (size_t)hh * hs + d];
+        const size_t tok = (b * T + t) * parts * C + which * C + (size_t)hh * hs + d;
+        if (TO_HEADS)
+            dst[i] = src[tok];
+        else
+            dst[tok] = src[i];
     }
 }
 
@@ -476,14 +448,12 @@ int batched(gpt2_cuda_t *h, bool ta, bool tb, int m, int n, int k, const void *A
             int count, bmt_error_t *err)
 {
     const float one = 1.0f, zero = 0.0f;
-    return blas_ok(cublasGemmStridedBatchedEx(h->blas, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                              tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &one, A,
-                                              CUDA_R_16BF, lda, sa, B, CUDA_R_16BF, ldb, sb, &zero,
-                                              Cm, CUDA_R_16BF, ldc, sc, count, CUBLAS_COMPUTE_32F,
-                                              CUBLAS_GEMM_DEFAULT),
+    return blas_ok(cublasGemmStridedBatchedEx(
+                       h->blas, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, m,
+                       n, k, &one, A, CUDA_R_16BF, lda, sa, B, CUDA_R_16BF, ldb, sb, &zero, Cm,
+                       CUDA_R_16BF, ldc, sc, count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                    err, "cublasGemmStridedBatchedEx");
 }
-
 
 /* ------------------------------------------------------------ flash attention
  *
@@ -624,7 +594,8 @@ __device__ __forceinline__ void mfa_pv(float o[D / 8][4], const float s[8][4], c
     constexpr int LDH = D + 8;
 #pragma unroll
     for (int kc = 0; kc < 4; kc++) {
-        const uint32_t a[4] = { pack2(s[2 * kc][0], s[2 * kc][1]), pack2(s[2 * kc][2], s[2 * kc][3]),
+        const uint32_t a[4] = { pack2(s[2 * kc][0], s[2 * kc][1]),
+                                pack2(s[2 * kc][2], s[2 * kc][3]),
                                 pack2(s[2 * kc + 1][0], s[2 * kc + 1][1]),
                                 pack2(s[2 * kc + 1][2], s[2 * kc + 1][3]) };
 #pragma unroll
@@ -740,8 +711,8 @@ __global__ void __launch_bounds__(W * 32)
 /* dK, dV of 16 W keys, over the 64-row query tiles at or below them. */
 template <int D, int W>
 __global__ void __launch_bounds__(W * 32)
-    mfa_bwd_dkdv(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, const bf16 *v,
-                 const bf16 *dout, const float *lse, const float *Dd, int T, float scale)
+    mfa_bwd_dkdv(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *dout,
+                 const float *lse, const float *Dd, int T, float scale)
 {
     constexpr int LDH = D + 8, KR = W * 16;
     extern __shared__ __align__(128) unsigned char fa_sh[];
@@ -787,11 +758,11 @@ __global__ void __launch_bounds__(W * 32)
             for (int e = 0; e < 4; e++) {
                 const int qc = nt * 8 + 2 * t + (e & 1), query = r0 + qc;
                 const int key = e < 2 ? key0 : key1;
-                s[nt][e] = (query < T && key <= query) ? bf16r(exp2f(s[nt][e] * sl2 - lse2[qc]))
-                                                       : 0.f;
+                s[nt][e] =
+                    (query < T && key <= query) ? bf16r(exp2f(s[nt][e] * sl2 - lse2[qc])) : 0.f;
             }
         mfa_pv<D>(dvacc, s, dOs, lane); /* dV += P^T dO */
-        mfa_abt<D>(dp, vf, dOs, g, t);   /* dP^T = V dO^T */
+        mfa_abt<D>(dp, vf, dOs, g, t);  /* dP^T = V dO^T */
 #pragma unroll
         for (int nt = 0; nt < 8; nt++)
 #pragma unroll
@@ -897,8 +868,9 @@ cudaError_t mfa_forward(cudaStream_t st, bf16 *out, float *lse, const bf16 *q, c
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
     if (e != cudaSuccess)
         return e;
-    mfa_fwd<D, MFA_W_FWD><<<dim3((unsigned)(T + QR - 1) / QR, (unsigned)BH), MFA_W_FWD * 32, sm,
-                            st>>>(out, lse, q, k, v, T, scale);
+    mfa_fwd<D, MFA_W_FWD>
+        <<<dim3((unsigned)(T + QR - 1) / QR, (unsigned)BH), MFA_W_FWD * 32, sm, st>>>(
+            out, lse, q, k, v, T, scale);
     return cudaGetLastError();
 }
 
@@ -917,11 +889,12 @@ cudaError_t mfa_backward(cudaStream_t st, bf16 *dq, bf16 *dk, bf16 *dv, const bf
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s2);
     if (e != cudaSuccess)
         return e;
-    mfa_bwd_dkdv<D, MFA_W_DKDV><<<dim3((unsigned)(T + KR - 1) / KR, (unsigned)BH),
-                                  MFA_W_DKDV * 32, s1, st>>>(dk, dv, q, k, v, dout, lse, Dd, T,
-                                                             scale);
-    mfa_bwd_dq<D, MFA_W_DQ><<<dim3((unsigned)(T + QR - 1) / QR, (unsigned)BH), MFA_W_DQ * 32, s2,
-                              st>>>(dq, q, k, v, dout, lse, Dd, T, scale);
+    mfa_bwd_dkdv<D, MFA_W_DKDV>
+        <<<dim3((unsigned)(T + KR - 1) / KR, (unsigned)BH), MFA_W_DKDV * 32, s1, st>>>(
+            dk, dv, q, k, v, dout, lse, Dd, T, scale);
+    mfa_bwd_dq<D, MFA_W_DQ>
+        <<<dim3((unsigned)(T + QR - 1) / QR, (unsigned)BH), MFA_W_DQ * 32, s2, st>>>(
+            dq, q, k, v, dout, lse, Dd, T, scale);
     return cudaGetLastError();
 }
 
@@ -946,8 +919,8 @@ __global__ void gelu_bwd(bf16 *dinp, const bf16 *inp, const bf16 *dout, size_t n
         const float u = GELU_SCALE * (x + 0.044715f * x * x * x);
         const float th = tanhf(u);
         const float sech2 = 1.0f - th * th;
-        const float g = 0.5f * (1.0f + th) +
-                        0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        const float g =
+            0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
         dinp[i] = bf(g * ld(&dout[i]));
     }
 }
@@ -975,7 +948,8 @@ __global__ void elementwise8(bf16 *out, const bf16 *a, const bf16 *b, size_t n8)
         uint4 ra = reinterpret_cast<const uint4 *>(a)[i], rb = make_uint4(0, 0, 0, 0), ro;
         if (OP != 0)
             rb = reinterpret_cast<const uint4 *>(b)[i];
-        const bf16 *xa = reinterpret_cast<const bf16 *>(&ra), *xb = reinterpret_cast<const bf16 *>(&rb);
+        const bf16 *xa = reinterpret_cast<const bf16 *>(&ra),
+                   *xb = reinterpret_cast<const bf16 *>(&rb);
         bf16 *xo = reinterpret_cast<bf16 *>(&ro);
 #pragma unroll
         for (int j = 0; j < 8; j++) {
@@ -1051,8 +1025,8 @@ __global__ void crossentropy_fused(float *losses, bf16 *logits, int ldv, const i
 
 /* The same with 16-byte loads and stores (ld a multiple of 8) and one pass for
  * the max and the sum (online softmax per thread, combined across the block). */
-__global__ void crossentropy_fused_vec(float *losses, bf16 *logits, int ldv,
-                                       const int32_t *targets, float dloss, int V)
+__global__ void crossentropy_fused_vec(float *losses, bf16 *logits, int ldv, const int32_t *targets,
+                                       float dloss, int V)
 {
     __shared__ float sh[32];
     const size_t row = blockIdx.x;
@@ -1171,8 +1145,8 @@ extern "C" int gpt2_cuda_encoder_forward(gpt2_cuda_t *h, void *out, const int32_
                                          bmt_error_t *err)
 {
     const size_t total = (size_t)B * T * C;
-    encoder_fwd<<<blocks_for(total, 256), 256, 0, h->stream>>>(
-        (bf16 *)out, inp, (const bf16 *)wte, (const bf16 *)wpe, T, C, total);
+    encoder_fwd<<<blocks_for(total, 256), 256, 0, h->stream>>>((bf16 *)out, inp, (const bf16 *)wte,
+                                                               (const bf16 *)wpe, T, C, total);
     return launched(err, "encoder forward");
 }
 
@@ -1242,13 +1216,13 @@ extern "C" int gpt2_cuda_layernorm_backward(gpt2_cuda_t *h, void *dinp, const vo
 /* Row-major (rows, cols) is col-major (cols, rows): every product below is
  * written for cuBLAS's column-major view of our row-major buffers. */
 extern "C" int gpt2_cuda_matmul_forward(gpt2_cuda_t *h, void *out, int ld_out, const void *inp,
-                                        const void *weight, const void *bias, int N, int IC,
-                                        int OC, int wt, bmt_error_t *err)
+                                        const void *weight, const void *bias, int N, int IC, int OC,
+                                        int wt, bmt_error_t *err)
 {
     /* out^T (OC,N) = W' (OC,IC) x inp^T (IC,N); W' is Conv1D's (IC,OC) seen
      * col-major (no transpose, ld OC), or the head's (OC,IC) transposed. */
-    return matmul(h, out, CUDA_R_16BF, ld_out, weight, wt != 0, wt ? IC : OC, inp, false, IC, OC,
-                  N, IC, bias, 0.0f, err);
+    return matmul(h, out, CUDA_R_16BF, ld_out, weight, wt != 0, wt ? IC : OC, inp, false, IC, OC, N,
+                  IC, bias, 0.0f, err);
 }
 
 extern "C" int gpt2_cuda_matmul_backward(gpt2_cuda_t *h, void *dinp, float *dweight, float *dbias,
@@ -1263,8 +1237,8 @@ extern "C" int gpt2_cuda_matmul_backward(gpt2_cuda_t *h, void *dinp, float *dwei
     /* Conv1D: dW^T (OC,IC) += dout^T (OC,N) x inp (N,IC);
      * head:   dW^T (IC,OC) += inp^T (IC,N) x dout (N,OC). */
     if (wt == 0) {
-        if (matmul(h, dweight, CUDA_R_32F, OC, dout, false, ld_dout, inp, true, IC, OC, IC, N,
-                   NULL, 1.0f, err) < 0)
+        if (matmul(h, dweight, CUDA_R_32F, OC, dout, false, ld_dout, inp, true, IC, OC, IC, N, NULL,
+                   1.0f, err) < 0)
             return -1;
     } else if (matmul(h, dweight, CUDA_R_32F, IC, inp, false, IC, dout, true, ld_dout, IC, OC, N,
                       NULL, 1.0f, err) < 0)
@@ -1276,7 +1250,10 @@ extern "C" int gpt2_cuda_matmul_backward(gpt2_cuda_t *h, void *dinp, float *dwei
     return 0;
 }
 
-extern "C" int gpt2_cuda_attention_is_flash(int C, int NH) { return C % NH == 0 && flash_ok(C / NH); }
+extern "C" int gpt2_cuda_attention_is_flash(int C, int NH)
+{
+    return C % NH == 0 && flash_ok(C / NH);
+}
 
 extern "C" size_t gpt2_cuda_attention_saved_bytes(int B, int T, int C, int NH)
 {
@@ -1291,8 +1268,8 @@ extern "C" int gpt2_cuda_attention_forward(gpt2_cuda_t *h, void *out, void *qkvr
     const int hs = C / NH, BH = B * NH;
     const size_t one = (size_t)B * T * C;
     bf16 *q = (bf16 *)qkvr, *k = q + one, *v = k + one, *y = (bf16 *)scratch;
-    permute_qkv<<<blocks_for(3 * one, 256), 256, 0, h->stream>>>(q, (const bf16 *)qkv, B, T, NH,
-                                                                 hs);
+    permute_heads<true>
+        <<<blocks_for(3 * one, 256), 256, 0, h->stream>>>(q, (const bf16 *)qkv, 3, B, T, NH, hs);
     if (launched(err, "attention permute") < 0)
         return -1;
     if (flash_ok(hs) && h->attn_mode != 1) {
@@ -1303,7 +1280,8 @@ extern "C" int gpt2_cuda_attention_forward(gpt2_cuda_t *h, void *out, void *qkvr
                                    : mfa_forward<64>(h->stream, y, lse, q, k, v, BH, T, scale);
         if (e != cudaSuccess)
             return fail_text(err, "flash attention forward", cudaGetErrorString(e));
-        unpermute<<<blocks_for(one, 256), 256, 0, h->stream>>>((bf16 *)out, y, 1, B, T, NH, hs);
+        permute_heads<false>
+            <<<blocks_for(one, 256), 256, 0, h->stream>>>((bf16 *)out, y, 1, B, T, NH, hs);
         return launched(err, "attention unpermute");
     }
     /* scores[t1][t2] = q[t1] . k[t2]: col-major (t2, t1) = k^T q */
@@ -1319,7 +1297,8 @@ extern "C" int gpt2_cuda_attention_forward(gpt2_cuda_t *h, void *out, void *qkvr
     if (batched(h, false, false, hs, T, T, v, hs, (long long)T * hs, att, T, (long long)T * T, y,
                 hs, (long long)T * hs, BH, err) < 0)
         return -1;
-    unpermute<<<blocks_for(one, 256), 256, 0, h->stream>>>((bf16 *)out, y, 1, B, T, NH, hs);
+    permute_heads<false>
+        <<<blocks_for(one, 256), 256, 0, h->stream>>>((bf16 *)out, y, 1, B, T, NH, hs);
     return launched(err, "attention unpermute");
 }
 
@@ -1333,7 +1312,8 @@ extern "C" int gpt2_cuda_attention_backward(gpt2_cuda_t *h, void *dqkv, const vo
     const long long sh = (long long)T * hs, st = (long long)T * T;
     const bf16 *q = (const bf16 *)qkvr, *k = q + one, *v = k + one;
     bf16 *dy = (bf16 *)scratch, *dq = dy + one, *dk = dq + one, *dv = dk + one;
-    permute_one<<<blocks_for(one, 256), 256, 0, h->stream>>>(dy, (const bf16 *)dout, B, T, NH, hs);
+    permute_heads<true>
+        <<<blocks_for(one, 256), 256, 0, h->stream>>>(dy, (const bf16 *)dout, 1, B, T, NH, hs);
     if (launched(err, "attention permute") < 0)
         return -1;
     if (flash_ok(hs) && h->attn_mode != 1) {
@@ -1346,13 +1326,14 @@ extern "C" int gpt2_cuda_attention_backward(gpt2_cuda_t *h, void *dqkv, const vo
             return -1;
         const float *lse = (const float *)att;
         cudaError_t e =
-            hs == 16   ? mfa_backward<16>(h->stream, dq, dk, dv, q, k, v, dy, lse, Dd, BH, T, scale)
-            : hs == 32 ? mfa_backward<32>(h->stream, dq, dk, dv, q, k, v, dy, lse, Dd, BH, T, scale)
-                       : mfa_backward<64>(h->stream, dq, dk, dv, q, k, v, dy, lse, Dd, BH, T, scale);
+            hs == 16 ? mfa_backward<16>(h->stream, dq, dk, dv, q, k, v, dy, lse, Dd, BH, T, scale)
+            : hs == 32
+                ? mfa_backward<32>(h->stream, dq, dk, dv, q, k, v, dy, lse, Dd, BH, T, scale)
+                : mfa_backward<64>(h->stream, dq, dk, dv, q, k, v, dy, lse, Dd, BH, T, scale);
         if (e != cudaSuccess)
             return fail_text(err, "flash attention backward", cudaGetErrorString(e));
-        unpermute<<<blocks_for(3 * one, 256), 256, 0, h->stream>>>((bf16 *)dqkv, dq, 3, B, T, NH,
-                                                                   hs);
+        permute_heads<false>
+            <<<blocks_for(3 * one, 256), 256, 0, h->stream>>>((bf16 *)dqkv, dq, 3, B, T, NH, hs);
         return launched(err, "attention unpermute");
     }
     /* datt[t1][t2] = dy[t1] . v[t2] */
@@ -1370,7 +1351,8 @@ extern "C" int gpt2_cuda_attention_backward(gpt2_cuda_t *h, void *dqkv, const vo
     if (batched(h, false, false, hs, T, T, k, hs, sh, datt, T, st, dq, hs, sh, BH, err) < 0 ||
         batched(h, false, true, hs, T, T, q, hs, sh, datt, T, st, dk, hs, sh, BH, err) < 0)
         return -1;
-    unpermute<<<blocks_for(3 * one, 256), 256, 0, h->stream>>>((bf16 *)dqkv, dq, 3, B, T, NH, hs);
+    permute_heads<false>
+        <<<blocks_for(3 * one, 256), 256, 0, h->stream>>>((bf16 *)dqkv, dq, 3, B, T, NH, hs);
     return launched(err, "attention unpermute");
 }
 
@@ -1378,8 +1360,8 @@ extern "C" int gpt2_cuda_gelu_forward(gpt2_cuda_t *h, void *out, const void *inp
                                       bmt_error_t *err)
 {
     if (vec8(n, out, inp, inp))
-        elementwise8<0><<<blocks_for(n / 8, 256), 256, 0, h->stream>>>((bf16 *)out,
-                                                                      (const bf16 *)inp, NULL, n / 8);
+        elementwise8<0><<<blocks_for(n / 8, 256), 256, 0, h->stream>>>(
+            (bf16 *)out, (const bf16 *)inp, NULL, n / 8);
     else
         gelu_fwd<<<blocks_for(n, 256), 256, 0, h->stream>>>((bf16 *)out, (const bf16 *)inp, n);
     return launched(err, "gelu forward");
@@ -1402,7 +1384,7 @@ extern "C" int gpt2_cuda_residual_forward(gpt2_cuda_t *h, void *out, const void 
 {
     if (vec8(n, out, a, b))
         elementwise8<2><<<blocks_for(n / 8, 256), 256, 0, h->stream>>>((bf16 *)out, (const bf16 *)a,
-                                                                      (const bf16 *)b, n / 8);
+                                                                       (const bf16 *)b, n / 8);
     else
         residual_fwd<<<blocks_for(n, 256), 256, 0, h->stream>>>((bf16 *)out, (const bf16 *)a,
                                                                 (const bf16 *)b, n);
@@ -1413,14 +1395,13 @@ extern "C" int gpt2_cuda_crossentropy(gpt2_cuda_t *h, float *losses, void *logit
                                       const int32_t *targets, float dloss, int N, int V,
                                       bmt_error_t *err)
 {
-    if (N > 0)
-    {
+    if (N > 0) {
         if (ldv % 8 == 0 && (uintptr_t)logits % 16 == 0)
             crossentropy_fused_vec<<<(unsigned)N, CE_THREADS, 0, h->stream>>>(
                 losses, (bf16 *)logits, ldv, targets, dloss, V);
         else
-            crossentropy_fused<<<(unsigned)N, CE_THREADS, 0, h->stream>>>(
-                losses, (bf16 *)logits, ldv, targets, dloss, V);
+            crossentropy_fused<<<(unsigned)N, CE_THREADS, 0, h->stream>>>(losses, (bf16 *)logits,
+                                                                          ldv, targets, dloss, V);
     }
     return launched(err, "cross-entropy");
 }

@@ -75,8 +75,8 @@ int gpt2_cuda_encoder_backward(gpt2_cuda_t *h, float *dwte, float *dwpe, const v
 /* out (N,C) bf16, mean (N) and rstd (N) f32 from inp (N,C) bf16, weight and
  * bias (C) bf16, as torch.nn.LayerNorm (eps 1e-5). */
 int gpt2_cuda_layernorm_forward(gpt2_cuda_t *h, void *out, float *mean, float *rstd,
-                                const void *inp, const void *weight, const void *bias, int N,
-                                int C, bmt_error_t *err);
+                                const void *inp, const void *weight, const void *bias, int N, int C,
+                                bmt_error_t *err);
 
 /* dinp (N,C) bf16 = dres (N,C) bf16 + the input gradient (dres may be dinp:
  * the residual stream's gradient, accumulated in place; NULL: 0); dweight, dbias (C)
@@ -123,8 +123,8 @@ int gpt2_cuda_attention_backward(gpt2_cuda_t *h, void *dqkv, const void *dout, c
 int gpt2_cuda_gelu_forward(gpt2_cuda_t *h, void *out, const void *inp, size_t n, bmt_error_t *err);
 
 /* dinp (n) bf16 = GELU'(inp) * dout (overwritten; dinp may be dout). */
-int gpt2_cuda_gelu_backward(gpt2_cuda_t *h, void *dinp, const void *inp, const void *dout,
-                            size_t n, bmt_error_t *err);
+int gpt2_cuda_gelu_backward(gpt2_cuda_t *h, void *dinp, const void *inp, const void *dout, size_t n,
+                            bmt_error_t *err);
 
 /* out (n) bf16 = a + b; out may be a or b. */
 int gpt2_cuda_residual_forward(gpt2_cuda_t *h, void *out, const void *a, const void *b, size_t n,

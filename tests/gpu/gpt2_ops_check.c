@@ -187,9 +187,11 @@ static void t_encoder(int B, int T, int C, int V)
     float *wte = rnd((size_t)V * C, 0.3f), *wpe = rnd((size_t)T * C, 0.1f);
     float *ref = zeros(N * C);
     gpt2_encoder_forward(ref, inp, wte, wpe, B, T, C);
-    void *dinp = up_i32(inp, N), *dwte = up_bf16(wte, (size_t)V * C), *dwpe = up_bf16(wpe, (size_t)T * C);
+    void *dinp = up_i32(inp, N), *dwte = up_bf16(wte, (size_t)V * C),
+         *dwpe = up_bf16(wpe, (size_t)T * C);
     void *dout = dmalloc(N * C * 2);
-    run(gpt2_cuda_encoder_forward(h, dout, dinp, dwte, dwpe, B, T, C, &err), "encoder forward", &err);
+    run(gpt2_cuda_encoder_forward(h, dout, dinp, dwte, dwpe, B, T, C, &err), "encoder forward",
+        &err);
     float *got = down_bf16(dout, N * C);
     check("encoder forward", got, ref, N * C, 1.5e-2);
 
@@ -324,7 +326,8 @@ static void t_attention(int B, int T, int C, int NH)
     float *qkv = rnd(N * 3 * C, 1.0f);
     float *ref = zeros(N * C), *pre = zeros(att), *ratt = zeros(att);
     gpt2_attention_forward(ref, pre, ratt, qkv, B, T, C, NH);
-    void *dqkv = up_bf16(qkv, N * 3 * C), *dout = dmalloc(N * C * 2), *dqkvr = dmalloc(N * 3 * C * 2);
+    void *dqkv = up_bf16(qkv, N * 3 * C), *dout = dmalloc(N * C * 2),
+         *dqkvr = dmalloc(N * 3 * C * 2);
     const bool flash = gpt2_cuda_attention_is_flash(C, NH);
     void *datt = dmalloc(gpt2_cuda_attention_saved_bytes(B, T, C, NH));
     void *scratch = dmalloc(4 * N * C * 2);
@@ -432,7 +435,8 @@ static void t_crossentropy(int N, int V, int ld)
     float *dlosses = dmalloc((size_t)N * 4), *dsum = dmalloc(4);
     run(gpt2_cuda_crossentropy(h, dlosses, dl, ld, dtg, dloss, N, V, &err), "cross-entropy", &err);
     run(gpt2_cuda_sum(h, dsum, dlosses, N, &err), "sum", &err);
-    float *gl = down_f32(dlosses, N), *graw = down_bf16(dl, (size_t)N * ld), *gs = down_f32(dsum, 1);
+    float *gl = down_f32(dlosses, N), *graw = down_bf16(dl, (size_t)N * ld),
+          *gs = down_f32(dsum, 1);
     float *gd = zeros((size_t)N * V);
     bool pad_zero = true;
     for (int n = 0; n < N; n++) {
@@ -502,24 +506,63 @@ static void bench_op(void *arg)
     const int N = z->N, C = z->C;
     int rc = 0;
     switch (z->op) {
-    case 0: rc = gpt2_cuda_layernorm_forward(h, z->y, z->mean, z->rstd, z->x, z->w, z->bias, N, C, &err); break;
-    case 1: rc = gpt2_cuda_layernorm_backward(h, z->y, z->y, z->gw, z->gb, z->x, z->x, z->w, z->mean, z->rstd, N, C, &err); break;
-    case 2: rc = gpt2_cuda_matmul_forward(h, z->qkv, 3 * C, z->x, z->w, z->bias, N, C, 3 * C, 0, &err); break;
-    case 3: rc = gpt2_cuda_matmul_backward(h, z->x, z->gwbig, z->gb, z->qkv, 3 * C, z->y, z->w, N, C, 3 * C, 0, &err); break;
-    case 4: rc = gpt2_cuda_matmul_forward(h, z->big, 4 * C, z->x, z->w, z->bias, N, C, 4 * C, 0, &err); break;
-    case 5: rc = gpt2_cuda_matmul_backward(h, z->x, z->gwbig, z->gb, z->big, 4 * C, z->y, z->w, N, C, 4 * C, 0, &err); break;
-    case 6: rc = gpt2_cuda_matmul_forward(h, z->y, C, z->big, z->w, z->bias, N, 4 * C, C, 0, &err); break;
-    case 7: rc = gpt2_cuda_matmul_backward(h, z->dbig, z->gwbig, z->gb, z->y, C, z->big, z->w, N, 4 * C, C, 0, &err); break;
+    case 0:
+        rc =
+            gpt2_cuda_layernorm_forward(h, z->y, z->mean, z->rstd, z->x, z->w, z->bias, N, C, &err);
+        break;
+    case 1:
+        rc = gpt2_cuda_layernorm_backward(h, z->y, z->y, z->gw, z->gb, z->x, z->x, z->w, z->mean,
+                                          z->rstd, N, C, &err);
+        break;
+    case 2:
+        rc = gpt2_cuda_matmul_forward(h, z->qkv, 3 * C, z->x, z->w, z->bias, N, C, 3 * C, 0, &err);
+        break;
+    case 3:
+        rc = gpt2_cuda_matmul_backward(h, z->x, z->gwbig, z->gb, z->qkv, 3 * C, z->y, z->w, N, C,
+                                       3 * C, 0, &err);
+        break;
+    case 4:
+        rc = gpt2_cuda_matmul_forward(h, z->big, 4 * C, z->x, z->w, z->bias, N, C, 4 * C, 0, &err);
+        break;
+    case 5:
+        rc = gpt2_cuda_matmul_backward(h, z->x, z->gwbig, z->gb, z->big, 4 * C, z->y, z->w, N, C,
+                                       4 * C, 0, &err);
+        break;
+    case 6:
+        rc = gpt2_cuda_matmul_forward(h, z->y, C, z->big, z->w, z->bias, N, 4 * C, C, 0, &err);
+        break;
+    case 7:
+        rc = gpt2_cuda_matmul_backward(h, z->dbig, z->gwbig, z->gb, z->y, C, z->big, z->w, N, 4 * C,
+                                       C, 0, &err);
+        break;
     case 8: rc = gpt2_cuda_matmul_forward(h, z->y, C, z->x, z->w, z->bias, N, C, C, 0, &err); break;
-    case 9: rc = gpt2_cuda_matmul_backward(h, z->x, z->gwbig, z->gb, z->y, C, z->x, z->w, N, C, C, 0, &err); break;
-    case 10: rc = gpt2_cuda_attention_forward(h, z->y, z->qkvr, z->att, z->qkv, z->scratch, z->B, z->T, C, z->NH, &err); break;
-    case 11: rc = gpt2_cuda_attention_backward(h, z->qkv, z->x, z->y, z->qkvr, z->att, z->datt, z->scratch, z->B, z->T, C, z->NH, &err); break;
+    case 9:
+        rc = gpt2_cuda_matmul_backward(h, z->x, z->gwbig, z->gb, z->y, C, z->x, z->w, N, C, C, 0,
+                                       &err);
+        break;
+    case 10:
+        rc = gpt2_cuda_attention_forward(h, z->y, z->qkvr, z->att, z->qkv, z->scratch, z->B, z->T,
+                                         C, z->NH, &err);
+        break;
+    case 11:
+        rc = gpt2_cuda_attention_backward(h, z->qkv, z->x, z->y, z->qkvr, z->att, z->datt,
+                                          z->scratch, z->B, z->T, C, z->NH, &err);
+        break;
     case 12: rc = gpt2_cuda_gelu_forward(h, z->dbig, z->big, (size_t)N * 4 * C, &err); break;
-    case 13: rc = gpt2_cuda_gelu_backward(h, z->dbig, z->big, z->dbig, (size_t)N * 4 * C, &err); break;
+    case 13:
+        rc = gpt2_cuda_gelu_backward(h, z->dbig, z->big, z->dbig, (size_t)N * 4 * C, &err);
+        break;
     case 14: rc = gpt2_cuda_residual_forward(h, z->y, z->x, z->y, (size_t)N * C, &err); break;
-    case 15: rc = gpt2_cuda_matmul_forward(h, z->logits, z->Vp, z->x, z->w, NULL, N, C, z->V, 1, &err); break;
-    case 16: rc = gpt2_cuda_crossentropy(h, z->losses, z->logits, z->Vp, z->tok, 1e-4f, N, z->V, &err); break;
-    case 17: rc = gpt2_cuda_matmul_backward(h, z->x, z->gwbig, NULL, z->logits, z->Vp, z->y, z->w, N, C, z->V, 1, &err); break;
+    case 15:
+        rc = gpt2_cuda_matmul_forward(h, z->logits, z->Vp, z->x, z->w, NULL, N, C, z->V, 1, &err);
+        break;
+    case 16:
+        rc = gpt2_cuda_crossentropy(h, z->losses, z->logits, z->Vp, z->tok, 1e-4f, N, z->V, &err);
+        break;
+    case 17:
+        rc = gpt2_cuda_matmul_backward(h, z->x, z->gwbig, NULL, z->logits, z->Vp, z->y, z->w, N, C,
+                                       z->V, 1, &err);
+        break;
     }
     if (rc < 0)
         die("bench", err.text);
@@ -572,20 +615,32 @@ static void bench(void)
         const char *name;
         int op, per_layer; /* times per layer in a step (0: once, the head) */
     } ops[] = {
-        { "layernorm fwd", 0, 2 },  { "layernorm bwd", 1, 2 },       { "matmul c_attn fwd", 2, 1 },
-        { "matmul c_attn bwd", 3, 1 }, { "matmul c_fc fwd", 4, 1 },  { "matmul c_fc bwd", 5, 1 },
-        { "matmul mlp c_proj fwd", 6, 1 }, { "matmul mlp c_proj bwd", 7, 1 },
-        { "matmul attn c_proj fwd", 8, 1 }, { "matmul attn c_proj bwd", 9, 1 },
-        { "attention fwd (flash)", 10, 1 }, { "attention bwd (flash)", 11, 1 },
-        { "gelu fwd", 12, 1 },      { "gelu bwd", 13, 1 },           { "residual", 14, 2 },
-        { "head matmul fwd", 15, 0 }, { "cross-entropy fused", 16, 0 }, { "head matmul bwd", 17, 0 },
+        { "layernorm fwd", 0, 2 },
+        { "layernorm bwd", 1, 2 },
+        { "matmul c_attn fwd", 2, 1 },
+        { "matmul c_attn bwd", 3, 1 },
+        { "matmul c_fc fwd", 4, 1 },
+        { "matmul c_fc bwd", 5, 1 },
+        { "matmul mlp c_proj fwd", 6, 1 },
+        { "matmul mlp c_proj bwd", 7, 1 },
+        { "matmul attn c_proj fwd", 8, 1 },
+        { "matmul attn c_proj bwd", 9, 1 },
+        { "attention fwd (flash)", 10, 1 },
+        { "attention bwd (flash)", 11, 1 },
+        { "gelu fwd", 12, 1 },
+        { "gelu bwd", 13, 1 },
+        { "residual", 14, 2 },
+        { "head matmul fwd", 15, 0 },
+        { "cross-entropy fused", 16, 0 },
+        { "head matmul bwd", 17, 0 },
     };
     double layer = 0, head = 0;
     printf("# timing at d12 shapes (B 16, T 1024, C 768, NH 12, V 50257), median of 20\n");
     for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
         z.op = ops[i].op;
         float ms = time_ms(bench_op, &z);
-        printf("#   %-26s %8.3f ms%s\n", ops[i].name, ms, ops[i].per_layer > 1 ? " (x2 per layer)" : "");
+        printf("#   %-26s %8.3f ms%s\n", ops[i].name, ms,
+               ops[i].per_layer > 1 ? " (x2 per layer)" : "");
         if (ops[i].per_layer)
             layer += ms * ops[i].per_layer;
         else
@@ -629,8 +684,8 @@ int main(int argc, char **argv)
     t_attention(1, 64, 128, 4);   /* head size 32 */
     t_attention(1, 96, 256, 2);   /* head size 128: the materialized path */
     t_attention(1, 100, 200, 4);  /* head size 50: the materialized path */
-    t_elementwise(1000003); /* odd: the scalar kernels */
-    t_elementwise(1 << 20); /* the 16-byte kernels */
+    t_elementwise(1000003);       /* odd: the scalar kernels */
+    t_elementwise(1 << 20);       /* the 16-byte kernels */
     t_crossentropy(200, 1000, 1024);
     t_crossentropy(16, 50257, 50304);
     t_crossentropy(50, 1000, 1003); /* rows not 16-byte aligned: the scalar kernel */

@@ -210,8 +210,7 @@ int main(int argc, char **argv)
         const float *logits = gpt2_model_logits(m);
         if (logits == NULL)
             DIE("no logits");
-        write_file(path, logits,
-                   sizeof(float) * (size_t)a.B * a.T * (size_t)shape[0]);
+        write_file(path, logits, sizeof(float) * (size_t)a.B * a.T * (size_t)shape[0]);
     }
     bmt_step_info_t info;
     if (bmt_optim_step(opt, &info, &err) < 0)
