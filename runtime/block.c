@@ -248,13 +248,33 @@ void block_bind_grads(bmt_block_t *b, void *base, bmt_dtype_t gt)
     }
 }
 
+int block_shard_values(bmt_ctx_t *ctx, const struct dgroup *d, void *dst, void *stream,
+                       bmt_error_t *err)
+{
+    if (d->param)
+        return kern_cast(ctx, stream, dst, d->dtype, d->param, d->dtype, d->shard, err);
+    if (d->master)
+        return kern_cast(ctx, stream, dst, d->dtype, d->master, BMT_F32, d->shard, err);
+    return errprintf(err, "rank %d: a parameter shard has no values (its optimizer is gone)",
+                     ctx->rank);
+}
+
 int block_gather_into(bmt_block_t *b, void *base, void *stream, bmt_error_t *err)
 {
     bmt_comm_t *group = b->ctx->group_comm;
     for (int g = 0; g < b->ngroups; g++) {
         const struct dgroup *d = &b->groups[g];
-        if (comm_all_gather_on(group, d->param, (char *)base + d->full_off, d->shard, d->dtype,
-                               stream, err) < 0)
+        char *full = (char *)base + d->full_off;
+        const void *send = d->param;
+        if (send == NULL) {
+            /* master_only: round the master into this rank's own slot of the
+             * full buffer, on the gather's stream, and gather in place. */
+            char *mine = full + dsize(d->dtype, d->shard_first);
+            if (block_shard_values(b->ctx, d, mine, stream, err) < 0)
+                return errprefix(err, "gathering block %.40s: ", b->name);
+            send = mine;
+        }
+        if (comm_all_gather_on(group, send, full, d->shard, d->dtype, stream, err) < 0)
             return errprefix(err, "gathering block %.40s: ", b->name);
     }
     return 0;
@@ -353,8 +373,12 @@ int block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bool direct, 
     direct = direct && bmt_device(ctx) == BMT_DEVICE_CPU;
     void *stage[BMT_DTYPE_COUNT] = { 0 };
     int rc = 0;
+    /* A group whose values live in a master_only optimizer has no shard to load:
+     * its values come with the optimizer's state (ckpt.c). */
     for (int g = 0; g < b->ngroups && rc == 0 && !direct; g++) {
         struct dgroup *d = &b->groups[g];
+        if (d->param == NULL)
+            continue;
         size_t bytes = dsize(d->dtype, d->shard);
         /* Zeros, not a download: alignment gaps and padding hold zeros always
          * (optim.c never touches them), and every parameter piece is read. */
@@ -365,7 +389,7 @@ int block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bool direct, 
         const struct param *p = &b->params[i];
         const struct dgroup *d = &b->groups[p->group];
         size_t lo, hi;
-        if (!block_in_shard(p, d, &lo, &hi))
+        if (d->param == NULL || !block_in_shard(p, d, &lo, &hi))
             continue;
         char *dst =
             (char *)(direct ? d->param : stage[p->group]) + dsize(d->dtype, lo - d->shard_first);
@@ -374,7 +398,8 @@ int block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bool direct, 
     }
     for (int g = 0; g < b->ngroups && rc == 0 && !direct; g++) {
         struct dgroup *d = &b->groups[g];
-        rc = bmt_mem_upload(ctx, d->param, stage[g], dsize(d->dtype, d->shard), err);
+        if (d->param)
+            rc = bmt_mem_upload(ctx, d->param, stage[g], dsize(d->dtype, d->shard), err);
     }
     for (int g = 0; g < b->ngroups; g++)
         free(stage[g]);

@@ -33,7 +33,9 @@ struct dgroup {
     size_t padded;      /* numel rounded up to BMT_BLOCK_ALIGN x group size */
     size_t shard;       /* padded / group size */
     size_t shard_first; /* group_rank x shard: first element of this rank's shard */
-    void *param;        /* (shard) dtype, BMT_MEM_PARAM */
+    void *param;        /* (shard) dtype, BMT_MEM_PARAM; NULL while a master_only
+                         * optimizer holds the values (master below) */
+    float *master;      /* (shard) f32: the optimizer's master when param is NULL */
     float *grad;        /* (shard) f32, BMT_MEM_GRAD; allocated when appended to a list */
     size_t full_off;    /* bytes: where this group starts in a full parameter buffer */
     size_t grad_off;    /* bytes: where this group starts in a full gradient buffer */
@@ -99,6 +101,7 @@ struct list_state {
     bool forward_pending; /* a forward ran whose backward has not (a step cancels it) */
     bool sealed;          /* training started or an optimizer exists: no more blocks */
     void *updated;        /* event: the optimizer wrote the parameter shards */
+    bmt_optim_t *master_owner; /* a master_only optimizer holds the shards' values */
 };
 
 struct list_state *blocklist_state(bmt_blocklist_t *list);
@@ -118,6 +121,13 @@ typedef struct optim_view {
 int optim_count(const bmt_optim_t *o);
 void optim_get(const bmt_optim_t *o, int i, optim_view_t *out);
 bmt_blocklist_t *optim_list(const bmt_optim_t *o);
+/* The list goes before its master_only optimizer: the optimizer must not touch
+ * the blocks again (bmt_blocklist_destroy calls it). */
+void optim_orphan(bmt_optim_t *o);
+/* The values of a group's shard in its dtype, into dst (device memory of
+ * shard elements): a copy of param, or the master rounded when param is NULL. */
+int block_shard_values(bmt_ctx_t *ctx, const struct dgroup *d, void *dst, void *stream,
+                       bmt_error_t *err);
 void optim_counters(const bmt_optim_t *o, int64_t *step, int64_t *skipped);
 void optim_set_counters(bmt_optim_t *o, int64_t step, int64_t skipped);
 

@@ -256,6 +256,28 @@ static void *keep_buf(bmt_ckpt_pending_t *p, size_t bytes)
     return m;
 }
 
+/* A group whose values live only in a master_only optimizer: its shard in its
+ * dtype (the master rounded), in a host buffer the save keeps. */
+static int master_values(bmt_ctx_t *ctx, bmt_ckpt_pending_t *p, const struct dgroup *d,
+                         void **out, const char *block, bmt_error_t *err)
+{
+    const size_t bytes = dsize(d->dtype, d->shard);
+    void *h = keep_buf(p, bytes);
+    if (h == NULL)
+        return errprintf(err, "out of memory staging block %.40s", block);
+    *out = h;
+    if (bmt_device(ctx) == BMT_DEVICE_CPU)
+        return block_shard_values(ctx, d, h, NULL, err);
+    void *tmp = bmt_alloc(ctx, BMT_MEM_WORKSPACE, bytes, err);
+    int rc = tmp ? 0 : -1;
+    if (rc == 0)
+        rc = block_shard_values(ctx, d, tmp, NULL, err);
+    if (rc == 0)
+        rc = bmt_mem_download(ctx, h, tmp, bytes, err); /* waits for the cast */
+    bmt_free(ctx, tmp);
+    return rc;
+}
+
 static int add_op(bmt_ckpt_pending_t *p, int file, uint64_t off, const void *src, size_t n)
 {
     if (p->nops == p->capops) {
@@ -311,7 +333,9 @@ static int stage_shards(bmt_ckpt_pending_t *p, const bmt_block_t *b, bmt_error_t
         for (int k = 0; k < (opt ? 4 : 1) && rc == 0; k++) {
             if (k == T_MASTER && d->dtype == BMT_F32)
                 continue;
-            if (!p->copy)
+            if (k == T_PARAM && d->param == NULL)
+                rc = master_values(ctx, p, d, &stage[k], b->name, err); /* master_only */
+            else if (!p->copy)
                 stage[k] = (void *)src[k]; /* cpu, synchronous: write from the shard */
             else if ((stage[k] = keep_buf(p, d->shard * isz[k])) == NULL)
                 rc = errprintf(err, "out of memory staging block %.40s", b->name);
@@ -888,6 +912,14 @@ int bmt_ckpt_load(bmt_blocklist_t *list, bmt_optim_t *opt, const char *path, cha
             }
         }
     }
+    /* A group whose values live in a master_only optimizer loads through it. */
+    for (int i = 0; i < nb && rc == 0; i++)
+        for (int g = 0; g < blocks[i]->ngroups && rc == 0; g++)
+            if (blocks[i]->groups[g].param == NULL && opt == NULL)
+                rc = errprintf(err,
+                               "block %.40s keeps its parameters in its optimizer (master_only): "
+                               "pass that optimizer to bmt_ckpt_load",
+                               blocks[i]->name);
     for (int i = 0; i < nb && rc == 0; i++) {
         struct src s = { sts[2 * i], idx[8 * i + T_PARAM] };
         rc = block_load(blocks[i], read_piece, &s, true, err);

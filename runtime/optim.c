@@ -7,6 +7,11 @@
  * parameter that fall into this rank's shard. Gaps and padding are never
  * touched; their gradients are zero and their values stay zero.
  *
+ * master_only (bmt/optim.h): for a bf16 group the master is then the only copy
+ * of the values: the block's shard is freed at creation (d->param NULL,
+ * d->master set; gathers round the master, block.c) and made again from the
+ * master by bmt_optim_destroy, unless the list went first (optim_orphan).
+ *
  * The gradient norm is summed per shard on the device (kern_sumsq, in double,
  * deterministic), read by the host (the step's one synchronization point: it
  * decides skipping and clipping), and summed over the group with an all-reduce:
@@ -14,6 +19,7 @@
  * group's sum is the whole model's.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,14 +55,47 @@ struct bmt_optim {
     double *hsums; /* (ns) host copy */
     int64_t step;
     int64_t skipped;
-    bool broken; /* a step failed half-way: shards may be half updated */
+    bool broken;   /* a step failed half-way: shards may be half updated */
+    bool holds;    /* master_only took the bf16 shards: give them back at destroy */
+    bool orphaned; /* the list was destroyed first: never touch its blocks */
 };
+
+void optim_orphan(bmt_optim_t *o) { o->orphaned = true; }
+
+/* master_only: the blocks' bf16 shards again, from the masters (destroy). A
+ * failure leaves a group without values; its next gather says so. */
+static void give_back_shards(bmt_optim_t *o)
+{
+    bmt_ctx_t *ctx = o->ctx;
+    bmt_error_t err;
+    for (int i = 0; i < o->ns; i++) {
+        struct ostate *s = &o->s[i];
+        struct dgroup *d = s->d;
+        if (d->param != NULL || d->master != s->master)
+            continue;
+        void *p = bmt_alloc(ctx, BMT_MEM_PARAM, dsize(d->dtype, d->shard), &err);
+        if (p == NULL ||
+            kern_cast(ctx, NULL, p, d->dtype, s->master, BMT_F32, d->shard, &err) < 0 ||
+            device_sync_legacy(ctx, &err) < 0) {
+            fprintf(stderr, "bmt: rank %d: block %.40s loses its parameters: %s\n", ctx->rank,
+                    s->block->name, err.text);
+            bmt_free(ctx, p);
+            d->master = NULL;
+            continue;
+        }
+        d->param = p;
+        d->master = NULL;
+    }
+    blocklist_state(o->list)->master_owner = NULL;
+}
 
 void bmt_optim_destroy(bmt_optim_t *o)
 {
     if (o == NULL)
         return;
     bmt_ctx_t *ctx = o->ctx;
+    if (o->holds && !o->orphaned)
+        give_back_shards(o);
     for (int i = 0; i < o->ns; i++) {
         struct ostate *s = &o->s[i];
         if (s->own_master) /* s->d may be gone: never look at it here */
@@ -115,6 +154,13 @@ bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *c
                   ctx->rank);
         return NULL;
     }
+    if (blocklist_state(list)->master_owner) {
+        errprintf(err,
+                  "rank %d: bmt_adamw_create: another optimizer (master_only) holds this list's "
+                  "parameters; destroy it first",
+                  ctx->rank);
+        return NULL;
+    }
     /* The parameter shards may still be written by the streams (a forward,
      * a step of another optimizer): read them settled. */
     if (bmt_device_synchronize(ctx, err) < 0)
@@ -166,6 +212,19 @@ bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *c
     if (o->sums == NULL || device_sync_legacy(ctx, err) < 0)
         goto fail;
     blocklist_state(list)->sealed = true; /* a block appended now would be missed */
+    if (cfg->master_only) { /* the masters are settled (synchronized above): free the shards */
+        for (int i = 0; i < o->ns; i++) {
+            struct ostate *s = &o->s[i];
+            if (!s->own_master)
+                continue;
+            bmt_free(ctx, s->d->param);
+            s->d->param = NULL;
+            s->d->master = s->master;
+            o->holds = true;
+        }
+        if (o->holds)
+            blocklist_state(list)->master_owner = o;
+    }
     return o;
 fail:
     bmt_optim_destroy(o);
@@ -264,11 +323,13 @@ int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
             for (int k = 0; k < s->nseg; k++) {
                 const struct segment *g = &s->seg[k];
                 a.weight_decay = g->decay ? (float)o->cfg.weight_decay : 0.0f;
-                void *param = s->d->dtype == BMT_F32
-                                  ? (void *)(s->master + g->first)
-                                  : (char *)s->d->param + dsize(s->d->dtype, g->first);
+                /* the master alone when it is the only copy (f32, master_only) */
+                const bool alone = s->d->param == NULL || s->d->dtype == BMT_F32;
+                void *param = alone ? (void *)(s->master + g->first)
+                                    : (char *)s->d->param + dsize(s->d->dtype, g->first);
                 if (kern_adamw(ctx, compute, s->master + g->first, s->m + g->first, s->v + g->first,
-                               s->d->grad + g->first, param, s->d->dtype, g->n, &a, err) < 0) {
+                               s->d->grad + g->first, param, alone ? BMT_F32 : s->d->dtype, g->n,
+                               &a, err) < 0) {
                     o->broken = true; /* some shards are updated, others not */
                     return -1;
                 }

@@ -35,7 +35,7 @@ typedef struct opts {
     int save_every, keep, resume, save_async;
     gpt2_config_t cfg;
     int layers, heads, embd, vocab, max_seq; /* overrides; 0: the model's */
-    int B, T, accum, steps, warmup, eval_every, eval_batches, zero, ckpt, prefetch;
+    int B, T, accum, steps, warmup, eval_every, eval_batches, zero, ckpt, prefetch, master_only;
     double lr, lr_min_frac, weight_decay, clip, val_fraction;
     unsigned long long seed;
 } opts_t;
@@ -80,6 +80,8 @@ static void usage(FILE *f)
             "not (3, default)\n"
             "      --ckpt 0|1          activation checkpointing per block (default 1)\n"
             "      --prefetch 0|1      gather block i+1 while block i computes (default 1)\n"
+            "      --master-only 0|1   bf16 parameters (cuda): keep only the optimizer's f32\n"
+            "                          masters, rounded at each gather (default 0)\n"
             "  -h, --help\n");
 }
 
@@ -148,6 +150,7 @@ static int parse(int argc, char **argv, opts_t *o)
         O_ZERO,
         O_CKPT,
         O_PREFETCH,
+        O_MASTER_ONLY,
         O_PREPARE,
         O_OUT,
         O_VALFRAC,
@@ -182,6 +185,7 @@ static int parse(int argc, char **argv, opts_t *o)
         { "zero", required_argument, NULL, O_ZERO },
         { "ckpt", required_argument, NULL, O_CKPT },
         { "prefetch", required_argument, NULL, O_PREFETCH },
+        { "master-only", required_argument, NULL, O_MASTER_ONLY },
         { "prepare", required_argument, NULL, O_PREPARE },
         { "out", required_argument, NULL, O_OUT },
         { "val-fraction", required_argument, NULL, O_VALFRAC },
@@ -228,6 +232,7 @@ static int parse(int argc, char **argv, opts_t *o)
         case O_ZERO: rc = int_arg("--zero", optarg, 2, 3, &o->zero); break;
         case O_CKPT: rc = int_arg("--ckpt", optarg, 0, 1, &o->ckpt); break;
         case O_PREFETCH: rc = int_arg("--prefetch", optarg, 0, 1, &o->prefetch); break;
+        case O_MASTER_ONLY: rc = int_arg("--master-only", optarg, 0, 1, &o->master_only); break;
         case O_PREPARE: o->prepare = optarg; break;
         case O_OUT: o->out = optarg; break;
         case O_INIT: o->init_from = optarg; break;
@@ -444,6 +449,7 @@ static int train(const opts_t *o)
     oc.clip_norm = o->clip;
     oc.schedule = lr_at;
     oc.schedule_user = &sched;
+    oc.master_only = o->master_only;
     if (in == NULL || tg == NULL) {
         snprintf(err.text, sizeof(err.text), "out of memory");
         goto out;

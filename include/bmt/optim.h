@@ -42,6 +42,13 @@ typedef struct bmt_adamw_config {
     double clip_norm;    /* > 0: clip the global gradient norm to it; 0 (default): off */
     bmt_lr_schedule_fn schedule;
     void *schedule_user;
+    int master_only; /* 1: parameters stored in a lower precision than f32 (bf16) keep
+                      * no shard of their own while this optimizer lives: the f32
+                      * master is the only copy, and a gather rounds it on the way
+                      * (FSDP2's arrangement; saves 2 bytes per parameter / group
+                      * size). The results are the same bits either way.
+                      * bmt_optim_destroy gives the blocks their shards back.
+                      * 0 (default): keep both. */
 } bmt_adamw_config_t;
 
 #define BMT_ADAMW_CONFIG_MAGIC 0x4d414441u /* "ADAM" */
@@ -49,7 +56,7 @@ typedef struct bmt_adamw_config {
 #define BMT_ADAMW_CONFIG_INITIALIZER                                                               \
     {                                                                                              \
         sizeof(bmt_adamw_config_t), BMT_ADAMW_CONFIG_MAGIC, BMT_ADAMW_CONFIG_VERSION, 1e-3, 0.9,   \
-            0.999, 1e-8, 0.01, 0.0, NULL, NULL                                                     \
+            0.999, 1e-8, 0.01, 0.0, NULL, NULL, 0                                                  \
     }
 
 /* What a step did. */

@@ -109,6 +109,31 @@ for layout in 1x1 1x2 2x1 2x2; do
     "
 done
 
+# master_only (bmt/optim.h): the optimizer's f32 masters are the only copy of
+# bf16 values; gathers round them. The same bits and checkpoint files as keeping
+# the bf16 shards; no parameter bytes while training; the shards come back when
+# the optimizer goes.
+test_expect_success "master_only (bf16, 2x2): no parameter shards while training, bitwise the same run and checkpoint files, shards back at destroy" '
+    ec 4 -g 2 -n 2 --timeout 60 -- $EC --dtype bf16 --ckpt-dir $PWD/keep --ckpt-at 12 &&
+    mv out out.keep &&
+    ec 4 -g 2 -n 2 --timeout 60 -- $EC --dtype bf16 --ckpt-dir $PWD/mo --ckpt-at 12 --master-only &&
+    grep -q "^0: ok memory (zero 3, ckpt 1): param bytes 0 (peak 0) = none (master_only)" out &&
+    grep -q "^0: ok master_only (.*): a second optimizer on the list is refused" out &&
+    grep -q "^0: ok master_only (.*): a checkpoint load without the optimizer that holds the values is refused" out &&
+    grep -q "^0: ok master_only (.*): after bmt_optim_destroy the blocks hold the optimizer.s values, bitwise" out &&
+    grep -q "^0: ok master_only (.*): bmt_optim_destroy gives the blocks [0-9]* bytes of shards back" out &&
+    h1=$(sed -n "s/^0: ok ckpt .*(hash \([0-9a-f]*\))$/\1/p" out.keep) &&
+    h2=$(sed -n "s/^0: ok ckpt .*(hash \([0-9a-f]*\))$/\1/p" out) &&
+    echo "trained parameters: $h1 (bf16 shards kept), $h2 (master_only)" &&
+    test -n "$h1" && test "$h1" = "$h2" &&
+    for f in keep/ec/*; do cmp "$f" "mo/ec/${f##*/}" || exit 1; done
+'
+
+test_expect_success "master_only with zero level 2 and no activation checkpointing (1x4, bf16)" '
+    ec 4 -g 1 -n 4 --timeout 60 -- $EC --dtype bf16 --zero 2 --ckpt 0 --master-only &&
+    grep -q "^0: ok memory (zero 2, ckpt 0): param bytes 0 (peak 0)" out
+'
+
 # Checkpoints (bmt/ckpt.h) inside the engine: save after step 12, rewind to it
 # at the end, train 13..20 again: bitwise the same (f32 and bf16 with its f32
 # master weights, both zero levels).

@@ -81,6 +81,7 @@ typedef struct opts {
     bmt_dtype_t reduce; /* the block list's gradient reduce dtype */
     const char *init_dump;
     bool variants, kernel_check, verbose;
+    bool master_only;     /* the optimizer's master_only: no bf16 shards while it lives */
     bool mismatch;        /* odd ranks take another prefetch setting: the first forward must fail */
     double bound;         /* relative bound on parameters, loss and grad norm; 0: by dtype */
     double pace_ms;       /* sleep this long in every step (monitoring tests want a steady run) */
@@ -1713,10 +1714,14 @@ static void check_memory(const char *tag, int zero, const bmt_mem_stats_t *st,
                          const shard_bytes_t *want)
 {
     const uint64_t *cur = st->current, *peak = st->peak;
-    check(cur[BMT_MEM_PARAM] == want->param && peak[BMT_MEM_PARAM] == want->param,
-          "memory (%s): param bytes %llu (peak %llu) = this rank's %s shards %llu", tag,
+    /* master_only: the optimizer's f32 masters are the only copy of bf16 values */
+    const bool none = O.master_only && O.dtype != BMT_F32;
+    const uint64_t wp = none ? 0 : want->param;
+    check(cur[BMT_MEM_PARAM] == wp && peak[BMT_MEM_PARAM] == wp,
+          "memory (%s): param bytes %llu (peak %llu) = %s %llu", tag,
           (unsigned long long)cur[BMT_MEM_PARAM], (unsigned long long)peak[BMT_MEM_PARAM],
-          bmt_dtype_name(O.dtype), (unsigned long long)want->param);
+          none ? "none (master_only): the masters are the values," : "this rank's shards",
+          (unsigned long long)wp);
     check(cur[BMT_MEM_GRAD] == want->grad && peak[BMT_MEM_GRAD] == want->grad,
           "memory (%s): grad bytes %llu (peak %llu) = this rank's f32 shards %llu", tag,
           (unsigned long long)cur[BMT_MEM_GRAD], (unsigned long long)peak[BMT_MEM_GRAD],
@@ -1780,6 +1785,15 @@ static int ckpt_rewind(bmt_blocklist_t *list, bmt_optim_t *opt, model_t *m, bmt_
 {
     uint64_t h1, h2;
     trained_t t2;
+    if (O.master_only && O.dtype != BMT_F32) {
+        bmt_error_t e;
+        memset(&e, 0, sizeof(e));
+        int rc = bmt_ckpt_load(list, NULL, O.ckpt_dir, NULL, &e);
+        check(rc == -1 && strstr(e.text, "pass that optimizer"),
+              "master_only (%s): a checkpoint load without the optimizer that holds the values "
+              "is refused: \"%s\"",
+              tag, rc ? e.text : "it returned 0");
+    }
     if (params_hash(blocks, &h1, err) < 0 || bmt_ckpt_load(list, opt, O.ckpt_dir, NULL, err) < 0)
         return -1;
     uint64_t h0;
@@ -1854,9 +1868,16 @@ static int engine_run(const run_cfg_t *rc, const ref_t *R, const ec_ops_t *ops, 
     ac.weight_decay = O.weight_decay;
     ac.clip_norm = O.clip;
     ac.schedule = O.warmup > 0 ? warmup_schedule : NULL;
+    ac.master_only = O.master_only;
     bmt_optim_t *opt = bmt_adamw_create(list, &ac, err);
     if (opt == NULL)
         return -1;
+    if (O.master_only && O.dtype != BMT_F32) {
+        bmt_optim_t *second = bmt_adamw_create(list, &ac, err);
+        check(second == NULL && strstr(err->text, "master_only") != NULL,
+              "master_only (%s): a second optimizer on the list is refused (%s)", tag, err->text);
+        bmt_optim_destroy(second);
+    }
     if (rc->first)
         misuse_list(list, opt, "before training");
 
@@ -1876,7 +1897,25 @@ static int engine_run(const run_cfg_t *rc, const ref_t *R, const ec_ops_t *ops, 
     if (rc->first)
         misuse_order(list, opt, blocks[0]);
 
+    uint64_t held = 0, back = 0;
+    if (params_hash(blocks, &held, err) < 0)
+        return -1;
     bmt_optim_destroy(opt);
+    if (O.master_only && O.dtype != BMT_F32) {
+        /* The shards are back, holding the values the optimizer held. */
+        if (params_hash(blocks, &back, err) < 0)
+            return -1;
+        check(back == held,
+              "master_only (%s): after bmt_optim_destroy the blocks hold the optimizer's values, "
+              "bitwise (hash %016llx)",
+              tag, (unsigned long long)back);
+        bmt_mem_get_stats(ctx, &st);
+        check(st.current[BMT_MEM_PARAM] == want.param,
+              "master_only (%s): bmt_optim_destroy gives the blocks %llu bytes of shards back "
+              "(now %llu)",
+              tag, (unsigned long long)want.param,
+              (unsigned long long)st.current[BMT_MEM_PARAM]);
+    }
     bmt_blocklist_destroy(list);
     model_destroy(m);
     bmt_mem_get_stats(ctx, &st);
@@ -2059,7 +2098,7 @@ static int usage(void)
             "1|0]\n"
             "                    [--clip X] [--lr X] [--warmup N] [--nan-step S] [--seed N]\n"
             "                    [--dtype f32|bf16] [--reduce-dtype f32|bf16] [--bound X]\n"
-            "                    [--init-dump FILE] [--variants]\n"
+            "                    [--init-dump FILE] [--variants] [--master-only]\n"
             "                    [--kernel-check] [--verbose]\n"
             "                    [--pace MS] [--event-every N] [--abort-at S]\n");
     return 2;
@@ -2083,6 +2122,10 @@ static int parse(int argc, char **argv)
         }
         if (strcmp(a, "--mismatch") == 0) {
             O.mismatch = true;
+            continue;
+        }
+        if (strcmp(a, "--master-only") == 0) {
+            O.master_only = true;
             continue;
         }
         if (v == NULL)
