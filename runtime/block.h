@@ -96,11 +96,11 @@ int block_alloc_grads(bmt_block_t *b, bmt_error_t *err);
 
 /* What the optimizer needs of a list. */
 struct list_state {
-    int microbatches;     /* backward calls since the last step */
-    bool reduced;         /* a backward with last_microbatch ran since the last step */
-    bool forward_pending; /* a forward ran whose backward has not (a step cancels it) */
-    bool sealed;          /* training started or an optimizer exists: no more blocks */
-    void *updated;        /* event: the optimizer wrote the parameter shards */
+    int microbatches;          /* backward calls since the last step */
+    bool reduced;              /* a backward with last_microbatch ran since the last step */
+    bool forward_pending;      /* a forward ran whose backward has not (a step cancels it) */
+    bool sealed;               /* training started or an optimizer exists: no more blocks */
+    void *updated;             /* event: the optimizer wrote the parameter shards */
     bmt_optim_t *master_owner; /* a master_only optimizer holds the shards' values */
 };
 

@@ -258,8 +258,8 @@ static void *keep_buf(bmt_ckpt_pending_t *p, size_t bytes)
 
 /* A group whose values live only in a master_only optimizer: its shard in its
  * dtype (the master rounded), in a host buffer the save keeps. */
-static int master_values(bmt_ctx_t *ctx, bmt_ckpt_pending_t *p, const struct dgroup *d,
-                         void **out, const char *block, bmt_error_t *err)
+static int master_values(bmt_ctx_t *ctx, bmt_ckpt_pending_t *p, const struct dgroup *d, void **out,
+                         const char *block, bmt_error_t *err)
 {
     const size_t bytes = dsize(d->dtype, d->shard);
     void *h = keep_buf(p, bytes);

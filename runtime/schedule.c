@@ -623,7 +623,7 @@ void bmt_blocklist_destroy(bmt_blocklist_t *l)
     bmt_ctx_t *ctx = l->ctx;
     bmt_error_t ignored;
     bmt_device_synchronize(ctx, &ignored); /* nothing may still read what we free */
-    if (l->st.master_owner) /* destroyed before its optimizer, against the rule */
+    if (l->st.master_owner)                /* destroyed before its optimizer, against the rule */
         optim_orphan(l->st.master_owner);
     for (int i = 0; i < l->n; i++) {
         bmt_block_t *b = l->e[i].block;

@@ -1913,8 +1913,7 @@ static int engine_run(const run_cfg_t *rc, const ref_t *R, const ec_ops_t *ops, 
         check(st.current[BMT_MEM_PARAM] == want.param,
               "master_only (%s): bmt_optim_destroy gives the blocks %llu bytes of shards back "
               "(now %llu)",
-              tag, (unsigned long long)want.param,
-              (unsigned long long)st.current[BMT_MEM_PARAM]);
+              tag, (unsigned long long)want.param, (unsigned long long)st.current[BMT_MEM_PARAM]);
     }
     bmt_blocklist_destroy(list);
     model_destroy(m);
