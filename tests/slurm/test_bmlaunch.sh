@@ -111,6 +111,33 @@ test_expect_success "scancel of a batch job ends every rank" '
     sleep 1 && no_survivors pids
 '
 
+# --max-restarts under srun: each run is a new srun step with a fresh PMIx
+# namespace and BMT_RESTART, as in local mode (tests/integration/test_restart.sh).
+runs_of() { # rank file: the restarts that rank printed, in order
+    sed -n "s/^$1: rank $1 restart \([0-9]*\)\$/\1/p" "$2" | tr '\n' ' ' | sed 's/ $//'
+}
+export -f runs_of
+
+test_expect_success "--max-restarts 2 under srun: two failed runs, then every rank exits 0" '
+    mkdir pids && export BEHAVE_PIDDIR=$PWD/pids &&
+    with_timeout 120 salloc -N1 -n3 $BMLAUNCH -n 3 --max-restarts 2 -- $PROGS/behave --rank 1 fail-until 2 >out 2>err &&
+    test $(grep -c "^bmlaunch: restart" err) -eq 2 &&
+    grep -q "^bmlaunch: restart 2 of 2 after rank 1 (on $NODE) exited with code 1\$" err &&
+    for r in 0 1 2; do test "$(runs_of $r out)" = "0 1 2" || { echo "rank $r saw $(runs_of $r out)"; false; }; done &&
+    grep -q "^bmlaunch: 2 restarts made (--max-restarts 2)\$" err &&
+    ! grep -q "job failed" err && sleep 1 && no_survivors pids
+'
+
+test_expect_success "--max-restarts 1 under srun: the second failure ends the job with its summary" '
+    mkdir pids && export BEHAVE_PIDDIR=$PWD/pids &&
+    { with_timeout 120 salloc -N1 -n3 $BMLAUNCH -n 3 --max-restarts 1 -- $PROGS/behave --rank 1 fail-until 2 >out 2>err; rc=$?; } &&
+    test $rc -eq 1 && test $(grep -c "^bmlaunch: restart" err) -eq 1 &&
+    for r in 0 1 2; do test "$(runs_of $r out)" = "0 1"; done &&
+    grep -q "^bmlaunch: job failed: rank 1 (on $NODE) exited with code 1\$" err &&
+    grep -q "^bmlaunch: 1 restart made (--max-restarts 1); none left\$" err &&
+    sleep 1 && no_survivors pids
+'
+
 test_expect_success "1000 ranks (40 x 25) bootstrap under srun on one node" '
     with_timeout 300 salloc -N1 -n1000 --overcommit $BMLAUNCH -g 40 -n 25 --timeout 120 -- $PROGS/bootcheck >out 2>err &&
     grep -q "^0: bootcheck: rank 0: 1000 ranks (40 x 25) on 1 host" out
