@@ -7,7 +7,9 @@
 # same call: tests/gpu/gpt2_ops_check --ceiling), peak GPU memory per rank, our
 # exposed communication (comm_wait_s / step, from the jsonl plugin), and the
 # ratio of tokens/s to the peer's.
-#   RUNS="d12:16:1x2:0 ..."  model:micro-batch:layout:checkpointing (default below)
+#   RUNS="d12:16:1x2:0 ..."  model:micro-batch:layout:checkpointing[:extra] (default
+#                            below); extra: more trainer options with commas for
+#                            spaces, e.g. d48:8:1x2:1:--master-only,1
 #   STEPS=13                 steps per run; the median of the last STEPS-3 is kept
 #   SKIP_BUILD=1             reuse build/ (a warm machine)
 #   carry: .device-deps (Debian libjansson-dev, see docs/building.md)
@@ -36,15 +38,16 @@ CEIL=$(build/tests/gpu/gpt2_ops_check --ceiling 2>&1 | sed -n 's/^ceiling_tflops
 echo "bf16 matmul ceiling: ${CEIL:-?} TFLOP/s"
 rows=()
 for run in $RUNS; do
-    IFS=: read -r model b layout ck <<<"$run"
+    IFS=: read -r model b layout ck extra <<<"$run"
+    extra=${extra//,/ }
     g=${layout%x*} n=${layout#*x}
     w=$((g * n))
-    tag=$model-b$b-$layout-ckpt$ck
+    tag=$model-b$b-$layout-ckpt$ck${extra:+-$(echo "$extra" | tr -c 'a-zA-Z0-9\n' _)}
     # ours
     rm -f /tmp/bench-m-*.jsonl
     BMT_PLUGINS=jsonl BMT_JSONL=/tmp/bench-m-%r.jsonl timeout 400 build/bin/bmlaunch --metrics-port 0 \
         --device cuda -g $g -n $n -- build/bin/gpt2 --model $model -b $b -t $T --steps $STEPS \
-        --data $DATA --ckpt $ck --lr 3e-4 --warmup 0 >"$OUT/ours-$tag.log" 2>&1
+        --data $DATA --ckpt $ck --lr 3e-4 --warmup 0 $extra >"$OUT/ours-$tag.log" 2>&1
     rc=$?
     ours=$(python3 - "$OUT/ours-$tag.log" $STEPS $b $T $w "${CEIL:-0}" <<'PY'
 import re, statistics, sys, json, glob
@@ -78,8 +81,9 @@ PY
     read -r oms otok omfu omfuc omem owait <<<"$ours"
     read -r pms ptok pmem <<<"${peer:-- - -}"
     ratio=$(awk -v a="$otok" -v b="$ptok" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.2f", a / b; else print "-" }')
-    rows+=("$(printf '%-4s b%-3s %-4s ckpt %s | ours %8s ms %9s tok/s MFU %5s%% (ceiling %5s%%) mem %6s GiB wait %6s | fsdp2 %8s ms %9s tok/s mem %6s GiB | x%s (rc %s)' \
-        $model $b $layout $ck "$oms" "$otok" "$omfu" "$omfuc" "$omem" "$owait" "$pms" "$ptok" "$pmem" "$ratio" $rc)")
+    rows+=("$(printf '%-4s b%-3s %-4s ckpt %s | ours %8s ms %9s tok/s MFU %5s%% (ceiling %5s%%) mem %6s GiB wait %6s | fsdp2 %8s ms %9s tok/s mem %6s GiB | x%s (rc %s)%s' \
+        $model $b $layout $ck "$oms" "$otok" "$omfu" "$omfuc" "$omem" "$owait" "$pms" "$ptok" "$pmem" "$ratio" $rc \
+        "${extra:+ [ours: $extra]}")")
     echo "${rows[-1]}"
 done
 echo
