@@ -541,12 +541,14 @@ int device_stream_wait(bmt_ctx_t *ctx, void *stream, void *ev, bmt_error_t *err)
     return 0;
 }
 
+#ifdef BMT_HAVE_CUDA
 static double mono_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+#endif
 
 int bmt_device_synchronize(bmt_ctx_t *ctx, bmt_error_t *err)
 {

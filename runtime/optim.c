@@ -74,8 +74,7 @@ static void give_back_shards(bmt_optim_t *o)
         if (d->param != NULL || d->master != s->master)
             continue;
         void *p = bmt_alloc(ctx, BMT_MEM_PARAM, dsize(d->dtype, d->shard), &err);
-        if (p == NULL ||
-            kern_cast(ctx, NULL, p, d->dtype, s->master, BMT_F32, d->shard, &err) < 0 ||
+        if (p == NULL || block_shard_values(ctx, d, p, NULL, &err) < 0 || /* the master, rounded */
             device_sync_legacy(ctx, &err) < 0) {
             fprintf(stderr, "bmt: rank %d: block %.40s loses its parameters: %s\n", ctx->rank,
                     s->block->name, err.text);

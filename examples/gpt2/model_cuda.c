@@ -33,8 +33,9 @@ struct gpt2_cu {
     bool ckpt;
     gpt2_cuda_t *h;
     void *workspace;
-    int32_t *inputs, *targets, *buckets; /* device: N, N, 3N + 1 */
-    int32_t *buckets_host;
+    int32_t *tokens; /* device: inputs (N), targets (N), buckets (3N + 1), one upload */
+    int32_t *inputs, *targets, *buckets; /* into tokens */
+    int32_t *tokens_host;                /* the same on the host */
     int U, counted;
     void **x;         /* L + 1 residual stream buffers (N,C) */
     cu_layer_t *acts; /* L sets, or 1 */
@@ -61,7 +62,7 @@ static int alloc_all(gpt2_cu_t *cu, bmt_error_t *err)
     const int L = cu->cfg.n_layer, sets = cu->ckpt ? 1 : L;
     if ((cu->x = calloc((size_t)L + 1, sizeof(void *))) == NULL ||
         (cu->acts = calloc((size_t)sets, sizeof(cu_layer_t))) == NULL ||
-        (cu->buckets_host = malloc((3 * N + 1) * sizeof(int32_t))) == NULL) {
+        (cu->tokens_host = malloc((5 * N + 1) * sizeof(int32_t))) == NULL) {
         snprintf(err->text, sizeof(err->text), "gpt2: out of host memory");
         return -1;
     }
@@ -81,8 +82,7 @@ static int alloc_all(gpt2_cu_t *cu, bmt_error_t *err)
             !(a->ln2_mean = cu_alloc(cu, N * 4, err)) || !(a->ln2_rstd = cu_alloc(cu, N * 4, err)))
             return -1;
     }
-    if (!(cu->inputs = cu_alloc(cu, N * 4, err)) || !(cu->targets = cu_alloc(cu, N * 4, err)) ||
-        !(cu->buckets = cu_alloc(cu, (3 * N + 1) * 4, err)) ||
+    if (!(cu->tokens = cu_alloc(cu, (5 * N + 1) * 4, err)) ||
         !(cu->qkv = cu_alloc(cu, 3 * N * C * h, err)) ||
         !(cu->attn_y = cu_alloc(cu, N * C * h, err)) || !(cu->lnf = cu_alloc(cu, N * C * h, err)) ||
         !(cu->logits = cu_alloc(cu, N * (size_t)cu->Vp * h, err)) ||
@@ -94,6 +94,7 @@ static int alloc_all(gpt2_cu_t *cu, bmt_error_t *err)
         !(cu->attn_scratch = cu_alloc(cu, 4 * N * C * h, err)) ||
         !(cu->dfch = cu_alloc(cu, 4 * N * C * h, err)))
         return -1;
+    cu->inputs = cu->tokens, cu->targets = cu->tokens + N, cu->buckets = cu->tokens + 2 * N;
     return 0;
 }
 
@@ -143,16 +144,15 @@ void gpt2_cu_destroy(gpt2_cu_t *cu)
             for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
                 bmt_free(ctx, all[i]);
         }
-    void *rest[] = { cu->inputs,   cu->targets,    cu->buckets,  cu->qkv,          cu->attn_y,
-                     cu->lnf,      cu->logits,     cu->lnf_mean, cu->lnf_rstd,     cu->losses,
-                     cu->loss_sum, cu->logits_f32, cu->dres,     cu->dres2,        cu->dln,
-                     cu->datty,    cu->dqkv,       cu->datt,     cu->attn_scratch, cu->dfch,
-                     cu->workspace };
+    void *rest[] = { cu->tokens,   cu->qkv,          cu->attn_y, cu->lnf,      cu->logits,
+                     cu->lnf_mean, cu->lnf_rstd,     cu->losses, cu->loss_sum, cu->logits_f32,
+                     cu->dres,     cu->dres2,        cu->dln,    cu->datty,    cu->dqkv,
+                     cu->datt,     cu->attn_scratch, cu->dfch,   cu->workspace };
     for (size_t i = 0; i < sizeof(rest) / sizeof(rest[0]); i++)
         bmt_free(ctx, rest[i]);
     free(cu->x);
     free(cu->acts);
-    free(cu->buckets_host);
+    free(cu->tokens_host);
     free(cu->logits_host);
     free(cu);
 }
@@ -161,17 +161,17 @@ int gpt2_cu_set_batch(gpt2_cu_t *cu, const int32_t *inputs, const int32_t *targe
                       bmt_error_t *err)
 {
     const size_t N = (size_t)cu->N;
-    int U = gpt2_token_buckets(inputs, cu->N, cu->cfg.vocab_size, cu->buckets_host);
+    int32_t *h = cu->tokens_host;
+    memcpy(h, inputs, N * 4);
+    memcpy(h + N, targets, N * 4);
+    int U = gpt2_token_buckets(inputs, cu->N, cu->cfg.vocab_size, h + 2 * N);
     if (U < 0) {
         snprintf(err->text, sizeof(err->text), "gpt2: out of host memory");
         return -1;
     }
-    /* bmt_mem_upload waits for the context's streams first: the previous
-     * micro-batch's backward may still read these buffers. */
-    if (bmt_mem_upload(cu->ctx, cu->inputs, inputs, N * 4, err) < 0 ||
-        bmt_mem_upload(cu->ctx, cu->targets, targets, N * 4, err) < 0 ||
-        bmt_mem_upload(cu->ctx, cu->buckets, cu->buckets_host, (2 * (size_t)U + 1 + N) * 4, err) <
-            0)
+    /* One upload (it waits for the context's streams first: the previous
+     * micro-batch's backward may still read these buffers). */
+    if (bmt_mem_upload(cu->ctx, cu->tokens, h, (2 * N + 2 * (size_t)U + 1 + N) * 4, err) < 0)
         return -1;
     cu->U = U;
     cu->counted = counted;

@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <type_traits>
+
 typedef __nv_bfloat16 bf16;
 
 #define LT_WORKSPACE (32u << 20) /* cuBLASLt's workspace: what Hopper's kernels ask for */
@@ -607,6 +609,24 @@ __device__ __forceinline__ void mfa_pv(float o[D / 8][4], const float s[8][4], c
     }
 }
 
+/* Rows row0 and row0 + 8 of the warp's 16 x D accumulator fragments, scaled by
+ * f0 and f1, rounded to bf16 into dst (T x D); rows from T on are not written. */
+template <int D>
+__device__ __forceinline__ void mfa_store(bf16 *dst, const float acc[D / 8][4], int row0, float f0,
+                                          float f1, int T, int t)
+{
+#pragma unroll
+    for (int dn = 0; dn < D / 8; dn++) {
+        const int col = dn * 8 + 2 * t;
+        if (row0 < T)
+            *reinterpret_cast<uint32_t *>(dst + (size_t)row0 * D + col) =
+                pack2(acc[dn][0] * f0, acc[dn][1] * f0);
+        if (row0 + 8 < T)
+            *reinterpret_cast<uint32_t *>(dst + (size_t)(row0 + 8) * D + col) =
+                pack2(acc[dn][2] * f1, acc[dn][3] * f1);
+    }
+}
+
 /* Blocks of W warps own 16 W rows of their side (queries, or keys for dK/dV)
  * and walk 64-row tiles of the other side; a warp skips a tile that lies
  * wholly above the diagonal for its rows. */
@@ -690,16 +710,7 @@ __global__ void __launch_bounds__(W * 32)
         mfa_pv<D>(o, s, Vs, lane);
     }
     const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
-#pragma unroll
-    for (int dn = 0; dn < D / 8; dn++) {
-        const int col = dn * 8 + 2 * t;
-        if (row0 < T)
-            *reinterpret_cast<uint32_t *>(out + base + (size_t)row0 * D + col) =
-                pack2(o[dn][0] * i0, o[dn][1] * i0);
-        if (row1 < T)
-            *reinterpret_cast<uint32_t *>(out + base + (size_t)row1 * D + col) =
-                pack2(o[dn][2] * i1, o[dn][3] * i1);
-    }
+    mfa_store<D>(out + base, o, row0, i0, i1, T, t);
     if (t == 0) {
         if (row0 < T)
             lse[(size_t)bh * T + row0] = (m0 + log2f(l0)) * LN2_F;
@@ -770,22 +781,8 @@ __global__ void __launch_bounds__(W * 32)
                 dp[nt][e] = s[nt][e] * (dp[nt][e] - Ds[nt * 8 + 2 * t + (e & 1)]);
         mfa_pv<D>(dkacc, dp, Qs, lane); /* dK += dS^T Q */
     }
-#pragma unroll
-    for (int dn = 0; dn < D / 8; dn++) {
-        const int col = dn * 8 + 2 * t;
-        if (key0 < T) {
-            *reinterpret_cast<uint32_t *>(dk + base + (size_t)key0 * D + col) =
-                pack2(dkacc[dn][0] * scale, dkacc[dn][1] * scale);
-            *reinterpret_cast<uint32_t *>(dv + base + (size_t)key0 * D + col) =
-                pack2(dvacc[dn][0], dvacc[dn][1]);
-        }
-        if (key1 < T) {
-            *reinterpret_cast<uint32_t *>(dk + base + (size_t)key1 * D + col) =
-                pack2(dkacc[dn][2] * scale, dkacc[dn][3] * scale);
-            *reinterpret_cast<uint32_t *>(dv + base + (size_t)key1 * D + col) =
-                pack2(dvacc[dn][2], dvacc[dn][3]);
-        }
-    }
+    mfa_store<D>(dk + base, dkacc, key0, scale, scale, T, t);
+    mfa_store<D>(dv + base, dvacc, key0, 1.f, 1.f, T, t);
 }
 
 /* dQ of 16 W queries, over the 64-row key tiles at or below them. */
@@ -842,16 +839,7 @@ __global__ void __launch_bounds__(W * 32)
             }
         mfa_pv<D>(dqacc, s, Ks, lane); /* dQ += dS K */
     }
-#pragma unroll
-    for (int dn = 0; dn < D / 8; dn++) {
-        const int col = dn * 8 + 2 * t;
-        if (row0 < T)
-            *reinterpret_cast<uint32_t *>(dq + base + (size_t)row0 * D + col) =
-                pack2(dqacc[dn][0] * scale, dqacc[dn][1] * scale);
-        if (row1 < T)
-            *reinterpret_cast<uint32_t *>(dq + base + (size_t)row1 * D + col) =
-                pack2(dqacc[dn][2] * scale, dqacc[dn][3] * scale);
-    }
+    mfa_store<D>(dq + base, dqacc, row0, scale, scale, T, t);
 }
 
 #define MFA_W_FWD 8  /* warps: 128 query rows per block */
@@ -902,31 +890,6 @@ cudaError_t mfa_backward(cudaStream_t st, bf16 *dq, bf16 *dk, bf16 *dv, const bf
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
 
-__global__ void gelu_fwd(bf16 *out, const bf16 *inp, size_t n)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const float x = ld(&inp[i]);
-        out[i] = bf(0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x))));
-    }
-}
-
-__global__ void gelu_bwd(bf16 *dinp, const bf16 *inp, const bf16 *dout, size_t n)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const float x = ld(&inp[i]);
-        const float u = GELU_SCALE * (x + 0.044715f * x * x * x);
-        const float th = tanhf(u);
-        const float sech2 = 1.0f - th * th;
-        const float g =
-            0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = bf(g * ld(&dout[i]));
-    }
-}
-
-/* 8 elements per thread through 16-byte loads (n a multiple of 8, pointers
- * 16-byte aligned; the launchers check and fall back to the kernels above). */
 __device__ __forceinline__ float gelu_f(float x)
 {
     return 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
@@ -940,38 +903,48 @@ __device__ __forceinline__ float gelu_grad(float x)
            0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
-template <int OP> /* 0 gelu, 1 gelu backward (b = dout), 2 residual (a + b) */
-__global__ void elementwise8(bf16 *out, const bf16 *a, const bf16 *b, size_t n8)
+/* OP 0: GELU(a); 1: GELU'(a) * b (b = dout); 2: a + b (residual). */
+template <int OP> __device__ __forceinline__ float ew(float a, float b)
 {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n8;
+    return OP == 0 ? gelu_f(a) : OP == 1 ? gelu_grad(a) * b : a + b;
+}
+
+/* W elements per thread: W = 8 through 16-byte loads and stores, else 1; n
+ * counts units of W elements. b is not read for OP 0. */
+template <int OP, int W>
+__global__ void elementwise(bf16 *out, const bf16 *a, const bf16 *b, size_t n)
+{
+    typedef typename std::conditional<W == 8, uint4, bf16>::type vec;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        uint4 ra = reinterpret_cast<const uint4 *>(a)[i], rb = make_uint4(0, 0, 0, 0), ro;
+        vec ra = reinterpret_cast<const vec *>(a)[i], rb = ra, ro;
         if (OP != 0)
-            rb = reinterpret_cast<const uint4 *>(b)[i];
+            rb = reinterpret_cast<const vec *>(b)[i];
         const bf16 *xa = reinterpret_cast<const bf16 *>(&ra),
                    *xb = reinterpret_cast<const bf16 *>(&rb);
         bf16 *xo = reinterpret_cast<bf16 *>(&ro);
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const float x = __bfloat162float(xa[j]);
-            xo[j] = bf(OP == 0   ? gelu_f(x)
-                       : OP == 1 ? gelu_grad(x) * __bfloat162float(xb[j])
-                                 : x + __bfloat162float(xb[j]));
-        }
-        reinterpret_cast<uint4 *>(out)[i] = ro;
+        for (int j = 0; j < W; j++)
+            xo[j] = bf(ew<OP>(__bfloat162float(xa[j]), __bfloat162float(xb[j])));
+        reinterpret_cast<vec *>(out)[i] = ro;
     }
 }
 
-bool vec8(size_t n, const void *a, const void *b, const void *c)
+/* The 16-byte kernel where n is a multiple of 8 and every pointer 16-byte
+ * aligned, else the one-element one. */
+template <int OP>
+int elementwise_launch(cudaStream_t st, void *out, const void *a, const void *b, size_t n,
+                       const char *what, bmt_error_t *err)
 {
-    return n % 8 == 0 && (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0 && (uintptr_t)c % 16 == 0;
-}
-
-__global__ void residual_fwd(bf16 *out, const bf16 *a, const bf16 *b, size_t n)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        out[i] = bf(ld(&a[i]) + ld(&b[i]));
+    const bool v8 = n % 8 == 0 && (uintptr_t)out % 16 == 0 && (uintptr_t)a % 16 == 0 &&
+                    (uintptr_t)(b ? b : a) % 16 == 0;
+    if (v8)
+        elementwise<OP, 8><<<blocks_for(n / 8, 256), 256, 0, st>>>((bf16 *)out, (const bf16 *)a,
+                                                                   (const bf16 *)b, n / 8);
+    else
+        elementwise<OP, 1>
+            <<<blocks_for(n, 256), 256, 0, st>>>((bf16 *)out, (const bf16 *)a, (const bf16 *)b, n);
+    return launched(err, what);
 }
 
 /* ------------------------------------------------------------ cross-entropy */
@@ -992,53 +965,26 @@ template <bool MAX> __device__ float block_reduce(float v, float *sh)
     return r;
 }
 
-/* One block per row. */
+/* One block per row; W elements per thread per load: W = 8 through 16-byte
+ * loads and stores (ld a multiple of 8, logits 16-byte aligned), else 1. One
+ * pass for the max and the sum (online softmax per thread, combined across the
+ * block), one to overwrite the row with its gradient. */
+template <int W>
 __global__ void crossentropy_fused(float *losses, bf16 *logits, int ldv, const int32_t *targets,
                                    float dloss, int V)
 {
-    __shared__ float sh[32];
-    const size_t row = blockIdx.x;
-    bf16 *x = logits + row * ldv;
-    const int tg = targets[row];
-    float mx = -INFINITY;
-    for (int j = threadIdx.x; j < V; j += blockDim.x)
-        mx = fmaxf(mx, ld(&x[j]));
-    mx = block_reduce<true>(mx, sh);
-    float s = 0;
-    for (int j = threadIdx.x; j < V; j += blockDim.x)
-        s += expf(ld(&x[j]) - mx);
-    s = block_reduce<false>(s, sh);
-    const float lse = mx + logf(s);
-    if (threadIdx.x == 0)
-        losses[row] = tg >= 0 ? lse - ld(&x[tg]) : 0.f;
-    if (dloss == 0.f)
-        return;
-    __syncthreads(); /* x[tg] is read above before any thread overwrites it */
-    const float inv = 1.0f / s;
-    for (int j = threadIdx.x; j < ldv; j += blockDim.x) {
-        float g = 0.f;
-        if (tg >= 0 && j < V)
-            g = (expf(ld(&x[j]) - mx) * inv - (j == tg ? 1.f : 0.f)) * dloss;
-        x[j] = bf(g);
-    }
-}
-
-/* The same with 16-byte loads and stores (ld a multiple of 8) and one pass for
- * the max and the sum (online softmax per thread, combined across the block). */
-__global__ void crossentropy_fused_vec(float *losses, bf16 *logits, int ldv, const int32_t *targets,
-                                       float dloss, int V)
-{
+    typedef typename std::conditional<W == 8, uint4, bf16>::type vec;
     __shared__ float sh[32];
     const size_t row = blockIdx.x;
     bf16 *x = logits + row * ldv;
     const int tg = targets[row];
     float m = -INFINITY, s = 0.f;
-    for (int c8 = threadIdx.x * 8; c8 < V; c8 += blockDim.x * 8) {
-        uint4 raw = *reinterpret_cast<const uint4 *>(x + c8);
+    for (int c = threadIdx.x * W; c < V; c += blockDim.x * W) {
+        vec raw = *reinterpret_cast<const vec *>(x + c);
         const bf16 *v = reinterpret_cast<const bf16 *>(&raw);
 #pragma unroll
-        for (int i = 0; i < 8; i++)
-            if (c8 + i < V) {
+        for (int i = 0; i < W; i++)
+            if (c + i < V) {
                 const float xv = __bfloat162float(v[i]);
                 if (xv > m) {
                     s = s * expf(m - xv) + 1.f;
@@ -1058,18 +1004,18 @@ __global__ void crossentropy_fused_vec(float *losses, bf16 *logits, int ldv, con
         return;
     __syncthreads(); /* x[tg] is read above before any thread overwrites it */
     const float inv = 1.0f / s;
-    for (int c8 = threadIdx.x * 8; c8 < ldv; c8 += blockDim.x * 8) {
-        uint4 raw = *reinterpret_cast<const uint4 *>(x + c8);
+    for (int c = threadIdx.x * W; c < ldv; c += blockDim.x * W) {
+        vec raw = *reinterpret_cast<const vec *>(x + c);
         bf16 *v = reinterpret_cast<bf16 *>(&raw);
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const int j = c8 + i;
+        for (int i = 0; i < W; i++) {
+            const int j = c + i;
             float g = 0.f;
             if (tg >= 0 && j < V)
                 g = (expf(__bfloat162float(v[i]) - mx) * inv - (j == tg ? 1.f : 0.f)) * dloss;
             v[i] = bf(g);
         }
-        *reinterpret_cast<uint4 *>(x + c8) = raw;
+        *reinterpret_cast<vec *>(x + c) = raw;
     }
 }
 
@@ -1359,36 +1305,19 @@ extern "C" int gpt2_cuda_attention_backward(gpt2_cuda_t *h, void *dqkv, const vo
 extern "C" int gpt2_cuda_gelu_forward(gpt2_cuda_t *h, void *out, const void *inp, size_t n,
                                       bmt_error_t *err)
 {
-    if (vec8(n, out, inp, inp))
-        elementwise8<0><<<blocks_for(n / 8, 256), 256, 0, h->stream>>>(
-            (bf16 *)out, (const bf16 *)inp, NULL, n / 8);
-    else
-        gelu_fwd<<<blocks_for(n, 256), 256, 0, h->stream>>>((bf16 *)out, (const bf16 *)inp, n);
-    return launched(err, "gelu forward");
+    return elementwise_launch<0>(h->stream, out, inp, NULL, n, "gelu forward", err);
 }
 
 extern "C" int gpt2_cuda_gelu_backward(gpt2_cuda_t *h, void *dinp, const void *inp,
                                        const void *dout, size_t n, bmt_error_t *err)
 {
-    if (vec8(n, dinp, inp, dout))
-        elementwise8<1><<<blocks_for(n / 8, 256), 256, 0, h->stream>>>(
-            (bf16 *)dinp, (const bf16 *)inp, (const bf16 *)dout, n / 8);
-    else
-        gelu_bwd<<<blocks_for(n, 256), 256, 0, h->stream>>>((bf16 *)dinp, (const bf16 *)inp,
-                                                            (const bf16 *)dout, n);
-    return launched(err, "gelu backward");
+    return elementwise_launch<1>(h->stream, dinp, inp, dout, n, "gelu backward", err);
 }
 
 extern "C" int gpt2_cuda_residual_forward(gpt2_cuda_t *h, void *out, const void *a, const void *b,
                                           size_t n, bmt_error_t *err)
 {
-    if (vec8(n, out, a, b))
-        elementwise8<2><<<blocks_for(n / 8, 256), 256, 0, h->stream>>>((bf16 *)out, (const bf16 *)a,
-                                                                       (const bf16 *)b, n / 8);
-    else
-        residual_fwd<<<blocks_for(n, 256), 256, 0, h->stream>>>((bf16 *)out, (const bf16 *)a,
-                                                                (const bf16 *)b, n);
-    return launched(err, "residual");
+    return elementwise_launch<2>(h->stream, out, a, b, n, "residual", err);
 }
 
 extern "C" int gpt2_cuda_crossentropy(gpt2_cuda_t *h, float *losses, void *logits, int ldv,
@@ -1397,11 +1326,11 @@ extern "C" int gpt2_cuda_crossentropy(gpt2_cuda_t *h, float *losses, void *logit
 {
     if (N > 0) {
         if (ldv % 8 == 0 && (uintptr_t)logits % 16 == 0)
-            crossentropy_fused_vec<<<(unsigned)N, CE_THREADS, 0, h->stream>>>(
+            crossentropy_fused<8><<<(unsigned)N, CE_THREADS, 0, h->stream>>>(
                 losses, (bf16 *)logits, ldv, targets, dloss, V);
         else
-            crossentropy_fused<<<(unsigned)N, CE_THREADS, 0, h->stream>>>(losses, (bf16 *)logits,
-                                                                          ldv, targets, dloss, V);
+            crossentropy_fused<1><<<(unsigned)N, CE_THREADS, 0, h->stream>>>(
+                losses, (bf16 *)logits, ldv, targets, dloss, V);
     }
     return launched(err, "cross-entropy");
 }
