@@ -530,28 +530,64 @@ __device__ __forceinline__ uint32_t lds32(const bf16 *p)
 
 __device__ __forceinline__ float bf16r(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
-/* rows [r0, r0 + ROWS) of a (T, D) bf16 matrix into smem (ld D + 8), zero past T */
-template <int D, int ROWS>
+/* cp.async: 16 (or 4) bytes from global memory straight into shared memory,
+ * without passing through registers; with valid false the bytes are zeros
+ * and nothing is read (src must still be a mapped address). Groups of copies
+ * are committed and waited for by count, so the next tile's loads run while
+ * the block computes on the current one. */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid)
+{
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src),
+                 "r"(valid ? 16 : 0)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid)
+{
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src),
+                 "r"(valid ? 4 : 0)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+__device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+/* Starts copying rows [r0, r0 + ROWS) of a (T, D) bf16 matrix into smem (ld
+ * D + 8), zeros past T; NT threads take part (the loop unrolls, so every
+ * thread's copies are in flight at once). */
+template <int D, int ROWS, int NT>
 __device__ __forceinline__ void mfa_load(bf16 *dst, const bf16 *src, int r0, int T)
 {
-    constexpr int LDH = D + 8, PER_ROW = D / 8;
-    for (int i = threadIdx.x; i < ROWS * PER_ROW; i += blockDim.x) {
-        const int r = i / PER_ROW, c = (i % PER_ROW) * 8;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (r0 + r < T)
-            v = *reinterpret_cast<const uint4 *>(src + (size_t)(r0 + r) * D + c);
-        *reinterpret_cast<uint4 *>(dst + r * LDH + c) = v;
+    constexpr int LDH = D + 8, PER_ROW = D / 8, N = ROWS * PER_ROW;
+#pragma unroll
+    for (int it = 0; it < (N + NT - 1) / NT; it++) {
+        const int i = (int)threadIdx.x + it * NT;
+        if (N % NT == 0 || i < N) {
+            const int r = i / PER_ROW, c = (i % PER_ROW) * 8;
+            const bool in = r0 + r < T;
+            cp_async16(dst + r * LDH + c, src + (size_t)(in ? r0 + r : 0) * D + c, in);
+        }
     }
 }
 
-/* Two 8x8 bf16 matrices of rows p (lanes 0-7: rows 0-7, lanes 8-15: rows
- * 8-15), transposed: the B fragment (k = those 16 rows, n = 8 columns) of a
- * row-major (k, n) tile. */
-__device__ __forceinline__ void ldsm_x2_t(uint32_t &r0, uint32_t &r1, const bf16 *p)
+/* ldmatrix: four (or two) 8x8 bf16 matrices, lanes 8m..8m+7 giving the row
+ * addresses of matrix m; .trans hands out the transposed matrices. */
+__device__ __forceinline__ void ldsm_x4(uint32_t r[4], const bf16 *p)
 {
     const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
-                 : "=r"(r0), "=r"(r1)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+__device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const bf16 *p)
+{
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(a));
 }
 
@@ -571,24 +607,42 @@ __device__ __forceinline__ void mfa_frag_a(uint32_t f[D / 16][4], const bf16 *ti
     }
 }
 
-/* s (16 x 64) = A (fragments, 16 x D) x B^T with B a row-major (64 x D) tile, ld LDH */
+/* s (16 x 64) = A (fragments, 16 x D) x B^T with B a row-major (64 x D) tile,
+ * ld LDH. The B fragment of (8 rows, 16 columns) is two 8x8 matrices as they
+ * lie, so one ldmatrix.x4 gives two of them: two column chunks (D >= 32) or,
+ * for D 16, two 8-row tiles. */
 template <int D>
 __device__ __forceinline__ void mfa_abt(float s[8][4], const uint32_t a[D / 16][4], const bf16 *B,
-                                        int g, int t)
+                                        int lane)
 {
     constexpr int LDH = D + 8;
 #pragma unroll
-    for (int nt = 0; nt < 8; nt++) {
+    for (int nt = 0; nt < 8; nt++)
         s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+    if constexpr (D == 16) {
 #pragma unroll
-        for (int kc = 0; kc < D / 16; kc++) {
-            const bf16 *p = B + (nt * 8 + g) * LDH + kc * 16 + 2 * t;
-            mma16816(s[nt], a[kc], lds32(p), lds32(p + 8));
+        for (int nt = 0; nt < 8; nt += 2) {
+            uint32_t b[4];
+            ldsm_x4(b, B + ((nt + (lane >> 4)) * 8 + (lane & 7)) * LDH + ((lane >> 3) & 1) * 8);
+            mma16816(s[nt], a[0], b[0], b[1]);
+            mma16816(s[nt + 1], a[0], b[2], b[3]);
         }
+    } else {
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int kc = 0; kc < D / 16; kc += 2) {
+                uint32_t b[4];
+                ldsm_x4(b, B + (nt * 8 + (lane & 7)) * LDH + kc * 16 + (lane >> 3) * 8);
+                mma16816(s[nt], a[kc], b[0], b[1]);
+                mma16816(s[nt], a[kc + 1], b[2], b[3]);
+            }
     }
 }
 
-/* o (16 x D) += P (16 x 64, the score fragments) x B, B a row-major (64 x D) tile, ld LDH */
+/* o (16 x D) += P (16 x 64, the score fragments) x B, B a row-major (64 x D)
+ * tile, ld LDH: the B fragments are transposed 8x8 matrices, two column
+ * chunks per ldmatrix.x4.trans. */
 template <int D>
 __device__ __forceinline__ void mfa_pv(float o[D / 8][4], const float s[8][4], const bf16 *B,
                                        int lane)
@@ -601,10 +655,11 @@ __device__ __forceinline__ void mfa_pv(float o[D / 8][4], const float s[8][4], c
                                 pack2(s[2 * kc + 1][0], s[2 * kc + 1][1]),
                                 pack2(s[2 * kc + 1][2], s[2 * kc + 1][3]) };
 #pragma unroll
-        for (int dn = 0; dn < D / 8; dn++) {
-            uint32_t b0, b1;
-            ldsm_x2_t(b0, b1, B + (kc * 16 + (lane & 15)) * LDH + dn * 8);
-            mma16816(o[dn], a, b0, b1);
+        for (int dn = 0; dn < D / 8; dn += 2) {
+            uint32_t b[4];
+            ldsm_x4_t(b, B + (kc * 16 + (lane & 15)) * LDH + (dn + (lane >> 4)) * 8);
+            mma16816(o[dn], a, b[0], b[1]);
+            mma16816(o[dn + 1], a, b[2], b[3]);
         }
     }
 }
@@ -628,22 +683,30 @@ __device__ __forceinline__ void mfa_store(bf16 *dst, const float acc[D / 8][4], 
 }
 
 /* Blocks of W warps own 16 W rows of their side (queries, or keys for dK/dV)
- * and walk 64-row tiles of the other side; a warp skips a tile that lies
- * wholly above the diagonal for its rows. */
+ * and walk 64-row tiles of the other side, two stages deep: the copies of
+ * tile j + 1 are in flight while the block computes on tile j, and one
+ * barrier per tile both publishes tile j + 1 and frees tile j's stage. A
+ * warp skips the mma work of a tile that lies wholly above the diagonal for
+ * its rows; tiles wholly below it skip the mask. */
 template <int D, int W>
-__global__ void __launch_bounds__(W * 32)
+__global__ void __launch_bounds__(W * 32, 2)
     mfa_fwd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int T, float scale)
 {
-    constexpr int LDH = D + 8, QR = W * 16;
+    constexpr int LDH = D + 8, QR = W * 16, NT = W * 32, TILE = FA_ROWS * LDH;
     extern __shared__ __align__(128) unsigned char fa_sh[];
-    bf16 *Qs = (bf16 *)fa_sh, *Ks = Qs + QR * LDH, *Vs = Ks + FA_ROWS * LDH;
-    const int tile = gridDim.x - 1 - blockIdx.x; /* the longest rows first */
+    bf16 *Qs = (bf16 *)fa_sh, *KV = Qs + QR * LDH; /* stage s: K at KV + 2s TILE, V after it */
+    const int tile = gridDim.x - 1 - blockIdx.x;   /* the longest rows first */
     const int bh = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane >> 2, t = lane & 3, r0 = tile * QR, wr = warp * 16;
     const size_t base = (size_t)bh * T * D;
     const int row0 = r0 + wr + g, row1 = row0 + 8;
     const float sl2 = scale * LOG2E_F;
-    mfa_load<D, QR>(Qs, q + base, r0, T);
+    const int jmax = min(r0 + QR - 1, T - 1) / FA_ROWS;
+    mfa_load<D, QR, NT>(Qs, q + base, r0, T);
+    mfa_load<D, FA_ROWS, NT>(KV, k + base, 0, T);
+    mfa_load<D, FA_ROWS, NT>(KV + TILE, v + base, 0, T);
+    cp_commit();
+    cp_wait_all();
     __syncthreads();
     uint32_t qf[D / 16][4];
     mfa_frag_a<D>(qf, Qs, wr, g, t);
@@ -652,62 +715,69 @@ __global__ void __launch_bounds__(W * 32)
     for (int dn = 0; dn < D / 8; dn++)
         o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
-    const int jmax = min(r0 + QR - 1, T - 1) / FA_ROWS;
     for (int j = 0; j <= jmax; j++) {
         const int c0 = j * FA_ROWS;
-        __syncthreads();
-        mfa_load<D, FA_ROWS>(Ks, k + base, c0, T);
-        mfa_load<D, FA_ROWS>(Vs, v + base, c0, T);
-        __syncthreads();
-        if (r0 + wr + 15 < c0 || r0 + wr >= T)
-            continue; /* every key of the tile is after every row of the warp */
-        float s[8][4];
-        mfa_abt<D>(s, qf, Ks, g, t);
-        float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int key = c0 + nt * 8 + 2 * t + (e & 1), row = e < 2 ? row0 : row1;
-                const float x = (key <= row && row < T) ? s[nt][e] * sl2 : -INFINITY;
-                s[nt][e] = x;
-                if (e < 2)
-                    mx0 = fmaxf(mx0, x);
-                else
-                    mx1 = fmaxf(mx1, x);
-            }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-        const float a0 = n0 == -INFINITY ? 1.f : exp2f(m0 - n0);
-        const float a1 = n1 == -INFINITY ? 1.f : exp2f(m1 - n1);
-        float sum0 = 0.f, sum1 = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float nn = e < 2 ? n0 : n1;
-                const float p = nn == -INFINITY ? 0.f : exp2f(s[nt][e] - nn);
-                s[nt][e] = p;
-                if (e < 2)
-                    sum0 += p;
-                else
-                    sum1 += p;
-            }
-        sum0 += __shfl_xor_sync(0xffffffffu, sum0, 1);
-        sum0 += __shfl_xor_sync(0xffffffffu, sum0, 2);
-        sum1 += __shfl_xor_sync(0xffffffffu, sum1, 1);
-        sum1 += __shfl_xor_sync(0xffffffffu, sum1, 2);
-        l0 = l0 * a0 + sum0, l1 = l1 * a1 + sum1;
-        m0 = n0, m1 = n1;
-#pragma unroll
-        for (int dn = 0; dn < D / 8; dn++) {
-            o[dn][0] *= a0, o[dn][1] *= a0;
-            o[dn][2] *= a1, o[dn][3] *= a1;
+        const bf16 *Ks = KV + (j & 1) * 2 * TILE, *Vs = Ks + TILE;
+        if (j < jmax) {
+            bf16 *nk = KV + ((j + 1) & 1) * 2 * TILE;
+            mfa_load<D, FA_ROWS, NT>(nk, k + base, c0 + FA_ROWS, T);
+            mfa_load<D, FA_ROWS, NT>(nk + TILE, v + base, c0 + FA_ROWS, T);
+            cp_commit();
         }
-        mfa_pv<D>(o, s, Vs, lane);
+        /* skipped when every key of the tile is after every row of the warp */
+        if (r0 + wr + 15 >= c0 && r0 + wr < T) {
+            float s[8][4];
+            mfa_abt<D>(s, qf, Ks, lane);
+            const bool full = c0 + FA_ROWS - 1 <= r0 + wr && r0 + wr + 15 < T;
+            float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int key = c0 + nt * 8 + 2 * t + (e & 1), row = e < 2 ? row0 : row1;
+                    const float x =
+                        (full || (key <= row && row < T)) ? s[nt][e] * sl2 : -INFINITY;
+                    s[nt][e] = x;
+                    if (e < 2)
+                        mx0 = fmaxf(mx0, x);
+                    else
+                        mx1 = fmaxf(mx1, x);
+                }
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+            const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+            const float a0 = n0 == -INFINITY ? 1.f : exp2f(m0 - n0);
+            const float a1 = n1 == -INFINITY ? 1.f : exp2f(m1 - n1);
+            float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float nn = e < 2 ? n0 : n1;
+                    const float p = nn == -INFINITY ? 0.f : exp2f(s[nt][e] - nn);
+                    s[nt][e] = p;
+                    if (e < 2)
+                        sum0 += p;
+                    else
+                        sum1 += p;
+                }
+            sum0 += __shfl_xor_sync(0xffffffffu, sum0, 1);
+            sum0 += __shfl_xor_sync(0xffffffffu, sum0, 2);
+            sum1 += __shfl_xor_sync(0xffffffffu, sum1, 1);
+            sum1 += __shfl_xor_sync(0xffffffffu, sum1, 2);
+            l0 = l0 * a0 + sum0, l1 = l1 * a1 + sum1;
+            m0 = n0, m1 = n1;
+#pragma unroll
+            for (int dn = 0; dn < D / 8; dn++) {
+                o[dn][0] *= a0, o[dn][1] *= a0;
+                o[dn][2] *= a1, o[dn][3] *= a1;
+            }
+            mfa_pv<D>(o, s, Vs, lane);
+        }
+        cp_wait_all();
+        __syncthreads();
     }
     const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
     mfa_store<D>(out + base, o, row0, i0, i1, T, t);
@@ -719,67 +789,89 @@ __global__ void __launch_bounds__(W * 32)
     }
 }
 
+/* Starts copying a query tile's Q and dO rows and its LSE and D values into one stage */
+template <int D, int NT>
+__device__ __forceinline__ void mfa_load_qtile(bf16 *Qs, float *ls, const bf16 *q,
+                                               const bf16 *dout, const float *lse, const float *Dd,
+                                               int r0, int T)
+{
+    mfa_load<D, FA_ROWS, NT>(Qs, q, r0, T);
+    mfa_load<D, FA_ROWS, NT>(Qs + FA_ROWS * (D + 8), dout, r0, T);
+    for (int x = threadIdx.x; x < FA_ROWS; x += NT) {
+        const bool in = r0 + x < T;
+        cp_async4(ls + x, lse + (in ? r0 + x : 0), in);
+        cp_async4(ls + FA_ROWS + x, Dd + (in ? r0 + x : 0), in);
+    }
+}
+
 /* dK, dV of 16 W keys, over the 64-row query tiles at or below them. */
 template <int D, int W>
-__global__ void __launch_bounds__(W * 32)
+__global__ void __launch_bounds__(W * 32, 3)
     mfa_bwd_dkdv(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *dout,
                  const float *lse, const float *Dd, int T, float scale)
 {
-    constexpr int LDH = D + 8, KR = W * 16;
+    constexpr int LDH = D + 8, KR = W * 16, NT = W * 32, TILE = FA_ROWS * LDH;
     extern __shared__ __align__(128) unsigned char fa_sh[];
-    bf16 *area = (bf16 *)fa_sh; /* K and V rows first, then the Q and dO tiles */
-    bf16 *Qs = area, *dOs = area + FA_ROWS * LDH;
-    float *lse2 = (float *)(area + 2 * KR * LDH), *Ds = lse2 + FA_ROWS;
+    /* the block's K and V rows, then two stages of (Q tile, dO tile), then
+     * two stages of (LSE, D) */
+    bf16 *Kr = (bf16 *)fa_sh, *Vr = Kr + KR * LDH, *QD = Vr + KR * LDH;
+    float *LD = (float *)(QD + 4 * TILE);
     const int tile = blockIdx.x, bh = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane >> 2, t = lane & 3, c0 = tile * KR, wr = warp * 16;
-    const size_t base = (size_t)bh * T * D;
-    const int qtiles = (T + FA_ROWS - 1) / FA_ROWS;
+    const size_t base = (size_t)bh * T * D, lbase = (size_t)bh * T;
+    const int i0 = c0 / FA_ROWS, qtiles = (T + FA_ROWS - 1) / FA_ROWS;
     const float sl2 = scale * LOG2E_F;
     const int key0 = c0 + wr + g, key1 = key0 + 8;
-    mfa_load<D, KR>(area, k + base, c0, T);
-    mfa_load<D, KR>(area + KR * LDH, v + base, c0, T);
+    mfa_load<D, KR, NT>(Kr, k + base, c0, T);
+    mfa_load<D, KR, NT>(Vr, v + base, c0, T);
+    mfa_load_qtile<D, NT>(QD, LD, q + base, dout + base, lse + lbase, Dd + lbase, i0 * FA_ROWS, T);
+    cp_commit();
+    cp_wait_all();
     __syncthreads();
     uint32_t kf[D / 16][4], vf[D / 16][4];
-    mfa_frag_a<D>(kf, area, wr, g, t);
-    mfa_frag_a<D>(vf, area + KR * LDH, wr, g, t);
+    mfa_frag_a<D>(kf, Kr, wr, g, t);
+    mfa_frag_a<D>(vf, Vr, wr, g, t);
     float dkacc[D / 8][4], dvacc[D / 8][4];
 #pragma unroll
     for (int dn = 0; dn < D / 8; dn++)
 #pragma unroll
         for (int e = 0; e < 4; e++)
             dkacc[dn][e] = dvacc[dn][e] = 0.f;
-    for (int i = c0 / FA_ROWS; i < qtiles; i++) {
-        const int r0 = i * FA_ROWS;
-        __syncthreads();
-        mfa_load<D, FA_ROWS>(Qs, q + base, r0, T);
-        mfa_load<D, FA_ROWS>(dOs, dout + base, r0, T);
-        for (int x = threadIdx.x; x < FA_ROWS; x += blockDim.x) {
-            const bool in = r0 + x < T;
-            lse2[x] = in ? lse[(size_t)bh * T + r0 + x] * LOG2E_F : 0.f;
-            Ds[x] = in ? Dd[(size_t)bh * T + r0 + x] : 0.f;
+    for (int i = i0; i < qtiles; i++) {
+        const int r0 = i * FA_ROWS, st = (i - i0) & 1;
+        const bf16 *Qs = QD + st * 2 * TILE, *dOs = Qs + TILE;
+        const float *lse2 = LD + st * 2 * FA_ROWS, *Ds = lse2 + FA_ROWS;
+        if (i + 1 < qtiles) {
+            mfa_load_qtile<D, NT>(QD + (st ^ 1) * 2 * TILE, LD + (st ^ 1) * 2 * FA_ROWS, q + base,
+                                  dout + base, lse + lbase, Dd + lbase, r0 + FA_ROWS, T);
+            cp_commit();
         }
+        /* skipped when every key of the warp is after every query of the tile */
+        if (c0 + wr < T && c0 + wr <= r0 + FA_ROWS - 1) {
+            const bool full = c0 + wr + 15 <= r0 && r0 + FA_ROWS - 1 < T;
+            float s[8][4], dp[8][4];
+            mfa_abt<D>(s, kf, Qs, lane); /* S^T: keys x queries */
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int qc = nt * 8 + 2 * t + (e & 1), query = r0 + qc;
+                    const int key = e < 2 ? key0 : key1;
+                    s[nt][e] = (full || (query < T && key <= query))
+                                   ? bf16r(exp2f(s[nt][e] * sl2 - lse2[qc] * LOG2E_F))
+                                   : 0.f;
+                }
+            mfa_pv<D>(dvacc, s, dOs, lane); /* dV += P^T dO */
+            mfa_abt<D>(dp, vf, dOs, lane);  /* dP^T = V dO^T */
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    dp[nt][e] = s[nt][e] * (dp[nt][e] - Ds[nt * 8 + 2 * t + (e & 1)]);
+            mfa_pv<D>(dkacc, dp, Qs, lane); /* dK += dS^T Q */
+        }
+        cp_wait_all();
         __syncthreads();
-        if (c0 + wr >= T || c0 + wr > r0 + FA_ROWS - 1)
-            continue; /* every key of the warp is after every query of the tile */
-        float s[8][4], dp[8][4];
-        mfa_abt<D>(s, kf, Qs, g, t); /* S^T: keys x queries */
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int qc = nt * 8 + 2 * t + (e & 1), query = r0 + qc;
-                const int key = e < 2 ? key0 : key1;
-                s[nt][e] =
-                    (query < T && key <= query) ? bf16r(exp2f(s[nt][e] * sl2 - lse2[qc])) : 0.f;
-            }
-        mfa_pv<D>(dvacc, s, dOs, lane); /* dV += P^T dO */
-        mfa_abt<D>(dp, vf, dOs, g, t);  /* dP^T = V dO^T */
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                dp[nt][e] = s[nt][e] * (dp[nt][e] - Ds[nt * 8 + 2 * t + (e & 1)]);
-        mfa_pv<D>(dkacc, dp, Qs, lane); /* dK += dS^T Q */
     }
     mfa_store<D>(dk + base, dkacc, key0, scale, scale, T, t);
     mfa_store<D>(dv + base, dvacc, key0, 1.f, 1.f, T, t);
@@ -787,26 +879,31 @@ __global__ void __launch_bounds__(W * 32)
 
 /* dQ of 16 W queries, over the 64-row key tiles at or below them. */
 template <int D, int W>
-__global__ void __launch_bounds__(W * 32)
+__global__ void __launch_bounds__(W * 32, 2)
     mfa_bwd_dq(bf16 *dq, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *dout,
                const float *lse, const float *Dd, int T, float scale)
 {
-    constexpr int LDH = D + 8, QR = W * 16;
+    constexpr int LDH = D + 8, QR = W * 16, NT = W * 32, TILE = FA_ROWS * LDH;
     extern __shared__ __align__(128) unsigned char fa_sh[];
-    bf16 *area = (bf16 *)fa_sh; /* Q and dO rows first, then the K and V tiles */
-    bf16 *Ks = area, *Vs = area + FA_ROWS * LDH;
+    /* the block's Q and dO rows, then two stages of (K tile, V tile) */
+    bf16 *Qr = (bf16 *)fa_sh, *Dr = Qr + QR * LDH, *KV = Dr + QR * LDH;
     const int tile = gridDim.x - 1 - blockIdx.x;
     const int bh = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane >> 2, t = lane & 3, r0 = tile * QR, wr = warp * 16;
     const size_t base = (size_t)bh * T * D;
     const int row0 = r0 + wr + g, row1 = row0 + 8;
     const float sl2 = scale * LOG2E_F;
-    mfa_load<D, QR>(area, q + base, r0, T);
-    mfa_load<D, QR>(area + QR * LDH, dout + base, r0, T);
+    const int jmax = min(r0 + QR - 1, T - 1) / FA_ROWS;
+    mfa_load<D, QR, NT>(Qr, q + base, r0, T);
+    mfa_load<D, QR, NT>(Dr, dout + base, r0, T);
+    mfa_load<D, FA_ROWS, NT>(KV, k + base, 0, T);
+    mfa_load<D, FA_ROWS, NT>(KV + TILE, v + base, 0, T);
+    cp_commit();
+    cp_wait_all();
     __syncthreads();
     uint32_t qf[D / 16][4], df[D / 16][4];
-    mfa_frag_a<D>(qf, area, wr, g, t);
-    mfa_frag_a<D>(df, area + QR * LDH, wr, g, t);
+    mfa_frag_a<D>(qf, Qr, wr, g, t);
+    mfa_frag_a<D>(df, Dr, wr, g, t);
     const float ls0 = row0 < T ? lse[(size_t)bh * T + row0] * LOG2E_F : 0.f;
     const float ls1 = row1 < T ? lse[(size_t)bh * T + row1] * LOG2E_F : 0.f;
     const float D0 = row0 < T ? Dd[(size_t)bh * T + row0] : 0.f;
@@ -815,29 +912,34 @@ __global__ void __launch_bounds__(W * 32)
 #pragma unroll
     for (int dn = 0; dn < D / 8; dn++)
         dqacc[dn][0] = dqacc[dn][1] = dqacc[dn][2] = dqacc[dn][3] = 0.f;
-    const int jmax = min(r0 + QR - 1, T - 1) / FA_ROWS;
     for (int j = 0; j <= jmax; j++) {
         const int c0 = j * FA_ROWS;
-        __syncthreads();
-        mfa_load<D, FA_ROWS>(Ks, k + base, c0, T);
-        mfa_load<D, FA_ROWS>(Vs, v + base, c0, T);
-        __syncthreads();
-        if (r0 + wr + 15 < c0 || r0 + wr >= T)
-            continue;
-        float s[8][4], dp[8][4];
-        mfa_abt<D>(s, qf, Ks, g, t);
-        mfa_abt<D>(dp, df, Vs, g, t); /* dP = dO V^T */
+        const bf16 *Ks = KV + (j & 1) * 2 * TILE, *Vs = Ks + TILE;
+        if (j < jmax) {
+            bf16 *nk = KV + ((j + 1) & 1) * 2 * TILE;
+            mfa_load<D, FA_ROWS, NT>(nk, k + base, c0 + FA_ROWS, T);
+            mfa_load<D, FA_ROWS, NT>(nk + TILE, v + base, c0 + FA_ROWS, T);
+            cp_commit();
+        }
+        if (r0 + wr + 15 >= c0 && r0 + wr < T) {
+            const bool full = c0 + FA_ROWS - 1 <= r0 + wr && r0 + wr + 15 < T;
+            float s[8][4], dp[8][4];
+            mfa_abt<D>(s, qf, Ks, lane);
+            mfa_abt<D>(dp, df, Vs, lane); /* dP = dO V^T */
 #pragma unroll
-        for (int nt = 0; nt < 8; nt++)
+            for (int nt = 0; nt < 8; nt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int key = c0 + nt * 8 + 2 * t + (e & 1), row = e < 2 ? row0 : row1;
-                const float p = (key <= row && row < T)
-                                    ? bf16r(exp2f(s[nt][e] * sl2 - (e < 2 ? ls0 : ls1)))
-                                    : 0.f;
-                s[nt][e] = p * (dp[nt][e] - (e < 2 ? D0 : D1));
-            }
-        mfa_pv<D>(dqacc, s, Ks, lane); /* dQ += dS K */
+                for (int e = 0; e < 4; e++) {
+                    const int key = c0 + nt * 8 + 2 * t + (e & 1), row = e < 2 ? row0 : row1;
+                    const float p = (full || (key <= row && row < T))
+                                        ? bf16r(exp2f(s[nt][e] * sl2 - (e < 2 ? ls0 : ls1)))
+                                        : 0.f;
+                    s[nt][e] = p * (dp[nt][e] - (e < 2 ? D0 : D1));
+                }
+            mfa_pv<D>(dqacc, s, Ks, lane); /* dQ += dS K */
+        }
+        cp_wait_all();
+        __syncthreads();
     }
     mfa_store<D>(dq + base, dqacc, row0, scale, scale, T, t);
 }
@@ -851,7 +953,7 @@ cudaError_t mfa_forward(cudaStream_t st, bf16 *out, float *lse, const bf16 *q, c
                         const bf16 *v, int BH, int T, float scale)
 {
     constexpr int QR = MFA_W_FWD * 16;
-    const size_t sm = (size_t)(QR + 2 * FA_ROWS) * (D + 8) * 2;
+    const size_t sm = (size_t)(QR + 4 * FA_ROWS) * (D + 8) * 2;
     cudaError_t e = cudaFuncSetAttribute(mfa_fwd<D, MFA_W_FWD>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
     if (e != cudaSuccess)
@@ -868,8 +970,8 @@ cudaError_t mfa_backward(cudaStream_t st, bf16 *dq, bf16 *dk, bf16 *dv, const bf
                          const float *Dd, int BH, int T, float scale)
 {
     constexpr int KR = MFA_W_DKDV * 16, QR = MFA_W_DQ * 16;
-    const size_t s1 = (size_t)(2 * (KR > FA_ROWS ? KR : FA_ROWS)) * (D + 8) * 2 + 2 * FA_ROWS * 4;
-    const size_t s2 = (size_t)(2 * (QR > FA_ROWS ? QR : FA_ROWS)) * (D + 8) * 2;
+    const size_t s1 = (size_t)(2 * KR + 4 * FA_ROWS) * (D + 8) * 2 + 4 * FA_ROWS * 4;
+    const size_t s2 = (size_t)(2 * QR + 4 * FA_ROWS) * (D + 8) * 2;
     cudaError_t e = cudaFuncSetAttribute(mfa_bwd_dkdv<D, MFA_W_DKDV>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1);
     if (e == cudaSuccess)
