@@ -4,9 +4,17 @@
  * activations bf16, LayerNorm statistics and losses f32, parameter gradients
  * f32 (added into the list's buffers). The residual stream x_0..x_L is kept
  * (the blocks' inputs); a layer's internals live in one scratch set under
- * activation checkpointing, else one set per layer. The head overwrites its
- * logits with their gradient in the forward (fused cross-entropy), so the
- * backward reads them from there.
+ * activation checkpointing, else one set per layer.
+ *
+ * The head overwrites its logits with their gradient (fused cross-entropy).
+ * Without checkpointing the forward does that for all N rows and the backward
+ * reads them from there. Under checkpointing the (N, V) logits are not kept:
+ * the forward runs the head in chunks of head_rows rows for the loss alone,
+ * and the backward recomputes each chunk's logits and gradient and takes its
+ * products at once, so only one chunk's logits ever exist (1/4 or less of
+ * them). The engine's recomputation of the head (it recomputes every block
+ * under checkpointing) is then nothing to do, and neither is that of the
+ * last layer when its activations are still the ones in the scratch set.
  */
 #include "gpt2/model_cuda.h"
 
@@ -30,6 +38,8 @@ struct gpt2_cu {
     bmt_ctx_t *ctx;
     gpt2_config_t cfg;
     int B, T, N, Vp; /* Vp: V rounded up to 64, the logits' row stride */
+    int head_rows;   /* rows of logits that exist at once: N, or a chunk under checkpointing */
+    int acts_of;     /* under checkpointing: the layer whose activations the scratch set holds */
     bool ckpt;
     gpt2_cuda_t *h;
     void *workspace;
@@ -39,7 +49,9 @@ struct gpt2_cu {
     int U, counted;
     void **x;         /* L + 1 residual stream buffers (N,C) */
     cu_layer_t *acts; /* L sets, or 1 */
-    /* forward scratch */
+    /* forward scratch (materialized attention only: flash attention reads the
+     * heads where they lie, so c_attn writes straight into the saved qkvr) */
+    bool flash;
     void *qkv, *attn_y; /* (N,3C), (N,C) */
     /* head */
     void *lnf, *logits; /* (N,C), (N,Vp) */
@@ -82,16 +94,18 @@ static int alloc_all(gpt2_cu_t *cu, bmt_error_t *err)
             !(a->ln2_mean = cu_alloc(cu, N * 4, err)) || !(a->ln2_rstd = cu_alloc(cu, N * 4, err)))
             return -1;
     }
+    if (!cu->flash && (!(cu->qkv = cu_alloc(cu, 3 * N * C * h, err)) ||
+                       !(cu->attn_y = cu_alloc(cu, N * C * h, err)) ||
+                       !(cu->attn_scratch = cu_alloc(cu, 4 * N * C * h, err))))
+        return -1;
     if (!(cu->tokens = cu_alloc(cu, (5 * N + 1) * 4, err)) ||
-        !(cu->qkv = cu_alloc(cu, 3 * N * C * h, err)) ||
-        !(cu->attn_y = cu_alloc(cu, N * C * h, err)) || !(cu->lnf = cu_alloc(cu, N * C * h, err)) ||
-        !(cu->logits = cu_alloc(cu, N * (size_t)cu->Vp * h, err)) ||
+        !(cu->lnf = cu_alloc(cu, N * C * h, err)) ||
+        !(cu->logits = cu_alloc(cu, (size_t)cu->head_rows * cu->Vp * h, err)) ||
         !(cu->lnf_mean = cu_alloc(cu, N * 4, err)) || !(cu->lnf_rstd = cu_alloc(cu, N * 4, err)) ||
         !(cu->losses = cu_alloc(cu, N * 4, err)) || !(cu->loss_sum = cu_alloc(cu, 4, err)) ||
         !(cu->dres = cu_alloc(cu, N * C * h, err)) || !(cu->dres2 = cu_alloc(cu, N * C * h, err)) ||
         !(cu->dln = cu_alloc(cu, N * C * h, err)) || !(cu->datty = cu_alloc(cu, N * C * h, err)) ||
         !(cu->dqkv = cu_alloc(cu, 3 * N * C * h, err)) || !(cu->datt = cu_alloc(cu, att, err)) ||
-        !(cu->attn_scratch = cu_alloc(cu, 4 * N * C * h, err)) ||
         !(cu->dfch = cu_alloc(cu, 4 * N * C * h, err)))
         return -1;
     cu->inputs = cu->tokens, cu->targets = cu->tokens + N, cu->buckets = cu->tokens + 2 * N;
@@ -110,7 +124,17 @@ gpt2_cu_t *gpt2_cu_create(bmt_ctx_t *ctx, const gpt2_config_t *cfg, int B, int T
     cu->cfg = *cfg;
     cu->B = B, cu->T = T, cu->N = B * T;
     cu->Vp = (cfg->vocab_size + 63) / 64 * 64;
+    cu->head_rows = cu->N;
+    if (ckpt) { /* chunks of at most 256 MiB of logits, at least 4, rows a multiple of 64 */
+        const size_t all = (size_t)cu->N * cu->Vp * 2;
+        size_t chunks = (all + (256u << 20) - 1) / (256u << 20);
+        chunks = chunks < 4 ? 4 : chunks;
+        const int rows = (int)(((size_t)cu->N + chunks - 1) / chunks + 63) / 64 * 64;
+        cu->head_rows = rows < cu->N ? rows : cu->N;
+    }
+    cu->acts_of = -1;
     cu->ckpt = ckpt;
+    cu->flash = gpt2_cuda_attention_is_flash(cfg->n_embd, cfg->n_head) != 0;
     const int max_cols = 4 * cfg->n_embd;
     if ((cu->workspace =
              bmt_alloc(ctx, BMT_MEM_WORKSPACE, gpt2_cuda_workspace_bytes(max_cols), err)) == NULL ||
@@ -175,6 +199,7 @@ int gpt2_cu_set_batch(gpt2_cu_t *cu, const int32_t *inputs, const int32_t *targe
         return -1;
     cu->U = U;
     cu->counted = counted;
+    cu->acts_of = -1;
     return 0;
 }
 
@@ -209,12 +234,13 @@ static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bmt_error_t *err)
     const size_t NC = (size_t)N * C;
     cu_layer_t *a = layer_of(cu, l);
     void *x = cu->x[l], *out = cu->x[l + 1];
+    void *qkv = cu->flash ? a->qkvr : cu->qkv;
     if (gpt2_cuda_layernorm_forward(h, a->ln1, a->ln1_mean, a->ln1_rstd, x, p[LN1_W], p[LN1_B], N,
                                     C, err) < 0 ||
-        gpt2_cuda_matmul_forward(h, cu->qkv, 3 * C, a->ln1, p[ATTN_W], p[ATTN_B], N, C, 3 * C, 0,
-                                 err) < 0 ||
-        gpt2_cuda_attention_forward(h, a->atty, a->qkvr, a->att, cu->qkv, cu->attn_y, cu->B, cu->T,
-                                    C, cu->cfg.n_head, err) < 0 ||
+        gpt2_cuda_matmul_forward(h, qkv, 3 * C, a->ln1, p[ATTN_W], p[ATTN_B], N, C, 3 * C, 0, err) <
+            0 ||
+        gpt2_cuda_attention_forward(h, a->atty, a->qkvr, a->att, qkv, cu->attn_y, cu->B, cu->T, C,
+                                    cu->cfg.n_head, err) < 0 ||
         gpt2_cuda_matmul_forward(h, out, C, a->atty, p[APROJ_W], p[APROJ_B], N, C, C, 0, err) < 0 ||
         gpt2_cuda_residual_forward(h, a->res2, x, out, NC, err) < 0 ||
         gpt2_cuda_layernorm_forward(h, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p[LN2_W],
@@ -226,6 +252,7 @@ static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bmt_error_t *err)
                                  err) < 0 ||
         gpt2_cuda_residual_forward(h, out, a->res2, out, NC, err) < 0)
         return -1;
+    cu->acts_of = l;
     return 0;
 }
 
@@ -255,22 +282,34 @@ static int layer_backward(gpt2_cu_t *cu, int l, void *const *p, float *const *g,
     return 0;
 }
 
+/* Logits of rows [r0, r0 + n) into the logits buffer, then their losses, and
+ * d loss / d logits in their place. */
+static int head_chunk(gpt2_cu_t *cu, void *const *p, int r0, int n, bmt_error_t *err)
+{
+    gpt2_cuda_t *h = cu->h;
+    const int C = cu->cfg.n_embd, V = cu->cfg.vocab_size;
+    const float dloss = cu->counted ? 1.0f / (float)cu->counted : 0.0f;
+    const void *lnf = (const char *)cu->lnf + (size_t)r0 * C * 2;
+    if (gpt2_cuda_matmul_forward(h, cu->logits, cu->Vp, lnf, p[WTE], NULL, n, C, V, 1, err) < 0 ||
+        (cu->logits_f32 &&
+         gpt2_cuda_to_f32(h, cu->logits_f32 + (size_t)r0 * V, cu->logits, n, V, cu->Vp, err) < 0) ||
+        gpt2_cuda_crossentropy(h, cu->losses + r0, cu->logits, cu->Vp, cu->targets + r0, dloss, n,
+                               V, err) < 0)
+        return -1;
+    return 0;
+}
+
 static int head_forward(gpt2_cu_t *cu, void *const *p, bmt_error_t *err)
 {
     gpt2_cuda_t *h = cu->h;
-    const int N = cu->N, C = cu->cfg.n_embd, V = cu->cfg.vocab_size;
-    const float dloss = cu->counted ? 1.0f / (float)cu->counted : 0.0f;
+    const int N = cu->N, C = cu->cfg.n_embd;
     if (gpt2_cuda_layernorm_forward(h, cu->lnf, cu->lnf_mean, cu->lnf_rstd, cu->x[cu->cfg.n_layer],
-                                    p[LNF_W], p[LNF_B], N, C, err) < 0 ||
-        gpt2_cuda_matmul_forward(h, cu->logits, cu->Vp, cu->lnf, p[WTE], NULL, N, C, V, 1, err) <
-            0 ||
-        (cu->logits_f32 &&
-         gpt2_cuda_to_f32(h, cu->logits_f32, cu->logits, N, V, cu->Vp, err) < 0) ||
-        gpt2_cuda_crossentropy(h, cu->losses, cu->logits, cu->Vp, cu->targets, dloss, N, V, err) <
-            0 ||
-        gpt2_cuda_sum(h, cu->loss_sum, cu->losses, N, err) < 0)
+                                    p[LNF_W], p[LNF_B], N, C, err) < 0)
         return -1;
-    return 0;
+    for (int r0 = 0; r0 < N; r0 += cu->head_rows)
+        if (head_chunk(cu, p, r0, N - r0 < cu->head_rows ? N - r0 : cu->head_rows, err) < 0)
+            return -1;
+    return gpt2_cuda_sum(h, cu->loss_sum, cu->losses, N, err);
 }
 
 static int head_backward(gpt2_cu_t *cu, void *const *p, float *const *g, bmt_error_t *err)
@@ -282,19 +321,29 @@ static int head_backward(gpt2_cu_t *cu, void *const *p, float *const *g, bmt_err
                        cudaSuccess
                    ? 0
                    : (snprintf(err->text, sizeof(err->text), "gpt2: cudaMemsetAsync failed"), -1);
-    /* The forward left d loss / d logits in the logits buffer. */
-    if (gpt2_cuda_matmul_backward(h, cu->dln, g[WTE], NULL, cu->logits, cu->Vp, cu->lnf, p[WTE], N,
-                                  C, V, 1, err) < 0 ||
-        gpt2_cuda_layernorm_backward(h, cu->dres, NULL, g[LNF_W], g[LNF_B], cu->dln,
-                                     cu->x[cu->cfg.n_layer], p[LNF_W], cu->lnf_mean, cu->lnf_rstd,
-                                     N, C, err) < 0)
-        return -1;
-    return 0;
+    /* All rows at once: the forward left d loss / d logits in the logits
+     * buffer. In chunks: each chunk's again, then its products. */
+    for (int r0 = 0; r0 < N; r0 += cu->head_rows) {
+        const int n = N - r0 < cu->head_rows ? N - r0 : cu->head_rows;
+        const size_t off = (size_t)r0 * C * 2;
+        if ((cu->head_rows < N && head_chunk(cu, p, r0, n, err) < 0) ||
+            gpt2_cuda_matmul_backward(h, (char *)cu->dln + off, g[WTE], NULL, cu->logits, cu->Vp,
+                                      (const char *)cu->lnf + off, p[WTE], n, C, V, 1, err) < 0)
+            return -1;
+    }
+    return gpt2_cuda_layernorm_backward(h, cu->dres, NULL, g[LNF_W], g[LNF_B], cu->dln,
+                                        cu->x[cu->cfg.n_layer], p[LNF_W], cu->lnf_mean,
+                                        cu->lnf_rstd, N, C, err);
 }
 
 int gpt2_cu_forward(gpt2_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *err)
 {
     void *const *p = c->params;
+    /* Recomputations with nothing to do: x_0 is kept, the head's backward does
+     * its own, and the scratch set may still hold this layer's activations. */
+    if (c->recompute &&
+        (c->index == 0 || c->index == cu->cfg.n_layer + 1 || cu->acts_of == c->index - 1))
+        return 0;
     if (c->index == 0)
         return gpt2_cuda_encoder_forward(cu->h, cu->x[0], cu->inputs, p[WTE], p[WPE], cu->B, cu->T,
                                          cu->cfg.n_embd, err);

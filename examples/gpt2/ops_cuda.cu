@@ -471,23 +471,31 @@ int batched(gpt2_cuda_t *h, bool ta, bool tb, int m, int n, int k, const void *A
  */
 #define FA_ROWS 64 /* rows of the tiles a block walks */
 
-/* Dd (B,NH,T) = rowsum(dout * out) per head, from (B,T,C) layouts: one warp per (b,t,h). */
-__global__ void flash_bwd_dot(float *Dd, const bf16 *dout, const bf16 *out, int B, int T, int NH,
-                              int hs)
+/* Dd (B,NH,T) = rowsum(dout * out) per head, from (B,T,C) layouts: each
+ * thread takes 8 elements (16 bytes), the D / 8 lanes of a (b, t, head) row
+ * are adjacent and sum by shuffles. chunks = B T C / 8. */
+template <int D>
+__global__ void flash_bwd_dot(float *Dd, const bf16 *dout, const bf16 *out, size_t chunks, int T,
+                              int NH)
 {
-    const size_t w = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
-    const int lane = threadIdx.x % 32;
-    if (w >= (size_t)B * T * NH)
-        return;
-    const int hh = (int)(w % NH);
-    const size_t bt = w / NH, b = bt / T, t = bt % T;
-    const size_t off = bt * (size_t)NH * hs + (size_t)hh * hs;
-    float s = 0;
-    for (int c = lane; c < hs; c += 32)
-        s += ld(&dout[off + c]) * ld(&out[off + c]);
-    s = warp_sum(s);
-    if (lane == 0)
-        Dd[(b * NH + hh) * T + t] = s;
+    constexpr int P = D / 8;
+    const size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    float s = 0.f;
+    if (i < chunks) {
+        const uint4 a = reinterpret_cast<const uint4 *>(dout)[i];
+        const uint4 b = reinterpret_cast<const uint4 *>(out)[i];
+        const bf16 *x = reinterpret_cast<const bf16 *>(&a), *y = reinterpret_cast<const bf16 *>(&b);
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            s += __bfloat162float(x[e]) * __bfloat162float(y[e]);
+    }
+#pragma unroll
+    for (int o = P / 2; o > 0; o >>= 1)
+        s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (i < chunks && i % P == 0) {
+        const size_t row = i / P, bt = row / NH, b = bt / T, t = bt % T; /* row: (b, t, head) */
+        Dd[(b * NH + row % NH) * T + t] = s;
+    }
 }
 
 bool flash_ok(int hs) { return hs == 16 || hs == 32 || hs == 64; }
@@ -551,15 +559,21 @@ __device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid
                  : "memory");
 }
 
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
 
-__device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_wait_all()
+{
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
 
-/* Starts copying rows [r0, r0 + ROWS) of a (T, D) bf16 matrix into smem (ld
- * D + 8), zeros past T; NT threads take part (the loop unrolls, so every
- * thread's copies are in flight at once). */
+/* Starts copying rows [r0, r0 + ROWS) of a (T, D) bf16 matrix whose rows lie
+ * ld elements apart into smem (ld D + 8), zeros past T; NT threads take part
+ * (the loop unrolls, so every thread's copies are in flight at once). */
 template <int D, int ROWS, int NT>
-__device__ __forceinline__ void mfa_load(bf16 *dst, const bf16 *src, int r0, int T)
+__device__ __forceinline__ void mfa_load(bf16 *dst, const bf16 *src, int r0, int T, int ld)
 {
     constexpr int LDH = D + 8, PER_ROW = D / 8, N = ROWS * PER_ROW;
 #pragma unroll
@@ -568,7 +582,7 @@ __device__ __forceinline__ void mfa_load(bf16 *dst, const bf16 *src, int r0, int
         if (N % NT == 0 || i < N) {
             const int r = i / PER_ROW, c = (i % PER_ROW) * 8;
             const bool in = r0 + r < T;
-            cp_async16(dst + r * LDH + c, src + (size_t)(in ? r0 + r : 0) * D + c, in);
+            cp_async16(dst + r * LDH + c, src + (size_t)(in ? r0 + r : 0) * ld + c, in);
         }
     }
 }
@@ -665,19 +679,20 @@ __device__ __forceinline__ void mfa_pv(float o[D / 8][4], const float s[8][4], c
 }
 
 /* Rows row0 and row0 + 8 of the warp's 16 x D accumulator fragments, scaled by
- * f0 and f1, rounded to bf16 into dst (T x D); rows from T on are not written. */
+ * f0 and f1, rounded to bf16 into dst (T rows of D, ld elements apart); rows
+ * from T on are not written. */
 template <int D>
 __device__ __forceinline__ void mfa_store(bf16 *dst, const float acc[D / 8][4], int row0, float f0,
-                                          float f1, int T, int t)
+                                          float f1, int T, int t, int ld)
 {
 #pragma unroll
     for (int dn = 0; dn < D / 8; dn++) {
         const int col = dn * 8 + 2 * t;
         if (row0 < T)
-            *reinterpret_cast<uint32_t *>(dst + (size_t)row0 * D + col) =
+            *reinterpret_cast<uint32_t *>(dst + (size_t)row0 * ld + col) =
                 pack2(acc[dn][0] * f0, acc[dn][1] * f0);
         if (row0 + 8 < T)
-            *reinterpret_cast<uint32_t *>(dst + (size_t)(row0 + 8) * D + col) =
+            *reinterpret_cast<uint32_t *>(dst + (size_t)(row0 + 8) * ld + col) =
                 pack2(acc[dn][2] * f1, acc[dn][3] * f1);
     }
 }
@@ -690,7 +705,7 @@ __device__ __forceinline__ void mfa_store(bf16 *dst, const float acc[D / 8][4], 
  * its rows; tiles wholly below it skip the mask. */
 template <int D, int W>
 __global__ void __launch_bounds__(W * 32, 2)
-    mfa_fwd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int T, float scale)
+    mfa_fwd(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, float scale)
 {
     constexpr int LDH = D + 8, QR = W * 16, NT = W * 32, TILE = FA_ROWS * LDH;
     extern __shared__ __align__(128) unsigned char fa_sh[];
@@ -698,13 +713,14 @@ __global__ void __launch_bounds__(W * 32, 2)
     const int tile = gridDim.x - 1 - blockIdx.x;   /* the longest rows first */
     const int bh = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane >> 2, t = lane & 3, r0 = tile * QR, wr = warp * 16;
-    const size_t base = (size_t)bh * T * D;
+    const int C = NH * D, LDI = 3 * C;
+    const bf16 *q = qkv + (size_t)(bh / NH) * T * LDI + (bh % NH) * D, *k = q + C, *v = k + C;
     const int row0 = r0 + wr + g, row1 = row0 + 8;
     const float sl2 = scale * LOG2E_F;
     const int jmax = min(r0 + QR - 1, T - 1) / FA_ROWS;
-    mfa_load<D, QR, NT>(Qs, q + base, r0, T);
-    mfa_load<D, FA_ROWS, NT>(KV, k + base, 0, T);
-    mfa_load<D, FA_ROWS, NT>(KV + TILE, v + base, 0, T);
+    mfa_load<D, QR, NT>(Qs, q, r0, T, LDI);
+    mfa_load<D, FA_ROWS, NT>(KV, k, 0, T, LDI);
+    mfa_load<D, FA_ROWS, NT>(KV + TILE, v, 0, T, LDI);
     cp_commit();
     cp_wait_all();
     __syncthreads();
@@ -720,8 +736,8 @@ __global__ void __launch_bounds__(W * 32, 2)
         const bf16 *Ks = KV + (j & 1) * 2 * TILE, *Vs = Ks + TILE;
         if (j < jmax) {
             bf16 *nk = KV + ((j + 1) & 1) * 2 * TILE;
-            mfa_load<D, FA_ROWS, NT>(nk, k + base, c0 + FA_ROWS, T);
-            mfa_load<D, FA_ROWS, NT>(nk + TILE, v + base, c0 + FA_ROWS, T);
+            mfa_load<D, FA_ROWS, NT>(nk, k, c0 + FA_ROWS, T, LDI);
+            mfa_load<D, FA_ROWS, NT>(nk + TILE, v, c0 + FA_ROWS, T, LDI);
             cp_commit();
         }
         /* skipped when every key of the tile is after every row of the warp */
@@ -735,8 +751,7 @@ __global__ void __launch_bounds__(W * 32, 2)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int key = c0 + nt * 8 + 2 * t + (e & 1), row = e < 2 ? row0 : row1;
-                    const float x =
-                        (full || (key <= row && row < T)) ? s[nt][e] * sl2 : -INFINITY;
+                    const float x = (full || (key <= row && row < T)) ? s[nt][e] * sl2 : -INFINITY;
                     s[nt][e] = x;
                     if (e < 2)
                         mx0 = fmaxf(mx0, x);
@@ -780,7 +795,7 @@ __global__ void __launch_bounds__(W * 32, 2)
         __syncthreads();
     }
     const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
-    mfa_store<D>(out + base, o, row0, i0, i1, T, t);
+    mfa_store<D>(out + (size_t)(bh / NH) * T * C + (bh % NH) * D, o, row0, i0, i1, T, t, C);
     if (t == 0) {
         if (row0 < T)
             lse[(size_t)bh * T + row0] = (m0 + log2f(l0)) * LN2_F;
@@ -791,12 +806,12 @@ __global__ void __launch_bounds__(W * 32, 2)
 
 /* Starts copying a query tile's Q and dO rows and its LSE and D values into one stage */
 template <int D, int NT>
-__device__ __forceinline__ void mfa_load_qtile(bf16 *Qs, float *ls, const bf16 *q,
-                                               const bf16 *dout, const float *lse, const float *Dd,
-                                               int r0, int T)
+__device__ __forceinline__ void mfa_load_qtile(bf16 *Qs, float *ls, const bf16 *q, const bf16 *dout,
+                                               const float *lse, const float *Dd, int r0, int T,
+                                               int ldq, int ldo)
 {
-    mfa_load<D, FA_ROWS, NT>(Qs, q, r0, T);
-    mfa_load<D, FA_ROWS, NT>(Qs + FA_ROWS * (D + 8), dout, r0, T);
+    mfa_load<D, FA_ROWS, NT>(Qs, q, r0, T, ldq);
+    mfa_load<D, FA_ROWS, NT>(Qs + FA_ROWS * (D + 8), dout, r0, T, ldo);
     for (int x = threadIdx.x; x < FA_ROWS; x += NT) {
         const bool in = r0 + x < T;
         cp_async4(ls + x, lse + (in ? r0 + x : 0), in);
@@ -807,8 +822,8 @@ __device__ __forceinline__ void mfa_load_qtile(bf16 *Qs, float *ls, const bf16 *
 /* dK, dV of 16 W keys, over the 64-row query tiles at or below them. */
 template <int D, int W>
 __global__ void __launch_bounds__(W * 32, 3)
-    mfa_bwd_dkdv(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *dout,
-                 const float *lse, const float *Dd, int T, float scale)
+    mfa_bwd_dkdv(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse, const float *Dd,
+                 int T, int NH, float scale)
 {
     constexpr int LDH = D + 8, KR = W * 16, NT = W * 32, TILE = FA_ROWS * LDH;
     extern __shared__ __align__(128) unsigned char fa_sh[];
@@ -818,13 +833,16 @@ __global__ void __launch_bounds__(W * 32, 3)
     float *LD = (float *)(QD + 4 * TILE);
     const int tile = blockIdx.x, bh = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane >> 2, t = lane & 3, c0 = tile * KR, wr = warp * 16;
-    const size_t base = (size_t)bh * T * D, lbase = (size_t)bh * T;
+    const int C = NH * D, LDI = 3 * C;
+    const size_t ib = (size_t)(bh / NH) * T * LDI + (bh % NH) * D, lbase = (size_t)bh * T;
+    const bf16 *q = qkv + ib, *k = q + C, *v = k + C;
+    const bf16 *dob = dout + (size_t)(bh / NH) * T * C + (bh % NH) * D;
     const int i0 = c0 / FA_ROWS, qtiles = (T + FA_ROWS - 1) / FA_ROWS;
     const float sl2 = scale * LOG2E_F;
     const int key0 = c0 + wr + g, key1 = key0 + 8;
-    mfa_load<D, KR, NT>(Kr, k + base, c0, T);
-    mfa_load<D, KR, NT>(Vr, v + base, c0, T);
-    mfa_load_qtile<D, NT>(QD, LD, q + base, dout + base, lse + lbase, Dd + lbase, i0 * FA_ROWS, T);
+    mfa_load<D, KR, NT>(Kr, k, c0, T, LDI);
+    mfa_load<D, KR, NT>(Vr, v, c0, T, LDI);
+    mfa_load_qtile<D, NT>(QD, LD, q, dob, lse + lbase, Dd + lbase, i0 * FA_ROWS, T, LDI, C);
     cp_commit();
     cp_wait_all();
     __syncthreads();
@@ -842,8 +860,8 @@ __global__ void __launch_bounds__(W * 32, 3)
         const bf16 *Qs = QD + st * 2 * TILE, *dOs = Qs + TILE;
         const float *lse2 = LD + st * 2 * FA_ROWS, *Ds = lse2 + FA_ROWS;
         if (i + 1 < qtiles) {
-            mfa_load_qtile<D, NT>(QD + (st ^ 1) * 2 * TILE, LD + (st ^ 1) * 2 * FA_ROWS, q + base,
-                                  dout + base, lse + lbase, Dd + lbase, r0 + FA_ROWS, T);
+            mfa_load_qtile<D, NT>(QD + (st ^ 1) * 2 * TILE, LD + (st ^ 1) * 2 * FA_ROWS, q, dob,
+                                  lse + lbase, Dd + lbase, r0 + FA_ROWS, T, LDI, C);
             cp_commit();
         }
         /* skipped when every key of the warp is after every query of the tile */
@@ -873,15 +891,15 @@ __global__ void __launch_bounds__(W * 32, 3)
         cp_wait_all();
         __syncthreads();
     }
-    mfa_store<D>(dk + base, dkacc, key0, scale, scale, T, t);
-    mfa_store<D>(dv + base, dvacc, key0, 1.f, 1.f, T, t);
+    mfa_store<D>(dqkv + ib + C, dkacc, key0, scale, scale, T, t, LDI);
+    mfa_store<D>(dqkv + ib + 2 * C, dvacc, key0, 1.f, 1.f, T, t, LDI);
 }
 
 /* dQ of 16 W queries, over the 64-row key tiles at or below them. */
 template <int D, int W>
 __global__ void __launch_bounds__(W * 32, 2)
-    mfa_bwd_dq(bf16 *dq, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *dout,
-               const float *lse, const float *Dd, int T, float scale)
+    mfa_bwd_dq(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse, const float *Dd,
+               int T, int NH, float scale)
 {
     constexpr int LDH = D + 8, QR = W * 16, NT = W * 32, TILE = FA_ROWS * LDH;
     extern __shared__ __align__(128) unsigned char fa_sh[];
@@ -890,14 +908,16 @@ __global__ void __launch_bounds__(W * 32, 2)
     const int tile = gridDim.x - 1 - blockIdx.x;
     const int bh = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane >> 2, t = lane & 3, r0 = tile * QR, wr = warp * 16;
-    const size_t base = (size_t)bh * T * D;
+    const int C = NH * D, LDI = 3 * C;
+    const size_t ib = (size_t)(bh / NH) * T * LDI + (bh % NH) * D;
+    const bf16 *q = qkv + ib, *k = q + C, *v = k + C;
     const int row0 = r0 + wr + g, row1 = row0 + 8;
     const float sl2 = scale * LOG2E_F;
     const int jmax = min(r0 + QR - 1, T - 1) / FA_ROWS;
-    mfa_load<D, QR, NT>(Qr, q + base, r0, T);
-    mfa_load<D, QR, NT>(Dr, dout + base, r0, T);
-    mfa_load<D, FA_ROWS, NT>(KV, k + base, 0, T);
-    mfa_load<D, FA_ROWS, NT>(KV + TILE, v + base, 0, T);
+    mfa_load<D, QR, NT>(Qr, q, r0, T, LDI);
+    mfa_load<D, QR, NT>(Dr, dout + (size_t)(bh / NH) * T * C + (bh % NH) * D, r0, T, C);
+    mfa_load<D, FA_ROWS, NT>(KV, k, 0, T, LDI);
+    mfa_load<D, FA_ROWS, NT>(KV + TILE, v, 0, T, LDI);
     cp_commit();
     cp_wait_all();
     __syncthreads();
@@ -917,8 +937,8 @@ __global__ void __launch_bounds__(W * 32, 2)
         const bf16 *Ks = KV + (j & 1) * 2 * TILE, *Vs = Ks + TILE;
         if (j < jmax) {
             bf16 *nk = KV + ((j + 1) & 1) * 2 * TILE;
-            mfa_load<D, FA_ROWS, NT>(nk, k + base, c0 + FA_ROWS, T);
-            mfa_load<D, FA_ROWS, NT>(nk + TILE, v + base, c0 + FA_ROWS, T);
+            mfa_load<D, FA_ROWS, NT>(nk, k, c0 + FA_ROWS, T, LDI);
+            mfa_load<D, FA_ROWS, NT>(nk + TILE, v, c0 + FA_ROWS, T, LDI);
             cp_commit();
         }
         if (r0 + wr + 15 >= c0 && r0 + wr < T) {
@@ -941,7 +961,7 @@ __global__ void __launch_bounds__(W * 32, 2)
         cp_wait_all();
         __syncthreads();
     }
-    mfa_store<D>(dq + base, dqacc, row0, scale, scale, T, t);
+    mfa_store<D>(dqkv + ib, dqacc, row0, scale, scale, T, t, LDI);
 }
 
 #define MFA_W_FWD 8  /* warps: 128 query rows per block */
@@ -949,8 +969,8 @@ __global__ void __launch_bounds__(W * 32, 2)
 #define MFA_W_DQ 8
 
 template <int D>
-cudaError_t mfa_forward(cudaStream_t st, bf16 *out, float *lse, const bf16 *q, const bf16 *k,
-                        const bf16 *v, int BH, int T, float scale)
+cudaError_t mfa_forward(cudaStream_t st, bf16 *out, float *lse, const bf16 *qkv, int B, int NH,
+                        int T, float scale)
 {
     constexpr int QR = MFA_W_FWD * 16;
     const size_t sm = (size_t)(QR + 4 * FA_ROWS) * (D + 8) * 2;
@@ -959,15 +979,15 @@ cudaError_t mfa_forward(cudaStream_t st, bf16 *out, float *lse, const bf16 *q, c
     if (e != cudaSuccess)
         return e;
     mfa_fwd<D, MFA_W_FWD>
-        <<<dim3((unsigned)(T + QR - 1) / QR, (unsigned)BH), MFA_W_FWD * 32, sm, st>>>(
-            out, lse, q, k, v, T, scale);
+        <<<dim3((unsigned)(T + QR - 1) / QR, (unsigned)(B * NH)), MFA_W_FWD * 32, sm, st>>>(
+            out, lse, qkv, T, NH, scale);
     return cudaGetLastError();
 }
 
 template <int D>
-cudaError_t mfa_backward(cudaStream_t st, bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *q,
-                         const bf16 *k, const bf16 *v, const bf16 *dout, const float *lse,
-                         const float *Dd, int BH, int T, float scale)
+cudaError_t mfa_backward(cudaStream_t st, bf16 *dqkv, const bf16 *qkv, const bf16 *out,
+                         const bf16 *dout, const float *lse, float *Dd, int B, int NH, int T,
+                         float scale)
 {
     constexpr int KR = MFA_W_DKDV * 16, QR = MFA_W_DQ * 16;
     const size_t s1 = (size_t)(2 * KR + 4 * FA_ROWS) * (D + 8) * 2 + 4 * FA_ROWS * 4;
@@ -979,12 +999,15 @@ cudaError_t mfa_backward(cudaStream_t st, bf16 *dq, bf16 *dk, bf16 *dv, const bf
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s2);
     if (e != cudaSuccess)
         return e;
+    const size_t chunks = (size_t)B * T * NH * D / 8;
+    flash_bwd_dot<D>
+        <<<(unsigned)((chunks + 255) / 256), 256, 0, st>>>(Dd, dout, out, chunks, T, NH);
     mfa_bwd_dkdv<D, MFA_W_DKDV>
-        <<<dim3((unsigned)(T + KR - 1) / KR, (unsigned)BH), MFA_W_DKDV * 32, s1, st>>>(
-            dk, dv, q, k, v, dout, lse, Dd, T, scale);
+        <<<dim3((unsigned)(T + KR - 1) / KR, (unsigned)(B * NH)), MFA_W_DKDV * 32, s1, st>>>(
+            dqkv, qkv, dout, lse, Dd, T, NH, scale);
     mfa_bwd_dq<D, MFA_W_DQ>
-        <<<dim3((unsigned)(T + QR - 1) / QR, (unsigned)BH), MFA_W_DQ * 32, s2, st>>>(
-            dq, q, k, v, dout, lse, Dd, T, scale);
+        <<<dim3((unsigned)(T + QR - 1) / QR, (unsigned)(B * NH)), MFA_W_DQ * 32, s2, st>>>(
+            dqkv, qkv, dout, lse, Dd, T, NH, scale);
     return cudaGetLastError();
 }
 
@@ -1315,23 +1338,27 @@ extern "C" int gpt2_cuda_attention_forward(gpt2_cuda_t *h, void *out, void *qkvr
 {
     const int hs = C / NH, BH = B * NH;
     const size_t one = (size_t)B * T * C;
+    if (flash_ok(hs) && h->attn_mode != 1) {
+        /* The kernels read the heads where they lie in qkv; the saved input is qkv itself. */
+        if (qkvr != qkv && cudaMemcpyAsync(qkvr, qkv, 3 * one * sizeof(bf16),
+                                           cudaMemcpyDeviceToDevice, h->stream) != cudaSuccess)
+            return launched(err, "attention: saving qkv");
+        const float scale = 1.0f / sqrtf((float)hs);
+        float *lse = (float *)att;
+        const bf16 *x = (const bf16 *)qkv;
+        bf16 *y = (bf16 *)out;
+        cudaError_t e = hs == 16   ? mfa_forward<16>(h->stream, y, lse, x, B, NH, T, scale)
+                        : hs == 32 ? mfa_forward<32>(h->stream, y, lse, x, B, NH, T, scale)
+                                   : mfa_forward<64>(h->stream, y, lse, x, B, NH, T, scale);
+        if (e != cudaSuccess)
+            return fail_text(err, "flash attention forward", cudaGetErrorString(e));
+        return 0;
+    }
     bf16 *q = (bf16 *)qkvr, *k = q + one, *v = k + one, *y = (bf16 *)scratch;
     permute_heads<true>
         <<<blocks_for(3 * one, 256), 256, 0, h->stream>>>(q, (const bf16 *)qkv, 3, B, T, NH, hs);
     if (launched(err, "attention permute") < 0)
         return -1;
-    if (flash_ok(hs) && h->attn_mode != 1) {
-        const float scale = 1.0f / sqrtf((float)hs);
-        float *lse = (float *)att;
-        cudaError_t e = hs == 16   ? mfa_forward<16>(h->stream, y, lse, q, k, v, BH, T, scale)
-                        : hs == 32 ? mfa_forward<32>(h->stream, y, lse, q, k, v, BH, T, scale)
-                                   : mfa_forward<64>(h->stream, y, lse, q, k, v, BH, T, scale);
-        if (e != cudaSuccess)
-            return fail_text(err, "flash attention forward", cudaGetErrorString(e));
-        permute_heads<false>
-            <<<blocks_for(one, 256), 256, 0, h->stream>>>((bf16 *)out, y, 1, B, T, NH, hs);
-        return launched(err, "attention unpermute");
-    }
     /* scores[t1][t2] = q[t1] . k[t2]: col-major (t2, t1) = k^T q */
     if (batched(h, true, false, T, T, hs, k, hs, (long long)T * hs, q, hs, (long long)T * hs, att,
                 T, (long long)T * T, BH, err) < 0)
@@ -1358,32 +1385,26 @@ extern "C" int gpt2_cuda_attention_backward(gpt2_cuda_t *h, void *dqkv, const vo
     const int hs = C / NH, BH = B * NH;
     const size_t one = (size_t)B * T * C;
     const long long sh = (long long)T * hs, st = (long long)T * T;
+    if (flash_ok(hs) && h->attn_mode != 1) {
+        const float scale = 1.0f / sqrtf((float)hs);
+        const bf16 *x = (const bf16 *)qkvr, *o = (const bf16 *)out, *dy = (const bf16 *)dout;
+        const float *lse = (const float *)att;
+        float *Dd = (float *)datt;
+        bf16 *dx = (bf16 *)dqkv;
+        cudaError_t e =
+            hs == 16   ? mfa_backward<16>(h->stream, dx, x, o, dy, lse, Dd, B, NH, T, scale)
+            : hs == 32 ? mfa_backward<32>(h->stream, dx, x, o, dy, lse, Dd, B, NH, T, scale)
+                       : mfa_backward<64>(h->stream, dx, x, o, dy, lse, Dd, B, NH, T, scale);
+        if (e != cudaSuccess)
+            return fail_text(err, "flash attention backward", cudaGetErrorString(e));
+        return 0;
+    }
     const bf16 *q = (const bf16 *)qkvr, *k = q + one, *v = k + one;
     bf16 *dy = (bf16 *)scratch, *dq = dy + one, *dk = dq + one, *dv = dk + one;
     permute_heads<true>
         <<<blocks_for(one, 256), 256, 0, h->stream>>>(dy, (const bf16 *)dout, 1, B, T, NH, hs);
     if (launched(err, "attention permute") < 0)
         return -1;
-    if (flash_ok(hs) && h->attn_mode != 1) {
-        const float scale = 1.0f / sqrtf((float)hs);
-        float *Dd = (float *)datt;
-        const size_t warps = (size_t)B * T * NH;
-        flash_bwd_dot<<<blocks_for(warps * 32, 256), 256, 0, h->stream>>>(
-            Dd, (const bf16 *)dout, (const bf16 *)out, B, T, NH, hs);
-        if (launched(err, "flash attention backward (rowsum)") < 0)
-            return -1;
-        const float *lse = (const float *)att;
-        cudaError_t e =
-            hs == 16 ? mfa_backward<16>(h->stream, dq, dk, dv, q, k, v, dy, lse, Dd, BH, T, scale)
-            : hs == 32
-                ? mfa_backward<32>(h->stream, dq, dk, dv, q, k, v, dy, lse, Dd, BH, T, scale)
-                : mfa_backward<64>(h->stream, dq, dk, dv, q, k, v, dy, lse, Dd, BH, T, scale);
-        if (e != cudaSuccess)
-            return fail_text(err, "flash attention backward", cudaGetErrorString(e));
-        permute_heads<false>
-            <<<blocks_for(3 * one, 256), 256, 0, h->stream>>>((bf16 *)dqkv, dq, 3, B, T, NH, hs);
-        return launched(err, "attention unpermute");
-    }
     /* datt[t1][t2] = dy[t1] . v[t2] */
     if (batched(h, true, false, T, T, hs, v, hs, sh, dy, hs, sh, datt, T, st, BH, err) < 0)
         return -1;

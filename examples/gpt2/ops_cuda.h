@@ -108,13 +108,18 @@ int gpt2_cuda_matmul_backward(gpt2_cuda_t *h, void *dinp, float *dweight, float 
 int gpt2_cuda_attention_is_flash(int C, int NH);
 size_t gpt2_cuda_attention_saved_bytes(int B, int T, int C, int NH);
 
-/* From qkv (B,T,3C) bf16: qkvr (3 x (B,NH,T,hs)) bf16 and att are saved for the
- * backward; out (B,T,C) bf16. scratch: N C bf16. */
+/* From qkv (B,T,3C) bf16: qkvr and att are saved for the backward; out (B,T,C)
+ * bf16. Flash attention reads the heads where they lie: qkvr is qkv's copy in
+ * the same layout (qkvr may be qkv: nothing is copied) and scratch is unused
+ * (may be NULL). The materialized path saves qkvr as 3 x (B,NH,T,hs) (qkvr must
+ * not be qkv) and uses scratch: N C bf16. */
 int gpt2_cuda_attention_forward(gpt2_cuda_t *h, void *out, void *qkvr, void *att, const void *qkv,
                                 void *scratch, int B, int T, int C, int NH, bmt_error_t *err);
 
-/* dqkv (B,T,3C) bf16 = the gradient for dout (B,T,C) bf16 (overwritten), from the
- * forward's out, qkvr and att. scratch: datt (saved_bytes) and 4 N C bf16. */
+/* dqkv (B,T,3C) bf16 = the gradient for dout (B,T,C) bf16, from the forward's
+ * out, qkvr and att. datt: saved_bytes of scratch. scratch: 4 N C bf16 for the
+ * materialized path; unused (may be NULL) by flash attention, which writes
+ * dq, dk and dv where they lie in dqkv. */
 int gpt2_cuda_attention_backward(gpt2_cuda_t *h, void *dqkv, const void *dout, const void *out,
                                  const void *qkvr, const void *att, void *datt, void *scratch,
                                  int B, int T, int C, int NH, bmt_error_t *err);

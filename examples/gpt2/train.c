@@ -81,7 +81,7 @@ static void usage(FILE *f)
             "      --ckpt 0|1          activation checkpointing per block (default 1)\n"
             "      --prefetch 0|1      gather block i+1 while block i computes (default 1)\n"
             "      --master-only 0|1   bf16 parameters (cuda): keep only the optimizer's f32\n"
-            "                          masters, rounded at each gather (default 0)\n"
+            "                          masters, rounded at each gather (default 1)\n"
             "  -h, --help\n");
 }
 
@@ -130,6 +130,7 @@ static int parse(int argc, char **argv, opts_t *o)
                    .zero = 3,
                    .ckpt = 1,
                    .prefetch = 1,
+                   .master_only = 1,
                    .lr = 1e-3,
                    .lr_min_frac = 1,
                    .clip = 1.0,

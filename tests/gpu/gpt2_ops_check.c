@@ -350,6 +350,18 @@ static void t_attention(int B, int T, int C, int NH)
         }
         check("flash attention forward: log-sum-exp per row", lse, rl, (size_t)B * NH * T, 1e-3);
         free(lse), free(rl);
+        /* as the model calls it: qkv saved where it lies (qkvr == qkv), no scratch */
+        void *out2 = dmalloc(N * C * 2);
+        ck(cudaMemset(out2, 0xff, N * C * 2), "poison");
+        run(gpt2_cuda_attention_forward(h, out2, dqkv, datt, dqkv, NULL, B, T, C, NH, &err),
+            "attention forward in place", &err);
+        float *got2 = down_bf16(out2, N * C);
+        const bool same = memcmp(got, got2, N * C * sizeof(float)) == 0;
+        printf("%sok %d - flash attention forward with qkvr == qkv, no scratch: the same bits\n",
+               same ? "" : "not ", ++tap_n);
+        tap_failed += !same;
+        free(got2);
+        cudaFree(out2);
     } else {
         gatt = down_bf16(datt, att);
         check("attention forward: softmax, 0 above the diagonal", gatt, ratt, att, 3e-2);
