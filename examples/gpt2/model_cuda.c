@@ -227,32 +227,40 @@ enum {
 
 static cu_layer_t *layer_of(gpt2_cu_t *cu, int l) { return &cu->acts[cu->ckpt ? 0 : l]; }
 
-static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bmt_error_t *err)
+/* A recomputation (checkpointing) stops once the activations that the
+ * backward reads exist: x_{l+1} is kept, so the MLP's projection and the
+ * last residual are not taken again, and the attention's projection goes to
+ * backward scratch (free until this layer's backward) instead of x_{l+1}. */
+static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bool recompute, bmt_error_t *err)
 {
     gpt2_cuda_t *h = cu->h;
     const int N = cu->N, C = cu->cfg.n_embd;
     const size_t NC = (size_t)N * C;
     cu_layer_t *a = layer_of(cu, l);
     void *x = cu->x[l], *out = cu->x[l + 1];
-    void *qkv = cu->flash ? a->qkvr : cu->qkv;
+    void *qkv = cu->flash ? a->qkvr : cu->qkv, *proj = recompute ? cu->dres2 : out;
     if (gpt2_cuda_layernorm_forward(h, a->ln1, a->ln1_mean, a->ln1_rstd, x, p[LN1_W], p[LN1_B], N,
                                     C, err) < 0 ||
         gpt2_cuda_matmul_forward(h, qkv, 3 * C, a->ln1, p[ATTN_W], p[ATTN_B], N, C, 3 * C, 0, err) <
             0 ||
         gpt2_cuda_attention_forward(h, a->atty, a->qkvr, a->att, qkv, cu->attn_y, cu->B, cu->T, C,
                                     cu->cfg.n_head, err) < 0 ||
-        gpt2_cuda_matmul_forward(h, out, C, a->atty, p[APROJ_W], p[APROJ_B], N, C, C, 0, err) < 0 ||
-        gpt2_cuda_residual_forward(h, a->res2, x, out, NC, err) < 0 ||
+        gpt2_cuda_matmul_forward(h, proj, C, a->atty, p[APROJ_W], p[APROJ_B], N, C, C, 0, err) <
+            0 ||
+        gpt2_cuda_residual_forward(h, a->res2, x, proj, NC, err) < 0 ||
         gpt2_cuda_layernorm_forward(h, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p[LN2_W],
                                     p[LN2_B], N, C, err) < 0 ||
         gpt2_cuda_matmul_forward(h, a->fch, 4 * C, a->ln2, p[FC_W], p[FC_B], N, C, 4 * C, 0, err) <
             0 ||
-        gpt2_cuda_gelu_forward(h, a->fch_gelu, a->fch, 4 * NC, err) < 0 ||
-        gpt2_cuda_matmul_forward(h, out, C, a->fch_gelu, p[FPROJ_W], p[FPROJ_B], N, 4 * C, C, 0,
+        gpt2_cuda_gelu_forward(h, a->fch_gelu, a->fch, 4 * NC, err) < 0)
+        return -1;
+    cu->acts_of = l;
+    if (recompute)
+        return 0;
+    if (gpt2_cuda_matmul_forward(h, out, C, a->fch_gelu, p[FPROJ_W], p[FPROJ_B], N, 4 * C, C, 0,
                                  err) < 0 ||
         gpt2_cuda_residual_forward(h, out, a->res2, out, NC, err) < 0)
         return -1;
-    cu->acts_of = l;
     return 0;
 }
 
@@ -349,7 +357,7 @@ int gpt2_cu_forward(gpt2_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *err)
                                          cu->cfg.n_embd, err);
     if (c->index == cu->cfg.n_layer + 1)
         return head_forward(cu, p, err);
-    return layer_forward(cu, c->index - 1, p, err);
+    return layer_forward(cu, c->index - 1, p, c->recompute, err);
 }
 
 int gpt2_cu_backward(gpt2_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *err)
