@@ -117,6 +117,7 @@ def main():
     dist.all_reduce(mem, op=dist.ReduceOp.MAX)
     if rank == 0:
         tok = a.b * a.t * world / (ms / 1e3)
+        print("steps_ms " + " ".join("%.1f" % (t * 1e3) for t in times), flush=True)
         print("RESULT impl=fsdp2%s model=%s layout=%dx%d b=%d t=%d step_ms=%.1f tok_s=%.0f mem_gib=%.2f loss=%.3f"
               % ("+ckpt" if a.ckpt else "", a.model, a.groups, world // a.groups, a.b, a.t, ms, tok,
                  mem.item(), loss.item()), flush=True)

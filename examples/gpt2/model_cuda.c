@@ -250,9 +250,8 @@ static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bool recompute, b
         gpt2_cuda_residual_forward(h, a->res2, x, proj, NC, err) < 0 ||
         gpt2_cuda_layernorm_forward(h, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p[LN2_W],
                                     p[LN2_B], N, C, err) < 0 ||
-        gpt2_cuda_matmul_forward(h, a->fch, 4 * C, a->ln2, p[FC_W], p[FC_B], N, C, 4 * C, 0, err) <
-            0 ||
-        gpt2_cuda_gelu_forward(h, a->fch_gelu, a->fch, 4 * NC, err) < 0)
+        gpt2_cuda_matmul_gelu_forward(h, a->fch_gelu, a->fch, a->ln2, p[FC_W], p[FC_B], N, C, 4 * C,
+                                      err) < 0)
         return -1;
     cu->acts_of = l;
     if (recompute)
@@ -269,11 +268,9 @@ static int layer_backward(gpt2_cu_t *cu, int l, void *const *p, float *const *g,
 {
     gpt2_cuda_t *h = cu->h;
     const int N = cu->N, C = cu->cfg.n_embd;
-    const size_t NC = (size_t)N * C;
     cu_layer_t *a = layer_of(cu, l);
-    if (gpt2_cuda_matmul_backward(h, cu->dfch, g[FPROJ_W], g[FPROJ_B], cu->dres, C, a->fch_gelu,
-                                  p[FPROJ_W], N, 4 * C, C, 0, err) < 0 ||
-        gpt2_cuda_gelu_backward(h, cu->dfch, a->fch, cu->dfch, 4 * NC, err) < 0 ||
+    if (gpt2_cuda_matmul_backward_dgelu(h, cu->dfch, g[FPROJ_W], g[FPROJ_B], cu->dres, C,
+                                        a->fch_gelu, p[FPROJ_W], a->fch, N, 4 * C, C, err) < 0 ||
         gpt2_cuda_matmul_backward(h, cu->dln, g[FC_W], g[FC_B], cu->dfch, 4 * C, a->ln2, p[FC_W], N,
                                   C, 4 * C, 0, err) < 0 ||
         gpt2_cuda_layernorm_backward(h, cu->dres2, cu->dres, g[LN2_W], g[LN2_B], cu->dln, a->res2,

@@ -265,11 +265,25 @@ __global__ void add_bias(bf16 *out, int ld_out, const bf16 *bias, int N, int OC)
     }
 }
 
+/* GELU epilogues of a product (bf16 D): none; forward, D = GELU(x) and aux =
+ * x, the pre-activation the backward needs; backward, D = x * GELU'(aux). x is
+ * the product (+ bias), in f32 before any rounding. aux: bf16, ld as D. */
+enum {
+    EPI_NONE,
+    EPI_GELU,
+    EPI_DGELU
+};
+
+/* The epilogues' cuBLAS fallback: col-major (m, n), ld ldd; D = GELU(aux), or
+ * (bwd) D *= GELU'(aux). */
+__global__ void gelu_cols(bf16 *D, const bf16 *aux, int ldd, int m, int n, bool bwd);
+
 /* D (m,n) col-major, ldd, of type dtD = op(A) (m,k) x op(B) (k,n) [+ beta D]
- * [+ bias (m) bf16 broadcast over columns]; A and B bf16; f32 compute. */
+ * [+ bias (m) bf16 broadcast over columns], then the GELU epilogue `epi` with
+ * aux; A and B bf16; f32 compute. */
 int matmul_one(gpt2_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void *A, bool ta,
                int lda, const void *B, bool tb, int ldb, int m, int n, int k, const void *bias,
-               float beta, bmt_error_t *err)
+               float beta, int epi, void *aux, bmt_error_t *err)
 {
     const float one = 1.0f;
     cublasLtMatmulDesc_t desc = NULL;
@@ -285,12 +299,23 @@ int matmul_one(gpt2_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void 
         s = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa));
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb));
-    if (s == CUBLAS_STATUS_SUCCESS && bias) {
-        const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        s = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
+    const cublasLtEpilogue_t e =
+        epi == EPI_GELU    ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+        : epi == EPI_DGELU ? CUBLASLT_EPILOGUE_DGELU
+        : bias             ? CUBLASLT_EPILOGUE_BIAS
+                           : CUBLASLT_EPILOGUE_DEFAULT;
+    if (s == CUBLAS_STATUS_SUCCESS && e != CUBLASLT_EPILOGUE_DEFAULT)
+        s = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e));
+    if (s == CUBLAS_STATUS_SUCCESS && bias && epi != EPI_DGELU)
+        s = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                           sizeof(bias));
+    if (s == CUBLAS_STATUS_SUCCESS && epi != EPI_NONE) {
+        const int64_t ld = ldd;
+        s = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                           sizeof(aux));
         if (s == CUBLAS_STATUS_SUCCESS)
-            s = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                               sizeof(bias));
+            s = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
+                                               sizeof(ld));
     }
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta ? k : m, ta ? m : k, lda);
@@ -324,15 +349,27 @@ int matmul_one(gpt2_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void 
         return blas_ok(s, err, "cublasLtMatmul");
     if (found > 0)
         return launched(err, "cublasLtMatmul");
-    /* No cuBLASLt algorithm for these sizes: cuBLAS, then the bias on its own. */
+    /* No cuBLASLt algorithm for these sizes: cuBLAS, then the bias and the
+     * GELU on their own (the forward's product goes to aux first). */
+    void *P = epi == EPI_GELU ? aux : D;
+    if (epi == EPI_GELU && beta != 0.0f &&
+        cudaMemcpy2DAsync(aux, (size_t)ldd * 2, D, (size_t)ldd * 2, (size_t)m * 2, n,
+                          cudaMemcpyDeviceToDevice, h->stream) != cudaSuccess)
+        return launched(err, "gelu epilogue (copy)");
     if (blas_ok(cublasGemmEx(h->blas, opa, opb, m, n, k, &one, A, CUDA_R_16BF, lda, B, CUDA_R_16BF,
-                             ldb, &beta, D, dtD, ldd, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                             ldb, &beta, P, dtD, ldd, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                 err, "cublasGemmEx") < 0)
         return -1;
-    if (bias) {
-        add_bias<<<blocks_for((size_t)m * n, 256), 256, 0, h->stream>>>((bf16 *)D, ldd,
+    if (bias && epi != EPI_DGELU) {
+        add_bias<<<blocks_for((size_t)m * n, 256), 256, 0, h->stream>>>((bf16 *)P, ldd,
                                                                         (const bf16 *)bias, n, m);
-        return launched(err, "bias");
+        if (launched(err, "bias") < 0)
+            return -1;
+    }
+    if (epi != EPI_NONE) {
+        gelu_cols<<<blocks_for((size_t)m * n, 256), 256, 0, h->stream>>>(
+            (bf16 *)D, (const bf16 *)aux, ldd, m, n, epi == EPI_DGELU);
+        return launched(err, "gelu epilogue");
     }
     return 0;
 }
@@ -345,39 +382,51 @@ int matmul_one(gpt2_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void 
  * adds the remainder's product into D (beta 1), one more rounding of D. */
 int matmul(gpt2_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void *A, bool ta, int lda,
            const void *B, bool tb, int ldb, int m, int n, int k, const void *bias, float beta,
-           bmt_error_t *err)
+           int epi, void *aux, bmt_error_t *err)
 {
     const size_t ds = dtD == CUDA_R_32F ? 4 : 2;
     const char *a = (const char *)A, *b = (const char *)B;
-    char *d = (char *)D;
+    char *d = (char *)D, *x = (char *)aux; /* aux: bf16, ld ldd */
     if (m > 64 && m % 64) {
         const int m1 = m / 64 * 64;
-        return matmul(h, D, dtD, ldd, A, ta, lda, B, tb, ldb, m1, n, k, bias, beta, err) < 0 ||
+        return matmul(h, D, dtD, ldd, A, ta, lda, B, tb, ldb, m1, n, k, bias, beta, epi, aux, err) <
+                           0 ||
                        matmul(h, d + m1 * ds, dtD, ldd, a + (ta ? (size_t)m1 * lda : m1) * 2, ta,
                               lda, B, tb, ldb, m - m1, n, k,
-                              bias ? (const char *)bias + (size_t)m1 * 2 : NULL, beta, err) < 0
+                              bias ? (const char *)bias + (size_t)m1 * 2 : NULL, beta, epi,
+                              x ? x + (size_t)m1 * 2 : NULL, err) < 0
                    ? -1
                    : 0;
     }
     if (n > 64 && n % 64) {
         const int n1 = n / 64 * 64;
-        return matmul(h, D, dtD, ldd, A, ta, lda, B, tb, ldb, m, n1, k, bias, beta, err) < 0 ||
+        return matmul(h, D, dtD, ldd, A, ta, lda, B, tb, ldb, m, n1, k, bias, beta, epi, aux, err) <
+                           0 ||
                        matmul(h, d + (size_t)n1 * ldd * ds, dtD, ldd, A, ta, lda,
                               b + (tb ? n1 : (size_t)n1 * ldb) * 2, tb, ldb, m, n - n1, k, bias,
-                              beta, err) < 0
+                              beta, epi, x ? x + (size_t)n1 * ldd * 2 : NULL, err) < 0
                    ? -1
                    : 0;
     }
-    if (k > 64 && k % 64) {
+    if (k > 64 && k % 64) { /* the epilogue on the last partial product, which completes D */
         const int k1 = k / 64 * 64;
-        return matmul(h, D, dtD, ldd, A, ta, lda, B, tb, ldb, m, n, k1, bias, beta, err) < 0 ||
+        if (epi == EPI_GELU) /* the bias once, on the last */
+            return matmul(h, D, dtD, ldd, A, ta, lda, B, tb, ldb, m, n, k1, NULL, beta, EPI_NONE,
+                          NULL, err) < 0 ||
+                           matmul(h, D, dtD, ldd, a + (ta ? k1 : (size_t)k1 * lda) * 2, ta, lda,
+                                  b + (tb ? (size_t)k1 * ldb : k1) * 2, tb, ldb, m, n, k - k1, bias,
+                                  1.0f, epi, aux, err) < 0
+                       ? -1
+                       : 0;
+        return matmul(h, D, dtD, ldd, A, ta, lda, B, tb, ldb, m, n, k1, bias, beta, EPI_NONE, NULL,
+                      err) < 0 ||
                        matmul(h, D, dtD, ldd, a + (ta ? k1 : (size_t)k1 * lda) * 2, ta, lda,
                               b + (tb ? (size_t)k1 * ldb : k1) * 2, tb, ldb, m, n, k - k1, NULL,
-                              1.0f, err) < 0
+                              1.0f, epi, aux, err) < 0
                    ? -1
                    : 0;
     }
-    return matmul_one(h, D, dtD, ldd, A, ta, lda, B, tb, ldb, m, n, k, bias, beta, err);
+    return matmul_one(h, D, dtD, ldd, A, ta, lda, B, tb, ldb, m, n, k, bias, beta, epi, aux, err);
 }
 
 /* ------------------------------------------------------------ attention */
@@ -1028,6 +1077,16 @@ __device__ __forceinline__ float gelu_grad(float x)
            0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
+__global__ void gelu_cols(bf16 *D, const bf16 *aux, int ldd, int m, int n, bool bwd)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)m * n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t at = (i / m) * ldd + i % m;
+        const float x = __bfloat162float(aux[at]);
+        D[at] = __float2bfloat16(bwd ? __bfloat162float(D[at]) * gelu_grad(x) : gelu_f(x));
+    }
+}
+
 /* OP 0: GELU(a); 1: GELU'(a) * b (b = dout); 2: a + b (residual). */
 template <int OP> __device__ __forceinline__ float ew(float a, float b)
 {
@@ -1293,7 +1352,41 @@ extern "C" int gpt2_cuda_matmul_forward(gpt2_cuda_t *h, void *out, int ld_out, c
     /* out^T (OC,N) = W' (OC,IC) x inp^T (IC,N); W' is Conv1D's (IC,OC) seen
      * col-major (no transpose, ld OC), or the head's (OC,IC) transposed. */
     return matmul(h, out, CUDA_R_16BF, ld_out, weight, wt != 0, wt ? IC : OC, inp, false, IC, OC, N,
-                  IC, bias, 0.0f, err);
+                  IC, bias, 0.0f, EPI_NONE, NULL, err);
+}
+
+extern "C" int gpt2_cuda_matmul_gelu_forward(gpt2_cuda_t *h, void *out, void *pre, const void *inp,
+                                             const void *weight, const void *bias, int N, int IC,
+                                             int OC, bmt_error_t *err)
+{
+    return matmul(h, out, CUDA_R_16BF, OC, weight, false, OC, inp, false, IC, OC, N, IC, bias, 0.0f,
+                  EPI_GELU, pre, err);
+}
+
+/* gpt2_cuda_matmul_backward with dinp's product through the epilogue epi (aux: pre) */
+static int matmul_backward(gpt2_cuda_t *h, void *dinp, float *dweight, float *dbias,
+                           const void *dout, int ld_dout, const void *inp, const void *weight,
+                           int N, int IC, int OC, int wt, int epi, const void *pre,
+                           bmt_error_t *err)
+{
+    /* dinp^T (IC,N) = W'^T (IC,OC) x dout^T (OC,N) */
+    if (dinp && matmul(h, dinp, CUDA_R_16BF, IC, weight, wt == 0, wt ? IC : OC, dout, false,
+                       ld_dout, IC, N, OC, NULL, 0.0f, epi, (void *)pre, err) < 0)
+        return -1;
+    /* Conv1D: dW^T (OC,IC) += dout^T (OC,N) x inp (N,IC);
+     * head:   dW^T (IC,OC) += inp^T (IC,N) x dout (N,OC). */
+    if (wt == 0) {
+        if (matmul(h, dweight, CUDA_R_32F, OC, dout, false, ld_dout, inp, true, IC, OC, IC, N, NULL,
+                   1.0f, EPI_NONE, NULL, err) < 0)
+            return -1;
+    } else if (matmul(h, dweight, CUDA_R_32F, IC, inp, false, IC, dout, true, ld_dout, IC, OC, N,
+                      NULL, 1.0f, EPI_NONE, NULL, err) < 0)
+        return -1;
+    if (dbias) {
+        bias_term f = { (const bf16 *)dout, ld_dout };
+        return colsum<1>(h, dbias, NULL, N, OC, f, err);
+    }
+    return 0;
 }
 
 extern "C" int gpt2_cuda_matmul_backward(gpt2_cuda_t *h, void *dinp, float *dweight, float *dbias,
@@ -1301,24 +1394,17 @@ extern "C" int gpt2_cuda_matmul_backward(gpt2_cuda_t *h, void *dinp, float *dwei
                                          const void *weight, int N, int IC, int OC, int wt,
                                          bmt_error_t *err)
 {
-    /* dinp^T (IC,N) = W'^T (IC,OC) x dout^T (OC,N) */
-    if (dinp && matmul(h, dinp, CUDA_R_16BF, IC, weight, wt == 0, wt ? IC : OC, dout, false,
-                       ld_dout, IC, N, OC, NULL, 0.0f, err) < 0)
-        return -1;
-    /* Conv1D: dW^T (OC,IC) += dout^T (OC,N) x inp (N,IC);
-     * head:   dW^T (IC,OC) += inp^T (IC,N) x dout (N,OC). */
-    if (wt == 0) {
-        if (matmul(h, dweight, CUDA_R_32F, OC, dout, false, ld_dout, inp, true, IC, OC, IC, N, NULL,
-                   1.0f, err) < 0)
-            return -1;
-    } else if (matmul(h, dweight, CUDA_R_32F, IC, inp, false, IC, dout, true, ld_dout, IC, OC, N,
-                      NULL, 1.0f, err) < 0)
-        return -1;
-    if (dbias) {
-        bias_term f = { (const bf16 *)dout, ld_dout };
-        return colsum<1>(h, dbias, NULL, N, OC, f, err);
-    }
-    return 0;
+    return matmul_backward(h, dinp, dweight, dbias, dout, ld_dout, inp, weight, N, IC, OC, wt,
+                           EPI_NONE, NULL, err);
+}
+
+extern "C" int gpt2_cuda_matmul_backward_dgelu(gpt2_cuda_t *h, void *dinp, float *dweight,
+                                               float *dbias, const void *dout, int ld_dout,
+                                               const void *inp, const void *weight, const void *pre,
+                                               int N, int IC, int OC, bmt_error_t *err)
+{
+    return matmul_backward(h, dinp, dweight, dbias, dout, ld_dout, inp, weight, N, IC, OC, 0,
+                           EPI_DGELU, pre, err);
 }
 
 extern "C" int gpt2_cuda_attention_is_flash(int C, int NH)

@@ -92,12 +92,27 @@ int gpt2_cuda_matmul_forward(gpt2_cuda_t *h, void *out, int ld_out, const void *
                              const void *weight, const void *bias, int N, int IC, int OC, int wt,
                              bmt_error_t *err);
 
+/* The MLP's first product with GELU fused into cuBLASLt's epilogue (W Conv1D,
+ * rows OC apart): out (N,OC) bf16 = GELU_tanh(x), pre (N,OC) bf16 = x, with x =
+ * inp x W + bias taken in f32 (pre is what the backward reads). */
+int gpt2_cuda_matmul_gelu_forward(gpt2_cuda_t *h, void *out, void *pre, const void *inp,
+                                  const void *weight, const void *bias, int N, int IC, int OC,
+                                  bmt_error_t *err);
+
 /* From dout (N,OC) bf16 with rows ld_dout apart: dinp (N,IC) bf16 = dout x W^T
  * (overwritten; NULL: not wanted), dweight (shaped as W) f32 += , dbias (OC) f32
  * += (NULL: no bias). inp and weight as in the forward. */
 int gpt2_cuda_matmul_backward(gpt2_cuda_t *h, void *dinp, float *dweight, float *dbias,
                               const void *dout, int ld_dout, const void *inp, const void *weight,
                               int N, int IC, int OC, int wt, bmt_error_t *err);
+
+/* The same for W Conv1D with the GELU's backward fused into dinp's product:
+ * dinp (N,IC) bf16 = (dout x W^T) * GELU_tanh'(pre), pre (N,IC) the
+ * pre-activation of gpt2_cuda_matmul_gelu_forward; dweight and dbias as above. */
+int gpt2_cuda_matmul_backward_dgelu(gpt2_cuda_t *h, void *dinp, float *dweight, float *dbias,
+                                    const void *dout, int ld_dout, const void *inp,
+                                    const void *weight, const void *pre, int N, int IC, int OC,
+                                    bmt_error_t *err);
 
 /* Causal self-attention. Head sizes 16, 32 and 64 (GPT-2's is 64) take
  * flash attention (the scores never reach memory; `att` saves the softmax's

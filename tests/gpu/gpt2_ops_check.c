@@ -318,6 +318,52 @@ static void t_matmul(int N, int IC, int OC, int wt, int ld)
     cudaFree(dgw), cudaFree(dgb);
 }
 
+/* The MLP's products with GELU in cuBLASLt's epilogue: forward out = GELU(x W1
+ * + b1) with the pre-activation saved, backward dinp = (dout W2^T) GELU'(pre),
+ * against the CPU's product and GELU (the backward's reference reads the
+ * pre-activation the GPU saved, so the bound measures the fused backward alone). */
+static void t_matmul_gelu(int N, int IC, int OC)
+{
+    bmt_error_t err;
+    char name[128];
+    const size_t n1 = (size_t)N * OC, nw = (size_t)IC * OC;
+    float *x = rnd((size_t)N * IC, 1.0f), *w = rnd(nw, 0.05f), *b = rnd(OC, 0.5f);
+    float *rpre = zeros(n1), *rout = zeros(n1);
+    gpt2_matmul_forward(rpre, x, w, b, N, IC, OC, 0);
+    gpt2_gelu_forward(rout, rpre, (int)n1);
+    void *dx = up_bf16(x, (size_t)N * IC), *dw = up_bf16(w, nw), *db = up_bf16(b, OC);
+    void *dout = dmalloc(n1 * 2), *dpre = dmalloc(n1 * 2);
+    run(gpt2_cuda_matmul_gelu_forward(h, dout, dpre, dx, dw, db, N, IC, OC, &err),
+        "matmul + gelu forward", &err);
+    float *gout = down_bf16(dout, n1), *gpre = down_bf16(dpre, n1);
+    snprintf(name, sizeof(name), "matmul + GELU epilogue forward (N %d, IC %d, OC %d)", N, IC, OC);
+    check(name, gout, rout, n1, 1.5e-2);
+    check("matmul + GELU epilogue forward: the pre-activation", gpre, rpre, n1, 1.5e-2);
+
+    /* backward of a projection W2 (OC -> IC) whose input was that GELU's output */
+    float *w2 = rnd(nw, 0.05f), *b2 = rnd(IC, 0.5f), *dy = rnd((size_t)N * IC, 1.0f);
+    float *gw = rnd(nw, 1.0f), *gb = rnd(IC, 1.0f), *rgw = copy(gw, nw), *rgb = copy(gb, IC);
+    float *t = zeros(n1), *rdx = zeros(n1);
+    gpt2_matmul_backward(t, rgw, rgb, dy, gout, w2, N, OC, IC, 0);
+    gpt2_gelu_backward(rdx, gpre, t, (int)n1);
+    void *dw2 = up_bf16(w2, nw), *ddy = up_bf16(dy, (size_t)N * IC), *ddx = dmalloc(n1 * 2);
+    float *dgw = up_f32(gw, nw), *dgb = up_f32(gb, IC);
+    run(gpt2_cuda_matmul_backward_dgelu(h, ddx, dgw, dgb, ddy, IC, dout, dw2, dpre, N, OC, IC,
+                                        &err),
+        "matmul backward + dgelu", &err);
+    float *gdx = down_bf16(ddx, n1), *ggw = down_f32(dgw, nw), *ggb = down_f32(dgb, IC);
+    snprintf(name, sizeof(name), "matmul backward, GELU' epilogue: dinp (N %d, IC %d, OC %d)", N,
+             OC, IC);
+    check(name, gdx, rdx, n1, 1.5e-2);
+    check("matmul backward, GELU' epilogue: dweight (+=)", ggw, rgw, nw, 1e-3);
+    check("matmul backward, GELU' epilogue: dbias (+=)", ggb, rgb, IC, 1e-3);
+    free(x), free(w), free(b), free(rpre), free(rout), free(gout), free(gpre), free(w2), free(b2);
+    free(dy), free(gw), free(gb), free(rgw), free(rgb), free(t), free(rdx), free(gdx), free(ggw);
+    free(ggb);
+    cudaFree(dx), cudaFree(dw), cudaFree(db), cudaFree(dout), cudaFree(dpre), cudaFree(dw2);
+    cudaFree(ddy), cudaFree(ddx), cudaFree(dgw), cudaFree(dgb);
+}
+
 static void t_attention(int B, int T, int C, int NH)
 {
     bmt_error_t err;
@@ -688,6 +734,8 @@ int main(int argc, char **argv)
     t_layernorm(300, 1600);
     t_matmul(256, 768, 2304, 0, 2304); /* c_attn */
     t_matmul(256, 3072, 768, 0, 768);  /* mlp c_proj */
+    t_matmul_gelu(256, 768, 3072);     /* c_fc and the MLP's projection, as GPT-2 runs them */
+    t_matmul_gelu(100, 200, 136);      /* no dimension a multiple of 64 (split products) */
     t_matmul(128, 768, 1000, 1, 1024); /* tied head, padded rows */
     t_matmul(16, 768, 50257, 1, 50304);
     t_attention(2, 128, 768, 12); /* GPT-2's head size 64: flash */
