@@ -555,13 +555,19 @@ bool flash_ok(int hs) { return hs == 16 || hs == 32 || hs == 64; }
  * fragment layouts are documented, so that scores, probabilities and output
  * accumulators stay in registers: the accumulator fragments of two adjacent
  * 8-column score tiles are, packed to bf16, exactly the A fragment of the next
- * product (FlashAttention-2's arrangement). Operands come from shared memory
- * with rows padded by 8 elements (conflict-free 32-bit loads); a tile read
- * along its other dimension goes through ldmatrix.trans. The forward and dQ
- * blocks own 128 rows (8 warps) so each K/V tile feeds twice the work; the
- * dK/dV blocks own 64 keys (4 warps: they hold the most registers). Softmax
- * works in base 2 (exp2f). (Head size 128 would need about 256 registers in
- * the dK/dV kernel as written: it takes the materialized path.)
+ * product (FlashAttention-2's arrangement). The kernels read q, k and v where
+ * they lie in the (B,T,3C) output of c_attn and write out (B,T,C) and dq, dk,
+ * dv into (B,T,3C) directly (rows 3C or C apart): no permutes to and from a
+ * head-major layout. Tiles reach shared memory (rows padded by 8 elements,
+ * conflict-free) through cp.async, two stages deep, so the next tile's loads
+ * run under the current tile's mma work; operands leave it through ldmatrix
+ * (.x4, and .trans for a tile read along its other dimension). The forward
+ * and dQ blocks own 128 rows (8 warps, two blocks per SM) so each K/V tile
+ * feeds twice the work; the dK/dV blocks own 64 keys (4 warps: they hold the
+ * most registers; three blocks per SM). Softmax works in base 2 (exp2f); a
+ * tile wholly below the diagonal skips the mask. (Head size 128 would need
+ * about 256 registers in the dK/dV kernel as written: it takes the
+ * materialized path.) bench/NOTES.md has what each of these bought.
  */
 #define LOG2E_F 1.4426950408889634f
 #define LN2_F 0.6931471805599453f

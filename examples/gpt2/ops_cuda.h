@@ -9,11 +9,13 @@
  *     as void *); every sum is f32. Gradients of parameters are f32 (what the
  *     block list hands a backward callback) and are ADDED into (+=), as on the
  *     CPU; gradients of activations are overwritten (=), except where said.
- *   - Matmuls are cuBLASLt (bf16 in, f32 compute; bias fused as an epilogue),
+ *   - Matmuls are cuBLASLt (bf16 in, f32 compute; bias fused as an epilogue,
+ *     and GELU for the MLP: gpt2_cuda_matmul_gelu_forward / _backward_dgelu),
  *     with cublasGemmEx as the fallback when cuBLASLt offers no algorithm.
- *   - Attention keeps q, k, v permuted to (B,NH,T,hs) ("qkvr", 3 N C) for the
- *     backward; GPT-2's head size runs flash attention (own mma.sync kernels,
- *     FlashAttention-2's algorithm), others batched GEMMs over (T,T) scores.
+ *   - Attention keeps q, k, v for the backward ("qkvr", 3 N C). GPT-2's head
+ *     size runs flash attention (own mma.sync kernels, FlashAttention-2's
+ *     algorithm) on qkv as it lies; other head sizes permute to (B,NH,T,hs)
+ *     and run batched GEMMs over (T,T) scores.
  *   - Cross-entropy is fused with its backward: one pass over each row of the
  *     logits gives the loss and overwrites the logits with the gradient, so no
  *     (N,V) f32 buffer exists.
