@@ -30,4 +30,4 @@ fi
 tar czf "$OUT/runlogs.tgz" -C /tmp/bmt-runs . 2>/dev/null
 grep '^#' "$OUT/opsbench.log"
 grep -h '^# ok\|^# not ok\|^ok\|^not ok' "$OUT/gpu_test_gpt2.log" 2>/dev/null
-[ -f "$OUT/bench.log" ] && tail -12 "$OUT/bench.log"
+if [ -f "$OUT/bench.log" ]; then tail -12 "$OUT/bench.log"; fi

@@ -752,21 +752,15 @@ __device__ __forceinline__ void mfa_store(bf16 *dst, const float acc[D / 8][4], 
     }
 }
 
-/* The K/V tiles of a block that walks key tiles 0..jmax, two stages of (K
- * tile, V tile) at KV: starts the copies of tile j + 1 (if any) into its
- * stage and returns tile j's (K; V follows it). */
+/* Starts the copies of the K/V tile from row r0 into the stage at KV (K, then
+ * V FA_ROWS (D + 8) elements after it). */
 template <int D, int NT>
-__device__ __forceinline__ const bf16 *mfa_kv_stage(bf16 *KV, const bf16 *k, const bf16 *v, int j,
-                                                    int jmax, int T, int ld)
+__device__ __forceinline__ void mfa_kv_load(bf16 *KV, const bf16 *k, const bf16 *v, int r0, int T,
+                                            int ld)
 {
-    constexpr int TILE = FA_ROWS * (D + 8);
-    if (j < jmax) {
-        bf16 *next = KV + ((j + 1) & 1) * 2 * TILE;
-        mfa_load<D, FA_ROWS, NT>(next, k, (j + 1) * FA_ROWS, T, ld);
-        mfa_load<D, FA_ROWS, NT>(next + TILE, v, (j + 1) * FA_ROWS, T, ld);
-        cp_commit();
-    }
-    return KV + (j & 1) * 2 * TILE;
+    mfa_load<D, FA_ROWS, NT>(KV, k, r0, T, ld);
+    mfa_load<D, FA_ROWS, NT>(KV + FA_ROWS * (D + 8), v, r0, T, ld);
+    cp_commit();
 }
 
 /* Blocks of W warps own 16 W rows of their side (queries, or keys for dK/dV)
@@ -805,7 +799,9 @@ __global__ void __launch_bounds__(W * 32, 2)
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
     for (int j = 0; j <= jmax; j++) {
         const int c0 = j * FA_ROWS;
-        const bf16 *Ks = mfa_kv_stage<D, NT>(KV, k, v, j, jmax, T, LDI), *Vs = Ks + TILE;
+        const bf16 *Ks = KV + (j & 1) * 2 * TILE, *Vs = Ks + TILE;
+        if (j < jmax) /* the next tile into the other stage */
+            mfa_kv_load<D, NT>(KV + ((j + 1) & 1) * 2 * TILE, k, v, c0 + FA_ROWS, T, LDI);
         /* skipped when every key of the tile is after every row of the warp */
         if (r0 + wr + 15 >= c0 && r0 + wr < T) {
             float s[8][4];
@@ -1000,7 +996,9 @@ __global__ void __launch_bounds__(W * 32, 2)
         dqacc[dn][0] = dqacc[dn][1] = dqacc[dn][2] = dqacc[dn][3] = 0.f;
     for (int j = 0; j <= jmax; j++) {
         const int c0 = j * FA_ROWS;
-        const bf16 *Ks = mfa_kv_stage<D, NT>(KV, k, v, j, jmax, T, LDI), *Vs = Ks + TILE;
+        const bf16 *Ks = KV + (j & 1) * 2 * TILE, *Vs = Ks + TILE;
+        if (j < jmax) /* the next tile into the other stage */
+            mfa_kv_load<D, NT>(KV + ((j + 1) & 1) * 2 * TILE, k, v, c0 + FA_ROWS, T, LDI);
         if (r0 + wr + 15 >= c0 && r0 + wr < T) {
             const bool full = c0 + FA_ROWS - 1 <= r0 + wr && r0 + wr + 15 < T;
             float s[8][4], dp[8][4];
