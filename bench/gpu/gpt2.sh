@@ -13,7 +13,7 @@
 #   STEPS=13                 steps per run; the median of the last STEPS-3 is kept
 #   SKIP_BUILD=1             reuse build/ (a warm machine)
 #   PEER_RUNS=1              runs of the peer per row; the row keeps its fastest
-#                            (FSDP2's step time moves by up to 30% between runs on
+#                            (FSDP2's step time moves by up to 50% between runs on
 #                            this machine kind: the best of several is in its favour)
 #   carry: .device-deps (Debian libjansson-dev, see docs/building.md)
 # Peak memory: ours is libbmt's own accounting (bmt_alloc: parameters, gathered
