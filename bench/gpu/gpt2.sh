@@ -20,11 +20,15 @@
 # blocks, gradients, optimizer, activations, workspace); the peer's is
 # torch.cuda.max_memory_allocated. Neither counts NCCL's buffers.
 set -u
+STEPS=${STEPS-13} PEER_RUNS=${PEER_RUNS-1}
+case $STEPS in '' | *[!0-9]*) STEPS=0 ;; esac
+[ "$STEPS" -ge 4 ] || { echo "gpt2.sh: STEPS must be a whole number >= 4 (the first 3 steps are warm-up), e.g. STEPS=13" >&2; exit 2; }
+case $PEER_RUNS in '' | *[!0-9]* | 0) echo "gpt2.sh: PEER_RUNS must be a whole number >= 1, e.g. PEER_RUNS=2" >&2; exit 2 ;; esac
+PEER_RUNS=$((10#$PEER_RUNS))
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0
 T=1024
-STEPS=${STEPS:-13}
 RUNS=${RUNS:-"d12:16:1x2:0 d12:16:1x2:1 d48:8:1x2:1 d48:8:1x2:0"}
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
     bench/gpu/build.sh || exit 1
@@ -78,7 +82,7 @@ PY
 )
     # the peer, PEER_RUNS times; its fastest run is kept
     peer=
-    for ((pr = 1; pr <= ${PEER_RUNS:-1}; pr++)); do
+    for ((pr = 1; pr <= PEER_RUNS; pr++)); do
         timeout 400 python3 -m torch.distributed.run --standalone --nproc_per_node $w bench/gpu/fsdp2_gpt2.py \
             --model $model -b $b -t $T --steps $STEPS --groups $g $([ "$ck" = 1 ] && echo --ckpt) \
             >"$OUT/fsdp2-$tag-$pr.log" 2>&1
