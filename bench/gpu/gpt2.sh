@@ -23,8 +23,9 @@ set -u
 STEPS=${STEPS-13} PEER_RUNS=${PEER_RUNS-1}
 case $STEPS in '' | *[!0-9]*) STEPS=0 ;; esac
 [ "$STEPS" -ge 4 ] || { echo "gpt2.sh: STEPS must be a whole number >= 4 (the first 3 steps are warm-up), e.g. STEPS=13" >&2; exit 2; }
-case $PEER_RUNS in '' | *[!0-9]* | 0) echo "gpt2.sh: PEER_RUNS must be a whole number >= 1, e.g. PEER_RUNS=2" >&2; exit 2 ;; esac
+case $PEER_RUNS in '' | *[!0-9]*) PEER_RUNS=0 ;; esac
 PEER_RUNS=$((10#$PEER_RUNS))
+[ "$PEER_RUNS" -ge 1 ] || { echo "gpt2.sh: PEER_RUNS must be a whole number >= 1, e.g. PEER_RUNS=2" >&2; exit 2; }
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0
