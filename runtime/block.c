@@ -248,6 +248,14 @@ void block_bind_grads(bmt_block_t *b, void *base, bmt_dtype_t gt)
     }
 }
 
+void block_bind_shard_grads(bmt_block_t *b)
+{
+    for (int i = 0; i < b->nparams; i++) {
+        const struct param *p = &b->params[i];
+        b->grad_ptrs[i] = (char *)b->groups[p->group].grad + dsize(BMT_F32, p->offset);
+    }
+}
+
 int block_shard_values(bmt_ctx_t *ctx, const struct dgroup *d, void *dst, void *stream,
                        bmt_error_t *err)
 {

@@ -87,6 +87,10 @@ void block_layout_grads(bmt_block_t *b, bmt_dtype_t gt);
 /* Point block->grad_ptrs into a full gradient buffer at base (dtype gt). */
 void block_bind_grads(bmt_block_t *b, void *base, bmt_dtype_t gt);
 
+/* Point block->grad_ptrs into the f32 gradient shards themselves: for a group
+ * of one rank, whose shard is the whole (padded) buffer. */
+void block_bind_shard_grads(bmt_block_t *b);
+
 /* Enqueue the all-gather of every dtype group into the full buffer at base, on
  * stream (comm stream in a list, NULL otherwise). */
 int block_gather_into(bmt_block_t *b, void *base, void *stream, bmt_error_t *err);

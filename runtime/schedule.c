@@ -24,6 +24,13 @@
  *                    [recompute forward(i)], zero a gradient buffer, backward(i),
  *                    release(i) | comm: reduce-scatter -> shard (+= if not the
  *                    first micro-batch) | replica (last micro-batch): all-reduce.
+ *
+ * A group of one rank (gpus_per_group 1) has nothing to reduce inside it: its
+ * shard is the whole padded buffer. There the callbacks add straight into the
+ * f32 shards (zeroed by the optimizer's step, and they accumulate the
+ * micro-batches themselves), so no full gradient buffers, reduce-scatter
+ * output or bf16 staging exist (grad_dtype has no wire to apply to), and the
+ * replica all-reduce follows the block's backward on the compute stream.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +80,9 @@ struct bmt_blocklist {
     enum phase phase;
     bool checked; /* the ranks agreed on the list's configuration and blocks */
 };
+
+/* A group of one: gradients go straight into the shards (see the top). */
+static bool direct_grads(const bmt_blocklist_t *l) { return l->ctx->layout.gpus_per_group == 1; }
 
 static int broken(bmt_blocklist_t *l, bmt_error_t *err)
 {
@@ -167,7 +177,7 @@ int bmt_blocklist_append(bmt_blocklist_t *l, bmt_block_t *b, const bmt_block_ops
     if (grow(l, err) < 0)
         return -1;
     size_t tmp = 0;
-    for (int g = 0; g < b->ngroups; g++)
+    for (int g = 0; g < b->ngroups && !direct_grads(l); g++)
         if (dsize(l->cfg.grad_dtype, b->groups[g].shard) > tmp)
             tmp = dsize(l->cfg.grad_dtype, b->groups[g].shard);
     if (tmp > l->rs_tmp_bytes) {
@@ -486,6 +496,8 @@ int bmt_blocklist_forward(bmt_blocklist_t *l, bmt_error_t *err)
 
 /* ------------------------------------------------------------ backward */
 
+static int cross_groups(bmt_blocklist_t *l, bmt_block_t *b, void *after, bmt_error_t *err);
+
 /* Reduce block b's full gradients (in slot g) into its f32 shards, on the comm
  * stream; on the last micro-batch, all-reduce the shards across groups on the
  * replica stream. */
@@ -518,10 +530,19 @@ static int reduce(bmt_blocklist_t *l, bmt_block_t *b, struct slot *g, bool last,
     b->grad_fresh = false;
     if (device_event_record(ctx, g->free, comm, err) < 0)
         return -1;
-    if (!last || ctx->layout.groups == 1)
+    return last ? cross_groups(l, b, comm, err) : 0;
+}
+
+/* On the last micro-batch: all-reduce block b's gradient shards across the
+ * groups on the replica stream, once what `after` has enqueued (the shard's
+ * last writer) is done. */
+static int cross_groups(bmt_blocklist_t *l, bmt_block_t *b, void *after, bmt_error_t *err)
+{
+    bmt_ctx_t *ctx = l->ctx;
+    if (ctx->layout.groups == 1)
         return 0;
     void *rep = device_stream(ctx, DEVICE_REPLICA);
-    if (device_event_record(ctx, b->rs_done, comm, err) < 0 ||
+    if (device_event_record(ctx, b->rs_done, after, err) < 0 ||
         device_stream_wait(ctx, rep, b->rs_done, err) < 0)
         return -1;
     for (int k = 0; k < b->ngroups; k++) {
@@ -557,14 +578,15 @@ int bmt_blocklist_backward(bmt_blocklist_t *l, bool last, bmt_error_t *err)
         return broken(l, err);
     void *compute = device_stream(ctx, DEVICE_COMPUTE);
     const bmt_dtype_t gt = BMT_F32; /* full gradients, as the model writes them */
-    for (int k = 0; k < 2; k++)
+    const bool direct = direct_grads(l);
+    for (int k = 0; k < 2 && !direct; k++)
         if (l->gslots[k].mem == NULL) {
             l->gslots[k].bytes = max_grad_bytes(l);
             l->gslots[k].mem = bmt_alloc(ctx, BMT_MEM_GRAD_FULL, l->gslots[k].bytes, err);
             if (l->gslots[k].mem == NULL)
                 return broken(l, err);
         }
-    if (l->cfg.grad_dtype == BMT_BF16 && l->rs_stage == NULL) {
+    if (l->cfg.grad_dtype == BMT_BF16 && !direct && l->rs_stage == NULL) {
         size_t most = 0;
         for (int i = 0; i < l->n; i++)
             for (int k = 0; k < l->e[i].block->ngroups; k++)
@@ -584,9 +606,11 @@ int bmt_blocklist_backward(bmt_blocklist_t *l, bool last, bmt_error_t *err)
             return broken(l, err);
         if (l->cfg.checkpointing && call(l, i, false, true, true, err) < 0)
             return broken(l, err);
-        struct slot *g = &l->gslots[l->gnext];
+        struct slot *g = direct ? NULL : &l->gslots[l->gnext];
         l->gnext ^= 1;
-        if (b->nparams > 0) {
+        if (b->nparams > 0 && direct) {
+            block_bind_shard_grads(b);
+        } else if (b->nparams > 0) {
             /* The buffer's previous reduce-scatter must have drained it. */
             if (device_wait_timed(ctx, g->free, err) < 0 ||
                 kern_zero(ctx, compute, g->mem, b->grad_bytes, err) < 0)
@@ -597,12 +621,18 @@ int bmt_blocklist_backward(bmt_blocklist_t *l, bool last, bmt_error_t *err)
             return broken(l, err);
         if (release(l, i, err) < 0)
             return broken(l, err);
-        if (b->nparams > 0) {
+        /* A tied block is reduced at each use; its shard crosses the groups
+         * after its last reduction, at its first use. */
+        const bool cross = last && i == b->index;
+        if (b->nparams > 0 && direct) {
             block_bind_grads(b, NULL, gt);
-            /* A tied block is reduced at each use; its shard crosses the groups
-             * after its last reduction, at its first use. */
+            b->grad_fresh = false;
+            if (cross && cross_groups(l, b, compute, err) < 0)
+                return broken(l, err);
+        } else if (b->nparams > 0) {
+            block_bind_grads(b, NULL, gt);
             if (device_event_record(ctx, g->ready, compute, err) < 0 ||
-                reduce(l, b, g, last && i == b->index, err) < 0)
+                reduce(l, b, g, cross, err) < 0)
                 return broken(l, err);
         }
         if (!l->cfg.prefetch && i > 0 && gather(l, i - 1, err) < 0)

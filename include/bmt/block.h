@@ -152,8 +152,11 @@ typedef struct bmt_block_call {
     bmt_block_t *block;
     void *const *params;   /* (num params) full parameters, device memory, param dtype */
     void *const *grads;    /* backward: (num params) full gradients, f32 whatever
-                            * the parameter dtype, zeroed before the call: ADD
-                            * into them. forward: NULL */
+                            * the parameter dtype: ADD into them, never overwrite.
+                            * Zeroed before the call, except in a group of one
+                            * rank: there they are the gradient shards themselves,
+                            * holding the sum so far (earlier micro-batches of the
+                            * step, a tied block's other use). forward: NULL */
     void *stream;          /* cudaStream_t of the compute stream, NULL on cpu */
     bool keep_activations; /* forward: keep what backward needs (false in the first
                             * forward under activation checkpointing) */

@@ -31,7 +31,12 @@ for layout in 1x1 1x4 2x2 4x1 2x4; do
         ec $((g * n)) -g $g -n $n --timeout 60 -- \$EC --init-dump \$TMP/init.$layout &&
         grep -q '^0: ok train (zero 3, ckpt 1): head.out.weight .* within 1e-05 of the reference after 20 steps' out &&
         grep -q '^0: ok memory (zero 3, ckpt 1): peak of gathered buffers in training [0-9]* <= K = 2 blocks' out &&
-        test \$(grep -c '^0: ok bad use' out) -eq 16
+        test \$(grep -c '^0: ok bad use' out) -eq 16 &&
+        if [ $n -eq 1 ]; then
+            grep -q '^0: ok memory (zero 3, ckpt 1): no full gradient buffers in a group of one (peak 0)' out
+        else
+            grep -q '^0: ok memory (zero 3, ckpt 1): peak of full gradient buffers [1-9][0-9]* <= 2 blocks' out
+        fi
     "
 done
 
@@ -95,17 +100,21 @@ test_expect_success "no shared-memory segment is left behind" '
 '
 
 # A tied block (bmt_blocklist_append_tied: GPT-2's embedding reused as the LM
-# head): tied_check compares one AdamW step that moves every parameter by -g
+# head; in a group of one both uses add into the shard itself, over 3
+# micro-batches in the last run): tied_check compares one AdamW step that moves every parameter by -g
 # with an fp64 reference of both uses' gradients, and the pool's peak.
 for layout in 1x1 1x2 2x1 2x2; do
     g=${layout%x*} n=${layout#*x}
-    test_expect_success "tied block ${g}x${n}: both uses' gradients reach the shard once, every zero level and schedule" "
+    test_expect_success "tied block ${g}x${n}: both uses' gradients reach the shard once, every zero level and schedule, 3 micro-batches" "
         for z in 2 3; do for pf in 0 1; do for ck in 0 1; do
             with_timeout 60 \$BMLAUNCH --metrics-port 0 -g $g -n $n --timeout 30 -- \$PROGS/tied_check \
                 --zero \$z --prefetch \$pf --ckpt \$ck >out 2>err || { cat out err; exit 1; }
             grep -q '^0: tied_check: all checks passed on $((g * n)) ranks' out || { cat out; exit 1; }
             ! grep -q FAIL out
-        done; done; done
+        done; done; done &&
+        with_timeout 60 \$BMLAUNCH --metrics-port 0 -g $g -n $n --timeout 30 -- \$PROGS/tied_check \
+            --accum 3 >out 2>err || { cat out err; exit 1; }
+        grep -q '^0: tied_check: all checks passed on $((g * n)) ranks (zero 3, ckpt 1, prefetch 1, accum 3)' out
     "
 done
 

@@ -820,7 +820,9 @@ static int verify_call(model_t *m, const bmt_block_call_t *call, int kind, bool 
         if (m->nfwd[b] != 1 || m->nrec[b] != (m->ckpt ? 1 : 0))
             complain(m, "block %d: backward after %d forwards and %d recomputations", b, m->nfwd[b],
                      m->nrec[b]);
-        if (m->host) /* the runtime zeroes full gradients before the call */
+        /* The runtime zeroes full gradients before the call; a group of one
+         * adds into the shards, zero at a step's first micro-batch. */
+        if (m->host && (bmt_layout(ctx)->gpus_per_group > 1 || m->mb == 0))
             for (int k = 0; k < gp_count[b]; k++)
                 for (int i = 0; i < gp[gp_first[b] + k].numel; i++)
                     if (((const float *)call->grads[k])[i] != 0.0f) {
@@ -1526,7 +1528,8 @@ static int monitor_step(monitor_t *mon, int s, double loss, const bmt_step_info_
                     s, bmt_mem_kind_name(k), (unsigned long long)x.mem_current[k],
                     (unsigned long long)x.mem_peak[k], (unsigned long long)st.current[k],
                     (unsigned long long)st.peak[k]);
-    if (x.mem_peak[BMT_MEM_GRAD_FULL] == 0 || x.mem_peak[BMT_MEM_GATHERED] == 0)
+    if ((x.mem_peak[BMT_MEM_GRAD_FULL] == 0) != (bmt_layout(ctx)->gpus_per_group == 1) ||
+        x.mem_peak[BMT_MEM_GATHERED] == 0)
         mon_bad(mon, "step %d: the step's peaks miss its gathered or gradient buffers", s);
     if (O.event_every && s % O.event_every == 0) {
         char path[64];
@@ -1739,13 +1742,20 @@ static void check_memory(const char *tag, int zero, const bmt_mem_stats_t *st,
           tag, (unsigned long long)peak[BMT_MEM_GATHERED],
           zero == 3 ? "K = 2 blocks" : "every block", (unsigned long long)cap,
           (unsigned long long)want->largest_full);
-    /* A bf16 reduce adds one bf16 staging buffer of the largest flat buffer. */
+    /* A bf16 reduce adds one bf16 staging buffer of the largest flat buffer;
+     * a group of one adds into its shards and has no full gradient buffers. */
+    if (bmt_layout(ctx)->gpus_per_group == 1)
+        check(peak[BMT_MEM_GRAD_FULL] == 0,
+              "memory (%s): no full gradient buffers in a group of one (peak %llu): the "
+              "gradients go straight into the shards",
+              tag, (unsigned long long)peak[BMT_MEM_GRAD_FULL]);
     uint64_t gcap =
         2 * want->largest_grad_full + (O.reduce == BMT_BF16 ? 2 * want->largest_padded : 0);
-    check(peak[BMT_MEM_GRAD_FULL] <= gcap,
-          "memory (%s): peak of full gradient buffers %llu <= 2 blocks%s = %llu", tag,
-          (unsigned long long)peak[BMT_MEM_GRAD_FULL],
-          O.reduce == BMT_BF16 ? " + the bf16 staging buffer" : "", (unsigned long long)gcap);
+    if (bmt_layout(ctx)->gpus_per_group > 1)
+        check(peak[BMT_MEM_GRAD_FULL] <= gcap,
+              "memory (%s): peak of full gradient buffers %llu <= 2 blocks%s = %llu", tag,
+              (unsigned long long)peak[BMT_MEM_GRAD_FULL],
+              O.reduce == BMT_BF16 ? " + the bf16 staging buffer" : "", (unsigned long long)gcap);
     if (my_rank == 0) {
         char ml[400];
         mem_line(ml, sizeof(ml), st);

@@ -132,7 +132,7 @@ static int emb_backward(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
     (void)err;
     model_t *m = mp;
     const float *wte = c->params[0];
-    float *dwte = c->grads[0]; /* (V, D) full, f32, zeroed: add into it */
+    float *dwte = c->grads[0]; /* (V, D) full, f32: add into it */
     if (c->index == 0) {
         for (int i = 0; i < B; i++)
             for (int k = 0; k < D; k++)
