@@ -568,6 +568,17 @@ static int train(const opts_t *o)
         if (rank == 0)
             printf("gpt2: the last checkpoint is complete\n");
     }
+    if (rank == 0) { /* where the memory went: each kind's peak, and the whole's */
+        bmt_mem_stats_t ms;
+        bmt_mem_get_stats(ctx, &ms);
+        char line[512];
+        int n = 0;
+        for (int k = 0; k < BMT_MEM_KIND_COUNT && n < (int)sizeof(line); k++)
+            n += snprintf(line + n, sizeof(line) - (size_t)n, "%s%s %.1f", k ? ", " : "",
+                          bmt_mem_kind_name((bmt_mem_kind_t)k), (double)ms.peak[k] / 1048576.0);
+        printf("gpt2: peak memory by kind (MiB): %s; all kinds at once %.1f\n", line,
+               (double)ms.peak_total / 1048576.0);
+    }
     rc = 0;
 out:
     if (rc) {
