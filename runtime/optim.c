@@ -199,6 +199,17 @@ bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *c
                 if (s->master == NULL || kern_cast(ctx, NULL, s->master, BMT_F32, s->d->param,
                                                    s->d->dtype, s->d->shard, err) < 0)
                     goto fail;
+                /* master_only: the shard goes as soon as its master is settled,
+                 * so that the shards never all coexist with the optimizer's
+                 * state (a failure further on gives them back: destroy). */
+                if (cfg->master_only) {
+                    if (device_sync_legacy(ctx, err) < 0)
+                        goto fail;
+                    bmt_free(ctx, s->d->param);
+                    s->d->param = NULL;
+                    s->d->master = s->master;
+                    o->holds = true;
+                }
             }
             s->m = bmt_alloc(ctx, BMT_MEM_OPTIM, bytes, err);
             s->v = s->m ? bmt_alloc(ctx, BMT_MEM_OPTIM, bytes, err) : NULL;
@@ -211,19 +222,8 @@ bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *c
     if (o->sums == NULL || device_sync_legacy(ctx, err) < 0)
         goto fail;
     blocklist_state(list)->sealed = true; /* a block appended now would be missed */
-    if (cfg->master_only) { /* the masters are settled (synchronized above): free the shards */
-        for (int i = 0; i < o->ns; i++) {
-            struct ostate *s = &o->s[i];
-            if (!s->own_master)
-                continue;
-            bmt_free(ctx, s->d->param);
-            s->d->param = NULL;
-            s->d->master = s->master;
-            o->holds = true;
-        }
-        if (o->holds)
-            blocklist_state(list)->master_owner = o;
-    }
+    if (o->holds)
+        blocklist_state(list)->master_owner = o;
     return o;
 fail:
     bmt_optim_destroy(o);

@@ -46,7 +46,10 @@ typedef struct bmt_adamw_config {
                       * no shard of their own while this optimizer lives: the f32
                       * master is the only copy, and a gather rounds it on the way
                       * (FSDP2's arrangement; saves 2 bytes per parameter / group
-                      * size). The results are the same bits either way.
+                      * size). Each shard is freed as soon as its master
+                      * exists, so creation never holds all of them next to
+                      * the optimizer's state. The results are the same bits
+                      * either way.
                       * bmt_optim_destroy gives the blocks their shards back.
                       * 0 (default): keep both. */
 } bmt_adamw_config_t;

@@ -128,6 +128,7 @@ test_expect_success "master_only (bf16, 2x2): no parameter shards while training
     ec 4 -g 2 -n 2 --timeout 60 -- $EC --dtype bf16 --ckpt-dir $PWD/mo --ckpt-at 12 --master-only &&
     grep -q "^0: ok memory (zero 3, ckpt 1): param bytes 0 (peak 0) = none (master_only)" out &&
     grep -q "^0: ok master_only (.*): a second optimizer on the list is refused" out &&
+    grep -q "^0: ok master_only (.*): creating the optimizer peaks at [0-9]* bytes <= " out &&
     grep -q "^0: ok master_only (.*): a checkpoint load without the optimizer that holds the values is refused" out &&
     grep -q "^0: ok master_only (.*): after bmt_optim_destroy the blocks hold the optimizer.s values, bitwise" out &&
     grep -q "^0: ok master_only (.*): bmt_optim_destroy gives the blocks [0-9]* bytes of shards back" out &&

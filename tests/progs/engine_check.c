@@ -1879,9 +1879,23 @@ static int engine_run(const run_cfg_t *rc, const ref_t *R, const ec_ops_t *ops, 
     ac.clip_norm = O.clip;
     ac.schedule = O.warmup > 0 ? warmup_schedule : NULL;
     ac.master_only = O.master_only;
+    bmt_mem_reset_peaks(ctx);
     bmt_optim_t *opt = bmt_adamw_create(list, &ac, err);
     if (opt == NULL)
         return -1;
+    if (O.master_only && O.dtype != BMT_F32) {
+        /* Each bf16 shard goes as soon as its master exists: never all of
+         * them next to all the masters and moments. */
+        bmt_mem_stats_t cs;
+        bmt_mem_get_stats(ctx, &cs);
+        const uint64_t one = want.largest_padded / (uint64_t)bmt_comm_size(bmt_comm_group(ctx)) *
+                             bmt_dtype_size(O.dtype);
+        check(cs.peak_total <= cs.current_total + one,
+              "master_only (%s): creating the optimizer peaks at %llu bytes <= %llu after it + "
+              "the largest shard %llu (each shard freed once its master exists)",
+              tag, (unsigned long long)cs.peak_total, (unsigned long long)cs.current_total,
+              (unsigned long long)one);
+    }
     if (O.master_only && O.dtype != BMT_F32) {
         bmt_optim_t *second = bmt_adamw_create(list, &ac, err);
         check(second == NULL && strstr(err->text, "master_only") != NULL,
