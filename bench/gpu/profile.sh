@@ -1,21 +1,24 @@
 #!/bin/bash
-# bench/gpu/profile.sh — where a GPT-2 step's GPU time goes, by kernel: runs
-# the trainer on one GPU (1x1) under Nsight Systems and prints the kernels'
-# summed time per step, largest first, with their share of the GPU time.
+# bench/gpu/profile.sh — where a GPT-2 step's GPU time goes, by kernel, with
+# Nsight Compute (the GPU machine has ncu, not nsys): the trainer runs on one
+# GPU (1x1) for 2 steps with every kernel's duration recorded
+# (gpu__time_duration; ncu serializes the kernels, so there is no overlap in
+# these figures), and the second step's kernels (from the second launch of
+# the encoder on) are summed by name, largest first.
 #
-#   PROF="d48:8:1" STEPS=5 bench/gpu/profile.sh      (model:micro-batch:ckpt)
+#   PROF="d48:8:1:4" bench/gpu/profile.sh     (model:micro-batch:ckpt:layers)
 #
-# Needs a build (bench/gpu/build.sh) and nsys on PATH or in /usr/local/cuda;
-# without nsys it says so and exits 3. The report goes to $OUT/profile-*.txt.
+# Fewer layers than the model's (4 here) keep the run short: the layers are
+# alike, so one layer's figures times the real count give the whole. Needs a
+# build (bench/gpu/build.sh). Reports: $OUT/profile-*.txt (and ncu's csv).
 set -u
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0
-STEPS=${STEPS:-5}
-IFS=: read -r model b ck <<<"${PROF:-d48:8:1}"
-NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
-if [ -z "$NSYS" ]; then
-    echo "profile.sh: no nsys on this machine (PATH, /usr/local/cuda/bin, /opt/nvidia)" >&2
+IFS=: read -r model b ck layers <<<"${PROF:-d48:8:1:4}"
+NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+if [ -z "$NCU" ]; then
+    echo "profile.sh: no ncu on this machine (PATH, /usr/local/cuda/bin)" >&2
     exit 3
 fi
 DATA=/tmp/bench-tokens.bin
@@ -25,24 +28,31 @@ n = 1 << 23
 h = np.zeros(256, np.int32); h[0], h[1], h[2] = 20240520, 1, n
 t = np.random.default_rng(0).integers(0, 50257, n).astype(np.uint16)
 open('$DATA', 'wb').write(h.tobytes() + t.tobytes())"
-tag=$model-b$b-ckpt$ck
-rep=/tmp/profile-$tag
-rm -f $rep.nsys-rep $rep.sqlite
-"$NSYS" profile -t cuda --trace-fork-before-exec=true -f true -o $rep \
-    build/bin/bmlaunch --metrics-port 0 --device cuda -g 1 -n 1 -- build/bin/gpt2 --model "$model" \
-    -b "$b" -t 1024 --steps "$STEPS" --data $DATA --ckpt "$ck" --lr 3e-4 --warmup 0 \
-    >"$OUT/profile-$tag.run.log" 2>&1 || { tail -5 "$OUT/profile-$tag.run.log"; exit 1; }
-"$NSYS" stats -q --report cuda_gpu_kern_sum --format csv -o /tmp/prof-$tag $rep.nsys-rep >/dev/null 2>&1
-csv=$(ls /tmp/prof-$tag*cuda_gpu_kern_sum*.csv 2>/dev/null | head -1)
-[ -n "$csv" ] || { echo "profile.sh: nsys stats wrote no kernel summary" >&2; exit 1; }
-python3 - "$csv" "$STEPS" <<'PY' | tee "$OUT/profile-$tag.txt"
-import csv, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
-steps = int(sys.argv[2])
-tot = sum(float(r["Total Time (ns)"]) for r in rows)
-print("GPU kernel time %.1f ms per step (%d steps, warm-up included)" % (tot / 1e6 / steps, steps))
-for r in rows[:30]:
-    t = float(r["Total Time (ns)"])
-    print("%7.2f ms/step %5.1f%% %7d calls  %s" % (t / 1e6 / steps, 100 * t / tot, int(r["Instances"]),
-                                                 r["Name"][:110]))
+tag=$model-L$layers-b$b-ckpt$ck
+run() { # the trainer, 2 steps, under "$@"
+    "$@" build/bin/bmlaunch --metrics-port 0 --device cuda -g 1 -n 1 -- build/bin/gpt2 \
+        --model "$model" --layers "$layers" -b "$b" -t 1024 --steps 2 --data $DATA --ckpt "$ck" \
+        --lr 3e-4 --warmup 0
+}
+run "$NCU" --target-processes all --metrics gpu__time_duration.sum --csv --print-units base \
+    > "$OUT/profile-$tag.csv" 2>"$OUT/profile-$tag.err" || { tail -5 "$OUT/profile-$tag.err"; exit 1; }
+python3 - "$OUT/profile-$tag.csv" <<'PY' | tee "$OUT/profile-$tag.txt"
+import csv, io, sys, collections
+text = open(sys.argv[1]).read()
+start = text.find('"ID"')
+rows = [r for r in csv.DictReader(io.StringIO(text[start:])) if r.get("Metric Name") == "gpu__time_duration.sum"]
+# the last step: from the last launch of the encoder (block 0's forward) on
+starts = [i for i, r in enumerate(rows) if "encoder_fwd" in r["Kernel Name"]]
+if len(starts) < 2:
+    sys.exit("profile.sh: want 2 steps' encoder_fwd launches, found %d" % len(starts))
+half = starts[-1]
+by = collections.defaultdict(lambda: [0.0, 0])
+for r in rows[half:]:
+    name = r["Kernel Name"]
+    by[name][0] += float(r["Metric Value"].replace(",", "")) / 1e6  # ncu writes 79,008
+    by[name][1] += 1
+tot = sum(v[0] for v in by.values())
+print("the second step: %d kernels, %.2f ms of GPU time (serialized)" % (len(rows) - half, tot))
+for name, (ms, n) in sorted(by.items(), key=lambda kv: -kv[1][0])[:40]:
+    print("%8.3f ms %5.1f%% %5d x  %s" % (ms, 100 * ms / tot, n, name[:120]))
 PY
