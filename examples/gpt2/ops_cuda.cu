@@ -752,6 +752,21 @@ __device__ __forceinline__ void mfa_store(bf16 *dst, const float acc[D / 8][4], 
     }
 }
 
+/* The causal mask on a warp's 16 x 64 score fragments (rows row0 and row0 + 8,
+ * column c of fragment (nt, e) is col0 + nt * 8 + (e & 1)): -inf where the
+ * column is after the row or the row is past T. */
+__device__ __forceinline__ void mfa_mask(float s[8][4], int col0, int row0, int T)
+{
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int col = col0 + nt * 8 + (e & 1), row = e < 2 ? row0 : row0 + 8;
+            if (!(col <= row && row < T))
+                s[nt][e] = -INFINITY;
+        }
+}
+
 /* Starts the copies of the K/V tile from row r0 into the stage at KV (K, then
  * V FA_ROWS (D + 8) elements after it). */
 template <int D, int NT>
@@ -928,18 +943,23 @@ __global__ void __launch_bounds__(W * 32, 3)
         }
         /* skipped when every key of the warp is after every query of the tile */
         if (c0 + wr < T && c0 + wr <= r0 + FA_ROWS - 1) {
-            const bool full = c0 + wr + 15 <= r0 && r0 + FA_ROWS - 1 < T;
             float s[8][4], dp[8][4];
-            mfa_abt<D>(s, kf, Qs, lane); /* S^T: keys x queries */
+            mfa_abt<D>(s, kf, Qs, lane);                       /* S^T: keys x queries */
+            if (!(c0 + wr + 15 <= r0 && r0 + FA_ROWS - 1 < T)) /* masked: P = ex2(-inf) = 0 */
+#pragma unroll
+                for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int query = r0 + nt * 8 + 2 * t + (e & 1);
+                        if (!(query < T && (e < 2 ? key0 : key1) <= query))
+                            s[nt][e] = -INFINITY;
+                    }
 #pragma unroll
             for (int nt = 0; nt < 8; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    const int qc = nt * 8 + 2 * t + (e & 1), query = r0 + qc;
-                    const int key = e < 2 ? key0 : key1;
-                    s[nt][e] = (full || (query < T && key <= query))
-                                   ? bf16r(exp2f(s[nt][e] * sl2 - lse2[qc] * LOG2E_F))
-                                   : 0.f;
+                    const int qc = nt * 8 + 2 * t + (e & 1);
+                    s[nt][e] = bf16r(exp2f(fmaf(s[nt][e], sl2, -lse2[qc] * LOG2E_F)));
                 }
             mfa_pv<D>(dvacc, s, dOs, lane); /* dV += P^T dO */
             mfa_abt<D>(dp, vf, dOs, lane);  /* dP^T = V dO^T */
@@ -1000,20 +1020,21 @@ __global__ void __launch_bounds__(W * 32, 2)
         if (j < jmax) /* the next tile into the other stage */
             mfa_kv_load<D, NT>(KV + ((j + 1) & 1) * 2 * TILE, k, v, c0 + FA_ROWS, T, LDI);
         if (r0 + wr + 15 >= c0 && r0 + wr < T) {
-            const bool full = c0 + FA_ROWS - 1 <= r0 + wr && r0 + wr + 15 < T;
             float s[8][4], dp[8][4];
             mfa_abt<D>(s, qf, Ks, lane);
+            if (!(c0 + FA_ROWS - 1 <= r0 + wr && r0 + wr + 15 < T))
+                mfa_mask(s, c0 + 2 * t, row0, T); /* masked: p = ex2(-inf) = 0 */
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    s[nt][e] = bf16r(exp2f(fmaf(s[nt][e], sl2, e < 2 ? -ls0 : -ls1)));
             mfa_abt<D>(dp, df, Vs, lane); /* dP = dO V^T */
 #pragma unroll
             for (int nt = 0; nt < 8; nt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int key = c0 + nt * 8 + 2 * t + (e & 1), row = e < 2 ? row0 : row1;
-                    const float p = (full || (key <= row && row < T))
-                                        ? bf16r(exp2f(s[nt][e] * sl2 - (e < 2 ? ls0 : ls1)))
-                                        : 0.f;
-                    s[nt][e] = p * (dp[nt][e] - (e < 2 ? D0 : D1));
-                }
+                for (int e = 0; e < 4; e++)
+                    s[nt][e] *= dp[nt][e] - (e < 2 ? D0 : D1);
             mfa_pv<D>(dqacc, s, Ks, lane); /* dQ += dS K */
         }
         cp_wait_all();
