@@ -34,13 +34,7 @@ RUNS=${RUNS:-"d12:16:1x2:0 d12:16:1x2:1 d48:8:1x2:1 d48:8:1x2:0"}
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
     bench/gpu/build.sh || exit 1
 fi
-DATA=/tmp/bench-tokens.bin
-[ -f $DATA ] || python3 -c "
-import numpy as np
-n = 1 << 23
-h = np.zeros(256, np.int32); h[0], h[1], h[2] = 20240520, 1, n
-t = np.random.default_rng(0).integers(0, 50257, n).astype(np.uint16)
-open('$DATA', 'wb').write(h.tobytes() + t.tobytes())"
+. "$(dirname "$0")/tokens.sh" # DATA
 
 CEIL=$(build/tests/gpu/gpt2_ops_check --ceiling 2>&1 | sed -n 's/^ceiling_tflops //p')
 echo "bf16 matmul ceiling: ${CEIL:-?} TFLOP/s"

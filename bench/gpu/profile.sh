@@ -21,13 +21,7 @@ if [ -z "$NCU" ]; then
     echo "profile.sh: no ncu on this machine (PATH, /usr/local/cuda/bin)" >&2
     exit 3
 fi
-DATA=/tmp/bench-tokens.bin
-[ -f $DATA ] || python3 -c "
-import numpy as np
-n = 1 << 23
-h = np.zeros(256, np.int32); h[0], h[1], h[2] = 20240520, 1, n
-t = np.random.default_rng(0).integers(0, 50257, n).astype(np.uint16)
-open('$DATA', 'wb').write(h.tobytes() + t.tobytes())"
+. "$(dirname "$0")/tokens.sh" # DATA
 tag=$model-L$layers-b$b-ckpt$ck
 run() { # the trainer, 2 steps, under "$@"
     "$@" build/bin/bmlaunch --metrics-port 0 --device cuda -g 1 -n 1 -- build/bin/gpt2 \
