@@ -184,7 +184,9 @@ typedef struct bmt_blocklist_config {
                              * staging buffer of the largest flat buffer, counted
                              * as BMT_MEM_GRAD_FULL). Full gradients (what
                              * callbacks add into) and gradient shards are always
-                             * f32. */
+                             * f32. A group of one rank has no reduce-scatter:
+                             * its callbacks add into the f32 shards, and this
+                             * setting changes nothing there. */
     int prefetch;           /* 1 (default): gather block i+1 during block i; 0: no overlap */
 } bmt_blocklist_config_t;
 
