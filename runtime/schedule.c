@@ -176,7 +176,7 @@ int bmt_blocklist_append(bmt_blocklist_t *l, bmt_block_t *b, const bmt_block_ops
                          ctx->rank, b->name);
     if (grow(l, err) < 0)
         return -1;
-    size_t tmp = 0;
+    size_t tmp = 0; /* the reduce-scatter's output; a group of one has none */
     for (int g = 0; g < b->ngroups && !direct_grads(l); g++)
         if (dsize(l->cfg.grad_dtype, b->groups[g].shard) > tmp)
             tmp = dsize(l->cfg.grad_dtype, b->groups[g].shard);
@@ -624,15 +624,13 @@ int bmt_blocklist_backward(bmt_blocklist_t *l, bool last, bmt_error_t *err)
         /* A tied block is reduced at each use; its shard crosses the groups
          * after its last reduction, at its first use. */
         const bool cross = last && i == b->index;
-        if (b->nparams > 0 && direct) {
+        if (b->nparams > 0) {
             block_bind_grads(b, NULL, gt);
-            b->grad_fresh = false;
-            if (cross && cross_groups(l, b, compute, err) < 0)
-                return broken(l, err);
-        } else if (b->nparams > 0) {
-            block_bind_grads(b, NULL, gt);
-            if (device_event_record(ctx, g->ready, compute, err) < 0 ||
-                reduce(l, b, g, cross, err) < 0)
+            if (direct) { /* the shard is written: only the groups are left */
+                if (cross && cross_groups(l, b, compute, err) < 0)
+                    return broken(l, err);
+            } else if (device_event_record(ctx, g->ready, compute, err) < 0 ||
+                       reduce(l, b, g, cross, err) < 0)
                 return broken(l, err);
         }
         if (!l->cfg.prefetch && i > 0 && gather(l, i - 1, err) < 0)

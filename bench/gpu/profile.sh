@@ -13,14 +13,19 @@
 # build (bench/gpu/build.sh). Reports: $OUT/profile-*.txt (and ncu's csv).
 set -u
 OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0
 IFS=: read -r model b ck layers <<<"${PROF:-d48:8:1:4}"
+case "$model:$b:$ck:$layers" in
+    ?*:[1-9]*:[01]:[1-9]*) ;;
+    *) echo "profile.sh: PROF=MODEL:MICRO-BATCH:CKPT:LAYERS, e.g. PROF=d48:8:1:4 (got '${PROF:-}')" >&2; exit 2 ;;
+esac
+case "$b$layers" in *[!0-9]*) echo "profile.sh: the micro-batch and layers of PROF are whole numbers, e.g. PROF=d48:8:1:4" >&2; exit 2 ;; esac
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 if [ -z "$NCU" ]; then
     echo "profile.sh: no ncu on this machine (PATH, /usr/local/cuda/bin)" >&2
     exit 3
 fi
+mkdir -p "$OUT"
 . "$(dirname "$0")/tokens.sh" # DATA
 tag=$model-L$layers-b$b-ckpt$ck
 run() { # the trainer, 2 steps, under "$@"
