@@ -14,7 +14,11 @@
 #   SKIP_BUILD=1             reuse build/ (a warm machine)
 #   PEER_RUNS=1              runs of the peer per row; the row keeps its fastest
 #                            (FSDP2's step time moves by up to 50% between runs on
-#                            this machine kind: the best of several is in its favour)
+#                            this machine kind: the best of several is in its favour).
+#                            Rows that differ only in our extra options share the
+#                            peer's runs (made for the first of them), so
+#                            "d48:8:1x2:1 d48:8:1x2:1:--gemm-tune,8" compares both
+#                            with the same FSDP2 figures
 #   carry: .device-deps (Debian libjansson-dev, see docs/building.md)
 # Peak memory: ours is libbmt's own accounting (bmt_alloc: parameters, gathered
 # blocks, gradients, optimizer, activations, workspace); the peer's is
@@ -39,6 +43,7 @@ fi
 CEIL=$(build/tests/gpu/gpt2_ops_check --ceiling 2>&1 | sed -n 's/^ceiling_tflops //p')
 echo "bf16 matmul ceiling: ${CEIL:-?} TFLOP/s"
 rows=()
+declare -A peers # model:b:layout:ck -> the peer's fastest "ms tok/s GiB" in this call
 for run in $RUNS; do
     IFS=: read -r model b layout ck extra <<<"$run"
     extra=${extra//,/ }
@@ -75,9 +80,13 @@ print("%.1f %.0f %.1f %s %.2f %s" % (s, b * t * w / (s / 1e3), statistics.median
                                      "%.1f%%" % (100 * max(wait)) if wait else "-"))
 PY
 )
-    # the peer, PEER_RUNS times; its fastest run is kept
-    peer=
-    for ((pr = 1; pr <= PEER_RUNS; pr++)); do
+    # the peer, PEER_RUNS times; its fastest run is kept (once per configuration)
+    key=$model:$b:$layout:$ck
+    peer=${peers[$key]:-}
+    [ -n "$peer" ] && echo "  fsdp2: the runs of $key above"
+    runs=$PEER_RUNS
+    [ -n "$peer" ] && runs=0
+    for ((pr = 1; pr <= runs; pr++)); do
         timeout 400 python3 -m torch.distributed.run --standalone --nproc_per_node $w bench/gpu/fsdp2_gpt2.py \
             --model $model -b $b -t $T --steps $STEPS --groups $g $([ "$ck" = 1 ] && echo --ckpt) \
             >"$OUT/fsdp2-$tag-$pr.log" 2>&1
@@ -87,6 +96,7 @@ PY
             peer=$p
         fi
     done
+    peers[$key]=${peer:-}
     read -r oms otok omfu omfuc omem owait <<<"$ours"
     read -r pms ptok pmem <<<"${peer:-- - -}"
     ratio=$(awk -v a="$otok" -v b="$ptok" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.2f", a / b; else print "-" }')

@@ -484,6 +484,16 @@ int gpt2_model_keep_logits(gpt2_model_t *m, bmt_error_t *err)
     return m->cu ? gpt2_cu_keep_logits(m->cu, err) : 0;
 }
 
+int gpt2_model_gemm_tune(gpt2_model_t *m, int candidates, bmt_error_t *err)
+{
+    if (candidates < 0 || candidates > 32) {
+        snprintf(err->text, sizeof(err->text),
+                 "gpt2: %d product candidates to time: give 0 (no timing) to 32", candidates);
+        return -1;
+    }
+    return m->cu ? gpt2_cu_gemm_tune(m->cu, candidates, err) : 0;
+}
+
 const float *gpt2_model_logits(const gpt2_model_t *m)
 {
     if (m->cu) {

@@ -85,6 +85,11 @@ float gpt2_model_loss(const gpt2_model_t *m);
 const float *gpt2_model_logits(const gpt2_model_t *m);
 int gpt2_model_keep_logits(gpt2_model_t *m, bmt_error_t *err);
 
+/* cuda: the products time `candidates` cuBLASLt algorithms per shape at first
+ * use and keep the fastest (gpt2_cuda_gemm_tune; 0 or 1: the heuristic's
+ * first). No effect on cpu. -1 and err outside [0, 32]. */
+int gpt2_model_gemm_tune(gpt2_model_t *m, int candidates, bmt_error_t *err);
+
 /* The sizes of the GPT-2 in a safetensors file, index or directory (HF names,
  * with or without the "transformer." prefix), found by block discovery: L from
  * the layers, V and C from wte, maxT from wpe; the heads from n_head, or C / 64

@@ -403,6 +403,15 @@ const float *gpt2_cu_logits(gpt2_cu_t *cu, bmt_error_t *err)
                : cu->logits_host;
 }
 
+int gpt2_cu_gemm_tune(gpt2_cu_t *cu, int candidates, bmt_error_t *err)
+{
+    if (gpt2_cuda_gemm_tune(cu->h, candidates) == 0)
+        return 0;
+    snprintf(err->text, sizeof(err->text), "gpt2: %d product candidates to time: give 0 to %d",
+             candidates, GPT2_GEMM_TUNE_MAX);
+    return -1;
+}
+
 #else /* no CUDA */
 
 static int no_cuda(bmt_error_t *err)
@@ -450,5 +459,10 @@ const float *gpt2_cu_logits(gpt2_cu_t *cu, bmt_error_t *err)
     (void)cu;
     no_cuda(err);
     return NULL;
+}
+int gpt2_cu_gemm_tune(gpt2_cu_t *cu, int candidates, bmt_error_t *err)
+{
+    (void)cu, (void)candidates;
+    return no_cuda(err);
 }
 #endif

@@ -42,4 +42,7 @@ int gpt2_cu_loss(gpt2_cu_t *cu, float *loss, bmt_error_t *err);
 int gpt2_cu_keep_logits(gpt2_cu_t *cu, bmt_error_t *err);
 const float *gpt2_cu_logits(gpt2_cu_t *cu, bmt_error_t *err);
 
+/* gpt2_cuda_gemm_tune on the handle; -1 and err when it refuses. */
+int gpt2_cu_gemm_tune(gpt2_cu_t *cu, int candidates, bmt_error_t *err);
+
 #endif

@@ -24,6 +24,24 @@ typedef __nv_bfloat16 bf16;
 
 #define LT_WORKSPACE (32u << 20) /* cuBLASLt's workspace: what Hopper's kernels ask for */
 #define COL_CHUNKS 64            /* row chunks of a column sum */
+#define GPT2_MM_PLANS 256        /* products' plans kept; more are made per call */
+
+/* A product's cuBLASLt plan: its descriptors and algorithm, made on the
+ * first call of its shape and kept (a heuristic query costs tens of
+ * microseconds of CPU, as much as a d12 layer's small products take on the
+ * GPU). Keyed by everything the descriptors or the choice depend on; the
+ * pointers (bias, aux) are set on each call. found 0: no cuBLASLt algorithm,
+ * the cuBLAS fallback below. */
+struct mm_plan {
+    int m, n, k, lda, ldb, ldd, epi;
+    bool ta, tb, bias, beta0;
+    cudaDataType_t dtD;
+    unsigned align; /* the pointers' common alignment, capped at 256 */
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ldl;
+    cublasLtMatmulAlgo_t algo;
+    int found;
+};
 
 struct gpt2_cuda {
     cudaStream_t stream;
@@ -33,6 +51,9 @@ struct gpt2_cuda {
     float *partial; /* COL_CHUNKS x 2 x max_cols f32 */
     int max_cols;
     int attn_mode; /* gpt2_cuda_attention_mode: 0 flash where it applies, 1 materialized */
+    int gemm_tune; /* gpt2_cuda_gemm_tune: candidates timed per product shape, 0/1 none */
+    int nplans;
+    mm_plan *plans; /* GPT2_MM_PLANS of them */
 };
 
 namespace
@@ -278,6 +299,150 @@ enum {
  * (bwd) D *= GELU'(aux). */
 __global__ void gelu_cols(bf16 *D, const bf16 *aux, int ldd, int m, int n, bool bwd);
 
+void plan_release(mm_plan *p)
+{
+    if (p->ldl)
+        cublasLtMatrixLayoutDestroy(p->ldl);
+    if (p->lb)
+        cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->la)
+        cublasLtMatrixLayoutDestroy(p->la);
+    if (p->desc)
+        cublasLtMatmulDescDestroy(p->desc);
+    p->ldl = p->lb = p->la = NULL;
+    p->desc = NULL;
+}
+
+unsigned ptr_align(const void *p)
+{
+    const uintptr_t a = (uintptr_t)p;
+    return a == 0 ? 256u : (unsigned)(a & (~a + 1)) < 256u ? (unsigned)(a & (~a + 1)) : 256u;
+}
+
+/* Times each candidate algorithm (one warm-up, then the median of three runs)
+ * on scratch outputs, so that a product that accumulates (beta 1) is not
+ * disturbed, and keeps the fastest in p->algo. Any failure keeps the
+ * heuristic's first. */
+void plan_tune(gpt2_cuda_t *h, mm_plan *p, const cublasLtMatmulHeuristicResult_t *cand, int nc,
+               const void *A, const void *B, const void *bias, float beta, void *aux)
+{
+    const size_t ds = p->dtD == CUDA_R_32F ? 4 : 2, bytes = (size_t)p->ldd * p->n * ds;
+    void *tD = NULL, *tX = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    const float one = 1.0f;
+    float best = INFINITY;
+    if (cudaMallocAsync(&tD, bytes, h->stream) != cudaSuccess ||
+        (p->epi == EPI_GELU && cudaMallocAsync(&tX, (size_t)p->ldd * p->n * 2, h->stream) != cudaSuccess) ||
+        cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess)
+        goto out;
+    if (p->epi == EPI_GELU) {
+        void *x = tX;
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &x,
+                                       sizeof(x));
+    }
+    cudaMemsetAsync(tD, 0, bytes, h->stream);
+    for (int c = 0; c < nc; c++) {
+        float ms[3];
+        bool ok = true;
+        for (int r = 0; r < 4 && ok; r++) {
+            if (r > 0)
+                cudaEventRecord(e0, h->stream);
+            ok = cublasLtMatmul(h->lt, p->desc, &one, A, p->la, B, p->lb, &beta, tD, p->ldl, tD,
+                                p->ldl, &cand[c].algo, h->lt_ws, LT_WORKSPACE,
+                                h->stream) == CUBLAS_STATUS_SUCCESS;
+            if (ok && r > 0) {
+                cudaEventRecord(e1, h->stream);
+                ok = cudaEventSynchronize(e1) == cudaSuccess &&
+                     cudaEventElapsedTime(&ms[r - 1], e0, e1) == cudaSuccess;
+            }
+        }
+        if (!ok)
+            continue;
+        const float lo = fminf(ms[0], fminf(ms[1], ms[2])), hi = fmaxf(ms[0], fmaxf(ms[1], ms[2]));
+        const float med = ms[0] + ms[1] + ms[2] - lo - hi;
+        if (med < best) {
+            best = med;
+            p->algo = cand[c].algo;
+        }
+    }
+out:
+    if (p->epi == EPI_GELU)
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                       sizeof(aux));
+    (void)bias;
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    if (tD)
+        cudaFreeAsync(tD, h->stream);
+    if (tX)
+        cudaFreeAsync(tX, h->stream);
+    cudaGetLastError(); /* a candidate's failure is not the product's */
+}
+
+/* Makes the plan of a product (descriptors, heuristic, tuning); 0 or a
+ * cuBLAS status. */
+cublasStatus_t plan_make(gpt2_cuda_t *h, mm_plan *p, const void *A, const void *B,
+                         const void *bias, float beta, void *aux)
+{
+    const cublasOperation_t opa = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            opb = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const size_t ws = LT_WORKSPACE;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t heur[GPT2_GEMM_TUNE_MAX];
+    const int want = h->gemm_tune > 1 ? h->gemm_tune : 1;
+    cublasStatus_t s = cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa));
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb));
+    const cublasLtEpilogue_t e =
+        p->epi == EPI_GELU    ? (p->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+        : p->epi == EPI_DGELU ? CUBLASLT_EPILOGUE_DGELU
+        : p->bias             ? CUBLASLT_EPILOGUE_BIAS
+                              : CUBLASLT_EPILOGUE_DEFAULT;
+    if (s == CUBLAS_STATUS_SUCCESS && e != CUBLASLT_EPILOGUE_DEFAULT)
+        s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e));
+    if (s == CUBLAS_STATUS_SUCCESS && p->bias && p->epi != EPI_DGELU)
+        s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                           sizeof(bias));
+    if (s == CUBLAS_STATUS_SUCCESS && p->epi != EPI_NONE) {
+        const int64_t ld = p->ldd;
+        s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                           sizeof(aux));
+        if (s == CUBLAS_STATUS_SUCCESS)
+            s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
+                                               sizeof(ld));
+    }
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, p->ta ? p->k : p->m,
+                                       p->ta ? p->m : p->k, p->lda);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, p->tb ? p->n : p->k,
+                                       p->tb ? p->k : p->n, p->ldb);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatrixLayoutCreate(&p->ldl, p->dtD, p->m, p->n, p->ldd);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceCreate(&pref);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &ws, sizeof(ws));
+    p->found = 0;
+    if (s == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulAlgoGetHeuristic(h->lt, p->desc, p->la, p->lb, p->ldl, p->ldl, pref, want,
+                                       heur, &p->found) != CUBLAS_STATUS_SUCCESS)
+        p->found = 0;
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    if (s == CUBLAS_STATUS_SUCCESS && p->found > 0) {
+        p->algo = heur[0].algo;
+        if (p->found > 1)
+            plan_tune(h, p, heur, p->found, A, B, bias, beta, aux);
+    }
+    return s;
+}
+
 /* D (m,n) col-major, ldd, of type dtD = op(A) (m,k) x op(B) (k,n) [+ beta D]
  * [+ bias (m) bf16 broadcast over columns], then the GELU epilogue `epi` with
  * aux; A and B bf16; f32 compute. */
@@ -286,65 +451,46 @@ int matmul_one(gpt2_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void 
                float beta, int epi, void *aux, bmt_error_t *err)
 {
     const float one = 1.0f;
-    cublasLtMatmulDesc_t desc = NULL;
-    cublasLtMatrixLayout_t la = NULL, lb = NULL, ldl = NULL;
-    cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t heur;
-    int found = 0;
-    const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                            opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const size_t ws = LT_WORKSPACE;
-    cublasStatus_t s = cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa));
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb));
-    const cublasLtEpilogue_t e =
-        epi == EPI_GELU    ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
-        : epi == EPI_DGELU ? CUBLASLT_EPILOGUE_DGELU
-        : bias             ? CUBLASLT_EPILOGUE_BIAS
-                           : CUBLASLT_EPILOGUE_DEFAULT;
-    if (s == CUBLAS_STATUS_SUCCESS && e != CUBLASLT_EPILOGUE_DEFAULT)
-        s = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e));
-    if (s == CUBLAS_STATUS_SUCCESS && bias && epi != EPI_DGELU)
-        s = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                           sizeof(bias));
-    if (s == CUBLAS_STATUS_SUCCESS && epi != EPI_NONE) {
-        const int64_t ld = ldd;
-        s = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
-                                           sizeof(aux));
-        if (s == CUBLAS_STATUS_SUCCESS)
-            s = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
-                                               sizeof(ld));
+    const unsigned align = ptr_align(A) < ptr_align(B) ? ptr_align(A) : ptr_align(B);
+    const unsigned al = align < ptr_align(D) ? align : ptr_align(D);
+    mm_plan key = {};
+    key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldd = ldd, key.epi = epi;
+    key.ta = ta, key.tb = tb, key.bias = bias != NULL, key.beta0 = beta == 0.0f, key.dtD = dtD;
+    key.align = al;
+    mm_plan *p = NULL;
+    for (int i = 0; i < h->nplans && p == NULL; i++) {
+        mm_plan *q = &h->plans[i];
+        if (q->m == m && q->n == n && q->k == k && q->lda == lda && q->ldb == ldb &&
+            q->ldd == ldd && q->epi == epi && q->ta == ta && q->tb == tb && q->bias == key.bias &&
+            q->beta0 == key.beta0 && q->dtD == dtD && q->align == al)
+            p = q;
     }
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta ? k : m, ta ? m : k, lda);
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb ? n : k, tb ? k : n, ldb);
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatrixLayoutCreate(&ldl, dtD, m, n, ldd);
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulPreferenceCreate(&pref);
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                 &ws, sizeof(ws));
-    if (s == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulAlgoGetHeuristic(h->lt, desc, la, lb, ldl, ldl, pref, 1, &heur, &found) !=
-            CUBLAS_STATUS_SUCCESS)
-        found = 0;
+    cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+    const bool cached = p != NULL || h->nplans < GPT2_MM_PLANS;
+    if (p == NULL) {
+        p = cached ? &h->plans[h->nplans] : &key;
+        *p = key;
+        s = plan_make(h, p, A, B, bias, beta, aux);
+        if (s != CUBLAS_STATUS_SUCCESS) {
+            plan_release(p);
+            return blas_ok(s, err, "cublasLt plan");
+        }
+        if (cached)
+            h->nplans++;
+    } else {
+        if (bias && epi != EPI_DGELU)
+            s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                               sizeof(bias));
+        if (s == CUBLAS_STATUS_SUCCESS && epi != EPI_NONE)
+            s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                               &aux, sizeof(aux));
+    }
+    const int found = p->found;
     if (s == CUBLAS_STATUS_SUCCESS && found > 0)
-        s = cublasLtMatmul(h->lt, desc, &one, A, la, B, lb, &beta, D, ldl, D, ldl, &heur.algo,
-                           h->lt_ws, ws, h->stream);
-    if (pref)
-        cublasLtMatmulPreferenceDestroy(pref);
-    if (ldl)
-        cublasLtMatrixLayoutDestroy(ldl);
-    if (lb)
-        cublasLtMatrixLayoutDestroy(lb);
-    if (la)
-        cublasLtMatrixLayoutDestroy(la);
-    if (desc)
-        cublasLtMatmulDescDestroy(desc);
+        s = cublasLtMatmul(h->lt, p->desc, &one, A, p->la, B, p->lb, &beta, D, p->ldl, D, p->ldl,
+                           &p->algo, h->lt_ws, LT_WORKSPACE, h->stream);
+    if (!cached)
+        plan_release(p);
     if (s != CUBLAS_STATUS_SUCCESS)
         return blas_ok(s, err, "cublasLtMatmul");
     if (found > 0)
@@ -356,6 +502,8 @@ int matmul_one(gpt2_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void 
         cudaMemcpy2DAsync(aux, (size_t)ldd * 2, D, (size_t)ldd * 2, (size_t)m * 2, n,
                           cudaMemcpyDeviceToDevice, h->stream) != cudaSuccess)
         return launched(err, "gelu epilogue (copy)");
+    const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     if (blas_ok(cublasGemmEx(h->blas, opa, opb, m, n, k, &one, A, CUDA_R_16BF, lda, B, CUDA_R_16BF,
                              ldb, &beta, P, dtD, ldd, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                 err, "cublasGemmEx") < 0)
@@ -586,12 +734,17 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi)
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
-__device__ __forceinline__ uint32_t lds32(const bf16 *p)
-{
-    return *reinterpret_cast<const uint32_t *>(p);
-}
-
 __device__ __forceinline__ float bf16r(float x) { return __bfloat162float(__float2bfloat16(x)); }
+
+/* 2^x as one MUFU.EX2: results below 2^-126 flush to zero, which a softmax
+ * weight (at most 1, summed with others of at most 1) cannot notice; exp2f
+ * spends three more instructions per call keeping them. ex2(-inf) = 0. */
+__device__ __forceinline__ float ex2f(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
 
 /* cp.async: 16 (or 4) bytes from global memory straight into shared memory,
  * without passing through registers; with valid false the bytes are zeros
@@ -660,20 +813,17 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const bf16 *p)
                  : "r"(a));
 }
 
-/* A fragments of the warp's 16 rows (from row wr) of a row-major tile, ld LDH */
+/* A fragments of the warp's 16 rows (from row wr) of a row-major tile, ld
+ * LDH: per 16 columns one ldmatrix.x4 (matrices: rows 0-7 and 8-15 of
+ * columns 0-7, then of columns 8-15, which is the a0..a3 order of mma). */
 template <int D>
-__device__ __forceinline__ void mfa_frag_a(uint32_t f[D / 16][4], const bf16 *tile, int wr, int g,
-                                           int t)
+__device__ __forceinline__ void mfa_frag_a(uint32_t f[D / 16][4], const bf16 *tile, int wr,
+                                           int lane)
 {
     constexpr int LDH = D + 8;
 #pragma unroll
-    for (int kc = 0; kc < D / 16; kc++) {
-        const bf16 *p = tile + (wr + g) * LDH + kc * 16 + 2 * t;
-        f[kc][0] = lds32(p);
-        f[kc][1] = lds32(p + 8 * LDH);
-        f[kc][2] = lds32(p + 8);
-        f[kc][3] = lds32(p + 8 * LDH + 8);
-    }
+    for (int kc = 0; kc < D / 16; kc++)
+        ldsm_x4(f[kc], tile + (wr + (lane & 15)) * LDH + kc * 16 + (lane >> 4) * 8);
 }
 
 /* s (16 x 64) = A (fragments, 16 x D) x B^T with B a row-major (64 x D) tile,
@@ -806,7 +956,7 @@ __global__ void __launch_bounds__(W * 32, 2)
     cp_wait_all();
     __syncthreads();
     uint32_t qf[D / 16][4];
-    mfa_frag_a<D>(qf, Qs, wr, g, t);
+    mfa_frag_a<D>(qf, Qs, wr, lane);
     float o[D / 8][4];
 #pragma unroll
     for (int dn = 0; dn < D / 8; dn++)
@@ -821,46 +971,39 @@ __global__ void __launch_bounds__(W * 32, 2)
         if (r0 + wr + 15 >= c0 && r0 + wr < T) {
             float s[8][4];
             mfa_abt<D>(s, qf, Ks, lane);
-            const bool full = c0 + FA_ROWS - 1 <= r0 + wr && r0 + wr + 15 < T;
-            float mx0 = -INFINITY, mx1 = -INFINITY;
+            if (!(c0 + FA_ROWS - 1 <= r0 + wr && r0 + wr + 15 < T))
+                mfa_mask(s, c0 + 2 * t, row0, T); /* masked: p = ex2(-inf) = 0 */
+            /* running maxima of the raw scores (scale > 0 keeps the order) */
+            float mx0 = m0, mx1 = m1;
 #pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int key = c0 + nt * 8 + 2 * t + (e & 1), row = e < 2 ? row0 : row1;
-                    const float x = (full || (key <= row && row < T)) ? s[nt][e] * sl2 : -INFINITY;
-                    s[nt][e] = x;
-                    if (e < 2)
-                        mx0 = fmaxf(mx0, x);
-                    else
-                        mx1 = fmaxf(mx1, x);
-                }
+            for (int nt = 0; nt < 8; nt++) {
+                mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
+                mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
+            }
             mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
             mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
             mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
             mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-            const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-            const float a0 = n0 == -INFINITY ? 1.f : exp2f(m0 - n0);
-            const float a1 = n1 == -INFINITY ? 1.f : exp2f(m1 - n1);
+            /* a row with no key yet keeps offset 0: its p = ex2(-inf) = 0 */
+            const float f0 = mx0 == -INFINITY ? 0.f : -mx0 * sl2;
+            const float f1 = mx1 == -INFINITY ? 0.f : -mx1 * sl2;
+            const float a0 = ex2f(fmaf(m0, sl2, f0)), a1 = ex2f(fmaf(m1, sl2, f1));
             float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const float nn = e < 2 ? n0 : n1;
-                    const float p = nn == -INFINITY ? 0.f : exp2f(s[nt][e] - nn);
-                    s[nt][e] = p;
-                    if (e < 2)
-                        sum0 += p;
-                    else
-                        sum1 += p;
-                }
+            for (int nt = 0; nt < 8; nt++) {
+                s[nt][0] = ex2f(fmaf(s[nt][0], sl2, f0));
+                s[nt][1] = ex2f(fmaf(s[nt][1], sl2, f0));
+                s[nt][2] = ex2f(fmaf(s[nt][2], sl2, f1));
+                s[nt][3] = ex2f(fmaf(s[nt][3], sl2, f1));
+                sum0 += s[nt][0] + s[nt][1];
+                sum1 += s[nt][2] + s[nt][3];
+            }
             sum0 += __shfl_xor_sync(0xffffffffu, sum0, 1);
             sum0 += __shfl_xor_sync(0xffffffffu, sum0, 2);
             sum1 += __shfl_xor_sync(0xffffffffu, sum1, 1);
             sum1 += __shfl_xor_sync(0xffffffffu, sum1, 2);
             l0 = l0 * a0 + sum0, l1 = l1 * a1 + sum1;
-            m0 = n0, m1 = n1;
+            m0 = mx0, m1 = mx1;
 #pragma unroll
             for (int dn = 0; dn < D / 8; dn++) {
                 o[dn][0] *= a0, o[dn][1] *= a0;
@@ -875,9 +1018,9 @@ __global__ void __launch_bounds__(W * 32, 2)
     mfa_store<D>(out + (size_t)(bh / NH) * T * C + (bh % NH) * D, o, row0, i0, i1, T, t, C);
     if (t == 0) {
         if (row0 < T)
-            lse[(size_t)bh * T + row0] = (m0 + log2f(l0)) * LN2_F;
+            lse[(size_t)bh * T + row0] = (m0 * sl2 + log2f(l0)) * LN2_F;
         if (row1 < T)
-            lse[(size_t)bh * T + row1] = (m1 + log2f(l1)) * LN2_F;
+            lse[(size_t)bh * T + row1] = (m1 * sl2 + log2f(l1)) * LN2_F;
     }
 }
 
@@ -924,8 +1067,8 @@ __global__ void __launch_bounds__(W * 32, 3)
     cp_wait_all();
     __syncthreads();
     uint32_t kf[D / 16][4], vf[D / 16][4];
-    mfa_frag_a<D>(kf, Kr, wr, g, t);
-    mfa_frag_a<D>(vf, Vr, wr, g, t);
+    mfa_frag_a<D>(kf, Kr, wr, lane);
+    mfa_frag_a<D>(vf, Vr, wr, lane);
     float dkacc[D / 8][4], dvacc[D / 8][4];
 #pragma unroll
     for (int dn = 0; dn < D / 8; dn++)
@@ -959,7 +1102,7 @@ __global__ void __launch_bounds__(W * 32, 3)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int qc = nt * 8 + 2 * t + (e & 1);
-                    s[nt][e] = bf16r(exp2f(fmaf(s[nt][e], sl2, -lse2[qc] * LOG2E_F)));
+                    s[nt][e] = bf16r(ex2f(fmaf(s[nt][e], sl2, -lse2[qc] * LOG2E_F)));
                 }
             mfa_pv<D>(dvacc, s, dOs, lane); /* dV += P^T dO */
             mfa_abt<D>(dp, vf, dOs, lane);  /* dP^T = V dO^T */
@@ -1004,8 +1147,8 @@ __global__ void __launch_bounds__(W * 32, 2)
     cp_wait_all();
     __syncthreads();
     uint32_t qf[D / 16][4], df[D / 16][4];
-    mfa_frag_a<D>(qf, Qr, wr, g, t);
-    mfa_frag_a<D>(df, Dr, wr, g, t);
+    mfa_frag_a<D>(qf, Qr, wr, lane);
+    mfa_frag_a<D>(df, Dr, wr, lane);
     const float ls0 = row0 < T ? lse[(size_t)bh * T + row0] * LOG2E_F : 0.f;
     const float ls1 = row1 < T ? lse[(size_t)bh * T + row1] * LOG2E_F : 0.f;
     const float D0 = row0 < T ? Dd[(size_t)bh * T + row0] : 0.f;
@@ -1028,7 +1171,7 @@ __global__ void __launch_bounds__(W * 32, 2)
             for (int nt = 0; nt < 8; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++)
-                    s[nt][e] = bf16r(exp2f(fmaf(s[nt][e], sl2, e < 2 ? -ls0 : -ls1)));
+                    s[nt][e] = bf16r(ex2f(fmaf(s[nt][e], sl2, e < 2 ? -ls0 : -ls1)));
             mfa_abt<D>(dp, df, Vs, lane); /* dP = dO V^T */
 #pragma unroll
             for (int nt = 0; nt < 8; nt++)
@@ -1273,7 +1416,14 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(void *stream, void *workspace, int max_
     h->lt_ws = workspace;
     h->partial = (float *)((char *)workspace + LT_WORKSPACE);
     h->max_cols = max_cols;
+    h->plans = (mm_plan *)calloc(GPT2_MM_PLANS, sizeof(mm_plan));
+    if (h->plans == NULL) {
+        fail_text(err, "handle", "out of memory");
+        free(h);
+        return NULL;
+    }
     if (blas_ok(cublasCreate(&h->blas), err, "cublasCreate") < 0) {
+        free(h->plans);
         free(h);
         return NULL;
     }
@@ -1289,10 +1439,24 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(void *stream, void *workspace, int max_
 
 extern "C" void gpt2_cuda_attention_mode(gpt2_cuda_t *h, int mode) { h->attn_mode = mode; }
 
+extern "C" int gpt2_cuda_gemm_tune(gpt2_cuda_t *h, int candidates)
+{
+    if (candidates < 0 || candidates > GPT2_GEMM_TUNE_MAX)
+        return -1;
+    h->gemm_tune = candidates;
+    for (int i = 0; i < h->nplans; i++) /* the next products choose again */
+        plan_release(&h->plans[i]);
+    h->nplans = 0;
+    return 0;
+}
+
 extern "C" void gpt2_cuda_destroy(gpt2_cuda_t *h)
 {
     if (h == NULL)
         return;
+    for (int i = 0; i < h->nplans; i++)
+        plan_release(&h->plans[i]);
+    free(h->plans);
     if (h->lt)
         cublasLtDestroy(h->lt);
     if (h->blas)

@@ -55,6 +55,16 @@ void gpt2_cuda_destroy(gpt2_cuda_t *h);
  * then hold B NH T T bf16). */
 void gpt2_cuda_attention_mode(gpt2_cuda_t *h, int mode);
 
+/* Products keep a cuBLASLt plan per shape (descriptors and algorithm, made on
+ * first use). With candidates >= 2, a new shape's plan times that many of
+ * cuBLASLt's heuristic candidates on scratch outputs (one warm-up, median of
+ * three; the stream is synchronized) and keeps the fastest; 0 or 1 takes the
+ * heuristic's first, the same on every run. Timing-based choices can differ
+ * between runs, so results are then reproducible only within a run. Drops the
+ * plans made so far. -1 (nothing changed) outside [0, GPT2_GEMM_TUNE_MAX]. */
+#define GPT2_GEMM_TUNE_MAX 32
+int gpt2_cuda_gemm_tune(gpt2_cuda_t *h, int candidates);
+
 /* out (N,C) bf16 = wte[inp] + wpe[t]; inp (B,T) int32 on the device. */
 int gpt2_cuda_encoder_forward(gpt2_cuda_t *h, void *out, const int32_t *inp, const void *wte,
                               const void *wpe, int B, int T, int C, bmt_error_t *err);

@@ -36,6 +36,7 @@ typedef struct opts {
     gpt2_config_t cfg;
     int layers, heads, embd, vocab, max_seq; /* overrides; 0: the model's */
     int B, T, accum, steps, warmup, eval_every, eval_batches, zero, ckpt, prefetch, master_only;
+    int gemm_tune;
     double lr, lr_min_frac, weight_decay, clip, val_fraction;
     unsigned long long seed;
 } opts_t;
@@ -82,6 +83,9 @@ static void usage(FILE *f)
             "      --prefetch 0|1      gather block i+1 while block i computes (default 1)\n"
             "      --master-only 0|1   bf16 parameters (cuda): keep only the optimizer's f32\n"
             "                          masters, rounded at each gather (default 1)\n"
+            "      --gemm-tune N       cuda: time N of cuBLASLt's candidates per product shape\n"
+            "                          at its first use and keep the fastest (0: the heuristic's\n"
+            "                          first, reproducible from run to run; default 0; at most 32)\n"
             "  -h, --help\n");
 }
 
@@ -152,6 +156,7 @@ static int parse(int argc, char **argv, opts_t *o)
         O_CKPT,
         O_PREFETCH,
         O_MASTER_ONLY,
+        O_GEMM_TUNE,
         O_PREPARE,
         O_OUT,
         O_VALFRAC,
@@ -187,6 +192,7 @@ static int parse(int argc, char **argv, opts_t *o)
         { "ckpt", required_argument, NULL, O_CKPT },
         { "prefetch", required_argument, NULL, O_PREFETCH },
         { "master-only", required_argument, NULL, O_MASTER_ONLY },
+        { "gemm-tune", required_argument, NULL, O_GEMM_TUNE },
         { "prepare", required_argument, NULL, O_PREPARE },
         { "out", required_argument, NULL, O_OUT },
         { "val-fraction", required_argument, NULL, O_VALFRAC },
@@ -234,6 +240,7 @@ static int parse(int argc, char **argv, opts_t *o)
         case O_CKPT: rc = int_arg("--ckpt", optarg, 0, 1, &o->ckpt); break;
         case O_PREFETCH: rc = int_arg("--prefetch", optarg, 0, 1, &o->prefetch); break;
         case O_MASTER_ONLY: rc = int_arg("--master-only", optarg, 0, 1, &o->master_only); break;
+        case O_GEMM_TUNE: rc = int_arg("--gemm-tune", optarg, 0, 32, &o->gemm_tune); break;
         case O_PREPARE: o->prepare = optarg; break;
         case O_OUT: o->out = optarg; break;
         case O_INIT: o->init_from = optarg; break;
@@ -458,6 +465,7 @@ static int train(const opts_t *o)
     if ((train_ld = gpt2_loader_open(o->data, o->B, o->T, rank, world, &err)) == NULL ||
         (o->val && (val_ld = gpt2_loader_open(o->val, o->B, o->T, rank, world, &err)) == NULL) ||
         (m = gpt2_model_create(ctx, &o->cfg, o->B, o->T, &lc, o->seed, &err)) == NULL ||
+        gpt2_model_gemm_tune(m, o->gemm_tune, &err) < 0 ||
         (o->init_from && gpt2_model_load(m, o->init_from, &err) < 0) ||
         (opt = bmt_adamw_create(gpt2_model_list(m), &oc, &err)) == NULL)
         goto out;

@@ -15,7 +15,9 @@
  * Sizes are GPT-2's (C 768 and 1600, 12 heads, a vocabulary that is not a
  * multiple of 64 so logits rows are padded). Determinism: the reductions are
  * in a fixed order, so two runs give the same bits. Prints TAP.
- *   --bench    then times each layer at d12's shapes ("#" lines)
+ *   --bench [N] then times each layer at d12's shapes ("#" lines); with N,
+ *              the products time N cuBLASLt candidates per shape first
+ *              (gpt2_cuda_gemm_tune)
  *   --ceiling  only prints the bf16 matmul rate ("ceiling_tflops X")
  */
 #include <math.h>
@@ -77,12 +79,14 @@ static double rel(const float *a, const float *b, size_t n)
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+static const char *check_tag = ""; /* appended to the names: " (tuned products)" */
+
 static void check(const char *what, const float *got, const float *want, size_t n, double bound)
 {
     double e = rel(got, want, n);
     bool good = e <= bound; /* NaN fails */
-    printf("%sok %d - %s: rel err %.3g (bound %.3g)\n", good ? "" : "not ", ++tap_n, what, e,
-           bound);
+    printf("%sok %d - %s%s: rel err %.3g (bound %.3g)\n", good ? "" : "not ", ++tap_n, what,
+           check_tag, e, bound);
     fflush(stdout);
     tap_failed += !good;
 }
@@ -738,6 +742,19 @@ int main(int argc, char **argv)
     t_matmul_gelu(100, 200, 136);      /* no dimension a multiple of 64 (split products) */
     t_matmul(128, 768, 1000, 1, 1024); /* tied head, padded rows */
     t_matmul(16, 768, 50257, 1, 50304);
+    /* The same with tuned plans: every candidate runs on scratch outputs, so
+     * the products that add (dweight +=, dbias +=) must still add once. */
+    if (gpt2_cuda_gemm_tune(h, GPT2_GEMM_TUNE_MAX + 1) != -1 || gpt2_cuda_gemm_tune(h, -1) != -1)
+        die("gpt2_cuda_gemm_tune", "accepted a count outside [0, GPT2_GEMM_TUNE_MAX]");
+    if (gpt2_cuda_gemm_tune(h, 8) != 0)
+        die("gpt2_cuda_gemm_tune", "refused 8");
+    check_tag = " (tuned products)";
+    t_matmul(256, 768, 2304, 0, 2304);
+    t_matmul_gelu(256, 768, 3072);
+    t_matmul_gelu(100, 200, 136);
+    t_matmul(16, 768, 50257, 1, 50304);
+    gpt2_cuda_gemm_tune(h, 0);
+    check_tag = "";
     t_attention(2, 128, 768, 12); /* GPT-2's head size 64: flash */
     t_attention(1, 200, 256, 4);  /* T not a multiple of the 128-row block */
     t_attention(2, 64, 64, 4);    /* head size 16 (the tiny model) */
@@ -749,8 +766,13 @@ int main(int argc, char **argv)
     t_crossentropy(200, 1000, 1024);
     t_crossentropy(16, 50257, 50304);
     t_crossentropy(50, 1000, 1003); /* rows not 16-byte aligned: the scalar kernel */
-    if (argc > 1 && strcmp(argv[1], "--bench") == 0)
+    if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
+        const int tune = argc > 2 ? atoi(argv[2]) : 0;
+        if (gpt2_cuda_gemm_tune(h, tune) != 0)
+            die("--bench", "the tuning count must be in [0, GPT2_GEMM_TUNE_MAX]");
+        printf("# products: %s\n", tune > 1 ? "the fastest of the tuned candidates" : "cuBLASLt's first heuristic");
         bench();
+    }
     gpt2_cuda_destroy(h);
     cudaFree(ws);
     printf("1..%d\n", tap_n);

@@ -94,7 +94,7 @@ test_expect_success "the tiny GPT-2 trains 2 x 2 on the corpus: the loss falls, 
 
 test_expect_success "--init-from loads a safetensors file (sizes from the file) and trains from it" '
     with_timeout 120 $BMLAUNCH --metrics-port 0 -g 1 -n 2 -- $GPT2 --init-from $TMP/model.safetensors \
-        --heads 4 --data $TMP/data.bin -b 2 -t 16 --steps 3 >out 2>err &&
+        --heads 4 --data $TMP/data.bin -b 2 -t 16 --steps 3 --gemm-tune 4 >out 2>err &&
     grep -q "^0: gpt2: .* params (L 2, H 4, C 32, V 67, maxT 24)" out &&
     test $(grep -c "^0: step  *[0-9]/3 | loss" out) -eq 3
 '
@@ -119,7 +119,7 @@ test_expect_success "a file that does not fit the model is refused, naming the f
 
 test_expect_success "bad arguments exit 2 with what is wrong" '
     for args in "--steps x" "--model d99" "--zero 1" "--heads 5 --embd 64" "--seq 300" \
-                "--lr -1" "--bogus" "--prepare x"; do
+                "--lr -1" "--bogus" "--prepare x" "--gemm-tune 33" "--gemm-tune -1"; do
         { $GPT2 --data $TMP/corpus_train.bin $args >out 2>&1; rc=$?; }
         test $rc -eq 2 || { echo "$args: exit $rc"; cat out; exit 1; }
         grep -q "^gpt2: " out || { echo "$args:"; cat out; exit 1; }
