@@ -734,8 +734,6 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi)
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
-__device__ __forceinline__ float bf16r(float x) { return __bfloat162float(__float2bfloat16(x)); }
-
 /* 2^x as one MUFU.EX2: results below 2^-126 flush to zero, which a softmax
  * weight (at most 1, summed with others of at most 1) cannot notice; exp2f
  * spends three more instructions per call keeping them. ex2(-inf) = 0. */
@@ -1102,7 +1100,7 @@ __global__ void __launch_bounds__(W * 32, 3)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int qc = nt * 8 + 2 * t + (e & 1);
-                    s[nt][e] = bf16r(ex2f(fmaf(s[nt][e], sl2, -lse2[qc] * LOG2E_F)));
+                    s[nt][e] = ex2f(fmaf(s[nt][e], sl2, -lse2[qc] * LOG2E_F));
                 }
             mfa_pv<D>(dvacc, s, dOs, lane); /* dV += P^T dO */
             mfa_abt<D>(dp, vf, dOs, lane);  /* dP^T = V dO^T */
@@ -1171,7 +1169,7 @@ __global__ void __launch_bounds__(W * 32, 2)
             for (int nt = 0; nt < 8; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++)
-                    s[nt][e] = bf16r(ex2f(fmaf(s[nt][e], sl2, e < 2 ? -ls0 : -ls1)));
+                    s[nt][e] = ex2f(fmaf(s[nt][e], sl2, e < 2 ? -ls0 : -ls1));
             mfa_abt<D>(dp, df, Vs, lane); /* dP = dO V^T */
 #pragma unroll
             for (int nt = 0; nt < 8; nt++)

@@ -15,9 +15,9 @@
  * Sizes are GPT-2's (C 768 and 1600, 12 heads, a vocabulary that is not a
  * multiple of 64 so logits rows are padded). Determinism: the reductions are
  * in a fixed order, so two runs give the same bits. Prints TAP.
- *   --bench [N] then times each layer at d12's shapes ("#" lines); with N,
- *              the products time N cuBLASLt candidates per shape first
- *              (gpt2_cuda_gemm_tune)
+ *   --bench [N [d48]] then times each layer at d12's shapes ("#" lines),
+ *              or d48's; with N >= 2, the products time N cuBLASLt candidates
+ *              per shape first (gpt2_cuda_gemm_tune)
  *   --ceiling  only prints the bf16 matmul rate ("ceiling_tflops X")
  */
 #include <math.h>
@@ -653,13 +653,18 @@ static void ceiling(void)
     cudaFree(b[0]), cudaFree(b[1]), cudaFree(b[2]);
 }
 
-static void bench(void)
+/* d48: GPT-2 XL's layer shapes at its micro-batch (B 8, C 1600, 25 heads, 48 layers) */
+static void bench(bool d48)
 {
     bench_bufs_t z = { .B = 16, .T = 1024, .C = 768, .NH = 12, .V = 50257, .Vp = 50304 };
+    const int L = d48 ? 48 : 12;
+    if (d48)
+        z.B = 8, z.C = 1600, z.NH = 25;
     const size_t N = (size_t)z.B * z.T, C = z.C;
     const size_t att = (size_t)z.B * z.NH * z.T * z.T * 2;
     z.N = (int)N;
-    float *r = rnd(N * 4 * C, 1.0f);
+    /* the random values every buffer is made from: the largest is (N, 4C) or (V, C) */
+    float *r = rnd(N * 4 > (size_t)z.V ? N * 4 * C : (size_t)z.V * C, 1.0f);
     int32_t *tok = malloc(N * 4);
     for (size_t i = 0; i < N; i++)
         tok[i] = (int32_t)(uniform() * z.V);
@@ -676,32 +681,41 @@ static void bench(void)
     static const struct {
         const char *name;
         int op, per_layer; /* times per layer in a step (0: once, the head) */
+        double flop;       /* useful flops in units of N C^2 (products), B T^2 C (attention) */
     } ops[] = {
-        { "layernorm fwd", 0, 2 },
-        { "layernorm bwd", 1, 2 },
-        { "matmul c_attn fwd", 2, 1 },
-        { "matmul c_attn bwd", 3, 1 },
-        { "matmul c_fc fwd", 4, 1 },
-        { "matmul c_fc bwd", 5, 1 },
-        { "matmul mlp c_proj fwd", 6, 1 },
-        { "matmul mlp c_proj bwd", 7, 1 },
-        { "matmul attn c_proj fwd", 8, 1 },
-        { "matmul attn c_proj bwd", 9, 1 },
-        { "attention fwd (flash)", 10, 1 },
-        { "attention bwd (flash)", 11, 1 },
-        { "gelu fwd", 12, 1 },
-        { "gelu bwd", 13, 1 },
-        { "residual", 14, 2 },
-        { "head matmul fwd", 15, 0 },
-        { "cross-entropy fused", 16, 0 },
-        { "head matmul bwd", 17, 0 },
+        { "layernorm fwd", 0, 2, 0 },
+        { "layernorm bwd", 1, 2, 0 },
+        { "matmul c_attn fwd", 2, 1, 6 },
+        { "matmul c_attn bwd", 3, 1, 12 },
+        { "matmul c_fc fwd", 4, 1, 8 },
+        { "matmul c_fc bwd", 5, 1, 16 },
+        { "matmul mlp c_proj fwd", 6, 1, 8 },
+        { "matmul mlp c_proj bwd", 7, 1, 16 },
+        { "matmul attn c_proj fwd", 8, 1, 2 },
+        { "matmul attn c_proj bwd", 9, 1, 4 },
+        { "attention fwd (flash)", 10, 1, 2 }, /* causal: half of 4 B T^2 C */
+        { "attention bwd (flash)", 11, 1, 5 }, /* 2.5 times the forward's */
+        { "gelu fwd", 12, 1, 0 },
+        { "gelu bwd", 13, 1, 0 },
+        { "residual", 14, 2, 0 },
+        { "head matmul fwd", 15, 0, 0 },
+        { "cross-entropy fused", 16, 0, 0 },
+        { "head matmul bwd", 17, 0, 0 },
     };
     double layer = 0, head = 0;
-    printf("# timing at d12 shapes (B 16, T 1024, C 768, NH 12, V 50257), median of 20\n");
+    printf("# timing at %s shapes (B %d, T 1024, C %d, NH %d, V 50257), median of 20\n",
+           d48 ? "d48" : "d12", z.B, z.C, z.NH);
     for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
         z.op = ops[i].op;
         float ms = time_ms(bench_op, &z);
-        printf("#   %-26s %8.3f ms%s\n", ops[i].name, ms,
+        double f = ops[i].op >= 10 && ops[i].op <= 11 ? ops[i].flop * z.B * z.T * (double)z.T * z.C
+                   : ops[i].op == 15                  ? 2.0 * N * C * z.V
+                   : ops[i].op == 17                  ? 4.0 * N * C * z.V
+                                                      : ops[i].flop * N * (double)C * C;
+        char rate[40] = "";
+        if (f > 0)
+            snprintf(rate, sizeof(rate), " %6.0f TFLOP/s", f / (ms * 1e-3) / 1e12);
+        printf("#   %-26s %8.3f ms%s%s\n", ops[i].name, ms, rate,
                ops[i].per_layer > 1 ? " (x2 per layer)" : "");
         if (ops[i].per_layer)
             layer += ms * ops[i].per_layer;
@@ -715,8 +729,8 @@ static void bench(void)
     float mb = time_ms(bench_op, &z);
     printf("#   attention fwd (materialized) %6.3f ms, bwd %6.3f ms\n", mf, mb);
     gpt2_cuda_attention_mode(h, 0);
-    printf("# one layer %.2f ms; 12 layers + head: %.1f ms per step (without recomputation)\n",
-           layer, 12 * layer + head);
+    printf("# one layer %.2f ms; %d layers + head: %.1f ms per step (without recomputation)\n",
+           layer, L, L * layer + head);
     free(r), free(tok);
 }
 
@@ -768,10 +782,13 @@ int main(int argc, char **argv)
     t_crossentropy(50, 1000, 1003); /* rows not 16-byte aligned: the scalar kernel */
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
         const int tune = argc > 2 ? atoi(argv[2]) : 0;
+        const bool d48 = argc > 3 && strcmp(argv[3], "d48") == 0;
+        if (argc > 3 && !d48 && strcmp(argv[3], "d12") != 0)
+            die("--bench", "the shapes are d12 (the default) or d48");
         if (gpt2_cuda_gemm_tune(h, tune) != 0)
             die("--bench", "the tuning count must be in [0, GPT2_GEMM_TUNE_MAX]");
         printf("# products: %s\n", tune > 1 ? "the fastest of the tuned candidates" : "cuBLASLt's first heuristic");
-        bench();
+        bench(d48);
     }
     gpt2_cuda_destroy(h);
     cudaFree(ws);
