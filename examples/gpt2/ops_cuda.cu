@@ -712,8 +712,13 @@ bool flash_ok(int hs) { return hs == 16 || hs == 32 || hs == 64; }
  * (.x4, and .trans for a tile read along its other dimension). The forward
  * and dQ blocks own 128 rows (8 warps, two blocks per SM) so each K/V tile
  * feeds twice the work; the dK/dV blocks own 64 keys (4 warps: they hold the
- * most registers; three blocks per SM). Softmax works in base 2 (exp2f); a
- * tile wholly below the diagonal skips the mask. (Head size 128 would need
+ * most registers; three blocks per SM). Softmax works in base 2: the
+ * forward keeps the maxima of the raw scores (the scale is positive), so each
+ * probability is one FFMA and one MUFU.EX2 (ex2f), and the backward's P is
+ * the same from the saved log-sum-exp, kept in f32 up to the products. Only
+ * tiles that cross the diagonal or T are masked (to -inf, whose ex2 is 0);
+ * the ALU work per score was what bounded these kernels (ncu, bench/NOTES.md).
+ * (Head size 128 would need
  * about 256 registers in the dK/dV kernel as written: it takes the
  * materialized path.) bench/NOTES.md has what each of these bought.
  */
