@@ -88,7 +88,15 @@ def load_model(d):
 
 
 def batches(tokens, world, B, T, step):
-    pos = step * world * B * T
+    # the trainer's reader (examples/gpt2/data.c, as llm.c's): each step takes
+    # the next world*B*T tokens, back to the start when they (and one more
+    # target) would run past the end
+    G, pos = world * B * T, 0
+    for _ in range(step + 1):
+        if pos + G + 1 > len(tokens):
+            pos = 0
+        here, pos = pos, pos + G
+    pos = here
     out = []
     for r in range(world):
         s = tokens[pos + r * B * T: pos + r * B * T + B * T + 1].astype(np.int64)

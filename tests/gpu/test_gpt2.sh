@@ -1,6 +1,6 @@
 #!/bin/bash
 # GPU tests of the GPT-2 example's CUDA path (make check-gpu, >= 1 GPU; the
-# layouts 1x2 and 2x1 need 2):
+# layouts 1x2 and 2x1 need 2, 1x4 2x2 4x1 need 4, 1x8 2x4 4x2 8x1 need 8):
 # - HF transformers' GPT2LMHeadModel as the oracle (tests/gpu/gpt2_hf.py, f32 on
 #   the GPU, no TF32) with the same bf16-representable weights: logits, loss,
 #   every gradient and the gradient norm of the first step, and the loss curve
@@ -37,6 +37,8 @@ hf() {
 
 layouts="1x1"
 [ "$gpus" -ge 2 ] && layouts="1x1 1x2 2x1"
+[ "$gpus" -ge 4 ] && layouts+=" 1x4 2x2 4x1"
+[ "$gpus" -ge 8 ] && layouts+=" 1x8 2x4 4x2 8x1"
 # The oracle's figures (errors, curves) go to the log as comments, pass or fail.
 figures() { [ -f "$TMP/check-$1.txt" ] && sed 's/^/# /' "$TMP/check-$1.txt"; }
 for layout in $layouts; do
