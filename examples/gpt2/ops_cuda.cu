@@ -27,11 +27,10 @@ typedef __nv_bfloat16 bf16;
 #define GPT2_MM_PLANS 256        /* products' plans kept; more are made per call */
 
 /* A product's cuBLASLt plan: its descriptors and algorithm, made on the
- * first call of its shape and kept (a heuristic query costs tens of
- * microseconds of CPU, as much as a d12 layer's small products take on the
- * GPU). Keyed by everything the descriptors or the choice depend on; the
- * pointers (bias, aux) are set on each call. found 0: no cuBLASLt algorithm,
- * the cuBLAS fallback below. */
+ * first call of its shape and kept, so that a tuned choice (gpt2_cuda_gemm_tune)
+ * is made once and no call repeats the heuristic query. Keyed by everything
+ * the descriptors or the choice depend on; the pointers (bias, aux) are set on
+ * each call. found 0: no cuBLASLt algorithm, the cuBLAS fallback below. */
 struct mm_plan {
     int m, n, k, lda, ldb, ldd, epi;
     bool ta, tb, bias, beta0;
@@ -322,9 +321,11 @@ unsigned ptr_align(const void *p)
 /* Times each candidate algorithm (one warm-up, then the median of three runs)
  * on scratch outputs, so that a product that accumulates (beta 1) is not
  * disturbed, and keeps the fastest in p->algo. Any failure keeps the
- * heuristic's first. */
+ * heuristic's first. The scratch (D, and GELU's aux output) comes from
+ * cudaMallocAsync on the stream and goes back at once: it is outside the
+ * context's memory accounting, and only there while a new shape is tuned. */
 void plan_tune(gpt2_cuda_t *h, mm_plan *p, const cublasLtMatmulHeuristicResult_t *cand, int nc,
-               const void *A, const void *B, const void *bias, float beta, void *aux)
+               const void *A, const void *B, float beta, void *aux)
 {
     const size_t ds = p->dtD == CUDA_R_32F ? 4 : 2, bytes = (size_t)p->ldd * p->n * ds;
     void *tD = NULL, *tX = NULL;
@@ -332,7 +333,8 @@ void plan_tune(gpt2_cuda_t *h, mm_plan *p, const cublasLtMatmulHeuristicResult_t
     const float one = 1.0f;
     float best = INFINITY;
     if (cudaMallocAsync(&tD, bytes, h->stream) != cudaSuccess ||
-        (p->epi == EPI_GELU && cudaMallocAsync(&tX, (size_t)p->ldd * p->n * 2, h->stream) != cudaSuccess) ||
+        (p->epi == EPI_GELU &&
+         cudaMallocAsync(&tX, (size_t)p->ldd * p->n * 2, h->stream) != cudaSuccess) ||
         cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess)
         goto out;
     if (p->epi == EPI_GELU) {
@@ -369,7 +371,6 @@ out:
     if (p->epi == EPI_GELU)
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
                                        sizeof(aux));
-    (void)bias;
     if (e0)
         cudaEventDestroy(e0);
     if (e1)
@@ -383,8 +384,8 @@ out:
 
 /* Makes the plan of a product (descriptors, heuristic, tuning); 0 or a
  * cuBLAS status. */
-cublasStatus_t plan_make(gpt2_cuda_t *h, mm_plan *p, const void *A, const void *B,
-                         const void *bias, float beta, void *aux)
+cublasStatus_t plan_make(gpt2_cuda_t *h, mm_plan *p, const void *A, const void *B, const void *bias,
+                         float beta, void *aux)
 {
     const cublasOperation_t opa = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                             opb = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -397,11 +398,11 @@ cublasStatus_t plan_make(gpt2_cuda_t *h, mm_plan *p, const void *A, const void *
         s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa));
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb));
-    const cublasLtEpilogue_t e =
-        p->epi == EPI_GELU    ? (p->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
-        : p->epi == EPI_DGELU ? CUBLASLT_EPILOGUE_DGELU
-        : p->bias             ? CUBLASLT_EPILOGUE_BIAS
-                              : CUBLASLT_EPILOGUE_DEFAULT;
+    const cublasLtEpilogue_t e = p->epi == EPI_GELU    ? (p->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                                                  : CUBLASLT_EPILOGUE_GELU_AUX)
+                                 : p->epi == EPI_DGELU ? CUBLASLT_EPILOGUE_DGELU
+                                 : p->bias             ? CUBLASLT_EPILOGUE_BIAS
+                                                       : CUBLASLT_EPILOGUE_DEFAULT;
     if (s == CUBLAS_STATUS_SUCCESS && e != CUBLASLT_EPILOGUE_DEFAULT)
         s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e));
     if (s == CUBLAS_STATUS_SUCCESS && p->bias && p->epi != EPI_DGELU)
@@ -438,7 +439,7 @@ cublasStatus_t plan_make(gpt2_cuda_t *h, mm_plan *p, const void *A, const void *
     if (s == CUBLAS_STATUS_SUCCESS && p->found > 0) {
         p->algo = heur[0].algo;
         if (p->found > 1)
-            plan_tune(h, p, heur, p->found, A, B, bias, beta, aux);
+            plan_tune(h, p, heur, p->found, A, B, beta, aux);
     }
     return s;
 }

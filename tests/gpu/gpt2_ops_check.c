@@ -787,7 +787,8 @@ int main(int argc, char **argv)
             die("--bench", "the shapes are d12 (the default) or d48");
         if (gpt2_cuda_gemm_tune(h, tune) != 0)
             die("--bench", "the tuning count must be in [0, GPT2_GEMM_TUNE_MAX]");
-        printf("# products: %s\n", tune > 1 ? "the fastest of the tuned candidates" : "cuBLASLt's first heuristic");
+        printf("# products: %s\n",
+               tune > 1 ? "the fastest of the tuned candidates" : "cuBLASLt's first heuristic");
         bench(d48);
     }
     gpt2_cuda_destroy(h);
