@@ -84,8 +84,8 @@ static void usage(FILE *f)
             "      --master-only 0|1   bf16 parameters (cuda): keep only the optimizer's f32\n"
             "                          masters, rounded at each gather (default 1)\n"
             "      --gemm-tune N       cuda: time N of cuBLASLt's candidates per product shape\n"
-            "                          at its first use and keep the fastest (0: the heuristic's\n"
-            "                          first, reproducible from run to run; default 0; at most 32)\n"
+            "                          at its first use and keep the fastest (0, the default:\n"
+            "                          the heuristic's first, the same from run to run; <= 32)\n"
             "  -h, --help\n");
 }
 
