@@ -31,11 +31,15 @@ typedef __nv_bfloat16 bf16;
  * is made once and no call repeats the heuristic query. Keyed by everything
  * the descriptors or the choice depend on; the pointers (bias, aux) are set on
  * each call. found 0: no cuBLASLt algorithm, the cuBLAS fallback below. */
-struct mm_plan {
+struct mm_key {
     int m, n, k, lda, ldb, ldd, epi;
     bool ta, tb, bias, beta0;
     cudaDataType_t dtD;
     unsigned align; /* the pointers' common alignment, capped at 256 */
+};
+
+struct mm_plan {
+    mm_key key;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, ldl;
     cublasLtMatmulAlgo_t algo;
@@ -312,10 +316,18 @@ void plan_release(mm_plan *p)
     p->desc = NULL;
 }
 
-unsigned ptr_align(const void *p)
+/* The alignment every pointer shares (its lowest set bit), capped at 256. */
+unsigned ptrs_align(const void *a, const void *b, const void *c)
 {
-    const uintptr_t a = (uintptr_t)p;
-    return a == 0 ? 256u : (unsigned)(a & (~a + 1)) < 256u ? (unsigned)(a & (~a + 1)) : 256u;
+    const uintptr_t x = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c | 256u;
+    return (unsigned)(x & (~x + 1));
+}
+
+bool key_eq(const mm_key *a, const mm_key *b)
+{
+    return a->m == b->m && a->n == b->n && a->k == b->k && a->lda == b->lda && a->ldb == b->ldb &&
+           a->ldd == b->ldd && a->epi == b->epi && a->ta == b->ta && a->tb == b->tb &&
+           a->bias == b->bias && a->beta0 == b->beta0 && a->dtD == b->dtD && a->align == b->align;
 }
 
 /* Times each candidate algorithm (one warm-up, then the median of three runs)
@@ -327,17 +339,17 @@ unsigned ptr_align(const void *p)
 void plan_tune(gpt2_cuda_t *h, mm_plan *p, const cublasLtMatmulHeuristicResult_t *cand, int nc,
                const void *A, const void *B, float beta, void *aux)
 {
-    const size_t ds = p->dtD == CUDA_R_32F ? 4 : 2, bytes = (size_t)p->ldd * p->n * ds;
+    const size_t ds = p->key.dtD == CUDA_R_32F ? 4 : 2, bytes = (size_t)p->key.ldd * p->key.n * ds;
     void *tD = NULL, *tX = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
     const float one = 1.0f;
     float best = INFINITY;
     if (cudaMallocAsync(&tD, bytes, h->stream) != cudaSuccess ||
-        (p->epi == EPI_GELU &&
-         cudaMallocAsync(&tX, (size_t)p->ldd * p->n * 2, h->stream) != cudaSuccess) ||
+        (p->key.epi == EPI_GELU &&
+         cudaMallocAsync(&tX, (size_t)p->key.ldd * p->key.n * 2, h->stream) != cudaSuccess) ||
         cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess)
         goto out;
-    if (p->epi == EPI_GELU) {
+    if (p->key.epi == EPI_GELU) {
         void *x = tX;
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &x,
                                        sizeof(x));
@@ -368,7 +380,7 @@ void plan_tune(gpt2_cuda_t *h, mm_plan *p, const cublasLtMatmulHeuristicResult_t
         }
     }
 out:
-    if (p->epi == EPI_GELU)
+    if (p->key.epi == EPI_GELU)
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
                                        sizeof(aux));
     if (e0)
@@ -387,8 +399,8 @@ out:
 cublasStatus_t plan_make(gpt2_cuda_t *h, mm_plan *p, const void *A, const void *B, const void *bias,
                          float beta, void *aux)
 {
-    const cublasOperation_t opa = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                            opb = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t opa = p->key.ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            opb = p->key.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     const size_t ws = LT_WORKSPACE;
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t heur[GPT2_GEMM_TUNE_MAX];
@@ -398,18 +410,19 @@ cublasStatus_t plan_make(gpt2_cuda_t *h, mm_plan *p, const void *A, const void *
         s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa));
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb));
-    const cublasLtEpilogue_t e = p->epi == EPI_GELU    ? (p->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
-                                                                  : CUBLASLT_EPILOGUE_GELU_AUX)
-                                 : p->epi == EPI_DGELU ? CUBLASLT_EPILOGUE_DGELU
-                                 : p->bias             ? CUBLASLT_EPILOGUE_BIAS
-                                                       : CUBLASLT_EPILOGUE_DEFAULT;
+    const cublasLtEpilogue_t e =
+        p->key.epi == EPI_GELU
+            ? (p->key.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+        : p->key.epi == EPI_DGELU ? CUBLASLT_EPILOGUE_DGELU
+        : p->key.bias             ? CUBLASLT_EPILOGUE_BIAS
+                                  : CUBLASLT_EPILOGUE_DEFAULT;
     if (s == CUBLAS_STATUS_SUCCESS && e != CUBLASLT_EPILOGUE_DEFAULT)
         s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e));
-    if (s == CUBLAS_STATUS_SUCCESS && p->bias && p->epi != EPI_DGELU)
+    if (s == CUBLAS_STATUS_SUCCESS && p->key.bias && p->key.epi != EPI_DGELU)
         s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                            sizeof(bias));
-    if (s == CUBLAS_STATUS_SUCCESS && p->epi != EPI_NONE) {
-        const int64_t ld = p->ldd;
+    if (s == CUBLAS_STATUS_SUCCESS && p->key.epi != EPI_NONE) {
+        const int64_t ld = p->key.ldd;
         s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
                                            sizeof(aux));
         if (s == CUBLAS_STATUS_SUCCESS)
@@ -417,13 +430,13 @@ cublasStatus_t plan_make(gpt2_cuda_t *h, mm_plan *p, const void *A, const void *
                                                sizeof(ld));
     }
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, p->ta ? p->k : p->m,
-                                       p->ta ? p->m : p->k, p->lda);
+        s = cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, p->key.ta ? p->key.k : p->key.m,
+                                       p->key.ta ? p->key.m : p->key.k, p->key.lda);
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, p->tb ? p->n : p->k,
-                                       p->tb ? p->k : p->n, p->ldb);
+        s = cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, p->key.tb ? p->key.n : p->key.k,
+                                       p->key.tb ? p->key.k : p->key.n, p->key.ldb);
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatrixLayoutCreate(&p->ldl, p->dtD, p->m, p->n, p->ldd);
+        s = cublasLtMatrixLayoutCreate(&p->ldl, p->key.dtD, p->key.m, p->key.n, p->key.ldd);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulPreferenceCreate(&pref);
     if (s == CUBLAS_STATUS_SUCCESS)
@@ -452,25 +465,20 @@ int matmul_one(gpt2_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void 
                float beta, int epi, void *aux, bmt_error_t *err)
 {
     const float one = 1.0f;
-    const unsigned align = ptr_align(A) < ptr_align(B) ? ptr_align(A) : ptr_align(B);
-    const unsigned al = align < ptr_align(D) ? align : ptr_align(D);
-    mm_plan key = {};
+    mm_plan fresh = {};
+    mm_key &key = fresh.key;
     key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldd = ldd, key.epi = epi;
     key.ta = ta, key.tb = tb, key.bias = bias != NULL, key.beta0 = beta == 0.0f, key.dtD = dtD;
-    key.align = al;
+    key.align = ptrs_align(A, B, D);
     mm_plan *p = NULL;
-    for (int i = 0; i < h->nplans && p == NULL; i++) {
-        mm_plan *q = &h->plans[i];
-        if (q->m == m && q->n == n && q->k == k && q->lda == lda && q->ldb == ldb &&
-            q->ldd == ldd && q->epi == epi && q->ta == ta && q->tb == tb && q->bias == key.bias &&
-            q->beta0 == key.beta0 && q->dtD == dtD && q->align == al)
-            p = q;
-    }
+    for (int i = 0; i < h->nplans && p == NULL; i++)
+        if (key_eq(&h->plans[i].key, &key))
+            p = &h->plans[i];
     cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
     const bool cached = p != NULL || h->nplans < GPT2_MM_PLANS;
     if (p == NULL) {
-        p = cached ? &h->plans[h->nplans] : &key;
-        *p = key;
+        p = cached ? &h->plans[h->nplans] : &fresh;
+        *p = fresh;
         s = plan_make(h, p, A, B, bias, beta, aux);
         if (s != CUBLAS_STATUS_SUCCESS) {
             plan_release(p);
