@@ -288,16 +288,26 @@ int block_gather_into(bmt_block_t *b, void *base, void *stream, bmt_error_t *err
     return 0;
 }
 
-int block_alloc_grads(bmt_block_t *b, bmt_error_t *err)
+int block_need_grads(bmt_block_t *b, void *stream, bmt_error_t *err)
 {
     for (int g = 0; g < b->ngroups; g++) {
         struct dgroup *d = &b->groups[g];
-        d->grad = bmt_alloc(b->ctx, BMT_MEM_GRAD, dsize(BMT_F32, d->shard), err);
-        if (d->grad == NULL || kern_zero(b->ctx, NULL, d->grad, dsize(BMT_F32, d->shard), err) < 0)
-            return -1;
+        if (d->grad)
+            continue;
+        const size_t bytes = dsize(BMT_F32, d->shard);
+        d->grad = bmt_alloc_async(b->ctx, BMT_MEM_GRAD, bytes, stream, err);
+        if (d->grad == NULL || kern_zero(b->ctx, stream, d->grad, bytes, err) < 0)
+            return errprefix(err, "gradient shard of block %.40s: ", b->name);
+        b->grad_fresh = true;
     }
+    return 0;
+}
+
+void block_drop_grads(bmt_block_t *b, int group, void *stream)
+{
+    bmt_free_async(b->ctx, b->groups[group].grad, stream);
+    b->groups[group].grad = NULL;
     b->grad_fresh = true;
-    return device_sync_legacy(b->ctx, err);
 }
 
 int bmt_block_gather(bmt_block_t *b, bmt_error_t *err)

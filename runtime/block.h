@@ -59,7 +59,7 @@ struct bmt_block {
     void **param_ptrs; /* (nparams) into full */
     void **grad_ptrs;  /* (nparams) into the full gradient buffer in backward */
     /* Gradient state (schedule.c, optim.c). */
-    bool grad_fresh; /* grad shards hold nothing yet: reduce-scatter overwrites */
+    bool grad_fresh; /* grad shards hold nothing yet (or none exist): reduce-scatter overwrites */
     void *rs_done;   /* event: this block's gradient shard is reduced in the group */
 };
 
@@ -95,8 +95,13 @@ void block_bind_shard_grads(bmt_block_t *b);
  * stream (comm stream in a list, NULL otherwise). */
 int block_gather_into(bmt_block_t *b, void *base, void *stream, bmt_error_t *err);
 
-/* Allocate the f32 gradient shards (BMT_MEM_GRAD), zeroed. */
-int block_alloc_grads(bmt_block_t *b, bmt_error_t *err);
+/* Gradient shards (f32, BMT_MEM_GRAD) live from the first backward of a step
+ * that writes them to the optimizer's step that consumes them: between steps
+ * (the forward's peak) they take no memory. block_need_grads allocates the
+ * missing ones in stream order on stream, zeroed there; block_drop_grads gives
+ * them back on stream once what is enqueued before it is done. */
+int block_need_grads(bmt_block_t *b, void *stream, bmt_error_t *err);
+void block_drop_grads(bmt_block_t *b, int group, void *stream);
 
 /* What the optimizer needs of a list. */
 struct list_state {

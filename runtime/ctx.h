@@ -33,6 +33,7 @@ struct bmt_ctx {
     bool comm_failed;              /* a collective failed: finalize aborts instead of flushing */
     void *mem;                     /* device.c's allocation table (NULL until first use) */
     void *streams[DEVICE_STREAMS]; /* cudaStream_t; NULL on cpu */
+    void *pool;                    /* cudaMemPool_t of bmt_alloc_async; NULL until first use */
     void *waits;                   /* device.c's timing of compute-stream waits (cuda) */
     double comm_host_s;            /* seconds spent in synchronous collectives (comm.c) */
     struct monitor *monitor;       /* monitor.c: plugins and step clock; NULL: none yet */

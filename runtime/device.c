@@ -41,6 +41,7 @@ struct mem_entry {
     void *ptr; /* NULL: empty slot; TOMBSTONE: freed slot */
     size_t bytes;
     int kind;
+    bool pooled; /* from bmt_alloc_async (cuda: the context's memory pool) */
 };
 
 struct mem_table {
@@ -48,6 +49,7 @@ struct mem_table {
     size_t cap, used, live; /* used counts tombstones too */
     bmt_mem_stats_t stats;
     uint64_t step_peak[BMT_MEM_KIND_COUNT]; /* peaks since the monitor's last step */
+    uint64_t step_peak_total;               /* of all kinds at once, the same */
 };
 
 static char tombstone_;
@@ -93,7 +95,7 @@ static int table_grow(struct mem_table *t)
     return 0;
 }
 
-static int table_add(struct mem_table *t, void *p, size_t bytes, int kind)
+static int table_add(struct mem_table *t, void *p, size_t bytes, int kind, bool pooled)
 {
     if ((t->used + 1) * 2 > t->cap && table_grow(t) < 0)
         return -1;
@@ -102,7 +104,7 @@ static int table_add(struct mem_table *t, void *p, size_t bytes, int kind)
         j = (j + 1) & (t->cap - 1);
     if (t->slots[j].ptr == NULL)
         t->used++;
-    t->slots[j] = (struct mem_entry){ p, bytes, kind };
+    t->slots[j] = (struct mem_entry){ p, bytes, kind, pooled };
     t->live++;
     bmt_mem_stats_t *st = &t->stats;
     st->current[kind] += bytes;
@@ -113,11 +115,14 @@ static int table_add(struct mem_table *t, void *p, size_t bytes, int kind)
         t->step_peak[kind] = st->current[kind];
     if (st->current_total > st->peak_total)
         st->peak_total = st->current_total;
+    if (st->current_total > t->step_peak_total)
+        t->step_peak_total = st->current_total;
     return 0;
 }
 
-/* Remove p; returns its entry's kind, or -1 if p is not in the table. */
-static int table_remove(struct mem_table *t, const void *p)
+/* Remove p; returns its entry's kind, or -1 if p is not in the table.
+ * *pooled: whether it came from bmt_alloc_async. */
+static int table_remove(struct mem_table *t, const void *p, bool *pooled)
 {
     if (t == NULL || t->cap == 0)
         return -1;
@@ -126,6 +131,7 @@ static int table_remove(struct mem_table *t, const void *p)
         if (t->slots[j].ptr != p)
             continue;
         int kind = t->slots[j].kind;
+        *pooled = t->slots[j].pooled;
         t->stats.current[kind] -= t->slots[j].bytes;
         t->stats.current_total -= t->slots[j].bytes;
         t->slots[j].ptr = TOMBSTONE;
@@ -297,6 +303,10 @@ void device_release(bmt_ctx_t *ctx)
     }
     wait_clock_free(ctx);
 #ifdef BMT_HAVE_CUDA
+    if (ctx->pool) { /* what is still allocated from it goes back when it is freed */
+        cudaMemPoolDestroy((cudaMemPool_t)ctx->pool);
+        ctx->pool = NULL;
+    }
     for (int i = 0; i < DEVICE_STREAMS; i++)
         if (ctx->streams[i]) {
             cudaStreamDestroy((cudaStream_t)ctx->streams[i]);
@@ -334,7 +344,99 @@ const char *bmt_mem_kind_name(bmt_mem_kind_t kind)
     return (unsigned)kind < BMT_MEM_KIND_COUNT ? names[kind] : "invalid";
 }
 
-void *bmt_alloc(bmt_ctx_t *ctx, bmt_mem_kind_t kind, size_t bytes, bmt_error_t *err)
+#ifdef BMT_HAVE_CUDA
+/* The context's pool for bmt_alloc_async, made at first use. It keeps what it
+ * has reserved (release threshold: everything), as PyTorch's caching allocator
+ * does: without that a pool gives its memory back to the driver at every
+ * synchronization and the next step pays for mapping it again. */
+static cudaMemPool_t pool_of(bmt_ctx_t *ctx, bmt_error_t *err)
+{
+    if (ctx->pool)
+        return (cudaMemPool_t)ctx->pool;
+    struct cudaMemPoolProps props;
+    memset(&props, 0, sizeof(props));
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = ctx->device_index;
+    cudaMemPool_t pool;
+    cudaError_t e = cudaMemPoolCreate(&pool, &props);
+    if (e != cudaSuccess) {
+        cuda_fail(ctx, err, "cudaMemPoolCreate", e);
+        return NULL;
+    }
+    uint64_t keep = UINT64_MAX;
+    e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+    if (e != cudaSuccess) {
+        cudaMemPoolDestroy(pool);
+        cuda_fail(ctx, err, "cudaMemPoolSetAttribute", e);
+        return NULL;
+    }
+    ctx->pool = pool;
+    return pool;
+}
+#endif
+
+/* Memory for bytes (at least 1) from the host, cudaMalloc, or (stream not
+ * NULL) the context's pool in stream order; NULL and err on failure. */
+static void *device_alloc(bmt_ctx_t *ctx, bmt_mem_kind_t kind, size_t real, void *stream,
+                          bmt_error_t *err)
+{
+    void *p = NULL;
+    if (ctx->device == BMT_DEVICE_CPU) {
+        /* 64-byte alignment, like cudaMalloc's 256: vector loads, no false sharing. */
+        if (posix_memalign(&p, 64, (real + 63) & ~(size_t)63) != 0)
+            p = NULL;
+        if (p == NULL)
+            errprintf(err, "rank %d: out of host memory allocating %zu bytes (%s)", ctx->rank, real,
+                      bmt_mem_kind_name(kind));
+        return p;
+    }
+#ifdef BMT_HAVE_CUDA
+    cudaError_t e;
+    if (stream == NULL) {
+        e = cudaMalloc(&p, real);
+    } else {
+        cudaMemPool_t pool = pool_of(ctx, err);
+        if (pool == NULL)
+            return NULL;
+        e = cudaMallocFromPoolAsync(&p, real, pool, (cudaStream_t)stream);
+    }
+    if (e != cudaSuccess) {
+        const struct mem_table *t = ctx->mem;
+        errprintf(err, "rank %d: %s of %zu bytes (%s) on cuda:%d: %s; %.2f GiB in use", ctx->rank,
+                  stream ? "cudaMallocFromPoolAsync" : "cudaMalloc", real, bmt_mem_kind_name(kind),
+                  ctx->device_index, cudaGetErrorString(e),
+                  t ? (double)t->stats.current_total / (1 << 30) : 0.0);
+        cudaGetLastError(); /* an allocation failure is not sticky: clear it */
+        return NULL;
+    }
+    return p;
+#else
+    (void)stream;
+    errprintf(err, "rank %d: this libbmt was built without CUDA", ctx->rank);
+    return NULL;
+#endif
+}
+
+static void device_free(bmt_ctx_t *ctx, void *p, bool pooled, void *stream)
+{
+    if (ctx->device == BMT_DEVICE_CPU) {
+        free(p);
+        return;
+    }
+#ifdef BMT_HAVE_CUDA
+    if (pooled)
+        cudaFreeAsync(p, (cudaStream_t)(stream ? stream : ctx->streams[DEVICE_COMPUTE]));
+    else
+        cudaFree(p);
+#else
+    (void)pooled, (void)stream;
+#endif
+}
+
+/* bmt_alloc (stream NULL) and bmt_alloc_async (stream: a cudaStream_t). */
+static void *alloc_counted(bmt_ctx_t *ctx, bmt_mem_kind_t kind, size_t bytes, void *stream,
+                           bmt_error_t *err)
 {
     if ((unsigned)kind >= BMT_MEM_KIND_COUNT) {
         errprintf(err, "rank %d: bmt_alloc: invalid memory kind %d", ctx->rank, (int)kind);
@@ -345,54 +447,59 @@ void *bmt_alloc(bmt_ctx_t *ctx, bmt_mem_kind_t kind, size_t bytes, bmt_error_t *
         errprintf(err, "rank %d: out of host memory", ctx->rank);
         return NULL;
     }
-    size_t real = bytes ? bytes : 1; /* a distinct, freeable pointer */
-    void *p = NULL;
-    if (ctx->device == BMT_DEVICE_CPU) {
-        /* 64-byte alignment, like cudaMalloc's 256: vector loads, no false sharing. */
-        if (posix_memalign(&p, 64, (real + 63) & ~(size_t)63) != 0)
-            p = NULL;
-        if (p == NULL) {
-            errprintf(err, "rank %d: out of host memory allocating %zu bytes (%s)", ctx->rank,
-                      bytes, bmt_mem_kind_name(kind));
-            return NULL;
-        }
-    } else {
-#ifdef BMT_HAVE_CUDA
-        cudaError_t e = cudaMalloc(&p, real);
-        if (e != cudaSuccess) {
-            bmt_mem_stats_t st = t->stats;
-            errprintf(err, "rank %d: cudaMalloc of %zu bytes (%s) on cuda:%d: %s; %.2f GiB in use",
-                      ctx->rank, bytes, bmt_mem_kind_name(kind), ctx->device_index,
-                      cudaGetErrorString(e), (double)st.current_total / (1 << 30));
-            return NULL;
-        }
-#else
-        errprintf(err, "rank %d: this libbmt was built without CUDA", ctx->rank);
+    const bool pooled = stream != NULL && ctx->device == BMT_DEVICE_CUDA;
+    void *p = device_alloc(ctx, kind, bytes ? bytes : 1, pooled ? stream : NULL, err);
+    if (p == NULL)
         return NULL;
-#endif
-    }
-    if (table_add(t, p, bytes, kind) < 0) {
-        bmt_free(ctx, p);
+    if (table_add(t, p, bytes, kind, pooled) < 0) {
+        device_free(ctx, p, pooled, stream);
         errprintf(err, "rank %d: out of host memory for the allocation table", ctx->rank);
         return NULL;
     }
     return p;
 }
 
-void bmt_free(bmt_ctx_t *ctx, void *ptr)
+void *bmt_alloc(bmt_ctx_t *ctx, bmt_mem_kind_t kind, size_t bytes, bmt_error_t *err)
+{
+    return alloc_counted(ctx, kind, bytes, NULL, err);
+}
+
+void *bmt_alloc_async(bmt_ctx_t *ctx, bmt_mem_kind_t kind, size_t bytes, void *stream,
+                      bmt_error_t *err)
+{
+    if (ctx->device == BMT_DEVICE_CPU)
+        return alloc_counted(ctx, kind, bytes, NULL, err);
+    return alloc_counted(ctx, kind, bytes, stream ? stream : ctx->streams[DEVICE_COMPUTE], err);
+}
+
+void bmt_free_async(bmt_ctx_t *ctx, void *ptr, void *stream)
 {
     if (ptr == NULL)
         return;
     /* Not ours (or freed already): leave it alone rather than corrupt the heap. */
-    if (table_remove(ctx->mem, ptr) < 0)
+    bool pooled;
+    if (table_remove(ctx->mem, ptr, &pooled) < 0)
         return;
-    if (ctx->device == BMT_DEVICE_CPU) {
-        free(ptr);
-        return;
-    }
+    device_free(ctx, ptr, pooled, stream);
+}
+
+void bmt_free(bmt_ctx_t *ctx, void *ptr) { bmt_free_async(ctx, ptr, NULL); }
+
+void bmt_mem_pool_reserved(const bmt_ctx_t *ctx, uint64_t *now, uint64_t *high)
+{
+    uint64_t cur = 0, hi = 0;
 #ifdef BMT_HAVE_CUDA
-    cudaFree(ptr);
+    if (ctx->pool) {
+        cudaMemPoolGetAttribute((cudaMemPool_t)ctx->pool, cudaMemPoolAttrReservedMemCurrent, &cur);
+        cudaMemPoolGetAttribute((cudaMemPool_t)ctx->pool, cudaMemPoolAttrReservedMemHigh, &hi);
+    }
+#else
+    (void)ctx;
 #endif
+    if (now)
+        *now = cur;
+    if (high)
+        *high = hi;
 }
 
 void *bmt_mem_alloc(bmt_ctx_t *ctx, size_t bytes, bmt_error_t *err)
@@ -419,9 +526,10 @@ void bmt_mem_reset_peaks(bmt_ctx_t *ctx)
     memcpy(t->stats.peak, t->stats.current, sizeof(t->stats.peak));
     t->stats.peak_total = t->stats.current_total;
     memcpy(t->step_peak, t->stats.current, sizeof(t->step_peak));
+    t->step_peak_total = t->stats.current_total;
 }
 
-void device_mem_step_peaks(bmt_ctx_t *ctx, uint64_t *current, uint64_t *peak)
+void device_mem_step_peaks(bmt_ctx_t *ctx, uint64_t *current, uint64_t *peak, uint64_t *peak_all)
 {
     struct mem_table *t = table(ctx);
     for (int k = 0; k < BMT_MEM_KIND_COUNT; k++) {
@@ -430,6 +538,9 @@ void device_mem_step_peaks(bmt_ctx_t *ctx, uint64_t *current, uint64_t *peak)
         if (t)
             t->step_peak[k] = t->stats.current[k];
     }
+    *peak_all = t ? t->step_peak_total : 0;
+    if (t)
+        t->step_peak_total = t->stats.current_total;
 }
 
 /* ------------------------------------------------------------ copies */

@@ -50,8 +50,10 @@ int device_wait_tail(bmt_ctx_t *ctx, bmt_error_t *err);
 double device_wait_collect(bmt_ctx_t *ctx, bool *partial);
 
 /* Memory now and the peak per kind since the last call (which starts a new
- * period); arrays of BMT_MEM_KIND_COUNT. The public peaks are not touched. */
-void device_mem_step_peaks(bmt_ctx_t *ctx, uint64_t *current, uint64_t *peak);
+ * period); arrays of BMT_MEM_KIND_COUNT. *peak_all: the peak of all kinds at
+ * once in the period (at most the sum of the kinds' peaks: with stream-ordered
+ * memory the kinds peak at different times). The public peaks are not touched. */
+void device_mem_step_peaks(bmt_ctx_t *ctx, uint64_t *current, uint64_t *peak, uint64_t *peak_all);
 
 /* The device's name ("NVIDIA H200", or the CPU model from /proc/cpuinfo). */
 void device_name(bmt_ctx_t *ctx, char *out, size_t len);

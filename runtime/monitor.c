@@ -397,8 +397,8 @@ void bmt_step_begin(bmt_ctx_t *ctx)
     ctx->monitor->comm_mark = ctx->comm_host_s;
     bool partial;
     device_wait_collect(ctx, &partial); /* waits before this point are not the step's */
-    uint64_t cur[BMT_MEM_KIND_COUNT], peak[BMT_MEM_KIND_COUNT];
-    device_mem_step_peaks(ctx, cur, peak); /* nor are the peaks */
+    uint64_t cur[BMT_MEM_KIND_COUNT], peak[BMT_MEM_KIND_COUNT], all;
+    device_mem_step_peaks(ctx, cur, peak, &all); /* nor are the peaks */
 }
 
 int bmt_report_step(bmt_ctx_t *ctx, const bmt_step_report_t *r, bmt_step_metrics_t *out,
@@ -442,7 +442,7 @@ int bmt_report_step(bmt_ctx_t *ctx, const bmt_step_report_t *r, bmt_step_metrics
     x.samples_total = m->samples_total;
     x.plugin_s = m->plugin_acc;
     x.mem_kinds = BMT_MEM_KIND_COUNT;
-    device_mem_step_peaks(ctx, x.mem_current, x.mem_peak);
+    device_mem_step_peaks(ctx, x.mem_current, x.mem_peak, &x.mem_peak_all);
     m->last_step = x.step;
     m->plugin_acc = 0;
     m->step_start = now;

@@ -235,9 +235,13 @@ static int grad_sumsq(bmt_optim_t *o, double *total, bmt_error_t *err)
 {
     bmt_ctx_t *ctx = o->ctx;
     void *compute = device_stream(ctx, DEVICE_COMPUTE);
-    for (int i = 0; i < o->ns; i++)
+    for (int i = 0; i < o->ns; i++) {
+        if (o->s[i].d->grad == NULL) /* every block's backward makes its shards */
+            return errprintf(err, "rank %d: internal: block %.40s has no gradient shard", ctx->rank,
+                             o->s[i].block->name);
         if (kern_sumsq(ctx, compute, o->s[i].d->grad, o->s[i].d->shard, o->sums, i, err) < 0)
             return -1;
+    }
     if (bmt_mem_download(ctx, o->hsums, o->sums, sizeof(double) * (size_t)o->ns, err) < 0)
         return -1;
     double local = 0;
@@ -254,15 +258,14 @@ static int grad_sumsq(bmt_optim_t *o, double *total, bmt_error_t *err)
     return 0;
 }
 
-static int zero_grads(bmt_optim_t *o, bmt_error_t *err)
+/* The step has consumed the gradient shards: they go back to the pool in
+ * stream order after the step's kernels, and the next backward makes them
+ * anew (zeroed). */
+static void drop_grads(bmt_optim_t *o)
 {
     void *compute = device_stream(o->ctx, DEVICE_COMPUTE);
-    for (int i = 0; i < o->ns; i++) {
-        if (kern_zero(o->ctx, compute, o->s[i].d->grad, dsize(BMT_F32, o->s[i].d->shard), err) < 0)
-            return -1;
-        o->s[i].block->grad_fresh = true;
-    }
-    return 0;
+    for (int i = 0; i < o->ns; i++)
+        block_drop_grads(o->s[i].block, (int)(o->s[i].d - o->s[i].block->groups), compute);
 }
 
 int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
@@ -286,7 +289,7 @@ int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
         return -1;
     const int micro = st->microbatches;
     double scale = 1.0 / ((double)ctx->world * micro);
-    double sumsq;
+    double sumsq = 0;
     if (grad_sumsq(o, &sumsq, err) < 0)
         return -1;
     double norm = sqrt(sumsq) * scale;
@@ -336,8 +339,8 @@ int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
         }
         o->step = step;
     }
-    if (zero_grads(o, err) < 0 ||
-        device_event_record(ctx, st->updated, device_stream(ctx, DEVICE_COMPUTE), err) < 0) {
+    drop_grads(o);
+    if (device_event_record(ctx, st->updated, device_stream(ctx, DEVICE_COMPUTE), err) < 0) {
         o->broken = true;
         return -1;
     }

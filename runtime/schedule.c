@@ -189,16 +189,9 @@ int bmt_blocklist_append(bmt_blocklist_t *l, bmt_block_t *b, const bmt_block_ops
         l->rs_tmp_bytes = tmp;
     }
     block_layout_grads(b, BMT_F32); /* the model always writes f32 gradients */
-    if (block_alloc_grads(b, err) < 0 || device_event_create(ctx, &b->rs_done, err) < 0) {
-        /* Nothing of this attempt stays: the block is as it was. */
-        for (int g = 0; g < b->ngroups; g++) {
-            bmt_free(ctx, b->groups[g].grad);
-            b->groups[g].grad = NULL;
-        }
-        device_event_destroy(ctx, b->rs_done);
-        b->rs_done = NULL;
+    if (device_event_create(ctx, &b->rs_done, err) < 0)
         return errprefix(err, "block %.40s: ", b->name);
-    }
+    b->grad_fresh = true; /* its gradient shards come with its first backward */
     l->e[l->n] = (struct entry){ .block = b, .ops = *ops, .model = model };
     b->list = l;
     b->index = l->n++;
@@ -608,6 +601,8 @@ int bmt_blocklist_backward(bmt_blocklist_t *l, bool last, bmt_error_t *err)
             return broken(l, err);
         struct slot *g = direct ? NULL : &l->gslots[l->gnext];
         l->gnext ^= 1;
+        if (b->nparams > 0 && block_need_grads(b, compute, err) < 0)
+            return broken(l, err);
         if (b->nparams > 0 && direct) {
             block_bind_shard_grads(b);
         } else if (b->nparams > 0) {

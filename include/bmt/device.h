@@ -52,6 +52,27 @@ BMT_API void *bmt_alloc(bmt_ctx_t *ctx, bmt_mem_kind_t kind, size_t bytes, bmt_e
  * one of this context's (already freed, say): no-op. */
 BMT_API void bmt_free(bmt_ctx_t *ctx, void *ptr);
 
+/* Stream-ordered memory, for what lives only part of a step (a model's
+ * activations, the runtime's gradient shards). Work enqueued on stream after
+ * bmt_alloc_async may use the memory, and work on other streams that waits for
+ * it through an event; bmt_free_async gives it back once the work enqueued on
+ * stream before it is done, and a later bmt_alloc_async on that stream may
+ * take it again at once, with no synchronization of the host. stream NULL: the
+ * compute stream. On cuda the memory comes from a CUDA memory pool of the
+ * context that keeps what it has reserved, so a step's allocations after the
+ * first cost no cudaMalloc; on cpu (the host is every stream) these are
+ * bmt_alloc and bmt_free. The counters count the bytes from one call to the
+ * other, as torch.cuda.max_memory_allocated does; what the pool holds beyond
+ * that (granularity, fragmentation) is bmt_mem_pool_reserved. bmt_free of such
+ * memory is bmt_free_async on the compute stream. */
+BMT_API void *bmt_alloc_async(bmt_ctx_t *ctx, bmt_mem_kind_t kind, size_t bytes, void *stream,
+                              bmt_error_t *err);
+BMT_API void bmt_free_async(bmt_ctx_t *ctx, void *ptr, void *stream);
+
+/* Bytes the stream-ordered pool holds from the device now, and the most it has
+ * held (cuda; 0 on cpu and before the first bmt_alloc_async). */
+BMT_API void bmt_mem_pool_reserved(const bmt_ctx_t *ctx, uint64_t *now, uint64_t *high);
+
 typedef struct bmt_mem_stats {
     uint64_t current[BMT_MEM_KIND_COUNT]; /* bytes allocated now */
     uint64_t peak[BMT_MEM_KIND_COUNT];    /* most bytes at any time since the last reset */

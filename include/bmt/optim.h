@@ -11,7 +11,8 @@
  *   4. skips the step if the norm is inf or nan (counting it), else clips to
  *      clip_norm when set and applies AdamW exactly as torch.optim.AdamW does
  *      (decoupled weight decay, bias correction);
- *   5. zeroes the gradient shards for the next step.
+ *   5. gives the gradient shards back (the next backward makes them anew,
+ *      zeroed: between steps they take no memory).
  */
 #ifndef BMT_OPTIM_H
 #define BMT_OPTIM_H

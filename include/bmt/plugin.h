@@ -109,6 +109,11 @@ typedef struct bmt_step_metrics {
     int32_t reserved;
     uint64_t mem_current[BMT_METRICS_MEM_KINDS]; /* bytes now, per kind (bmt/device.h) */
     uint64_t mem_peak[BMT_METRICS_MEM_KINDS];    /* most bytes during the step, per kind */
+    /* Appended (size > 432): most bytes of all kinds at once during the step.
+     * Stream-ordered memory (activations, gradient shards) peaks at other times
+     * in each kind, so this is at most the sum of mem_peak, and is what compares
+     * with torch.cuda.max_memory_allocated. */
+    uint64_t mem_peak_all;
 } bmt_step_metrics_t;
 
 typedef enum bmt_event_kind {
@@ -148,7 +153,8 @@ _Static_assert(offsetof(bmt_job_info_t, mem_kind_names) == 96, "bmt_job_info_t l
 _Static_assert(sizeof(bmt_job_info_t) == 144, "bmt_job_info_t layout");
 _Static_assert(offsetof(bmt_step_metrics_t, loss) == 64, "bmt_step_metrics_t layout");
 _Static_assert(offsetof(bmt_step_metrics_t, mem_current) == 176, "bmt_step_metrics_t layout");
-_Static_assert(sizeof(bmt_step_metrics_t) == 432, "bmt_step_metrics_t layout");
+_Static_assert(offsetof(bmt_step_metrics_t, mem_peak_all) == 432, "bmt_step_metrics_t layout");
+_Static_assert(sizeof(bmt_step_metrics_t) == 440, "bmt_step_metrics_t layout");
 _Static_assert(sizeof(bmt_event_t) == 48, "bmt_event_t layout");
 _Static_assert(sizeof(bmt_monitor_plugin_v1_t) == 48, "bmt_monitor_plugin_v1_t layout");
 #endif

@@ -322,6 +322,71 @@ static void check_zero(void)
     free(h);
 }
 
+/* ------------------------------------------------------------ stream-ordered memory */
+
+/* bmt_alloc_async / bmt_free_async (runtime/device.c): counted while held,
+ * usable in stream order, reused without growing the pool, kept by the pool
+ * through synchronizations, a failure that names itself and changes nothing. */
+static void check_pool(void)
+{
+    const size_t n = (3u << 20) + 5;
+    bmt_error_t err;
+    bmt_mem_stats_t st0, st;
+    bmt_mem_get_stats(gpu, &st0);
+    unsigned char *a = bmt_alloc_async(gpu, BMT_MEM_ACTIVATION, n, stream, &err);
+    if (a == NULL)
+        die("bmt_alloc_async", err.text);
+    bmt_mem_get_stats(gpu, &st);
+    ok(st.current[BMT_MEM_ACTIVATION] == st0.current[BMT_MEM_ACTIVATION] + n &&
+           st.current_total == st0.current_total + n,
+       "pool: %zu bytes counted as activation while held", n);
+    unsigned char *h = host(n);
+    cuda_check(cudaMemsetAsync(a, 0x5a, n, stream), "cudaMemsetAsync");
+    cuda_check(cudaMemcpyAsync(h, a, n, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+    cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    bool good = true;
+    for (size_t i = 0; i < n; i++)
+        good &= h[i] == 0x5a;
+    ok(good, "pool: the memory is written and read back in stream order");
+    bmt_free_async(gpu, a, stream);
+    bmt_free_async(gpu, a, stream); /* not ours any more: a no-op */
+    bmt_mem_get_stats(gpu, &st);
+    ok(st.current_total == st0.current_total && st.peak_total >= st0.current_total + n,
+       "pool: freed once (a second free is ignored): %llu bytes now, the peak kept",
+       (unsigned long long)(st.current_total - st0.current_total));
+    uint64_t now, high, high1;
+    bmt_mem_pool_reserved(gpu, &now, &high1);
+    for (int i = 0; i < 100; i++) {
+        void *b = bmt_alloc_async(gpu, BMT_MEM_GRAD, n, stream, &err);
+        if (b == NULL)
+            die("bmt_alloc_async", err.text);
+        cuda_check(cudaMemsetAsync(b, i, n, stream), "cudaMemsetAsync");
+        bmt_free_async(gpu, b, stream);
+    }
+    cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    bmt_mem_pool_reserved(gpu, &now, &high);
+    ok(high1 >= n && high == high1 && now == high,
+       "pool: 100 more allocations on one stream reuse the first's %llu reserved bytes, and the "
+       "pool keeps them through a device synchronization (now %llu, at most %llu)",
+       (unsigned long long)high1, (unsigned long long)now, (unsigned long long)high);
+    void *c = bmt_alloc(gpu, BMT_MEM_WORKSPACE, 64, &err), *d;
+    d = bmt_alloc_async(gpu, BMT_MEM_WORKSPACE, (size_t)1 << 50, stream, &err);
+    bmt_mem_get_stats(gpu, &st);
+    const bool named =
+        d == NULL && strstr(err.text, "cudaMallocFromPoolAsync") && strstr(err.text, "workspace");
+    void *e = bmt_alloc_async(gpu, BMT_MEM_WORKSPACE, 64, stream, &err);
+    ok(named && st.current_total == st0.current_total + 64 && e != NULL &&
+           cudaGetLastError() == cudaSuccess,
+       "pool: 1 PiB fails with a message naming the call and the kind (%s), counts nothing, and "
+       "the next allocation works",
+       d == NULL ? err.text : "it succeeded");
+    bmt_free(gpu, e); /* bmt_free of pool memory: a stream-ordered free */
+    bmt_free(gpu, c);
+    bmt_mem_get_stats(gpu, &st);
+    ok(st.current_total == st0.current_total, "pool: bmt_free gives pool memory back too");
+    free(h);
+}
+
 static void make_input(void *buf, bmt_dtype_t t, size_t n)
 {
     float *f = host(n * 4);
@@ -654,6 +719,7 @@ int main(int argc, char **argv)
 
     check_init();
     check_zero();
+    check_pool();
     check_cast();
     check_accumulate();
     check_sumsq();

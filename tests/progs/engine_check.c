@@ -840,6 +840,13 @@ static int verify_call(model_t *m, const bmt_block_call_t *call, int kind, bool 
         } else {
             if (m->nfwd[b]++ != 0)
                 complain(m, "block %d: second forward in one micro-batch", b);
+            bmt_mem_stats_t st;
+            bmt_mem_get_stats(m->ctx, &st);
+            if (m->mb == 0 && st.current[BMT_MEM_GRAD] != 0)
+                complain(m,
+                         "block %d: %llu bytes of gradient shards held in a step's first "
+                         "forward (they live from the backward to the optimizer's step)",
+                         b, (unsigned long long)st.current[BMT_MEM_GRAD]);
             if (call->keep_activations != !m->ckpt)
                 complain(m, "block %d: keep_activations %d with checkpointing %d", b,
                          (int)call->keep_activations, (int)m->ckpt);
@@ -1528,6 +1535,16 @@ static int monitor_step(monitor_t *mon, int s, double loss, const bmt_step_info_
                     s, bmt_mem_kind_name(k), (unsigned long long)x.mem_current[k],
                     (unsigned long long)x.mem_peak[k], (unsigned long long)st.current[k],
                     (unsigned long long)st.peak[k]);
+    uint64_t sum_peaks = 0;
+    for (int k = 0; k < BMT_MEM_KIND_COUNT; k++)
+        sum_peaks += x.mem_peak[k];
+    if (x.size != sizeof(x) || x.mem_peak_all < st.current_total || x.mem_peak_all > sum_peaks ||
+        x.mem_peak_all > st.peak_total)
+        mon_bad(mon,
+                "step %d: peak of all kinds at once %llu: want >= now (%llu), <= the sum of the "
+                "kinds' peaks (%llu) and <= the allocator's peak (%llu) (size %u)",
+                s, (unsigned long long)x.mem_peak_all, (unsigned long long)st.current_total,
+                (unsigned long long)sum_peaks, (unsigned long long)st.peak_total, x.size);
     if ((x.mem_peak[BMT_MEM_GRAD_FULL] == 0) != (bmt_layout(ctx)->gpus_per_group == 1) ||
         x.mem_peak[BMT_MEM_GATHERED] == 0)
         mon_bad(mon, "step %d: the step's peaks miss its gathered or gradient buffers", s);
@@ -1725,9 +1742,10 @@ static void check_memory(const char *tag, int zero, const bmt_mem_stats_t *st,
           (unsigned long long)cur[BMT_MEM_PARAM], (unsigned long long)peak[BMT_MEM_PARAM],
           none ? "none (master_only): the masters are the values," : "this rank's shards",
           (unsigned long long)wp);
-    check(cur[BMT_MEM_GRAD] == want->grad && peak[BMT_MEM_GRAD] == want->grad,
-          "memory (%s): grad bytes %llu (peak %llu) = this rank's f32 shards %llu", tag,
-          (unsigned long long)cur[BMT_MEM_GRAD], (unsigned long long)peak[BMT_MEM_GRAD],
+    check(cur[BMT_MEM_GRAD] == 0 && peak[BMT_MEM_GRAD] == want->grad,
+          "memory (%s): grad bytes %llu after the step (none: given back), peak %llu = this "
+          "rank's f32 shards %llu",
+          tag, (unsigned long long)cur[BMT_MEM_GRAD], (unsigned long long)peak[BMT_MEM_GRAD],
           (unsigned long long)want->grad);
     check(cur[BMT_MEM_OPTIM] == want->optim && peak[BMT_MEM_OPTIM] == want->optim,
           "memory (%s): optim bytes %llu (peak %llu) = %s x f32 shards %llu", tag,
