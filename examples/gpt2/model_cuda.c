@@ -6,6 +6,16 @@
  * (the blocks' inputs); a layer's internals live in one scratch set under
  * activation checkpointing, else one set per layer.
  *
+ * Activations are stream-ordered (bmt_alloc_async on the compute stream): each
+ * buffer exists from its first writer to its last reader in a micro-batch. The
+ * backward gives back x_l, the layer's saved set and its own gradients of
+ * activations as it passes them (the MLP's weight gradient is taken before its
+ * input gradient so that GELU's output is gone before dinp exists), so at a
+ * layer's backward the activations are x_0..x_l and one layer's set, not all
+ * the checkpoints next to every scratch buffer. With the runtime's gradient
+ * shards made during the backward, that is what brings the peak of a group of
+ * one under FSDP2's (docs/gpt2.md, Memory).
+ *
  * The head overwrites its logits with their gradient (fused cross-entropy).
  * Without checkpointing the forward does that for all N rows and the backward
  * reads them from there. Under checkpointing the (N, V) logits are not kept:
@@ -31,7 +41,7 @@
 
 typedef struct cu_layer {
     void *ln1, *qkvr, *att, *atty, *res2, *ln2, *fch, *fch_gelu; /* bf16 */
-    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+    void *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;             /* f32 */
 } cu_layer_t;
 
 struct gpt2_cu {
@@ -46,7 +56,7 @@ struct gpt2_cu {
     int32_t *tokens; /* device: inputs (N), targets (N), buckets (3N + 1), one upload */
     int32_t *inputs, *targets, *buckets; /* into tokens */
     int32_t *tokens_host;                /* the same on the host */
-    int U, counted;
+    int nbuckets, counted;
     void **x;         /* L + 1 residual stream buffers (N,C) */
     cu_layer_t *acts; /* L sets, or 1 */
     /* forward scratch (materialized attention only: flash attention reads the
@@ -59,6 +69,9 @@ struct gpt2_cu {
     float *logits_f32, *logits_host; /* keep_logits: (N,V) device, host */
     /* backward */
     void *dres, *dres2, *dln, *datty, *dqkv, *datt, *attn_scratch, *dfch;
+    void *proj; /* a recomputation's attention projection (x_{l+1} is kept) */
+    void *stream;
+    size_t U, att_bytes; /* one (N,C) bf16 buffer; attention's saved bytes */
 };
 
 static void *cu_alloc(gpt2_cu_t *cu, size_t bytes, bmt_error_t *err)
@@ -66,11 +79,30 @@ static void *cu_alloc(gpt2_cu_t *cu, size_t bytes, bmt_error_t *err)
     return bmt_alloc(cu->ctx, BMT_MEM_ACTIVATION, bytes, err);
 }
 
+/* *p, stream-ordered, unless it exists already (a set reused from layer to
+ * layer, or kept by a forward without backward). */
+static int need(gpt2_cu_t *cu, void **p, size_t bytes, bmt_error_t *err)
+{
+    if (*p == NULL)
+        *p = bmt_alloc_async(cu->ctx, BMT_MEM_ACTIVATION, bytes, cu->stream, err);
+    return *p ? 0 : -1;
+}
+
+/* Give back the buffers named, once the work enqueued so far is done. */
+#define drop(cu, ...) drop_all(cu, (void **[]){ __VA_ARGS__, NULL })
+static void drop_all(gpt2_cu_t *cu, void **const *bufs)
+{
+    for (; *bufs; bufs++) {
+        bmt_free_async(cu->ctx, **bufs, cu->stream);
+        **bufs = NULL;
+    }
+}
+
+/* What lives as long as the model: the host arrays, the tokens, the head's
+ * statistics and losses, and the materialized attention's scratch. */
 static int alloc_all(gpt2_cu_t *cu, bmt_error_t *err)
 {
     const size_t N = (size_t)cu->N, C = (size_t)cu->cfg.n_embd, h = 2; /* bf16 bytes */
-    const size_t att =
-        gpt2_cuda_attention_saved_bytes(cu->B, cu->T, cu->cfg.n_embd, cu->cfg.n_head);
     const int L = cu->cfg.n_layer, sets = cu->ckpt ? 1 : L;
     if ((cu->x = calloc((size_t)L + 1, sizeof(void *))) == NULL ||
         (cu->acts = calloc((size_t)sets, sizeof(cu_layer_t))) == NULL ||
@@ -78,35 +110,13 @@ static int alloc_all(gpt2_cu_t *cu, bmt_error_t *err)
         snprintf(err->text, sizeof(err->text), "gpt2: out of host memory");
         return -1;
     }
-    for (int l = 0; l <= L; l++)
-        if ((cu->x[l] = cu_alloc(cu, N * C * h, err)) == NULL)
-            return -1;
-    for (int s = 0; s < sets; s++) {
-        cu_layer_t *a = &cu->acts[s];
-        if (!(a->ln1 = cu_alloc(cu, N * C * h, err)) ||
-            !(a->qkvr = cu_alloc(cu, 3 * N * C * h, err)) || !(a->att = cu_alloc(cu, att, err)) ||
-            !(a->atty = cu_alloc(cu, N * C * h, err)) ||
-            !(a->res2 = cu_alloc(cu, N * C * h, err)) || !(a->ln2 = cu_alloc(cu, N * C * h, err)) ||
-            !(a->fch = cu_alloc(cu, 4 * N * C * h, err)) ||
-            !(a->fch_gelu = cu_alloc(cu, 4 * N * C * h, err)) ||
-            !(a->ln1_mean = cu_alloc(cu, N * 4, err)) ||
-            !(a->ln1_rstd = cu_alloc(cu, N * 4, err)) ||
-            !(a->ln2_mean = cu_alloc(cu, N * 4, err)) || !(a->ln2_rstd = cu_alloc(cu, N * 4, err)))
-            return -1;
-    }
     if (!cu->flash && (!(cu->qkv = cu_alloc(cu, 3 * N * C * h, err)) ||
                        !(cu->attn_y = cu_alloc(cu, N * C * h, err)) ||
                        !(cu->attn_scratch = cu_alloc(cu, 4 * N * C * h, err))))
         return -1;
     if (!(cu->tokens = cu_alloc(cu, (5 * N + 1) * 4, err)) ||
-        !(cu->lnf = cu_alloc(cu, N * C * h, err)) ||
-        !(cu->logits = cu_alloc(cu, (size_t)cu->head_rows * cu->Vp * h, err)) ||
         !(cu->lnf_mean = cu_alloc(cu, N * 4, err)) || !(cu->lnf_rstd = cu_alloc(cu, N * 4, err)) ||
-        !(cu->losses = cu_alloc(cu, N * 4, err)) || !(cu->loss_sum = cu_alloc(cu, 4, err)) ||
-        !(cu->dres = cu_alloc(cu, N * C * h, err)) || !(cu->dres2 = cu_alloc(cu, N * C * h, err)) ||
-        !(cu->dln = cu_alloc(cu, N * C * h, err)) || !(cu->datty = cu_alloc(cu, N * C * h, err)) ||
-        !(cu->dqkv = cu_alloc(cu, 3 * N * C * h, err)) || !(cu->datt = cu_alloc(cu, att, err)) ||
-        !(cu->dfch = cu_alloc(cu, 4 * N * C * h, err)))
+        !(cu->losses = cu_alloc(cu, N * 4, err)) || !(cu->loss_sum = cu_alloc(cu, 4, err)))
         return -1;
     cu->inputs = cu->tokens, cu->targets = cu->tokens + N, cu->buckets = cu->tokens + 2 * N;
     return 0;
@@ -135,6 +145,9 @@ gpt2_cu_t *gpt2_cu_create(bmt_ctx_t *ctx, const gpt2_config_t *cfg, int B, int T
     cu->acts_of = -1;
     cu->ckpt = ckpt;
     cu->flash = gpt2_cuda_attention_is_flash(cfg->n_embd, cfg->n_head) != 0;
+    cu->stream = bmt_compute_stream(ctx);
+    cu->U = (size_t)cu->N * cfg->n_embd * 2;
+    cu->att_bytes = gpt2_cuda_attention_saved_bytes(B, T, cfg->n_embd, cfg->n_head);
     const int max_cols = 4 * cfg->n_embd;
     if ((cu->workspace =
              bmt_alloc(ctx, BMT_MEM_WORKSPACE, gpt2_cuda_workspace_bytes(max_cols), err)) == NULL ||
@@ -171,7 +184,7 @@ void gpt2_cu_destroy(gpt2_cu_t *cu)
     void *rest[] = { cu->tokens,   cu->qkv,          cu->attn_y, cu->lnf,      cu->logits,
                      cu->lnf_mean, cu->lnf_rstd,     cu->losses, cu->loss_sum, cu->logits_f32,
                      cu->dres,     cu->dres2,        cu->dln,    cu->datty,    cu->dqkv,
-                     cu->datt,     cu->attn_scratch, cu->dfch,   cu->workspace };
+                     cu->datt,     cu->attn_scratch, cu->dfch,   cu->proj,     cu->workspace };
     for (size_t i = 0; i < sizeof(rest) / sizeof(rest[0]); i++)
         bmt_free(ctx, rest[i]);
     free(cu->x);
@@ -197,7 +210,7 @@ int gpt2_cu_set_batch(gpt2_cu_t *cu, const int32_t *inputs, const int32_t *targe
      * micro-batch's backward may still read these buffers). */
     if (bmt_mem_upload(cu->ctx, cu->tokens, h, (2 * N + 2 * (size_t)U + 1 + N) * 4, err) < 0)
         return -1;
-    cu->U = U;
+    cu->nbuckets = U;
     cu->counted = counted;
     cu->acts_of = -1;
     return 0;
@@ -230,15 +243,23 @@ static cu_layer_t *layer_of(gpt2_cu_t *cu, int l) { return &cu->acts[cu->ckpt ? 
 /* A recomputation (checkpointing) stops once the activations that the
  * backward reads exist: x_{l+1} is kept, so the MLP's projection and the
  * last residual are not taken again, and the attention's projection goes to
- * backward scratch (free until this layer's backward) instead of x_{l+1}. */
+ * a buffer of its own that lives until the residual. Each buffer is made just
+ * before its first writer, so the projection's is gone before the MLP's. */
 static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bool recompute, bmt_error_t *err)
 {
     gpt2_cuda_t *h = cu->h;
     const int N = cu->N, C = cu->cfg.n_embd;
-    const size_t NC = (size_t)N * C;
+    const size_t NC = (size_t)N * C, U = cu->U, S = (size_t)N * 4;
     cu_layer_t *a = layer_of(cu, l);
-    void *x = cu->x[l], *out = cu->x[l + 1];
-    void *qkv = cu->flash ? a->qkvr : cu->qkv, *proj = recompute ? cu->dres2 : out;
+    void *x = cu->x[l];
+    if ((!recompute && need(cu, &cu->x[l + 1], U, err) < 0) ||
+        (recompute && need(cu, &cu->proj, U, err) < 0) || need(cu, &a->ln1, U, err) < 0 ||
+        need(cu, &a->ln1_mean, S, err) < 0 || need(cu, &a->ln1_rstd, S, err) < 0 ||
+        need(cu, &a->qkvr, 3 * U, err) < 0 || need(cu, &a->att, cu->att_bytes, err) < 0 ||
+        need(cu, &a->atty, U, err) < 0 || need(cu, &a->res2, U, err) < 0)
+        return -1;
+    void *out = cu->x[l + 1];
+    void *qkv = cu->flash ? a->qkvr : cu->qkv, *proj = recompute ? cu->proj : out;
     if (gpt2_cuda_layernorm_forward(h, a->ln1, a->ln1_mean, a->ln1_rstd, x, p[LN1_W], p[LN1_B], N,
                                     C, err) < 0 ||
         gpt2_cuda_matmul_forward(h, qkv, 3 * C, a->ln1, p[ATTN_W], p[ATTN_B], N, C, 3 * C, 0, err) <
@@ -247,7 +268,13 @@ static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bool recompute, b
                                     cu->cfg.n_head, err) < 0 ||
         gpt2_cuda_matmul_forward(h, proj, C, a->atty, p[APROJ_W], p[APROJ_B], N, C, C, 0, err) <
             0 ||
-        gpt2_cuda_residual_forward(h, a->res2, x, proj, NC, err) < 0 ||
+        gpt2_cuda_residual_forward(h, a->res2, x, proj, NC, err) < 0)
+        return -1;
+    if (recompute)
+        drop(cu, &cu->proj);
+    if (need(cu, &a->ln2, U, err) < 0 || need(cu, &a->ln2_mean, S, err) < 0 ||
+        need(cu, &a->ln2_rstd, S, err) < 0 || need(cu, &a->fch, 4 * U, err) < 0 ||
+        need(cu, &a->fch_gelu, 4 * U, err) < 0 ||
         gpt2_cuda_layernorm_forward(h, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p[LN2_W],
                                     p[LN2_B], N, C, err) < 0 ||
         gpt2_cuda_matmul_gelu_forward(h, a->fch_gelu, a->fch, a->ln2, p[FC_W], p[FC_B], N, C, 4 * C,
@@ -263,27 +290,54 @@ static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bool recompute, b
     return 0;
 }
 
-/* cu->dres: in, the gradient w.r.t. x[l+1]; out, w.r.t. x[l]. */
+/* cu->dres: in, the gradient w.r.t. x[l+1]; out, w.r.t. x[l]. Every buffer
+ * goes back as soon as its last reader is enqueued: the layer's saved set
+ * (a recomputation or the next forward makes it again) and x[l]. */
 static int layer_backward(gpt2_cu_t *cu, int l, void *const *p, float *const *g, bmt_error_t *err)
 {
     gpt2_cuda_t *h = cu->h;
     const int N = cu->N, C = cu->cfg.n_embd;
+    const size_t U = cu->U;
     cu_layer_t *a = layer_of(cu, l);
-    if (gpt2_cuda_matmul_backward_dgelu(h, cu->dfch, g[FPROJ_W], g[FPROJ_B], cu->dres, C,
-                                        a->fch_gelu, p[FPROJ_W], a->fch, N, 4 * C, C, err) < 0 ||
+    cu->acts_of = -1; /* the set is consumed here */
+    /* MLP projection: the weight's gradient first, then GELU's output is dead
+     * and dfch can take its place. */
+    if (gpt2_cuda_matmul_backward(h, NULL, g[FPROJ_W], g[FPROJ_B], cu->dres, C, a->fch_gelu,
+                                  p[FPROJ_W], N, 4 * C, C, 0, err) < 0)
+        return -1;
+    drop(cu, &a->fch_gelu);
+    if (need(cu, &cu->dfch, 4 * U, err) < 0 ||
+        gpt2_cuda_matmul_backward_dgelu(h, cu->dfch, NULL, NULL, cu->dres, C, NULL, p[FPROJ_W],
+                                        a->fch, N, 4 * C, C, err) < 0)
+        return -1;
+    drop(cu, &a->fch);
+    if (need(cu, &cu->dln, U, err) < 0 ||
         gpt2_cuda_matmul_backward(h, cu->dln, g[FC_W], g[FC_B], cu->dfch, 4 * C, a->ln2, p[FC_W], N,
-                                  C, 4 * C, 0, err) < 0 ||
+                                  C, 4 * C, 0, err) < 0)
+        return -1;
+    drop(cu, &cu->dfch, &a->ln2);
+    if (need(cu, &cu->dres2, U, err) < 0 ||
         gpt2_cuda_layernorm_backward(h, cu->dres2, cu->dres, g[LN2_W], g[LN2_B], cu->dln, a->res2,
-                                     p[LN2_W], a->ln2_mean, a->ln2_rstd, N, C, err) < 0 ||
+                                     p[LN2_W], a->ln2_mean, a->ln2_rstd, N, C, err) < 0)
+        return -1;
+    drop(cu, &cu->dln, &a->res2, &a->ln2_mean, &a->ln2_rstd);
+    if (need(cu, &cu->datty, U, err) < 0 ||
         gpt2_cuda_matmul_backward(h, cu->datty, g[APROJ_W], g[APROJ_B], cu->dres2, C, a->atty,
                                   p[APROJ_W], N, C, C, 0, err) < 0 ||
+        need(cu, &cu->dqkv, 3 * U, err) < 0 || need(cu, &cu->datt, cu->att_bytes, err) < 0 ||
         gpt2_cuda_attention_backward(h, cu->dqkv, cu->datty, a->atty, a->qkvr, a->att, cu->datt,
-                                     cu->attn_scratch, cu->B, cu->T, C, cu->cfg.n_head, err) < 0 ||
+                                     cu->attn_scratch, cu->B, cu->T, C, cu->cfg.n_head, err) < 0)
+        return -1;
+    drop(cu, &cu->datty, &cu->datt, &a->atty, &a->qkvr, &a->att);
+    if (need(cu, &cu->dln, U, err) < 0 ||
         gpt2_cuda_matmul_backward(h, cu->dln, g[ATTN_W], g[ATTN_B], cu->dqkv, 3 * C, a->ln1,
-                                  p[ATTN_W], N, C, 3 * C, 0, err) < 0 ||
-        gpt2_cuda_layernorm_backward(h, cu->dres, cu->dres2, g[LN1_W], g[LN1_B], cu->dln, cu->x[l],
+                                  p[ATTN_W], N, C, 3 * C, 0, err) < 0)
+        return -1;
+    drop(cu, &cu->dqkv, &a->ln1);
+    if (gpt2_cuda_layernorm_backward(h, cu->dres, cu->dres2, g[LN1_W], g[LN1_B], cu->dln, cu->x[l],
                                      p[LN1_W], a->ln1_mean, a->ln1_rstd, N, C, err) < 0)
         return -1;
+    drop(cu, &cu->dln, &cu->dres2, &a->ln1_mean, &a->ln1_rstd, &cu->x[l]);
     return 0;
 }
 
@@ -308,12 +362,17 @@ static int head_forward(gpt2_cu_t *cu, void *const *p, bmt_error_t *err)
 {
     gpt2_cuda_t *h = cu->h;
     const int N = cu->N, C = cu->cfg.n_embd;
-    if (gpt2_cuda_layernorm_forward(h, cu->lnf, cu->lnf_mean, cu->lnf_rstd, cu->x[cu->cfg.n_layer],
+    const bool chunked = cu->head_rows < N; /* the backward makes each chunk's logits again */
+    if (need(cu, &cu->lnf, cu->U, err) < 0 ||
+        need(cu, &cu->logits, (size_t)cu->head_rows * cu->Vp * 2, err) < 0 ||
+        gpt2_cuda_layernorm_forward(h, cu->lnf, cu->lnf_mean, cu->lnf_rstd, cu->x[cu->cfg.n_layer],
                                     p[LNF_W], p[LNF_B], N, C, err) < 0)
         return -1;
     for (int r0 = 0; r0 < N; r0 += cu->head_rows)
         if (head_chunk(cu, p, r0, N - r0 < cu->head_rows ? N - r0 : cu->head_rows, err) < 0)
             return -1;
+    if (chunked)
+        drop(cu, &cu->logits);
     return gpt2_cuda_sum(h, cu->loss_sum, cu->losses, N, err);
 }
 
@@ -321,11 +380,18 @@ static int head_backward(gpt2_cu_t *cu, void *const *p, float *const *g, bmt_err
 {
     gpt2_cuda_t *h = cu->h;
     const int N = cu->N, C = cu->cfg.n_embd, V = cu->cfg.vocab_size;
-    if (cu->counted == 0) /* no position counts: the loss does not depend on anything */
-        return cudaMemsetAsync(cu->dres, 0, (size_t)N * C * 2, bmt_compute_stream(cu->ctx)) ==
-                       cudaSuccess
+    const int L = cu->cfg.n_layer;
+    if (need(cu, &cu->dres, cu->U, err) < 0)
+        return -1;
+    if (cu->counted == 0) { /* no position counts: the loss does not depend on anything */
+        drop(cu, &cu->logits, &cu->lnf, &cu->x[L]);
+        return cudaMemsetAsync(cu->dres, 0, cu->U, (cudaStream_t)cu->stream) == cudaSuccess
                    ? 0
                    : (snprintf(err->text, sizeof(err->text), "gpt2: cudaMemsetAsync failed"), -1);
+    }
+    if (need(cu, &cu->dln, cu->U, err) < 0 ||
+        need(cu, &cu->logits, (size_t)cu->head_rows * cu->Vp * 2, err) < 0)
+        return -1;
     /* All rows at once: the forward left d loss / d logits in the logits
      * buffer. In chunks: each chunk's again, then its products. */
     for (int r0 = 0; r0 < N; r0 += cu->head_rows) {
@@ -336,9 +402,11 @@ static int head_backward(gpt2_cu_t *cu, void *const *p, float *const *g, bmt_err
                                       (const char *)cu->lnf + off, p[WTE], n, C, V, 1, err) < 0)
             return -1;
     }
-    return gpt2_cuda_layernorm_backward(h, cu->dres, NULL, g[LNF_W], g[LNF_B], cu->dln,
-                                        cu->x[cu->cfg.n_layer], p[LNF_W], cu->lnf_mean,
-                                        cu->lnf_rstd, N, C, err);
+    if (gpt2_cuda_layernorm_backward(h, cu->dres, NULL, g[LNF_W], g[LNF_B], cu->dln, cu->x[L],
+                                     p[LNF_W], cu->lnf_mean, cu->lnf_rstd, N, C, err) < 0)
+        return -1;
+    drop(cu, &cu->dln, &cu->logits, &cu->lnf, &cu->x[L]);
+    return 0;
 }
 
 int gpt2_cu_forward(gpt2_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *err)
@@ -350,8 +418,10 @@ int gpt2_cu_forward(gpt2_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *err)
         (c->index == 0 || c->index == cu->cfg.n_layer + 1 || cu->acts_of == c->index - 1))
         return 0;
     if (c->index == 0)
-        return gpt2_cuda_encoder_forward(cu->h, cu->x[0], cu->inputs, p[WTE], p[WPE], cu->B, cu->T,
-                                         cu->cfg.n_embd, err);
+        return need(cu, &cu->x[0], cu->U, err) < 0
+                   ? -1
+                   : gpt2_cuda_encoder_forward(cu->h, cu->x[0], cu->inputs, p[WTE], p[WPE], cu->B,
+                                               cu->T, cu->cfg.n_embd, err);
     if (c->index == cu->cfg.n_layer + 1)
         return head_forward(cu, p, err);
     return layer_forward(cu, c->index - 1, p, c->recompute, err);
@@ -361,9 +431,13 @@ int gpt2_cu_backward(gpt2_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *err)
 {
     void *const *p = c->params;
     float *const *g = (float *const *)c->grads;
-    if (c->index == 0)
-        return gpt2_cuda_encoder_backward(cu->h, g[WTE], g[WPE], cu->dres, cu->buckets, cu->U,
-                                          cu->B, cu->T, cu->cfg.n_embd, err);
+    if (c->index == 0) {
+        if (gpt2_cuda_encoder_backward(cu->h, g[WTE], g[WPE], cu->dres, cu->buckets, cu->nbuckets,
+                                       cu->B, cu->T, cu->cfg.n_embd, err) < 0)
+            return -1;
+        drop(cu, &cu->dres);
+        return 0;
+    }
     if (c->index == cu->cfg.n_layer + 1)
         return head_backward(cu, p, g, err);
     return layer_backward(cu, c->index - 1, p, g, err);

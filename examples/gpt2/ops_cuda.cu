@@ -1581,12 +1581,13 @@ static int matmul_backward(gpt2_cuda_t *h, void *dinp, float *dweight, float *db
         return -1;
     /* Conv1D: dW^T (OC,IC) += dout^T (OC,N) x inp (N,IC);
      * head:   dW^T (IC,OC) += inp^T (IC,N) x dout (N,OC). */
-    if (wt == 0) {
-        if (matmul(h, dweight, CUDA_R_32F, OC, dout, false, ld_dout, inp, true, IC, OC, IC, N, NULL,
-                   1.0f, EPI_NONE, NULL, err) < 0)
-            return -1;
-    } else if (matmul(h, dweight, CUDA_R_32F, IC, inp, false, IC, dout, true, ld_dout, IC, OC, N,
-                      NULL, 1.0f, EPI_NONE, NULL, err) < 0)
+    if (dweight && wt == 0 &&
+        matmul(h, dweight, CUDA_R_32F, OC, dout, false, ld_dout, inp, true, IC, OC, IC, N, NULL,
+               1.0f, EPI_NONE, NULL, err) < 0)
+        return -1;
+    if (dweight && wt != 0 &&
+        matmul(h, dweight, CUDA_R_32F, IC, inp, false, IC, dout, true, ld_dout, IC, OC, N, NULL,
+               1.0f, EPI_NONE, NULL, err) < 0)
         return -1;
     if (dbias) {
         bias_term f = { (const bf16 *)dout, ld_dout };

@@ -112,8 +112,10 @@ int gpt2_cuda_matmul_gelu_forward(gpt2_cuda_t *h, void *out, void *pre, const vo
                                   bmt_error_t *err);
 
 /* From dout (N,OC) bf16 with rows ld_dout apart: dinp (N,IC) bf16 = dout x W^T
- * (overwritten; NULL: not wanted), dweight (shaped as W) f32 += , dbias (OC) f32
- * += (NULL: no bias). inp and weight as in the forward. */
+ * (overwritten; NULL: not wanted), dweight (shaped as W) f32 += (NULL: not
+ * wanted, and inp is not read), dbias (OC) f32 += (NULL: no bias). inp and
+ * weight as in the forward. Taking dweight and dinp in two calls lets a caller
+ * free inp before dinp exists. */
 int gpt2_cuda_matmul_backward(gpt2_cuda_t *h, void *dinp, float *dweight, float *dbias,
                               const void *dout, int ld_dout, const void *inp, const void *weight,
                               int N, int IC, int OC, int wt, bmt_error_t *err);

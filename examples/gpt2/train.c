@@ -530,9 +530,9 @@ static int train(const opts_t *o)
             human(mt.tokens_per_s * world, tps, sizeof(tps));
             if (isfinite(mt.mfu))
                 snprintf(mfu, sizeof(mfu), "%.1f%%", 100 * mt.mfu);
-            uint64_t cur = 0, peak = 0;
+            uint64_t cur = 0, peak = mt.mem_peak_all; /* all kinds at once */
             for (int k = 0; k < mt.mem_kinds; k++)
-                cur += mt.mem_current[k], peak += mt.mem_peak[k];
+                cur += mt.mem_current[k];
             printf("step %*d/%d | loss %.4f | lr %.2e | norm %.3f%s | %.1f ms | %s tok/s | MFU %s "
                    "| mem %.1f MiB (peak %.1f)\n",
                    o->steps >= 1000 ? 4 : 3, step, o->steps, mean_loss, info.lr, info.grad_norm,
@@ -584,8 +584,11 @@ static int train(const opts_t *o)
         for (int k = 0; k < BMT_MEM_KIND_COUNT && n < (int)sizeof(line); k++)
             n += snprintf(line + n, sizeof(line) - (size_t)n, "%s%s %.1f", k ? ", " : "",
                           bmt_mem_kind_name((bmt_mem_kind_t)k), (double)ms.peak[k] / 1048576.0);
-        printf("gpt2: peak memory by kind (MiB): %s; all kinds at once %.1f\n", line,
-               (double)ms.peak_total / 1048576.0);
+        uint64_t pool_now, pool_high; /* what the stream-ordered pool took from the device */
+        bmt_mem_pool_reserved(ctx, &pool_now, &pool_high);
+        printf("gpt2: peak memory by kind (MiB): %s; all kinds at once %.1f; stream-ordered "
+               "pool reserved at most %.1f\n",
+               line, (double)ms.peak_total / 1048576.0, (double)pool_high / 1048576.0);
     }
     rc = 0;
 out:
