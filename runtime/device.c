@@ -48,6 +48,7 @@ struct mem_table {
     struct mem_entry *slots;
     size_t cap, used, live; /* used counts tombstones too */
     bmt_mem_stats_t stats;
+    uint64_t pooled; /* bytes of stats.current_total that came from the pool */
     uint64_t step_peak[BMT_MEM_KIND_COUNT]; /* peaks since the monitor's last step */
     uint64_t step_peak_total;               /* of all kinds at once, the same */
 };
@@ -106,6 +107,8 @@ static int table_add(struct mem_table *t, void *p, size_t bytes, int kind, bool 
         t->used++;
     t->slots[j] = (struct mem_entry){ p, bytes, kind, pooled };
     t->live++;
+    if (pooled)
+        t->pooled += bytes;
     bmt_mem_stats_t *st = &t->stats;
     st->current[kind] += bytes;
     st->current_total += bytes;
@@ -132,6 +135,8 @@ static int table_remove(struct mem_table *t, const void *p, bool *pooled)
             continue;
         int kind = t->slots[j].kind;
         *pooled = t->slots[j].pooled;
+        if (*pooled)
+            t->pooled -= t->slots[j].bytes;
         t->stats.current[kind] -= t->slots[j].bytes;
         t->stats.current_total -= t->slots[j].bytes;
         t->slots[j].ptr = TOMBSTONE;
@@ -485,8 +490,9 @@ void bmt_free_async(bmt_ctx_t *ctx, void *ptr, void *stream)
 
 void bmt_free(bmt_ctx_t *ctx, void *ptr) { bmt_free_async(ctx, ptr, NULL); }
 
-void bmt_mem_pool_reserved(const bmt_ctx_t *ctx, uint64_t *now, uint64_t *high)
+void bmt_mem_pool_stats(const bmt_ctx_t *ctx, uint64_t *in_use, uint64_t *now, uint64_t *high)
 {
+    const struct mem_table *t = ctx->mem;
     uint64_t cur = 0, hi = 0;
 #ifdef BMT_HAVE_CUDA
     if (ctx->pool) {
@@ -496,6 +502,8 @@ void bmt_mem_pool_reserved(const bmt_ctx_t *ctx, uint64_t *now, uint64_t *high)
 #else
     (void)ctx;
 #endif
+    if (in_use)
+        *in_use = t ? t->pooled : 0;
     if (now)
         *now = cur;
     if (high)

@@ -12,7 +12,8 @@ F.scaled_dot_product_attention(is_causal=True), optional activation
 checkpointing per block. --groups G > 1 is HSDP: a 2-D mesh (G replicas x
 P/G shards). Random tokens (the data path is not what is measured). Prints one
 line "RESULT ..." on rank 0: median step ms over the last N - 3 steps, tokens/s
-of the job, peak allocated GPU memory per rank (torch.cuda.max_memory_allocated).
+of the job, peak allocated GPU memory per rank (torch.cuda.max_memory_allocated) and
+the most its caching allocator held from the device (max_memory_reserved).
 """
 import argparse
 import os
@@ -113,14 +114,16 @@ def main():
         if s == 2:
             torch.cuda.reset_peak_memory_stats()
     ms = statistics.median(times[3:]) * 1e3
-    mem = torch.tensor([torch.cuda.max_memory_allocated() / 2**30], device="cuda")
+    mem = torch.tensor([torch.cuda.max_memory_allocated() / 2**30,
+                        torch.cuda.max_memory_reserved() / 2**30], device="cuda")
     dist.all_reduce(mem, op=dist.ReduceOp.MAX)
     if rank == 0:
         tok = a.b * a.t * world / (ms / 1e3)
         print("steps_ms " + " ".join("%.1f" % (t * 1e3) for t in times), flush=True)
-        print("RESULT impl=fsdp2%s model=%s layout=%dx%d b=%d t=%d step_ms=%.1f tok_s=%.0f mem_gib=%.2f loss=%.3f"
+        print("RESULT impl=fsdp2%s model=%s layout=%dx%d b=%d t=%d step_ms=%.1f tok_s=%.0f mem_gib=%.2f "
+              "held_gib=%.2f loss=%.3f"
               % ("+ckpt" if a.ckpt else "", a.model, a.groups, world // a.groups, a.b, a.t, ms, tok,
-                 mem.item(), loss.item()), flush=True)
+                 mem[0].item(), mem[1].item(), loss.item()), flush=True)
     dist.destroy_process_group()
 
 

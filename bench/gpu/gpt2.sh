@@ -21,8 +21,11 @@
 #                            with the same FSDP2 figures
 #   carry: .device-deps (Debian libjansson-dev, see docs/building.md)
 # Peak memory: ours is libbmt's own accounting (bmt_alloc: parameters, gathered
-# blocks, gradients, optimizer, activations, workspace); the peer's is
-# torch.cuda.max_memory_allocated. Neither counts NCCL's buffers.
+# blocks, gradients, optimizer, activations, workspace; all kinds at once); the
+# peer's is torch.cuda.max_memory_allocated. "held" is what each held from the
+# device at most: ours, its cudaMalloc'd buffers and its stream-ordered pool's
+# largest reservation (the trainer's last line); the peer's,
+# torch.cuda.max_memory_reserved. Neither counts NCCL's buffers or the CUDA context.
 set -u
 STEPS=${STEPS-13} PEER_RUNS=${PEER_RUNS-1}
 case $STEPS in '' | *[!0-9]*) STEPS=0 ;; esac
@@ -73,11 +76,16 @@ for f in glob.glob("/tmp/bench-m-*.jsonl"):
             wait.append(j.get("comm_wait_s", 0) / j["step_time_s"])
             fps.append(j.get("flops_per_s") or 0)
 if not ms:
-    print("- - - - - -"); sys.exit()
+    print("- - - - - - -"); sys.exit()
 s = statistics.median(ms)
 mc = "%.1f" % (100 * statistics.median(fps) / ceil) if fps and ceil > 0 else "-"
-print("%.1f %.0f %.1f %s %.2f %s" % (s, b * t * w / (s / 1e3), statistics.median(mfu), mc, peak / 1024,
-                                     "%.1f%%" % (100 * max(wait)) if wait else "-"))
+held = "-"
+for l in open(log):
+    m = re.search(r"held from the device at most ([\d.]+) MiB", l)
+    if m:
+        held = "%.2f" % (float(m.group(1)) / 1024)
+print("%.1f %.0f %.1f %s %.2f %s %s" % (s, b * t * w / (s / 1e3), statistics.median(mfu), mc, peak / 1024,
+                                        "%.1f%%" % (100 * max(wait)) if wait else "-", held))
 PY
 )
     # the peer, PEER_RUNS times; its fastest run is kept (once per configuration)
@@ -90,18 +98,18 @@ PY
         timeout 400 python3 -m torch.distributed.run --standalone --nproc_per_node $w bench/gpu/fsdp2_gpt2.py \
             --model $model -b $b -t $T --steps $STEPS --groups $g $([ "$ck" = 1 ] && echo --ckpt) \
             >"$OUT/fsdp2-$tag-$pr.log" 2>&1
-        p=$(sed -n 's/.*step_ms=\([0-9.]*\) tok_s=\([0-9]*\) mem_gib=\([0-9.]*\).*/\1 \2 \3/p' "$OUT/fsdp2-$tag-$pr.log")
+        p=$(sed -n 's/.*step_ms=\([0-9.]*\) tok_s=\([0-9]*\) mem_gib=\([0-9.]*\) held_gib=\([0-9.]*\).*/\1 \2 \3 \4/p' "$OUT/fsdp2-$tag-$pr.log")
         echo "  fsdp2 run $pr: ${p:-failed}"
         if [ -n "$p" ] && { [ -z "$peer" ] || awk -v a="${p%% *}" -v b="${peer%% *}" 'BEGIN { exit !(a < b) }'; }; then
             peer=$p
         fi
     done
     peers[$key]=${peer:-}
-    read -r oms otok omfu omfuc omem owait <<<"$ours"
-    read -r pms ptok pmem <<<"${peer:-- - -}"
+    read -r oms otok omfu omfuc omem owait oheld <<<"$ours"
+    read -r pms ptok pmem pheld <<<"${peer:-- - - -}"
     ratio=$(awk -v a="$otok" -v b="$ptok" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.2f", a / b; else print "-" }')
-    rows+=("$(printf '%-4s b%-3s %-4s ckpt %s | ours %8s ms %9s tok/s MFU %5s%% (ceiling %5s%%) mem %6s GiB wait %6s | fsdp2 %8s ms %9s tok/s mem %6s GiB | x%s (rc %s)%s' \
-        $model $b $layout $ck "$oms" "$otok" "$omfu" "$omfuc" "$omem" "$owait" "$pms" "$ptok" "$pmem" "$ratio" $rc \
+    rows+=("$(printf '%-4s b%-3s %-4s ckpt %s | ours %8s ms %9s tok/s MFU %5s%% (ceiling %5s%%) mem %6s GiB (held %6s) wait %6s | fsdp2 %8s ms %9s tok/s mem %6s GiB (held %6s) | x%s (rc %s)%s' \
+        $model $b $layout $ck "$oms" "$otok" "$omfu" "$omfuc" "$omem" "$oheld" "$owait" "$pms" "$ptok" "$pmem" "$pheld" "$ratio" $rc \
         "${extra:+ [ours: $extra]}")")
     echo "${rows[-1]}"
 done

@@ -584,11 +584,17 @@ static int train(const opts_t *o)
         for (int k = 0; k < BMT_MEM_KIND_COUNT && n < (int)sizeof(line); k++)
             n += snprintf(line + n, sizeof(line) - (size_t)n, "%s%s %.1f", k ? ", " : "",
                           bmt_mem_kind_name((bmt_mem_kind_t)k), (double)ms.peak[k] / 1048576.0);
-        uint64_t pool_now, pool_high; /* what the stream-ordered pool took from the device */
-        bmt_mem_pool_reserved(ctx, &pool_now, &pool_high);
-        printf("gpt2: peak memory by kind (MiB): %s; all kinds at once %.1f; stream-ordered "
-               "pool reserved at most %.1f\n",
-               line, (double)ms.peak_total / 1048576.0, (double)pool_high / 1048576.0);
+        /* What bmt holds from the device: its cudaMalloc'd buffers (constant
+         * in the steps) and the stream-ordered pool at its largest. */
+        uint64_t in_use, pool_high;
+        bmt_mem_pool_stats(ctx, &in_use, NULL, &pool_high);
+        printf("gpt2: peak memory by kind (MiB): %s; all kinds at once %.1f\n", line,
+               (double)ms.peak_total / 1048576.0);
+        if (bmt_device(ctx) == BMT_DEVICE_CUDA)
+            printf("gpt2: held from the device at most %.1f MiB: %.1f cudaMalloc'd and the "
+                   "stream-ordered pool's %.1f\n",
+                   (double)(ms.current_total - in_use + pool_high) / 1048576.0,
+                   (double)(ms.current_total - in_use) / 1048576.0, (double)pool_high / 1048576.0);
     }
     rc = 0;
 out:

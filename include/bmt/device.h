@@ -63,15 +63,20 @@ BMT_API void bmt_free(bmt_ctx_t *ctx, void *ptr);
  * first cost no cudaMalloc; on cpu (the host is every stream) these are
  * bmt_alloc and bmt_free. The counters count the bytes from one call to the
  * other, as torch.cuda.max_memory_allocated does; what the pool holds beyond
- * that (granularity, fragmentation) is bmt_mem_pool_reserved. bmt_free of such
+ * that (granularity, fragmentation) is in bmt_mem_pool_stats. bmt_free of such
  * memory is bmt_free_async on the compute stream. */
 BMT_API void *bmt_alloc_async(bmt_ctx_t *ctx, bmt_mem_kind_t kind, size_t bytes, void *stream,
                               bmt_error_t *err);
 BMT_API void bmt_free_async(bmt_ctx_t *ctx, void *ptr, void *stream);
 
-/* Bytes the stream-ordered pool holds from the device now, and the most it has
- * held (cuda; 0 on cpu and before the first bmt_alloc_async). */
-BMT_API void bmt_mem_pool_reserved(const bmt_ctx_t *ctx, uint64_t *now, uint64_t *high);
+/* Stream-ordered memory: *in_use, the bytes allocated now (counted in the
+ * stats too); *reserved and *reserved_high, what the pool holds from the
+ * device now and the most it has held (cuda; 0 on cpu and before the first
+ * bmt_alloc_async). What the process holds from the device for bmt is then
+ * current_total - in_use + reserved (the counterpart of
+ * torch.cuda.memory_reserved). Any pointer may be NULL. */
+BMT_API void bmt_mem_pool_stats(const bmt_ctx_t *ctx, uint64_t *in_use, uint64_t *reserved,
+                                uint64_t *reserved_high);
 
 typedef struct bmt_mem_stats {
     uint64_t current[BMT_MEM_KIND_COUNT]; /* bytes allocated now */

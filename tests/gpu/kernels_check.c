@@ -337,9 +337,11 @@ static void check_pool(void)
     if (a == NULL)
         die("bmt_alloc_async", err.text);
     bmt_mem_get_stats(gpu, &st);
+    uint64_t held;
+    bmt_mem_pool_stats(gpu, &held, NULL, NULL);
     ok(st.current[BMT_MEM_ACTIVATION] == st0.current[BMT_MEM_ACTIVATION] + n &&
-           st.current_total == st0.current_total + n,
-       "pool: %zu bytes counted as activation while held", n);
+           st.current_total == st0.current_total + n && held == n,
+       "pool: %zu bytes counted as activation and as the pool's in use while held", n);
     unsigned char *h = host(n);
     cuda_check(cudaMemsetAsync(a, 0x5a, n, stream), "cudaMemsetAsync");
     cuda_check(cudaMemcpyAsync(h, a, n, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
@@ -354,8 +356,8 @@ static void check_pool(void)
     ok(st.current_total == st0.current_total && st.peak_total >= st0.current_total + n,
        "pool: freed once (a second free is ignored): %llu bytes now, the peak kept",
        (unsigned long long)(st.current_total - st0.current_total));
-    uint64_t now, high, high1;
-    bmt_mem_pool_reserved(gpu, &now, &high1);
+    uint64_t in_use, now, high, high1;
+    bmt_mem_pool_stats(gpu, &in_use, &now, &high1);
     for (int i = 0; i < 100; i++) {
         void *b = bmt_alloc_async(gpu, BMT_MEM_GRAD, n, stream, &err);
         if (b == NULL)
@@ -364,8 +366,8 @@ static void check_pool(void)
         bmt_free_async(gpu, b, stream);
     }
     cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-    bmt_mem_pool_reserved(gpu, &now, &high);
-    ok(high1 >= n && high == high1 && now == high,
+    bmt_mem_pool_stats(gpu, &in_use, &now, &high);
+    ok(high1 >= n && high == high1 && now == high && in_use == 0,
        "pool: 100 more allocations on one stream reuse the first's %llu reserved bytes, and the "
        "pool keeps them through a device synchronization (now %llu, at most %llu)",
        (unsigned long long)high1, (unsigned long long)now, (unsigned long long)high);
