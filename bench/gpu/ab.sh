@@ -11,7 +11,9 @@
 # go tree, then every version, then again, so drift on the machine shows as a
 # difference between rounds of the same column. The tree's file is put back
 # at the end, also on failure. Logs: $OUT/ab_NAME_ROUND.log. Keep the versions
-# in an ignored folder (build-ab/) and name it in carry.
+# in an ignored folder (build-ab/) and name it in carry. BENCH_ARGS="0 d48"
+# times d48's shapes instead of d12's (gpt2_ops_check --bench N SHAPES). Every
+# run checks its version first (the ops' "ok" lines are in its log).
 set -u
 OUT=${OUT:-$PWD/gpu-out}
 ROUNDS=${ROUNDS:-2}
@@ -37,7 +39,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
     for i in "${!names[@]}"; do
         if [ -z "${files[$i]}" ]; then cp "$keep" "$SRC"; else cp "${files[$i]}" "$SRC"; fi
         bench/gpu/build.sh build/tests/gpu/gpt2_ops_check || { echo "ab.sh: ${names[$i]} does not build"; exit 1; }
-        timeout 120 build/tests/gpu/gpt2_ops_check --bench >"$OUT/ab_${names[$i]}_$r.log" 2>&1 ||
+        # shellcheck disable=SC2086 # BENCH_ARGS is words on purpose
+        timeout 120 build/tests/gpu/gpt2_ops_check --bench ${BENCH_ARGS:-} >"$OUT/ab_${names[$i]}_$r.log" 2>&1 ||
             { echo "ab.sh: ${names[$i]} --bench failed: $OUT/ab_${names[$i]}_$r.log"; exit 1; }
     done
 done

@@ -838,25 +838,32 @@ __device__ __forceinline__ void mfa_frag_a(uint32_t f[D / 16][4], const bf16 *ti
         ldsm_x4(f[kc], tile + (wr + (lane & 15)) * LDH + kc * 16 + (lane >> 4) * 8);
 }
 
-/* s (16 x 64) = A (fragments, 16 x D) x B^T with B a row-major (64 x D) tile,
- * ld LDH. The B fragment of (8 rows, 16 columns) is two 8x8 matrices as they
- * lie, so one ldmatrix.x4 gives two of them: two column chunks (D >= 32) or,
- * for D 16, two 8-row tiles. */
-template <int D>
-__device__ __forceinline__ void mfa_abt(float s[8][4], const uint32_t a[D / 16][4], const bf16 *B,
-                                        int lane)
+/* s (16 x 64 per row block) = A (fragments, 16 x D) x B^T with B a row-major
+ * (64 x D) tile, ld LDH, for RB blocks of 16 rows at once: each B fragment is
+ * loaded once for all of them (a warp of 32 rows reads the tile from shared
+ * memory half as often per product as one of 16). The B fragment of (8 rows,
+ * 16 columns) is two 8x8 matrices as they lie, so one ldmatrix.x4 gives two of
+ * them: two column chunks (D >= 32) or, for D 16, two 8-row tiles. */
+template <int D, int RB>
+__device__ __forceinline__ void mfa_abt_n(float (*s)[8][4], const uint32_t (*a)[D / 16][4],
+                                          const bf16 *B, int lane)
 {
     constexpr int LDH = D + 8;
 #pragma unroll
-    for (int nt = 0; nt < 8; nt++)
-        s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+    for (int rb = 0; rb < RB; rb++)
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+            s[rb][nt][0] = s[rb][nt][1] = s[rb][nt][2] = s[rb][nt][3] = 0.f;
     if constexpr (D == 16) {
 #pragma unroll
         for (int nt = 0; nt < 8; nt += 2) {
             uint32_t b[4];
             ldsm_x4(b, B + ((nt + (lane >> 4)) * 8 + (lane & 7)) * LDH + ((lane >> 3) & 1) * 8);
-            mma16816(s[nt], a[0], b[0], b[1]);
-            mma16816(s[nt + 1], a[0], b[2], b[3]);
+#pragma unroll
+            for (int rb = 0; rb < RB; rb++) {
+                mma16816(s[rb][nt], a[rb][0], b[0], b[1]);
+                mma16816(s[rb][nt + 1], a[rb][0], b[2], b[3]);
+            }
         }
     } else {
 #pragma unroll
@@ -865,34 +872,66 @@ __device__ __forceinline__ void mfa_abt(float s[8][4], const uint32_t a[D / 16][
             for (int kc = 0; kc < D / 16; kc += 2) {
                 uint32_t b[4];
                 ldsm_x4(b, B + (nt * 8 + (lane & 7)) * LDH + kc * 16 + (lane >> 3) * 8);
-                mma16816(s[nt], a[kc], b[0], b[1]);
-                mma16816(s[nt], a[kc + 1], b[2], b[3]);
+#pragma unroll
+                for (int rb = 0; rb < RB; rb++) {
+                    mma16816(s[rb][nt], a[rb][kc], b[0], b[1]);
+                    mma16816(s[rb][nt], a[rb][kc + 1], b[2], b[3]);
+                }
             }
     }
 }
 
-/* o (16 x D) += P (16 x 64, the score fragments) x B, B a row-major (64 x D)
- * tile, ld LDH: the B fragments are transposed 8x8 matrices, two column
- * chunks per ldmatrix.x4.trans. */
 template <int D>
-__device__ __forceinline__ void mfa_pv(float o[D / 8][4], const float s[8][4], const bf16 *B,
-                                       int lane)
+__device__ __forceinline__ void mfa_abt(float s[8][4], const uint32_t a[D / 16][4], const bf16 *B,
+                                        int lane)
+{
+    mfa_abt_n<D, 1>(reinterpret_cast<float(*)[8][4]>(s),
+                    reinterpret_cast<const uint32_t(*)[D / 16][4]>(a), B, lane);
+}
+
+/* The score fragments of one row block (16 x 64, f32) rounded to bf16 pairs
+ * in the order of mma's A fragments: p[kc] holds keys 16 kc .. 16 kc + 15. */
+__device__ __forceinline__ void mfa_pack_p(uint32_t p[4][4], const float s[8][4])
+{
+#pragma unroll
+    for (int kc = 0; kc < 4; kc++) {
+        p[kc][0] = pack2(s[2 * kc][0], s[2 * kc][1]);
+        p[kc][1] = pack2(s[2 * kc][2], s[2 * kc][3]);
+        p[kc][2] = pack2(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+        p[kc][3] = pack2(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+    }
+}
+
+/* o (16 x D per row block) += P (16 x 64, packed by mfa_pack_p) x B, B a
+ * row-major (64 x D) tile, ld LDH, for RB row blocks sharing each B fragment:
+ * the B fragments are transposed 8x8 matrices, two column chunks per
+ * ldmatrix.x4.trans. */
+template <int D, int RB>
+__device__ __forceinline__ void mfa_pv_n(float (*o)[D / 8][4], const uint32_t (*p)[4][4],
+                                         const bf16 *B, int lane)
 {
     constexpr int LDH = D + 8;
 #pragma unroll
-    for (int kc = 0; kc < 4; kc++) {
-        const uint32_t a[4] = { pack2(s[2 * kc][0], s[2 * kc][1]),
-                                pack2(s[2 * kc][2], s[2 * kc][3]),
-                                pack2(s[2 * kc + 1][0], s[2 * kc + 1][1]),
-                                pack2(s[2 * kc + 1][2], s[2 * kc + 1][3]) };
+    for (int kc = 0; kc < 4; kc++)
 #pragma unroll
         for (int dn = 0; dn < D / 8; dn += 2) {
             uint32_t b[4];
             ldsm_x4_t(b, B + (kc * 16 + (lane & 15)) * LDH + (dn + (lane >> 4)) * 8);
-            mma16816(o[dn], a, b[0], b[1]);
-            mma16816(o[dn + 1], a, b[2], b[3]);
+#pragma unroll
+            for (int rb = 0; rb < RB; rb++) {
+                mma16816(o[rb][dn], p[rb][kc], b[0], b[1]);
+                mma16816(o[rb][dn + 1], p[rb][kc], b[2], b[3]);
+            }
         }
-    }
+}
+
+template <int D>
+__device__ __forceinline__ void mfa_pv(float o[D / 8][4], const float s[8][4], const bf16 *B,
+                                       int lane)
+{
+    uint32_t p[1][4][4];
+    mfa_pack_p(p[0], s);
+    mfa_pv_n<D, 1>(reinterpret_cast<float(*)[D / 8][4]>(o), p, B, lane);
 }
 
 /* Rows row0 and row0 + 8 of the warp's 16 x D accumulator fragments, scaled by
@@ -940,25 +979,28 @@ __device__ __forceinline__ void mfa_kv_load(bf16 *KV, const bf16 *k, const bf16 
     cp_commit();
 }
 
-/* Blocks of W warps own 16 W rows of their side (queries, or keys for dK/dV)
- * and walk 64-row tiles of the other side, two stages deep: the copies of
- * tile j + 1 are in flight while the block computes on tile j, and one
- * barrier per tile both publishes tile j + 1 and frees tile j's stage. A
- * warp skips the mma work of a tile that lies wholly above the diagonal for
- * its rows; tiles wholly below it skip the mask. */
-template <int D, int W>
-__global__ void __launch_bounds__(W * 32, 2)
+#define MFA_W_FWD 4 /* warps of 32 query rows (MFA_RB_FWD x 16): 128 rows per block */
+#define MFA_RB_FWD 2
+#define MFA_MINB_FWD 2 /* blocks per SM the registers must allow */
+
+/* Blocks of W warps own 16 W rows of their side (queries, or keys for dK/dV;
+ * the forward: 16 RB rows per warp) and walk 64-row tiles of the other side,
+ * two stages deep: the copies of tile j + 1 are in flight while the block
+ * computes on tile j, and one barrier per tile both publishes tile j + 1 and
+ * frees tile j's stage. A warp skips the mma work of a tile that lies wholly
+ * above the diagonal for its rows; tiles wholly below it skip the mask. */
+template <int D, int W, int RB>
+__global__ void __launch_bounds__(W * 32, MFA_MINB_FWD)
     mfa_fwd(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, float scale)
 {
-    constexpr int LDH = D + 8, QR = W * 16, NT = W * 32, TILE = FA_ROWS * LDH;
+    constexpr int LDH = D + 8, WR = 16 * RB, QR = W * WR, NT = W * 32, TILE = FA_ROWS * LDH;
     extern __shared__ __align__(128) unsigned char fa_sh[];
     bf16 *Qs = (bf16 *)fa_sh, *KV = Qs + QR * LDH; /* stage s: K at KV + 2s TILE, V after it */
     const int tile = gridDim.x - 1 - blockIdx.x;   /* the longest rows first */
     const int bh = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int g = lane >> 2, t = lane & 3, r0 = tile * QR, wr = warp * 16;
+    const int g = lane >> 2, t = lane & 3, r0 = tile * QR, wr = warp * WR;
     const int C = NH * D, LDI = 3 * C;
     const bf16 *q = qkv + (size_t)(bh / NH) * T * LDI + (bh % NH) * D, *k = q + C, *v = k + C;
-    const int row0 = r0 + wr + g, row1 = row0 + 8;
     const float sl2 = scale * LOG2E_F;
     const int jmax = min(r0 + QR - 1, T - 1) / FA_ROWS;
     mfa_load<D, QR, NT>(Qs, q, r0, T, LDI);
@@ -967,72 +1009,87 @@ __global__ void __launch_bounds__(W * 32, 2)
     cp_commit();
     cp_wait_all();
     __syncthreads();
-    uint32_t qf[D / 16][4];
-    mfa_frag_a<D>(qf, Qs, wr, lane);
-    float o[D / 8][4];
+    uint32_t qf[RB][D / 16][4];
+    float o[RB][D / 8][4], m[RB][2], l[RB][2];
 #pragma unroll
-    for (int dn = 0; dn < D / 8; dn++)
-        o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.f;
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+    for (int rb = 0; rb < RB; rb++) {
+        mfa_frag_a<D>(qf[rb], Qs, wr + 16 * rb, lane);
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn++)
+            o[rb][dn][0] = o[rb][dn][1] = o[rb][dn][2] = o[rb][dn][3] = 0.f;
+        m[rb][0] = m[rb][1] = -INFINITY;
+        l[rb][0] = l[rb][1] = 0.f;
+    }
     for (int j = 0; j <= jmax; j++) {
         const int c0 = j * FA_ROWS;
         const bf16 *Ks = KV + (j & 1) * 2 * TILE, *Vs = Ks + TILE;
         if (j < jmax) /* the next tile into the other stage */
             mfa_kv_load<D, NT>(KV + ((j + 1) & 1) * 2 * TILE, k, v, c0 + FA_ROWS, T, LDI);
         /* skipped when every key of the tile is after every row of the warp */
-        if (r0 + wr + 15 >= c0 && r0 + wr < T) {
-            float s[8][4];
-            mfa_abt<D>(s, qf, Ks, lane);
-            if (!(c0 + FA_ROWS - 1 <= r0 + wr && r0 + wr + 15 < T))
-                mfa_mask(s, c0 + 2 * t, row0, T); /* masked: p = ex2(-inf) = 0 */
-            /* running maxima of the raw scores (scale > 0 keeps the order) */
-            float mx0 = m0, mx1 = m1;
+        if (r0 + wr + WR - 1 >= c0 && r0 + wr < T) {
+            float s[RB][8][4];
+            uint32_t p[RB][4][4];
+            mfa_abt_n<D, RB>(s, qf, Ks, lane);
+            const bool masked = !(c0 + FA_ROWS - 1 <= r0 + wr && r0 + wr + WR - 1 < T);
 #pragma unroll
-            for (int nt = 0; nt < 8; nt++) {
-                mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
-                mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
-            }
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-            /* a row with no key yet keeps offset 0: its p = ex2(-inf) = 0 */
-            const float f0 = mx0 == -INFINITY ? 0.f : -mx0 * sl2;
-            const float f1 = mx1 == -INFINITY ? 0.f : -mx1 * sl2;
-            const float a0 = ex2f(fmaf(m0, sl2, f0)), a1 = ex2f(fmaf(m1, sl2, f1));
-            float sum0 = 0.f, sum1 = 0.f;
+            for (int rb = 0; rb < RB; rb++) {
+                if (masked) /* masked: p = ex2(-inf) = 0 */
+                    mfa_mask(s[rb], c0 + 2 * t, r0 + wr + 16 * rb + g, T);
+                /* running maxima of the raw scores (scale > 0 keeps the order) */
+                float mx0 = m[rb][0], mx1 = m[rb][1];
 #pragma unroll
-            for (int nt = 0; nt < 8; nt++) {
-                s[nt][0] = ex2f(fmaf(s[nt][0], sl2, f0));
-                s[nt][1] = ex2f(fmaf(s[nt][1], sl2, f0));
-                s[nt][2] = ex2f(fmaf(s[nt][2], sl2, f1));
-                s[nt][3] = ex2f(fmaf(s[nt][3], sl2, f1));
-                sum0 += s[nt][0] + s[nt][1];
-                sum1 += s[nt][2] + s[nt][3];
-            }
-            sum0 += __shfl_xor_sync(0xffffffffu, sum0, 1);
-            sum0 += __shfl_xor_sync(0xffffffffu, sum0, 2);
-            sum1 += __shfl_xor_sync(0xffffffffu, sum1, 1);
-            sum1 += __shfl_xor_sync(0xffffffffu, sum1, 2);
-            l0 = l0 * a0 + sum0, l1 = l1 * a1 + sum1;
-            m0 = mx0, m1 = mx1;
+                for (int nt = 0; nt < 8; nt++) {
+                    mx0 = fmaxf(mx0, fmaxf(s[rb][nt][0], s[rb][nt][1]));
+                    mx1 = fmaxf(mx1, fmaxf(s[rb][nt][2], s[rb][nt][3]));
+                }
+                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+                /* a row with no key yet keeps offset 0: its p = ex2(-inf) = 0 */
+                const float f0 = mx0 == -INFINITY ? 0.f : -mx0 * sl2;
+                const float f1 = mx1 == -INFINITY ? 0.f : -mx1 * sl2;
+                const float a0 = ex2f(fmaf(m[rb][0], sl2, f0)), a1 = ex2f(fmaf(m[rb][1], sl2, f1));
+                float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
-            for (int dn = 0; dn < D / 8; dn++) {
-                o[dn][0] *= a0, o[dn][1] *= a0;
-                o[dn][2] *= a1, o[dn][3] *= a1;
+                for (int nt = 0; nt < 8; nt++) {
+                    s[rb][nt][0] = ex2f(fmaf(s[rb][nt][0], sl2, f0));
+                    s[rb][nt][1] = ex2f(fmaf(s[rb][nt][1], sl2, f0));
+                    s[rb][nt][2] = ex2f(fmaf(s[rb][nt][2], sl2, f1));
+                    s[rb][nt][3] = ex2f(fmaf(s[rb][nt][3], sl2, f1));
+                    sum0 += s[rb][nt][0] + s[rb][nt][1];
+                    sum1 += s[rb][nt][2] + s[rb][nt][3];
+                }
+                sum0 += __shfl_xor_sync(0xffffffffu, sum0, 1);
+                sum0 += __shfl_xor_sync(0xffffffffu, sum0, 2);
+                sum1 += __shfl_xor_sync(0xffffffffu, sum1, 1);
+                sum1 += __shfl_xor_sync(0xffffffffu, sum1, 2);
+                l[rb][0] = l[rb][0] * a0 + sum0, l[rb][1] = l[rb][1] * a1 + sum1;
+                m[rb][0] = mx0, m[rb][1] = mx1;
+#pragma unroll
+                for (int dn = 0; dn < D / 8; dn++) {
+                    o[rb][dn][0] *= a0, o[rb][dn][1] *= a0;
+                    o[rb][dn][2] *= a1, o[rb][dn][3] *= a1;
+                }
+                mfa_pack_p(p[rb], s[rb]); /* the f32 scores die here */
             }
-            mfa_pv<D>(o, s, Vs, lane);
+            mfa_pv_n<D, RB>(o, p, Vs, lane);
         }
         cp_wait_all();
         __syncthreads();
     }
-    const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
-    mfa_store<D>(out + (size_t)(bh / NH) * T * C + (bh % NH) * D, o, row0, i0, i1, T, t, C);
-    if (t == 0) {
-        if (row0 < T)
-            lse[(size_t)bh * T + row0] = (m0 * sl2 + log2f(l0)) * LN2_F;
-        if (row1 < T)
-            lse[(size_t)bh * T + row1] = (m1 * sl2 + log2f(l1)) * LN2_F;
+#pragma unroll
+    for (int rb = 0; rb < RB; rb++) {
+        const int row0 = r0 + wr + 16 * rb + g, row1 = row0 + 8;
+        const float l0 = l[rb][0], l1 = l[rb][1];
+        const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
+        mfa_store<D>(out + (size_t)(bh / NH) * T * C + (bh % NH) * D, o[rb], row0, i0, i1, T, t, C);
+        if (t == 0) {
+            if (row0 < T)
+                lse[(size_t)bh * T + row0] = (m[rb][0] * sl2 + log2f(l0)) * LN2_F;
+            if (row1 < T)
+                lse[(size_t)bh * T + row1] = (m[rb][1] * sl2 + log2f(l1)) * LN2_F;
+        }
     }
 }
 
@@ -1198,7 +1255,6 @@ __global__ void __launch_bounds__(W * 32, 2)
     mfa_store<D>(dqkv + ib, dqacc, row0, scale, scale, T, t, LDI);
 }
 
-#define MFA_W_FWD 8  /* warps: 128 query rows per block */
 #define MFA_W_DKDV 4 /* 64 keys per block (the register-heavy one) */
 #define MFA_W_DQ 8
 
@@ -1206,13 +1262,13 @@ template <int D>
 cudaError_t mfa_forward(cudaStream_t st, bf16 *out, float *lse, const bf16 *qkv, int B, int NH,
                         int T, float scale)
 {
-    constexpr int QR = MFA_W_FWD * 16;
+    constexpr int QR = MFA_W_FWD * 16 * MFA_RB_FWD;
     const size_t sm = (size_t)(QR + 4 * FA_ROWS) * (D + 8) * 2;
-    cudaError_t e = cudaFuncSetAttribute(mfa_fwd<D, MFA_W_FWD>,
+    cudaError_t e = cudaFuncSetAttribute(mfa_fwd<D, MFA_W_FWD, MFA_RB_FWD>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
     if (e != cudaSuccess)
         return e;
-    mfa_fwd<D, MFA_W_FWD>
+    mfa_fwd<D, MFA_W_FWD, MFA_RB_FWD>
         <<<dim3((unsigned)(T + QR - 1) / QR, (unsigned)(B * NH)), MFA_W_FWD * 32, sm, st>>>(
             out, lse, qkv, T, NH, scale);
     return cudaGetLastError();
