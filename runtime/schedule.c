@@ -237,15 +237,6 @@ bmt_ctx_t *blocklist_ctx(bmt_blocklist_t *l) { return l->ctx; }
 
 /* ------------------------------------------------------------ pools */
 
-static size_t max_full_bytes(const bmt_blocklist_t *l)
-{
-    size_t m = 0;
-    for (int i = 0; i < l->n; i++)
-        if (l->e[i].block->full_bytes > m)
-            m = l->e[i].block->full_bytes;
-    return m;
-}
-
 static size_t max_grad_bytes(const bmt_blocklist_t *l)
 {
     size_t m = 0;
@@ -275,12 +266,9 @@ static struct slot *pslot_get(bmt_blocklist_t *l, bmt_error_t *err)
             return NULL;
         }
     }
-    struct slot *s = &l->pslots[l->npslots];
-    s->bytes = max_full_bytes(l);
-    s->mem = bmt_alloc(l->ctx, BMT_MEM_GATHERED, s->bytes, err);
-    if (s->mem == NULL || device_event_create(l->ctx, &s->ready, err) < 0 ||
+    struct slot *s = &l->pslots[l->npslots]; /* its memory comes with its first gather */
+    if (device_event_create(l->ctx, &s->ready, err) < 0 ||
         device_event_create(l->ctx, &s->free, err) < 0) {
-        bmt_free(l->ctx, s->mem);
         device_event_destroy(l->ctx, s->ready);
         *s = (struct slot){ 0 };
         return NULL;
@@ -289,7 +277,13 @@ static struct slot *pslot_get(bmt_blocklist_t *l, bmt_error_t *err)
     return s;
 }
 
-/* Gather block i into a slot, on the comm stream. */
+/* Gather block i into a slot, on the comm stream. A slot's memory is the
+ * size of the block it holds (stream-ordered on the comm stream): when the
+ * next block's size differs it is given back and made anew there, after the
+ * comm stream's wait for the slot's last reader, so the pool reuses it with
+ * no new dependency. Two slots then hold a layer and the embedding at most,
+ * not two buffers of the largest block, and zero level 2's slots the blocks'
+ * own sizes. */
 static int gather(bmt_blocklist_t *l, int i, bmt_error_t *err)
 {
     struct entry *e = &l->e[i];
@@ -313,8 +307,16 @@ static int gather(bmt_blocklist_t *l, int i, bmt_error_t *err)
     if (s == NULL)
         return -1;
     void *comm = device_stream(l->ctx, DEVICE_COMM);
-    if (device_stream_wait(l->ctx, comm, s->free, err) < 0 ||
-        block_gather_into(b, s->mem, comm, err) < 0 ||
+    if (device_stream_wait(l->ctx, comm, s->free, err) < 0)
+        return -1;
+    if (s->bytes != b->full_bytes || s->mem == NULL) {
+        bmt_free_async(l->ctx, s->mem, comm);
+        s->bytes = 0;
+        if ((s->mem = bmt_alloc_async(l->ctx, BMT_MEM_GATHERED, b->full_bytes, comm, err)) == NULL)
+            return -1;
+        s->bytes = b->full_bytes;
+    }
+    if (block_gather_into(b, s->mem, comm, err) < 0 ||
         device_event_record(l->ctx, s->ready, comm, err) < 0)
         return -1;
     s->owner = b;

@@ -17,8 +17,9 @@
  * in double by plain loops that never call libbmt. It also checks the grad norm
  * the step reports, that leaving out either use's contribution would be caught
  * (the two contributions are each far above the bound), that the gathered
- * buffers never exceed the pool (2 under zero 3 with prefetch, 1 without; one
- * per use under zero 2), and that two more steps run.
+ * buffers peak at what the schedule holds, each the size of its block (emb and
+ * mid under zero 3 with prefetch, emb without; one per block under zero 2),
+ * and that two more steps run.
  * Data: rank r's a-th micro-batch of step s is global micro-batch a x world + r;
  * its tokens and targets are hashes of (s, global index, row).
  * Output: "ok ..." lines on rank 0, "FAIL ..." on any rank; exit 1 on failure.
@@ -401,17 +402,23 @@ int main(int argc, char **argv)
             continue;
         bmt_mem_stats_t st;
         bmt_mem_get_stats(ctx, &st);
-        /* The pool's buffers are as large as the largest block's full buffer,
-         * emb's: V x D f32 padded to 16 x group size elements, in 256 bytes. Zero
-         * 3 holds 2 (prefetch) or 1; zero 2 one per block, the tied uses sharing
-         * emb's. */
+        /* Each gathered buffer is its block's full buffer (f32 elements padded
+         * to 16 x group size, in 256 bytes): emb's V x D, mid's W and b (b at
+         * the next multiple of BMT_BLOCK_ALIGN). Zero 3 with prefetch holds two
+         * neighbours (emb and mid) at most, without prefetch one block at a time
+         * (emb the larger); zero 2 one per block, the tied uses sharing emb's.
+         * Buffers sized for the largest block would make the first two 2 x emb. */
         const int P = bmt_layout(ctx)->gpus_per_group, pad = 16 * P;
-        const size_t full =
+        const size_t mid_n = (D * D + BMT_BLOCK_ALIGN - 1) / BMT_BLOCK_ALIGN * BMT_BLOCK_ALIGN + D;
+        const size_t emb_full =
             (((size_t)(V * D + pad - 1) / pad * pad) * sizeof(float) + 255) / 256 * 256;
-        const int slots = lc.zero_level == 2 ? 2 : lc.prefetch ? 2 : 1;
-        check(st.peak[BMT_MEM_GATHERED] == (uint64_t)slots * full,
-              "step 1: gathered buffers peaked at %llu bytes = %d x %zu (the tied uses share)",
-              (unsigned long long)st.peak[BMT_MEM_GATHERED], slots, full);
+        const size_t mid_full = ((mid_n + pad - 1) / pad * pad * sizeof(float) + 255) / 256 * 256;
+        const bool two = lc.zero_level == 2 || lc.prefetch;
+        const size_t want = two ? emb_full + mid_full : emb_full;
+        check(st.peak[BMT_MEM_GATHERED] == want,
+              "step 1: gathered buffers peaked at %llu bytes = %s = %zu (each its block's size; "
+              "the tied uses share)",
+              (unsigned long long)st.peak[BMT_MEM_GATHERED], two ? "emb + mid" : "emb", want);
         /* Step 1 against the reference. */
         double norm = 0;
         for (int i = 0; i < V * D; i++)
