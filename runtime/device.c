@@ -439,7 +439,7 @@ static void device_free(bmt_ctx_t *ctx, void *p, bool pooled, void *stream)
 #endif
 }
 
-/* bmt_alloc (stream NULL) and bmt_alloc_async (stream: a cudaStream_t). */
+/* bmt_alloc (stream NULL) and bmt_alloc_async on cuda (stream: a cudaStream_t). */
 static void *alloc_counted(bmt_ctx_t *ctx, bmt_mem_kind_t kind, size_t bytes, void *stream,
                            bmt_error_t *err)
 {
@@ -452,8 +452,8 @@ static void *alloc_counted(bmt_ctx_t *ctx, bmt_mem_kind_t kind, size_t bytes, vo
         errprintf(err, "rank %d: out of host memory", ctx->rank);
         return NULL;
     }
-    const bool pooled = stream != NULL && ctx->device == BMT_DEVICE_CUDA;
-    void *p = device_alloc(ctx, kind, bytes ? bytes : 1, pooled ? stream : NULL, err);
+    const bool pooled = stream != NULL; /* bmt_alloc_async passes none on cpu */
+    void *p = device_alloc(ctx, kind, bytes ? bytes : 1, stream, err);
     if (p == NULL)
         return NULL;
     if (table_add(t, p, bytes, kind, pooled) < 0) {

@@ -21,6 +21,7 @@
 #include "bmt/device.h"
 #include "bmt/safetensors.h"
 #include "gpt2/model_cuda.h"
+#include "gpt2/ops_cuda.h" /* GPT2_GEMM_TUNE_MAX */
 #include "gpt2/ops_cpu.h"
 
 /* A layer's activations, all (B,T,...) row-major, f32. */
@@ -486,9 +487,10 @@ int gpt2_model_keep_logits(gpt2_model_t *m, bmt_error_t *err)
 
 int gpt2_model_gemm_tune(gpt2_model_t *m, int candidates, bmt_error_t *err)
 {
-    if (candidates < 0 || candidates > 32) {
+    if (candidates < 0 || candidates > GPT2_GEMM_TUNE_MAX) {
         snprintf(err->text, sizeof(err->text),
-                 "gpt2: %d product candidates to time: give 0 (no timing) to 32", candidates);
+                 "gpt2: %d product candidates to time: give 0 (no timing) to %d", candidates,
+                 GPT2_GEMM_TUNE_MAX);
         return -1;
     }
     return m->cu ? gpt2_cu_gemm_tune(m->cu, candidates, err) : 0;

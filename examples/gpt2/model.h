@@ -87,7 +87,7 @@ int gpt2_model_keep_logits(gpt2_model_t *m, bmt_error_t *err);
 
 /* cuda: the products time `candidates` cuBLASLt algorithms per shape at first
  * use and keep the fastest (gpt2_cuda_gemm_tune; 0 or 1: the heuristic's
- * first). No effect on cpu. -1 and err outside [0, 32]. */
+ * first). No effect on cpu. -1 and err outside [0, GPT2_GEMM_TUNE_MAX (32)]. */
 int gpt2_model_gemm_tune(gpt2_model_t *m, int candidates, bmt_error_t *err);
 
 /* The sizes of the GPT-2 in a safetensors file, index or directory (HF names,

@@ -29,6 +29,7 @@
 #include "bmt/optim.h"
 #include "gpt2/data.h"
 #include "gpt2/model.h"
+#include "gpt2/ops_cuda.h" /* GPT2_GEMM_TUNE_MAX */
 
 typedef struct opts {
     const char *model, *data, *val, *prepare, *out, *init_from, *save_dir;
@@ -240,7 +241,9 @@ static int parse(int argc, char **argv, opts_t *o)
         case O_CKPT: rc = int_arg("--ckpt", optarg, 0, 1, &o->ckpt); break;
         case O_PREFETCH: rc = int_arg("--prefetch", optarg, 0, 1, &o->prefetch); break;
         case O_MASTER_ONLY: rc = int_arg("--master-only", optarg, 0, 1, &o->master_only); break;
-        case O_GEMM_TUNE: rc = int_arg("--gemm-tune", optarg, 0, 32, &o->gemm_tune); break;
+        case O_GEMM_TUNE:
+            rc = int_arg("--gemm-tune", optarg, 0, GPT2_GEMM_TUNE_MAX, &o->gemm_tune);
+            break;
         case O_PREPARE: o->prepare = optarg; break;
         case O_OUT: o->out = optarg; break;
         case O_INIT: o->init_from = optarg; break;
