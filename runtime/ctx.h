@@ -33,10 +33,10 @@ struct bmt_ctx {
     bool comm_failed;              /* a collective failed: finalize aborts instead of flushing */
     void *mem;                     /* device.c's allocation table (NULL until first use) */
     void *streams[DEVICE_STREAMS]; /* cudaStream_t; NULL on cpu */
-    void *pool;                    /* cudaMemPool_t of bmt_alloc_async; NULL until first use */
-    void *waits;                   /* device.c's timing of compute-stream waits (cuda) */
-    double comm_host_s;            /* seconds spent in synchronous collectives (comm.c) */
-    struct monitor *monitor;       /* monitor.c: plugins and step clock; NULL: none yet */
+    void *pools[DEVICE_STREAMS]; /* cudaMemPool_t of bmt_alloc_async per stream; NULL until used */
+    void *waits;                 /* device.c's timing of compute-stream waits (cuda) */
+    double comm_host_s;          /* seconds spent in synchronous collectives (comm.c) */
+    struct monitor *monitor;     /* monitor.c: plugins and step clock; NULL: none yet */
 };
 
 #endif

@@ -308,10 +308,11 @@ void device_release(bmt_ctx_t *ctx)
     }
     wait_clock_free(ctx);
 #ifdef BMT_HAVE_CUDA
-    if (ctx->pool) { /* what is still allocated from it goes back when it is freed */
-        cudaMemPoolDestroy((cudaMemPool_t)ctx->pool);
-        ctx->pool = NULL;
-    }
+    for (int i = 0; i < DEVICE_STREAMS; i++)
+        if (ctx->pools[i]) { /* what is still allocated from it goes back when it is freed */
+            cudaMemPoolDestroy((cudaMemPool_t)ctx->pools[i]);
+            ctx->pools[i] = NULL;
+        }
     for (int i = 0; i < DEVICE_STREAMS; i++)
         if (ctx->streams[i]) {
             cudaStreamDestroy((cudaStream_t)ctx->streams[i]);
@@ -350,14 +351,22 @@ const char *bmt_mem_kind_name(bmt_mem_kind_t kind)
 }
 
 #ifdef BMT_HAVE_CUDA
-/* The context's pool for bmt_alloc_async, made at first use. It keeps what it
- * has reserved (release threshold: everything), as PyTorch's caching allocator
- * does: without that a pool gives its memory back to the driver at every
- * synchronization and the next step pays for mapping it again. */
-static cudaMemPool_t pool_of(bmt_ctx_t *ctx, bmt_error_t *err)
+/* The context's pools for bmt_alloc_async, one per context stream (another
+ * stream takes the compute stream's), made at first use. A pool reuses what a
+ * stream freed for that stream's allocations at once; one pool shared by the
+ * compute and comm streams kept memory for each (the pool cannot reuse across
+ * streams without ordering them), so each stream has its own. Each keeps what
+ * it has reserved (release threshold: everything), as PyTorch's caching
+ * allocator does: without that a pool gives its memory back to the driver at
+ * every synchronization and the next step pays for mapping it again. */
+static cudaMemPool_t pool_of(bmt_ctx_t *ctx, void *stream, bmt_error_t *err)
 {
-    if (ctx->pool)
-        return (cudaMemPool_t)ctx->pool;
+    int i = 0;
+    while (i < DEVICE_STREAMS && ctx->streams[i] != stream)
+        i++;
+    i = i < DEVICE_STREAMS ? i : DEVICE_COMPUTE;
+    if (ctx->pools[i])
+        return (cudaMemPool_t)ctx->pools[i];
     struct cudaMemPoolProps props;
     memset(&props, 0, sizeof(props));
     props.allocType = cudaMemAllocationTypePinned;
@@ -376,7 +385,7 @@ static cudaMemPool_t pool_of(bmt_ctx_t *ctx, bmt_error_t *err)
         cuda_fail(ctx, err, "cudaMemPoolSetAttribute", e);
         return NULL;
     }
-    ctx->pool = pool;
+    ctx->pools[i] = pool;
     return pool;
 }
 #endif
@@ -401,7 +410,7 @@ static void *device_alloc(bmt_ctx_t *ctx, bmt_mem_kind_t kind, size_t real, void
     if (stream == NULL) {
         e = cudaMalloc(&p, real);
     } else {
-        cudaMemPool_t pool = pool_of(ctx, err);
+        cudaMemPool_t pool = pool_of(ctx, stream, err);
         if (pool == NULL)
             return NULL;
         e = cudaMallocFromPoolAsync(&p, real, pool, (cudaStream_t)stream);
@@ -495,9 +504,14 @@ void bmt_mem_pool_stats(const bmt_ctx_t *ctx, uint64_t *in_use, uint64_t *now, u
     const struct mem_table *t = ctx->mem;
     uint64_t cur = 0, hi = 0;
 #ifdef BMT_HAVE_CUDA
-    if (ctx->pool) {
-        cudaMemPoolGetAttribute((cudaMemPool_t)ctx->pool, cudaMemPoolAttrReservedMemCurrent, &cur);
-        cudaMemPoolGetAttribute((cudaMemPool_t)ctx->pool, cudaMemPoolAttrReservedMemHigh, &hi);
+    for (int i = 0; i < DEVICE_STREAMS; i++) { /* the highs add up: at most, not at once */
+        uint64_t c = 0, h = 0;
+        if (ctx->pools[i] &&
+            cudaMemPoolGetAttribute((cudaMemPool_t)ctx->pools[i], cudaMemPoolAttrReservedMemCurrent,
+                                    &c) == cudaSuccess &&
+            cudaMemPoolGetAttribute((cudaMemPool_t)ctx->pools[i], cudaMemPoolAttrReservedMemHigh,
+                                    &h) == cudaSuccess)
+            cur += c, hi += h;
     }
 #else
     (void)ctx;

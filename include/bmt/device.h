@@ -60,7 +60,8 @@ BMT_API void bmt_free(bmt_ctx_t *ctx, void *ptr);
  * take it again at once, with no synchronization of the host. stream NULL: the
  * compute stream. On cuda the memory comes from a CUDA memory pool of the
  * context that keeps what it has reserved, so a step's allocations after the
- * first cost no cudaMalloc; on cpu (the host is every stream) these are
+ * first cost no cudaMalloc (one pool per context stream: a stream's frees serve
+ * its own allocations); on cpu (the host is every stream) these are
  * bmt_alloc and bmt_free. The counters count the bytes from one call to the
  * other, as torch.cuda.max_memory_allocated does; what the pool holds beyond
  * that (granularity, fragmentation) is in bmt_mem_pool_stats. bmt_free of such
@@ -70,9 +71,9 @@ BMT_API void *bmt_alloc_async(bmt_ctx_t *ctx, bmt_mem_kind_t kind, size_t bytes,
 BMT_API void bmt_free_async(bmt_ctx_t *ctx, void *ptr, void *stream);
 
 /* Stream-ordered memory: *in_use, the bytes allocated now (counted in the
- * stats too); *reserved and *reserved_high, what the pool holds from the
- * device now and the most it has held (cuda; 0 on cpu and before the first
- * bmt_alloc_async). What the process holds from the device for bmt is then
+ * stats too); *reserved and *reserved_high, what the pools hold from the
+ * device now and the sum of the most each has held (cuda; 0 on cpu and before
+ * the first bmt_alloc_async). What the process holds from the device for bmt is then
  * current_total - in_use + reserved (the counterpart of
  * torch.cuda.memory_reserved). Any pointer may be NULL. */
 BMT_API void bmt_mem_pool_stats(const bmt_ctx_t *ctx, uint64_t *in_use, uint64_t *reserved,
