@@ -6,7 +6,7 @@
 #   every gradient and the gradient norm of the first step, and the loss curve
 #   over 50 AdamW steps, bf16 bounds (in gpt2_hf.py);
 # - the trainer on cuda through bmlaunch: the loss falls, MFU is reported.
-# GPT2_CURVES=DIR keeps each layout's loss curves (ours, HF) there.
+# GPT2_CURVES=DIR keeps each layout's loss curves (ours, HF) there (made if missing).
 . "$(dirname "$0")/../integration/lib.sh"
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} BMT_TIMEOUT=120
 gpu_require 1
@@ -16,6 +16,7 @@ PY=python3
 HF=$SRC/tests/gpu/gpt2_hf.py
 GPT2=$BUILDDIR/bin/gpt2
 CURVES=${GPT2_CURVES:-$TMP}
+mkdir -p "$CURVES" || { echo "test_gpt2.sh: GPT2_CURVES=$CURVES: cannot make that folder; name a writable one" >&2; exit 1; }
 L=4 C=256 NH=4 V=50257 MAXT=256 B=4 T=256
 
 $GPT2 --prepare "$SRC/examples/gpt2/data/corpus.txt" --out "$TMP/corpus" >/dev/null &&
