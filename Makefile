@@ -15,7 +15,9 @@ PREFIX ?= /usr/local
 CUDA_HOME ?= /usr/local/cuda
 CC ?= cc
 PKG_CONFIG ?= pkg-config
-CUDA_ARCH ?= -gencode=arch=compute_90,code=sm_90
+# sm_90a: Hopper's arch-specific instructions (wgmma) for the GPT-2 example's
+# attention; another CUDA_ARCH builds without them (GPT2_WGMMA undefined).
+CUDA_ARCH ?= -gencode=arch=compute_90a,code=sm_90a
 
 comma := ,
 ifeq ($(V),1)
@@ -57,7 +59,8 @@ SAN := $(if $(filter 1,$(ASAN)),-fsanitize=address$(comma)undefined -fno-omit-fr
 BMT_CFLAGS := -std=c11 -pthread -D_GNU_SOURCE $(WARN) $(OPT) $(SAN) $(if $(filter 1,$(WERROR)),-Werror) \
 	-fPIC -fvisibility=hidden -MMD -MP -Iinclude -Iruntime
 BMT_LDFLAGS := $(SAN)
-NVCC_FLAGS := -std=c++17 -O2 -g $(CUDA_ARCH) -Xcompiler -fPIC,-fvisibility=hidden -Iinclude -Iruntime -Iexamples
+NVCC_FLAGS := -std=c++17 -O2 -g $(CUDA_ARCH) $(if $(findstring sm_90a,$(CUDA_ARCH)),-DGPT2_WGMMA) \
+	-Xcompiler -fPIC,-fvisibility=hidden -Iinclude -Iruntime -Iexamples
 
 # ---------------------------------------------------------------- sources
 RUNTIME_SRC := $(filter-out runtime/comm_nccl.c,$(wildcard runtime/*.c))

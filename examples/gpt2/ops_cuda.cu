@@ -53,7 +53,8 @@ struct gpt2_cuda {
     void *lt_ws;    /* LT_WORKSPACE bytes */
     float *partial; /* COL_CHUNKS x 2 x max_cols f32 */
     int max_cols;
-    int attn_mode; /* gpt2_cuda_attention_mode: 0 flash where it applies, 1 materialized */
+    int attn_mode; /* gpt2_cuda_attention_mode: 0 the fastest, 1 materialized, 2 mma.sync flash */
+    bool wgmma;    /* built with GPT2_WGMMA and the device is compute capability 9.0 */
     int gemm_tune; /* gpt2_cuda_gemm_tune: candidates timed per product shape, 0/1 none */
     int nplans;
     mm_plan *plans; /* GPT2_MM_PLANS of them */
@@ -979,6 +980,70 @@ __device__ __forceinline__ void mfa_kv_load(bf16 *KV, const bf16 *k, const bf16 
     cp_commit();
 }
 
+/* One tile's step of the online softmax for a warp's 16 rows (rows g and
+ * g + 8 of the mma fragments; s: the raw scores of 64 keys, masked): the
+ * running maxima m of the raw scores (scale > 0 keeps the order) and sums l
+ * move on, the accumulator o is rescaled, and p gets the probabilities
+ * ex2(s sl2 - m sl2) packed as mma A fragments (mfa_pack_p). */
+template <int D>
+__device__ __forceinline__ void mfa_online_softmax(float s[8][4], float m[2], float l[2],
+                                                   float o[D / 8][4], uint32_t p[4][4], float sl2)
+{
+    float mx0 = m[0], mx1 = m[1];
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++) {
+        mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
+        mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    /* a row with no key yet keeps offset 0: its p = ex2(-inf) = 0 */
+    const float f0 = mx0 == -INFINITY ? 0.f : -mx0 * sl2;
+    const float f1 = mx1 == -INFINITY ? 0.f : -mx1 * sl2;
+    const float a0 = ex2f(fmaf(m[0], sl2, f0)), a1 = ex2f(fmaf(m[1], sl2, f1));
+    float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++) {
+        s[nt][0] = ex2f(fmaf(s[nt][0], sl2, f0));
+        s[nt][1] = ex2f(fmaf(s[nt][1], sl2, f0));
+        s[nt][2] = ex2f(fmaf(s[nt][2], sl2, f1));
+        s[nt][3] = ex2f(fmaf(s[nt][3], sl2, f1));
+        sum0 += s[nt][0] + s[nt][1];
+        sum1 += s[nt][2] + s[nt][3];
+    }
+    sum0 += __shfl_xor_sync(0xffffffffu, sum0, 1);
+    sum0 += __shfl_xor_sync(0xffffffffu, sum0, 2);
+    sum1 += __shfl_xor_sync(0xffffffffu, sum1, 1);
+    sum1 += __shfl_xor_sync(0xffffffffu, sum1, 2);
+    l[0] = l[0] * a0 + sum0, l[1] = l[1] * a1 + sum1;
+    m[0] = mx0, m[1] = mx1;
+#pragma unroll
+    for (int dn = 0; dn < D / 8; dn++) {
+        o[dn][0] *= a0, o[dn][1] *= a0;
+        o[dn][2] *= a1, o[dn][3] *= a1;
+    }
+    mfa_pack_p(p, s); /* the f32 scores die here */
+}
+
+/* Rows row0 and row0 + 8 of a finished forward: the output (o / l) and the
+ * log-sum-exp of each row (natural log), rows from T on not written. */
+template <int D>
+__device__ __forceinline__ void mfa_fwd_finish(bf16 *out, float *lse, const float o[D / 8][4],
+                                               const float m[2], const float l[2], int row0, int T,
+                                               int t, int C, float sl2)
+{
+    const float i0 = l[0] > 0.f ? 1.f / l[0] : 0.f, i1 = l[1] > 0.f ? 1.f / l[1] : 0.f;
+    mfa_store<D>(out, o, row0, i0, i1, T, t, C);
+    if (t == 0) {
+        if (row0 < T)
+            lse[row0] = (m[0] * sl2 + log2f(l[0])) * LN2_F;
+        if (row0 + 8 < T)
+            lse[row0 + 8] = (m[1] * sl2 + log2f(l[1])) * LN2_F;
+    }
+}
+
 #define MFA_W_FWD 4 /* warps of 32 query rows (MFA_RB_FWD x 16): 128 rows per block */
 #define MFA_RB_FWD 2
 #define MFA_MINB_FWD 2 /* blocks per SM the registers must allow */
@@ -1035,43 +1100,7 @@ __global__ void __launch_bounds__(W * 32, MFA_MINB_FWD)
             for (int rb = 0; rb < RB; rb++) {
                 if (masked) /* masked: p = ex2(-inf) = 0 */
                     mfa_mask(s[rb], c0 + 2 * t, r0 + wr + 16 * rb + g, T);
-                /* running maxima of the raw scores (scale > 0 keeps the order) */
-                float mx0 = m[rb][0], mx1 = m[rb][1];
-#pragma unroll
-                for (int nt = 0; nt < 8; nt++) {
-                    mx0 = fmaxf(mx0, fmaxf(s[rb][nt][0], s[rb][nt][1]));
-                    mx1 = fmaxf(mx1, fmaxf(s[rb][nt][2], s[rb][nt][3]));
-                }
-                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-                /* a row with no key yet keeps offset 0: its p = ex2(-inf) = 0 */
-                const float f0 = mx0 == -INFINITY ? 0.f : -mx0 * sl2;
-                const float f1 = mx1 == -INFINITY ? 0.f : -mx1 * sl2;
-                const float a0 = ex2f(fmaf(m[rb][0], sl2, f0)), a1 = ex2f(fmaf(m[rb][1], sl2, f1));
-                float sum0 = 0.f, sum1 = 0.f;
-#pragma unroll
-                for (int nt = 0; nt < 8; nt++) {
-                    s[rb][nt][0] = ex2f(fmaf(s[rb][nt][0], sl2, f0));
-                    s[rb][nt][1] = ex2f(fmaf(s[rb][nt][1], sl2, f0));
-                    s[rb][nt][2] = ex2f(fmaf(s[rb][nt][2], sl2, f1));
-                    s[rb][nt][3] = ex2f(fmaf(s[rb][nt][3], sl2, f1));
-                    sum0 += s[rb][nt][0] + s[rb][nt][1];
-                    sum1 += s[rb][nt][2] + s[rb][nt][3];
-                }
-                sum0 += __shfl_xor_sync(0xffffffffu, sum0, 1);
-                sum0 += __shfl_xor_sync(0xffffffffu, sum0, 2);
-                sum1 += __shfl_xor_sync(0xffffffffu, sum1, 1);
-                sum1 += __shfl_xor_sync(0xffffffffu, sum1, 2);
-                l[rb][0] = l[rb][0] * a0 + sum0, l[rb][1] = l[rb][1] * a1 + sum1;
-                m[rb][0] = mx0, m[rb][1] = mx1;
-#pragma unroll
-                for (int dn = 0; dn < D / 8; dn++) {
-                    o[rb][dn][0] *= a0, o[rb][dn][1] *= a0;
-                    o[rb][dn][2] *= a1, o[rb][dn][3] *= a1;
-                }
-                mfa_pack_p(p[rb], s[rb]); /* the f32 scores die here */
+                mfa_online_softmax<D>(s[rb], m[rb], l[rb], o[rb], p[rb], sl2);
             }
             mfa_pv_n<D, RB>(o, p, Vs, lane);
         }
@@ -1079,18 +1108,9 @@ __global__ void __launch_bounds__(W * 32, MFA_MINB_FWD)
         __syncthreads();
     }
 #pragma unroll
-    for (int rb = 0; rb < RB; rb++) {
-        const int row0 = r0 + wr + 16 * rb + g, row1 = row0 + 8;
-        const float l0 = l[rb][0], l1 = l[rb][1];
-        const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
-        mfa_store<D>(out + (size_t)(bh / NH) * T * C + (bh % NH) * D, o[rb], row0, i0, i1, T, t, C);
-        if (t == 0) {
-            if (row0 < T)
-                lse[(size_t)bh * T + row0] = (m[rb][0] * sl2 + log2f(l0)) * LN2_F;
-            if (row1 < T)
-                lse[(size_t)bh * T + row1] = (m[rb][1] * sl2 + log2f(l1)) * LN2_F;
-        }
-    }
+    for (int rb = 0; rb < RB; rb++)
+        mfa_fwd_finish<D>(out + (size_t)(bh / NH) * T * C + (bh % NH) * D, lse + (size_t)bh * T,
+                          o[rb], m[rb], l[rb], r0 + wr + 16 * rb + g, T, t, C, sl2);
 }
 
 /* Starts copying a query tile's Q and dO rows and its LSE and D values into one stage */
@@ -1273,6 +1293,197 @@ cudaError_t mfa_forward(cudaStream_t st, bf16 *out, float *lse, const bf16 *qkv,
             out, lse, qkv, T, NH, scale);
     return cudaGetLastError();
 }
+
+/* ------------------------------------------------- attention: Hopper's wgmma
+ *
+ * The forward for head size 64 on sm_90a (built with GPT2_WGMMA, run where
+ * the device is compute capability 9.0): a warpgroup (4 warps) owns 64 query
+ * rows and takes S = Q K^T and O += P V as warpgroup products (wgmma) that
+ * read Q, K and V straight from shared memory, with no fragment loads through
+ * registers; P goes in from registers (the accumulator's layout is mma's, so
+ * mfa_pack_p and mfa_online_softmax serve both kernels). Tiles lie in shared
+ * memory as wgmma's 128-byte swizzle wants them: rows of 64 bf16 (128 bytes),
+ * 16-byte chunk c of row r at chunk c ^ (r % 8), each tile 1024-byte aligned,
+ * 8-row groups 1024 bytes apart. Q and K are read along their rows (K-major);
+ * V is read across them (MN-major, the instruction's transpose of B). */
+#if defined(GPT2_WGMMA)
+#define WG_Q 128                                        /* query rows per block: two warpgroups */
+#define WG_SMEM (WG_Q * 128 + 4 * FA_ROWS * 128 + 1024) /* Q, 2 stages of K and V, alignment */
+
+/* A shared-memory matrix descriptor, 128-byte swizzle: start address, leading
+ * and stride byte offsets (each in 16-byte units). */
+__device__ __forceinline__ uint64_t wg_desc(const void *p, uint32_t lbo, uint32_t sbo)
+{
+    const uint64_t a = (uint32_t)__cvta_generic_to_shared(p);
+    return ((a & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32) |
+           (1ull << 62);
+}
+
+__device__ __forceinline__ void wg_fence()
+{
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_commit()
+{
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_wait0()
+{
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+/* Shared memory written by the threads (cp.async) made visible to wgmma,
+ * which reads it through the async proxy. */
+__device__ __forceinline__ void wg_fence_smem()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+/* Keeps the compiler from moving accesses of the accumulators across an
+ * asynchronous product (they are in flight between issue and wait). */
+__device__ __forceinline__ void wg_hold(float d[8][4])
+{
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            asm volatile("" : "+f"(d[i][j])::"memory");
+}
+
+/* d (64 x 64 per warpgroup, mma's fragment layout per warp) (+)= A x B^T: A
+ * and B K-major through descriptors; acc 0: d = A B^T. */
+__device__ __forceinline__ void wg_ss(float d[8][4], uint64_t da, uint64_t db, int acc)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
+                 "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, "
+                 "p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),
+                   "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),
+                   "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),
+                   "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                   "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),
+                   "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+                   "+f"(d[7][2]), "+f"(d[7][3])
+                 : "l"(da), "l"(db), "r"(acc));
+}
+
+/* d += A x B: A from registers (mma's A fragments, 16 x 16 per warp), B (16 x
+ * 64) MN-major through its descriptor. */
+__device__ __forceinline__ void wg_rs_t(float d[8][4], const uint32_t a[4], uint64_t db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
+                 "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, "
+                 "%33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),
+                   "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),
+                   "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),
+                   "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                   "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),
+                   "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+                   "+f"(d[7][2]), "+f"(d[7][3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+/* Starts copying rows [r0, r0 + ROWS) of a (T, 64) bf16 matrix whose rows lie
+ * ld elements apart into a swizzled tile (zeros past T); 256 threads. */
+template <int ROWS>
+__device__ __forceinline__ void wg_load(unsigned char *dst, const bf16 *src, int r0, int T, int ld)
+{
+#pragma unroll
+    for (int it = 0; it < ROWS * 8 / 256; it++) {
+        const int i = (int)threadIdx.x + it * 256, r = i >> 3, c = i & 7;
+        const bool in = r0 + r < T;
+        cp_async16(dst + r * 128 + ((c ^ (r & 7)) << 4),
+                   src + (size_t)(in ? r0 + r : 0) * ld + c * 8, in);
+    }
+}
+
+/* Blocks of two warpgroups own 128 query rows and walk 64-key tiles, two
+ * stages deep, as mfa_fwd does; a warpgroup skips the products of a tile that
+ * lies wholly after its 64 rows. */
+__global__ void __launch_bounds__(256, 2)
+    mfa_fwd_wg(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, float scale)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ __align__(128) unsigned char wg_raw[];
+    const uint32_t sa = (uint32_t)__cvta_generic_to_shared(wg_raw);
+    unsigned char *Qs = wg_raw + ((1024 - (sa & 1023)) & 1023), *KV = Qs + WG_Q * 128;
+    const int tile = gridDim.x - 1 - blockIdx.x; /* the longest rows first */
+    const int bh = blockIdx.y, wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, r0 = tile * WG_Q;
+    const int wr0 = r0 + wg * 64, row0 = wr0 + warp * 16 + g;
+    const int C = NH * 64, LDI = 3 * C;
+    const bf16 *q = qkv + (size_t)(bh / NH) * T * LDI + (bh % NH) * 64, *k = q + C, *v = k + C;
+    const float sl2 = scale * LOG2E_F;
+    const int jmax = min(r0 + WG_Q - 1, T - 1) / FA_ROWS;
+    wg_load<WG_Q>(Qs, q, r0, T, LDI);
+    wg_load<FA_ROWS>(KV, k, 0, T, LDI);
+    wg_load<FA_ROWS>(KV + FA_ROWS * 128, v, 0, T, LDI);
+    cp_commit();
+    cp_wait_all();
+    wg_fence_smem();
+    __syncthreads();
+    const uint64_t dq = wg_desc(Qs + wg * 64 * 128, 16, 1024);
+    float o[8][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.f, 0.f };
+#pragma unroll
+    for (int dn = 0; dn < 8; dn++)
+        o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.f;
+    for (int j = 0; j <= jmax; j++) {
+        const int c0 = j * FA_ROWS;
+        unsigned char *Ks = KV + (j & 1) * 2 * FA_ROWS * 128, *Vs = Ks + FA_ROWS * 128;
+        if (j < jmax) { /* the next tile into the other stage */
+            unsigned char *nk = KV + ((j + 1) & 1) * 2 * FA_ROWS * 128;
+            wg_load<FA_ROWS>(nk, k, c0 + FA_ROWS, T, LDI);
+            wg_load<FA_ROWS>(nk + FA_ROWS * 128, v, c0 + FA_ROWS, T, LDI);
+            cp_commit();
+        }
+        if (wr0 + 63 >= c0 && wr0 < T) { /* the same for the whole warpgroup */
+            float s[8][4] = {};
+            uint32_t p[4][4];
+            const uint64_t dk = wg_desc(Ks, 16, 1024);
+            wg_fence();
+#pragma unroll
+            for (int kc = 0; kc < 4; kc++) /* 16 columns (32 bytes) of Q and K per product */
+                wg_ss(s, dq + 2 * kc, dk + 2 * kc, kc);
+            wg_commit();
+            wg_wait0();
+            wg_hold(s);
+            const int w0 = wr0 + warp * 16;
+            if (!(c0 + FA_ROWS - 1 <= w0 && w0 + 15 < T)) /* masked: p = ex2(-inf) = 0 */
+                mfa_mask(s, c0 + 2 * t, row0, T);
+            mfa_online_softmax<64>(s, m, l, o, p, sl2);
+            wg_hold(o);
+            wg_fence();
+#pragma unroll
+            for (int kc = 0; kc < 4; kc++) /* 16 keys (two 8-row groups, 2048 bytes) of V each */
+                wg_rs_t(o, p[kc], wg_desc(Vs + kc * 2048, 1024, 1024));
+            wg_commit();
+            wg_wait0();
+            wg_hold(o);
+        }
+        cp_wait_all();
+        wg_fence_smem();
+        __syncthreads();
+    }
+    mfa_fwd_finish<64>(out + (size_t)(bh / NH) * T * C + (bh % NH) * 64, lse + (size_t)bh * T, o, m,
+                       l, row0, T, t, C, sl2);
+#endif
+}
+
+cudaError_t mfa_forward_wg(cudaStream_t st, bf16 *out, float *lse, const bf16 *qkv, int B, int NH,
+                           int T, float scale)
+{
+    cudaError_t e =
+        cudaFuncSetAttribute(mfa_fwd_wg, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM);
+    if (e != cudaSuccess)
+        return e;
+    mfa_fwd_wg<<<dim3((unsigned)(T + WG_Q - 1) / WG_Q, (unsigned)(B * NH)), 256, WG_SMEM, st>>>(
+        out, lse, qkv, T, NH, scale);
+    return cudaGetLastError();
+}
+#endif
 
 template <int D>
 cudaError_t mfa_backward(cudaStream_t st, bf16 *dqkv, const bf16 *qkv, const bf16 *out,
@@ -1484,6 +1695,14 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(void *stream, void *workspace, int max_
     h->lt_ws = workspace;
     h->partial = (float *)((char *)workspace + LT_WORKSPACE);
     h->max_cols = max_cols;
+#if defined(GPT2_WGMMA)
+    int dev = 0, major = 0, minor = 0;
+    h->wgmma =
+        cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
+        major == 9 && minor == 0;
+#endif
     h->plans = (mm_plan *)calloc(GPT2_MM_PLANS, sizeof(mm_plan));
     if (h->plans == NULL) {
         fail_text(err, "handle", "out of memory");
@@ -1506,6 +1725,11 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(void *stream, void *workspace, int max_
 }
 
 extern "C" void gpt2_cuda_attention_mode(gpt2_cuda_t *h, int mode) { h->attn_mode = mode; }
+
+extern "C" const char *gpt2_cuda_attention_kernel(const gpt2_cuda_t *h)
+{
+    return h->wgmma ? "wgmma" : "mma.sync";
+}
 
 extern "C" int gpt2_cuda_gemm_tune(gpt2_cuda_t *h, int candidates)
 {
@@ -1698,7 +1922,11 @@ extern "C" int gpt2_cuda_attention_forward(gpt2_cuda_t *h, void *out, void *qkvr
         bf16 *y = (bf16 *)out;
         cudaError_t e = hs == 16   ? mfa_forward<16>(h->stream, y, lse, x, B, NH, T, scale)
                         : hs == 32 ? mfa_forward<32>(h->stream, y, lse, x, B, NH, T, scale)
-                                   : mfa_forward<64>(h->stream, y, lse, x, B, NH, T, scale);
+#if defined(GPT2_WGMMA)
+                        : h->wgmma && h->attn_mode == 0
+                            ? mfa_forward_wg(h->stream, y, lse, x, B, NH, T, scale)
+#endif
+                            : mfa_forward<64>(h->stream, y, lse, x, B, NH, T, scale);
         if (e != cudaSuccess)
             return fail_text(err, "flash attention forward", cudaGetErrorString(e));
         return 0;

@@ -368,6 +368,8 @@ static void t_matmul_gelu(int N, int IC, int OC)
     cudaFree(ddy), cudaFree(ddx), cudaFree(dgw), cudaFree(dgb);
 }
 
+static int attn_mode_now; /* what gpt2_cuda_attention_mode was given last */
+
 static void t_attention(int B, int T, int C, int NH)
 {
     bmt_error_t err;
@@ -385,7 +387,12 @@ static void t_attention(int B, int T, int C, int NH)
         "attention forward", &err);
     float *got = down_bf16(dout, N * C), *gatt = NULL;
     snprintf(name, sizeof(name), "attention forward (B %d, T %d, C %d, NH %d, %s)", B, T, C, NH,
-             flash ? "flash" : "materialized");
+             !flash         ? "materialized"
+             : C / NH != 64 ? "flash, mma.sync"
+             : attn_mode_now == 2
+                 ? "flash, mma.sync"
+                 : (strcmp(gpt2_cuda_attention_kernel(h), "wgmma") == 0 ? "flash, wgmma"
+                                                                        : "flash, mma.sync"));
     check(name, got, ref, N * C, 3e-2);
     if (flash) { /* att holds the log-sum-exp of each row: check it against the CPU's scores */
         float *lse = down_f32(datt, (size_t)B * NH * T), *rl = zeros((size_t)B * NH * T);
@@ -728,6 +735,11 @@ static void bench(bool d48)
     z.op = 11;
     float mb = time_ms(bench_op, &z);
     printf("#   attention fwd (materialized) %6.3f ms, bwd %6.3f ms\n", mf, mb);
+    gpt2_cuda_attention_mode(h, 2);
+    z.op = 10;
+    mf = time_ms(bench_op, &z);
+    printf("#   attention fwd (flash, mma.sync) %6.3f ms; mode 0 ran %s\n", mf,
+           gpt2_cuda_attention_kernel(h));
     gpt2_cuda_attention_mode(h, 0);
     printf("# one layer %.2f ms; %d layers + head: %.1f ms per step (without recomputation)\n",
            layer, L, L * layer + head);
@@ -752,6 +764,7 @@ int main(int argc, char **argv)
     t_layernorm(300, 1600);
     t_matmul(256, 768, 2304, 0, 2304); /* c_attn */
     t_matmul(256, 3072, 768, 0, 768);  /* mlp c_proj */
+    t_matmul(100, 200, 136, 0, 136);   /* no dimension a multiple of 64 (split products) */
     t_matmul_gelu(256, 768, 3072);     /* c_fc and the MLP's projection, as GPT-2 runs them */
     t_matmul_gelu(100, 200, 136);      /* no dimension a multiple of 64 (split products) */
     t_matmul(128, 768, 1000, 1, 1024); /* tied head, padded rows */
@@ -771,12 +784,20 @@ int main(int argc, char **argv)
     check_tag = "";
     t_attention(2, 128, 768, 12); /* GPT-2's head size 64: flash */
     t_attention(1, 200, 256, 4);  /* T not a multiple of the 128-row block */
-    t_attention(2, 64, 64, 4);    /* head size 16 (the tiny model) */
-    t_attention(1, 64, 128, 4);   /* head size 32 */
-    t_attention(1, 96, 256, 2);   /* head size 128: the materialized path */
-    t_attention(1, 100, 200, 4);  /* head size 50: the materialized path */
-    t_elementwise(1000003);       /* odd: the scalar kernels */
-    t_elementwise(1 << 20);       /* the 16-byte kernels */
+    printf("# attention forward kernel for head size 64 on this GPU: %s\n",
+           gpt2_cuda_attention_kernel(h));
+    gpt2_cuda_attention_mode(h, attn_mode_now = 2); /* the same with mma.sync kernels only */
+    t_attention(2, 128, 768, 12);
+    t_attention(1, 200, 256, 4);
+    t_attention(1, 1024, 256, 4); /* many tiles: the two stages and the diagonal */
+    gpt2_cuda_attention_mode(h, attn_mode_now = 0);
+    t_attention(1, 1024, 256, 4);
+    t_attention(2, 64, 64, 4);   /* head size 16 (the tiny model) */
+    t_attention(1, 64, 128, 4);  /* head size 32 */
+    t_attention(1, 96, 256, 2);  /* head size 128: the materialized path */
+    t_attention(1, 100, 200, 4); /* head size 50: the materialized path */
+    t_elementwise(1000003);      /* odd: the scalar kernels */
+    t_elementwise(1 << 20);      /* the 16-byte kernels */
     t_crossentropy(200, 1000, 1024);
     t_crossentropy(16, 50257, 50304);
     t_crossentropy(50, 1000, 1003); /* rows not 16-byte aligned: the scalar kernel */
