@@ -1128,6 +1128,58 @@ __device__ __forceinline__ void mfa_load_qtile(bf16 *Qs, float *ls, const bf16 *
     }
 }
 
+/* The backward's tiles of S^T (keys x queries; rows key0 and key0 + 8 of the
+ * warp, column c of fragment (nt, e) is query q0 + nt * 8 + (e & 1), q0 =
+ * the tile's first query + 2 t): the causal mask, -inf where the query is
+ * before the key or past T. */
+__device__ __forceinline__ void mfa_mask_t(float s[8][4], int q0, int key0, int T)
+{
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int query = q0 + nt * 8 + (e & 1);
+            if (!(query < T && (e < 2 ? key0 : key0 + 8) <= query))
+                s[nt][e] = -INFINITY;
+        }
+}
+
+/* P^T = ex2(S^T sl2 - lse[query] log2 e) in place, for the queries of a tile
+ * whose log-sum-exp values are lse2[0..63]; in f32. */
+__device__ __forceinline__ void mfa_p_t(float s[8][4], const float *lse2, int t, float sl2)
+{
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            s[nt][e] = ex2f(fmaf(s[nt][e], sl2, -lse2[nt * 8 + 2 * t + (e & 1)] * LOG2E_F));
+}
+
+/* dP^T := P^T (dP^T - D[query]) (dS^T without the scale), D of the tile's
+ * queries in Ds[0..63]. */
+__device__ __forceinline__ void mfa_ds_t(float dp[8][4], const float p[8][4], const float *Ds,
+                                         int t)
+{
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            dp[nt][e] = p[nt][e] * (dp[nt][e] - Ds[nt * 8 + 2 * t + (e & 1)]);
+}
+
+/* dS (without the scale) of a warp's two query rows into s: P = ex2(S sl2 -
+ * ls) (ls: the rows' log-sum-exp times log2 e), times dP - D of the row. */
+__device__ __forceinline__ void mfa_ds_rows(float s[8][4], const float dp[8][4], float ls0,
+                                            float ls1, float D0, float D1, float sl2)
+{
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            s[nt][e] =
+                ex2f(fmaf(s[nt][e], sl2, e < 2 ? -ls0 : -ls1)) * (dp[nt][e] - (e < 2 ? D0 : D1));
+}
+
 /* dK, dV of 16 W keys, over the 64-row query tiles at or below them. */
 template <int D, int W>
 __global__ void __launch_bounds__(W * 32, 3)
@@ -1148,7 +1200,7 @@ __global__ void __launch_bounds__(W * 32, 3)
     const bf16 *dob = dout + (size_t)(bh / NH) * T * C + (bh % NH) * D;
     const int i0 = c0 / FA_ROWS, qtiles = (T + FA_ROWS - 1) / FA_ROWS;
     const float sl2 = scale * LOG2E_F;
-    const int key0 = c0 + wr + g, key1 = key0 + 8;
+    const int key0 = c0 + wr + g;
     mfa_load<D, KR, NT>(Kr, k, c0, T, LDI);
     mfa_load<D, KR, NT>(Vr, v, c0, T, LDI);
     mfa_load_qtile<D, NT>(QD, LD, q, dob, lse + lbase, Dd + lbase, i0 * FA_ROWS, T, LDI, C);
@@ -1178,28 +1230,11 @@ __global__ void __launch_bounds__(W * 32, 3)
             float s[8][4], dp[8][4];
             mfa_abt<D>(s, kf, Qs, lane);                       /* S^T: keys x queries */
             if (!(c0 + wr + 15 <= r0 && r0 + FA_ROWS - 1 < T)) /* masked: P = ex2(-inf) = 0 */
-#pragma unroll
-                for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int query = r0 + nt * 8 + 2 * t + (e & 1);
-                        if (!(query < T && (e < 2 ? key0 : key1) <= query))
-                            s[nt][e] = -INFINITY;
-                    }
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int qc = nt * 8 + 2 * t + (e & 1);
-                    s[nt][e] = ex2f(fmaf(s[nt][e], sl2, -lse2[qc] * LOG2E_F));
-                }
+                mfa_mask_t(s, r0 + 2 * t, key0, T);
+            mfa_p_t(s, lse2, t, sl2);
             mfa_pv<D>(dvacc, s, dOs, lane); /* dV += P^T dO */
             mfa_abt<D>(dp, vf, dOs, lane);  /* dP^T = V dO^T */
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    dp[nt][e] = s[nt][e] * (dp[nt][e] - Ds[nt * 8 + 2 * t + (e & 1)]);
+            mfa_ds_t(dp, s, Ds, t);
             mfa_pv<D>(dkacc, dp, Qs, lane); /* dK += dS^T Q */
         }
         cp_wait_all();
@@ -1256,17 +1291,8 @@ __global__ void __launch_bounds__(W * 32, 2)
             mfa_abt<D>(s, qf, Ks, lane);
             if (!(c0 + FA_ROWS - 1 <= r0 + wr && r0 + wr + 15 < T))
                 mfa_mask(s, c0 + 2 * t, row0, T); /* masked: p = ex2(-inf) = 0 */
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    s[nt][e] = ex2f(fmaf(s[nt][e], sl2, e < 2 ? -ls0 : -ls1));
-            mfa_abt<D>(dp, df, Vs, lane); /* dP = dO V^T */
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    s[nt][e] *= dp[nt][e] - (e < 2 ? D0 : D1);
+            mfa_abt<D>(dp, df, Vs, lane);         /* dP = dO V^T */
+            mfa_ds_rows(s, dp, ls0, ls1, D0, D1, sl2);
             mfa_pv<D>(dqacc, s, Ks, lane); /* dQ += dS K */
         }
         cp_wait_all();
@@ -1387,17 +1413,33 @@ __device__ __forceinline__ void wg_rs_t(float d[8][4], const uint32_t a[4], uint
 }
 
 /* Starts copying rows [r0, r0 + ROWS) of a (T, 64) bf16 matrix whose rows lie
- * ld elements apart into a swizzled tile (zeros past T); 256 threads. */
-template <int ROWS>
+ * ld elements apart into a swizzled tile (zeros past T); NT threads. */
+template <int ROWS, int NT = 256>
 __device__ __forceinline__ void wg_load(unsigned char *dst, const bf16 *src, int r0, int T, int ld)
 {
 #pragma unroll
-    for (int it = 0; it < ROWS * 8 / 256; it++) {
-        const int i = (int)threadIdx.x + it * 256, r = i >> 3, c = i & 7;
+    for (int it = 0; it < ROWS * 8 / NT; it++) {
+        const int i = (int)threadIdx.x + it * NT, r = i >> 3, c = i & 7;
         const bool in = r0 + r < T;
         cp_async16(dst + r * 128 + ((c ^ (r & 7)) << 4),
                    src + (size_t)(in ? r0 + r : 0) * ld + c * 8, in);
     }
+}
+
+/* Starts copying a query tile's Q and dO rows (swizzled) and its LSE and D
+ * values into one stage; 128 threads. */
+__device__ __forceinline__ void wg_load_qtile(unsigned char *Qs, float *ls, const bf16 *q,
+                                              const bf16 *dout, const float *lse, const float *Dd,
+                                              int r0, int T, int ldq, int ldo)
+{
+    wg_load<FA_ROWS, 128>(Qs, q, r0, T, ldq);
+    wg_load<FA_ROWS, 128>(Qs + FA_ROWS * 128, dout, r0, T, ldo);
+    const int x = threadIdx.x & (FA_ROWS - 1);
+    const bool in = r0 + x < T;
+    if (threadIdx.x < FA_ROWS)
+        cp_async4(ls + x, lse + (in ? r0 + x : 0), in);
+    else
+        cp_async4(ls + FA_ROWS + x, Dd + (in ? r0 + x : 0), in);
 }
 
 /* Blocks of two warpgroups own 128 query rows and walk 64-key tiles, two
@@ -1470,6 +1512,192 @@ __global__ void __launch_bounds__(256, 2)
     mfa_fwd_finish<64>(out + (size_t)(bh / NH) * T * C + (bh % NH) * 64, lse + (size_t)bh * T, o, m,
                        l, row0, T, t, C, sl2);
 #endif
+}
+
+/* dK, dV of 64 keys (one warpgroup; warp w has keys 16 w .. 16 w + 15), over
+ * the 64-query tiles at or below them: S^T = K Q^T and dP^T = V dO^T with K
+ * and V as A from shared memory (K-major, Q and dO as B likewise), then dV +=
+ * P^T dO and dK += dS^T Q with P^T and dS^T from registers and dO, Q read
+ * across their rows (MN-major). */
+#define WG_DKDV_SMEM (4 * FA_ROWS * 128 + 4 * FA_ROWS * 128 + 4 * FA_ROWS * 4 + 1024)
+__global__ void __launch_bounds__(128, 2)
+    mfa_bwd_dkdv_wg(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse,
+                    const float *Dd, int T, int NH, float scale)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ __align__(128) unsigned char wg_raw[];
+    const uint32_t sa = (uint32_t)__cvta_generic_to_shared(wg_raw);
+    /* K and V rows, two stages of (Q tile, dO tile), two stages of (LSE, D) */
+    unsigned char *Kr = wg_raw + ((1024 - (sa & 1023)) & 1023), *Vr = Kr + FA_ROWS * 128;
+    unsigned char *QD = Vr + FA_ROWS * 128;
+    float *LD = (float *)(QD + 4 * FA_ROWS * 128);
+    const int tile = blockIdx.x, bh = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3, c0 = tile * FA_ROWS, key0 = c0 + warp * 16 + g;
+    const int C = NH * 64, LDI = 3 * C;
+    const size_t ib = (size_t)(bh / NH) * T * LDI + (bh % NH) * 64, lbase = (size_t)bh * T;
+    const bf16 *q = qkv + ib, *k = q + C, *v = k + C;
+    const bf16 *dob = dout + (size_t)(bh / NH) * T * C + (bh % NH) * 64;
+    const int i0 = c0 / FA_ROWS, qtiles = (T + FA_ROWS - 1) / FA_ROWS;
+    const float sl2 = scale * LOG2E_F;
+    wg_load<FA_ROWS, 128>(Kr, k, c0, T, LDI);
+    wg_load<FA_ROWS, 128>(Vr, v, c0, T, LDI);
+    wg_load_qtile(QD, LD, q, dob, lse + lbase, Dd + lbase, i0 * FA_ROWS, T, LDI, C);
+    cp_commit();
+    cp_wait_all();
+    wg_fence_smem();
+    __syncthreads();
+    const uint64_t kd = wg_desc(Kr, 16, 1024), vd = wg_desc(Vr, 16, 1024);
+    float dk[8][4] = {}, dv[8][4] = {};
+    for (int i = i0; i < qtiles; i++) {
+        const int r0 = i * FA_ROWS, st = (i - i0) & 1;
+        unsigned char *Qs = QD + st * 2 * FA_ROWS * 128, *dOs = Qs + FA_ROWS * 128;
+        const float *lse2 = LD + st * 2 * FA_ROWS, *Ds = lse2 + FA_ROWS;
+        if (i + 1 < qtiles) {
+            wg_load_qtile(QD + (st ^ 1) * 2 * FA_ROWS * 128, LD + (st ^ 1) * 2 * FA_ROWS, q, dob,
+                          lse + lbase, Dd + lbase, r0 + FA_ROWS, T, LDI, C);
+            cp_commit();
+        }
+        float s[8][4] = {}, dp[8][4] = {};
+        uint32_t p[4][4], ds[4][4];
+        const uint64_t qd = wg_desc(Qs, 16, 1024), dod = wg_desc(dOs, 16, 1024);
+        wg_fence();
+#pragma unroll
+        for (int kc = 0; kc < 4; kc++) /* S^T = K Q^T */
+            wg_ss(s, kd + 2 * kc, qd + 2 * kc, kc);
+#pragma unroll
+        for (int kc = 0; kc < 4; kc++) /* dP^T = V dO^T */
+            wg_ss(dp, vd + 2 * kc, dod + 2 * kc, kc);
+        wg_commit();
+        wg_wait0();
+        wg_hold(s);
+        wg_hold(dp);
+        if (!(c0 + warp * 16 + 15 <= r0 && r0 + FA_ROWS - 1 < T)) /* masked: P = ex2(-inf) = 0 */
+            mfa_mask_t(s, r0 + 2 * t, key0, T);
+        mfa_p_t(s, lse2, t, sl2);
+        mfa_ds_t(dp, s, Ds, t);
+        mfa_pack_p(p, s);
+        mfa_pack_p(ds, dp);
+        wg_fence();
+#pragma unroll
+        for (int kc = 0; kc < 4; kc++) /* dV += P^T dO: 16 queries (2048 bytes) of dO each */
+            wg_rs_t(dv, p[kc], wg_desc(dOs + kc * 2048, 1024, 1024));
+#pragma unroll
+        for (int kc = 0; kc < 4; kc++) /* dK += dS^T Q */
+            wg_rs_t(dk, ds[kc], wg_desc(Qs + kc * 2048, 1024, 1024));
+        wg_commit();
+        wg_wait0();
+        wg_hold(dv);
+        wg_hold(dk);
+        cp_wait_all();
+        wg_fence_smem();
+        __syncthreads();
+    }
+    mfa_store<64>(dqkv + ib + C, dk, key0, scale, scale, T, t, LDI);
+    mfa_store<64>(dqkv + ib + 2 * C, dv, key0, 1.f, 1.f, T, t, LDI);
+#endif
+}
+
+/* dQ of 128 queries (two warpgroups of 64) over the 64-key tiles at or below
+ * them: S = Q K^T and dP = dO V^T (Q, dO as A from shared memory), then dQ +=
+ * dS K with dS from registers and K read across its rows. */
+#define WG_DQ_SMEM (2 * WG_Q * 128 + 4 * FA_ROWS * 128 + 1024)
+__global__ void __launch_bounds__(256, 2)
+    mfa_bwd_dq_wg(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse, const float *Dd,
+                  int T, int NH, float scale)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ __align__(128) unsigned char wg_raw[];
+    const uint32_t sa = (uint32_t)__cvta_generic_to_shared(wg_raw);
+    /* the block's Q and dO rows, then two stages of (K tile, V tile) */
+    unsigned char *Qr = wg_raw + ((1024 - (sa & 1023)) & 1023), *Dr = Qr + WG_Q * 128;
+    unsigned char *KV = Dr + WG_Q * 128;
+    const int tile = gridDim.x - 1 - blockIdx.x;
+    const int bh = blockIdx.y, wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, r0 = tile * WG_Q;
+    const int wr0 = r0 + wg * 64, w0 = wr0 + warp * 16, row0 = w0 + g, row1 = row0 + 8;
+    const int C = NH * 64, LDI = 3 * C;
+    const size_t ib = (size_t)(bh / NH) * T * LDI + (bh % NH) * 64;
+    const bf16 *q = qkv + ib, *k = q + C, *v = k + C;
+    const float sl2 = scale * LOG2E_F;
+    const int jmax = min(r0 + WG_Q - 1, T - 1) / FA_ROWS;
+    wg_load<WG_Q>(Qr, q, r0, T, LDI);
+    wg_load<WG_Q>(Dr, dout + (size_t)(bh / NH) * T * C + (bh % NH) * 64, r0, T, C);
+    wg_load<FA_ROWS>(KV, k, 0, T, LDI);
+    wg_load<FA_ROWS>(KV + FA_ROWS * 128, v, 0, T, LDI);
+    cp_commit();
+    cp_wait_all();
+    wg_fence_smem();
+    __syncthreads();
+    const uint64_t qd = wg_desc(Qr + wg * 64 * 128, 16, 1024);
+    const uint64_t dod = wg_desc(Dr + wg * 64 * 128, 16, 1024);
+    const float ls0 = row0 < T ? lse[(size_t)bh * T + row0] * LOG2E_F : 0.f;
+    const float ls1 = row1 < T ? lse[(size_t)bh * T + row1] * LOG2E_F : 0.f;
+    const float D0 = row0 < T ? Dd[(size_t)bh * T + row0] : 0.f;
+    const float D1 = row1 < T ? Dd[(size_t)bh * T + row1] : 0.f;
+    float dq[8][4] = {};
+    for (int j = 0; j <= jmax; j++) {
+        const int c0 = j * FA_ROWS;
+        unsigned char *Ks = KV + (j & 1) * 2 * FA_ROWS * 128, *Vs = Ks + FA_ROWS * 128;
+        if (j < jmax) { /* the next tile into the other stage */
+            unsigned char *nk = KV + ((j + 1) & 1) * 2 * FA_ROWS * 128;
+            wg_load<FA_ROWS>(nk, k, c0 + FA_ROWS, T, LDI);
+            wg_load<FA_ROWS>(nk + FA_ROWS * 128, v, c0 + FA_ROWS, T, LDI);
+            cp_commit();
+        }
+        if (wr0 + 63 >= c0 && wr0 < T) { /* the same for the whole warpgroup */
+            float s[8][4] = {}, dp[8][4] = {};
+            uint32_t ds[4][4];
+            const uint64_t kd = wg_desc(Ks, 16, 1024), vd = wg_desc(Vs, 16, 1024);
+            wg_fence();
+#pragma unroll
+            for (int kc = 0; kc < 4; kc++) /* S = Q K^T */
+                wg_ss(s, qd + 2 * kc, kd + 2 * kc, kc);
+#pragma unroll
+            for (int kc = 0; kc < 4; kc++) /* dP = dO V^T */
+                wg_ss(dp, dod + 2 * kc, vd + 2 * kc, kc);
+            wg_commit();
+            wg_wait0();
+            wg_hold(s);
+            wg_hold(dp);
+            if (!(c0 + FA_ROWS - 1 <= w0 && w0 + 15 < T))
+                mfa_mask(s, c0 + 2 * t, row0, T); /* masked: p = ex2(-inf) = 0 */
+            mfa_ds_rows(s, dp, ls0, ls1, D0, D1, sl2);
+            mfa_pack_p(ds, s);
+            wg_fence();
+#pragma unroll
+            for (int kc = 0; kc < 4; kc++) /* dQ += dS K: 16 keys (2048 bytes) of K each */
+                wg_rs_t(dq, ds[kc], wg_desc(Ks + kc * 2048, 1024, 1024));
+            wg_commit();
+            wg_wait0();
+            wg_hold(dq);
+        }
+        cp_wait_all();
+        wg_fence_smem();
+        __syncthreads();
+    }
+    mfa_store<64>(dqkv + ib, dq, row0, scale, scale, T, t, LDI);
+#endif
+}
+
+cudaError_t mfa_backward_wg(cudaStream_t st, bf16 *dqkv, const bf16 *qkv, const bf16 *out,
+                            const bf16 *dout, const float *lse, float *Dd, int B, int NH, int T,
+                            float scale)
+{
+    cudaError_t e = cudaFuncSetAttribute(mfa_bwd_dkdv_wg,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, WG_DKDV_SMEM);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(mfa_bwd_dq_wg, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 WG_DQ_SMEM);
+    if (e != cudaSuccess)
+        return e;
+    const size_t chunks = (size_t)B * T * NH * 64 / 8;
+    flash_bwd_dot<64>
+        <<<(unsigned)((chunks + 255) / 256), 256, 0, st>>>(Dd, dout, out, chunks, T, NH);
+    mfa_bwd_dkdv_wg<<<dim3((unsigned)(T + FA_ROWS - 1) / FA_ROWS, (unsigned)(B * NH)), 128,
+                      WG_DKDV_SMEM, st>>>(dqkv, qkv, dout, lse, Dd, T, NH, scale);
+    mfa_bwd_dq_wg<<<dim3((unsigned)(T + WG_Q - 1) / WG_Q, (unsigned)(B * NH)), 256, WG_DQ_SMEM,
+                    st>>>(dqkv, qkv, dout, lse, Dd, T, NH, scale);
+    return cudaGetLastError();
 }
 
 cudaError_t mfa_forward_wg(cudaStream_t st, bf16 *out, float *lse, const bf16 *qkv, int B, int NH,
@@ -1971,7 +2199,11 @@ extern "C" int gpt2_cuda_attention_backward(gpt2_cuda_t *h, void *dqkv, const vo
         cudaError_t e =
             hs == 16   ? mfa_backward<16>(h->stream, dx, x, o, dy, lse, Dd, B, NH, T, scale)
             : hs == 32 ? mfa_backward<32>(h->stream, dx, x, o, dy, lse, Dd, B, NH, T, scale)
-                       : mfa_backward<64>(h->stream, dx, x, o, dy, lse, Dd, B, NH, T, scale);
+#if defined(GPT2_WGMMA)
+            : h->wgmma && h->attn_mode == 0
+                ? mfa_backward_wg(h->stream, dx, x, o, dy, lse, Dd, B, NH, T, scale)
+#endif
+                : mfa_backward<64>(h->stream, dx, x, o, dy, lse, Dd, B, NH, T, scale);
         if (e != cudaSuccess)
             return fail_text(err, "flash attention backward", cudaGetErrorString(e));
         return 0;

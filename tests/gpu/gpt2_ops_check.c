@@ -386,13 +386,12 @@ static void t_attention(int B, int T, int C, int NH)
     run(gpt2_cuda_attention_forward(h, dout, dqkvr, datt, dqkv, scratch, B, T, C, NH, &err),
         "attention forward", &err);
     float *got = down_bf16(dout, N * C), *gatt = NULL;
+    const char *kind = !flash                                                ? "materialized"
+                       : C / NH != 64 || attn_mode_now == 2                  ? "flash, mma.sync"
+                       : strcmp(gpt2_cuda_attention_kernel(h), "wgmma") == 0 ? "flash, wgmma"
+                                                                             : "flash, mma.sync";
     snprintf(name, sizeof(name), "attention forward (B %d, T %d, C %d, NH %d, %s)", B, T, C, NH,
-             !flash         ? "materialized"
-             : C / NH != 64 ? "flash, mma.sync"
-             : attn_mode_now == 2
-                 ? "flash, mma.sync"
-                 : (strcmp(gpt2_cuda_attention_kernel(h), "wgmma") == 0 ? "flash, wgmma"
-                                                                        : "flash, mma.sync"));
+             kind);
     check(name, got, ref, N * C, 3e-2);
     if (flash) { /* att holds the log-sum-exp of each row: check it against the CPU's scores */
         float *lse = down_f32(datt, (size_t)B * NH * T), *rl = zeros((size_t)B * NH * T);
@@ -432,7 +431,8 @@ static void t_attention(int B, int T, int C, int NH)
                                      &err),
         "attention backward", &err);
     float *gdq = down_bf16(ddq, N * 3 * C);
-    check("attention backward dqkv", gdq, rdq, N * 3 * C, 3e-2);
+    snprintf(name, sizeof(name), "attention backward dqkv (%s)", kind);
+    check(name, gdq, rdq, N * 3 * C, 3e-2);
     /* the same bits on a second run (no atomics) */
     ck(cudaMemset(ddq, 0xff, N * 3 * C * 2), "poison");
     run(gpt2_cuda_attention_backward(h, ddq, ddy, dout, dqkvr, datt, ddatt, scratch, B, T, C, NH,
@@ -738,7 +738,9 @@ static void bench(bool d48)
     gpt2_cuda_attention_mode(h, 2);
     z.op = 10;
     mf = time_ms(bench_op, &z);
-    printf("#   attention fwd (flash, mma.sync) %6.3f ms; mode 0 ran %s\n", mf,
+    z.op = 11;
+    mb = time_ms(bench_op, &z);
+    printf("#   attention fwd (flash, mma.sync) %6.3f ms, bwd %6.3f ms; mode 0 ran %s\n", mf, mb,
            gpt2_cuda_attention_kernel(h));
     gpt2_cuda_attention_mode(h, 0);
     printf("# one layer %.2f ms; %d layers + head: %.1f ms per step (without recomputation)\n",
