@@ -1167,17 +1167,25 @@ __device__ __forceinline__ void mfa_ds_t(float dp[8][4], const float p[8][4], co
             dp[nt][e] = p[nt][e] * (dp[nt][e] - Ds[nt * 8 + 2 * t + (e & 1)]);
 }
 
-/* dS (without the scale) of a warp's two query rows into s: P = ex2(S sl2 -
- * ls) (ls: the rows' log-sum-exp times log2 e), times dP - D of the row. */
-__device__ __forceinline__ void mfa_ds_rows(float s[8][4], const float dp[8][4], float ls0,
-                                            float ls1, float D0, float D1, float sl2)
+/* P = ex2(S sl2 - ls) in place for a warp's two query rows (ls: the rows'
+ * log-sum-exp times log2 e). */
+__device__ __forceinline__ void mfa_p_rows(float s[8][4], float ls0, float ls1, float sl2)
 {
 #pragma unroll
     for (int nt = 0; nt < 8; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++)
-            s[nt][e] =
-                ex2f(fmaf(s[nt][e], sl2, e < 2 ? -ls0 : -ls1)) * (dp[nt][e] - (e < 2 ? D0 : D1));
+            s[nt][e] = ex2f(fmaf(s[nt][e], sl2, e < 2 ? -ls0 : -ls1));
+}
+
+/* dS (without the scale) into p: P (dP - D of the row). */
+__device__ __forceinline__ void mfa_ds_rows(float p[8][4], const float dp[8][4], float D0, float D1)
+{
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            p[nt][e] *= dp[nt][e] - (e < 2 ? D0 : D1);
 }
 
 /* dK, dV of 16 W keys, over the 64-row query tiles at or below them. */
@@ -1292,7 +1300,8 @@ __global__ void __launch_bounds__(W * 32, 2)
             if (!(c0 + FA_ROWS - 1 <= r0 + wr && r0 + wr + 15 < T))
                 mfa_mask(s, c0 + 2 * t, row0, T); /* masked: p = ex2(-inf) = 0 */
             mfa_abt<D>(dp, df, Vs, lane);         /* dP = dO V^T */
-            mfa_ds_rows(s, dp, ls0, ls1, D0, D1, sl2);
+            mfa_p_rows(s, ls0, ls1, sl2);
+            mfa_ds_rows(s, dp, D0, D1);
             mfa_pv<D>(dqacc, s, Ks, lane); /* dQ += dS K */
         }
         cp_wait_all();
@@ -1356,6 +1365,11 @@ __device__ __forceinline__ void wg_commit()
 __device__ __forceinline__ void wg_wait0()
 {
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+/* all but the last committed group complete (groups complete in order) */
+__device__ __forceinline__ void wg_wait1()
+{
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
 }
 /* Shared memory written by the threads (cp.async) made visible to wgmma,
  * which reads it through the async proxy. */
@@ -1564,23 +1578,27 @@ __global__ void __launch_bounds__(128, 2)
 #pragma unroll
         for (int kc = 0; kc < 4; kc++) /* S^T = K Q^T */
             wg_ss(s, kd + 2 * kc, qd + 2 * kc, kc);
+        wg_commit();
 #pragma unroll
-        for (int kc = 0; kc < 4; kc++) /* dP^T = V dO^T */
+        for (int kc = 0; kc < 4; kc++) /* dP^T = V dO^T, under P^T's exps */
             wg_ss(dp, vd + 2 * kc, dod + 2 * kc, kc);
         wg_commit();
-        wg_wait0();
+        wg_wait1();
         wg_hold(s);
-        wg_hold(dp);
         if (!(c0 + warp * 16 + 15 <= r0 && r0 + FA_ROWS - 1 < T)) /* masked: P = ex2(-inf) = 0 */
             mfa_mask_t(s, r0 + 2 * t, key0, T);
         mfa_p_t(s, lse2, t, sl2);
-        mfa_ds_t(dp, s, Ds, t);
         mfa_pack_p(p, s);
-        mfa_pack_p(ds, dp);
         wg_fence();
 #pragma unroll
         for (int kc = 0; kc < 4; kc++) /* dV += P^T dO: 16 queries (2048 bytes) of dO each */
             wg_rs_t(dv, p[kc], wg_desc(dOs + kc * 2048, 1024, 1024));
+        wg_commit();
+        wg_wait1(); /* dP^T; dV's products run under dS^T */
+        wg_hold(dp);
+        mfa_ds_t(dp, s, Ds, t);
+        mfa_pack_p(ds, dp);
+        wg_fence();
 #pragma unroll
         for (int kc = 0; kc < 4; kc++) /* dK += dS^T Q */
             wg_rs_t(dk, ds[kc], wg_desc(Qs + kc * 2048, 1024, 1024));
@@ -1652,16 +1670,19 @@ __global__ void __launch_bounds__(256, 2)
 #pragma unroll
             for (int kc = 0; kc < 4; kc++) /* S = Q K^T */
                 wg_ss(s, qd + 2 * kc, kd + 2 * kc, kc);
+            wg_commit();
 #pragma unroll
-            for (int kc = 0; kc < 4; kc++) /* dP = dO V^T */
+            for (int kc = 0; kc < 4; kc++) /* dP = dO V^T, under P's exps */
                 wg_ss(dp, dod + 2 * kc, vd + 2 * kc, kc);
             wg_commit();
-            wg_wait0();
+            wg_wait1();
             wg_hold(s);
-            wg_hold(dp);
             if (!(c0 + FA_ROWS - 1 <= w0 && w0 + 15 < T))
                 mfa_mask(s, c0 + 2 * t, row0, T); /* masked: p = ex2(-inf) = 0 */
-            mfa_ds_rows(s, dp, ls0, ls1, D0, D1, sl2);
+            mfa_p_rows(s, ls0, ls1, sl2);
+            wg_wait0();
+            wg_hold(dp);
+            mfa_ds_rows(s, dp, D0, D1);
             mfa_pack_p(ds, s);
             wg_fence();
 #pragma unroll
