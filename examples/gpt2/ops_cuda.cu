@@ -1437,6 +1437,16 @@ __device__ __forceinline__ void wg_load(unsigned char *dst, const bf16 *src, int
     }
 }
 
+/* Starts the copies of the K/V tile from row r0 into the stage at KV (K, then
+ * V 64 rows after it, swizzled) and commits them; 256 threads. */
+__device__ __forceinline__ void wg_kv_load(unsigned char *KV, const bf16 *k, const bf16 *v, int r0,
+                                           int T, int ld)
+{
+    wg_load<FA_ROWS>(KV, k, r0, T, ld);
+    wg_load<FA_ROWS>(KV + FA_ROWS * 128, v, r0, T, ld);
+    cp_commit();
+}
+
 /* Starts copying a query tile's Q and dO rows (swizzled) and its LSE and D
  * values into one stage; 128 threads. */
 __device__ __forceinline__ void wg_load_qtile(unsigned char *Qs, float *ls, const bf16 *q,
@@ -1472,9 +1482,7 @@ __global__ void __launch_bounds__(256, 2)
     const float sl2 = scale * LOG2E_F;
     const int jmax = min(r0 + WG_Q - 1, T - 1) / FA_ROWS;
     wg_load<WG_Q>(Qs, q, r0, T, LDI);
-    wg_load<FA_ROWS>(KV, k, 0, T, LDI);
-    wg_load<FA_ROWS>(KV + FA_ROWS * 128, v, 0, T, LDI);
-    cp_commit();
+    wg_kv_load(KV, k, v, 0, T, LDI);
     cp_wait_all();
     wg_fence_smem();
     __syncthreads();
@@ -1486,12 +1494,8 @@ __global__ void __launch_bounds__(256, 2)
     for (int j = 0; j <= jmax; j++) {
         const int c0 = j * FA_ROWS;
         unsigned char *Ks = KV + (j & 1) * 2 * FA_ROWS * 128, *Vs = Ks + FA_ROWS * 128;
-        if (j < jmax) { /* the next tile into the other stage */
-            unsigned char *nk = KV + ((j + 1) & 1) * 2 * FA_ROWS * 128;
-            wg_load<FA_ROWS>(nk, k, c0 + FA_ROWS, T, LDI);
-            wg_load<FA_ROWS>(nk + FA_ROWS * 128, v, c0 + FA_ROWS, T, LDI);
-            cp_commit();
-        }
+        if (j < jmax) /* the next tile into the other stage */
+            wg_kv_load(KV + ((j + 1) & 1) * 2 * FA_ROWS * 128, k, v, c0 + FA_ROWS, T, LDI);
         if (wr0 + 63 >= c0 && wr0 < T) { /* the same for the whole warpgroup */
             float s[8][4] = {};
             uint32_t p[4][4];
@@ -1637,9 +1641,7 @@ __global__ void __launch_bounds__(256, 2)
     const int jmax = min(r0 + WG_Q - 1, T - 1) / FA_ROWS;
     wg_load<WG_Q>(Qr, q, r0, T, LDI);
     wg_load<WG_Q>(Dr, dout + (size_t)(bh / NH) * T * C + (bh % NH) * 64, r0, T, C);
-    wg_load<FA_ROWS>(KV, k, 0, T, LDI);
-    wg_load<FA_ROWS>(KV + FA_ROWS * 128, v, 0, T, LDI);
-    cp_commit();
+    wg_kv_load(KV, k, v, 0, T, LDI);
     cp_wait_all();
     wg_fence_smem();
     __syncthreads();
@@ -1653,12 +1655,8 @@ __global__ void __launch_bounds__(256, 2)
     for (int j = 0; j <= jmax; j++) {
         const int c0 = j * FA_ROWS;
         unsigned char *Ks = KV + (j & 1) * 2 * FA_ROWS * 128, *Vs = Ks + FA_ROWS * 128;
-        if (j < jmax) { /* the next tile into the other stage */
-            unsigned char *nk = KV + ((j + 1) & 1) * 2 * FA_ROWS * 128;
-            wg_load<FA_ROWS>(nk, k, c0 + FA_ROWS, T, LDI);
-            wg_load<FA_ROWS>(nk + FA_ROWS * 128, v, c0 + FA_ROWS, T, LDI);
-            cp_commit();
-        }
+        if (j < jmax) /* the next tile into the other stage */
+            wg_kv_load(KV + ((j + 1) & 1) * 2 * FA_ROWS * 128, k, v, c0 + FA_ROWS, T, LDI);
         if (wr0 + 63 >= c0 && wr0 < T) { /* the same for the whole warpgroup */
             float s[8][4] = {}, dp[8][4] = {};
             uint32_t ds[4][4];
