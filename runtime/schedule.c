@@ -16,7 +16,13 @@
  * (the block computing and the one being prefetched; one without prefetch),
  * with zero level 2 one per block, kept from forward to backward. Two full
  * gradient buffers alternate: backward of block i fills one while the
- * reduce-scatter of block i+1 drains the other.
+ * reduce-scatter of block i+1 drains the other. Each is the size of the block
+ * it holds, stream-ordered on the compute stream: block i's is made after the
+ * compute stream's wait for the reduce-scatter that drained the buffer's last
+ * block (whose memory is given back there first when the sizes differ), so at
+ * most two blocks' full gradients exist at once, not two of the largest
+ * block's, and none outside a backward (the last two go back on the comm
+ * stream after their reduce-scatters).
  *
  * Forward (zero 3):  gather(0); for i: gather(i+1) | wait ready(i), forward(i),
  *                    record free, release(i).
@@ -71,7 +77,7 @@ struct bmt_blocklist {
     int n, cap;
     struct slot *pslots; /* parameter pool */
     int npslots, maxpslots;
-    struct slot gslots[2]; /* full gradient pool */
+    struct slot gslots[2]; /* full gradient buffers, sized per block during a backward */
     int gnext;
     void *rs_tmp; /* (largest shard) reduce dtype: reduce-scatter output to accumulate */
     size_t rs_tmp_bytes;
@@ -237,13 +243,39 @@ bmt_ctx_t *blocklist_ctx(bmt_blocklist_t *l) { return l->ctx; }
 
 /* ------------------------------------------------------------ pools */
 
-static size_t max_grad_bytes(const bmt_blocklist_t *l)
+/* The next full gradient buffer, for block b, on the compute stream: after the
+ * reduce-scatter that drained it (its `free`), given back there and made anew
+ * when its size differs from b's, then zeroed. */
+static struct slot *grad_slot(bmt_blocklist_t *l, bmt_block_t *b, bmt_error_t *err)
 {
-    size_t m = 0;
-    for (int i = 0; i < l->n; i++)
-        if (l->e[i].block->grad_bytes > m)
-            m = l->e[i].block->grad_bytes;
-    return m;
+    bmt_ctx_t *ctx = l->ctx;
+    void *compute = device_stream(ctx, DEVICE_COMPUTE);
+    struct slot *g = &l->gslots[l->gnext];
+    l->gnext ^= 1;
+    if (device_wait_timed(ctx, g->free, err) < 0)
+        return NULL;
+    if (g->mem && g->bytes != b->grad_bytes) {
+        bmt_free_async(ctx, g->mem, compute);
+        g->mem = NULL;
+    }
+    if (g->mem == NULL) {
+        g->bytes = 0;
+        if ((g->mem = bmt_alloc_async(ctx, BMT_MEM_GRAD_FULL, b->grad_bytes, compute, err)) == NULL)
+            return NULL;
+        g->bytes = b->grad_bytes;
+    }
+    return kern_zero(ctx, compute, g->mem, b->grad_bytes, err) < 0 ? NULL : g;
+}
+
+/* After a backward: the full gradient buffers go back on the comm stream, behind
+ * the reduce-scatters that read them last. */
+static void grad_slots_drop(bmt_blocklist_t *l)
+{
+    for (int k = 0; k < 2; k++) {
+        bmt_free_async(l->ctx, l->gslots[k].mem, device_stream(l->ctx, DEVICE_COMM));
+        l->gslots[k].mem = NULL;
+        l->gslots[k].bytes = 0;
+    }
 }
 
 /* A free parameter slot, making one while under the pool's limit. */
@@ -574,13 +606,6 @@ int bmt_blocklist_backward(bmt_blocklist_t *l, bool last, bmt_error_t *err)
     void *compute = device_stream(ctx, DEVICE_COMPUTE);
     const bmt_dtype_t gt = BMT_F32; /* full gradients, as the model writes them */
     const bool direct = direct_grads(l);
-    for (int k = 0; k < 2 && !direct; k++)
-        if (l->gslots[k].mem == NULL) {
-            l->gslots[k].bytes = max_grad_bytes(l);
-            l->gslots[k].mem = bmt_alloc(ctx, BMT_MEM_GRAD_FULL, l->gslots[k].bytes, err);
-            if (l->gslots[k].mem == NULL)
-                return broken(l, err);
-        }
     if (l->cfg.grad_dtype == BMT_BF16 && !direct && l->rs_stage == NULL) {
         size_t most = 0;
         for (int i = 0; i < l->n; i++)
@@ -601,16 +626,13 @@ int bmt_blocklist_backward(bmt_blocklist_t *l, bool last, bmt_error_t *err)
             return broken(l, err);
         if (l->cfg.checkpointing && call(l, i, false, true, true, err) < 0)
             return broken(l, err);
-        struct slot *g = direct ? NULL : &l->gslots[l->gnext];
-        l->gnext ^= 1;
+        struct slot *g = NULL;
         if (b->nparams > 0 && block_need_grads(b, compute, err) < 0)
             return broken(l, err);
         if (b->nparams > 0 && direct) {
             block_bind_shard_grads(b);
         } else if (b->nparams > 0) {
-            /* The buffer's previous reduce-scatter must have drained it. */
-            if (device_wait_timed(ctx, g->free, err) < 0 ||
-                kern_zero(ctx, compute, g->mem, b->grad_bytes, err) < 0)
+            if ((g = grad_slot(l, b, err)) == NULL)
                 return broken(l, err);
             block_bind_grads(b, g->mem, gt);
         }
@@ -633,6 +655,7 @@ int bmt_blocklist_backward(bmt_blocklist_t *l, bool last, bmt_error_t *err)
         if (!l->cfg.prefetch && i > 0 && gather(l, i - 1, err) < 0)
             return broken(l, err);
     }
+    grad_slots_drop(l);
     l->st.microbatches++;
     if (last)
         l->st.reduced = true;

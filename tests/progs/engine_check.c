@@ -1113,6 +1113,7 @@ typedef struct shard_bytes {
     uint64_t param, grad, optim; /* this rank's shards */
     uint64_t largest_full;       /* the largest block's full (gathered) buffers */
     uint64_t largest_grad_full;  /* ... and its full f32 gradients */
+    uint64_t largest_grad_pair;  /* the most two successive blocks' full gradients take */
     uint64_t largest_padded;     /* elements of the largest padded flat buffer */
     int with_params;             /* blocks that have parameters */
 } shard_bytes_t;
@@ -1129,6 +1130,7 @@ static shard_bytes_t expected_bytes(int gsize)
     shard_bytes_t e;
     memset(&e, 0, sizeof(e));
     size_t ps = bmt_dtype_size(O.dtype);
+    uint64_t prev = 0; /* the full gradients of the last block with parameters */
     for (int b = 0; b < NBLOCKS; b++) {
         uint64_t end = 0;
         for (int k = 0; k < gp_count[b]; k++) {
@@ -1146,6 +1148,11 @@ static shard_bytes_t expected_bytes(int gsize)
             e.largest_full = full;
         if (gfull > e.largest_grad_full)
             e.largest_grad_full = gfull;
+        if (gp_count[b] > 0) {
+            if (prev + gfull > e.largest_grad_pair)
+                e.largest_grad_pair = prev + gfull;
+            prev = gfull;
+        }
         if (padded > e.largest_padded)
             e.largest_padded = padded;
         e.with_params += gp_count[b] > 0;
@@ -1767,13 +1774,20 @@ static void check_memory(const char *tag, int zero, const bmt_mem_stats_t *st,
               "memory (%s): no full gradient buffers in a group of one (peak %llu): the "
               "gradients go straight into the shards",
               tag, (unsigned long long)peak[BMT_MEM_GRAD_FULL]);
-    uint64_t gcap =
-        2 * want->largest_grad_full + (O.reduce == BMT_BF16 ? 2 * want->largest_padded : 0);
+    /* Two buffers sized per block: at most two successive blocks' gradients,
+     * none left after the backward (the staging buffer stays). */
+    const uint64_t stage = O.reduce == BMT_BF16 ? 2 * want->largest_padded : 0;
+    const uint64_t gcap = want->largest_grad_pair + stage;
     if (bmt_layout(ctx)->gpus_per_group > 1)
-        check(peak[BMT_MEM_GRAD_FULL] <= gcap,
-              "memory (%s): peak of full gradient buffers %llu <= 2 blocks%s = %llu", tag,
-              (unsigned long long)peak[BMT_MEM_GRAD_FULL],
-              O.reduce == BMT_BF16 ? " + the bf16 staging buffer" : "", (unsigned long long)gcap);
+        check(peak[BMT_MEM_GRAD_FULL] <= gcap && peak[BMT_MEM_GRAD_FULL] > stage &&
+                  cur[BMT_MEM_GRAD_FULL] == stage,
+              "memory (%s): peak of full gradient buffers %llu <= two successive blocks%s = "
+              "%llu (two of the largest: %llu); %llu after training (%s)",
+              tag, (unsigned long long)peak[BMT_MEM_GRAD_FULL],
+              O.reduce == BMT_BF16 ? " + the bf16 staging buffer" : "", (unsigned long long)gcap,
+              (unsigned long long)(2 * want->largest_grad_full + stage),
+              (unsigned long long)cur[BMT_MEM_GRAD_FULL],
+              stage ? "the staging buffer only" : "none");
     if (my_rank == 0) {
         char ml[400];
         mem_line(ml, sizeof(ml), st);

@@ -19,7 +19,9 @@
  * (the two contributions are each far above the bound), that the gathered
  * buffers peak at what the schedule holds, each the size of its block (emb and
  * mid under zero 3 with prefetch, emb without; one per block under zero 2),
- * and that two more steps run.
+ * that the full gradient buffers of a group of more than one peak at emb +
+ * mid (sized per block) and are gone after the backward, and that two more
+ * steps run.
  * Data: rank r's a-th micro-batch of step s is global micro-batch a x world + r;
  * its tokens and targets are hashes of (s, global index, row).
  * Output: "ok ..." lines on rank 0, "FAIL ..." on any rank; exit 1 on failure.
@@ -419,6 +421,17 @@ int main(int argc, char **argv)
               "step 1: gathered buffers peaked at %llu bytes = %s = %zu (each its block's size; "
               "the tied uses share)",
               (unsigned long long)st.peak[BMT_MEM_GATHERED], two ? "emb + mid" : "emb", want);
+        /* The full gradient buffers (groups of more than one) are sized per
+         * block too: the backward runs head (emb), mid, emb, so two of them
+         * hold emb + mid at most (two of the largest would be 2 x emb), and
+         * none is left once the backward is done. A group of one has none. */
+        const size_t gwant = P > 1 ? emb_full + mid_full : 0;
+        check(st.peak[BMT_MEM_GRAD_FULL] == gwant && st.current[BMT_MEM_GRAD_FULL] == 0,
+              "step 1: full gradient buffers peaked at %llu bytes = %s = %zu, %llu after the "
+              "step",
+              (unsigned long long)st.peak[BMT_MEM_GRAD_FULL],
+              P > 1 ? "emb + mid" : "none (a group of one)", gwant,
+              (unsigned long long)st.current[BMT_MEM_GRAD_FULL]);
         /* Step 1 against the reference. */
         double norm = 0;
         for (int i = 0; i < V * D; i++)
