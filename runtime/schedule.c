@@ -22,7 +22,8 @@
  * block (whose memory is given back there first when the sizes differ), so at
  * most two blocks' full gradients exist at once, not two of the largest
  * block's, and none outside a backward (the last two go back on the comm
- * stream after their reduce-scatters).
+ * stream after their reduce-scatters). The reduce's staging and output
+ * buffers are stream-ordered on the comm stream around each use (reduce).
  *
  * Forward (zero 3):  gather(0); for i: gather(i+1) | wait ready(i), forward(i),
  *                    record free, release(i).
@@ -79,9 +80,6 @@ struct bmt_blocklist {
     int npslots, maxpslots;
     struct slot gslots[2]; /* full gradient buffers, sized per block during a backward */
     int gnext;
-    void *rs_tmp; /* (largest shard) reduce dtype: reduce-scatter output to accumulate */
-    size_t rs_tmp_bytes;
-    void *rs_stage; /* (largest group buffer) bf16: gradients rounded for a bf16 reduce */
     struct list_state st;
     enum phase phase;
     bool checked; /* the ranks agreed on the list's configuration and blocks */
@@ -182,18 +180,6 @@ int bmt_blocklist_append(bmt_blocklist_t *l, bmt_block_t *b, const bmt_block_ops
                          ctx->rank, b->name);
     if (grow(l, err) < 0)
         return -1;
-    size_t tmp = 0; /* the reduce-scatter's output; a group of one has none */
-    for (int g = 0; g < b->ngroups && !direct_grads(l); g++)
-        if (dsize(l->cfg.grad_dtype, b->groups[g].shard) > tmp)
-            tmp = dsize(l->cfg.grad_dtype, b->groups[g].shard);
-    if (tmp > l->rs_tmp_bytes) {
-        void *t = bmt_alloc(ctx, BMT_MEM_WORKSPACE, tmp, err);
-        if (t == NULL)
-            return -1;
-        bmt_free(ctx, l->rs_tmp);
-        l->rs_tmp = t;
-        l->rs_tmp_bytes = tmp;
-    }
     block_layout_grads(b, BMT_F32); /* the model always writes f32 gradients */
     if (device_event_create(ctx, &b->rs_done, err) < 0)
         return errprefix(err, "block %.40s: ", b->name);
@@ -527,7 +513,10 @@ static int cross_groups(bmt_blocklist_t *l, bmt_block_t *b, void *after, bmt_err
 
 /* Reduce block b's full gradients (in slot g) into its f32 shards, on the comm
  * stream; on the last micro-batch, all-reduce the shards across groups on the
- * replica stream. */
+ * replica stream. What a dtype group needs besides (the bf16 copy of its
+ * gradients for a bf16 reduce; the reduce-scatter's output when it adds to
+ * the shard instead of writing it) is stream-ordered on the comm stream, the
+ * group's size, from before its first use to after its last. */
 static int reduce(bmt_blocklist_t *l, bmt_block_t *b, struct slot *g, bool last, bmt_error_t *err)
 {
     bmt_ctx_t *ctx = l->ctx;
@@ -538,20 +527,32 @@ static int reduce(bmt_blocklist_t *l, bmt_block_t *b, struct slot *g, bool last,
     for (int k = 0; k < b->ngroups; k++) {
         struct dgroup *d = &b->groups[k];
         const char *full = (const char *)g->mem + d->grad_off;
+        void *stage = NULL, *tmp = NULL;
+        int rc = 0;
         if (gt == BMT_BF16) {
             /* Half the traffic: round the f32 gradients to bf16 for the wire;
              * the shards stay f32. */
-            if (kern_cast(ctx, comm, l->rs_stage, BMT_BF16, full, BMT_F32, d->padded, err) < 0)
-                return -1;
-            full = l->rs_stage;
+            stage = bmt_alloc_async(ctx, BMT_MEM_GRAD_FULL, dsize(BMT_BF16, d->padded), comm, err);
+            rc = stage == NULL
+                     ? -1
+                     : kern_cast(ctx, comm, stage, BMT_BF16, full, BMT_F32, d->padded, err);
+            full = stage;
         }
-        if (b->grad_fresh && gt == BMT_F32) {
-            if (comm_reduce_scatter_on(ctx->group_comm, full, d->grad, d->shard, gt, BMT_SUM, comm,
-                                       err) < 0)
-                return -1;
-        } else if (comm_reduce_scatter_on(ctx->group_comm, full, l->rs_tmp, d->shard, gt, BMT_SUM,
-                                          comm, err) < 0 ||
-                   kern_accumulate(ctx, comm, d->grad, l->rs_tmp, gt, d->shard, err) < 0)
+        if (rc == 0 && b->grad_fresh && gt == BMT_F32) {
+            rc = comm_reduce_scatter_on(ctx->group_comm, full, d->grad, d->shard, gt, BMT_SUM, comm,
+                                        err);
+        } else if (rc == 0) {
+            tmp = bmt_alloc_async(ctx, BMT_MEM_WORKSPACE, dsize(gt, d->shard), comm, err);
+            rc = tmp == NULL ||
+                         comm_reduce_scatter_on(ctx->group_comm, full, tmp, d->shard, gt, BMT_SUM,
+                                                comm, err) < 0 ||
+                         kern_accumulate(ctx, comm, d->grad, tmp, gt, d->shard, err) < 0
+                     ? -1
+                     : 0;
+        }
+        bmt_free_async(ctx, tmp, comm);
+        bmt_free_async(ctx, stage, comm);
+        if (rc < 0)
             return -1;
     }
     b->grad_fresh = false;
@@ -606,16 +607,6 @@ int bmt_blocklist_backward(bmt_blocklist_t *l, bool last, bmt_error_t *err)
     void *compute = device_stream(ctx, DEVICE_COMPUTE);
     const bmt_dtype_t gt = BMT_F32; /* full gradients, as the model writes them */
     const bool direct = direct_grads(l);
-    if (l->cfg.grad_dtype == BMT_BF16 && !direct && l->rs_stage == NULL) {
-        size_t most = 0;
-        for (int i = 0; i < l->n; i++)
-            for (int k = 0; k < l->e[i].block->ngroups; k++)
-                if (l->e[i].block->groups[k].padded > most)
-                    most = l->e[i].block->groups[k].padded;
-        l->rs_stage = bmt_alloc(ctx, BMT_MEM_GRAD_FULL, dsize(BMT_BF16, most), err);
-        if (l->rs_stage == NULL)
-            return broken(l, err);
-    }
     if (gather(l, l->n - 1, err) < 0)
         return broken(l, err);
     for (int i = l->n - 1; i >= 0; i--) {
@@ -693,8 +684,6 @@ void bmt_blocklist_destroy(bmt_blocklist_t *l)
         device_event_destroy(ctx, l->gslots[k].free);
     }
     device_event_destroy(ctx, l->st.updated);
-    bmt_free(ctx, l->rs_tmp);
-    bmt_free(ctx, l->rs_stage);
     free(l->pslots);
     free(l->e);
     free(l);

@@ -1738,7 +1738,7 @@ static int check_params(const char *tag, bmt_block_t **blocks, const ref_t *R, d
 /* Check 3 after training: shard-sized param, grad and optim bytes (now and at
  * peak); gathered buffers within K = 2 blocks (zero level 3) or one per block. */
 static void check_memory(const char *tag, int zero, const bmt_mem_stats_t *st,
-                         const shard_bytes_t *want)
+                         const shard_bytes_t *want, int gsize)
 {
     const uint64_t *cur = st->current, *peak = st->peak;
     /* master_only: the optimizer's f32 masters are the only copy of bf16 values */
@@ -1774,20 +1774,31 @@ static void check_memory(const char *tag, int zero, const bmt_mem_stats_t *st,
               "memory (%s): no full gradient buffers in a group of one (peak %llu): the "
               "gradients go straight into the shards",
               tag, (unsigned long long)peak[BMT_MEM_GRAD_FULL]);
-    /* Two buffers sized per block: at most two successive blocks' gradients,
-     * none left after the backward (the staging buffer stays). */
+    /* Two buffers sized per block: at most two successive blocks' gradients
+     * (and a bf16 copy of one block's for a bf16 reduce), none left after the
+     * backward. */
     const uint64_t stage = O.reduce == BMT_BF16 ? 2 * want->largest_padded : 0;
     const uint64_t gcap = want->largest_grad_pair + stage;
     if (bmt_layout(ctx)->gpus_per_group > 1)
         check(peak[BMT_MEM_GRAD_FULL] <= gcap && peak[BMT_MEM_GRAD_FULL] > stage &&
-                  cur[BMT_MEM_GRAD_FULL] == stage,
+                  cur[BMT_MEM_GRAD_FULL] == 0,
               "memory (%s): peak of full gradient buffers %llu <= two successive blocks%s = "
-              "%llu (two of the largest: %llu); %llu after training (%s)",
+              "%llu (two of the largest: %llu); %llu after training",
               tag, (unsigned long long)peak[BMT_MEM_GRAD_FULL],
-              O.reduce == BMT_BF16 ? " + the bf16 staging buffer" : "", (unsigned long long)gcap,
+              O.reduce == BMT_BF16 ? " + a bf16 copy of the largest" : "", (unsigned long long)gcap,
               (unsigned long long)(2 * want->largest_grad_full + stage),
-              (unsigned long long)cur[BMT_MEM_GRAD_FULL],
-              stage ? "the staging buffer only" : "none");
+              (unsigned long long)cur[BMT_MEM_GRAD_FULL]);
+    /* The reduce-scatter's output, when it adds into a shard (the second
+     * micro-batch), exists only around that reduce: no shard-sized workspace
+     * is left after training. */
+    const uint64_t shard = want->largest_padded / (uint64_t)gsize * (O.reduce == BMT_BF16 ? 2 : 4);
+    if (gsize > 1)
+        check(cur[BMT_MEM_WORKSPACE] < shard && peak[BMT_MEM_WORKSPACE] >= shard,
+              "memory (%s): workspace %llu after training < the largest shard %llu (reduce dtype) "
+              "<= its "
+              "peak %llu (the reduce-scatter's output only while it is used)",
+              tag, (unsigned long long)cur[BMT_MEM_WORKSPACE], (unsigned long long)shard,
+              (unsigned long long)peak[BMT_MEM_WORKSPACE]);
     if (my_rank == 0) {
         char ml[400];
         mem_line(ml, sizeof(ml), st);
@@ -1947,7 +1958,7 @@ static int engine_run(const run_cfg_t *rc, const ref_t *R, const ec_ops_t *ops, 
         misuse_list(list, opt, "after training");
     if (check_params(tag, blocks, R, final, err) < 0)
         return -1;
-    check_memory(tag, rc->zero, &t.mem, &want);
+    check_memory(tag, rc->zero, &t.mem, &want, bmt_comm_size(bmt_comm_group(ctx)));
     if (rc->first && O.ckpt_dir && ckpt_rewind(list, opt, m, blocks, &t, tag, err) < 0)
         return -1;
     if (rc->first)
