@@ -51,14 +51,15 @@ gpt2_cuda_t *gpt2_cuda_create(void *stream, void *workspace, int max_cols, bmt_e
 void gpt2_cuda_destroy(gpt2_cuda_t *h);
 
 /* Attention where flash attention applies (tests and benchmarks): 0 (the
- * default) flash attention, its forward for head size 64 through Hopper's
- * wgmma where the build has it (GPT2_WGMMA: CUDA_ARCH sm_90a) and the device
- * is compute capability 9.0; 1 the materialized scores (`att` and `datt` must
- * then hold B NH T T bf16); 2 flash attention with mma.sync kernels only. */
+ * default) flash attention, forward and backward for head size 64 through
+ * Hopper's wgmma where the build has it (GPT2_WGMMA: CUDA_ARCH sm_90a) and the
+ * device is compute capability 9.0; 1 the materialized scores (`att` and
+ * `datt` must then hold B NH T T bf16); 2 flash attention with mma.sync
+ * kernels only. */
 void gpt2_cuda_attention_mode(gpt2_cuda_t *h, int mode);
 
-/* The forward kernel mode 0 runs for head size 64 on this handle's device:
- * "wgmma" or "mma.sync" (tests and benchmarks name it). */
+/* The flash kernels mode 0 runs for head size 64 on this handle's device:
+ * "wgmma" or "mma.sync" (tests and benchmarks name them). */
 const char *gpt2_cuda_attention_kernel(const gpt2_cuda_t *h);
 
 /* Products keep a cuBLASLt plan per shape (descriptors and algorithm, made on
