@@ -1344,7 +1344,7 @@ cudaError_t mfa_forward(cudaStream_t st, bf16 *out, float *lse, const bf16 *qkv,
  * aligned, 8-row groups 1024 bytes apart. An operand read along its rows is
  * K-major (Q and K in S = Q K^T); one read across them, as V in P V, is
  * MN-major (the instruction's transpose of B). bench/NOTES.md has the
- * figures (d48: forward 0.183 -> 0.152 ms, backward 0.470 -> 0.298). */
+ * figures (d48: forward 0.183 -> 0.152 ms, backward 0.470 -> 0.282). */
 #if defined(GPT2_WGMMA)
 #define WG_Q 128                                        /* query rows per block: two warpgroups */
 #define WG_SMEM (WG_Q * 128 + 4 * FA_ROWS * 128 + 1024) /* Q, 2 stages of K and V, alignment */
