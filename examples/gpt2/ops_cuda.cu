@@ -104,6 +104,34 @@ __device__ __forceinline__ float warp_max(float v)
     return v;
 }
 
+/* The 8 bf16 of a 16-byte chunk as floats, and back (round to nearest). */
+__device__ __forceinline__ void unpack8(float f[8], uint4 u)
+{
+    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const float2 t = __bfloat1622float2(h[k]);
+        f[2 * k] = t.x, f[2 * k + 1] = t.y;
+    }
+}
+
+__device__ __forceinline__ uint4 pack8(const float f[8])
+{
+    uint4 u;
+    __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&u);
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
+    return u;
+}
+
+/* Whether every pointer is 16-byte aligned (NULL counts as aligned). */
+bool aligned16(const void *a, const void *b = NULL, const void *c = NULL, const void *d = NULL,
+               const void *e = NULL)
+{
+    return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d | (uintptr_t)e) & 15) == 0;
+}
+
 /* ------------------------------------------------------------ encoder */
 
 __global__ void encoder_fwd(bf16 *out, const int32_t *inp, const bf16 *wte, const bf16 *wpe, int T,
@@ -152,6 +180,15 @@ struct bias_term {
     {
         return make_float2(__bfloat162float(dout[(size_t)r * stride + c]), 0.f);
     }
+    bool vec() const { return stride % 8 == 0 && aligned16(dout); }
+    __device__ void add8(float (*acc)[8], int r, int c) const
+    {
+        float d[8];
+        unpack8(d, *reinterpret_cast<const uint4 *>(dout + (size_t)r * stride + c));
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            acc[0][e] += d[e];
+    }
 };
 
 struct ln_term {
@@ -164,6 +201,20 @@ struct ln_term {
         const float d = __bfloat162float(dout[i]);
         const float norm = (__bfloat162float(inp[i]) - mean[r]) * rstd[r];
         return make_float2(d * norm, d); /* dweight, dbias */
+    }
+    bool vec() const { return C % 8 == 0 && aligned16(dout, inp); }
+    __device__ void add8(float (*acc)[8], int r, int c) const
+    {
+        const size_t i = (size_t)r * C + c;
+        float d[8], x[8];
+        unpack8(d, *reinterpret_cast<const uint4 *>(dout + i));
+        unpack8(x, *reinterpret_cast<const uint4 *>(inp + i));
+        const float m = mean[r], rs = rstd[r];
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            acc[0][e] += d[e] * ((x[e] - m) * rs);
+            acc[1][e] += d[e];
+        }
     }
 };
 
@@ -211,15 +262,52 @@ __global__ void colsum_final(float *dst0, float *dst1, const float *partial, int
     }
 }
 
+/* The same partial sums 8 columns (16 bytes) per thread: grid (ceil(cols /
+ * 256), chunks), 256 threads; lane l of warp w takes columns 8 (32 x + l) ..
+ * + 7 of rows w, w + 8, ... of the chunk, and the block adds the 8 warps'
+ * sums in warp order. Needs cols % 8 == 0 and 16-byte aligned rows (F::vec). */
+template <int K, class F> __global__ void colsum_partial8(float *partial, int N, int cols, F f)
+{
+    __shared__ float s[K][8][256];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int c0 = (blockIdx.x * 32 + lane) * 8;
+    const int per = (N + gridDim.y - 1) / gridDim.y;
+    const int r0 = blockIdx.y * per, r1 = min(N, r0 + per);
+    float acc[K][8] = {};
+    if (c0 < cols)
+        for (int r = r0 + warp; r < r1; r += 8)
+            f.add8(acc, r, c0);
+#pragma unroll
+    for (int k = 0; k < K; k++)
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            s[k][warp][lane * 8 + e] = acc[k][e];
+    __syncthreads();
+    const int col = blockIdx.x * 256 + threadIdx.x;
+    if (col < cols)
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            float t = 0;
+            for (int y = 0; y < 8; y++)
+                t += s[k][y][threadIdx.x];
+            partial[((size_t)k * gridDim.y + blockIdx.y) * cols + col] = t;
+        }
+}
+
 template <int K, class F>
 int colsum(gpt2_cuda_t *h, float *dst0, float *dst1, int N, int cols, F f, bmt_error_t *err)
 {
     if (cols > h->max_cols)
         return fail_text(err, "column sum", "more columns than the handle was made for");
     const int chunks = N < COL_CHUNKS ? (N > 0 ? N : 1) : COL_CHUNKS;
-    colsum_partial<K, F>
-        <<<dim3((unsigned)(cols + 31) / 32, (unsigned)chunks), dim3(32, 8), 0, h->stream>>>(
-            h->partial, N, cols, f);
+    if (cols % 8 == 0 && f.vec())
+        colsum_partial8<K, F>
+            <<<dim3((unsigned)(cols + 255) / 256, (unsigned)chunks), 256, 0, h->stream>>>(
+                h->partial, N, cols, f);
+    else
+        colsum_partial<K, F>
+            <<<dim3((unsigned)(cols + 31) / 32, (unsigned)chunks), dim3(32, 8), 0, h->stream>>>(
+                h->partial, N, cols, f);
     colsum_final<<<(unsigned)(cols + 255) / 256, 256, 0, h->stream>>>(dst0, dst1, h->partial, cols,
                                                                       chunks);
     return launched(err, "column sum");
@@ -275,6 +363,121 @@ __global__ void layernorm_bwd(bf16 *dinp, const bf16 *dres, const bf16 *dout, co
         dinp[base + c] = bf((dres ? ld(&dres[base + c]) : 0.f) + (dn - a - norm * b) * rs);
     }
 }
+
+/* The same two kernels with rows held in registers as 16-byte chunks (C % 8
+ * == 0, rows 16-byte aligned): lane l of a row's warp takes chunks l, l + 32,
+ * ... (CPL of them at most: C <= 256 CPL), so each row is read from memory
+ * once (the scalar kernels read it two or three times, 2 bytes per lane). */
+template <int CPL>
+__global__ void layernorm_fwd8(bf16 *out, float *mean, float *rstd, const bf16 *inp, const bf16 *w,
+                               const bf16 *b, int N, int C)
+{
+    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N)
+        return;
+    const int Q = C / 8;
+    const uint4 *x = reinterpret_cast<const uint4 *>(inp + (size_t)row * C);
+    uint4 xv[CPL];
+    float f[8], s = 0;
+#pragma unroll
+    for (int i = 0; i < CPL; i++)
+        if (lane + 32 * i < Q) {
+            xv[i] = x[lane + 32 * i];
+            unpack8(f, xv[i]);
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                s += f[e];
+        }
+    const float m = warp_sum(s) / C;
+    float v = 0;
+#pragma unroll
+    for (int i = 0; i < CPL; i++)
+        if (lane + 32 * i < Q) {
+            unpack8(f, xv[i]);
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                v += (f[e] - m) * (f[e] - m);
+        }
+    const float rs = rsqrtf(warp_sum(v) / C + 1e-5f);
+    uint4 *o = reinterpret_cast<uint4 *>(out + (size_t)row * C);
+#pragma unroll
+    for (int i = 0; i < CPL; i++) {
+        const int q = lane + 32 * i;
+        if (q < Q) {
+            float wf[8], bf8[8];
+            unpack8(f, xv[i]);
+            unpack8(wf, reinterpret_cast<const uint4 *>(w)[q]);
+            unpack8(bf8, reinterpret_cast<const uint4 *>(b)[q]);
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                f[e] = (f[e] - m) * rs * wf[e] + bf8[e];
+            o[q] = pack8(f);
+        }
+    }
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = rs;
+    }
+}
+
+template <int CPL>
+__global__ void layernorm_bwd8(bf16 *dinp, const bf16 *dres, const bf16 *dout, const bf16 *inp,
+                               const bf16 *w, const float *mean, const float *rstd, int N, int C)
+{
+    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N)
+        return;
+    const int Q = C / 8;
+    const size_t base = (size_t)row * C;
+    const uint4 *dv = reinterpret_cast<const uint4 *>(dout + base);
+    const uint4 *xv = reinterpret_cast<const uint4 *>(inp + base);
+    const float m = mean[row], rs = rstd[row];
+    uint4 dd[CPL], xx[CPL];
+    float d[8], x[8], wf[8], a = 0, b = 0;
+#pragma unroll
+    for (int i = 0; i < CPL; i++) {
+        const int q = lane + 32 * i;
+        if (q < Q) {
+            dd[i] = dv[q], xx[i] = xv[q];
+            unpack8(d, dd[i]);
+            unpack8(x, xx[i]);
+            unpack8(wf, reinterpret_cast<const uint4 *>(w)[q]);
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const float dn = wf[e] * d[e];
+                a += dn;
+                b += dn * (x[e] - m) * rs;
+            }
+        }
+    }
+    a = warp_sum(a) / C;
+    b = warp_sum(b) / C;
+    uint4 *o = reinterpret_cast<uint4 *>(dinp + base);
+#pragma unroll
+    for (int i = 0; i < CPL; i++) {
+        const int q = lane + 32 * i;
+        if (q < Q) {
+            float r[8] = {};
+            if (dres)
+                unpack8(r, reinterpret_cast<const uint4 *>(dres + base)[q]);
+            unpack8(d, dd[i]);
+            unpack8(x, xx[i]);
+            unpack8(wf, reinterpret_cast<const uint4 *>(w)[q]);
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const float dn = wf[e] * d[e], norm = (x[e] - m) * rs;
+                r[e] += (dn - a - norm * b) * rs;
+            }
+            o[q] = pack8(r);
+        }
+    }
+}
+
+/* Chunks per lane of the 16-byte kernels for C columns: 0 where they do not
+ * apply (C % 8, more than 8 chunks per lane). */
+int ln_cpl(int C) { return C % 8 == 0 && C > 0 && C <= 256 * 8 ? (C + 255) / 256 : 0; }
+
+#define LN_CPL_CASES(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8)
 
 /* ------------------------------------------------------------ matmul */
 
@@ -2058,8 +2261,16 @@ extern "C" int gpt2_cuda_layernorm_forward(gpt2_cuda_t *h, void *out, float *mea
                                            const void *inp, const void *weight, const void *bias,
                                            int N, int C, bmt_error_t *err)
 {
-    layernorm_fwd<<<(unsigned)(N + 7) / 8, 256, 0, h->stream>>>(
-        (bf16 *)out, mean, rstd, (const bf16 *)inp, (const bf16 *)weight, (const bf16 *)bias, N, C);
+    const unsigned grid = (unsigned)(N + 7) / 8;
+    bf16 *o = (bf16 *)out;
+    const bf16 *x = (const bf16 *)inp, *w = (const bf16 *)weight, *b = (const bf16 *)bias;
+    switch (aligned16(out, inp, weight, bias) ? ln_cpl(C) : 0) {
+#define LN_FWD(n)                                                                                  \
+    case n: layernorm_fwd8<n><<<grid, 256, 0, h->stream>>>(o, mean, rstd, x, w, b, N, C); break;
+        LN_CPL_CASES(LN_FWD)
+#undef LN_FWD
+    default: layernorm_fwd<<<grid, 256, 0, h->stream>>>(o, mean, rstd, x, w, b, N, C);
+    }
     return launched(err, "layernorm forward");
 }
 
@@ -2073,9 +2284,19 @@ extern "C" int gpt2_cuda_layernorm_backward(gpt2_cuda_t *h, void *dinp, const vo
     ln_term f = { (const bf16 *)dout, (const bf16 *)inp, mean, rstd, C };
     if (colsum<2>(h, dweight, dbias, N, C, f, err) < 0)
         return -1;
-    layernorm_bwd<<<(unsigned)(N + 7) / 8, 256, 0, h->stream>>>(
-        (bf16 *)dinp, (const bf16 *)dres, (const bf16 *)dout, (const bf16 *)inp,
-        (const bf16 *)weight, mean, rstd, N, C);
+    const unsigned grid = (unsigned)(N + 7) / 8;
+    bf16 *di = (bf16 *)dinp;
+    const bf16 *dr = (const bf16 *)dres, *dy = (const bf16 *)dout, *x = (const bf16 *)inp,
+               *w = (const bf16 *)weight;
+    switch (aligned16(dinp, dres, dout, inp, weight) ? ln_cpl(C) : 0) {
+#define LN_BWD(n)                                                                                  \
+    case n:                                                                                        \
+        layernorm_bwd8<n><<<grid, 256, 0, h->stream>>>(di, dr, dy, x, w, mean, rstd, N, C);        \
+        break;
+        LN_CPL_CASES(LN_BWD)
+#undef LN_BWD
+    default: layernorm_bwd<<<grid, 256, 0, h->stream>>>(di, dr, dy, x, w, mean, rstd, N, C);
+    }
     return launched(err, "layernorm backward");
 }
 

@@ -764,9 +764,11 @@ int main(int argc, char **argv)
     t_encoder(4, 64, 768, 1000);
     t_layernorm(512, 768);
     t_layernorm(300, 1600);
+    t_layernorm(64, 100); /* C % 8 != 0: the scalar kernels (the others take 16-byte chunks) */
     t_matmul(256, 768, 2304, 0, 2304); /* c_attn */
     t_matmul(256, 3072, 768, 0, 768);  /* mlp c_proj */
     t_matmul(100, 200, 136, 0, 136);   /* no dimension a multiple of 64 (split products) */
+    t_matmul(50, 64, 100, 0, 100);     /* OC % 8 != 0: the bias's scalar column sums */
     t_matmul_gelu(256, 768, 3072);     /* c_fc and the MLP's projection, as GPT-2 runs them */
     t_matmul_gelu(100, 200, 136);      /* no dimension a multiple of 64 (split products) */
     t_matmul(128, 768, 1000, 1, 1024); /* tied head, padded rows */
