@@ -244,21 +244,31 @@ template <int K, class F> __global__ void colsum_partial(float *partial, int N, 
     }
 }
 
-/* dst_k[col] += sum over chunks of partial[k][chunk][col], in chunk order. */
+/* dst_k[col] += sum over chunks of partial[k][chunk][col]: grid (ceil(cols /
+ * 32)), block (32, 8); thread (x, y) adds chunks y, y + 8, ... of column x (8
+ * independent loads in flight, not one chunk at a time), then the block adds
+ * the 8 sums in y order: a fixed order, so the same bits on every run. */
 __global__ void colsum_final(float *dst0, float *dst1, const float *partial, int cols, int chunks)
 {
-    const int col = blockIdx.x * blockDim.x + threadIdx.x;
-    if (col >= cols)
-        return;
-    float s = 0;
-    for (int c = 0; c < chunks; c++)
-        s += partial[(size_t)c * cols + col];
-    dst0[col] += s;
-    if (dst1) {
-        s = 0;
-        for (int c = 0; c < chunks; c++)
-            s += partial[((size_t)chunks + c) * cols + col];
-        dst1[col] += s;
+    __shared__ float s[2][8][33];
+    const int col = blockIdx.x * 32 + threadIdx.x, y = threadIdx.y, K = dst1 ? 2 : 1;
+    for (int k = 0; k < K; k++) {
+        float t = 0;
+        if (col < cols) {
+            const float *p = partial + (size_t)k * chunks * cols + col;
+#pragma unroll 8
+            for (int c = y; c < chunks; c += 8)
+                t += p[(size_t)c * cols];
+        }
+        s[k][y][threadIdx.x] = t;
+    }
+    __syncthreads();
+    if (y < K && col < cols) {
+        float t = 0;
+        for (int i = 0; i < 8; i++)
+            t += s[y][i][threadIdx.x];
+        float *d = y ? dst1 : dst0;
+        d[col] += t;
     }
 }
 
@@ -308,8 +318,8 @@ int colsum(gpt2_cuda_t *h, float *dst0, float *dst1, int N, int cols, F f, bmt_e
         colsum_partial<K, F>
             <<<dim3((unsigned)(cols + 31) / 32, (unsigned)chunks), dim3(32, 8), 0, h->stream>>>(
                 h->partial, N, cols, f);
-    colsum_final<<<(unsigned)(cols + 255) / 256, 256, 0, h->stream>>>(dst0, dst1, h->partial, cols,
-                                                                      chunks);
+    colsum_final<<<(unsigned)(cols + 31) / 32, dim3(32, 8), 0, h->stream>>>(dst0, dst1, h->partial,
+                                                                            cols, chunks);
     return launched(err, "column sum");
 }
 
@@ -420,6 +430,10 @@ __global__ void layernorm_fwd8(bf16 *out, float *mean, float *rstd, const bf16 *
     }
 }
 
+/* The backward reads each row twice (the sums, then dinp) and keeps nothing
+ * in registers between the passes: the second pass finds the row in L1. Rows
+ * held in registers (CPL x 2 chunks) took 144 registers at C 1600, one block
+ * per SM, and ran slower than the scalar kernel (61 against ~45 us at d48). */
 template <int CPL>
 __global__ void layernorm_bwd8(bf16 *dinp, const bf16 *dres, const bf16 *dout, const bf16 *inp,
                                const bf16 *w, const float *mean, const float *rstd, int N, int C)
@@ -431,17 +445,16 @@ __global__ void layernorm_bwd8(bf16 *dinp, const bf16 *dres, const bf16 *dout, c
     const size_t base = (size_t)row * C;
     const uint4 *dv = reinterpret_cast<const uint4 *>(dout + base);
     const uint4 *xv = reinterpret_cast<const uint4 *>(inp + base);
+    const uint4 *wv = reinterpret_cast<const uint4 *>(w);
     const float m = mean[row], rs = rstd[row];
-    uint4 dd[CPL], xx[CPL];
     float d[8], x[8], wf[8], a = 0, b = 0;
 #pragma unroll
     for (int i = 0; i < CPL; i++) {
         const int q = lane + 32 * i;
         if (q < Q) {
-            dd[i] = dv[q], xx[i] = xv[q];
-            unpack8(d, dd[i]);
-            unpack8(x, xx[i]);
-            unpack8(wf, reinterpret_cast<const uint4 *>(w)[q]);
+            unpack8(d, dv[q]);
+            unpack8(x, xv[q]);
+            unpack8(wf, wv[q]);
 #pragma unroll
             for (int e = 0; e < 8; e++) {
                 const float dn = wf[e] * d[e];
@@ -460,9 +473,9 @@ __global__ void layernorm_bwd8(bf16 *dinp, const bf16 *dres, const bf16 *dout, c
             float r[8] = {};
             if (dres)
                 unpack8(r, reinterpret_cast<const uint4 *>(dres + base)[q]);
-            unpack8(d, dd[i]);
-            unpack8(x, xx[i]);
-            unpack8(wf, reinterpret_cast<const uint4 *>(w)[q]);
+            unpack8(d, dv[q]);
+            unpack8(x, xv[q]);
+            unpack8(wf, wv[q]);
 #pragma unroll
             for (int e = 0; e < 8; e++) {
                 const float dn = wf[e] * d[e], norm = (x[e] - m) * rs;

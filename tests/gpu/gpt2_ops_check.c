@@ -19,6 +19,8 @@
  *              or d48's; with N >= 2, the products time N cuBLASLt candidates
  *              per shape first (gpt2_cuda_gemm_tune)
  *   --ceiling  only prints the bf16 matmul rate ("ceiling_tflops X")
+ *   --profile [d48]  no checks: every timed layer once after a warm-up, for
+ *              Nsight Compute (bench/gpu/profile.sh's kernel mode)
  */
 #include <math.h>
 #include <stdarg.h>
@@ -537,28 +539,31 @@ static void t_crossentropy(int N, int V, int ld)
  * figures of one training step (forward, recomputation under activation
  * checkpointing excluded, backward) of 12 layers and the head. Prints "#" lines.
  */
+static int timed_runs = 20; /* 1 under --profile (ncu replays each launch anyway) */
+
 static float time_ms(void (*fn)(void *), void *arg)
 {
     cudaEvent_t a, b;
     float t[20];
+    const int n = timed_runs;
     ck(cudaEventCreate(&a), "event");
     ck(cudaEventCreate(&b), "event");
     fn(arg); /* warm-up */
-    for (int i = 0; i < 20; i++) {
+    for (int i = 0; i < n; i++) {
         ck(cudaEventRecord(a, stream), "event");
         fn(arg);
         ck(cudaEventRecord(b, stream), "event");
         ck(cudaEventSynchronize(b), "event");
         ck(cudaEventElapsedTime(&t[i], a, b), "event");
     }
-    for (int i = 0; i < 20; i++) /* sort for the median */
-        for (int j = i + 1; j < 20; j++)
+    for (int i = 0; i < n; i++) /* sort for the median */
+        for (int j = i + 1; j < n; j++)
             if (t[j] < t[i]) {
                 float x = t[i];
                 t[i] = t[j], t[j] = x;
             }
     cudaEventDestroy(a), cudaEventDestroy(b);
-    return (t[9] + t[10]) / 2;
+    return (t[(n - 1) / 2] + t[n / 2]) / 2;
 }
 
 typedef struct bench_bufs {
@@ -609,13 +614,13 @@ static void bench_op(void *arg)
         rc = gpt2_cuda_matmul_backward(h, z->x, z->gwbig, z->gb, z->y, C, z->x, z->w, N, C, C, 0,
                                        &err);
         break;
-    case 10:
-        rc = gpt2_cuda_attention_forward(h, z->y, z->qkvr, z->att, z->qkv, z->scratch, z->B, z->T,
-                                         C, z->NH, &err);
+    case 10: /* as the trainer calls it: the flash kernels' saved input is qkv itself (no copy) */
+        rc = gpt2_cuda_attention_forward(h, z->y, z->flash ? z->qkv : z->qkvr, z->att, z->qkv,
+                                         z->scratch, z->B, z->T, C, z->NH, &err);
         break;
     case 11:
-        rc = gpt2_cuda_attention_backward(h, z->qkv, z->x, z->y, z->qkvr, z->att, z->datt,
-                                          z->scratch, z->B, z->T, C, z->NH, &err);
+        rc = gpt2_cuda_attention_backward(h, z->dbig, z->x, z->y, z->flash ? z->qkv : z->qkvr,
+                                          z->att, z->datt, z->scratch, z->B, z->T, C, z->NH, &err);
         break;
     case 12: rc = gpt2_cuda_gelu_forward(h, z->dbig, z->big, (size_t)N * 4 * C, &err); break;
     case 13:
@@ -670,6 +675,7 @@ static void bench(bool d48)
     const size_t N = (size_t)z.B * z.T, C = z.C;
     const size_t att = (size_t)z.B * z.NH * z.T * z.T * 2;
     z.N = (int)N;
+    z.flash = gpt2_cuda_attention_is_flash(z.C, z.NH);
     /* the random values every buffer is made from: the largest is (N, 4C) or (V, C) */
     float *r = rnd(N * 4 > (size_t)z.V ? N * 4 * C : (size_t)z.V * C, 1.0f);
     int32_t *tok = malloc(N * 4);
@@ -730,12 +736,14 @@ static void bench(bool d48)
             head += ms;
     }
     gpt2_cuda_attention_mode(h, 1);
+    z.flash = 0;
     z.op = 10;
     float mf = time_ms(bench_op, &z);
     z.op = 11;
     float mb = time_ms(bench_op, &z);
     printf("#   attention fwd (materialized) %6.3f ms, bwd %6.3f ms\n", mf, mb);
     gpt2_cuda_attention_mode(h, 2);
+    z.flash = 1;
     z.op = 10;
     mf = time_ms(bench_op, &z);
     z.op = 11;
@@ -759,6 +767,15 @@ int main(int argc, char **argv)
         die("gpt2_cuda_create", err.text);
     if (argc > 1 && strcmp(argv[1], "--ceiling") == 0) {
         ceiling();
+        return 0;
+    }
+    if (argc > 1 && strcmp(argv[1], "--profile") == 0) { /* for ncu: no checks, one timed run */
+        if (argc > 2 && strcmp(argv[2], "d48") != 0 && strcmp(argv[2], "d12") != 0)
+            die("--profile", "the shapes are d12 (the default) or d48");
+        timed_runs = 1;
+        bench(argc > 2 && strcmp(argv[2], "d48") == 0);
+        gpt2_cuda_destroy(h);
+        cudaFree(ws);
         return 0;
     }
     t_encoder(4, 64, 768, 1000);
