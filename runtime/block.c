@@ -198,6 +198,7 @@ void bmt_block_destroy(bmt_block_t *b)
     free(b->param_ptrs);
     free(b->grad_ptrs);
     device_event_destroy(ctx, b->rs_done);
+    device_event_destroy(ctx, b->updated);
     free(b->name);
     free(b);
 }
@@ -320,6 +321,8 @@ int bmt_block_gather(bmt_block_t *b, bmt_error_t *err)
                          b->name);
     if (b->full)
         return errprintf(err, "rank %d: block %.40s is already gathered", ctx->rank, b->name);
+    if (b->list && blocklist_flush(b->list, b, true, err) < 0) /* the optimizer's deferred update */
+        return -1;
     void *full = bmt_alloc(ctx, BMT_MEM_GATHERED, b->full_bytes, err);
     if (full == NULL)
         return -1;

@@ -37,6 +37,7 @@ struct dgroup {
                          * optimizer holds the values (master below) */
     float *master;      /* (shard) f32: the optimizer's master when param is NULL */
     float *grad;        /* (shard) f32, BMT_MEM_GRAD; allocated when appended to a list */
+    int sum_slot;       /* the optimizer's index of this group's sum of squares (optim.c) */
     size_t full_off;    /* bytes: where this group starts in a full parameter buffer */
     size_t grad_off;    /* bytes: where this group starts in a full gradient buffer */
 };
@@ -61,6 +62,10 @@ struct bmt_block {
     /* Gradient state (schedule.c, optim.c). */
     bool grad_fresh; /* grad shards hold nothing yet (or none exist): reduce-scatter overwrites */
     void *rs_done;   /* event: this block's gradient shard is reduced in the group */
+    /* Deferred optimizer update (optim.c): the step's update of this block is
+     * still to be enqueued; updated: the last enqueued update is done. */
+    bool update_pending;
+    void *updated;
 };
 
 /* The part of parameter p in this rank's shard of its group d: elements
@@ -111,6 +116,10 @@ struct list_state {
     bool sealed;               /* training started or an optimizer exists: no more blocks */
     void *updated;             /* event: the optimizer wrote the parameter shards */
     bmt_optim_t *master_owner; /* a master_only optimizer holds the shards' values */
+    bmt_optim_t *pending;      /* an optimizer whose last step is not applied to every block */
+    bmt_optim_t *optim;        /* the optimizer whose sums the backward writes (the newest) */
+    double *sums;              /* device, optim's (one per state): sums of squares of the shards */
+    bool sums_ready;           /* the last micro-batch's backward wrote every shard's sum */
 };
 
 struct list_state *blocklist_state(bmt_blocklist_t *list);
@@ -139,6 +148,16 @@ int block_shard_values(bmt_ctx_t *ctx, const struct dgroup *d, void *dst, void *
                        bmt_error_t *err);
 void optim_counters(const bmt_optim_t *o, int64_t *step, int64_t *skipped);
 void optim_set_counters(bmt_optim_t *o, int64_t step, int64_t skipped);
+
+/* A deferred optimizer step (bmt_adamw_config_t.overlap) applied now to block
+ * b, or to every block when b is NULL: its AdamW kernels are enqueued on the
+ * replica stream and b->updated recorded after them; drop: the gradient
+ * shards go back on that stream too (else the caller gives them back after a
+ * wait for b->updated). Anything that reads or writes parameters, gradient
+ * shards or optimizer state outside the forward calls this first, with drop
+ * (the forward calls it for each block before its gather, without). No-op
+ * when nothing is pending. */
+int blocklist_flush(bmt_blocklist_t *list, bmt_block_t *b, bool drop, bmt_error_t *err);
 
 /* Drop a forward whose backward will not run (the optimizer stepped): release
  * the parameter buffers zero level 2 kept for it. */

@@ -651,8 +651,10 @@ static int save_start(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, 
     snprintf(p->name, sizeof(p->name), "%s", name);
     snprintf(p->tmpdir, sizeof(p->tmpdir), "%s/.tmp-%s", dir, name);
     int failed = 0;
-    /* 1. rank 0: a fresh temporary directory with every file preallocated. */
-    if (bmt_device_synchronize(ctx, err) < 0)
+    /* 1. rank 0: a fresh temporary directory with every file preallocated.
+     * The optimizer's deferred update goes first: the state saved is the
+     * step's. */
+    if (blocklist_flush(list, NULL, true, err) < 0 || bmt_device_synchronize(ctx, err) < 0)
         failed = 1;
     if (!failed && ctx->rank == 0) {
         if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
@@ -860,6 +862,9 @@ int bmt_ckpt_load(bmt_blocklist_t *list, bmt_optim_t *opt, const char *path, cha
     if (opt && optim_list(opt) != list)
         return errprintf(err, "rank %d: bmt_ckpt_load: the optimizer is not this list's",
                          ctx->rank);
+    /* A deferred update would land on the loaded state: apply it first. */
+    if (blocklist_flush(list, NULL, true, err) < 0 || bmt_device_synchronize(ctx, err) < 0)
+        return -1;
     char dir[4200], p[4400];
     int r = bmt_ckpt_resolve(path, dir, sizeof(dir), err);
     if (r != 0)

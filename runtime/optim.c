@@ -16,7 +16,16 @@
  * deterministic), read by the host (the step's one synchronization point: it
  * decides skipping and clipping), and summed over the group with an all-reduce:
  * after the cross-group all-reduce every replica holds the same shards, so the
- * group's sum is the whole model's.
+ * group's sum is the whole model's. The last micro-batch's backward takes the
+ * sums as each shard becomes final, off the compute stream (schedule.c,
+ * shard_final); the step computes them itself only when it has none.
+ *
+ * overlap (the default): the step ends once it knows the update's arguments;
+ * each state's AdamW is enqueued later, on the replica stream, by
+ * blocklist_flush: the next forward calls it for each block just before its
+ * gather (the gather waits for it), so the update of block i + 1 runs under
+ * the forward of block i. Every other reader of the state flushes everything
+ * first. The arguments are fixed at the step, so the bits are the same.
  */
 #include <math.h>
 #include <stdio.h>
@@ -36,6 +45,7 @@ struct segment {
 };
 
 struct ostate {
+    bool pending; /* the last step's update is not enqueued yet (overlap) */
     bmt_block_t *block;
     struct dgroup *d;
     float *master; /* (shard) f32: d->param itself for f32 groups */
@@ -55,12 +65,18 @@ struct bmt_optim {
     double *hsums; /* (ns) host copy */
     int64_t step;
     int64_t skipped;
-    bool broken;   /* a step failed half-way: shards may be half updated */
-    bool holds;    /* master_only took the bf16 shards: give them back at destroy */
-    bool orphaned; /* the list was destroyed first: never touch its blocks */
+    bool broken;            /* a step failed half-way: shards may be half updated */
+    bool holds;             /* master_only took the bf16 shards: give them back at destroy */
+    bool orphaned;          /* the list was destroyed first: never touch its blocks */
+    bool is_pending;        /* list_state.pending is this optimizer */
+    bool sums_owner;        /* list_state.optim is this optimizer */
+    kern_adamw_args_t pend; /* the pending update's arguments (weight decay per segment) */
+    int npending;           /* states with pending set */
 };
 
 void optim_orphan(bmt_optim_t *o) { o->orphaned = true; }
+
+static int optim_apply(bmt_optim_t *o, const bmt_block_t *b, bool drop, bmt_error_t *err);
 
 /* master_only: the blocks' bf16 shards again, from the masters (destroy). A
  * failure leaves a group without values; its next gather says so. */
@@ -93,6 +109,22 @@ void bmt_optim_destroy(bmt_optim_t *o)
     if (o == NULL)
         return;
     bmt_ctx_t *ctx = o->ctx;
+    if (!o->orphaned && o->npending > 0) {
+        bmt_error_t err;
+        if (optim_apply(o, NULL, true, &err) < 0 || bmt_device_synchronize(ctx, &err) < 0)
+            fprintf(stderr, "bmt: rank %d: the last step's update failed: %s\n", ctx->rank,
+                    err.text); /* still destroyed; the values are as they are */
+    }
+    if (!o->orphaned && (o->is_pending || o->sums_owner)) {
+        struct list_state *st = blocklist_state(o->list);
+        if (o->is_pending)
+            st->pending = NULL;
+        if (o->sums_owner) {
+            st->optim = NULL;
+            st->sums = NULL;
+            st->sums_ready = false;
+        }
+    }
     if (o->holds && !o->orphaned)
         give_back_shards(o);
     for (int i = 0; i < o->ns; i++) {
@@ -161,8 +193,8 @@ bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *c
         return NULL;
     }
     /* The parameter shards may still be written by the streams (a forward,
-     * a step of another optimizer): read them settled. */
-    if (bmt_device_synchronize(ctx, err) < 0)
+     * a step of another optimizer, deferred or not): read them settled. */
+    if (blocklist_flush(list, NULL, true, err) < 0 || bmt_device_synchronize(ctx, err) < 0)
         return NULL;
     bmt_optim_t *o = calloc(1, sizeof(*o));
     if (o == NULL) {
@@ -190,6 +222,7 @@ bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *c
             struct ostate *s = &o->s[o->ns++];
             s->block = b;
             s->d = &b->groups[g];
+            s->d->sum_slot = o->ns - 1;
             size_t bytes = dsize(BMT_F32, s->d->shard);
             if (s->d->dtype == BMT_F32) {
                 s->master = s->d->param;
@@ -221,9 +254,16 @@ bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *c
     o->sums = bmt_alloc(ctx, BMT_MEM_WORKSPACE, sizeof(double) * (size_t)(total ? total : 1), err);
     if (o->sums == NULL || device_sync_legacy(ctx, err) < 0)
         goto fail;
-    blocklist_state(list)->sealed = true; /* a block appended now would be missed */
+    struct list_state *st = blocklist_state(list);
+    st->sealed = true; /* a block appended now would be missed */
     if (o->holds)
-        blocklist_state(list)->master_owner = o;
+        st->master_owner = o;
+    if (st->optim) /* an older optimizer of the list: its sums are no longer taken */
+        st->optim->sums_owner = false;
+    st->optim = o;
+    st->sums = o->sums;
+    st->sums_ready = false;
+    o->sums_owner = true;
     return o;
 fail:
     bmt_optim_destroy(o);
@@ -235,7 +275,10 @@ static int grad_sumsq(bmt_optim_t *o, double *total, bmt_error_t *err)
 {
     bmt_ctx_t *ctx = o->ctx;
     void *compute = device_stream(ctx, DEVICE_COMPUTE);
-    for (int i = 0; i < o->ns; i++) {
+    struct list_state *st = blocklist_state(o->list);
+    const bool ready = o->sums_owner && st->sums_ready; /* the backward took them */
+    st->sums_ready = false;
+    for (int i = 0; i < o->ns && !ready; i++) {
         if (o->s[i].d->grad == NULL) /* every block's backward makes its shards */
             return errprintf(err, "rank %d: internal: block %.40s has no gradient shard", ctx->rank,
                              o->s[i].block->name);
@@ -268,6 +311,71 @@ static void drop_grads(bmt_optim_t *o)
         block_drop_grads(o->s[i].block, (int)(o->s[i].d - o->s[i].block->groups), compute);
 }
 
+/* Enqueue state s's AdamW (every segment) with arguments a on stream. */
+static int update_state(bmt_optim_t *o, struct ostate *s, kern_adamw_args_t a, void *stream,
+                        bmt_error_t *err)
+{
+    for (int k = 0; k < s->nseg; k++) {
+        const struct segment *g = &s->seg[k];
+        a.weight_decay = g->decay ? (float)o->cfg.weight_decay : 0.0f;
+        /* the master alone when it is the only copy (f32, master_only) */
+        const bool alone = s->d->param == NULL || s->d->dtype == BMT_F32;
+        void *param = alone ? (void *)(s->master + g->first)
+                            : (char *)s->d->param + dsize(s->d->dtype, g->first);
+        if (kern_adamw(o->ctx, stream, s->master + g->first, s->m + g->first, s->v + g->first,
+                       s->d->grad + g->first, param, alone ? BMT_F32 : s->d->dtype, g->n, &a,
+                       err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The deferred update of block b's states (every pending state when b is
+ * NULL), on the replica stream: AdamW, then (drop) the gradient shards go back
+ * there; each block's `updated` is recorded after its states. Without drop the
+ * caller gives the shards back (the forward does it on the compute stream
+ * after that stream's wait for `updated`, so that the compute stream's pool,
+ * which they came from, reuses them at once). */
+static int optim_apply(bmt_optim_t *o, const bmt_block_t *b, bool drop, bmt_error_t *err)
+{
+    bmt_ctx_t *ctx = o->ctx;
+    void *rep = device_stream(ctx, DEVICE_REPLICA);
+    for (int i = 0; i < o->ns && o->npending > 0; i++) {
+        struct ostate *s = &o->s[i];
+        if (!s->pending || (b != NULL && s->block != b))
+            continue;
+        if (update_state(o, s, o->pend, rep, err) < 0) {
+            o->broken = true; /* some shards are updated, others not */
+            return -1;
+        }
+        if (drop)
+            block_drop_grads(s->block, (int)(s->d - s->block->groups), rep);
+        s->pending = false;
+        o->npending--;
+        const bool block_done = i + 1 == o->ns || o->s[i + 1].block != s->block;
+        if (block_done) {
+            s->block->update_pending = false;
+            if (device_event_record(ctx, s->block->updated, rep, err) < 0) {
+                o->broken = true;
+                return -1;
+            }
+        }
+    }
+    if (o->npending == 0 && o->is_pending) {
+        blocklist_state(o->list)->pending = NULL;
+        o->is_pending = false;
+    }
+    return 0;
+}
+
+int blocklist_flush(bmt_blocklist_t *l, bmt_block_t *b, bool drop, bmt_error_t *err)
+{
+    bmt_optim_t *o = blocklist_state(l)->pending;
+    if (o == NULL || (b != NULL && !b->update_pending))
+        return 0;
+    return optim_apply(o, b, drop, err);
+}
+
 int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
 {
     if (o == NULL)
@@ -282,6 +390,8 @@ int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
                          "rank %d: bmt_optim_step without bmt_blocklist_backward(..., "
                          "last_microbatch = true) since the last step",
                          ctx->rank);
+    if (o->npending > 0 && optim_apply(o, NULL, true, err) < 0) /* never left by a forward */
+        return -1;
 
     /* Every reduce-scatter and cross-group all-reduce must have landed; how long
      * they ran past compute is exposed communication (device_wait_tail). */
@@ -319,27 +429,28 @@ int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
             .one_minus_beta1 = (float)(1.0 - o->cfg.beta1),
             .one_minus_beta2 = (float)(1.0 - o->cfg.beta2),
         };
-        void *compute = device_stream(ctx, DEVICE_COMPUTE);
-        for (int i = 0; i < o->ns; i++) {
-            struct ostate *s = &o->s[i];
-            for (int k = 0; k < s->nseg; k++) {
-                const struct segment *g = &s->seg[k];
-                a.weight_decay = g->decay ? (float)o->cfg.weight_decay : 0.0f;
-                /* the master alone when it is the only copy (f32, master_only) */
-                const bool alone = s->d->param == NULL || s->d->dtype == BMT_F32;
-                void *param = alone ? (void *)(s->master + g->first)
-                                    : (char *)s->d->param + dsize(s->d->dtype, g->first);
-                if (kern_adamw(ctx, compute, s->master + g->first, s->m + g->first, s->v + g->first,
-                               s->d->grad + g->first, param, alone ? BMT_F32 : s->d->dtype, g->n,
-                               &a, err) < 0) {
+        if (o->cfg.overlap) { /* the update waits for each block's next gather */
+            o->pend = a;
+            for (int i = 0; i < o->ns; i++) {
+                o->s[i].pending = true;
+                o->s[i].block->update_pending = true;
+            }
+            o->npending = o->ns;
+            o->is_pending = o->ns > 0;
+            if (o->ns > 0)
+                st->pending = o;
+        } else {
+            void *compute = device_stream(ctx, DEVICE_COMPUTE);
+            for (int i = 0; i < o->ns; i++)
+                if (update_state(o, &o->s[i], a, compute, err) < 0) {
                     o->broken = true; /* some shards are updated, others not */
                     return -1;
                 }
-            }
         }
         o->step = step;
     }
-    drop_grads(o);
+    if (o->npending == 0) /* else each block's update gives its shards back */
+        drop_grads(o);
     if (device_event_record(ctx, st->updated, device_stream(ctx, DEVICE_COMPUTE), err) < 0) {
         o->broken = true;
         return -1;

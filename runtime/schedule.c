@@ -63,6 +63,7 @@ struct entry {
     bmt_block_ops_t ops;
     void *model;
     struct slot *slot; /* parameter slot while gathered */
+    bool after_update; /* its gather follows a deferred update: compute waits for that first */
 };
 
 enum phase {
@@ -181,7 +182,8 @@ int bmt_blocklist_append(bmt_blocklist_t *l, bmt_block_t *b, const bmt_block_ops
     if (grow(l, err) < 0)
         return -1;
     block_layout_grads(b, BMT_F32); /* the model always writes f32 gradients */
-    if (device_event_create(ctx, &b->rs_done, err) < 0)
+    if (device_event_create(ctx, &b->rs_done, err) < 0 ||
+        device_event_create(ctx, &b->updated, err) < 0)
         return errprefix(err, "block %.40s: ", b->name);
     b->grad_fresh = true; /* its gradient shards come with its first backward */
     l->e[l->n] = (struct entry){ .block = b, .ops = *ops, .model = model };
@@ -325,6 +327,12 @@ static int gather(bmt_blocklist_t *l, int i, bmt_error_t *err)
     if (s == NULL)
         return -1;
     void *comm = device_stream(l->ctx, DEVICE_COMM);
+    if (b->update_pending) { /* the optimizer's deferred update of b goes first */
+        if (blocklist_flush(l, b, false, err) < 0 ||
+            device_stream_wait(l->ctx, comm, b->updated, err) < 0)
+            return -1;
+        e->after_update = true;
+    }
     if (device_stream_wait(l->ctx, comm, s->free, err) < 0)
         return -1;
     if (s->bytes != b->full_bytes || s->mem == NULL) {
@@ -345,11 +353,24 @@ static int gather(bmt_blocklist_t *l, int i, bmt_error_t *err)
     return 0;
 }
 
-/* The compute stream waits for block i's parameters. */
+/* The compute stream waits for block i's parameters. When their gather
+ * followed a deferred optimizer update, the wait for the update comes first
+ * and is not timed (what the timed wait measures stays communication), and
+ * the block's gradient shards, which the update read, go back on the compute
+ * stream, whose pool they came from: enqueued here, after the forward of the
+ * block before, the wait does not hold that forward up. */
 static int await_params(bmt_blocklist_t *l, int i, bmt_error_t *err)
 {
-    struct slot *s = l->e[i].slot;
-    return s ? device_wait_timed(l->ctx, s->ready, err) : 0;
+    struct entry *e = &l->e[i];
+    if (e->after_update) {
+        void *compute = device_stream(l->ctx, DEVICE_COMPUTE);
+        e->after_update = false;
+        if (device_stream_wait(l->ctx, compute, e->block->updated, err) < 0)
+            return -1;
+        for (int k = 0; k < e->block->ngroups; k++)
+            block_drop_grads(e->block, k, compute);
+    }
+    return e->slot ? device_wait_timed(l->ctx, e->slot->ready, err) : 0;
 }
 
 /* Block i is done with its parameters (on the compute stream). */
@@ -509,7 +530,7 @@ int bmt_blocklist_forward(bmt_blocklist_t *l, bmt_error_t *err)
 
 /* ------------------------------------------------------------ backward */
 
-static int cross_groups(bmt_blocklist_t *l, bmt_block_t *b, void *after, bmt_error_t *err);
+static int shard_final(bmt_blocklist_t *l, bmt_block_t *b, void *after, bmt_error_t *err);
 
 /* Reduce block b's full gradients (in slot g) into its f32 shards, on the comm
  * stream; on the last micro-batch, all-reduce the shards across groups on the
@@ -558,25 +579,31 @@ static int reduce(bmt_blocklist_t *l, bmt_block_t *b, struct slot *g, bool last,
     b->grad_fresh = false;
     if (device_event_record(ctx, g->free, comm, err) < 0)
         return -1;
-    return last ? cross_groups(l, b, comm, err) : 0;
+    return last ? shard_final(l, b, comm, err) : 0;
 }
 
-/* On the last micro-batch: all-reduce block b's gradient shards across the
- * groups on the replica stream, once what `after` has enqueued (the shard's
- * last writer) is done. */
-static int cross_groups(bmt_blocklist_t *l, bmt_block_t *b, void *after, bmt_error_t *err)
+/* On the last micro-batch, once what `after` has enqueued (the shard's last
+ * writer) is done: all-reduce block b's gradient shards across the groups on
+ * the replica stream, then take each shard's sum of squares for the
+ * optimizer's gradient norm where the shard is final (the replica stream
+ * across groups, else the comm stream), off the compute stream and before
+ * the step, which then only reads them (list_state.sums). */
+static int shard_final(bmt_blocklist_t *l, bmt_block_t *b, void *after, bmt_error_t *err)
 {
     bmt_ctx_t *ctx = l->ctx;
-    if (ctx->layout.groups == 1)
+    const bool cross = ctx->layout.groups > 1;
+    if (!cross && l->st.sums == NULL)
         return 0;
-    void *rep = device_stream(ctx, DEVICE_REPLICA);
-    if (device_event_record(ctx, b->rs_done, after, err) < 0 ||
-        device_stream_wait(ctx, rep, b->rs_done, err) < 0)
+    void *s = device_stream(ctx, cross ? DEVICE_REPLICA : DEVICE_COMM);
+    if (s != after && (device_event_record(ctx, b->rs_done, after, err) < 0 ||
+                       device_stream_wait(ctx, s, b->rs_done, err) < 0))
         return -1;
     for (int k = 0; k < b->ngroups; k++) {
         struct dgroup *d = &b->groups[k];
-        if (comm_all_reduce_on(ctx->replica_comm, d->grad, d->grad, d->shard, BMT_F32, BMT_SUM, rep,
-                               err) < 0)
+        if (cross && comm_all_reduce_on(ctx->replica_comm, d->grad, d->grad, d->shard, BMT_F32,
+                                        BMT_SUM, s, err) < 0)
+            return -1;
+        if (l->st.sums && kern_sumsq(ctx, s, d->grad, d->shard, l->st.sums, d->sum_slot, err) < 0)
             return -1;
     }
     return 0;
@@ -606,7 +633,8 @@ int bmt_blocklist_backward(bmt_blocklist_t *l, bool last, bmt_error_t *err)
         return broken(l, err);
     void *compute = device_stream(ctx, DEVICE_COMPUTE);
     const bmt_dtype_t gt = BMT_F32; /* full gradients, as the model writes them */
-    const bool direct = direct_grads(l);
+    const bool direct = direct_grads(l), sums = last && l->st.sums != NULL;
+    l->st.sums_ready = false;
     if (gather(l, l->n - 1, err) < 0)
         return broken(l, err);
     for (int i = l->n - 1; i >= 0; i--) {
@@ -636,8 +664,8 @@ int bmt_blocklist_backward(bmt_blocklist_t *l, bool last, bmt_error_t *err)
         const bool cross = last && i == b->index;
         if (b->nparams > 0) {
             block_bind_grads(b, NULL, gt);
-            if (direct) { /* the shard is written: only the groups are left */
-                if (cross && cross_groups(l, b, compute, err) < 0)
+            if (direct) { /* the shard is written: only the groups and its sum are left */
+                if (cross && shard_final(l, b, compute, err) < 0)
                     return broken(l, err);
             } else if (device_event_record(ctx, g->ready, compute, err) < 0 ||
                        reduce(l, b, g, cross, err) < 0)
@@ -650,6 +678,7 @@ int bmt_blocklist_backward(bmt_blocklist_t *l, bool last, bmt_error_t *err)
     l->st.microbatches++;
     if (last)
         l->st.reduced = true;
+    l->st.sums_ready = sums;
     l->st.forward_pending = false;
     l->phase = PHASE_IDLE;
     return 0;
@@ -664,6 +693,10 @@ void bmt_blocklist_destroy(bmt_blocklist_t *l)
     bmt_device_synchronize(ctx, &ignored); /* nothing may still read what we free */
     if (l->st.master_owner)                /* destroyed before its optimizer, against the rule */
         optim_orphan(l->st.master_owner);
+    if (l->st.pending) /* likewise: its deferred updates are lost with the blocks */
+        optim_orphan(l->st.pending);
+    if (l->st.optim)
+        optim_orphan(l->st.optim);
     for (int i = 0; i < l->n; i++) {
         bmt_block_t *b = l->e[i].block;
         if (b->index != i)

@@ -37,6 +37,7 @@ typedef struct opts {
     gpt2_config_t cfg;
     int layers, heads, embd, vocab, max_seq; /* overrides; 0: the model's */
     int B, T, accum, steps, warmup, eval_every, eval_batches, zero, ckpt, prefetch, master_only;
+    int overlap_step;
     int gemm_tune;
     double lr, lr_min_frac, weight_decay, clip, val_fraction;
     unsigned long long seed;
@@ -84,6 +85,9 @@ static void usage(FILE *f)
             "      --prefetch 0|1      gather block i+1 while block i computes (default 1)\n"
             "      --master-only 0|1   bf16 parameters (cuda): keep only the optimizer's f32\n"
             "                          masters, rounded at each gather (default 1)\n"
+            "      --overlap-step 0|1  run each block's optimizer update at the next forward,\n"
+            "                          under the forward of the block before (default 1; the\n"
+            "                          same results, bitwise)\n"
             "      --gemm-tune N       cuda: time N of cuBLASLt's candidates per product shape\n"
             "                          at its first use and keep the fastest (0, the default:\n"
             "                          the heuristic's first, the same from run to run; <= 32)\n"
@@ -136,6 +140,7 @@ static int parse(int argc, char **argv, opts_t *o)
                    .ckpt = 1,
                    .prefetch = 1,
                    .master_only = 1,
+                   .overlap_step = 1,
                    .lr = 1e-3,
                    .lr_min_frac = 1,
                    .clip = 1.0,
@@ -166,7 +171,8 @@ static int parse(int argc, char **argv, opts_t *o)
         O_SAVEEVERY,
         O_KEEP,
         O_RESUME,
-        O_SAVEASYNC
+        O_SAVEASYNC,
+        O_OVERLAP
     };
     static const struct option lo[] = {
         { "model", required_argument, NULL, 'm' },
@@ -193,6 +199,7 @@ static int parse(int argc, char **argv, opts_t *o)
         { "ckpt", required_argument, NULL, O_CKPT },
         { "prefetch", required_argument, NULL, O_PREFETCH },
         { "master-only", required_argument, NULL, O_MASTER_ONLY },
+        { "overlap-step", required_argument, NULL, O_OVERLAP },
         { "gemm-tune", required_argument, NULL, O_GEMM_TUNE },
         { "prepare", required_argument, NULL, O_PREPARE },
         { "out", required_argument, NULL, O_OUT },
@@ -241,6 +248,7 @@ static int parse(int argc, char **argv, opts_t *o)
         case O_CKPT: rc = int_arg("--ckpt", optarg, 0, 1, &o->ckpt); break;
         case O_PREFETCH: rc = int_arg("--prefetch", optarg, 0, 1, &o->prefetch); break;
         case O_MASTER_ONLY: rc = int_arg("--master-only", optarg, 0, 1, &o->master_only); break;
+        case O_OVERLAP: rc = int_arg("--overlap-step", optarg, 0, 1, &o->overlap_step); break;
         case O_GEMM_TUNE:
             rc = int_arg("--gemm-tune", optarg, 0, GPT2_GEMM_TUNE_MAX, &o->gemm_tune);
             break;
@@ -461,6 +469,7 @@ static int train(const opts_t *o)
     oc.schedule = lr_at;
     oc.schedule_user = &sched;
     oc.master_only = o->master_only;
+    oc.overlap = o->overlap_step;
     if (in == NULL || tg == NULL) {
         snprintf(err.text, sizeof(err.text), "out of memory");
         goto out;

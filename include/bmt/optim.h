@@ -12,7 +12,8 @@
  *      clip_norm when set and applies AdamW exactly as torch.optim.AdamW does
  *      (decoupled weight decay, bias correction);
  *   5. gives the gradient shards back (the next backward makes them anew,
- *      zeroed: between steps they take no memory).
+ *      zeroed). With overlap (the default) 4 and 5 happen per block at the
+ *      next forward, before the block's gather, overlapping the forward.
  */
 #ifndef BMT_OPTIM_H
 #define BMT_OPTIM_H
@@ -53,6 +54,17 @@ typedef struct bmt_adamw_config {
                       * either way.
                       * bmt_optim_destroy gives the blocks their shards back.
                       * 0 (default): keep both. */
+    int overlap;     /* 1 (default): a step computes the norm, the clipping and the
+                      * learning rate, and defers the update itself: each block's
+                      * AdamW runs at the next forward, just before that block's
+                      * gather, on a stream of its own, so it overlaps the forward
+                      * of the blocks before it (the update is memory-bound, the
+                      * forward compute-bound). The gradient shards live until
+                      * their block's update. Anything else that touches the
+                      * parameters or the optimizer's state (bmt_block_gather,
+                      * checkpoints, destroying the optimizer) applies what is
+                      * still pending first, so the results are the same bits
+                      * as with 0: the update inside the step. */
 } bmt_adamw_config_t;
 
 #define BMT_ADAMW_CONFIG_MAGIC 0x4d414441u /* "ADAM" */
@@ -60,7 +72,7 @@ typedef struct bmt_adamw_config {
 #define BMT_ADAMW_CONFIG_INITIALIZER                                                               \
     {                                                                                              \
         sizeof(bmt_adamw_config_t), BMT_ADAMW_CONFIG_MAGIC, BMT_ADAMW_CONFIG_VERSION, 1e-3, 0.9,   \
-            0.999, 1e-8, 0.01, 0.0, NULL, NULL, 0                                                  \
+            0.999, 1e-8, 0.01, 0.0, NULL, NULL, 0, 1                                               \
     }
 
 /* What a step did. */

@@ -49,9 +49,10 @@ test_expect_success "initial parameters: 1x2 and 2x1 on cuda, 1x1 on cpu, bitwis
     cmp $TMP/init.1x2 $TMP/init.2x1 && cmp $TMP/init.cpu $TMP/init.1x2
 '
 
-test_expect_success "zero 2/3 and checkpointing on/off agree (cuda 1x2)" '
+test_expect_success "zero 2/3, checkpointing on/off and the update deferred or not agree (cuda 1x2)" '
     ec 2 --device cuda -g 1 -n 2 --timeout 120 -- $EC --variants &&
-    test $(grep -c "^0: ok variants: " out) -eq 3
+    test $(grep -c "^0: ok variants: " out) -eq 4 &&
+    grep -q "^0: ok variants: overlap 0 gives the same parameters as overlap 1, bitwise" out
 '
 
 test_expect_success "clipping, warm-up and a skipped NaN step (cuda 2x1)" '

@@ -46,9 +46,12 @@ test_expect_success "initial parameters are bitwise identical in layouts 1x1, 1x
     for l in 1x4 2x2 4x1 2x4; do cmp $TMP/init.1x1 $TMP/init.$l; done
 '
 
-test_expect_success "zero level 2 and 3, checkpointing on and off give the same parameters (2x2)" '
+test_expect_success "zero level 2 and 3, checkpointing on and off, the update deferred or not give the same parameters (2x2)" '
     ec 4 -g 2 -n 2 --timeout 60 -- $EC --variants &&
-    test $(grep -c "^0: ok variants: " out) -eq 3 &&
+    test $(grep -c "^0: ok variants: " out) -eq 4 &&
+    grep -q "^0: ok variants: overlap 0 gives the same parameters as overlap 1, bitwise" out &&
+    grep -q "^0: ok memory (zero 3, ckpt 1, overlap 0): grad bytes 0 after the step (none: given back)" out &&
+    grep -q "^0: ok memory (zero 3, ckpt 1): grad bytes [1-9][0-9]* after the step (all: the update is deferred to the next gather)" out &&
     grep -q "^0: ok protocol (zero 3, ckpt 0): 480 callback calls" out &&
     grep -q "^0: ok memory (zero 2, ckpt 1): peak of gathered buffers in training [0-9]* <= every block" out
 '

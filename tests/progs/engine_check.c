@@ -47,7 +47,8 @@
  *             shape, release of a block not gathered, gather twice, appending an
  *             unbuilt block or one twice, a step without a backward, a backward
  *             without a forward), and changes nothing;
- *   variants  (--variants) zero level 2/3 and checkpointing on/off agree (1e-6);
+ *   variants  (--variants) zero level 2/3 and checkpointing on/off agree (1e-6), and
+ *             the optimizer's update in the step or deferred (overlap) bitwise;
  *   kernel    (--kernel-check, cuda) every cuda op against its cpu function.
  * Bounds: see bound(). Options: see usage(); --init-dump FILE writes one hash per
  * initial parameter (rank 0) for comparing layouts, --nan-step S poisons one
@@ -75,6 +76,7 @@
 
 typedef struct opts {
     int steps, accum, zero, ckpt, prefetch, warmup, nan_step;
+    int overlap; /* bmt_adamw_config_t.overlap: the step's update deferred to the next forward */
     double clip, lr, weight_decay;
     uint64_t seed;
     bmt_dtype_t dtype;
@@ -96,6 +98,7 @@ static opts_t O = { .steps = 20,
                     .zero = 3,
                     .ckpt = 1,
                     .prefetch = 1,
+                    .overlap = 1,
                     .lr = 1e-2,
                     .weight_decay = 0.1,
                     .seed = 1234,
@@ -770,13 +773,17 @@ typedef struct model {
     bool ckpt;      /* the list's checkpointing: what keep_activations must say */
     bool host;      /* buffers are host memory (cpu) */
     bmt_block_t *blocks[NBLOCKS];
-    int mb;                 /* micro-batch of the step now running */
-    float *mem;             /* one ACTIVATION allocation carved below */
-    float *data;            /* (accum, ROWS, DIN) this rank's inputs of this step */
-    float *target;          /* (accum, ROWS, DOUT) */
-    float *loss;            /* (accum) loss of each micro-batch */
-    float *x[NBLOCKS + 1];  /* x[b]: input of block b (ROWS, C), b >= 1 */
-    float *dx[NBLOCKS + 1]; /* dL/dx[b] */
+    int mb;                       /* micro-batch of the step now running */
+    bool overlap;                 /* the optimizer's overlap */
+    bool pending;                 /* the last step's update is deferred (overlap): each block's
+                                   * gradient shards live until just before its gather */
+    uint64_t grad_after[NBLOCKS]; /* this rank's gradient shard bytes of blocks > b */
+    float *mem;                   /* one ACTIVATION allocation carved below */
+    float *data;                  /* (accum, ROWS, DIN) this rank's inputs of this step */
+    float *target;                /* (accum, ROWS, DOUT) */
+    float *loss;                  /* (accum) loss of each micro-batch */
+    float *x[NBLOCKS + 1];        /* x[b]: input of block b (ROWS, C), b >= 1 */
+    float *dx[NBLOCKS + 1];       /* dL/dx[b] */
     saved_t saved[NBLOCKS], scratch;
     float *dact, *dpre, *dln, *dout; /* backward scratch (ROWS,H) x2, (ROWS,C), (ROWS,DOUT) */
     /* protocol: calls per block in this micro-batch, first complaint, count */
@@ -840,13 +847,18 @@ static int verify_call(model_t *m, const bmt_block_call_t *call, int kind, bool 
         } else {
             if (m->nfwd[b]++ != 0)
                 complain(m, "block %d: second forward in one micro-batch", b);
+            /* A step's first forward holds no gradient shards, or with a
+             * deferred update only those of the blocks after b (each block's
+             * go back just before its forward, once its update is done). */
             bmt_mem_stats_t st;
             bmt_mem_get_stats(m->ctx, &st);
-            if (m->mb == 0 && st.current[BMT_MEM_GRAD] != 0)
+            const uint64_t want = m->pending ? m->grad_after[b] : 0;
+            if (m->mb == 0 && st.current[BMT_MEM_GRAD] != want)
                 complain(m,
                          "block %d: %llu bytes of gradient shards held in a step's first "
-                         "forward (they live from the backward to the optimizer's step)",
-                         b, (unsigned long long)st.current[BMT_MEM_GRAD]);
+                         "forward, want %llu (they live from the backward to the optimizer's "
+                         "step, or with a deferred update to the block's gather)",
+                         b, (unsigned long long)st.current[BMT_MEM_GRAD], (unsigned long long)want);
             if (call->keep_activations != !m->ckpt)
                 complain(m, "block %d: keep_activations %d with checkpointing %d", b,
                          (int)call->keep_activations, (int)m->ckpt);
@@ -1105,7 +1117,7 @@ static void model_destroy(model_t *m)
 /* ------------------------------------------------------------ engine runs */
 
 typedef struct run_cfg {
-    int zero, ckpt;
+    int zero, ckpt, overlap;
     bool first; /* the run that also checks init, dumps it and tries misuse */
 } run_cfg_t;
 
@@ -1116,6 +1128,7 @@ typedef struct shard_bytes {
     uint64_t largest_grad_pair;  /* the most two successive blocks' full gradients take */
     uint64_t largest_padded;     /* elements of the largest padded flat buffer */
     int with_params;             /* blocks that have parameters */
+    uint64_t grad_of[NBLOCKS];   /* each block's f32 gradient shards */
 } shard_bytes_t;
 
 /* The documented layout (bmt/block.h): per block and dtype, each parameter starts
@@ -1141,6 +1154,7 @@ static shard_bytes_t expected_bytes(int gsize)
         uint64_t padded = (end + unit - 1) / unit * unit, shard = padded / (uint64_t)gsize;
         e.param += shard * ps;
         e.grad += shard * 4;
+        e.grad_of[b] = gp_count[b] > 0 ? shard * 4 : 0;
         e.optim += shard * 4 * (O.dtype == BMT_F32 ? 2 : 3);
         uint64_t full = (padded * ps + FULL_ALIGN - 1) / FULL_ALIGN * FULL_ALIGN;
         uint64_t gfull = (padded * 4 + FULL_ALIGN - 1) / FULL_ALIGN * FULL_ALIGN;
@@ -1568,6 +1582,7 @@ typedef struct trained {
     double *loss;          /* (steps) mean loss of each step over the world */
     bmt_step_info_t *info; /* (steps) what bmt_optim_step said */
     bmt_mem_stats_t mem;   /* after the last step; peaks since the first */
+    bool pending;          /* the last step's update was still deferred then */
 } trained_t;
 
 /* O.steps steps of O.accum micro-batches; rank r's a-th micro-batch of a step is
@@ -1618,6 +1633,7 @@ static int train(bmt_blocklist_t *list, bmt_optim_t *opt, model_t *m, trained_t 
             return -1;
         for (int a = 0; a < O.accum; a++)
             t->loss[s - 1] += hloss[a];
+        m->pending = m->overlap && !t->info[s - 1].skipped;
         if (O.pace_ms > 0) {
             struct timespec nap = { (time_t)(O.pace_ms / 1e3), (long)(fmod(O.pace_ms, 1e3) * 1e6) };
             nanosleep(&nap, NULL);
@@ -1627,6 +1643,8 @@ static int train(bmt_blocklist_t *list, bmt_optim_t *opt, model_t *m, trained_t 
         if (first_run && O.ckpt_dir && s == O.ckpt_at &&
             bmt_ckpt_save(list, opt, O.ckpt_dir, "ec", NULL, 1, err) < 0)
             return -1;
+        if (first_run && O.ckpt_dir && s == O.ckpt_at)
+            m->pending = false; /* the save applied it */
         if (O.abort_at == s && my_rank == 0) {
             char why[64];
             snprintf(why, sizeof(why), "engine_check --abort-at %d", s);
@@ -1638,6 +1656,7 @@ static int train(bmt_blocklist_t *list, bmt_optim_t *opt, model_t *m, trained_t 
           "MFU, memory and comm wait as measured (comm wait %.3g s of %.3g s)%s%s",
           O.steps, mon.comm_wait, mon.time, mon.bad ? "; first problem: " : "", mon.first);
     bmt_mem_get_stats(ctx, &t->mem);
+    t->pending = m->pending;
     free(hin);
     free(htg);
     free(hloss);
@@ -1737,7 +1756,7 @@ static int check_params(const char *tag, bmt_block_t **blocks, const ref_t *R, d
 
 /* Check 3 after training: shard-sized param, grad and optim bytes (now and at
  * peak); gathered buffers within K = 2 blocks (zero level 3) or one per block. */
-static void check_memory(const char *tag, int zero, const bmt_mem_stats_t *st,
+static void check_memory(const char *tag, int zero, bool pending, const bmt_mem_stats_t *st,
                          const shard_bytes_t *want, int gsize)
 {
     const uint64_t *cur = st->current, *peak = st->peak;
@@ -1749,11 +1768,13 @@ static void check_memory(const char *tag, int zero, const bmt_mem_stats_t *st,
           (unsigned long long)cur[BMT_MEM_PARAM], (unsigned long long)peak[BMT_MEM_PARAM],
           none ? "none (master_only): the masters are the values," : "this rank's shards",
           (unsigned long long)wp);
-    check(cur[BMT_MEM_GRAD] == 0 && peak[BMT_MEM_GRAD] == want->grad,
-          "memory (%s): grad bytes %llu after the step (none: given back), peak %llu = this "
-          "rank's f32 shards %llu",
-          tag, (unsigned long long)cur[BMT_MEM_GRAD], (unsigned long long)peak[BMT_MEM_GRAD],
-          (unsigned long long)want->grad);
+    const uint64_t held = pending ? want->grad : 0;
+    check(cur[BMT_MEM_GRAD] == held && peak[BMT_MEM_GRAD] == want->grad,
+          "memory (%s): grad bytes %llu after the step (%s), peak %llu = this rank's f32 "
+          "shards %llu",
+          tag, (unsigned long long)cur[BMT_MEM_GRAD],
+          pending ? "all: the update is deferred to the next gather" : "none: given back",
+          (unsigned long long)peak[BMT_MEM_GRAD], (unsigned long long)want->grad);
     check(cur[BMT_MEM_OPTIM] == want->optim && peak[BMT_MEM_OPTIM] == want->optim,
           "memory (%s): optim bytes %llu (peak %llu) = %s x f32 shards %llu", tag,
           (unsigned long long)cur[BMT_MEM_OPTIM], (unsigned long long)peak[BMT_MEM_OPTIM],
@@ -1850,6 +1871,7 @@ static int ckpt_rewind(bmt_blocklist_t *list, bmt_optim_t *opt, model_t *m, bmt_
     if (params_hash(blocks, &h1, err) < 0 || bmt_ckpt_load(list, opt, O.ckpt_dir, NULL, err) < 0)
         return -1;
     uint64_t h0;
+    m->pending = false; /* the load applied what was deferred */
     if (params_hash(blocks, &h0, err) < 0 || train(list, opt, m, &t2, O.ckpt_at + 1, err) < 0 ||
         params_hash(blocks, &h2, err) < 0)
         return -1;
@@ -1872,7 +1894,8 @@ static int engine_run(const run_cfg_t *rc, const ref_t *R, const ec_ops_t *ops, 
 {
     const shard_bytes_t want = expected_bytes(bmt_comm_size(bmt_comm_group(ctx)));
     char tag[64], ml[400];
-    snprintf(tag, sizeof(tag), "zero %d, ckpt %d", rc->zero, rc->ckpt);
+    snprintf(tag, sizeof(tag), "zero %d, ckpt %d%s", rc->zero, rc->ckpt,
+             rc->overlap ? "" : ", overlap 0");
     bmt_mem_stats_t st;
     bmt_mem_get_stats(ctx, &st);
     if (st.current[BMT_MEM_PARAM] || st.current[BMT_MEM_GRAD] || st.current[BMT_MEM_OPTIM] ||
@@ -1922,6 +1945,11 @@ static int engine_run(const run_cfg_t *rc, const ref_t *R, const ec_ops_t *ops, 
     ac.clip_norm = O.clip;
     ac.schedule = O.warmup > 0 ? warmup_schedule : NULL;
     ac.master_only = O.master_only;
+    ac.overlap = rc->overlap;
+    m->overlap = rc->overlap != 0;
+    m->pending = false;
+    for (int b = NBLOCKS - 1; b >= 0; b--)
+        m->grad_after[b] = b + 1 < NBLOCKS ? m->grad_after[b + 1] + want.grad_of[b + 1] : 0;
     bmt_mem_reset_peaks(ctx);
     bmt_optim_t *opt = bmt_adamw_create(list, &ac, err);
     if (opt == NULL)
@@ -1958,7 +1986,7 @@ static int engine_run(const run_cfg_t *rc, const ref_t *R, const ec_ops_t *ops, 
         misuse_list(list, opt, "after training");
     if (check_params(tag, blocks, R, final, err) < 0)
         return -1;
-    check_memory(tag, rc->zero, &t.mem, &want, bmt_comm_size(bmt_comm_group(ctx)));
+    check_memory(tag, rc->zero, t.pending, &t.mem, &want, bmt_comm_size(bmt_comm_group(ctx)));
     if (rc->first && O.ckpt_dir && ckpt_rewind(list, opt, m, blocks, &t, tag, err) < 0)
         return -1;
     if (rc->first)
@@ -2164,7 +2192,7 @@ static int usage(void)
             "1|0]\n"
             "                    [--clip X] [--lr X] [--warmup N] [--nan-step S] [--seed N]\n"
             "                    [--dtype f32|bf16] [--reduce-dtype f32|bf16] [--bound X]\n"
-            "                    [--init-dump FILE] [--variants] [--master-only]\n"
+            "                    [--init-dump FILE] [--variants] [--master-only] [--overlap 1|0]\n"
             "                    [--kernel-check] [--verbose]\n"
             "                    [--pace MS] [--event-every N] [--abort-at S]\n");
     return 2;
@@ -2208,6 +2236,8 @@ static int parse(int argc, char **argv)
             O.ckpt = (int)strtol(v, &end, 10);
         else if (strcmp(a, "--prefetch") == 0)
             O.prefetch = (int)strtol(v, &end, 10);
+        else if (strcmp(a, "--overlap") == 0)
+            O.overlap = (int)strtol(v, &end, 10);
         else if (strcmp(a, "--warmup") == 0)
             O.warmup = (int)strtol(v, &end, 10);
         else if (strcmp(a, "--nan-step") == 0)
@@ -2255,8 +2285,8 @@ static int parse(int argc, char **argv)
     }
     if (O.steps < 1 || O.accum < 1 || (O.zero != 2 && O.zero != 3) ||
         (O.ckpt != 0 && O.ckpt != 1) || (O.prefetch != 0 && O.prefetch != 1) || O.nan_step < 0 ||
-        O.nan_step > O.steps || O.clip < 0 || O.warmup < 0 || !(O.pace_ms >= 0) ||
-        O.event_every < 0 || O.abort_at < 0 ||
+        (O.overlap != 0 && O.overlap != 1) || O.nan_step > O.steps || O.clip < 0 || O.warmup < 0 ||
+        !(O.pace_ms >= 0) || O.event_every < 0 || O.abort_at < 0 ||
         (O.ckpt_dir && (O.ckpt_at < 1 || O.ckpt_at >= O.steps)))
         return usage();
     return 0;
@@ -2342,7 +2372,7 @@ int main(int argc, char **argv)
         bmt_finalize(ctx);
         return n_failed ? 1 : 0;
     }
-    run_cfg_t main_cfg = { O.zero, O.ckpt, true };
+    run_cfg_t main_cfg = { O.zero, O.ckpt, O.overlap, true };
     if (engine_run(&main_cfg, &R, ops, dev, final, &err) < 0)
         goto fatal;
     if (misuse_blocks(&err) < 0)
@@ -2352,7 +2382,7 @@ int main(int argc, char **argv)
         for (int v = 0; v < 4; v++) {
             if (cfgs[v][0] == O.zero && cfgs[v][1] == O.ckpt)
                 continue;
-            run_cfg_t vc = { cfgs[v][0], cfgs[v][1], false };
+            run_cfg_t vc = { cfgs[v][0], cfgs[v][1], O.overlap, false };
             if (engine_run(&vc, &R, ops, dev, other, &err) < 0)
                 goto fatal;
             double worst = 0;
@@ -2368,6 +2398,14 @@ int main(int argc, char **argv)
                   vc.zero, vc.ckpt, O.zero, O.ckpt, worst, wn,
                   memcmp(other, final, ntot * sizeof(double)) == 0 ? " (bitwise equal)" : "");
         }
+        /* The update deferred to the next forward or done in the step: the
+         * same arguments on the same values, so the same bits. */
+        run_cfg_t oc = { O.zero, O.ckpt, !O.overlap, false };
+        if (engine_run(&oc, &R, ops, dev, other, &err) < 0)
+            goto fatal;
+        check(memcmp(other, final, ntot * sizeof(double)) == 0,
+              "variants: overlap %d gives the same parameters as overlap %d, bitwise", oc.overlap,
+              O.overlap);
     }
 
     /* The summary over every rank. */
