@@ -85,6 +85,13 @@ float gpt2_model_loss(const gpt2_model_t *m);
 const float *gpt2_model_logits(const gpt2_model_t *m);
 int gpt2_model_keep_logits(gpt2_model_t *m, bmt_error_t *err);
 
+/* cuda, under activation checkpointing: keep each layer's attention output
+ * and log-sum-exp from its forward to its backward (N C bf16 and B H T f32
+ * per layer), so that the recomputation skips the attention forward; the same
+ * bits. Flash attention only (head size 16, 32, 64). No effect without
+ * checkpointing; -1 and err on cpu (when on) and for other head sizes. */
+int gpt2_model_keep_attention(gpt2_model_t *m, bool on, bmt_error_t *err);
+
 /* cuda: the products time `candidates` cuBLASLt algorithms per shape at first
  * use and keep the fastest (gpt2_cuda_gemm_tune; 0 or 1: the heuristic's
  * first). No effect on cpu. -1 and err outside [0, GPT2_GEMM_TUNE_MAX (32)]. */

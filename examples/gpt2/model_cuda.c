@@ -25,6 +25,12 @@
  * them). The engine's recomputation of the head (it recomputes every block
  * under checkpointing) is then nothing to do, and neither is that of the
  * last layer when its activations are still the ones in the scratch set.
+ *
+ * keep_attn (gpt2_cu_keep_attention, under checkpointing with flash
+ * attention): each layer's attention output and log-sum-exp live from its
+ * forward to its backward, outside the scratch set, so the recomputation
+ * skips the attention forward (LayerNorm and c_attn still run: the backward
+ * needs qkv). N C bf16 and B H T f32 more per layer; the same bits.
  */
 #include "gpt2/model_cuda.h"
 
@@ -51,6 +57,8 @@ struct gpt2_cu {
     int head_rows;   /* rows of logits that exist at once: N, or a chunk under checkpointing */
     int acts_of;     /* under checkpointing: the layer whose activations the scratch set holds */
     bool ckpt;
+    bool keep_attn;       /* checkpointing keeps each layer's attention output (katty, katt) */
+    void **katty, **katt; /* (L) when keep_attn: a layer's atty and att, forward to backward */
     gpt2_cuda_t *h;
     void *workspace;
     int32_t *tokens; /* device: inputs (N), targets (N), buckets (3N + 1), one upload */
@@ -187,6 +195,13 @@ void gpt2_cu_destroy(gpt2_cu_t *cu)
                      cu->datt,     cu->attn_scratch, cu->dfch,   cu->proj,     cu->workspace };
     for (size_t i = 0; i < sizeof(rest) / sizeof(rest[0]); i++)
         bmt_free(ctx, rest[i]);
+    if (cu->katty)
+        for (int l = 0; l < L; l++) {
+            bmt_free(ctx, cu->katty[l]);
+            bmt_free(ctx, cu->katt[l]);
+        }
+    free(cu->katty);
+    free(cu->katt);
     free(cu->x);
     free(cu->acts);
     free(cu->tokens_host);
@@ -252,11 +267,14 @@ static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bool recompute, b
     const size_t NC = (size_t)N * C, U = cu->U, S = (size_t)N * 4;
     cu_layer_t *a = layer_of(cu, l);
     void *x = cu->x[l];
+    void **atty = cu->keep_attn ? &cu->katty[l] : &a->atty,
+         **att = cu->keep_attn ? &cu->katt[l] : &a->att;
+    const bool attend = !(recompute && cu->keep_attn); /* else kept from the forward */
     if ((!recompute && need(cu, &cu->x[l + 1], U, err) < 0) ||
         (recompute && need(cu, &cu->proj, U, err) < 0) || need(cu, &a->ln1, U, err) < 0 ||
         need(cu, &a->ln1_mean, S, err) < 0 || need(cu, &a->ln1_rstd, S, err) < 0 ||
-        need(cu, &a->qkvr, 3 * U, err) < 0 || need(cu, &a->att, cu->att_bytes, err) < 0 ||
-        need(cu, &a->atty, U, err) < 0 || need(cu, &a->res2, U, err) < 0)
+        need(cu, &a->qkvr, 3 * U, err) < 0 || need(cu, att, cu->att_bytes, err) < 0 ||
+        need(cu, atty, U, err) < 0 || need(cu, &a->res2, U, err) < 0)
         return -1;
     void *out = cu->x[l + 1];
     void *qkv = cu->flash ? a->qkvr : cu->qkv, *proj = recompute ? cu->proj : out;
@@ -264,10 +282,9 @@ static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bool recompute, b
                                     C, err) < 0 ||
         gpt2_cuda_matmul_forward(h, qkv, 3 * C, a->ln1, p[ATTN_W], p[ATTN_B], N, C, 3 * C, 0, err) <
             0 ||
-        gpt2_cuda_attention_forward(h, a->atty, a->qkvr, a->att, qkv, cu->attn_y, cu->B, cu->T, C,
-                                    cu->cfg.n_head, err) < 0 ||
-        gpt2_cuda_matmul_forward(h, proj, C, a->atty, p[APROJ_W], p[APROJ_B], N, C, C, 0, err) <
-            0 ||
+        (attend && gpt2_cuda_attention_forward(h, *atty, a->qkvr, *att, qkv, cu->attn_y, cu->B,
+                                               cu->T, C, cu->cfg.n_head, err) < 0) ||
+        gpt2_cuda_matmul_forward(h, proj, C, *atty, p[APROJ_W], p[APROJ_B], N, C, C, 0, err) < 0 ||
         gpt2_cuda_residual_forward(h, a->res2, x, proj, NC, err) < 0)
         return -1;
     if (recompute)
@@ -299,6 +316,8 @@ static int layer_backward(gpt2_cu_t *cu, int l, void *const *p, float *const *g,
     const int N = cu->N, C = cu->cfg.n_embd;
     const size_t U = cu->U;
     cu_layer_t *a = layer_of(cu, l);
+    void **atty = cu->keep_attn ? &cu->katty[l] : &a->atty,
+         **att = cu->keep_attn ? &cu->katt[l] : &a->att;
     cu->acts_of = -1; /* the set is consumed here */
     /* MLP projection: the weight's gradient first, then GELU's output is dead
      * and dfch can take its place. */
@@ -322,13 +341,13 @@ static int layer_backward(gpt2_cu_t *cu, int l, void *const *p, float *const *g,
         return -1;
     drop(cu, &cu->dln, &a->res2, &a->ln2_mean, &a->ln2_rstd);
     if (need(cu, &cu->datty, U, err) < 0 ||
-        gpt2_cuda_matmul_backward(h, cu->datty, g[APROJ_W], g[APROJ_B], cu->dres2, C, a->atty,
+        gpt2_cuda_matmul_backward(h, cu->datty, g[APROJ_W], g[APROJ_B], cu->dres2, C, *atty,
                                   p[APROJ_W], N, C, C, 0, err) < 0 ||
         need(cu, &cu->dqkv, 3 * U, err) < 0 || need(cu, &cu->datt, cu->att_bytes, err) < 0 ||
-        gpt2_cuda_attention_backward(h, cu->dqkv, cu->datty, a->atty, a->qkvr, a->att, cu->datt,
+        gpt2_cuda_attention_backward(h, cu->dqkv, cu->datty, *atty, a->qkvr, *att, cu->datt,
                                      cu->attn_scratch, cu->B, cu->T, C, cu->cfg.n_head, err) < 0)
         return -1;
-    drop(cu, &cu->datty, &cu->datt, &a->atty, &a->qkvr, &a->att);
+    drop(cu, &cu->datty, &cu->datt, atty, &a->qkvr, att);
     if (need(cu, &cu->dln, U, err) < 0 ||
         gpt2_cuda_matmul_backward(h, cu->dln, g[ATTN_W], g[ATTN_B], cu->dqkv, 3 * C, a->ln1,
                                   p[ATTN_W], N, C, 3 * C, 0, err) < 0)
@@ -477,6 +496,29 @@ const float *gpt2_cu_logits(gpt2_cu_t *cu, bmt_error_t *err)
                : cu->logits_host;
 }
 
+int gpt2_cu_keep_attention(gpt2_cu_t *cu, bool on, bmt_error_t *err)
+{
+    if (on && !cu->flash) {
+        snprintf(err->text, sizeof(err->text),
+                 "gpt2: keeping the attention outputs needs flash attention (head size 16, 32 or "
+                 "64; this model's is %d)",
+                 cu->cfg.n_embd / cu->cfg.n_head);
+        return -1;
+    }
+    const int L = cu->cfg.n_layer;
+    if (on && cu->ckpt && cu->katty == NULL &&
+        ((cu->katty = calloc((size_t)L, sizeof(void *))) == NULL ||
+         (cu->katt = calloc((size_t)L, sizeof(void *))) == NULL)) {
+        snprintf(err->text, sizeof(err->text), "gpt2: out of host memory");
+        return -1;
+    }
+    if (!on && cu->katty) /* what a forward kept goes back; the scratch set takes over */
+        for (int l = 0; l < L; l++)
+            drop(cu, &cu->katty[l], &cu->katt[l]);
+    cu->keep_attn = on && cu->ckpt; /* without checkpointing every layer keeps its set anyway */
+    return 0;
+}
+
 int gpt2_cu_gemm_tune(gpt2_cu_t *cu, int candidates, bmt_error_t *err)
 {
     if (gpt2_cuda_gemm_tune(cu->h, candidates) == 0)
@@ -537,6 +579,11 @@ const float *gpt2_cu_logits(gpt2_cu_t *cu, bmt_error_t *err)
 int gpt2_cu_gemm_tune(gpt2_cu_t *cu, int candidates, bmt_error_t *err)
 {
     (void)cu, (void)candidates;
+    return no_cuda(err);
+}
+int gpt2_cu_keep_attention(gpt2_cu_t *cu, bool on, bmt_error_t *err)
+{
+    (void)cu, (void)on;
     return no_cuda(err);
 }
 #endif

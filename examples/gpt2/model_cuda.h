@@ -42,6 +42,13 @@ int gpt2_cu_loss(gpt2_cu_t *cu, float *loss, bmt_error_t *err);
 int gpt2_cu_keep_logits(gpt2_cu_t *cu, bmt_error_t *err);
 const float *gpt2_cu_logits(gpt2_cu_t *cu, bmt_error_t *err);
 
+/* Under checkpointing, keep each layer's attention output and log-sum-exp
+ * from its forward to its backward, so that the recomputation skips the
+ * attention (flash attention only: -1 and err otherwise). No effect without
+ * checkpointing. Call it between micro-batches, not between a forward and its
+ * backward. */
+int gpt2_cu_keep_attention(gpt2_cu_t *cu, bool on, bmt_error_t *err);
+
 /* gpt2_cuda_gemm_tune on the handle; -1 and err when it refuses. */
 int gpt2_cu_gemm_tune(gpt2_cu_t *cu, int candidates, bmt_error_t *err);
 

@@ -37,7 +37,7 @@ typedef struct opts {
     gpt2_config_t cfg;
     int layers, heads, embd, vocab, max_seq; /* overrides; 0: the model's */
     int B, T, accum, steps, warmup, eval_every, eval_batches, zero, ckpt, prefetch, master_only;
-    int overlap_step;
+    int overlap_step, keep_attention;
     int gemm_tune;
     double lr, lr_min_frac, weight_decay, clip, val_fraction;
     unsigned long long seed;
@@ -85,6 +85,9 @@ static void usage(FILE *f)
             "      --prefetch 0|1      gather block i+1 while block i computes (default 1)\n"
             "      --master-only 0|1   bf16 parameters (cuda): keep only the optimizer's f32\n"
             "                          masters, rounded at each gather (default 1)\n"
+            "      --keep-attention 0|1  cuda, with --ckpt 1: keep each layer's attention output\n"
+            "                          so that the recomputation skips attention (default 0;\n"
+            "                          N x C bf16 more per layer, the same results)\n"
             "      --overlap-step 0|1  run each block's optimizer update at the next forward,\n"
             "                          under the forward of the block before (default 1; the\n"
             "                          same results, bitwise)\n"
@@ -172,7 +175,8 @@ static int parse(int argc, char **argv, opts_t *o)
         O_KEEP,
         O_RESUME,
         O_SAVEASYNC,
-        O_OVERLAP
+        O_OVERLAP,
+        O_KEEPATT
     };
     static const struct option lo[] = {
         { "model", required_argument, NULL, 'm' },
@@ -200,6 +204,7 @@ static int parse(int argc, char **argv, opts_t *o)
         { "prefetch", required_argument, NULL, O_PREFETCH },
         { "master-only", required_argument, NULL, O_MASTER_ONLY },
         { "overlap-step", required_argument, NULL, O_OVERLAP },
+        { "keep-attention", required_argument, NULL, O_KEEPATT },
         { "gemm-tune", required_argument, NULL, O_GEMM_TUNE },
         { "prepare", required_argument, NULL, O_PREPARE },
         { "out", required_argument, NULL, O_OUT },
@@ -249,6 +254,7 @@ static int parse(int argc, char **argv, opts_t *o)
         case O_PREFETCH: rc = int_arg("--prefetch", optarg, 0, 1, &o->prefetch); break;
         case O_MASTER_ONLY: rc = int_arg("--master-only", optarg, 0, 1, &o->master_only); break;
         case O_OVERLAP: rc = int_arg("--overlap-step", optarg, 0, 1, &o->overlap_step); break;
+        case O_KEEPATT: rc = int_arg("--keep-attention", optarg, 0, 1, &o->keep_attention); break;
         case O_GEMM_TUNE:
             rc = int_arg("--gemm-tune", optarg, 0, GPT2_GEMM_TUNE_MAX, &o->gemm_tune);
             break;
@@ -478,6 +484,7 @@ static int train(const opts_t *o)
         (o->val && (val_ld = gpt2_loader_open(o->val, o->B, o->T, rank, world, &err)) == NULL) ||
         (m = gpt2_model_create(ctx, &o->cfg, o->B, o->T, &lc, o->seed, &err)) == NULL ||
         gpt2_model_gemm_tune(m, o->gemm_tune, &err) < 0 ||
+        gpt2_model_keep_attention(m, o->keep_attention != 0, &err) < 0 ||
         (o->init_from && gpt2_model_load(m, o->init_from, &err) < 0) ||
         (opt = bmt_adamw_create(gpt2_model_list(m), &oc, &err)) == NULL)
         goto out;

@@ -119,12 +119,29 @@ test_expect_success "a file that does not fit the model is refused, naming the f
 
 test_expect_success "bad arguments exit 2 with what is wrong" '
     for args in "--steps x" "--model d99" "--zero 1" "--heads 5 --embd 64" "--seq 300" \
-                "--lr -1" "--bogus" "--prepare x" "--gemm-tune 33" "--gemm-tune -1"; do
+                "--lr -1" "--bogus" "--prepare x" "--gemm-tune 33" "--gemm-tune -1" \
+                "--overlap-step 2" "--keep-attention -1"; do
         { $GPT2 --data $TMP/corpus_train.bin $args >out 2>&1; rc=$?; }
         test $rc -eq 2 || { echo "$args: exit $rc"; cat out; exit 1; }
         grep -q "^gpt2: " out || { echo "$args:"; cat out; exit 1; }
     done &&
     { $GPT2 --steps 1 >out 2>&1; rc=$?; } && test $rc -eq 2 && grep -q "data PATTERN is required" out
+'
+
+test_expect_success "the optimizer's update in the step or under the next forward: the same losses and norms (cpu, 1x2)" '
+    for ov in 0 1; do
+        with_timeout 120 $BMLAUNCH --metrics-port 0 -n 2 -- $GPT2 --model tiny \
+            --data $TMP/corpus_train.bin -b 2 -t 32 --steps 6 --overlap-step $ov >out.$ov 2>&1 ||
+            { cat out.$ov; exit 1; }
+        grep -o "step *[0-9]*/6 | loss [0-9.]* | lr [0-9.e+-]* | norm [0-9.]*" out.$ov >steps.$ov
+    done &&
+    test $(wc -l <steps.1) -eq 6 && cmp steps.0 steps.1
+'
+
+test_expect_success "--keep-attention on the cpu model is refused, saying it is for cuda" '
+    { with_timeout 60 $BMLAUNCH --metrics-port 0 -n 1 -- $GPT2 --model tiny \
+        --data $TMP/corpus_train.bin -b 2 -t 32 --steps 1 --keep-attention 1 >out 2>&1; rc=$?; } &&
+    test $rc -ne 0 && grep -q "keeping the attention outputs .* is for the cuda model (--device cuda)" out
 '
 
 test_expect_success "a missing data file fails the job with the file named" '

@@ -3,6 +3,7 @@
  *
  *     bmlaunch -g G -n P -- gpt2_check --init FILE.safetensors --data SHARD.bin
  *                            --heads H -b B -t T --out DIR [--steps N] [--zero 2|3] [--ckpt 0|1]
+ *                            [--keep-attention 0|1]
  *
  * Phase 1, gradients: the model is loaded from FILE (each rank reads its own
  * shards); every rank runs one micro-batch of the first global batch of SHARD
@@ -45,7 +46,7 @@
 
 typedef struct args {
     const char *init, *data, *out;
-    int B, T, steps, zero, ckpt, heads, pre_steps;
+    int B, T, steps, zero, ckpt, heads, pre_steps, keep_attention;
     double pre_lr;
 } args_t;
 
@@ -65,7 +66,8 @@ static gpt2_model_t *load(bmt_ctx_t *ctx, const args_t *a, bmt_error_t *err)
     if (gpt2_config_from_file(a->init, a->heads, &cfg, err) < 0)
         return NULL;
     gpt2_model_t *m = gpt2_model_create(ctx, &cfg, a->B, a->T, &lc, 1, err);
-    if (m && gpt2_model_load(m, a->init, err) < 0) {
+    if (m && (gpt2_model_keep_attention(m, a->keep_attention != 0, err) < 0 ||
+              gpt2_model_load(m, a->init, err) < 0)) {
         gpt2_model_destroy(m);
         return NULL;
     }
@@ -146,12 +148,14 @@ int main(int argc, char **argv)
             a.heads = atoi(v);
         else if (strcmp(k, "--ckpt") == 0)
             a.ckpt = atoi(v);
+        else if (strcmp(k, "--keep-attention") == 0)
+            a.keep_attention = atoi(v);
         else
             DIE("unknown option %s", k);
     }
     if (!a.init || !a.data || !a.out || a.B < 1 || a.T < 1)
         DIE("usage: gpt2_check --init FILE --data SHARD -b B -t T --out DIR [--steps N] "
-            "[--zero 2|3] [--ckpt 0|1]");
+            "[--zero 2|3] [--ckpt 0|1] [--keep-attention 0|1]");
     bmt_ctx_t *ctx;
     bmt_error_t err;
     if (bmt_init(&ctx, NULL, &err) < 0)
