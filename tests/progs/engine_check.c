@@ -1583,6 +1583,8 @@ typedef struct trained {
     bmt_step_info_t *info; /* (steps) what bmt_optim_step said */
     bmt_mem_stats_t mem;   /* after the last step; peaks since the first */
     bool pending;          /* the last step's update was still deferred then */
+    uint64_t ws_before;    /* workspace held before the first step: the model's own
+                              (ec_cuda's staging) and the optimizer's sums */
 } trained_t;
 
 /* O.steps steps of O.accum micro-batches; rank r's a-th micro-batch of a step is
@@ -1603,6 +1605,8 @@ static int train(bmt_blocklist_t *list, bmt_optim_t *opt, model_t *m, trained_t 
         return -1;
     }
     bmt_mem_reset_peaks(ctx);
+    bmt_mem_get_stats(ctx, &t->mem);
+    t->ws_before = t->mem.current[BMT_MEM_WORKSPACE];
     monitor_t mon = { 0 };
     bmt_step_begin(ctx); /* set-up is not the first step's time */
     if (first_run && O.event_every &&
@@ -1756,9 +1760,11 @@ static int check_params(const char *tag, bmt_block_t **blocks, const ref_t *R, d
 
 /* Check 3 after training: shard-sized param, grad and optim bytes (now and at
  * peak); gathered buffers within K = 2 blocks (zero level 3) or one per block. */
-static void check_memory(const char *tag, int zero, bool pending, const bmt_mem_stats_t *st,
-                         const shard_bytes_t *want, int gsize)
+static void check_memory(const char *tag, int zero, const trained_t *t, const shard_bytes_t *want,
+                         int gsize)
 {
+    const bmt_mem_stats_t *st = &t->mem;
+    const bool pending = t->pending;
     const uint64_t *cur = st->current, *peak = st->peak;
     /* master_only: the optimizer's f32 masters are the only copy of bf16 values */
     const bool none = O.master_only && O.dtype != BMT_F32;
@@ -1811,15 +1817,18 @@ static void check_memory(const char *tag, int zero, bool pending, const bmt_mem_
               (unsigned long long)cur[BMT_MEM_GRAD_FULL]);
     /* The reduce-scatter's output, when it adds into a shard (the second
      * micro-batch), exists only around that reduce: no shard-sized workspace
-     * is left after training. */
+     * is left after training. Counted above what was held before the first
+     * step (the CUDA model's own staging buffers, the optimizer's sums). */
     const uint64_t shard = want->largest_padded / (uint64_t)gsize * (O.reduce == BMT_BF16 ? 2 : 4);
+    const uint64_t ws_now = cur[BMT_MEM_WORKSPACE] - t->ws_before,
+                   ws_peak = peak[BMT_MEM_WORKSPACE] - t->ws_before;
     if (gsize > 1)
-        check(cur[BMT_MEM_WORKSPACE] < shard && peak[BMT_MEM_WORKSPACE] >= shard,
+        check(cur[BMT_MEM_WORKSPACE] >= t->ws_before && ws_now < shard && ws_peak >= shard,
               "memory (%s): workspace %llu after training < the largest shard %llu (reduce dtype) "
-              "<= its "
-              "peak %llu (the reduce-scatter's output only while it is used)",
-              tag, (unsigned long long)cur[BMT_MEM_WORKSPACE], (unsigned long long)shard,
-              (unsigned long long)peak[BMT_MEM_WORKSPACE]);
+              "<= its peak %llu (the reduce-scatter's output only while it is used; both above "
+              "the %llu held before the first step)",
+              tag, (unsigned long long)ws_now, (unsigned long long)shard,
+              (unsigned long long)ws_peak, (unsigned long long)t->ws_before);
     if (my_rank == 0) {
         char ml[400];
         mem_line(ml, sizeof(ml), st);
@@ -1986,7 +1995,7 @@ static int engine_run(const run_cfg_t *rc, const ref_t *R, const ec_ops_t *ops, 
         misuse_list(list, opt, "after training");
     if (check_params(tag, blocks, R, final, err) < 0)
         return -1;
-    check_memory(tag, rc->zero, t.pending, &t.mem, &want, bmt_comm_size(bmt_comm_group(ctx)));
+    check_memory(tag, rc->zero, &t, &want, bmt_comm_size(bmt_comm_group(ctx)));
     if (rc->first && O.ckpt_dir && ckpt_rewind(list, opt, m, blocks, &t, tag, err) < 0)
         return -1;
     if (rc->first)
