@@ -433,8 +433,8 @@ __global__ void layernorm_fwd8(bf16 *out, float *mean, float *rstd, const bf16 *
 /* The backward reads each row twice (the sums, then dinp) and keeps nothing
  * in registers between the passes: the second pass finds the row in L1. Rows
  * held in registers (CPL x 2 chunks) took 144 registers at C 1600, one block
- * per SM, and ran slower than the scalar kernel (61 against ~45 us at d48). */
-template <int CPL>
+ * per SM, and ran slower than the scalar kernel (61 against ~45 us at d48).
+ * 16-byte chunks (C % 8 == 0, aligned rows). */
 __global__ void layernorm_bwd8(bf16 *dinp, const bf16 *dres, const bf16 *dout, const bf16 *inp,
                                const bf16 *w, const float *mean, const float *rstd, int N, int C)
 {
@@ -448,41 +448,33 @@ __global__ void layernorm_bwd8(bf16 *dinp, const bf16 *dres, const bf16 *dout, c
     const uint4 *wv = reinterpret_cast<const uint4 *>(w);
     const float m = mean[row], rs = rstd[row];
     float d[8], x[8], wf[8], a = 0, b = 0;
+    for (int q = lane; q < Q; q += 32) {
+        unpack8(d, dv[q]);
+        unpack8(x, xv[q]);
+        unpack8(wf, wv[q]);
 #pragma unroll
-    for (int i = 0; i < CPL; i++) {
-        const int q = lane + 32 * i;
-        if (q < Q) {
-            unpack8(d, dv[q]);
-            unpack8(x, xv[q]);
-            unpack8(wf, wv[q]);
-#pragma unroll
-            for (int e = 0; e < 8; e++) {
-                const float dn = wf[e] * d[e];
-                a += dn;
-                b += dn * (x[e] - m) * rs;
-            }
+        for (int e = 0; e < 8; e++) {
+            const float dn = wf[e] * d[e];
+            a += dn;
+            b += dn * (x[e] - m) * rs;
         }
     }
     a = warp_sum(a) / C;
     b = warp_sum(b) / C;
     uint4 *o = reinterpret_cast<uint4 *>(dinp + base);
+    for (int q = lane; q < Q; q += 32) {
+        float r[8] = {};
+        if (dres)
+            unpack8(r, reinterpret_cast<const uint4 *>(dres + base)[q]);
+        unpack8(d, dv[q]);
+        unpack8(x, xv[q]);
+        unpack8(wf, wv[q]);
 #pragma unroll
-    for (int i = 0; i < CPL; i++) {
-        const int q = lane + 32 * i;
-        if (q < Q) {
-            float r[8] = {};
-            if (dres)
-                unpack8(r, reinterpret_cast<const uint4 *>(dres + base)[q]);
-            unpack8(d, dv[q]);
-            unpack8(x, xv[q]);
-            unpack8(wf, wv[q]);
-#pragma unroll
-            for (int e = 0; e < 8; e++) {
-                const float dn = wf[e] * d[e], norm = (x[e] - m) * rs;
-                r[e] += (dn - a - norm * b) * rs;
-            }
-            o[q] = pack8(r);
+        for (int e = 0; e < 8; e++) {
+            const float dn = wf[e] * d[e], norm = (x[e] - m) * rs;
+            r[e] += (dn - a - norm * b) * rs;
         }
+        o[q] = pack8(r);
     }
 }
 
@@ -1667,6 +1659,25 @@ __device__ __forceinline__ void wg_kv_load(unsigned char *KV, const bf16 *k, con
     cp_commit();
 }
 
+/* Tile j's stage of the two-stage K/V ring at KV (a K tile, then a V tile),
+ * after starting to copy tile j + 1 into the other stage (none after jmax). */
+__device__ __forceinline__ unsigned char *wg_kv_stage(unsigned char *KV, const bf16 *k,
+                                                      const bf16 *v, int j, int jmax, int T, int ld)
+{
+    if (j < jmax)
+        wg_kv_load(KV + ((j + 1) & 1) * 2 * FA_ROWS * 128, k, v, (j + 1) * FA_ROWS, T, ld);
+    return KV + (j & 1) * 2 * FA_ROWS * 128;
+}
+
+/* The copies started so far have landed and the warpgroups' products (the
+ * async proxy) see them, in every thread of the block. */
+__device__ __forceinline__ void wg_stage_ready()
+{
+    cp_wait_all();
+    wg_fence_smem();
+    __syncthreads();
+}
+
 /* Starts copying a query tile's Q and dO rows (swizzled) and its LSE and D
  * values into one stage; 128 threads. */
 __device__ __forceinline__ void wg_load_qtile(unsigned char *Qs, float *ls, const bf16 *q,
@@ -1703,9 +1714,7 @@ __global__ void __launch_bounds__(256, 2)
     const int jmax = min(r0 + WG_Q - 1, T - 1) / FA_ROWS;
     wg_load<WG_Q>(Qs, q, r0, T, LDI);
     wg_kv_load(KV, k, v, 0, T, LDI);
-    cp_wait_all();
-    wg_fence_smem();
-    __syncthreads();
+    wg_stage_ready();
     const uint64_t dq = wg_desc(Qs + wg * 64 * 128, 16, 1024);
     float o[8][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.f, 0.f };
 #pragma unroll
@@ -1713,9 +1722,7 @@ __global__ void __launch_bounds__(256, 2)
         o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.f;
     for (int j = 0; j <= jmax; j++) {
         const int c0 = j * FA_ROWS;
-        unsigned char *Ks = KV + (j & 1) * 2 * FA_ROWS * 128, *Vs = Ks + FA_ROWS * 128;
-        if (j < jmax) /* the next tile into the other stage */
-            wg_kv_load(KV + ((j + 1) & 1) * 2 * FA_ROWS * 128, k, v, c0 + FA_ROWS, T, LDI);
+        unsigned char *Ks = wg_kv_stage(KV, k, v, j, jmax, T, LDI), *Vs = Ks + FA_ROWS * 128;
         if (wr0 + 63 >= c0 && wr0 < T) { /* the same for the whole warpgroup */
             float s[8][4] = {};
             uint32_t p[4][4];
@@ -1740,9 +1747,7 @@ __global__ void __launch_bounds__(256, 2)
             wg_wait0();
             wg_hold(o);
         }
-        cp_wait_all();
-        wg_fence_smem();
-        __syncthreads();
+        wg_stage_ready();
     }
     mfa_fwd_finish<64>(out + (size_t)(bh / NH) * T * C + (bh % NH) * 64, lse + (size_t)bh * T, o, m,
                        l, row0, T, t, C, sl2);
@@ -1780,9 +1785,7 @@ __global__ void __launch_bounds__(128, 3)
     wg_load<FA_ROWS, 128>(Vr, v, c0, T, LDI);
     wg_load_qtile(QD, LD, q, dob, lse + lbase, Dd + lbase, i0 * FA_ROWS, T, LDI, C);
     cp_commit();
-    cp_wait_all();
-    wg_fence_smem();
-    __syncthreads();
+    wg_stage_ready();
     const uint64_t kd = wg_desc(Kr, 16, 1024), vd = wg_desc(Vr, 16, 1024);
     float dk[8][4] = {}, dv[8][4] = {};
     for (int i = i0; i < qtiles; i++) {
@@ -1829,9 +1832,7 @@ __global__ void __launch_bounds__(128, 3)
         wg_wait0();
         wg_hold(dv);
         wg_hold(dk);
-        cp_wait_all();
-        wg_fence_smem();
-        __syncthreads();
+        wg_stage_ready();
     }
     mfa_store<64>(dqkv + ib + C, dk, key0, scale, scale, T, t, LDI);
     mfa_store<64>(dqkv + ib + 2 * C, dv, key0, 1.f, 1.f, T, t, LDI);
@@ -1864,9 +1865,7 @@ __global__ void __launch_bounds__(256, 2)
     wg_load<WG_Q>(Qr, q, r0, T, LDI);
     wg_load<WG_Q>(Dr, dout + (size_t)(bh / NH) * T * C + (bh % NH) * 64, r0, T, C);
     wg_kv_load(KV, k, v, 0, T, LDI);
-    cp_wait_all();
-    wg_fence_smem();
-    __syncthreads();
+    wg_stage_ready();
     const uint64_t qd = wg_desc(Qr + wg * 64 * 128, 16, 1024);
     const uint64_t dod = wg_desc(Dr + wg * 64 * 128, 16, 1024);
     const float ls0 = row0 < T ? lse[(size_t)bh * T + row0] * LOG2E_F : 0.f;
@@ -1876,9 +1875,7 @@ __global__ void __launch_bounds__(256, 2)
     float dq[8][4] = {};
     for (int j = 0; j <= jmax; j++) {
         const int c0 = j * FA_ROWS;
-        unsigned char *Ks = KV + (j & 1) * 2 * FA_ROWS * 128, *Vs = Ks + FA_ROWS * 128;
-        if (j < jmax) /* the next tile into the other stage */
-            wg_kv_load(KV + ((j + 1) & 1) * 2 * FA_ROWS * 128, k, v, c0 + FA_ROWS, T, LDI);
+        unsigned char *Ks = wg_kv_stage(KV, k, v, j, jmax, T, LDI), *Vs = Ks + FA_ROWS * 128;
         if (wr0 + 63 >= c0 && wr0 < T) { /* the same for the whole warpgroup */
             float s[8][4] = {}, dp[8][4] = {};
             uint32_t ds[4][4];
@@ -1909,9 +1906,7 @@ __global__ void __launch_bounds__(256, 2)
             wg_wait0();
             wg_hold(dq);
         }
-        cp_wait_all();
-        wg_fence_smem();
-        __syncthreads();
+        wg_stage_ready();
     }
     mfa_store<64>(dqkv + ib, dq, row0, scale, scale, T, t, LDI);
 #endif
@@ -2301,15 +2296,10 @@ extern "C" int gpt2_cuda_layernorm_backward(gpt2_cuda_t *h, void *dinp, const vo
     bf16 *di = (bf16 *)dinp;
     const bf16 *dr = (const bf16 *)dres, *dy = (const bf16 *)dout, *x = (const bf16 *)inp,
                *w = (const bf16 *)weight;
-    switch (aligned16(dinp, dres, dout, inp, weight) ? ln_cpl(C) : 0) {
-#define LN_BWD(n)                                                                                  \
-    case n:                                                                                        \
-        layernorm_bwd8<n><<<grid, 256, 0, h->stream>>>(di, dr, dy, x, w, mean, rstd, N, C);        \
-        break;
-        LN_CPL_CASES(LN_BWD)
-#undef LN_BWD
-    default: layernorm_bwd<<<grid, 256, 0, h->stream>>>(di, dr, dy, x, w, mean, rstd, N, C);
-    }
+    if (aligned16(dinp, dres, dout, inp, weight) && C % 8 == 0)
+        layernorm_bwd8<<<grid, 256, 0, h->stream>>>(di, dr, dy, x, w, mean, rstd, N, C);
+    else
+        layernorm_bwd<<<grid, 256, 0, h->stream>>>(di, dr, dy, x, w, mean, rstd, N, C);
     return launched(err, "layernorm backward");
 }
 
