@@ -485,15 +485,15 @@ int gpt2_model_keep_logits(gpt2_model_t *m, bmt_error_t *err)
     return m->cu ? gpt2_cu_keep_logits(m->cu, err) : 0;
 }
 
-int gpt2_model_keep_attention(gpt2_model_t *m, bool on, bmt_error_t *err)
+int gpt2_model_keep_attention(gpt2_model_t *m, int mode, bmt_error_t *err)
 {
-    if (on && m->cu == NULL) {
+    if (mode > 0 && m->cu == NULL) {
         snprintf(err->text, sizeof(err->text),
                  "gpt2: keeping the attention outputs through checkpointing is for the cuda "
                  "model (--device cuda); the cpu model recomputes its layers whole");
         return -1;
     }
-    return m->cu ? gpt2_cu_keep_attention(m->cu, on, err) : 0;
+    return m->cu ? gpt2_cu_keep_attention(m->cu, mode, err) : 0;
 }
 
 int gpt2_model_gemm_tune(gpt2_model_t *m, int candidates, bmt_error_t *err)

@@ -89,8 +89,9 @@ int gpt2_model_keep_logits(gpt2_model_t *m, bmt_error_t *err);
  * and log-sum-exp from its forward to its backward (N C bf16 and B H T f32
  * per layer), so that the recomputation skips the attention forward; the same
  * bits. Flash attention only (head size 16, 32, 64). No effect without
- * checkpointing; -1 and err on cpu (when on) and for other head sizes. */
-int gpt2_model_keep_attention(gpt2_model_t *m, bool on, bmt_error_t *err);
+ * checkpointing. mode 1: on, -1 and err on cpu and for other head sizes;
+ * 0: off; -1: on where it applies (cuda with flash attention), else off. */
+int gpt2_model_keep_attention(gpt2_model_t *m, int mode, bmt_error_t *err);
 
 /* cuda: the products time `candidates` cuBLASLt algorithms per shape at first
  * use and keep the fastest (gpt2_cuda_gemm_tune; 0 or 1: the heuristic's

@@ -496,8 +496,9 @@ const float *gpt2_cu_logits(gpt2_cu_t *cu, bmt_error_t *err)
                : cu->logits_host;
 }
 
-int gpt2_cu_keep_attention(gpt2_cu_t *cu, bool on, bmt_error_t *err)
+int gpt2_cu_keep_attention(gpt2_cu_t *cu, int mode, bmt_error_t *err)
 {
+    const bool on = mode < 0 ? cu->flash : mode != 0;
     if (on && !cu->flash) {
         snprintf(err->text, sizeof(err->text),
                  "gpt2: keeping the attention outputs needs flash attention (head size 16, 32 or "
@@ -581,9 +582,9 @@ int gpt2_cu_gemm_tune(gpt2_cu_t *cu, int candidates, bmt_error_t *err)
     (void)cu, (void)candidates;
     return no_cuda(err);
 }
-int gpt2_cu_keep_attention(gpt2_cu_t *cu, bool on, bmt_error_t *err)
+int gpt2_cu_keep_attention(gpt2_cu_t *cu, int mode, bmt_error_t *err)
 {
-    (void)cu, (void)on;
+    (void)cu, (void)mode;
     return no_cuda(err);
 }
 #endif

@@ -44,10 +44,10 @@ const float *gpt2_cu_logits(gpt2_cu_t *cu, bmt_error_t *err);
 
 /* Under checkpointing, keep each layer's attention output and log-sum-exp
  * from its forward to its backward, so that the recomputation skips the
- * attention (flash attention only: -1 and err otherwise). No effect without
- * checkpointing. Call it between micro-batches, not between a forward and its
- * backward. */
-int gpt2_cu_keep_attention(gpt2_cu_t *cu, bool on, bmt_error_t *err);
+ * attention. mode 1: on (flash attention only: -1 and err otherwise); 0: off;
+ * -1: on with flash attention, else off. No effect without checkpointing.
+ * Call it between micro-batches, not between a forward and its backward. */
+int gpt2_cu_keep_attention(gpt2_cu_t *cu, int mode, bmt_error_t *err);
 
 /* gpt2_cuda_gemm_tune on the handle; -1 and err when it refuses. */
 int gpt2_cu_gemm_tune(gpt2_cu_t *cu, int candidates, bmt_error_t *err);

@@ -86,8 +86,9 @@ static void usage(FILE *f)
             "      --master-only 0|1   bf16 parameters (cuda): keep only the optimizer's f32\n"
             "                          masters, rounded at each gather (default 1)\n"
             "      --keep-attention 0|1  cuda, with --ckpt 1: keep each layer's attention output\n"
-            "                          so that the recomputation skips attention (default 0;\n"
-            "                          N x C bf16 more per layer, the same results)\n"
+            "                          so that the recomputation skips attention (default: 1\n"
+            "                          where it applies, flash attention on cuda; N x C bf16\n"
+            "                          more per layer, the same results; 0: least memory)\n"
             "      --overlap-step 0|1  run each block's optimizer update at the next forward,\n"
             "                          under the forward of the block before (default 1; the\n"
             "                          same results, bitwise)\n"
@@ -144,6 +145,7 @@ static int parse(int argc, char **argv, opts_t *o)
                    .prefetch = 1,
                    .master_only = 1,
                    .overlap_step = 1,
+                   .keep_attention = -1,
                    .lr = 1e-3,
                    .lr_min_frac = 1,
                    .clip = 1.0,
@@ -484,7 +486,7 @@ static int train(const opts_t *o)
         (o->val && (val_ld = gpt2_loader_open(o->val, o->B, o->T, rank, world, &err)) == NULL) ||
         (m = gpt2_model_create(ctx, &o->cfg, o->B, o->T, &lc, o->seed, &err)) == NULL ||
         gpt2_model_gemm_tune(m, o->gemm_tune, &err) < 0 ||
-        gpt2_model_keep_attention(m, o->keep_attention != 0, &err) < 0 ||
+        gpt2_model_keep_attention(m, o->keep_attention, &err) < 0 ||
         (o->init_from && gpt2_model_load(m, o->init_from, &err) < 0) ||
         (opt = bmt_adamw_create(gpt2_model_list(m), &oc, &err)) == NULL)
         goto out;

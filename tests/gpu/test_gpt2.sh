@@ -54,20 +54,26 @@ test_expect_success "the same with zero level 2 and no activation checkpointing 
     hf 1x$([ "$gpus" -ge 2 ] && echo 2 || echo 1) --zero 2 --ckpt 0 >check.txt; rc=\$?; cat check.txt; test \$rc -eq 0
 "
 
-test_expect_success "the same with each layer's attention output kept through checkpointing (1x1)" "
-    hf 1x1 --keep-attention 1 >check.txt; rc=\$?; cat check.txt; test \$rc -eq 0 && test \$(grep -c '^ok ' check.txt) -eq 7
+test_expect_success "the same with each layer's attention recomputed under checkpointing, not kept (1x1)" "
+    hf 1x1 --keep-attention 0 >check.txt; rc=\$?; cat check.txt; test \$rc -eq 0 && test \$(grep -c '^ok ' check.txt) -eq 7
 "
 
-test_expect_success "the trainer on cuda: attention kept or recomputed, update deferred or not: the same losses and norms" '
-    for v in "0 1" "1 1" "0 0"; do
-        set -- $v
-        with_timeout 300 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- "$GPT2" --model tiny \
-            --data "$TMP/corpus_train.bin" -b 8 -t 256 --steps 8 --keep-attention $1 \
-            --overlap-step $2 >out.$1$2 2>&1 || { tail -20 out.$1$2; exit 1; }
-        grep -o "step *[0-9]*/8 | loss [0-9.]* | lr [0-9.e+-]* | norm [0-9.]*" out.$1$2 >steps.$1$2
-    done &&
-    test $(wc -l <steps.01) -eq 8 && cmp steps.01 steps.11 && cmp steps.01 steps.00
-'
+# In every layout: the deferred update runs on the replica stream inside the
+# next forward and its sums of squares in the backward (comm stream in a group,
+# replica stream across groups); none of it may change a bit of the result.
+for layout in $layouts; do
+    g=${layout%x*} n=${layout#*x}
+    test_expect_success "the trainer on cuda $layout: attention kept or recomputed, update deferred or not: the same losses and norms" "
+        for v in '0 1' '1 1' '0 0'; do
+            set -- \$v
+            with_timeout 300 \"\$BMLAUNCH\" --metrics-port 0 --device cuda -g $g -n $n -- \"\$GPT2\" --model tiny \\
+                --data \"\$TMP/corpus_train.bin\" -b 8 -t 256 --steps 8 --keep-attention \$1 \\
+                --overlap-step \$2 >out.\$1\$2 2>&1 || { tail -20 out.\$1\$2; exit 1; }
+            grep -o '^0: step *[0-9]*/8 | loss [0-9.]* | lr [0-9.e+-]* | norm [0-9.]*' out.\$1\$2 >steps.\$1\$2
+        done &&
+        test \$(wc -l <steps.01) -eq 8 && cmp steps.01 steps.11 && cmp steps.01 steps.00
+    "
+done
 
 test_expect_success "the trainer on cuda: the loss falls, step lines with MFU" '
     with_timeout 300 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- "$GPT2" --model tiny \

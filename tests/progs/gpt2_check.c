@@ -3,7 +3,7 @@
  *
  *     bmlaunch -g G -n P -- gpt2_check --init FILE.safetensors --data SHARD.bin
  *                            --heads H -b B -t T --out DIR [--steps N] [--zero 2|3] [--ckpt 0|1]
- *                            [--keep-attention 0|1]
+ *                            [--keep-attention 0|1] (default: the trainer's)
  *
  * Phase 1, gradients: the model is loaded from FILE (each rank reads its own
  * shards); every rank runs one micro-batch of the first global batch of SHARD
@@ -66,7 +66,7 @@ static gpt2_model_t *load(bmt_ctx_t *ctx, const args_t *a, bmt_error_t *err)
     if (gpt2_config_from_file(a->init, a->heads, &cfg, err) < 0)
         return NULL;
     gpt2_model_t *m = gpt2_model_create(ctx, &cfg, a->B, a->T, &lc, 1, err);
-    if (m && (gpt2_model_keep_attention(m, a->keep_attention != 0, err) < 0 ||
+    if (m && (gpt2_model_keep_attention(m, a->keep_attention, err) < 0 ||
               gpt2_model_load(m, a->init, err) < 0)) {
         gpt2_model_destroy(m);
         return NULL;
@@ -123,7 +123,7 @@ static void step(bmt_ctx_t *ctx, gpt2_model_t *m, gpt2_loader_t *ld, int32_t *in
 
 int main(int argc, char **argv)
 {
-    args_t a = { .steps = 10, .zero = 3, .ckpt = 1 };
+    args_t a = { .steps = 10, .zero = 3, .ckpt = 1, .keep_attention = -1 };
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
         if (strcmp(k, "--init") == 0)
