@@ -28,16 +28,22 @@ fi
 mkdir -p "$OUT"
 . "$(dirname "$0")/tokens.sh" # DATA
 tag=$model-L$layers-b$b-ckpt$ck
+# The trainer runs as a job of one without bmlaunch (a PMIx singleton,
+# BMT_DEVICE=cuda): under ncu, bmlaunch did not end after its rank had (seen
+# on the GPU machine, seventh and eighth sessions: the trainer's 2 steps done
+# in ~60 s, then ncu waited to its limit and wrote no rows, since ncu prints
+# the csv only once every process it follows has ended).
 run() { # the trainer, 2 steps, under "$@"
-    "$@" build/bin/bmlaunch --metrics-port 0 --device cuda -g 1 -n 1 -- build/bin/gpt2 \
+    "$@" env BMT_DEVICE=cuda build/bin/gpt2 \
         --model "$model" --layers "$layers" -b "$b" -t 1024 --steps 2 --data $DATA --ckpt "$ck" \
         --lr 3e-4 --warmup 0
 }
-# Under ncu the job does not always end after the trainer's last step (seen
-# on the GPU machine: bmlaunch's teardown waits), so the run has a time limit
-# and the csv is read either way: it is whole once both steps are in it.
-run timeout "${PROF_TIMEOUT:-150}" "$NCU" --target-processes all --metrics gpu__time_duration.sum \
-    --csv --print-units base >"$OUT/profile-$tag.csv" 2>"$OUT/profile-$tag.err"
+# A time limit all the same, and the csv is read either way: it is whole once
+# both steps are in it.
+# --clock-control none: the GPU's own clocks, as in a real step (ncu's default
+# locks them to base clocks, which on the GPU machine ran the job past the limit).
+run timeout "${PROF_TIMEOUT:-240}" "$NCU" --target-processes all --clock-control none \
+    --metrics gpu__time_duration.sum --csv --print-units base >"$OUT/profile-$tag.csv" 2>"$OUT/profile-$tag.err"
 rc=$?
 [ $rc -eq 0 ] || echo "profile.sh: ncu exited $rc (124: the time limit); reading what it wrote" >&2
 python3 - "$OUT/profile-$tag.csv" <<'PY' | tee "$OUT/profile-$tag.txt"
