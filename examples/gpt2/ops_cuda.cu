@@ -478,8 +478,9 @@ __global__ void layernorm_bwd8(bf16 *dinp, const bf16 *dres, const bf16 *dout, c
     }
 }
 
-/* Chunks per lane of the 16-byte kernels for C columns: 0 where they do not
- * apply (C % 8, more than 8 chunks per lane). */
+/* Chunks per lane of the 16-byte forward kernel (it holds its row in
+ * registers) for C columns: 0 where it does not apply (C % 8, more than 8
+ * chunks per lane). The backward's 16-byte kernel takes any C % 8 == 0. */
 int ln_cpl(int C) { return C % 8 == 0 && C > 0 && C <= 256 * 8 ? (C + 255) / 256 : 0; }
 
 #define LN_CPL_CASES(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8)
