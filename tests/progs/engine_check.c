@@ -1605,8 +1605,9 @@ static int train(bmt_blocklist_t *list, bmt_optim_t *opt, model_t *m, trained_t 
         return -1;
     }
     bmt_mem_reset_peaks(ctx);
-    bmt_mem_get_stats(ctx, &t->mem);
-    t->ws_before = t->mem.current[BMT_MEM_WORKSPACE];
+    bmt_mem_stats_t before;
+    bmt_mem_get_stats(ctx, &before);
+    t->ws_before = before.current[BMT_MEM_WORKSPACE];
     monitor_t mon = { 0 };
     bmt_step_begin(ctx); /* set-up is not the first step's time */
     if (first_run && O.event_every &&
