@@ -11,6 +11,15 @@
  * later call fails at once with the same story: a collective that half-ran on some
  * ranks cannot be trusted to line up with the next one.
  *
+ * Under BMT_CHECK_COLLECTIVES=1 every collective is preceded by an all-gather of
+ * one fixed-size descriptor per rank (kind, count, dtype, op, root, communicator
+ * id, call number) through the backend itself, so that the check of one rank
+ * pairs with its peers' checks. Every rank sees the same descriptors and reaches
+ * the same verdict: all fail, naming the lowest rank that differs from rank 0,
+ * or all go on. The comparison and the message are pure functions (tested in
+ * tests/unit/test_collcheck.c); the shm backend uses them for its always-on
+ * check too.
+ *
  * The "none" backend (membership only) lives here too: bootstrap tests at scale
  * build world, group and replica communicators without moving data.
  */
@@ -25,6 +34,129 @@
 #include "ctx.h"
 #include "hash.h"
 #include "error.h"
+
+/* ------------------------------------------------------------ descriptors (pure) */
+
+comm_desc_t comm_desc_make(comm_kind_t kind, uint64_t count, int dtype, int op, int root,
+                           uint64_t id, uint64_t seq)
+{
+    comm_desc_t d = { COMM_DESC_MAGIC, id, seq, count, (int32_t)kind, dtype, op, root };
+    switch (kind) {
+    case COMM_ALL_GATHER:
+        d.op = -1;
+        d.root = -1;
+        break;
+    case COMM_REDUCE_SCATTER:
+    case COMM_ALL_REDUCE: d.root = -1; break;
+    case COMM_BROADCAST: d.op = -1; break;
+    case COMM_CHECK: /* the exchange's own size: count is bytes */
+        d.dtype = -1;
+        d.op = -1;
+        d.root = -1;
+        break;
+    default: /* barrier, split, none: nothing but the kind */
+        d.count = 0;
+        d.dtype = -1;
+        d.op = -1;
+        d.root = -1;
+        break;
+    }
+    return d;
+}
+
+bool comm_desc_equal(const comm_desc_t *a, const comm_desc_t *b)
+{
+    return a->magic == b->magic && a->id == b->id && a->seq == b->seq && a->count == b->count &&
+           a->kind == b->kind && a->dtype == b->dtype && a->op == b->op && a->root == b->root;
+}
+
+int comm_desc_first_diff(const comm_desc_t *all, int n)
+{
+    for (int j = 1; j < n; j++)
+        if (!comm_desc_equal(&all[j], &all[0]))
+            return j;
+    return -1;
+}
+
+static const char *desc_dtype(int t, char *tmp, size_t len)
+{
+    if (bmt_dtype_size((bmt_dtype_t)t) != 0)
+        return bmt_dtype_name((bmt_dtype_t)t);
+    snprintf(tmp, len, "dtype %d", t);
+    return tmp;
+}
+
+static const char *desc_op(int op, char *tmp, size_t len)
+{
+    if (op >= 0 && op < BMT_OP_COUNT)
+        return bmt_op_name((bmt_op_t)op);
+    snprintf(tmp, len, "op %d", op);
+    return tmp;
+}
+
+char *comm_desc_format(char *buf, size_t len, const comm_desc_t *d, const comm_desc_t *vs)
+{
+    char t[24], o[24];
+    unsigned long long n = (unsigned long long)d->count;
+    if (len == 0)
+        return buf;
+    if (d->magic != COMM_DESC_MAGIC) {
+        snprintf(buf, len, "no collective check (is BMT_CHECK_COLLECTIVES=1 on every rank?)");
+        return buf;
+    }
+    switch (d->kind) {
+    case COMM_ALL_GATHER:
+        snprintf(buf, len, "all_gather(count %llu, %s)", n, desc_dtype(d->dtype, t, sizeof(t)));
+        break;
+    case COMM_REDUCE_SCATTER:
+    case COMM_ALL_REDUCE:
+        snprintf(buf, len, "%s(count %llu, %s, %s)",
+                 d->kind == COMM_ALL_REDUCE ? "all_reduce" : "reduce_scatter", n,
+                 desc_dtype(d->dtype, t, sizeof(t)), desc_op(d->op, o, sizeof(o)));
+        break;
+    case COMM_BROADCAST:
+        snprintf(buf, len, "broadcast(count %llu, %s, root %d)", n,
+                 desc_dtype(d->dtype, t, sizeof(t)), (int)d->root);
+        break;
+    case COMM_BARRIER: snprintf(buf, len, "barrier()"); break;
+    case COMM_SPLIT: snprintf(buf, len, "a split of the communicator"); break;
+    case COMM_CHECK: snprintf(buf, len, "a collective check (BMT_CHECK_COLLECTIVES=1)"); break;
+    case COMM_KIND_NONE: snprintf(buf, len, "the next step of a longer collective"); break;
+    default: snprintf(buf, len, "an unknown collective (kind %d)", (int)d->kind); break;
+    }
+    size_t used = strlen(buf);
+    if (vs && vs->magic == COMM_DESC_MAGIC && d->id != vs->id && used < len)
+        used += (size_t)snprintf(buf + used, len - used, " on communicator %016llx",
+                                 (unsigned long long)d->id);
+    if (vs && vs->magic == COMM_DESC_MAGIC && d->seq != vs->seq && used < len)
+        snprintf(buf + used, len - used, " as call #%llu", (unsigned long long)d->seq);
+    return buf;
+}
+
+int comm_desc_mismatch(bmt_error_t *err, const char *lead, const comm_desc_t *d, int rank,
+                       int world_rank, const comm_desc_t *d0, int world_rank0)
+{
+    char a[160], b[160], wa[32] = "", wb[32] = "";
+    if (world_rank != rank || world_rank0 != 0) {
+        snprintf(wa, sizeof(wa), " (world rank %d)", world_rank);
+        snprintf(wb, sizeof(wb), " (world rank %d)", world_rank0);
+    }
+    return errprintf(err, "%srank %d%s issued %s while rank 0%s issued %s", lead ? lead : "", rank,
+                     wa, comm_desc_format(a, sizeof(a), d, d0), wb,
+                     comm_desc_format(b, sizeof(b), d0, d));
+}
+
+int comm_desc_check(const comm_desc_t *all, int n, const int *members, const char *lead,
+                    bmt_error_t *err)
+{
+    int j = comm_desc_first_diff(all, n);
+    if (j < 0)
+        return 0;
+    return comm_desc_mismatch(err, lead, &all[j], j, members ? members[j] : j, &all[0],
+                              members ? members[0] : 0);
+}
+
+/* ------------------------------------------------------------ ids */
 
 static uint64_t child_id(uint64_t parent, uint32_t seq, int color)
 {
@@ -67,6 +199,12 @@ static int none_broadcast(bmt_comm_t *c, void *b, size_t n, bmt_dtype_t t, int r
 
 static int none_barrier(bmt_comm_t *c, bmt_error_t *err) { return none_refuse(c, err); }
 
+static int none_all_gather_host(bmt_comm_t *c, const void *s, void *r, size_t bytes, void *stream,
+                                bmt_error_t *err)
+{
+    return none_refuse(c, err);
+}
+
 static void none_abort(bmt_comm_t *c) {}
 
 static void none_destroy(bmt_comm_t *c) {}
@@ -80,6 +218,7 @@ const struct comm_backend comm_backend_none = {
     .all_reduce = none_reduce,
     .broadcast = none_broadcast,
     .barrier = none_barrier,
+    .all_gather_host = none_all_gather_host,
     .abort = none_abort,
     .destroy = none_destroy,
 };
@@ -107,6 +246,7 @@ static bmt_comm_t *comm_alloc(bmt_ctx_t *ctx, const struct comm_backend *be, con
     c->ctx = ctx;
     c->be = be;
     c->timeout_s = ctx->timeout_s;
+    c->check = ctx->check_collectives;
     snprintf(c->name, sizeof(c->name), "%s", name ? name : "comm");
     return c;
 }
@@ -122,6 +262,7 @@ void comm_free(bmt_comm_t *c)
         c->be->abort(c);
     }
     c->be->destroy(c);
+    free(c->check_all);
     free(c->members);
     free(c);
 }
@@ -321,6 +462,45 @@ static int failed(bmt_comm_t *c, const char *op, bmt_error_t *err)
     return errprefix(err, COMM_WHERE_FMT ": %s: ", c->ctx->rank, c->name, op);
 }
 
+/* Mark c aborted after an error that err already describes in full. */
+static int abort_with(bmt_comm_t *c, bmt_error_t *err)
+{
+    c->aborted = true;
+    c->ctx->comm_failed = true;
+    c->be->abort(c);
+    return -1;
+}
+
+/* Before collective number ++c->calls: under BMT_CHECK_COLLECTIVES, agree on
+ * what it is with every member (one all-gather of a descriptor), or fail it on
+ * every rank and abort c. op and root are -1 where the kind has none; stream is
+ * the one the collective will be enqueued on (NULL: a synchronous call). */
+static int agree(bmt_comm_t *c, const char *what, comm_kind_t kind, size_t count, bmt_dtype_t dtype,
+                 int op, int root, void *stream, bmt_error_t *err)
+{
+    uint64_t seq = ++c->calls;
+    if (!c->check || c->size == 1)
+        return 0;
+    if (c->check_all == NULL) {
+        c->check_all = calloc((size_t)c->size, sizeof(comm_desc_t));
+        if (c->check_all == NULL) {
+            errprintf(err, "out of memory for the collective check (BMT_CHECK_COLLECTIVES)");
+            return failed(c, what, err);
+        }
+    }
+    comm_desc_t mine = comm_desc_make(kind, count, (int)dtype, op, root, c->id, seq);
+    if (c->be->all_gather_host(c, &mine, c->check_all, sizeof(mine), stream, err) < 0) {
+        errprefix(err, "collective check (call #%llu): ", (unsigned long long)seq);
+        return failed(c, what, err);
+    }
+    char lead[128];
+    snprintf(lead, sizeof(lead), "rank %d: collective check (%s, call #%llu): ", c->ctx->rank,
+             c->name, (unsigned long long)seq);
+    if (comm_desc_check(c->check_all, c->size, c->members, lead, err) < 0)
+        return abort_with(c, err);
+    return 0;
+}
+
 /* Everything the callers of a reduction or gather must get right; factor is the
  * communicator size for the ops whose buffers scale with it. NO_OP: a gather. */
 #define NO_OP (-1)
@@ -352,6 +532,8 @@ int bmt_all_gather(bmt_comm_t *c, const void *send, void *recv, size_t count, bm
         0)
         return -1;
     double t0 = comm_clock();
+    if (agree(c, "all_gather", COMM_ALL_GATHER, count, dtype, -1, -1, NULL, err) < 0)
+        return -1;
     int rc = c->be->all_gather(c, send, recv, count, dtype, err);
     c->ctx->comm_host_s += comm_clock() - t0; /* comm_wait_s on cpu (bmt/monitor.h) */
     if (rc < 0)
@@ -366,6 +548,8 @@ int bmt_reduce_scatter(bmt_comm_t *c, const void *send, void *recv, size_t count
                    err) < 0)
         return -1;
     double t0 = comm_clock();
+    if (agree(c, "reduce_scatter", COMM_REDUCE_SCATTER, count, dtype, (int)op, -1, NULL, err) < 0)
+        return -1;
     int rc = c->be->reduce_scatter(c, send, recv, count, dtype, op, err);
     c->ctx->comm_host_s += comm_clock() - t0; /* comm_wait_s on cpu (bmt/monitor.h) */
     if (rc < 0)
@@ -379,6 +563,8 @@ int bmt_all_reduce(bmt_comm_t *c, const void *send, void *recv, size_t count, bm
     if (check_args(c, "all_reduce", send, recv, count, dtype, (long)op, 1, err) < 0)
         return -1;
     double t0 = comm_clock();
+    if (agree(c, "all_reduce", COMM_ALL_REDUCE, count, dtype, (int)op, -1, NULL, err) < 0)
+        return -1;
     int rc = c->be->all_reduce(c, send, recv, count, dtype, op, err);
     c->ctx->comm_host_s += comm_clock() - t0; /* comm_wait_s on cpu (bmt/monitor.h) */
     if (rc < 0)
@@ -393,7 +579,8 @@ int comm_all_gather_on(bmt_comm_t *c, const void *send, void *recv, size_t count
 {
     if (stream == NULL || c->be->all_gather_on == NULL) /* no stream: the synchronous call */
         return bmt_all_gather(c, send, recv, count, dtype, err);
-    if (check_args(c, "all_gather", send, recv, count, dtype, NO_OP, (size_t)c->size, err) < 0)
+    if (check_args(c, "all_gather", send, recv, count, dtype, NO_OP, (size_t)c->size, err) < 0 ||
+        agree(c, "all_gather", COMM_ALL_GATHER, count, dtype, -1, -1, stream, err) < 0)
         return -1;
     if (c->be->all_gather_on(c, send, recv, count, dtype, stream, err) < 0)
         return failed(c, "all_gather", err);
@@ -406,7 +593,8 @@ int comm_reduce_scatter_on(bmt_comm_t *c, const void *send, void *recv, size_t c
     if (stream == NULL || c->be->reduce_scatter_on == NULL) /* no stream: the synchronous call */
         return bmt_reduce_scatter(c, send, recv, count, dtype, op, err);
     if (check_args(c, "reduce_scatter", send, recv, count, dtype, (long)op, (size_t)c->size, err) <
-        0)
+            0 ||
+        agree(c, "reduce_scatter", COMM_REDUCE_SCATTER, count, dtype, (int)op, -1, stream, err) < 0)
         return -1;
     if (c->be->reduce_scatter_on(c, send, recv, count, dtype, op, stream, err) < 0)
         return failed(c, "reduce_scatter", err);
@@ -418,7 +606,8 @@ int comm_all_reduce_on(bmt_comm_t *c, const void *send, void *recv, size_t count
 {
     if (stream == NULL || c->be->all_reduce_on == NULL) /* no stream: the synchronous call */
         return bmt_all_reduce(c, send, recv, count, dtype, op, err);
-    if (check_args(c, "all_reduce", send, recv, count, dtype, (long)op, 1, err) < 0)
+    if (check_args(c, "all_reduce", send, recv, count, dtype, (long)op, 1, err) < 0 ||
+        agree(c, "all_reduce", COMM_ALL_REDUCE, count, dtype, (int)op, -1, stream, err) < 0)
         return -1;
     if (c->be->all_reduce_on(c, send, recv, count, dtype, op, stream, err) < 0)
         return failed(c, "all_reduce", err);
@@ -458,6 +647,8 @@ int bmt_broadcast(bmt_comm_t *c, void *buf, size_t count, bmt_dtype_t dtype, int
     if (count && buf == NULL)
         return errprintf(err, COMM_WHERE_FMT ": broadcast: NULL buffer", c->ctx->rank, c->name);
     double t0 = comm_clock();
+    if (agree(c, "broadcast", COMM_BROADCAST, count, dtype, -1, root, NULL, err) < 0)
+        return -1;
     int rc = c->be->broadcast(c, buf, count, dtype, root, err);
     c->ctx->comm_host_s += comm_clock() - t0; /* comm_wait_s on cpu (bmt/monitor.h) */
     if (rc < 0)
@@ -470,6 +661,8 @@ int bmt_barrier(bmt_comm_t *c, bmt_error_t *err)
     if (check_common(c, "barrier", BMT_F32, err) < 0)
         return -1;
     double t0 = comm_clock();
+    if (agree(c, "barrier", COMM_BARRIER, 0, BMT_F32, -1, -1, NULL, err) < 0)
+        return -1;
     int rc = c->be->barrier(c, err);
     c->ctx->comm_host_s += comm_clock() - t0; /* comm_wait_s on cpu (bmt/monitor.h) */
     if (rc < 0)

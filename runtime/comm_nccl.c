@@ -25,6 +25,14 @@
  *
  * Each communicator has its own stream; the collectives of this layer complete
  * before returning (the training engine issues on its own streams).
+ *
+ * BMT_CHECK_COLLECTIVES: the descriptors travel through a small device buffer
+ * made with the communicator (NCCL moves device memory only) and a pinned host
+ * one (so that neither copy waits on the host), on the communicator's stream,
+ * polled against the deadline like every collective. The check of one of the
+ * engine's stream-ordered collectives runs on the engine's stream, after what
+ * was enqueued there (the engine's earlier collectives on this communicator),
+ * so the host waits for that work before each such collective (debug only).
  */
 #include <math.h>
 #include <sched.h>
@@ -45,6 +53,9 @@ typedef struct nccl_state {
     ncclComm_t boot;     /* non-blocking world communicator (world only): init, splits */
     cudaStream_t stream; /* this communicator's stream */
     float *scratch;      /* (1) f32, device: the barrier's all-reduce */
+    char *check;         /* (size + 1, sizeof(comm_desc_t)) bytes, device: mine, then all;
+                          * NULL unless BMT_CHECK_COLLECTIVES */
+    char *check_host;    /* the same, pinned host memory */
 } nccl_state_t;
 
 static double mono_s(void)
@@ -104,13 +115,14 @@ static int wait_ready(bmt_comm_t *c, ncclComm_t comm, const char *call, double d
     }
 }
 
-/* Wait for the stream's work (the collective's kernel), watching NCCL's errors. */
-static int wait_stream(bmt_comm_t *c, nccl_state_t *s, const char *call, bmt_error_t *err)
+/* Wait for the work on stream (the collective's kernel), watching NCCL's errors. */
+static int wait_on(bmt_comm_t *c, nccl_state_t *s, cudaStream_t stream, const char *call,
+                   bmt_error_t *err)
 {
     double deadline = mono_s() + c->timeout_s;
     unsigned it = 0;
     for (;;) {
-        cudaError_t e = cudaStreamQuery(s->stream);
+        cudaError_t e = cudaStreamQuery(stream);
         if (e == cudaSuccess)
             return 0;
         if (e != cudaErrorNotReady)
@@ -129,6 +141,11 @@ static int wait_stream(bmt_comm_t *c, nccl_state_t *s, const char *call, bmt_err
     }
 }
 
+static int wait_stream(bmt_comm_t *c, nccl_state_t *s, const char *call, bmt_error_t *err)
+{
+    return wait_on(c, s, s->stream, call, err);
+}
+
 static int state_new(bmt_comm_t *c, nccl_state_t **out, bmt_error_t *err)
 {
     nccl_state_t *s = calloc(1, sizeof(*s));
@@ -139,7 +156,15 @@ static int state_new(bmt_comm_t *c, nccl_state_t **out, bmt_error_t *err)
     cudaError_t e = cudaStreamCreate(&s->stream);
     if (e == cudaSuccess)
         e = cudaMalloc((void **)&s->scratch, sizeof(float));
+    if (e == cudaSuccess && c->check)
+        e = cudaMalloc((void **)&s->check, ((size_t)c->size + 1) * sizeof(comm_desc_t));
+    if (e == cudaSuccess && c->check)
+        e = cudaMallocHost((void **)&s->check_host, ((size_t)c->size + 1) * sizeof(comm_desc_t));
     if (e != cudaSuccess) {
+        if (s->check)
+            cudaFree(s->check);
+        if (s->scratch)
+            cudaFree(s->scratch);
         if (s->stream)
             cudaStreamDestroy(s->stream);
         free(s);
@@ -155,6 +180,10 @@ static void state_free(nccl_state_t *s)
         return;
     if (s->scratch)
         cudaFree(s->scratch);
+    if (s->check)
+        cudaFree(s->check);
+    if (s->check_host)
+        cudaFreeHost(s->check_host);
     if (s->stream)
         cudaStreamDestroy(s->stream);
     free(s);
@@ -349,6 +378,42 @@ static int nccl_barrier(bmt_comm_t *c, bmt_error_t *err)
         "barrier (ncclAllReduce)", err);
 }
 
+/* Host to host through s->check: upload, all-gather and download queued on
+ * stream (else s->stream) from pinned memory, then one polled wait: nothing here
+ * can block past the deadline. */
+static int nccl_all_gather_host(bmt_comm_t *c, const void *send, void *recv, size_t bytes,
+                                void *stream, bmt_error_t *err)
+{
+    if (live(c, err) < 0)
+        return -1;
+    nccl_state_t *s = c->impl;
+    if (s->check == NULL || bytes > sizeof(comm_desc_t))
+        return errprintf(err,
+                         "no device buffer for %zu bytes per rank (BMT_CHECK_COLLECTIVES "
+                         "is read once, at bmt_init)",
+                         bytes);
+    size_t all_bytes = bytes * (size_t)c->size;
+    char *all = s->check + sizeof(comm_desc_t), *all_host = s->check_host + sizeof(comm_desc_t);
+    cudaStream_t st = stream ? (cudaStream_t)stream : s->stream;
+    memcpy(s->check_host, send, bytes);
+    cudaError_t e = cudaMemcpyAsync(s->check, s->check_host, bytes, cudaMemcpyHostToDevice, st);
+    if (e != cudaSuccess)
+        return errprintf(err, "cudaMemcpyAsync to the device: %s", cudaGetErrorString(e));
+    ncclResult_t r = ncclAllGather(s->check, all, bytes, ncclUint8, s->comm, st);
+    if (r != ncclSuccess && r != ncclInProgress)
+        return errprintf(err, "ncclAllGather: %s (%s)", ncclGetErrorString(r),
+                         ncclGetLastError(s->comm));
+    e = cudaMemcpyAsync(all_host, all, all_bytes, cudaMemcpyDeviceToHost, st);
+    if (e != cudaSuccess)
+        return errprintf(err, "cudaMemcpyAsync to the host: %s", cudaGetErrorString(e));
+    if ((r == ncclInProgress &&
+         wait_ready(c, s->comm, "ncclAllGather", mono_s() + c->timeout_s, err) < 0) ||
+        wait_on(c, s, st, "ncclAllGather", err) < 0)
+        return -1;
+    memcpy(recv, all_host, all_bytes);
+    return 0;
+}
+
 /* Enqueue-only variants for the engine's streams: an error here is one NCCL
  * reported at once; the rest surface in nccl_poll or the stream's deadline. */
 static int enqueued(bmt_comm_t *c, ncclResult_t r, const char *call, bmt_error_t *err)
@@ -446,6 +511,7 @@ const struct comm_backend comm_backend_nccl = {
     .all_reduce = nccl_all_reduce,
     .broadcast = nccl_broadcast,
     .barrier = nccl_barrier,
+    .all_gather_host = nccl_all_gather_host,
     .all_gather_on = nccl_all_gather_on,
     .reduce_scatter_on = nccl_reduce_scatter_on,
     .all_reduce_on = nccl_all_reduce_on,

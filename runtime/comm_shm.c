@@ -6,7 +6,8 @@
  *   0        struct shm_hdr          line 0: geometry, ready word (the creator's
  *                                    nonce), attach word, abort word;
  *                                    line 1: the arrival count (the futex word)
- *   128      struct shm_line[size]   one 64-byte line per rank: syncs entered, attached
+ *   128      struct shm_line[size]   one 64-byte line per rank: syncs entered, attached,
+ *                                    what the rank's collectives are (two posts)
  *   data_off slots   (2, size, slot) bytes: two sets of one staging slot per rank
  *            results (2, slot)       bytes: all_reduce's reduced chunk, two sets
  *
@@ -23,6 +24,19 @@
  * consecutive collectives of any kind chain the same way. all_reduce's results
  * follow the same rule (written after sync t into result set t % 2, read after
  * sync t + 1), which lets it pipeline: one sync per chunk plus one at the end.
+ *
+ * Agreement, always on. Before the first sync of every collective a rank posts
+ * what it is (kind, count, dtype, op, root) in its own line, in post t % 2 for
+ * sync t, and after that sync it compares every rank's post with rank 0's. The
+ * posts follow the staging rule, so the one read after sync t cannot change
+ * before sync t + 2. The number of syncs of a collective is a function of its
+ * (kind, count, dtype) and the communicator's geometry, so ranks that agreed so
+ * far start their next collectives on the same sync and compare them there: an
+ * all_reduce paired with an all_gather, or counts, dtypes, ops or roots that
+ * differ, fail on every rank instead of mixing data. A post whose sync is not t
+ * (its rank is inside a longer collective) differs from any collective's. The
+ * cost is a 24-byte store into a line the rank writes anyway and one read of
+ * each rank's line per collective, not per chunk.
  *
  * Collectives (per step of at most one slot per rank):
  *   all_gather      stage own part; sync; copy every slot out.
@@ -91,7 +105,7 @@
 #include "error.h"
 
 #define SHM_MAGIC 0x314d48535f544d42ULL /* "BMT_SHM1" in memory order */
-#define SHM_VERSION 1u
+#define SHM_VERSION 2u
 #define SHM_ATTACH_DEAD 0x80000000u /* attach word: a newer creator retired this segment */
 #define SHM_LINE_ATTACHED 1u
 #define SHM_LINE_REJECTED 2u /* this rank refused the header: fail everyone now */
@@ -130,12 +144,28 @@ _Static_assert(sizeof(struct shm_hdr) == 128, "shm header is two cache lines");
 _Static_assert(offsetof(struct shm_hdr, ready) == 40, "shm header layout");
 _Static_assert(offsetof(struct shm_hdr, count) == 64, "arrival count on its own line");
 
+/* What a rank's collective starting at sync `sync` is (comm.h's comm_desc_t,
+ * packed): written by its rank before that sync, read by all after it. */
+struct shm_post {
+    uint32_t sync;
+    int8_t kind;  /* comm_kind_t */
+    int8_t dtype; /* -1: unused */
+    int8_t op;    /* -1: unused */
+    int8_t pad0;
+    int32_t root; /* -1: unused */
+    uint32_t pad1;
+    uint64_t count;
+};
+_Static_assert(sizeof(struct shm_post) == 24, "shm post layout");
+
 struct shm_line {
     _Atomic uint32_t arrive;   /* syncs this rank entered */
     _Atomic uint32_t attached; /* 0, SHM_LINE_ATTACHED or SHM_LINE_REJECTED */
-    char pad[56];
+    struct shm_post post[2];   /* by the parity of the sync that starts a collective */
+    char pad[8];
 };
 _Static_assert(sizeof(struct shm_line) == 64, "one cache line per rank");
+_Static_assert(offsetof(struct shm_line, post) == 8, "shm line layout");
 
 /* Process-local state of one communicator. */
 struct shm {
@@ -338,6 +368,67 @@ static int shm_sync(bmt_comm_t *c, struct shm *s, bmt_error_t *err)
         return 0;
     }
     return wait_count(c, s, target, err);
+}
+
+/* The post of a collective; fields its kind does not use are -1 or 0, as in
+ * comm_desc_make. */
+static struct shm_post post_make(comm_kind_t kind, size_t count, bmt_dtype_t dtype, int op,
+                                 int root)
+{
+    comm_desc_t d = comm_desc_make(kind, count, (int)dtype, op, root, 0, 0);
+    struct shm_post p;
+    memset(&p, 0, sizeof(p));
+    p.kind = (int8_t)d.kind;
+    p.dtype = (int8_t)d.dtype;
+    p.op = (int8_t)d.op;
+    p.root = d.root;
+    p.count = d.count;
+    return p;
+}
+
+/* The descriptor a post read after sync t stands for. */
+static comm_desc_t post_desc(const bmt_comm_t *c, const struct shm_post *p, uint32_t t)
+{
+    if (p->sync != t)
+        return comm_desc_make(COMM_KIND_NONE, 0, -1, -1, -1, c->id, 0);
+    return comm_desc_make((comm_kind_t)p->kind, p->count, p->dtype, p->op, p->root, c->id, 0);
+}
+
+static inline bool post_same(const struct shm_post *a, const struct shm_post *b, uint32_t t)
+{
+    return a->sync == t && b->sync == t && a->kind == b->kind && a->dtype == b->dtype &&
+           a->op == b->op && a->root == b->root && a->count == b->count;
+}
+
+/* The first sync of a collective: post what it is (p), sync, and check that every
+ * rank posted the same for this sync (see "Agreement" above). */
+static int shm_sync_first(bmt_comm_t *c, struct shm *s, const struct shm_post *p, bmt_error_t *err)
+{
+    uint32_t t = s->seq + 1;
+    struct shm_post *mine = &s->lines[c->rank].post[t & 1];
+    *mine = *p;
+    mine->sync = t;
+    if (shm_sync(c, s, err) < 0)
+        return -1;
+    const struct shm_post *p0 = &s->lines[0].post[t & 1];
+    for (int j = 1; j < c->size; j++) {
+        const struct shm_post *pj = &s->lines[j].post[t & 1];
+        if (post_same(pj, p0, t))
+            continue;
+        comm_desc_t dj = post_desc(c, pj, t), d0 = post_desc(c, p0, t);
+        if (comm_desc_equal(&dj, &d0)) /* both inside longer collectives; this rank is not */
+            continue;
+        return comm_desc_mismatch(err, "the ranks called different collectives: ", &dj, j,
+                                  bmt_comm_member(c, j), &d0, bmt_comm_member(c, 0));
+    }
+    return 0;
+}
+
+/* The sync of step `first` of a collective: the first one posts and checks. */
+static inline int shm_step(bmt_comm_t *c, struct shm *s, bool first, const struct shm_post *p,
+                           bmt_error_t *err)
+{
+    return first ? shm_sync_first(c, s, p, err) : shm_sync(c, s, err);
 }
 
 /* ------------------------------------------------------------ reductions */
@@ -630,7 +721,7 @@ static int seg_join(bmt_comm_t *c, struct shm *s, const struct shm_geom *g, doub
         bmt_error_t bad;
         if (check_header(c, h, bytes, g, &bad) < 0) {
             if (header_is_stale(h)) {
-                snprintf(why.text, sizeof(why.text), ": %.120s", bad.text);
+                snprintf(why.text, sizeof(why.text), ": %.200s", bad.text);
                 seg_unmap(s);
                 continue;
             }
@@ -729,7 +820,7 @@ static int shm_create_world(bmt_comm_t *world, bmt_error_t *err)
     return shm_open_comm(world, err);
 }
 
-static int shm_barrier(bmt_comm_t *c, bmt_error_t *err);
+static int barrier_of(bmt_comm_t *c, comm_kind_t kind, bmt_error_t *err);
 static void shm_abort(bmt_comm_t *c);
 
 static int shm_create_split(bmt_comm_t *parent, int color, int key, bmt_comm_t *child,
@@ -739,7 +830,7 @@ static int shm_create_split(bmt_comm_t *parent, int color, int key, bmt_comm_t *
     /* One parent barrier after the children's rendezvous: the split is collective over
      * the parent, and non-members are not left running ahead of a failed member. */
     bmt_error_t berr;
-    if (shm_barrier(parent, &berr) < 0) {
+    if (barrier_of(parent, COMM_SPLIT, &berr) < 0) {
         shm_abort(parent);
         if (rc == 0)
             errprintf(err, "barrier of %s: %s", parent->name, berr.text);
@@ -749,9 +840,10 @@ static int shm_create_split(bmt_comm_t *parent, int color, int key, bmt_comm_t *
 }
 
 /* all_gather: send (count) elements, recv (size, count) elements. Per step every
- * rank stages up to one slot of its part, syncs, and copies every slot out. */
-static int shm_all_gather(bmt_comm_t *c, const void *send, void *recv, size_t count,
-                          bmt_dtype_t dtype, bmt_error_t *err)
+ * rank stages up to one slot of its part, syncs, and copies every slot out.
+ * p: what the first sync posts. */
+static int gather(bmt_comm_t *c, const void *send, void *recv, size_t count, bmt_dtype_t dtype,
+                  const struct shm_post *p, bmt_error_t *err)
 {
     struct shm *s = usable(c, err);
     if (s == NULL)
@@ -767,7 +859,7 @@ static int shm_all_gather(bmt_comm_t *c, const void *send, void *recv, size_t co
         size_t n = min_sz(s->slot, bytes - off);
         if (n)
             memcpy(next_set(s, c->size) + (size_t)c->rank * s->slot, (const char *)send + off, n);
-        if (shm_sync(c, s, err) < 0)
+        if (shm_step(c, s, off == 0, p, err) < 0)
             return -1;
         const char *set = cur_set(s, c->size);
         for (int j = 0; j < c->size && n; j++)
@@ -775,6 +867,22 @@ static int shm_all_gather(bmt_comm_t *c, const void *send, void *recv, size_t co
         off += n;
     } while (off < bytes);
     return 0;
+}
+
+static int shm_all_gather(bmt_comm_t *c, const void *send, void *recv, size_t count,
+                          bmt_dtype_t dtype, bmt_error_t *err)
+{
+    struct shm_post p = post_make(COMM_ALL_GATHER, count, dtype, -1, -1);
+    return gather(c, send, recv, count, dtype, &p, err);
+}
+
+/* The descriptor exchange of BMT_CHECK_COLLECTIVES: host buffers are what shm
+ * moves anyway; posted as a check, so a rank without the knob is told apart. */
+static int shm_all_gather_host(bmt_comm_t *c, const void *send, void *recv, size_t bytes,
+                               void *stream, bmt_error_t *err)
+{
+    struct shm_post p = post_make(COMM_CHECK, bytes, BMT_F64, -1, -1);
+    return gather(c, send, recv, bytes / 8, BMT_F64, &p, err);
 }
 
 /* reduce_scatter: send (size, count) elements, recv (count). Per step every rank
@@ -794,13 +902,14 @@ static int shm_reduce_scatter(bmt_comm_t *c, const void *send, void *recv, size_
     }
     size_t per = s->slot / es / (size_t)c->size; /* elements of each block per step, >= 8 */
     size_t done = 0;
+    struct shm_post p = post_make(COMM_REDUCE_SCATTER, count, dtype, (int)op, -1);
     do {
         size_t n = min_sz(per, count - done);
         char *mine = next_set(s, c->size) + (size_t)c->rank * s->slot; /* (size, n) */
         for (int b = 0; b < c->size && n; b++)
             memcpy(mine + (size_t)b * n * es, (const char *)send + ((size_t)b * count + done) * es,
                    n * es);
-        if (shm_sync(c, s, err) < 0)
+        if (shm_step(c, s, done == 0, &p, err) < 0)
             return -1;
         reduce((char *)recv + done * es, cur_set(s, c->size), s->slot, (size_t)c->rank * n, n,
                c->size, dtype, op);
@@ -829,11 +938,12 @@ static int shm_all_reduce(bmt_comm_t *c, const void *send, void *recv, size_t co
         return 0;
     }
     char *mine_slot = NULL;
+    struct shm_post p = post_make(COMM_ALL_REDUCE, count, dtype, (int)op, -1);
     if (bytes <= SHM_SMALL_BYTES / (size_t)c->size && bytes <= s->slot) {
         mine_slot = next_set(s, c->size) + (size_t)c->rank * s->slot;
         if (bytes)
             memcpy(mine_slot, send, bytes);
-        if (shm_sync(c, s, err) < 0)
+        if (shm_sync_first(c, s, &p, err) < 0)
             return -1;
         reduce(recv, cur_set(s, c->size), s->slot, 0, count, c->size, dtype, op);
         return 0;
@@ -846,7 +956,7 @@ static int shm_all_reduce(bmt_comm_t *c, const void *send, void *recv, size_t co
             mine_slot = next_set(s, c->size) + (size_t)c->rank * s->slot;
             memcpy(mine_slot, (const char *)send + k * per * es, m * es);
         }
-        if (shm_sync(c, s, err) < 0)
+        if (shm_step(c, s, k == 0, &p, err) < 0)
             return -1;
         if (m) {
             size_t lo = m * (size_t)c->rank / (size_t)c->size;
@@ -875,11 +985,12 @@ static int shm_broadcast(bmt_comm_t *c, void *buf, size_t count, bmt_dtype_t dty
     size_t bytes = count * bmt_dtype_size(dtype);
     size_t step = (size_t)c->size * s->slot;
     size_t off = 0;
+    struct shm_post p = post_make(COMM_BROADCAST, count, dtype, -1, root);
     do {
         size_t n = min_sz(step, bytes - off);
         if (c->rank == root && n)
             memcpy(next_set(s, c->size), (const char *)buf + off, n);
-        if (shm_sync(c, s, err) < 0)
+        if (shm_step(c, s, off == 0, &p, err) < 0)
             return -1;
         if (c->rank != root && n)
             memcpy((char *)buf + off, cur_set(s, c->size), n);
@@ -888,15 +999,19 @@ static int shm_broadcast(bmt_comm_t *c, void *buf, size_t count, bmt_dtype_t dty
     return 0;
 }
 
-static int shm_barrier(bmt_comm_t *c, bmt_error_t *err)
+/* A barrier, posted as kind (a barrier, or the end of a split). */
+static int barrier_of(bmt_comm_t *c, comm_kind_t kind, bmt_error_t *err)
 {
     struct shm *s = usable(c, err);
     if (s == NULL)
         return -1;
     if (c->size == 1)
         return 0;
-    return shm_sync(c, s, err);
+    struct shm_post p = post_make(kind, 0, BMT_F32, -1, -1);
+    return shm_sync_first(c, s, &p, err);
 }
+
+static int shm_barrier(bmt_comm_t *c, bmt_error_t *err) { return barrier_of(c, COMM_BARRIER, err); }
 
 /* Fail every later call here, and tell the other ranks (their waits see it within
  * SHM_SLICE_S) so the first failure stops the communicator everywhere. */
@@ -932,6 +1047,7 @@ const struct comm_backend comm_backend_shm = {
     .all_reduce = shm_all_reduce,
     .broadcast = shm_broadcast,
     .barrier = shm_barrier,
+    .all_gather_host = shm_all_gather_host,
     .abort = shm_abort,
     .destroy = shm_destroy,
 };

@@ -23,6 +23,8 @@ struct bmt_ctx {
     bmt_device_kind_t device;
     int device_index; /* CUDA ordinal, -1 on CPU */
     double timeout_s;
+    /* BMT_CHECK_COLLECTIVES: agree before every collective (comm.c) */
+    bool check_collectives;
     int fault_where; /* fault.h: BMT_FAULT for this rank (FAULT_NONE: none) */
     int64_t fault_step;
     uint64_t job_hash; /* hash of the PMIx namespace and uid: names shared objects */

@@ -37,6 +37,9 @@ static const env_knob_t knobs[] = {
       "directory of bmt.sbatch for bmlaunch --sbatch (before the installed one)" },
     { "BMT_BACKEND", NULL, "shm, nccl or none; default shm on cpu, nccl on cuda" },
     { "BMT_TIMEOUT", "300", "seconds any bootstrap step or collective may take before it fails" },
+    { "BMT_CHECK_COLLECTIVES", "0",
+      "1: every collective first checks that all ranks of its communicator issued the same "
+      "call (kind, count, dtype, op, root), and fails naming the first that did not" },
     { "BMT_SHM_CHUNK", "1M",
       "bytes each rank stages per step in the shm backend (K/M/G suffix); "
       "each shm communicator reserves (2*size+2) times this in /dev/shm" },
@@ -47,7 +50,7 @@ static const env_knob_t knobs[] = {
       "where plugin names are looked up; set by bmlaunch, else the installed lib/bmt/plugins" },
     { "BMT_FAULT", NULL,
       "tests: step:RANK:STEP or save:RANK:STEP kills that rank after step STEP or while saving "
-      "it, in the first run only" },
+      "it; nan:RANK:STEP plants a NaN in its parameters after step STEP; first run only" },
     { "BMT_PLUGIN_ERRORS", "fail",
       "fail: a plugin that cannot be loaded fails bmt_init; warn: say so and run without it" },
     { "BMT_PLUGIN_FLUSH_TIMEOUT", "5",
@@ -94,7 +97,7 @@ int env_get_seconds(const char *name, double *out, bmt_error_t *err)
     char *end = NULL;
     double d = strtod(v, &end);
     if (end == v || *end != '\0' || errno == ERANGE || !isfinite(d) || d <= 0)
-        return errprintf(err, "%s='%.60s' is not a positive number of seconds", name, v);
+        return errprintf(err, "%s='%.200s' is not a positive number of seconds", name, v);
     *out = d;
     return 0;
 }
@@ -107,6 +110,17 @@ int env_get_positive(const char *name, int *out, bmt_error_t *err)
     if (bmt_parse_positive(v, name, out, err) < 0)
         return -1;
     return 1;
+}
+
+int env_get_flag(const char *name, bool *out, bmt_error_t *err)
+{
+    const char *v = env_get(name);
+    if (v == NULL)
+        return errprintf(err, "%s is not set", name);
+    if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
+        return errprintf(err, "%s='%.200s' is not 0 or 1", name, v);
+    *out = v[0] == '1';
+    return 0;
 }
 
 int env_get_bytes(const char *name, size_t *out, bmt_error_t *err)
@@ -130,7 +144,7 @@ int env_get_bytes(const char *name, size_t *out, bmt_error_t *err)
     }
     if (end == v || v[0] == '-' || mult == 0 || errno == ERANGE || n == 0 ||
         n > (unsigned long long)SIZE_MAX / mult)
-        return errprintf(err, "%s='%.60s' is not a byte count (e.g. 4096, 64K, 1M)", name, v);
+        return errprintf(err, "%s='%.200s' is not a byte count (e.g. 4096, 64K, 1M)", name, v);
     *out = (size_t)(n * mult);
     return 0;
 }

@@ -7,6 +7,7 @@
 #ifndef BMT_RUNTIME_ENV_H
 #define BMT_RUNTIME_ENV_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "bmt/error.h"
@@ -29,6 +30,9 @@ int env_get_seconds(const char *name, double *out, bmt_error_t *err);
 /* Parse knob name as a positive integer; *out untouched when unset and no default.
  * Returns 1 when set (or defaulted), 0 when unset, -1 on a malformed value. */
 int env_get_positive(const char *name, int *out, bmt_error_t *err);
+
+/* Parse knob name as a flag: exactly "0" or "1" (its default when unset). */
+int env_get_flag(const char *name, bool *out, bmt_error_t *err);
 
 /* Parse knob name as a byte count with an optional K/M/G suffix (powers of 1024). */
 int env_get_bytes(const char *name, size_t *out, bmt_error_t *err);

@@ -90,7 +90,7 @@ static int setup_device(bmt_ctx_t *ctx, const char *device, bmt_error_t *err)
         return 0;
     }
     if (strcmp(device, "cuda") != 0)
-        return errprintf(err, "rank %d: unknown device '%.40s' (BMT_DEVICE): use cpu or cuda",
+        return errprintf(err, "rank %d: unknown device '%.200s' (BMT_DEVICE): use cpu or cuda",
                          ctx->rank, device);
 #ifdef BMT_HAVE_CUDA
     int n = 0;
@@ -128,7 +128,7 @@ static int setup_backend(bmt_ctx_t *ctx, const char *name, bmt_error_t *err)
         const char *known = "shm or none (this libbmt was built without NCCL)";
 #endif
         return errprintf(err,
-                         "rank %d: unknown communication backend '%.40s' (BMT_BACKEND): use %s",
+                         "rank %d: unknown communication backend '%.200s' (BMT_BACKEND): use %s",
                          ctx->rank, name, known);
     }
     if (ctx->backend == &comm_backend_shm) {
@@ -211,6 +211,8 @@ int bmt_init(bmt_ctx_t **out, const bmt_config_t *cfg, bmt_error_t *err)
     if (cfg->timeout_s > 0)
         ctx->timeout_s = cfg->timeout_s;
     else if (env_get_seconds("BMT_TIMEOUT", &ctx->timeout_s, err) < 0)
+        goto fail;
+    if (env_get_flag("BMT_CHECK_COLLECTIVES", &ctx->check_collectives, err) < 0)
         goto fail;
     /* NCCL reads its environment at its first call; set it now, before PMIx
      * starts threads (setenv is not thread-safe). See comm_nccl.c for why. */

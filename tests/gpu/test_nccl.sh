@@ -1,7 +1,10 @@
 #!/bin/bash
 # GPU tests (make check-gpu, on a machine with >= 2 GPUs): every collective on the
 # world, group and replica communicators with the nccl backend in layouts 1x2
-# and 2x1, the demo, and a missing peer turning into a deadline error.
+# and 2x1, the demo, a missing peer turning into a deadline error, and
+# BMT_CHECK_COLLECTIVES=1: correct programs (collcheck, and engine_check for the
+# engine's stream-ordered collectives) still pass, and ranks that issue
+# different collectives fail with a message naming rank 1 and both calls.
 . "$(dirname "$0")/../integration/lib.sh"
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 
@@ -26,4 +29,29 @@ test_expect_success "a missing peer: a deadline error, and the job ends" '
     test $rc -eq 1 && test $(( $(date +%s) - start )) -lt 40 &&
     grep -q "did not complete within 5.0 s: a peer of world is missing or stuck (BMT_TIMEOUT)" err
 '
+
+test_expect_success "BMT_CHECK_COLLECTIVES=1: every collective still passes (nccl 2x1)" '
+    BMT_CHECK_COLLECTIVES=1 with_timeout 300 $BMLAUNCH --device cuda -g 2 -n 1 --timeout 120 -- $PROGS/collcheck --quick >out 2>err &&
+    test $(grep -c "nccl on cuda" out) -eq 2
+'
+
+test_expect_success "BMT_CHECK_COLLECTIVES=1: the engine (stream-ordered collectives) still passes (cuda 1x2)" '
+    BMT_CHECK_COLLECTIVES=1 with_timeout 300 $BMLAUNCH --device cuda -g 1 -n 2 --timeout 120 -- $PROGS/engine_check >out 2>err &&
+    grep -q "^0: engine_check: [0-9]* checks passed, 0 failed on 2 ranks" out && ! grep -q FAIL out
+'
+
+# collcheck --differ: rank 1 issues B where rank 0 issues A (see collcheck.c);
+# exit 3 would mean a mismatched call returned 0.
+while IFS="|" read -r what a b; do
+    test_expect_success "BMT_CHECK_COLLECTIVES=1: ranks that differ in $what fail at once on nccl, naming rank 1 and both calls" "
+        start=\$(date +%s)
+        { BMT_CHECK_COLLECTIVES=1 with_timeout 120 \$BMLAUNCH --device cuda -n 2 --timeout 30 -- \$PROGS/collcheck --differ $what >out 2>&1; rc=\$?; } &&
+        test \$rc -eq 1 && test \$(( \$(date +%s) - start )) -lt 60 && ! grep -q 'returned 0' out &&
+        grep -F 'collective check (world, call #3): rank 1 issued $b while rank 0 issued $a' out
+    "
+done <<'CASES'
+kind|all_reduce(count 1, f64, sum)|all_gather(count 4096, bf16)
+count|all_reduce(count 1000, f32, sum)|all_reduce(count 1001, f32, sum)
+root|broadcast(count 10, f32, root 0)|broadcast(count 10, f32, root 1)
+CASES
 test_done

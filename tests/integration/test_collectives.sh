@@ -33,6 +33,59 @@ test_expect_success "a missing peer turns a collective into an error naming it, 
     awk -v a=$start -v b=$end "BEGIN { exit !(b - a < 10) }"
 '
 
+# Ranks that disagree about a collective (collcheck --differ: rank 1 issues B
+# where rank 0 issues A). The shm backend compares (kind, count, dtype, op, root)
+# at the first sync of every collective even without the knob;
+# BMT_CHECK_COLLECTIVES=1 checks before the collective, with an all-gather of
+# descriptors that also carry the communicator and the call number. Either way
+# every rank fails and the job exits 1; collcheck exits 3 on a call that returned 0.
+while IFS="|" read -r what a b; do
+    test_expect_success "BMT_CHECK_COLLECTIVES=1: ranks that differ in $what fail, naming rank 1 and both calls" "
+        { BMT_CHECK_COLLECTIVES=1 with_timeout 60 \$BMLAUNCH -n 2 --timeout 20 -- \$PROGS/collcheck --differ $what >out 2>&1; rc=\$?; } &&
+        test \$rc -eq 1 && ! grep -q 'returned 0' out &&
+        grep -F 'collective check (world, call #3): rank 1 issued $b while rank 0 issued $a' out
+    "
+    test_expect_success "shm without the knob: ranks that differ in $what fail too, never return 0" "
+        { with_timeout 60 \$BMLAUNCH -n 2 --timeout 20 -- \$PROGS/collcheck --differ $what >out 2>&1; rc=\$?; } &&
+        test \$rc -eq 1 && ! grep -q 'returned 0' out &&
+        grep -E 'rank [01]: world: [a-z_]+: the ranks called different collectives: ' out |
+            grep -F 'rank 1 issued $b while rank 0 issued $a'
+    "
+done <<'CASES'
+kind|all_reduce(count 1, f64, sum)|all_gather(count 4096, bf16)
+count|all_reduce(count 1000, f32, sum)|all_reduce(count 1001, f32, sum)
+dtype|all_gather(count 100, f32)|all_gather(count 100, bf16)
+op|all_reduce(count 64, f32, sum)|all_reduce(count 64, f32, max)
+root|broadcast(count 10, f32, root 0)|broadcast(count 10, f32, root 1)
+CASES
+
+test_expect_success "BMT_CHECK_COLLECTIVES=1 on a group communicator names comm and world ranks" '
+    { BMT_CHECK_COLLECTIVES=1 with_timeout 60 $BMLAUNCH -g 2 -n 2 --timeout 20 -- $PROGS/collcheck --differ kind --comm group >out 2>&1; rc=$?; } &&
+    test $rc -eq 1 && ! grep -q "returned 0" out &&
+    grep -F "collective check (group 1, call #3): rank 1 (world rank 3) issued all_gather(count 4096, bf16) while rank 0 (world rank 2) issued all_reduce(count 1, f64, sum)" out
+'
+
+test_expect_success "shm without the knob on a group communicator names comm and world ranks" '
+    { with_timeout 60 $BMLAUNCH -g 2 -n 2 --timeout 20 -- $PROGS/collcheck --differ kind --comm group >out 2>&1; rc=$?; } &&
+    test $rc -eq 1 && ! grep -q "returned 0" out &&
+    grep -F "group 1: all_" out |
+        grep -F "the ranks called different collectives: rank 1 (world rank 3) issued all_gather(count 4096, bf16) while rank 0 (world rank 2) issued all_reduce(count 1, f64, sum)"
+'
+
+test_expect_success "BMT_CHECK_COLLECTIVES=1: a correct program passes every check, as without it (2x2)" '
+    with_timeout 180 $BMLAUNCH -g 2 -n 2 --timeout 60 -- $PROGS/collcheck --quick >off &&
+    BMT_CHECK_COLLECTIVES=1 with_timeout 180 $BMLAUNCH -g 2 -n 2 --timeout 60 -- $PROGS/collcheck --quick >on &&
+    sed -n "s/^\([0-9]\): .* \([0-9]*\) checks passed .*/\1 \2/p" off | sort >off.n &&
+    sed -n "s/^\([0-9]\): .* \([0-9]*\) checks passed .*/\1 \2/p" on | sort >on.n &&
+    test $(wc -l <on.n) -eq 4 && cmp off.n on.n
+'
+
+test_expect_success "a malformed BMT_CHECK_COLLECTIVES fails bmt_init, naming it" '
+    { BMT_CHECK_COLLECTIVES=yes with_timeout 30 $BMLAUNCH -n 2 -- $PROGS/collcheck >out 2>&1; rc=$?; } &&
+    test $rc -eq 1 &&
+    grep "collcheck: BMT_CHECK_COLLECTIVES=.yes. is not 0 or 1" out
+'
+
 test_expect_success "no shared-memory segment is left behind" '
     ! ls /dev/shm | grep -q "^bmt-"
 '

@@ -15,8 +15,21 @@
  *   random: uniform in [-1, 1) from a hash; compared with a relative bound suited
  *           to the dtype (f64 1e-12, f32 1e-6, bf16 one rounding of the f32 sum:
  *           2^-8 relative to the largest magnitude involved).
- * Options: --quick (fewer counts), --backend-check (assert the backend named in
- * BMT_EXPECT_BACKEND). Prints one line per rank and exits 1 on the first error.
+ * Options: --quick (fewer counts). BMT_EXPECT_BACKEND in the environment: assert
+ * the backend. Prints one line per rank and exits 1 on the first error.
+ *
+ * --differ kind|count|dtype|op|root [--comm world|group]: a wrong program on
+ * purpose. After two matching all_reduces on the communicator (with --comm
+ * group: the last group's; the other groups then wait in a world barrier until
+ * the launcher ends the job), its rank 1 issues a call that differs from
+ * everyone else's in that one respect:
+ *   kind   all_gather(count 4096, bf16)  against all_reduce(count 1, f64, sum)
+ *   count  all_reduce(count 1001, f32, sum) against all_reduce(count 1000, f32, sum)
+ *   dtype  all_gather(count 100, bf16)   against all_gather(count 100, f32)
+ *   op     all_reduce(count 64, f32, max) against all_reduce(count 64, f32, sum)
+ *   root   broadcast(count 10, f32, root 1) against broadcast(count 10, f32, root 0)
+ * The library must fail the call: the rank prints the error and exits 1. A call
+ * that returns 0 is the bug this mode exists for: the rank says so and exits 3.
  */
 #include <math.h>
 #include <stdbool.h>
@@ -268,14 +281,106 @@ static int check_comm(bmt_comm_t *comm, bufs_t *b, const size_t *counts, int nco
     return 0;
 }
 
+/* One call of --differ: what the others issue (a) and what comm rank 1 issues (b). */
+struct call {
+    const char *kind; /* "all_gather", "all_reduce" or "broadcast" */
+    size_t count;
+    bmt_dtype_t t;
+    bmt_op_t op;
+    int root;
+};
+
+static const struct {
+    const char *what;
+    struct call a, b;
+} differ_cases[] = {
+    { "kind", { "all_reduce", 1, BMT_F64, BMT_SUM, 0 }, { "all_gather", 4096, BMT_BF16, 0, 0 } },
+    { "count",
+      { "all_reduce", 1000, BMT_F32, BMT_SUM, 0 },
+      { "all_reduce", 1001, BMT_F32, BMT_SUM, 0 } },
+    { "dtype", { "all_gather", 100, BMT_F32, 0, 0 }, { "all_gather", 100, BMT_BF16, 0, 0 } },
+    { "op", { "all_reduce", 64, BMT_F32, BMT_SUM, 0 }, { "all_reduce", 64, BMT_F32, BMT_MAX, 0 } },
+    { "root", { "broadcast", 10, BMT_F32, 0, 0 }, { "broadcast", 10, BMT_F32, 0, 1 } },
+};
+
+static int differ(const char *what, const char *comm_name)
+{
+    bool group = strcmp(comm_name, "group") == 0;
+    bmt_comm_t *comm = group ? bmt_comm_group(ctx) : bmt_comm_world(ctx);
+    bool wrong = !group || bmt_self(ctx).group == bmt_layout(ctx)->groups - 1;
+    const struct call *k = NULL;
+    for (size_t i = 0; i < sizeof(differ_cases) / sizeof(differ_cases[0]); i++)
+        if (strcmp(differ_cases[i].what, what) == 0)
+            k = wrong && bmt_comm_rank(comm) == 1 ? &differ_cases[i].b : &differ_cases[i].a;
+    if (k == NULL) {
+        fprintf(stderr, "collcheck: --differ %s: use kind, count, dtype, op or root\n", what);
+        return 2;
+    }
+    size_t bytes = 4096 * 8 * (size_t)bmt_comm_size(comm);
+    bmt_error_t err;
+    void *send = bmt_mem_alloc(ctx, bytes, &err);
+    void *recv = send ? bmt_mem_alloc(ctx, bytes, &err) : NULL;
+    if (recv == NULL) {
+        fprintf(stderr, "collcheck: rank %d: %s\n", bmt_rank(ctx), err.text);
+        return 1;
+    }
+    double one = 1;
+    int rc = bmt_mem_upload(ctx, send, &one, sizeof(one), &err);
+    for (int i = 0; i < 2 && rc == 0; i++) /* calls #1 and #2 match */
+        rc = bmt_all_reduce(comm, send, recv, 1, BMT_F64, BMT_SUM, &err);
+    if (rc < 0) {
+        fprintf(stderr, "collcheck: rank %d: a matching all_reduce failed: %s\n", bmt_rank(ctx),
+                err.text);
+        return 1;
+    }
+    if (strcmp(k->kind, "all_gather") == 0)
+        rc = bmt_all_gather(comm, send, recv, k->count, k->t, &err);
+    else if (strcmp(k->kind, "all_reduce") == 0)
+        rc = bmt_all_reduce(comm, send, recv, k->count, k->t, k->op, &err);
+    else
+        rc = bmt_broadcast(comm, send, k->count, k->t, k->root, &err);
+    if (rc == 0 && !wrong) { /* a correct group: wait for the end of the job */
+        rc = bmt_barrier(bmt_comm_world(ctx), &err);
+        fprintf(stderr, "collcheck: rank %d: world barrier: %s\n", bmt_rank(ctx),
+                rc ? err.text : "returned 0");
+        return 1;
+    }
+    if (rc == 0) {
+        fprintf(stderr,
+                "collcheck: rank %d: %s %s(count %zu, %s) returned 0 although rank 1 of %s "
+                "issued something else\n",
+                bmt_rank(ctx), bmt_comm_name(comm), k->kind, k->count, bmt_dtype_name(k->t),
+                bmt_comm_name(comm));
+        return 3;
+    }
+    fprintf(stderr, "collcheck: %s\n", err.text);
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
-    bool quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    bool quick = false;
+    const char *differ_what = NULL, *comm_name = "world";
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0)
+            quick = true;
+        else if (strcmp(argv[i], "--differ") == 0 && i + 1 < argc)
+            differ_what = argv[++i];
+        else if (strcmp(argv[i], "--comm") == 0 && i + 1 < argc)
+            comm_name = argv[++i];
+        else {
+            fprintf(stderr, "usage: collcheck [--quick] [--differ kind|count|dtype|op|root "
+                            "[--comm world|group]]\n");
+            return 2;
+        }
+    }
     bmt_error_t err;
     if (bmt_init(&ctx, NULL, &err) < 0) {
         fprintf(stderr, "collcheck: %s\n", err.text);
         return 1;
     }
+    if (differ_what) /* exits without bmt_finalize: the communicator may be aborted */
+        return differ(differ_what, comm_name);
     const char *want_backend = getenv("BMT_EXPECT_BACKEND");
     if (want_backend && strcmp(want_backend, bmt_backend(ctx)) != 0) {
         fprintf(stderr, "collcheck: backend is %s, expected %s\n", bmt_backend(ctx), want_backend);

@@ -12,7 +12,9 @@
  *
  * Runs: 1, 2 (default 1M chunk, big counts, a bandwidth figure), 3, 4 and 8 ranks
  * (4K chunk: big ops are chunked hundreds of times; 4 and 8 also split 2 x N/2),
- * a deadline case, a BMT_SHM_CHUNK mismatch and a stale leftover segment.
+ * a deadline case, a BMT_SHM_CHUNK mismatch, a stale leftover segment, and ranks
+ * that call different collectives (kind, count, dtype, op, root), caught by the
+ * backend's own check and, separately, by BMT_CHECK_COLLECTIVES (comm.c).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -45,7 +47,9 @@ enum scenario {
     SC_SUITE,
     SC_TIMEOUT,
     SC_MISMATCH,
-    SC_STALE
+    SC_STALE,
+    SC_DIFFER,      /* different collectives, the shm backend's always-on check */
+    SC_DIFFER_CHECK /* the same under BMT_CHECK_COLLECTIVES=1 */
 };
 
 struct run {
@@ -57,17 +61,23 @@ struct run {
     size_t big;  /* a count that crosses many chunks */
     bool splits; /* also split 2 x n/2 into group and replica comms */
     bool bench;  /* print a bandwidth figure */
+    bool check;  /* BMT_CHECK_COLLECTIVES=1 */
 };
 
 static const struct run runs[] = {
-    { "1 rank", 1, NULL, SC_SUITE, 20, 600001, false, false },
-    { "2 ranks, 1M chunk", 2, NULL, SC_SUITE, 20, 600001, false, true },
-    { "3 ranks, 4K chunk", 3, "4K", SC_SUITE, 20, 10007, false, false },
-    { "4 ranks, 4K chunk", 4, "4K", SC_SUITE, 20, 10007, true, false },
-    { "8 ranks, 4K chunk", 8, "4K", SC_SUITE, 20, 10007, true, false },
-    { "4 ranks, 1 s deadline", 4, "4K", SC_TIMEOUT, 1, 0, false, false },
-    { "2 ranks, chunk mismatch", 2, NULL, SC_MISMATCH, 5, 0, false, false },
-    { "3 ranks, stale leftover", 3, "4K", SC_STALE, 20, 0, false, false },
+    { "1 rank", 1, NULL, SC_SUITE, 20, 600001, false, false, false },
+    { "2 ranks, 1M chunk", 2, NULL, SC_SUITE, 20, 600001, false, true, false },
+    { "3 ranks, 4K chunk", 3, "4K", SC_SUITE, 20, 10007, false, false, false },
+    { "4 ranks, 4K chunk", 4, "4K", SC_SUITE, 20, 10007, true, false, false },
+    { "8 ranks, 4K chunk", 8, "4K", SC_SUITE, 20, 10007, true, false, false },
+    { "4 ranks, 1 s deadline", 4, "4K", SC_TIMEOUT, 1, 0, false, false, false },
+    { "2 ranks, chunk mismatch", 2, NULL, SC_MISMATCH, 5, 0, false, false, false },
+    { "3 ranks, stale leftover", 3, "4K", SC_STALE, 20, 0, false, false, false },
+    { "3 ranks, different collectives", 3, "4K", SC_DIFFER, 10, 0, false, false, false },
+    { "3 ranks, different collectives, BMT_CHECK_COLLECTIVES=1", 3, "4K", SC_DIFFER_CHECK, 10, 0,
+      false, false, true },
+    { "4 ranks, 4K chunk, BMT_CHECK_COLLECTIVES=1", 4, "4K", SC_SUITE, 20, 2049, true, false,
+      true },
 };
 
 /* ------------------------------------------------------------ child -> parent records */
@@ -700,6 +710,148 @@ static void sc_timeout(bmt_comm_t *world, double tmo)
     bmt_comm_destroy(odd);
 }
 
+/* One call of a collective, as a test case spells it. */
+struct call {
+    comm_kind_t kind;
+    size_t count;
+    bmt_dtype_t t;
+    int op;   /* reductions */
+    int root; /* broadcast */
+};
+
+static int do_call(bmt_comm_t *c, const struct call *k, void *send, void *recv, bmt_error_t *err)
+{
+    switch (k->kind) {
+    case COMM_ALL_GATHER: return bmt_all_gather(c, send, recv, k->count, k->t, err);
+    case COMM_REDUCE_SCATTER:
+        return bmt_reduce_scatter(c, send, recv, k->count, k->t, (bmt_op_t)k->op, err);
+    case COMM_ALL_REDUCE:
+        return bmt_all_reduce(c, send, recv, k->count, k->t, (bmt_op_t)k->op, err);
+    case COMM_BROADCAST: return bmt_broadcast(c, recv, k->count, k->t, k->root, err);
+    default: return bmt_barrier(c, err);
+    }
+}
+
+/* Rank `odd` calls b while the others call a, after `pre` matching all_reduces,
+ * on a fresh communicator of every rank ("case"): every rank must fail, name
+ * the odd rank (or rank 1 when rank 0 is the odd one) and both calls, leave its
+ * receive buffer alone and refuse the next call; the world is not affected. */
+static void sc_differ(bmt_comm_t *world, bool knob)
+{
+    static const struct {
+        const char *what;
+        int odd, pre;
+        struct call a, b;
+        const char *want;
+    } cases[] = {
+        { "all_reduce against all_gather",
+          1,
+          0,
+          { COMM_ALL_REDUCE, 1, BMT_F64, BMT_SUM, -1 },
+          { COMM_ALL_GATHER, 4096, BMT_BF16, -1, -1 },
+          "rank 1 issued all_gather(count 4096, bf16) while rank 0 issued all_reduce(count 1, "
+          "f64, sum)" },
+        { "counts differ",
+          2,
+          2,
+          { COMM_ALL_REDUCE, 1000, BMT_F32, BMT_SUM, -1 },
+          { COMM_ALL_REDUCE, 1001, BMT_F32, BMT_SUM, -1 },
+          "rank 2 issued all_reduce(count 1001, f32, sum) while rank 0 issued "
+          "all_reduce(count 1000, f32, sum)" },
+        { "dtypes differ",
+          2,
+          0,
+          { COMM_ALL_GATHER, 100, BMT_F32, -1, -1 },
+          { COMM_ALL_GATHER, 100, BMT_BF16, -1, -1 },
+          "rank 2 issued all_gather(count 100, bf16) while rank 0 issued all_gather(count 100, "
+          "f32)" },
+        { "ops differ",
+          1,
+          0,
+          { COMM_REDUCE_SCATTER, 100, BMT_F32, BMT_SUM, -1 },
+          { COMM_REDUCE_SCATTER, 100, BMT_F32, BMT_MAX, -1 },
+          "rank 1 issued reduce_scatter(count 100, f32, max) while rank 0 issued "
+          "reduce_scatter(count 100, f32, sum)" },
+        { "roots differ",
+          2,
+          0,
+          { COMM_BROADCAST, 10, BMT_F32, -1, 0 },
+          { COMM_BROADCAST, 10, BMT_F32, -1, 2 },
+          "rank 2 issued broadcast(count 10, f32, root 2) while rank 0 issued broadcast(count "
+          "10, f32, root 0)" },
+        { "a barrier against a chunked all_reduce",
+          1,
+          0,
+          { COMM_BARRIER, 0, BMT_F32, -1, -1 },
+          { COMM_ALL_REDUCE, 3000, BMT_F32, BMT_AVG, -1 },
+          "rank 1 issued all_reduce(count 3000, f32, avg) while rank 0 issued barrier()" },
+        { "rank 0 is the odd one",
+          0,
+          1,
+          { COMM_BARRIER, 0, BMT_F32, -1, -1 },
+          { COMM_ALL_GATHER, 5000, BMT_F64, -1, -1 },
+          "rank 1 issued barrier() while rank 0 issued all_gather(count 5000, f64)" },
+    };
+    int n = me.n, r = me.rank;
+    int colors[MAX_RANKS], keys[MAX_RANKS];
+    size_t cap = (size_t)5000 * 8 * MAX_RANKS;
+    unsigned char *send = xalloc(cap), *recv = xalloc(cap);
+    memset(send, 0, cap);
+    for (int i = 0; i < n; i++) {
+        colors[i] = 0;
+        keys[i] = i;
+    }
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct chk k = CHK_INIT, ka = CHK_INIT;
+        bmt_comm_t *c = NULL;
+        bmt_error_t err;
+        if (comm_split_known(world, colors, keys, "case", &c, &err) < 0) {
+            chk_fail(&k, "split: %s", err.text);
+            chk_report(&k, n, "%s: split", cases[i].what);
+            continue;
+        }
+        for (int p = 0; p < cases[i].pre; p++)
+            if (bmt_all_reduce(c, send, recv, 10, BMT_F32, BMT_SUM, &err) < 0)
+                chk_fail(&k, "matching all_reduce %d: %s", p, err.text);
+        const struct call *mine = r == cases[i].odd ? &cases[i].b : &cases[i].a;
+        memset(recv, 0xa5, cap);
+        double t0 = now_s();
+        int rc = do_call(c, mine, send, recv, &err);
+        double dt = now_s() - t0;
+        char lead[96];
+        if (knob)
+            snprintf(lead, sizeof(lead), "rank %d: collective check (case, call #%d): ", r,
+                     cases[i].pre + 1);
+        else
+            snprintf(lead, sizeof(lead), "rank %d: case: ", r);
+        size_t untouched = 0;
+        while (untouched < cap && recv[untouched] == 0xa5)
+            untouched++;
+        if (rc == 0)
+            chk_fail(&k, "the call returned 0");
+        else if (strncmp(err.text, lead, strlen(lead)) != 0 || !has(err.text, cases[i].want) ||
+                 (!knob && !has(err.text, "the ranks called different collectives: ")))
+            chk_fail(&k, "message: %s", err.text);
+        else if (untouched != cap)
+            chk_fail(&k, "byte %zu of the receive buffer was written", untouched);
+        else if (dt > 2.0)
+            chk_fail(&k, "took %.2f s", dt);
+        chk_report(&k, n, "%s: every rank fails at once naming both calls, buffers untouched",
+                   cases[i].what);
+        if (i == 0)
+            send_rec(REC_DIAG, "", 1, 0, 0, err.text);
+        if (bmt_barrier(c, &err) == 0 || !has(err.text, "aborted"))
+            chk_fail(&ka, "%s", err.text);
+        chk_report(&ka, n, "%s: the communicator is aborted", cases[i].what);
+        bmt_comm_destroy(c);
+    }
+    struct chk kw = CHK_INIT;
+    one_all_reduce(world, BMT_F32, BMT_SUM, DATA_INT, 77, 3000, &kw, NULL);
+    chk_report(&kw, n, "the world still works after the failed cases");
+    free(send);
+    free(recv);
+}
+
 /* ------------------------------------------------------------ a child */
 
 static bmt_comm_t *make_world(bmt_ctx_t *ctx, int r, int n, double tmo)
@@ -743,7 +895,11 @@ static void child(const struct run *run, int r)
         setenv("BMT_SHM_CHUNK", chunk, 1);
     else
         unsetenv("BMT_SHM_CHUNK");
+    /* BMT_CHECK_COLLECTIVES is read by bmt_init: here, by hand, into the context
+     * before any communicator exists. */
+    ctx->check_collectives = run->check;
     bmt_comm_t *world = make_world(ctx, r, run->n, run->timeout_s);
+    world->check = ctx->check_collectives;
     bmt_error_t err;
     struct chk k = CHK_INIT;
     double t0 = now_s();
@@ -778,6 +934,12 @@ static void child(const struct run *run, int r)
     else if (segment_exists(me.job, world->id))
         chk_fail(&ku, "/dev/shm still has the world's segment");
     chk_report(&ku, run->n, "the segment's name is gone once every rank attached");
+
+    if (run->sc == SC_DIFFER || run->sc == SC_DIFFER_CHECK) {
+        sc_differ(world, run->sc == SC_DIFFER_CHECK);
+        comm_free(world);
+        _exit(0);
+    }
 
     uint64_t seed = splitmix(me.job + 17);
     if (run->sc == SC_STALE) {
