@@ -185,7 +185,7 @@ static int parse_seconds(const char *text, const char *what, bool allow_zero, do
     double d = strtod(text, &end);
     if (*text == '\0' || end == text || *end != '\0' || errno == ERANGE || !isfinite(d) || d < 0 ||
         (!allow_zero && d == 0) || d > 1e7)
-        return errprintf(err, "%s needs a %s number of seconds, got '%.60s'", what,
+        return errprintf(err, "%s needs a %s number of seconds, got '%.200s'", what,
                          allow_zero ? "non-negative" : "positive", text);
     *out = d;
     return 0;
@@ -227,13 +227,13 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
             break;
         case OPT_DEVICE:
             if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0)
-                return errprintf(err, "--device must be cpu or cuda, got '%.60s'", optarg);
+                return errprintf(err, "--device must be cpu or cuda, got '%.200s'", optarg);
             o->device = optarg;
             break;
         case OPT_BACKEND:
             if (strcmp(optarg, "shm") != 0 && strcmp(optarg, "nccl") != 0 &&
                 strcmp(optarg, "none") != 0)
-                return errprintf(err, "--backend must be shm, nccl or none, got '%.60s'", optarg);
+                return errprintf(err, "--backend must be shm, nccl or none, got '%.200s'", optarg);
             o->backend = optarg;
             break;
         case OPT_PLAN: o->plan = true; break;
@@ -268,7 +268,7 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
             if (*optarg == '\0' || strpbrk(optarg, "\n\r"))
                 return errprintf(err, "%s needs a value on one line", argv[optind - 1]);
             if (c != OPT_TEMPLATE && strpbrk(optarg, " \t'\"\\$`"))
-                return errprintf(err, "%s '%.60s': no spaces, quotes, $ or backslashes",
+                return errprintf(err, "%s '%.200s': no spaces, quotes, $ or backslashes",
                                  argv[optind - 1], optarg);
             if (c == OPT_TIME)
                 o->time = optarg;
@@ -325,7 +325,7 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
             if (*optarg == '\0' || *end != '\0' || errno || p < 0 || p > 65535)
                 return errprintf(err,
                                  "--metrics-port needs a port from 0 (off) to 65535, got "
-                                 "'%.40s'",
+                                 "'%.200s'",
                                  optarg);
             o->metrics_port = (int)p;
             o->metrics_port_set = true;
@@ -336,7 +336,7 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
             if (inet_pton(AF_INET, optarg, addr) != 1 && inet_pton(AF_INET6, optarg, addr) != 1)
                 return errprintf(err,
                                  "--metrics-bind needs a numeric IPv4 or IPv6 address (127.0.0.1, "
-                                 "0.0.0.0, ::1), got '%.40s'",
+                                 "0.0.0.0, ::1), got '%.200s'",
                                  optarg);
             o->metrics_bind = optarg;
             o->metrics_bind_set = true;
@@ -353,7 +353,7 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
             long n =
                 digits > 0 && digits <= 4 && optarg[digits] == '\0' ? strtol(optarg, NULL, 10) : -1;
             if (n < 0 || n > MAX_RESTARTS)
-                return errprintf(err, "--max-restarts needs a count from 0 to %d, got '%.40s'",
+                return errprintf(err, "--max-restarts needs a count from 0 to %d, got '%.200s'",
                                  MAX_RESTARTS, optarg);
             o->max_restarts = (int)n;
             break;
@@ -364,14 +364,14 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
         default:
             if (optopt)
                 return errprintf(err, "unknown option '-%c'", optopt);
-            return errprintf(err, "unknown option '%.60s'", argv[optind - 1]);
+            return errprintf(err, "unknown option '%.200s'", argv[optind - 1]);
         }
     }
     if (o->device == NULL) {
         /* Like the other BMT_ knobs, an exported BMT_DEVICE is honoured. */
         const char *env = getenv("BMT_DEVICE");
         if (env && strcmp(env, "cpu") != 0 && strcmp(env, "cuda") != 0)
-            return errprintf(err, "BMT_DEVICE='%.40s' in the environment: use cpu or cuda", env);
+            return errprintf(err, "BMT_DEVICE='%.200s' in the environment: use cpu or cuda", env);
         o->device = env ? env : "cpu";
     }
     if (o->json && !o->plan)
@@ -398,7 +398,7 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
     o->prog_argc = argc - optind;
     o->prog_argv = argv + optind;
     if (o->plan && o->prog_argc > 0)
-        return errprintf(err, "--plan runs nothing; drop '%.60s' or drop --plan", o->prog_argv[0]);
+        return errprintf(err, "--plan runs nothing; drop '%.200s' or drop --plan", o->prog_argv[0]);
     if (!o->plan && o->prog_argc == 0)
         return errprintf(err, "no program to run: bmlaunch [OPTIONS] -- PROGRAM [ARGS...]");
     return 0;

@@ -266,7 +266,7 @@ static int ingest_json(collector_t *c, const json_t *doc, char *why, size_t wlen
     if (!json_is_integer(v) || json_integer_value(v) != 1)
         return bad(why, wlen, "\"version\" must be 1");
     if (!json_is_string(job) || strcmp(json_string_value(job), c->job_id) != 0)
-        return bad(why, wlen, "\"job\" must be this job's id (%.100s)", c->job_id);
+        return bad(why, wlen, "\"job\" must be this job's id (%.200s)", c->job_id);
     if (!json_is_integer(rank) || json_integer_value(rank) < 0 ||
         json_integer_value(rank) >= c->l.world)
         return bad(why, wlen, "\"rank\" must be an integer in [0, %d)", c->l.world);
@@ -939,7 +939,7 @@ int collector_listen(collector_t *c, const char *bind, int port, bool fallback, 
     snprintf(ps, sizeof(ps), "%d", port);
     if (getaddrinfo(bind, ps, &hints, &ai) != 0 || ai == NULL)
         return errprintf(err,
-                         "--metrics-bind '%.60s' is not a numeric IPv4 or IPv6 address (e.g. "
+                         "--metrics-bind '%.200s' is not a numeric IPv4 or IPv6 address (e.g. "
                          "127.0.0.1, 0.0.0.0, ::1)",
                          bind);
     bool v6 = ai->ai_family == AF_INET6;
@@ -956,7 +956,7 @@ int collector_listen(collector_t *c, const char *bind, int port, bool fallback, 
     freeaddrinfo(ai);
     if (c->d == NULL)
         return errprintf(err,
-                         "cannot serve metrics on %.60s port %d (in use, or not an address of "
+                         "cannot serve metrics on %.200s port %d (in use, or not an address of "
                          "this host): choose --metrics-port N, or 0 to turn the endpoint off",
                          bind, port);
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(c->d, MHD_DAEMON_INFO_BIND_PORT);

@@ -311,7 +311,7 @@ int costmodel_parse_params(const char *text, const char *what, double *out, bmt_
         return 0;
     }
     if (*text == '-')
-        return errprintf(err, "%s needs a positive parameter count, got '%.60s'", what, text);
+        return errprintf(err, "%s needs a positive parameter count, got '%.200s'", what, text);
     const char *end = scan_decimal(text);
     double scale = 1;
     if (end) {
@@ -326,17 +326,17 @@ int costmodel_parse_params(const char *text, const char *what, double *out, bmt_
     }
     if (end == NULL || end[scale == 1 ? 0 : 1] != '\0')
         return errprintf(err,
-                         "%s: '%.60s' is neither a parameter count (1.5e9, 350M, 70B) nor a "
+                         "%s: '%.200s' is neither a parameter count (1.5e9, 350M, 70B) nor a "
                          "preset (d12, d24, d36, d48)",
                          what, text);
     double v = decimal_value(text, (size_t)(end - text));
     if (isnan(v))
-        return errprintf(err, "%s: '%.60s' is too long a number", what, text);
+        return errprintf(err, "%s: '%.200s' is too long a number", what, text);
     v = round(v * scale);
     if (v > COSTMODEL_MAX_PARAMS)
-        return errprintf(err, "%s: '%.60s' is too many parameters (at most 1e15)", what, text);
+        return errprintf(err, "%s: '%.200s' is too many parameters (at most 1e15)", what, text);
     if (v < 1)
-        return errprintf(err, "%s needs at least 1 parameter, got '%.60s'", what, text);
+        return errprintf(err, "%s needs at least 1 parameter, got '%.200s'", what, text);
     *out = v;
     return 0;
 }
@@ -346,13 +346,13 @@ static int parse_real(const char *text, const char *what, const char *unit, bool
 {
     const char *end = text ? scan_decimal(text) : NULL;
     if (end == NULL || *end != '\0')
-        return errprintf(err, "%s needs a %s number of %s, got '%.60s'", what,
+        return errprintf(err, "%s needs a %s number of %s, got '%.200s'", what,
                          allow_zero ? "non-negative" : "positive", unit, text ? text : "");
     double v = decimal_value(text, (size_t)(end - text));
     if (isnan(v) || v > max)
-        return errprintf(err, "%s: '%.60s' is too large (at most %g %s)", what, text, max, unit);
+        return errprintf(err, "%s: '%.200s' is too large (at most %g %s)", what, text, max, unit);
     if (v == 0 && !allow_zero)
-        return errprintf(err, "%s needs a positive number of %s, got '%.60s'", what, unit, text);
+        return errprintf(err, "%s needs a positive number of %s, got '%.200s'", what, unit, text);
     *out = v;
     return 0;
 }
@@ -374,7 +374,7 @@ int costmodel_parse_zero(const char *text, const char *what, int *out, bmt_error
     else if (text && strcmp(text, "3") == 0)
         *out = 3;
     else
-        return errprintf(err, "%s must be 2 or 3, got '%.60s'", what, text ? text : "");
+        return errprintf(err, "%s must be 2 or 3, got '%.200s'", what, text ? text : "");
     return 0;
 }
 
@@ -389,7 +389,7 @@ int costmodel_parse_dtype(const char *text, const char *what, int *bytes, bmt_er
             *bytes = dtypes[i].bytes;
             return 0;
         }
-    return errprintf(err, "%s must be bf16, fp16 or f32, got '%.60s'", what, text ? text : "");
+    return errprintf(err, "%s must be bf16, fp16 or f32, got '%.200s'", what, text ? text : "");
 }
 
 /* ---------------------------------------------------------------- output */

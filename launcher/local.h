@@ -26,7 +26,7 @@ typedef struct host_event {
     host_event_kind_t kind;
     int rank;
     int status;                                  /* HOST_ABORT */
-    char msg[256];                               /* HOST_ABORT */
+    char msg[BMT_ERROR_TEXT_MAX];                /* HOST_ABORT */
     void (*done)(int pmix_status, void *cbdata); /* release the caller (HOST_ABORT) */
     void *done_data;
 } host_event_t;

@@ -77,14 +77,14 @@ static int mkdir_p(const char *path, bmt_error_t *err)
             continue;
         *p = '\0';
         if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return errprintf(err, "cannot create --log-dir %.100s: %s", buf, strerror(errno));
+            return errprintf(err, "cannot create --log-dir %.200s: %s", buf, strerror(errno));
         *p = '/';
     }
     if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-        return errprintf(err, "cannot create --log-dir %.100s: %s", buf, strerror(errno));
+        return errprintf(err, "cannot create --log-dir %.200s: %s", buf, strerror(errno));
     struct stat st;
     if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode) || access(buf, W_OK) != 0)
-        return errprintf(err, "--log-dir %.100s is not a writable directory", buf);
+        return errprintf(err, "--log-dir %.200s is not a writable directory", buf);
     return 0;
 }
 
@@ -194,7 +194,7 @@ static void on_rank_exit(void *arg, int rank, int status)
 /* --max-restarts: say why every rank starts again, and count it in the metrics. */
 static void announce_restart(job_t *job, collector_t *coll, int restart, int max)
 {
-    char why[512];
+    char why[BMT_ERROR_TEXT_MAX + 400];
     job_failure(job, why, sizeof(why));
     fprintf(stderr, "bmlaunch: restart %d of %d after %s\n", restart, max, why);
     fflush(stderr);

@@ -142,7 +142,7 @@ int sbatch_find_template(const char *given, char *path, size_t len, bmt_error_t 
 {
     if (given) {
         if (!readable(given))
-            return errprintf(err, "--template %.100s: %s", given, strerror(errno));
+            return errprintf(err, "--template %.200s: %s", given, strerror(errno));
         snprintf(path, len, "%s", given);
         return 0;
     }
@@ -180,7 +180,7 @@ static char *read_file(const char *path, bmt_error_t *err)
 {
     FILE *f = fopen(path, "r");
     if (f == NULL) {
-        errprintf(err, "cannot read %.100s: %s", path, strerror(errno));
+        errprintf(err, "cannot read %.200s: %s", path, strerror(errno));
         return NULL;
     }
     buf_t b = { 0 };
@@ -192,7 +192,7 @@ static char *read_file(const char *path, bmt_error_t *err)
     fclose(f);
     if (bad) {
         free(b.s);
-        errprintf(err, "cannot read %.100s (empty, unreadable or over 1 MiB)", path);
+        errprintf(err, "cannot read %.200s (empty, unreadable or over 1 MiB)", path);
         return NULL;
     }
     return b.s;
@@ -272,7 +272,7 @@ char *sbatch_script(const launch_opts_t *o, const bmt_layout_t *l, const char *s
         };
         script = sbatch_render(tmpl, vars, sizeof(vars) / sizeof(vars[0]), err);
         if (script == NULL)
-            errprefix(err, "%.100s: ", path);
+            errprefix(err, "%.200s: ", path);
     } else {
         errprintf(err, "out of memory");
     }

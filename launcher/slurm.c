@@ -93,10 +93,11 @@ int slurm_detect_from(slurm_alloc_t *a, const char *(*get)(const char *name), bm
         return -1;
     const char *t = get("SLURM_TASKS_PER_NODE");
     if (t && *t && slurm_uniform_count(t, &s.tasks_per_node) < 0)
-        return errprintf(err, "Slurm environment: SLURM_TASKS_PER_NODE='%.60s' is malformed", t);
+        return errprintf(err, "Slurm environment: SLURM_TASKS_PER_NODE='%.200s' is malformed", t);
     const char *c = get("SLURM_JOB_CPUS_PER_NODE");
     if (c && *c && slurm_uniform_count(c, &s.cpus_per_node) < 0)
-        return errprintf(err, "Slurm environment: SLURM_JOB_CPUS_PER_NODE='%.60s' is malformed", c);
+        return errprintf(err, "Slurm environment: SLURM_JOB_CPUS_PER_NODE='%.200s' is malformed",
+                         c);
     if (get_int(get, "SLURM_GPUS_ON_NODE", &s.gpus_per_node, false, err) < 0)
         return -1;
     *a = s;

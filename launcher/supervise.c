@@ -78,7 +78,7 @@ struct job {
     /* The first failure decides the exit status and the summary. */
     failure_kind_t fail;
     int fail_rank, fail_code;
-    char fail_msg[256];
+    char fail_msg[BMT_ERROR_TEXT_MAX];
     /* Ending the job. */
     bool ending;
     double kill_at; /* when SIGKILL follows SIGTERM */
@@ -167,10 +167,10 @@ int resolve_program(const char *name, char *out, size_t len, bmt_error_t *err)
 {
     if (strchr(name, '/')) {
         if (access(name, X_OK) != 0)
-            return errprintf(err, "cannot run '%.100s': %s", name, strerror(errno));
+            return errprintf(err, "cannot run '%.200s': %s", name, strerror(errno));
         struct stat st;
         if (stat(name, &st) == 0 && S_ISDIR(st.st_mode))
-            return errprintf(err, "cannot run '%.100s': it is a directory", name);
+            return errprintf(err, "cannot run '%.200s': it is a directory", name);
         snprintf(out, len, "%s", name);
         return 0;
     }
@@ -195,7 +195,7 @@ int resolve_program(const char *name, char *out, size_t len, bmt_error_t *err)
         if (*p == ':')
             p++;
     }
-    return errprintf(err, "program '%.100s' not found in PATH", name);
+    return errprintf(err, "program '%.200s' not found in PATH", name);
 }
 
 /* Open DIR/rank-N.log for rank. */
@@ -205,7 +205,7 @@ static int open_log(job_t *job, rank_proc_t *rp, bmt_error_t *err)
     snprintf(file, sizeof(file), "%s/rank-%d.log", job->o.log_dir, rp->rank);
     rp->log = fopen(file, "we");
     if (rp->log == NULL)
-        return errprintf(err, "cannot write %.120s: %s", file, strerror(errno));
+        return errprintf(err, "cannot write %.200s: %s", file, strerror(errno));
     return 0;
 }
 
@@ -419,7 +419,7 @@ static void demux_line(job_t *job, bool is_err, const char *line, size_t len)
         size_t start = i + 1 < len && line[i + 1] == ' ' ? i + 2 : i + 1;
         emit_line(job, &job->ranks[r], is_err, line + start, len - start);
         /* bmt_abort's line: srun reports the abort only as killed tasks. */
-        char text[512];
+        char text[BMT_ERROR_TEXT_MAX + 100];
         size_t n = len - start < sizeof(text) - 1 ? len - start : sizeof(text) - 1;
         memcpy(text, line + start, n);
         text[n] = '\0';
@@ -658,7 +658,7 @@ int job_failure(const job_t *job, char *buf, size_t len)
     if (job->fail == FAIL_NONE || job->fail_rank < 0)
         return -1;
     const rank_proc_t *rp = &job->ranks[job->fail_rank];
-    char what[320];
+    char what[BMT_ERROR_TEXT_MAX + 200];
     if (job->fail == FAIL_ABORT)
         snprintf(what, sizeof(what), "called PMIx_Abort with status %d: %s", job->fail_code,
                  job->fail_msg[0] ? job->fail_msg : "(no message)");
@@ -718,7 +718,7 @@ void job_summary(job_t *job)
         return;
     }
     rank_proc_t *rp = &job->ranks[job->fail_rank];
-    char what[512];
+    char what[BMT_ERROR_TEXT_MAX + 400];
     job_failure(job, what, sizeof(what));
     fprintf(stderr, "bmlaunch: job failed: %s\n", what);
     if (rp->tail_count > 0) {

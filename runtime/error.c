@@ -1,7 +1,8 @@
 /* runtime/error.c — one-line error messages into a caller's bmt_error_t.
  *
- * Messages are truncated to fit text[160]; a truncated message ends in "..." so
- * the reader knows there was more.
+ * Messages are truncated to fit text[BMT_ERROR_TEXT_MAX] (2048 bytes, room for
+ * whole paths and names); a truncated message ends in "..." so the reader
+ * knows there was more.
  */
 #include "error.h"
 

@@ -147,7 +147,7 @@ static int load_one(bmt_ctx_t *ctx, struct monitor *m, const char *item, char *w
     bool is_path = strchr(item, '/') != NULL;
     if (!is_path && !valid_name(item))
         return snprintf(why, len,
-                        "plugin '%.64s' in BMT_PLUGINS: a name is letters, digits, '_', '-' "
+                        "plugin '%.200s' in BMT_PLUGINS: a name is letters, digits, '_', '-' "
                         "and '.' (or give a path containing '/')",
                         item),
                -1;
@@ -171,7 +171,7 @@ static int load_one(bmt_ctx_t *ctx, struct monitor *m, const char *item, char *w
     if (is_path)
         snprintf(label, sizeof(label), "%.1000s", item);
     else
-        snprintf(label, sizeof(label), "%.64s (%.900s)", item, path);
+        snprintf(label, sizeof(label), "%.100s (%.900s)", item, path);
     const bmt_monitor_plugin_v1_t *api = dlsym(dl, BMT_PLUGIN_SYMBOL);
     if (api == NULL) {
         snprintf(
@@ -223,7 +223,7 @@ int monitor_init(bmt_ctx_t *ctx, bmt_error_t *err)
     bool warn = strcmp(errors, "warn") == 0;
     if (!warn && strcmp(errors, "fail") != 0) {
         free(m);
-        return errprintf(err, "rank %d: BMT_PLUGIN_ERRORS='%.40s': use fail or warn", ctx->rank,
+        return errprintf(err, "rank %d: BMT_PLUGIN_ERRORS='%.200s': use fail or warn", ctx->rank,
                          errors);
     }
     double flush_s;
@@ -239,7 +239,7 @@ int monitor_init(bmt_ctx_t *ctx, bmt_error_t *err)
         if (end == peak || *end != '\0' || errno || !isfinite(t) || t <= 0) {
             free(m);
             return errprintf(err,
-                             "rank %d: BMT_PEAK_TFLOPS='%.40s' is not a positive number "
+                             "rank %d: BMT_PEAK_TFLOPS='%.200s' is not a positive number "
                              "(peak TFLOP/s of one rank)",
                              ctx->rank, peak);
         }

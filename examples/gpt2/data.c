@@ -45,9 +45,9 @@ static int data_err(bmt_error_t *err, const char *fmt, ...)
     return -1;
 }
 
-/* A path short enough to leave room for the cause in a 160-byte message: the
+/* A path short enough to leave room for the cause in a message: the
  * path itself, or "..." and its tail (the tail tells shards apart). */
-#define SHOWN_MAX 72
+#define SHOWN_MAX 512
 typedef struct {
     char s[SHOWN_MAX + 1];
 } shown_t;

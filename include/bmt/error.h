@@ -19,8 +19,11 @@ extern "C" {
 #define BMT_API
 #endif
 
+/* Long enough for the paths, names and sizes a message carries whole (a
+ * checkpoint's file and tensor, a rank's host): messages are not cut short. */
+#define BMT_ERROR_TEXT_MAX 2048
 typedef struct bmt_error {
-    char text[160];
+    char text[BMT_ERROR_TEXT_MAX];
 } bmt_error_t;
 
 #ifdef __cplusplus
