@@ -9,14 +9,24 @@
  * Checkpointing (the list's config) decides where a layer's internals live: with
  * it, one scratch set shared by all layers, filled by the forward that the list
  * runs again inside backward; without it, one set per layer, filled once.
+ *
+ * HF's config.json is this model's contract with transformers: the trainer
+ * writes one that describes exactly what it computes (gpt2_hf_config_json),
+ * and --init-from reads one beside the weights and refuses any value it does
+ * not compute (gpt2_config_from_hf_json) rather than train another model than
+ * the file describes. Absent keys mean GPT2Config's defaults, because that is
+ * what from_pretrained builds from the same file.
  */
 #include "gpt2/model.h"
 
+#include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "bmt/device.h"
 #include "bmt/safetensors.h"
@@ -86,7 +96,7 @@ int gpt2_config_by_name(const char *name, gpt2_config_t *cfg, bmt_error_t *err)
             *cfg = known[i].c;
             return 0;
         }
-    return fail(err, "unknown model '%.40s': use tiny, d12, d24, d36 or d48, or give the sizes",
+    return fail(err, "unknown model '%.200s': use tiny, d12, d24, d36 or d48, or give the sizes",
                 name ? name : "(null)");
 }
 
@@ -519,6 +529,8 @@ const float *gpt2_model_logits(const gpt2_model_t *m)
     return m->logits;
 }
 
+bmt_dtype_t gpt2_model_param_dtype(const gpt2_model_t *m) { return m->pdtype; }
+
 void gpt2_model_destroy(gpt2_model_t *m)
 {
     if (m == NULL)
@@ -569,6 +581,252 @@ static const bmt_st_tensor_t *named(const bmt_st_t *st, const char *a, const cha
     return bmt_st_tensor(st, i >= 0 ? i : bmt_st_find(st, b));
 }
 
+/* ------------------------------------------------------------ HF config.json */
+
+/* A JSON value as text for a message, at most 40 bytes. */
+typedef struct value_text {
+    char s[48];
+} value_text_t;
+
+static value_text_t show(const json_t *v)
+{
+    value_text_t t;
+    char *d = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(9));
+    snprintf(t.s, sizeof(t.s), "%.37s%s", d ? d : "?", d && strlen(d) > 37 ? "..." : "");
+    free(d);
+    return t;
+}
+
+static const char *json_kind(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a real number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+static int wrong_type(bmt_error_t *err, const char *file, const char *key, const char *want,
+                      const json_t *v)
+{
+    return fail(err, "%s: malformed: \"%s\" must be %s, not %s", file, key, want, json_kind(v));
+}
+
+static int unsupported(bmt_error_t *err, const char *file, const char *key, const json_t *v,
+                       const char *supported)
+{
+    return fail(err, "%s: %s is %s; supported: %s", file, key, show(v).s, supported);
+}
+
+/* An integer key (or its alias, HF's attribute_map) with GPT2Config's default
+ * when both are absent; -1 and err when one has another type or they differ. */
+static int hf_int(const json_t *root, const char *file, const char *key, const char *alias,
+                  int dflt, long long *out, bool *given, bmt_error_t *err)
+{
+    const json_t *v = json_object_get(root, key), *a = alias ? json_object_get(root, alias) : NULL;
+    if (v && !json_is_integer(v))
+        return wrong_type(err, file, key, "an integer", v);
+    if (a && !json_is_integer(a))
+        return wrong_type(err, file, alias, "an integer", a);
+    if (v && a && json_integer_value(v) != json_integer_value(a))
+        return fail(err, "%s: %s is %lld but its alias %s is %lld", file, key,
+                    (long long)json_integer_value(v), alias, (long long)json_integer_value(a));
+    *given = v || a;
+    *out = v ? json_integer_value(v) : a ? json_integer_value(a) : dflt;
+    return 0;
+}
+
+/* A boolean key that must be `want` when present (GPT2Config's default for
+ * each key checked is the value the trainer computes). */
+static int hf_bool(const json_t *root, const char *file, const char *key, bool want,
+                   const char *supported, bmt_error_t *err)
+{
+    const json_t *v = json_object_get(root, key);
+    if (v && !json_is_boolean(v))
+        return wrong_type(err, file, key, "true or false", v);
+    if (v && json_is_true(v) != want)
+        return unsupported(err, file, key, v, supported);
+    return 0;
+}
+
+int gpt2_config_from_hf_json(const char *text, const char *file, int n_head, gpt2_config_t *cfg,
+                             bmt_error_t *err)
+{
+    json_error_t je;
+    json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &je);
+    if (root == NULL)
+        return fail(err, "%s: not valid JSON: %.60s (line %d)", file, je.text, je.line);
+    int rc = 0;
+    gpt2_config_t c = *cfg;
+    const json_t *v;
+    if (!json_is_object(root))
+        rc = fail(err, "%s: malformed: a JSON object is needed, not %s", file, json_kind(root));
+
+    /* What kind of model: GPT-2, as a causal LM or its body. */
+    if (rc == 0 && (v = json_object_get(root, "model_type")) != NULL) {
+        if (!json_is_string(v))
+            rc = wrong_type(err, file, "model_type", "a string", v);
+        else if (strcmp(json_string_value(v), "gpt2") != 0)
+            rc = unsupported(err, file, "model_type", v, "\"gpt2\"");
+    }
+    if (rc == 0 && (v = json_object_get(root, "architectures")) != NULL && !json_is_null(v)) {
+        if (!json_is_array(v))
+            rc = wrong_type(err, file, "architectures", "an array of strings", v);
+        for (size_t i = 0; rc == 0 && i < json_array_size(v); i++) {
+            const json_t *e = json_array_get(v, i);
+            if (!json_is_string(e))
+                rc = wrong_type(err, file, "architectures", "an array of strings", e);
+            else if (strcmp(json_string_value(e), "GPT2LMHeadModel") != 0 &&
+                     strcmp(json_string_value(e), "GPT2Model") != 0)
+                rc = unsupported(err, file, "architectures[]", e,
+                                 "\"GPT2LMHeadModel\", \"GPT2Model\"");
+        }
+    }
+    static const char *const rotary[] = { "rotary_dim", "rotary_pct", "rope_theta", "rope_scaling",
+                                          "rope_parameters" };
+    for (size_t i = 0; rc == 0 && i < sizeof(rotary) / sizeof(rotary[0]); i++)
+        if ((v = json_object_get(root, rotary[i])) != NULL && !json_is_null(v))
+            rc = unsupported(err, file, rotary[i], v, "absent (positions are learned: wpe)");
+
+    /* The sizes: the weights have them; the file must say the same. */
+    const struct {
+        const char *key, *alias, *what;
+        int dflt, have;
+    } sizes[] = {
+        { "n_layer", "num_hidden_layers", "layers (h.<N>)", 12, c.n_layer },
+        { "n_embd", "hidden_size", "columns in wte", 768, c.n_embd },
+        { "vocab_size", NULL, "rows in wte", 50257, c.vocab_size },
+        { "n_positions", "max_position_embeddings", "rows in wpe", 1024, c.max_seq_len },
+    };
+    for (size_t i = 0; rc == 0 && i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        long long x;
+        bool given;
+        rc = hf_int(root, file, sizes[i].key, sizes[i].alias, sizes[i].dflt, &x, &given, err);
+        if (rc == 0 && x != sizes[i].have)
+            rc = fail(err, "%s: %s is %lld%s but the weights have %d %s", file, sizes[i].key, x,
+                      given ? "" : " (absent: the default)", sizes[i].have, sizes[i].what);
+    }
+    long long heads = 12;
+    bool given = false;
+    if (rc == 0)
+        rc = hf_int(root, file, "n_head", "num_attention_heads", 12, &heads, &given, err);
+    if (rc == 0 && (heads < 1 || heads > 1024 || c.n_embd % heads != 0))
+        rc = fail(err, "%s: n_head is %lld%s: it must be in 1..1024 and divide n_embd %d", file,
+                  heads, given ? "" : " (absent: the default)", c.n_embd);
+    if (rc == 0 && n_head != 0 && n_head != heads)
+        rc = fail(err,
+                  "%s: n_head is %lld%s but --heads is %d: leave --heads out or make them agree",
+                  file, heads, given ? "" : " (absent: the default)", n_head);
+    if (rc == 0 && (v = json_object_get(root, "n_inner")) != NULL && !json_is_null(v)) {
+        if (!json_is_integer(v))
+            rc = wrong_type(err, file, "n_inner", "an integer or null", v);
+        else if (json_integer_value(v) != 4 * (json_int_t)c.n_embd) {
+            char s[48];
+            snprintf(s, sizeof(s), "null or %lld (4 x n_embd)", 4LL * c.n_embd);
+            rc = unsupported(err, file, "n_inner", v, s);
+        }
+    }
+
+    /* What a layer computes. */
+    if (rc == 0 && (v = json_object_get(root, "activation_function")) != NULL) {
+        if (!json_is_string(v))
+            rc = wrong_type(err, file, "activation_function", "a string", v);
+        else if (strcmp(json_string_value(v), "gelu_new") != 0 &&
+                 strcmp(json_string_value(v), "gelu_pytorch_tanh") != 0)
+            rc = unsupported(err, file, "activation_function", v,
+                             "\"gelu_new\", \"gelu_pytorch_tanh\" (GELU, tanh)");
+    }
+    if (rc == 0 && (v = json_object_get(root, "layer_norm_epsilon")) != NULL) {
+        if (!json_is_number(v))
+            rc = wrong_type(err, file, "layer_norm_epsilon", "a number", v);
+        else if (!(fabs(json_number_value(v) - GPT2_LAYERNORM_EPS) <= 1e-9 * GPT2_LAYERNORM_EPS))
+            rc = unsupported(err, file, "layer_norm_epsilon", v, "1e-5 (the LayerNorms' epsilon)");
+    }
+    if (rc == 0)
+        rc = hf_bool(root, file, "tie_word_embeddings", true, "true (the LM head is wte)", err);
+    if (rc == 0)
+        rc = hf_bool(root, file, "scale_attn_weights", true,
+                     "true (scores scaled by 1/sqrt(head size))", err);
+    if (rc == 0)
+        rc = hf_bool(root, file, "scale_attn_by_inverse_layer_idx", false,
+                     "false (no 1/(layer+1) scaling)", err);
+    if (rc == 0)
+        rc = hf_bool(root, file, "add_cross_attention", false, "false (no cross-attention)", err);
+    if (rc == 0 && (v = json_object_get(root, "reorder_and_upcast_attn")) != NULL &&
+        !json_is_boolean(v))
+        rc = wrong_type(err, file, "reorder_and_upcast_attn", "true or false", v);
+    if (rc == 0 && (v = json_object_get(root, "pruned_heads")) != NULL && !json_is_null(v)) {
+        if (!json_is_object(v))
+            rc = wrong_type(err, file, "pruned_heads", "an object", v);
+        else if (json_object_size(v) != 0)
+            rc = unsupported(err, file, "pruned_heads", v, "{} (every head)");
+    }
+    static const char *const dropouts[] = { "resid_pdrop", "embd_pdrop", "attn_pdrop" };
+    for (size_t i = 0; rc == 0 && i < sizeof(dropouts) / sizeof(dropouts[0]); i++)
+        if ((v = json_object_get(root, dropouts[i])) != NULL &&
+            !(json_is_number(v) && json_number_value(v) >= 0 && json_number_value(v) <= 1))
+            rc = json_is_number(v)
+                     ? fail(err, "%s: malformed: %s is %s; a probability is in [0, 1]", file,
+                            dropouts[i], show(v).s)
+                     : wrong_type(err, file, dropouts[i], "a number", v);
+    json_decref(root);
+    if (rc == 0) {
+        c.n_head = (int)heads;
+        *cfg = c;
+    }
+    return rc;
+}
+
+/* Where a config.json beside the weights would be: in path when it is a
+ * directory, else in path's directory. -1 and err when that is too long. */
+static int hf_config_path(const char *path, char *out, size_t len, bmt_error_t *err)
+{
+    struct stat sb;
+    int n;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        n = snprintf(out, len, "%s/config.json", path);
+    else {
+        const char *slash = strrchr(path, '/');
+        n = slash ? snprintf(out, len, "%.*s/config.json", (int)(slash - path), path)
+                  : snprintf(out, len, "config.json");
+    }
+    if (n < 0 || (size_t)n >= len)
+        return fail(err, "%s: the path is too long", path);
+    return 0;
+}
+
+/* config.json's text (malloc'd) in *text, or NULL when there is none; -1 and
+ * err when it is there but cannot be read. */
+static int hf_config_read(const char *file, char **text, bmt_error_t *err)
+{
+    const size_t max_bytes = 1 << 20; /* HF's are about 1 KiB */
+    *text = NULL;
+    FILE *f = fopen(file, "rb");
+    if (f == NULL)
+        return errno == ENOENT ? 0 : fail(err, "%s: %s", file, strerror(errno));
+    char *buf = malloc(max_bytes + 1);
+    size_t n = buf ? fread(buf, 1, max_bytes + 1, f) : 0;
+    int rc = buf == NULL ? fail(err, "out of memory")
+             : ferror(f) ? fail(err, "%s: cannot read: %s", file, strerror(errno))
+             : n > max_bytes
+                 ? fail(err, "%s: larger than %zu bytes: not a config.json", file, max_bytes)
+             : memchr(buf, 0, n) ? fail(err, "%s: not valid JSON: a NUL byte", file)
+                                 : 0;
+    fclose(f);
+    if (rc < 0) {
+        free(buf);
+        return -1;
+    }
+    buf[n] = '\0';
+    *text = buf;
+    return 0;
+}
+
 int gpt2_config_from_file(const char *path, int n_head, gpt2_config_t *cfg, bmt_error_t *err)
 {
     bmt_st_t *st = bmt_st_open(path, err);
@@ -585,21 +843,70 @@ int gpt2_config_from_file(const char *path, int n_head, gpt2_config_t *cfg, bmt_
     if (rc == 0 && wte->shape[1] != wpe->shape[1])
         rc = fail(err, "%.200s: wte is %lld wide and wpe %lld: they must agree", path,
                   (long long)wte->shape[1], (long long)wpe->shape[1]);
-    if (rc == 0) {
-        *cfg = (gpt2_config_t){ .max_seq_len = (int)wpe->shape[0],
-                                .vocab_size = (int)wte->shape[0],
-                                .n_layer = plan->nlayers,
-                                .n_embd = (int)wte->shape[1] };
-        cfg->n_head = n_head ? n_head : cfg->n_embd % 64 == 0 ? cfg->n_embd / 64 : 0;
-        if (cfg->n_head == 0)
-            rc = fail(err, "%.200s: the embedding size %d is not a multiple of 64: give the heads",
-                      path, cfg->n_embd);
-        else
-            rc = gpt2_config_check(cfg, err);
-    }
+    gpt2_config_t c = { 0 };
+    if (rc == 0)
+        c = (gpt2_config_t){ .max_seq_len = (int)wpe->shape[0],
+                             .vocab_size = (int)wte->shape[0],
+                             .n_layer = plan->nlayers,
+                             .n_embd = (int)wte->shape[1] };
     bmt_st_plan_free(plan);
     bmt_st_close(st);
+    char file[4096], *text = NULL;
+    if (rc == 0)
+        rc = hf_config_path(path, file, sizeof(file), err);
+    if (rc == 0)
+        rc = hf_config_read(file, &text, err);
+    if (rc == 0 && text)
+        rc = gpt2_config_from_hf_json(text, file, n_head, &c, err);
+    else if (rc == 0) {
+        c.n_head = n_head ? n_head : c.n_embd % 64 == 0 ? c.n_embd / 64 : 0;
+        if (c.n_head == 0)
+            rc = fail(err, "%.200s: the embedding size %d is not a multiple of 64: give the heads",
+                      path, c.n_embd);
+    }
+    free(text);
+    if (rc == 0)
+        rc = gpt2_config_check(&c, err);
+    if (rc == 0)
+        *cfg = c;
     return rc;
+}
+
+int gpt2_hf_config_json(const gpt2_config_t *cfg, bmt_dtype_t dtype, char **json, bmt_error_t *err)
+{
+    if (gpt2_config_check(cfg, err) < 0)
+        return -1;
+    if (dtype != BMT_F32 && dtype != BMT_BF16)
+        return fail(err, "gpt2: config.json for %s parameters: only f32 and bf16 are written",
+                    bmt_dtype_name(dtype));
+    /* GPT-2's tokenizer has <|endoftext|> = 50256 as both; a smaller
+     * vocabulary (bytes) has no such token, and GPT2Config's default 50256
+     * would point outside it, so say null. */
+    const bool gpt2_vocab = cfg->vocab_size >= 50257;
+    json_t *j = json_pack(
+        "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:n, s:s, s:f, s:f, s:f, s:f, s:f, s:b, s:b, "
+        "s:b, s:b, s:b, s:b, s:o, s:o, s:s}",
+        "architectures", "GPT2LMHeadModel", "model_type", "gpt2", "vocab_size", cfg->vocab_size,
+        "n_positions", cfg->max_seq_len, "n_ctx", cfg->max_seq_len, "n_embd", cfg->n_embd,
+        "n_layer", cfg->n_layer, "n_head", cfg->n_head, "n_inner", "activation_function",
+        "gelu_new", "layer_norm_epsilon", GPT2_LAYERNORM_EPS, "resid_pdrop", 0.0, "embd_pdrop", 0.0,
+        "attn_pdrop", 0.0, "initializer_range", 0.02, "tie_word_embeddings", 1,
+        "scale_attn_weights", 1, "scale_attn_by_inverse_layer_idx", 0, "reorder_and_upcast_attn", 0,
+        "add_cross_attention", 0, "use_cache", 1, "bos_token_id",
+        gpt2_vocab ? json_integer(50256) : json_null(), "eos_token_id",
+        gpt2_vocab ? json_integer(50256) : json_null(), "torch_dtype",
+        dtype == BMT_F32 ? "float32" : "bfloat16");
+    char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(j);
+    char *out = text ? malloc(strlen(text) + 2) : NULL;
+    if (out == NULL) {
+        free(text);
+        return fail(err, "gpt2: config.json: out of memory");
+    }
+    snprintf(out, strlen(text) + 2, "%s\n", text);
+    free(text);
+    *json = out;
+    return 0;
 }
 
 typedef struct load_src {
@@ -637,7 +944,7 @@ int gpt2_model_load(gpt2_model_t *m, const char *path, bmt_error_t *err)
             int64_t shape[BMT_MAX_DIMS];
             bmt_block_param_shape(b, j, &ndim, shape);
             if (t == NULL) {
-                rc = fail(err, "%.200s has no tensor '%.80s'%s%.80s%s", path, name,
+                rc = fail(err, "%.200s has no tensor '%.200s'%s%.200s%s", path, name,
                           strncmp(name, "transformer.", 12) == 0 ? " (nor '" : "",
                           strncmp(name, "transformer.", 12) == 0 ? name + 12 : "",
                           strncmp(name, "transformer.", 12) == 0 ? "')" : "");
@@ -654,11 +961,11 @@ int gpt2_model_load(gpt2_model_t *m, const char *path, bmt_error_t *err)
                 for (int d = 0; d < t->ndim; d++)
                     snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%lld", d ? ", " : "",
                              (long long)t->shape[d]);
-                rc = fail(err, "%.150s: tensor '%.80s' is (%s); the model needs (%s)", t->file,
+                rc = fail(err, "%.150s: tensor '%.200s' is (%s); the model needs (%s)", t->file,
                           t->name, got, want);
             } else if (t->dtype != BMT_ST_F32 && t->dtype != BMT_ST_BF16 &&
                        t->dtype != BMT_ST_F16 && t->dtype != BMT_ST_F64)
-                rc = fail(err, "%.150s: tensor '%.80s' is %s; a float type is needed", t->file,
+                rc = fail(err, "%.150s: tensor '%.200s' is %s; a float type is needed", t->file,
                           t->name, bmt_st_dtype_name(t->dtype));
         }
     }

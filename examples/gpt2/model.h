@@ -100,10 +100,68 @@ int gpt2_model_gemm_tune(gpt2_model_t *m, int candidates, bmt_error_t *err);
 
 /* The sizes of the GPT-2 in a safetensors file, index or directory (HF names,
  * with or without the "transformer." prefix), found by block discovery: L from
- * the layers, V and C from wte, maxT from wpe; the heads from n_head, or C / 64
- * when n_head is 0 (GPT-2's head size). -1 and err naming the file and what is
- * missing or inconsistent. */
+ * the layers, V and C from wte, maxT from wpe. The heads:
+ *   - with a config.json beside the weights (in the directory given, or in the
+ *     directory of the file or index given): that file decides, through
+ *     gpt2_config_from_hf_json: n_head from it (n_head here may be 0, or must
+ *     equal it), its sizes must equal the weights', and any value the trainer
+ *     does not compute is refused;
+ *   - without one: n_head, or C / 64 when n_head is 0 (GPT-2's head size).
+ * -1 and err naming the file and what is missing, inconsistent or
+ * unsupported; *cfg is written only on success. */
 int gpt2_config_from_file(const char *path, int n_head, gpt2_config_t *cfg, bmt_error_t *err);
+
+/* The LayerNorm epsilon of every LayerNorm the trainer computes (ops_cpu.c,
+ * ops_cuda.cu); HF's layer_norm_epsilon. */
+#define GPT2_LAYERNORM_EPS 1e-5
+
+/* Check an HF GPT2Config (config.json's text, NUL-terminated) against the
+ * model this trainer computes, and take its heads. Pure: no I/O.
+ *   cfg:    in, the sizes found in the weights (n_head is ignored); out, on
+ *           success, the same with n_head from the config.
+ *   n_head: 0, or the heads the caller was given (--heads), which must equal
+ *           the config's.
+ *   file:   the name errors use.
+ * Absent keys take GPT2Config's defaults, as from_pretrained does (n_head 12,
+ * n_layer 12, ..., activation gelu_new, epsilon 1e-5, tied head). Refused,
+ * naming the field, its value and what is supported: n_layer, n_embd,
+ * vocab_size, n_positions (or their aliases num_hidden_layers, hidden_size,
+ * max_position_embeddings) other than the weights'; model_type other than
+ * "gpt2"; architectures other than GPT2LMHeadModel, GPT2Model;
+ * activation_function other than gelu_new or gelu_pytorch_tanh (the same GELU,
+ * tanh approximation); layer_norm_epsilon other than GPT2_LAYERNORM_EPS
+ * (relative 1e-9); tie_word_embeddings false; scale_attn_weights false;
+ * scale_attn_by_inverse_layer_idx true; add_cross_attention true; n_inner
+ * other than null or 4 n_embd; non-empty pruned_heads; rotary position keys
+ * (rotary_dim, rope_theta, rope_scaling, rotary_pct, rope_parameters) with a
+ * value. Accepted although the trainer does not do it: reorder_and_upcast_attn
+ * true (HF then scales the keys before the product and takes the scores and
+ * softmax in f32: the same function, only rounding differs, and our kernels
+ * already take them in f32), and dropout probabilities (training-time noise,
+ * not the model's function; the trainer has no dropout and writes 0; each
+ * must be a number in [0, 1]). Other keys are HF's business (token ids,
+ * torch_dtype, summary_*, ...) and not read. Text that is not a JSON object,
+ * a key given twice, or a key above of the wrong JSON type is an error naming
+ * the file ("malformed" or "not valid JSON"). */
+int gpt2_config_from_hf_json(const char *text, const char *file, int n_head, gpt2_config_t *cfg,
+                             bmt_error_t *err);
+
+/* The text of an HF GPT2Config (a checkpoint's config.json) describing exactly
+ * the model this trainer computes, so that
+ * transformers.GPT2LMHeadModel.from_pretrained(dir) builds it unchanged:
+ * model_type gpt2, architectures [GPT2LMHeadModel], the sizes (n_positions and
+ * n_ctx = maxT), n_inner null (4 C), activation gelu_new (GELU, tanh),
+ * layer_norm_epsilon GPT2_LAYERNORM_EPS, tied embeddings, attention scaled by
+ * 1/sqrt(head size) only, no cross-attention, dropouts 0, bos/eos 50256 when
+ * V >= 50257 (GPT-2's tokenizer) and null otherwise (left out, GPT2Config
+ * makes them 50256, outside the vocabulary, and transformers 5 warns about it
+ * at every load), and torch_dtype from
+ * dtype (what the checkpoint's model files hold: BMT_F32 "float32" or BMT_BF16
+ * "bfloat16"). gpt2_config_from_hf_json accepts it. *json: malloc'd,
+ * NUL-terminated, ending in a newline; the caller frees it. -1 and err (*json
+ * untouched) for a cfg that fails gpt2_config_check, another dtype, or out of
+ * memory. */
+int gpt2_hf_config_json(const gpt2_config_t *cfg, bmt_dtype_t dtype, char **json, bmt_error_t *err);
 
 /* Replace the model's parameters with those of a safetensors file (before
  * bmt_adamw_create): every rank reads only the bytes of its own shards
@@ -113,6 +171,10 @@ int gpt2_config_from_file(const char *path, int n_head, gpt2_config_t *cfg, bmt_
  * (attn.bias, attn.masked_bias) and lm_head.weight (tied to wte) are ignored.
  * Names and shapes are all checked before anything is read. */
 int gpt2_model_load(gpt2_model_t *m, const char *path, bmt_error_t *err);
+
+/* The dtype of the model's parameters, what a checkpoint's model files hold:
+ * BMT_F32 on cpu, BMT_BF16 on cuda (gpt2_hf_config_json's dtype). */
+bmt_dtype_t gpt2_model_param_dtype(const gpt2_model_t *m);
 
 /* Destroy the list (and its blocks) and the activations. NULL: no-op. */
 void gpt2_model_destroy(gpt2_model_t *m);

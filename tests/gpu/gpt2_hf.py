@@ -15,6 +15,19 @@ CUDA path of the C trainer (run on the GPU machine, tests/gpu/test_gpt2.sh).
         TF32), print "ok"/"FAIL" lines and the figures, write both loss curves
         to CURVE.txt, exit 1 on any failure.
 
+    gpt2_hf.py pretrained STEP_DIR DATA B T LOSS [BOUND]
+        transformers.GPT2LMHeadModel.from_pretrained(STEP_DIR), the directory
+        exactly as the trainer wrote it (config.json, the index, one file per
+        block; the optimizer's files and train_state.json beside them), with
+        every warning transformers logs or raises captured: the load must
+        report no missing, unexpected or mismatched key and no warning; the
+        model's dtype must be the config's torch_dtype, its LM head tied to
+        wte, and the config the trainer's model (gelu_new, epsilon 1e-5, ...).
+        Then, in f32 on the GPU (no TF32), the mean cross-entropy of the first
+        micro-batch (tokens [0, B T + 1) of DATA) against LOSS, the trainer's
+        loss of its first step from the same directory: relative BOUND
+        (default 5e-3, as for the loss of step 1 above).
+
 Data: DIR/data.bin, an llm.c shard; rank r of W takes tokens
 [pos + r B T, + B T + 1) of each global batch; the loss is the mean over ranks.
 Bounds (ours computes in bf16 with f32 sums; the reference in f32):
@@ -208,7 +221,65 @@ def check(d, world, B, T, out_txt, curve_txt):
     return 1 if FAILED else 0
 
 
+def pretrained(step_dir, data, B, T, loss_ours, bound):
+    """from_pretrained on a checkpoint directory as the trainer wrote it."""
+    import logging
+    import warnings
+    from transformers.utils import logging as hf_logging
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    caught = []
+
+    class Catch(logging.Handler):
+        def emit(self, record):
+            if record.levelno >= logging.WARNING:
+                caught.append(record.getMessage())
+
+    hf_logging.set_verbosity_warning()
+    handler = Catch()
+    hf_logging.get_logger("transformers").addHandler(handler)
+    with warnings.catch_warnings(record=True) as ws:
+        warnings.simplefilter("always")
+        model, info = GPT2LMHeadModel.from_pretrained(step_dir, output_loading_info=True)
+    hf_logging.get_logger("transformers").removeHandler(handler)
+    caught += ["%s: %s" % (w.category.__name__, w.message) for w in ws]
+    bad = {k: v for k, v in info.items() if v}
+    report(not bad, "from_pretrained(%s): loading info %s" % (step_dir, bad or "empty (no missing, "
+                                                             "unexpected or mismatched key)"))
+    report(not caught, "no warning while loading%s" % (": " + " | ".join(caught) if caught else ""))
+    cfg = json.load(open(os.path.join(step_dir, "config.json")))
+    c = model.config
+    report(c.activation_function == "gelu_new" and abs(c.layer_norm_epsilon - 1e-5) < 1e-12
+           and c.tie_word_embeddings and c.scale_attn_weights and not c.scale_attn_by_inverse_layer_idx
+           and c.n_inner is None and c.resid_pdrop == 0 and c.embd_pdrop == 0 and c.attn_pdrop == 0,
+           "the config is the trainer's model: L %d, H %d, C %d, V %d, maxT %d, %s, eps %g, tied, "
+           "dropouts 0" % (c.n_layer, c.n_head, c.n_embd, c.vocab_size, c.n_positions,
+                           c.activation_function, c.layer_norm_epsilon))
+    named = cfg.get("dtype") or cfg.get("torch_dtype")
+    want = getattr(torch, named) if named else None
+    report(model.dtype == want, "the model's dtype %s is config.json's %s" % (model.dtype, named))
+    report(model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr(),
+           "the LM head is tied to wte")
+    model = model.float().cuda().eval()
+    raw = open(data, "rb").read()
+    tokens = np.frombuffer(raw[1024:], dtype=np.uint16)[: B * T + 1].astype(np.int64)
+    x = torch.tensor(tokens[:-1]).view(B, T).cuda()
+    y = torch.tensor(tokens[1:]).view(B, T).cuda()
+    with torch.no_grad():
+        loss = F.cross_entropy(model(input_ids=x).logits.reshape(-1, c.vocab_size).float(),
+                               y.reshape(-1)).item()
+    e = abs(loss - loss_ours) / abs(loss)
+    report(e <= bound, "loss of the first batch: the trainer %.6f, HF from the directory %.6f: "
+           "relative error %.2e (bound %g)" % (loss_ours, loss, e, bound))
+    return 1 if FAILED else 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "pretrained":
+        sys.exit(pretrained(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]),
+                            float(sys.argv[6]), float(sys.argv[7]) if len(sys.argv) > 7 else 5e-3))
     if sys.argv[1] == "make":
         make(sys.argv[2], *[int(x) for x in sys.argv[3:8]])
     else:

@@ -5,7 +5,10 @@
 #   the GPU, no TF32) with the same bf16-representable weights: logits, loss,
 #   every gradient and the gradient norm of the first step, and the loss curve
 #   over 50 AdamW steps, bf16 bounds (in gpt2_hf.py);
-# - the trainer on cuda through bmlaunch: the loss falls, MFU is reported.
+# - the trainer on cuda through bmlaunch: the loss falls, MFU is reported;
+# - its checkpoint directory is HF-loadable as written: transformers'
+#   GPT2LMHeadModel.from_pretrained(step dir), unchanged, with no warning, gives
+#   the trainer's loss (gpt2_hf.py pretrained).
 # GPT2_CURVES=DIR keeps each layout's loss curves (ours, HF) there (made if missing).
 . "$(dirname "$0")/../integration/lib.sh"
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} BMT_TIMEOUT=120
@@ -57,6 +60,25 @@ test_expect_success "the same with zero level 2 and no activation checkpointing 
 test_expect_success "the same with each layer's attention recomputed under checkpointing, not kept (1x1)" "
     hf 1x1 --keep-attention 0 >check.txt; rc=\$?; cat check.txt; test \$rc -eq 0 && test \$(grep -c '^ok ' check.txt) -eq 7
 "
+
+# The trainer writes config.json beside its bf16 files (gpt2_hf_config_json);
+# transformers reads the directory with nothing added, renamed or converted, and
+# the trainer reads it back with the heads from it (no --heads).
+test_expect_success "a checkpoint of the trainer on cuda loads in transformers as written: from_pretrained(step dir), no warning, the trainer's loss" '
+    with_timeout 300 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- "$GPT2" \
+        --init-from "$TMP/model.safetensors" --heads $NH --data "$TMP/data.bin" -b $B -t $T \
+        --steps 2 --save-dir S >out 2>&1 || { tail -20 out; false; } &&
+    step=S/$(cat S/latest) &&
+    { test -f $step/config.json ||
+      { echo "FAIL $step has no config.json: the trainer does not write one (bmt_ckpt_save)"; false; }; } &&
+    cat $step/config.json &&
+    with_timeout 300 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- "$GPT2" --init-from $step \
+        --data "$TMP/data.bin" -b $B -t $T --steps 1 >out2 2>&1 || { tail -20 out2; false; } &&
+    grep -q "^0: gpt2: .* params (L $L, H $NH, C $C, V $V, maxT $MAXT)" out2 &&
+    loss=$(sed -n "s/^0: step *1\/1 | loss \([0-9.]*\).*/\1/p" out2) && test -n "$loss" &&
+    rc=0 && { $PY "$HF" pretrained $step "$TMP/data.bin" $B $T $loss >check.txt || rc=$?; } &&
+    cat check.txt && test $rc -eq 0 && test $(grep -c "^ok " check.txt) -eq 6
+'
 
 # In every layout: the deferred update runs on the replica stream inside the
 # next forward and its sums of squares in the backward (comm stream in a group,
