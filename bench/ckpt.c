@@ -7,9 +7,15 @@
  * two moments). Then, timed on the wall clock between world barriers:
  *   save   bmt_ckpt_save (preallocate, pwrite by the ranks of group 0, fsync,
  *          rename, latest);
- *   load   bmt_ckpt_load into the same list (each rank reads its own ranges),
- *          after dropping the page cache when allowed (root), so that it reads
- *          from the disk;
+ *   load   bmt_ckpt_load into the same list (each rank reads its own ranges
+ *          and checks the XXH3 of every unit that covers them), after dropping
+ *          the page cache when allowed (root), so that it reads from the disk;
+ *   load without checksums
+ *          the same, with train_state.json rewritten as a checkpoint of a bmt
+ *          before checksums (version 1: nothing to verify), so the two loads
+ *          differ only in the verification; restored afterwards;
+ *   xxh3   rank 0 hashes the checkpoint's bytes in memory (bmt_st_checksum):
+ *          what the hashing alone costs;
  *   dd     rank 0 runs dd with the same number of bytes: write with
  *          conv=fsync, then (cache dropped) read, 4 MiB blocks.
  * Prints one table: bytes, seconds, GB/s for ours and dd's, and the ratio.
@@ -25,6 +31,9 @@
 #include "bmt/bmt.h"
 #include "bmt/ckpt.h"
 #include "bmt/optim.h"
+#include "bmt/safetensors.h"
+
+#include <jansson.h>
 
 static double now(void)
 {
@@ -55,6 +64,32 @@ static int drop_caches(void)
         return 0;
     int ok = fputs("3\n", f) >= 0;
     return fclose(f) == 0 && ok;
+}
+
+/* Rewrite DIR/bench/train_state.json as version 1 without checksums (off) or
+ * put the saved text back (on). */
+static void checksums(const char *dir, bool on, char **saved)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/bench/train_state.json", dir);
+    if (on) {
+        FILE *f = fopen(path, "w");
+        if (f == NULL || fputs(*saved, f) < 0 || fclose(f) != 0)
+            DIE("cannot restore %s", path);
+        free(*saved);
+        *saved = NULL;
+        return;
+    }
+    json_error_t je;
+    json_t *ts = json_load_file(path, 0, &je);
+    if (ts == NULL)
+        DIE("%s: %s", path, je.text);
+    *saved = json_dumps(ts, JSON_INDENT(1));
+    json_object_del(ts, "checksums");
+    json_object_set_new(ts, "version", json_integer(1));
+    if (*saved == NULL || json_dump_file(ts, path, JSON_INDENT(1)) != 0)
+        DIE("cannot rewrite %s", path);
+    json_decref(ts);
 }
 
 static double timed(const char *cmd)
@@ -114,6 +149,21 @@ int main(int argc, char **argv)
     bmt_barrier(bmt_comm_world(ctx), &err);
     double t_load = now() - t0;
 
+    char *saved = NULL;
+    if (rank == 0) {
+        checksums(dir, false, &saved);
+        drop_caches();
+    }
+    bmt_barrier(bmt_comm_world(ctx), &err);
+    t0 = now();
+    if (bmt_ckpt_load(list, opt, dir, NULL, &err) < 0)
+        DIE("%s", err.text);
+    bmt_barrier(bmt_comm_world(ctx), &err);
+    double t_plain = now() - t0;
+    if (rank == 0)
+        checksums(dir, true, &saved);
+    bmt_barrier(bmt_comm_world(ctx), &err);
+
     if (rank == 0) {
         char cmd[4400];
         const long count = (long)(bytes / 4194304.0);
@@ -136,6 +186,24 @@ int main(int argc, char **argv)
                bytes / t_save / 1e9, t_ddw, bytes / t_ddw / 1e9, t_ddw / t_save);
         printf("%-6s %10.0f %10.3f %10.3f %10.3f %10.3f %7.2f\n", "load", bytes / 1048576.0, t_load,
                bytes / t_load / 1e9, t_ddr, bytes / t_ddr / 1e9, t_ddr / t_load);
+        /* The hash alone, over the same number of bytes in memory. */
+        const size_t hb = (size_t)bytes < ((size_t)256 << 20) ? (size_t)bytes : (size_t)256 << 20;
+        unsigned char *buf = malloc(hb);
+        double t_hash = 0;
+        if (buf) {
+            memset(buf, 0x5a, hb);
+            volatile uint64_t sink = bmt_st_checksum(buf, hb); /* warm */
+            double th = now();
+            for (int k = 0; k < 4; k++)
+                sink ^= bmt_st_checksum(buf, hb);
+            t_hash = (now() - th) / (4.0 * (double)hb) * bytes;
+            (void)sink;
+            free(buf);
+        }
+        printf("load with checksums %.3f s, without %.3f s: %.2fx (%+.1f%%); XXH3 alone over %.0f "
+               "MiB in memory %.3f s (%.1f GB/s, one thread)\n",
+               t_load, t_plain, t_load / t_plain, 100.0 * (t_load - t_plain) / t_plain,
+               bytes / 1048576.0, t_hash, t_hash > 0 ? bytes / t_hash / 1e9 : 0.0);
     }
     bmt_optim_destroy(opt);
     bmt_blocklist_destroy(list);

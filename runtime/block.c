@@ -14,6 +14,10 @@
  *
  * A full buffer holds the dtype groups back to back (each 256-byte aligned),
  * so one allocation (or one pool slot of the block list) serves a whole block.
+ *
+ * Layer: the bottom of the engine (storage). It calls nothing of the block
+ * list or the optimizer; what they must do first reaches it through the
+ * block's settle hook (block.h).
  */
 #include "block.h"
 
@@ -38,7 +42,7 @@ bmt_block_t *bmt_block_create(bmt_ctx_t *ctx, const char *name, bmt_error_t *err
     bmt_block_t *b = calloc(1, sizeof(*b));
     if (b == NULL || (b->name = strdup(name)) == NULL) {
         free(b);
-        errprintf(err, "rank %d: out of memory creating block %.60s", ctx->rank, name);
+        errprintf(err, "rank %d: out of memory creating block %.200s", ctx->rank, name);
         return NULL;
     }
     b->ctx = ctx;
@@ -55,31 +59,34 @@ int bmt_block_add_param(bmt_block_t *b, const char *name, int ndim, const int64_
     int rank = b->ctx->rank;
     if (b->built)
         return errprintf(err,
-                         "rank %d: block %.40s: parameter %.40s added after bmt_block_build; "
+                         "rank %d: block %.200s: parameter %.200s added after bmt_block_build; "
                          "add every parameter first",
                          rank, b->name, name ? name : "(null)");
     if (name == NULL || *name == '\0')
-        return errprintf(err, "rank %d: block %.40s: a parameter needs a name", rank, b->name);
-    if (ndim < 1 || ndim > BMT_MAX_DIMS || shape == NULL)
-        return errprintf(err, "rank %d: %.40s.%.40s: ndim must be 1..%d, got %d", rank, b->name,
+        return errprintf(err, "rank %d: block %.200s: a parameter needs a name", rank, b->name);
+    if (shape == NULL)
+        return errprintf(err, "rank %d: %.200s.%.200s: the shape is NULL (give ndim sizes)", rank,
+                         b->name, name);
+    if (ndim < 1 || ndim > BMT_MAX_DIMS)
+        return errprintf(err, "rank %d: %.200s.%.200s: ndim must be 1..%d, got %d", rank, b->name,
                          name, BMT_MAX_DIMS, ndim);
     if (bmt_dtype_size(dtype) == 0)
-        return errprintf(err, "rank %d: %.40s.%.40s: invalid dtype %d", rank, b->name, name,
+        return errprintf(err, "rank %d: %.200s.%.200s: invalid dtype %d", rank, b->name, name,
                          (int)dtype);
     if ((unsigned)init.kind > BMT_INIT_TRUNC_NORMAL)
-        return errprintf(err, "rank %d: %.40s.%.40s: invalid init kind %d", rank, b->name, name,
+        return errprintf(err, "rank %d: %.200s.%.200s: invalid init kind %d", rank, b->name, name,
                          (int)init.kind);
     int64_t numel = 1;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] < 1 || numel > INT64_MAX / shape[d] / 16)
-            return errprintf(err, "rank %d: %.40s.%.40s: dimension %d is %lld", rank, b->name, name,
-                             d, (long long)shape[d]);
+            return errprintf(err, "rank %d: %.200s.%.200s: dimension %d is %lld", rank, b->name,
+                             name, d, (long long)shape[d]);
         numel *= shape[d];
     }
     for (int i = 0; i < b->nparams; i++) {
         const char *short_name = b->params[i].name + strlen(b->name) + 1;
         if (strcmp(short_name, name) == 0)
-            return errprintf(err, "rank %d: block %.40s already has a parameter %.40s", rank,
+            return errprintf(err, "rank %d: block %.200s already has a parameter %.200s", rank,
                              b->name, name);
     }
     if (b->nparams == b->cap) {
@@ -113,7 +120,7 @@ int bmt_block_build(bmt_block_t *b, uint64_t seed, bmt_error_t *err)
         return errprintf(err, "bmt_block_build: block is NULL");
     bmt_ctx_t *ctx = b->ctx;
     if (b->built)
-        return errprintf(err, "rank %d: block %.40s is already built", ctx->rank, b->name);
+        return errprintf(err, "rank %d: block %.200s is already built", ctx->rank, b->name);
     const int gpg = ctx->layout.gpus_per_group, grank = ctx->self.group_rank;
 
     /* One dtype group per dtype in use, in order of first appearance. */
@@ -170,10 +177,11 @@ int bmt_block_build(bmt_block_t *b, uint64_t seed, bmt_error_t *err)
     }
     if (device_sync_legacy(ctx, err) < 0)
         goto fail;
+    b->seed = seed;
     b->built = true;
     return 0;
 fail:
-    errprefix(err, "block %.40s: ", b->name);
+    errprefix(err, "block %.200s: ", b->name);
     for (int g = 0; g < b->ngroups; g++) {
         bmt_free(ctx, b->groups[g].param);
         b->groups[g].param = NULL;
@@ -230,6 +238,25 @@ void block_bind_full(bmt_block_t *b, void *base)
     }
 }
 
+bool block_shards_whole(const bmt_block_t *b)
+{
+    if (b->ctx->layout.gpus_per_group != 1)
+        return false;
+    for (int g = 0; g < b->ngroups; g++)
+        if (b->groups[g].param == NULL) /* master_only: the values are f32 masters */
+            return false;
+    return true;
+}
+
+void block_bind_shards(bmt_block_t *b)
+{
+    for (int i = 0; i < b->nparams; i++) {
+        const struct param *p = &b->params[i];
+        const struct dgroup *d = &b->groups[p->group];
+        b->param_ptrs[i] = (char *)d->param + dsize(p->dtype, p->offset);
+    }
+}
+
 void block_layout_grads(bmt_block_t *b, bmt_dtype_t gt)
 {
     size_t off = 0;
@@ -280,11 +307,11 @@ int block_gather_into(bmt_block_t *b, void *base, void *stream, bmt_error_t *err
              * full buffer, on the gather's stream, and gather in place. */
             char *mine = full + dsize(d->dtype, d->shard_first);
             if (block_shard_values(b->ctx, d, mine, stream, err) < 0)
-                return errprefix(err, "gathering block %.40s: ", b->name);
+                return errprefix(err, "gathering block %.200s: ", b->name);
             send = mine;
         }
         if (comm_all_gather_on(group, send, full, d->shard, d->dtype, stream, err) < 0)
-            return errprefix(err, "gathering block %.40s: ", b->name);
+            return errprefix(err, "gathering block %.200s: ", b->name);
     }
     return 0;
 }
@@ -298,7 +325,7 @@ int block_need_grads(bmt_block_t *b, void *stream, bmt_error_t *err)
         const size_t bytes = dsize(BMT_F32, d->shard);
         d->grad = bmt_alloc_async(b->ctx, BMT_MEM_GRAD, bytes, stream, err);
         if (d->grad == NULL || kern_zero(b->ctx, stream, d->grad, bytes, err) < 0)
-            return errprefix(err, "gradient shard of block %.40s: ", b->name);
+            return errprefix(err, "gradient shard of block %.200s: ", b->name);
         b->grad_fresh = true;
     }
     return 0;
@@ -317,11 +344,11 @@ int bmt_block_gather(bmt_block_t *b, bmt_error_t *err)
         return errprintf(err, "bmt_block_gather: block is NULL");
     bmt_ctx_t *ctx = b->ctx;
     if (!b->built)
-        return errprintf(err, "rank %d: block %.40s: gather before bmt_block_build", ctx->rank,
+        return errprintf(err, "rank %d: block %.200s: gather before bmt_block_build", ctx->rank,
                          b->name);
     if (b->full)
-        return errprintf(err, "rank %d: block %.40s is already gathered", ctx->rank, b->name);
-    if (b->list && blocklist_flush(b->list, b, true, err) < 0) /* the optimizer's deferred update */
+        return errprintf(err, "rank %d: block %.200s is already gathered", ctx->rank, b->name);
+    if (b->settle && b->settle(b, err) < 0) /* the optimizer's deferred update */
         return -1;
     void *full = bmt_alloc(ctx, BMT_MEM_GATHERED, b->full_bytes, err);
     if (full == NULL)
@@ -351,7 +378,7 @@ int bmt_block_release(bmt_block_t *b, bmt_error_t *err)
         return errprintf(err, "bmt_block_release: block is NULL");
     if (b->full == NULL || !b->own_full)
         return errprintf(err,
-                         "rank %d: block %.40s: release of a block that is not gathered "
+                         "rank %d: block %.200s: release of a block that is not gathered "
                          "(by bmt_block_gather)",
                          b->ctx->rank, b->name);
     if (bmt_device_synchronize(b->ctx, err) < 0)
@@ -369,9 +396,9 @@ int bmt_block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bmt_error
 {
     if (b == NULL || fn == NULL)
         return errprintf(err, "bmt_block_load: block and source are required");
-    if (b->list && blocklist_state(b->list)->sealed)
+    if (b->sealed)
         return errprintf(err,
-                         "rank %d: block %.40s: load parameters before bmt_adamw_create and the "
+                         "rank %d: block %.200s: load parameters before bmt_adamw_create and the "
                          "first forward",
                          b->ctx->rank, b->name);
     return block_load(b, fn, user, false, err);
@@ -381,10 +408,10 @@ int block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bool direct, 
 {
     bmt_ctx_t *ctx = b->ctx;
     if (!b->built)
-        return errprintf(err, "rank %d: block %.40s: load before bmt_block_build", ctx->rank,
+        return errprintf(err, "rank %d: block %.200s: load before bmt_block_build", ctx->rank,
                          b->name);
     if (b->full)
-        return errprintf(err, "rank %d: block %.40s is gathered; release it first", ctx->rank,
+        return errprintf(err, "rank %d: block %.200s is gathered; release it first", ctx->rank,
                          b->name);
     /* Stage every group's shard on the host (O(shard)) and upload only when
      * every source call succeeded: a failed load changes nothing. direct (on
@@ -404,7 +431,7 @@ int block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bool direct, 
         /* Zeros, not a download: alignment gaps and padding hold zeros always
          * (optim.c never touches them), and every parameter piece is read. */
         if ((stage[g] = calloc(1, bytes ? bytes : 1)) == NULL)
-            rc = errprintf(err, "rank %d: out of memory staging block %.40s", ctx->rank, b->name);
+            rc = errprintf(err, "rank %d: out of memory staging block %.200s", ctx->rank, b->name);
     }
     for (int i = 0; i < b->nparams && rc == 0; i++) {
         const struct param *p = &b->params[i];
@@ -415,7 +442,7 @@ int block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bool direct, 
         char *dst =
             (char *)(direct ? d->param : stage[p->group]) + dsize(d->dtype, lo - d->shard_first);
         if (fn(user, b, i, (int64_t)(lo - p->offset), (int64_t)(hi - lo), dst, d->dtype, err) < 0)
-            rc = errprefix(err, "rank %d: loading %.80s: ", ctx->rank, p->name);
+            rc = errprefix(err, "rank %d: loading %.200s: ", ctx->rank, p->name);
     }
     for (int g = 0; g < b->ngroups && rc == 0 && !direct; g++) {
         struct dgroup *d = &b->groups[g];
@@ -424,6 +451,8 @@ int block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bool direct, 
     }
     for (int g = 0; g < b->ngroups; g++)
         free(stage[g]);
+    if (rc == 0)
+        b->loaded = true;
     return rc;
 }
 

@@ -1,8 +1,15 @@
 /* runtime/block.h — blocks, block lists and the optimizer's shared view (internal).
  *
- * block.c owns parameter layout, shards, initialization and full buffers;
- * schedule.c owns the block list (the forward/backward schedule and gradient
- * reduction); optim.c owns AdamW. They share the structures below.
+ * Three layers, each calling only the ones below it:
+ *   block.c     storage: parameter layout, shards, initialization, full buffers;
+ *   schedule.c  the block list: the forward/backward schedule over blocks and
+ *               the gradient reduction;
+ *   optim.c     the update over shards: AdamW;
+ * and ckpt.c above all three. Where a lower layer must let an upper one act
+ * (a block read outside the schedule must first get the optimizer's deferred
+ * update; a list destroyed first must tell its optimizer), the upper layer
+ * installs a function pointer below (bmt_block.settle, list_state.flush and
+ * .orphan): the lower layer never names the upper one's functions.
  */
 #ifndef BMT_RUNTIME_BLOCK_H
 #define BMT_RUNTIME_BLOCK_H
@@ -50,10 +57,16 @@ struct bmt_block {
     struct dgroup groups[BMT_DTYPE_COUNT];
     int ngroups;
     bool built;
+    bool sealed;           /* in a list that trains or has an optimizer: no loads */
+    uint64_t seed;         /* bmt_block_build's: every rank must use the same */
+    bool loaded;           /* its values were replaced by a load: the seed no longer matters */
     bmt_blocklist_t *list; /* the list that owns it, once appended */
-    int index;             /* position in the list */
-    size_t full_bytes;     /* a full parameter buffer of this block */
-    size_t grad_bytes;     /* a full gradient buffer (list's grad dtype) */
+    /* Installed by the list (schedule.c): apply what is pending on the shards
+     * (the optimizer's deferred update) before bmt_block_gather reads them. */
+    int (*settle)(bmt_block_t *b, bmt_error_t *err);
+    int index;         /* position in the list */
+    size_t full_bytes; /* a full parameter buffer of this block */
+    size_t grad_bytes; /* a full gradient buffer (list's grad dtype) */
     /* Gathered state. */
     void *full;        /* the full parameter buffer, NULL when released */
     bool own_full;     /* allocated by bmt_block_gather (outside a list) */
@@ -85,6 +98,13 @@ static inline size_t dsize(bmt_dtype_t t, size_t n) { return n * bmt_dtype_size(
 
 /* Point block->param_ptrs into a full buffer at base. */
 void block_bind_full(bmt_block_t *b, void *base);
+
+/* A group of one rank holds whole blocks: its shards are the full (padded)
+ * flat buffers. block_shards_whole says so (and that every dtype group has its
+ * shard: not under a master_only optimizer, whose values must be rounded into
+ * a buffer); block_bind_shards points param_ptrs into the shards themselves. */
+bool block_shards_whole(const bmt_block_t *b);
+void block_bind_shards(bmt_block_t *b);
 
 /* Lay out a full gradient buffer of dtype gt (grad_off, grad_bytes). */
 void block_layout_grads(bmt_block_t *b, bmt_dtype_t gt);
@@ -120,6 +140,13 @@ struct list_state {
     bmt_optim_t *optim;        /* the optimizer whose sums the backward writes (the newest) */
     double *sums;              /* device, optim's (one per state): sums of squares of the shards */
     bool sums_ready;           /* the last micro-batch's backward wrote every shard's sum */
+    double *flags;             /* device (4): each backward's check that every rank ends
+                                * its step at the same micro-batch (schedule.c) */
+    /* Installed by the optimizer (optim.c), called by the schedule: apply o's
+     * deferred update to block b (every block when NULL), and tell o that the
+     * list is gone. */
+    int (*flush)(bmt_optim_t *o, bmt_block_t *b, bool drop, bmt_error_t *err);
+    void (*orphan)(bmt_optim_t *o);
 };
 
 struct list_state *blocklist_state(bmt_blocklist_t *list);
@@ -139,9 +166,6 @@ typedef struct optim_view {
 int optim_count(const bmt_optim_t *o);
 void optim_get(const bmt_optim_t *o, int i, optim_view_t *out);
 bmt_blocklist_t *optim_list(const bmt_optim_t *o);
-/* The list goes before its master_only optimizer: the optimizer must not touch
- * the blocks again (bmt_blocklist_destroy calls it). */
-void optim_orphan(bmt_optim_t *o);
 /* The values of a group's shard in its dtype, into dst (device memory of
  * shard elements): a copy of param, or the master rounded when param is NULL. */
 int block_shard_values(bmt_ctx_t *ctx, const struct dgroup *d, void *dst, void *stream,
@@ -150,14 +174,18 @@ void optim_counters(const bmt_optim_t *o, int64_t *step, int64_t *skipped);
 void optim_set_counters(bmt_optim_t *o, int64_t step, int64_t skipped);
 
 /* A deferred optimizer step (bmt_adamw_config_t.overlap) applied now to block
- * b, or to every block when b is NULL: its AdamW kernels are enqueued on the
- * replica stream and b->updated recorded after them; drop: the gradient
- * shards go back on that stream too (else the caller gives them back after a
- * wait for b->updated). Anything that reads or writes parameters, gradient
- * shards or optimizer state outside the forward calls this first, with drop
- * (the forward calls it for each block before its gather, without). No-op
- * when nothing is pending. */
+ * b, or to every block when b is NULL, through list_state.flush: its AdamW
+ * kernels are enqueued on the replica stream and b->updated recorded after
+ * them; drop: the gradient shards go back on that stream too (else the caller
+ * gives them back after a wait for b->updated). Anything that reads or writes
+ * parameters, gradient shards or optimizer state outside the forward calls
+ * this first, with drop (the forward calls it for each block before its
+ * gather, without). No-op when nothing is pending. */
 int blocklist_flush(bmt_blocklist_t *list, bmt_block_t *b, bool drop, bmt_error_t *err);
+
+/* No more blocks: training starts or an optimizer exists. Marks every block
+ * sealed too (bmt_block_load refuses then). */
+void blocklist_seal(bmt_blocklist_t *list);
 
 /* Drop a forward whose backward will not run (the optimizer stepped): release
  * the parameter buffers zero level 2 kept for it. */

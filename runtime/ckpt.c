@@ -10,6 +10,21 @@
  * Agreement: every phase that can fail on one rank ends in a world all-reduce
  * of a failure flag (through a device double, as the nccl backend needs), so
  * all ranks return the same status and none waits for a peer that gave up.
+ * The lowest failing rank's message then travels to every rank (a second
+ * all-reduce, of its bytes), so whichever rank the launcher hears from first
+ * says the real cause ("No space left on device"), not "another rank failed".
+ *
+ * Trust (docs/checkpoints.md): a save stages every value it writes and refuses
+ * a non-finite one, naming the tensor, before anything is committed; each
+ * writer records XXH3-64 of every byte range it writes, cut at multiples of
+ * CK_UNIT (checksum.h), in its own checksums-<group rank>.json, and rank 0
+ * records the hash of each file's header in train_state.json. A load attaches
+ * those sums to the files it opens, so every byte it reads is checked
+ * (bmt_st_set_checksums), and refuses non-finite values, extra blocks and
+ * extra tensors. bmt_ckpt_verify checks a whole directory without a job.
+ *
+ * Layer: above the optimizer (runtime/optim.c) and the block list; nothing
+ * below calls into this file.
  */
 #include "bmt/ckpt.h"
 
@@ -25,11 +40,15 @@
 #include <unistd.h>
 
 #include "block.h"
-#include "comm.h"
 #include "bmt/safetensors.h"
+#include "checksum.h"
+#include "comm.h"
 #include "ctx.h"
 #include "error.h"
 #include "fault.h"
+
+#define TRAIN_STATE_VERSION 2 /* 2: checksums and the finite check; 1 had neither */
+#define SUMS_FORMAT "bmt-checksums"
 
 enum {
     T_PARAM,
@@ -85,10 +104,14 @@ static int flayout_make(const bmt_block_t *b, bool optim, struct flayout *f, bmt
         for (int k = optim ? T_EXP_AVG : T_PARAM; k <= (optim ? T_MASTER : T_PARAM); k++) {
             if (k == T_MASTER && p->dtype == BMT_F32)
                 continue; /* an f32 parameter is its own master copy */
-            struct ftensor *t = &f->t[f->n++];
+            struct ftensor *t = &f->t[f->n];
             size_t len = strlen(p->name) + strlen(suffix[k]) + 1;
-            if ((t->name = malloc(len)) == NULL)
-                break;
+            if ((t->name = malloc(len)) == NULL) {
+                json_decref(h);
+                flayout_free(f);
+                return errprintf(err, "out of memory");
+            }
+            f->n++;
             snprintf(t->name, len, "%s%s", p->name, suffix[k]);
             t->param = i;
             t->kind = k;
@@ -133,23 +156,44 @@ static void file_name(const bmt_block_t *b, bool optim, char *out, size_t len)
             *c = '_';
 }
 
-/* Every rank learns whether any rank failed: returns 0, or -1 with err (this
- * rank's own message if it failed, else "another rank failed: ..."). */
+/* Every rank learns whether any rank failed: returns 0, or -1 with err. A
+ * failed rank keeps its own message; the others get the lowest failing rank's
+ * ("<what> failed on rank 3: cannot write ...: No space left on device"), so
+ * the cause reaches the summary whichever rank ends the job first. */
 static int agree(bmt_ctx_t *ctx, int failed, const char *what, bmt_error_t *err)
 {
-    double v = failed ? 1 : 0;
+    double v = failed ? (double)(ctx->world - ctx->rank) : 0; /* MAX: the lowest failing rank */
     bmt_error_t e2;
     if (bmt_all_reduce_host_f64(ctx->world_comm, &v, 1, BMT_MAX, &e2) < 0) {
         if (!failed) /* a failed rank keeps its own message */
             *err = e2;
         return -1;
     }
-    if (failed)
+    if (v == 0)
+        return 0;
+    const int first = ctx->world - (int)v;
+    double *text = calloc(BMT_ERROR_TEXT_MAX, sizeof(double));
+    if (text == NULL) {
+        if (!failed)
+            errprintf(err, "rank %d: %s failed on rank %d (its output says why)", ctx->rank, what,
+                      first);
         return -1;
-    if (v > 0)
-        return errprintf(err, "rank %d: %s failed on another rank (its output says why)", ctx->rank,
-                         what);
-    return 0;
+    }
+    if (ctx->rank == first)
+        for (size_t i = 0; i < BMT_ERROR_TEXT_MAX - 1 && err->text[i]; i++)
+            text[i] = (unsigned char)err->text[i];
+    int rc = bmt_all_reduce_host_f64(ctx->world_comm, text, BMT_ERROR_TEXT_MAX, BMT_MAX, &e2);
+    if (!failed) {
+        char why[BMT_ERROR_TEXT_MAX];
+        size_t n = 0;
+        for (; rc == 0 && n < sizeof(why) - 1 && text[n] > 0; n++)
+            why[n] = (char)(int)text[n];
+        why[n] = '\0';
+        errprintf(err, "rank %d: %s failed on rank %d: %s", ctx->rank, what, first,
+                  n ? why : "(its output says why)");
+    }
+    free(text);
+    return -1;
 }
 
 /* The list's blocks, each once (a tied block's second use skipped). */
@@ -184,14 +228,24 @@ static int write_all(int fd, const void *p, size_t n, uint64_t off)
     return 0;
 }
 
-/* Rank 0: create and preallocate a file of the layout, header written. */
-static int create_file(const char *path, const struct flayout *f, bmt_error_t *err)
+/* Rank 0: create and preallocate a file of the layout, header written; *hash:
+ * XXH3-64 of the 8-byte length and the header, for train_state.json. */
+static int create_file(const char *path, const struct flayout *f, uint64_t *hash, bmt_error_t *err)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     uint64_t hl = f->header_len, total = 8 + hl + f->data_len;
     unsigned char len8[8];
     for (int i = 0; i < 8; i++)
         len8[i] = (unsigned char)(hl >> (8 * i));
+    ck_stream_t *h = ck_begin();
+    if (h == NULL) {
+        if (fd >= 0)
+            close(fd);
+        return errprintf(err, "out of memory");
+    }
+    ck_update(h, len8, 8);
+    ck_update(h, f->header, hl);
+    *hash = ck_end(h);
     /* fallocate(2), not posix_fallocate: where the file system cannot
      * preallocate, glibc's fallback writes every block once more. */
     int rc = fd < 0 ? -1 : fallocate(fd, 0, 0, (off_t)total);
@@ -225,7 +279,7 @@ struct bmt_ckpt_pending {
     bmt_block_t **blocks;
     int nb;
     char dir[3100], tmpdir[3300], name[256];
-    char *user_json;
+    char *user_json, *config_json;
     int keep;
     char **paths;
     int npaths;
@@ -235,11 +289,123 @@ struct bmt_ckpt_pending {
     int nops, capops;
     pthread_t thread;
     bool started;
-    int64_t step; /* the optimizer's, for BMT_FAULT=save:... */
-    bool copy;    /* stage host copies (async, or device memory); else write the shards */
-    int rc;       /* the writer's: 0 or -1 with err */
+    int64_t step, skipped; /* the optimizer's counters when the save began */
+    bool copy;             /* stage host copies (async, or device memory); else write the shards */
+    json_t *headers;       /* rank 0: {file: XXH3 of its header} */
+    int rc;                /* the writer's: 0 or -1 with err */
     bmt_error_t err;
 };
+
+/* The temporary directories of this process's saves in progress: a sweep of
+ * stale ones (left by a crash) must not take them. */
+static pthread_mutex_t inflight_lock = PTHREAD_MUTEX_INITIALIZER;
+static char **inflight;
+static int ninflight;
+
+static int inflight_add(const char *tmpdir)
+{
+    pthread_mutex_lock(&inflight_lock);
+    char **v = realloc(inflight, sizeof(*v) * (size_t)(ninflight + 1));
+    int rc = v ? 0 : -1;
+    if (v) {
+        inflight = v;
+        if ((v[ninflight] = strdup(tmpdir)) == NULL)
+            rc = -1;
+        else
+            ninflight++;
+    }
+    pthread_mutex_unlock(&inflight_lock);
+    return rc;
+}
+
+static void inflight_remove(const char *tmpdir)
+{
+    pthread_mutex_lock(&inflight_lock);
+    for (int i = 0; i < ninflight; i++)
+        if (strcmp(inflight[i], tmpdir) == 0) {
+            free(inflight[i]);
+            inflight[i] = inflight[--ninflight];
+            break;
+        }
+    if (ninflight == 0) {
+        free(inflight);
+        inflight = NULL;
+    }
+    pthread_mutex_unlock(&inflight_lock);
+}
+
+static bool is_inflight(const char *tmpdir)
+{
+    pthread_mutex_lock(&inflight_lock);
+    bool found = false;
+    for (int i = 0; i < ninflight && !found; i++)
+        found = strcmp(inflight[i], tmpdir) == 0;
+    pthread_mutex_unlock(&inflight_lock);
+    return found;
+}
+
+static int remove_tree(const char *path);
+
+/* Remove dir's .tmp-* directories that no save of this process is writing:
+ * what crashed saves left (a crash leaves at most that; see bmt/ckpt.h).
+ * Rank 0 only, at every save and every load from a directory. */
+static void sweep_stale(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    char path[4200];
+    while ((e = readdir(d)) != NULL) {
+        struct stat st;
+        if (strncmp(e->d_name, ".tmp-", 5) != 0)
+            continue;
+        snprintf(path, sizeof(path), "%.3000s/%.1000s", dir, e->d_name);
+        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && !is_inflight(path))
+            remove_tree(path);
+    }
+    closedir(d);
+}
+
+/* The first of n values of dtype t at p that is not finite (nan, +-inf): its
+ * index, or -1. Exponent bits all ones, so no float arithmetic is needed. */
+static int64_t first_nonfinite(const void *p, bmt_dtype_t t, size_t n)
+{
+    if (t == BMT_F32) {
+        const uint32_t *v = p;
+        for (size_t i = 0; i < n; i++)
+            if ((v[i] & 0x7f800000u) == 0x7f800000u)
+                return (int64_t)i;
+    } else if (t == BMT_BF16) {
+        const uint16_t *v = p;
+        for (size_t i = 0; i < n; i++)
+            if ((v[i] & 0x7f80u) == 0x7f80u)
+                return (int64_t)i;
+    } else if (t == BMT_F64) {
+        const uint64_t *v = p;
+        for (size_t i = 0; i < n; i++)
+            if ((v[i] & 0x7ff0000000000000ull) == 0x7ff0000000000000ull)
+                return (int64_t)i;
+    }
+    return -1;
+}
+
+/* "nan", "inf" or "-inf": what element i of p (dtype t) holds. */
+static const char *nonfinite_name(const void *p, bmt_dtype_t t, size_t i)
+{
+    bool nan, neg;
+    if (t == BMT_F32) {
+        uint32_t v = ((const uint32_t *)p)[i];
+        nan = (v & 0x007fffffu) != 0, neg = v >> 31;
+    } else if (t == BMT_BF16) {
+        uint16_t v = ((const uint16_t *)p)[i];
+        nan = (v & 0x007fu) != 0, neg = v >> 15;
+    } else {
+        uint64_t v = ((const uint64_t *)p)[i];
+        nan = (v & 0x000fffffffffffffull) != 0, neg = v >> 63;
+    }
+    return nan ? "nan" : neg ? "-inf" : "inf";
+}
 
 static void *keep_buf(bmt_ckpt_pending_t *p, size_t bytes)
 {
@@ -264,7 +430,7 @@ static int master_values(bmt_ctx_t *ctx, bmt_ckpt_pending_t *p, const struct dgr
     const size_t bytes = dsize(d->dtype, d->shard);
     void *h = keep_buf(p, bytes);
     if (h == NULL)
-        return errprintf(err, "out of memory staging block %.40s", block);
+        return errprintf(err, "out of memory staging block %.200s", block);
     *out = h;
     if (bmt_device(ctx) == BMT_DEVICE_CPU)
         return block_shard_values(ctx, d, h, NULL, err);
@@ -323,7 +489,7 @@ static int stage_shards(bmt_ckpt_pending_t *p, const bmt_block_t *b, bmt_error_t
             ov.d = NULL;
         }
         if (opt && ov.d == NULL) {
-            rc = errprintf(err, "block %.40s is not this optimizer's", b->name);
+            rc = errprintf(err, "block %.200s is not this optimizer's", b->name);
             break;
         }
         /* Host copies of the shards: parameter (its dtype), then f32 state. */
@@ -338,7 +504,7 @@ static int stage_shards(bmt_ckpt_pending_t *p, const bmt_block_t *b, bmt_error_t
             else if (!p->copy)
                 stage[k] = (void *)src[k]; /* cpu, synchronous: write from the shard */
             else if ((stage[k] = keep_buf(p, d->shard * isz[k])) == NULL)
-                rc = errprintf(err, "out of memory staging block %.40s", b->name);
+                rc = errprintf(err, "out of memory staging block %.200s", b->name);
             else
                 rc = bmt_mem_download(ctx, stage[k], src[k], d->shard * isz[k], err);
         }
@@ -351,8 +517,22 @@ static int stage_shards(bmt_ckpt_pending_t *p, const bmt_block_t *b, bmt_error_t
                     continue;
                 size_t sz = isz[ft->kind];
                 uint64_t at = 8 + fl[f].header_len + ft->off + (lo - pa->offset) * sz;
-                if (add_op(p, file[f], at, (char *)stage[ft->kind] + (lo - d->shard_first) * sz,
-                           (hi - lo) * sz) < 0)
+                const char *piece = (char *)stage[ft->kind] + (lo - d->shard_first) * sz;
+                /* Never commit a non-finite value: what is checked here is
+                 * exactly what the writer writes. */
+                const bmt_dtype_t vt = ft->kind == T_PARAM ? d->dtype : BMT_F32;
+                int64_t bad = first_nonfinite(piece, vt, hi - lo);
+                if (bad >= 0) {
+                    rc = errprintf(err,
+                                   "rank %d: tensor '%s' holds %s at element %lld: a checkpoint "
+                                   "never holds a non-finite value, so nothing is saved (the "
+                                   "run has diverged or its state is damaged; resume from the "
+                                   "last checkpoint with a lower learning rate)",
+                                   ctx->rank, ft->name, nonfinite_name(piece, vt, (size_t)bad),
+                                   (long long)(lo - pa->offset) + (long long)bad);
+                    break;
+                }
+                if (add_op(p, file[f], at, piece, (hi - lo) * sz) < 0)
                     rc = errprintf(err, "out of memory");
             }
     }
@@ -361,12 +541,52 @@ static int stage_shards(bmt_ckpt_pending_t *p, const bmt_block_t *b, bmt_error_t
     return rc;
 }
 
+static int write_small(const char *path, const char *text, bmt_error_t *err);
+
+static int by_op(const void *a, const void *b)
+{
+    const struct wop *x = a, *y = b;
+    if (x->file != y->file)
+        return x->file < y->file ? -1 : 1;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Append the checksums of op o to arr: [offset, len, "xxh3 hex"] per unit,
+ * units cut at multiples of CK_UNIT in the file. */
+static int op_sums(const struct wop *o, json_t *arr)
+{
+    uint64_t at = o->off, end = o->off + o->n;
+    while (at < end) {
+        uint64_t cut = (at / CK_UNIT + 1) * CK_UNIT;
+        uint64_t hi = cut < end ? cut : end;
+        char hex[17];
+        ck_hex(ck_hash((const char *)o->src + (at - o->off), (size_t)(hi - at)), hex);
+        if (json_array_append_new(
+                arr, json_pack("[IIs]", (json_int_t)at, (json_int_t)(hi - at), hex)) != 0)
+            return -1;
+        at = hi;
+    }
+    return 0;
+}
+
 /* The writer thread: every staged piece with pwrite, then fsync (by the writer:
- * on a shared file system the data is this node's until it does). */
+ * on a shared file system the data is this node's until it does); then the
+ * checksums of what it wrote, in checksums-<group rank>.json. */
 static void *writer(void *arg)
 {
     bmt_ckpt_pending_t *p = arg;
+    qsort(p->ops, (size_t)p->nops, sizeof(*p->ops), by_op);
+    json_t *files = json_object();
+    if (files == NULL)
+        p->rc = errprintf(&p->err, "out of memory");
     for (int f = 0; f < p->npaths && p->rc == 0; f++) {
+        const char *base = strrchr(p->paths[f], '/');
+        base = base ? base + 1 : p->paths[f];
+        json_t *arr = json_array();
+        if (arr == NULL || json_object_set_new(files, base, arr) != 0) {
+            p->rc = errprintf(&p->err, "out of memory");
+            break;
+        }
         int fd = open(p->paths[f], O_WRONLY | O_CLOEXEC);
         if (fd < 0) {
             p->rc = errprintf(&p->err, "cannot open %s: %s", p->paths[f], strerror(errno));
@@ -375,13 +595,36 @@ static void *writer(void *arg)
         for (int i = 0; i < p->nops && p->rc == 0; i++) {
             if (p->ops[i].file != f)
                 continue;
-            if (write_all(fd, p->ops[i].src, p->ops[i].n, p->ops[i].off) < 0)
+            if (op_sums(&p->ops[i], arr) < 0)
+                p->rc = errprintf(&p->err, "out of memory");
+            else if (write_all(fd, p->ops[i].src, p->ops[i].n, p->ops[i].off) < 0)
                 p->rc = errprintf(&p->err, "cannot write %s: %s", p->paths[f], strerror(errno));
             fault_point(p->ctx, FAULT_SAVE, p->step); /* BMT_FAULT=save:...: tests only */
         }
-        if ((fsync(fd) != 0 || close(fd) != 0) && p->rc == 0)
-            p->rc = errprintf(&p->err, "cannot fsync %s: %s", p->paths[f], strerror(errno));
+        int e = 0;
+        if (fsync(fd) != 0)
+            e = errno;
+        if (close(fd) != 0 && e == 0)
+            e = errno;
+        if (e != 0 && p->rc == 0)
+            p->rc = errprintf(&p->err, "cannot fsync %s: %s", p->paths[f], strerror(e));
     }
+    if (p->rc == 0) {
+        json_t *m = json_pack("{sssisssiso}", "format", SUMS_FORMAT, "version", 1, "algorithm",
+                              CK_ALGORITHM, "writer", p->ctx->self.group_rank, "files", files);
+        files = NULL; /* m owns it */
+        char *text = m ? json_dumps(m, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+        char path[4200];
+        snprintf(path, sizeof(path), "%.3300s/checksums-%05d.json", p->tmpdir,
+                 p->ctx->self.group_rank);
+        if (text == NULL)
+            p->rc = errprintf(&p->err, "out of memory");
+        else
+            p->rc = write_small(path, text, &p->err);
+        free(text);
+        json_decref(m);
+    }
+    json_decref(files);
     return NULL;
 }
 
@@ -396,6 +639,8 @@ static void pending_free(bmt_ckpt_pending_t *p)
     free(p->ops);
     free(p->blocks);
     free(p->user_json);
+    free(p->config_json);
+    json_decref(p->headers);
     free(p);
 }
 
@@ -463,19 +708,23 @@ static bool good_name(const char *s)
     return true;
 }
 
-/* The optimizer step saved in DIR/name/train_state.json, or -1. */
-static long long saved_step(const char *dir, const char *name)
+/* The optimizer step saved in DIR/name/train_state.json, or -1; *finite: the
+ * save checked every value it wrote (train_state.json's "finite"). */
+static long long saved_step(const char *dir, const char *name, bool *finite)
 {
     char path[4200];
     snprintf(path, sizeof(path), "%s/%s/train_state.json", dir, name);
     json_t *j = json_load_file(path, 0, NULL);
     json_t *s = j ? json_object_get(j, "step") : NULL;
     long long v = json_is_integer(s) ? (long long)json_integer_value(s) : -1;
+    *finite = j && json_is_true(json_object_get(j, "finite"));
     json_decref(j);
     return v;
 }
 
-/* Remove the oldest complete checkpoints of dir beyond keep (never `latest`). */
+/* Remove the oldest complete checkpoints of dir beyond keep. Never `latest`,
+ * and never the newest checkpoint known to be finite (one whose save checked
+ * every value), whatever its age. */
 static void prune(const char *dir, const char *latest, int keep)
 {
     DIR *d = opendir(dir);
@@ -483,14 +732,18 @@ static void prune(const char *dir, const char *latest, int keep)
         return;
     struct cand {
         long long step;
+        bool finite;
         char name[256];
     } *c = NULL;
     int n = 0, cap = 0;
+    bool latest_finite = false;
+    long long latest_step = saved_step(dir, latest, &latest_finite);
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         long long s;
+        bool fin;
         if (e->d_name[0] == '.' || strcmp(e->d_name, latest) == 0 ||
-            (s = saved_step(dir, e->d_name)) < 0)
+            (s = saved_step(dir, e->d_name, &fin)) < 0)
             continue;
         if (n == cap) {
             struct cand *m = realloc(c, sizeof(*c) * (size_t)(cap = cap ? 2 * cap : 16));
@@ -499,34 +752,46 @@ static void prune(const char *dir, const char *latest, int keep)
             c = m;
         }
         c[n].step = s;
+        c[n].finite = fin;
         snprintf(c[n++].name, sizeof(c->name), "%s", e->d_name);
     }
     closedir(d);
+    /* The newest finite one, when latest is not (or is older): kept too. */
+    int guard = -1;
+    if (!latest_finite)
+        for (int i = 0; i < n; i++)
+            if (c[i].finite && (guard < 0 || c[i].step > c[guard].step))
+                guard = i;
+    if (guard >= 0 && latest_finite && c[guard].step <= latest_step)
+        guard = -1;
     /* keep - 1 others besides latest: drop the oldest (smallest step, then name) */
     for (int drop = n - (keep - 1); drop > 0; drop--) {
-        int o = 0;
-        for (int i = 1; i < n; i++)
-            if (c[i].step < c[o].step ||
-                (c[i].step == c[o].step && strcmp(c[i].name, c[o].name) < 0))
+        int o = -1;
+        for (int i = 0; i < n; i++)
+            if (i != guard && (o < 0 || c[i].step < c[o].step ||
+                               (c[i].step == c[o].step && strcmp(c[i].name, c[o].name) < 0)))
                 o = i;
+        if (o < 0)
+            break;
         char path[4200];
         snprintf(path, sizeof(path), "%s/%s", dir, c[o].name);
         remove_tree(path);
+        if (guard == n - 1)
+            guard = o;
         c[o] = c[--n];
     }
     free(c);
 }
 
-/* Rank 0: the index and train_state.json, then the renames. */
-static int finish(bmt_ctx_t *ctx, bmt_block_t **blocks, int nb, bmt_optim_t *opt, const char *dir,
-                  const char *tmpdir, const char *name, const char *user_json, int keep,
-                  bmt_error_t *err)
+/* Rank 0: the index, config.json, train_state.json, then the renames. */
+static int finish(bmt_ckpt_pending_t *p, bmt_error_t *err)
 {
-    json_t *wm = json_object(), *bl = json_array(), *user = NULL;
+    bmt_ctx_t *ctx = p->ctx;
+    json_t *wm = json_object(), *bl = json_array(), *user = NULL, *config = NULL;
     uint64_t total = 0;
     char fn[1024], fo[1024];
-    for (int i = 0; i < nb; i++) {
-        const bmt_block_t *b = blocks[i];
+    for (int i = 0; i < p->nb; i++) {
+        const bmt_block_t *b = p->blocks[i];
         file_name(b, false, fn, sizeof(fn));
         file_name(b, true, fo, sizeof(fo));
         for (int j = 0; j < b->nparams; j++) {
@@ -534,38 +799,52 @@ static int finish(bmt_ctx_t *ctx, bmt_block_t **blocks, int nb, bmt_optim_t *opt
             total += (uint64_t)b->params[j].numel * bmt_dtype_size(b->params[j].dtype);
         }
         json_array_append_new(bl, json_pack("{sssssssi}", "name", b->name, "file", fn, "optim_file",
-                                            opt ? fo : "", "params", b->nparams));
+                                            p->opt ? fo : "", "params", b->nparams));
     }
-    if (user_json) {
-        json_error_t je;
-        user = json_loads(user_json, 0, &je);
-        if (!json_is_object(user)) {
-            json_decref(wm), json_decref(bl), json_decref(user);
-            return errprintf(err, "checkpoint %s: the caller's state is not a JSON object", name);
-        }
+    json_error_t je;
+    if (p->user_json && !json_is_object(user = json_loads(p->user_json, 0, &je))) {
+        json_decref(wm), json_decref(bl), json_decref(user);
+        return errprintf(err, "checkpoint %s: the caller's state is not a JSON object", p->name);
     }
-    int64_t step = 0, skipped = 0;
-    if (opt)
-        optim_counters(opt, &step, &skipped);
+    if (p->config_json && !json_is_object(config = json_loads(p->config_json, 0, &je))) {
+        json_decref(wm), json_decref(bl), json_decref(user), json_decref(config);
+        return errprintf(
+            err, "checkpoint %s: the model's config (config.json) is not a JSON object", p->name);
+    }
+    json_t *sums = json_array();
+    for (int r = 0; r < ctx->layout.gpus_per_group; r++) {
+        char m[64];
+        snprintf(m, sizeof(m), "checksums-%05d.json", r);
+        json_array_append_new(sums, json_string(m));
+    }
     json_t *index = json_pack("{s{sIss}so}", "metadata", "total_size", (json_int_t)total, "format",
                               "bmt", "weight_map", wm);
-    json_t *ts =
-        json_pack("{sssisssIsIs{sisisisisi}sosb}", "format", "bmt-checkpoint", "version", 1, "name",
-                  name, "step", (json_int_t)step, "skipped", (json_int_t)skipped, "layout",
-                  "groups", ctx->layout.groups, "gpus_per_group", ctx->layout.gpus_per_group,
-                  "gpus_per_node", ctx->layout.gpus_per_node, "nodes", ctx->layout.nodes, "world",
-                  ctx->layout.world, "blocks", bl, "optimizer", opt != NULL);
+    json_t *ts = json_pack(
+        "{sssisssIsIs{sisisisisi}sosbsbs{sssIsoso}}", "format", "bmt-checkpoint", "version",
+        TRAIN_STATE_VERSION, "name", p->name, "step", (json_int_t)p->step, "skipped",
+        (json_int_t)p->skipped, "layout", "groups", ctx->layout.groups, "gpus_per_group",
+        ctx->layout.gpus_per_group, "gpus_per_node", ctx->layout.gpus_per_node, "nodes",
+        ctx->layout.nodes, "world", ctx->layout.world, "blocks", bl, "optimizer", p->opt != NULL,
+        "finite", 1, "checksums", "algorithm", CK_ALGORITHM, "unit", (json_int_t)CK_UNIT, "headers",
+        json_incref(p->headers), "files", sums);
     if (user)
         json_object_set_new(ts, "user", user);
     char *it = json_dumps(index, JSON_INDENT(1) | JSON_SORT_KEYS);
     char *tt = json_dumps(ts, JSON_INDENT(1));
+    char *ct = config ? json_dumps(config, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
     json_decref(index);
     json_decref(ts);
+    json_decref(config);
+    const char *tmpdir = p->tmpdir, *dir = p->dir, *name = p->name;
     char path[4200], final[4200];
-    int rc = it && tt ? 0 : errprintf(err, "out of memory");
+    int rc = it && tt && (ct || !p->config_json) ? 0 : errprintf(err, "out of memory");
     if (rc == 0) {
         snprintf(path, sizeof(path), "%.4000s/model.safetensors.index.json", tmpdir);
         rc = write_small(path, it, err);
+    }
+    if (rc == 0 && ct) {
+        snprintf(path, sizeof(path), "%.4000s/config.json", tmpdir);
+        rc = write_small(path, ct, err);
     }
     if (rc == 0) {
         snprintf(path, sizeof(path), "%.4000s/train_state.json", tmpdir);
@@ -573,6 +852,7 @@ static int finish(bmt_ctx_t *ctx, bmt_block_t **blocks, int nb, bmt_optim_t *opt
     }
     free(it);
     free(tt);
+    free(ct);
     snprintf(final, sizeof(final), "%s/%s", dir, name);
     if (rc == 0 && fsync_path(tmpdir) != 0)
         rc = errprintf(err, "cannot fsync %s: %s", tmpdir, strerror(errno));
@@ -592,35 +872,62 @@ static int finish(bmt_ctx_t *ctx, bmt_block_t **blocks, int nb, bmt_optim_t *opt
         if (rc == 0 && fsync_path(dir) != 0)
             rc = errprintf(err, "cannot fsync %s: %s", dir, strerror(errno));
     }
-    if (rc == 0 && keep > 0)
-        prune(dir, name, keep);
+    if (rc == 0 && p->keep > 0)
+        prune(dir, name, p->keep);
     return rc;
 }
 
 static int save_start(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, const char *name,
-                      const char *user_json, int keep, bool copy, bmt_ckpt_pending_t **out,
-                      bmt_error_t *err);
+                      const bmt_ckpt_config_t *cfg, bmt_ckpt_pending_t **out, bmt_error_t *err);
 
 int bmt_ckpt_save_async(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, const char *name,
                         const char *user_json, int keep, bmt_ckpt_pending_t **out, bmt_error_t *err)
 {
-    return save_start(list, opt, dir, name, user_json, keep, true, out, err);
+    bmt_ckpt_config_t c = BMT_CKPT_CONFIG_INITIALIZER;
+    c.user_json = user_json;
+    c.keep = keep;
+    c.async = 1;
+    return save_start(list, opt, dir, name, &c, out, err);
 }
 
-/* copy: stage host copies of the shards (async); else, on cpu, write from them. */
+/* After a failure every rank agreed on: rank 0 removes the temporary
+ * directory, and the others wait for that (a barrier) before they return, so
+ * that a job which ends on the error leaves nothing half-written behind. If the
+ * barrier fails too, the next save or load in DIR removes what is left. */
+static void cleanup_failed(bmt_ckpt_pending_t *p)
+{
+    bmt_error_t ignored;
+    if (p->ctx->rank == 0)
+        remove_tree(p->tmpdir);
+    inflight_remove(p->tmpdir);
+    bmt_barrier(p->ctx->world_comm, &ignored);
+}
+
+/* cfg->async: stage host copies of the shards; else, on cpu, write from them. */
 static int save_start(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, const char *name,
-                      const char *user_json, int keep, bool copy, bmt_ckpt_pending_t **out,
-                      bmt_error_t *err)
+                      const bmt_ckpt_config_t *cfg, bmt_ckpt_pending_t **out, bmt_error_t *err)
 {
     *out = NULL;
     if (list == NULL || dir == NULL || *dir == '\0')
         return errprintf(err, "bmt_ckpt_save: a block list and a directory are required");
     bmt_ctx_t *ctx = blocklist_ctx(list);
+    if (cfg->magic != BMT_CKPT_CONFIG_MAGIC || cfg->size < sizeof(*cfg) ||
+        cfg->version != BMT_CKPT_CONFIG_VERSION)
+        return errprintf(err,
+                         "rank %d: bmt_ckpt_save_ex: the config was not set up with "
+                         "BMT_CKPT_CONFIG_INITIALIZER of this bmt",
+                         ctx->rank);
+    if (cfg->keep < 0 || (cfg->async != 0 && cfg->async != 1))
+        return errprintf(err, "rank %d: bmt_ckpt_save_ex: keep must be >= 0 and async 0 or 1",
+                         ctx->rank);
     if (strlen(dir) > 3000)
-        return errprintf(err, "rank %d: checkpoint directory name too long", ctx->rank);
+        return errprintf(err,
+                         "rank %d: checkpoint directory name too long (%zu bytes; at most "
+                         "3000)",
+                         ctx->rank, strlen(dir));
     if (!good_name(name))
         return errprintf(err,
-                         "rank %d: checkpoint name '%.60s': use letters, digits, '.', '-' and "
+                         "rank %d: checkpoint name '%.200s': use letters, digits, '.', '-' and "
                          "'_' (not starting with '.')",
                          ctx->rank, name ? name : "(null)");
     if (opt && optim_list(opt) != list)
@@ -633,51 +940,57 @@ static int save_start(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, 
                          "optimizer step: save after bmt_optim_step",
                          ctx->rank);
     bmt_ckpt_pending_t *p = calloc(1, sizeof(*p));
-    if (p == NULL || (user_json && (p->user_json = strdup(user_json)) == NULL) ||
-        (p->nb = unique_blocks(list, &p->blocks)) < 0) {
+    if (p == NULL || (cfg->user_json && (p->user_json = strdup(cfg->user_json)) == NULL) ||
+        (cfg->config_json && (p->config_json = strdup(cfg->config_json)) == NULL) ||
+        (p->headers = json_object()) == NULL || (p->nb = unique_blocks(list, &p->blocks)) < 0) {
         if (p)
             pending_free(p);
         return errprintf(err, "rank %d: out of memory", ctx->rank);
     }
     p->ctx = ctx;
     p->opt = opt;
-    p->keep = keep;
-    p->copy = copy || bmt_device(ctx) != BMT_DEVICE_CPU;
-    if (opt) {
-        int64_t skipped;
-        optim_counters(opt, &p->step, &skipped);
-    }
+    p->keep = cfg->keep;
+    p->copy = cfg->async || bmt_device(ctx) != BMT_DEVICE_CPU;
+    if (opt) /* what train_state.json records, whatever steps run before finish */
+        optim_counters(opt, &p->step, &p->skipped);
     snprintf(p->dir, sizeof(p->dir), "%s", dir);
     snprintf(p->name, sizeof(p->name), "%s", name);
     snprintf(p->tmpdir, sizeof(p->tmpdir), "%s/.tmp-%s", dir, name);
     int failed = 0;
-    /* 1. rank 0: a fresh temporary directory with every file preallocated.
-     * The optimizer's deferred update goes first: the state saved is the
-     * step's. */
+    /* 1. rank 0: a fresh temporary directory with every file preallocated
+     * (and what crashed saves left removed). The optimizer's deferred update
+     * goes first: the state saved is the step's. */
     if (blocklist_flush(list, NULL, true, err) < 0 || bmt_device_synchronize(ctx, err) < 0)
         failed = 1;
     if (!failed && ctx->rank == 0) {
         if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
             errprintf(err, "cannot create %s: %s", dir, strerror(errno));
             failed = 1;
-        } else if (remove_tree(p->tmpdir) != 0 || mkdir(p->tmpdir, 0755) != 0) {
+        } else if (sweep_stale(dir), remove_tree(p->tmpdir) != 0 || mkdir(p->tmpdir, 0755) != 0) {
             errprintf(err, "cannot create %s: %s", p->tmpdir, strerror(errno));
             failed = 1;
         }
         for (int i = 0; i < p->nb && !failed; i++)
             for (int k = 0; k < (opt ? 2 : 1) && !failed; k++) {
                 struct flayout f;
-                char fname[1024], path[4200];
+                char fname[1024], path[4200], hex[17];
+                uint64_t hash = 0;
                 file_name(p->blocks[i], k == 1, fname, sizeof(fname));
                 snprintf(path, sizeof(path), "%.3000s/%.1000s", p->tmpdir, fname);
                 failed = flayout_make(p->blocks[i], k == 1, &f, err) < 0 ||
-                         create_file(path, &f, err) < 0;
+                         create_file(path, &f, &hash, err) < 0;
                 flayout_free(&f);
+                ck_hex(hash, hex);
+                if (!failed && json_object_set_new(p->headers, fname, json_string(hex)) != 0)
+                    failed = errprintf(err, "out of memory") < 0;
             }
     }
+    if (!failed && inflight_add(p->tmpdir) < 0)
+        failed = errprintf(err, "rank %d: out of memory", ctx->rank) < 0;
     int rc = agree(ctx, failed, "preparing the checkpoint", err);
-    /* 2. group 0 copies its shards to the host and hands them to a writer
-     *    thread; the other groups hold the same shards and write nothing. */
+    /* 2. group 0 copies its shards to the host, checks that every value is
+     *    finite, and hands them to a writer thread; the other groups hold the
+     *    same shards and write nothing. */
     if (rc == 0) {
         failed = 0;
         for (int i = 0; i < p->nb && !failed && ctx->self.group == 0; i++)
@@ -693,8 +1006,7 @@ static int save_start(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, 
     if (rc < 0) {
         if (p->started)
             pthread_join(p->thread, NULL);
-        if (ctx->rank == 0)
-            remove_tree(p->tmpdir);
+        cleanup_failed(p);
         pending_free(p);
         return errprefix(err, "checkpoint %s/%s: ", dir, name);
     }
@@ -717,25 +1029,46 @@ int bmt_ckpt_finish(bmt_ckpt_pending_t *p, bmt_error_t *err)
     }
     int rc = agree(ctx, failed, "writing the checkpoint", err);
     if (rc == 0) {
-        failed = ctx->rank == 0 && finish(ctx, p->blocks, p->nb, p->opt, p->dir, p->tmpdir, p->name,
-                                          p->user_json, p->keep, err) < 0;
+        failed = ctx->rank == 0 && finish(p, err) < 0;
         rc = agree(ctx, failed, "completing the checkpoint", err);
     }
-    if (rc < 0 && ctx->rank == 0)
-        remove_tree(p->tmpdir);
+    if (rc < 0)
+        cleanup_failed(p);
+    else
+        inflight_remove(p->tmpdir);
     char where[3400];
     snprintf(where, sizeof(where), "%.3000s/%.250s", p->dir, p->name);
     pending_free(p);
     return rc < 0 ? errprefix(err, "checkpoint %s: ", where) : 0;
 }
 
+int bmt_ckpt_save_ex(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, const char *name,
+                     const bmt_ckpt_config_t *cfg, bmt_ckpt_pending_t **pending, bmt_error_t *err)
+{
+    bmt_ckpt_config_t defaults = BMT_CKPT_CONFIG_INITIALIZER;
+    bmt_ckpt_pending_t *p = NULL;
+    if (pending)
+        *pending = NULL;
+    if (cfg == NULL)
+        cfg = &defaults;
+    if (cfg->async == 1 && pending == NULL)
+        return errprintf(err, "bmt_ckpt_save_ex: async needs a pending pointer");
+    if (save_start(list, opt, dir, name, cfg, &p, err) < 0)
+        return -1;
+    if (cfg->async == 1) {
+        *pending = p;
+        return 0;
+    }
+    return bmt_ckpt_finish(p, err);
+}
+
 int bmt_ckpt_save(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, const char *name,
                   const char *user_json, int keep, bmt_error_t *err)
 {
-    bmt_ckpt_pending_t *p;
-    if (save_start(list, opt, dir, name, user_json, keep, false, &p, err) < 0)
-        return -1;
-    return bmt_ckpt_finish(p, err);
+    bmt_ckpt_config_t c = BMT_CKPT_CONFIG_INITIALIZER;
+    c.user_json = user_json;
+    c.keep = keep;
+    return bmt_ckpt_save_ex(list, opt, dir, name, &c, NULL, err);
 }
 
 /* ------------------------------------------------------------ load */
@@ -763,7 +1096,7 @@ int bmt_ckpt_resolve(const char *path, char *out, size_t len, bmt_error_t *err)
     fclose(f);
     name[strcspn(name, "\r\n")] = '\0';
     if (got == NULL || !good_name(name))
-        return errprintf(err, "%s does not name a checkpoint ('%.60s')", p, name);
+        return errprintf(err, "%s does not name a checkpoint ('%.200s')", p, name);
     snprintf(out, len, "%s/%s", path, name);
     snprintf(p, sizeof(p), "%s/train_state.json", out);
     if (stat(p, &st) != 0)
@@ -771,17 +1104,186 @@ int bmt_ckpt_resolve(const char *path, char *out, size_t len, bmt_error_t *err)
     return 0;
 }
 
+/* ------------------------------------------------------------ checksums on load */
+
+/* The checksums of a checkpoint's files: every writer's manifest merged, per
+ * file, and the headers' hashes. */
+struct sumfile {
+    char *name;
+    bmt_st_sum_t *v;
+    size_t n, cap;
+};
+
+struct sumtab {
+    struct sumfile *f;
+    int n, cap;
+    json_t *headers; /* borrowed from train_state.json's "checksums" */
+};
+
+static void sumtab_free(struct sumtab *t)
+{
+    for (int i = 0; i < t->n; i++) {
+        free(t->f[i].name);
+        free(t->f[i].v);
+    }
+    free(t->f);
+    memset(t, 0, sizeof(*t));
+}
+
+static struct sumfile *sumtab_file(struct sumtab *t, const char *name, bool make)
+{
+    for (int i = 0; i < t->n; i++)
+        if (strcmp(t->f[i].name, name) == 0)
+            return &t->f[i];
+    if (!make)
+        return NULL;
+    if (t->n == t->cap) {
+        int cap = t->cap ? 2 * t->cap : 64;
+        struct sumfile *f = realloc(t->f, sizeof(*f) * (size_t)cap);
+        if (f == NULL)
+            return NULL;
+        t->f = f, t->cap = cap;
+    }
+    struct sumfile *f = &t->f[t->n];
+    memset(f, 0, sizeof(*f));
+    if ((f->name = strdup(name)) == NULL)
+        return NULL;
+    t->n++;
+    return f;
+}
+
+/* Read the manifests that train_state.json's "checksums" lists. 0 with an
+ * empty table for a checkpoint written before checksums existed (version 1). */
+static int sumtab_load(const char *dir, json_t *ts, struct sumtab *t, bmt_error_t *err)
+{
+    memset(t, 0, sizeof(*t));
+    json_t *ck = json_object_get(ts, "checksums");
+    json_int_t version = json_integer_value(json_object_get(ts, "version"));
+    if (ck == NULL && version < 2)
+        return 0;
+    json_t *files = json_object_get(ck, "files"), *headers = json_object_get(ck, "headers");
+    const char *alg = json_string_value(json_object_get(ck, "algorithm"));
+    if (!json_is_array(files) || !json_is_object(headers) || alg == NULL)
+        return errprintf(err,
+                         "%s/train_state.json: no valid \"checksums\" (files, headers, "
+                         "algorithm): the checkpoint is damaged",
+                         dir);
+    if (strcmp(alg, CK_ALGORITHM) != 0)
+        return errprintf(err, "%s/train_state.json: checksums by '%s'; this bmt knows %s", dir, alg,
+                         CK_ALGORITHM);
+    t->headers = headers;
+    size_t i;
+    json_t *m;
+    json_array_foreach(files, i, m)
+    {
+        const char *mf = json_string_value(m);
+        char path[4400];
+        if (mf == NULL || strchr(mf, '/') || mf[0] == '.')
+            return sumtab_free(t),
+                   errprintf(err, "%s/train_state.json: a bad checksums file name", dir);
+        snprintf(path, sizeof(path), "%.3000s/%.1000s", dir, mf);
+        json_error_t je;
+        json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+        json_t *jf = j ? json_object_get(j, "files") : NULL;
+        const char *fmt = j ? json_string_value(json_object_get(j, "format")) : NULL;
+        if (!json_is_object(jf) || fmt == NULL || strcmp(fmt, SUMS_FORMAT) != 0) {
+            json_decref(j);
+            sumtab_free(t);
+            return errprintf(err, "%s: not a checksums file (%s): the checkpoint is damaged", path,
+                             j ? "no format or files" : je.text);
+        }
+        const char *fname;
+        json_t *arr;
+        int rc = 0;
+        json_object_foreach(jf, fname, arr)
+        {
+            struct sumfile *f = sumtab_file(t, fname, true);
+            if (f == NULL || !json_is_array(arr)) {
+                rc = errprintf(err, f ? "%s: entry '%s' is not a list" : "out of memory", path,
+                               fname);
+                break;
+            }
+            size_t k;
+            json_t *u;
+            json_array_foreach(arr, k, u)
+            {
+                json_int_t off = 0, len = 0;
+                const char *hex = NULL;
+                uint64_t h;
+                if (json_unpack(u, "[IIs]", &off, &len, &hex) != 0 || off < 0 || len <= 0 ||
+                    !ck_parse_hex(hex, &h)) {
+                    rc = errprintf(err, "%s: entry %zu of '%s' is not [offset, length, xxh3]", path,
+                                   k, fname);
+                    break;
+                }
+                if (f->n == f->cap) {
+                    size_t cap = f->cap ? 2 * f->cap : 64;
+                    bmt_st_sum_t *v = realloc(f->v, sizeof(*v) * cap);
+                    if (v == NULL) {
+                        rc = errprintf(err, "out of memory");
+                        break;
+                    }
+                    f->v = v, f->cap = cap;
+                }
+                f->v[f->n++] = (bmt_st_sum_t){ (uint64_t)off, (uint64_t)len, h };
+            }
+            if (rc < 0)
+                break;
+        }
+        json_decref(j);
+        if (rc < 0) {
+            sumtab_free(t);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Attach file fname's checksums to st (a no-op for a version-1 checkpoint). */
+static int sumtab_attach(const struct sumtab *t, bmt_st_t *st, const char *fname, bmt_error_t *err)
+{
+    if (t->headers == NULL)
+        return 0;
+    uint64_t hh;
+    const char *hex = json_string_value(json_object_get(t->headers, fname));
+    if (hex == NULL || !ck_parse_hex(hex, &hh))
+        return errprintf(err, "%s: no checksum of its header in train_state.json", fname);
+    struct sumfile *f = sumtab_file((struct sumtab *)t, fname, false);
+    static const bmt_st_sum_t none;
+    return bmt_st_set_checksums(st, fname, hh, f ? f->v : &none, f ? f->n : 0, err);
+}
+
+/* ------------------------------------------------------------ load */
+
 struct src {
     bmt_st_t *st;
     int *idx; /* (nparams) tensor per parameter */
 };
+
+/* Values read are checked: a non-finite one fails the load, naming it. */
+static int refuse_nonfinite(const bmt_st_t *st, int tensor, int64_t first, const void *v,
+                            bmt_dtype_t t, int64_t count, bmt_error_t *err)
+{
+    int64_t bad = first_nonfinite(v, t, (size_t)count);
+    if (bad < 0)
+        return 0;
+    const bmt_st_tensor_t *ti = bmt_st_tensor(st, tensor);
+    const char *file = strrchr(ti->file, '/');
+    return errprintf(err,
+                     "%s: tensor '%s' holds %s at element %lld: a checkpoint with non-finite "
+                     "values is refused (resume from an earlier one)",
+                     file ? file + 1 : ti->file, ti->name, nonfinite_name(v, t, (size_t)bad),
+                     (long long)(first + bad));
+}
 
 static int read_piece(void *user, const bmt_block_t *b, int param, int64_t first, int64_t count,
                       void *dst, bmt_dtype_t dtype, bmt_error_t *err)
 {
     (void)b;
     const struct src *s = user;
-    return bmt_st_read(s->st, s->idx[param], first, count, dst, dtype, err);
+    if (bmt_st_read(s->st, s->idx[param], first, count, dst, dtype, err) < 0)
+        return -1;
+    return refuse_nonfinite(s->st, s->idx[param], first, dst, dtype, count, err);
 }
 
 /* Tensor `name` of st with the parameter's shape and a float dtype: its index. */
@@ -813,6 +1315,66 @@ static int expect(const bmt_st_t *st, const char *file, const struct param *p, c
     return i;
 }
 
+/* Every tensor of st must be one the model expects (idx[k][j] for the kinds
+ * first..last): an extra one means another model. */
+static int no_extra(const bmt_st_t *st, const char *file, const bmt_block_t *b, int *const idx[4],
+                    int first, int last, bmt_error_t *err)
+{
+    int want = 0;
+    for (int k = first; k <= last; k++)
+        for (int j = 0; j < b->nparams; j++)
+            want += !(k == T_MASTER && b->params[j].dtype == BMT_F32);
+    if (bmt_st_count(st) == want)
+        return 0;
+    for (int i = 0; i < bmt_st_count(st); i++) {
+        bool known = false;
+        for (int k = first; k <= last && !known; k++)
+            for (int j = 0; j < b->nparams && !known; j++)
+                known = !(k == T_MASTER && b->params[j].dtype == BMT_F32) && idx[k][j] == i;
+        if (!known)
+            return errprintf(err,
+                             "%s has tensor '%s', which block %s of the model does not have (%d "
+                             "tensors; the model expects %d): a checkpoint of another model",
+                             file, bmt_st_tensor(st, i)->name, b->name, bmt_st_count(st), want);
+    }
+    return errprintf(err, "%s has %d tensors; the model expects %d", file, bmt_st_count(st), want);
+}
+
+/* The blocks train_state.json lists must be the list's, no more, no fewer. */
+static int same_blocks(const char *dir, json_t *ts, bmt_block_t **blocks, int nb, bmt_error_t *err)
+{
+    json_t *bl = json_object_get(ts, "blocks");
+    if (!json_is_array(bl))
+        return errprintf(err, "%s/train_state.json has no list of blocks", dir);
+    size_t i;
+    json_t *b;
+    json_array_foreach(bl, i, b)
+    {
+        const char *name = json_string_value(json_object_get(b, "name"));
+        bool found = false;
+        for (int k = 0; name && k < nb && !found; k++)
+            found = strcmp(blocks[k]->name, name) == 0;
+        if (!found)
+            return errprintf(err,
+                             "%s has block '%s', which the model does not have (the checkpoint "
+                             "has %zu blocks, the model %d): a checkpoint of another model",
+                             dir, name ? name : "(unnamed)", json_array_size(bl), nb);
+    }
+    for (int k = 0; k < nb; k++) {
+        bool found = false;
+        json_array_foreach(bl, i, b)
+        {
+            const char *name = json_string_value(json_object_get(b, "name"));
+            found = found || (name && strcmp(blocks[k]->name, name) == 0);
+        }
+        if (!found)
+            return errprintf(err,
+                             "%s has no block '%s' (the checkpoint has %zu blocks, the model %d)",
+                             dir, blocks[k]->name, json_array_size(bl), nb);
+    }
+    return 0;
+}
+
 /* Read this rank's pieces of the optimizer tensors of one dtype group into the
  * device shards (f32). */
 static int load_state(bmt_ctx_t *ctx, const bmt_block_t *b, const optim_view_t *ov, bmt_st_t *st,
@@ -835,9 +1397,14 @@ static int load_state(bmt_ctx_t *ctx, const bmt_block_t *b, const optim_view_t *
             if (&b->groups[p->group] != d)
                 continue;
             size_t lo, hi;
-            if (block_in_shard(p, d, &lo, &hi))
-                rc = bmt_st_read(st, idx[k][j], (int64_t)(lo - p->offset), (int64_t)(hi - lo),
-                                 h + (lo - d->shard_first), BMT_F32, err);
+            if (!block_in_shard(p, d, &lo, &hi))
+                continue;
+            float *at = h + (lo - d->shard_first);
+            rc = bmt_st_read(st, idx[k][j], (int64_t)(lo - p->offset), (int64_t)(hi - lo), at,
+                             BMT_F32, err);
+            if (rc == 0)
+                rc = refuse_nonfinite(st, idx[k][j], (int64_t)(lo - p->offset), at, BMT_F32,
+                                      (int64_t)(hi - lo), err);
         }
         if (rc == 0 && !direct)
             rc = bmt_mem_upload(ctx, dst[k], h, d->shard * sizeof(float), err);
@@ -845,6 +1412,19 @@ static int load_state(bmt_ctx_t *ctx, const bmt_block_t *b, const optim_view_t *
             free(h);
     }
     return rc;
+}
+
+/* The directory that holds checkpoint directory dir ("DIR/step-5" -> "DIR"). */
+static void parent_dir(const char *dir, char *out, size_t len)
+{
+    snprintf(out, len, "%s", dir);
+    char *slash = strrchr(out, '/');
+    if (slash == NULL)
+        snprintf(out, len, ".");
+    else if (slash == out)
+        out[1] = '\0';
+    else
+        *slash = '\0';
 }
 
 int bmt_ckpt_load(bmt_blocklist_t *list, bmt_optim_t *opt, const char *path, char **user_json,
@@ -870,23 +1450,45 @@ int bmt_ckpt_load(bmt_blocklist_t *list, bmt_optim_t *opt, const char *path, cha
     if (r != 0)
         return r > 0 ? errprintf(err, "%s: no checkpoint (no train_state.json, no latest)", path)
                      : -1;
+    if (ctx->rank == 0) { /* what crashed saves left beside it */
+        char parent[4200];
+        parent_dir(dir, parent, sizeof(parent));
+        sweep_stale(parent);
+    }
     snprintf(p, sizeof(p), "%s/train_state.json", dir);
     json_error_t je;
     json_t *ts = json_load_file(p, 0, &je);
     json_t *jstep = ts ? json_object_get(ts, "step") : NULL;
     json_t *jskip = ts ? json_object_get(ts, "skipped") : NULL;
     json_t *jopt = ts ? json_object_get(ts, "optimizer") : NULL;
+    json_t *jver = ts ? json_object_get(ts, "version") : NULL;
     if (!json_is_object(ts) || !json_is_integer(jstep) || !json_is_integer(jskip)) {
         json_decref(ts);
         return errprintf(err, "%s: not a bmt checkpoint state (%s)", p,
                          ts ? "step or skipped missing" : je.text);
     }
+    if (!json_is_integer(jver) || json_integer_value(jver) < 1 ||
+        json_integer_value(jver) > TRAIN_STATE_VERSION) {
+        json_decref(ts);
+        return errprintf(
+            err, "%s: version %lld; this bmt reads versions 1 to %d (a newer bmt wrote it?)", p,
+            (long long)json_integer_value(jver), TRAIN_STATE_VERSION);
+    }
     if (opt && !json_is_true(jopt)) {
         json_decref(ts);
         return errprintf(err, "%s was saved without optimizer state", dir);
     }
+    struct sumtab sums;
     bmt_block_t **blocks = NULL;
     int nb = unique_blocks(list, &blocks), rc = nb < 0 ? errprintf(err, "out of memory") : 0;
+    if (rc == 0 && sumtab_load(dir, ts, &sums, err) < 0) {
+        rc = -1;
+        memset(&sums, 0, sizeof(sums));
+    } else if (rc < 0) {
+        memset(&sums, 0, sizeof(sums));
+    }
+    if (rc == 0)
+        rc = same_blocks(dir, ts, blocks, nb, err);
     bmt_st_t **sts = calloc((size_t)(2 * (nb > 0 ? nb : 1)), sizeof(*sts));
     int **idx = calloc((size_t)(8 * (nb > 0 ? nb : 1)), sizeof(*idx));
     if (rc == 0 && (sts == NULL || idx == NULL))
@@ -898,16 +1500,19 @@ int bmt_ckpt_load(bmt_blocklist_t *list, bmt_optim_t *opt, const char *path, cha
             char fname[1024];
             file_name(b, f == 1, fname, sizeof(fname));
             snprintf(p, sizeof(p), "%.3000s/%.1000s", dir, fname);
-            if ((sts[2 * i + f] = bmt_st_open(p, err)) == NULL) {
+            if ((sts[2 * i + f] = bmt_st_open(p, err)) == NULL ||
+                sumtab_attach(&sums, sts[2 * i + f], fname, err) < 0) {
                 rc = -1;
                 break;
             }
-            for (int k = f ? T_EXP_AVG : T_PARAM; k <= (f ? T_MASTER : T_PARAM) && rc == 0; k++) {
+            const int k0 = f ? T_EXP_AVG : T_PARAM, k1 = f ? T_MASTER : T_PARAM;
+            for (int k = k0; k <= k1 && rc == 0; k++) {
                 int *ix = idx[8 * i + k] = calloc((size_t)b->nparams + 1, sizeof(int));
                 if (ix == NULL)
                     rc = errprintf(err, "out of memory");
                 for (int j = 0; j < b->nparams && rc == 0; j++) {
                     char tn[1100];
+                    ix[j] = -1;
                     if (k == T_MASTER && b->params[j].dtype == BMT_F32)
                         continue;
                     snprintf(tn, sizeof(tn), "%s%s", b->params[j].name, suffix[k]);
@@ -915,6 +1520,8 @@ int bmt_ckpt_load(bmt_blocklist_t *list, bmt_optim_t *opt, const char *path, cha
                         rc = -1;
                 }
             }
+            if (rc == 0)
+                rc = no_extra(sts[2 * i + f], p, b, &idx[8 * i], k0, k1, err);
         }
     }
     /* A group whose values live in a master_only optimizer loads through it. */
@@ -922,7 +1529,7 @@ int bmt_ckpt_load(bmt_blocklist_t *list, bmt_optim_t *opt, const char *path, cha
         for (int g = 0; g < blocks[i]->ngroups && rc == 0; g++)
             if (blocks[i]->groups[g].param == NULL && opt == NULL)
                 rc = errprintf(err,
-                               "block %.40s keeps its parameters in its optimizer (master_only): "
+                               "block %.200s keeps its parameters in its optimizer (master_only): "
                                "pass that optimizer to bmt_ckpt_load",
                                blocks[i]->name);
     for (int i = 0; i < nb && rc == 0; i++) {
@@ -948,8 +1555,214 @@ int bmt_ckpt_load(bmt_blocklist_t *list, bmt_optim_t *opt, const char *path, cha
     free(sts);
     free(idx);
     free(blocks);
+    sumtab_free(&sums);
     json_decref(ts);
     if (rc == 0 && bmt_device_synchronize(ctx, err) < 0)
         rc = -1;
     return rc < 0 ? errprefix(err, "rank %d: loading %s: ", ctx->rank, dir) : 0;
+}
+
+/* ------------------------------------------------------------ verify */
+
+/* Every value of tensor i of st finite, read in chunks (checked bytes when
+ * st has checksums). */
+static int verify_finite(bmt_st_t *st, int i, const char *file, bmt_error_t *err)
+{
+    const bmt_st_tensor_t *t = bmt_st_tensor(st, i);
+    const bmt_dtype_t as = t->dtype == BMT_ST_F64 ? BMT_F64 : BMT_F32;
+    const int64_t chunk = 1 << 18;
+    void *buf = malloc((size_t)chunk * 8);
+    if (buf == NULL)
+        return errprintf(err, "out of memory");
+    int rc = 0;
+    for (int64_t at = 0; at < t->numel && rc == 0; at += chunk) {
+        int64_t n = t->numel - at < chunk ? t->numel - at : chunk;
+        rc = bmt_st_read(st, i, at, n, buf, as, err);
+        int64_t bad = rc == 0 ? first_nonfinite(buf, as, (size_t)n) : -1;
+        if (bad >= 0)
+            rc = errprintf(err, "%s: tensor '%s' holds %s at element %lld", file, t->name,
+                           nonfinite_name(buf, as, (size_t)bad), (long long)(at + bad));
+    }
+    free(buf);
+    return rc;
+}
+
+/* One file of the checkpoint: header, checksums of every byte, values. For
+ * the model file (optim false) every tensor must be in the index's weight_map
+ * under this file; for the optimizer's, every tensor must be a state of a
+ * parameter of model (same shape). */
+static int verify_file(const char *dir, const char *fname, const struct sumtab *sums, json_t *wm,
+                       const bmt_st_t *model, bmt_st_t **out, uint64_t *total,
+                       bmt_ckpt_report_t *rep, bmt_error_t *err)
+{
+    char path[4400];
+    snprintf(path, sizeof(path), "%.3000s/%.1000s", dir, fname);
+    struct stat sb;
+    bmt_st_t *st = bmt_st_open(path, err);
+    if (st == NULL)
+        return -1;
+    uint64_t bytes = 0;
+    int rc = sumtab_attach(sums, st, fname, err);
+    if (rc == 0)
+        rc = bmt_st_verify(st, &bytes, err);
+    for (int i = 0; i < bmt_st_count(st) && rc == 0; i++) {
+        const bmt_st_tensor_t *t = bmt_st_tensor(st, i);
+        if (t->dtype != BMT_ST_F32 && t->dtype != BMT_ST_BF16 && t->dtype != BMT_ST_F16 &&
+            t->dtype != BMT_ST_F64) {
+            rc = errprintf(err, "%s: tensor '%s' is %s, not a float type", fname, t->name,
+                           bmt_st_dtype_name(t->dtype));
+            break;
+        }
+        if (model == NULL) {
+            const char *in = json_string_value(json_object_get(wm, t->name));
+            if (in == NULL || strcmp(in, fname) != 0) {
+                rc = errprintf(err, "%s: tensor '%s' is %s the index's weight_map%s%s", fname,
+                               t->name, in ? "in" : "not in", in ? ", which puts it in " : "",
+                               in ? in : "");
+                break;
+            }
+            *total += (uint64_t)t->nbytes;
+        } else {
+            const char *dot = strrchr(t->name, '.');
+            char pname[1100];
+            snprintf(pname, sizeof(pname), "%.*s", dot ? (int)(dot - t->name) : 0, t->name);
+            const bmt_st_tensor_t *pt = bmt_st_tensor(model, bmt_st_find(model, pname));
+            bool kind = dot && (strcmp(dot, ".exp_avg") == 0 || strcmp(dot, ".exp_avg_sq") == 0 ||
+                                strcmp(dot, ".master") == 0);
+            bool shape = pt && pt->ndim == t->ndim;
+            for (int d = 0; shape && d < t->ndim; d++)
+                shape = pt->shape[d] == t->shape[d];
+            if (!kind || !shape) {
+                rc = errprintf(err,
+                               "%s: tensor '%s' is not the exp_avg, exp_avg_sq or master of a "
+                               "parameter of the same shape in the model's file",
+                               fname, t->name);
+                break;
+            }
+        }
+        rc = verify_finite(st, i, fname, err);
+        rep->tensors++;
+    }
+    if (rc == 0 && stat(path, &sb) == 0)
+        rep->bytes += (uint64_t)sb.st_size;
+    rep->files += rc == 0;
+    if (rc < 0 || out == NULL)
+        bmt_st_close(st);
+    else
+        *out = st;
+    return rc;
+}
+
+int bmt_ckpt_verify(const char *path, bmt_ckpt_report_t *report, bmt_error_t *err)
+{
+    bmt_ckpt_report_t local;
+    bmt_ckpt_report_t *rep = report ? report : &local;
+    memset(rep, 0, sizeof(*rep));
+    rep->step = -1;
+    char dir[4096], p[4400];
+    int r = bmt_ckpt_resolve(path, dir, sizeof(dir), err);
+    if (r != 0)
+        return r > 0 ? errprintf(err, "%s: no checkpoint (no train_state.json, no latest)", path)
+                     : -1;
+    snprintf(rep->dir, sizeof(rep->dir), "%s", dir);
+    snprintf(p, sizeof(p), "%s/train_state.json", dir);
+    json_error_t je;
+    json_t *ts = json_load_file(p, JSON_REJECT_DUPLICATES, &je);
+    json_t *bl = ts ? json_object_get(ts, "blocks") : NULL;
+    json_t *jstep = ts ? json_object_get(ts, "step") : NULL;
+    if (!json_is_object(ts) || !json_is_array(bl) || !json_is_integer(jstep) ||
+        !json_is_integer(json_object_get(ts, "version"))) {
+        json_decref(ts);
+        return errprintf(err, "%s: not a bmt checkpoint state (%s)", p,
+                         ts ? "version, step or blocks missing" : je.text);
+    }
+    rep->step = (int64_t)json_integer_value(jstep);
+    rep->optimizer = json_is_true(json_object_get(ts, "optimizer"));
+    rep->blocks = (int)json_array_size(bl);
+    struct sumtab sums;
+    int rc = sumtab_load(dir, ts, &sums, err);
+    if (rc == 0 && sums.headers == NULL)
+        rc = errprintf(err,
+                       "%s has no checksums (written by a bmt before version %d of "
+                       "train_state.json): nothing to verify the bytes against",
+                       dir, TRAIN_STATE_VERSION);
+    if (rc == 0 && !json_is_true(json_object_get(ts, "finite")))
+        rc = errprintf(err,
+                       "%s: train_state.json does not say the save checked every value "
+                       "(\"finite\": true)",
+                       p);
+    json_t *index = NULL, *wm = NULL;
+    if (rc == 0) {
+        snprintf(p, sizeof(p), "%s/%s", dir, BMT_ST_INDEX_NAME);
+        index = json_load_file(p, JSON_REJECT_DUPLICATES, &je);
+        wm = index ? json_object_get(index, "weight_map") : NULL;
+        if (!json_is_object(wm))
+            rc = errprintf(err, "%s: not an index with a weight_map (%s)", p,
+                           index ? "no weight_map" : je.text);
+    }
+    uint64_t total = 0;
+    size_t i;
+    json_t *b;
+    json_array_foreach(bl, i, b)
+    {
+        if (rc < 0)
+            break;
+        const char *fn = json_string_value(json_object_get(b, "file"));
+        const char *fo = json_string_value(json_object_get(b, "optim_file"));
+        if (fn == NULL || strchr(fn, '/') || (rep->optimizer && (fo == NULL || strchr(fo, '/')))) {
+            rc = errprintf(err, "%s/train_state.json: block %zu has no valid file names", dir, i);
+            break;
+        }
+        bmt_st_t *model = NULL;
+        rc =
+            verify_file(dir, fn, &sums, wm, NULL, rep->optimizer ? &model : NULL, &total, rep, err);
+        if (rc == 0 && rep->optimizer)
+            rc = verify_file(dir, fo, &sums, wm, model, NULL, &total, rep, err);
+        bmt_st_close(model);
+    }
+    /* The index names no tensor that no file holds, and its total is right. */
+    if (rc == 0) {
+        json_int_t want =
+            json_integer_value(json_object_get(json_object_get(index, "metadata"), "total_size"));
+        size_t count = 0, files = 0;
+        const char *k;
+        json_t *v;
+        json_object_foreach(wm, k, v) count++;
+        (void)files;
+        size_t held = 0;
+        json_array_foreach(bl, i, b)
+        {
+            char fp[4400];
+            snprintf(fp, sizeof(fp), "%.3000s/%.1000s", dir,
+                     json_string_value(json_object_get(b, "file")));
+            bmt_st_t *st = bmt_st_open(fp, err);
+            if (st == NULL) {
+                rc = -1;
+                break;
+            }
+            held += (size_t)bmt_st_count(st);
+            bmt_st_close(st);
+        }
+        if (rc == 0 && count != held)
+            rc = errprintf(err, "%s: the weight_map names %zu tensors; the files hold %zu", p,
+                           count, held);
+        if (rc == 0 && (uint64_t)want != total)
+            rc = errprintf(err, "%s: total_size is %lld; the tensors hold %llu bytes", p,
+                           (long long)want, (unsigned long long)total);
+    }
+    if (rc == 0) {
+        snprintf(p, sizeof(p), "%s/config.json", dir);
+        struct stat sb;
+        if (stat(p, &sb) == 0) {
+            json_t *c = json_load_file(p, JSON_REJECT_DUPLICATES, &je);
+            rep->has_config = true;
+            if (!json_is_object(c))
+                rc = errprintf(err, "%s: not a JSON object (%s)", p, c ? "another type" : je.text);
+            json_decref(c);
+        }
+    }
+    json_decref(index);
+    sumtab_free(&sums);
+    json_decref(ts);
+    return rc < 0 ? errprefix(err, "verifying %s: ", dir) : 0;
 }

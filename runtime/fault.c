@@ -21,17 +21,20 @@ int fault_init(bmt_ctx_t *ctx, bmt_error_t *err)
     int rank, n = 0;
     long long step;
     if (sscanf(v, "%15[a-z]:%d:%lld%n", where, &rank, &step, &n) != 3 || v[n] != '\0' ||
-        (strcmp(where, "step") != 0 && strcmp(where, "save") != 0) || rank < 0 || step < 1)
+        (strcmp(where, "step") != 0 && strcmp(where, "save") != 0 && strcmp(where, "nan") != 0) ||
+        rank < 0 || step < 1)
         return errprintf(err,
-                         "rank %d: BMT_FAULT='%.60s': use step:RANK:STEP or save:RANK:STEP "
-                         "(RANK >= 0, STEP >= 1)",
+                         "rank %d: BMT_FAULT='%.200s': use step:RANK:STEP, save:RANK:STEP or "
+                         "nan:RANK:STEP (RANK >= 0, STEP >= 1)",
                          ctx->rank, v);
     const char *restart = getenv("BMT_RESTART");
     if (restart && *restart && strcmp(restart, "0") != 0)
         return 0; /* a restarted run goes through */
     if (rank != ctx->rank)
         return 0;
-    ctx->fault_where = strcmp(where, "step") == 0 ? FAULT_STEP : FAULT_SAVE;
+    ctx->fault_where = strcmp(where, "step") == 0   ? FAULT_STEP
+                       : strcmp(where, "save") == 0 ? FAULT_SAVE
+                                                    : FAULT_NAN;
     ctx->fault_step = (int64_t)step;
     return 0;
 }
@@ -44,4 +47,14 @@ void fault_point(const bmt_ctx_t *ctx, fault_where_t where, int64_t step)
             where == FAULT_STEP ? "after" : "while saving", (long long)step);
     fflush(stderr);
     raise(SIGKILL);
+}
+
+bool fault_due(const bmt_ctx_t *ctx, fault_where_t where, int64_t step)
+{
+    if (ctx->fault_where != (int)where || ctx->fault_step != step)
+        return false;
+    fprintf(stderr, "bmt: rank %d: BMT_FAULT: planting a NaN in a parameter after step %lld\n",
+            ctx->rank, (long long)step);
+    fflush(stderr);
+    return true;
 }

@@ -26,8 +26,14 @@
  * gather (the gather waits for it), so the update of block i + 1 runs under
  * the forward of block i. Every other reader of the state flushes everything
  * first. The arguments are fixed at the step, so the bits are the same.
+ *
+ * Layer: the update, above the block list (schedule.c) and storage (block.c):
+ * it calls them, never the reverse; the schedule reaches the deferred update
+ * and the orphaning through the hooks installed here (list_state.flush and
+ * .orphan).
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +71,7 @@ struct bmt_optim {
     double *hsums; /* (ns) host copy */
     int64_t step;
     int64_t skipped;
+    int64_t skipped_run;    /* skipped steps in a row, up to the last one */
     bool broken;            /* a step failed half-way: shards may be half updated */
     bool holds;             /* master_only took the bf16 shards: give them back at destroy */
     bool orphaned;          /* the list was destroyed first: never touch its blocks */
@@ -74,9 +81,17 @@ struct bmt_optim {
     int npending;           /* states with pending set */
 };
 
-void optim_orphan(bmt_optim_t *o) { o->orphaned = true; }
+/* list_state.orphan: the list went before this optimizer; never touch its
+ * blocks again. */
+static void optim_orphan(bmt_optim_t *o) { o->orphaned = true; }
 
 static int optim_apply(bmt_optim_t *o, const bmt_block_t *b, bool drop, bmt_error_t *err);
+
+/* list_state.flush */
+static int optim_flush(bmt_optim_t *o, bmt_block_t *b, bool drop, bmt_error_t *err)
+{
+    return optim_apply(o, b, drop, err);
+}
 
 /* master_only: the blocks' bf16 shards again, from the masters (destroy). A
  * failure leaves a group without values; its next gather says so. */
@@ -92,7 +107,7 @@ static void give_back_shards(bmt_optim_t *o)
         void *p = bmt_alloc(ctx, BMT_MEM_PARAM, dsize(d->dtype, d->shard), &err);
         if (p == NULL || block_shard_values(ctx, d, p, NULL, &err) < 0 || /* the master, rounded */
             device_sync_legacy(ctx, &err) < 0) {
-            fprintf(stderr, "bmt: rank %d: block %.40s loses its parameters: %s\n", ctx->rank,
+            fprintf(stderr, "bmt: rank %d: block %.200s loses its parameters: %s\n", ctx->rank,
                     s->block->name, err.text);
             bmt_free(ctx, p);
             d->master = NULL;
@@ -170,6 +185,16 @@ bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *c
     bmt_ctx_t *ctx = blocklist_ctx(list);
     if (cfg == NULL)
         cfg = &defaults;
+    /* Version 1 lacked max_skipped: such a config gets its default. */
+    bmt_adamw_config_t v1 = BMT_ADAMW_CONFIG_INITIALIZER;
+    const size_t v1_size = offsetof(bmt_adamw_config_t, max_skipped);
+    if (cfg->magic == BMT_ADAMW_CONFIG_MAGIC && cfg->version == 1 && cfg->size >= v1_size) {
+        memcpy(&v1, cfg, v1_size);
+        v1.size = sizeof(v1);
+        v1.version = BMT_ADAMW_CONFIG_VERSION;
+        v1.max_skipped = BMT_ADAMW_MAX_SKIPPED_DEFAULT;
+        cfg = &v1;
+    }
     if (cfg->magic != BMT_ADAMW_CONFIG_MAGIC || cfg->size < sizeof(*cfg) ||
         cfg->version != BMT_ADAMW_CONFIG_VERSION) {
         errprintf(err, "bmt_adamw_create: the config was not set up with "
@@ -178,10 +203,17 @@ bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *c
     }
     if (!(cfg->lr >= 0) || !(cfg->beta1 >= 0 && cfg->beta1 < 1) ||
         !(cfg->beta2 >= 0 && cfg->beta2 < 1) || !(cfg->eps > 0) || !(cfg->weight_decay >= 0) ||
-        !(cfg->clip_norm >= 0)) {
+        !(cfg->clip_norm >= 0) || cfg->max_skipped < 0) {
         errprintf(err,
                   "rank %d: bmt_adamw_create: need lr >= 0, 0 <= betas < 1, eps > 0, "
-                  "weight_decay >= 0, clip_norm >= 0",
+                  "weight_decay >= 0, clip_norm >= 0, max_skipped >= 0",
+                  ctx->rank);
+        return NULL;
+    }
+    if (blocklist_state(list)->optim) {
+        errprintf(err,
+                  "rank %d: bmt_adamw_create: this block list already has an optimizer; "
+                  "destroy it first (bmt_optim_destroy): two would update the same shards",
                   ctx->rank);
         return NULL;
     }
@@ -255,7 +287,9 @@ bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *c
     if (o->sums == NULL || device_sync_legacy(ctx, err) < 0)
         goto fail;
     struct list_state *st = blocklist_state(list);
-    st->sealed = true; /* a block appended now would be missed */
+    blocklist_seal(list); /* a block appended now would be missed */
+    st->flush = optim_flush;
+    st->orphan = optim_orphan;
     if (o->holds)
         st->master_owner = o;
     if (st->optim) /* an older optimizer of the list: its sums are no longer taken */
@@ -280,8 +314,8 @@ static int grad_sumsq(bmt_optim_t *o, double *total, bmt_error_t *err)
     st->sums_ready = false;
     for (int i = 0; i < o->ns && !ready; i++) {
         if (o->s[i].d->grad == NULL) /* every block's backward makes its shards */
-            return errprintf(err, "rank %d: internal: block %.40s has no gradient shard", ctx->rank,
-                             o->s[i].block->name);
+            return errprintf(err, "rank %d: internal: block %.200s has no gradient shard",
+                             ctx->rank, o->s[i].block->name);
         if (kern_sumsq(ctx, compute, o->s[i].d->grad, o->s[i].d->shard, o->sums, i, err) < 0)
             return -1;
     }
@@ -299,6 +333,29 @@ static int grad_sumsq(bmt_optim_t *o, double *total, bmt_error_t *err)
     }
     *total = local;
     return 0;
+}
+
+/* BMT_FAULT=nan:RANK:STEP (tests only): the first element of this rank's
+ * first parameter shard becomes NaN, master and parameter, once whatever the
+ * step left pending is applied. */
+static void plant_nan(bmt_optim_t *o)
+{
+    bmt_ctx_t *ctx = o->ctx;
+    bmt_error_t err;
+    if (blocklist_flush(o->list, NULL, true, &err) < 0 || bmt_device_synchronize(ctx, &err) < 0)
+        return;
+    for (int i = 0; i < o->ns; i++) {
+        struct ostate *s = &o->s[i];
+        if (s->nseg == 0)
+            continue;
+        const size_t at = s->seg[0].first;
+        const float nan32 = NAN;
+        const uint16_t nan16 = 0x7fc0;
+        bmt_mem_upload(ctx, s->master + at, &nan32, sizeof(nan32), &err);
+        if (s->d->param && s->d->dtype == BMT_BF16)
+            bmt_mem_upload(ctx, (uint16_t *)s->d->param + at, &nan16, sizeof(nan16), &err);
+        return;
+    }
 }
 
 /* The step has consumed the gradient shards: they go back to the pool in
@@ -368,14 +425,6 @@ static int optim_apply(bmt_optim_t *o, const bmt_block_t *b, bool drop, bmt_erro
     return 0;
 }
 
-int blocklist_flush(bmt_blocklist_t *l, bmt_block_t *b, bool drop, bmt_error_t *err)
-{
-    bmt_optim_t *o = blocklist_state(l)->pending;
-    if (o == NULL || (b != NULL && !b->update_pending))
-        return 0;
-    return optim_apply(o, b, drop, err);
-}
-
 int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
 {
     if (o == NULL)
@@ -406,8 +455,18 @@ int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
     bmt_step_info_t out = { .grad_norm = norm, .microbatches = micro };
     if (!isfinite(norm)) {
         o->skipped++;
+        o->skipped_run++;
         out.skipped = true;
+        /* Every rank has the same norm, so all stop here together. */
+        if (o->cfg.max_skipped > 0 && o->skipped_run > o->cfg.max_skipped)
+            return errprintf(err,
+                             "rank %d: %lld optimizer steps in a row were skipped (gradient "
+                             "norm %g, not finite), more than max_skipped %d: the run has "
+                             "diverged or its parameters hold non-finite values; resume from "
+                             "the last checkpoint, perhaps with a lower learning rate",
+                             ctx->rank, (long long)o->skipped_run, norm, o->cfg.max_skipped);
     } else {
+        o->skipped_run = 0;
         if (o->cfg.clip_norm > 0) {
             /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), at most 1. */
             double coef = o->cfg.clip_norm / (norm + 1e-6);
@@ -464,6 +523,8 @@ int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
     if (info)
         *info = out;
     fault_point(o->ctx, FAULT_STEP, o->step); /* BMT_FAULT=step:...: tests only */
+    if (!out.skipped && fault_due(o->ctx, FAULT_NAN, o->step))
+        plant_nan(o);
     return 0;
 }
 

@@ -36,6 +36,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "checksum.h"
 #include "error.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -202,11 +203,14 @@ typedef struct entry {
 } entry_t;
 
 typedef struct st_file {
-    char *path;          /* as opened: the index's directory + the weight_map's name */
-    const char *label;   /* what errors call it: the name without the directory */
-    int fd;              /* -1 behind bmt_st_parse */
-    uint64_t data_start; /* 8 + header length */
-    uint64_t data_len;   /* bytes of the data section */
+    char *path;           /* as opened: the index's directory + the weight_map's name */
+    const char *label;    /* what errors call it: the name without the directory */
+    int fd;               /* -1 behind bmt_st_parse */
+    uint64_t data_start;  /* 8 + header length */
+    uint64_t data_len;    /* bytes of the data section */
+    uint64_t header_hash; /* XXH3-64 of bytes [0, data_start), as read at open */
+    bmt_st_sum_t *sums;   /* (nsums) by offset, tiling the data section; NULL: unchecked */
+    size_t nsums;
 } st_file_t;
 
 typedef struct meta {
@@ -238,6 +242,7 @@ void bmt_st_close(bmt_st_t *st)
         if (st->files[f].fd >= 0)
             close(st->files[f].fd);
         free(st->files[f].path);
+        free(st->files[f].sums);
     }
     for (int i = 0; i < st->count; i++)
         free(st->ent[i].name);
@@ -264,7 +269,7 @@ static bmt_st_t *st_new(const char *path, int nfiles, bmt_error_t *err)
         return st;
     }
     bmt_st_close(st);
-    errprintf(err, "%.100s: out of memory", path);
+    errprintf(err, "%.1200s: out of memory", path);
     return NULL;
 }
 
@@ -286,7 +291,7 @@ static int meta_add(bmt_st_t *st, const char *key, const char *value, const char
         int cap = st->metacap ? 2 * st->metacap : 8;
         meta_t *m = realloc(st->meta, (size_t)cap * sizeof(*m));
         if (m == NULL)
-            return errprintf(err, "%.60s: out of memory", label);
+            return errprintf(err, "%.200s: out of memory", label);
         st->meta = m;
         st->metacap = cap;
     }
@@ -296,7 +301,7 @@ static int meta_add(bmt_st_t *st, const char *key, const char *value, const char
     if (!m->key || !m->value) {
         free(m->key);
         free(m->value);
-        return errprintf(err, "%.60s: out of memory", label);
+        return errprintf(err, "%.200s: out of memory", label);
     }
     st->nmeta++;
     return 0;
@@ -326,7 +331,7 @@ static int tensor_err(bmt_error_t *err, const char *file, const char *name, cons
     va_start(ap, fmt);
     vsnprintf(cause, sizeof(cause), fmt, ap);
     va_end(ap);
-    return errprintf(err, "%.48s: tensor '%.64s': %s", file, name, cause);
+    return errprintf(err, "%.200s: tensor '%.200s': %s", file, name, cause);
 }
 
 /* Errors are one printable line (bmt/error.h), yet they quote the file: a
@@ -419,12 +424,12 @@ static int parse_tensor(bmt_st_t *st, const char *name, json_t *v, uint64_t data
         int cap = st->cap ? 2 * st->cap : 64;
         entry_t *p = realloc(st->ent, (size_t)cap * sizeof(*p));
         if (p == NULL)
-            return errprintf(err, "%.60s: out of memory", label);
+            return errprintf(err, "%.200s: out of memory", label);
         st->ent = p;
         st->cap = cap;
     }
     if ((e.name = strdup(name)) == NULL)
-        return errprintf(err, "%.60s: out of memory", label);
+        return errprintf(err, "%.200s: out of memory", label);
     st->ent[st->count++] = e;
     return 0;
 }
@@ -446,7 +451,7 @@ static int check_tiling(bmt_st_t *st, int first, uint64_t data_len, const char *
     int n = st->count - first;
     entry_t **v = malloc((size_t)(n ? n : 1) * sizeof(*v));
     if (v == NULL)
-        return errprintf(err, "%.60s: out of memory", label);
+        return errprintf(err, "%.200s: out of memory", label);
     for (int i = 0; i < n; i++)
         v[i] = &st->ent[first + i];
     qsort(v, (size_t)n, sizeof(*v), by_offsets);
@@ -454,22 +459,22 @@ static int check_tiling(bmt_st_t *st, int first, uint64_t data_len, const char *
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
         if (v[i]->begin < pos)
-            rc = errprintf(err,
-                           "%.48s: tensors '%.40s' [%llu, %llu] and '%.40s' [%llu, %llu] overlap",
-                           label, v[i - 1]->name, (unsigned long long)v[i - 1]->begin,
-                           (unsigned long long)v[i - 1]->end, v[i]->name,
-                           (unsigned long long)v[i]->begin, (unsigned long long)v[i]->end);
+            rc = errprintf(
+                err, "%.200s: tensors '%.200s' [%llu, %llu] and '%.200s' [%llu, %llu] overlap",
+                label, v[i - 1]->name, (unsigned long long)v[i - 1]->begin,
+                (unsigned long long)v[i - 1]->end, v[i]->name, (unsigned long long)v[i]->begin,
+                (unsigned long long)v[i]->end);
         else if (v[i]->begin > pos)
             rc = errprintf(err,
-                           "%.48s: bytes [%llu, %llu) of the data section belong to no tensor "
-                           "(a hole before '%.48s')",
+                           "%.200s: bytes [%llu, %llu) of the data section belong to no tensor "
+                           "(a hole before '%.200s')",
                            label, (unsigned long long)pos, (unsigned long long)v[i]->begin,
                            v[i]->name);
         pos = v[i]->end;
     }
     if (rc == 0 && pos != data_len)
         rc = errprintf(err,
-                       "%.48s: bytes [%llu, %llu) at the end of the data section belong to no "
+                       "%.200s: bytes [%llu, %llu) at the end of the data section belong to no "
                        "tensor",
                        label, (unsigned long long)pos, (unsigned long long)data_len);
     free(v);
@@ -483,19 +488,19 @@ static int parse_header(bmt_st_t *st, const char *hdr, size_t len, uint64_t data
 {
     const char *label = st->files[file].label;
     if (len == 0)
-        return errprintf(err, "%.60s: header is empty, not a JSON object", label);
+        return errprintf(err, "%.200s: header is empty, not a JSON object", label);
     if (hdr[0] != '{') {
         unsigned char c = (unsigned char)hdr[0];
         if (c >= 0x21 && c < 0x7f)
-            return errprintf(err, "%.60s: header is not a JSON object (it starts with '%c')", label,
-                             c);
-        return errprintf(err, "%.60s: header is not a JSON object (it starts with byte 0x%02x)",
+            return errprintf(err, "%.200s: header is not a JSON object (it starts with '%c')",
+                             label, c);
+        return errprintf(err, "%.200s: header is not a JSON object (it starts with byte 0x%02x)",
                          label, c);
     }
     json_error_t jerr;
     json_t *root = json_loadb(hdr, len, JSON_REJECT_DUPLICATES, &jerr);
     if (root == NULL)
-        return errprintf(err, "%.60s: header is not valid JSON: %.60s (at byte %d)", label,
+        return errprintf(err, "%.200s: header is not valid JSON: %.200s (at byte %d)", label,
                          jerr.text, jerr.position);
     int first = st->count, rc = 0;
     const char *key;
@@ -510,14 +515,14 @@ static int parse_header(bmt_st_t *st, const char *hdr, size_t len, uint64_t data
             json_object_foreach(v, mk, mv)
             {
                 if (!json_is_string(mv)) {
-                    rc = errprintf(err, "%.60s: __metadata__ '%.60s' is not a string", label, mk);
+                    rc = errprintf(err, "%.200s: __metadata__ '%.200s' is not a string", label, mk);
                     break;
                 }
                 if ((rc = meta_add(st, mk, json_string_value(mv), label, err)) < 0)
                     break;
             }
         } else if (!json_is_null(v)) {
-            rc = errprintf(err, "%.60s: __metadata__ is not an object of strings", label);
+            rc = errprintf(err, "%.200s: __metadata__ is not an object of strings", label);
         }
         if (rc < 0)
             break;
@@ -542,14 +547,14 @@ static int finish(bmt_st_t *st, bmt_error_t *err)
     for (int i = 1; i < st->count; i++) {
         if (strcmp(st->ent[i - 1].name, st->ent[i].name) == 0) {
             int f1 = st->ent[i - 1].file, f2 = st->ent[i].file; /* in file order: a stable text */
-            return tensor_err(err, st->label, st->ent[i].name, "is in both '%.40s' and '%.40s'",
+            return tensor_err(err, st->label, st->ent[i].name, "is in both '%.200s' and '%.200s'",
                               st->files[f1 < f2 ? f1 : f2].label,
                               st->files[f1 < f2 ? f2 : f1].label);
         }
     }
     st->tensors = calloc((size_t)(st->count ? st->count : 1), sizeof(*st->tensors));
     if (st->tensors == NULL)
-        return errprintf(err, "%.60s: out of memory", st->label);
+        return errprintf(err, "%.200s: out of memory", st->label);
     for (int i = 0; i < st->count; i++) {
         const entry_t *e = &st->ent[i];
         const st_file_t *f = &st->files[e->file];
@@ -581,7 +586,7 @@ bmt_st_t *bmt_st_parse(const char *header, size_t len, uint64_t data_len, const 
     st_file_t *f = &st->files[0];
     if ((f->path = strdup(file)) == NULL) {
         bmt_st_close(st);
-        errprintf(err, "%.60s: out of memory", file);
+        errprintf(err, "%.200s: out of memory", file);
         return NULL;
     }
     f->label = base_name(f->path);
@@ -621,41 +626,50 @@ static int open_file(bmt_st_t *st, int file, bmt_error_t *err)
     const char *label = f->label;
     f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
     if (f->fd < 0)
-        return errprintf(err, "%.100s: cannot open: %s", f->path, strerror(errno));
+        return errprintf(err, "%.1200s: cannot open: %s", f->path, strerror(errno));
     struct stat sb;
     if (fstat(f->fd, &sb) < 0)
-        return errprintf(err, "%.100s: fstat: %s", f->path, strerror(errno));
+        return errprintf(err, "%.1200s: fstat: %s", f->path, strerror(errno));
     if (!S_ISREG(sb.st_mode))
-        return errprintf(err, "%.100s: not a regular file", f->path);
+        return errprintf(err, "%.1200s: not a regular file", f->path);
     uint64_t size = (uint64_t)sb.st_size;
     unsigned char n8[8];
     if (size < 8)
-        return errprintf(err, "%.60s: file is %llu bytes, too short for the 8-byte header length",
+        return errprintf(err, "%.200s: file is %llu bytes, too short for the 8-byte header length",
                          label, (unsigned long long)size);
     if (pread_full(f->fd, n8, 8, 0) != 8)
-        return errprintf(err, "%.60s: reading the header length: %s", label,
+        return errprintf(err, "%.200s: reading the header length: %s", label,
                          errno ? strerror(errno) : "short read");
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--)
         n = n << 8 | n8[i];
     if (n > BMT_ST_MAX_HEADER)
-        return errprintf(err, "%.60s: header length %llu is over the limit of %llu bytes", label,
+        return errprintf(err, "%.200s: header length %llu is over the limit of %llu bytes", label,
                          (unsigned long long)n, BMT_ST_MAX_HEADER);
     if (n > size - 8)
         return errprintf(err,
-                         "%.60s: header length %llu runs past the end of the file (%llu bytes)",
+                         "%.200s: header length %llu runs past the end of the file (%llu bytes)",
                          label, (unsigned long long)n, (unsigned long long)size);
     char *hdr = malloc(n ? n : 1); /* n bytes of JSON, freed once parsed */
     if (hdr == NULL)
-        return errprintf(err, "%.60s: out of memory for a %llu-byte header", label,
+        return errprintf(err, "%.200s: out of memory for a %llu-byte header", label,
                          (unsigned long long)n);
     ssize_t got = pread_full(f->fd, hdr, n, 8);
     int rc;
-    if (got != (ssize_t)n)
-        rc = errprintf(err, "%.60s: reading the header: %s", label,
+    if (got != (ssize_t)n) {
+        rc = errprintf(err, "%.200s: reading the header: %s", label,
                        got < 0 ? strerror(errno) : "short read");
-    else
+    } else {
+        ck_stream_t *h = ck_begin(); /* for bmt_st_set_checksums: the header as read */
+        if (h == NULL) {
+            free(hdr);
+            return errprintf(err, "%.200s: out of memory", label);
+        }
+        ck_update(h, n8, 8);
+        ck_update(h, hdr, n);
+        f->header_hash = ck_end(h);
         rc = parse_header(st, hdr, n, size - 8 - n, file, err);
+    }
     free(hdr);
     f->data_start = 8 + n;
     f->data_len = size - 8 - n;
@@ -668,7 +682,7 @@ static bmt_st_t *open_single(const char *path, bmt_error_t *err)
     if (st == NULL)
         return NULL;
     if ((st->files[0].path = strdup(path)) == NULL) {
-        errprintf(err, "%.100s: out of memory", path);
+        errprintf(err, "%.1200s: out of memory", path);
         bmt_st_close(st);
         return NULL;
     }
@@ -715,13 +729,13 @@ static int index_files(bmt_st_t *st, json_t *root, const char *path, load_fn loa
     const char *label = st->label;
     json_t *wm = json_object_get(root, "weight_map");
     if (!json_is_object(wm))
-        return errprintf(err, "%.60s: no \"weight_map\" object", label);
+        return errprintf(err, "%.200s: no \"weight_map\" object", label);
     size_t nmap = json_object_size(wm);
     if (nmap == 0)
-        return errprintf(err, "%.60s: weight_map names no tensors", label);
+        return errprintf(err, "%.200s: weight_map names no tensors", label);
     const char **names = malloc(nmap * sizeof(*names));
     if (names == NULL)
-        return errprintf(err, "%.60s: out of memory", label);
+        return errprintf(err, "%.200s: out of memory", label);
     size_t k = 0;
     const char *key;
     json_t *v;
@@ -732,7 +746,7 @@ static int index_files(bmt_st_t *st, json_t *root, const char *path, load_fn loa
         if (fn == NULL || *fn == '\0')
             rc = tensor_err(err, label, key, "weight_map gives no file name");
         else if (name_escapes(fn))
-            rc = tensor_err(err, label, key, "file '%.60s' is outside the index's directory", fn);
+            rc = tensor_err(err, label, key, "file '%.200s' is outside the index's directory", fn);
         if (rc < 0)
             break;
         names[k++] = fn;
@@ -745,7 +759,7 @@ static int index_files(bmt_st_t *st, json_t *root, const char *path, load_fn loa
                 names[nfiles++] = names[i];
         st_file_t *files = calloc((size_t)nfiles, sizeof(*files));
         if (files == NULL)
-            rc = errprintf(err, "%.60s: out of memory", label);
+            rc = errprintf(err, "%.200s: out of memory", label);
         else {
             free(st->files);
             st->files = files;
@@ -759,7 +773,7 @@ static int index_files(bmt_st_t *st, json_t *root, const char *path, load_fn loa
         st_file_t *sf = &st->files[f];
         size_t flen = strlen(names[f]);
         if ((sf->path = malloc(dirlen + flen + 1)) == NULL) {
-            rc = errprintf(err, "%.60s: out of memory", label);
+            rc = errprintf(err, "%.200s: out of memory", label);
             break;
         }
         memcpy(sf->path, path, dirlen);
@@ -776,16 +790,16 @@ static int index_files(bmt_st_t *st, json_t *root, const char *path, load_fn loa
         const char *fn = json_string_value(json_object_get(wm, st->ent[i].name));
         const char *in = st->files[st->ent[i].file].label;
         if (fn == NULL)
-            return tensor_err(err, in, st->ent[i].name, "not in %.40s's weight_map", label);
+            return tensor_err(err, in, st->ent[i].name, "not in %.200s's weight_map", label);
         if (strcmp(fn, in) != 0)
             return tensor_err(err, label, st->ent[i].name,
-                              "is in '%.40s', but weight_map says '%.40s'", in, fn);
+                              "is in '%.200s', but weight_map says '%.200s'", in, fn);
     }
     json_object_foreach(wm, key, v)
     {
         if (bmt_st_find(st, key) < 0)
             return tensor_err(err, json_string_value(v), key,
-                              "not in the file, but %.40s's weight_map puts it there", label);
+                              "not in the file, but %.200s's weight_map puts it there", label);
     }
     return 0;
 }
@@ -796,24 +810,24 @@ static char *read_small_file(const char *path, size_t *len, bmt_error_t *err)
     const char *label = base_name(path);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        errprintf(err, "%.100s: cannot open: %s", path, strerror(errno));
+        errprintf(err, "%.1200s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     struct stat sb;
     char *text = NULL;
     if (fstat(fd, &sb) < 0)
-        errprintf(err, "%.100s: fstat: %s", path, strerror(errno));
+        errprintf(err, "%.1200s: fstat: %s", path, strerror(errno));
     else if (!S_ISREG(sb.st_mode))
-        errprintf(err, "%.100s: not a regular file", path);
+        errprintf(err, "%.1200s: not a regular file", path);
     else if ((uint64_t)sb.st_size > BMT_ST_MAX_HEADER)
-        errprintf(err, "%.60s: %llu bytes, over the limit of %llu for an index", label,
+        errprintf(err, "%.200s: %llu bytes, over the limit of %llu for an index", label,
                   (unsigned long long)sb.st_size, BMT_ST_MAX_HEADER);
     else if ((text = malloc((size_t)sb.st_size + 1)) == NULL)
-        errprintf(err, "%.60s: out of memory", label);
+        errprintf(err, "%.200s: out of memory", label);
     else {
         ssize_t got = pread_full(fd, text, (size_t)sb.st_size, 0);
         if (got != (ssize_t)sb.st_size) {
-            errprintf(err, "%.60s: cannot read: %s", label,
+            errprintf(err, "%.200s: cannot read: %s", label,
                       got < 0 ? strerror(errno) : "short read");
             free(text);
             text = NULL;
@@ -835,18 +849,18 @@ static bmt_st_t *parse_index(const char *text, size_t len, const char *path, loa
     json_error_t jerr;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (root == NULL) {
-        errprintf(err, "%.60s: not valid JSON: %.60s (at byte %d)", label, jerr.text,
+        errprintf(err, "%.200s: not valid JSON: %.200s (at byte %d)", label, jerr.text,
                   jerr.position);
         return NULL;
     }
     bmt_st_t *st = NULL;
     if (!json_is_object(root)) {
-        errprintf(err, "%.60s: not a JSON object", label);
+        errprintf(err, "%.200s: not a JSON object", label);
     } else if ((st = st_new(path, 0, err)) != NULL) {
         int rc = 0;
         json_t *md = json_object_get(root, "metadata");
         if (md != NULL && !json_is_object(md) && !json_is_null(md))
-            rc = errprintf(err, "%.60s: \"metadata\" is not an object", label);
+            rc = errprintf(err, "%.200s: \"metadata\" is not an object", label);
         const char *mk;
         json_t *mv;
         json_object_foreach(md, mk, mv)
@@ -903,12 +917,12 @@ static int load_memory(bmt_st_t *st, int file, const void *arg, bmt_error_t *err
         if (s->file == NULL || strcmp(s->file, f->label) != 0)
             continue;
         if (s->header == NULL && s->len > 0)
-            return errprintf(err, "%.60s: header is NULL", f->label);
+            return errprintf(err, "%.200s: header is NULL", f->label);
         f->data_start = 8 + (uint64_t)s->len;
         f->data_len = s->data_len;
         return parse_header(st, s->header ? s->header : "", s->len, s->data_len, file, err);
     }
-    return errprintf(err, "%.100s: cannot open: %s", f->path, strerror(ENOENT));
+    return errprintf(err, "%.1200s: cannot open: %s", f->path, strerror(ENOENT));
 }
 
 bmt_st_t *bmt_st_parse_index(const char *json, size_t len, const char *path,
@@ -945,7 +959,7 @@ static bmt_st_t *open_path(const char *path, bmt_error_t *err)
     }
     struct stat sb;
     if (stat(path, &sb) < 0) {
-        errprintf(err, "%.100s: cannot open: %s", path, strerror(errno));
+        errprintf(err, "%.1200s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     if (!S_ISDIR(sb.st_mode))
@@ -953,7 +967,7 @@ static bmt_st_t *open_path(const char *path, bmt_error_t *err)
     size_t len = strlen(path);
     char *p = malloc(len + sizeof(BMT_ST_INDEX_NAME) + 1);
     if (p == NULL) {
-        errprintf(err, "%.100s: out of memory", path);
+        errprintf(err, "%.1200s: out of memory", path);
         return NULL;
     }
     bmt_st_t *st = NULL;
@@ -965,7 +979,7 @@ static bmt_st_t *open_path(const char *path, bmt_error_t *err)
         if (stat(p, &sb) == 0)
             st = open_single(p, err);
         else
-            errprintf(err, "%.100s: holds neither " BMT_ST_INDEX_NAME " nor " BMT_ST_FILE_NAME,
+            errprintf(err, "%.1200s: holds neither " BMT_ST_INDEX_NAME " nor " BMT_ST_FILE_NAME,
                       path);
     }
     free(p);
@@ -1014,14 +1028,112 @@ const char *bmt_st_metadata(const bmt_st_t *st, const char *key)
 
 /* ------------------------------------------------------------ reading */
 
+/* The first unit of f whose bytes reach past off (units tile the data section). */
+static size_t unit_at(const st_file_t *f, uint64_t off)
+{
+    size_t lo = 0, hi = f->nsums;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (f->sums[mid].offset + f->sums[mid].len <= off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Read unit u of f whole into buf and check its hash. */
+static int read_unit(const st_file_t *f, size_t u, unsigned char *buf, const char *tensor,
+                     bmt_error_t *err)
+{
+    const bmt_st_sum_t *s = &f->sums[u];
+    ssize_t got = pread_full(f->fd, buf, (size_t)s->len, s->offset);
+    if (got < 0)
+        return tensor_err(err, f->label, tensor, "pread of bytes [%llu, %llu): %s",
+                          (unsigned long long)s->offset, (unsigned long long)(s->offset + s->len),
+                          strerror(errno));
+    if ((uint64_t)got < s->len)
+        return tensor_err(err, f->label, tensor,
+                          "file ends at byte %llu, inside bytes [%llu, %llu) (truncated?)",
+                          (unsigned long long)(s->offset + (uint64_t)got),
+                          (unsigned long long)s->offset, (unsigned long long)(s->offset + s->len));
+    uint64_t h = ck_hash(buf, (size_t)s->len);
+    if (h != s->xxh3) {
+        char want[17], have[17];
+        ck_hex(s->xxh3, want);
+        ck_hex(h, have);
+        return tensor_err(err, f->label, tensor,
+                          "checksum mismatch in bytes [%llu, %llu) of the file (recorded %s, "
+                          "read %s): the file is damaged",
+                          (unsigned long long)s->offset, (unsigned long long)(s->offset + s->len),
+                          want, have);
+    }
+    return 0;
+}
+
+/* bmt_st_read of a file with checksums: the units that cover bytes [off, off +
+ * nbytes) are read whole (at most one unit more than asked on each side) and
+ * checked, and the part asked for is copied or converted from them. The
+ * source bytes go through `src` as one stream, so an element that a unit
+ * boundary cuts converts whole. */
+static int read_checked(const st_file_t *f, const entry_t *e, uint64_t off, uint64_t nbytes,
+                        unsigned char *dst, bmt_dtype_t dst_dtype, bool same, bmt_error_t *err)
+{
+    const size_t isz = dtypes[e->dtype].size, osz = bmt_dtype_size(dst_dtype);
+    size_t maxlen = 0;
+    for (size_t u = unit_at(f, off); u < f->nsums && f->sums[u].offset < off + nbytes; u++)
+        if (f->sums[u].len > maxlen)
+            maxlen = (size_t)f->sums[u].len;
+    unsigned char *buf = malloc(maxlen + 1);
+    unsigned char *src = same ? NULL : malloc(maxlen + isz); /* pending source bytes */
+    if (buf == NULL || (!same && src == NULL)) {
+        free(buf);
+        free(src);
+        return tensor_err(err, f->label, e->name, "out of memory for a %zu-byte read buffer",
+                          maxlen);
+    }
+    int rc = 0;
+    size_t pending = 0;     /* bytes in src not yet converted (< isz between units) */
+    uint64_t converted = 0; /* elements written to dst */
+    uint64_t end = off + nbytes, at = off;
+    for (size_t u = unit_at(f, off); rc == 0 && at < end; u++) {
+        if (u >= f->nsums || f->sums[u].offset > at) {
+            rc = tensor_err(err, f->label, e->name, "no checksum covers byte %llu",
+                            (unsigned long long)at);
+            break;
+        }
+        if ((rc = read_unit(f, u, buf, e->name, err)) < 0)
+            break;
+        const bmt_st_sum_t *s = &f->sums[u];
+        uint64_t hi = s->offset + s->len < end ? s->offset + s->len : end;
+        const unsigned char *part = buf + (at - s->offset);
+        size_t n = (size_t)(hi - at);
+        if (same) {
+            memcpy(dst + (at - off), part, n);
+        } else {
+            memcpy(src + pending, part, n);
+            pending += n;
+            size_t whole = pending / isz;
+            bmt_st_convert(src, e->dtype, dst + converted * osz, dst_dtype, whole);
+            converted += whole;
+            memmove(src, src + whole * isz, pending - whole * isz);
+            pending -= whole * isz;
+        }
+        at = hi;
+    }
+    free(buf);
+    free(src);
+    return rc;
+}
+
 static int read_range(bmt_st_t *st, int i, int64_t first, int64_t count, void *dst,
                       bmt_dtype_t dst_dtype, bmt_error_t *err)
 {
     if (st == NULL)
         return errprintf(err, "bmt_st_read: the handle is NULL");
     if (i < 0 || i >= st->count)
-        return errprintf(err, "%.60s: bmt_st_read: no tensor %d (the checkpoint has %d)", st->label,
-                         i, st->count);
+        return errprintf(err, "%.200s: bmt_st_read: no tensor %d (the checkpoint has %d)",
+                         st->label, i, st->count);
     const entry_t *e = &st->ent[i];
     const st_file_t *f = &st->files[e->file];
     size_t isz = dtypes[e->dtype].size, osz = bmt_dtype_size(dst_dtype);
@@ -1047,6 +1159,8 @@ static int read_range(bmt_st_t *st, int i, int64_t first, int64_t count, void *d
     bool same = (e->dtype == BMT_ST_F32 && dst_dtype == BMT_F32) ||
                 (e->dtype == BMT_ST_BF16 && dst_dtype == BMT_BF16) ||
                 (e->dtype == BMT_ST_F64 && dst_dtype == BMT_F64);
+    if (f->sums)
+        return read_checked(f, e, off, nbytes, dst, dst_dtype, same, err);
     size_t chunk = same ? (size_t)nbytes : BMT_ST_CHUNK_BYTES / isz * isz;
     if (chunk > nbytes)
         chunk = (size_t)nbytes;
@@ -1075,6 +1189,119 @@ static int read_range(bmt_st_t *st, int i, int64_t first, int64_t count, void *d
     if (!same)
         free(buf);
     return rc;
+}
+
+/* ------------------------------------------------------------ checksums */
+
+static int by_sum_offset(const void *a, const void *b)
+{
+    const bmt_st_sum_t *x = a, *y = b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+uint64_t bmt_st_checksum(const void *p, size_t n) { return ck_hash(p, n); }
+
+static int set_checksums(bmt_st_t *st, const char *file, uint64_t header_xxh3,
+                         const bmt_st_sum_t *sums, size_t n, bmt_error_t *err)
+{
+    if (st == NULL || file == NULL || (n > 0 && sums == NULL))
+        return errprintf(err, "bmt_st_set_checksums: NULL argument");
+    int fi = -1;
+    for (int k = 0; k < st->nfiles && fi < 0; k++)
+        if (strcmp(st->files[k].path, file) == 0 || strcmp(st->files[k].label, file) == 0)
+            fi = k;
+    if (fi < 0)
+        return errprintf(err, "%.200s: bmt_st_set_checksums: no file '%.200s' in it", st->label,
+                         file);
+    st_file_t *f = &st->files[fi];
+    if (f->fd < 0)
+        return errprintf(err, "%.200s: no file behind this header (bmt_st_parse)", f->label);
+    if (header_xxh3 != f->header_hash) {
+        char want[17], have[17];
+        ck_hex(header_xxh3, want);
+        ck_hex(f->header_hash, have);
+        return errprintf(err,
+                         "%.200s: checksum mismatch in its header, bytes [0, %llu) (recorded %s, "
+                         "read %s): the file is damaged",
+                         f->label, (unsigned long long)f->data_start, want, have);
+    }
+    bmt_st_sum_t *v = malloc(sizeof(*v) * (n ? n : 1));
+    if (v == NULL)
+        return errprintf(err, "%.200s: out of memory", f->label);
+    if (n)
+        memcpy(v, sums, sizeof(*v) * n);
+    qsort(v, n, sizeof(*v), by_sum_offset);
+    /* The units must cover the data section exactly: every byte read is checked. */
+    uint64_t at = f->data_start, end = f->data_start + f->data_len;
+    for (size_t k = 0; k < n; k++) {
+        if (v[k].offset != at || v[k].len == 0 || v[k].len > BMT_ST_SUM_MAX_UNIT ||
+            v[k].offset + v[k].len > end) {
+            free(v);
+            return errprintf(err,
+                             "%.200s: the checksums do not tile its data section [%llu, %llu): a "
+                             "unit [%llu, +%llu) where byte %llu should start one (units are 1 "
+                             "to %llu bytes)",
+                             f->label, (unsigned long long)f->data_start, (unsigned long long)end,
+                             (unsigned long long)v[k].offset, (unsigned long long)v[k].len,
+                             (unsigned long long)at, (unsigned long long)BMT_ST_SUM_MAX_UNIT);
+        }
+        at += v[k].len;
+    }
+    if (at != end) {
+        free(v);
+        return errprintf(err,
+                         "%.200s: the checksums end at byte %llu; its data section ends at %llu "
+                         "(the file is %s)",
+                         f->label, (unsigned long long)at, (unsigned long long)end,
+                         at < end ? "longer than when it was written" : "truncated");
+    }
+    free(f->sums);
+    f->sums = v;
+    f->nsums = n;
+    return 0;
+}
+
+int bmt_st_set_checksums(bmt_st_t *st, const char *file, uint64_t header_xxh3,
+                         const bmt_st_sum_t *sums, size_t n, bmt_error_t *err)
+{
+    return set_checksums(st, file, header_xxh3, sums, n, err) < 0 ? one_line(err) : 0;
+}
+
+int bmt_st_verify(bmt_st_t *st, uint64_t *bytes, bmt_error_t *err)
+{
+    if (bytes)
+        *bytes = 0;
+    if (st == NULL)
+        return errprintf(err, "bmt_st_verify: the handle is NULL");
+    int rc = 0;
+    for (int k = 0; k < st->nfiles && rc == 0; k++) {
+        const st_file_t *f = &st->files[k];
+        if (f->sums == NULL) {
+            rc = errprintf(err, "%.200s: no checksums recorded for it", f->label);
+            break;
+        }
+        size_t maxlen = 0;
+        for (size_t u = 0; u < f->nsums; u++)
+            maxlen = f->sums[u].len > maxlen ? (size_t)f->sums[u].len : maxlen;
+        unsigned char *buf = malloc(maxlen + 1);
+        if (buf == NULL) {
+            rc = errprintf(err, "%.200s: out of memory", f->label);
+            break;
+        }
+        for (size_t u = 0; u < f->nsums && rc == 0; u++) {
+            /* name the tensor that holds the unit's first byte */
+            const char *tensor = "?";
+            for (int t = 0; t < st->count; t++)
+                if (st->ent[t].file == k && f->data_start + st->ent[t].begin <= f->sums[u].offset &&
+                    f->sums[u].offset < f->data_start + st->ent[t].end)
+                    tensor = st->ent[t].name;
+            rc = read_unit(f, u, buf, tensor, err);
+            if (rc == 0 && bytes)
+                *bytes += f->sums[u].len;
+        }
+        free(buf);
+    }
+    return rc < 0 ? one_line(err) : 0;
 }
 
 int bmt_st_read(bmt_st_t *st, int i, int64_t first, int64_t count, void *dst, bmt_dtype_t dst_dtype,
@@ -1156,15 +1383,16 @@ static int compare_layers(const bmt_st_t *st, const bmt_st_block_t *a, const bmt
     while (i < a->count || j < b->count) {
         int c = i == a->count ? 1 : j == b->count ? -1 : strcmp(a->names[i], b->names[j]);
         if (c < 0)
-            return errprintf(err, "%.40s: layer '%.40s' has no tensor '%.48s' (layer '%.40s' has)",
+            return errprintf(err,
+                             "%.200s: layer '%.200s' has no tensor '%.200s' (layer '%.200s' has)",
                              st->label, b->name, a->names[i], a->name);
         if (c > 0)
-            return errprintf(err,
-                             "%.40s: layer '%.40s' has tensor '%.48s', which layer '%.40s' lacks",
-                             st->label, b->name, b->names[j], a->name);
+            return errprintf(
+                err, "%.200s: layer '%.200s' has tensor '%.200s', which layer '%.200s' lacks",
+                st->label, b->name, b->names[j], a->name);
         const bmt_st_tensor_t *x = &st->tensors[a->tensors[i]], *y = &st->tensors[b->tensors[j]];
         if (x->ndim != y->ndim || memcmp(x->shape, y->shape, sizeof(x->shape)) != 0)
-            return tensor_err(err, st->label, y->name, "shape %s differs from %s in layer '%.40s'",
+            return tensor_err(err, st->label, y->name, "shape %s differs from %s in layer '%.200s'",
                               shape_str(s1, sizeof(s1), y->ndim, y->shape),
                               shape_str(s2, sizeof(s2), x->ndim, x->shape), a->name);
         i++;
@@ -1180,7 +1408,7 @@ static int discover(const bmt_st_t *st, bmt_st_plan_t **out, bmt_error_t *err)
     int n = st->count;
     layer_match_t *m = calloc((size_t)(n ? n : 1), sizeof(*m));
     if (m == NULL)
-        return errprintf(err, "%.60s: out of memory", st->label);
+        return errprintf(err, "%.200s: out of memory", st->label);
     int nlayers = 0, ref = -1; /* ref: the first layer tensor, whose stack all must share */
     for (int i = 0; i < n; i++) {
         const char *name = st->ent[i].name;
@@ -1198,7 +1426,7 @@ static int discover(const bmt_st_t *st, bmt_st_plan_t **out, bmt_error_t *err)
         } else if (m[i].stack_len != m[ref].stack_len ||
                    memcmp(name, st->ent[ref].name, m[i].stack_len) != 0) {
             int rc = errprintf(err,
-                               "%.40s: tensors '%.40s' and '%.40s' are in two layer stacks "
+                               "%.200s: tensors '%.200s' and '%.200s' are in two layer stacks "
                                "('%.*s' and '%.*s'); bmt discovers one",
                                st->label, st->ent[ref].name, name, (int)m[ref].stack_len - 1,
                                st->ent[ref].name, (int)m[i].stack_len - 1, name);
@@ -1218,20 +1446,20 @@ static int discover(const bmt_st_t *st, bmt_st_plan_t **out, bmt_error_t *err)
     int *per = calloc((size_t)nlayers + 1, sizeof(*per)); /* at most BMT_ST_MAX_LAYERS */
     if (per == NULL) {
         free(m);
-        return errprintf(err, "%.60s: out of memory", st->label);
+        return errprintf(err, "%.200s: out of memory", st->label);
     }
     for (int i = 0; i < n; i++)
         if (m[i].layer >= 0)
             per[m[i].layer]++;
     for (int l = 0; l < nlayers; l++) {
         if (per[l] == 0) {
-            char a[64], b[64]; /* the names of blocks l and L-1, as the plan would call them */
+            char a[256], b[256]; /* the names of blocks l and L-1, as the plan calls them */
             snprintf(a, sizeof(a), "%.*s%d", (int)stack_len, st->ent[ref].name, l);
             snprintf(b, sizeof(b), "%.*s%d", (int)stack_len, st->ent[ref].name, nlayers - 1);
             free(per);
             free(m);
             return errprintf(err,
-                             "%.40s: layer '%.40s' is missing: the stack goes up to '%.40s' "
+                             "%.200s: layer '%.200s' is missing: the stack goes up to '%.200s' "
                              "but has no tensor of layer %d",
                              st->label, a, b, l);
         }
@@ -1251,7 +1479,7 @@ static int discover(const bmt_st_t *st, bmt_st_plan_t **out, bmt_error_t *err)
         free(bnames);
         free(prefix);
         free(m);
-        return errprintf(err, "%.60s: out of memory", st->label);
+        return errprintf(err, "%.200s: out of memory", st->label);
     }
     plan->nlayers = nlayers;
     plan->nblocks = nlayers + 2;

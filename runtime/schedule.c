@@ -32,17 +32,34 @@
  *                    release(i) | comm: reduce-scatter -> shard (+= if not the
  *                    first micro-batch) | replica (last micro-batch): all-reduce.
  *
- * A group of one rank (gpus_per_group 1) has nothing to reduce inside it: its
- * shard is the whole padded buffer. There the callbacks add straight into the
- * f32 shards (zeroed by the optimizer's step, and they accumulate the
- * micro-batches themselves), so no full gradient buffers, reduce-scatter
- * output or bf16 staging exist (grad_dtype has no wire to apply to), and the
- * replica all-reduce follows the block's backward on the compute stream.
+ * A group of one rank (gpus_per_group 1) has nothing to gather or reduce
+ * inside it: its shard is the whole padded buffer. The callbacks read the
+ * parameter shards in place (no gathered buffer, no copy; except under a
+ * master_only optimizer, whose f32 masters are rounded into one) and add
+ * straight into the f32 gradient shards (zeroed by the optimizer's step, and
+ * they accumulate the micro-batches themselves), so no full gradient buffers,
+ * reduce-scatter output or bf16 staging exist (grad_dtype has no wire to
+ * apply to), and the replica all-reduce follows the block's backward on the
+ * compute stream.
+ *
+ * Memory bound (invariant 1; docs/engine.md has the numbers): with zero level
+ * 3 and prefetch, at most two gathered parameter buffers exist at any time,
+ * and during a backward in a group of two or more also two full f32 gradient
+ * buffers (block i's being filled, block i+1's being reduce-scattered), plus,
+ * with a bf16 reduce, one bf16 copy of a block's gradients: at most 2 P + 2 G
+ * (+ G/2) bytes, with P and G the largest block's full parameter and f32
+ * gradient buffers. A group of one has none of them.
+ *
+ * Layer: above block.c (storage), below optim.c (the update): nothing here
+ * calls the optimizer by name; its deferred update and its orphaning go
+ * through the hooks it installs in list_state (block.h).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "block.h"
+#include "checksum.h"
 #include "comm.h"
 #include "ctx.h"
 #include "error.h"
@@ -156,6 +173,13 @@ static int grow(bmt_blocklist_t *l, bmt_error_t *err)
     return 0;
 }
 
+/* bmt_block.settle: a block read outside the schedule (bmt_block_gather)
+ * gets the optimizer's deferred update first. */
+static int settle(bmt_block_t *b, bmt_error_t *err)
+{
+    return b->list ? blocklist_flush(b->list, b, true, err) : 0;
+}
+
 int bmt_blocklist_append(bmt_blocklist_t *l, bmt_block_t *b, const bmt_block_ops_t *ops,
                          void *model, bmt_error_t *err)
 {
@@ -163,20 +187,20 @@ int bmt_blocklist_append(bmt_blocklist_t *l, bmt_block_t *b, const bmt_block_ops
         return errprintf(err, "bmt_blocklist_append: list, block and both callbacks are required");
     bmt_ctx_t *ctx = l->ctx;
     if (b->ctx != ctx)
-        return errprintf(err, "rank %d: block %.40s belongs to another context", ctx->rank,
+        return errprintf(err, "rank %d: block %.200s belongs to another context", ctx->rank,
                          b->name);
     if (!b->built)
-        return errprintf(err, "rank %d: block %.40s is not built (bmt_block_build first)",
+        return errprintf(err, "rank %d: block %.200s is not built (bmt_block_build first)",
                          ctx->rank, b->name);
     if (b->list)
-        return errprintf(err, "rank %d: block %.40s is already in a block list", ctx->rank,
+        return errprintf(err, "rank %d: block %.200s is already in a block list", ctx->rank,
                          b->name);
     if (b->full)
-        return errprintf(err, "rank %d: block %.40s is gathered; release it first", ctx->rank,
+        return errprintf(err, "rank %d: block %.200s is gathered; release it first", ctx->rank,
                          b->name);
     if (l->st.sealed)
         return errprintf(err,
-                         "rank %d: block %.40s: blocks can only be appended before the first "
+                         "rank %d: block %.200s: blocks can only be appended before the first "
                          "forward and before bmt_adamw_create",
                          ctx->rank, b->name);
     if (grow(l, err) < 0)
@@ -184,10 +208,11 @@ int bmt_blocklist_append(bmt_blocklist_t *l, bmt_block_t *b, const bmt_block_ops
     block_layout_grads(b, BMT_F32); /* the model always writes f32 gradients */
     if (device_event_create(ctx, &b->rs_done, err) < 0 ||
         device_event_create(ctx, &b->updated, err) < 0)
-        return errprefix(err, "block %.40s: ", b->name);
+        return errprefix(err, "block %.200s: ", b->name);
     b->grad_fresh = true; /* its gradient shards come with its first backward */
     l->e[l->n] = (struct entry){ .block = b, .ops = *ops, .model = model };
     b->list = l;
+    b->settle = settle;
     b->index = l->n++;
     return 0;
 }
@@ -201,17 +226,17 @@ int bmt_blocklist_append_tied(bmt_blocklist_t *l, bmt_block_t *b, const bmt_bloc
     bmt_ctx_t *ctx = l->ctx;
     if (b->list != l)
         return errprintf(err,
-                         "rank %d: block %.40s is not in this block list; append it first, then "
+                         "rank %d: block %.200s is not in this block list; append it first, then "
                          "append its tied use",
                          ctx->rank, b->name);
     if (l->st.sealed)
         return errprintf(err,
-                         "rank %d: block %.40s: blocks can only be appended before the first "
+                         "rank %d: block %.200s: blocks can only be appended before the first "
                          "forward and before bmt_adamw_create",
                          ctx->rank, b->name);
     for (int i = b->index + 1; i < l->n; i++)
         if (l->e[i].block == b)
-            return errprintf(err, "rank %d: block %.40s is already tied (one second use at most)",
+            return errprintf(err, "rank %d: block %.200s is already tied (one second use at most)",
                              ctx->rank, b->name);
     if (grow(l, err) < 0)
         return -1;
@@ -227,6 +252,22 @@ bmt_block_t *bmt_blocklist_block(const bmt_blocklist_t *l, int i)
 }
 
 struct list_state *blocklist_state(bmt_blocklist_t *l) { return &l->st; }
+
+int blocklist_flush(bmt_blocklist_t *l, bmt_block_t *b, bool drop, bmt_error_t *err)
+{
+    bmt_optim_t *o = l->st.pending;
+    if (o == NULL || l->st.flush == NULL || (b != NULL && !b->update_pending))
+        return 0;
+    return l->st.flush(o, b, drop, err);
+}
+
+void blocklist_seal(bmt_blocklist_t *l)
+{
+    l->st.sealed = true;
+    for (int i = 0; i < l->n; i++)
+        l->e[i].block->sealed = true;
+}
+
 bmt_ctx_t *blocklist_ctx(bmt_blocklist_t *l) { return l->ctx; }
 
 /* ------------------------------------------------------------ pools */
@@ -312,6 +353,17 @@ static int gather(bmt_blocklist_t *l, int i, bmt_error_t *err)
         return 0; /* kept from forward (zero level 2) */
     if (b->nparams == 0)
         return 0;
+    if (block_shards_whole(b)) {
+        /* A group of one: the shards are the block; nothing is copied. The
+         * compute stream waits for a deferred update of them (await_params). */
+        if (b->update_pending) {
+            if (blocklist_flush(l, b, false, err) < 0)
+                return -1;
+            e->after_update = true;
+        }
+        block_bind_shards(b);
+        return 0;
+    }
     for (int k = 0; k < l->npslots; k++)
         if (l->pslots[k].owner == b) { /* the block's other use holds it: share */
             l->pslots[k].users++;
@@ -320,7 +372,7 @@ static int gather(bmt_blocklist_t *l, int i, bmt_error_t *err)
         }
     if (b->own_full)
         return errprintf(err,
-                         "rank %d: block %.40s is gathered by bmt_block_gather; release it "
+                         "rank %d: block %.200s is gathered by bmt_block_gather; release it "
                          "before the block list runs",
                          l->ctx->rank, b->name);
     struct slot *s = pslot_get(l, err);
@@ -409,7 +461,7 @@ static int call(bmt_blocklist_t *l, int i, bool backward, bool keep, bool recomp
     };
     int rc = backward ? e->ops.backward(e->model, &c, err) : e->ops.forward(e->model, &c, err);
     if (rc < 0)
-        return errprefix(err, "rank %d: %s of block %d (%.40s): ", l->ctx->rank,
+        return errprefix(err, "rank %d: %s of block %d (%.200s): ", l->ctx->rank,
                          backward    ? "backward"
                          : recompute ? "recomputed forward"
                                      : "forward",
@@ -422,42 +474,172 @@ static int call(bmt_blocklist_t *l, int i, bool backward, bool keep, bool recomp
 /* Collectives on one communicator must be issued in the same order on every
  * rank, and that order follows from the configuration and the blocks. A rank
  * with another prefetch setting or another model would pair its all-gathers
- * with its peers' reduce-scatters: wrong numbers on shm, a hang on NCCL. So the
- * first forward checks, with one all-reduce of max and min over the world,
- * that every rank has the same fingerprint. */
-static uint64_t fp_mix(uint64_t h, uint64_t v)
+ * with its peers' reduce-scatters: wrong numbers on shm, a hang on NCCL. And
+ * layout-invariant initialization (DESIGN.md, invariant 2) holds only when
+ * every rank names, shapes and initializes each parameter alike: a rank that
+ * built with `seed + rank` or named a parameter after itself would train a
+ * different model without any error. So the first forward checks, with one
+ * all-reduce of max and min over the world, that every rank has the same
+ * fingerprint (XXH3 of all of it); when they differ, one more all-reduce of
+ * each block's fingerprints per aspect names the first block and aspect. */
+enum aspect {
+    ASPECT_NAMES,  /* the block's name and its parameters' names, in order */
+    ASPECT_SHAPES, /* shapes, dtypes, padded sizes; the use's position (tied uses) */
+    ASPECT_INIT,   /* init kinds and their arguments, flags */
+    ASPECT_SEED,   /* the build seed, or "loaded" */
+    ASPECTS
+};
+static const char *const aspect_name[ASPECTS] = {
+    "parameter names",
+    "parameter shapes or dtypes",
+    "initializations (kind, arguments, flags)",
+    "build seeds (or whether it was loaded)",
+};
+
+static void fp_add(ck_stream_t *h, const void *p, size_t n) { ck_update(h, p, n); }
+static void fp_u64(ck_stream_t *h, uint64_t v) { ck_update(h, &v, sizeof(v)); }
+static void fp_str(ck_stream_t *h, const char *s) { ck_update(h, s, strlen(s) + 1); }
+
+/* The fingerprint of one aspect of use i, 52 bits (exact in a double). */
+static int fingerprint(const bmt_blocklist_t *l, int i, enum aspect a, double *out)
 {
-    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-    return h;
+    const bmt_block_t *b = l->e[i].block;
+    ck_stream_t *h = ck_begin();
+    if (h == NULL)
+        return -1;
+    fp_u64(h, (uint64_t)a);
+    switch (a) {
+    case ASPECT_NAMES:
+        fp_str(h, b->name);
+        for (int j = 0; j < b->nparams; j++)
+            fp_str(h, b->params[j].name);
+        break;
+    case ASPECT_SHAPES:
+        fp_u64(h, (uint64_t)b->index); /* != i: a tied use */
+        fp_u64(h, (uint64_t)b->nparams);
+        for (int j = 0; j < b->nparams; j++) {
+            fp_u64(h, (uint64_t)b->params[j].ndim);
+            fp_add(h, b->params[j].shape, sizeof(int64_t) * (size_t)b->params[j].ndim);
+            fp_u64(h, (uint64_t)b->params[j].dtype);
+        }
+        for (int k = 0; k < b->ngroups; k++)
+            fp_u64(h, (uint64_t)b->groups[k].padded);
+        break;
+    case ASPECT_INIT:
+        for (int j = 0; j < b->nparams; j++) {
+            const bmt_init_t *in = &b->params[j].init;
+            fp_u64(h, (uint64_t)in->kind);
+            fp_add(h, &in->a, sizeof(in->a));
+            fp_add(h, &in->b, sizeof(in->b));
+            fp_add(h, &in->scale, sizeof(in->scale));
+            fp_u64(h, (uint64_t)b->params[j].flags);
+        }
+        break;
+    case ASPECT_SEED:
+        fp_u64(h, b->loaded ? 1 : 0);
+        fp_u64(h, b->loaded ? 0 : b->seed);
+        break;
+    default: break;
+    }
+    *out = (double)(ck_end(h) >> 12);
+    return 0;
 }
 
 static int check_same_everywhere(bmt_blocklist_t *l, bmt_error_t *err)
 {
     bmt_ctx_t *ctx = l->ctx;
-    uint64_t h = fp_mix(0, (uint64_t)l->n);
-    h = fp_mix(h, (uint64_t)l->cfg.zero_level);
-    h = fp_mix(h, (uint64_t)l->cfg.checkpointing);
-    h = fp_mix(h, (uint64_t)l->cfg.prefetch);
-    h = fp_mix(h, (uint64_t)l->cfg.grad_dtype);
-    for (int i = 0; i < l->n; i++) {
-        const bmt_block_t *b = l->e[i].block;
-        h = fp_mix(h, (uint64_t)b->index); /* != i: a tied use */
-        h = fp_mix(h, (uint64_t)b->nparams);
-        for (int k = 0; k < b->ngroups; k++) {
-            h = fp_mix(h, (uint64_t)b->groups[k].dtype);
-            h = fp_mix(h, (uint64_t)b->groups[k].padded);
+    /* 1. Everything at once: the configuration, the use count, every aspect. */
+    ck_stream_t *h = ck_begin();
+    if (h == NULL)
+        return errprintf(err, "rank %d: out of memory", ctx->rank);
+    fp_u64(h, (uint64_t)l->n);
+    fp_u64(h, (uint64_t)l->cfg.zero_level);
+    fp_u64(h, (uint64_t)l->cfg.checkpointing);
+    fp_u64(h, (uint64_t)l->cfg.prefetch);
+    fp_u64(h, (uint64_t)l->cfg.grad_dtype);
+    double cfg_fp = 0;
+    for (int i = 0; i < l->n; i++)
+        for (int a = 0; a < ASPECTS; a++) {
+            double f;
+            if (fingerprint(l, i, (enum aspect)a, &f) < 0) {
+                ck_end(h);
+                return errprintf(err, "rank %d: out of memory", ctx->rank);
+            }
+            fp_add(h, &f, sizeof(f));
         }
-    }
-    /* Exact in a double: 52 bits. [max, -min] in one all-reduce with MAX. */
-    double mine = (double)(h >> 12), v[2] = { mine, -mine };
-    if (bmt_all_reduce_host_f64(ctx->world_comm, v, 2, BMT_MAX, err) < 0)
+    double mine = (double)(ck_end(h) >> 12), v[4] = { mine, -mine, l->n, -l->n };
+    if (bmt_all_reduce_host_f64(ctx->world_comm, v, 4, BMT_MAX, err) < 0)
         return errprefix(err, "checking that every rank has the same block list: ");
-    if (v[0] != mine || -v[1] != mine)
+    if (v[0] == mine && -v[1] == mine)
+        return 0;
+    /* 2. They differ: say where. The use counts first (the next all-reduce has
+     * one entry per use, so its length must agree). */
+    if (v[2] != l->n || -v[3] != l->n)
         return errprintf(err,
-                         "rank %d: the ranks' block lists differ; every rank needs the same "
-                         "blocks and zero level, checkpointing, prefetch, grad dtype",
+                         "rank %d: the ranks' block lists differ: they hold %d to %d blocks "
+                         "(this rank %d); every rank must build the same blocks in the same "
+                         "order",
+                         ctx->rank, (int)-v[3], (int)v[2], l->n);
+    const size_t n = (size_t)l->n * ASPECTS + 1;
+    double *f = calloc(2 * n, sizeof(double));
+    if (f == NULL)
+        return errprintf(err, "rank %d: the ranks' block lists differ (out of memory saying where)",
                          ctx->rank);
-    return 0;
+    int rc = 0;
+    for (int i = 0; i < l->n && rc == 0; i++)
+        for (int a = 0; a < ASPECTS && rc == 0; a++)
+            rc = fingerprint(l, i, (enum aspect)a, &f[(size_t)i * ASPECTS + (size_t)a]);
+    ck_stream_t *c = ck_begin();
+    if (c) {
+        fp_u64(c, (uint64_t)l->cfg.zero_level);
+        fp_u64(c, (uint64_t)l->cfg.checkpointing);
+        fp_u64(c, (uint64_t)l->cfg.prefetch);
+        fp_u64(c, (uint64_t)l->cfg.grad_dtype);
+        cfg_fp = (double)(ck_end(c) >> 12);
+    }
+    f[n - 1] = cfg_fp;
+    for (size_t k = 0; k < n; k++)
+        f[n + k] = -f[k];
+    if (rc < 0 || bmt_all_reduce_host_f64(ctx->world_comm, f, 2 * n, BMT_MAX, err) < 0) {
+        free(f);
+        return errprintf(err, "rank %d: the ranks' block lists differ (and saying where failed)",
+                         ctx->rank);
+    }
+    if (f[n - 1] != -f[2 * n - 1]) {
+        free(f);
+        return errprintf(err,
+                         "rank %d: the ranks' block lists differ in their configuration: every "
+                         "rank needs the same zero level, checkpointing, prefetch and grad dtype "
+                         "(this rank: %d, %d, %d, %s)",
+                         ctx->rank, l->cfg.zero_level, l->cfg.checkpointing, l->cfg.prefetch,
+                         bmt_dtype_name(l->cfg.grad_dtype));
+    }
+    for (int i = 0; i < l->n; i++)
+        for (int a = 0; a < ASPECTS; a++) {
+            size_t k = (size_t)i * ASPECTS + (size_t)a;
+            if (f[k] == -f[n + k])
+                continue;
+            const bmt_block_t *b = l->e[i].block;
+            char mine_txt[256] = "";
+            if (a == ASPECT_SEED && b->loaded)
+                snprintf(mine_txt, sizeof(mine_txt), "; this rank loaded its values");
+            else if (a == ASPECT_SEED)
+                snprintf(mine_txt, sizeof(mine_txt), "; this rank's seed is %llu",
+                         (unsigned long long)b->seed);
+            else if (a == ASPECT_NAMES && b->nparams > 0)
+                snprintf(mine_txt, sizeof(mine_txt), "; this rank's first is '%.200s'",
+                         b->params[0].name);
+            free(f);
+            return errprintf(err,
+                             "rank %d: the ranks' block lists differ: block %d ('%.200s') was "
+                             "built differently, its %s differ across ranks%s. Every rank must "
+                             "build the same blocks with the same names, shapes, initializations "
+                             "and seed (layout-invariant initialization: the seed must not "
+                             "depend on the rank)",
+                             ctx->rank, i, b->name, aspect_name[a], mine_txt);
+        }
+    free(f);
+    return errprintf(err, "rank %d: the ranks' block lists differ", ctx->rank);
 }
 
 /* A block gathered by bmt_block_gather holds its own buffer: the schedule must
@@ -467,7 +649,7 @@ static int none_held(const bmt_blocklist_t *l, bmt_error_t *err)
     for (int i = 0; i < l->n; i++)
         if (l->e[i].block->own_full)
             return errprintf(err,
-                             "rank %d: block %.40s is gathered by bmt_block_gather; release it "
+                             "rank %d: block %.200s is gathered by bmt_block_gather; release it "
                              "before the block list runs",
                              l->ctx->rank, l->e[i].block->name);
     return 0;
@@ -500,7 +682,7 @@ int bmt_blocklist_forward(bmt_blocklist_t *l, bmt_error_t *err)
         if (check_same_everywhere(l, err) < 0)
             return broken(l, err);
         l->checked = true;
-        l->st.sealed = true;
+        blocklist_seal(l);
     }
     void *comm = device_stream(ctx, DEVICE_COMM);
     /* Parameters (and zeroed gradient shards) the optimizer wrote. */
@@ -609,6 +791,40 @@ static int shard_final(bmt_blocklist_t *l, bmt_block_t *b, void *after, bmt_erro
     return 0;
 }
 
+/* Every backward starts with a world all-reduce (MAX) of whether it is this
+ * rank's last micro-batch of the step: [last, -last, the lowest rank whose is
+ * not, the lowest rank whose is]. Ranks that disagree would average different
+ * things (across groups) or pair their collectives with the wrong ones (the
+ * last micro-batch's replica all-reduces, the step's): every rank fails here
+ * instead, at once, saying who differs. Synchronous and tiny (4 doubles,
+ * through a device buffer kept for it); the host runs ahead of the device, so
+ * the wait costs the device nothing while the forward's kernels are queued. */
+static int same_microbatches(bmt_blocklist_t *l, bool last, bmt_error_t *err)
+{
+    bmt_ctx_t *ctx = l->ctx;
+    if (ctx->world == 1)
+        return 0;
+    if (l->st.flags == NULL &&
+        (l->st.flags = bmt_alloc(ctx, BMT_MEM_WORKSPACE, 4 * sizeof(double), err)) == NULL)
+        return -1;
+    const double W = ctx->world, me = W - ctx->rank;
+    double v[4] = { last ? 1 : 0, last ? -1 : 0, last ? 0 : me, last ? me : 0 };
+    if (bmt_mem_upload(ctx, l->st.flags, v, sizeof(v), err) < 0 ||
+        bmt_all_reduce(ctx->world_comm, l->st.flags, l->st.flags, 4, BMT_F64, BMT_MAX, err) < 0 ||
+        bmt_mem_download(ctx, v, l->st.flags, sizeof(v), err) < 0)
+        return errprefix(err, "checking that every rank ends its step at the same micro-batch: ");
+    if (v[0] == -v[1])
+        return 0;
+    const int other = (int)(W - (last ? v[2] : v[3]));
+    return errprintf(err,
+                     "rank %d: the ranks ran different numbers of micro-batches in this step: "
+                     "micro-batch %d is %sthis rank's last (bmt_blocklist_backward's "
+                     "last_microbatch) but %srank %d's; every rank must call "
+                     "bmt_blocklist_backward equally often between optimizer steps",
+                     ctx->rank, l->st.microbatches + 1, last ? "" : "not ", last ? "not " : "",
+                     other);
+}
+
 int bmt_blocklist_backward(bmt_blocklist_t *l, bool last, bmt_error_t *err)
 {
     if (l == NULL)
@@ -628,6 +844,8 @@ int bmt_blocklist_backward(bmt_blocklist_t *l, bool last, bmt_error_t *err)
                          ctx->rank);
     if (none_held(l, err) < 0)
         return -1;
+    if (same_microbatches(l, last, err) < 0)
+        return broken(l, err);
     /* Gradient shards and parameters are the optimizer's until its step is done. */
     if (device_stream_wait(ctx, device_stream(ctx, DEVICE_COMM), l->st.updated, err) < 0)
         return broken(l, err);
@@ -691,17 +909,20 @@ void bmt_blocklist_destroy(bmt_blocklist_t *l)
     bmt_ctx_t *ctx = l->ctx;
     bmt_error_t ignored;
     bmt_device_synchronize(ctx, &ignored); /* nothing may still read what we free */
-    if (l->st.master_owner)                /* destroyed before its optimizer, against the rule */
-        optim_orphan(l->st.master_owner);
-    if (l->st.pending) /* likewise: its deferred updates are lost with the blocks */
-        optim_orphan(l->st.pending);
-    if (l->st.optim)
-        optim_orphan(l->st.optim);
+    if (l->st.orphan) {                    /* destroyed before its optimizer, against the rule */
+        if (l->st.master_owner)
+            l->st.orphan(l->st.master_owner);
+        if (l->st.pending) /* likewise: its deferred updates are lost with the blocks */
+            l->st.orphan(l->st.pending);
+        if (l->st.optim)
+            l->st.orphan(l->st.optim);
+    }
     for (int i = 0; i < l->n; i++) {
         bmt_block_t *b = l->e[i].block;
         if (b->index != i)
             continue; /* a tied use: the block goes with its first entry */
         b->list = NULL;
+        b->settle = NULL;
         if (!b->own_full)
             b->full = NULL; /* a pool slot, freed below; its own buffer goes with it */
         bmt_block_destroy(b);
@@ -717,6 +938,7 @@ void bmt_blocklist_destroy(bmt_blocklist_t *l)
         device_event_destroy(ctx, l->gslots[k].free);
     }
     device_event_destroy(ctx, l->st.updated);
+    bmt_free(ctx, l->st.flags);
     free(l->pslots);
     free(l->e);
     free(l);

@@ -25,6 +25,8 @@ util-linux
 clang-format
 libcurl4-openssl-dev
 libmicrohttpd-dev
+libxxhash-dev
+python3-xxhash
 curl
 prometheus
 prometheus-pushgateway

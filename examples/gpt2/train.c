@@ -32,8 +32,9 @@
 #include "gpt2/ops_cuda.h" /* GPT2_GEMM_TUNE_MAX */
 
 typedef struct opts {
-    const char *model, *data, *val, *prepare, *out, *init_from, *save_dir;
-    int save_every, keep, resume, save_async;
+    const char *model, *data, *val, *prepare, *out, *init_from, *save_dir, *verify;
+    int save_every, keep, resume, save_async, max_skipped;
+    int accum_given; /* -a was on the command line (a resume may not derive it) */
     gpt2_config_t cfg;
     int layers, heads, embd, vocab, max_seq; /* overrides; 0: the model's */
     int B, T, accum, steps, warmup, eval_every, eval_batches, zero, ckpt, prefetch, master_only;
@@ -48,10 +49,13 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: gpt2 [options]                      (a rank program: run it under bmlaunch)\n"
             "       gpt2 --prepare TEXT --out PREFIX [--val-fraction F]\n"
+            "       gpt2 --verify DIR         check a checkpoint (DIR or DIR/latest's) without\n"
+            "                                 training: checksums, finite values, index\n"
             "Model:\n"
             "  -m, --model NAME        tiny (default), d12, d24, d36, d48\n"
             "      --init-from PATH    start from a safetensors file, index or directory (HF\n"
-            "                          GPT-2 names); its sizes are the model's (--heads: C/64)\n"
+            "                          GPT-2 names); its sizes are the model's, the heads from\n"
+            "                          its config.json (else --heads, else C/64)\n"
             "      --layers L --heads H --embd C --vocab V --max-seq N   override its sizes\n"
             "Data (llm.c token shards: header magic 20240520, uint16 tokens):\n"
             "  -i, --data PATTERN      training shards (a path or a glob)\n"
@@ -66,12 +70,16 @@ static void usage(FILE *f)
             "      --lr-min-frac F     cosine decay to F x LR at the last step (default 1: none)\n"
             "      --weight-decay W    (default 0.0)\n"
             "      --clip NORM         clip the global gradient norm (default 1.0; 0: off)\n"
+            "      --max-skipped N     stop with an error after more than N steps in a row were\n"
+            "                          skipped for non-finite gradients (default 10; 0: never)\n"
             "Checkpoints (docs/gpt2.md):\n"
             "      --save-dir DIR      save DIR/step-NNNNNNNN at --save-every, at the end and on\n"
             "                          SIGUSR1 (then exit 0); DIR/latest names the newest\n"
             "      --save-every N      every N steps (default 0: only at the end and on SIGUSR1)\n"
             "      --keep K            keep the newest K checkpoints (default 3; 0: all)\n"
-            "      --resume            continue from DIR/latest when there is one (any layout)\n"
+            "      --resume            continue from DIR/latest when there is one (any layout;\n"
+            "                          the global batch is kept: --accum is derived, or a\n"
+            "                          batch that differs is refused with the options to use)\n"
             "      --save-async        write checkpoints in the background while training goes on\n"
             "Run:\n"
             "  -n, --steps N           optimizer steps (default 50)\n"
@@ -151,6 +159,7 @@ static int parse(int argc, char **argv, opts_t *o)
                    .clip = 1.0,
                    .val_fraction = 0.1,
                    .seed = 1337,
+                   .max_skipped = BMT_ADAMW_MAX_SKIPPED_DEFAULT,
                    .keep = 3 };
     enum {
         O_LAYERS = 256,
@@ -178,7 +187,9 @@ static int parse(int argc, char **argv, opts_t *o)
         O_RESUME,
         O_SAVEASYNC,
         O_OVERLAP,
-        O_KEEPATT
+        O_KEEPATT,
+        O_MAXSKIP,
+        O_VERIFY
     };
     static const struct option lo[] = {
         { "model", required_argument, NULL, 'm' },
@@ -217,6 +228,8 @@ static int parse(int argc, char **argv, opts_t *o)
         { "keep", required_argument, NULL, O_KEEP },
         { "resume", no_argument, NULL, O_RESUME },
         { "save-async", no_argument, NULL, O_SAVEASYNC },
+        { "max-skipped", required_argument, NULL, O_MAXSKIP },
+        { "verify", required_argument, NULL, O_VERIFY },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -234,7 +247,10 @@ static int parse(int argc, char **argv, opts_t *o)
         case 'j': o->val = optarg; break;
         case 'b': rc = int_arg("--batch", optarg, 1, 1 << 20, &o->B); break;
         case 't': rc = int_arg("--seq", optarg, 1, 65536, &o->T); break;
-        case 'a': rc = int_arg("--accum", optarg, 1, 1 << 20, &o->accum); break;
+        case 'a':
+            rc = int_arg("--accum", optarg, 1, 1 << 20, &o->accum);
+            o->accum_given = 1;
+            break;
         case 'l': rc = real_arg("--lr", optarg, 0, 10, &o->lr); break;
         case O_WARMUP: rc = int_arg("--warmup", optarg, 0, 1 << 30, &o->warmup); break;
         case O_LRMIN: rc = real_arg("--lr-min-frac", optarg, 0, 1, &o->lr_min_frac); break;
@@ -268,6 +284,8 @@ static int parse(int argc, char **argv, opts_t *o)
         case O_KEEP: rc = int_arg("--keep", optarg, 0, 1 << 20, &o->keep); break;
         case O_RESUME: o->resume = 1; break;
         case O_SAVEASYNC: o->save_async = 1; break;
+        case O_MAXSKIP: rc = int_arg("--max-skipped", optarg, 0, 1 << 30, &o->max_skipped); break;
+        case O_VERIFY: o->verify = optarg; break;
         case O_VALFRAC: rc = real_arg("--val-fraction", optarg, 0, 0.5, &o->val_fraction); break;
         case 'h': usage(stdout); exit(0);
         case ':': rc = bad("%s needs an argument", argv[optind - 1]); break;
@@ -278,6 +296,8 @@ static int parse(int argc, char **argv, opts_t *o)
         return rc;
     if (optind < argc)
         return bad("unexpected argument '%s'", argv[optind]);
+    if (o->verify)
+        return 0;
     if (o->prepare)
         return o->out ? 0
                       : bad("--prepare needs --out PREFIX (writes PREFIX_train.bin and "
@@ -383,34 +403,45 @@ static void on_usr1(int sig)
 }
 
 /* What the trainer adds to a checkpoint: its step, the model's sizes (a resume
- * must match them) and the data position (the same on every rank). */
-static char *train_state(const opts_t *o, const gpt2_loader_t *ld, int step)
+ * must match them), the data position (the same on every rank) and the batch
+ * (a resume keeps the global batch: B x accum x world sequences of T). */
+static char *train_state(const opts_t *o, const gpt2_loader_t *ld, int step, int accum, int world)
 {
     int shard;
     int64_t pos;
     gpt2_loader_position(ld, &shard, &pos);
-    json_t *j =
-        json_pack("{sis{sisisisisi}s{sisI}s{sisisi}}", "step", step, "model", "n_layer",
-                  o->cfg.n_layer, "n_head", o->cfg.n_head, "n_embd", o->cfg.n_embd, "vocab_size",
-                  o->cfg.vocab_size, "max_seq_len", o->cfg.max_seq_len, "data", "shard", shard,
-                  "pos", (json_int_t)pos, "batch", "B", o->B, "T", o->T, "accum", o->accum);
+    json_t *j = json_pack("{sis{sisisisisi}s{sisI}s{sisisisi}}", "step", step, "model", "n_layer",
+                          o->cfg.n_layer, "n_head", o->cfg.n_head, "n_embd", o->cfg.n_embd,
+                          "vocab_size", o->cfg.vocab_size, "max_seq_len", o->cfg.max_seq_len,
+                          "data", "shard", shard, "pos", (json_int_t)pos, "batch", "B", o->B, "T",
+                          o->T, "accum", accum, "world", world);
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     return s;
 }
 
+/* The batch a checkpoint was trained with (world -1: not recorded). */
+typedef struct saved_batch {
+    int B, T, accum, world;
+} saved_batch_t;
+
 /* Check a checkpoint's model against ours, move the loader to its position and
- * return its step (or -1 with err). */
-static int resume_state(const opts_t *o, const char *text, gpt2_loader_t *ld, bmt_error_t *err)
+ * return its step (or -1 with err); *sb: its batch. */
+static int resume_state(const opts_t *o, const char *text, gpt2_loader_t *ld, saved_batch_t *sb,
+                        bmt_error_t *err)
 {
     json_error_t je;
     json_t *j = text ? json_loads(text, 0, &je) : NULL;
     int step = -1, L = -1, H = -1, C = -1, V = -1, maxT = -1, shard = -1;
     json_int_t pos = -1;
+    *sb = (saved_batch_t){ -1, -1, -1, -1 };
     int bad_json =
         j == NULL || json_unpack(j, "{sis{sisisisisi}s{sisI}}", "step", &step, "model", "n_layer",
                                  &L, "n_head", &H, "n_embd", &C, "vocab_size", &V, "max_seq_len",
                                  &maxT, "data", "shard", &shard, "pos", &pos);
+    if (!bad_json)
+        json_unpack(j, "{s{sisisis?i}}", "batch", "B", &sb->B, "T", &sb->T, "accum", &sb->accum,
+                    "world", &sb->world);
     json_decref(j);
     if (bad_json)
         return snprintf(err->text, sizeof(err->text),
@@ -429,23 +460,99 @@ static int resume_state(const opts_t *o, const char *text, gpt2_loader_t *ld, bm
     return step;
 }
 
+/* A resume keeps the global batch: sequences per step (B x accum x world) and
+ * T as saved. Without -a, the accumulation is derived; a batch that would
+ * differ is refused with options that keep it. *accum: what to run. */
+static int keep_batch(const opts_t *o, const saved_batch_t *sb, int world, int *accum,
+                      bmt_error_t *err)
+{
+    if (sb->world <= 0 || sb->B <= 0 || sb->accum <= 0 || sb->T <= 0)
+        return 0; /* an older checkpoint: its batch is not known */
+    const long long seqs = (long long)sb->B * sb->accum * sb->world;
+    if (sb->T != o->T)
+        return snprintf(err->text, sizeof(err->text),
+                        "the checkpoint was trained on %lld sequences of %d tokens per step (-b %d "
+                        "-t %d -a %d on %d ranks); this run has -t %d: resume with -t %d, or "
+                        "start a new run",
+                        seqs, sb->T, sb->B, sb->T, sb->accum, sb->world, o->T, sb->T),
+               -1;
+    const long long per = (long long)o->B * world; /* sequences per micro-batch, all ranks */
+    if (!o->accum_given && seqs % per == 0) {
+        *accum = (int)(seqs / per);
+        return 0;
+    }
+    if (o->accum_given && per * o->accum == seqs) {
+        *accum = o->accum;
+        return 0;
+    }
+    char fix[200];
+    if (seqs % world != 0) {
+        snprintf(fix, sizeof(fix),
+                 "no -b and -a keep it on %d ranks: use a number of ranks that "
+                 "divides %lld",
+                 world, seqs);
+    } else {
+        long long q = seqs / world, b = o->B < q ? o->B : q; /* B x accum per rank */
+        while (q % b != 0)
+            b--;
+        snprintf(fix, sizeof(fix), "resume with -b %lld -a %lld", b, q / b);
+    }
+    return snprintf(err->text, sizeof(err->text),
+                    "the checkpoint was trained on %lld sequences of %d tokens per step (-b %d -a "
+                    "%d on %d ranks); -b %d%s on %d ranks would make %lld%s: %s, so the learning "
+                    "rate schedule sees the same batch",
+                    seqs, sb->T, sb->B, sb->accum, sb->world, o->B,
+                    o->accum_given ? " with that -a" : "", world,
+                    o->accum_given ? per * o->accum : per,
+                    o->accum_given ? "" : " per micro-batch, which does not divide it", fix),
+           -1;
+}
+
 /* Save step's checkpoint; with --save-async, finish the previous one first and
  * leave this one to the writer threads (*pending), finished by the next save or
  * at the end. */
 static int save(const opts_t *o, gpt2_model_t *m, bmt_optim_t *opt, const gpt2_loader_t *ld,
-                int step, bmt_ckpt_pending_t **pending, bmt_error_t *err)
+                int step, int accum, int world, bmt_ckpt_pending_t **pending, bmt_error_t *err)
 {
-    char name[64], *st = train_state(o, ld, step);
+    char name[64], *st = train_state(o, ld, step, accum, world);
     snprintf(name, sizeof(name), "step-%08d", step);
     int rc = bmt_ckpt_finish(*pending, err);
     *pending = NULL;
-    if (rc == 0 && o->save_async)
-        rc = bmt_ckpt_save_async(gpt2_model_list(m), opt, o->save_dir, name, st, o->keep, pending,
-                                 err);
-    else if (rc == 0)
-        rc = bmt_ckpt_save(gpt2_model_list(m), opt, o->save_dir, name, st, o->keep, err);
+    /* HF's GPT2Config beside the weights: from_pretrained(DIR/step-N) loads it
+     * as written, and --init-from takes the heads from it. */
+    char *hf = NULL;
+    if (rc == 0 && st == NULL) {
+        snprintf(err->text, sizeof(err->text), "out of memory");
+        rc = -1;
+    }
+    if (rc == 0)
+        rc = gpt2_hf_config_json(&o->cfg, gpt2_model_param_dtype(m), &hf, err);
+    bmt_ckpt_config_t c = BMT_CKPT_CONFIG_INITIALIZER;
+    c.user_json = st;
+    c.config_json = hf;
+    c.keep = o->keep;
+    c.async = o->save_async;
+    if (rc == 0)
+        rc = bmt_ckpt_save_ex(gpt2_model_list(m), opt, o->save_dir, name, &c, pending, err);
     free(st);
+    free(hf);
     return rc;
+}
+
+/* gpt2 --verify DIR: the whole checkpoint, without a job. */
+static int verify(const char *path)
+{
+    bmt_ckpt_report_t r;
+    bmt_error_t err;
+    if (bmt_ckpt_verify(path, &r, &err) < 0) {
+        fprintf(stderr, "gpt2: %s\n", err.text);
+        return 1;
+    }
+    printf("gpt2: %s: ok: step %lld, %d blocks, %d files, %d tensors, %.1f MiB checked "
+           "(checksums of every byte, finite values, index%s%s)\n",
+           r.dir, (long long)r.step, r.blocks, r.files, r.tensors, (double)r.bytes / 1048576.0,
+           r.optimizer ? ", optimizer state" : "", r.has_config ? ", config.json" : "");
+    return 0;
 }
 
 static int train(const opts_t *o)
@@ -478,6 +585,8 @@ static int train(const opts_t *o)
     oc.schedule_user = &sched;
     oc.master_only = o->master_only;
     oc.overlap = o->overlap_step;
+    oc.max_skipped = o->max_skipped;
+    int accum = o->accum; /* a resume may derive it (keep_batch) */
     if (in == NULL || tg == NULL) {
         snprintf(err.text, sizeof(err.text), "out of memory");
         goto out;
@@ -494,19 +603,26 @@ static int train(const opts_t *o)
     bmt_ckpt_pending_t *pending = NULL;
     if (o->resume) {
         char dir[4200], *user = NULL;
+        saved_batch_t sb;
         int r = bmt_ckpt_resolve(o->save_dir, dir, sizeof(dir), &err), done = 0;
         if (r < 0 || (r == 0 && (bmt_ckpt_load(gpt2_model_list(m), opt, dir, &user, &err) < 0 ||
-                                 (done = resume_state(o, user, train_ld, &err)) < 0))) {
+                                 (done = resume_state(o, user, train_ld, &sb, &err)) < 0 ||
+                                 keep_batch(o, &sb, world, &accum, &err) < 0))) {
             free(user);
             goto out;
         }
         free(user);
         first = done + 1;
-        if (r == 0 && rank == 0)
+        if (r == 0 && rank == 0) {
             printf("gpt2: resumed from %s (step %d)\n", dir, done);
+            if (accum != o->accum)
+                printf("gpt2: --accum %d keeps the checkpoint's global batch (%d x %d x %d "
+                       "ranks sequences of %d tokens)\n",
+                       accum, o->B, accum, world, o->T);
+        }
     }
     const int64_t params = gpt2_num_params(&o->cfg);
-    const double tokens_step = (double)o->B * o->T * o->accum; /* per rank */
+    const double tokens_step = (double)o->B * o->T * accum; /* per rank */
     const double flops_step = gpt2_flops_per_token(&o->cfg, o->T) * tokens_step;
     if (rank == 0) {
         char p[32], d[32];
@@ -516,17 +632,17 @@ static int train(const opts_t *o)
                "(%s) | batch %d x %d x %d accum x %d ranks = %.0f tokens/step | data %s tokens\n",
                p, o->cfg.n_layer, o->cfg.n_head, o->cfg.n_embd, o->cfg.vocab_size,
                o->cfg.max_seq_len, lay->groups, lay->gpus_per_group, world, bmt_backend(ctx), o->B,
-               o->T, o->accum, world, tokens_step * world, d);
+               o->T, accum, world, tokens_step * world, d);
         fflush(stdout);
     }
     for (int step = first; step <= o->steps; step++) {
         bmt_step_begin(ctx);
         double loss[1] = { 0 };
-        for (int a = 0; a < o->accum; a++) {
+        for (int a = 0; a < accum; a++) {
             if (gpt2_loader_next(train_ld, in, tg, &err) < 0 ||
                 gpt2_model_set_batch(m, in, tg, &err) < 0 ||
                 bmt_blocklist_forward(gpt2_model_list(m), &err) < 0 ||
-                bmt_blocklist_backward(gpt2_model_list(m), a == o->accum - 1, &err) < 0)
+                bmt_blocklist_backward(gpt2_model_list(m), a == accum - 1, &err) < 0)
                 goto out;
             loss[0] += gpt2_model_loss(m);
         }
@@ -534,11 +650,11 @@ static int train(const opts_t *o)
         double sums[2] = { loss[0], usr1 ? 1 : 0 }; /* loss, and whether anyone got SIGUSR1 */
         if (bmt_optim_step(opt, &info, &err) < 0 || world_sum(ctx, sums, 2, &err) < 0)
             goto out;
-        const double mean_loss = sums[0] / ((double)o->accum * world);
+        const double mean_loss = sums[0] / ((double)accum * world);
         const bool stop = sums[1] > 0;
         bmt_step_report_t r = BMT_STEP_REPORT_INITIALIZER;
         r.tokens = (int64_t)tokens_step;
-        r.samples = (int64_t)o->B * o->accum;
+        r.samples = (int64_t)o->B * accum;
         r.loss = mean_loss;
         r.flops = flops_step;
         r.params = params;
@@ -563,7 +679,7 @@ static int train(const opts_t *o)
         }
         if (o->save_dir &&
             (stop || step == o->steps || (o->save_every && step % o->save_every == 0))) {
-            if (save(o, m, opt, train_ld, step, &pending, &err) < 0)
+            if (save(o, m, opt, train_ld, step, accum, world, &pending, &err) < 0)
                 goto out;
             if (rank == 0) {
                 printf("gpt2: %s %s/step-%08d%s\n", pending ? "saving" : "saved", o->save_dir, step,
@@ -643,6 +759,8 @@ int main(int argc, char **argv)
     int rc = parse(argc, argv, &o);
     if (rc)
         return rc;
+    if (o.verify)
+        return verify(o.verify);
     if (o.prepare) {
         bmt_error_t err;
         if (gpt2_tokenize_file(o.prepare, o.out, o.val_fraction, &err) < 0) {

@@ -1,31 +1,47 @@
 /* bmt/ckpt.h — checkpoints: safetensors per block, every rank its own bytes,
- * any layout to any layout, atomic.
+ * any layout to any layout, atomic, checksummed, never non-finite.
  *
  * A checkpoint is a directory DIR/NAME:
  *   <block>.safetensors           the block's parameters, full shapes, their
  *                                 dtypes and names ("transformer.h.3.ln_1.weight")
  *   model.safetensors.index.json  HF's index: {"metadata": {"total_size": ...},
  *                                 "weight_map": {tensor: file}}
+ *   config.json                   the model's configuration as the caller gave it
+ *                                 (bmt_ckpt_config_t.config_json; HF's config for
+ *                                 the GPT-2 trainer, so from_pretrained(DIR/NAME)
+ *                                 loads it); absent when none was given
  *   <block>.optim.safetensors     AdamW's state: "<param>.exp_avg",
  *                                 "<param>.exp_avg_sq" (f32), and "<param>.master"
  *                                 (f32) for parameters stored in another dtype
- *   train_state.json              the optimizer's step counters, the layout it was
- *                                 saved under, the blocks and files, and the
+ *   checksums-<r>.json            XXH3-64 of every byte range that writer r (group
+ *                                 rank r of group 0) wrote, in units of at most
+ *                                 256 KiB cut at multiples of 256 KiB of the file
+ *   train_state.json              the optimizer's step counters (as they were when
+ *                                 the save began), the layout it was saved under,
+ *                                 the blocks and files, the checksums' list and
+ *                                 each file header's hash, "finite": true, and the
  *                                 caller's own state (a JSON object: data
  *                                 position, config, ...)
  * and DIR/latest names the newest complete checkpoint.
  *
  * Save: rank 0 makes DIR/.tmp-NAME and preallocates every file; each rank of
- * group 0 writes only its shards' byte ranges with pwrite and fsyncs (the
- * other groups hold the same shards and write nothing; nothing is gathered);
- * rank 0 then writes the index and train_state.json, fsyncs the directory,
- * renames it to DIR/NAME, points DIR/latest at it (write, fsync, rename) and
- * removes the oldest checkpoints beyond `keep`. A checkpoint that DIR/latest
- * names is complete; a crash leaves at most a .tmp- directory, which the next
- * save removes and loading never reads.
+ * group 0 stages its shards, checks that every value is finite (a nan or inf
+ * anywhere fails the save on every rank, naming the tensor and element, and
+ * nothing is committed), writes only its shards' byte ranges with pwrite,
+ * hashes them and fsyncs (the other groups hold the same shards and write
+ * nothing; nothing is gathered); rank 0 then writes the index, config.json and
+ * train_state.json, fsyncs the directory, renames it to DIR/NAME, points
+ * DIR/latest at it (write, fsync, rename) and removes the oldest checkpoints
+ * beyond `keep`. A checkpoint that DIR/latest names is complete; a crash leaves
+ * at most a .tmp- directory, which the next save or load in DIR removes and
+ * loading never reads.
  * Load: every rank reads (pread) only the byte ranges of its own shards, so
- * any layout loads any checkpoint with O(shard) memory. Every name, shape and
- * dtype is checked before anything is read.
+ * any layout loads any checkpoint with O(shard) memory, and checks the hash of
+ * every byte it reads (the units that cover its ranges: at most one unit more
+ * than its own bytes on each side of a range). Every name, shape and dtype is
+ * checked before anything is read; a value that is not finite is refused.
+ *
+ * What is guaranteed, and what is not: docs/checkpoints.md ("Trust").
  */
 #ifndef BMT_CKPT_H
 #define BMT_CKPT_H
@@ -65,6 +81,36 @@ BMT_API int bmt_ckpt_save_async(bmt_blocklist_t *list, bmt_optim_t *opt, const c
                                 bmt_ckpt_pending_t **pending, bmt_error_t *err);
 BMT_API int bmt_ckpt_finish(bmt_ckpt_pending_t *pending, bmt_error_t *err);
 
+/* Everything a save can be told, as an extensible struct (set it up with
+ * BMT_CKPT_CONFIG_INITIALIZER, then change fields). */
+typedef struct bmt_ckpt_config {
+    size_t size;
+    uint32_t magic;
+    uint32_t version;
+    const char *user_json;   /* NULL or a JSON object's text: train_state.json's "user" */
+    const char *config_json; /* NULL or a JSON object's text: written as config.json */
+    int keep;                /* > 0: keep the newest `keep` checkpoints of DIR (by step;
+                              * DIR/latest's and the newest finite one always stay) */
+    int async;               /* 1: return once the shards are staged, *pending set;
+                              * bmt_ckpt_finish completes the save. 0: all at once */
+} bmt_ckpt_config_t;
+
+#define BMT_CKPT_CONFIG_MAGIC 0x54504b43u /* "CKPT" */
+#define BMT_CKPT_CONFIG_VERSION 1u
+#define BMT_CKPT_CONFIG_INITIALIZER                                                                \
+    {                                                                                              \
+        sizeof(bmt_ckpt_config_t), BMT_CKPT_CONFIG_MAGIC, BMT_CKPT_CONFIG_VERSION, NULL, NULL, 0,  \
+            0                                                                                      \
+    }
+
+/* bmt_ckpt_save or bmt_ckpt_save_async with every option (cfg NULL: the
+ * defaults). pending: where async saves put their handle (required when
+ * cfg->async is 1, else may be NULL). Collective over the world; the same
+ * errors and guarantees as bmt_ckpt_save. */
+BMT_API int bmt_ckpt_save_ex(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir,
+                             const char *name, const bmt_ckpt_config_t *cfg,
+                             bmt_ckpt_pending_t **pending, bmt_error_t *err);
+
 /* The checkpoint directory path names: path itself when it holds a
  * train_state.json, else path/<the name in path/latest>. Writes it to out
  * (len bytes). Returns 0, 1 when there is no checkpoint there yet (no latest),
@@ -77,9 +123,35 @@ BMT_API int bmt_ckpt_resolve(const char *path, char *out, size_t len, bmt_error_
  * not NULL) gets a copy of the saved "user" object's text (free it), or NULL.
  * Local (each rank reads its own bytes); call before the first forward or
  * between steps. Errors name the file and tensor: a missing or extra block, a
- * missing tensor, another shape or dtype, a truncated or corrupt file. */
+ * missing or extra tensor, another shape or dtype, a truncated or corrupt file,
+ * a checksum that does not match the bytes read, a value that is nan or inf.
+ * On cpu a load that fails after its checks may leave the shards partly
+ * loaded (they are read in place): do not train on after a failed load. */
 BMT_API int bmt_ckpt_load(bmt_blocklist_t *list, bmt_optim_t *opt, const char *path,
                           char **user_json, bmt_error_t *err);
+
+/* What bmt_ckpt_verify found. */
+typedef struct bmt_ckpt_report {
+    char dir[4096];  /* the checkpoint directory (bmt_ckpt_resolve) */
+    int64_t step;    /* the optimizer step saved */
+    int blocks;      /* blocks in train_state.json */
+    int files;       /* safetensors files checked */
+    int tensors;     /* tensors checked */
+    uint64_t bytes;  /* bytes read and hashed (headers and data) */
+    bool optimizer;  /* the optimizer's state is in it */
+    bool has_config; /* a config.json is in it */
+} bmt_ckpt_report_t;
+
+/* Check a whole checkpoint (bmt_ckpt_resolve's rules) without a job or a
+ * model: train_state.json and the index are well formed and agree with the
+ * files (every block's files present, the weight_map naming exactly the
+ * tensors of each file, total_size right), every optimizer tensor belongs to a
+ * parameter, config.json (when present) is a JSON object, every byte of every
+ * file matches its recorded checksum (headers included), and every value is
+ * finite. report (may be NULL) is filled as far as the check got. Local, no
+ * bmt_init needed. 0, or -1 with err naming the file, tensor and cause. A
+ * checkpoint written before checksums existed fails ("has no checksums"). */
+BMT_API int bmt_ckpt_verify(const char *path, bmt_ckpt_report_t *report, bmt_error_t *err);
 
 #ifdef __cplusplus
 }

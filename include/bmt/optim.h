@@ -8,7 +8,9 @@
  *   2. scales the gradients by 1 / (world size x micro-batches);
  *   3. computes the global gradient norm (sum of squares over the group;
  *      replicas hold equal shards after the cross-group all-reduce);
- *   4. skips the step if the norm is inf or nan (counting it), else clips to
+ *   4. skips the step if the norm is inf or nan (counting it; more than
+ *      max_skipped skipped steps in a row fail the step: a diverged run stops
+ *      instead of running on with its parameters frozen), else clips to
  *      clip_norm when set and applies AdamW exactly as torch.optim.AdamW does
  *      (decoupled weight decay, bias correction);
  *   5. gives the gradient shards back (the next backward makes them anew,
@@ -65,14 +67,18 @@ typedef struct bmt_adamw_config {
                       * checkpoints, destroying the optimizer) applies what is
                       * still pending first, so the results are the same bits
                       * as with 0: the update inside the step. */
+    int max_skipped; /* version 2: the most steps in a row that may be skipped (non-finite
+                      * gradients); the next one fails bmt_optim_step on every rank with
+                      * an error that says so. Default 10; 0: no bound. */
 } bmt_adamw_config_t;
 
 #define BMT_ADAMW_CONFIG_MAGIC 0x4d414441u /* "ADAM" */
-#define BMT_ADAMW_CONFIG_VERSION 1u
+#define BMT_ADAMW_CONFIG_VERSION 2u        /* 2 added max_skipped; a version-1 config still works */
+#define BMT_ADAMW_MAX_SKIPPED_DEFAULT 10
 #define BMT_ADAMW_CONFIG_INITIALIZER                                                               \
     {                                                                                              \
         sizeof(bmt_adamw_config_t), BMT_ADAMW_CONFIG_MAGIC, BMT_ADAMW_CONFIG_VERSION, 1e-3, 0.9,   \
-            0.999, 1e-8, 0.01, 0.0, NULL, NULL, 0, 1                                               \
+            0.999, 1e-8, 0.01, 0.0, NULL, NULL, 0, 1, BMT_ADAMW_MAX_SKIPPED_DEFAULT                \
     }
 
 /* What a step did. */
@@ -86,13 +92,19 @@ typedef struct bmt_step_info {
 } bmt_step_info_t;
 
 /* An AdamW optimizer over every block of list. Creating it seals the list (no
- * more blocks). Destroy it before the list. */
+ * more blocks). Destroy it before the list. A list has one optimizer at a
+ * time: a second while the first lives is refused (destroy the first). */
 BMT_API bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *cfg,
                                       bmt_error_t *err);
 
-/* One step. Errors: no backward with last_microbatch since the last step. A
- * forward made after that backward (evaluation) is cancelled: the next backward
- * needs a new forward. */
+/* One step. Collective over the world: it checks that every rank ran the same
+ * number of micro-batches since the last step (riding on the norm's
+ * all-reduce; ranks that disagree would average different things, or pair
+ * their collectives wrongly), and fails on every rank if not. Errors: no
+ * backward with last_microbatch since the last step; micro-batch counts that
+ * differ across ranks; more than max_skipped skipped steps in a row. A
+ * forward made after that backward (evaluation) is cancelled: the next
+ * backward needs a new forward. */
 BMT_API int bmt_optim_step(bmt_optim_t *opt, bmt_step_info_t *info, bmt_error_t *err);
 
 BMT_API void bmt_optim_destroy(bmt_optim_t *opt);

@@ -152,6 +152,40 @@ BMT_API int bmt_st_read(bmt_st_t *st, int i, int64_t first, int64_t count, void 
 BMT_API int bmt_st_convert(const void *src, bmt_st_dtype_t src_dtype, void *dst,
                            bmt_dtype_t dst_dtype, size_t n);
 
+/* ------------------------------------------------------------ checksums */
+
+/* A checksummed unit of a file: bytes [offset, offset + len) of the file
+ * (absolute offsets) and their XXH3-64 (xxHash, seed 0). */
+typedef struct bmt_st_sum {
+    uint64_t offset;
+    uint64_t len;
+    uint64_t xxh3;
+} bmt_st_sum_t;
+
+#define BMT_ST_SUM_MAX_UNIT (64ull << 20) /* bytes: the largest unit accepted */
+
+/* XXH3-64 of n bytes: the hash of bmt_st_sum_t and of a file's header. */
+BMT_API uint64_t bmt_st_checksum(const void *p, size_t n);
+
+/* Attach the checksums of one file of st (file: its path as opened, or its name
+ * without the directory). header_xxh3 is the hash of the file's first 8 + N
+ * bytes (length and JSON header); it is compared with the bytes read at open
+ * at once. The n units (any order; copied) must tile the file's data section
+ * exactly, each 1 to BMT_ST_SUM_MAX_UNIT bytes. From then on bmt_st_read of a
+ * tensor of that file reads the whole units that cover the elements asked for
+ * (at most one unit more on each side), checks each one's hash, and fails on
+ * a mismatch naming the file, the tensor and the byte range; the values come
+ * from the bytes checked, never from a second read. -1 with err (nothing
+ * attached): no such file, a header mismatch, units that do not tile the data
+ * section (a file longer or shorter than when the sums were taken). */
+BMT_API int bmt_st_set_checksums(bmt_st_t *st, const char *file, uint64_t header_xxh3,
+                                 const bmt_st_sum_t *sums, size_t n, bmt_error_t *err);
+
+/* Read every unit of every file of st and check its hash (*bytes: how many
+ * were read, when not NULL). -1 with err naming the first file, tensor and
+ * byte range that differs, or a file that has no checksums attached. */
+BMT_API int bmt_st_verify(bmt_st_t *st, uint64_t *bytes, bmt_error_t *err);
+
 /* ------------------------------------------------------------ block discovery */
 
 typedef enum bmt_st_block_kind {

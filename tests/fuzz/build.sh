@@ -1,7 +1,7 @@
 #!/bin/bash
 # tests/fuzz/build.sh OUTDIR — build the libFuzzer targets of tests/fuzz/*.c into
 # OUTDIR with clang, straight from the sources they need (runtime/safetensors.c
-# and the two small files it links against), so no Makefile rule is involved:
+# and the three small files it links against), so no Makefile rule is involved:
 #
 #   st_header   bmt_st_parse (and bmt_st_discover on what it accepts)
 #   st_index    bmt_st_parse_index (an index with its shard headers in memory)
@@ -38,7 +38,7 @@ jansson_libs=$(pkg-config --libs jansson 2>/dev/null || echo -ljansson)
 flags=(-std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
     -Wall -Wextra -Wshadow -Wvla -Wno-unused-parameter -I"$src/include" -I"$src/runtime")
-lib=("$src/runtime/safetensors.c" "$src/runtime/error.c" "$src/runtime/dtype.c")
+lib=("$src/runtime/safetensors.c" "$src/runtime/checksum.c" "$src/runtime/error.c" "$src/runtime/dtype.c")
 for t in st_header st_index st_convert; do
     # shellcheck disable=SC2086
     "$cc" "${flags[@]}" $jansson_cflags "$src/tests/fuzz/$t.c" "${lib[@]}" $jansson_libs -lm \

@@ -240,7 +240,7 @@ test_expect_success "kill -9 of a rank in the middle of a save: latest still nam
 
 test_expect_success "a malformed BMT_FAULT fails bmt_init with what to write" '
     { BMT_FAULT=boom run badf -n 1 -- $GPT2 --data $DATA --steps 1; rc=$?; } &&
-    test $rc -ne 0 && grep -q "BMT_FAULT=.boom.: use step:RANK:STEP or save:RANK:STEP" badf.err
+    test $rc -ne 0 && grep -q "BMT_FAULT=.boom.: use step:RANK:STEP, save:RANK:STEP or nan:RANK:STEP" badf.err
 '
 
 test_expect_success "SIGUSR1 to bmlaunch: the ranks save at the next step boundary and exit 0; a resume continues" '

@@ -1,6 +1,8 @@
 #!/bin/bash
 # Every C source and header is formatted by the checked-in .clang-format
-# (STYLE.md 10). Fix with `make format`.
+# (STYLE.md 10). Fix with `make format`. And the engine's layers call down only
+# (STYLE.md 13): storage (block.o) < schedule (schedule.o) < update (optim.o),
+# checked on the objects' undefined symbols.
 . "$(dirname "$0")/lib.sh"
 
 test_expect_success "every C file matches .clang-format (make format fixes it)" '
@@ -9,5 +11,21 @@ test_expect_success "every C file matches .clang-format (make format fixes it)" 
     bad="" && for f in $files; do
         clang-format --dry-run --Werror "$f" 2>/dev/null || bad="$bad $f"
     done && { test -z "$bad" || { echo "not formatted:$bad"; false; }; }
+'
+# layer_refs OBJ OTHER...: the symbols OBJ uses that one of the OTHERs defines
+layer_refs() {
+    local obj=$BUILDDIR/runtime/$1.o o
+    shift
+    for o in "$@"; do
+        comm -12 <(nm -u "$obj" | awk '{print $2}' | sort -u) \
+            <(nm --defined-only -g "$BUILDDIR/runtime/$o.o" | awk '{print $3}' | sort -u)
+    done
+}
+
+test_expect_success "the engine's layers call down only: block.o uses nothing of schedule.o, optim.o or ckpt.o; schedule.o nothing of optim.o or ckpt.o; optim.o nothing of ckpt.o" '
+    for o in block schedule optim ckpt; do test -f $BUILDDIR/runtime/$o.o || { echo "no $o.o"; exit 1; }; done &&
+    up=$(layer_refs block schedule optim ckpt; layer_refs schedule optim ckpt; layer_refs optim ckpt) &&
+    { test -z "$up" || { echo "calls up a layer: $up"; false; }; } &&
+    test -n "$(layer_refs optim schedule block)" && test -n "$(layer_refs schedule block)"
 '
 test_done

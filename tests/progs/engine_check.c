@@ -1566,9 +1566,19 @@ static int monitor_step(monitor_t *mon, int s, double loss, const bmt_step_info_
                 "kinds' peaks (%llu) and <= the allocator's peak (%llu) (size %u)",
                 s, (unsigned long long)x.mem_peak_all, (unsigned long long)st.current_total,
                 (unsigned long long)sum_peaks, (unsigned long long)st.peak_total, x.size);
-    if ((x.mem_peak[BMT_MEM_GRAD_FULL] == 0) != (bmt_layout(ctx)->gpus_per_group == 1) ||
-        x.mem_peak[BMT_MEM_GATHERED] == 0)
-        mon_bad(mon, "step %d: the step's peaks miss its gathered or gradient buffers", s);
+    /* A group of one computes on its shards in place: no gathered buffers,
+     * except under master_only (bf16), whose masters are rounded into one. */
+    const bool one = bmt_layout(ctx)->gpus_per_group == 1;
+    const bool gathers = !one || (O.master_only && O.dtype != BMT_F32);
+    if ((x.mem_peak[BMT_MEM_GRAD_FULL] == 0) != one ||
+        (x.mem_peak[BMT_MEM_GATHERED] == 0) == gathers)
+        mon_bad(mon,
+                "step %d: the step's peaks of gathered (%llu) and full gradient (%llu) buffers: "
+                "want %s and %s",
+                s, (unsigned long long)x.mem_peak[BMT_MEM_GATHERED],
+                (unsigned long long)x.mem_peak[BMT_MEM_GRAD_FULL],
+                gathers ? "some gathered" : "no gathered (a group of one: shards in place)",
+                one ? "no full gradients" : "some full gradients");
     if (O.event_every && s % O.event_every == 0) {
         char path[64];
         snprintf(path, sizeof(path), "ckpt/step-%d", s);
@@ -1789,12 +1799,20 @@ static void check_memory(const char *tag, int zero, const trained_t *t, const sh
           (unsigned long long)want->optim);
     uint64_t cap =
         zero == 3 ? 2 * want->largest_full : (uint64_t)want->with_params * want->largest_full;
-    check(peak[BMT_MEM_GATHERED] <= cap && peak[BMT_MEM_GATHERED] > 0,
-          "memory (%s): peak of gathered buffers in training %llu <= %s = %llu (largest block "
-          "%llu)",
-          tag, (unsigned long long)peak[BMT_MEM_GATHERED],
-          zero == 3 ? "K = 2 blocks" : "every block", (unsigned long long)cap,
-          (unsigned long long)want->largest_full);
+    const bool in_place =
+        bmt_layout(ctx)->gpus_per_group == 1 && !(O.master_only && O.dtype != BMT_F32);
+    if (in_place)
+        check(peak[BMT_MEM_GATHERED] == 0,
+              "memory (%s): a group of one computes on its shards in place: no gathered buffer "
+              "(peak %llu)",
+              tag, (unsigned long long)peak[BMT_MEM_GATHERED]);
+    else
+        check(peak[BMT_MEM_GATHERED] <= cap && peak[BMT_MEM_GATHERED] > 0,
+              "memory (%s): peak of gathered buffers in training %llu <= %s = %llu (largest "
+              "block %llu)",
+              tag, (unsigned long long)peak[BMT_MEM_GATHERED],
+              zero == 3 ? "K = 2 blocks" : "every block", (unsigned long long)cap,
+              (unsigned long long)want->largest_full);
     /* A bf16 reduce adds one bf16 staging buffer of the largest flat buffer;
      * a group of one adds into its shards and has no full gradient buffers. */
     if (bmt_layout(ctx)->gpus_per_group == 1)
@@ -1979,7 +1997,7 @@ static int engine_run(const run_cfg_t *rc, const ref_t *R, const ec_ops_t *ops, 
     }
     if (O.master_only && O.dtype != BMT_F32) {
         bmt_optim_t *second = bmt_adamw_create(list, &ac, err);
-        check(second == NULL && strstr(err->text, "master_only") != NULL,
+        check(second == NULL && strstr(err->text, "already has an optimizer") != NULL,
               "master_only (%s): a second optimizer on the list is refused (%s)", tag, err->text);
         bmt_optim_destroy(second);
     }

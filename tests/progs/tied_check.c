@@ -416,11 +416,16 @@ int main(int argc, char **argv)
             (((size_t)(V * D + pad - 1) / pad * pad) * sizeof(float) + 255) / 256 * 256;
         const size_t mid_full = ((mid_n + pad - 1) / pad * pad * sizeof(float) + 255) / 256 * 256;
         const bool two = lc.zero_level == 2 || lc.prefetch;
-        const size_t want = two ? emb_full + mid_full : emb_full;
+        /* A group of one computes on its shards in place: nothing is gathered. */
+        const size_t want = P == 1 ? 0 : two ? emb_full + mid_full : emb_full;
         check(st.peak[BMT_MEM_GATHERED] == want,
               "step 1: gathered buffers peaked at %llu bytes = %s = %zu (each its block's size; "
-              "the tied uses share)",
-              (unsigned long long)st.peak[BMT_MEM_GATHERED], two ? "emb + mid" : "emb", want);
+              "the tied uses share; none in a group of one)",
+              (unsigned long long)st.peak[BMT_MEM_GATHERED],
+              P == 1 ? "none"
+              : two  ? "emb + mid"
+                     : "emb",
+              want);
         /* The full gradient buffers (groups of more than one) are sized per
          * block too: the backward runs head (emb), mid, emb, so two of them
          * hold emb + mid at most (two of the largest would be 2 x emb), and

@@ -1,0 +1,221 @@
+#!/bin/bash
+# Trust: failures that used to be silent (the job exited 0 with wrong data) now
+# stop the job with a message that names the cause (docs/checkpoints.md, "Trust";
+# docs/engine.md, "What the engine refuses"). CPU ranks through bmlaunch:
+# - async and synchronous saves are byte-identical at every save, train_state.json
+#   included (the async one used to record the next save's step);
+# - a NaN in the parameters: the save refuses it, --max-skipped stops the run,
+#   a load refuses it in a parameter or in the optimizer's state, --keep keeps
+#   the good checkpoint;
+# - checksums: recomputed by an independent reader (python3-xxhash); a flipped
+#   bit is refused on load (another layout than the save's) and by gpt2 --verify;
+# - a resume keeps the global batch or refuses with the options that would;
+# - stale .tmp- directories go at any save or resume; long errors are not cut;
+# - a save on a full file system names "No space left on device" in bmlaunch's
+#   summary every time (a real 200 KB tmpfs, in a mount namespace);
+# - ranks that run different numbers of micro-batches, or build their blocks
+#   differently (seed + rank, names, shapes, init), are refused; so are a second
+#   optimizer on a list, a NULL shape, and a checkpoint with an extra block or
+#   tensor (tests/progs/trust_check.c).
+. "$(dirname "$0")/lib.sh"
+
+PY=/usr/bin/python3
+GPT2=$BUILDDIR/bin/gpt2
+TC=$PROGS/trust_check
+TOOL=$SRC/tests/tools/ckpt_tool.py
+export BMT_TIMEOUT=60
+DATA=$TMP/corpus_train.bin
+"$GPT2" --prepare "$SRC/examples/gpt2/data/corpus.txt" --out "$TMP/corpus" >/dev/null ||
+    echo "# could not tokenize the corpus"
+
+# run NAME LAYOUT-ARGS -- PROGRAM ARGS: output in NAME.out and NAME.err; its status
+run() {
+    local name=$1 rc=0
+    shift
+    with_timeout 200 "$BMLAUNCH" --metrics-port 0 "$@" >$name.out 2>$name.err || rc=$?
+    return $rc
+}
+export -f run
+
+# References: 1x2 and 2x2, saves at 2 and 4.
+(cd $TMP && run ref -n 2 -- $GPT2 --data $DATA --steps 4 --save-every 2 --keep 0 --save-dir G &&
+    run a -g 2 -n 2 -- $GPT2 --data $DATA --steps 4 --save-every 2 --keep 0 --save-dir R) ||
+    echo "# a reference run failed"
+
+test_expect_success "--save-async and synchronous saves of one run are byte-identical at every save, train_state.json and checksums included" '
+    run as -g 2 -n 2 -- $GPT2 --data $DATA --steps 6 --save-every 2 --keep 0 --save-async --save-dir AS &&
+    run sy -g 2 -n 2 -- $GPT2 --data $DATA --steps 6 --save-every 2 --keep 0 --save-dir SY &&
+    for s in 2 4 6; do
+        d=step-0000000$s
+        diff -r AS/$d SY/$d || exit 1
+        $PY -c "import json, sys; t = json.load(open(sys.argv[1])); assert t[\"step\"] == $s and t[\"user\"][\"step\"] == $s, t[\"step\"]" AS/$d/train_state.json || exit 1
+    done &&
+    test $(ls AS/step-00000002/checksums-*.json | wc -l) -eq 2
+'
+
+test_expect_success "the checksums are XXH3-64 of every byte: an independent reader (python3-xxhash) recomputes them all" '
+    for s in 2 4; do
+        $PY $TOOL sums $TMP/G/step-0000000$s >sums.out && grep -q "^sums ok: 10 files, [0-9]* units" sums.out || exit 1
+    done
+'
+
+test_expect_success "gpt2 --verify: a good checkpoint passes, with what it checked" '
+    $GPT2 --verify $TMP/G >v.out &&
+    grep -q "^gpt2: $TMP/G/step-00000004: ok: step 4, 5 blocks, 10 files, [0-9]* tensors, .* MiB checked (checksums of every byte, finite values, index, optimizer state" v.out
+'
+
+test_expect_success "a flipped bit: gpt2 --verify and a load under another layout (2x2 from 1x2) refuse it, naming file, tensor and bytes" '
+    cp -r $TMP/G F && $PY $TOOL flip F/step-00000004 transformer.h.2.safetensors transformer.h.2.mlp.c_fc.weight 1000 &&
+    { $GPT2 --verify F >v.out 2>v.err; rc=$?; } && test $rc -eq 1 &&
+    grep -q "transformer.h.2.safetensors: tensor .transformer.h.2.mlp.c_fc.weight.: checksum mismatch in bytes \[[0-9]*, [0-9]*) of the file (recorded [0-9a-f]*, read [0-9a-f]*): the file is damaged" v.err &&
+    { run bad -g 2 -n 2 -- $GPT2 --data $DATA --steps 6 --save-dir F --resume; rc=$?; } && test $rc -ne 0 &&
+    grep "^bmlaunch: job failed:" bad.err | grep -q "transformer.h.2.safetensors: tensor .transformer.h.2.mlp.c_fc.weight.: checksum mismatch" &&
+    ! grep -q "step   5/6" bad.out
+'
+
+test_expect_success "a damaged header, a truncated file and a missing checksums file are refused too" '
+    cp -r $TMP/G/step-00000004 H &&
+    $PY $TOOL header H transformer.h.0.safetensors &&
+    ! cmp -s H/transformer.h.0.safetensors $TMP/G/step-00000004/transformer.h.0.safetensors &&
+    { $GPT2 --verify H 2>v.err; rc=$?; } && test $rc -eq 1 && grep -q "transformer.h.0.safetensors: checksum mismatch in its header" v.err &&
+    cp -r $TMP/G/step-00000004 T && truncate -s -8 T/transformer.h.3.optim.safetensors &&
+    { $GPT2 --verify T 2>v.err; rc=$?; } && test $rc -eq 1 && grep -q "transformer.h.3.optim.safetensors" v.err &&
+    cp -r $TMP/G/step-00000004 M && rm M/checksums-00001.json &&
+    { $GPT2 --verify M 2>v.err; rc=$?; } && test $rc -eq 1 && grep -q "checksums-00001.json: not a checksums file" v.err
+'
+
+test_expect_success "a NaN in a weight (checksums fixed): the load refuses it, naming file, tensor and element; --verify too" '
+    cp -r $TMP/G N && $PY $TOOL plant N/step-00000004 transformer.h.1.safetensors transformer.h.1.attn.c_attn.weight 77 nan --fix-sums &&
+    $PY $TOOL sums N/step-00000004 >/dev/null &&
+    { $GPT2 --verify N 2>v.err; rc=$?; } && test $rc -eq 1 &&
+    grep -q "transformer.h.1.safetensors: tensor .transformer.h.1.attn.c_attn.weight. holds nan at element 77" v.err &&
+    { run bad -n 1 -- $GPT2 --data $DATA --steps 6 --accum 2 --save-dir N --resume; rc=$?; } && test $rc -ne 0 &&
+    grep "^bmlaunch: job failed:" bad.err | grep -q "tensor .transformer.h.1.attn.c_attn.weight. holds nan at element 77: a checkpoint with non-finite values is refused" &&
+    ! grep -q "^0: step" bad.out
+'
+
+test_expect_success "an inf in the optimizer state of a checkpoint written before checksums: the load refuses it" '
+    cp -r $TMP/G O && $PY $TOOL old O/step-00000004 && ! ls O/step-00000004/checksums-* 2>/dev/null &&
+    $PY $TOOL plant O/step-00000004 transformer.optim.safetensors transformer.wte.weight.exp_avg_sq 3 inf &&
+    { run bad -n 2 -- $GPT2 --data $DATA --steps 6 --save-dir O --resume; rc=$?; } && test $rc -ne 0 &&
+    grep "^bmlaunch: job failed:" bad.err | grep -q "transformer.optim.safetensors: tensor .transformer.wte.weight.exp_avg_sq. holds inf at element 3" &&
+    { $GPT2 --verify O 2>v.err; rc=$?; } && test $rc -eq 1 && grep -q "has no checksums" v.err
+'
+
+test_expect_success "a NaN planted in the parameters after step 3: the save of step 4 is refused on every rank, nothing is committed, latest and the good checkpoint stay (--keep 1)" '
+    { BMT_FAULT=nan:1:3 run nan -n 2 -- $GPT2 --data $DATA --steps 6 --save-every 2 --keep 1 --save-dir K; rc=$?; } &&
+    test $rc -ne 0 && grep -q "bmt: rank 1: BMT_FAULT: planting a NaN in a parameter after step 3" nan.err &&
+    grep -q "^0: step   4/6 | loss nan .*(skipped)" nan.out &&
+    grep "^bmlaunch: job failed:" nan.err | grep -q "holds nan at element [0-9]*: a checkpoint never holds a non-finite value, so nothing is saved" &&
+    test "$(cat K/latest)" = step-00000002 && test "$(ls K)" = "$(printf "latest\nstep-00000002")" &&
+    ! ls -a K | grep -q "^\.tmp" && $GPT2 --verify K >/dev/null
+'
+
+test_expect_success "--max-skipped 3: a run whose parameters hold a NaN stops at the fourth skipped step, exit status non-zero" '
+    { BMT_FAULT=nan:0:2 run skip -g 2 -n 1 -- $GPT2 --data $DATA --steps 20 --max-skipped 3; rc=$?; } &&
+    test $rc -ne 0 &&
+    test $(grep -c "^0: step   [345]/20 | loss nan .*(skipped)" skip.out) -eq 3 && ! grep -q "^0: step   6/20" skip.out &&
+    grep "^bmlaunch: job failed:" skip.err | grep -q "4 optimizer steps in a row were skipped (gradient norm nan, not finite), more than max_skipped 3: the run has diverged"
+'
+
+test_expect_success "the default bound (10) stops a diverged run too; --max-skipped 0 lets it run" '
+    { BMT_FAULT=nan:0:1 run skip -n 1 -- $GPT2 --data $DATA --steps 40; rc=$?; } && test $rc -ne 0 &&
+    grep "^bmlaunch: job failed:" skip.err | grep -q "11 optimizer steps in a row were skipped.* more than max_skipped 10" &&
+    BMT_FAULT=nan:0:1 run skip0 -n 1 -- $GPT2 --data $DATA --steps 14 --max-skipped 0 &&
+    grep -q "^0: step  14/14 | loss nan .*(skipped)" skip0.out
+'
+
+test_expect_success "a resume keeps the global batch: 2x2 (4 x 1 accum x 4 ranks) resumed on 1 rank derives --accum 4 and matches the 2x2 run" '
+    cp -r $TMP/R R1 && echo step-00000002 >R1/latest && rm -rf R1/step-00000004 &&
+    run b -n 1 -- $GPT2 --data $DATA --steps 4 --save-dir R1 --resume &&
+    grep -q "^0: gpt2: --accum 4 keeps the checkpoint.s global batch (4 x 4 x 1 ranks sequences of 64 tokens)" b.out &&
+    grep -q "^0: gpt2: .* batch 4 x 64 x 4 accum x 1 ranks = 1024 tokens/step" b.out &&
+    $PY -c "
+import re, sys
+def loss(f, s):
+    return float(re.search(r\"^0: step +%d/4 \\| loss ([0-9.]+)\" % s, open(f).read(), re.M).group(1))
+for s in (3, 4):
+    assert abs(loss(\"$TMP/a.out\", s) - loss(\"b.out\", s)) <= 2e-4, (s, loss(\"$TMP/a.out\", s), loss(\"b.out\", s))
+"
+'
+
+test_expect_success "a resume that would change the global batch is refused with the options that keep it" '
+    cp -r $TMP/R R2 && echo step-00000002 >R2/latest &&
+    { run c -n 1 -- $GPT2 --data $DATA --steps 4 --save-dir R2 --resume --accum 2; rc=$?; } && test $rc -ne 0 &&
+    grep "^bmlaunch: job failed:" c.err | grep -q "the checkpoint was trained on 16 sequences of 64 tokens per step (-b 4 -a 1 on 4 ranks); -b 4 with that -a on 1 ranks would make 8: resume with -b 4 -a 4" &&
+    { run d -n 1 -- $GPT2 --data $DATA --steps 4 --save-dir R2 --resume -b 3; rc=$?; } && test $rc -ne 0 &&
+    grep "^bmlaunch: job failed:" d.err | grep -q "resume with -b 2 -a 8" &&
+    { run e -n 1 -- $GPT2 --data $DATA --steps 4 --save-dir R2 --resume -t 32; rc=$?; } && test $rc -ne 0 &&
+    grep "^bmlaunch: job failed:" e.err | grep -q "this run has -t 32: resume with -t 64" &&
+    { run f -n 3 -- $GPT2 --data $DATA --steps 4 --save-dir R2 --resume; rc=$?; } && test $rc -ne 0 &&
+    grep "^bmlaunch: job failed:" f.err | grep -q "no -b and -a keep it on 3 ranks"
+'
+
+test_expect_success "stale .tmp- directories of crashed saves go at a resume and at a save of another name" '
+    cp -r $TMP/G S && mkdir -p S/.tmp-step-00000099 S/.tmp-x && head -c 100000 /dev/zero >S/.tmp-x/junk &&
+    run s -n 2 -- $GPT2 --data $DATA --steps 4 --save-dir S --resume &&
+    ! ls -a S | grep -q "^\.tmp" &&
+    mkdir -p S/.tmp-step-00000042 && run s2 -n 1 -- $TC save S && test -f S/ck/train_state.json &&
+    ! ls -a S | grep -q "^\.tmp"
+'
+
+test_expect_success "errors are not cut at 160 characters: a 400-character path is named whole" '
+    long=$PWD/$(printf "d%.0s" $(seq 200))/$(printf "e%.0s" $(seq 200)) && mkdir -p $long &&
+    cp -r $TMP/G/step-00000004 $long/ck && echo ck >$long/latest && rm $long/ck/transformer.h.3.safetensors &&
+    { run l -n 1 -- $GPT2 --data $DATA --steps 6 --accum 2 --save-dir $long --resume; rc=$?; } && test $rc -ne 0 &&
+    grep "^bmlaunch: job failed:" l.err | grep -qF "$long/ck/transformer.h.3.safetensors: cannot open: No such file or directory" &&
+    { $GPT2 --verify $long/ck 2>v.err; rc=$?; } && test $rc -eq 1 &&
+    grep -qF "$long/ck/transformer.h.3.safetensors: cannot open: No such file or directory" v.err
+'
+
+test_expect_success "a save on a full file system (a real 200 KB tmpfs): bmlaunch's summary names No space left on device, 4 runs of 4, and nothing is left behind" '
+    mkdir -p full &&
+    for i in 1 2 3 4; do
+        { unshare -m sh -c "mount -t tmpfs -o size=200k tmpfs full &&
+            $BMLAUNCH --metrics-port 0 -g 2 -n 2 -- $GPT2 --data $DATA --steps 4 --save-every 2 --save-dir full;
+            echo \"exit \$?\" >&2; ls -a full >&2" >full.out 2>full.err; } || true
+        grep -q "^exit 1$" full.err && grep "^bmlaunch: job failed:" full.err | grep -q "No space left on device" &&
+        ! grep -q "^\.tmp-" full.err || { cat full.err; exit 1; }
+    done
+'
+
+test_expect_success "ranks that run different numbers of micro-batches are refused at once, naming the rank (2x1, 1x2, 2x2)" '
+    for lay in "-g 2 -n 1" "-g 1 -n 2" "-g 2 -n 2"; do
+        { run mm $lay -- sh -c "exec $GPT2 --data $DATA --steps 3 --accum \$((1 + BMT_RANK % 2))"; rc=$?; } &&
+        test $rc -ne 0 || exit 1
+        grep "^bmlaunch: job failed:" mm.err | grep -q "the ranks ran different numbers of micro-batches in this step: micro-batch 1 is .*rank [0-3].s; every rank must call bmt_blocklist_backward equally often" || { cat mm.err; exit 1; }
+        ! grep -q "^0: step" mm.out || exit 1
+    done
+'
+
+for m in seed-rank name-rank init-rank shape-rank; do
+    case $m in
+    seed-rank) what="build seeds (or whether it was loaded)" ;;
+    name-rank) what="parameter names" ;;
+    init-rank) what="initializations (kind, arguments, flags)" ;;
+    shape-rank) what="parameter shapes or dtypes" ;;
+    esac
+    test_expect_success "ranks whose blocks differ ($m) are refused at the first forward, naming block and aspect" "
+        { run tc -g 2 -n 2 -- \$TC $m .; rc=\$?; } && test \$rc -eq 3 &&
+        grep -q \"^0: trust_check: refused: rank 0: the ranks' block lists differ: block 0 ('b.0') was built differently, its $what differ across ranks\" tc.out
+    "
+done
+
+test_expect_success "the same blocks everywhere are accepted; so are per-rank seeds when every rank then loads the same values" '
+    run ok -g 2 -n 2 -- $TC same . && grep -q "^0: trust_check: accepted" ok.out &&
+    run sv -n 2 -- $TC save . && run ld -g 2 -n 2 -- $TC loaded-seed . && grep -q "^0: trust_check: accepted" ld.out
+'
+
+test_expect_success "a checkpoint with an extra block, a missing block or an extra tensor is refused; a second optimizer and a NULL shape too" '
+    run sv -n 2 -- $TC save . &&
+    { run x -n 2 -- $TC extra-block .; rc=$?; } && test $rc -eq 3 &&
+    grep -q "has block .b.2., which the model does not have (the checkpoint has 3 blocks, the model 2)" x.out &&
+    { run x -n 2 -- $TC missing-block .; rc=$?; } && test $rc -eq 3 && grep -q "has no block .b.3." x.out &&
+    { run x -n 2 -- $TC extra-tensor .; rc=$?; } && test $rc -eq 3 &&
+    grep -q "b.1.safetensors has tensor .b.1.v., which block b.1 of the model does not have" x.out &&
+    { run x -n 2 -- $TC adamw-twice .; rc=$?; } && test $rc -eq 3 &&
+    grep -q "bmt_adamw_create: this block list already has an optimizer" x.out &&
+    { run x -n 1 -- $TC null-shape .; rc=$?; } && test $rc -eq 3 && grep -q "b.0.w: the shape is NULL" x.out
+'
+
+test_done
