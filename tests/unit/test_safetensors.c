@@ -13,6 +13,12 @@
  *                                each open and read takes from the files
  *                                (/proc/self/io rchar), a copy of a file truncated
  *                                after open (DIR is left as it was);
+ *   (both)                       checksummed reads (bmt_st_set_checksums) of a file
+ *                                written here, units cut through elements: the
+ *                                same values as unchecked reads in every dtype, a
+ *                                flipped bit refused by reads and bmt_st_verify,
+ *                                units that do not tile and a damaged header
+ *                                refused;
  *   test_safetensors --open PATH          list PATH and its plan (exit 1: open
  *                                failed, 2: discovery failed; the error on stderr);
  *   test_safetensors --read PATH NAME FIRST COUNT   print elements as f32.
@@ -1392,6 +1398,136 @@ static int read_tool(const char *path, const char *name, const char *first, cons
     return rc;
 }
 
+/* ------------------------------------------------------------ checksums */
+
+/* A file of two tensors: "a" BF16 (7) then "b" F32 (100), so b starts at byte
+ * 14 of the data section, not on a multiple of 4; units of `unit` bytes cut at
+ * multiples of it from the data section's start cut through elements. */
+static void test_checksums(void)
+{
+    char dir[] = "/tmp/bmt-sums.XXXXXX", path[64];
+    if (mkdtemp(dir) == NULL) {
+        ok(0, "checksums: mkdtemp: %s", strerror(errno));
+        return;
+    }
+    snprintf(path, sizeof(path), "%s/m.safetensors", dir);
+    const char *hdr = "{\"a\":{\"dtype\":\"BF16\",\"shape\":[7],\"data_offsets\":[0,14]},"
+                      "\"b\":{\"dtype\":\"F32\",\"shape\":[100],\"data_offsets\":[14,414]}}";
+    size_t hl = strlen(hdr), pad = (hl + 7) / 8 * 8, data = 414, size = 8 + pad + data;
+    unsigned char *file = calloc(1, size);
+    for (int i = 0; i < 8; i++)
+        file[i] = (unsigned char)((uint64_t)pad >> (8 * i));
+    memcpy(file + 8, hdr, hl);
+    memset(file + 8 + hl, ' ', pad - hl);
+    unsigned char *d = file + 8 + pad;
+    for (int i = 0; i < 7; i++) {
+        uint16_t h = bf16_of_value(0.25 * (i + 1));
+        memcpy(d + 2 * i, &h, 2);
+    }
+    for (int i = 0; i < 100; i++) {
+        float f = (float)(i * 1.5 - 20.125);
+        memcpy(d + 14 + 4 * i, &f, 4);
+    }
+    FILE *fh = fopen(path, "wb");
+    ok(fh && fwrite(file, 1, size, fh) == size && fclose(fh) == 0, "checksums: wrote %s", path);
+    const uint64_t start = 8 + pad, hh = bmt_st_checksum(file, start);
+    bmt_error_t err;
+    bmt_st_t *plain = bmt_st_open(path, &err), *st = bmt_st_open(path, &err);
+    const int ia = bmt_st_find(plain, "a"), ib = bmt_st_find(plain, "b");
+    ok(plain && st && ia >= 0 && ib >= 0, "checksums: opened twice");
+    const uint64_t units[] = { 1, 3, 10, 64, 1000 };
+    for (size_t k = 0; plain && st && k < sizeof(units) / sizeof(units[0]); k++) {
+        const uint64_t u = units[k];
+        bmt_st_sum_t sums[512];
+        size_t n = 0;
+        for (uint64_t at = 0; at < data; at += u)
+            sums[n++] = (bmt_st_sum_t){ start + at, at + u <= data ? u : data - at,
+                                        bmt_st_checksum(d + at, at + u <= data ? u : data - at) };
+        ok(bmt_st_set_checksums(st, "m.safetensors", hh, sums, n, &err) == 0,
+           "checksums: %zu units of %llu bytes attached (%s)", n, (unsigned long long)u, err.text);
+        /* every range of b and a, in every destination dtype, as unchecked */
+        const struct {
+            int t, first, count;
+        } rr[] = { { ib, 0, 100 }, { ib, 3, 57 }, { ib, 99, 1 }, { ia, 0, 7 }, { ia, 1, 5 } };
+        const bmt_dtype_t dts[] = { BMT_F32, BMT_BF16, BMT_F64 };
+        bool same = true;
+        for (size_t r = 0; r < sizeof(rr) / sizeof(rr[0]); r++)
+            for (size_t q = 0; q < 3; q++) {
+                unsigned char x[800], y[800];
+                memset(x, 0xaa, sizeof(x));
+                memset(y, 0x55, sizeof(y));
+                int a1 = bmt_st_read(plain, rr[r].t, rr[r].first, rr[r].count, x, dts[q], &err);
+                int a2 = bmt_st_read(st, rr[r].t, rr[r].first, rr[r].count, y, dts[q], &err);
+                size_t nb = (size_t)rr[r].count * bmt_dtype_size(dts[q]);
+                if (a1 != 0 || a2 != 0 || memcmp(x, y, nb) != 0) {
+                    same = false;
+                    diag("unit %llu, tensor %d [%d, +%d) as %s: %d %d %s", (unsigned long long)u,
+                         rr[r].t, rr[r].first, rr[r].count, bmt_dtype_name(dts[q]), a1, a2,
+                         err.text);
+                }
+            }
+        ok(same,
+           "checksums: units of %llu bytes: every read the same as unchecked, in f32, bf16 "
+           "and f64",
+           (unsigned long long)u);
+        uint64_t bytes = 0;
+        const int vrc = bmt_st_verify(st, &bytes, &err);
+        ok(vrc == 0 && bytes == data,
+           "checksums: units of %llu bytes: bmt_st_verify reads %llu bytes", (unsigned long long)u,
+           (unsigned long long)bytes);
+    }
+    /* Expected failures, each leaving the handle as it was. */
+    bmt_st_sum_t whole = { start, data, bmt_st_checksum(d, data) };
+    bmt_st_sum_t holes[2] = { { start, 100, bmt_st_checksum(d, 100) },
+                              { start + 101, data - 101, bmt_st_checksum(d + 101, data - 101) } };
+    bmt_st_sum_t shortv = { start, data - 1, bmt_st_checksum(d, data - 1) };
+    ok(st && bmt_st_set_checksums(st, "m.safetensors", hh ^ 1, &whole, 1, &err) < 0 &&
+           strstr(err.text, "m.safetensors: checksum mismatch in its header, bytes [0, ") != NULL,
+       "checksums: a header hash that differs is refused (%s)", err.text);
+    ok(st && bmt_st_set_checksums(st, "m.safetensors", hh, holes, 2, &err) < 0 &&
+           strstr(err.text, "do not tile its data section") != NULL,
+       "checksums: units with a gap are refused (%s)", err.text);
+    ok(st && bmt_st_set_checksums(st, "m.safetensors", hh, &shortv, 1, &err) < 0 &&
+           strstr(err.text, "longer than when it was written") != NULL,
+       "checksums: units that stop short of the file's end are refused (%s)", err.text);
+    ok(st && bmt_st_set_checksums(st, "other.safetensors", hh, &whole, 1, &err) < 0 &&
+           strstr(err.text, "no file 'other.safetensors'") != NULL,
+       "checksums: an unknown file is refused (%s)", err.text);
+    /* A flipped bit in b's element 40: reads that cover it fail, naming file,
+     * tensor and bytes; reads that do not still work; so does verify fail. */
+    bmt_st_sum_t sums[64];
+    size_t n = 0;
+    for (uint64_t at = 0; at < data; at += 64) {
+        const uint64_t len = at + 64 <= data ? 64 : data - at;
+        sums[n++] = (bmt_st_sum_t){ start + at, len, bmt_st_checksum(d + at, (size_t)len) };
+    }
+    int fd = open(path, O_WRONLY);
+    unsigned char flipped = d[14 + 4 * 40] ^ 1;
+    ok(fd >= 0 && pwrite(fd, &flipped, 1, (off_t)(start + 14 + 4 * 40)) == 1 && close(fd) == 0,
+       "checksums: flipped a bit of b[40] in the file");
+    bmt_st_t *st2 = bmt_st_open(path, &err);
+    double v[100];
+    err.text[0] = '\0';
+    ok(st2 && bmt_st_set_checksums(st2, path, hh, sums, n, &err) == 0,
+       "checksums: attached by path (%s)", err.text);
+    ok(st2 && bmt_st_read(st2, ib, 30, 20, v, BMT_F32, &err) < 0 &&
+           strstr(err.text, "m.safetensors: tensor 'b': checksum mismatch in bytes [") != NULL &&
+           strstr(err.text, "the file is damaged") != NULL,
+       "checksums: a read over the flipped bit fails: %s", err.text);
+    ok(st2 && bmt_st_read(st2, ib, 30, 20, v, BMT_F64, &err) < 0,
+       "checksums: and as f64 (the converting path) too");
+    ok(st2 && bmt_st_read(st2, ib, 80, 20, v, BMT_F64, &err) == 0 && v[0] == 80 * 1.5 - 20.125,
+       "checksums: a read of other units still works");
+    ok(st2 && bmt_st_verify(st2, NULL, &err) < 0 && strstr(err.text, "tensor 'b'") != NULL,
+       "checksums: bmt_st_verify fails naming the tensor (%s)", err.text);
+    bmt_st_close(st2);
+    bmt_st_close(st);
+    bmt_st_close(plain);
+    free(file);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--open") == 0)
@@ -1407,6 +1543,7 @@ int main(int argc, char **argv)
     test_index();
     test_discover();
     test_convert();
+    test_checksums();
     if (argc == 2)
         test_files(argv[1]);
     return done_testing();
