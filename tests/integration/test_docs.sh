@@ -4,7 +4,10 @@
 # default and meaning; the man page documents every option of `bmlaunch --help`
 # (and no other) and renders without warnings; the plan quoted in the user guide
 # is what --plan prints; the example program of docs/runtime.md builds and prints
-# what the page shows; README.md and docs/*.md name only paths that exist.
+# what the page shows; README.md and docs/*.md name only paths that exist; the
+# packages docs/building.md lists are scripts/deps.sh's; the demo command that
+# README.md and docs/building.md quote is the one `make demo` runs; README's GPU
+# figures are in the newest 2-GPU results file, which README names.
 . "$(dirname "$0")/lib.sh"
 
 # Examples link the build tree's libbmt.so; an ASAN=1 build needs them built with
@@ -160,6 +163,58 @@ test_expect_success "relative links in docs/*.md point at files and headings tha
 	        elif frag and dest.endswith(".md") and frag not in anchors(dest):
 	            print(f"{name}: link {target}: no such heading"); bad = 1
 	sys.exit(bad)
+	PY
+'
+
+test_expect_success "docs/building.md lists exactly the packages scripts/deps.sh installs, and their number" '
+    sed -n "/^PACKAGES=\"/,/^\"/p" "$SRC/scripts/deps.sh" | grep -v "\"" | sort -u >want &&
+    test "$(wc -l <want)" -ge 20 &&
+    sed -n "/^## Dependencies/,/^## /p" "$SRC/docs/building.md" >deps.md &&
+    grep -oE "\`[a-z0-9][a-z0-9.+-]*\`" deps.md | tr -d "\`" | sort -u >got &&
+    diff -u want got &&
+    grep -q "installs what is missing of these $(wc -l <want) Debian" deps.md
+'
+
+test_expect_success "the demo command in README.md and docs/building.md is the one make demo runs" '
+    make -s -n -C "$SRC" demo BUILDDIR=build 2>/dev/null | sed -n "s/^echo .\$ \(bmlaunch .*\).\$/\1/p" >cmd &&
+    test "$(wc -l <cmd)" -eq 1 && grep -q -- "-- build/bin/gpt2 --data" cmd &&
+    grep -qxF "\$ $(cat cmd)" "$SRC/README.md" &&
+    grep -F "| \`make demo\` |" "$SRC/docs/building.md" | grep -qF "\`$(cat cmd)\`"
+'
+
+test_expect_success "README.md quotes GPU figures from the newest 2-GPU results file, and names it" '
+    /usr/bin/python3 - "$SRC" <<-PY
+	import glob, os, re, sys
+	src = sys.argv[1]
+	readme = open(os.path.join(src, "README.md")).read()
+	para = re.search(r"\*\*the GPT-2 trainer on GPUs\*\*.*?(?:\n\n|\Z)", readme, re.S).group(0)
+	para = " ".join(para.split())
+	named = re.findall(r"bench/results/[A-Za-z0-9_.-]+\.txt", para)
+	assert len(named) == 1, ("README names no single results file", named)
+	newest = sorted(glob.glob(os.path.join(src, "bench/results/*-2xH200-*.txt")))[-1]
+	assert os.path.basename(newest) == os.path.basename(named[0]), \
+	    ("README quotes %s; the newest 2-GPU results are %s" % (named[0], os.path.basename(newest)))
+	res = open(newest).read()
+	bad, n = [], 0
+	for k in re.findall(r"([0-9]+)K tokens/s", para):
+	    n += 1
+	    if not re.search(r"ours +[0-9.]+ ms +%s[0-9]{3} tok/s" % k, res):
+	        bad.append(k + "K tokens/s")
+	for x in re.findall(r"([0-9]+\.[0-9]+)x", para):
+	    n += 1
+	    if "x" + x not in res:
+	        bad.append(x + "x")
+	for ms in re.findall(r"([0-9]+\.[0-9]) ms", para):
+	    n += 1
+	    if not re.search(r"(ours|fsdp2) +%s ms" % re.escape(ms), res):
+	        bad.append(ms + " ms")
+	for a, b in re.findall(r"([0-9.]+) against ([0-9.]+) GiB", para):
+	    n += 1
+	    if not re.search(r"mem +%s GiB.*mem +%s GiB" % (re.escape(a), re.escape(b)), res):
+	        bad.append(a + " against " + b + " GiB")
+	assert n >= 5, ("too few figures found in README", n)
+	assert not bad, ("README figures not in %s: %s" % (newest, bad))
+	print("%d README figures found in %s" % (n, os.path.basename(newest)))
 	PY
 '
 
