@@ -140,8 +140,9 @@ struct list_state {
     bmt_optim_t *optim;        /* the optimizer whose sums the backward writes (the newest) */
     double *sums;              /* device, optim's (one per state): sums of squares of the shards */
     bool sums_ready;           /* the last micro-batch's backward wrote every shard's sum */
-    double *flags;             /* device (4): each backward's check that every rank ends
-                                * its step at the same micro-batch (schedule.c) */
+    double *flags;             /* device (4): each backward's all-reduce of whether it ends
+                                * the step (schedule.c); the step reads it (optim.c) */
+    int flags_micro;           /* the micro-batch (from 1) of the last backward's flags */
     /* Installed by the optimizer (optim.c), called by the schedule: apply o's
      * deferred update to block b (every block when NULL), and tell o that the
      * list is gone. */
@@ -182,6 +183,10 @@ void optim_set_counters(bmt_optim_t *o, int64_t step, int64_t skipped);
  * this first, with drop (the forward calls it for each block before its
  * gather, without). No-op when nothing is pending. */
 int blocklist_flush(bmt_blocklist_t *list, bmt_block_t *b, bool drop, bmt_error_t *err);
+
+/* f: the flags of the last backward (list_state.flags, downloaded), on a rank
+ * whose step ends there: 0, or -1 with err naming a rank whose step does not. */
+int blocklist_flags_agree(bmt_blocklist_t *list, const double f[4], bmt_error_t *err);
 
 /* No more blocks: training starts or an optimizer exists. Marks every block
  * sealed too (bmt_block_load refuses then). */

@@ -346,9 +346,40 @@ static bool is_inflight(const char *tmpdir)
 
 static int remove_tree(const char *path);
 
-/* Remove dir's .tmp-* directories that no save of this process is writing:
- * what crashed saves left (a crash leaves at most that; see bmt/ckpt.h).
- * Rank 0 only, at every save and every load from a directory. */
+static bool ends_with(const char *s, const char *tail)
+{
+    size_t a = strlen(s), b = strlen(tail);
+    return a >= b && strcmp(s + a - b, tail) == 0;
+}
+
+/* Does directory path hold only what a save writes (safetensors files, its
+ * JSON files, the .tmp of one being written), all regular files? A directory
+ * of someone else's that happens to be called .tmp-* is left alone. */
+static bool save_leftover(const char *path)
+{
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return false;
+    bool ours = true;
+    struct dirent *e;
+    char sub[4200];
+    while (ours && (e = readdir(d)) != NULL) {
+        struct stat st;
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        snprintf(sub, sizeof(sub), "%.3000s/%.1000s", path, e->d_name);
+        ours = lstat(sub, &st) == 0 && S_ISREG(st.st_mode) &&
+               (ends_with(e->d_name, ".safetensors") || ends_with(e->d_name, ".json") ||
+                ends_with(e->d_name, ".json.tmp"));
+    }
+    closedir(d);
+    return ours;
+}
+
+/* Remove dir's .tmp-* directories that no save of this process is writing and
+ * that hold only what a save writes: what crashed saves left (a crash leaves at
+ * most that; see bmt/ckpt.h). Rank 0 only, at every save and every load from
+ * a directory. */
 static void sweep_stale(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -361,7 +392,8 @@ static void sweep_stale(const char *dir)
         if (strncmp(e->d_name, ".tmp-", 5) != 0)
             continue;
         snprintf(path, sizeof(path), "%.3000s/%.1000s", dir, e->d_name);
-        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && !is_inflight(path))
+        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && !is_inflight(path) &&
+            save_leftover(path))
             remove_tree(path);
     }
     closedir(d);

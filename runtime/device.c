@@ -683,48 +683,67 @@ static double mono_s(void)
 }
 #endif
 
+#ifdef BMT_HAVE_CUDA
+/* Wait for stream i of ctx until `deadline`, watching the communicators. */
+static int wait_stream_until(bmt_ctx_t *ctx, int i, double deadline, bmt_error_t *err)
+{
+    static const char *names[DEVICE_STREAMS] = { "compute", "comm", "replica" };
+    struct timespec nap = { 0, 20000 };
+    if (ctx->streams[i] == NULL)
+        return 0;
+    for (unsigned it = 0;; it++) {
+        cudaError_t e = cudaStreamQuery((cudaStream_t)ctx->streams[i]);
+        if (e == cudaSuccess)
+            return 0;
+        if (e != cudaErrorNotReady)
+            return cuda_fail(ctx, err, "cudaStreamQuery", e);
+        /* A collective that can never finish shows up as an NCCL error, or
+         * not at all: check the communicators, then the deadline. */
+        bmt_comm_t *comms[3] = { ctx->world_comm, ctx->group_comm, ctx->replica_comm };
+        for (int c = 0; c < 3; c++)
+            if (comms[c] && comm_poll(comms[c], err) < 0) {
+                /* Kernels of the other communicators may wait for this one's
+                 * peers forever: abort them all, so nothing hangs later. */
+                for (int k = 0; k < 3; k++)
+                    comm_abort(comms[k]);
+                return -1;
+            }
+        if (mono_s() > deadline) {
+            ctx->comm_failed = true;
+            for (int c = 0; c < 3; c++)
+                comm_abort(comms[c]);
+            return errprintf(err,
+                             "rank %d: the %s stream did not finish within %.1f s: a peer "
+                             "is missing or stuck (BMT_TIMEOUT)",
+                             ctx->rank, names[i], ctx->timeout_s);
+        }
+        if (it > 2000)
+            nanosleep(&nap, NULL);
+    }
+}
+#endif
+
 int bmt_device_synchronize(bmt_ctx_t *ctx, bmt_error_t *err)
 {
     if (ctx->device != BMT_DEVICE_CUDA)
         return 0;
 #ifdef BMT_HAVE_CUDA
-    static const char *names[DEVICE_STREAMS] = { "compute", "comm", "replica" };
-    double deadline = mono_s() + ctx->timeout_s;
-    struct timespec nap = { 0, 20000 };
-    for (int i = 0; i < DEVICE_STREAMS; i++) {
-        if (ctx->streams[i] == NULL)
-            continue;
-        for (unsigned it = 0;; it++) {
-            cudaError_t e = cudaStreamQuery((cudaStream_t)ctx->streams[i]);
-            if (e == cudaSuccess)
-                break;
-            if (e != cudaErrorNotReady)
-                return cuda_fail(ctx, err, "cudaStreamQuery", e);
-            /* A collective that can never finish shows up as an NCCL error, or
-             * not at all: check the communicators, then the deadline. */
-            bmt_comm_t *comms[3] = { ctx->world_comm, ctx->group_comm, ctx->replica_comm };
-            for (int c = 0; c < 3; c++)
-                if (comms[c] && comm_poll(comms[c], err) < 0) {
-                    /* Kernels of the other communicators may wait for this one's
-                     * peers forever: abort them all, so nothing hangs later. */
-                    for (int k = 0; k < 3; k++)
-                        comm_abort(comms[k]);
-                    return -1;
-                }
-            if (mono_s() > deadline) {
-                ctx->comm_failed = true;
-                for (int c = 0; c < 3; c++)
-                    comm_abort(comms[c]);
-                return errprintf(err,
-                                 "rank %d: the %s stream did not finish within %.1f s: a peer "
-                                 "is missing or stuck (BMT_TIMEOUT)",
-                                 ctx->rank, names[i], ctx->timeout_s);
-            }
-            if (it > 2000)
-                nanosleep(&nap, NULL);
-        }
-    }
+    const double deadline = mono_s() + ctx->timeout_s;
+    for (int i = 0; i < DEVICE_STREAMS; i++)
+        if (wait_stream_until(ctx, i, deadline, err) < 0)
+            return -1;
     return 0;
+#else
+    return errprintf(err, "rank %d: this libbmt was built without CUDA", ctx->rank);
+#endif
+}
+
+int device_stream_synchronize(bmt_ctx_t *ctx, int which, bmt_error_t *err)
+{
+    if (ctx->device != BMT_DEVICE_CUDA)
+        return 0;
+#ifdef BMT_HAVE_CUDA
+    return wait_stream_until(ctx, which, mono_s() + ctx->timeout_s, err);
 #else
     return errprintf(err, "rank %d: this libbmt was built without CUDA", ctx->rank);
 #endif

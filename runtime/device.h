@@ -28,6 +28,10 @@ void device_release(bmt_ctx_t *ctx);
 
 void *device_stream(bmt_ctx_t *ctx, int which);
 
+/* Wait (the host) for what is enqueued on one of the context's streams, within
+ * BMT_TIMEOUT, watching the communicators as bmt_device_synchronize does. */
+int device_stream_synchronize(bmt_ctx_t *ctx, int which, bmt_error_t *err);
+
 /* Wait for work enqueued on the legacy stream (stream NULL: block building,
  * gradient shard allocation), which the context's non-blocking streams do not
  * order after. */

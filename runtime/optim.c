@@ -335,6 +335,22 @@ static int grad_sumsq(bmt_optim_t *o, double *total, bmt_error_t *err)
     return 0;
 }
 
+/* Did every rank end its micro-batches where this one did? Each backward
+ * all-reduced its flags on the comm stream (schedule.c, backward_flags); this
+ * rank's last one said "last", so every rank's must have. Read after the
+ * step's synchronization, before the step's first collective. */
+static int same_microbatches(bmt_optim_t *o, bmt_error_t *err)
+{
+    bmt_ctx_t *ctx = o->ctx;
+    const struct list_state *st = blocklist_state(o->list);
+    if (ctx->world == 1 || st->flags == NULL)
+        return 0;
+    double f[4];
+    if (bmt_mem_download(ctx, f, st->flags, sizeof(f), err) < 0)
+        return -1;
+    return blocklist_flags_agree(o->list, f, err);
+}
+
 /* BMT_FAULT=nan:RANK:STEP (tests only): the first element of this rank's
  * first parameter shard becomes NaN, master and parameter, once whatever the
  * step left pending is applied. */
@@ -449,7 +465,7 @@ int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
     const int micro = st->microbatches;
     double scale = 1.0 / ((double)ctx->world * micro);
     double sumsq = 0;
-    if (grad_sumsq(o, &sumsq, err) < 0)
+    if (same_microbatches(o, err) < 0 || grad_sumsq(o, &sumsq, err) < 0)
         return -1;
     double norm = sqrt(sumsq) * scale;
     bmt_step_info_t out = { .grad_norm = norm, .microbatches = micro };

@@ -793,36 +793,59 @@ static int shard_final(bmt_blocklist_t *l, bmt_block_t *b, void *after, bmt_erro
 
 /* Every backward starts with a world all-reduce (MAX) of whether it is this
  * rank's last micro-batch of the step: [last, -last, the lowest rank whose is
- * not, the lowest rank whose is]. Ranks that disagree would average different
- * things (across groups) or pair their collectives with the wrong ones (the
- * last micro-batch's replica all-reduces, the step's): every rank fails here
- * instead, at once, saying who differs. Synchronous and tiny (4 doubles,
- * through a device buffer kept for it); the host runs ahead of the device, so
- * the wait costs the device nothing while the forward's kernels are queued. */
-static int same_microbatches(bmt_blocklist_t *l, bool last, bmt_error_t *err)
+ * not, the lowest rank whose is], stream-ordered on the comm stream (after the
+ * forward's gathers, before the backward's collectives; the host does not
+ * wait). Ranks that disagree would average different things (across groups) or
+ * pair their collectives with the wrong ones; a rank whose step ends here
+ * reads the flags in its step (optim.c, after the step's synchronization and
+ * before its first collective) and stops the job, naming the other rank. The
+ * collectives a disagreement pairs before that inside a group are of the same
+ * kinds and sizes (this backward's against the other rank's next one), so
+ * nothing hangs on the way. Across groups the last micro-batch's backward
+ * issues replica all-reduces that a rank still in an earlier micro-batch does
+ * not: there the host waits for the flags first (once per step, for the comm
+ * stream: its forward gathers and this all-reduce) and fails at once. */
+static int backward_flags(bmt_blocklist_t *l, bool last, bmt_error_t *err)
 {
     bmt_ctx_t *ctx = l->ctx;
     if (ctx->world == 1)
         return 0;
+    void *comm = device_stream(ctx, DEVICE_COMM);
     if (l->st.flags == NULL &&
         (l->st.flags = bmt_alloc(ctx, BMT_MEM_WORKSPACE, 4 * sizeof(double), err)) == NULL)
         return -1;
-    const double W = ctx->world, me = W - ctx->rank;
-    double v[4] = { last ? 1 : 0, last ? -1 : 0, last ? 0 : me, last ? me : 0 };
-    if (bmt_mem_upload(ctx, l->st.flags, v, sizeof(v), err) < 0 ||
-        bmt_all_reduce(ctx->world_comm, l->st.flags, l->st.flags, 4, BMT_F64, BMT_MAX, err) < 0 ||
-        bmt_mem_download(ctx, v, l->st.flags, sizeof(v), err) < 0)
-        return errprefix(err, "checking that every rank ends its step at the same micro-batch: ");
-    if (v[0] == -v[1])
+    const double me = ctx->world - ctx->rank;
+    const double v[4] = { last ? 1 : 0, last ? -1 : 0, last ? 0 : me, last ? me : 0 };
+    for (int k = 0; k < 4; k++) {
+        const bmt_init_t c = { BMT_INIT_CONSTANT, v[k], 0, 1 };
+        const uint32_t key[2] = { 0, 0 };
+        if (kern_init(ctx, comm, l->st.flags + k, BMT_F64, 1, 0, key, &c, err) < 0)
+            return -1;
+    }
+    l->st.flags_micro = l->st.microbatches + 1;
+    if (comm_all_reduce_on(ctx->world_comm, l->st.flags, l->st.flags, 4, BMT_F64, BMT_MAX, comm,
+                           err) < 0)
+        return -1;
+    if (!last || ctx->layout.groups == 1)
         return 0;
-    const int other = (int)(W - (last ? v[2] : v[3]));
+    double f[4];
+    if (device_stream_synchronize(ctx, DEVICE_COMM, err) < 0 ||
+        bmt_mem_download(ctx, f, l->st.flags, sizeof(f), err) < 0)
+        return -1;
+    return blocklist_flags_agree(l, f, err);
+}
+
+int blocklist_flags_agree(bmt_blocklist_t *l, const double f[4], bmt_error_t *err)
+{
+    bmt_ctx_t *ctx = l->ctx;
+    if (f[0] == -f[1]) /* max(last) == min(last) */
+        return 0;
     return errprintf(err,
                      "rank %d: the ranks ran different numbers of micro-batches in this step: "
-                     "micro-batch %d is %sthis rank's last (bmt_blocklist_backward's "
-                     "last_microbatch) but %srank %d's; every rank must call "
+                     "micro-batch %d is this rank's last (bmt_blocklist_backward's "
+                     "last_microbatch) but not rank %d's; every rank must call "
                      "bmt_blocklist_backward equally often between optimizer steps",
-                     ctx->rank, l->st.microbatches + 1, last ? "" : "not ", last ? "not " : "",
-                     other);
+                     ctx->rank, l->st.flags_micro, ctx->world - (int)f[2]);
 }
 
 int bmt_blocklist_backward(bmt_blocklist_t *l, bool last, bmt_error_t *err)
@@ -844,7 +867,7 @@ int bmt_blocklist_backward(bmt_blocklist_t *l, bool last, bmt_error_t *err)
                          ctx->rank);
     if (none_held(l, err) < 0)
         return -1;
-    if (same_microbatches(l, last, err) < 0)
+    if (backward_flags(l, last, err) < 0)
         return broken(l, err);
     /* Gradient shards and parameters are the optimizer's until its step is done. */
     if (device_stream_wait(ctx, device_stream(ctx, DEVICE_COMM), l->st.updated, err) < 0)

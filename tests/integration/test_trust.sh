@@ -151,12 +151,14 @@ test_expect_success "a resume that would change the global batch is refused with
     grep "^bmlaunch: job failed:" f.err | grep -q "no -b and -a keep it on 3 ranks"
 '
 
-test_expect_success "stale .tmp- directories of crashed saves go at a resume and at a save of another name" '
-    cp -r $TMP/G S && mkdir -p S/.tmp-step-00000099 S/.tmp-x && head -c 100000 /dev/zero >S/.tmp-x/junk &&
+test_expect_success "stale .tmp- directories of crashed saves go at a resume and at a save of another name; a directory of other files stays" '
+    cp -r $TMP/G S && mkdir -p S/.tmp-step-00000099 S/.tmp-step-00000098 S/.tmp-mine &&
+    head -c 100000 /dev/zero >S/.tmp-step-00000099/transformer.h.0.safetensors &&
+    echo "{}" >S/.tmp-step-00000099/train_state.json.tmp && echo notes >S/.tmp-mine/notes.txt &&
     run s -n 2 -- $GPT2 --data $DATA --steps 4 --save-dir S --resume &&
-    ! ls -a S | grep -q "^\.tmp" &&
+    test "$(ls -a S | grep "^\.tmp")" = .tmp-mine && test -f S/.tmp-mine/notes.txt &&
     mkdir -p S/.tmp-step-00000042 && run s2 -n 1 -- $TC save S && test -f S/ck/train_state.json &&
-    ! ls -a S | grep -q "^\.tmp"
+    test "$(ls -a S | grep "^\.tmp")" = .tmp-mine
 '
 
 test_expect_success "errors are not cut at 160 characters: a 400-character path is named whole" '
