@@ -740,23 +740,22 @@ static bool good_name(const char *s)
     return true;
 }
 
-/* The optimizer step saved in DIR/name/train_state.json, or -1; *finite: the
- * save checked every value it wrote (train_state.json's "finite"). */
-static long long saved_step(const char *dir, const char *name, bool *finite)
+/* The optimizer step saved in DIR/name/train_state.json, or -1. */
+static long long saved_step(const char *dir, const char *name)
 {
     char path[4200];
     snprintf(path, sizeof(path), "%s/%s/train_state.json", dir, name);
     json_t *j = json_load_file(path, 0, NULL);
     json_t *s = j ? json_object_get(j, "step") : NULL;
     long long v = json_is_integer(s) ? (long long)json_integer_value(s) : -1;
-    *finite = j && json_is_true(json_object_get(j, "finite"));
     json_decref(j);
     return v;
 }
 
-/* Remove the oldest complete checkpoints of dir beyond keep. Never `latest`,
- * and never the newest checkpoint known to be finite (one whose save checked
- * every value), whatever its age. */
+/* Remove the oldest complete checkpoints of dir beyond keep, never `latest`.
+ * latest is the checkpoint this save just committed, whose every value was
+ * checked finite: so the newest checkpoint known to be finite is never
+ * removed, whatever the others are. */
 static void prune(const char *dir, const char *latest, int keep)
 {
     DIR *d = opendir(dir);
@@ -764,18 +763,14 @@ static void prune(const char *dir, const char *latest, int keep)
         return;
     struct cand {
         long long step;
-        bool finite;
         char name[256];
     } *c = NULL;
     int n = 0, cap = 0;
-    bool latest_finite = false;
-    long long latest_step = saved_step(dir, latest, &latest_finite);
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         long long s;
-        bool fin;
         if (e->d_name[0] == '.' || strcmp(e->d_name, latest) == 0 ||
-            (s = saved_step(dir, e->d_name, &fin)) < 0)
+            (s = saved_step(dir, e->d_name)) < 0)
             continue;
         if (n == cap) {
             struct cand *m = realloc(c, sizeof(*c) * (size_t)(cap = cap ? 2 * cap : 16));
@@ -784,32 +779,19 @@ static void prune(const char *dir, const char *latest, int keep)
             c = m;
         }
         c[n].step = s;
-        c[n].finite = fin;
         snprintf(c[n++].name, sizeof(c->name), "%s", e->d_name);
     }
     closedir(d);
-    /* The newest finite one, when latest is not (or is older): kept too. */
-    int guard = -1;
-    if (!latest_finite)
-        for (int i = 0; i < n; i++)
-            if (c[i].finite && (guard < 0 || c[i].step > c[guard].step))
-                guard = i;
-    if (guard >= 0 && latest_finite && c[guard].step <= latest_step)
-        guard = -1;
     /* keep - 1 others besides latest: drop the oldest (smallest step, then name) */
     for (int drop = n - (keep - 1); drop > 0; drop--) {
-        int o = -1;
-        for (int i = 0; i < n; i++)
-            if (i != guard && (o < 0 || c[i].step < c[o].step ||
-                               (c[i].step == c[o].step && strcmp(c[i].name, c[o].name) < 0)))
+        int o = 0;
+        for (int i = 1; i < n; i++)
+            if (c[i].step < c[o].step ||
+                (c[i].step == c[o].step && strcmp(c[i].name, c[o].name) < 0))
                 o = i;
-        if (o < 0)
-            break;
         char path[4200];
         snprintf(path, sizeof(path), "%s/%s", dir, c[o].name);
         remove_tree(path);
-        if (guard == n - 1)
-            guard = o;
         c[o] = c[--n];
     }
     free(c);
@@ -834,11 +816,16 @@ static int finish(bmt_ckpt_pending_t *p, bmt_error_t *err)
                                             p->opt ? fo : "", "params", b->nparams));
     }
     json_error_t je;
-    if (p->user_json && !json_is_object(user = json_loads(p->user_json, 0, &je))) {
-        json_decref(wm), json_decref(bl), json_decref(user);
+    /* (json_is_object evaluates its argument twice: load first, then test.) */
+    if (p->user_json)
+        user = json_loads(p->user_json, 0, &je);
+    if (p->config_json)
+        config = json_loads(p->config_json, 0, &je);
+    if (p->user_json && !json_is_object(user)) {
+        json_decref(wm), json_decref(bl), json_decref(user), json_decref(config);
         return errprintf(err, "checkpoint %s: the caller's state is not a JSON object", p->name);
     }
-    if (p->config_json && !json_is_object(config = json_loads(p->config_json, 0, &je))) {
+    if (p->config_json && !json_is_object(config)) {
         json_decref(wm), json_decref(bl), json_decref(user), json_decref(config);
         return errprintf(
             err, "checkpoint %s: the model's config (config.json) is not a JSON object", p->name);

@@ -1269,14 +1269,14 @@ static int set_checksums(bmt_st_t *st, const char *file, uint64_t header_xxh3,
     for (size_t k = 0; k < n; k++) {
         if (v[k].offset != at || v[k].len == 0 || v[k].len > BMT_ST_SUM_MAX_UNIT ||
             v[k].offset + v[k].len > end) {
+            errprintf(err,
+                      "%.200s: the checksums do not tile its data section [%llu, %llu): a unit "
+                      "[%llu, +%llu) where byte %llu should start one (units are 1 to %llu bytes)",
+                      f->label, (unsigned long long)f->data_start, (unsigned long long)end,
+                      (unsigned long long)v[k].offset, (unsigned long long)v[k].len,
+                      (unsigned long long)at, (unsigned long long)BMT_ST_SUM_MAX_UNIT);
             free(v);
-            return errprintf(err,
-                             "%.200s: the checksums do not tile its data section [%llu, %llu): a "
-                             "unit [%llu, +%llu) where byte %llu should start one (units are 1 "
-                             "to %llu bytes)",
-                             f->label, (unsigned long long)f->data_start, (unsigned long long)end,
-                             (unsigned long long)v[k].offset, (unsigned long long)v[k].len,
-                             (unsigned long long)at, (unsigned long long)BMT_ST_SUM_MAX_UNIT);
+            return -1;
         }
         at += v[k].len;
     }

@@ -940,7 +940,10 @@ void bmt_blocklist_destroy(bmt_blocklist_t *l)
         if (l->st.optim)
             l->st.orphan(l->st.optim);
     }
-    for (int i = 0; i < l->n; i++) {
+    /* From the end: a tied block's second use comes after its first, so it is
+     * seen (and skipped) while the block is still alive; the first use frees
+     * it. (From the front, the second use read a freed block.) */
+    for (int i = l->n - 1; i >= 0; i--) {
         bmt_block_t *b = l->e[i].block;
         if (b->index != i)
             continue; /* a tied use: the block goes with its first entry */

@@ -226,7 +226,11 @@ BMT_API int bmt_blocklist_forward(bmt_blocklist_t *list, bmt_error_t *err);
 /* Run every block's backward in reverse order, after a forward. Gradients are
  * reduce-scattered in the group and accumulated into the f32 gradient shards;
  * with last_microbatch, each block's shard is also all-reduced across groups.
- * The optimizer step then averages over world size x micro-batches. */
+ * The optimizer step then averages over world size x micro-batches. Every
+ * rank must call it equally often between steps: each call agrees with the
+ * world on whether it is the last micro-batch, and a rank whose step ends
+ * while another's goes on fails (in this call across groups, else in
+ * bmt_optim_step) naming the other rank. */
 BMT_API int bmt_blocklist_backward(bmt_blocklist_t *list, bool last_microbatch, bmt_error_t *err);
 
 /* Number of uses (blocks, plus tied second uses), and the block of use i (NULL

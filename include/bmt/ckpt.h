@@ -90,7 +90,7 @@ typedef struct bmt_ckpt_config {
     const char *user_json;   /* NULL or a JSON object's text: train_state.json's "user" */
     const char *config_json; /* NULL or a JSON object's text: written as config.json */
     int keep;                /* > 0: keep the newest `keep` checkpoints of DIR (by step;
-                              * DIR/latest's and the newest finite one always stay) */
+                              * DIR/latest, the save just made, always stays) */
     int async;               /* 1: return once the shards are staged, *pending set;
                               * bmt_ckpt_finish completes the save. 0: all at once */
 } bmt_ckpt_config_t;

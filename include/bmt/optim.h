@@ -97,10 +97,10 @@ typedef struct bmt_step_info {
 BMT_API bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *cfg,
                                       bmt_error_t *err);
 
-/* One step. Collective over the world: it checks that every rank ran the same
- * number of micro-batches since the last step (riding on the norm's
- * all-reduce; ranks that disagree would average different things, or pair
- * their collectives wrongly), and fails on every rank if not. Errors: no
+/* One step. Collective over the world: it checks that every rank's last
+ * micro-batch was this one's (each bmt_blocklist_backward agrees on it; ranks
+ * that disagree would average different things, or pair their collectives
+ * wrongly), and fails on every rank that can tell if not. Errors: no
  * backward with last_microbatch since the last step; micro-batch counts that
  * differ across ranks; more than max_skipped skipped steps in a row. A
  * forward made after that backward (evaluation) is cancelled: the next

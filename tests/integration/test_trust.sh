@@ -208,7 +208,7 @@ test_expect_success "the same blocks everywhere are accepted; so are per-rank se
     run sv -n 2 -- $TC save . && run ld -g 2 -n 2 -- $TC loaded-seed . && grep -q "^0: trust_check: accepted" ld.out
 '
 
-test_expect_success "a checkpoint with an extra block, a missing block or an extra tensor is refused; a second optimizer and a NULL shape too" '
+test_expect_success "a checkpoint with an extra block, a missing block or an extra tensor is refused; a second optimizer, a NULL shape and an unknown AdamW config version too (version 1 still works)" '
     run sv -n 2 -- $TC save . &&
     { run x -n 2 -- $TC extra-block .; rc=$?; } && test $rc -eq 3 &&
     grep -q "has block .b.2., which the model does not have (the checkpoint has 3 blocks, the model 2)" x.out &&
@@ -217,7 +217,9 @@ test_expect_success "a checkpoint with an extra block, a missing block or an ext
     grep -q "b.1.safetensors has tensor .b.1.v., which block b.1 of the model does not have" x.out &&
     { run x -n 2 -- $TC adamw-twice .; rc=$?; } && test $rc -eq 3 &&
     grep -q "bmt_adamw_create: this block list already has an optimizer" x.out &&
-    { run x -n 1 -- $TC null-shape .; rc=$?; } && test $rc -eq 3 && grep -q "b.0.w: the shape is NULL" x.out
+    { run x -n 1 -- $TC null-shape .; rc=$?; } && test $rc -eq 3 && grep -q "b.0.w: the shape is NULL" x.out &&
+    { run x -n 1 -- $TC adamw-v1 .; rc=$?; } && test $rc -eq 3 &&
+    grep -q "the config was not set up with BMT_ADAMW_CONFIG_INITIALIZER of this bmt" x.out
 '
 
 test_done

@@ -20,8 +20,11 @@
  *   missing-block load DIR/ck into a model with one block more: refused
  *   extra-tensor  load DIR/ck into a model whose b.1 lacks parameter "v"
  *   adamw-twice   a second bmt_adamw_create on the list while the first lives
+ *   adamw-v1      a config of bmt_adamw_config_t version 1 (before max_skipped) is
+ *                 accepted; version 3, or a size smaller than version 1's, refused
  *   null-shape    bmt_block_add_param with a NULL shape
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,6 +129,24 @@ int main(int argc, char **argv)
         if ((o = bmt_adamw_create(l, NULL, &err)) == NULL)
             die("bmt_adamw_create after bmt_optim_destroy", &err);
         bmt_optim_destroy(o);
+        bmt_blocklist_destroy(l);
+    } else if (strcmp(mode, "adamw-v1") == 0) {
+        bmt_blocklist_t *l = build(ctx, "same", 2, false);
+        bmt_adamw_config_t c = BMT_ADAMW_CONFIG_INITIALIZER;
+        c.version = 1;
+        c.size = offsetof(bmt_adamw_config_t, max_skipped);
+        bmt_optim_t *o = bmt_adamw_create(l, &c, &err);
+        if (o == NULL)
+            die("bmt_adamw_create of a version-1 config", &err);
+        bmt_optim_destroy(o);
+        c.size = offsetof(bmt_adamw_config_t, max_skipped) - 8;
+        bmt_optim_t *small = bmt_adamw_create(l, &c, &err);
+        c = (bmt_adamw_config_t)BMT_ADAMW_CONFIG_INITIALIZER;
+        c.version = 3;
+        bmt_optim_t *v3 = small ? NULL : bmt_adamw_create(l, &c, &err);
+        rc = done(small == NULL && v3 == NULL, &err);
+        bmt_optim_destroy(small);
+        bmt_optim_destroy(v3);
         bmt_blocklist_destroy(l);
     } else if (strcmp(mode, "save") == 0) {
         bmt_blocklist_t *l = build(ctx, "same", 3, false);
