@@ -68,7 +68,7 @@ test_expect_success "a flipped bit: gpt2 --verify and a load under another layou
     cp -r $TMP/G F && $PY $TOOL flip F/step-00000004 transformer.h.2.safetensors transformer.h.2.mlp.c_fc.weight 1000 &&
     { $GPT2 --verify F >v.out 2>v.err; rc=$?; } && test $rc -eq 1 &&
     grep -q "transformer.h.2.safetensors: tensor .transformer.h.2.mlp.c_fc.weight.: checksum mismatch in bytes \[[0-9]*, [0-9]*) of the file (recorded [0-9a-f]*, read [0-9a-f]*): the file is damaged" v.err &&
-    { run bad -g 2 -n 2 -- $GPT2 --data $DATA --steps 6 --save-dir F --resume; rc=$?; } && test $rc -ne 0 &&
+    { run bad -g 2 -n 2 -- $GPT2 --data $DATA --steps 6 -b 2 --save-dir F --resume; rc=$?; } && test $rc -ne 0 &&
     grep "^bmlaunch: job failed:" bad.err | grep -q "transformer.h.2.safetensors: tensor .transformer.h.2.mlp.c_fc.weight.: checksum mismatch" &&
     ! grep -q "step   5/6" bad.out
 '
