@@ -735,7 +735,7 @@ char *collector_status_json(collector_t *c, bool ranks, size_t *len)
             const struct point *p = &c->hist[i];
             json_array_append_new(
                 hist,
-                json_pack("{sIsisosososososo}", "step", (json_int_t)p->step, "ranks", p->ranks,
+                json_pack("{sIsisososososososo}", "step", (json_int_t)p->step, "ranks", p->ranks,
                           "time", metrics_real(p->time), "tokens_per_second", metrics_real(p->tps),
                           "flops_per_second", metrics_real(p->fps), "loss", metrics_real(p->loss),
                           "mfu", metrics_real(p->mfu), "step_time_seconds", metrics_real(p->step_s),
