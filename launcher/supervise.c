@@ -56,6 +56,7 @@ typedef struct rank_proc {
     double start, end;
     stream_t out, err;
     FILE *log;
+    int log_errno;          /* the first error writing log (0: none): said in the summary */
     char *tail[TAIL_LINES]; /* ring of the last lines (both streams) */
     int tail_next, tail_count;
 } rank_proc_t;
@@ -330,10 +331,9 @@ static void emit_line(job_t *job, rank_proc_t *rp, bool is_err, const char *line
         return;
     }
     tail_add(rp, line, len);
-    if (rp->log) {
-        fwrite(line, 1, len, rp->log);
-        fputc('\n', rp->log);
-    }
+    if (rp->log && (fwrite(line, 1, len, rp->log) != len || fputc('\n', rp->log) == EOF) &&
+        rp->log_errno == 0)
+        rp->log_errno = errno ? errno : EIO;
     if (rp->log && !job->o.tee)
         return;
     FILE *con = is_err ? stderr : stdout;
@@ -698,8 +698,43 @@ static void summary_restarts(const job_t *job)
             job->restarts == 1 ? "" : "s", job->o.max_restarts, why);
 }
 
+/* Flush every rank's --log-dir file and say once, in the summary, if any
+ * write failed (a full disk would otherwise truncate the logs silently). */
+static void logs_summary(job_t *job)
+{
+    int bad = 0, first = -1, e = 0;
+    for (int r = 0; r < job->o.world; r++) {
+        rank_proc_t *rp = &job->ranks[r];
+        if (rp->log && fflush(rp->log) != 0 && rp->log_errno == 0)
+            rp->log_errno = errno ? errno : EIO;
+        if (rp->log_errno) {
+            if (first < 0)
+                first = r, e = rp->log_errno;
+            bad++;
+        }
+    }
+    if (bad)
+        fprintf(stderr,
+                "bmlaunch: --log-dir %s: the logs of %d rank%s are incomplete: writing rank-%d.log "
+                "failed: %s\n",
+                job->o.log_dir ? job->o.log_dir : "?", bad, bad == 1 ? "" : "s", first,
+                strerror(e));
+}
+
+int supervise_poll_ms(double wait_s)
+{
+    if (!(wait_s >= 0)) /* negative or nan: no deadline */
+        return -1;
+    /* At most a minute: the loop wakes and computes the wait again, so a
+     * --grace of any length (the CLI takes up to 1e7 s) never overflows int. */
+    if (wait_s > 60.0) /* (60 s itself rounds up to 60001, like every wait below it) */
+        return 60000;
+    return (int)(wait_s * 1000) + 1;
+}
+
 void job_summary(job_t *job)
 {
+    logs_summary(job);
     if (job->fail == FAIL_NONE) {
         if (job->o.verbose || job->restarts > 0)
             fprintf(stderr, "bmlaunch: all %d rank%s exited 0 after %.2f s\n", job->spawned,
@@ -846,7 +881,7 @@ int job_run(job_t *job)
             wait = job->kill_at - t;
         if (job->running == 0)
             wait = drain_until - t;
-        int tmo = wait < 0 ? -1 : (int)(wait * 1000) + 1;
+        int tmo = supervise_poll_ms(wait);
         int rc = poll(pfd, (nfds_t)n, tmo);
         if (rc < 0 && errno != EINTR) {
             fprintf(stderr, "bmlaunch: poll: %s\n", strerror(errno));
@@ -931,10 +966,11 @@ void job_reset(job_t *job, int restart)
     for (int r = -1; r < job->o.world; r++) {
         rank_proc_t *rp = r < 0 ? &job->driver : &job->ranks[r];
         proc_clear(rp);
-        if (rp->log) {
-            fprintf(rp->log, "bmlaunch: restart %d of %d\n", restart, job->o.max_restarts);
-            fflush(rp->log);
-        }
+        if (rp->log && (fprintf(rp->log, "bmlaunch: restart %d of %d\n", restart,
+                                job->o.max_restarts) < 0 ||
+                        fflush(rp->log) != 0) &&
+            rp->log_errno == 0)
+            rp->log_errno = errno ? errno : EIO;
     }
     /* Events of the last run's namespace (an abort that came after its loop
      * ended): release their callers, and let them not count for the next run. */

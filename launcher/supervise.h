@@ -92,4 +92,9 @@ void job_destroy(job_t *job);
  * PATH. Writes the path to out (len bytes). */
 int resolve_program(const char *name, char *out, size_t len, bmt_error_t *err);
 
+/* poll(2)'s timeout for a wait of wait_s seconds: -1 for none (negative or
+ * nan), else the milliseconds rounded up, at most 60000 (the loop waits again:
+ * a --grace of 1e7 s never overflows int). Pure. */
+int supervise_poll_ms(double wait_s);
+
 #endif

@@ -102,6 +102,14 @@ test_expect_success "--log-dir writes one file per rank and keeps the console qu
     grep -qx "out 0 of rank 0" logs/run1/rank-0.log
 '
 
+test_expect_success "--log-dir on a full file system (a real 16 KB tmpfs): the summary says once which logs are incomplete and why" '
+    mkdir -p full &&
+    { unshare -m sh -c "mount -t tmpfs -o size=16k tmpfs full &&
+        $BMLAUNCH -n 2 --log-dir full -- $PROGS/behave print 3000; echo \"exit \$?\" >&2" >out 2>err; } || true
+    grep -q "^exit 0$" err &&
+    test $(grep -c "^bmlaunch: --log-dir full: the logs of 2 ranks are incomplete: writing rank-0.log failed: No space left on device$" err) -eq 1
+'
+
 test_expect_success "--log-dir with --tee keeps the console too; --no-label drops prefixes" '
     $BMLAUNCH -n 2 --log-dir logs --tee --no-label -- $PROGS/behave print 1 >out 2>err &&
     grep -qx "out 0 of rank 1" out && grep -qx "out 0 of rank 1" logs/rank-1.log
