@@ -636,9 +636,16 @@ static int seg_create(bmt_comm_t *c, struct shm *s, const struct shm_geom *g, do
     atomic_store_explicit(&s->lines[0].attached, SHM_LINE_ATTACHED, memory_order_relaxed);
     atomic_store_explicit(&h->attach, 1, memory_order_relaxed);
     atomic_store_explicit(&h->ready, make_nonce(c->id), memory_order_release);
-    if (wait_attached(c, s, deadline, err) != 0) {
-        /* Nobody else will unlink a segment that never filled up. */
-        shm_unlink(g->name);
+    int w = wait_attached(c, s, deadline, err);
+    if (w != 0) {
+        if (w > 0) /* (wait_attached says nothing when the segment is dead) */
+            errprintf(err,
+                      "the shm segment %s was retired while rank 0 waited for the others to "
+                      "attach: another process created the same communicator's segment (two "
+                      "runs of one job, or a restarted rank 0 of this one)",
+                      g->name);
+        else /* nobody else will unlink a segment that never filled up */
+            shm_unlink(g->name);
         seg_unmap(s);
         return -1;
     }

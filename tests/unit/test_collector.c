@@ -176,8 +176,15 @@ static void check_aggregates(void)
            json_number_value(json_object_get(h2, "tokens_per_second")) == 2000 &&
            json_number_value(json_object_get(h2, "loss")) == 3.5,
        "history point of step 2: 4 ranks, tokens/s summed, loss averaged");
-    const char *keys[] = { "step", "loss", "ranks", "time", "tokens_per_second", "mfu",
-                           "flops_per_second", "step_time_seconds", "comm_wait_seconds" };
+    const char *keys[] = { "step",
+                           "loss",
+                           "ranks",
+                           "time",
+                           "tokens_per_second",
+                           "mfu",
+                           "flops_per_second",
+                           "step_time_seconds",
+                           "comm_wait_seconds" };
     bool all = json_object_size(h2) == sizeof(keys) / sizeof(keys[0]);
     for (size_t k = 0; all && k < sizeof(keys) / sizeof(keys[0]); k++)
         all = json_object_get(h2, keys[k]) != NULL;

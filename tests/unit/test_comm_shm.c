@@ -48,6 +48,7 @@ enum scenario {
     SC_TIMEOUT,
     SC_MISMATCH,
     SC_STALE,
+    SC_RETIRED,     /* two creators of one segment: the first's is retired under it */
     SC_DIFFER,      /* different collectives, the shm backend's always-on check */
     SC_DIFFER_CHECK /* the same under BMT_CHECK_COLLECTIVES=1 */
 };
@@ -73,6 +74,7 @@ static const struct run runs[] = {
     { "4 ranks, 1 s deadline", 4, "4K", SC_TIMEOUT, 1, 0, false, false, false },
     { "2 ranks, chunk mismatch", 2, NULL, SC_MISMATCH, 5, 0, false, false, false },
     { "3 ranks, stale leftover", 3, "4K", SC_STALE, 20, 0, false, false, false },
+    { "two rank 0s of one 2-rank communicator", 2, "4K", SC_RETIRED, 2, 0, false, false, false },
     { "3 ranks, different collectives", 3, "4K", SC_DIFFER, 10, 0, false, false, false },
     { "3 ranks, different collectives, BMT_CHECK_COLLECTIVES=1", 3, "4K", SC_DIFFER_CHECK, 10, 0,
       false, false, true },
@@ -898,13 +900,33 @@ static void child(const struct run *run, int r)
     /* BMT_CHECK_COLLECTIVES is read by bmt_init: here, by hand, into the context
      * before any communicator exists. */
     ctx->check_collectives = run->check;
-    bmt_comm_t *world = make_world(ctx, r, run->n, run->timeout_s);
+    /* SC_RETIRED: both children are rank 0 of the same communicator; the
+     * second comes 0.5 s later, finds the first's segment, retires it as a
+     * leftover and makes its own. The first must fail at once saying so (it
+     * once failed with whatever text err held before), the second at its
+     * deadline, waiting for a rank 1 that never comes. */
+    if (run->sc == SC_RETIRED && r == 1)
+        usleep(500000);
+    bmt_comm_t *world = make_world(ctx, run->sc == SC_RETIRED ? 0 : r, run->n, run->timeout_s);
     world->check = ctx->check_collectives;
     bmt_error_t err;
+    snprintf(err.text, sizeof(err.text), "(stale text: no error was set)");
     struct chk k = CHK_INIT;
     double t0 = now_s();
     int rc = comm_backend_shm.create_world(world, &err);
     double dt = now_s() - t0;
+
+    if (run->sc == SC_RETIRED) {
+        const char *want = r == 0 ? "was retired while rank 0 waited" : "timed out after";
+        if (rc == 0 || !has(err.text, want) || (r == 0 && dt > 1.5))
+            chk_fail(&k, "rc %d after %.2f s: %s", rc, dt, rc ? err.text : "");
+        chk_report(&k, 1, "creator %d: create_world fails (%s)", r,
+                   r == 0 ? "at once: its segment was retired by the second creator"
+                          : "at its deadline: no rank 1");
+        send_rec(REC_DIAG, "", 1, 0, 0, err.text);
+        comm_free(world);
+        _exit(0);
+    }
 
     if (run->sc == SC_MISMATCH) {
         const char *want = r == 0 ? "rank 1 (world rank 1) rejected" : "BMT_SHM_CHUNK alike";
