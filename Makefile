@@ -6,7 +6,7 @@
 #   make demo            a 2x2 CPU job through bmlaunch
 #   make install PREFIX=/opt/bmt
 #
-# Knobs: BUILDDIR=build DEBUG=1 ASAN=1 WERROR=1 V=1 CUDA_HOME=/usr/local/cuda NO_CUDA=1
+# Knobs: BUILDDIR=build DEBUG=1 ASAN=1 TSAN=1 WERROR=1 V=1 CUDA_HOME=/usr/local/cuda NO_CUDA=1
 # Paths come from pkg-config and CPPFLAGS/LDFLAGS/PKG_CONFIG_PATH, so the same file
 # builds on the GPU machine (docs/building.md).
 
@@ -56,6 +56,10 @@ endif
 WARN := -Wall -Wextra -Wshadow -Wvla -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
 OPT := $(if $(filter 1,$(DEBUG)),-O0 -g3,-O2 -g)
 SAN := $(if $(filter 1,$(ASAN)),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer)
+SAN += $(if $(filter 1,$(TSAN)),-fsanitize=thread -fno-omit-frame-pointer)
+ifeq ($(ASAN)$(TSAN),11)
+$(error ASAN=1 and TSAN=1 do not mix: build them in two BUILDDIRs)
+endif
 BMT_CFLAGS := -std=c11 -pthread -D_GNU_SOURCE $(WARN) $(OPT) $(SAN) $(if $(filter 1,$(WERROR)),-Werror) \
 	-fPIC -fvisibility=hidden -MMD -MP -Iinclude -Iruntime
 BMT_LDFLAGS := $(SAN)
@@ -85,6 +89,9 @@ PLUGIN_DIR := $(BUILDDIR)/lib/bmt/plugins
 PLUGIN_SO := $(PLUGINS:%=$(PLUGIN_DIR)/%.so)
 PLUGIN_LIBS_push := $(CURL_LIBS)
 PROBE_SO := $(addprefix $(BUILDDIR)/tests/plugins/,probe.so probe_v2.so probe_nosym.so probe_small.so)
+# An LD_PRELOAD library that fails chosen calls (tests/plugins/failio.c): built
+# without sanitizers, which replace malloc themselves.
+FAILIO_SO := $(BUILDDIR)/tests/plugins/failio.so
 
 # The GPT-2 example (examples/gpt2): everything but its main, train.c, is a
 # library that the trainer, the unit tests and the test programs link.
@@ -110,7 +117,7 @@ LIBBMT_A := $(BUILDDIR)/lib/libbmt.a
 LIBBMT_SO := $(BUILDDIR)/lib/libbmt.so.0
 BMLAUNCH := $(BUILDDIR)/bin/bmlaunch
 
-ALL := $(LIBBMT_A) $(LIBBMT_SO) $(BMLAUNCH) $(PLUGIN_SO) $(PROBE_SO) $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN) \
+ALL := $(LIBBMT_A) $(LIBBMT_SO) $(BMLAUNCH) $(PLUGIN_SO) $(PROBE_SO) $(FAILIO_SO) $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN) \
     $(GPT2_BIN)
 
 # Objects depend on the flags they were built with: switching DEBUG, ASAN, NO_CUDA
@@ -118,6 +125,10 @@ ALL := $(LIBBMT_A) $(LIBBMT_SO) $(BMLAUNCH) $(PLUGIN_SO) $(PROBE_SO) $(UNIT_BIN)
 FLAGS_STAMP := $(BUILDDIR)/.flags
 FLAGS_NOW := $(PREFIX) $(CC) $(BMT_CFLAGS) $(PMIX_CFLAGS) $(JANSSON_CFLAGS) $(CURL_CFLAGS) $(MHD_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) $(NVCC_FLAGS) $(LDFLAGS)
 $(shell mkdir -p $(BUILDDIR) && (echo '$(FLAGS_NOW)' | cmp -s - $(FLAGS_STAMP) || echo '$(FLAGS_NOW)' > $(FLAGS_STAMP)))
+# The knobs this BUILDDIR was built with, for whatever runs make again on it
+# (tests/integration/test_install.sh): the same knobs, so nothing is rebuilt.
+KNOBS_NOW := $(strip $(foreach k,ASAN TSAN DEBUG NO_CUDA WERROR,$(if $($(k)),$(k)=$($(k)))))
+$(shell echo '$(KNOBS_NOW)' | cmp -s - $(BUILDDIR)/.knobs || echo '$(KNOBS_NOW)' > $(BUILDDIR)/.knobs)
 
 .PHONY: all deps check check-unit check-integration check-gpu demo install clean format notice
 all: notice $(ALL)
@@ -194,6 +205,11 @@ $(BUILDDIR)/tests/plugins/%.so: tests/plugins/probe.c include/bmt/plugin.h $(FLA
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  CC      $@")
 	$(Q)$(CC) $(BMT_CFLAGS) -shared $(PROBE_FLAGS_$*) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $<
+
+$(FAILIO_SO): tests/plugins/failio.c $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  CC      $@")
+	$(Q)$(CC) -std=c11 -O2 -Wall -Wextra -fPIC -shared -o $@ $<
 
 LAUNCHER_LIBS := $(LAUNCHER_A) $(PLUGIN_COMMON_A) $(LIBBMT_A)
 

@@ -109,7 +109,7 @@ static int flayout_make(const bmt_block_t *b, bool optim, struct flayout *f, bmt
             if ((t->name = malloc(len)) == NULL) {
                 json_decref(h);
                 flayout_free(f);
-                return errprintf(err, "out of memory");
+                return errprintf(err, "out of memory naming the tensors of block %.200s", b->name);
             }
             f->n++;
             snprintf(t->name, len, "%s%s", p->name, suffix[k]);

@@ -1,11 +1,20 @@
 #!/bin/bash
 # make install: binaries, headers, libraries, bmt.pc, templates, man page; a
 # program built against the installed tree with pkg-config runs under the
-# installed bmlaunch; the shared library exports the public API only.
+# installed bmlaunch; the shared library exports the public API only. make
+# install runs with the knobs $BUILDDIR was built with ($BUILDDIR/.knobs), so
+# it rebuilds nothing: an ASAN=1 tree stays sanitized for the tests after this.
 . "$(dirname "$0")/lib.sh"
+KNOBS=$(cat "$BUILDDIR/.knobs" 2>/dev/null)
+
+test_expect_success "make install in the same BUILDDIR with its own knobs rebuilds nothing (.flags unchanged)" '
+    test -f "$BUILDDIR/.knobs" && cp "$BUILDDIR/.flags" flags.before &&
+    make -s -C "$SRC" install $KNOBS BUILDDIR="$BUILDDIR" PREFIX="$PWD/prefix" >log 2>&1 &&
+    cmp flags.before "$BUILDDIR/.flags" && ! grep -q "  CC  " log
+'
 
 test_expect_success "make install PREFIX=... installs every part" '
-    make -s -C "$SRC" install BUILDDIR="$BUILDDIR" PREFIX="$PWD/prefix" >log 2>&1 &&
+    make -s -C "$SRC" install $KNOBS BUILDDIR="$BUILDDIR" PREFIX="$PWD/prefix" >log 2>&1 &&
     test -x prefix/bin/bmlaunch &&
     test -f prefix/include/bmt/bmt.h && test -f prefix/include/bmt/layout.h &&
     test -f prefix/include/bmt/error.h &&
@@ -18,7 +27,7 @@ test_expect_success "make install PREFIX=... installs every part" '
 '
 
 test_expect_success "the installed bmlaunch finds the installed plugins; a plugin built with pkg-config loads" '
-    make -s -C "$SRC" install BUILDDIR="$BUILDDIR" PREFIX="$PWD/prefix" >log 2>&1 &&
+    make -s -C "$SRC" install $KNOBS BUILDDIR="$BUILDDIR" PREFIX="$PWD/prefix" >log 2>&1 &&
     export PKG_CONFIG_PATH=$PWD/prefix/lib/pkgconfig &&
     cat >mine.c <<-EOF &&
 	#include <stdio.h>
@@ -61,7 +70,7 @@ test_expect_success "the installed bmlaunch finds the installed plugins; a plugi
 '
 
 test_expect_success "a program built with pkg-config against the installed bmt runs under bmlaunch" '
-    make -s -C "$SRC" install BUILDDIR="$BUILDDIR" PREFIX="$PWD/prefix" >log 2>&1 &&
+    make -s -C "$SRC" install $KNOBS BUILDDIR="$BUILDDIR" PREFIX="$PWD/prefix" >log 2>&1 &&
     export PKG_CONFIG_PATH=$PWD/prefix/lib/pkgconfig &&
     test "$(pkg-config --modversion bmt)" = "$(sed -n "s/^#define BMT_VERSION_STRING \"\(.*\)\"/\1/p" "$SRC/include/bmt/bmt.h")" &&
     cat >user.c <<-EOF &&

@@ -190,6 +190,29 @@ test_expect_success "ranks that run different numbers of micro-batches are refus
     done
 '
 
+# Error paths a healthy machine never takes, through tests/plugins/failio.so
+# (LD_PRELOAD; it does not mix with sanitizer builds, which replace malloc).
+if grep -q "SAN=1" "$BUILDDIR/.knobs" 2>/dev/null; then
+    echo "# skipped: the two failio.so tests (a sanitizer build: $(cat "$BUILDDIR/.knobs"))"
+else
+    FAILIO=$BUILDDIR/tests/plugins/failio.so
+    export FAILIO
+    test_expect_success "an fsync that fails (EIO, injected): the save fails on every rank naming file and cause, and the writers close their files" '
+        test -f $FAILIO &&
+        { run f -n 2 -- env LD_PRELOAD=$FAILIO BMT_TEST_FAIL_FSYNC=.safetensors $TC save-fails .; rc=$?; } &&
+        test $rc -eq 3 &&
+        grep -q "^0: trust_check: refused: .*cannot fsync .*/\.tmp-ck/b\.[0-9]\.\(optim\.\)\?safetensors: Input/output error" f.out &&
+        grep -q "^0: trust_check: fds \([0-9]*\) \1$" f.out && ! test -e ck && ! ls -a | grep -q "^\.tmp"
+    '
+    test_expect_success "a name that cannot be allocated (ENOMEM, injected): the save fails, it does not write a header without that tensor" '
+        test -f $FAILIO && run ok -n 1 -- $TC long-name . && test -f ck/train_state.json && rm -rf ck &&
+        { run m -n 1 -- env LD_PRELOAD=$FAILIO BMT_TEST_FAIL_MALLOC=1013:1 $TC save-fails .; rc=$?; } &&
+        test $rc -eq 3 &&
+        grep -q "^0: trust_check: refused: .*out of memory naming the tensors of block b.1" m.out &&
+        ! test -e ck && ! ls -a | grep -q "^\.tmp"
+    '
+fi
+
 for m in seed-rank name-rank init-rank shape-rank; do
     case $m in
     seed-rank) what="build seeds (or whether it was loaded)" ;;

@@ -2397,6 +2397,12 @@ int main(int argc, char **argv)
         bmt_blocklist_destroy(l);
         printf("engine_check: mismatch: %ld passed, %ld failed on rank %d\n", (long)n_passed,
                (long)n_failed, my_rank);
+        ref_free(&R);
+        free(final);
+        free(other);
+#ifdef BMT_HAVE_CUDA
+        ec_cuda_destroy(dev);
+#endif
         bmt_finalize(ctx);
         return n_failed ? 1 : 0;
     }

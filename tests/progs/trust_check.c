@@ -20,10 +20,16 @@
  *   missing-block load DIR/ck into a model with one block more: refused
  *   extra-tensor  load DIR/ck into a model whose b.1 lacks parameter "v"
  *   adamw-twice   a second bmt_adamw_create on the list while the first lives
+ *   save-fails    a save that must fail (under tests/plugins/failio.so: an fsync
+ *                 or a malloc made to fail): refused, and the process holds as
+ *                 many open files after it as before ("trust_check: fds N N")
+ *   long-name     like save, with one parameter named by 997 'q's (so that its
+ *                 names have sizes no other allocation has)
  *   adamw-v1      a config of bmt_adamw_config_t version 1 (before max_skipped) is
  *                 accepted; version 3, or a size smaller than version 1's, refused
  *   null-shape    bmt_block_add_param with a NULL shape
  */
+#include <dirent.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +39,19 @@
 #include "bmt/bmt.h"
 #include "bmt/ckpt.h"
 #include "bmt/optim.h"
+
+/* Open file descriptors of this process. */
+static int count_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        return -1;
+    while (readdir(d) != NULL)
+        n++;
+    closedir(d);
+    return n;
+}
 
 static int nop(void *model, const bmt_block_call_t *call, bmt_error_t *err)
 {
@@ -83,6 +102,12 @@ static bmt_blocklist_t *build(bmt_ctx_t *ctx, const char *mode, int nblocks, boo
             wi = (bmt_init_t)BMT_INIT_UNIFORM_V(-0.02, 0.02);
         if (rank == 1 && strcmp(mode, "shape-rank") == 0)
             w[0] = 9;
+        char longname[1000];
+        if (strcmp(mode, "long-name") == 0 && i == 1) {
+            memset(longname, 'q', 997);
+            longname[997] = '\0';
+            wname = longname;
+        }
         if (strcmp(mode, "seed-rank") == 0 || strcmp(mode, "loaded-seed") == 0)
             seed += (uint64_t)rank;
         if (b == NULL || bmt_block_add_param(b, wname, 2, w, BMT_F32, wi, 0, &err) < 0 ||
@@ -148,14 +173,22 @@ int main(int argc, char **argv)
         bmt_optim_destroy(small);
         bmt_optim_destroy(v3);
         bmt_blocklist_destroy(l);
-    } else if (strcmp(mode, "save") == 0) {
-        bmt_blocklist_t *l = build(ctx, "same", 3, false);
+    } else if (strcmp(mode, "save") == 0 || strcmp(mode, "long-name") == 0 ||
+               strcmp(mode, "save-fails") == 0) {
+        const bool fails = strcmp(mode, "save-fails") == 0;
+        bmt_blocklist_t *l = build(ctx, fails ? "long-name" : mode, 3, false);
         bmt_optim_t *o = bmt_adamw_create(l, NULL, &err);
         if (o == NULL || bmt_blocklist_forward(l, &err) < 0 ||
-            bmt_blocklist_backward(l, true, &err) < 0 || bmt_optim_step(o, NULL, &err) < 0 ||
-            bmt_ckpt_save(l, o, dir, "ck", NULL, 0, &err) < 0)
-            die("one step and a save", &err);
-        rc = done(false, &err);
+            bmt_blocklist_backward(l, true, &err) < 0 || bmt_optim_step(o, NULL, &err) < 0)
+            die("one step", &err);
+        const int before = count_fds();
+        const int s = bmt_ckpt_save(l, o, dir, "ck", NULL, 0, &err);
+        const int after = count_fds();
+        if (!fails && s < 0)
+            die("the save", &err);
+        if (rank == 0)
+            printf("trust_check: fds %d %d\n", before, after);
+        rc = done(s < 0, &err);
         bmt_optim_destroy(o);
         bmt_blocklist_destroy(l);
     } else if (strcmp(mode, "extra-block") == 0 || strcmp(mode, "missing-block") == 0 ||

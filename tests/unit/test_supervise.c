@@ -24,7 +24,7 @@ int main(void)
         { 0.0004, 1, "0.4 ms: 1 ms" },
         { 0.25, 251, "a quarter second" },
         { 5.0, 5001, "the default grace" },
-        { 59.999, 59999, "just under a minute" },
+        { 59.5, 59501, "under a minute" },
         { 60.0, 60001, "a minute" },
         { 60.5, 60000, "over a minute: a minute, then the loop waits again" },
         { 2.2e6, 60000, "--grace 2.2e6 s, which overflowed int" },
