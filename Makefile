@@ -3,6 +3,7 @@
 #   make                 build bmlaunch, libbmt (static + shared), test programs, benchmarks
 #   make deps            install the Debian packages the project needs (idempotent)
 #   make check           run every test that needs no GPU; ends with "N passed, N failed"
+#   make check-sanitize  the CPU suite under ASan+UBSan, the threaded parts under TSan
 #   make demo            a 2x2 CPU job through bmlaunch
 #   make install PREFIX=/opt/bmt
 #
@@ -123,14 +124,18 @@ ALL := $(LIBBMT_A) $(LIBBMT_SO) $(BMLAUNCH) $(PLUGIN_SO) $(PROBE_SO) $(FAILIO_SO
 # Objects depend on the flags they were built with: switching DEBUG, ASAN, NO_CUDA
 # or CFLAGS in the same BUILDDIR rebuilds instead of mixing old and new objects.
 FLAGS_STAMP := $(BUILDDIR)/.flags
-FLAGS_NOW := $(PREFIX) $(CC) $(BMT_CFLAGS) $(PMIX_CFLAGS) $(JANSSON_CFLAGS) $(CURL_CFLAGS) $(MHD_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) $(NVCC_FLAGS) $(LDFLAGS)
+FLAGS_NOW := $(CC) $(BMT_CFLAGS) $(PMIX_CFLAGS) $(JANSSON_CFLAGS) $(CURL_CFLAGS) $(MHD_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) $(NVCC_FLAGS) $(LDFLAGS)
 $(shell mkdir -p $(BUILDDIR) && (echo '$(FLAGS_NOW)' | cmp -s - $(FLAGS_STAMP) || echo '$(FLAGS_NOW)' > $(FLAGS_STAMP)))
+# PREFIX reaches one object only (runtime/monitor.c: the default plugin
+# directory), so make install PREFIX=... recompiles that file, not the tree.
+PREFIX_STAMP := $(BUILDDIR)/.prefix
+$(shell echo '$(PREFIX)' | cmp -s - $(PREFIX_STAMP) || echo '$(PREFIX)' > $(PREFIX_STAMP))
 # The knobs this BUILDDIR was built with, for whatever runs make again on it
 # (tests/integration/test_install.sh): the same knobs, so nothing is rebuilt.
 KNOBS_NOW := $(strip $(foreach k,ASAN TSAN DEBUG NO_CUDA WERROR,$(if $($(k)),$(k)=$($(k)))))
 $(shell echo '$(KNOBS_NOW)' | cmp -s - $(BUILDDIR)/.knobs || echo '$(KNOBS_NOW)' > $(BUILDDIR)/.knobs)
 
-.PHONY: all deps check check-unit check-integration check-gpu demo install clean format notice
+.PHONY: all deps check check-unit check-integration check-gpu check-sanitize demo install clean format notice
 all: notice $(ALL)
 
 notice:
@@ -144,6 +149,7 @@ deps:
 	$(Q)scripts/deps.sh
 
 # ---------------------------------------------------------------- rules
+$(BUILDDIR)/runtime/monitor.o: $(PREFIX_STAMP)
 $(BUILDDIR)/runtime/%.o: runtime/%.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  CC      $<")
@@ -257,6 +263,12 @@ check-integration: all
 
 check-gpu: all
 	$(Q)BUILDDIR=$(BUILDDIR) tests/run gpu
+
+# The CPU suite under ASan+UBSan and the threaded parts under TSan, in
+# $(BUILDDIR)-asan and $(BUILDDIR)-tsan (scripts/check-sanitize.sh says which
+# tests and why); ends with one "N passed, N failed" line.
+check-sanitize:
+	$(Q)BUILDDIR=$(BUILDDIR) MAKE="$(MAKE)" scripts/check-sanitize.sh
 
 # The main job: the tiny GPT-2 trained on the shipped corpus by 2 groups of 2
 # CPU ranks (ZeRO-3 in each group, data parallel across them).

@@ -966,9 +966,9 @@ void job_reset(job_t *job, int restart)
     for (int r = -1; r < job->o.world; r++) {
         rank_proc_t *rp = r < 0 ? &job->driver : &job->ranks[r];
         proc_clear(rp);
-        if (rp->log && (fprintf(rp->log, "bmlaunch: restart %d of %d\n", restart,
-                                job->o.max_restarts) < 0 ||
-                        fflush(rp->log) != 0) &&
+        if (rp->log &&
+            (fprintf(rp->log, "bmlaunch: restart %d of %d\n", restart, job->o.max_restarts) < 0 ||
+             fflush(rp->log) != 0) &&
             rp->log_errno == 0)
             rp->log_errno = errno ? errno : EIO;
     }

@@ -110,6 +110,15 @@ test_expect_success "--log-dir on a full file system (a real 16 KB tmpfs): the s
     test $(grep -c "^bmlaunch: --log-dir full: the logs of 2 ranks are incomplete: writing rank-0.log failed: No space left on device$" err) -eq 1
 '
 
+if grep -q "ASAN=1" "$BUILDDIR/.knobs" 2>/dev/null; then
+    test_expect_success "an UBSan report fails the rank (UBSAN_OPTIONS=halt_on_error=1 from tests/run), and bmlaunch names it" '
+        { $BMLAUNCH -n 1 -- $PROGS/behave overflow >out 2>err; rc=$?; } && test $rc -ne 0 &&
+        grep -q "runtime error: signed integer overflow" out err && ! grep -q "overflowed to" out
+    '
+else
+    echo "# skipped: the UBSan test (not a sanitizer build)"
+fi
+
 test_expect_success "--log-dir with --tee keeps the console too; --no-label drops prefixes" '
     $BMLAUNCH -n 2 --log-dir logs --tee --no-label -- $PROGS/behave print 1 >out 2>err &&
     grep -qx "out 0 of rank 1" out && grep -qx "out 0 of rank 1" logs/rank-1.log

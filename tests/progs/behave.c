@@ -10,6 +10,8 @@
  *   abort N MSG     bmt_init on every rank, then PMIx_Abort(N, MSG) (bmt_abort)
  *   sleep S         sleep S seconds, then exit 0
  *   print N         print N numbered lines to stdout and N to stderr, exit 0
+ *   overflow        overflow a signed int (undefined behaviour: a sanitizer build
+ *                   with halt_on_error must end the program), else exit 0
  *   ignore-term     ignore SIGTERM and sleep (bmlaunch must SIGKILL it)
  *   fork-sleep      leave a background child that sleeps, then exit 0
  *   env             print the BMT_ and PMIX_RANK variables, exit 0
@@ -26,6 +28,7 @@
  * Waiting ranks also write their pid to $BEHAVE_PIDDIR/pid.R when set, so a
  * test can check that none survives.
  */
+#include <limits.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -188,6 +191,14 @@ int main(int argc, char **argv)
             printf("out %d of rank %d\n", i, rank);
             fprintf(stderr, "err %d of rank %d\n", i, rank);
         }
+        return 0;
+    }
+    if (strcmp(action, "overflow") == 0) {
+        /* Undefined behaviour on purpose (signed overflow): under ASAN=1 (with
+         * UBSan) and tests/run's UBSAN_OPTIONS it must end the program. */
+        volatile int big = INT_MAX;
+        int v = big + rank + 1;
+        printf("overflowed to %d\n", v);
         return 0;
     }
     if (strcmp(action, "ignore-term") == 0) {
