@@ -149,7 +149,9 @@ void cli_usage(FILE *out)
           "      --metrics-bind ADDR address to listen on (default 127.0.0.1; under Slurm\n"
           "                          with several nodes, 0.0.0.0)\n"
           "      --metrics-per-rank  per-rank series on /metrics too (default: job and group)\n"
-          "      --metrics-linger S  keep serving S seconds after the job ends (default 0)\n"
+          "      --metrics-linger S  keep serving S seconds after the job ends (default:\n"
+          "                          until one more scrape when something scrapes /metrics,\n"
+          "                          at most 75 s; none when nothing does)\n"
           "Supervision and output:\n"
           "      --grace SECONDS     after the first failure, SIGTERM the others and\n"
           "                          SIGKILL them this much later (default 5)\n"
@@ -203,6 +205,7 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
         .grad_bytes = 4,
         .metrics_port = COLLECTOR_DEFAULT_PORT,
         .metrics_bind = "127.0.0.1",
+        .metrics_linger_s = -1, /* until the next scrape (collector_linger_auto) */
     };
     opterr = 0; /* we write our own messages */
     optind = 0; /* GNU: 0 also resets getopt's state left by an earlier parse */

@@ -10,8 +10,15 @@
  *
  * Pushes are validated whole before anything is applied (bad input changes
  * nothing): token first (401, before the body is even read), size (413, from
- * Content-Length when given), then JSON shape, job id, rank and every field's
- * type (400 with the reason in the body).
+ * Content-Length when given), then JSON shape, job id, rank, every field's
+ * type, and whether the values are possible and the steps near the job's (400
+ * with the reason in the body): one rank numbering its steps from 1,000,000
+ * would otherwise hold the history's window of steps for the rest of the run.
+ *
+ * After the ranks exit the job's gauges keep every rank's last figures (a
+ * scrape after the end must see the final loss, not NaN), and the end itself
+ * is exported: state, exit status and the first failed ranks (a bounded
+ * number of series, whatever the world size).
  */
 #include "collector.h"
 
@@ -25,9 +32,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bmt/device.h"
 #include "common/metrics_json.h"
@@ -38,12 +49,16 @@
 #define HISTORY 600
 #define EVENTS 50
 #define MAX_ITEMS 4096
+#define JOB_LABEL "job_id" /* not "job": Prometheus's own target label */
+#define MAX_VALUE 1e30     /* above this a pushed figure is impossible (and sums overflow) */
+#define SCRAPES 8          /* recent /metrics requests kept for the linger */
 
 extern const char collector_page[], collector_page_end[]; /* web_page.S */
 
 struct rank_state {
     bool seen, exited;
     double last_push; /* monotonic */
+    double run_push;  /* monotonic, last push of this run; 0: none yet */
     int64_t top_step; /* highest step added to the history */
     uint64_t dropped;
     char host[64];
@@ -97,6 +112,10 @@ struct event {
     metrics_event_t e;
 };
 
+struct failure { /* a rank that exited with a non-zero code or by a signal */
+    int rank, wait_status;
+};
+
 enum {
     C200,
     C400,
@@ -126,6 +145,17 @@ struct collector {
     int alive;
     bool ended;
     int exit_status;
+    struct failure failed[COLLECTOR_FAILED_SHOWN]; /* the first of this run */
+    int nfailed;                                   /* all of this run */
+    /* The run's steps, for the check of pushed step numbers. */
+    bool lead_set;
+    int64_t lead, first_step;
+    double lead_t, first_t;   /* monotonic */
+    double scrape_t[SCRAPES]; /* monotonic times of the last /metrics requests */
+    uint64_t scrapes;
+    bool scraped_after_end;
+    char host[64]; /* ours: the host label of a rank that never said its own */
+    bool verbose;
     double started;
     const char *kinds[BMT_MEM_KIND_COUNT];
     struct MHD_Daemon *d;
@@ -146,6 +176,9 @@ collector_t *collector_create(const collector_opts_t *o, bmt_error_t *err)
     c->l = *o->layout;
     c->per_rank = o->per_rank;
     c->stale_s = o->stale_s;
+    c->verbose = o->verbose;
+    if (gethostname(c->host, sizeof(c->host) - 1) != 0)
+        snprintf(c->host, sizeof(c->host), "localhost");
     c->alive = c->l.world;
     c->started = metrics_unix_s();
     for (int k = 0; k < BMT_MEM_KIND_COUNT; k++)
@@ -174,9 +207,12 @@ int collector_port(const collector_t *c) { return c->port; }
 
 static bool token_ok(const collector_t *c, const char *auth)
 {
-    if (auth == NULL || strncmp(auth, "Bearer ", 7) != 0)
+    /* RFC 7235: the scheme is case-insensitive, then one or more spaces. */
+    if (auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0)
         return false;
     const char *t = auth + 7;
+    while (*t == ' ')
+        t++;
     size_t n = strlen(c->token);
     if (strlen(t) != n)
         return false;
@@ -255,6 +291,93 @@ static int bad(char *why, size_t wlen, const char *fmt, ...)
     return 400;
 }
 
+/* Whether step o (parsed into *m) holds possible values. JSON has no NaN or
+ * infinity: null is read as NaN, which only the figures that may be unknown
+ * (loss, FLOPs, MFU, gradient norm, learning rate) may be; a figure that is
+ * always known and missing counts as 0. Returns 0, or -1 with what. */
+static int step_check(const json_t *o, bmt_step_metrics_t *m, char *what, size_t len)
+{
+#define F(f, nullable, nonneg)                                                                     \
+    {                                                                                              \
+#f, offsetof(bmt_step_metrics_t, f), nullable, nonneg                                      \
+    }
+    static const struct {
+        const char *name;
+        size_t off;
+        bool nullable, nonneg;
+    } reals[] = {
+        F(time, false, true),          F(step_time_s, false, true),
+        F(loss, true, false),          F(tokens_per_s, false, true),
+        F(samples_per_s, false, true), F(flops, true, true),
+        F(flops_per_s, true, true),    F(mfu, true, true),
+        F(comm_wait_s, false, true),   F(plugin_s, false, true),
+        F(grad_norm, true, true),      F(lr, true, true),
+    };
+#undef F
+    for (size_t i = 0; i < sizeof(reals) / sizeof(reals[0]); i++) {
+        double *v = (double *)((char *)m + reals[i].off);
+        if (isnan(*v) && !reals[i].nullable) {
+            if (json_object_get(o, reals[i].name) != NULL)
+                return snprintf(what, len,
+                                "field \"%s\" must be a finite number: null (NaN or infinity) is "
+                                "allowed only for loss, flops, flops_per_s, mfu, grad_norm and lr",
+                                reals[i].name),
+                       -1;
+            *v = 0; /* not given */
+        }
+        if (fabs(*v) > MAX_VALUE)
+            return snprintf(what, len, "field \"%s\" is %g: more than any job makes (at most %g)",
+                            reals[i].name, *v, MAX_VALUE),
+                   -1;
+        if (reals[i].nonneg && *v < 0)
+            return snprintf(what, len, "field \"%s\" must not be negative (%g)", reals[i].name, *v),
+                   -1;
+    }
+    const struct {
+        const char *name;
+        int64_t v;
+    } counts[] = {
+        { "step", m->step },
+        { "tokens", m->tokens },
+        { "samples", m->samples },
+        { "tokens_total", m->tokens_total },
+        { "samples_total", m->samples_total },
+        { "skipped_total", m->skipped_total },
+        { "microbatches", m->microbatches },
+        { "params", m->params },
+    };
+    for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++)
+        if (counts[i].v < 0)
+            return snprintf(what, len, "field \"%s\" is a count and must not be negative (%lld)",
+                            counts[i].name, (long long)counts[i].v),
+                   -1;
+    if (m->skipped != 0 && m->skipped != 1)
+        return snprintf(what, len, "field \"skipped\" must be 0 or 1 (%d)", (int)m->skipped), -1;
+    if (m->tokens_total < m->tokens || m->samples_total < m->samples ||
+        m->skipped_total < m->skipped)
+        return snprintf(what, len,
+                        "a total is less than the step's own count (tokens_total %lld, tokens "
+                        "%lld; samples_total %lld, samples %lld; skipped_total %lld, skipped %d)",
+                        (long long)m->tokens_total, (long long)m->tokens,
+                        (long long)m->samples_total, (long long)m->samples,
+                        (long long)m->skipped_total, (int)m->skipped),
+               -1;
+    return 0;
+}
+
+/* How far (in steps) a push of rank rs may be from the run's highest step now:
+ * ahead, and behind. Caller holds the lock; the run has a lead. */
+static void step_window(const collector_t *c, const struct rank_state *rs, double now,
+                        double *ahead, double *behind)
+{
+    /* over at least a second: two steps a microsecond apart are no rate */
+    double span = c->lead_t - c->first_t;
+    double rate = (double)(c->lead - c->first_step) / (span > 1 ? span : 1);
+    double since_rank = now - (rs->run_push > 0 ? rs->run_push : c->first_t);
+    *ahead = COLLECTOR_STEP_SLACK + 2 * rate * (now - c->lead_t);
+    *behind = COLLECTOR_STEP_SLACK + 2 * rate * since_rank;
+}
+
 static int ingest_json(collector_t *c, const json_t *doc, char *why, size_t wlen)
 {
     if (!json_is_object(doc))
@@ -289,7 +412,8 @@ static int ingest_json(collector_t *c, const json_t *doc, char *why, size_t wlen
     char what[200];
     for (size_t i = 0; i < ns; i++)
         if (metrics_step_parse(json_array_get(steps, i), &ms[i], c->kinds, BMT_MEM_KIND_COUNT, what,
-                               sizeof(what)) < 0) {
+                               sizeof(what)) < 0 ||
+            step_check(json_array_get(steps, i), &ms[i], what, sizeof(what)) < 0) {
             free(ms);
             free(es);
             return bad(why, wlen, "steps[%zu]: %s", i, what);
@@ -303,7 +427,43 @@ static int ingest_json(collector_t *c, const json_t *doc, char *why, size_t wlen
     int r = (int)json_integer_value(rank);
     pthread_mutex_lock(&c->mu);
     struct rank_state *rs = &c->r[r];
-    rs->last_push = metrics_mono_s();
+    double now = metrics_mono_s();
+    /* Every step near the job's, checked as if the earlier ones were applied. */
+    bool lead_set = c->lead_set;
+    int64_t lead = c->lead;
+    for (size_t i = 0; i < ns; i++) {
+        if (lead_set) {
+            double ahead, behind;
+            step_window(c, rs, now, &ahead, &behind);
+            double d = (double)ms[i].step - (double)lead;
+            if (d > ahead || -d > behind) {
+                pthread_mutex_unlock(&c->mu);
+                bad(why, wlen,
+                    "steps[%zu]: step %lld is far from the job's (its highest step so far is "
+                    "%lld; a push may be at most %.0f steps ahead of it and %.0f behind)",
+                    i, (long long)ms[i].step, (long long)lead, ahead, behind);
+                free(ms);
+                free(es);
+                return 400;
+            }
+        }
+        if (!lead_set || ms[i].step > lead)
+            lead = ms[i].step;
+        lead_set = true;
+    }
+    for (size_t i = 0; i < ns; i++) {
+        if (!c->lead_set) {
+            c->lead_set = true;
+            c->first_step = c->lead = ms[i].step;
+            c->first_t = c->lead_t = now;
+        } else if (ms[i].step > c->lead) {
+            c->lead = ms[i].step;
+            c->lead_t = now;
+        }
+    }
+    rs->last_push = now;
+    if (ns > 0)
+        rs->run_push = now;
     if (dropped)
         rs->dropped = (uint64_t)json_integer_value(dropped);
     if (host)
@@ -363,7 +523,7 @@ int collector_ingest(collector_t *c, const char *authorization, const char *body
     return code;
 }
 
-void collector_rank_exited(collector_t *c, int rank)
+void collector_rank_exited(collector_t *c, int rank, int wait_status)
 {
     if (c == NULL || rank < 0 || rank >= c->l.world)
         return;
@@ -371,6 +531,11 @@ void collector_rank_exited(collector_t *c, int rank)
     if (!c->r[rank].exited) {
         c->r[rank].exited = true;
         c->alive--;
+        if (!WIFEXITED(wait_status) || WEXITSTATUS(wait_status) != 0) {
+            if (c->nfailed < COLLECTOR_FAILED_SHOWN)
+                c->failed[c->nfailed] = (struct failure){ rank, wait_status };
+            c->nfailed++;
+        }
     }
     pthread_mutex_unlock(&c->mu);
 }
@@ -398,8 +563,10 @@ void collector_job_restarted(collector_t *c, int restart, const char *detail)
     }
     /* The next run starts its steps anew (from 1, or from a checkpoint). */
     for (int r = 0; r < c->l.world; r++)
-        c->r[r].top_step = 0;
+        c->r[r].top_step = 0, c->r[r].run_push = 0;
     memset(c->acc, 0, sizeof(c->acc));
+    c->lead_set = false; /* it may resume from a checkpoint of any step */
+    c->nfailed = 0;      /* the restart event says what failed */
     c->rewound = true;
     c->alive = c->l.world;
     snprintf(e.name, sizeof(e.name), "restart");
@@ -442,6 +609,7 @@ static void aggregate(const collector_t *c, int first, int n, double stale, doub
     memset(a, 0, sizeof(*a));
     a->grad_norm = a->lr = NAN;
     int64_t lead = -1;
+    bool over = c->ended || c->alive == 0;
     for (int r = first; r < first + n; r++) {
         const struct rank_state *s = &c->r[r];
         if (!s->seen)
@@ -469,8 +637,13 @@ static void aggregate(const collector_t *c, int first, int n, double stale, doub
             total += m->mem_current[k];
         }
         a->mem_total = total > a->mem_total ? total : a->mem_total;
-        if (now - s->last_push > stale || s->exited || c->ended)
-            continue; /* rates count only while a rank reports */
+        if (now - s->last_push > stale || s->exited || c->ended) {
+            /* Rates count only while a rank reports; once the job's ranks have
+             * all exited, every rank's last figures (the job's final ones). */
+            if (over)
+                rates_add(&a->r, m);
+            continue;
+        }
         a->reporting++;
         rates_add(&a->r, m);
     }
@@ -512,11 +685,22 @@ static void put_agg_family(prom_buf_t *b, const char *scope, const fam_t *f, con
         prom_sample(b, name, labels[i], *(const double *)((const char *)&aggs[i] + f->off));
 }
 
-char *collector_metrics_text(collector_t *c, size_t *len)
+static const char *failure_host(const collector_t *c, int rank)
+{
+    return c->r[rank].host[0] ? c->r[rank].host : c->host;
+}
+
+/* scrape: a request to /metrics (counted for the linger, in the same critical
+ * section as the rendering, so "scraped after the end" means it saw the end). */
+static char *metrics_text(collector_t *c, size_t *len, bool scrape)
 {
     prom_buf_t b = { 0 };
     pthread_mutex_lock(&c->mu);
     double now = metrics_mono_s(), stale = stale_after(c);
+    if (scrape) {
+        c->scrape_t[c->scrapes++ % SCRAPES] = now;
+        c->scraped_after_end = c->scraped_after_end || c->ended;
+    }
     const int G = c->l.groups, P = c->l.gpus_per_group;
     agg_t job;
     aggregate(c, 0, c->l.world, stale, now, &job);
@@ -532,11 +716,11 @@ char *collector_metrics_text(collector_t *c, size_t *len)
     for (int g = 0; g < G; g++) {
         aggregate(c, g * P, P, stale, now, &groups[g]);
         snprintf(gname[g], 16, "%d", g);
-        glab[g][0] = "job", glab[g][1] = c->job_id, glab[g][2] = "group", glab[g][3] = gname[g];
+        glab[g][0] = JOB_LABEL, glab[g][1] = c->job_id, glab[g][2] = "group", glab[g][3] = gname[g];
         glab[g][4] = NULL;
         gl[g] = glab[g];
     }
-    const char *jl[] = { "job", c->job_id, NULL };
+    const char *jl[] = { JOB_LABEL, c->job_id, NULL };
     const char *const *jls[] = { jl };
 
     char world[16], groups_s[16], gpg[16], gpn[16], nodes[16];
@@ -545,13 +729,50 @@ char *collector_metrics_text(collector_t *c, size_t *len)
     snprintf(gpg, sizeof(gpg), "%d", P);
     snprintf(gpn, sizeof(gpn), "%d", c->l.gpus_per_node);
     snprintf(nodes, sizeof(nodes), "%d", c->l.nodes);
-    const char *info[] = { "job",   c->job_id,       "groups", groups_s,  "gpus_per_group",
-                           gpg,     "gpus_per_node", gpn,      "nodes",   nodes,
-                           "world", world,           "device", c->device, NULL };
+    const char *info[] = { JOB_LABEL, c->job_id,       "groups", groups_s,  "gpus_per_group",
+                           gpg,       "gpus_per_node", gpn,      "nodes",   nodes,
+                           "world",   world,           "device", c->device, NULL };
     prom_family(&b, "bmt_job_info", "gauge", "the job's layout (value 1)");
     prom_sample(&b, "bmt_job_info", info, 1);
     prom_family(&b, "bmt_job_running", "gauge", "1 while the job's ranks run, 0 after");
     prom_sample(&b, "bmt_job_running", jl, c->ended ? 0 : 1);
+    prom_family(&b, "bmt_job_state", "gauge",
+                "1 for the job's state: running, succeeded (bmlaunch exited 0) or failed");
+    static const char *states[] = { "running", "succeeded", "failed" };
+    int state = !c->ended ? 0 : c->exit_status == 0 ? 1 : 2;
+    for (int i = 0; i < 3; i++) {
+        const char *sl[] = { JOB_LABEL, c->job_id, "state", states[i], NULL };
+        prom_sample(&b, "bmt_job_state", sl, i == state);
+    }
+    if (c->ended) {
+        prom_family(&b, "bmt_job_exit_code", "gauge",
+                    "bmlaunch's exit status (after the job ended; 128+N: a signal N)");
+        prom_sample(&b, "bmt_job_exit_code", jl, c->exit_status);
+    }
+    prom_family(&b, "bmt_ranks_failed", "gauge",
+                "ranks of this run that exited with a non-zero code or by a signal");
+    prom_sample(&b, "bmt_ranks_failed", jl, c->nfailed);
+    int shown = c->nfailed < COLLECTOR_FAILED_SHOWN ? c->nfailed : COLLECTOR_FAILED_SHOWN;
+    for (int pass = 0; pass < 2; pass++) {
+        const char *name = pass ? "bmt_rank_exit_signal" : "bmt_rank_exit_code";
+        bool any = false;
+        for (int i = 0; i < shown; i++) {
+            int st = c->failed[i].wait_status;
+            if (WIFEXITED(st) == (pass == 1))
+                continue;
+            if (!any)
+                prom_family(&b, name, "gauge",
+                            pass ? "the signal that ended a failed rank (the first 16 failed ranks)"
+                                 : "the exit code of a failed rank (the first 16 failed ranks)");
+            any = true;
+            char rs[16];
+            snprintf(rs, sizeof(rs), "%d", c->failed[i].rank);
+            const char *fl[] = { JOB_LABEL, c->job_id, "rank",
+                                 rs,        "host",    failure_host(c, c->failed[i].rank),
+                                 NULL };
+            prom_sample(&b, name, fl, pass ? WIFSIGNALED(st) ? WTERMSIG(st) : -1 : WEXITSTATUS(st));
+        }
+    }
     prom_family(&b, "bmt_ranks", "gauge", "ranks of the job");
     prom_sample(&b, "bmt_ranks", jl, c->l.world);
     prom_family(&b, "bmt_ranks_alive", "gauge", "rank processes still running");
@@ -578,20 +799,20 @@ char *collector_metrics_text(collector_t *c, size_t *len)
     prom_family(&b, "bmt_memory_bytes", "gauge",
                 "device memory now by kind, most of any rank (bytes)");
     for (int k = 0; k < BMT_MEM_KIND_COUNT; k++) {
-        const char *ml[] = { "job", c->job_id, "kind", c->kinds[k], NULL };
+        const char *ml[] = { JOB_LABEL, c->job_id, "kind", c->kinds[k], NULL };
         prom_sample(&b, "bmt_memory_bytes", ml, (double)job.mem[k]);
     }
     prom_family(&b, "bmt_memory_peak_bytes", "gauge",
                 "device memory peak during the last step by kind, most of any rank (bytes)");
     for (int k = 0; k < BMT_MEM_KIND_COUNT; k++) {
-        const char *ml[] = { "job", c->job_id, "kind", c->kinds[k], NULL };
+        const char *ml[] = { JOB_LABEL, c->job_id, "kind", c->kinds[k], NULL };
         prom_sample(&b, "bmt_memory_peak_bytes", ml, (double)job.mem_peak[k]);
     }
     prom_family(&b, "bmt_events_total", "counter",
                 "events the ranks reported (checkpoint_saved, restart, abort, note)");
     static const char *ev_names[] = { "", "checkpoint_saved", "restart", "abort", "note" };
     for (int k = 1; k <= BMT_EVENT_KIND_MAX; k++) {
-        const char *el[] = { "job", c->job_id, "kind", ev_names[k], NULL };
+        const char *el[] = { JOB_LABEL, c->job_id, "kind", ev_names[k], NULL };
         prom_sample(&b, "bmt_events_total", el, (double)c->ev_count[k]);
     }
     prom_family(&b, "bmt_push_dropped_total", "counter",
@@ -602,7 +823,7 @@ char *collector_metrics_text(collector_t *c, size_t *len)
     for (int i = 0; i < NCODES; i++) {
         char code[8];
         snprintf(code, sizeof(code), "%d", codes[i]);
-        const char *pl[] = { "job", c->job_id, "code", code, NULL };
+        const char *pl[] = { JOB_LABEL, c->job_id, "code", code, NULL };
         prom_sample(&b, "bmt_collector_pushes_total", pl, (double)c->pushes[i]);
     }
 
@@ -644,7 +865,9 @@ char *collector_metrics_text(collector_t *c, size_t *len)
                     continue;
                 char rs[16];
                 snprintf(rs, sizeof(rs), "%d", r);
-                const char *rl[] = { "job", c->job_id, "group", gname[r / P], "rank", rs, NULL };
+                const char *rl[] = {
+                    JOB_LABEL, c->job_id, "group", gname[r / P], "rank", rs, NULL
+                };
                 prom_sample(&b, rf[f].name, rl,
                             *(const double *)((const char *)&c->r[r].m + rf[f].off));
             }
@@ -658,7 +881,9 @@ char *collector_metrics_text(collector_t *c, size_t *len)
                     continue;
                 char rs[16];
                 snprintf(rs, sizeof(rs), "%d", r);
-                const char *rl[] = { "job", c->job_id, "group", gname[r / P], "rank", rs, NULL };
+                const char *rl[] = {
+                    JOB_LABEL, c->job_id, "group", gname[r / P], "rank", rs, NULL
+                };
                 prom_sample(&b, name, rl, f ? now - c->r[r].last_push : (double)c->r[r].m.step);
             }
         }
@@ -674,6 +899,32 @@ char *collector_metrics_text(collector_t *c, size_t *len)
     }
     *len = b.len;
     return b.data;
+}
+
+char *collector_metrics_text(collector_t *c, size_t *len) { return metrics_text(c, len, false); }
+
+double collector_linger_auto(collector_t *c)
+{
+    pthread_mutex_lock(&c->mu);
+    double gap = 0;
+    uint64_t n = c->scrapes < SCRAPES ? c->scrapes : SCRAPES;
+    for (uint64_t i = c->scrapes - n + 1; i < c->scrapes; i++) {
+        double d = c->scrape_t[i % SCRAPES] - c->scrape_t[(i - 1) % SCRAPES];
+        gap = d > gap ? d : gap;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (n < 2)
+        return 0;
+    double s = 1.5 * gap + 1;
+    return s < COLLECTOR_LINGER_MAX_S ? s : COLLECTOR_LINGER_MAX_S;
+}
+
+bool collector_scraped_after_end(collector_t *c)
+{
+    pthread_mutex_lock(&c->mu);
+    bool r = c->scraped_after_end;
+    pthread_mutex_unlock(&c->mu);
+    return r;
 }
 
 /* ------------------------------------------------------------ /api/status */
@@ -704,6 +955,19 @@ char *collector_status_json(collector_t *c, bool ranks, size_t *len)
         json_object_set_new(doc, "state", json_string(c->ended ? "ended" : "running"));
         if (c->ended)
             json_object_set_new(doc, "exit_status", json_integer(c->exit_status));
+        json_object_set_new(doc, "ranks_failed", json_integer(c->nfailed));
+        json_t *fl = json_array();
+        for (int i = 0; fl && i < c->nfailed && i < COLLECTOR_FAILED_SHOWN; i++) {
+            int st = c->failed[i].wait_status, rk = c->failed[i].rank;
+            json_t *x = json_pack("{sissso}", "rank", rk, "host", failure_host(c, rk),
+                                  WIFEXITED(st) ? "exit_code" : "signal",
+                                  json_integer(WIFEXITED(st)     ? WEXITSTATUS(st)
+                                               : WIFSIGNALED(st) ? WTERMSIG(st)
+                                                                 : -1));
+            if (x)
+                json_array_append_new(fl, x);
+        }
+        json_object_set_new(doc, "failed_ranks", fl);
         json_object_set_new(doc, "started", json_real(c->started));
         json_object_set_new(doc, "now", json_real(metrics_unix_s()));
         json_object_set_new(doc, "layout",
@@ -857,7 +1121,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
             size_t len = 0;
             const char *ranks = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "ranks");
             char *text = route == R_METRICS
-                             ? collector_metrics_text(c, &len)
+                             ? metrics_text(c, &len, true)
                              : collector_status_json(c, ranks && strcmp(ranks, "1") == 0, &len);
             if (text == NULL)
                 return respond_text(conn, 500, "out of memory");
@@ -920,15 +1184,54 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     }
 }
 
+void collector_conn_limits(int world, long nofile, unsigned *total, unsigned *per_ip)
+{
+    /* bmlaunch's own descriptors: a few per rank (pipes, pidfds, logs) and
+     * PMIx's; a connection past the fd limit would wait in the backlog for an
+     * idle one's timeout, so the limit must come first. */
+    long reserve = 5L * world + 128, t = nofile - reserve;
+    t = t < 64 ? 64 : t > 16384 ? 16384 : t;
+    long p = t / 2 > 2L * world + 64 ? t / 2 : 2L * world + 64;
+    *total = (unsigned)t;
+    *per_ip = (unsigned)(p < t ? p : t);
+}
+
 static struct MHD_Daemon *start(collector_t *c, const struct sockaddr *sa, bool v6)
 {
+    /* epoll and a pool of two threads: thousands of idle connections cost
+     * nothing per request; the limits close the surplus at once instead of
+     * leaving it (and everyone behind it) in the listen backlog. */
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL;
     if (v6)
         flags |= MHD_USE_IPv6;
-    return MHD_start_daemon(flags, 0, NULL, NULL, handle, c, MHD_OPTION_SOCK_ADDR, sa,
-                            MHD_OPTION_NOTIFY_COMPLETED, completed, c, MHD_OPTION_THREAD_POOL_SIZE,
-                            2u, MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_CONNECTION_LIMIT,
-                            8192u, MHD_OPTION_END);
+    struct rlimit rl = { 0, 0 };
+    getrlimit(RLIMIT_NOFILE, &rl);
+    long nofile =
+        rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > 1L << 20 ? 1L << 20 : (long)rl.rlim_cur;
+    unsigned total, per_ip;
+    collector_conn_limits(c->l.world, nofile, &total, &per_ip);
+    struct MHD_Daemon *d = MHD_start_daemon(
+        flags, 0, NULL, NULL, handle, c, MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_NOTIFY_COMPLETED,
+        completed, c, MHD_OPTION_THREAD_POOL_SIZE, 2u, MHD_OPTION_CONNECTION_TIMEOUT,
+        COLLECTOR_IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT, total,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_END);
+    if (d && c->verbose)
+        fprintf(stderr,
+                "bmlaunch: metrics: at most %u connections, %u from one address, idle ones "
+                "closed after %u s (open files limit %ld)\n",
+                total, per_ip, COLLECTOR_IDLE_TIMEOUT_S, nofile);
+    return d;
+}
+
+/* More connections than the soft RLIMIT_NOFILE allows wait in the backlog:
+ * take what the hard limit allows (the ranks inherit it). */
+static void raise_nofile_to_hard(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
 }
 
 int collector_listen(collector_t *c, const char *bind, int port, bool fallback, bmt_error_t *err)
@@ -943,6 +1246,7 @@ int collector_listen(collector_t *c, const char *bind, int port, bool fallback, 
                          "127.0.0.1, 0.0.0.0, ::1)",
                          bind);
     bool v6 = ai->ai_family == AF_INET6;
+    raise_nofile_to_hard();
     c->d = start(c, ai->ai_addr, v6);
     if (c->d == NULL && fallback && port != 0) {
         if (v6)

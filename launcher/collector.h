@@ -35,6 +35,7 @@ typedef struct collector_opts {
     const char *token;  /* NULL: a random one (getrandom) */
     double stale_s;     /* a rank that has not pushed for this long stops counting as
                          * reporting (0: 30 s or 5 step times, whichever is longer) */
+    bool verbose;       /* say the connection limits on stderr */
 } collector_opts_t;
 
 /* The state only (no socket). NULL with err on failure. */
@@ -42,24 +43,58 @@ collector_t *collector_create(const collector_opts_t *o, bmt_error_t *err);
 
 /* Serve HTTP on bind:port (numeric IPv4 or IPv6 address; port 0: any free
  * one). fallback: when port is taken, take any free port instead (said on
- * stderr). Errors: address not numeric, port taken (without fallback). */
+ * stderr). Errors: address not numeric, port taken (without fallback).
+ *
+ * Connections: at most collector_conn_limits' total (what RLIMIT_NOFILE leaves
+ * after the launcher's own descriptors) and per client address (half of that,
+ * and never fewer than twice the ranks plus 64: every rank of a node pushes
+ * from one address); idle ones are closed after COLLECTOR_IDLE_TIMEOUT_S. */
+#define COLLECTOR_IDLE_TIMEOUT_S 15u
 int collector_listen(collector_t *c, const char *bind, int port, bool fallback, bmt_error_t *err);
+
+/* The limits collector_listen uses for a world of world ranks when
+ * nofile descriptors may be open (pure; the total is at least 64). */
+void collector_conn_limits(int world, long nofile, unsigned *total, unsigned *per_ip);
 
 /* The port listened on (after collector_listen). */
 int collector_port(const collector_t *c);
 const char *collector_token(const collector_t *c);
 
-/* One push: the Authorization header's value (or NULL) and the body. Returns
- * the HTTP status (200, 400, 401) and, when not 200, the reason in why. */
+/* One push: the Authorization header's value (or NULL; the scheme "Bearer"
+ * in any case) and the body. Returns the HTTP status (200, 400, 401) and, when
+ * not 200, the reason in why. A push is checked whole before anything is
+ * applied: besides its shape, every step's values must be possible (no null
+ * where a figure is always known, no negative count, time or rate, nothing
+ * above 1e30) and its step near the job's: at most COLLECTOR_STEP_SLACK steps
+ * from the highest step of the run (the first push of a run sets it), plus as
+ * many as the run makes at twice its step rate in the time since that step
+ * (ahead) or since the rank last pushed (behind), so pushes that were held
+ * back catch up. */
+#define COLLECTOR_STEP_SLACK 1000
 int collector_ingest(collector_t *c, const char *authorization, const char *body, size_t len,
                      char *why, size_t wlen);
 
 /* Count a request refused before ingest (404, 405, 413) in the push counters. */
 void collector_count(collector_t *c, int code);
 
-/* The supervisor's view: rank r's process exited (ranks_alive), the job ended. */
-void collector_rank_exited(collector_t *c, int rank);
+/* The supervisor's view: rank r's process exited with wait_status (a waitpid
+ * status: a non-zero code or a signal counts the rank as failed, and the first
+ * COLLECTOR_FAILED_SHOWN failed ranks of a run are named on /metrics), and the
+ * job ended with bmlaunch's exit status. NULL c: no-op. */
+#define COLLECTOR_FAILED_SHOWN 16
+void collector_rank_exited(collector_t *c, int rank, int wait_status);
 void collector_job_ended(collector_t *c, int exit_status);
+
+/* The default --metrics-linger (bmlaunch passes a negative linger): how long to
+ * keep serving after the job ended so that a scraper sees the end. 0 when
+ * /metrics was not scraped twice during the job (no scraper to wait for);
+ * else 1.5 times the longest gap between the recent scrapes plus 1 s, at most
+ * COLLECTOR_LINGER_MAX_S (Prometheus's default scrape_interval is 1 m). */
+#define COLLECTOR_LINGER_MAX_S 75.0
+double collector_linger_auto(collector_t *c);
+
+/* True once /metrics has been answered after collector_job_ended. */
+bool collector_scraped_after_end(collector_t *c);
 
 /* bmlaunch started every rank again (restart, 1-based) after the failure that
  * detail describes ("rank 2 (pid 7 on vm) exited with code 1"): count a

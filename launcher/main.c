@@ -156,7 +156,11 @@ static collector_t *metrics_start(const launch_opts_t *o, const bmt_layout_t *l,
     if (o->metrics_port == 0)
         return NULL;
     collector_opts_t co = {
-        .job_id = job_id, .layout = l, .device = o->device, .per_rank = o->metrics_per_rank
+        .job_id = job_id,
+        .layout = l,
+        .device = o->device,
+        .per_rank = o->metrics_per_rank,
+        .verbose = o->verbose,
     };
     collector_t *c = collector_create(&co, err);
     if (c == NULL)
@@ -188,7 +192,7 @@ static void on_rank_exit(void *arg, int rank, int status)
 {
     collector_t **c = arg;
     if (rank >= 0 && *c)
-        collector_rank_exited(*c, rank);
+        collector_rank_exited(*c, rank, status);
 }
 
 /* --max-restarts: say why every rank starts again, and count it in the metrics. */
@@ -202,21 +206,44 @@ static void announce_restart(job_t *job, collector_t *coll, int restart, int max
 }
 
 /* --metrics-linger: serve a while after the job, so a last scrape sees the end.
- * The supervisor's signals are still blocked: wait for one of them instead of
- * sleeping, so Ctrl-C ends the wait. */
+ * By default (s < 0) until the first scrape after the end, if something scrapes
+ * (collector_linger_auto bounds the wait). The supervisor's signals are still
+ * blocked: wait for one of them instead of sleeping, so Ctrl-C ends the wait. */
 static void metrics_linger(collector_t *c, double s)
 {
-    if (c == NULL || s <= 0)
+    if (c == NULL)
         return;
-    fprintf(stderr, "bmlaunch: serving metrics for %g s more (--metrics-linger)\n", s);
+    bool until_scrape = s < 0;
+    if (until_scrape)
+        s = collector_linger_auto(c);
+    if (s <= 0)
+        return;
+    if (until_scrape)
+        fprintf(stderr,
+                "bmlaunch: serving metrics until the next scrape of /metrics, at most %.3g s more "
+                "(--metrics-linger)\n",
+                s);
+    else
+        fprintf(stderr, "bmlaunch: serving metrics for %g s more (--metrics-linger)\n", s);
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGHUP);
-    struct timespec ts = { (time_t)s, (long)((s - (double)(time_t)s) * 1e9) };
-    while (sigtimedwait(&set, NULL, &ts) < 0 && errno == EINTR)
-        ;
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        double left =
+            s - ((double)(now.tv_sec - start.tv_sec) + (double)(now.tv_nsec - start.tv_nsec) / 1e9);
+        if (left <= 0 || (until_scrape && collector_scraped_after_end(c)))
+            return;
+        double slice = until_scrape && left > 0.05 ? 0.05 : left; /* poll for the scrape */
+        struct timespec ts = { (time_t)slice, (long)((slice - (double)(time_t)slice) * 1e9) };
+        if (sigtimedwait(&set, NULL, &ts) >= 0)
+            return; /* Ctrl-C, TERM, HUP */
+    }
 }
 
 /* The environment of one rank: ours, minus stale BMT_ layout variables, plus

@@ -204,10 +204,10 @@ test_expect_success "/metrics: content type, promtool clean, job and group figur
     curl -sfD hdr "$URL/metrics" >metrics.txt &&
     grep -qi "^content-type: text/plain; version=0.0.4; charset=utf-8" hdr &&
     promtool check metrics <metrics.txt &&
-    grep -q "^bmt_job_info{job=\"bmlaunch\.[^\"]*\",groups=\"2\",gpus_per_group=\"2\",gpus_per_node=\"4\",nodes=\"1\",world=\"4\",device=\"cpu\"} 1$" metrics.txt &&
-    grep -q "^bmt_ranks_reporting{job=\"[^\"]*\"} 4$" metrics.txt &&
-    grep -q "^bmt_group_tokens_per_second{job=\"[^\"]*\",group=\"1\"} [0-9]" metrics.txt &&
-    grep -q "^bmt_memory_bytes{job=\"[^\"]*\",kind=\"param\"} [1-9]" metrics.txt &&
+    grep -q "^bmt_job_info{job_id=\"bmlaunch\.[^\"]*\",groups=\"2\",gpus_per_group=\"2\",gpus_per_node=\"4\",nodes=\"1\",world=\"4\",device=\"cpu\"} 1$" metrics.txt &&
+    grep -q "^bmt_ranks_reporting{job_id=\"[^\"]*\"} 4$" metrics.txt &&
+    grep -q "^bmt_group_tokens_per_second{job_id=\"[^\"]*\",group=\"1\"} [0-9]" metrics.txt &&
+    grep -q "^bmt_memory_bytes{job_id=\"[^\"]*\",kind=\"param\"} [1-9]" metrics.txt &&
     ! grep -q "^bmt_rank_" metrics.txt &&
     curl -sf "$URL/api/status" >s.json &&
     $PY -c "
@@ -249,6 +249,119 @@ test_expect_success "bad requests are refused (401, 400, 413, 405, 404) and the 
     kill -INT $JOB_PID && wait $JOB_PID || true
 '
 
+test_expect_success "pushes with impossible values or far steps get 400 and change nothing; the history goes on" '
+    start_job --metrics-port $(free_port) -n 2 -- $EC --steps 400 --pace 20 $LONG &&
+    wait_step 3 &&
+    job=$($PY -c "import json; print(json.load(open(\"status.json\"))[\"job\"])") &&
+    token=$(tr "\0" "\n" </proc/$(pgrep -P $JOB_PID | head -1)/environ | sed -n "s/^BMT_METRICS_TOKEN=//p") &&
+    code() { curl -s -o body -w "%{http_code}" -X POST "$@" $URL/api/push; } &&
+    doc() { echo "{\"version\":1,\"job\":\"$job\",\"rank\":0,\"steps\":[$1]}"; } &&
+    test "$(code -H "Authorization: Bearer $token" -d "$(doc "{\"step\":1000000}")")" = 400 &&
+    grep -q "steps\[0\]: step 1000000 is far from the job.s (its highest step so far is [0-9]*; a push may be at most" body &&
+    test "$(code -H "Authorization: Bearer $token" -d "$(doc "{\"step\":5,\"tokens_per_s\":null}")")" = 400 &&
+    grep -q "field \"tokens_per_s\" must be a finite number: null (NaN or infinity)" body &&
+    test "$(code -H "Authorization: Bearer $token" -d "$(doc "{\"step\":5,\"tokens_total\":-1}")")" = 400 &&
+    grep -q "field \"tokens_total\" is a count and must not be negative (-1)" body &&
+    test "$(code -H "Authorization: Bearer $token" -d "$(doc "{\"step\":5,\"tokens_per_s\":1e300}")")" = 400 &&
+    grep -q "field \"tokens_per_s\" is 1e+300: more than any job makes" body &&
+    test "$(code -H "Authorization: bearer $token" -d "{\"version\":1,\"job\":\"$job\",\"rank\":0}")" = 200 &&
+    test "$(code -H "Authorization: BEARER $token" -d "{\"version\":1,\"job\":\"$job\",\"rank\":0}")" = 200 &&
+    curl -sf "$URL/api/status" >s1.json && sleep 1.5 && curl -sf "$URL/api/status" >s2.json &&
+    curl -sf "$URL/metrics" >m.txt &&
+    kill -INT $JOB_PID && { wait $JOB_PID || true; } &&
+    grep -q "^bmt_collector_pushes_total{job_id=\"[^\"]*\",code=\"400\"} 4$" m.txt &&
+    $PY - <<-EOF
+	import json
+	a, b = json.load(open("s1.json")), json.load(open("s2.json"))
+	ha, hb = [p["step"] for p in a["history"]], [p["step"] for p in b["history"]]
+	# the history keeps growing after the refused pushes, and holds no step of theirs
+	assert hb[-1] > ha[-1] and max(hb) < 1000 and hb == sorted(hb), (ha[-3:], hb[-3:])
+	assert all(p["ranks"] == 2 for p in b["history"][:-1]), b["history"][-5:]
+	assert b["step"] > a["step"], (a["step"], b["step"])
+	print("history", ha[-1], "->", hb[-1])
+	EOF
+'
+
+# A client that holds $3 connections open and idle (from source address $2)
+# while it times /metrics from 127.0.0.1; prints what it saw as JSON.
+cat >"$TMP/idle.py" <<'EOF'
+import json, resource, socket, sys, time, urllib.request
+port, src, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, n + 512), hard))
+socks, refused = [], 0
+for i in range(n):
+    s = socket.socket()
+    s.settimeout(2)
+    try:
+        s.bind((src, 0)); s.connect(("127.0.0.1", port)); socks.append(s)
+    except OSError:
+        refused += 1; s.close()
+time.sleep(1)
+closed = 0  # connections the server closed at once (the per-address limit)
+for s in socks:
+    s.setblocking(False)
+    try:
+        closed += s.recv(1) == b""
+    except BlockingIOError:
+        pass
+    except OSError:
+        closed += 1
+def get(path):
+    t = time.monotonic()
+    body = urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=10).read()
+    return time.monotonic() - t, body
+dt, body = get("/metrics")
+step0 = json.loads(get("/api/status")[1])["step"]
+time.sleep(1.5)
+step1 = json.loads(get("/api/status")[1])["step"]
+for s in socks:
+    s.close()
+print(json.dumps({"opened": len(socks), "refused": refused, "closed": closed, "metrics_s": dt,
+                  "metrics_ok": b"bmt_job_running" in body, "steps": [step0, step1]}))
+EOF
+
+test_expect_success "/metrics answers within a second while thousands of idle connections are held; the ranks still push" '
+    port=$(free_port) &&
+    # a soft fd limit of 1024 (a common default) under a hard one of 4096:
+    # bmlaunch takes the hard one and derives its connection limits from it
+    { (ulimit -Sn 1024 && ulimit -Hn 4096 && exec $BMLAUNCH -v --metrics-port $port -n 2 -- \
+        $EC --steps 3000 --pace 20 $LONG >job.out 2>job.err) & }
+    JOB_PID=$!
+    URL=http://127.0.0.1:$port &&
+    wait_step 2 &&
+    grep -q "bmlaunch: metrics: at most 3958 connections, 1979 from one address, idle ones closed after 15 s (open files limit 4096)" job.err &&
+    timeout 60 $PY $TMP/idle.py $port 127.0.0.1 1800 >same.json &&
+    timeout 60 $PY $TMP/idle.py $port 127.0.0.2 2600 >other.json &&
+    curl -sf $URL/metrics >m.txt &&
+    kill -INT $JOB_PID && { wait $JOB_PID || true; } &&
+    cat same.json other.json &&
+    $PY - <<-EOF
+	import json
+	a, b = json.load(open("same.json")), json.load(open("other.json"))
+	# 1800 idle connections from the ranks own address: all kept, and still
+	assert a["opened"] == 1800 and a["closed"] == 0, a
+	for x in (a, b):
+	    assert x["metrics_ok"] and x["metrics_s"] < 1.0, x   # /metrics answers at once
+	    assert x["steps"][1] > x["steps"][0], x              # the ranks pushes get through
+	# 2600 from one other address: the server keeps 1979 and closes the rest at once
+	assert b["opened"] + b["refused"] == 2600 and b["opened"] - b["closed"] <= 1979, b
+	assert b["closed"] + b["refused"] >= 2600 - 1979, b
+	EOF
+'
+
+test_expect_success "an idle connection is closed after 15 s" '
+    start_job --metrics-port $(free_port) -n 1 -- $EC --steps 2000 --pace 20 $LONG &&
+    port=${URL##*:} &&
+    $PY -c "
+import socket, time
+s = socket.create_connection((\"127.0.0.1\", $port)); s.settimeout(30)
+t = time.monotonic(); got = s.recv(1); dt = time.monotonic() - t
+assert got == b\"\" and 13 <= dt <= 20, (got, dt)
+print(\"closed after\", round(dt, 1), \"s\")" &&
+    kill -INT $JOB_PID && { wait $JOB_PID || true; }
+'
+
 test_expect_success "per-rank series on request; events and the end of the job reach the status" '
     start_job --metrics-port $(free_port) --metrics-per-rank --metrics-linger 20 -g 2 -n 1 -- \
         $EC --steps 6 --event-every 3 --abort-at 6 &&
@@ -256,10 +369,10 @@ test_expect_success "per-rank series on request; events and the end of the job r
         curl -sf "$URL/api/status" >s.json && grep -q "\"state\":\"ended\"" s.json && break; sleep 0.1
     done &&
     curl -sf "$URL/metrics" >m.txt && promtool check metrics <m.txt &&
-    grep -q "^bmt_rank_step{job=\"[^\"]*\",group=\"1\",rank=\"1\"} [0-9]" m.txt &&
-    grep -q "^bmt_events_total{job=\"[^\"]*\",kind=\"abort\"} 1$" m.txt &&
-    grep -q "^bmt_events_total{job=\"[^\"]*\",kind=\"checkpoint_saved\"} [1-4]$" m.txt &&
-    grep -q "^bmt_job_running{job=\"[^\"]*\"} 0$" m.txt &&
+    grep -q "^bmt_rank_step{job_id=\"[^\"]*\",group=\"1\",rank=\"1\"} [0-9]" m.txt &&
+    grep -q "^bmt_events_total{job_id=\"[^\"]*\",kind=\"abort\"} 1$" m.txt &&
+    grep -q "^bmt_events_total{job_id=\"[^\"]*\",kind=\"checkpoint_saved\"} [1-4]$" m.txt &&
+    grep -q "^bmt_job_running{job_id=\"[^\"]*\"} 0$" m.txt &&
     $PY -c "
 import json
 s = json.load(open(\"s.json\"))
@@ -315,6 +428,92 @@ test_expect_success "a real Prometheus scrapes the endpoint during a run and see
 	assert 0.5 * 4 * per_rank <= v <= 2 * 4 * per_rank, (v, per_rank)
 	print("prometheus saw", v, "tokens/s; the ranks median", per_rank)
 	EOF
+'
+
+test_expect_success "two jobs scraped by one Prometheus stay apart by job_id; after their end it has their last loss and state" '
+    command -v prometheus >/dev/null &&
+    m1=$(free_port) && m2=$(free_port) && pport=$(free_port) &&
+    cat >prom.yml <<-EOF &&
+	global:
+	  scrape_interval: 1s
+	scrape_configs:
+	  - job_name: bmt
+	    static_configs:
+	      - targets: ["127.0.0.1:$m1", "127.0.0.1:$m2"]
+	EOF
+    { prometheus --config.file=prom.yml --storage.tsdb.path=$PWD/tsdb \
+        --web.listen-address=127.0.0.1:$pport >prom.log 2>&1 & }
+    ppid=$!
+    # scraping has begun (up == 0: nothing listens yet) before the jobs start
+    for i in $(seq 300); do
+        curl -sf "http://127.0.0.1:$pport/api/v1/query" --data-urlencode "query=up" >up.json &&
+            test $(grep -o "\"instance\"" up.json | wc -l) -eq 2 && break
+        sleep 0.1
+    done
+    # the default --metrics-linger: each bmlaunch serves until one scrape after its end
+    { BMT_PLUGINS=jsonl BMT_JSONL=$PWD/a-%r.jsonl timeout 120 $BMLAUNCH --metrics-port $m1 -g 2 -n 1 -- \
+        $EC --steps 60 --pace 80 --verbose $LONG >a.out 2>a.err & }
+    a=$!
+    { BMT_PLUGINS=jsonl BMT_JSONL=$PWD/b-%r.jsonl timeout 120 $BMLAUNCH --metrics-port $m2 -n 1 -- \
+        $EC --steps 50 --pace 80 --verbose $LONG >b.out 2>b.err & }
+    b=$!
+    ra=0; wait $a || ra=$?; rb=0; wait $b || rb=$?
+    q() { curl -sf "http://127.0.0.1:$pport/api/v1/query" --data-urlencode "query=$1"; } &&
+    for i in $(seq 50); do
+        q "last_over_time(bmt_job_running[5m]) == 0" >end.json &&
+            test $(grep -o "\"job_id\"" end.json | wc -l) -eq 2 && break
+        sleep 0.2
+    done
+    q "last_over_time(bmt_loss[5m])" >loss.json &&
+    q "sum by (job_id) (last_over_time(bmt_tokens_total[5m]))" >tok.json &&
+    q "last_over_time(bmt_job_state{state=\"succeeded\"}[5m])" >state.json &&
+    q "last_over_time(bmt_job_exit_code[5m])" >code.json
+    rc=$?; kill $ppid; wait $ppid 2>/dev/null || true
+    test $rc -eq 0 && test $ra -eq 0 && test $rb -eq 0 &&
+    grep -q "bmlaunch: serving metrics until the next scrape of /metrics, at most [0-9.]* s more" a.err &&
+    grep -q "bmlaunch: serving metrics until the next scrape of /metrics" b.err &&
+    $PY - <<-EOF
+	import glob, json, math, re
+	def res(f):
+	    return {r["metric"]["job_id"]: r for r in json.load(open(f))["data"]["result"]}
+	jobs = {}
+	for name in ("a", "b"):
+	    rows = [json.loads(l) for f in sorted(glob.glob(name + "-*.jsonl")) for l in open(f)]
+	    jobs[rows[0]["job"]] = (name, rows)
+	assert len(jobs) == 2, jobs.keys()
+	end, loss, tok = res("end.json"), res("loss.json"), res("tok.json")
+	state, code = res("state.json"), res("code.json")
+	assert set(end) == set(loss) == set(tok) == set(state) == set(code) == set(jobs), (end, loss)
+	for job, (name, rows) in jobs.items():
+	    # the target label stays Prometheus own; bmt names its job job_id
+	    assert loss[job]["metric"].get("job") == "bmt" and "exported_job" not in loss[job]["metric"], loss[job]
+	    # the trainer last loss line ("# step N: loss X ...") is what Prometheus kept
+	    last = [l for l in open(name + ".out") if re.search(r"# step +\d+: loss ", l)][-1]
+	    want = re.search(r"loss (\S+)", last).group(1)
+	    got = float(loss[job]["value"][1])
+	    assert "%.9g" % got == want, (name, got, last)
+	    # tokens: each job its own, by job_id (the ranks totals after their last step)
+	    total = sum(max(r["tokens_total"] for r in rows if r["rank"] == k) for k in {r["rank"] for r in rows})
+	    assert float(tok[job]["value"][1]) == total, (name, tok[job], total)
+	    assert float(state[job]["value"][1]) == 1 and float(code[job]["value"][1]) == 0
+	    print(name, job, "last loss", got, "tokens", total)
+	EOF
+'
+
+test_expect_success "a failed rank is named on /metrics with its exit code or signal; the job state is failed" '
+    start_job --metrics-port $(free_port) --metrics-linger 30 -n 3 -- $PROGS/behave --rank 1 exit 7 &&
+    for i in $(seq 100); do
+        curl -sf "$URL/api/status" >s.json && grep -q "\"state\":\"ended\"" s.json && break; sleep 0.1
+    done &&
+    curl -sf "$URL/metrics" >m.txt && promtool check metrics <m.txt &&
+    kill -INT $JOB_PID; rc=0; wait $JOB_PID || rc=$?
+    test $rc -eq 7 && host=$(hostname) &&
+    grep -q "^bmt_rank_exit_code{job_id=\"[^\"]*\",rank=\"1\",host=\"$host\"} 7$" m.txt &&
+    grep -q "^bmt_rank_exit_signal{job_id=\"[^\"]*\",rank=\"0\",host=\"$host\"} 15$" m.txt &&
+    grep -q "^bmt_ranks_failed{job_id=\"[^\"]*\"} 3$" m.txt &&
+    grep -q "^bmt_job_state{job_id=\"[^\"]*\",state=\"failed\"} 1$" m.txt &&
+    grep -q "^bmt_job_exit_code{job_id=\"[^\"]*\"} 7$" m.txt &&
+    grep -q "\"failed_ranks\":\[{\"rank\":1,\"host\":\"$host\",\"exit_code\":7}" s.json
 '
 
 test_expect_success "headless Chromium renders the live page with data points" '
@@ -442,9 +641,9 @@ test_expect_success "1000 ranks (40 x 25) push to one collector: every token cou
     kill -INT $JOB_PID; wait $JOB_PID || true
     # rank r reports 1000 + r tokens in each of 10 steps
     want=$(( 10 * (1000 * 1000 + 999 * 1000 / 2) )) &&
-    grep -q "^bmt_tokens_total{job=\"[^\"]*\"} $want$" m.txt &&
-    grep -q "^bmt_step{job=\"[^\"]*\"} 10$" m.txt &&
-    grep -q "^bmt_push_dropped_total{job=\"[^\"]*\"} 0$" m.txt &&
+    grep -q "^bmt_tokens_total{job_id=\"[^\"]*\"} $want$" m.txt &&
+    grep -q "^bmt_step{job_id=\"[^\"]*\"} 10$" m.txt &&
+    grep -q "^bmt_push_dropped_total{job_id=\"[^\"]*\"} 0$" m.txt &&
     series=$(grep -vc "^#" m.txt) &&
     echo "$series series for 1000 ranks in 40 groups" &&
     test $series -lt 600 && test $(grep -c "^bmt_group_step{" m.txt) -eq 40 &&

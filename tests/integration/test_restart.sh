@@ -126,8 +126,8 @@ test_expect_success "the collector counts restarts and counts the restarted rank
     curl -sf http://127.0.0.1:$port/metrics >m.txt &&
     curl -sf http://127.0.0.1:$port/api/status >s.json &&
     kill -TERM $pid && { wait $pid; rc=$?; } && test $rc -eq 143 &&
-    grep -q "^bmt_events_total{job=\"[^\"]*\",kind=\"restart\"} 2\$" m.txt &&
-    grep -q "^bmt_ranks_alive{job=\"[^\"]*\"} 3\$" m.txt &&
+    grep -q "^bmt_events_total{job_id=\"[^\"]*\",kind=\"restart\"} 2\$" m.txt &&
+    grep -q "^bmt_ranks_alive{job_id=\"[^\"]*\"} 3\$" m.txt &&
     $PY - <<-EOF
 	import json
 	s = json.load(open("s.json"))

@@ -4,15 +4,21 @@
  * the render functions. Checked: the token, every kind of malformed push (and
  * that a refused push changes nothing), aggregation per job and per group, the
  * step history (complete steps, skipped-step repeats), per-rank series on
- * request, label escaping of a hostile job id, and the push counters.
+ * request, label escaping of a hostile job id, and the push counters; the
+ * values of a push (impossible ones and steps far from the job's refused, and
+ * such a push changes nothing), the last figures kept after the end with the
+ * job's state and its failed ranks, and the collector's connection limits.
  * tests/integration/test_monitor.sh drives the same code over HTTP, with
  * promtool, Prometheus and Chromium.
  */
 #include <jansson.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "collector.h"
 #include "tap.h"
@@ -92,6 +98,32 @@ static void check_refusals(void)
           "events[0]: unknown event kind \"boom\"" },
         { AUTH, "{\"version\":1,\"version\":1,\"job\":\"job1\",\"rank\":0}", 400,
           "malformed JSON" },
+        { "Bearer", "{}", 401, "missing or wrong bearer token" },
+        { "Bearer" TOKEN, "{}", 401, "missing or wrong bearer token" },
+    /* Impossible values (issue 21, item 9): JSON has no NaN or infinity,
+     * so null is the non-finite value a push can carry. */
+#define STEP1(x) "{\"version\":1,\"job\":\"job1\",\"rank\":0,\"steps\":[{\"step\":1," x "}]}"
+        { AUTH, STEP1("\"tokens_per_s\":null"), 400,
+          "steps[0]: field \"tokens_per_s\" must be a finite number: null (NaN or infinity) is "
+          "allowed only for loss" },
+        { AUTH, STEP1("\"step_time_s\":null"), 400, "field \"step_time_s\" must be a finite" },
+        { AUTH, STEP1("\"time\":null"), 400, "field \"time\" must be a finite" },
+        { AUTH, STEP1("\"tokens_per_s\":1e308"), 400,
+          "steps[0]: field \"tokens_per_s\" is 1e+308: more than any job makes (at most 1e+30)" },
+        { AUTH, STEP1("\"loss\":-2e30"), 400, "field \"loss\" is -2e+30: more than any job" },
+        { AUTH, STEP1("\"comm_wait_s\":-0.5"), 400,
+          "field \"comm_wait_s\" must not be negative (-0.5)" },
+        { AUTH, STEP1("\"mfu\":-1"), 400, "field \"mfu\" must not be negative" },
+        { AUTH, STEP1("\"lr\":-0.1"), 400, "field \"lr\" must not be negative" },
+        { AUTH, STEP1("\"tokens_total\":-5"), 400,
+          "steps[0]: field \"tokens_total\" is a count and must not be negative (-5)" },
+        { AUTH, STEP1("\"params\":-1"), 400, "field \"params\" is a count and must not be" },
+        { AUTH, STEP1("\"skipped\":2"), 400, "field \"skipped\" must be 0 or 1 (2)" },
+        { AUTH, STEP1("\"tokens\":100,\"tokens_total\":50"), 400,
+          "a total is less than the step's own count (tokens_total 50, tokens 100" },
+        { AUTH, "{\"version\":1,\"job\":\"job1\",\"rank\":0,\"steps\":[{\"step\":-1}]}", 400,
+          "steps[0]: field \"step\" is a count and must not be negative (-1)" },
+#undef STEP1
     };
     for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
         why[0] = '\0';
@@ -102,20 +134,20 @@ static void check_refusals(void)
     /* The push with one bad step of two changed nothing: rank 0 was never seen. */
     size_t len;
     char *m = collector_metrics_text(c, &len);
-    ok(m && sample(m, "bmt_ranks_reporting{job=\"job1\"}") == 0 &&
-           sample(m, "bmt_tokens_total{job=\"job1\"}") == 0,
+    ok(m && sample(m, "bmt_ranks_reporting{job_id=\"job1\"}") == 0 &&
+           sample(m, "bmt_tokens_total{job_id=\"job1\"}") == 0,
        "refused pushes changed nothing");
-    ok(sample(m, "bmt_collector_pushes_total{job=\"job1\",code=\"401\"}") == 4 &&
-           sample(m, "bmt_collector_pushes_total{job=\"job1\",code=\"400\"}") == 13 &&
-           sample(m, "bmt_collector_pushes_total{job=\"job1\",code=\"200\"}") == 0,
+    ok(sample(m, "bmt_collector_pushes_total{job_id=\"job1\",code=\"401\"}") == 6 &&
+           sample(m, "bmt_collector_pushes_total{job_id=\"job1\",code=\"400\"}") == 26 &&
+           sample(m, "bmt_collector_pushes_total{job_id=\"job1\",code=\"200\"}") == 0,
        "refusals counted by status");
     free(m);
     collector_count(c, 413);
     collector_count(c, 405);
     collector_count(c, 999); /* not a status we count */
     m = collector_metrics_text(c, &len);
-    ok(sample(m, "bmt_collector_pushes_total{job=\"job1\",code=\"413\"}") == 1 &&
-           sample(m, "bmt_collector_pushes_total{job=\"job1\",code=\"405\"}") == 1,
+    ok(sample(m, "bmt_collector_pushes_total{job_id=\"job1\",code=\"413\"}") == 1 &&
+           sample(m, "bmt_collector_pushes_total{job_id=\"job1\",code=\"405\"}") == 1,
        "413 and 405 counted");
     free(m);
     collector_destroy(c);
@@ -136,26 +168,26 @@ static void check_aggregates(void)
     size_t len;
     char *m = collector_metrics_text(c, &len);
     ok(m != NULL && len == strlen(m), "metrics rendered (%zu bytes)", len);
-    ok(sample(m, "bmt_tokens_per_second{job=\"job2\"}") == 300 + 600 + 900 + 1000,
+    ok(sample(m, "bmt_tokens_per_second{job_id=\"job2\"}") == 300 + 600 + 900 + 1000,
        "job tokens/s: the sum of the ranks' latest (%g)",
-       sample(m, "bmt_tokens_per_second{job=\"job2\"}"));
-    ok(sample(m, "bmt_group_tokens_per_second{job=\"job2\",group=\"0\"}") == 900 &&
-           sample(m, "bmt_group_tokens_per_second{job=\"job2\",group=\"1\"}") == 1900,
+       sample(m, "bmt_tokens_per_second{job_id=\"job2\"}"));
+    ok(sample(m, "bmt_group_tokens_per_second{job_id=\"job2\",group=\"0\"}") == 900 &&
+           sample(m, "bmt_group_tokens_per_second{job_id=\"job2\",group=\"1\"}") == 1900,
        "group tokens/s: the sum over the group's ranks");
-    ok(sample(m, "bmt_step{job=\"job2\"}") == 3 &&
-           sample(m, "bmt_group_step{job=\"job2\",group=\"1\"}") == 3,
+    ok(sample(m, "bmt_step{job_id=\"job2\"}") == 3 &&
+           sample(m, "bmt_group_step{job_id=\"job2\",group=\"1\"}") == 3,
        "step: the last one every rank reported");
-    ok(sample(m, "bmt_loss{job=\"job2\"}") == (2.0 + 3.0 + 4.0 + 9.0) / 4, "loss: the mean");
-    ok(sample(m, "bmt_mfu_ratio{job=\"job2\"}") == 0.25, "mfu: the mean");
-    ok(sample(m, "bmt_tokens_total{job=\"job2\"}") == 300 + 300 + 300 + 400,
+    ok(sample(m, "bmt_loss{job_id=\"job2\"}") == (2.0 + 3.0 + 4.0 + 9.0) / 4, "loss: the mean");
+    ok(sample(m, "bmt_mfu_ratio{job_id=\"job2\"}") == 0.25, "mfu: the mean");
+    ok(sample(m, "bmt_tokens_total{job_id=\"job2\"}") == 300 + 300 + 300 + 400,
        "tokens_total: the sum of the ranks' totals");
-    ok(sample(m, "bmt_memory_bytes{job=\"job2\",kind=\"param\"}") == 4000 &&
-           sample(m, "bmt_memory_peak_bytes{job=\"job2\",kind=\"param\"}") == 8000,
+    ok(sample(m, "bmt_memory_bytes{job_id=\"job2\",kind=\"param\"}") == 4000 &&
+           sample(m, "bmt_memory_peak_bytes{job_id=\"job2\",kind=\"param\"}") == 8000,
        "memory: the most of any rank");
-    ok(sample(m, "bmt_push_dropped_total{job=\"job2\"}") == 0 + 1 + 2 + 3,
+    ok(sample(m, "bmt_push_dropped_total{job_id=\"job2\"}") == 0 + 1 + 2 + 3,
        "dropped: the sum of what the ranks said");
-    ok(sample(m, "bmt_ranks_reporting{job=\"job2\"}") == 4 &&
-           sample(m, "bmt_ranks_alive{job=\"job2\"}") == 4,
+    ok(sample(m, "bmt_ranks_reporting{job_id=\"job2\"}") == 4 &&
+           sample(m, "bmt_ranks_alive{job_id=\"job2\"}") == 4,
        "4 reporting, 4 alive");
     ok(strstr(m, "bmt_rank_") == NULL, "no per-rank series unless asked");
     ok(strstr(m, "# TYPE bmt_tokens_total counter\n") && strstr(m, "# TYPE bmt_loss gauge\n"),
@@ -221,11 +253,17 @@ static void check_aggregates(void)
     ok(json_object_get(st, "ranks") == NULL, "no per-rank list unless asked");
     json_decref(st);
 
-    collector_rank_exited(c, 2);
-    collector_rank_exited(c, 2);
     m = collector_metrics_text(c, &len);
-    ok(sample(m, "bmt_ranks_alive{job=\"job2\"}") == 3 &&
-           sample(m, "bmt_ranks_reporting{job=\"job2\"}") == 3,
+    ok(sample(m, "bmt_job_state{job_id=\"job2\",state=\"running\"}") == 1 &&
+           sample(m, "bmt_ranks_failed{job_id=\"job2\"}") == 0 &&
+           strstr(m, "bmt_job_exit_code") == NULL && strstr(m, "bmt_rank_exit_") == NULL,
+       "while running: state running, no exit code, no failed rank");
+    free(m);
+    collector_rank_exited(c, 2, 0);
+    collector_rank_exited(c, 2, 0);
+    m = collector_metrics_text(c, &len);
+    ok(sample(m, "bmt_ranks_alive{job_id=\"job2\"}") == 3 &&
+           sample(m, "bmt_ranks_reporting{job_id=\"job2\"}") == 3,
        "an exited rank is neither alive nor reporting (counted once)");
     free(m);
     collector_job_ended(c, 3);
@@ -237,9 +275,21 @@ static void check_aggregates(void)
        "state ended with the exit status");
     json_decref(st);
     m = collector_metrics_text(c, &len);
-    ok(sample(m, "bmt_job_running{job=\"job2\"}") == 0 &&
-           sample(m, "bmt_tokens_per_second{job=\"job2\"}") == 0,
-       "after the end: not running, no throughput");
+    /* Issue 21, item 7: a scrape after the end sees the last figures. Every
+     * rank's last step was 4, at 10 tokens/s and loss 1 (rank 3's: 1000, 9). */
+    ok(sample(m, "bmt_job_running{job_id=\"job2\"}") == 0 &&
+           sample(m, "bmt_tokens_per_second{job_id=\"job2\"}") == 10 + 10 + 10 + 1000 &&
+           sample(m, "bmt_loss{job_id=\"job2\"}") == (1 + 1 + 1 + 9) / 4.0 &&
+           sample(m, "bmt_group_loss{job_id=\"job2\",group=\"1\"}") == (1 + 9) / 2.0 &&
+           sample(m, "bmt_ranks_reporting{job_id=\"job2\"}") == 0,
+       "after the end: not running, none reporting, the gauges keep every rank's last figures "
+       "(tokens/s %g, loss %g)",
+       sample(m, "bmt_tokens_per_second{job_id=\"job2\"}"), sample(m, "bmt_loss{job_id=\"job2\"}"));
+    ok(sample(m, "bmt_job_state{job_id=\"job2\",state=\"failed\"}") == 1 &&
+           sample(m, "bmt_job_state{job_id=\"job2\",state=\"running\"}") == 0 &&
+           sample(m, "bmt_job_state{job_id=\"job2\",state=\"succeeded\"}") == 0 &&
+           sample(m, "bmt_job_exit_code{job_id=\"job2\"}") == 3,
+       "after the end: state failed, exit code 3");
     free(m);
     collector_destroy(c);
 }
@@ -260,13 +310,204 @@ static void check_per_rank_and_labels(void)
     ok(code == 200, "a job id with quote, backslash and newline pushes fine (%s)", why);
     size_t len;
     char *m = collector_metrics_text(c, &len);
-    ok(strstr(m, "bmt_rank_tokens_per_second{job=\"we\\\"ird\\\\job\\nid\",group=\"0\",rank=\"1\"} "
-                 "42\n") != NULL,
+    ok(strstr(m,
+              "bmt_rank_tokens_per_second{job_id=\"we\\\"ird\\\\job\\nid\",group=\"0\",rank=\"1\"} "
+              "42\n") != NULL,
        "per-rank series with the label escaped");
     ok(strstr(m, "rank=\"0\"") == NULL, "a rank that never pushed has no series");
     ok(strchr(m, '\r') == NULL && strstr(m, "job\nid") == NULL, "no raw newline in a label");
     free(m);
     collector_destroy(c);
+}
+
+/* The status JSON's history as "step:ranks,..." (and its length). */
+static void history_of(collector_t *c, char *out, size_t n, size_t *points)
+{
+    size_t len;
+    char *s = collector_status_json(c, false, &len);
+    json_error_t je;
+    json_t *st = json_loads(s, 0, &je), *h = json_object_get(st, "history");
+    free(s);
+    out[0] = '\0';
+    *points = json_array_size(h);
+    for (size_t i = 0, o = 0; i < json_array_size(h) && o < n; i++) {
+        json_t *p = json_array_get(h, i);
+        o += (size_t)snprintf(out + o, n - o, "%lld:%lld,",
+                              (long long)json_integer_value(json_object_get(p, "step")),
+                              (long long)json_integer_value(json_object_get(p, "ranks")));
+    }
+    json_decref(st);
+}
+
+/* Issue 21, item 9: a rank's step far from the job's is refused with 400, the
+ * push changes nothing, and the history keeps growing. */
+static void check_far_steps(void)
+{
+    collector_t *c = make("job3", 1, 2, false);
+    char why[300] = "";
+    int bad = 0;
+    for (long s = 1; s <= 5; s++)
+        for (int r = 0; r < 2; r++)
+            bad += push(c, "job3", r, s, 100, 2, why) != 200;
+    ok(bad == 0, "steps 1-5 of 2 ranks accepted (%s)", why);
+    char before[4096], after[4096];
+    size_t n0, n1, len;
+    history_of(c, before, sizeof(before), &n0);
+    char *m0 = collector_metrics_text(c, &len);
+
+    int code = push(c, "job3", 1, 1000000, 100, 2, why);
+    ok(code == 400 &&
+           strstr(why, "steps[0]: step 1000000 is far from the job's (its highest step "
+                       "so far is 5; a push may be at most 1000 steps ahead of it") != NULL,
+       "step 1,000,000 of a job at step 5: 400 (%s)", why);
+    code = push(c, "job3", 0, 1006, 100, 2, why);
+    ok(code == 400 && strstr(why, "step 1006 is far"), "1001 steps ahead: 400");
+    /* One good step and one far: nothing of the push is applied. */
+    const char *two = "{\"version\":1,\"job\":\"job3\",\"rank\":0,\"steps\":[{\"step\":6,"
+                      "\"tokens_per_s\":5e5,\"loss\":7},{\"step\":900000}]}";
+    code = collector_ingest(c, AUTH, two, strlen(two), why, sizeof(why));
+    ok(code == 400 && strstr(why, "steps[1]: step 900000 is far"),
+       "a push of step 6 and step 900000: 400 for steps[1] (%s)", why);
+    history_of(c, after, sizeof(after), &n1);
+    char *m1 = collector_metrics_text(c, &len);
+    /* Only the push counters may differ. */
+    char *p0 = strstr(m0, "# HELP bmt_collector_pushes_total"),
+         *p1 = strstr(m1, "# HELP bmt_collector_pushes_total");
+    char *q0 = p0 ? strstr(p0, "# HELP bmt_group") : NULL,
+         *q1 = p1 ? strstr(p1, "# HELP bmt_group") : NULL;
+    ok(strcmp(before, after) == 0 && p0 && p1 && q0 && q1 && p0 - m0 == p1 - m1 &&
+           strncmp(m0, m1, (size_t)(p0 - m0)) == 0 && strcmp(q0, q1) == 0,
+       "the refused pushes changed neither the history (%s) nor /metrics", after);
+    ok(sample(m1, "bmt_collector_pushes_total{job_id=\"job3\",code=\"400\"}") == 3,
+       "3 refusals counted");
+    free(m0);
+    free(m1);
+    /* The history is not frozen: steps 6-8 complete with both ranks. */
+    bad = 0;
+    for (long s = 6; s <= 8; s++)
+        for (int r = 0; r < 2; r++)
+            bad += push(c, "job3", r, s, 100, 2, why) != 200;
+    history_of(c, after, sizeof(after), &n1);
+    ok(bad == 0 && n1 == 8 && strstr(after, "6:2,7:2,8:2,"), "then steps 6-8 complete: %s", after);
+    ok(push(c, "job3", 0, 1008, 100, 2, why) == 200, "1000 steps ahead is near enough (%s)", why);
+    ok(push(c, "job3", 1, 9, 100, 2, why) == 200, "a rank behind the leader by 999 too (%s)", why);
+
+    /* A restart may resume from a checkpoint of any step. */
+    collector_job_restarted(c, 1, "rank 0 (pid 1 on h) exited with code 1");
+    ok(push(c, "job3", 0, 50000, 100, 2, why) == 200 &&
+           push(c, "job3", 1, 50000, 100, 2, why) == 200,
+       "after a restart, step 50000 is the job's (%s)", why);
+    ok(push(c, "job3", 1, 48000, 100, 2, why) == 400 &&
+           strstr(why, "at most 1000 steps ahead of it and 1000 behind"),
+       "and step 48000 is 2000 behind it (%s)", why);
+
+    /* Pushes held back catch up: at the run's rate (steps 50000 to 51000 over
+     * at least 1 s) twice the time since the leading step is allowed more. */
+    ok(push(c, "job3", 0, 51000, 100, 2, why) == 200, "step 51000");
+    struct timespec ts = { 0, 400 * 1000 * 1000 };
+    nanosleep(&ts, NULL);
+    ok(push(c, "job3", 0, 52500, 100, 2, why) == 200,
+       "0.4 s later at up to 1000 steps/s, step 52500 catches up (%s)", why);
+    ok(push(c, "job3", 0, 1000000, 100, 2, why) == 400, "but not step 1,000,000");
+    collector_destroy(c);
+}
+
+/* Issue 21, item 7: the end of a job and its failed ranks, bounded. */
+static void check_failures(void)
+{
+    collector_t *c = make("job4", 1, 3, false);
+    char why[300] = "";
+    for (int r = 0; r < 2; r++) /* rank 2 never pushes */
+        push(c, "job4", r, 1, 100, 2.5, why);
+    collector_rank_exited(c, 1, 7 << 8); /* exit(7) */
+    collector_rank_exited(c, 2, SIGKILL);
+    collector_rank_exited(c, 0, 0);
+    collector_job_ended(c, 7);
+    char host[64] = "";
+    gethostname(host, sizeof(host) - 1);
+    char want[200];
+    size_t len;
+    char *m = collector_metrics_text(c, &len);
+    ok(sample(m, "bmt_ranks_failed{job_id=\"job4\"}") == 2 &&
+           sample(m, "bmt_rank_exit_code{job_id=\"job4\",rank=\"1\",host=\"h1\"}") == 7,
+       "rank 1 failed with code 7, on the host it pushed from");
+    snprintf(want, sizeof(want), "bmt_rank_exit_signal{job_id=\"job4\",rank=\"2\",host=\"%s\"}",
+             host);
+    ok(sample(m, want) == 9, "rank 2 killed by signal 9, on our host (it never pushed): %s", want);
+    ok(strstr(m, "rank=\"0\"") == NULL, "rank 0 exited 0: not failed");
+    ok(sample(m, "bmt_job_exit_code{job_id=\"job4\"}") == 7 &&
+           sample(m, "bmt_job_state{job_id=\"job4\",state=\"failed\"}") == 1 &&
+           sample(m, "bmt_loss{job_id=\"job4\"}") == 2.5,
+       "job failed with 7; the last loss kept");
+    free(m);
+    char *s = collector_status_json(c, false, &len);
+    ok(strstr(s, "\"ranks_failed\":2") &&
+           strstr(s, "\"failed_ranks\":[{\"rank\":1,\"host\":\"h1\",\"exit_code\":7},{\"rank\":2,"),
+       "status: the failed ranks");
+    free(s);
+    collector_destroy(c);
+
+    /* 1000 ranks killed: 1000 counted, 16 named. */
+    c = make("job5", 40, 25, false);
+    for (int r = 0; r < 1000; r++)
+        collector_rank_exited(c, r, SIGTERM);
+    collector_job_ended(c, 143);
+    m = collector_metrics_text(c, &len);
+    int named = 0;
+    for (const char *p = m; (p = strstr(p, "\nbmt_rank_exit_signal{")) != NULL; p++)
+        named++;
+    ok(sample(m, "bmt_ranks_failed{job_id=\"job5\"}") == 1000 && named == COLLECTOR_FAILED_SHOWN &&
+           strstr(m, "rank=\"0\",") && strstr(m, "rank=\"15\",") && !strstr(m, "rank=\"16\","),
+       "1000 failed ranks: counted, the first %d named (%d)", COLLECTOR_FAILED_SHOWN, named);
+    free(m);
+    collector_destroy(c);
+
+    c = make("job6", 1, 2, false);
+    collector_rank_exited(c, 0, 0);
+    collector_rank_exited(c, 1, 0);
+    collector_job_ended(c, 0);
+    m = collector_metrics_text(c, &len);
+    ok(sample(m, "bmt_job_state{job_id=\"job6\",state=\"succeeded\"}") == 1 &&
+           sample(m, "bmt_job_exit_code{job_id=\"job6\"}") == 0 &&
+           sample(m, "bmt_ranks_failed{job_id=\"job6\"}") == 0,
+       "a clean end: succeeded, code 0, no failed rank");
+    free(m);
+    collector_destroy(c);
+}
+
+/* Issue 21, item 10: the scheme is case-insensitive (RFC 7235). */
+static void check_bearer_case(void)
+{
+    collector_t *c = make("job7", 1, 1, false);
+    const char *auths[] = { "bearer " TOKEN, "BEARER " TOKEN, "bEaReR   " TOKEN };
+    const char *body = "{\"version\":1,\"job\":\"job7\",\"rank\":0}";
+    char why[300] = "";
+    for (int i = 0; i < 3; i++)
+        ok(collector_ingest(c, auths[i], body, strlen(body), why, sizeof(why)) == 200,
+           "Authorization: %.12s... accepted (%s)", auths[i], why);
+    collector_destroy(c);
+}
+
+static void check_conn_limits(void)
+{
+    static const struct {
+        int world;
+        long nofile;
+        unsigned total, per_ip;
+    } t[] = {
+        { 2, 1024, 1024 - 138, (1024 - 138) / 2 },
+        { 2, 20000, 16384, 8192 }, /* at most 16384 */
+        { 1000, 20000, 20000 - 5128, (20000 - 5128) / 2 },
+        { 1000, 9000, 9000 - 5128, 2064 }, /* twice one node's 1000 ranks + 64 > half */
+        { 2000, 6000, 64, 64 },            /* no room: 64 */
+    };
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+        unsigned total, per_ip;
+        collector_conn_limits(t[i].world, t[i].nofile, &total, &per_ip);
+        ok(total == t[i].total && per_ip == t[i].per_ip,
+           "%d ranks, %ld files: %u connections (want %u), %u per address (want %u)", t[i].world,
+           t[i].nofile, total, t[i].total, per_ip, t[i].per_ip);
+    }
 }
 
 static void check_token(void)
@@ -290,6 +531,10 @@ int main(void)
     check_refusals();
     check_aggregates();
     check_per_rank_and_labels();
+    check_far_steps();
+    check_failures();
+    check_bearer_case();
+    check_conn_limits();
     check_token();
     return done_testing();
 }
