@@ -631,7 +631,9 @@ test_expect_success "Pushgateway mode: each rank PUTs its latest step to a real 
 # ------------------------------------------------------------ scale
 
 test_expect_success "1000 ranks (40 x 25) push to one collector: every token counted, series stay per job and group" '
-    start_job --metrics-port $(free_port) --metrics-linger 60 --backend none --timeout 120 -g 40 -n 25 -- \
+    # a 2-core machine that others load too: no push may time out (every token counted)
+    BMT_METRICS_TIMEOUT=60 BMT_PLUGIN_FLUSH_TIMEOUT=60 \
+        start_job --metrics-port $(free_port) --metrics-linger 60 --backend none --timeout 120 -g 40 -n 25 -- \
         $PROGS/steps --steps 10 --pace 300 &&
     for i in $(seq 2400); do
         curl -sf "$URL/api/status" >s.json && grep -q "\"state\":\"ended\"" s.json && break; sleep 0.1
