@@ -398,6 +398,12 @@ static int run_sbatch(const launch_opts_t *o)
     return st == -1 ? 1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+/* job_opts_t.signal_step under Slurm: through scancel, not srun (slurm.h). */
+static int signal_step(void *arg, int sig, bmt_error_t *err)
+{
+    return slurm_step_signal(arg, sig, err);
+}
+
 /* Inside a Slurm allocation: srun starts the ranks; bmlaunch supervises srun. */
 static int run_slurm(const launch_opts_t *o, const slurm_alloc_t *a)
 {
@@ -444,6 +450,8 @@ static int run_slurm(const launch_opts_t *o, const slurm_alloc_t *a)
     gethostname(host, sizeof(host) - 1);
     metrics_env_t me = { 0 };
     collector_t *coll = NULL;
+    slurm_step_t step;
+    slurm_step_init(&step, a->job_id, "");
     job_opts_t jo = {
         .world = l.world,
         .grace_s = o->grace_s,
@@ -454,6 +462,8 @@ static int run_slurm(const launch_opts_t *o, const slurm_alloc_t *a)
         .notify_fd = -1,
         .demux = true,
         .max_restarts = o->max_restarts,
+        .signal_step = signal_step,
+        .signal_step_arg = &step,
     };
     job_t *job = job_create(&jo, &err);
     if (job == NULL) {
@@ -466,27 +476,33 @@ static int run_slurm(const launch_opts_t *o, const slurm_alloc_t *a)
         job_destroy(job);
         return usage_error(err.text);
     }
-    char **argv = slurm_srun_argv(a, o, &l, self);
-    if (argv == NULL) {
-        fprintf(stderr, "bmlaunch: out of memory\n");
-        job_destroy(job);
-        collector_destroy(coll);
-        return 1;
-    }
-    if (o->verbose) {
-        fprintf(stderr, "bmlaunch: allocation %s: %d x %d = %d ranks on %d of %d nodes:", a->job_id,
-                l.groups, l.gpus_per_group, l.world, l.nodes, a->nodes);
-        for (char **p = argv; *p; p++)
-            fprintf(stderr, " %s", *p);
-        fputc('\n', stderr);
-    }
     /* One srun (one job step) per run; a restart is the next step of the same
-     * allocation, with BMT_RESTART in the tasks' environment (srun passes ours). */
+     * allocation, with BMT_RESTART in the tasks' environment (srun passes ours).
+     * Each step has a name of its own, by which signals find it (scancel). */
     int status = 1;
+    char **argv = NULL;
     for (int restart = 0;; restart++) {
         if (restart > 0) {
             announce_restart(job, coll, restart, o->max_restarts);
             job_reset(job, restart);
+        }
+        char step_name[96];
+        snprintf(step_name, sizeof(step_name), "bmlaunch.%d.%d", (int)getpid(), restart);
+        slurm_step_init(&step, a->job_id, step_name);
+        slurm_argv_free(argv);
+        argv = slurm_srun_argv(a, o, &l, self, step_name);
+        if (argv == NULL) {
+            fprintf(stderr, "bmlaunch: out of memory\n");
+            status = 1;
+            break;
+        }
+        if (o->verbose) {
+            fprintf(stderr,
+                    "bmlaunch: allocation %s: %d x %d = %d ranks on %d of %d nodes:", a->job_id,
+                    l.groups, l.gpus_per_group, l.world, l.nodes, a->nodes);
+            for (char **p = argv; *p; p++)
+                fprintf(stderr, " %s", *p);
+            fputc('\n', stderr);
         }
         char **env = rank_env(o, &l, -1, job_id, restart, &me);
         int rc = env ? job_spawn_driver(job, srun, argv, env, &err)

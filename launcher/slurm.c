@@ -8,8 +8,12 @@
  *
  * srun flags: --mpi=pmix (slurmd is the PMIx server), one task per rank with
  * --ntasks-per-node and --distribution=block (rank r on node r / gpus_per_node),
- * --kill-on-bad-exit (the first failing task ends the step, as locally), --label
- * (bmlaunch splits the output per rank), --unbuffered. GPUs: --gpu-bind=none so
+ * --job-name (the step's name, by which bmlaunch finds it to signal it), --label
+ * (bmlaunch splits the output per rank), --unbuffered. Not --kill-on-bad-exit:
+ * srun would SIGKILL the other tasks at the first failure; bmlaunch reads srun's
+ * report of it and ends the step as it ends local ranks (SIGTERM, --grace,
+ * SIGKILL), through scancel (slurm_step_signal: srun itself turns SIGINT into a
+ * status request and SIGTERM into SIGKILL). GPUs: --gpu-bind=none so
  * every task sees its node's GPUs and takes cuda:<local rank> (binding one GPU
  * per task through cgroups hides the peers and breaks NVLink peer access), and
  * each task gets the node's CPUs split evenly and bound (--cpus-per-task,
@@ -19,10 +23,15 @@
 #include "slurm.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "error.h"
@@ -169,7 +178,7 @@ static int push(char ***v, int *n, int *cap, const char *fmt, ...)
 }
 
 char **slurm_srun_argv(const slurm_alloc_t *a, const launch_opts_t *o, const bmt_layout_t *l,
-                       const char *self)
+                       const char *self, const char *step_name)
 {
     char **v = NULL;
     int n = 0, cap = 0, bad = 0;
@@ -180,7 +189,7 @@ char **slurm_srun_argv(const slurm_alloc_t *a, const launch_opts_t *o, const bmt
     bad |= push(&v, &n, &cap, "--ntasks=%d", l->world);
     bad |= push(&v, &n, &cap, "--ntasks-per-node=%d", l->gpus_per_node);
     bad |= push(&v, &n, &cap, "--distribution=block");
-    bad |= push(&v, &n, &cap, "--kill-on-bad-exit=1");
+    bad |= push(&v, &n, &cap, "--job-name=%s", step_name);
     bad |= push(&v, &n, &cap, "--label");
     bad |= push(&v, &n, &cap, "--unbuffered");
     if (cuda) {
@@ -213,6 +222,141 @@ void slurm_argv_free(char **argv)
     for (char **p = argv; *p; p++)
         free(*p);
     free(argv);
+}
+
+/* ------------------------------------------------------------ the job step */
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int slurm_command(char *const argv[], double timeout_s, char *out, size_t len)
+{
+    size_t got = 0;
+    out[0] = '\0';
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) {
+        snprintf(out, len, "pipe: %s", strerror(errno));
+        return -1;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(out, len, "fork: %s", strerror(errno));
+        close(p[0]), close(p[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        dup2(p[1], 1);
+        dup2(p[1], 2);
+        execvp(argv[0], argv);
+        dprintf(2, "cannot run %s: %s", argv[0], strerror(errno));
+        _exit(127);
+    }
+    close(p[1]);
+    const double deadline = mono_s() + timeout_s;
+    bool timed_out = false;
+    for (;;) {
+        double left = deadline - mono_s();
+        if (left <= 0) {
+            timed_out = true;
+            break;
+        }
+        struct pollfd pfd = { .fd = p[0], .events = POLLIN };
+        int rc = poll(&pfd, 1, (int)(left * 1000) + 1);
+        if (rc < 0 && errno == EINTR)
+            continue;
+        if (rc <= 0)
+            continue;
+        char buf[512];
+        ssize_t n = read(p[0], buf, sizeof(buf));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        size_t take = got + 1 < len ? len - 1 - got : 0;
+        if ((size_t)n < take)
+            take = (size_t)n;
+        memcpy(out + got, buf, take);
+        got += take;
+        out[got] = '\0';
+    }
+    close(p[0]);
+    if (timed_out)
+        kill(pid, SIGKILL);
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    while (got > 0 && (out[got - 1] == '\n' || out[got - 1] == ' '))
+        out[--got] = '\0';
+    if (timed_out) {
+        snprintf(out, len, "%s did not answer within %g s", argv[0], timeout_s);
+        return -1;
+    }
+    if (WIFSIGNALED(status)) {
+        snprintf(out + got, len - got, "%s%s was killed by signal %d", got ? "; " : "", argv[0],
+                 WTERMSIG(status));
+        return -1;
+    }
+    return WEXITSTATUS(status);
+}
+
+int slurm_step_find(const char *squeue_out, const char *name, char *id, size_t len)
+{
+    long best = -1;
+    const char *line = squeue_out;
+    while (line && *line) {
+        const char *nl = strchr(line, '\n');
+        size_t ll = nl ? (size_t)(nl - line) : strlen(line);
+        const char *sp = memchr(line, ' ', ll);
+        const char *dot = memchr(line, '.', sp ? (size_t)(sp - line) : ll);
+        if (sp && dot && ll - (size_t)(sp + 1 - line) == strlen(name) &&
+            memcmp(sp + 1, name, strlen(name)) == 0) {
+            char *end;
+            long step = strtol(dot + 1, &end, 10);
+            if (end == sp && step > best && (size_t)(sp - line) < len) {
+                best = step;
+                snprintf(id, len, "%.*s", (int)(sp - line), line);
+            }
+        }
+        line = nl ? nl + 1 : NULL;
+    }
+    return best >= 0 ? 0 : -1;
+}
+
+void slurm_step_init(slurm_step_t *s, const char *job_id, const char *name)
+{
+    memset(s, 0, sizeof(*s));
+    snprintf(s->job_id, sizeof(s->job_id), "%s", job_id);
+    snprintf(s->name, sizeof(s->name), "%s", name);
+    s->timeout_s = 10;
+}
+
+int slurm_step_signal(slurm_step_t *s, int sig, bmt_error_t *err)
+{
+    char out[4096];
+    if (s->id[0] == '\0') {
+        char *q[] = { "squeue", "-h", "-s", "-j", s->job_id, "-o", "%i %j", NULL };
+        int rc = slurm_command(q, s->timeout_s, out, sizeof(out));
+        if (rc != 0)
+            return errprintf(err, "squeue -s -j %s: %.1000s", s->job_id,
+                             out[0] ? out : "failed with no message");
+        if (slurm_step_find(out, s->name, s->id, sizeof(s->id)) < 0)
+            return 1;
+    }
+    char signal[32];
+    snprintf(signal, sizeof(signal), "--signal=%d", sig);
+    char *c[] = { "scancel", signal, s->id, NULL };
+    int rc = slurm_command(c, s->timeout_s, out, sizeof(out));
+    if (rc != 0)
+        return errprintf(err, "scancel %s %s: %.1000s", signal, s->id,
+                         out[0] ? out : "failed with no message");
+    return 0;
 }
 
 static int env_int(const char *name, int *out)

@@ -42,12 +42,46 @@ int slurm_uniform_count(const char *text, int *out);
 int slurm_plan(const slurm_alloc_t *a, const launch_opts_t *o, bmt_layout_t *l, bmt_error_t *err);
 
 /* srun's argument vector (NULL-terminated, malloc'd strings and array) for the
- * layout: one task per rank, block distribution, --kill-on-bad-exit, --label,
- * each task running `self --rank-exec -- prog args`. */
+ * layout: one task per rank, block distribution, --label, the step named
+ * step_name (--job-name: slurm_step_signal finds it by that name), each task
+ * running `self --rank-exec -- prog args`. No --kill-on-bad-exit: srun would
+ * SIGKILL the other tasks at once; bmlaunch ends the step itself (SIGTERM,
+ * then SIGKILL after --grace), as in local mode. */
 char **slurm_srun_argv(const slurm_alloc_t *a, const launch_opts_t *o, const bmt_layout_t *l,
-                       const char *self);
+                       const char *self, const char *step_name);
 
 void slurm_argv_free(char **argv);
+
+/* One srun's job step, signalled through Slurm rather than through srun.
+ * srun takes SIGINT as a request for status (two within a second: SIGKILL to
+ * every task) and SIGTERM/SIGHUP as "SIGKILL every task now", so neither
+ * reaches the ranks as the signal with a grace period. `scancel --signal=SIG
+ * JOB.STEP` delivers the signal itself to every task on every node and leaves
+ * the step running. */
+typedef struct slurm_step {
+    char job_id[64];  /* the allocation */
+    char name[128];   /* srun --job-name of this run's step */
+    char id[160];     /* "JOB.STEP" once squeue has shown it, else "" */
+    double timeout_s; /* for each squeue or scancel call */
+} slurm_step_t;
+
+void slurm_step_init(slurm_step_t *s, const char *job_id, const char *name);
+
+/* Deliver sig to every task of the step: squeue finds the step by its name
+ * (once), scancel --signal signals it. Returns 0 when scancel accepted it, 1
+ * when squeue does not show the step (not created yet, or ended), -1 when a
+ * command failed or timed out (err says which, with its output). */
+int slurm_step_signal(slurm_step_t *s, int sig, bmt_error_t *err);
+
+/* Pure: from `squeue -h -s -o "%i %j"` output, the id of the newest step
+ * (highest step number) named name into id. Returns 0, or -1 when none. */
+int slurm_step_find(const char *squeue_out, const char *name, char *id, size_t len);
+
+/* Run argv (argv[0] searched in PATH) with the default signal mask, stdout and
+ * stderr into out (at most len - 1 bytes, NUL-terminated), for at most
+ * timeout_s seconds (then SIGKILL). Returns its exit status, or -1 (out says
+ * why: could not start, killed by a signal, timed out). */
+int slurm_command(char *const argv[], double timeout_s, char *out, size_t len);
 
 /* bmlaunch --rank-exec: in a task started by srun, set BMT_RANK, BMT_LOCAL_RANK,
  * BMT_NODE, BMT_GROUP and BMT_GROUP_RANK from SLURM_PROCID and the BMT_ layout

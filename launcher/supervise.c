@@ -343,6 +343,8 @@ static void emit_line(job_t *job, rank_proc_t *rp, bool is_err, const char *line
     fputc('\n', con);
 }
 
+static void begin_end(job_t *job);
+
 /* The signal whose description (strsignal, as srun prints it) is text. */
 static int signal_named(const char *text)
 {
@@ -398,11 +400,12 @@ static void srun_report(job_t *job, const char *line, size_t len)
     job->fail_rank = (int)rank;
     job->fail_at = now_s();
     if (list + span == end)
-        fprintf(stderr, "bmlaunch: rank %ld (on %s) %s; srun ends the job step\n", rank,
-                job->fail_host, what);
+        fprintf(stderr, "bmlaunch: rank %ld (on %s) %s; ending the job\n", rank, job->fail_host,
+                what);
     else
-        fprintf(stderr, "bmlaunch: ranks %.*s (on %s) %s; srun ends the job step\n", (int)span,
-                list, job->fail_host, what);
+        fprintf(stderr, "bmlaunch: ranks %.*s (on %s) %s; ending the job\n", (int)span, list,
+                job->fail_host, what);
+    begin_end(job);
 }
 
 /* Slurm mode: "N: text" (srun --label) is rank N's line; the rest is srun's. */
@@ -432,6 +435,7 @@ static void demux_line(job_t *job, bool is_err, const char *line, size_t len)
             job->fail_code = status;
             job->fail_at = now_s();
             snprintf(job->fail_msg, sizeof(job->fail_msg), "%s", msg + 3);
+            begin_end(job);
         }
         return;
     }
@@ -492,6 +496,22 @@ static void stream_read(job_t *job, rank_proc_t *rp, stream_t *s)
 
 static void signal_ranks(job_t *job, int sig)
 {
+    if (job->o.signal_step && job->o.demux && job->driver.running &&
+        (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGKILL)) {
+        bmt_error_t err = { { 0 } };
+        int rc = job->o.signal_step(job->o.signal_step_arg, sig, &err);
+        if (rc < 0)
+            fprintf(stderr,
+                    "bmlaunch: signalling the job step through Slurm failed: %s; sending "
+                    "%s to srun instead\n",
+                    err.text, sig_name(sig));
+        else if (rc > 0 && job->o.verbose)
+            fprintf(stderr,
+                    "bmlaunch: srun's job step is not in squeue (yet); sending %s to srun\n",
+                    sig_name(sig));
+        if (rc == 0 && sig != SIGKILL)
+            return;
+    }
     for (int i = 0; i < nprocs(job); i++)
         if (proc(job, i)->running)
             kill(-proc(job, i)->pid, sig);
@@ -589,8 +609,8 @@ static void handle_signals(job_t *job)
         if (job->o.verbose || sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
             if (job->o.demux)
                 fprintf(stderr,
-                        "bmlaunch: received %s; forwarding it to srun, which signals "
-                        "every task\n",
+                        "bmlaunch: received %s; forwarding it to every task of the job "
+                        "step\n",
                         sig_name(sig));
             else
                 fprintf(stderr, "bmlaunch: received %s; forwarding it to %d rank%s\n",
@@ -808,10 +828,10 @@ void job_summary(job_t *job)
 
 static int exit_status(const job_t *job)
 {
-    /* Under srun a forwarded SIGTERM may end the tasks by SIGTERM or, when srun
-     * forces the step down, by SIGKILL: report the signal the user sent, as a
-     * local run would. */
-    if (job->o.demux && job->fail_rank < 0 && job->user_signal)
+    /* Under srun the tasks that a forwarded SIGTERM ended (by SIGTERM, or by
+     * SIGKILL after the grace) make srun fail: report the signal the user sent,
+     * as a local run would. Tasks that caught it and exited 0 leave srun's 0. */
+    if (job->o.demux && job->fail != FAIL_NONE && job->fail_rank < 0 && job->user_signal)
         return 128 + job->user_signal;
     switch (job->fail) {
     case FAIL_EXIT: return job->fail_code;

@@ -37,6 +37,14 @@ typedef struct job_opts {
      * mode; rank -1: srun, Slurm mode). NULL: none. */
     void (*on_exit)(void *arg, int rank, int wait_status);
     void *on_exit_arg;
+    /* Slurm mode: deliver SIGINT, SIGTERM, SIGHUP or SIGKILL to every task of
+     * srun's job step (slurm_step_signal: srun would turn them into a status
+     * request or an immediate SIGKILL). Returns 0 when delivered, 1 when the
+     * step is not there (yet), -1 with err on failure; then bmlaunch signals
+     * srun as before. After a SIGKILL through it, srun is killed as well. NULL:
+     * every signal goes to srun. */
+    int (*signal_step)(void *arg, int sig, bmt_error_t *err);
+    void *signal_step_arg;
 } job_opts_t;
 
 /* Block the signals bmlaunch handles (so they queue for the poll loop, also

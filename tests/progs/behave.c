@@ -13,6 +13,11 @@
  *   overflow        overflow a signed int (undefined behaviour: a sanitizer build
  *                   with halt_on_error must end the program), else exit 0
  *   ignore-term     ignore SIGTERM and sleep (bmlaunch must SIGKILL it)
+ *   catch S [F C]   wait for SIGINT, SIGTERM or SIGHUP; at the first, print "rank R:
+ *                   got SIGxxx", take S seconds (a checkpoint, say), print "rank R:
+ *                   handled" and exit 0 (a large S: bmlaunch must SIGKILL it after
+ *                   --grace). With F and C, rank F instead exits C one second
+ *                   after every rank wrote its pid (BEHAVE_PIDDIR)
  *   fork-sleep      leave a background child that sleeps, then exit 0
  *   env             print the BMT_ and PMIX_RANK variables, exit 0
  *   init            bmt_init (backend none) and print the rank, exit 0
@@ -39,6 +44,9 @@
 #include "bmt/bmt.h"
 
 extern char **environ;
+
+static volatile sig_atomic_t caught;
+static void on_signal(int sig) { caught = sig; }
 
 static void note_pid(int rank)
 {
@@ -204,6 +212,30 @@ int main(int argc, char **argv)
     if (strcmp(action, "ignore-term") == 0) {
         signal(SIGTERM, SIG_IGN);
         wait_forever(rank);
+    }
+    if (strcmp(action, "catch") == 0 && a + 1 < argc) {
+        sigset_t mask, old;
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGINT), sigaddset(&mask, SIGTERM), sigaddset(&mask, SIGHUP);
+        sigprocmask(SIG_BLOCK, &mask, &old);
+        signal(SIGINT, on_signal), signal(SIGTERM, on_signal), signal(SIGHUP, on_signal);
+        printf("rank %d waiting for a signal\n", rank);
+        fflush(stdout);
+        if (a + 3 < argc && rank == atoi(argv[a + 2])) {
+            sleep(1);
+            fprintf(stderr, "rank %d: exiting with %s\n", rank, argv[a + 3]);
+            return atoi(argv[a + 3]);
+        }
+        while (!caught)
+            sigsuspend(&old);
+        printf("rank %d: got %s\n", rank,
+               caught == SIGINT    ? "SIGINT"
+               : caught == SIGTERM ? "SIGTERM"
+                                   : "SIGHUP");
+        fflush(stdout);
+        usleep((useconds_t)(atof(argv[a + 1]) * 1e6));
+        printf("rank %d: handled\n", rank);
+        return 0;
     }
     if (strcmp(action, "fork-sleep") == 0) {
         pid_t pid = fork();

@@ -24,7 +24,8 @@ export NODE
 test_expect_success "collectives 2x2 through srun inside salloc (shm on one node)" '
     with_timeout 120 salloc -N1 -n4 $BMLAUNCH -v -g 2 -n 2 --timeout 60 -- $PROGS/collcheck --quick >out 2>err &&
     test $(grep -c "checks passed on world(4), group(2), replica(2)" out) -eq 4 &&
-    grep -q "srun --mpi=pmix --nodes=1 --ntasks=4 --ntasks-per-node=4 --distribution=block --kill-on-bad-exit=1 --label" err
+    grep -q "srun --mpi=pmix --nodes=1 --ntasks=4 --ntasks-per-node=4 --distribution=block --job-name=bmlaunch\.[0-9]*\.0 --label" err &&
+    ! grep -q -- "--kill-on-bad-exit" err
 '
 
 test_expect_success "each task gets the same BMT_ variables as a local rank" '
@@ -63,8 +64,84 @@ test_expect_success "SIGTERM to bmlaunch reaches every task; exit 143; no rank l
     test $(ls pids | wc -l) -eq 4 &&
     pkill -TERM -f "^$BMLAUNCH -n 4 -- $PROGS/behave --rank 99" &&
     { wait $spid; rc=$?; } && test $rc -eq 143 &&
-    grep -q "bmlaunch: received SIGTERM; forwarding it to srun" err &&
+    grep -q "bmlaunch: received SIGTERM; forwarding it to every task of the job step" err &&
     grep -q "the job was ended by SIGTERM sent to bmlaunch" err &&
+    sleep 1 && no_survivors pids
+'
+
+# sigjob SIGNALS GRACE RANKS BMLAUNCH-ARGS...: run inside an allocation (salloc
+# ... bash -c "sigjob ..."), whose shell outlives bmlaunch: start bmlaunch --grace
+# GRACE ARGS (the program: behave catch S), wait until RANKS ranks wait for a
+# signal, send bmlaunch each of SIGNALS ("TERM", or "INT INT": the second once
+# every rank has its first), then record while the allocation still runs:
+# bmlaunch's exit status (rc), the seconds from the first signal to its end
+# (secs), the job's steps left (steps: none may survive bmlaunch) and whether a
+# rank process is still alive (survivors).
+sigjob() {
+    local sigs=$1 grace=$2 n=$3 i s t0 first=1
+    shift 3
+    $BMLAUNCH --grace "$grace" "$@" >out 2>err &
+    local b=$!
+    for i in $(seq 300); do [ "$(grep -c "waiting for a signal" out)" -ge "$n" ] && break; sleep 0.1; done
+    t0=$(date +%s.%N)
+    for s in $sigs; do
+        if [ $first = 0 ]; then
+            for i in $(seq 100); do [ "$(grep -c ": got SIG" out)" -ge "$n" ] && break; sleep 0.1; done
+        fi
+        kill -"$s" $b
+        first=0
+    done
+    wait $b
+    echo $? >rc
+    awk -v a="$(date +%s.%N)" -v b="$t0" "BEGIN { print a - b }" >secs
+    for i in $(seq 50); do squeue -h -s -j "$SLURM_JOB_ID" -o "%i %j" | grep -q bmlaunch || break; sleep 0.1; done
+    squeue -h -s -j "$SLURM_JOB_ID" -o "%i %j" | grep bmlaunch >steps
+    sleep 0.5
+    no_survivors pids 2>survivors
+}
+export -f sigjob no_survivors
+
+test_expect_success "SIGTERM under srun reaches every task as SIGTERM with its grace; tasks that exit 0 then: exit 0 (as locally); no step or rank left" '
+    mkdir pids && export BEHAVE_PIDDIR=$PWD/pids &&
+    with_timeout 90 salloc -N1 -n4 bash -c "sigjob TERM 20 4 -g 2 -n 2 -- $PROGS/behave catch 1" &&
+    test $(grep -c "^[0-3]: rank [0-3]: got SIGTERM$" out) -eq 4 &&
+    test $(grep -c "^[0-3]: rank [0-3]: handled$" out) -eq 4 &&
+    test ! -s steps && test ! -s survivors &&
+    test "$(cat rc)" = 0 && ! grep -q "job failed" err
+'
+
+test_expect_success "SIGINT under srun reaches every task as SIGINT (not a status request)" '
+    mkdir pids && export BEHAVE_PIDDIR=$PWD/pids &&
+    with_timeout 90 salloc -N1 -n4 bash -c "sigjob INT 20 4 -n 4 -- $PROGS/behave catch 0.5" &&
+    test "$(cat rc)" = 0 &&
+    test $(grep -c "^[0-3]: rank [0-3]: got SIGINT$" out) -eq 4 &&
+    test $(grep -c "^[0-3]: rank [0-3]: handled$" out) -eq 4 &&
+    test ! -s steps && test ! -s survivors
+'
+
+test_expect_success "a task slower than --grace is SIGKILLed when it ends, not before; no step or rank left" '
+    mkdir pids && export BEHAVE_PIDDIR=$PWD/pids &&
+    with_timeout 90 salloc -N1 -n4 bash -c "sigjob TERM 3 4 -n 4 -- $PROGS/behave catch 1000" &&
+    test "$(cat rc)" = 143 && test $(grep -c ": got SIGTERM$" out) -eq 4 &&
+    awk "{ exit !(\$1 >= 3 && \$1 < 15) }" secs &&
+    ! grep -q ": handled$" out && test ! -s steps && test ! -s survivors
+'
+
+test_expect_success "a second SIGINT kills every task at once; exit 130; no step or rank left" '
+    mkdir pids && export BEHAVE_PIDDIR=$PWD/pids &&
+    with_timeout 90 salloc -N1 -n4 bash -c "sigjob \"INT INT\" 60 4 -n 4 -- $PROGS/behave catch 1000" &&
+    test "$(cat rc)" = 130 && test $(grep -c ": got SIGINT$" out) -eq 4 &&
+    grep -q "bmlaunch: second SIGINT: killing every rank now" err &&
+    awk "{ exit !(\$1 < 20) }" secs &&
+    test ! -s steps && test ! -s survivors
+'
+
+test_expect_success "a rank that fails: the others get SIGTERM and the grace, as locally (srun -K would SIGKILL them)" '
+    mkdir pids && export BEHAVE_PIDDIR=$PWD/pids &&
+    { with_timeout 90 salloc -N1 -n4 $BMLAUNCH --grace 20 -n 4 -- $PROGS/behave catch 1 2 3 >out 2>err; rc=$?; } &&
+    test $rc -eq 3 && grep -q "bmlaunch: job failed: rank 2 (on $NODE) exited with code 3" err &&
+    test $(grep -c "^[013]: rank [013]: got SIGTERM$" out) -eq 3 &&
+    test $(grep -c "^[013]: rank [013]: handled$" out) -eq 3 &&
     sleep 1 && no_survivors pids
 '
 
@@ -181,6 +258,26 @@ assert s[\"layout\"][\"nodes\"] == 2 and s[\"step\"] == 5, s[\"layout\"]
 assert s[\"tokens_total\"] == 5 * (1000 + 1001 + 1002 + 1003), s[\"tokens_total\"]
 assert sorted({r[\"host\"] for r in s[\"ranks\"]}) == [\"node1\", \"node2\"], s[\"ranks\"]
 "
+    '
+    test_expect_success "two nodes: SIGINT reaches every task on both nodes as SIGINT; no step or rank left on either" '
+        mkdir pids && export BEHAVE_PIDDIR=$PWD/pids &&
+        with_timeout 90 salloc -N2 --ntasks-per-node=2 bash -c "sigjob INT 20 4 -g 2 -n 2 -- $PROGS/behave catch 0.5" &&
+        test $(grep -c "^[0-3]: rank [0-3]: got SIGINT$" out) -eq 4 &&
+        test $(grep -c "^[0-3]: rank [0-3]: handled$" out) -eq 4 &&
+        test "$(cat rc)" = 0 && test ! -s steps && test ! -s survivors
+    '
+    test_expect_success "two nodes: SIGTERM, a task on each node slower than --grace: SIGKILL after it; exit 143; nothing left" '
+        mkdir pids && export BEHAVE_PIDDIR=$PWD/pids &&
+        with_timeout 90 salloc -N2 --ntasks-per-node=2 bash -c "sigjob TERM 3 4 -g 2 -n 2 -- $PROGS/behave catch 1000" &&
+        test $(grep -c "^[0-3]: rank [0-3]: got SIGTERM$" out) -eq 4 &&
+        awk "{ exit !(\$1 >= 3 && \$1 < 15) }" secs &&
+        test "$(cat rc)" = 143 && test ! -s steps && test ! -s survivors
+    '
+    test_expect_success "two nodes: a second SIGINT kills every task on both nodes at once" '
+        mkdir pids && export BEHAVE_PIDDIR=$PWD/pids &&
+        with_timeout 90 salloc -N2 --ntasks-per-node=2 bash -c "sigjob \"INT INT\" 60 4 -g 2 -n 2 -- $PROGS/behave catch 1000" &&
+        test $(grep -c ": got SIGINT$" out) -eq 4 && awk "{ exit !(\$1 < 20) }" secs &&
+        test "$(cat rc)" = 130 && test ! -s steps && test ! -s survivors
     '
     test_expect_success "two nodes: the shm backend refuses ranks on several nodes, clearly" '
         { with_timeout 120 salloc -N2 --ntasks-per-node=2 $BMLAUNCH -g 2 -n 2 -- $PROGS/hello >out 2>err; rc=$?; } &&

@@ -124,14 +124,15 @@ static void check_plan(void)
     launch_opts_t o = opts(2, 4, 0, "cuda");
     ok(slurm_plan(&gpu, &o, &l, &err) == 0 && l.gpus_per_node == 4 && l.nodes == 2,
        "cuda: GPUs per node from the allocation; 2 x 4 fills 2 nodes of 4");
-    char **v = slurm_srun_argv(&gpu, &o, &l, "/opt/bmt/bin/bmlaunch");
+    char **v = slurm_srun_argv(&gpu, &o, &l, "/opt/bmt/bin/bmlaunch", "bmlaunch.7.0");
     ok(v && strcmp(v[0], "srun") == 0 && has_arg(v, "--mpi=pmix") && has_arg(v, "--nodes=2") &&
            has_arg(v, "--ntasks=8") && has_arg(v, "--ntasks-per-node=4") &&
-           has_arg(v, "--distribution=block") && has_arg(v, "--kill-on-bad-exit=1") &&
-           has_arg(v, "--label") && has_arg(v, "--gpu-bind=none") &&
-           has_arg(v, "--cpus-per-task=16") && has_arg(v, "--cpu-bind=cores") &&
-           !has_arg(v, "--overcommit"),
-       "cuda srun line: pmix, one task per GPU, block, kill-on-bad-exit, label, no GPU binding, "
+           has_arg(v, "--distribution=block") && !has_arg(v, "--kill-on-bad-exit=1") &&
+           has_arg(v, "--job-name=bmlaunch.7.0") && has_arg(v, "--label") &&
+           has_arg(v, "--gpu-bind=none") && has_arg(v, "--cpus-per-task=16") &&
+           has_arg(v, "--cpu-bind=cores") && !has_arg(v, "--overcommit"),
+       "cuda srun line: pmix, one task per GPU, block, the step's name, no kill-on-bad-exit "
+       "(bmlaunch ends the step), label, no GPU binding, "
        "16 bound cores per task");
     int k = 0;
     while (v && v[k] && strcmp(v[k], "/opt/bmt/bin/bmlaunch") != 0)
@@ -143,7 +144,7 @@ static void check_plan(void)
 
     o = opts(1, 8, 0, "cpu");
     ok(slurm_plan(&cpu, &o, &l, &err) == 0 && l.gpus_per_node == 8, "cpu: tasks per node");
-    v = slurm_srun_argv(&cpu, &o, &l, "/b");
+    v = slurm_srun_argv(&cpu, &o, &l, "/b", "s");
     ok(v && has_arg(v, "--overcommit") && has_arg(v, "--cpu-bind=none") &&
            !has_arg(v, "--gpu-bind=none"),
        "cpu ranks beyond the cores: --overcommit, unbound");
@@ -214,8 +215,47 @@ static void check_render(void)
     }
 }
 
+static void check_step(void)
+{
+    char id[64] = "";
+    const char *q = "77.0 other\n77.1 bmlaunch.9.0\n77.3 bmlaunch.9.0x\n77.2 bmlaunch.9.0\n"
+                    "77.12 bmlaunch.9.1\n77.batch batch\n";
+    ok(slurm_step_find(q, "bmlaunch.9.0", id, sizeof(id)) == 0 && strcmp(id, "77.2") == 0,
+       "squeue -s: the newest step of that exact name (77.2, not 77.3 'bmlaunch.9.0x')");
+    ok(slurm_step_find(q, "bmlaunch.9.1", id, sizeof(id)) == 0 && strcmp(id, "77.12") == 0,
+       "squeue -s: step numbers are numbers (77.12)");
+    ok(slurm_step_find(q, "bmlaunch.9.2", id, sizeof(id)) == -1 &&
+           slurm_step_find("", "x", id, sizeof(id)) == -1,
+       "squeue -s: no step of that name");
+    ok(slurm_step_find("77.1 bmlaunch.9.0", "bmlaunch.9.0", id, 3) == -1,
+       "an id that does not fit is not cut");
+
+    char out[256];
+    char *echo[] = { "sh", "-c", "echo one; echo two >&2; exit 3", NULL };
+    int rc = slurm_command(echo, 10, out, sizeof(out));
+    ok(rc == 3 && strcmp(out, "one\ntwo") == 0, "a command's exit status, stdout and stderr");
+    if (rc != 3)
+        diag("rc %d out '%s'", rc, out);
+    char *hang[] = { "sleep", "30", NULL };
+    rc = slurm_command(hang, 0.3, out, sizeof(out));
+    ok(rc == -1 && strstr(out, "sleep did not answer within 0.3 s"),
+       "a command past its timeout is "
+       "killed: %s",
+       out);
+    char *none[] = { "/nonexistent/scancel", NULL };
+    rc = slurm_command(none, 10, out, sizeof(out));
+    ok(rc == 127 && strstr(out, "cannot run /nonexistent/scancel"), "a missing command: 127, %s",
+       out);
+    char *big[] = { "sh", "-c", "head -c 100000 /dev/zero | tr '\\0' x", NULL };
+    char small[16];
+    rc = slurm_command(big, 10, small, sizeof(small));
+    ok(rc == 0 && strlen(small) == 15, "long output is cut to the buffer, the command still read "
+                                       "to its end");
+}
+
 int main(void)
 {
+    check_step();
     check_uniform();
     check_detect();
     check_plan();
