@@ -193,6 +193,54 @@ static int parse_seconds(const char *text, const char *what, bool allow_zero, do
     return 0;
 }
 
+/* n digits (1 or more) at *p, value into *v; advances *p. */
+static bool digits(const char **p, long *v)
+{
+    const char *s = *p;
+    if (*s < '0' || *s > '9')
+        return false;
+    long x = 0;
+    while (*s >= '0' && *s <= '9') {
+        if (x > 100000000)
+            return false;
+        x = x * 10 + (*s++ - '0');
+    }
+    *v = x;
+    *p = s;
+    return true;
+}
+
+bool cli_slurm_time_ok(const char *t)
+{
+    if (strcmp(t, "UNLIMITED") == 0 || strcmp(t, "INFINITE") == 0)
+        return true;
+    const char *p = t;
+    long f[4];
+    int n = 0;
+    bool days = strchr(t, '-') != NULL;
+    if (days) {
+        long d;
+        if (!digits(&p, &d) || *p++ != '-')
+            return false;
+    }
+    while (n < 3) {
+        if (!digits(&p, &f[n++]))
+            return false;
+        if (*p != ':')
+            break;
+        p++;
+    }
+    if (*p != '\0' || (days && n > 3) || (!days && n > 3))
+        return false;
+    /* Every field after the first is below 60 (the hours of D-HH below 24). */
+    if (days && f[0] > 23)
+        return false;
+    for (int i = 1; i < n; i++)
+        if (f[i] > 59)
+            return false;
+    return true;
+}
+
 int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
 {
     *o = (launch_opts_t){
@@ -267,12 +315,29 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
         case OPT_ACCOUNT:
         case OPT_JOB_NAME:
         case OPT_OUTPUT:
-        case OPT_TEMPLATE:
+        case OPT_TEMPLATE: {
+            /* argv[optind - 1] is the value when it came as its own word. */
+            const char *name = c == OPT_TIME        ? "--time"
+                               : c == OPT_PARTITION ? "--partition"
+                               : c == OPT_ACCOUNT   ? "--account"
+                               : c == OPT_JOB_NAME  ? "--job-name"
+                               : c == OPT_OUTPUT    ? "--output"
+                                                    : "--template";
             if (*optarg == '\0' || strpbrk(optarg, "\n\r"))
-                return errprintf(err, "%s needs a value on one line", argv[optind - 1]);
+                return errprintf(err, "%s needs a value on one line", name);
+            if (optarg[0] == '-')
+                return errprintf(err, "%s needs a value, got the option '%.200s'", name, optarg);
             if (c != OPT_TEMPLATE && strpbrk(optarg, " \t'\"\\$`"))
-                return errprintf(err, "%s '%.200s': no spaces, quotes, $ or backslashes",
-                                 argv[optind - 1], optarg);
+                return errprintf(err, "%s '%.200s': no spaces, quotes, $ or backslashes", name,
+                                 optarg);
+            if (c == OPT_TIME && !cli_slurm_time_ok(optarg))
+                return errprintf(err,
+                                 "--time '%.200s' is not a Slurm time limit: give MINUTES, "
+                                 "MINUTES:SECONDS, HOURS:MINUTES:SECONDS, DAYS-HOURS, "
+                                 "DAYS-HOURS:MINUTES or DAYS-HOURS:MINUTES:SECONDS (e.g. "
+                                 "12:00:00), or UNLIMITED",
+                                 optarg);
+        }
             if (c == OPT_TIME)
                 o->time = optarg;
             else if (c == OPT_PARTITION)

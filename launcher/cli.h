@@ -57,6 +57,11 @@ typedef struct launch_opts {
  * (exit 0), -1 on bad usage (err says what is wrong; exit 2). */
 int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err);
 
+/* Is t a time limit sbatch --time takes: MINUTES, MINUTES:SECONDS,
+ * HOURS:MINUTES:SECONDS, DAYS-HOURS, DAYS-HOURS:MINUTES,
+ * DAYS-HOURS:MINUTES:SECONDS, UNLIMITED or INFINITE? Pure. */
+bool cli_slurm_time_ok(const char *t);
+
 /* The usage text. */
 void cli_usage(FILE *out);
 

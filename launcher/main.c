@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 
 #include "bmt/bmt.h"
@@ -66,6 +67,34 @@ static int visible_gpus(void)
         return n;
     }
     return dir_entries("/proc/driver/nvidia/gpus");
+}
+
+/* The GPUs the NVIDIA driver shows this process (CUDA_VISIBLE_DEVICES
+ * applies), through libcuda itself: for machines without
+ * /proc/driver/nvidia/gpus (some containers). -1 and why when there is no
+ * usable driver. */
+static int driver_gpus(char *why, size_t len)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) {
+        snprintf(why, len,
+                 "no NVIDIA driver: libcuda.so.1 cannot be loaded and "
+                 "/proc/driver/nvidia/gpus does not exist");
+        return -1;
+    }
+    int (*init)(unsigned) = (int (*)(unsigned))dlsym(lib, "cuInit");
+    int (*count)(int *) = (int (*)(int *))dlsym(lib, "cuDeviceGetCount");
+    int n = 0, rc = init && count ? init(0) : -1;
+    if (rc == 0)
+        rc = count(&n);
+    if (rc != 0) {
+        snprintf(why, len,
+                 "the NVIDIA driver shows no usable GPU (cuInit/cuDeviceGetCount: CUDA "
+                 "driver error %d)",
+                 rc);
+        return -1; /* libcuda stays loaded: unloading a driver after cuInit is unsafe */
+    }
+    return n;
 }
 
 static int mkdir_p(const char *path, bmt_error_t *err)
@@ -576,12 +605,26 @@ static int run_local(const launch_opts_t *o_, const bmt_layout_t *l_)
         return usage_error(err.text);
     }
     if (strcmp(o.device, "cuda") == 0) {
-        int gpus = visible_gpus();
         if (l.nodes > 1) {
             snprintf(err.text, sizeof(err.text),
                      "local mode runs every rank on this machine, but the layout has %d nodes of "
                      "%d GPUs; drop --gpus-per-node/--nodes (one node, all its GPUs)",
                      l.nodes, l.gpus_per_node);
+            return usage_error(err.text);
+        }
+        int gpus = visible_gpus();
+        char why[200];
+        if (gpus < 0 && (gpus = driver_gpus(why, sizeof(why))) < 0) {
+            snprintf(err.text, sizeof(err.text),
+                     "--device cuda, but %s; run on a machine with NVIDIA GPUs and their driver, "
+                     "or use --device cpu",
+                     why);
+            return usage_error(err.text);
+        }
+        if (gpus == 0) {
+            snprintf(err.text, sizeof(err.text),
+                     "--device cuda, but this machine shows no GPU (CUDA_VISIBLE_DEVICES, "
+                     "/proc/driver/nvidia/gpus or the driver); use --device cpu");
             return usage_error(err.text);
         }
         if (gpus >= 0 && l.world > gpus) {

@@ -50,6 +50,17 @@ static void put(buf_t *b, const char *s, size_t n)
     b->s[b->len] = '\0';
 }
 
+/* " NAME VALUE" for a number of seconds: %g when it reads back the same, else
+ * every digit. */
+static void put_seconds(buf_t *b, const char *name, double v)
+{
+    char tmp[96];
+    snprintf(tmp, sizeof(tmp), " %s %g", name, v);
+    if (strtod(strrchr(tmp, ' ') + 1, NULL) != v)
+        snprintf(tmp, sizeof(tmp), " %s %.17g", name, v);
+    put(b, tmp, strlen(tmp));
+}
+
 static const sbatch_var_t *lookup(const sbatch_var_t *v, size_t n, const char *name, size_t len)
 {
     for (size_t i = 0; i < n; i++)
@@ -208,7 +219,19 @@ char *sbatch_script(const launch_opts_t *o, const bmt_layout_t *l, const char *s
     if (tmpl == NULL)
         return NULL;
     const bool cuda = strcmp(o->device, "cuda") == 0;
-    char nodes[16], tpn[16], gpn[16], lead[16];
+    const char *backend = o->backend ? o->backend : cuda ? "nccl" : "shm";
+    if (strcmp(backend, "shm") == 0 && l->nodes > 1) {
+        free(tmpl);
+        errprintf(err,
+                  "--device cpu uses the shm backend, which needs every rank on one node, but "
+                  "this layout spans %d nodes of %d ranks: put the %d ranks on one node "
+                  "(--gpus-per-node %d), use --device cuda, or --backend none for a program "
+                  "that does not communicate through bmt",
+                  l->nodes, l->gpus_per_node, l->world, l->world);
+        return NULL;
+    }
+    char nodes[16], tpn[16], gpn[16], lead[16], ntasks[16];
+    snprintf(ntasks, sizeof(ntasks), "%d", l->world);
     snprintf(nodes, sizeof(nodes), "%d", l->nodes);
     snprintf(tpn, sizeof(tpn), "%d", l->gpus_per_node);
     snprintf(gpn, sizeof(gpn), "%d", cuda ? l->gpus_per_node : 0);
@@ -216,22 +239,35 @@ char *sbatch_script(const launch_opts_t *o, const bmt_layout_t *l, const char *s
     const char *prog = o->prog_argv[0];
     const char *base = strrchr(prog, '/') ? strrchr(prog, '/') + 1 : prog;
 
-    /* bmlaunch's own options, as this command line gave them. */
+    /* bmlaunch's own options: every one this command line gave that matters
+     * inside the job (not the batch-script ones), so the bmlaunch in the script
+     * parses to the same options (tests/unit/test_slurm.c compares them one by
+     * one). The layout is given whole, so it cannot be derived differently
+     * inside the allocation. */
+    launch_opts_t def;
+    bmt_error_t ignored;
+    char *dargv[] = { "bmlaunch", "--", "x", NULL };
+    if (cli_parse(3, dargv, &def, &ignored) != 0) {
+        free(tmpl);
+        errprintf(err, "internal error: bmlaunch's defaults do not parse");
+        return NULL;
+    }
     buf_t args = { 0 }, program = { 0 };
     char tmp[160];
     snprintf(tmp, sizeof(tmp), "--groups %d --gpus-per-group %d --gpus-per-node %d --device %s",
              l->groups, l->gpus_per_group, l->gpus_per_node, o->device);
     put(&args, tmp, strlen(tmp));
+    if (o->nodes > 0) {
+        snprintf(tmp, sizeof(tmp), " --nodes %d", o->nodes);
+        put(&args, tmp, strlen(tmp));
+    }
     if (o->backend) {
         snprintf(tmp, sizeof(tmp), " --backend %s", o->backend);
         put(&args, tmp, strlen(tmp));
     }
-    if (o->timeout_s > 0) {
-        snprintf(tmp, sizeof(tmp), " --timeout %g", o->timeout_s);
-        put(&args, tmp, strlen(tmp));
-    }
-    snprintf(tmp, sizeof(tmp), " --grace %g", o->grace_s);
-    put(&args, tmp, strlen(tmp));
+    if (o->timeout_s > 0)
+        put_seconds(&args, "--timeout", o->timeout_s);
+    put_seconds(&args, "--grace", o->grace_s);
     if (o->max_restarts > 0) {
         snprintf(tmp, sizeof(tmp), " --max-restarts %d", o->max_restarts);
         put(&args, tmp, strlen(tmp));
@@ -246,6 +282,22 @@ char *sbatch_script(const launch_opts_t *o, const bmt_layout_t *l, const char *s
     }
     if (!o->label)
         put(&args, " --no-label", 11);
+    for (int i = 0; i < o->verbose && i < 8; i++)
+        put(&args, " -v", 3);
+    if (o->metrics_port_set || o->metrics_port != def.metrics_port) {
+        snprintf(tmp, sizeof(tmp), " --metrics-port %d", o->metrics_port);
+        put(&args, tmp, strlen(tmp));
+    }
+    if (o->metrics_bind_set || strcmp(o->metrics_bind, def.metrics_bind) != 0) {
+        char *q = shell_quote(o->metrics_bind);
+        put(&args, " --metrics-bind ", 16);
+        put(&args, q ? q : "''", strlen(q ? q : "''"));
+        free(q);
+    }
+    if (o->metrics_per_rank)
+        put(&args, " --metrics-per-rank", 19);
+    if (o->metrics_linger_s != def.metrics_linger_s)
+        put_seconds(&args, "--metrics-linger", o->metrics_linger_s);
     for (int i = 0; i < o->prog_argc; i++) {
         char *q = shell_quote(o->prog_argv[i]);
         if (i)
@@ -259,7 +311,13 @@ char *sbatch_script(const launch_opts_t *o, const bmt_layout_t *l, const char *s
         const sbatch_var_t vars[] = {
             { "JOB_NAME", o->job_name ? o->job_name : base },
             { "NODES", nodes },
-            { "TASKS_PER_NODE", tpn },
+            /* GPUs: one task per GPU on every node. CPU ranks may outnumber a
+             * node's CPUs, which --ntasks-per-node cannot ask for (sbatch:
+             * "Requested node configuration is not available"): the task
+             * count with --overcommit instead. */
+            { "TASKS_PER_NODE", cuda ? tpn : "" },
+            { "NTASKS", cuda ? "" : ntasks },
+            { "OVERCOMMIT", cuda ? "" : "--overcommit" },
             { "GPUS_PER_NODE", cuda ? gpn : "" },
             { "TIME", o->time ? o->time : "01:00:00" },
             { "PARTITION", o->partition ? o->partition : "" },

@@ -53,8 +53,17 @@ test_expect_success "the none backend builds communicators but refuses to move d
     grep -q "moves no data (BMT_BACKEND=none)" err
 '
 
-test_expect_success "--device cuda on a machine without a usable GPU: a clear error per rank" '
-    { with_timeout 60 $BMLAUNCH -n 1 --device cuda -- $PROGS/hello 2>err >out; rc=$?; } &&
+test_expect_success "--device cuda on a machine without a GPU driver: said once at launch, exit 2, no rank started" '
+    if test -e /proc/driver/nvidia/gpus; then echo "# this machine has an NVIDIA driver"; exit 0; fi
+    { with_timeout 60 $BMLAUNCH -n 2 --device cuda -- $PROGS/behave env 2>err >out; rc=$?; } &&
+    test $rc -eq 2 && test $(grep -c "^bmlaunch: --device cuda, but" err) -eq 1 &&
+    grep -q "no NVIDIA driver: libcuda.so.1 cannot be loaded" err && ! grep -q BMT_RANK out &&
+    { CUDA_VISIBLE_DEVICES= $BMLAUNCH -n 1 --device cuda -- $PROGS/behave env 2>err >out; rc=$?; } &&
+    test $rc -eq 2 && grep -q "this machine shows no GPU" err && ! grep -q BMT_RANK out
+'
+
+test_expect_success "a rank program asked for cuda without a usable GPU: a clear error from bmt_init" '
+    { BMT_DEVICE=cuda with_timeout 60 $PROGS/hello 2>err >out; rc=$?; } &&
     test $rc -eq 1 && grep -qE "rank 0: (cudaGetDeviceCount|local rank 0 needs cuda:0|device cuda requested)" err
 '
 

@@ -44,6 +44,9 @@ go with --model|--plan --zero 2
 --time, --partition, --account, --job-name, --output and --template go with --sbatch|--time 01:00:00 -- $PROGS/behave env
 --sbatch prints a batch script; it goes with neither --plan nor --local|--sbatch --plan -g 2
 no spaces, quotes|--sbatch --gpus-per-node 2 --job-name "x'y" -- $PROGS/behave env
+--partition 'a b': no spaces, quotes|--sbatch --gpus-per-node 2 --partition "a b" -- $PROGS/behave env
+--time '99:99:99x' is not a Slurm time limit|--sbatch --gpus-per-node 2 --time 99:99:99x -- $PROGS/behave env
+shm backend, which needs every rank on one node, but this layout spans 2 nodes|--sbatch -g 2 -n 2 --gpus-per-node 2 --device cpu -- $PROGS/behave env
 unknown field {{TIEM}}|--sbatch -g 2 --gpus-per-node 2 --template $TMP/bad.sbatch -- $PROGS/behave env
 CASES
 

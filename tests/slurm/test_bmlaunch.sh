@@ -287,7 +287,27 @@ assert sorted({r[\"host\"] for r in s[\"ranks\"]}) == [\"node1\", \"node2\"], s[
     stopped_two=$?
 fi
 
-test_expect_success "nothing of either cluster is left running (slurm_stop checks every pid)" "
-    test $stopped_one -eq 0 && test $stopped_two -eq 0
+# Nodes of 2 CPUs: a CPU job with more ranks than that must still be a script
+# that real sbatch takes (--ntasks-per-node=4 is refused there: "Requested node
+# configuration is not available").
+stopped_small=0
+slurm_start one 2
+rc=$?
+if [ $rc -eq 0 ]; then
+    test_expect_success "--sbatch --device cpu, 4 ranks on a node of 2 CPUs: real sbatch takes it and the job runs" '
+        $BMLAUNCH --sbatch -g 2 -n 2 --gpus-per-node 4 --time 00:05:00 --output "$PWD/cpu-%j.out" -- $PROGS/hello >cpu.sbatch &&
+        grep -qx "#SBATCH --ntasks=4" cpu.sbatch && grep -qx "#SBATCH --overcommit" cpu.sbatch &&
+        with_timeout 90 sbatch --wait cpu.sbatch >submitted &&
+        id=$(awk "/Submitted batch job/ {print \$4}" submitted) && test -n "$id" &&
+        test $(grep -c "sums of ranks: world 6" cpu-$id.out) -eq 4
+    '
+    slurm_stop
+    stopped_small=$?
+elif [ $rc -ne 77 ]; then
+    test_expect_success "the one-node cluster of 2 CPUs starts" 'false'
+fi
+
+test_expect_success "nothing of any cluster is left running (slurm_stop checks every pid)" "
+    test $stopped_one -eq 0 && test $stopped_two -eq 0 && test $stopped_small -eq 0
 "
 test_done

@@ -115,6 +115,18 @@ static const struct {
     { { "--max-restarts", "+2", "p" }, "--max-restarts needs a count from 0 to 1000" },
     { { "--max-restarts", "99999999999999999999", "p" }, "--max-restarts needs a count" },
     { { "--max-restarts" }, "--max-restarts needs a value" },
+    { { "--sbatch", "--time", "99:99:99x", "p" }, "--time '99:99:99x' is not a Slurm time limit" },
+    { { "--sbatch", "--time", "1:60:00", "p" }, "--time '1:60:00' is not a Slurm time limit" },
+    { { "--sbatch", "--time", "2-25", "p" }, "--time '2-25' is not a Slurm time limit" },
+    { { "--sbatch", "--time", "1:2:3:4", "p" }, "--time '1:2:3:4' is not a Slurm time limit" },
+    { { "--sbatch", "--time", "soon", "p" }, "--time 'soon' is not a Slurm time limit" },
+    { { "--sbatch", "--time", "--", "p" }, "--time needs a value, got the option '--'" },
+    { { "--sbatch", "--partition", "a b", "p" }, "--partition 'a b': no spaces, quotes" },
+    { { "--sbatch", "--account", "x$y", "p" }, "--account 'x$y': no spaces, quotes" },
+    { { "--sbatch", "--job-name", "it's", "p" }, "--job-name 'it's': no spaces, quotes" },
+    { { "--sbatch", "--output", "", "p" }, "--output needs a value on one line" },
+    { { "--sbatch", "--output=", "p" }, "--output needs a value on one line" },
+    { { "--sbatch", "--partition", "-v", "p" }, "--partition needs a value, got the option '-v'" },
     { { "--json", "p" }, "--json goes with --plan" },
     { { "--tee", "p" }, "--tee goes with --log-dir" },
     { { "--log-dir", "", "p" }, "--log-dir needs a directory" },
@@ -123,6 +135,20 @@ static const struct {
     { { "--" }, "no program to run" },
     { { NULL }, "no program to run" },
 };
+
+static void check_slurm_time(void)
+{
+    static const char *good[] = { "90",   "90:30",     "12:00:00",   "1-0",
+                                  "2-12", "2-12:30",   "2-12:30:15", "100:00:00",
+                                  "0:59", "UNLIMITED", "INFINITE",   "10080" };
+    static const char *badt[] = { "",     "1:60",    "1:2:60", "1-24", "1-1:60",
+                                  "1-",   "-1",      "1-1-1",  ":30",  "30:",
+                                  "1::2", "1:2:3:4", "1h",     "12.5", "unlimited" };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        ok(cli_slurm_time_ok(good[i]), "a Slurm time limit: '%s'", good[i]);
+    for (size_t i = 0; i < sizeof(badt) / sizeof(badt[0]); i++)
+        ok(!cli_slurm_time_ok(badt[i]), "not a Slurm time limit: '%s'", badt[i]);
+}
 
 static void check_bad(void)
 {
@@ -144,5 +170,6 @@ int main(void)
 {
     check_valid();
     check_bad();
+    check_slurm_time();
     return done_testing();
 }

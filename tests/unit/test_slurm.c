@@ -5,6 +5,7 @@
  * unknown fields) with shell quoting. tests/slurm/ runs the same code against
  * a real cluster.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -215,6 +216,216 @@ static void check_render(void)
     }
 }
 
+/* The words of a shell command line as shell_quote writes them: single quotes
+ * (with '\'' inside), backslashes and blanks; up to the first "&" word. */
+static int split_words(const char *line, char *store, size_t cap, char **words, int max)
+{
+    int n = 0;
+    size_t k = 0;
+    const char *p = line;
+    for (;;) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (*p == '\0' || *p == '\n' || (*p == '&' && (p[1] == '\0' || p[1] == '\n')) ||
+            n + 1 >= max)
+            break;
+        words[n++] = store + k;
+        while (*p && *p != ' ' && *p != '\t' && *p != '\n' && k + 1 < cap) {
+            if (*p == '\'') {
+                for (p++; *p && *p != '\'' && k + 1 < cap; p++)
+                    store[k++] = *p;
+                if (*p == '\'')
+                    p++;
+            } else if (*p == '\\' && p[1]) {
+                store[k++] = p[1];
+                p += 2;
+            } else {
+                store[k++] = *p++;
+            }
+        }
+        store[k++] = '\0';
+    }
+    words[n] = NULL;
+    return n;
+}
+
+static bool same_str(const char *a, const char *b)
+{
+    return (a == NULL && b == NULL) || (a && b && strcmp(a, b) == 0);
+}
+
+/* Every option of the rendered bmlaunch line parses to what the original
+ * command line gave, option by option. */
+static void check_sbatch_options(void)
+{
+    /* A new launch_opts_t field must be rendered by sbatch_script (or be a
+     * batch-script one) and compared below; then update this size. */
+    _Static_assert(sizeof(launch_opts_t) == 248, "launch_opts_t changed: render the new option "
+                                                 "in sbatch.c and compare it here");
+    static const char *cases[][48] = {
+        { "--sbatch",
+          "-g",
+          "2",
+          "-n",
+          "4",
+          "--gpus-per-node",
+          "4",
+          "--device",
+          "cuda",
+          "--backend",
+          "nccl",
+          "--timeout",
+          "30",
+          "--grace",
+          "0.1",
+          "--max-restarts",
+          "3",
+          "--log-dir",
+          "/tmp/a b's",
+          "--tee",
+          "--no-label",
+          "-v",
+          "-v",
+          "--metrics-port",
+          "9999",
+          "--metrics-bind",
+          "0.0.0.0",
+          "--metrics-per-rank",
+          "--metrics-linger",
+          "7.5",
+          "--time",
+          "02:00:00",
+          "--partition",
+          "gpu",
+          "--account",
+          "acct",
+          "--job-name",
+          "jn",
+          "--output",
+          "o-%j.out",
+          "--signal-lead",
+          "300",
+          "--",
+          "./train",
+          "--x",
+          "it's",
+          "$HOME",
+          NULL },
+        { "--sbatch", "-n", "2", "--gpus-per-node", "2", "--", "p", NULL },
+        { "--sbatch", "-g", "2", "-n", "2", "--nodes", "1", "--metrics-port", "0", "--", "p",
+          NULL },
+        { "--sbatch", "-g", "2", "-n", "2", "--gpus-per-node", "2", "--backend", "none",
+          "--metrics-linger", "0", "--grace", "12.25", "--", "p", "a b", NULL },
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        char *argv[64] = { "bmlaunch", "--template", "templates/bmt.sbatch" };
+        int argc = 3;
+        for (int i = 0; cases[c][i]; i++)
+            argv[argc++] = (char *)cases[c][i];
+        argv[argc] = NULL;
+        launch_opts_t o1, o2;
+        bmt_error_t err = { { 0 } };
+        if (cli_parse(argc, argv, &o1, &err) != 0) {
+            ok(0, "case %zu parses: %s", c, err.text);
+            continue;
+        }
+        int world = o1.groups * o1.gpus_per_group;
+        int gpn = o1.gpus_per_node ? o1.gpus_per_node : world / o1.nodes;
+        bmt_layout_t l;
+        char *script = bmt_layout_make(&l, o1.groups, o1.gpus_per_group, gpn, o1.nodes, &err) == 0
+                           ? sbatch_script(&o1, &l, "/opt/bmt/bin/bmlaunch", &err)
+                           : NULL;
+        const char *line = script ? strstr(script, "\n'/opt/bmt/bin/bmlaunch' ") : NULL;
+        if (line == NULL) {
+            ok(0, "case %zu renders a bmlaunch line: %s", c, err.text);
+            free(script);
+            continue;
+        }
+        static char store[8192];
+        char *words[128];
+        int n = split_words(line + 1, store, sizeof(store), words, 128);
+        memset(&err, 0, sizeof(err));
+        int rc = cli_parse(n, words, &o2, &err);
+        ok(rc == 0, "case %zu: the rendered line parses (%s)", c, err.text);
+        if (rc != 0) {
+            free(script);
+            continue;
+        }
+        const struct {
+            bool same;
+            const char *what;
+        } f[] = {
+            { o2.groups == o1.groups, "--groups" },
+            { o2.gpus_per_group == o1.gpus_per_group, "--gpus-per-group" },
+            { o2.gpus_per_node == l.gpus_per_node, "--gpus-per-node (the layout's)" },
+            { o2.nodes == o1.nodes, "--nodes" },
+            { same_str(o2.device, o1.device), "--device" },
+            { same_str(o2.backend, o1.backend), "--backend" },
+            { o2.grace_s == o1.grace_s, "--grace" },
+            { o2.timeout_s == o1.timeout_s, "--timeout" },
+            { same_str(o2.log_dir, o1.log_dir), "--log-dir" },
+            { o2.tee == o1.tee, "--tee" },
+            { o2.label == o1.label, "--no-label" },
+            { o2.verbose == o1.verbose, "-v" },
+            { o2.metrics_port == o1.metrics_port, "--metrics-port" },
+            { o2.metrics_port_set == o1.metrics_port_set, "--metrics-port given" },
+            { same_str(o2.metrics_bind, o1.metrics_bind), "--metrics-bind" },
+            { o2.metrics_bind_set == o1.metrics_bind_set, "--metrics-bind given" },
+            { o2.metrics_per_rank == o1.metrics_per_rank, "--metrics-per-rank" },
+            { o2.metrics_linger_s == o1.metrics_linger_s, "--metrics-linger" },
+            { o2.max_restarts == o1.max_restarts, "--max-restarts" },
+            { !o2.sbatch && !o2.submit && !o2.local && !o2.plan && !o2.time && !o2.partition &&
+                  !o2.account && !o2.job_name && !o2.output && !o2.template_path,
+              "no batch-script option inside the job" },
+            { o2.prog_argc == o1.prog_argc, "the program's argument count" },
+        };
+        for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+            ok(f[i].same, "case %zu: %s as given", c, f[i].what);
+            if (!f[i].same)
+                diag("line: %.*s", (int)strcspn(line + 1, "\n"), line + 1);
+        }
+        for (int i = 0; i < o1.prog_argc && i < o2.prog_argc; i++)
+            ok(strcmp(o1.prog_argv[i], o2.prog_argv[i]) == 0, "case %zu: program word %d '%s'", c,
+               i, o1.prog_argv[i]);
+        free(script);
+    }
+}
+
+/* --device cpu: the shm backend cannot span nodes; the task count goes with
+ * --overcommit (sbatch refuses --ntasks-per-node above a node's CPUs). */
+static void check_sbatch_cpu(void)
+{
+    char *argv[] = { "bmlaunch", "--template", "templates/bmt.sbatch", "--sbatch", "-g", "2",
+                     "-n",       "4",          "--gpus-per-node",      "4",        "--", "p",
+                     NULL };
+    launch_opts_t o;
+    bmt_error_t err = { { 0 } };
+    bmt_layout_t l;
+    ok(cli_parse(12, argv, &o, &err) == 0 && bmt_layout_make(&l, 2, 4, 4, 0, &err) == 0,
+       "2 x 4 cpu ranks on nodes of 4 parse");
+    char *script = sbatch_script(&o, &l, "/b", &err);
+    ok(script == NULL && strstr(err.text, "shm backend, which needs every rank on one node") &&
+           strstr(err.text, "spans 2 nodes") && strstr(err.text, "--backend none"),
+       "cpu across 2 nodes: refused, with what to do: %s", err.text);
+    free(script);
+    ok(bmt_layout_make(&l, 2, 4, 8, 0, &err) == 0, "2 x 4 cpu ranks on one node of 8");
+    script = sbatch_script(&o, &l, "/b", &err);
+    ok(script && strstr(script, "\n#SBATCH --nodes=1\n") &&
+           strstr(script, "\n#SBATCH --ntasks=8\n") && strstr(script, "\n#SBATCH --overcommit\n") &&
+           !strstr(script, "--ntasks-per-node") && !strstr(script, "--gpus-per-node="),
+       "cpu on one node: --ntasks 8 with --overcommit, no --ntasks-per-node");
+    free(script);
+    o.device = "cuda";
+    ok(bmt_layout_make(&l, 2, 4, 4, 0, &err) == 0, "2 x 4 cuda ranks on nodes of 4");
+    script = sbatch_script(&o, &l, "/b", &err);
+    ok(script && strstr(script, "\n#SBATCH --nodes=2\n") &&
+           strstr(script, "\n#SBATCH --ntasks-per-node=4\n") &&
+           strstr(script, "\n#SBATCH --gpus-per-node=4\n") && !strstr(script, "--overcommit") &&
+           !strstr(script, "--ntasks="),
+       "cuda: a task per GPU on each node, no --overcommit");
+    free(script);
+}
+
 static void check_step(void)
 {
     char id[64] = "";
@@ -260,5 +471,7 @@ int main(void)
     check_detect();
     check_plan();
     check_render();
+    check_sbatch_options();
+    check_sbatch_cpu();
     return done_testing();
 }
