@@ -6,6 +6,13 @@
 # it rebuilds nothing: an ASAN=1 tree stays sanitized for the tests after this.
 . "$(dirname "$0")/lib.sh"
 KNOBS=$(cat "$BUILDDIR/.knobs" 2>/dev/null)
+# A program linked with a sanitized libbmt must carry the same runtime.
+case " $KNOBS " in
+*" ASAN=1 "*) SANCC="-fsanitize=address,undefined" ;;
+*" TSAN=1 "*) SANCC="-fsanitize=thread" ;;
+*) SANCC="" ;;
+esac
+export SANCC
 
 test_expect_success "make install in the same BUILDDIR with its own knobs keeps its flags; PREFIX recompiles monitor.c only" '
     test -f "$BUILDDIR/.knobs" && cp "$BUILDDIR/.flags" flags.before &&
@@ -64,8 +71,8 @@ test_expect_success "the installed bmlaunch finds the installed plugins; a plugi
 	    bmt_finalize(ctx); return 0;
 	}
 	EOF
-    cc -std=c11 -shared -fPIC mine.c -o mine.so $(pkg-config --cflags bmt) &&
-    cc -std=c11 user.c -o user $(pkg-config --cflags --libs bmt) &&
+    cc -std=c11 $SANCC -shared -fPIC mine.c -o mine.so $(pkg-config --cflags bmt) &&
+    cc -std=c11 $SANCC user.c -o user $(pkg-config --cflags --libs bmt) &&
     BMT_PLUGINS=jsonl,$PWD/mine.so BMT_JSONL=$PWD/m-%r.jsonl \
         prefix/bin/bmlaunch --metrics-port 0 -n 2 -- ./user >out 2>err &&
     grep -qx "0: plugins 2: jsonl $PWD/mine.so" out &&
@@ -91,7 +98,7 @@ test_expect_success "a program built with pkg-config against the installed bmt r
 	    bmt_mem_free(ctx, d); bmt_finalize(ctx); return 0;
 	}
 	EOF
-    cc -std=c11 user.c -o user $(pkg-config --cflags --libs bmt) &&
+    cc -std=c11 $SANCC user.c -o user $(pkg-config --cflags --libs bmt) &&
     ldd ./user | grep -q "libbmt.so.0 => $PWD/prefix/lib/libbmt.so.0" &&
     prefix/bin/bmlaunch -n 3 -- ./user >out &&
     grep -qx "2: user program: rank 2 sum 6" out

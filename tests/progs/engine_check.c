@@ -2455,6 +2455,11 @@ int main(int argc, char **argv)
                "zero %d, ckpt %d, %d steps x %d)\n",
                counts[0], counts[1], world, lay->groups, lay->gpus_per_group, cuda ? "cuda" : "cpu",
                bmt_dtype_name(O.dtype), O.zero, O.ckpt, O.steps, O.accum);
+    /* No rank exits (and has bmlaunch SIGTERM the others) before rank 0's
+     * lines are out of its stdio buffer: a failing run's summary was lost. */
+    fflush(stdout);
+    if (bmt_barrier(bmt_comm_world(ctx), &err) < 0)
+        goto fatal;
     rc = counts[1] > 0 ? 1 : 0;
     ref_free(&R);
     free(final);
