@@ -7,8 +7,9 @@
 #                 sanitizers) and the format and docs checks (no code of ours runs);
 #                 halt_on_error=1 (tests/run), LeakSanitizer at every exit;
 #   TSan          NO_CUDA=1 TSAN=1 in $BUILDDIR-tsan: bmlaunch's collector and the
-#                 push plugin (test_monitor) and the async checkpoint writer
-#                 (test_ckpt), the threaded parts, without the load test.
+#                 push plugin (test_monitor, without its load test) and the async
+#                 checkpoint writer (test_trust's async-against-sync test), the
+#                 threaded parts.
 # Ends with one line "N passed, N failed" for both.
 set -u
 cd "$(dirname "$0")/.."
