@@ -56,6 +56,7 @@ enum {
     OPT_METRICS_BIND,
     OPT_METRICS_PER_RANK,
     OPT_METRICS_LINGER,
+    OPT_METRICS_SD_FILE,
     OPT_MAX_RESTARTS,
 };
 
@@ -97,6 +98,7 @@ static const struct option long_opts[] = {
     { "metrics-bind", required_argument, NULL, OPT_METRICS_BIND },
     { "metrics-per-rank", no_argument, NULL, OPT_METRICS_PER_RANK },
     { "metrics-linger", required_argument, NULL, OPT_METRICS_LINGER },
+    { "metrics-sd-file", required_argument, NULL, OPT_METRICS_SD_FILE },
     { "max-restarts", required_argument, NULL, OPT_MAX_RESTARTS },
     { "version", no_argument, NULL, 'V' },
     { NULL, 0, NULL, 0 },
@@ -152,6 +154,8 @@ void cli_usage(FILE *out)
           "      --metrics-linger S  keep serving S seconds after the job ends (default:\n"
           "                          until one more scrape when something scrapes /metrics,\n"
           "                          at most 75 s; none when nothing does)\n"
+          "      --metrics-sd-file F write a Prometheus file_sd target file F for the job\n"
+          "                          while it runs (removed at exit)\n"
           "Supervision and output:\n"
           "      --grace SECONDS     after the first failure, SIGTERM the others and\n"
           "                          SIGKILL them this much later (default 5)\n"
@@ -415,6 +419,11 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
             if (parse_seconds(optarg, "--metrics-linger", true, &o->metrics_linger_s, err) < 0)
                 return -1;
             break;
+        case OPT_METRICS_SD_FILE:
+            if (optarg[0] == '\0' || optarg[strlen(optarg) - 1] == '/')
+                return errprintf(err, "--metrics-sd-file needs a file name, got '%.200s'", optarg);
+            o->metrics_sd_file = optarg;
+            break;
         case OPT_MAX_RESTARTS: {
             /* Digits only: strtol alone would take " 3", "+3" and "3 ". */
             size_t digits = strspn(optarg, "0123456789");
@@ -458,6 +467,9 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
                               "--template go with --sbatch");
     if (o->tee && !o->log_dir)
         return errprintf(err, "--tee goes with --log-dir");
+    if (o->metrics_sd_file && o->metrics_port == 0)
+        return errprintf(err, "--metrics-sd-file names the collector's port for Prometheus, but "
+                              "--metrics-port 0 turns the collector off");
     if (o->backend && strcmp(o->backend, "shm") == 0 && strcmp(o->device, "cuda") == 0)
         return errprintf(err,
                          "--backend shm moves host memory; use --backend nccl with --device cuda");

@@ -46,10 +46,11 @@ typedef struct launch_opts {
     bool metrics_port_set;    /* given: a taken port is an error, not a fallback */
     const char *metrics_bind; /* --metrics-bind, default 127.0.0.1 */
     bool metrics_bind_set;
-    bool metrics_per_rank;   /* --metrics-per-rank */
-    double metrics_linger_s; /* --metrics-linger: keep serving after the job */
-    int max_restarts;        /* --max-restarts: restarts after a rank failed, default 0 */
-    int prog_argc;           /* the program and its arguments */
+    bool metrics_per_rank;       /* --metrics-per-rank */
+    double metrics_linger_s;     /* --metrics-linger: keep serving after the job */
+    const char *metrics_sd_file; /* --metrics-sd-file: Prometheus file_sd target file */
+    int max_restarts;            /* --max-restarts: restarts after a rank failed, default 0 */
+    int prog_argc;               /* the program and its arguments */
     char **prog_argv;
 } launch_opts_t;
 

@@ -28,6 +28,7 @@
 #include "costmodel.h"
 #include "plan.h"
 #include "sbatch.h"
+#include "sdfile.h"
 #include "slurm.h"
 #include "supervise.h"
 
@@ -126,6 +127,7 @@ typedef struct metrics_env {
     char token[80];
     char plugins[1024]; /* BMT_PLUGINS with push in it */
     char plugin_dir[PATH_MAX];
+    const char *sd_file; /* --metrics-sd-file written: remove it in metrics_stop */
 } metrics_env_t;
 
 static char *self_path(void);
@@ -212,9 +214,29 @@ static collector_t *metrics_start(const launch_opts_t *o, const bmt_layout_t *l,
         snprintf(me->plugins, sizeof(me->plugins), "push");
     me->on = true;
     const char *shown = wildcard ? host_shown : bind;
+    if (o->metrics_sd_file) {
+        /* A wildcard bind serves other machines: give them this host's name. */
+        char name[256] = "localhost";
+        gethostname(name, sizeof(name) - 1);
+        if (sdfile_write(o->metrics_sd_file, wildcard ? name : bind, collector_port(c), job_id,
+                         err) < 0) {
+            collector_destroy(c);
+            return NULL;
+        }
+        me->sd_file = o->metrics_sd_file;
+    }
     fprintf(stderr, "bmlaunch: metrics on http://%s%s%s:%d/ (Prometheus: /metrics)\n",
             v6 ? "[" : "", shown, v6 ? "]" : "", collector_port(c));
     return c;
+}
+
+/* The collector's end: the server stops and the file_sd target file goes, so
+ * Prometheus drops the job's target. NULL: no-op. */
+static void metrics_stop(collector_t *c, metrics_env_t *me)
+{
+    collector_destroy(c);
+    sdfile_remove(me->sd_file);
+    me->sd_file = NULL;
 }
 
 static void on_rank_exit(void *arg, int rank, int status)
@@ -551,7 +573,7 @@ static int run_slurm(const launch_opts_t *o, const slurm_alloc_t *a)
     collector_job_ended(coll, status);
     metrics_linger(coll, o->metrics_linger_s);
     job_destroy(job);
-    collector_destroy(coll);
+    metrics_stop(coll, &me);
     slurm_argv_free(argv);
     return status;
 }
@@ -654,7 +676,7 @@ static int run_local(const launch_opts_t *o_, const bmt_layout_t *l_)
     int notify[2];
     if (pipe2(notify, O_CLOEXEC) != 0) {
         fprintf(stderr, "bmlaunch: pipe: %s\n", strerror(errno));
-        collector_destroy(coll);
+        metrics_stop(coll, &me);
         return 1;
     }
     /* The supervisor drains the read end until EAGAIN; the PMIx thread's writes
@@ -690,7 +712,7 @@ static int run_local(const launch_opts_t *o_, const bmt_layout_t *l_)
     if (host_start(&host_srv, job_id, &l, notify[1], &err) < 0) {
         fprintf(stderr, "bmlaunch: cannot start the PMIx server: %s\n", err.text);
         job_destroy(job);
-        collector_destroy(coll);
+        metrics_stop(coll, &me);
         return 1;
     }
     if (o.verbose)
@@ -723,7 +745,7 @@ static int run_local(const launch_opts_t *o_, const bmt_layout_t *l_)
             job_kill_all(job);
             host_stop(host_srv);
             job_destroy(job);
-            collector_destroy(coll);
+            metrics_stop(coll, &me);
             close(notify[0]);
             close(notify[1]);
             return 1;
@@ -738,7 +760,7 @@ static int run_local(const launch_opts_t *o_, const bmt_layout_t *l_)
     metrics_linger(coll, o.metrics_linger_s);
     host_stop(host_srv);
     job_destroy(job);
-    collector_destroy(coll);
+    metrics_stop(coll, &me);
     close(notify[0]);
     close(notify[1]);
     return status;

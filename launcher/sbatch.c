@@ -298,6 +298,12 @@ char *sbatch_script(const launch_opts_t *o, const bmt_layout_t *l, const char *s
         put(&args, " --metrics-per-rank", 19);
     if (o->metrics_linger_s != def.metrics_linger_s)
         put_seconds(&args, "--metrics-linger", o->metrics_linger_s);
+    if (o->metrics_sd_file) {
+        char *q = shell_quote(o->metrics_sd_file);
+        put(&args, " --metrics-sd-file ", 19);
+        put(&args, q ? q : "''", strlen(q ? q : "''"));
+        free(q);
+    }
     for (int i = 0; i < o->prog_argc; i++) {
         char *q = shell_quote(o->prog_argv[i]);
         if (i)

@@ -1,0 +1,107 @@
+/* launcher/sdfile.c — the file_sd target file of --metrics-sd-file (sdfile.h).
+ *
+ * Prometheus's file discovery watches the file's directory with inotify and
+ * rereads it on every change: the file is written under a temporary name in
+ * the same directory (same file system, so rename is atomic) and renamed over
+ * the target, never rewritten in place. Layer: launcher only.
+ */
+#include "sdfile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "error.h"
+
+/* Append s to buf as the inside of a JSON string; false when it does not fit. */
+static bool json_put_str(char *buf, size_t len, size_t *k, const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        char esc[8];
+        if (*p == '"' || *p == '\\')
+            snprintf(esc, sizeof(esc), "\\%c", *p);
+        else if (*p < 0x20)
+            snprintf(esc, sizeof(esc), "\\u%04x", *p);
+        else
+            esc[0] = (char)*p, esc[1] = '\0';
+        size_t n = strlen(esc);
+        if (*k + n >= len)
+            return false;
+        memcpy(buf + *k, esc, n);
+        *k += n;
+    }
+    buf[*k] = '\0';
+    return true;
+}
+
+int sdfile_render(const char *host, int port, const char *job_id, char *buf, size_t len)
+{
+    if (len == 0)
+        return -1;
+    buf[0] = '\0';
+    if (port < 1 || port > 65535)
+        return -1;
+    bool v6 = strchr(host, ':') != NULL;
+    size_t k = 0;
+    int n = snprintf(buf, len, "[{\"targets\": [\"%s", v6 ? "[" : "");
+    if (n < 0 || (size_t)n >= len)
+        goto full;
+    k = (size_t)n;
+    if (!json_put_str(buf, len, &k, host))
+        goto full;
+    n = snprintf(buf + k, len - k, "%s:%d\"], \"labels\": {\"job_id\": \"", v6 ? "]" : "", port);
+    if (n < 0 || (size_t)n >= len - k)
+        goto full;
+    k += (size_t)n;
+    if (!json_put_str(buf, len, &k, job_id))
+        goto full;
+    n = snprintf(buf + k, len - k, "\"}}]\n");
+    if (n < 0 || (size_t)n >= len - k)
+        goto full;
+    return (int)(k + (size_t)n);
+full:
+    buf[0] = '\0';
+    return -1;
+}
+
+int sdfile_write(const char *path, const char *host, int port, const char *job_id, bmt_error_t *err)
+{
+    char text[1024];
+    int n = sdfile_render(host, port, job_id, text, sizeof(text));
+    if (n < 0)
+        return errprintf(err,
+                         "--metrics-sd-file %.200s: the target %.200s:%d of job %.200s does "
+                         "not fit in the file's 1 KiB",
+                         path, host, port, job_id);
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return errprintf(err, "--metrics-sd-file %.200s is a directory; name a file in it", path);
+    char tmp[4200];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof(tmp))
+        return errprintf(err, "--metrics-sd-file: the path is too long (%zu bytes)", strlen(path));
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return errprintf(err, "--metrics-sd-file %.200s: cannot create %.200s: %s", path, tmp,
+                         strerror(errno));
+    ssize_t w = write(fd, text, (size_t)n);
+    int e = w == n ? 0 : w < 0 ? errno : EIO;
+    if (close(fd) != 0 && e == 0)
+        e = errno;
+    if (e == 0 && rename(tmp, path) != 0)
+        e = errno;
+    if (e != 0) {
+        unlink(tmp);
+        return errprintf(err, "--metrics-sd-file %.200s: cannot write it: %s", path, strerror(e));
+    }
+    return 0;
+}
+
+void sdfile_remove(const char *path)
+{
+    if (path)
+        unlink(path);
+}

@@ -1,0 +1,33 @@
+/* launcher/sdfile.h — a Prometheus file_sd target file for the job's collector.
+ *
+ * With --metrics-sd-file PATH bmlaunch writes, once its collector listens,
+ *   [{"targets": ["HOST:PORT"], "labels": {"job_id": "JOB"}}]
+ * to PATH (a temporary file in the same directory renamed over it, so a
+ * Prometheus watching the directory never reads half a file) and removes it
+ * when bmlaunch exits, so Prometheus finds each job's collector by itself
+ * (file_sd_configs) and drops it when the job is gone. Layer: launcher only.
+ */
+#ifndef BMT_LAUNCHER_SDFILE_H
+#define BMT_LAUNCHER_SDFILE_H
+
+#include <stddef.h>
+
+#include "bmt/error.h"
+
+/* Render the target file's text for host (an IPv6 address is bracketed),
+ * port and job_id (JSON-escaped) into buf, ending with a newline. Pure.
+ * Returns the length written, or -1 when it does not fit in len (buf is then
+ * an empty string) or port is outside 1..65535. */
+int sdfile_render(const char *host, int port, const char *job_id, char *buf, size_t len);
+
+/* Write the target file to path atomically: a temporary file beside it
+ * (path.tmp.PID), written whole, then renamed over path. Returns 0, or -1 with
+ * err naming the path and the cause (no such directory, a directory, no
+ * permission); on failure nothing is left behind and path is unchanged. */
+int sdfile_write(const char *path, const char *host, int port, const char *job_id,
+                 bmt_error_t *err);
+
+/* Remove the target file (NULL: no-op; a file already gone is not an error). */
+void sdfile_remove(const char *path);
+
+#endif

@@ -1,0 +1,147 @@
+/* tests/unit/test_sdfile.c — launcher/sdfile.c: the file_sd target file of
+ * --metrics-sd-file. The rendering is a table of hosts, ports and job ids with
+ * the expected text and the expected failures; the writing runs on a temporary
+ * directory (atomic rename, nothing left behind on failure, removal). The real
+ * Prometheus reading it is in tests/integration/test_alerts.sh.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sdfile.h"
+#include "tap.h"
+
+static void check_render(void)
+{
+    static const struct {
+        const char *host;
+        int port;
+        const char *job, *want;
+    } t[] = {
+        { "127.0.0.1", 9477, "bmlaunch.n1.42.1700000000",
+          "[{\"targets\": [\"127.0.0.1:9477\"], \"labels\": {\"job_id\": "
+          "\"bmlaunch.n1.42.1700000000\"}}]\n" },
+        { "::1", 1, "slurm.7",
+          "[{\"targets\": [\"[::1]:1\"], \"labels\": {\"job_id\": \"slurm.7\"}}]\n" },
+        { "login1", 65535, "a\"b\\c\nd",
+          "[{\"targets\": [\"login1:65535\"], \"labels\": {\"job_id\": "
+          "\"a\\\"b\\\\c\\u000ad\"}}]\n" },
+    };
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+        char buf[256];
+        int n = sdfile_render(t[i].host, t[i].port, t[i].job, buf, sizeof(buf));
+        is_str(buf, t[i].want, "rendered");
+        is_int(n, (long long)strlen(t[i].want), "its length");
+    }
+    /* Expected failures: an impossible port, a buffer too small by one. */
+    static const struct {
+        int port;
+        size_t len;
+        const char *why;
+    } bad[] = {
+        { 0, 256, "port 0" },           { 65536, 256, "port 65536" },
+        { -1, 256, "port -1" },         { 9477, 63, "one byte short of the text and its NUL" },
+        { 9477, 10, "a small buffer" }, { 9477, 0, "no buffer" },
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char buf[256] = "x";
+        int n = sdfile_render("127.0.0.1", bad[i].port, "job", buf, bad[i].len);
+        ok(n == -1 && (bad[i].len == 0 || buf[0] == '\0'), "refused: %s", bad[i].why);
+    }
+    char buf[64];
+    ok(sdfile_render("127.0.0.1", 9477, "job", buf, sizeof(buf)) == 63,
+       "the same text fits in 64 bytes");
+}
+
+static char *slurp(const char *path)
+{
+    static char text[4096];
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return NULL;
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    return text;
+}
+
+static int entries(const char *dir)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "ls -A '%s' | wc -l", dir);
+    FILE *p = popen(cmd, "r");
+    int n = -1;
+    if (p) {
+        if (fscanf(p, "%d", &n) != 1)
+            n = -1;
+        pclose(p);
+    }
+    return n;
+}
+
+static void check_write(void)
+{
+    char dir[] = "/tmp/bmt-sdfile.XXXXXX";
+    if (mkdtemp(dir) == NULL) {
+        ok(0, "mkdtemp: %s", strerror(errno));
+        return;
+    }
+    char path[512], sub[512];
+    snprintf(path, sizeof(path), "%s/targets.json", dir);
+    bmt_error_t err = { { 0 } };
+    ok(sdfile_write(path, "127.0.0.1", 9500, "job-1", &err) == 0, "written (%s)", err.text);
+    const char *text = slurp(path);
+    is_str(text ? text : "(none)",
+           "[{\"targets\": [\"127.0.0.1:9500\"], \"labels\": {\"job_id\": \"job-1\"}}]\n",
+           "the file holds the target");
+    struct stat st;
+    ok(stat(path, &st) == 0 && (st.st_mode & 0777) == 0644, "readable by Prometheus (0644)");
+    ok(sdfile_write(path, "127.0.0.1", 9501, "job-2", &err) == 0, "rewritten");
+    text = slurp(path);
+    ok(text && strstr(text, "9501") && strstr(text, "job-2"), "with the new target");
+    is_int(entries(dir), 1, "no temporary file left beside it");
+
+    /* Expected failures: each names the path and the cause, leaves nothing. */
+    snprintf(sub, sizeof(sub), "%s/no/such/dir/t.json", dir);
+    memset(&err, 0, sizeof(err));
+    ok(sdfile_write(sub, "127.0.0.1", 9500, "j", &err) == -1 && strstr(err.text, sub) &&
+           strstr(err.text, "No such file or directory"),
+       "a missing directory is refused: %s", err.text);
+    memset(&err, 0, sizeof(err));
+    ok(sdfile_write(dir, "127.0.0.1", 9500, "j", &err) == -1 && strstr(err.text, "is a directory"),
+       "a directory is refused: %s", err.text);
+    memset(&err, 0, sizeof(err));
+    ok(sdfile_write(path, "127.0.0.1", 0, "j", &err) == -1 && strstr(err.text, path),
+       "an impossible target is refused: %s", err.text);
+    text = slurp(path);
+    ok(text && strstr(text, "9501"), "and the file is unchanged");
+    if (geteuid() != 0) { /* root writes anywhere */
+        snprintf(sub, sizeof(sub), "%s/ro", dir);
+        mkdir(sub, 0555);
+        snprintf(sub, sizeof(sub), "%s/ro/t.json", dir);
+        memset(&err, 0, sizeof(err));
+        ok(sdfile_write(sub, "127.0.0.1", 9500, "j", &err) == -1 &&
+               strstr(err.text, "Permission denied"),
+           "a directory without write permission is refused: %s", err.text);
+        snprintf(sub, sizeof(sub), "%s/ro", dir);
+        rmdir(sub);
+    }
+    is_int(entries(dir), 1, "no temporary file left by the failures");
+
+    sdfile_remove(path);
+    ok(access(path, F_OK) != 0, "removed");
+    sdfile_remove(path);
+    sdfile_remove(NULL);
+    ok(1, "removing it again, or NULL, is a no-op");
+    rmdir(dir);
+}
+
+int main(void)
+{
+    check_render();
+    check_write();
+    return done_testing();
+}
