@@ -30,6 +30,7 @@ python3-xxhash
 curl
 prometheus
 prometheus-pushgateway
+prometheus-alertmanager
 chromium
 man-db
 groff-base
