@@ -57,6 +57,7 @@ enum {
     OPT_METRICS_PER_RANK,
     OPT_METRICS_LINGER,
     OPT_METRICS_SD_FILE,
+    OPT_METRICS_STALE,
     OPT_MAX_RESTARTS,
 };
 
@@ -99,6 +100,7 @@ static const struct option long_opts[] = {
     { "metrics-per-rank", no_argument, NULL, OPT_METRICS_PER_RANK },
     { "metrics-linger", required_argument, NULL, OPT_METRICS_LINGER },
     { "metrics-sd-file", required_argument, NULL, OPT_METRICS_SD_FILE },
+    { "metrics-stale", required_argument, NULL, OPT_METRICS_STALE },
     { "max-restarts", required_argument, NULL, OPT_MAX_RESTARTS },
     { "version", no_argument, NULL, 'V' },
     { NULL, 0, NULL, 0 },
@@ -156,6 +158,8 @@ void cli_usage(FILE *out)
           "                          at most 75 s; none when nothing does)\n"
           "      --metrics-sd-file F write a Prometheus file_sd target file F for the job\n"
           "                          while it runs (removed at exit)\n"
+          "      --metrics-stale S   a running rank that pushes nothing for S seconds is\n"
+          "                          named stale (default: 5 step times, at least 10 s)\n"
           "Supervision and output:\n"
           "      --grace SECONDS     after the first failure, SIGTERM the others and\n"
           "                          SIGKILL them this much later (default 5)\n"
@@ -417,6 +421,10 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
         case OPT_METRICS_PER_RANK: o->metrics_per_rank = true; break;
         case OPT_METRICS_LINGER:
             if (parse_seconds(optarg, "--metrics-linger", true, &o->metrics_linger_s, err) < 0)
+                return -1;
+            break;
+        case OPT_METRICS_STALE:
+            if (parse_seconds(optarg, "--metrics-stale", false, &o->metrics_stale_s, err) < 0)
                 return -1;
             break;
         case OPT_METRICS_SD_FILE:

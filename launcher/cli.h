@@ -49,6 +49,7 @@ typedef struct launch_opts {
     bool metrics_per_rank;       /* --metrics-per-rank */
     double metrics_linger_s;     /* --metrics-linger: keep serving after the job */
     const char *metrics_sd_file; /* --metrics-sd-file: Prometheus file_sd target file */
+    double metrics_stale_s;      /* --metrics-stale: 0: collector_stale_default */
     int max_restarts;            /* --max-restarts: restarts after a rank failed, default 0 */
     int prog_argc;               /* the program and its arguments */
     char **prog_argv;

@@ -112,6 +112,14 @@ struct event {
     metrics_event_t e;
 };
 
+/* Event kinds: the ranks' (bmt_event_kind_t), then bmlaunch's own. */
+enum {
+    EV_RANK_FAILED = BMT_EVENT_KIND_MAX + 1,
+    EV_KINDS
+};
+static const char *const ev_names[EV_KINDS] = { "",     "checkpoint_saved", "restart", "abort",
+                                                "note", "rank_failed" };
+
 struct failure { /* a rank that exited with a non-zero code or by a signal */
     int rank, wait_status;
 };
@@ -140,7 +148,7 @@ struct collector {
     int nhist;
     struct event ev[EVENTS];
     int nev, evnext;
-    uint64_t ev_count[BMT_EVENT_KIND_MAX + 1];
+    uint64_t ev_count[EV_KINDS];
     uint64_t pushes[NCODES];
     int alive;
     bool ended;
@@ -156,11 +164,23 @@ struct collector {
     bool scraped_after_end;
     char host[64]; /* ours: the host label of a rank that never said its own */
     bool verbose;
+    int (*proc_state)(void *arg, int rank, char *buf, size_t len);
+    void *proc_state_arg;
     double started;
     const char *kinds[BMT_MEM_KIND_COUNT];
     struct MHD_Daemon *d;
     int port;
 };
+
+/* Count an event and keep it in the ring of the last EVENTS (lock held). */
+static void event_add(collector_t *c, int rank, const metrics_event_t *e)
+{
+    c->ev_count[e->kind]++;
+    c->ev[c->evnext] = (struct event){ rank, *e };
+    c->evnext = (c->evnext + 1) % EVENTS;
+    if (c->nev < EVENTS)
+        c->nev++;
+}
 
 collector_t *collector_create(const collector_opts_t *o, bmt_error_t *err)
 {
@@ -177,6 +197,8 @@ collector_t *collector_create(const collector_opts_t *o, bmt_error_t *err)
     c->per_rank = o->per_rank;
     c->stale_s = o->stale_s;
     c->verbose = o->verbose;
+    c->proc_state = o->proc_state;
+    c->proc_state_arg = o->proc_state_arg;
     if (gethostname(c->host, sizeof(c->host) - 1) != 0)
         snprintf(c->host, sizeof(c->host), "localhost");
     c->alive = c->l.world;
@@ -477,11 +499,7 @@ static int ingest_json(collector_t *c, const json_t *doc, char *why, size_t wlen
         }
     }
     for (size_t i = 0; i < ne; i++) {
-        c->ev_count[es[i].kind]++;
-        c->ev[c->evnext] = (struct event){ r, es[i] };
-        c->evnext = (c->evnext + 1) % EVENTS;
-        if (c->nev < EVENTS)
-            c->nev++;
+        event_add(c, r, &es[i]);
     }
     c->pushes[C200]++;
     pthread_mutex_unlock(&c->mu);
@@ -523,6 +541,8 @@ int collector_ingest(collector_t *c, const char *authorization, const char *body
     return code;
 }
 
+static const char *failure_host(const collector_t *c, int rank);
+
 void collector_rank_exited(collector_t *c, int rank, int wait_status)
 {
     if (c == NULL || rank < 0 || rank >= c->l.world)
@@ -532,8 +552,23 @@ void collector_rank_exited(collector_t *c, int rank, int wait_status)
         c->r[rank].exited = true;
         c->alive--;
         if (!WIFEXITED(wait_status) || WEXITSTATUS(wait_status) != 0) {
-            if (c->nfailed < COLLECTOR_FAILED_SHOWN)
+            if (c->nfailed < COLLECTOR_FAILED_SHOWN) {
                 c->failed[c->nfailed] = (struct failure){ rank, wait_status };
+                metrics_event_t e = { .kind = EV_RANK_FAILED, .time = metrics_unix_s() };
+                e.step = c->r[rank].seen ? c->r[rank].m.step : 0;
+                snprintf(e.name, sizeof(e.name), "rank_failed");
+                if (WIFEXITED(wait_status))
+                    snprintf(e.detail, sizeof(e.detail), "rank %d (on %s) exited with code %d",
+                             rank, failure_host(c, rank), WEXITSTATUS(wait_status));
+                else
+                    snprintf(e.detail, sizeof(e.detail),
+                             "rank %d (on %s) was killed by signal %d (SIG%s)", rank,
+                             failure_host(c, rank), WTERMSIG(wait_status),
+                             sigabbrev_np(WTERMSIG(wait_status))
+                                 ? sigabbrev_np(WTERMSIG(wait_status))
+                                 : "?");
+                event_add(c, rank, &e);
+            }
             c->nfailed++;
         }
     }
@@ -572,11 +607,7 @@ void collector_job_restarted(collector_t *c, int restart, const char *detail)
     snprintf(e.name, sizeof(e.name), "restart");
     snprintf(e.detail, sizeof(e.detail), "bmlaunch: restart %d after %s", restart,
              detail ? detail : "a failure");
-    c->ev_count[BMT_EVENT_RESTART]++;
-    c->ev[c->evnext] = (struct event){ -1, e }; /* rank -1: bmlaunch itself */
-    c->evnext = (c->evnext + 1) % EVENTS;
-    if (c->nev < EVENTS)
-        c->nev++;
+    event_add(c, -1, &e); /* rank -1: bmlaunch itself */
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -593,6 +624,12 @@ typedef struct agg {
     uint64_t mem[BMT_MEM_KIND_COUNT], mem_peak[BMT_MEM_KIND_COUNT], mem_total;
 } agg_t;
 
+double collector_stale_default(double slowest_step_s)
+{
+    double s = COLLECTOR_STALE_STEPS * slowest_step_s;
+    return isfinite(s) && s > COLLECTOR_STALE_MIN_S ? s : COLLECTOR_STALE_MIN_S;
+}
+
 static double stale_after(const collector_t *c)
 {
     if (c->stale_s > 0)
@@ -601,7 +638,37 @@ static double stale_after(const collector_t *c)
     for (int r = 0; r < c->l.world; r++)
         if (c->r[r].seen && c->r[r].m.step_time_s > worst)
             worst = c->r[r].m.step_time_s;
-    return worst * 5 > 30 ? worst * 5 : 30;
+    return collector_stale_default(worst);
+}
+
+/* The stale ranks (collector.h), the first max of them into out with the
+ * seconds since their last push (or since the run's first); returns how many
+ * there are. */
+static int stale_ranks(const collector_t *c, double stale, double now, int *out, double *age,
+                       int max)
+{
+    if (c->ended || !c->lead_set)
+        return 0;
+    int n = 0;
+    for (int r = 0; r < c->l.world; r++) {
+        const struct rank_state *s = &c->r[r];
+        if (s->exited)
+            continue;
+        double since = now - (s->run_push > 0 ? s->run_push : c->first_t);
+        if (since <= stale)
+            continue;
+        if (n < max)
+            out[n] = r, age[n] = since;
+        n++;
+    }
+    return n;
+}
+
+/* The process state of rank r as the launcher sees it, or "unknown". */
+static void proc_state(const collector_t *c, int r, char *buf, size_t len)
+{
+    if (c->proc_state == NULL || c->proc_state(c->proc_state_arg, r, buf, len) < 0)
+        snprintf(buf, len, "unknown");
 }
 
 static void aggregate(const collector_t *c, int first, int n, double stale, double now, agg_t *a)
@@ -773,6 +840,30 @@ static char *metrics_text(collector_t *c, size_t *len, bool scrape)
             prom_sample(&b, name, fl, pass ? WIFSIGNALED(st) ? WTERMSIG(st) : -1 : WEXITSTATUS(st));
         }
     }
+    {
+        int sr[COLLECTOR_STALE_SHOWN];
+        double sa[COLLECTOR_STALE_SHOWN];
+        int ns = stale_ranks(c, stale, now, sr, sa, COLLECTOR_STALE_SHOWN);
+        prom_family(&b, "bmt_stale_window_seconds", "gauge",
+                    "a running rank that pushed nothing for this long is stale "
+                    "(--metrics-stale, else 5 step times, at least 10 s)");
+        prom_sample(&b, "bmt_stale_window_seconds", jl, stale);
+        prom_family(&b, "bmt_ranks_stale", "gauge",
+                    "running ranks that pushed nothing for longer than the stale window");
+        prom_sample(&b, "bmt_ranks_stale", jl, ns);
+        if (ns > 0)
+            prom_family(&b, "bmt_rank_stale_seconds", "gauge",
+                        "seconds since a stale rank's last push, with its process state as "
+                        "bmlaunch sees it (the first 16 stale ranks)");
+        for (int i = 0; i < ns && i < COLLECTOR_STALE_SHOWN; i++) {
+            char rs[16], st[64];
+            snprintf(rs, sizeof(rs), "%d", sr[i]);
+            proc_state(c, sr[i], st, sizeof(st));
+            const char *sl[] = { JOB_LABEL, c->job_id, "rank", rs, "host", failure_host(c, sr[i]),
+                                 "state",   st,        NULL };
+            prom_sample(&b, "bmt_rank_stale_seconds", sl, sa[i]);
+        }
+    }
     prom_family(&b, "bmt_ranks", "gauge", "ranks of the job");
     prom_sample(&b, "bmt_ranks", jl, c->l.world);
     prom_family(&b, "bmt_ranks_alive", "gauge", "rank processes still running");
@@ -809,9 +900,9 @@ static char *metrics_text(collector_t *c, size_t *len, bool scrape)
         prom_sample(&b, "bmt_memory_peak_bytes", ml, (double)job.mem_peak[k]);
     }
     prom_family(&b, "bmt_events_total", "counter",
-                "events the ranks reported (checkpoint_saved, restart, abort, note)");
-    static const char *ev_names[] = { "", "checkpoint_saved", "restart", "abort", "note" };
-    for (int k = 1; k <= BMT_EVENT_KIND_MAX; k++) {
+                "events: the ranks' (checkpoint_saved, restart, abort, note) and bmlaunch's "
+                "(rank_failed: the first 16 failed ranks of a run)");
+    for (int k = 1; k < EV_KINDS; k++) {
         const char *el[] = { JOB_LABEL, c->job_id, "kind", ev_names[k], NULL };
         prom_sample(&b, "bmt_events_total", el, (double)c->ev_count[k]);
     }
@@ -968,6 +1059,21 @@ char *collector_status_json(collector_t *c, bool ranks, size_t *len)
                 json_array_append_new(fl, x);
         }
         json_object_set_new(doc, "failed_ranks", fl);
+        int sr[COLLECTOR_STALE_SHOWN];
+        double sa[COLLECTOR_STALE_SHOWN];
+        int ns = stale_ranks(c, stale, now, sr, sa, COLLECTOR_STALE_SHOWN);
+        json_object_set_new(doc, "stale_window_seconds", json_real(stale));
+        json_object_set_new(doc, "ranks_stale", json_integer(ns));
+        json_t *sl = json_array();
+        for (int i = 0; sl && i < ns && i < COLLECTOR_STALE_SHOWN; i++) {
+            char st[64];
+            proc_state(c, sr[i], st, sizeof(st));
+            json_t *x = json_pack("{sissssso}", "rank", sr[i], "host", failure_host(c, sr[i]),
+                                  "state", st, "seconds", json_real(sa[i]));
+            if (x)
+                json_array_append_new(sl, x);
+        }
+        json_object_set_new(doc, "stale_ranks", sl);
         json_object_set_new(doc, "started", json_real(c->started));
         json_object_set_new(doc, "now", json_real(metrics_unix_s()));
         json_object_set_new(doc, "layout",

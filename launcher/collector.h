@@ -34,9 +34,26 @@ typedef struct collector_opts {
     bool per_rank;      /* per-rank series on /metrics */
     const char *token;  /* NULL: a random one (getrandom) */
     double stale_s;     /* a rank that has not pushed for this long stops counting as
-                         * reporting (0: 30 s or 5 step times, whichever is longer) */
+                         * reporting and is named stale (0: collector_stale_default) */
     bool verbose;       /* say the connection limits on stderr */
+    /* What the launcher sees of rank r's process, e.g. "S (sleeping)", into
+     * buf; -1 when it cannot see it (Slurm mode). Called with the collector's
+     * lock held. NULL: none. */
+    int (*proc_state)(void *arg, int rank, char *buf, size_t len);
+    void *proc_state_arg;
 } collector_opts_t;
+
+/* The default stale window: COLLECTOR_STALE_STEPS times the slowest step time
+ * any rank reported last, at least COLLECTOR_STALE_MIN_S. Pure. */
+#define COLLECTOR_STALE_STEPS 5.0
+#define COLLECTOR_STALE_MIN_S 10.0
+double collector_stale_default(double slowest_step_s);
+
+/* Stale ranks are named on /metrics (bmt_rank_stale_seconds, the first
+ * COLLECTOR_STALE_SHOWN) and in /api/status (stale_ranks): a rank whose process
+ * has not exited and that pushed nothing for longer than the window (one that
+ * never pushed: since the run's first push). */
+#define COLLECTOR_STALE_SHOWN 16
 
 /* The state only (no socket). NULL with err on failure. */
 collector_t *collector_create(const collector_opts_t *o, bmt_error_t *err);
@@ -79,8 +96,9 @@ void collector_count(collector_t *c, int code);
 
 /* The supervisor's view: rank r's process exited with wait_status (a waitpid
  * status: a non-zero code or a signal counts the rank as failed, and the first
- * COLLECTOR_FAILED_SHOWN failed ranks of a run are named on /metrics), and the
- * job ended with bmlaunch's exit status. NULL c: no-op. */
+ * COLLECTOR_FAILED_SHOWN failed ranks of a run are named on /metrics and are
+ * each a "rank_failed" event with rank, host and cause), and the job ended
+ * with bmlaunch's exit status. NULL c: no-op. */
 #define COLLECTOR_FAILED_SHOWN 16
 void collector_rank_exited(collector_t *c, int rank, int wait_status);
 void collector_job_ended(collector_t *c, int exit_status);

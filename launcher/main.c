@@ -178,9 +178,42 @@ static void plugin_dir_for_ranks(char *dir, size_t len)
 /* Start the collector (unless --metrics-port 0) and fill what the ranks need.
  * host_for_ranks: the address ranks use when bind is a wildcard ("0.0.0.0" is
  * replaced under srun by bmlaunch --rank-exec; see slurm.c). */
+/* collector_opts_t.proc_state: a local rank's process state from
+ * /proc/PID/stat ("S (sleeping)"); -1 under Slurm or once it exited. */
+static int rank_proc_state(void *arg, int rank, char *buf, size_t len)
+{
+    int pid = job_rank_pid(arg, rank);
+    if (pid <= 0)
+        return -1;
+    char path[64], stat[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, stat, sizeof(stat) - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    stat[n] = '\0';
+    const char *paren = strrchr(stat, ')'); /* the name may hold spaces and ')' */
+    if (paren == NULL || paren[1] != ' ' || paren[2] == '\0')
+        return -1;
+    static const char *const names[][2] = {
+        { "R", "running" },      { "S", "sleeping" }, { "D", "disk sleep" }, { "T", "stopped" },
+        { "t", "tracing stop" }, { "Z", "zombie" },   { "X", "dead" },       { "I", "idle" },
+    };
+    const char *word = "?";
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (paren[2] == names[i][0][0])
+            word = names[i][1];
+    snprintf(buf, len, "%c (%s)", paren[2], word);
+    return 0;
+}
+
 static collector_t *metrics_start(const launch_opts_t *o, const bmt_layout_t *l, const char *job_id,
                                   const char *bind, const char *host_for_ranks,
-                                  const char *host_shown, metrics_env_t *me, bmt_error_t *err)
+                                  const char *host_shown, metrics_env_t *me, job_t *job,
+                                  bmt_error_t *err)
 {
     memset(me, 0, sizeof(*me));
     plugin_dir_for_ranks(me->plugin_dir, sizeof(me->plugin_dir));
@@ -192,6 +225,9 @@ static collector_t *metrics_start(const launch_opts_t *o, const bmt_layout_t *l,
         .device = o->device,
         .per_rank = o->metrics_per_rank,
         .verbose = o->verbose,
+        .stale_s = o->metrics_stale_s,
+        .proc_state = job ? rank_proc_state : NULL,
+        .proc_state_arg = job,
     };
     collector_t *c = collector_create(&co, err);
     if (c == NULL)
@@ -522,7 +558,7 @@ static int run_slurm(const launch_opts_t *o, const slurm_alloc_t *a)
         return 1;
     }
     /* After job_create: the collector's threads inherit the blocked signals. */
-    coll = metrics_start(o, &l, job_id, bind, "0.0.0.0", host, &me, &err);
+    coll = metrics_start(o, &l, job_id, bind, "0.0.0.0", host, &me, NULL, &err);
     if (coll == NULL && o->metrics_port != 0) {
         job_destroy(job);
         return usage_error(err.text);
@@ -703,7 +739,7 @@ static int run_local(const launch_opts_t *o_, const bmt_layout_t *l_)
     }
     /* The collector's threads must inherit the blocked signals, or SIGCHLD could
      * land on one of them and never reach the supervisor. */
-    coll = metrics_start(&o, &l, job_id, o.metrics_bind, "127.0.0.1", "127.0.0.1", &me, &err);
+    coll = metrics_start(&o, &l, job_id, o.metrics_bind, "127.0.0.1", "127.0.0.1", &me, job, &err);
     if (coll == NULL && o.metrics_port != 0) {
         job_destroy(job);
         return usage_error(err.text);

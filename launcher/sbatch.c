@@ -298,6 +298,8 @@ char *sbatch_script(const launch_opts_t *o, const bmt_layout_t *l, const char *s
         put(&args, " --metrics-per-rank", 19);
     if (o->metrics_linger_s != def.metrics_linger_s)
         put_seconds(&args, "--metrics-linger", o->metrics_linger_s);
+    if (o->metrics_stale_s > 0)
+        put_seconds(&args, "--metrics-stale", o->metrics_stale_s);
     if (o->metrics_sd_file) {
         char *q = shell_quote(o->metrics_sd_file);
         put(&args, " --metrics-sd-file ", 19);

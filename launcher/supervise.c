@@ -931,6 +931,14 @@ int job_run(job_t *job)
     return exit_status(job);
 }
 
+int job_rank_pid(const job_t *job, int rank)
+{
+    if (job == NULL || job->o.demux || rank < 0 || rank >= job->spawned)
+        return 0;
+    const rank_proc_t *rp = &job->ranks[rank];
+    return rp->running ? (int)rp->pid : 0;
+}
+
 bool job_restartable(job_t *job)
 {
     if (job->fail == FAIL_NONE || job->fail_rank < 0 || job->user_signal ||

@@ -500,6 +500,63 @@ test_expect_success "two jobs scraped by one Prometheus stay apart by job_id; af
 	EOF
 '
 
+test_expect_success "a stuck rank (SIGSTOP) is named stale on /metrics and in /api/status, with its process state" '
+    start_job --metrics-port $(free_port) --metrics-stale 1 --grace 1 -n 3 -- $PROGS/steps --steps 100000 --pace 20 --stop 5 &&
+    for i in $(seq 150); do
+        curl -sf "$URL/metrics" >m.txt && grep -q "^bmt_ranks_stale{job_id=\"[^\"]*\"} 1$" m.txt && break; sleep 0.1
+    done &&
+    curl -sf "$URL/api/status" >s.json &&
+    kill -TERM $JOB_PID; rc=0; wait $JOB_PID || rc=$?
+    host=$(hostname) && promtool check metrics <m.txt &&
+    grep -q "^bmt_stale_window_seconds{job_id=\"[^\"]*\"} 1$" m.txt &&
+    grep -q "^bmt_rank_stale_seconds{job_id=\"[^\"]*\",rank=\"2\",host=\"$host\",state=\"T (stopped)\"} [0-9.e+-]*$" m.txt &&
+    grep -q "^bmt_ranks_reporting{job_id=\"[^\"]*\"} 2$" m.txt &&
+    $PY -c "
+import json
+s = json.load(open(\"s.json\"))
+assert s[\"ranks_stale\"] == 1 and s[\"stale_window_seconds\"] == 1, s
+r = s[\"stale_ranks\"][0]
+assert r[\"rank\"] == 2 and r[\"state\"].startswith(\"T \") and r[\"seconds\"] > 1, r
+" && grep -q "^2: steps: rank 2 stops after step 5$" job.out
+'
+
+test_expect_success "headless Chromium: the page names a stale rank with its process state" '
+    command -v chromium >/dev/null &&
+    start_job --metrics-port $(free_port) --metrics-stale 1 --grace 1 -n 2 -- $PROGS/steps --steps 100000 --pace 20 --stop 3 &&
+    for i in $(seq 150); do
+        curl -sf "$URL/api/status" >s.json && grep -q "\"ranks_stale\":1" s.json && break; sleep 0.1
+    done &&
+    timeout 60 chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage \
+        --host-resolver-rules="MAP * ~NOTFOUND, EXCLUDE 127.0.0.1" \
+        --user-data-dir=$PWD/chrome --virtual-time-budget=5000 --dump-dom "$URL/" >dom.html 2>chrome.err &&
+    kill -TERM $JOB_PID; { wait $JOB_PID || true; } &&
+    grep -q "<li class=\"stale\">rank 1 on $(hostname) is stale: no push for [0-9.]* s (window 1.0 s), process T (stopped)</li>" dom.html
+'
+
+test_expect_success "a rank killed by SIGKILL is a rank_failed event (rank, host, cause) on /metrics and in /api/status" '
+    start_job --metrics-port $(free_port) --metrics-linger 30 -n 3 -- $PROGS/behave --rank 2 signal 9 &&
+    for i in $(seq 100); do
+        curl -sf "$URL/api/status" >s.json && grep -q "\"state\":\"ended\"" s.json && break; sleep 0.1
+    done &&
+    curl -sf "$URL/metrics" >m.txt &&
+    { ! command -v chromium >/dev/null ||
+      timeout 60 chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage \
+        --host-resolver-rules="MAP * ~NOTFOUND, EXCLUDE 127.0.0.1" \
+        --user-data-dir=$PWD/chrome --virtual-time-budget=5000 --dump-dom "$URL/" >dom.html 2>chrome.err; } &&
+    kill -INT $JOB_PID; rc=0; wait $JOB_PID || rc=$?
+    test $rc -eq 137 && host=$(hostname) &&
+    { ! command -v chromium >/dev/null ||
+      grep -q "<li class=\"failed\">rank 2 on $host failed: killed by signal 9</li>" dom.html; } &&
+    grep -q "^bmt_events_total{job_id=\"[^\"]*\",kind=\"rank_failed\"} [1-9]" m.txt &&
+    $PY -c "
+import json, sys
+s = json.load(open(\"s.json\"))
+ev = [e for e in s[\"events\"] if e[\"kind\"] == \"rank_failed\"]
+want = \"rank 2 (on %s) was killed by signal 9 (SIGKILL)\" % sys.argv[1]
+assert ev and ev[0][\"rank\"] == 2 and ev[0][\"detail\"] == want, ev
+" "$host"
+'
+
 test_expect_success "a failed rank is named on /metrics with its exit code or signal; the job state is failed" '
     start_job --metrics-port $(free_port) --metrics-linger 30 -n 3 -- $PROGS/behave --rank 1 exit 7 &&
     for i in $(seq 100); do

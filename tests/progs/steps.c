@@ -1,6 +1,6 @@
 /* tests/progs/steps.c — a rank that reports training steps and does nothing else.
  *
- *     bmlaunch ... -- steps [--steps N] [--pace MS] [--tokens T] [--late MS]
+ *     bmlaunch ... -- steps [--steps N] [--pace MS] [--tokens T] [--late MS] [--stop N]
  *
  * bmt_init, then N steps of: sleep --pace milliseconds, bmt_report_step with
  * T tokens (default 1000 + rank, so that sums over ranks are checkable), one
@@ -9,8 +9,10 @@
  * across nodes (where shm cannot go): the metrics tests use it for scale and
  * for Slurm. With --late MS every step also all-reduces one number over the
  * world, which the last rank joins MS milliseconds late: the others' comm_wait_s
- * must show that wait, the last rank's must not.
+ * must show that wait, the last rank's must not. With --stop N the last rank
+ * stops itself (SIGSTOP) after step N: a stuck rank for the stale-rank tests.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +23,7 @@
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: steps [--steps N] [--pace MS] [--tokens T] [--late MS]\n");
+    fprintf(stderr, "usage: steps [--steps N] [--pace MS] [--tokens T] [--late MS] [--stop N]\n");
     return 2;
 }
 
@@ -53,12 +55,13 @@ static int all_reduce_one(bmt_ctx_t *ctx, bmt_error_t *err)
 
 int main(int argc, char **argv)
 {
-    long steps = 5, pace_ms = 0, tokens = -1, late_ms = 0;
+    long steps = 5, pace_ms = 0, tokens = -1, late_ms = 0, stop = 0;
     for (int i = 1; i < argc; i++) {
         long *dst = strcmp(argv[i], "--steps") == 0    ? &steps
                     : strcmp(argv[i], "--pace") == 0   ? &pace_ms
                     : strcmp(argv[i], "--tokens") == 0 ? &tokens
                     : strcmp(argv[i], "--late") == 0   ? &late_ms
+                    : strcmp(argv[i], "--stop") == 0   ? &stop
                                                        : NULL;
         char *end = NULL;
         if (dst == NULL || i + 1 >= argc)
@@ -93,6 +96,11 @@ int main(int argc, char **argv)
         if (bmt_report_step(ctx, &r, NULL, &err) < 0) {
             fprintf(stderr, "steps: %s\n", err.text);
             bmt_abort(ctx, 1, err.text);
+        }
+        if (s == stop && bmt_rank(ctx) == bmt_world_size(ctx) - 1) {
+            printf("steps: rank %d stops after step %ld\n", bmt_rank(ctx), s);
+            fflush(stdout);
+            raise(SIGSTOP);
         }
     }
     if (bmt_rank(ctx) == 0)

@@ -127,6 +127,8 @@ static const struct {
     { { "--sbatch", "--output", "", "p" }, "--output needs a value on one line" },
     { { "--sbatch", "--output=", "p" }, "--output needs a value on one line" },
     { { "--sbatch", "--partition", "-v", "p" }, "--partition needs a value, got the option '-v'" },
+    { { "--metrics-stale", "0", "p" }, "--metrics-stale needs a positive number of seconds" },
+    { { "--metrics-stale", "soon", "p" }, "--metrics-stale needs a positive number of seconds" },
     { { "--json", "p" }, "--json goes with --plan" },
     { { "--tee", "p" }, "--tee goes with --log-dir" },
     { { "--log-dir", "", "p" }, "--log-dir needs a directory" },

@@ -439,8 +439,18 @@ static void check_failures(void)
            sample(m, "bmt_job_state{job_id=\"job4\",state=\"failed\"}") == 1 &&
            sample(m, "bmt_loss{job_id=\"job4\"}") == 2.5,
        "job failed with 7; the last loss kept");
+    ok(sample(m, "bmt_events_total{job_id=\"job4\",kind=\"rank_failed\"}") == 2,
+       "each failed rank is a rank_failed event");
     free(m);
     char *s = collector_status_json(c, false, &len);
+    snprintf(want, sizeof(want), "\"detail\":\"rank 2 (on %s) was killed by signal 9 (SIGKILL)\"",
+             host);
+    ok(strstr(s, "\"kind\":\"rank_failed\"") &&
+           strstr(s, "\"detail\":\"rank 1 (on h1) exited with code 7\"") && strstr(s, want) &&
+           strstr(s, "\"rank\":2}"),
+       "status: the rank_failed events name rank, host and cause");
+    if (!strstr(s, want))
+        diag("%s", s);
     ok(strstr(s, "\"ranks_failed\":2") &&
            strstr(s, "\"failed_ranks\":[{\"rank\":1,\"host\":\"h1\",\"exit_code\":7},{\"rank\":2,"),
        "status: the failed ranks");
@@ -456,6 +466,9 @@ static void check_failures(void)
     int named = 0;
     for (const char *p = m; (p = strstr(p, "\nbmt_rank_exit_signal{")) != NULL; p++)
         named++;
+    ok(sample(m, "bmt_events_total{job_id=\"job5\",kind=\"rank_failed\"}") ==
+           COLLECTOR_FAILED_SHOWN,
+       "events for the first %d failed ranks only", COLLECTOR_FAILED_SHOWN);
     ok(sample(m, "bmt_ranks_failed{job_id=\"job5\"}") == 1000 && named == COLLECTOR_FAILED_SHOWN &&
            strstr(m, "rank=\"0\",") && strstr(m, "rank=\"15\",") && !strstr(m, "rank=\"16\","),
        "1000 failed ranks: counted, the first %d named (%d)", COLLECTOR_FAILED_SHOWN, named);
@@ -476,6 +489,77 @@ static void check_failures(void)
 }
 
 /* Issue 21, item 10: the scheme is case-insensitive (RFC 7235). */
+static int fake_state(void *arg, int rank, char *buf, size_t len)
+{
+    (void)arg;
+    if (rank != 1)
+        return -1;
+    snprintf(buf, len, "T (stopped)");
+    return 0;
+}
+
+static void check_stale(void)
+{
+    ok(collector_stale_default(0) == COLLECTOR_STALE_MIN_S &&
+           collector_stale_default(1) == COLLECTOR_STALE_MIN_S &&
+           collector_stale_default(3) == 15 &&
+           collector_stale_default(NAN) == COLLECTOR_STALE_MIN_S &&
+           collector_stale_default(INFINITY) == COLLECTOR_STALE_MIN_S,
+       "the default stale window: 5 step times, at least 10 s");
+    static bmt_layout_t l;
+    bmt_error_t err;
+    bmt_layout_make(&l, 1, 4, 0, 0, &err);
+    collector_opts_t o = { .job_id = "st",
+                           .layout = &l,
+                           .device = "cpu",
+                           .token = TOKEN,
+                           .stale_s = 0.3,
+                           .proc_state = fake_state };
+    collector_t *c = collector_create(&o, &err);
+    char why[300] = "";
+    size_t len;
+    char *m = collector_metrics_text(c, &len);
+    ok(sample(m, "bmt_ranks_stale{job_id=\"st\"}") == 0 && !strstr(m, "bmt_rank_stale_seconds{"),
+       "before any push nobody is stale (a job may take long to start)");
+    free(m);
+    push(c, "st", 0, 1, 100, 2, why);
+    push(c, "st", 1, 1, 100, 2, why);
+    push(c, "st", 3, 1, 100, 2, why);
+    struct timespec ts = { 0, 400 * 1000000L };
+    nanosleep(&ts, NULL);
+    push(c, "st", 0, 2, 100, 2, why);
+    collector_rank_exited(c, 3, 0); /* exited: done, not stale */
+    m = collector_metrics_text(c, &len);
+    char host[64] = "";
+    gethostname(host, sizeof(host) - 1);
+    char want[200];
+    snprintf(want, sizeof(want),
+             "bmt_rank_stale_seconds{job_id=\"st\",rank=\"2\",host=\"%s\",state=\"unknown\"}",
+             host);
+    double s1 = sample(m, "bmt_rank_stale_seconds{job_id=\"st\",rank=\"1\",host=\"h1\","
+                          "state=\"T (stopped)\"}");
+    ok(sample(m, "bmt_ranks_stale{job_id=\"st\"}") == 2 && s1 >= 0.4 && s1 < 30 &&
+           sample(m, want) >= 0.4 && sample(m, "bmt_stale_window_seconds{job_id=\"st\"}") == 0.3,
+       "rank 1 (no push for 0.4 s; its process stopped) and rank 2 (never pushed) are stale, "
+       "named with host and state; rank 0 pushed, rank 3 exited");
+    if (sample(m, "bmt_ranks_stale{job_id=\"st\"}") != 2 || !(s1 >= 0.4))
+        diag("%s", m);
+    ok(!strstr(m, "rank=\"0\",host=\"h0\",state") && !strstr(m, "rank=\"3\",host=\"h3\",state"),
+       "rank 0 and rank 3 are not named stale");
+    ok(sample(m, "bmt_ranks_reporting{job_id=\"st\"}") == 1, "only rank 0 counts as reporting");
+    free(m);
+    char *s = collector_status_json(c, false, &len);
+    ok(strstr(s, "\"ranks_stale\":2") && strstr(s, "\"stale_ranks\":[{\"rank\":1,\"host\":\"h1\","
+                                                   "\"state\":\"T (stopped)\",\"seconds\":"),
+       "status: the stale ranks by name");
+    free(s);
+    collector_job_ended(c, 0);
+    m = collector_metrics_text(c, &len);
+    ok(sample(m, "bmt_ranks_stale{job_id=\"st\"}") == 0, "after the end nobody is stale");
+    free(m);
+    collector_destroy(c);
+}
+
 static void check_bearer_case(void)
 {
     collector_t *c = make("job7", 1, 1, false);
@@ -533,6 +617,7 @@ int main(void)
     check_per_rank_and_labels();
     check_far_steps();
     check_failures();
+    check_stale();
     check_bearer_case();
     check_conn_limits();
     check_token();

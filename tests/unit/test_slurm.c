@@ -260,7 +260,7 @@ static void check_sbatch_options(void)
 {
     /* A new launch_opts_t field must be rendered by sbatch_script (or be a
      * batch-script one) and compared below; then update this size. */
-    _Static_assert(sizeof(launch_opts_t) == 256, "launch_opts_t changed: render the new option "
+    _Static_assert(sizeof(launch_opts_t) == 264, "launch_opts_t changed: render the new option "
                                                  "in sbatch.c and compare it here");
     static const char *cases[][52] = {
         { "--sbatch",
@@ -376,6 +376,7 @@ static void check_sbatch_options(void)
             { o2.metrics_per_rank == o1.metrics_per_rank, "--metrics-per-rank" },
             { o2.metrics_linger_s == o1.metrics_linger_s, "--metrics-linger" },
             { same_str(o2.metrics_sd_file, o1.metrics_sd_file), "--metrics-sd-file" },
+            { o2.metrics_stale_s == o1.metrics_stale_s, "--metrics-stale" },
             { o2.max_restarts == o1.max_restarts, "--max-restarts" },
             { !o2.sbatch && !o2.submit && !o2.local && !o2.plan && !o2.time && !o2.partition &&
                   !o2.account && !o2.job_name && !o2.output && !o2.template_path,
