@@ -545,8 +545,9 @@ test_expect_success "a rank killed by SIGKILL is a rank_failed event (rank, host
         --user-data-dir=$PWD/chrome --virtual-time-budget=5000 --dump-dom "$URL/" >dom.html 2>chrome.err; } &&
     kill -INT $JOB_PID; rc=0; wait $JOB_PID || rc=$?
     test $rc -eq 137 && host=$(hostname) &&
-    { ! command -v chromium >/dev/null ||
-      grep -q "<li class=\"failed\">rank 2 on $host failed: killed by signal 9</li>" dom.html; } &&
+    { ! command -v chromium >/dev/null || {
+      grep -q "<li class=\"failed\">rank 2 on $host failed: killed by signal 9</li>" dom.html &&
+      grep -q "<span id=\"state\" class=\"failed\">failed (exit status 137)</span>" dom.html; }; } &&
     grep -q "^bmt_events_total{job_id=\"[^\"]*\",kind=\"rank_failed\"} [1-9]" m.txt &&
     $PY -c "
 import json, sys
@@ -573,7 +574,7 @@ test_expect_success "a failed rank is named on /metrics with its exit code or si
     grep -q "\"failed_ranks\":\[{\"rank\":1,\"host\":\"$host\",\"exit_code\":7}" s.json
 '
 
-test_expect_success "headless Chromium renders the live page with data points" '
+test_expect_success "headless Chromium renders the live page with data points, units and the ranks table" '
     command -v chromium >/dev/null &&
     BMT_PEAK_TFLOPS=0.000001 start_job --metrics-port $(free_port) -g 2 -n 1 -- $EC --steps 2000 --pace 20 $LONG &&
     wait_step 5 &&
@@ -585,14 +586,52 @@ test_expect_success "headless Chromium renders the live page with data points" '
     $PY - <<-EOF
 	import re
 	d = open("dom.html").read()
-	for chart in ("chart-tokens", "chart-loss", "chart-mfu"):
-	    m = re.search(r"<svg id=\"%s\" data-points=\"(\d+)\"" % chart, d)
+	# four charts, each with its points, its y axis in its unit and "step" on x
+	for chart, unit in (("chart-tokens", "tokens/s"), ("chart-loss", "loss"), ("chart-mfu", "%"),
+	                    ("chart-steptime", "s")):
+	    m = re.search(r"<svg id=\"%s\" data-points=\"(\d+)\"[^>]*>(.*?)</svg>" % chart, d)
 	    assert m and int(m.group(1)) >= 3, (chart, m and m.group(1))
-	assert d.count("<polyline") == 3 and "<circle" in d
+	    assert re.search(r"<text [^>]*class=\"unit ylabel\"[^>]*>%s</text>" % re.escape(unit), m.group(2)), chart
+	    assert re.search(r"<text [^>]*class=\"unit xlabel\"[^>]*>step</text>", m.group(2)), chart
+	assert d.count("<polyline") == 4 and "<circle" in d
+	assert "<span id=\"state\" class=\"running\">running</span>" in d
+	# 2 ranks (at most 64): the per-rank table from ?ranks=1, a row per rank
+	t = re.search(r"<table id=\"ranks\">(.*?)</table>", d)
+	assert t, "the ranks table is missing or hidden"
+	head = re.findall(r"<th>([^<]*)</th>", t.group(1))
+	assert head == ["rank", "host", "step", "tokens/s", "step time", "last push"], head
+	rows = re.findall(r"<tr[^>]*><td>(\d+)</td><td>([^<]+)</td><td>(\d+)</td><td>[0-9.]+k?</td><td>[0-9.]+ m?s</td><td>[0-9.]+ s ago</td></tr>", t.group(1))
+	assert [r[0] for r in rows] == ["0", "1"] and all(int(r[2]) >= 5 for r in rows), t.group(1)
 	assert not re.search(r"(src|href)=\"(https?:)?//", d), "the page loads something from outside"
 	assert re.search(r"<span id=\"job\">bmlaunch\.[^<]+</span>", d)
 	assert "2 groups × 1 ranks = 2 ranks" in d
 	assert re.search(r"<td>1</td><td>1</td><td>\d+</td>", d), "the groups table"
+	print("ok")
+	EOF
+'
+
+test_expect_success "headless Chromium: a clean end reads succeeded in green and keeps the final figures" '
+    command -v chromium >/dev/null &&
+    start_job --metrics-port $(free_port) --metrics-linger 30 -n 2 -- $EC --steps 12 --pace 20 &&
+    for i in $(seq 200); do
+        curl -sf "$URL/api/status" >s.json && grep -q "\"state\":\"ended\"" s.json && break; sleep 0.1
+    done &&
+    timeout 60 chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage \
+        --host-resolver-rules="MAP * ~NOTFOUND, EXCLUDE 127.0.0.1" \
+        --user-data-dir=$PWD/chrome --virtual-time-budget=5000 --dump-dom "$URL/" >dom.html 2>chrome.err &&
+    kill -INT $JOB_PID; rc=0; wait $JOB_PID || rc=$?
+    test $rc -eq 0 &&
+    $PY - <<-EOF
+	import re
+	d = open("dom.html").read()
+	assert "<span id=\"state\" class=\"succeeded\">succeeded (exit status 0)</span>" in d, "state"
+	assert "#state.succeeded { color: #1a7f37; }" in d
+	card = lambda k: re.search(r"<div class=\"v\" id=\"v-%s\">([^<]*)</div>" % k, d).group(1)
+	assert card("step") == "12", card("step")
+	for k in ("tps", "loss", "steptime"):
+	    assert re.fullmatch(r"[0-9.]+(k| m?s)?", card(k)), (k, card(k))
+	m = re.search(r"<svg id=\"chart-steptime\" data-points=\"(\d+)\"", d)
+	assert m and int(m.group(1)) >= 10, m and m.group(1)
 	print("ok")
 	EOF
 '
