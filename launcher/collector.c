@@ -153,6 +153,10 @@ struct collector {
     int alive;
     bool ended;
     int exit_status;
+    /* Over the steps added to the history (each once): their count and the
+     * sums of their slowest step time and longest communication wait. */
+    uint64_t steps_total;
+    double step_seconds_total, comm_seconds_total;
     struct failure failed[COLLECTOR_FAILED_SHOWN]; /* the first of this run */
     int nfailed;                                   /* all of this run */
     /* The run's steps, for the check of pushed step numbers. */
@@ -259,6 +263,12 @@ static void history_insert(collector_t *c, const struct acc *a)
         .step_s = r.step_s,
         .comm_s = r.comm_s,
     };
+    /* The counters: every step once, whatever the scrapes see of the gauges. */
+    c->steps_total++;
+    if (isfinite(p.step_s))
+        c->step_seconds_total += p.step_s;
+    if (isfinite(p.comm_s))
+        c->comm_seconds_total += p.comm_s;
     if (c->rewound) {
         /* The first complete step after a restart: a trainer that resumed from
          * a checkpoint repeats steps; the new run's figures replace the old. */
@@ -887,6 +897,16 @@ static char *metrics_text(collector_t *c, size_t *len, bool scrape)
     prom_sample(&b, "bmt_learning_rate", jl, job.lr);
     for (size_t i = 0; i < sizeof(job_fams) / sizeof(job_fams[0]); i++)
         put_agg_family(&b, "", &job_fams[i], &job, 1, jls);
+    prom_family(&b, "bmt_steps_total", "counter",
+                "steps the collector has seen (each once; a resumed run repeats steps)");
+    prom_sample(&b, "bmt_steps_total", jl, (double)c->steps_total);
+    prom_family(&b, "bmt_step_duration_seconds_total", "counter",
+                "sum over the steps of the slowest rank's step time (rate() over a window: the "
+                "mean step time, nothing between scrapes lost)");
+    prom_sample(&b, "bmt_step_duration_seconds_total", jl, c->step_seconds_total);
+    prom_family(&b, "bmt_comm_wait_seconds_total", "counter",
+                "sum over the steps of the longest communication wait of any rank");
+    prom_sample(&b, "bmt_comm_wait_seconds_total", jl, c->comm_seconds_total);
     prom_family(&b, "bmt_memory_bytes", "gauge",
                 "device memory now by kind, most of any rank (bytes)");
     for (int k = 0; k < BMT_MEM_KIND_COUNT; k++) {
@@ -1062,6 +1082,8 @@ char *collector_status_json(collector_t *c, bool ranks, size_t *len)
         int sr[COLLECTOR_STALE_SHOWN];
         double sa[COLLECTOR_STALE_SHOWN];
         int ns = stale_ranks(c, stale, now, sr, sa, COLLECTOR_STALE_SHOWN);
+        json_object_set_new(doc, "per_rank", json_boolean(c->per_rank));
+        json_object_set_new(doc, "steps_total", json_integer((json_int_t)c->steps_total));
         json_object_set_new(doc, "stale_window_seconds", json_real(stale));
         json_object_set_new(doc, "ranks_stale", json_integer(ns));
         json_t *sl = json_array();

@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "block.h"
+#include "bmt/monitor.h"
 #include "bmt/safetensors.h"
 #include "checksum.h"
 #include "comm.h"
@@ -1058,7 +1059,15 @@ int bmt_ckpt_finish(bmt_ckpt_pending_t *p, bmt_error_t *err)
     char where[3400];
     snprintf(where, sizeof(where), "%.3000s/%.250s", p->dir, p->name);
     pending_free(p);
-    return rc < 0 ? errprefix(err, "checkpoint %s: ", where) : 0;
+    if (rc < 0)
+        return errprefix(err, "checkpoint %s: ", where);
+    /* Committed on every rank: one checkpoint_saved event for the monitor
+     * plugins (rank 0's; the collector counts checkpoints, not ranks). */
+    if (ctx->rank == 0) {
+        bmt_error_t ignored;
+        bmt_report_event(ctx, BMT_EVENT_CHECKPOINT_SAVED, where, &ignored);
+    }
+    return 0;
 }
 
 int bmt_ckpt_save_ex(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, const char *name,

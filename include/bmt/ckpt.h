@@ -74,7 +74,10 @@ BMT_API int bmt_ckpt_save(bmt_blocklist_t *list, bmt_optim_t *opt, const char *d
  * save, before bmt_finalize, and before the program exits; in between, the
  * program may run any steps. On failure either returns -1 on every rank and
  * latest is unchanged; a failed save_async leaves nothing pending (*pending
- * NULL). bmt_ckpt_finish(NULL) returns 0. */
+ * NULL). bmt_ckpt_finish(NULL) returns 0. Every committed save, synchronous or
+ * not, tells the monitor plugins once: rank 0 reports BMT_EVENT_CHECKPOINT_SAVED
+ * with "DIR/NAME" as its detail (bmt_report_event), so the collector's
+ * bmt_events_total{kind="checkpoint_saved"} counts checkpoints. */
 typedef struct bmt_ckpt_pending bmt_ckpt_pending_t;
 BMT_API int bmt_ckpt_save_async(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir,
                                 const char *name, const char *user_json, int keep,

@@ -142,6 +142,21 @@ test_expect_success "--save-async writes the same files as a synchronous save, c
     diff <(losses async) $TMP/ref.losses
 '
 
+test_expect_success "every committed save, sync or async, is one checkpoint_saved event from rank 0 (jsonl plugin)" '
+    run evs -g 2 -n 1 -- $GPT2 --data $DATA --steps 4 --save-dir EV --save-every 2 --keep 0 &&
+    run eva -g 2 -n 1 -- $GPT2 --data $DATA --steps 4 --save-dir EA --save-every 2 --keep 0 --save-async &&
+    for f in evs:EV eva:EA; do
+        $PY - ${f%%:*}-0.jsonl ${f%%:*}-1.jsonl ${f##*:} <<-PY || exit 1
+	import json, sys
+	ev = [json.loads(l) for l in open(sys.argv[1])]
+	saved = [e["detail"] for e in ev if e.get("type") == "event" and e["kind"] == "checkpoint_saved"]
+	assert [s.rsplit("/", 2)[-2:] for s in saved] == [[sys.argv[3], "step-00000002"], [sys.argv[3], "step-00000004"]], saved
+	other = [l for l in open(sys.argv[2]) if "checkpoint_saved" in l]
+	assert not other, other
+	PY
+    done
+'
+
 test_expect_success "--keep 2 keeps the newest two; a leftover .tmp- of a crashed save is removed by the next save" '
     mkdir -p K/.tmp-step-00000004 && echo junk >K/.tmp-step-00000004/junk &&
     run keep -n 2 -- $GPT2 --data $DATA --steps 8 --save-dir K --save-every 2 --keep 2 &&

@@ -560,6 +560,28 @@ static void check_stale(void)
     collector_destroy(c);
 }
 
+/* The counters: every step once, between scrapes or not. */
+static void check_counters(void)
+{
+    collector_t *c = make("cnt", 1, 2, false);
+    char why[300] = "";
+    for (long step = 1; step <= 3; step++)
+        for (int r = 0; r < 2; r++)
+            push(c, "cnt", r, step, 100, 2, why);
+    size_t len;
+    char *m = collector_metrics_text(c, &len);
+    ok(sample(m, "bmt_steps_total{job_id=\"cnt\"}") == 3 &&
+           fabs(sample(m, "bmt_step_duration_seconds_total{job_id=\"cnt\"}") - 1.5) < 1e-12 &&
+           fabs(sample(m, "bmt_comm_wait_seconds_total{job_id=\"cnt\"}") - 0.03) < 1e-12,
+       "3 steps of 0.5 s with 0.01 s of waiting: counters 3, 1.5 s, 0.03 s");
+    free(m);
+    char *s = collector_status_json(c, false, &len);
+    ok(strstr(s, "\"per_rank\":false") && strstr(s, "\"steps_total\":3"),
+       "status: per_rank and steps_total");
+    free(s);
+    collector_destroy(c);
+}
+
 static void check_bearer_case(void)
 {
     collector_t *c = make("job7", 1, 1, false);
@@ -618,6 +640,7 @@ int main(void)
     check_far_steps();
     check_failures();
     check_stale();
+    check_counters();
     check_bearer_case();
     check_conn_limits();
     check_token();
