@@ -40,9 +40,10 @@ _run_body() { # body: runs in a fresh directory of its own
 
 # True when TEST_ONLY is set and does not list the next test (which is then
 # skipped), or when BMT_NO_LOAD_TESTS=1 and the next test is a load test (its
-# description starts with "1000 ranks": too slow under a sanitizer on 2 cores).
+# description starts with "1000 ranks" or "256 ranks": too slow under a
+# sanitizer on 2 cores).
 _skipped() { # description
-    if [ "${BMT_NO_LOAD_TESTS:-}" = 1 ] && [[ $1 == "1000 ranks"* ]]; then
+    if [ "${BMT_NO_LOAD_TESTS:-}" = 1 ] && [[ $1 == "1000 ranks"* || $1 == "256 ranks"* ]]; then
         test_count=$((test_count + 1))
         echo "ok $test_count # skip $1 (a load test; BMT_NO_LOAD_TESTS=1)"
         return 0

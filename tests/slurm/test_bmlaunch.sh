@@ -86,7 +86,7 @@ sigjob() {
     t0=$(date +%s.%N)
     for s in $sigs; do
         if [ $first = 0 ]; then
-            for i in $(seq 100); do [ "$(grep -c ": got SIG" out)" -ge "$n" ] && break; sleep 0.1; done
+            for i in $(seq 300); do [ "$(grep -c ": got SIG" out)" -ge "$n" ] && break; sleep 0.1; done
         fi
         kill -"$s" $b
         first=0
@@ -94,10 +94,12 @@ sigjob() {
     wait $b
     echo $? >rc
     awk -v a="$(date +%s.%N)" -v b="$t0" "BEGIN { print a - b }" >secs
-    for i in $(seq 50); do squeue -h -s -j "$SLURM_JOB_ID" -o "%i %j" | grep -q bmlaunch || break; sleep 0.1; done
+    for i in $(seq 150); do squeue -h -s -j "$SLURM_JOB_ID" -o "%i %j" | grep -q bmlaunch || break; sleep 0.1; done
     squeue -h -s -j "$SLURM_JOB_ID" -o "%i %j" | grep bmlaunch >steps
-    sleep 0.5
-    no_survivors pids 2>survivors
+    for i in $(seq 20); do no_survivors pids 2>survivors && break; sleep 0.25; done
+    # What a failing test shows (the harness prints a failing body's stderr).
+    echo "sigjob: rc $(cat rc), $(cat secs) s, steps left: $(cat steps), survivors: $(cat survivors)" >&2
+    tail -5 err >&2
 }
 export -f sigjob no_survivors
 
