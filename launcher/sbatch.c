@@ -61,6 +61,20 @@ static void put_seconds(buf_t *b, const char *name, double v)
     put(b, tmp, strlen(tmp));
 }
 
+/* " NAME 'VALUE'": an option whose value is shell-quoted. */
+static void put_quoted(buf_t *b, const char *name, const char *value)
+{
+    char *q = shell_quote(value);
+    put(b, " ", 1);
+    put(b, name, strlen(name));
+    put(b, " ", 1);
+    if (q == NULL)
+        b->bad = 1;
+    else
+        put(b, q, strlen(q));
+    free(q);
+}
+
 static const sbatch_var_t *lookup(const sbatch_var_t *v, size_t n, const char *name, size_t len)
 {
     for (size_t i = 0; i < n; i++)
@@ -273,10 +287,7 @@ char *sbatch_script(const launch_opts_t *o, const bmt_layout_t *l, const char *s
         put(&args, tmp, strlen(tmp));
     }
     if (o->log_dir) {
-        char *q = shell_quote(o->log_dir);
-        put(&args, " --log-dir ", 11);
-        put(&args, q ? q : "''", strlen(q ? q : "''"));
-        free(q);
+        put_quoted(&args, "--log-dir", o->log_dir);
         if (o->tee)
             put(&args, " --tee", 6);
     }
@@ -288,24 +299,16 @@ char *sbatch_script(const launch_opts_t *o, const bmt_layout_t *l, const char *s
         snprintf(tmp, sizeof(tmp), " --metrics-port %d", o->metrics_port);
         put(&args, tmp, strlen(tmp));
     }
-    if (o->metrics_bind_set || strcmp(o->metrics_bind, def.metrics_bind) != 0) {
-        char *q = shell_quote(o->metrics_bind);
-        put(&args, " --metrics-bind ", 16);
-        put(&args, q ? q : "''", strlen(q ? q : "''"));
-        free(q);
-    }
+    if (o->metrics_bind_set || strcmp(o->metrics_bind, def.metrics_bind) != 0)
+        put_quoted(&args, "--metrics-bind", o->metrics_bind);
     if (o->metrics_per_rank)
         put(&args, " --metrics-per-rank", 19);
     if (o->metrics_linger_s != def.metrics_linger_s)
         put_seconds(&args, "--metrics-linger", o->metrics_linger_s);
     if (o->metrics_stale_s > 0)
         put_seconds(&args, "--metrics-stale", o->metrics_stale_s);
-    if (o->metrics_sd_file) {
-        char *q = shell_quote(o->metrics_sd_file);
-        put(&args, " --metrics-sd-file ", 19);
-        put(&args, q ? q : "''", strlen(q ? q : "''"));
-        free(q);
-    }
+    if (o->metrics_sd_file)
+        put_quoted(&args, "--metrics-sd-file", o->metrics_sd_file);
     for (int i = 0; i < o->prog_argc; i++) {
         char *q = shell_quote(o->prog_argv[i]);
         if (i)
