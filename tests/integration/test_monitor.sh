@@ -662,7 +662,12 @@ test_expect_success "push survives its collector going down and coming back; dro
         BMT_METRICS_TOKEN=sekrit BMT_METRICS_QUEUE=4 \
         $BMLAUNCH --metrics-port 0 -n 2 -- $EC --steps 100 --pace 40 $LONG >out 2>err & }
     job=$!
-    sleep 1.5; kill $sink; wait $sink 2>/dev/null || true; sleep 1.5
+    # the outage begins once both ranks pushed (a sanitized build starts slowly)
+    for i in $(seq 600); do
+        grep -q "\"rank\": 0," got.jsonl 2>/dev/null && grep -q "\"rank\": 1," got.jsonl && break
+        sleep 0.05
+    done
+    kill $sink; wait $sink 2>/dev/null || true; sleep 1.5
     { $PY $TMP/sink.py $port got.jsonl & }
     sink=$!
     rc=0; wait $job || rc=$?
