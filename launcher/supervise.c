@@ -23,6 +23,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,9 @@ struct job {
     job_opts_t o;
     rank_proc_t *ranks; /* (world) per rank: the process (local mode), output, tail, log */
     rank_proc_t driver; /* Slurm mode: srun, whose labelled output stands for every rank */
+    /* (world) each running rank's pid, else 0: what job_rank_pid reads from
+     * another thread (the collector's) while this one spawns and reaps. */
+    _Atomic int *live_pid;
     int spawned, running;
     int sigfd;
     sigset_t old_mask;
@@ -129,9 +133,13 @@ static const char *sig_name(int sig)
 job_t *job_create(const job_opts_t *opts, bmt_error_t *err)
 {
     job_t *job = calloc(1, sizeof(*job));
-    if (job)
+    if (job) {
         job->ranks = calloc((size_t)opts->world, sizeof(rank_proc_t));
-    if (job == NULL || job->ranks == NULL) {
+        job->live_pid = calloc((size_t)opts->world, sizeof(*job->live_pid));
+    }
+    if (job == NULL || job->ranks == NULL || job->live_pid == NULL) {
+        if (job)
+            free(job->ranks), free((void *)job->live_pid);
         free(job);
         errprintf(err, "out of memory for %d ranks", opts->world);
         return NULL;
@@ -287,6 +295,7 @@ int job_spawn(job_t *job, int rank, const char *path, char *const argv[], char *
 {
     if (spawn(job, &job->ranks[rank], path, argv, envp, err) < 0)
         return -1;
+    atomic_store(&job->live_pid[rank], (int)job->ranks[rank].pid);
     job->spawned++;
     return 0;
 }
@@ -540,6 +549,8 @@ static void describe_status(char *buf, size_t len, int status)
 static void rank_exited(job_t *job, rank_proc_t *rp, int status)
 {
     rp->running = false;
+    if (rp->rank >= 0 && !job->o.demux)
+        atomic_store(&job->live_pid[rp->rank], 0);
     rp->status = status;
     rp->end = now_s();
     job->running--;
@@ -931,12 +942,11 @@ int job_run(job_t *job)
     return exit_status(job);
 }
 
-int job_rank_pid(const job_t *job, int rank)
+int job_rank_pid(job_t *job, int rank)
 {
-    if (job == NULL || job->o.demux || rank < 0 || rank >= job->spawned)
+    if (job == NULL || job->o.demux || rank < 0 || rank >= job->o.world)
         return 0;
-    const rank_proc_t *rp = &job->ranks[rank];
-    return rp->running ? (int)rp->pid : 0;
+    return atomic_load(&job->live_pid[rank]);
 }
 
 bool job_restartable(job_t *job)
@@ -994,6 +1004,8 @@ void job_reset(job_t *job, int restart)
     for (int r = -1; r < job->o.world; r++) {
         rank_proc_t *rp = r < 0 ? &job->driver : &job->ranks[r];
         proc_clear(rp);
+        if (r >= 0)
+            atomic_store(&job->live_pid[r], 0);
         if (rp->log &&
             (fprintf(rp->log, "bmlaunch: restart %d of %d\n", restart, job->o.max_restarts) < 0 ||
              fflush(rp->log) != 0) &&
@@ -1048,5 +1060,6 @@ void job_destroy(job_t *job)
     close(job->sigfd);
     sigprocmask(SIG_SETMASK, &job->old_mask, NULL);
     free(job->ranks);
+    free((void *)job->live_pid);
     free(job);
 }

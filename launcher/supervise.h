@@ -91,8 +91,9 @@ void job_reset(job_t *job, int restart);
 void job_summary(job_t *job);
 
 /* Local mode: the pid of rank's running process, else 0 (Slurm mode, exited,
- * not started). Safe from another thread (a plain read of a pid). */
-int job_rank_pid(const job_t *job, int rank);
+ * not started). Safe from another thread (an atomic the supervisor sets when
+ * it spawns and reaps the rank). */
+int job_rank_pid(job_t *job, int rank);
 
 /* SIGKILL every spawned rank's process group and reap them (a failed start). */
 void job_kill_all(job_t *job);
