@@ -14,8 +14,8 @@
  *                   with halt_on_error must end the program), else exit 0
  *   ignore-term     ignore SIGTERM and sleep (bmlaunch must SIGKILL it)
  *   catch S [F C]   wait for SIGINT, SIGTERM or SIGHUP; at the first, print "rank R:
- *                   got SIGxxx", take S seconds (a checkpoint, say), print "rank R:
- *                   handled" and exit 0 (a large S: bmlaunch must SIGKILL it after
+ *                   got SIGTERM" (or SIGINT, SIGHUP), take S seconds (a checkpoint, say), print
+ * "rank R: handled" and exit 0 (a large S: bmlaunch must SIGKILL it after
  *                   --grace). With F and C, rank F instead exits C one second
  *                   after every rank wrote its pid (BEHAVE_PIDDIR)
  *   fork-sleep      leave a background child that sleeps, then exit 0

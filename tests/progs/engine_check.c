@@ -2320,6 +2320,21 @@ static int parse(int argc, char **argv)
     return 0;
 }
 
+/* The end of a run that got this far: free what main made, finalize, rc. */
+static int ec_end(bmt_ctx_t *c, ref_t *R, double *final, double *other, void *dev, int rc)
+{
+    ref_free(R);
+    free(final);
+    free(other);
+#ifdef BMT_HAVE_CUDA
+    ec_cuda_destroy(dev);
+#else
+    (void)dev;
+#endif
+    bmt_finalize(c);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (parse(argc, argv) != 0)
@@ -2397,14 +2412,7 @@ int main(int argc, char **argv)
         bmt_blocklist_destroy(l);
         printf("engine_check: mismatch: %ld passed, %ld failed on rank %d\n", (long)n_passed,
                (long)n_failed, my_rank);
-        ref_free(&R);
-        free(final);
-        free(other);
-#ifdef BMT_HAVE_CUDA
-        ec_cuda_destroy(dev);
-#endif
-        bmt_finalize(ctx);
-        return n_failed ? 1 : 0;
+        return ec_end(ctx, &R, final, other, dev, n_failed ? 1 : 0);
     }
     run_cfg_t main_cfg = { O.zero, O.ckpt, O.overlap, true };
     if (engine_run(&main_cfg, &R, ops, dev, final, &err) < 0)
@@ -2461,14 +2469,7 @@ int main(int argc, char **argv)
     if (bmt_barrier(bmt_comm_world(ctx), &err) < 0)
         goto fatal;
     rc = counts[1] > 0 ? 1 : 0;
-    ref_free(&R);
-    free(final);
-    free(other);
-#ifdef BMT_HAVE_CUDA
-    ec_cuda_destroy(dev);
-#endif
-    bmt_finalize(ctx);
-    return rc;
+    return ec_end(ctx, &R, final, other, dev, rc);
 
 fatal:
     printf("FAIL (rank %d) engine_check stopped: %s\n", my_rank, err.text);
