@@ -5,7 +5,7 @@
 #   make check           run every test that needs no GPU; ends with "N passed, N failed"
 #   make check-sanitize  the CPU suite under ASan+UBSan, the threaded parts under TSan
 #   make demo            a 2x2 CPU job through bmlaunch
-#   make install PREFIX=/opt/bmt
+#   make install PREFIX=/opt/bmt   (PYTHONDIR=DIR: where python/bmt goes, docs/python.md)
 #
 # Knobs: BUILDDIR=build DEBUG=1 ASAN=1 TSAN=1 WERROR=1 V=1 CUDA_HOME=/usr/local/cuda NO_CUDA=1
 # Paths come from pkg-config and CPPFLAGS/LDFLAGS/PKG_CONFIG_PATH, so the same file
@@ -13,6 +13,10 @@
 
 BUILDDIR ?= build
 PREFIX ?= /usr/local
+# The Python package (python/bmt, pure Python): one directory for every python3
+# version; /usr's is on Debian's path, another prefix's goes on PYTHONPATH
+# (docs/python.md).
+PYTHONDIR ?= $(PREFIX)/lib/python3/dist-packages
 CUDA_HOME ?= /usr/local/cuda
 CC ?= cc
 PKG_CONFIG ?= pkg-config
@@ -297,6 +301,9 @@ install: all
 	    bmt.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/bmt.pc
 	install -m 644 templates/* $(DESTDIR)$(PREFIX)/share/bmt/templates/
 	install -m 644 docs/bmlaunch.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -d $(DESTDIR)$(PYTHONDIR)/bmt $(DESTDIR)$(PREFIX)/share/bmt/examples/torch
+	install -m 644 python/bmt/*.py $(DESTDIR)$(PYTHONDIR)/bmt/
+	install -m 644 examples/torch/*.py $(DESTDIR)$(PREFIX)/share/bmt/examples/torch/
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')

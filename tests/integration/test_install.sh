@@ -1,5 +1,6 @@
 #!/bin/bash
-# make install: binaries, headers, libraries, bmt.pc, templates, man page; a
+# make install: binaries, headers, libraries, bmt.pc, templates, man page, the
+# Python package (importable from the prefix under the installed bmlaunch); a
 # program built against the installed tree with pkg-config runs under the
 # installed bmlaunch; the shared library exports the public API only. make
 # install runs with the knobs $BUILDDIR was built with ($BUILDDIR/.knobs), so
@@ -35,6 +36,18 @@ test_expect_success "make install PREFIX=... installs every part" '
     test -f prefix/share/man/man1/bmlaunch.1 &&
     test -f prefix/include/bmt/plugin.h && test -f prefix/include/bmt/monitor.h &&
     test -x prefix/lib/bmt/plugins/push.so && test -x prefix/lib/bmt/plugins/jsonl.so
+'
+
+test_expect_success "the Python package installs under PREFIX/lib/python3/dist-packages and imports from there under the installed bmlaunch" '
+    make -s -C "$SRC" install $KNOBS BUILDDIR="$BUILDDIR" PREFIX="$PWD/prefix" >log 2>&1 &&
+    test -f prefix/lib/python3/dist-packages/bmt/__init__.py &&
+    test -f prefix/lib/python3/dist-packages/bmt/torch.py &&
+    test -f prefix/share/bmt/examples/torch/train.py &&
+    PYTHONPATH=$PWD/prefix/lib/python3/dist-packages prefix/bin/bmlaunch --metrics-port 0 -g 2 -n 1 -- \
+        /usr/bin/python3 -c "import bmt, sys; l = bmt.layout(); assert \"torch\" not in sys.modules
+print(l.rank, l.groups, l.group, l.replica, bmt.__file__)" >out 2>err &&
+    grep -qx "0: 0 2 0 0 $PWD/prefix/lib/python3/dist-packages/bmt/__init__.py" out &&
+    grep -qx "1: 1 2 1 0 $PWD/prefix/lib/python3/dist-packages/bmt/__init__.py" out
 '
 
 test_expect_success "the installed bmlaunch finds the installed plugins; a plugin built with pkg-config loads" '
