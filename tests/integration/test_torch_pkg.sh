@@ -1,0 +1,414 @@
+#!/bin/bash
+# The Python package (python/bmt) and the PyTorch example (examples/torch):
+# the layout from bmlaunch's and torchrun's variables; the step figures against
+# libbmt's on the same numbers; pushes from Python accepted by bmlaunch's real
+# collector, and push failures (unreachable, 401, TLS with the job's
+# certificate) said once without stopping the program; then, under
+# `bmlaunch -g 2 -n 2 --device cpu`, the example trains with gloo (loss falls,
+# the group and replica process groups all-reduce right), its tokens/s on
+# /metrics (promtool) and on the live page (headless Chromium); and SIGUSR1 to
+# one rank makes every rank save at the same step and exit 0. Importing torch
+# takes seconds on this machine: two torch jobs in all; the other tests run
+# Python without torch.
+. "$(dirname "$0")/lib.sh"
+
+PY=/usr/bin/python3
+export PYTHONPATH=$SRC/python
+TRAIN=$SRC/examples/torch/train.py
+export BMT_TIMEOUT=120
+
+free_port() {
+    $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# bmlaunch in the background; waits for its metrics URL (sets URL, JOB_PID).
+start_job() {
+    "$BMLAUNCH" "$@" >job.out 2>job.err &
+    JOB_PID=$!
+    local i
+    for i in $(seq 1200); do
+        URL=$(sed -n 's|^bmlaunch: metrics on \(http://[^ ]*\)/ .*|\1|p' job.err)
+        [ -n "$URL" ] && return 0
+        kill -0 $JOB_PID 2>/dev/null || break
+        sleep 0.05
+    done
+    echo "no metrics URL from bmlaunch:" >&2
+    cat job.err >&2
+    return 1
+}
+
+# Wait until /api/status says $1 (a Python expression of s, the status).
+wait_status() {
+    local i
+    for i in $(seq 1200); do
+        curl -sf "$URL/api/status" >status.json 2>/dev/null &&
+            $PY -c 'import json,sys; s=json.load(open("status.json")); sys.exit(0 if eval(sys.argv[1]) else 1)' "$1" &&
+            return 0
+        sleep 0.1
+    done
+    echo "status never came to $1; last status:" >&2
+    head -c 2000 status.json >&2
+    tail -20 job.out job.err >&2
+    return 1
+}
+
+chromium_dom() { # url out
+    timeout 90 chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage \
+        --host-resolver-rules="MAP * ~NOTFOUND, EXCLUDE 127.0.0.1" \
+        --user-data-dir=$PWD/chrome --virtual-time-budget=5000 --dump-dom "$1" >"$2" 2>chrome.err
+}
+
+# ------------------------------------------------------------ no torch
+
+test_expect_success "bmt.layout(): bmlaunch's variables, torchrun's, none; contradictions refused by name; import bmt imports no torch" '
+    $PY - <<-EOF
+	import sys
+	import bmt
+	assert "torch" not in sys.modules, "import bmt imported torch"
+	L = bmt.layout_from_env
+	l = L({"BMT_RANK": "5", "BMT_WORLD_SIZE": "8", "BMT_GROUPS": "2", "BMT_GPUS_PER_GROUP": "4",
+	       "BMT_GPUS_PER_NODE": "2", "BMT_NODES": "4", "BMT_GROUP": "1", "BMT_GROUP_RANK": "1",
+	       "BMT_NODE": "2", "BMT_LOCAL_RANK": "1", "BMT_RESTART": "3", "BMT_JOB_ID": "j"})
+	assert (l.rank, l.world, l.groups, l.gpus_per_group, l.gpus_per_node, l.nodes) == (5, 8, 2, 4, 2, 4), l
+	assert (l.group, l.group_rank, l.replica, l.replica_rank, l.node, l.local_rank) == (1, 1, 1, 1, 2, 1), l
+	assert l.restart == 3 and l.job_id == "j"
+	assert l.group_members() == [4, 5, 6, 7] and l.replica_members() == [1, 5], l
+	assert l.group_members(0) == [0, 1, 2, 3] and l.replica_members(3) == [3, 7]
+	# torchrun: one group of the whole world
+	t = L({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+	       "GROUP_RANK": "1", "TORCHELASTIC_RESTART_COUNT": "2"})
+	assert (t.groups, t.gpus_per_group, t.group, t.group_rank, t.node, t.local_rank, t.restart) == (1, 4, 0, 3, 1, 1, 2), t
+	# bmlaunch exporting torchrun'"'"'s names too: they agree
+	b = L({"BMT_RANK": "2", "BMT_GROUPS": "2", "BMT_GPUS_PER_GROUP": "2", "RANK": "2", "WORLD_SIZE": "4",
+	       "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "4", "NODE_RANK": "0", "GROUP_RANK": "0"})
+	assert (b.group, b.group_rank, b.replica) == (1, 0, 0), b
+	assert L({}) == L({"RANK": "0", "WORLD_SIZE": "1"}) and L({}).world == 1
+	bad = [({"BMT_RANK": "1", "RANK": "2", "WORLD_SIZE": "4"}, "BMT_RANK=1 but RANK=2"),
+	       ({"BMT_RANK": "x", "BMT_WORLD_SIZE": "4"}, "BMT_RANK=.x. is not an integer"),
+	       ({"BMT_RANK": "4", "BMT_GROUPS": "2", "BMT_GPUS_PER_GROUP": "2"}, "rank 4 is not in \\\\[0, 4\\\\)"),
+	       ({"BMT_RANK": "0", "BMT_WORLD_SIZE": "6", "BMT_GROUPS": "4", "BMT_GPUS_PER_GROUP": "2"},
+	        "the layout 4 x 2 = 8 ranks does not match the job.s 6 ranks"),
+	       ({"BMT_RANK": "3", "BMT_GROUPS": "2", "BMT_GPUS_PER_GROUP": "2", "BMT_GROUP": "0"},
+	        "BMT_GROUP=0, but the layout 2 x 2 with 4 ranks per node puts rank 3 at 1"),
+	       ({"BMT_WORLD_SIZE": "4"}, "neither BMT_RANK nor RANK"),
+	       ({"BMT_RANK": "0", "BMT_WORLD_SIZE": "6", "BMT_GPUS_PER_NODE": "4"}, "do not fill whole nodes of 4")]
+	import re
+	for env, msg in bad:
+	    try:
+	        L(env)
+	    except bmt.LayoutError as e:
+	        assert re.search(msg, str(e)), (env, str(e), msg)
+	    else:
+	        raise AssertionError("accepted %s" % env)
+	print("ok")
+	EOF
+'
+
+test_expect_success "bmt.layout() under bmlaunch -g 2 -n 3 --gpus-per-node 3: every rank where libbmt puts it" '
+    $BMLAUNCH --metrics-port 0 -g 2 -n 3 --gpus-per-node 3 -- $PY -c "
+import bmt; l = bmt.layout()
+print(l.rank, l.world, l.groups, l.gpus_per_group, l.group, l.group_rank, l.replica, l.node, l.local_rank, l.nodes)" >out &&
+    sort out >got &&
+    for r in 0 1 2 3 4 5; do
+        echo "$r: $r 6 2 3 $((r / 3)) $((r % 3)) $((r % 3)) $((r / 3)) $((r % 3)) 2"
+    done >want &&
+    diff -u want got
+'
+
+test_expect_success "tokens/s, samples/s, FLOP/s and MFU are libbmt's on the same numbers; the GPU peak table and BMT_PEAK_TFLOPS too" '
+    BMT_PLUGINS=jsonl BMT_JSONL=$PWD/m-%r.jsonl BMT_PEAK_TFLOPS=0.25 \
+        $BMLAUNCH --metrics-port 0 --backend none -n 2 -- $PROGS/steps --steps 4 --pace 5 >out 2>err &&
+    $PY - "$BUILDDIR" <<-EOF
+	import ctypes, glob, json, math, os, sys
+	import bmt
+	rows = [json.loads(l) for f in sorted(glob.glob("m-*.jsonl")) for l in open(f)]
+	assert len(rows) == 8, rows
+	for s in rows:
+	    f = bmt.step_figures(tokens=s["tokens"], samples=s["samples"], flops=s["flops"],
+	                         step_time=s["step_time_s"], peak_flops=0.25e12)
+	    for k in ("tokens_per_s", "samples_per_s", "flops_per_s", "mfu"):
+	        assert f[k] == s[k], (k, f[k], s[k])   # the same divisions: bit for bit
+	# NaN where libbmt has NaN: no FLOPs, no peak
+	assert math.isnan(bmt.step_figures(tokens=1, flops=0, step_time=1)["flops_per_s"])
+	assert math.isnan(bmt.step_figures(tokens=1, flops=1, step_time=1, peak_flops=0)["mfu"])
+	assert bmt.step_figures(tokens=5, step_time=0)["tokens_per_s"] == 5 / 1e-9
+	# a Monitor with the same peak reports the same MFU
+	m = bmt.Monitor({"BMT_PEAK_TFLOPS": "0.25"}).report_step(tokens=1000, flops=1e9, step_time=0.5, samples=1)
+	assert m["mfu"] == 1e9 / 0.5 / 0.25e12 and m["tokens_per_s"] == 2000, m
+	try:
+	    bmt.Monitor({"BMT_PEAK_TFLOPS": "lots"})
+	except ValueError as e:
+	    assert "BMT_PEAK_TFLOPS=\x27lots\x27 is not a positive number (peak TFLOP/s of one rank)" in str(e), e
+	else:
+	    raise AssertionError("BMT_PEAK_TFLOPS=lots accepted")
+	names = ["NVIDIA H200", "NVIDIA H200 NVL", "NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H100 NVL",
+	         "NVIDIA GH200 480GB", "NVIDIA H20", "NVIDIA H800", "NVIDIA B200", "NVIDIA B100", "NVIDIA GB200",
+	         "NVIDIA A100-SXM4-80GB", "NVIDIA A800 80GB PCIe", "NVIDIA L40S", "NVIDIA L40", "NVIDIA L4",
+	         "NVIDIA A10", "NVIDIA A10G", "Tesla V100-SXM2-16GB", "NVIDIA GeForce RTX 4090", "", "H2000"]
+	knobs = open(os.path.join(sys.argv[1], ".knobs")).read()
+	if "SAN=1" in knobs:   # a sanitized libbmt cannot be loaded into python
+	    print("# the peak table not compared with libbmt (sanitized build)")
+	else:
+	    lib = ctypes.CDLL(os.path.join(sys.argv[1], "lib", "libbmt.so"))
+	    lib.bmt_peak_flops_of.restype = ctypes.c_double
+	    lib.bmt_peak_flops_of.argtypes = [ctypes.c_char_p]
+	    for n in names:
+	        assert bmt.peak_flops_of(n) == lib.bmt_peak_flops_of(n.encode()), (n, bmt.peak_flops_of(n))
+	assert bmt.peak_flops_of("NVIDIA H200") == 989e12 and bmt.peak_flops_of("NVIDIA H20") == 148e12
+	assert bmt.peak_flops_of("NVIDIA A10G") == 0
+	print("ok")
+	EOF
+'
+
+# A rank program without torch: 6 steps of known figures and three events,
+# then prints what report_step returned for its last step.
+cat >"$TMP/ranks.py" <<'EOF'
+import json, sys, time
+import bmt
+lay = bmt.layout()
+for step in range(1, 7):
+    m = bmt.report_step(tokens=1000 + lay.rank, samples=2, loss=None if step == 3 else 1.0 / step,
+                        step_time=0.25, flops=1e9, step=step, params=123, lr=0.01, grad_norm=0.5)
+    if step == 2:
+        bmt.report_event("checkpoint_saved", "ckpt/step-2")
+    time.sleep(0.05)
+bmt.report_event("note", "hello from rank %d" % lay.rank)
+bmt.report_event("restart", "")
+print(json.dumps(m))
+EOF
+
+test_expect_success "a Python rank's pushes reach bmlaunch's collector: /metrics (promtool), /api/status, the rank's figures and events" '
+    BMT_PEAK_TFLOPS=0.001 start_job --metrics-port $(free_port) --metrics-linger 60 -g 2 -n 1 -- $PY $TMP/ranks.py &&
+    wait_status "s[\"state\"] == \"ended\"" &&
+    curl -sf "$URL/metrics" >m.txt && curl -sf "$URL/api/status?ranks=1" >s.json &&
+    kill -INT $JOB_PID; rc=0; wait $JOB_PID || rc=$?
+    test $rc -eq 0 && ! grep -q "push:" job.err &&
+    promtool check metrics <m.txt &&
+    grep -q "^bmt_tokens_total{job_id=\"[^\"]*\"} 12006$" m.txt &&
+    grep -q "^bmt_step{job_id=\"[^\"]*\"} 6$" m.txt &&
+    grep -q "^bmt_tokens_per_second{job_id=\"[^\"]*\"} 8004$" m.txt &&
+    grep -q "^bmt_mfu_ratio{job_id=\"[^\"]*\"} 4$" m.txt &&
+    grep -q "^bmt_collector_pushes_total{job_id=\"[^\"]*\",code=\"200\"} [1-9]" m.txt &&
+    grep -q "^bmt_collector_pushes_total{job_id=\"[^\"]*\",code=\"400\"} 0$" m.txt &&
+    grep -q "^bmt_events_total{job_id=\"[^\"]*\",kind=\"checkpoint_saved\"} 2$" m.txt &&
+    grep -q "^bmt_events_total{job_id=\"[^\"]*\",kind=\"restart\"} 2$" m.txt &&
+    $PY - <<-EOF
+	import json
+	s = json.load(open("s.json"))
+	assert s["step"] == 6 and s["ranks_seen"] == 2, s
+	assert [p["step"] for p in s["history"]] == [1, 2, 3, 4, 5, 6], s["history"]
+	mine = {int(l.split(":", 1)[0]): json.loads(l.split(":", 1)[1]) for l in open("job.out")}
+	for m in s["ranks"]:
+	    want = mine[m["rank"]]
+	    for k in ("step", "tokens", "tokens_total", "tokens_per_s", "samples_per_s", "flops_per_s",
+	              "mfu", "loss", "lr", "grad_norm", "params", "step_time_s"):
+	        assert m[k] == want[k], (r["rank"], k, m[k], want[k])
+	    assert m["tokens_per_s"] == (1000 + m["rank"]) / 0.25 and m["mfu"] == 4.0, m
+	ev = [(e["rank"], e["kind"], e["step"], e["detail"]) for e in s["events"]]
+	for rank in (0, 1):
+	    assert (rank, "checkpoint_saved", 2, "ckpt/step-2") in ev, ev
+	    assert (rank, "note", 6, "hello from rank %d" % rank) in ev, ev
+	    assert (rank, "restart", 6, "") in ev, ev
+	print("ok")
+	EOF
+'
+
+# Pushes against a collector stand-in in the same process: unreachable at
+# first, then listening (plain HTTP, or HTTPS with a certificate), answering
+# $CODE. Prints what it received as JSON lines in got.jsonl.
+cat >"$TMP/sink.py" <<'EOF'
+import http.server, json, os, ssl, sys, threading, time
+port, code, steps = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+listen_after = int(os.environ.get("LISTEN_AFTER", "0"))
+got = []
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        got.append({"auth": self.headers["Authorization"], "body": body})
+        self.send_response(code); self.end_headers(); self.wfile.write(b"nope: bad token" if code != 200 else b"{}")
+    def log_message(self, *a): pass
+def serve():
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), H)
+    if os.environ.get("CERT"):
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(os.environ["CERT"], os.environ["KEY"])
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+import bmt
+t0 = time.monotonic()
+for step in range(1, steps + 1):
+    if step == listen_after + 1:
+        serve()
+    bmt.report_step(tokens=10, step=step, step_time=0.01)
+    time.sleep(0.02)
+took = time.monotonic() - t0
+bmt.metrics._monitor().close()   # flush as at exit
+with open("got.jsonl", "w") as f:
+    for g in got:
+        f.write(json.dumps(g) + "\n")
+print("steps took %.2f s" % took)
+EOF
+
+test_expect_success "push: an unreachable collector is said once, and once when it answers; training never waits; steps held back arrive" '
+    port=$(free_port) &&
+    LISTEN_AFTER=10 BMT_METRICS_URL=http://127.0.0.1:$port/api/push BMT_METRICS_TOKEN=tok BMT_JOB_ID=j BMT_RANK=0 \
+        BMT_WORLD_SIZE=1 $PY $TMP/sink.py $port 200 60 >out 2>err &&
+    cat err &&
+    test "$(grep -c "bmt: rank 0: push: cannot reach the collector, will retry and drop the oldest items when the queue is full: POST http://127.0.0.1:$port/api/push: .*Connection refused" err)" -eq 1 &&
+    test "$(grep -c "bmt: rank 0: push: the collector answers again after [0-9.]* s (0 items dropped so far)" err)" -eq 1 &&
+    test $(wc -l <err) -eq 2 &&
+    $PY - <<-EOF
+	import json
+	rows = [json.loads(l) for l in open("got.jsonl")]
+	assert all(r["auth"] == "Bearer tok" for r in rows)
+	b = [r["body"] for r in rows]
+	assert all(x["version"] == 1 and x["job"] == "j" and x["rank"] == 0 and x["dropped"] == 0 for x in b), b[0]
+	steps = sorted(s["step"] for x in b for s in x["steps"])
+	assert steps == list(range(1, 61)), steps
+	took = float(open("out").read().split()[2])
+	assert took < 60 * 0.02 + 1.0, took   # 60 steps of 20 ms: no wait for the network
+	print("ok")
+	EOF
+'
+
+test_expect_success "push: a refusal (401) drops those items, is said once with the hint, and the program goes on to exit 0" '
+    port=$(free_port) &&
+    BMT_METRICS_URL=http://127.0.0.1:$port/api/push BMT_METRICS_TOKEN=wrong BMT_JOB_ID=j \
+        $PY $TMP/sink.py $port 401 20 >out 2>err &&
+    cat err &&
+    test "$(grep -c "bmt: rank 0: push: the collector refused [0-9]* items: POST http://127.0.0.1:$port/api/push: HTTP 401 nope: bad token (check BMT_METRICS_TOKEN)" err)" -eq 1 &&
+    grep -q "bmt: rank 0: push: [0-9]* metrics items were dropped in all" err &&
+    test $(wc -l <err) -eq 2
+'
+
+test_expect_success "push over HTTPS: verified against BMT_METRICS_CA_PEM alone, host name not checked; another certificate is refused" '
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout key.pem -out cert.pem -days 2 -subj "/CN=bmlaunch.invalid" 2>/dev/null &&
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout key2.pem -out other.pem -days 2 -subj "/CN=other" 2>/dev/null &&
+    port=$(free_port) &&
+    CERT=$PWD/cert.pem KEY=$PWD/key.pem BMT_METRICS_CA_PEM="$(cat cert.pem)" \
+        BMT_METRICS_URL=https://127.0.0.1:$port/api/push BMT_METRICS_TOKEN=tok BMT_JOB_ID=j \
+        $PY $TMP/sink.py $port 200 10 >out 2>err &&
+    test ! -s err && test "$(cat got.jsonl | wc -l)" -ge 1 &&
+    $PY -c "
+import json
+steps = sorted(s[\"step\"] for l in open(\"got.jsonl\") for s in json.loads(l)[\"body\"][\"steps\"])
+assert steps == list(range(1, 11)), steps" &&
+    port=$(free_port) &&
+    CERT=$PWD/cert.pem KEY=$PWD/key.pem BMT_METRICS_CA_PEM="$(cat other.pem)" BMT_PLUGIN_FLUSH_TIMEOUT=1 \
+        BMT_METRICS_URL=https://127.0.0.1:$port/api/push BMT_METRICS_TOKEN=tok BMT_JOB_ID=j \
+        $PY $TMP/sink.py $port 200 10 >out 2>err &&
+    cat err && test ! -s got.jsonl &&
+    test "$(grep -c "push: cannot reach the collector, .*CERTIFICATE_VERIFY_FAILED" err)" -eq 1
+'
+
+test_expect_success "report_step refuses impossible values; without BMT_METRICS_URL it only computes" '
+    env -u BMT_METRICS_URL $PY - <<-EOF
+	import threading, bmt
+	for kw in ({"tokens": -1}, {"tokens": 1.5}, {"flops": float("inf")}, {"step_time": 0}, {"step": -2}):
+	    try:
+	        bmt.report_step(**kw)
+	    except ValueError as e:
+	        assert "report_step" in str(e), e
+	    else:
+	        raise AssertionError(kw)
+	try:
+	    bmt.report_event("abort")
+	except ValueError as e:
+	    assert "not checkpoint_saved, restart or note" in str(e)
+	m = bmt.report_step(tokens=8, step_time=2.0)
+	assert m["tokens_per_s"] == 4.0 and m["step"] == 1 and m["loss"] != m["loss"], m
+	assert not any(t.name == "bmt-push" for t in threading.enumerate())
+	print("ok")
+	EOF
+'
+
+# ------------------------------------------------------------ torch
+
+# Every rank's line of check_groups in examples/torch/train.py, for -g 2 -n 2.
+groups_ok() {
+    local r g i
+    for r in 0 1 2 3; do
+        g=$((r / 2)) i=$((r % 2))
+        grep -qx "$r: train.py: rank $r: process groups ok: group $g \[$((2 * g)), $((2 * g + 1))\], replica $i \[$i, $((i + 2))\]" job.out ||
+            { echo "rank $r: no 'process groups ok' line"; return 1; }
+    done
+}
+
+test_expect_success "the example trains under bmlaunch -g 2 -n 2 --device cpu (gloo): process groups right, loss falls, tokens/s on /metrics (promtool) and the page (Chromium)" '
+    MASTER_ADDR=127.0.0.1 MASTER_PORT=$(free_port) start_job --metrics-port $(free_port) --metrics-linger 120 \
+        -g 2 -n 2 --device cpu -- $PY $TRAIN --steps 40 &&
+    wait_status "s[\"state\"] == \"ended\"" &&
+    curl -sf "$URL/metrics" >m.txt &&
+    { ! command -v chromium >/dev/null || chromium_dom "$URL/" dom.html; } || fail=1
+    kill -INT $JOB_PID; rc=0; wait $JOB_PID || rc=$?
+    cat job.err; grep -v "^0: step" job.out
+    test -z "${fail:-}" && test $rc -eq 0 && groups_ok &&
+    ver=$(sed -n "s/^0: train.py: torch \([0-9]*\.[0-9]*\).*/\1/p" job.out) && test -n "$ver" &&
+    case $ver in
+    1.* | 2.0 | 2.1)
+        grep -q "^0: train.py: bmt.torch.device_mesh needs torch >= 2.2 (DeviceMesh with named dims, for fully_shard.s HSDP); this is torch $ver[0-9.a-z+]*: use bmt.torch.process_groups()" job.out &&
+        grep -q "^0: train.py: .* layout 2 x 2 = 4 ranks | hierarchical data parallel" job.out ;;
+    *) grep -q "^0: train.py: .* layout 2 x 2 = 4 ranks | fully_shard on the 2 x 2 mesh" job.out ;;
+    esac &&
+    promtool check metrics <m.txt &&
+    grep -q "^bmt_step{job_id=\"[^\"]*\"} 40$" m.txt &&
+    grep -q "^bmt_tokens_total{job_id=\"[^\"]*\"} 81920$" m.txt &&
+    grep -qE "^bmt_tokens_per_second\{job_id=\"[^\"]*\"\} [0-9.e+]+$" m.txt &&
+    grep -q "^bmt_collector_pushes_total{job_id=\"[^\"]*\",code=\"400\"} 0$" m.txt &&
+    $PY - <<-EOF &&
+	import re
+	loss = [float(x) for x in re.findall(r"^0: step +\d+/40 \| loss ([0-9.]+)", open("job.out").read(), re.M)]
+	assert len(loss) == 40, loss
+	first, last = sum(loss[:3]) / 3, sum(loss[-5:]) / 5
+	assert first > 5.0 and last < first - 1.5, (first, last)
+	m = open("m.txt").read()
+	tps = float(re.search(r"^bmt_tokens_per_second\{[^}]*\} (\S+)$", m, re.M).group(1))
+	assert tps > 0, tps
+	print("loss %.3f -> %.3f; %.0f tokens/s on /metrics" % (first, last, tps))
+	EOF
+    { ! command -v chromium >/dev/null || $PY - <<-EOF
+	import re
+	d = open("dom.html").read()
+	assert "<span id=\"state\" class=\"succeeded\">succeeded (exit status 0)</span>" in d, "state"
+	card = lambda k: re.search(r"<div class=\"v\" id=\"v-%s\">([^<]*)</div>" % k, d).group(1)
+	assert card("step") == "40", card("step")
+	assert re.fullmatch(r"[0-9.]+k?", card("tps")) and float(card("tps").rstrip("k")) > 0, card("tps")
+	assert re.fullmatch(r"[0-9.]+", card("loss")), card("loss")
+	m = re.search(r"<svg id=\"chart-tokens\" data-points=\"(\d+)\"", d)
+	assert m and int(m.group(1)) >= 30, m and m.group(1)
+	assert "2 groups × 2 ranks = 4 ranks" in d
+	print("page: tokens/s", card("tps"), "loss", card("loss"))
+	EOF
+    }
+'
+
+test_expect_success "SIGUSR1 to one rank: every rank saves at the same step, a checkpoint_saved event each, exit 0" '
+    MASTER_ADDR=127.0.0.1 MASTER_PORT=$(free_port) start_job --metrics-port $(free_port) --metrics-linger 120 \
+        -g 2 -n 2 --device cpu -- $PY $TRAIN --steps 1000 --save-dir ck &&
+    wait_status "s[\"step\"] >= 3" &&
+    victim=$(pgrep -P $JOB_PID | sed -n 3p) && test -n "$victim" &&
+    kill -USR1 $victim &&
+    wait_status "s[\"state\"] == \"ended\"" || fail=1
+    kill -INT $JOB_PID; rc=0; wait $JOB_PID || rc=$?
+    cat job.err; grep -v "^0: step" job.out
+    test -z "${fail:-}" && test $rc -eq 0 &&
+    test "$(grep -c "^[0-3]: train.py: rank [0-3]: saved step [0-9]* in ck/step-" job.out)" -eq 4 &&
+    n=$(sed -n "s/^0: train.py: rank 0: saved step \([0-9]*\) in .*/\1/p" job.out) &&
+    test "$n" -ge 3 && test "$n" -lt 1000 &&
+    test "$(grep -c "^[0-3]: train.py: rank [0-3]: saved step $n in ck/step-$(printf %08d $n)$" job.out)" -eq 4 &&
+    test "$(cat ck/latest)" = "step-$(printf %08d $n)" && test -s ck/step-$(printf %08d $n)/state.pt &&
+    grep -qE "^0: step +$n/1000 " job.out && ! grep -qE "^0: step +$((n + 1))/" job.out &&
+    $PY - "$n" <<-EOF
+	import json, sys
+	n = int(sys.argv[1])
+	s = json.load(open("status.json"))
+	assert s["exit_status"] == 0, s["exit_status"]
+	saved = sorted((e["rank"], e["step"]) for e in s["events"] if e["kind"] == "checkpoint_saved")
+	assert saved == [(r, n) for r in range(4)], saved
+	notes = [e for e in s["events"] if e["kind"] == "note"]
+	assert len(notes) == 4 and all(e["detail"] == "SIGUSR1: stopped after step %d" % n for e in notes), notes
+	print("all ranks saved step", n)
+	EOF
+'
+
+test_done
