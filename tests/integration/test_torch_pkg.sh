@@ -335,7 +335,7 @@ groups_ok() {
 }
 
 test_expect_success "the example trains under bmlaunch -g 2 -n 2 --device cpu (gloo): process groups right, loss falls, tokens/s on /metrics (promtool) and the page (Chromium)" '
-    MASTER_ADDR=127.0.0.1 MASTER_PORT=$(free_port) start_job --metrics-port $(free_port) --metrics-linger 120 \
+    start_job --metrics-port $(free_port) --metrics-linger 120 \
         -g 2 -n 2 --device cpu -- $PY $TRAIN --steps 40 &&
     wait_status "s[\"state\"] == \"ended\"" &&
     curl -sf "$URL/metrics" >m.txt &&
@@ -383,7 +383,7 @@ test_expect_success "the example trains under bmlaunch -g 2 -n 2 --device cpu (g
 '
 
 test_expect_success "SIGUSR1 to one rank: every rank saves at the same step, a checkpoint_saved event each, exit 0" '
-    MASTER_ADDR=127.0.0.1 MASTER_PORT=$(free_port) start_job --metrics-port $(free_port) --metrics-linger 120 \
+    start_job --metrics-port $(free_port) --metrics-linger 120 \
         -g 2 -n 2 --device cpu -- $PY $TRAIN --steps 1000 --save-dir ck &&
     wait_status "s[\"step\"] >= 3" &&
     victim=$(pgrep -P $JOB_PID | sed -n 3p) && test -n "$victim" &&
