@@ -152,6 +152,7 @@ class _Sender:
         self.failing = False
         self.fail_since = 0.0
         self.refused_code = None
+        self.code = None  # the status of the last refusal
         self.thread = threading.Thread(target=self._run, name="bmt-push", daemon=True)
         self.thread.start()
 

@@ -382,7 +382,7 @@ test_expect_success "the example trains under bmlaunch -g 2 -n 2 --device cpu (g
     }
 '
 
-test_expect_success "SIGUSR1 to one rank: every rank saves at the same step, a checkpoint_saved event each, exit 0" '
+test_expect_success "SIGUSR1 to one rank: every rank saves at the same step, a checkpoint_saved event each, exit 0; --resume goes on from it" '
     start_job --metrics-port $(free_port) --metrics-linger 120 \
         -g 2 -n 2 --device cpu -- $PY $TRAIN --steps 1000 --save-dir ck &&
     wait_status "s[\"step\"] >= 3" &&
@@ -409,6 +409,15 @@ test_expect_success "SIGUSR1 to one rank: every rank saves at the same step, a c
 	assert len(notes) == 4 and all(e["detail"] == "SIGUSR1: stopped after step %d" % n for e in notes), notes
 	print("all ranks saved step", n)
 	EOF
+    $BMLAUNCH --metrics-port 0 -g 2 -n 2 --device cpu -- $PY $TRAIN --steps $((n + 3)) --save-dir ck --resume \
+        >resume.out 2>resume.err &&
+    grep -qx "0: train.py: resumed from ck/latest at step $((n + 1))" resume.out &&
+    test "$(grep -cE "^0: step +[0-9]+/$((n + 3)) " resume.out)" -eq 3 &&
+    test "$(cat ck/latest)" = "step-$(printf %08d $((n + 3)))" &&
+    first=$(sed -nE "s/^0: step +1\/1000 \| loss ([0-9.]+) .*/\1/p" job.out) &&
+    again=$(sed -nE "s/^0: step +$((n + 1))\/$((n + 3)) \| loss ([0-9.]+) .*/\1/p" resume.out) &&
+    echo "loss at step 1 $first, at step $((n + 1)) after the resume $again" &&
+    awk -v a="$first" -v b="$again" "BEGIN { exit !(b < a - 0.2) }"
 '
 
 test_done
