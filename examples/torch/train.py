@@ -4,12 +4,13 @@
     bmlaunch -g 2 -n 2 --device cpu -- python3 examples/torch/train.py --steps 40
     bmlaunch -g 2 -n 4 --device cuda -- python3 examples/torch/train.py --layers 12 --embd 768
 
-The same script on CPU (gloo) and on GPUs (nccl). Where torch has fully_shard
-and DeviceMesh (torch >= 2.4), every block and the model are sharded with
-fully_shard on bmt's 2-D mesh: HSDP, parameters sharded within a group and
-gradients all-reduced across groups. On older torch (Debian's 1.13) it trains
-data parallel with the same two levels by hand: gradients all-reduced in the
-group, then across groups (bmt.torch.process_groups()).
+The same script on CPU (gloo) and on GPUs (nccl). On GPUs, where torch has
+fully_shard and DeviceMesh (torch >= 2.4), every block and the model are
+sharded with fully_shard on bmt's 2-D mesh: HSDP, parameters sharded within a
+group and gradients all-reduced across groups. On CPUs, and on older torch
+(Debian's 1.13), it trains data parallel with the same two levels by hand:
+gradients all-reduced in the group, then across groups
+(bmt.torch.process_groups()).
 
 Data: the bytes of a text file (vocabulary 256), by default the corpus that
 ships with the C trainer (examples/gpt2/data/corpus.txt); each rank reads its
@@ -150,16 +151,19 @@ def main():
     params = sum(p.numel() for p in model.parameters())
     model.to(device)
 
+    # The 2-D mesh where torch has it; fully_shard on it on GPUs. On CPUs (gloo)
+    # the same two levels by hand, over the group and replica process groups.
     fully_shard, mesh, mode = None, None, "hierarchical data parallel (bmt.torch.process_groups)"
-    if not a.no_shard:
-        try:
-            mesh = bmt.torch.device_mesh()
-        except RuntimeError as e:
-            if rank == 0:
-                print("train.py: %s" % e, flush=True)
-    if mesh is not None:
+    try:
+        mesh = bmt.torch.device_mesh()
+        if rank == 0:
+            print("train.py: %r" % (mesh,), flush=True)
+    except RuntimeError as e:
+        if rank == 0:
+            print("train.py: %s" % e, flush=True)
+    if mesh is not None and device.type == "cuda" and not a.no_shard:
         fully_shard = find_fully_shard()
-    if mesh is not None and fully_shard is not None:
+    if fully_shard is not None:
         for b in model.blocks:
             fully_shard(b, mesh=mesh)
         fully_shard(model, mesh=mesh)
@@ -168,7 +172,7 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / a.warmup))
 
-    sharded = mesh is not None and fully_shard is not None
+    sharded = fully_shard is not None
     first = 1
     latest = os.path.join(a.save_dir, "latest") if a.save_dir else None
     if latest and (a.resume or lay.restart > 0) and os.path.exists(latest):
@@ -207,6 +211,8 @@ def main():
                     g.copy_(flat[off:off + g.numel()].view_as(g))
                     off += g.numel()
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            if hasattr(norm, "full_tensor"):  # a DTensor under fully_shard
+                norm = norm.full_tensor()
             opt.step()
             sched.step()
             mean = loss.detach().reshape(1).clone()
@@ -235,9 +241,11 @@ def save_checkpoint(model, opt, sched, save_dir, step, rank, sharded):
     sharded), then SAVE_DIR/latest names it. Returns its path."""
     path = os.path.join(save_dir, "step-%08d" % step)
     os.makedirs(path, exist_ok=True)
-    if sharded:
+    if sharded:  # every rank writes its shards
         import torch.distributed.checkpoint as dcp
-        dcp.save({"model": model.state_dict(), "optim": opt.state_dict()}, checkpoint_id=path)
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+        msd, osd = get_state_dict(model, opt)
+        dcp.save({"model": msd, "optim": osd}, checkpoint_id=path)
     elif rank == 0:
         torch.save({"model": model.state_dict(), "optim": opt.state_dict(),
                     "sched": sched.state_dict(), "step": step}, os.path.join(path, "state.pt"))
@@ -258,10 +266,11 @@ def load(model, opt, sched, save_dir, sharded):
     step = int(name.split("-")[1])
     if sharded:
         import torch.distributed.checkpoint as dcp
-        state = {"model": model.state_dict(), "optim": opt.state_dict()}
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+        msd, osd = get_state_dict(model, opt)
+        state = {"model": msd, "optim": osd}
         dcp.load(state, checkpoint_id=path)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optim"])
+        set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
     else:
         st = torch.load(os.path.join(path, "state.pt"), map_location="cpu")
         model.load_state_dict(st["model"])
