@@ -282,7 +282,9 @@ test_expect_success "push: a refusal (401) drops those items, is said once with 
 '
 
 test_expect_success "push over HTTPS: verified against BMT_METRICS_CA_PEM alone, host name not checked; another certificate is refused" '
-    openssl req -x509 -newkey rsa:2048 -nodes -keyout key.pem -out cert.pem -days 2 -subj "/CN=bmlaunch.invalid" 2>/dev/null &&
+    # as bmlaunch makes its own: ECDSA P-256, self-signed, CA:TRUE, a name that is not the host
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout key.pem -out cert.pem -days 2 \
+        -subj "/CN=bmlaunch.invalid" -addext "basicConstraints=critical,CA:TRUE" 2>/dev/null &&
     openssl req -x509 -newkey rsa:2048 -nodes -keyout key2.pem -out other.pem -days 2 -subj "/CN=other" 2>/dev/null &&
     port=$(free_port) &&
     CERT=$PWD/cert.pem KEY=$PWD/key.pem BMT_METRICS_CA_PEM="$(cat cert.pem)" \
