@@ -38,9 +38,9 @@ start_job() {
 }
 
 # Wait until /api/status says $1 (a Python expression of s, the status).
-wait_status() {
+wait_status() { # 5 minutes at most: torch starts slowly on a loaded 2-core machine
     local i
-    for i in $(seq 1200); do
+    for i in $(seq 3000); do
         curl -sf "$URL/api/status" >status.json 2>/dev/null &&
             $PY -c 'import json,sys; s=json.load(open("status.json")); sys.exit(0 if eval(sys.argv[1]) else 1)' "$1" &&
             return 0
