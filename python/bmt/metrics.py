@@ -28,6 +28,7 @@ import atexit
 import collections
 import json
 import math
+import operator
 import os
 import re
 import socket
@@ -345,15 +346,24 @@ class Monitor:
         """Mark the start of a step (else a step runs from the previous report)."""
         self.step_start = time.monotonic()
 
+    def _count(self, name, v):
+        """v as an int >= 0 (int, numpy or 0-d torch integers), else ValueError."""
+        try:
+            n = operator.index(v) if not isinstance(v, bool) else None
+        except TypeError:
+            n = None
+        if n is None or n < 0:
+            raise ValueError("rank %d: report_step: %s must be an integer >= 0, got %r"
+                             % (self.rank, name, v))
+        return n
+
     def report_step(self, tokens=0, loss=None, step_time=None, flops=0.0, samples=0, step=None,
                     params=0, grad_norm=None, lr=None, skipped=False, microbatches=0,
                     comm_wait=0.0):
         t0 = time.monotonic()
-        for name, v in (("tokens", tokens), ("samples", samples), ("params", params),
-                        ("microbatches", microbatches)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError("rank %d: report_step: %s must be an integer >= 0, got %r"
-                                 % (self.rank, name, v))
+        tokens, samples, params, microbatches = (
+            self._count(n, v) for n, v in (("tokens", tokens), ("samples", samples),
+                                           ("params", params), ("microbatches", microbatches)))
         flops = float(flops or 0)
         if not (flops >= 0) or math.isinf(flops):
             raise ValueError("rank %d: report_step: flops must be >= 0 and finite, got %r"
@@ -361,9 +371,8 @@ class Monitor:
         if step_time is not None and not (float(step_time) > 0 and math.isfinite(step_time)):
             raise ValueError("rank %d: report_step: step_time must be a positive number of "
                              "seconds, got %r" % (self.rank, step_time))
-        if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
-            raise ValueError("rank %d: report_step: step must be an integer >= 0, got %r"
-                             % (self.rank, step))
+        if step is not None:
+            step = self._count("step", step)
         if not (float(comm_wait) >= 0):
             raise ValueError("rank %d: report_step: comm_wait must be >= 0 seconds" % self.rank)
         self.reports += 1
