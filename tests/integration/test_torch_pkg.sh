@@ -324,6 +324,28 @@ test_expect_success "report_step refuses impossible values; without BMT_METRICS_
 	EOF
 '
 
+test_expect_success "bmt.Preemption without torch.distributed: the signal becomes save(step) at the next boundary, then exit 0; the old handler comes back" '
+    $PY - <<-EOF
+	import os, signal, sys
+	import bmt
+	saved = []
+	before = signal.getsignal(signal.SIGUSR1)
+	with bmt.Preemption(save=lambda step: saved.append(step) or "ck/%d" % step, exit=False) as pre:
+	    assert pre.step_boundary(1) is False and saved == []
+	    os.kill(os.getpid(), signal.SIGUSR1)
+	    assert pre.requested and pre.step_boundary(2) is True and saved == [2] and pre.stopped_at == 2
+	assert signal.getsignal(signal.SIGUSR1) == before, "the handler was not put back"
+	try:
+	    with bmt.Preemption(save=saved.append) as pre:
+	        os.kill(os.getpid(), signal.SIGUSR1)
+	        pre.step_boundary(7)
+	    raise AssertionError("no exit")
+	except SystemExit as e:
+	    assert e.code == 0 and saved == [2, 7], (e.code, saved)
+	print("ok")
+	EOF
+'
+
 # ------------------------------------------------------------ torch
 
 # Every rank's line of check_groups in examples/torch/train.py, for -g 2 -n 2.
