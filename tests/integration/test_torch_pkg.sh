@@ -4,14 +4,13 @@
 # libbmt's on the same numbers; pushes from Python accepted by bmlaunch's real
 # collector, and push failures (unreachable, 401, TLS with the job's
 # certificate) said once without stopping the program; bmt.Preemption on its
-# own; then, under
-# `bmlaunch -g 2 -n 2 --device cpu`, the example trains with gloo (loss falls,
-# the group and replica process groups all-reduce right), its tokens/s on
-# /metrics (promtool) and on the live page (headless Chromium); and SIGUSR1 to
-# one rank makes every rank save at the same step and exit 0, and --resume
-# goes on from that checkpoint. Importing torch
-# takes seconds on this machine: three torch jobs in all; the other tests run
-# Python without torch.
+# own; then, under `bmlaunch -g 2 -n 2 --device cpu`, the example trains with
+# gloo (loss falls, the group and replica process groups all-reduce right),
+# its tokens/s on /metrics (promtool) and on the live page (headless
+# Chromium); and SIGUSR1 to one rank makes every rank save at the same step and
+# exit 0, and --resume goes on from that checkpoint. Importing torch takes
+# seconds on this machine: three torch jobs in all; the other tests run Python
+# without torch.
 . "$(dirname "$0")/lib.sh"
 
 PY=/usr/bin/python3
