@@ -36,7 +36,7 @@ def _version():
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
-def device_type(lay=None):
+def device_type():
     """"cuda" when BMT_DEVICE says so (bmlaunch --device cuda), else "cpu"."""
     return "cuda" if os.environ.get("BMT_DEVICE") == "cuda" else "cpu"
 
@@ -47,7 +47,7 @@ def init_process_group(backend=None, **kw):
     (bmlaunch exports them, as torchrun does). backend: default gloo on cpu,
     nccl on cuda (where it also selects GPU local_rank). Returns the Layout."""
     lay = _layout()
-    dev = device_type(lay)
+    dev = device_type()
     if dev == "cuda":
         torch.cuda.set_device(lay.local_rank)
     if not dist.is_initialized():
@@ -105,6 +105,6 @@ def device_mesh(device=None):
     if "mesh" in _cache:
         return _cache["mesh"]
     lay = _layout()
-    _cache["mesh"] = init_device_mesh(device or device_type(lay), (lay.groups, lay.gpus_per_group),
+    _cache["mesh"] = init_device_mesh(device or device_type(), (lay.groups, lay.gpus_per_group),
                                       mesh_dim_names=MESH_DIMS)
     return _cache["mesh"]
