@@ -314,6 +314,17 @@ assert sorted({r[\"host\"] for r in s[\"ranks\"]}) == [\"node1\", \"node2\"], s[
         grep -q "^bmlaunch: job failed: rank 3 (on node2) exited with code 1\$" err &&
         grep -q "^    3: RuntimeError: torch_env: rank 3 fails on purpose\$" err
     '
+    test_expect_success "two nodes, PyTorch: --max-restarts 1 under srun: TORCHELASTIC_RESTART_COUNT 0 then 1, a new MASTER_PORT for the new run" '
+        with_timeout 120 salloc -N2 --ntasks-per-node=2 $BMLAUNCH --max-restarts 1 -g 2 -n 2 -- sh -c \
+            "echo run \$TORCHELASTIC_RESTART_COUNT of \$TORCHELASTIC_MAX_RESTARTS port \$MASTER_PORT; [ \$TORCHELASTIC_RESTART_COUNT = 1 ] || [ \$RANK != 3 ] || exit 5" >out 2>err &&
+        grep -q "^bmlaunch: restart 1 of 1 after rank 3 (on node2) exited with code 5\$" err &&
+        for run in 0 1; do
+            test $(grep -c "^[0-3]: run $run of 1 port [0-9]*\$" out) -eq 4 &&
+            test $(grep "^[0-3]: run $run of 1 port" out | sed "s/.* port //" | sort -u | wc -l) -eq 1 ||
+                { echo "run $run:"; grep "run $run" out; false; }
+        done &&
+        test "$(grep "run 0 of" out | sed "s/.* port //" | sort -u)" != "$(grep "run 1 of" out | sed "s/.* port //" | sort -u)"
+    '
     # ---- end of the PyTorch block
     test_expect_success "two nodes: the shm backend refuses ranks on several nodes, clearly" '
         { with_timeout 120 salloc -N2 --ntasks-per-node=2 $BMLAUNCH -g 2 -n 2 -- $PROGS/hello >out 2>err; rc=$?; } &&
