@@ -303,7 +303,7 @@ assert sorted({r[\"host\"] for r in s[\"ranks\"]}) == [\"node1\", \"node2\"], s[
         GLOO_SOCKET_IFNAME=eth0 with_timeout 240 salloc -N2 --ntasks-per-node=2 $BMLAUNCH -g 2 -n 2 -- \
             /usr/bin/python3 $SRC/tests/progs/torch_env.py >out 2>err &&
         for r in 0 1 2 3; do
-            grep -q "^$r: torch_env: rank $r of 4: env ok; sums world 10 group $((r < 2 ? 3 : 7)) replica $((r % 2 ? 6 : 4)); hosts node1,node2; restart 0; master $addr:[0-9]*\$" out ||
+            grep -q "^$r: torch_env: rank $r of 4: env ok; sums world 10 group $((r < 2 ? 3 : 7)) replica $((r % 2 ? 6 : 4)); hosts node1,node2; restart 0; master $addr:[0-9]*; gloo on cpu\$" out ||
                 { echo "rank $r:"; grep "^$r: " out; false; }
         done
     '
