@@ -2,7 +2,8 @@
  *
  * Why every task runs `bmlaunch --rank-exec -- prog`: srun gives all tasks the
  * same environment, but a local run gives each rank its BMT_RANK, BMT_GROUP, ...
- * The wrapper derives them from SLURM_PROCID and the layout, checks that srun
+ * The wrapper derives them (and torchrun's RANK, LOCAL_RANK, GROUP_RANK,
+ * NODE_RANK: torchenv.h) from SLURM_PROCID and the layout, checks that srun
  * put the task on the node the layout says (block distribution), and execs the
  * program: nothing in the rank program differs between local and Slurm runs.
  *

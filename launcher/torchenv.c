@@ -140,16 +140,19 @@ int torchenv_port_reserve(int *fd_out, bmt_error_t *err)
 
 int torchenv_port_for(const char *job_id, long pid, int restart)
 {
-    /* FNV-1a of "job.pid.restart": another bmlaunch in the same allocation, or
-     * the next restart, lands elsewhere in the range. */
+    /* FNV-1a of "job.pid" picks where a bmlaunch starts in the range (another
+     * bmlaunch in the same allocation starts elsewhere); each restart steps by
+     * a prime that does not divide the span, so TORCHENV_PORT_SPAN runs in a
+     * row never reuse a port. */
     char key[200];
-    snprintf(key, sizeof(key), "%.150s.%ld.%d", job_id, pid, restart);
+    snprintf(key, sizeof(key), "%.150s.%ld", job_id, pid);
     uint32_t h = 2166136261u;
     for (const char *p = key; *p; p++) {
         h ^= (unsigned char)*p;
         h *= 16777619u;
     }
-    return TORCHENV_PORT_BASE + (int)(h % TORCHENV_PORT_SPAN);
+    uint64_t step = (uint64_t)(restart < 0 ? 0 : restart) * 7919u;
+    return TORCHENV_PORT_BASE + (int)((h + step) % TORCHENV_PORT_SPAN);
 }
 
 int torchenv_check_master(const char *addr, int port, bmt_error_t *err)

@@ -27,7 +27,8 @@
  * every run (a restart never meets the last run's TIME_WAIT sockets or a rank
  * 0 still dying). Under Slurm, rank 0 may run on another node than
  * bmlaunch, so bmlaunch cannot probe its ports: the port is derived from the
- * job id, bmlaunch's pid and the restart number in TORCHENV_PORT_BASE ..
+ * job id, bmlaunch's pid and the restart number (each restart another port)
+ * in TORCHENV_PORT_BASE ..
  * +TORCHENV_PORT_SPAN-1 (below Linux's ephemeral range, so no outgoing
  * connection holds it by chance), and rank 0's wrapper checks it is free there
  * and that MASTER_ADDR is its own node (torchenv_check_master).
@@ -72,8 +73,10 @@ void torchenv_setenv_rank(const bmt_layout_t *l, int rank);
  * Returns the port, or -1 with err. */
 int torchenv_port_reserve(int *fd, bmt_error_t *err);
 
-/* Slurm mode's MASTER_PORT for run restart of bmlaunch pid in job job_id: a hash
- * of the three into [TORCHENV_PORT_BASE, +TORCHENV_PORT_SPAN). Pure. */
+/* Slurm mode's MASTER_PORT for run restart of bmlaunch pid in job job_id, in
+ * [TORCHENV_PORT_BASE, +TORCHENV_PORT_SPAN): a hash of job and pid, then a
+ * fixed step per restart, so no two of TORCHENV_PORT_SPAN consecutive runs
+ * share a port. Pure. */
 int torchenv_port_for(const char *job_id, long pid, int restart);
 
 /* Rank 0's check under Slurm: addr is an address of this node and port can be

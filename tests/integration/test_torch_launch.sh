@@ -27,11 +27,11 @@ export -f torch_line
 test_expect_success "2 x 2 on cpu: env:// init, all-reduce over world, group and replica; torchrun's variables match the BMT_ layout; stale ones are replaced" '
     RANK=99 WORLD_SIZE=1 MASTER_PORT=1 TORCHELASTIC_USE_AGENT_STORE=True \
         with_timeout 240 $BMLAUNCH --metrics-port 0 -g 2 -n 2 --device cpu -- $PY $TORCH_ENV >out 2>err &&
-    torch_line 0 out | grep -q "sums world 10 group 3 replica 4; hosts [^;]*; restart 0; master 127.0.0.1:[0-9]*\$" &&
+    torch_line 0 out | grep -q "sums world 10 group 3 replica 4; hosts [^;]*; restart 0; master 127.0.0.1:[0-9]*; gloo on cpu\$" &&
     torch_line 1 out | grep -q "sums world 10 group 3 replica 6;" &&
     torch_line 2 out | grep -q "sums world 10 group 7 replica 4;" &&
     torch_line 3 out | grep -q "sums world 10 group 7 replica 6;" &&
-    test $(grep -o "master 127.0.0.1:[0-9]*\$" out | sort -u | wc -l) -eq 1 &&
+    test $(grep -o "master 127.0.0.1:[0-9]*;" out | sort -u | wc -l) -eq 1 &&
     ! grep -q "job failed" err
 '
 

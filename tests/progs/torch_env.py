@@ -11,6 +11,7 @@ and tests/slurm/test_bmlaunch.sh.
   torch_env.py --fail R [--code N]  rank R raises after the checks (or sys.exit(N));
                                     the others wait to be ended by bmlaunch
   torch_env.py --fail-until K ...   fail only while TORCHELASTIC_RESTART_COUNT < K
+  torch_env.py --backend nccl       on cuda:LOCAL_RANK with NCCL (tests/gpu/)
 """
 import argparse
 import os
@@ -34,6 +35,7 @@ def main():
     ap.add_argument("--fail", type=int, default=-1)
     ap.add_argument("--code", type=int, default=0)
     ap.add_argument("--fail-until", type=int, default=1 << 30)
+    ap.add_argument("--backend", default="gloo")
     args = ap.parse_args()
 
     rank, world = env_int("RANK"), env_int("WORLD_SIZE")
@@ -62,7 +64,11 @@ def main():
     if os.environ.get("ROLE_NAME") != "default":
         sys.exit("torch_env: rank %d: ROLE_NAME=%s" % (rank, os.environ.get("ROLE_NAME")))
 
-    dist.init_process_group(backend="gloo")  # env://, as torchrun users write it
+    device = torch.device("cpu")
+    if args.backend == "nccl":
+        device = torch.device("cuda", env_int("LOCAL_RANK"))
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend=args.backend)  # env://, as torchrun users write it
     assert dist.get_rank() == rank and dist.get_world_size() == world
 
     gpg = env_int("BMT_GPUS_PER_GROUP")
@@ -73,7 +79,7 @@ def main():
     replica_pgs = [dist.new_group([g * gpg + i for g in range(groups)]) for i in range(gpg)]
 
     def allreduce(value, pg=None):
-        t = torch.tensor([float(value)])
+        t = torch.tensor([float(value)], device=device)
         dist.all_reduce(t, group=pg)
         return int(t.item())
 
@@ -92,10 +98,10 @@ def main():
     hosts = [None] * world
     dist.all_gather_object(hosts, socket.gethostname())
     print("torch_env: rank %d of %d: env ok; sums world %d group %d replica %d; hosts %s; "
-          "restart %d; master %s:%s" % (rank, world, got["world"], got["group"], got["replica"],
-                                        ",".join(sorted(set(hosts))), restart,
-                                        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]),
-          flush=True)
+          "restart %d; master %s:%s; %s on %s" % (
+              rank, world, got["world"], got["group"], got["replica"],
+              ",".join(sorted(set(hosts))), restart, os.environ["MASTER_ADDR"],
+              os.environ["MASTER_PORT"], dist.get_backend(), device), flush=True)
 
     if args.fail >= 0 and restart < args.fail_until:
         if rank == args.fail:
