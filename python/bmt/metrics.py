@@ -157,6 +157,7 @@ class _Sender:
         self.fail_since = 0.0
         self.refused_code = None
         self.code = None  # the status of the last refusal
+        self.inflight = 0  # items in the request being made
         self.thread = threading.Thread(target=self._run, name="bmt-push", daemon=True)
         self.thread.start()
 
@@ -222,7 +223,9 @@ class _Sender:
             return "retry", "POST %s: %s" % (self.url, reason)
 
     def _send(self, items):
+        self.inflight = len(items)
         rc, msg = self._post(items)
+        self.inflight = 0
         if rc == "sent":
             if self.failing:
                 self.say("the collector answers again after %.1f s (%d items dropped so far)"
@@ -278,6 +281,10 @@ class _Sender:
             self.closing = True
             self.cv.notify_all()
         self.thread.join(self.flush_s + 1)
+        if self.thread.is_alive():  # a request that outlives the flush time is abandoned
+            with self.cv:
+                self.dropped += len(self.q) + self.inflight
+                self.q.clear()
         if self.dropped:
             self.say("%d metrics items were dropped in all (collector down or too slow)"
                      % self.dropped)
