@@ -40,8 +40,8 @@ start_job() {
 
 # Wait until /api/status says $1 (a Python expression of s, the status).
 wait_status() { # 5 minutes at most: torch starts slowly on a loaded 2-core machine
-    local i
-    for i in $(seq 3000); do
+    local end=$((SECONDS + 300))
+    while [ $SECONDS -lt $end ]; do
         curl -sf "$URL/api/status" >status.json 2>/dev/null &&
             $PY -c 'import json,sys; s=json.load(open("status.json")); sys.exit(0 if eval(sys.argv[1]) else 1)' "$1" &&
             return 0
