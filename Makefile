@@ -89,7 +89,7 @@ PLUGINS := $(filter-out common,$(notdir $(patsubst %/,%,$(wildcard plugins/*/)))
 PLUGIN_DIR := $(BUILDDIR)/lib/bmt/plugins
 PLUGIN_SO := $(PLUGINS:%=$(PLUGIN_DIR)/%.so)
 PLUGIN_LIBS_push := $(CURL_LIBS)
-PROBE_SO := $(addprefix $(BUILDDIR)/tests/plugins/,probe.so probe_v2.so probe_nosym.so probe_small.so)
+PROBE_SO := $(addprefix $(BUILDDIR)/tests/plugins/,probe.so probe_v2.so probe_nosym.so probe_small.so probe_48.so)
 # An LD_PRELOAD library that fails chosen calls (tests/plugins/failio.c): built
 # without sanitizers, which replace malloc themselves.
 FAILIO_SO := $(BUILDDIR)/tests/plugins/failio.so
@@ -202,11 +202,13 @@ endef
 $(foreach p,$(PLUGINS),$(eval $(call PLUGIN_RULE,$(p))))
 
 # Test plugins (tests/plugins/probe.c): one source, built as a good plugin and
-# as the three kinds of broken one that bmt_init must refuse.
+# as the three kinds of broken one that bmt_init must refuse, and as one of the
+# size it had before on_scalar (loaded, never called for scalars).
 PROBE_FLAGS_probe :=
 PROBE_FLAGS_probe_v2 := -DPROBE_VERSION=2u
 PROBE_FLAGS_probe_nosym := -DPROBE_NO_SYMBOL
 PROBE_FLAGS_probe_small := -DPROBE_SIZE=16u
+PROBE_FLAGS_probe_48 := -DPROBE_SIZE=48u
 $(BUILDDIR)/tests/plugins/%.so: tests/plugins/probe.c include/bmt/plugin.h $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  CC      $@")

@@ -104,6 +104,25 @@ test_expect_success "a probe plugin sees init, every step, events, the abort and
     test "$(grep "^0 " probe.log | tail -1)" = "0 finalize"
 '
 
+test_expect_success "scalars reach plugins with on_scalar, never one of the old size (48 bytes)" '
+    BMT_PLUGINS=$PLUG/probe.so BMT_PROBE_LOG=$PWD/new.log BMT_JSONL=$PWD/m-%r.jsonl \
+        $BMLAUNCH --metrics-port 0 -n 2 -- $PROGS/steps --steps 3 --scalars 1 >out 2>err &&
+    BMT_PLUGINS=$PLUG/probe_48.so BMT_PROBE_LOG=$PWD/old.log \
+        $BMLAUNCH --metrics-port 0 -n 2 -- $PROGS/steps --steps 3 --scalars 1 >out 2>err &&
+    grep -qx "1 scalar val_loss 1.01 step 2" new.log && grep -qx "0 scalar custom_0 0 step 3" new.log &&
+    test $(grep -c " scalar " new.log) -eq 12 &&
+    test $(grep -c " step " old.log) -eq 6 && ! grep -q " scalar " old.log
+'
+
+test_expect_success "a scalar name one too many fails the rank and says why" '
+    BMT_PLUGINS=jsonl BMT_JSONL=$PWD/m-%r.jsonl \
+        $BMLAUNCH --metrics-port 0 -n 1 -- $PROGS/steps --steps 2 --scalars 31 >out 2>err &&
+    test $(grep -c "\"type\":\"scalar\"" m-0.jsonl) -eq 64 &&
+    { $BMLAUNCH --metrics-port 0 -n 1 -- $PROGS/steps --steps 2 --scalars 32 >out 2>err; rc=$?; } &&
+    test $rc -eq 1 &&
+    grep -q "bmt_report_scalar: .custom_31. would be one name too many: a process reports at most 32 names" err
+'
+
 test_expect_success "time spent in a plugin is measured: plugin_s shows a 30 ms on_step" '
     BMT_PLUGINS=$PLUG/probe.so,jsonl BMT_PROBE_LOG=$PWD/probe.log BMT_PROBE_SLEEP_MS=30 \
         BMT_JSONL=$PWD/m.jsonl $BMLAUNCH --metrics-port 0 -n 1 -- $EC --steps 3 >out 2>err &&
@@ -632,6 +651,42 @@ test_expect_success "headless Chromium: a clean end reads succeeded in green and
 	    assert re.fullmatch(r"[0-9.]+(k| m?s)?", card(k)), (k, card(k))
 	m = re.search(r"<svg id=\"chart-steptime\" data-points=\"(\d+)\"", d)
 	assert m and int(m.group(1)) >= 10, m and m.group(1)
+	print("ok")
+	EOF
+'
+
+test_expect_success "val_loss and custom scalars: /metrics (promtool), /api/status and the page after the end" '
+    start_job --metrics-port $(free_port) --metrics-linger 30 -n 2 -- $PROGS/steps --steps 6 --pace 20 --scalars 2 &&
+    for i in $(seq 200); do
+        curl -sf "$URL/api/status" >s.json && grep -q "\"state\":\"ended\"" s.json && break; sleep 0.1
+    done &&
+    curl -sf "$URL/metrics" >m.txt && promtool check metrics <m.txt &&
+    { ! command -v chromium >/dev/null ||
+      timeout 60 chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage \
+        --host-resolver-rules="MAP * ~NOTFOUND, EXCLUDE 127.0.0.1" \
+        --user-data-dir=$PWD/chrome --virtual-time-budget=5000 --dump-dom "$URL/" >dom.html 2>chrome.err; } &&
+    kill -INT $JOB_PID; rc=0; wait $JOB_PID || rc=$?
+    test $rc -eq 0 &&
+    $PY - <<-EOF
+	import json, os, re
+	m = open("m.txt").read()
+	def sc(name, fam="bmt_scalar"):
+	    return float(re.search(r"^%s\{job_id=\"[^\"]*\",name=\"%s\"\} (\S+)$" % (fam, name), m, re.M).group(1))
+	# steps: val_loss = 2/step + rank/100, custom_k = k + rank; 2 ranks, 6 steps
+	v = float(re.search(r"^bmt_val_loss\{job_id=\"[^\"]*\"\} (\S+)$", m, re.M).group(1))
+	assert abs(v - (2 / 6 + 0.005)) < 1e-12, v
+	assert re.search(r"^bmt_val_loss_step\{job_id=\"[^\"]*\"\} 6$", m, re.M)
+	assert sc("custom_0") == 0.5 and sc("custom_1") == 1.5 and sc("custom_1", "bmt_scalar_step") == 6
+	s = json.load(open("s.json"))
+	vh = s["val_history"]
+	assert [p["step"] for p in vh] == [1, 2, 3, 4, 5, 6], vh
+	assert all(abs(p["val_loss"] - (2 / p["step"] + 0.005)) < 1e-12 for p in vh), vh
+	assert s["scalars"]["custom_1"] == {"value": 1.5, "step": 6}, s["scalars"]
+	if os.path.exists("dom.html"):
+	    d = open("dom.html").read()
+	    c = re.search(r"<svg id=\"chart-loss\" data-points=\"(\d+)\"[^>]*data-points2=\"(\d+)\"[^>]*>(.*?)</svg>", d)
+	    assert c and int(c.group(2)) == 6 and ">- - val loss</text>" in c.group(3), c and c.groups()[:2]
+	    assert re.search(r"<div class=\"v\" id=\"v-val\">0\.33\d*</div><div class=\"k\" id=\"k-val\">val loss \(step 6\)</div>", d)
 	print("ok")
 	EOF
 '
