@@ -287,7 +287,8 @@ demo: all $(DEMO_DATA)_train.bin
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/bmt \
-	    $(DESTDIR)$(PREFIX)/share/bmt/templates $(DESTDIR)$(PREFIX)/share/man/man1
+	    $(DESTDIR)$(PREFIX)/share/bmt/templates $(DESTDIR)$(PREFIX)/share/bmt/monitoring \
+	    $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 755 $(BMLAUNCH) $(DESTDIR)$(PREFIX)/bin/
 	install -d $(DESTDIR)$(PREFIX)/lib/bmt/plugins
 	install -m 755 $(PLUGIN_SO) $(DESTDIR)$(PREFIX)/lib/bmt/plugins/
@@ -298,6 +299,7 @@ install: all
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(BMT_VERSION)|g' -e 's|@LIBS_PRIVATE@|$(LIB_LIBS)|g' \
 	    bmt.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/bmt.pc
 	install -m 644 templates/* $(DESTDIR)$(PREFIX)/share/bmt/templates/
+	install -m 644 monitoring/*.yml monitoring/*.json $(DESTDIR)$(PREFIX)/share/bmt/monitoring/
 	install -m 644 docs/bmlaunch.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 
 format:
