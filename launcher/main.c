@@ -31,6 +31,7 @@
 #include "sdfile.h"
 #include "slurm.h"
 #include "supervise.h"
+#include "torchenv.h"
 
 extern char **environ;
 
@@ -335,10 +336,11 @@ static void metrics_linger(collector_t *c, double s)
 
 /* The environment of one rank: ours, minus stale BMT_ layout variables, plus
  * this rank's (rank < 0: the job's only, for srun) and the run's BMT_RESTART
- * (0, then 1, 2, ... after each restart). Returns a NULL-terminated malloc'd
- * array PMIx may extend. */
+ * (0, then 1, 2, ... after each restart), and torchrun's variables for PyTorch
+ * programs (te; torchenv.h). Returns a NULL-terminated malloc'd array PMIx may
+ * extend. */
 static char **rank_env(const launch_opts_t *o, const bmt_layout_t *l, int rank, const char *job_id,
-                       int restart, const metrics_env_t *me)
+                       int restart, const metrics_env_t *me, const torchenv_t *te)
 {
     static const char *ours[] = {
         "BMT_GROUPS=",        "BMT_GPUS_PER_GROUP=",
@@ -352,7 +354,7 @@ static char **rank_env(const launch_opts_t *o, const bmt_layout_t *l, int rank, 
     size_t n = 0;
     while (environ[n])
         n++;
-    char **env = calloc(n + 24, sizeof(char *)); /* ours below, and NULL */
+    char **env = calloc(n + 24 + TORCHENV_MAX, sizeof(char *)); /* ours below, and NULL */
     if (env == NULL)
         return NULL;
     size_t k = 0;
@@ -366,6 +368,7 @@ static char **rank_env(const launch_opts_t *o, const bmt_layout_t *l, int rank, 
                     (me->plugin_dir[0] && strncmp(environ[i], "BMT_PLUGIN_DIR=", 15) == 0);
         for (int j = 0; ours[j] && !skip; j++)
             skip = strncmp(environ[i], ours[j], strlen(ours[j])) == 0;
+        skip = skip || torchenv_is_ours(environ[i]); /* a stale RANK must never reach a rank */
         if (!skip && (env[k] = strdup(environ[i])) != NULL)
             k++;
     }
@@ -408,6 +411,7 @@ static char **rank_env(const launch_opts_t *o, const bmt_layout_t *l, int rank, 
             k++;
     }
 #undef ADD
+    k += (size_t)torchenv_add(env + k, te, l, rank);
     env[k] = NULL;
     return env;
 }
@@ -563,6 +567,15 @@ static int run_slurm(const launch_opts_t *o, const slurm_alloc_t *a)
         job_destroy(job);
         return usage_error(err.text);
     }
+    /* torch's MASTER_ADDR: rank 0's node as Slurm reaches it (torchenv.h). */
+    torchenv_t te = { .max_restarts = o->max_restarts, .run_id = job_id };
+    const char *nodelist = getenv("SLURM_JOB_NODELIST");
+    if (nodelist == NULL || *nodelist == '\0')
+        nodelist = getenv("SLURM_NODELIST");
+    if (nodelist == NULL ||
+        torchenv_slurm_master_addr(nodelist, te.master_addr, sizeof(te.master_addr), &err) < 0)
+        fprintf(stderr, "bmlaunch: MASTER_ADDR for torch.distributed is not set: %s\n",
+                nodelist ? err.text : "SLURM_JOB_NODELIST is not set");
     /* One srun (one job step) per run; a restart is the next step of the same
      * allocation, with BMT_RESTART in the tasks' environment (srun passes ours).
      * Each step has a name of its own, by which signals find it (scancel). */
@@ -591,7 +604,9 @@ static int run_slurm(const launch_opts_t *o, const slurm_alloc_t *a)
                 fprintf(stderr, " %s", *p);
             fputc('\n', stderr);
         }
-        char **env = rank_env(o, &l, -1, job_id, restart, &me);
+        te.restart = restart;
+        te.master_port = torchenv_port_for(a->job_id, (long)getpid(), restart);
+        char **env = rank_env(o, &l, -1, job_id, restart, &me, &te);
         int rc = env ? job_spawn_driver(job, srun, argv, env, &err)
                      : errprintf(&err, "out of memory for the environment of srun");
         env_free(env);
@@ -618,7 +633,7 @@ static int run_slurm(const launch_opts_t *o, const slurm_alloc_t *a)
  * then fork them all. On failure *failed_rank names the rank. */
 static int start_ranks(job_t *job, pmix_host_t *srv, const launch_opts_t *o, const bmt_layout_t *l,
                        const char *path, const char *job_id, int restart, const metrics_env_t *me,
-                       int *failed_rank, bmt_error_t *err)
+                       const torchenv_t *te, int *failed_rank, bmt_error_t *err)
 {
     /* Register every rank before the first one starts: PMIx hands a client its
      * job's data when it connects, and that data must already describe every
@@ -627,7 +642,7 @@ static int start_ranks(job_t *job, pmix_host_t *srv, const launch_opts_t *o, con
     int rc = envs ? 0 : errprintf(err, "out of memory for %d environments", l->world);
     for (int r = 0; r < l->world && rc == 0; r++) {
         *failed_rank = r;
-        envs[r] = rank_env(o, l, r, job_id, restart, me);
+        envs[r] = rank_env(o, l, r, job_id, restart, me, te);
         if (envs[r] == NULL)
             rc = errprintf(err, "out of memory building the environment of rank %d", r);
         else
@@ -773,11 +788,23 @@ static int run_local(const launch_opts_t *o_, const bmt_layout_t *l_)
                 fprintf(stderr, "bmlaunch: restart %d: PMIx namespace %s, %d open files\n", restart,
                         nspace, open_fds());
         }
+        /* torch's MASTER_PORT: a fresh free port per run, held until it ends. */
+        torchenv_t te = { .master_addr = "127.0.0.1",
+                          .restart = restart,
+                          .max_restarts = o.max_restarts,
+                          .run_id = job_id };
+        int port_fd = -1;
+        te.master_port = torchenv_port_reserve(&port_fd, &err);
         int failed_rank = 0;
-        if (start_ranks(job, host_srv, &o, &l, path, job_id, restart, &me, &failed_rank, &err) <
-            0) {
-            fprintf(stderr, "bmlaunch: starting rank %d of %d failed: %s\n", failed_rank, l.world,
-                    err.text);
+        if (te.master_port < 0 || start_ranks(job, host_srv, &o, &l, path, job_id, restart, &me,
+                                              &te, &failed_rank, &err) < 0) {
+            if (te.master_port < 0)
+                fprintf(stderr, "bmlaunch: %s\n", err.text);
+            else
+                fprintf(stderr, "bmlaunch: starting rank %d of %d failed: %s\n", failed_rank,
+                        l.world, err.text);
+            if (port_fd >= 0)
+                close(port_fd);
             job_kill_all(job);
             host_stop(host_srv);
             job_destroy(job);
@@ -787,6 +814,7 @@ static int run_local(const launch_opts_t *o_, const bmt_layout_t *l_)
             return 1;
         }
         status = job_run(job);
+        close(port_fd);
         if (!job_restartable(job)) {
             job_summary(job);
             break;

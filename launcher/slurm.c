@@ -2,7 +2,8 @@
  *
  * Why every task runs `bmlaunch --rank-exec -- prog`: srun gives all tasks the
  * same environment, but a local run gives each rank its BMT_RANK, BMT_GROUP, ...
- * The wrapper derives them from SLURM_PROCID and the layout, checks that srun
+ * The wrapper derives them (and torchrun's RANK, LOCAL_RANK, GROUP_RANK,
+ * NODE_RANK: torchenv.h) from SLURM_PROCID and the layout, checks that srun
  * put the task on the node the layout says (block distribution), and execs the
  * program: nothing in the rank program differs between local and Slurm runs.
  *
@@ -35,6 +36,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "torchenv.h"
 
 static const char *real_getenv(const char *name) { return getenv(name); }
 
@@ -412,6 +414,17 @@ int slurm_rank_exec(int argc, char **argv)
     SETI("BMT_GROUP", ri.group);
     SETI("BMT_GROUP_RANK", ri.group_rank);
 #undef SETI
+    /* torchrun's per-rank variables; bmlaunch put the job's in srun's
+     * environment. Rank 0's TCPStore will listen on MASTER_PORT of
+     * MASTER_ADDR, which bmlaunch chose without seeing this node: say here,
+     * before torch meets it, if that cannot work. A warning, not a failure:
+     * programs that do not use torch.distributed need neither. */
+    torchenv_setenv_rank(&l, rank);
+    const char *maddr = getenv("MASTER_ADDR"), *mport = getenv("MASTER_PORT");
+    if (rank == 0 && maddr && *maddr && mport && *mport &&
+        torchenv_check_master(maddr, atoi(mport), &err) < 0)
+        fprintf(stderr, "bmlaunch: rank 0: %s; torch.distributed's env:// rendezvous will fail\n",
+                err.text);
     /* bmlaunch listens on every interface of its node and wrote 0.0.0.0 for
      * its address: srun tells each task the launching node's address. */
     const char *url = getenv("BMT_METRICS_URL"), *launch = getenv("SLURM_LAUNCH_NODE_IPADDR");

@@ -281,6 +281,57 @@ assert sorted({r[\"host\"] for r in s[\"ranks\"]}) == [\"node1\", \"node2\"], s[
         test $(grep -c ": got SIGINT$" out) -eq 4 && awk "{ exit !(\$1 < 20) }" secs &&
         test "$(cat rc)" = 130 && test ! -s steps && test ! -s survivors
     '
+    # ---- PyTorch jobs across nodes (issue 22): torchrun's variables from the
+    # wrapper in each task, MASTER_ADDR node1's NodeAddr, gloo across the bridge.
+    # The nodes' names do not resolve here, so gloo is told its interface
+    # (GLOO_SOCKET_IFNAME, as on clusters whose host names map to another net).
+    test_expect_success "two nodes, PyTorch: every task has torchrun's variables of its node; MASTER_ADDR is node1's address" '
+        with_timeout 120 salloc -N2 --ntasks-per-node=2 $BMLAUNCH -g 2 -n 2 -- sh -c "env | sort" >out 2>err &&
+        addr=$(scontrol show node -o node1 | sed -n "s/.* NodeAddr=\([^ ]*\).*/\1/p") && test -n "$addr" &&
+        for r in 0 1 2 3; do
+            for v in RANK=$r LOCAL_RANK=$((r % 2)) GROUP_RANK=$((r / 2)) NODE_RANK=$((r / 2)) \
+                WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 GROUP_WORLD_SIZE=2 MASTER_ADDR=$addr \
+                TORCHELASTIC_RESTART_COUNT=0 TORCHELASTIC_RUN_ID=$(sed -n "s/^0: BMT_JOB_ID=//p" out); do
+                grep -qx "$r: $v" out || { echo "rank $r lacks $v"; grep "^$r: " out; false; }
+            done
+        done &&
+        test $(grep -o "MASTER_PORT=[0-9]*\$" out | sort -u | wc -l) -eq 1 &&
+        ! grep -q "rendezvous will fail" err
+    '
+    test_expect_success "two nodes, PyTorch: an unmodified gloo env:// job spans both nodes; world, group and replica all-reduce" '
+        addr=$(scontrol show node -o node1 | sed -n "s/.* NodeAddr=\([^ ]*\).*/\1/p") && test -n "$addr" &&
+        GLOO_SOCKET_IFNAME=eth0 with_timeout 240 salloc -N2 --ntasks-per-node=2 $BMLAUNCH -g 2 -n 2 -- \
+            /usr/bin/python3 $SRC/tests/progs/torch_env.py >out 2>err &&
+        for r in 0 1 2 3; do
+            grep -q "^$r: torch_env: rank $r of 4: env ok; sums world 10 group $((r < 2 ? 3 : 7)) replica $((r % 2 ? 6 : 4)); hosts node1,node2; restart 0; master $addr:[0-9]*; gloo on cpu\$" out ||
+                { echo "rank $r:"; grep "^$r: " out; false; }
+        done
+    '
+    # Python writes a traceback's last line to stderr in pieces ("RuntimeError",
+    # ": ", the message, "\n") and srun --unbuffered labels each piece it happens
+    # to read alone as a line of its own (docs/torchrun.md): the summary holds
+    # the pieces, together or not.
+    test_expect_success "two nodes, PyTorch: an exception on rank 3 (node2) ends the job: exit 1, rank 3 named with its traceback's last line" '
+        { GLOO_SOCKET_IFNAME=eth0 with_timeout 240 salloc -N2 --ntasks-per-node=2 $BMLAUNCH -g 2 -n 2 -- \
+            /usr/bin/python3 $SRC/tests/progs/torch_env.py --fail 3 >out 2>err; rc=$?; } &&
+        sed -n "/^bmlaunch: last [0-9]* lines of rank 3:\$/,\$p" err | sed -n "s/^    3: //p" | tr -d "\n" >last &&
+        { test $rc -eq 1 &&
+            grep -q "^bmlaunch: job failed: rank 3 (on node2) exited with code 1\$" err &&
+            grep -q "RuntimeError: torch_env: rank 3 fails on purpose\$" last ||
+            { echo "exit $rc"; tail -25 err; false; }; }
+    '
+    test_expect_success "two nodes, PyTorch: --max-restarts 1 under srun: TORCHELASTIC_RESTART_COUNT 0 then 1, a new MASTER_PORT for the new run" '
+        with_timeout 120 salloc -N2 --ntasks-per-node=2 $BMLAUNCH --max-restarts 1 -g 2 -n 2 -- sh -c \
+            "echo run \$TORCHELASTIC_RESTART_COUNT of \$TORCHELASTIC_MAX_RESTARTS port \$MASTER_PORT; [ \$TORCHELASTIC_RESTART_COUNT = 1 ] || [ \$RANK != 3 ] || exit 5" >out 2>err &&
+        grep -q "^bmlaunch: restart 1 of 1 after rank 3 (on node2) exited with code 5\$" err &&
+        for run in 0 1; do
+            test $(grep -c "^[0-3]: run $run of 1 port [0-9]*\$" out) -eq 4 &&
+            test $(grep "^[0-3]: run $run of 1 port" out | sed "s/.* port //" | sort -u | wc -l) -eq 1 ||
+                { echo "run $run:"; grep "run $run" out; false; }
+        done &&
+        test "$(grep "run 0 of" out | sed "s/.* port //" | sort -u)" != "$(grep "run 1 of" out | sed "s/.* port //" | sort -u)"
+    '
+    # ---- end of the PyTorch block
     test_expect_success "two nodes: the shm backend refuses ranks on several nodes, clearly" '
         { with_timeout 120 salloc -N2 --ntasks-per-node=2 $BMLAUNCH -g 2 -n 2 -- $PROGS/hello >out 2>err; rc=$?; } &&
         test $rc -eq 1 && grep -q "the shm backend needs every rank on one node" err
