@@ -138,6 +138,12 @@ test_expect_success "a second SIGINT kills every task at once; exit 130; no step
     test ! -s steps && test ! -s survivors
 '
 
+test_expect_success "bmlaunch killed by SIGKILL: srun (told by PR_SET_PDEATHSIG) cancels the step; no step or rank left" '
+    mkdir pids && export BEHAVE_PIDDIR=$PWD/pids &&
+    with_timeout 90 salloc -N1 -n4 bash -c "sigjob KILL 60 4 -n 4 -- $PROGS/behave catch 1000" &&
+    test "$(cat rc)" = 137 && test ! -s steps && test ! -s survivors
+'
+
 test_expect_success "a rank that fails: the others get SIGTERM and the grace, as locally (srun -K would SIGKILL them)" '
     mkdir pids && export BEHAVE_PIDDIR=$PWD/pids &&
     { with_timeout 90 salloc -N1 -n4 $BMLAUNCH --grace 20 -n 4 -- $PROGS/behave catch 1 2 3 >out 2>err; rc=$?; } &&
