@@ -189,10 +189,28 @@ test_expect_success "a plugin whose init fails, and bad knobs, are refused with 
 
 # ------------------------------------------------------------ HTTPS (--metrics-tls)
 
-test_expect_success "HTTPS: pushes pinned to the job's certificate reach /metrics; curl needs that certificate; plain HTTP fails; a wrong one fails the push, which says so" '
-    start_job --metrics-tls on --metrics-port $(free_port) --log-dir logs -n 2 -- $EC --steps 400 --pace 20 $LONG &&
+test_expect_success "HTTPS: pushes pinned to the job's certificate reach /metrics; curl needs that certificate; plain HTTP fails; a wrong one fails the push, which says so; Prometheus scrapes it as docs/metrics.md says" '
+    mkdir sd && pport=$(free_port) &&
+    cat >prom.yml <<-EOF &&
+	global:
+	  scrape_interval: 1s
+	scrape_configs:
+	  - job_name: bmt
+	    honor_labels: true
+	    tls_config:
+	      ca_file: $PWD/sd/job.ca.pem
+	    file_sd_configs:
+	      - files: ["$PWD/sd/*.json"]
+	EOF
+    start_job --metrics-tls on --metrics-port $(free_port) --log-dir logs --metrics-sd-file sd/job.json \
+        -n 2 -- $EC --steps 400 --pace 20 $LONG &&
     case $URL in https://127.0.0.1:*) ;; *) echo "not https: $URL"; false ;; esac &&
-    test -s logs/metrics-ca.pem &&
+    test -s logs/metrics-ca.pem && cmp logs/metrics-ca.pem sd/job.ca.pem &&
+    grep -q "\"__scheme__\": \"https\"" sd/job.json &&
+    { prometheus --config.file=prom.yml --storage.tsdb.path=$PWD/tsdb \
+        --web.listen-address=127.0.0.1:$pport >prom.log 2>&1 & }
+    ppid=$!
+    trap "kill $ppid $JOB_PID 2>/dev/null" EXIT
     CACERT=logs/metrics-ca.pem wait_step 3 &&
     rank=$(pgrep -P $JOB_PID | head -1) &&
     $PY -c "
@@ -224,7 +242,16 @@ assert urllib.request.urlopen(\"$URL/api/status\", context=ctx).status == 200
     { BMT_PLUGINS=push BMT_METRICS_URL=$URL/api/push BMT_METRICS_TOKEN=x BMT_METRICS_CA_PEM=junk \
         $BMLAUNCH --metrics-port 0 -n 1 -- $EC --steps 1 >out 2>err; rc=$?; } &&
     test $rc -eq 1 && grep -q "BMT_METRICS_CA_PEM holds no PEM certificate" err &&
-    kill -INT $JOB_PID && wait $JOB_PID || true
+    for i in $(seq 120); do
+        curl -sf "http://127.0.0.1:$pport/api/v1/query" --data-urlencode "query=bmt_step > 0" >q.json &&
+            grep -q "\"value\"" q.json && break
+        sleep 0.25
+    done &&
+    curl -sf "http://127.0.0.1:$pport/api/v1/targets" >t.json &&
+    grep -q "\"scrapeUrl\":\"https://127.0.0.1:[0-9]*/metrics\"" t.json && grep -q "\"health\":\"up\"" t.json &&
+    grep -q "\"value\"" q.json &&
+    { kill -INT $JOB_PID; wait $JOB_PID || true; } &&
+    test ! -e sd/job.json && test ! -e sd/job.ca.pem && test -s logs/metrics-ca.pem
 '
 
 test_expect_success "HTTPS with the operator's --metrics-cert/--metrics-key; bad files are refused before anything runs" '
@@ -477,6 +504,7 @@ test_expect_success "a real Prometheus scrapes the endpoint during a run and see
     { prometheus --config.file=prom.yml --storage.tsdb.path=$PWD/tsdb \
         --web.listen-address=127.0.0.1:$pport >prom.log 2>&1 & }
     ppid=$!
+    trap "kill $ppid $JOB_PID 2>/dev/null" EXIT
     BMT_PLUGINS=jsonl BMT_JSONL=$PWD/m-%r.jsonl start_job --metrics-port $mport -g 2 -n 2 -- \
         $EC --steps 120 --pace 100 $LONG &&
     q() { curl -sf "http://127.0.0.1:$pport/api/v1/query" --data-urlencode "query=$1"; } &&
@@ -522,6 +550,7 @@ test_expect_success "two jobs scraped by one Prometheus stay apart by job_id; af
     { prometheus --config.file=prom.yml --storage.tsdb.path=$PWD/tsdb \
         --web.listen-address=127.0.0.1:$pport >prom.log 2>&1 & }
     ppid=$!
+    trap "kill $ppid $JOB_PID 2>/dev/null" EXIT
     # scraping has begun (up == 0: nothing listens yet) before the jobs start
     for i in $(seq 300); do
         curl -sf "http://127.0.0.1:$pport/api/v1/query" --data-urlencode "query=up" >up.json &&
