@@ -504,7 +504,6 @@ test_expect_success "a real Prometheus scrapes the endpoint during a run and see
     { prometheus --config.file=prom.yml --storage.tsdb.path=$PWD/tsdb \
         --web.listen-address=127.0.0.1:$pport >prom.log 2>&1 & }
     ppid=$!
-    trap "kill $ppid $JOB_PID 2>/dev/null" EXIT
     BMT_PLUGINS=jsonl BMT_JSONL=$PWD/m-%r.jsonl start_job --metrics-port $mport -g 2 -n 2 -- \
         $EC --steps 120 --pace 100 $LONG &&
     q() { curl -sf "http://127.0.0.1:$pport/api/v1/query" --data-urlencode "query=$1"; } &&
@@ -550,7 +549,6 @@ test_expect_success "two jobs scraped by one Prometheus stay apart by job_id; af
     { prometheus --config.file=prom.yml --storage.tsdb.path=$PWD/tsdb \
         --web.listen-address=127.0.0.1:$pport >prom.log 2>&1 & }
     ppid=$!
-    trap "kill $ppid $JOB_PID 2>/dev/null" EXIT
     # scraping has begun (up == 0: nothing listens yet) before the jobs start
     for i in $(seq 300); do
         curl -sf "http://127.0.0.1:$pport/api/v1/query" --data-urlencode "query=up" >up.json &&
