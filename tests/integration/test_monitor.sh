@@ -1,7 +1,9 @@
 #!/bin/bash
 # Monitoring end to end: plugins loaded by libbmt (jsonl, push, a probe plugin
-# and its broken builds), bmlaunch's collector over HTTP (bad requests, promtool,
-# a real Prometheus scraping it, headless Chromium rendering the live page),
+# and its broken builds), bmlaunch's collector over HTTPS (--metrics-tls: the
+# job's pinned certificate, an operator's, a wrong one) and over HTTP (bad
+# requests, promtool, a real Prometheus scraping it, headless Chromium rendering
+# the live page),
 # the push plugin against a collector that goes away and comes back, and a real
 # Pushgateway, and 1000 ranks pushing to one collector. The training runs are
 # engine_check on cpu (a real model, real optimizer steps), paced with --pace so

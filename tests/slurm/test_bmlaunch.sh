@@ -2,7 +2,8 @@
 # bmlaunch under a real Slurm cluster (tests/slurm/cluster.sh: slurmctld, slurmd and
 # munge of our own, one node, then two nodes in network namespaces): the ranks run
 # through srun --mpi=pmix, the summary and exit codes are those of local mode, the
-# rendered batch script runs under sbatch --wait, scancel ends every rank.
+# rendered batch script runs under sbatch --wait, scancel ends every rank; across
+# two nodes the metrics pushes travel over HTTPS only.
 . "$(dirname "$0")/../integration/lib.sh"
 . "$(dirname "$0")/cluster.sh"
 
