@@ -36,6 +36,10 @@ CURL_CFLAGS ?= $(shell $(PKG_CONFIG) --cflags libcurl 2>/dev/null)
 CURL_LIBS ?= $(shell $(PKG_CONFIG) --libs libcurl 2>/dev/null || echo -lcurl)
 MHD_CFLAGS ?= $(shell $(PKG_CONFIG) --cflags libmicrohttpd 2>/dev/null)
 MHD_LIBS ?= $(shell $(PKG_CONFIG) --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
+# GnuTLS: the metrics endpoint's certificate (launcher/tlscert.c); libmicrohttpd
+# serves HTTPS through it.
+GNUTLS_CFLAGS ?= $(shell $(PKG_CONFIG) --cflags gnutls 2>/dev/null)
+GNUTLS_LIBS ?= $(shell $(PKG_CONFIG) --libs gnutls 2>/dev/null || echo -lgnutls)
 
 # CUDA and NCCL: built when nvcc and nccl.h are found (NO_CUDA=1 turns them off).
 NVCC ?= $(CUDA_HOME)/bin/nvcc
@@ -124,7 +128,7 @@ ALL := $(LIBBMT_A) $(LIBBMT_SO) $(BMLAUNCH) $(PLUGIN_SO) $(PROBE_SO) $(FAILIO_SO
 # Objects depend on the flags they were built with: switching DEBUG, ASAN, NO_CUDA
 # or CFLAGS in the same BUILDDIR rebuilds instead of mixing old and new objects.
 FLAGS_STAMP := $(BUILDDIR)/.flags
-FLAGS_NOW := $(CC) $(BMT_CFLAGS) $(PMIX_CFLAGS) $(JANSSON_CFLAGS) $(CURL_CFLAGS) $(MHD_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) $(NVCC_FLAGS) $(LDFLAGS)
+FLAGS_NOW := $(CC) $(BMT_CFLAGS) $(PMIX_CFLAGS) $(JANSSON_CFLAGS) $(CURL_CFLAGS) $(MHD_CFLAGS) $(GNUTLS_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) $(NVCC_FLAGS) $(LDFLAGS)
 $(shell mkdir -p $(BUILDDIR) && (echo '$(FLAGS_NOW)' | cmp -s - $(FLAGS_STAMP) || echo '$(FLAGS_NOW)' > $(FLAGS_STAMP)))
 # PREFIX reaches one object only (runtime/monitor.c: the default plugin
 # directory), so make install PREFIX=... recompiles that file, not the tree.
@@ -163,7 +167,7 @@ $(BUILDDIR)/runtime/cuda/%.o: runtime/cuda/%.cu $(FLAGS_STAMP)
 $(BUILDDIR)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  CC      $<")
-	$(Q)$(CC) $(BMT_CFLAGS) -Ilauncher -Iplugins -Iexamples $(PMIX_CFLAGS) $(JANSSON_CFLAGS) $(CURL_CFLAGS) $(MHD_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(Q)$(CC) $(BMT_CFLAGS) -Ilauncher -Iplugins -Iexamples $(PMIX_CFLAGS) $(JANSSON_CFLAGS) $(CURL_CFLAGS) $(MHD_CFLAGS) $(GNUTLS_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
 # The live page of the metrics endpoint, embedded with .incbin.
 $(BUILDDIR)/launcher/web_page.o: launcher/web_page.S launcher/web/index.html
@@ -224,7 +228,7 @@ LAUNCHER_LIBS := $(LAUNCHER_A) $(PLUGIN_COMMON_A) $(LIBBMT_A)
 $(BMLAUNCH): $(BUILDDIR)/launcher/main.o $(LAUNCHER_A) $(PLUGIN_COMMON_A) $(LIBBMT_A)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  LD      $@")
-	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(LAUNCHER_LIBS) $(LIB_LIBS) $(MHD_LIBS) $(JANSSON_LIBS)
+	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(LAUNCHER_LIBS) $(LIB_LIBS) $(MHD_LIBS) $(GNUTLS_LIBS) $(JANSSON_LIBS)
 
 $(GPT2_A): $(GPT2_SRC:%.c=$(BUILDDIR)/%.o) $(GPT2_CU:%.cu=$(BUILDDIR)/%.o)
 	@mkdir -p $(@D)
@@ -241,7 +245,7 @@ $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN): $(BUILDDIR)/%: $(BUILDDIR)/%.o $(LAUNCHER_
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(filter $(@)_cuda.o,$(PROG_CU:%.cu=$(BUILDDIR)/%.o)) \
 	    $(GPT2_A) $(LAUNCHER_LIBS) $(if $(filter $(@)_cuda.o,$(PROG_CU:%.cu=$(BUILDDIR)/%.o)),-lcublas) \
-	    $(GPT2_LIBS) $(LIB_LIBS) $(MHD_LIBS) $(JANSSON_LIBS)
+	    $(GPT2_LIBS) $(LIB_LIBS) $(MHD_LIBS) $(GNUTLS_LIBS) $(JANSSON_LIBS)
 
 # Each program depends on its CUDA part, when it has one.
 $(foreach cu,$(PROG_CU),$(eval $(BUILDDIR)/$(cu:_cuda.cu=): $(BUILDDIR)/$(cu:.cu=.o)))

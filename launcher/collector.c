@@ -197,6 +197,7 @@ struct collector {
     const char *kinds[BMT_MEM_KIND_COUNT];
     struct MHD_Daemon *d;
     int port;
+    char *tls_cert, *tls_key; /* PEM, NULL: plain HTTP; kept while MHD serves */
 };
 
 /* Count an event and keep it in the ring of the last EVENTS (lock held). */
@@ -234,6 +235,13 @@ collector_t *collector_create(const collector_opts_t *o, bmt_error_t *err)
         c->kinds[k] = bmt_mem_kind_name((bmt_mem_kind_t)k);
     for (int i = 0; i < SLOTS; i++)
         c->acc[i].step = -1;
+    if (o->tls_cert_pem && o->tls_key_pem &&
+        ((c->tls_cert = strdup(o->tls_cert_pem)) == NULL ||
+         (c->tls_key = strdup(o->tls_key_pem)) == NULL)) {
+        errprintf(err, "out of memory for the metrics certificate");
+        collector_destroy(c);
+        return NULL;
+    }
     if (o->token) {
         snprintf(c->token, sizeof(c->token), "%s", o->token);
     } else {
@@ -250,6 +258,7 @@ collector_t *collector_create(const collector_opts_t *o, bmt_error_t *err)
 }
 
 const char *collector_token(const collector_t *c) { return c->token; }
+bool collector_tls_supported(void) { return MHD_is_feature_supported(MHD_FEATURE_TLS) == MHD_YES; }
 int collector_port(const collector_t *c) { return c->port; }
 
 /* ------------------------------------------------------------ ingest */
@@ -1527,6 +1536,16 @@ static struct MHD_Daemon *start(collector_t *c, const struct sockaddr *sa, bool 
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL;
     if (v6)
         flags |= MHD_USE_IPv6;
+    /* HTTPS: MHD hands the PEM texts to GnuTLS when it starts. */
+    struct MHD_OptionItem tls[] = {
+        { MHD_OPTION_HTTPS_MEM_KEY, 0, c->tls_key },
+        { MHD_OPTION_HTTPS_MEM_CERT, 0, c->tls_cert },
+        { MHD_OPTION_END, 0, NULL },
+    };
+    if (c->tls_cert)
+        flags |= MHD_USE_TLS;
+    else
+        tls[0].option = MHD_OPTION_END;
     struct rlimit rl = { 0, 0 };
     getrlimit(RLIMIT_NOFILE, &rl);
     long nofile =
@@ -1537,7 +1556,7 @@ static struct MHD_Daemon *start(collector_t *c, const struct sockaddr *sa, bool 
         flags, 0, NULL, NULL, handle, c, MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_NOTIFY_COMPLETED,
         completed, c, MHD_OPTION_THREAD_POOL_SIZE, 2u, MHD_OPTION_CONNECTION_TIMEOUT,
         COLLECTOR_IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT, total,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_END);
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
     if (d && c->verbose)
         fprintf(stderr,
                 "bmlaunch: metrics: at most %u connections, %u from one address, idle ones "
@@ -1569,6 +1588,13 @@ int collector_listen(collector_t *c, const char *bind, int port, bool fallback, 
                          "127.0.0.1, 0.0.0.0, ::1)",
                          bind);
     bool v6 = ai->ai_family == AF_INET6;
+    if (c->tls_cert && !collector_tls_supported()) {
+        freeaddrinfo(ai);
+        return errprintf(err,
+                         "this libmicrohttpd (%s) was built without TLS: it cannot serve "
+                         "HTTPS (--metrics-tls off serves plain HTTP)",
+                         MHD_get_version());
+    }
     raise_nofile_to_hard();
     c->d = start(c, ai->ai_addr, v6);
     if (c->d == NULL && fallback && port != 0) {
@@ -1584,8 +1610,8 @@ int collector_listen(collector_t *c, const char *bind, int port, bool fallback, 
     if (c->d == NULL)
         return errprintf(err,
                          "cannot serve metrics on %.200s port %d (in use, or not an address of "
-                         "this host): choose --metrics-port N, or 0 to turn the endpoint off",
-                         bind, port);
+                         "this host%s): choose --metrics-port N, or 0 to turn the endpoint off",
+                         bind, port, c->tls_cert ? ", or the TLS certificate refused" : "");
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(c->d, MHD_DAEMON_INFO_BIND_PORT);
     c->port = info ? info->port : port;
     return 0;
@@ -1600,6 +1626,10 @@ void collector_destroy(collector_t *c)
     pthread_mutex_destroy(&c->mu);
     for (int i = 0; i < c->nsc; i++)
         free(c->sc[i].v), free(c->sc[i].step);
+    if (c->tls_key)
+        explicit_bzero(c->tls_key, strlen(c->tls_key));
+    free(c->tls_key);
+    free(c->tls_cert);
     free(c->r);
     free(c);
 }

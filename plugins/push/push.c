@@ -12,6 +12,9 @@
  *     queue up and, when the queue is full, the oldest are dropped and counted
  *     ("dropped" in the next document that gets through). A refusal for good
  *     (other 4xx: bad token, malformed) drops those items and says why once.
+ *     An https URL is checked against BMT_METRICS_CA_PEM when set (the job's
+ *     certificate as the only CA, host name not checked: pinning), else
+ *     against the system's CAs.
  *   - PUTs the latest step as Prometheus text to a Pushgateway at
  *     BMT_PUSHGATEWAY_URL/metrics/job/bmt/job_id/<job>/rank/<rank> (replacing
  *     that rank's group), when that variable is set.
@@ -145,7 +148,11 @@ static int http(struct push *p, CURL *c, const char *method, const char *url, co
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
     curl_slist_free_all(h);
     if (rc != CURLE_OK) {
-        snprintf(msg, len, "%s %s: %s", method, url, curl_easy_strerror(rc));
+        bool tls = rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE;
+        snprintf(msg, len, "%s %s: %s%s", method, url, curl_easy_strerror(rc),
+                 tls ? " (the server's certificate is not the one BMT_METRICS_CA_PEM pins, or "
+                       "none the system trusts)"
+                     : "");
         return RETRY;
     }
     long code = 0;
@@ -332,6 +339,28 @@ static int fail(struct push *p, char *err, size_t len, const char *fmt, ...)
     return -1;
 }
 
+/* BMT_METRICS_CA_PEM: the collector's certificate, the only CA trusted for an
+ * https BMT_METRICS_URL, and no host name check (bmlaunch --rank-exec rewrites
+ * the URL's host per node; the job's key never leaves bmlaunch). */
+static int pin_ca(CURL *c, const char *url, const char *pem, char *err, size_t len)
+{
+    if (pem == NULL || *pem == '\0' || strncmp(url, "https://", 8) != 0)
+        return 0;
+    if (strstr(pem, "-----BEGIN CERTIFICATE-----") == NULL)
+        return snprintf(err, len, "BMT_METRICS_CA_PEM holds no PEM certificate"), -1;
+    struct curl_blob blob = { (void *)pem, strlen(pem), CURL_BLOB_COPY };
+    CURLcode rc = curl_easy_setopt(c, CURLOPT_CAINFO_BLOB, &blob);
+    if (rc == CURLE_OK)
+        rc = curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
+    if (rc == CURLE_OK)
+        rc = curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
+    if (rc != CURLE_OK)
+        return snprintf(err, len, "this libcurl cannot pin BMT_METRICS_CA_PEM: %s",
+                        curl_easy_strerror(rc)),
+               -1;
+    return 0;
+}
+
 static bool http_url(const char *u)
 {
     return strncmp(u, "http://", 7) == 0 || strncmp(u, "https://", 8) == 0;
@@ -391,6 +420,10 @@ static int push_init(const bmt_job_info_t *job, void **state, char *err, size_t 
         p->curl = curl_easy_init();
         if (p->url == NULL || p->headers == NULL || p->curl == NULL)
             return fail(p, err, len, "out of memory");
+        if (pin_ca(p->curl, url, job->knob("BMT_METRICS_CA_PEM"), err, len) < 0) {
+            destroy(p);
+            return -1;
+        }
     }
     if (gw && *gw) {
         p->gw = curl_easy_init();
