@@ -40,6 +40,10 @@ CURL_CFLAGS ?= $(shell $(PKG_CONFIG) --cflags libcurl 2>/dev/null)
 CURL_LIBS ?= $(shell $(PKG_CONFIG) --libs libcurl 2>/dev/null || echo -lcurl)
 MHD_CFLAGS ?= $(shell $(PKG_CONFIG) --cflags libmicrohttpd 2>/dev/null)
 MHD_LIBS ?= $(shell $(PKG_CONFIG) --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
+# GnuTLS: the metrics endpoint's certificate (launcher/tlscert.c); libmicrohttpd
+# serves HTTPS through it.
+GNUTLS_CFLAGS ?= $(shell $(PKG_CONFIG) --cflags gnutls 2>/dev/null)
+GNUTLS_LIBS ?= $(shell $(PKG_CONFIG) --libs gnutls 2>/dev/null || echo -lgnutls)
 
 # CUDA and NCCL: built when nvcc and nccl.h are found (NO_CUDA=1 turns them off).
 NVCC ?= $(CUDA_HOME)/bin/nvcc
@@ -93,7 +97,7 @@ PLUGINS := $(filter-out common,$(notdir $(patsubst %/,%,$(wildcard plugins/*/)))
 PLUGIN_DIR := $(BUILDDIR)/lib/bmt/plugins
 PLUGIN_SO := $(PLUGINS:%=$(PLUGIN_DIR)/%.so)
 PLUGIN_LIBS_push := $(CURL_LIBS)
-PROBE_SO := $(addprefix $(BUILDDIR)/tests/plugins/,probe.so probe_v2.so probe_nosym.so probe_small.so)
+PROBE_SO := $(addprefix $(BUILDDIR)/tests/plugins/,probe.so probe_v2.so probe_nosym.so probe_small.so probe_48.so)
 # An LD_PRELOAD library that fails chosen calls (tests/plugins/failio.c): built
 # without sanitizers, which replace malloc themselves.
 FAILIO_SO := $(BUILDDIR)/tests/plugins/failio.so
@@ -128,7 +132,7 @@ ALL := $(LIBBMT_A) $(LIBBMT_SO) $(BMLAUNCH) $(PLUGIN_SO) $(PROBE_SO) $(FAILIO_SO
 # Objects depend on the flags they were built with: switching DEBUG, ASAN, NO_CUDA
 # or CFLAGS in the same BUILDDIR rebuilds instead of mixing old and new objects.
 FLAGS_STAMP := $(BUILDDIR)/.flags
-FLAGS_NOW := $(CC) $(BMT_CFLAGS) $(PMIX_CFLAGS) $(JANSSON_CFLAGS) $(CURL_CFLAGS) $(MHD_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) $(NVCC_FLAGS) $(LDFLAGS)
+FLAGS_NOW := $(CC) $(BMT_CFLAGS) $(PMIX_CFLAGS) $(JANSSON_CFLAGS) $(CURL_CFLAGS) $(MHD_CFLAGS) $(GNUTLS_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) $(NVCC_FLAGS) $(LDFLAGS)
 $(shell mkdir -p $(BUILDDIR) && (echo '$(FLAGS_NOW)' | cmp -s - $(FLAGS_STAMP) || echo '$(FLAGS_NOW)' > $(FLAGS_STAMP)))
 # PREFIX reaches one object only (runtime/monitor.c: the default plugin
 # directory), so make install PREFIX=... recompiles that file, not the tree.
@@ -167,7 +171,7 @@ $(BUILDDIR)/runtime/cuda/%.o: runtime/cuda/%.cu $(FLAGS_STAMP)
 $(BUILDDIR)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  CC      $<")
-	$(Q)$(CC) $(BMT_CFLAGS) -Ilauncher -Iplugins -Iexamples $(PMIX_CFLAGS) $(JANSSON_CFLAGS) $(CURL_CFLAGS) $(MHD_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(Q)$(CC) $(BMT_CFLAGS) -Ilauncher -Iplugins -Iexamples $(PMIX_CFLAGS) $(JANSSON_CFLAGS) $(CURL_CFLAGS) $(MHD_CFLAGS) $(GNUTLS_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
 # The live page of the metrics endpoint, embedded with .incbin.
 $(BUILDDIR)/launcher/web_page.o: launcher/web_page.S launcher/web/index.html
@@ -206,11 +210,13 @@ endef
 $(foreach p,$(PLUGINS),$(eval $(call PLUGIN_RULE,$(p))))
 
 # Test plugins (tests/plugins/probe.c): one source, built as a good plugin and
-# as the three kinds of broken one that bmt_init must refuse.
+# as the three kinds of broken one that bmt_init must refuse, and as one of the
+# size it had before on_scalar (loaded, never called for scalars).
 PROBE_FLAGS_probe :=
 PROBE_FLAGS_probe_v2 := -DPROBE_VERSION=2u
 PROBE_FLAGS_probe_nosym := -DPROBE_NO_SYMBOL
 PROBE_FLAGS_probe_small := -DPROBE_SIZE=16u
+PROBE_FLAGS_probe_48 := -DPROBE_SIZE=48u
 $(BUILDDIR)/tests/plugins/%.so: tests/plugins/probe.c include/bmt/plugin.h $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  CC      $@")
@@ -226,7 +232,7 @@ LAUNCHER_LIBS := $(LAUNCHER_A) $(PLUGIN_COMMON_A) $(LIBBMT_A)
 $(BMLAUNCH): $(BUILDDIR)/launcher/main.o $(LAUNCHER_A) $(PLUGIN_COMMON_A) $(LIBBMT_A)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  LD      $@")
-	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(LAUNCHER_LIBS) $(LIB_LIBS) $(MHD_LIBS) $(JANSSON_LIBS)
+	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(LAUNCHER_LIBS) $(LIB_LIBS) $(MHD_LIBS) $(GNUTLS_LIBS) $(JANSSON_LIBS)
 
 $(GPT2_A): $(GPT2_SRC:%.c=$(BUILDDIR)/%.o) $(GPT2_CU:%.cu=$(BUILDDIR)/%.o)
 	@mkdir -p $(@D)
@@ -243,7 +249,7 @@ $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN): $(BUILDDIR)/%: $(BUILDDIR)/%.o $(LAUNCHER_
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(filter $(@)_cuda.o,$(PROG_CU:%.cu=$(BUILDDIR)/%.o)) \
 	    $(GPT2_A) $(LAUNCHER_LIBS) $(if $(filter $(@)_cuda.o,$(PROG_CU:%.cu=$(BUILDDIR)/%.o)),-lcublas) \
-	    $(GPT2_LIBS) $(LIB_LIBS) $(MHD_LIBS) $(JANSSON_LIBS)
+	    $(GPT2_LIBS) $(LIB_LIBS) $(MHD_LIBS) $(GNUTLS_LIBS) $(JANSSON_LIBS)
 
 # Each program depends on its CUDA part, when it has one.
 $(foreach cu,$(PROG_CU),$(eval $(BUILDDIR)/$(cu:_cuda.cu=): $(BUILDDIR)/$(cu:.cu=.o)))
@@ -289,7 +295,8 @@ demo: all $(DEMO_DATA)_train.bin
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/bmt \
-	    $(DESTDIR)$(PREFIX)/share/bmt/templates $(DESTDIR)$(PREFIX)/share/man/man1
+	    $(DESTDIR)$(PREFIX)/share/bmt/templates $(DESTDIR)$(PREFIX)/share/bmt/monitoring \
+	    $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 755 $(BMLAUNCH) $(DESTDIR)$(PREFIX)/bin/
 	install -d $(DESTDIR)$(PREFIX)/lib/bmt/plugins
 	install -m 755 $(PLUGIN_SO) $(DESTDIR)$(PREFIX)/lib/bmt/plugins/
@@ -300,6 +307,7 @@ install: all
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(BMT_VERSION)|g' -e 's|@LIBS_PRIVATE@|$(LIB_LIBS)|g' \
 	    bmt.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/bmt.pc
 	install -m 644 templates/* $(DESTDIR)$(PREFIX)/share/bmt/templates/
+	install -m 644 monitoring/*.yml monitoring/*.json $(DESTDIR)$(PREFIX)/share/bmt/monitoring/
 	install -m 644 docs/bmlaunch.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -d $(DESTDIR)$(PYTHONDIR)/bmt $(DESTDIR)$(PREFIX)/share/bmt/examples/torch
 	install -m 644 python/bmt/*.py $(DESTDIR)$(PYTHONDIR)/bmt/

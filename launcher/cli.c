@@ -20,6 +20,7 @@
 #include "collector.h"
 #include "costmodel.h"
 #include "error.h"
+#include "tlscert.h"
 
 #define MAX_RESTARTS 1000 /* --max-restarts: a bound, not a budget anyone needs */
 
@@ -58,6 +59,9 @@ enum {
     OPT_METRICS_LINGER,
     OPT_METRICS_SD_FILE,
     OPT_METRICS_STALE,
+    OPT_METRICS_TLS,
+    OPT_METRICS_CERT,
+    OPT_METRICS_KEY,
     OPT_MAX_RESTARTS,
 };
 
@@ -101,6 +105,9 @@ static const struct option long_opts[] = {
     { "metrics-linger", required_argument, NULL, OPT_METRICS_LINGER },
     { "metrics-sd-file", required_argument, NULL, OPT_METRICS_SD_FILE },
     { "metrics-stale", required_argument, NULL, OPT_METRICS_STALE },
+    { "metrics-tls", required_argument, NULL, OPT_METRICS_TLS },
+    { "metrics-cert", required_argument, NULL, OPT_METRICS_CERT },
+    { "metrics-key", required_argument, NULL, OPT_METRICS_KEY },
     { "max-restarts", required_argument, NULL, OPT_MAX_RESTARTS },
     { "version", no_argument, NULL, 'V' },
     { NULL, 0, NULL, 0 },
@@ -160,6 +167,11 @@ void cli_usage(FILE *out)
           "                          while it runs (removed at exit)\n"
           "      --metrics-stale S   a running rank that pushes nothing for S seconds is\n"
           "                          named stale (default: 5 step times, at least 10 s)\n"
+          "      --metrics-tls MODE  auto, on or off: serve HTTPS with a certificate made\n"
+          "                          for the job (default auto: on unless the address is\n"
+          "                          loopback, i.e. on with several Slurm nodes)\n"
+          "      --metrics-cert F, --metrics-key F  serve HTTPS with this certificate and\n"
+          "                          private key (PEM) instead\n"
           "Supervision and output:\n"
           "      --grace SECONDS     after the first failure, SIGTERM the others and\n"
           "                          SIGKILL them this much later (default 5)\n"
@@ -432,6 +444,24 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
                 return errprintf(err, "--metrics-sd-file needs a file name, got '%.200s'", optarg);
             o->metrics_sd_file = optarg;
             break;
+        case OPT_METRICS_TLS:
+            if (strcmp(optarg, "auto") == 0)
+                o->metrics_tls = TLS_AUTO;
+            else if (strcmp(optarg, "on") == 0)
+                o->metrics_tls = TLS_ON;
+            else if (strcmp(optarg, "off") == 0)
+                o->metrics_tls = TLS_OFF;
+            else
+                return errprintf(err, "--metrics-tls must be auto, on or off, got '%.200s'",
+                                 optarg);
+            break;
+        case OPT_METRICS_CERT:
+        case OPT_METRICS_KEY:
+            if (optarg[0] == '\0')
+                return errprintf(err, "%s needs a file name",
+                                 c == OPT_METRICS_CERT ? "--metrics-cert" : "--metrics-key");
+            *(c == OPT_METRICS_CERT ? &o->metrics_cert : &o->metrics_key) = optarg;
+            break;
         case OPT_MAX_RESTARTS: {
             /* Digits only: strtol alone would take " 3", "+3" and "3 ". */
             size_t digits = strspn(optarg, "0123456789");
@@ -478,6 +508,14 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
     if (o->metrics_sd_file && o->metrics_port == 0)
         return errprintf(err, "--metrics-sd-file names the collector's port for Prometheus, but "
                               "--metrics-port 0 turns the collector off");
+    if ((o->metrics_cert == NULL) != (o->metrics_key == NULL))
+        return errprintf(err, "--metrics-cert and --metrics-key go together (the certificate and "
+                              "its private key)");
+    if (o->metrics_cert && o->metrics_tls == TLS_OFF)
+        return errprintf(err, "--metrics-cert serves HTTPS, but --metrics-tls off turns it off");
+    if ((o->metrics_cert || o->metrics_tls == TLS_ON) && o->metrics_port == 0)
+        return errprintf(err, "--metrics-tls on and --metrics-cert are for the collector, but "
+                              "--metrics-port 0 turns it off");
     if (o->backend && strcmp(o->backend, "shm") == 0 && strcmp(o->device, "cuda") == 0)
         return errprintf(err,
                          "--backend shm moves host memory; use --backend nccl with --device cuda");

@@ -50,6 +50,9 @@ typedef struct launch_opts {
     double metrics_linger_s;     /* --metrics-linger: keep serving after the job */
     const char *metrics_sd_file; /* --metrics-sd-file: Prometheus file_sd target file */
     double metrics_stale_s;      /* --metrics-stale: 0: collector_stale_default */
+    int metrics_tls;             /* --metrics-tls auto|on|off: a tls_mode_t (tlscert.h) */
+    const char *metrics_cert;    /* --metrics-cert: serve this certificate (PEM) */
+    const char *metrics_key;     /* --metrics-key: its private key (PEM) */
     int max_restarts;            /* --max-restarts: restarts after a rank failed, default 0 */
     int prog_argc;               /* the program and its arguments */
     char **prog_argv;

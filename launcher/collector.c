@@ -19,6 +19,12 @@
  * scrape after the end must see the final loss, not NaN), and the end itself
  * is exported: state, exit status and the first failed ranks (a bounded
  * number of series, whatever the world size).
+ *
+ * Scalars (bmt_report_scalar: "val_loss" and the program's own names) keep
+ * each rank's last value per name, for at most BMT_SCALARS_MAX names per job:
+ * a push that would add one more is refused whole (400), so a program cannot
+ * grow the series without bound. The page's history of val_loss is a list of
+ * (step, mean over the ranks that reported that step).
  */
 #include "collector.h"
 
@@ -41,6 +47,7 @@
 #include <unistd.h>
 
 #include "bmt/device.h"
+#include "bmt/monitor.h"
 #include "common/metrics_json.h"
 #include "common/prom.h"
 #include "error.h"
@@ -120,6 +127,18 @@ enum {
 static const char *const ev_names[EV_KINDS] = { "",     "checkpoint_saved", "restart", "abort",
                                                 "note", "rank_failed" };
 
+struct scalar { /* one name of the job's scalars */
+    char name[BMT_SCALAR_NAME_MAX + 1];
+    double *v;     /* per rank: its last value */
+    int64_t *step; /* per rank: the step of that value; -1: none yet */
+};
+
+struct vpoint { /* the job's val_loss at one step: a mean over the ranks that gave it */
+    int64_t step;
+    double sum;
+    int n;
+};
+
 struct failure { /* a rank that exited with a non-zero code or by a signal */
     int rank, wait_status;
 };
@@ -148,6 +167,10 @@ struct collector {
     int nhist;
     struct event ev[EVENTS];
     int nev, evnext;
+    struct scalar sc[BMT_SCALARS_MAX];
+    int nsc;
+    struct vpoint vhist[HISTORY];
+    int nvhist;
     uint64_t ev_count[EV_KINDS];
     uint64_t pushes[NCODES];
     int alive;
@@ -174,6 +197,7 @@ struct collector {
     const char *kinds[BMT_MEM_KIND_COUNT];
     struct MHD_Daemon *d;
     int port;
+    char *tls_cert, *tls_key; /* PEM, NULL: plain HTTP; kept while MHD serves */
 };
 
 /* Count an event and keep it in the ring of the last EVENTS (lock held). */
@@ -211,6 +235,13 @@ collector_t *collector_create(const collector_opts_t *o, bmt_error_t *err)
         c->kinds[k] = bmt_mem_kind_name((bmt_mem_kind_t)k);
     for (int i = 0; i < SLOTS; i++)
         c->acc[i].step = -1;
+    if (o->tls_cert_pem && o->tls_key_pem &&
+        ((c->tls_cert = strdup(o->tls_cert_pem)) == NULL ||
+         (c->tls_key = strdup(o->tls_key_pem)) == NULL)) {
+        errprintf(err, "out of memory for the metrics certificate");
+        collector_destroy(c);
+        return NULL;
+    }
     if (o->token) {
         snprintf(c->token, sizeof(c->token), "%s", o->token);
     } else {
@@ -227,6 +258,7 @@ collector_t *collector_create(const collector_opts_t *o, bmt_error_t *err)
 }
 
 const char *collector_token(const collector_t *c) { return c->token; }
+bool collector_tls_supported(void) { return MHD_is_feature_supported(MHD_FEATURE_TLS) == MHD_YES; }
 int collector_port(const collector_t *c) { return c->port; }
 
 /* ------------------------------------------------------------ ingest */
@@ -397,6 +429,103 @@ static int step_check(const json_t *o, bmt_step_metrics_t *m, char *what, size_t
     return 0;
 }
 
+static int scalar_check(const metrics_scalar_t *x, char *what, size_t len)
+{
+    if (!bmt_scalar_name_ok(x->name))
+        return snprintf(what, len,
+                        "name \"%s\" must be a lower-case letter then lower-case letters, digits "
+                        "and '_', at most %d bytes",
+                        x->name, BMT_SCALAR_NAME_MAX),
+               -1;
+    if (fabs(x->value) > MAX_VALUE && isfinite(x->value))
+        return snprintf(what, len, "\"%s\" is %g: more than any job makes (at most %g)", x->name,
+                        x->value, MAX_VALUE),
+               -1;
+    if (x->step < 0)
+        return snprintf(what, len, "field \"step\" must not be negative (%lld)",
+                        (long long)x->step),
+               -1;
+    return 0;
+}
+
+/* The job's scalar called name, or -1 (lock held). */
+static int scalar_find(const collector_t *c, const char *name)
+{
+    for (int i = 0; i < c->nsc; i++)
+        if (strcmp(c->sc[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+/* Whether the names of xs, with the job's, are at most BMT_SCALARS_MAX (lock held). */
+static int scalar_names_fit(const collector_t *c, const metrics_scalar_t *xs, size_t n, char *why,
+                            size_t wlen)
+{
+    int more = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool known = scalar_find(c, xs[i].name) >= 0;
+        for (size_t j = 0; j < i && !known; j++)
+            known = strcmp(xs[j].name, xs[i].name) == 0;
+        if (!known && c->nsc + ++more > BMT_SCALARS_MAX)
+            return bad(why, wlen,
+                       "scalars: \"%s\" would be one name too many: a job has at most %d "
+                       "scalar names (it has %d)",
+                       xs[i].name, BMT_SCALARS_MAX, c->nsc),
+                   -1;
+    }
+    return 0;
+}
+
+/* Keep rank r's scalar, and val_loss's point of the page's history (lock held;
+ * the names fit). */
+static void scalar_add(collector_t *c, int r, const metrics_scalar_t *x)
+{
+    int i = scalar_find(c, x->name);
+    if (i < 0) {
+        struct scalar *s = &c->sc[c->nsc];
+        s->v = malloc((size_t)c->l.world * sizeof(*s->v));
+        s->step = malloc((size_t)c->l.world * sizeof(*s->step));
+        if (s->v == NULL || s->step == NULL) {
+            free(s->v), free(s->step);
+            s->v = NULL, s->step = NULL;
+            return;
+        }
+        snprintf(s->name, sizeof(s->name), "%s", x->name);
+        for (int k = 0; k < c->l.world; k++)
+            s->v[k] = NAN, s->step[k] = -1;
+        i = c->nsc++;
+    }
+    c->sc[i].v[r] = x->value;
+    c->sc[i].step[r] = x->step;
+    if (strcmp(x->name, "val_loss") != 0)
+        return;
+    for (int k = c->nvhist - 1; k >= 0 && k >= c->nvhist - SLOTS; k--)
+        if (c->vhist[k].step == x->step) { /* another rank's value of a recent point */
+            c->vhist[k].sum += x->value, c->vhist[k].n++;
+            return;
+        }
+    if (c->nvhist == HISTORY) {
+        memmove(c->vhist, c->vhist + 1, (HISTORY - 1) * sizeof(c->vhist[0]));
+        c->nvhist--;
+    }
+    c->vhist[c->nvhist++] = (struct vpoint){ x->step, x->value, 1 };
+}
+
+/* Scalar i over the ranks that gave it: the mean of their last values (NaN
+ * when one is not finite: a diverged rank must show) and the highest step. */
+static double scalar_mean(const collector_t *c, int i, int64_t *step)
+{
+    double sum = 0;
+    int n = 0;
+    *step = -1;
+    for (int r = 0; r < c->l.world; r++)
+        if (c->sc[i].step[r] >= 0) {
+            sum += c->sc[i].v[r], n++;
+            *step = c->sc[i].step[r] > *step ? c->sc[i].step[r] : *step;
+        }
+    return n ? sum / n : NAN;
+}
+
 /* How far (in steps) a push of rank rs may be from the run's highest step now:
  * ahead, and behind. Caller holds the lock; the run has a lead. */
 static void step_window(const collector_t *c, const struct rank_state *rs, double now,
@@ -417,6 +546,7 @@ static int ingest_json(collector_t *c, const json_t *doc, char *why, size_t wlen
     const json_t *v = json_object_get(doc, "version"), *job = json_object_get(doc, "job"),
                  *rank = json_object_get(doc, "rank"), *steps = json_object_get(doc, "steps"),
                  *events = json_object_get(doc, "events"),
+                 *scalars = json_object_get(doc, "scalars"),
                  *dropped = json_object_get(doc, "dropped"), *host = json_object_get(doc, "host");
     if (!json_is_integer(v) || json_integer_value(v) != 1)
         return bad(why, wlen, "\"version\" must be 1");
@@ -425,20 +555,24 @@ static int ingest_json(collector_t *c, const json_t *doc, char *why, size_t wlen
     if (!json_is_integer(rank) || json_integer_value(rank) < 0 ||
         json_integer_value(rank) >= c->l.world)
         return bad(why, wlen, "\"rank\" must be an integer in [0, %d)", c->l.world);
-    if ((steps && !json_is_array(steps)) || (events && !json_is_array(events)))
-        return bad(why, wlen, "\"steps\" and \"events\" must be arrays");
+    if ((steps && !json_is_array(steps)) || (events && !json_is_array(events)) ||
+        (scalars && !json_is_array(scalars)))
+        return bad(why, wlen, "\"steps\", \"events\" and \"scalars\" must be arrays");
     if (dropped && (!json_is_integer(dropped) || json_integer_value(dropped) < 0))
         return bad(why, wlen, "\"dropped\" must be a count");
     if (host && !json_is_string(host))
         return bad(why, wlen, "\"host\" must be a string");
-    size_t ns = steps ? json_array_size(steps) : 0, ne = events ? json_array_size(events) : 0;
-    if (ns + ne > MAX_ITEMS)
-        return bad(why, wlen, "at most %d steps and events in one push", MAX_ITEMS);
+    size_t ns = steps ? json_array_size(steps) : 0, ne = events ? json_array_size(events) : 0,
+           nx = scalars ? json_array_size(scalars) : 0;
+    if (ns + ne + nx > MAX_ITEMS)
+        return bad(why, wlen, "at most %d steps, events and scalars in one push", MAX_ITEMS);
     bmt_step_metrics_t *ms = ns ? calloc(ns, sizeof(*ms)) : NULL;
     metrics_event_t *es = ne ? calloc(ne, sizeof(*es)) : NULL;
-    if ((ns && ms == NULL) || (ne && es == NULL)) {
+    metrics_scalar_t *xs = nx ? calloc(nx, sizeof(*xs)) : NULL;
+    if ((ns && ms == NULL) || (ne && es == NULL) || (nx && xs == NULL)) {
         free(ms);
         free(es);
+        free(xs);
         return bad(why, wlen, "out of memory");
     }
     char what[200];
@@ -448,13 +582,23 @@ static int ingest_json(collector_t *c, const json_t *doc, char *why, size_t wlen
             step_check(json_array_get(steps, i), &ms[i], what, sizeof(what)) < 0) {
             free(ms);
             free(es);
+            free(xs);
             return bad(why, wlen, "steps[%zu]: %s", i, what);
         }
     for (size_t i = 0; i < ne; i++)
         if (metrics_event_parse(json_array_get(events, i), &es[i], what, sizeof(what)) < 0) {
             free(ms);
             free(es);
+            free(xs);
             return bad(why, wlen, "events[%zu]: %s", i, what);
+        }
+    for (size_t i = 0; i < nx; i++)
+        if (metrics_scalar_parse(json_array_get(scalars, i), &xs[i], what, sizeof(what)) < 0 ||
+            scalar_check(&xs[i], what, sizeof(what)) < 0) {
+            free(ms);
+            free(es);
+            free(xs);
+            return bad(why, wlen, "scalars[%zu]: %s", i, what);
         }
     int r = (int)json_integer_value(rank);
     pthread_mutex_lock(&c->mu);
@@ -476,12 +620,20 @@ static int ingest_json(collector_t *c, const json_t *doc, char *why, size_t wlen
                     i, (long long)ms[i].step, (long long)lead, ahead, behind);
                 free(ms);
                 free(es);
+                free(xs);
                 return 400;
             }
         }
         if (!lead_set || ms[i].step > lead)
             lead = ms[i].step;
         lead_set = true;
+    }
+    if (scalar_names_fit(c, xs, nx, why, wlen) < 0) {
+        pthread_mutex_unlock(&c->mu);
+        free(ms);
+        free(es);
+        free(xs);
+        return 400;
     }
     for (size_t i = 0; i < ns; i++) {
         if (!c->lead_set) {
@@ -511,10 +663,13 @@ static int ingest_json(collector_t *c, const json_t *doc, char *why, size_t wlen
     for (size_t i = 0; i < ne; i++) {
         event_add(c, r, &es[i]);
     }
+    for (size_t i = 0; i < nx; i++)
+        scalar_add(c, r, &xs[i]);
     c->pushes[C200]++;
     pthread_mutex_unlock(&c->mu);
     free(ms);
     free(es);
+    free(xs);
     return 200;
 }
 
@@ -767,6 +922,40 @@ static const char *failure_host(const collector_t *c, int rank)
     return c->r[rank].host[0] ? c->r[rank].host : c->host;
 }
 
+/* bmt_val_loss and bmt_scalar{name}, with the steps they were measured at
+ * (lock held). */
+static void put_scalars(prom_buf_t *b, const collector_t *c, const char *const *jl)
+{
+    int v = scalar_find(c, "val_loss");
+    if (v >= 0) {
+        int64_t step;
+        double mean = scalar_mean(c, v, &step);
+        prom_family(b, "bmt_val_loss", "gauge",
+                    "validation loss (bmt_report_scalar \"val_loss\"): mean of the ranks' last "
+                    "values, NaN when one is not finite");
+        prom_sample(b, "bmt_val_loss", jl, mean);
+        prom_family(b, "bmt_val_loss_step", "gauge", "the step bmt_val_loss was measured at");
+        prom_sample(b, "bmt_val_loss_step", jl, (double)step);
+    }
+    if (c->nsc - (v >= 0) == 0)
+        return;
+    for (int pass = 0; pass < 2; pass++) {
+        const char *name = pass ? "bmt_scalar_step" : "bmt_scalar";
+        prom_family(b, name, "gauge",
+                    pass ? "the step bmt_scalar was reported at (highest of the ranks)"
+                         : "a program's own figure (bmt_report_scalar): mean of the ranks' last "
+                           "values, NaN when one is not finite");
+        for (int i = 0; i < c->nsc; i++) {
+            if (i == v)
+                continue;
+            int64_t step;
+            double mean = scalar_mean(c, i, &step);
+            const char *sl[] = { jl[0], jl[1], "name", c->sc[i].name, NULL };
+            prom_sample(b, name, sl, pass ? (double)step : mean);
+        }
+    }
+}
+
 /* scrape: a request to /metrics (counted for the linger, in the same critical
  * section as the rendering, so "scraped after the end" means it saw the end). */
 static char *metrics_text(collector_t *c, size_t *len, bool scrape)
@@ -907,6 +1096,7 @@ static char *metrics_text(collector_t *c, size_t *len, bool scrape)
     prom_family(&b, "bmt_comm_wait_seconds_total", "counter",
                 "sum over the steps of the longest communication wait of any rank");
     prom_sample(&b, "bmt_comm_wait_seconds_total", jl, c->comm_seconds_total);
+    put_scalars(&b, c, jl);
     prom_family(&b, "bmt_memory_bytes", "gauge",
                 "device memory now by kind, most of any rank (bytes)");
     for (int k = 0; k < BMT_MEM_KIND_COUNT; k++) {
@@ -1134,6 +1324,20 @@ char *collector_status_json(collector_t *c, bool ranks, size_t *len)
                           "comm_wait_seconds", metrics_real(p->comm_s)));
         }
         json_object_set_new(doc, "history", hist);
+        json_t *vh = json_array(), *scs = json_object();
+        for (int i = 0; vh && i < c->nvhist; i++)
+            json_array_append_new(vh, json_pack("{sIso}", "step", (json_int_t)c->vhist[i].step,
+                                                "val_loss",
+                                                metrics_real(c->vhist[i].sum / c->vhist[i].n)));
+        json_object_set_new(doc, "val_history", vh);
+        for (int i = 0; scs && i < c->nsc; i++) {
+            int64_t step;
+            double mean = scalar_mean(c, i, &step);
+            json_object_set_new(
+                scs, c->sc[i].name,
+                json_pack("{sosI}", "value", metrics_real(mean), "step", (json_int_t)step));
+        }
+        json_object_set_new(doc, "scalars", scs);
         json_t *evs = json_array();
         for (int i = 0; evs && i < c->nev; i++) {
             const struct event *e = &c->ev[(c->evnext - c->nev + i + EVENTS) % EVENTS];
@@ -1332,6 +1536,16 @@ static struct MHD_Daemon *start(collector_t *c, const struct sockaddr *sa, bool 
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL;
     if (v6)
         flags |= MHD_USE_IPv6;
+    /* HTTPS: MHD hands the PEM texts to GnuTLS when it starts. */
+    struct MHD_OptionItem tls[] = {
+        { MHD_OPTION_HTTPS_MEM_KEY, 0, c->tls_key },
+        { MHD_OPTION_HTTPS_MEM_CERT, 0, c->tls_cert },
+        { MHD_OPTION_END, 0, NULL },
+    };
+    if (c->tls_cert)
+        flags |= MHD_USE_TLS;
+    else
+        tls[0].option = MHD_OPTION_END;
     struct rlimit rl = { 0, 0 };
     getrlimit(RLIMIT_NOFILE, &rl);
     long nofile =
@@ -1342,7 +1556,7 @@ static struct MHD_Daemon *start(collector_t *c, const struct sockaddr *sa, bool 
         flags, 0, NULL, NULL, handle, c, MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_NOTIFY_COMPLETED,
         completed, c, MHD_OPTION_THREAD_POOL_SIZE, 2u, MHD_OPTION_CONNECTION_TIMEOUT,
         COLLECTOR_IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT, total,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_END);
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
     if (d && c->verbose)
         fprintf(stderr,
                 "bmlaunch: metrics: at most %u connections, %u from one address, idle ones "
@@ -1374,6 +1588,13 @@ int collector_listen(collector_t *c, const char *bind, int port, bool fallback, 
                          "127.0.0.1, 0.0.0.0, ::1)",
                          bind);
     bool v6 = ai->ai_family == AF_INET6;
+    if (c->tls_cert && !collector_tls_supported()) {
+        freeaddrinfo(ai);
+        return errprintf(err,
+                         "this libmicrohttpd (%s) was built without TLS: it cannot serve "
+                         "HTTPS (--metrics-tls off serves plain HTTP)",
+                         MHD_get_version());
+    }
     raise_nofile_to_hard();
     c->d = start(c, ai->ai_addr, v6);
     if (c->d == NULL && fallback && port != 0) {
@@ -1389,8 +1610,8 @@ int collector_listen(collector_t *c, const char *bind, int port, bool fallback, 
     if (c->d == NULL)
         return errprintf(err,
                          "cannot serve metrics on %.200s port %d (in use, or not an address of "
-                         "this host): choose --metrics-port N, or 0 to turn the endpoint off",
-                         bind, port);
+                         "this host%s): choose --metrics-port N, or 0 to turn the endpoint off",
+                         bind, port, c->tls_cert ? ", or the TLS certificate refused" : "");
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(c->d, MHD_DAEMON_INFO_BIND_PORT);
     c->port = info ? info->port : port;
     return 0;
@@ -1403,6 +1624,12 @@ void collector_destroy(collector_t *c)
     if (c->d)
         MHD_stop_daemon(c->d);
     pthread_mutex_destroy(&c->mu);
+    for (int i = 0; i < c->nsc; i++)
+        free(c->sc[i].v), free(c->sc[i].step);
+    if (c->tls_key)
+        explicit_bzero(c->tls_key, strlen(c->tls_key));
+    free(c->tls_key);
+    free(c->tls_cert);
     free(c->r);
     free(c);
 }

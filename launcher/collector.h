@@ -41,7 +41,13 @@ typedef struct collector_opts {
      * lock held. NULL: none. */
     int (*proc_state)(void *arg, int rank, char *buf, size_t len);
     void *proc_state_arg;
+    /* HTTPS: the certificate (chain) and private key in PEM (copied); NULL:
+     * plain HTTP. tlscert.h makes or loads them. */
+    const char *tls_cert_pem, *tls_key_pem;
 } collector_opts_t;
+
+/* Can this libmicrohttpd serve HTTPS (built with GnuTLS)? */
+bool collector_tls_supported(void);
 
 /* The default stale window: COLLECTOR_STALE_STEPS times the slowest step time
  * any rank reported last, at least COLLECTOR_STALE_MIN_S. Pure. */
@@ -58,9 +64,10 @@ double collector_stale_default(double slowest_step_s);
 /* The state only (no socket). NULL with err on failure. */
 collector_t *collector_create(const collector_opts_t *o, bmt_error_t *err);
 
-/* Serve HTTP on bind:port (numeric IPv4 or IPv6 address; port 0: any free
- * one). fallback: when port is taken, take any free port instead (said on
- * stderr). Errors: address not numeric, port taken (without fallback).
+/* Serve HTTP (HTTPS with the options' certificate) on bind:port (numeric
+ * IPv4 or IPv6 address; port 0: any free one). fallback: when port is taken, take any free port
+ * instead (said on stderr). Errors: address not numeric, port taken (without fallback), TLS asked
+ * of a libmicrohttpd without it or refused by it.
  *
  * Connections: at most collector_conn_limits' total (what RLIMIT_NOFILE leaves
  * after the launcher's own descriptors) and per client address (half of that,

@@ -31,6 +31,7 @@
 #include "sdfile.h"
 #include "slurm.h"
 #include "supervise.h"
+#include "tlscert.h"
 #include "torchenv.h"
 
 extern char **environ;
@@ -128,7 +129,9 @@ typedef struct metrics_env {
     char token[80];
     char plugins[1024]; /* BMT_PLUGINS with push in it */
     char plugin_dir[PATH_MAX];
-    const char *sd_file; /* --metrics-sd-file written: remove it in metrics_stop */
+    const char *sd_file;    /* --metrics-sd-file written: remove it in metrics_stop */
+    char *ca_pem;           /* HTTPS: the certificate served, BMT_METRICS_CA_PEM (malloc'd) */
+    char ca_file[PATH_MAX]; /* its copy beside the sd file: removed in metrics_stop */
 } metrics_env_t;
 
 static char *self_path(void);
@@ -211,6 +214,53 @@ static int rank_proc_state(void *arg, int rank, char *buf, size_t len)
     return 0;
 }
 
+static void metrics_stop(collector_t *c, metrics_env_t *me);
+
+/* HTTPS for the collector (--metrics-tls, --metrics-cert): the operator's
+ * certificate, or one made for this job whose key never leaves bmlaunch. tc
+ * stays empty for plain HTTP. */
+static int metrics_tls_cert(const launch_opts_t *o, const char *bind, tlscert_t *tc,
+                            bmt_error_t *err)
+{
+    *tc = (tlscert_t){ 0 };
+    if (!o->metrics_cert && !tlscert_wanted((tls_mode_t)o->metrics_tls, bind))
+        return 0;
+    if (!collector_tls_supported())
+        return errprintf(err,
+                         "the metrics endpoint on %.100s must serve HTTPS (--metrics-tls), "
+                         "but this libmicrohttpd was built without TLS; --metrics-tls off "
+                         "serves plain HTTP (the push token then crosses the network in "
+                         "clear text)",
+                         bind);
+    if (o->metrics_cert)
+        return tlscert_load(tc, o->metrics_cert, o->metrics_key, err);
+    return tlscert_generate_for_host(tc, err);
+}
+
+/* The certificate served, for Prometheus's tls_config ca_file: DIR/metrics-ca.pem
+ * with --log-dir (kept), and beside the --metrics-sd-file (removed at exit). */
+static int metrics_ca_files(const launch_opts_t *o, metrics_env_t *me, bmt_error_t *err)
+{
+    if (me->ca_pem == NULL)
+        return 0;
+    size_t n = strlen(me->ca_pem);
+    if (o->log_dir) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof(path), "%.4000s/metrics-ca.pem", o->log_dir);
+        if (sdfile_write_text(path, "--log-dir", me->ca_pem, n, err) < 0)
+            return -1;
+    }
+    if (o->metrics_sd_file) {
+        char path[PATH_MAX];
+        if (sdfile_ca_path(o->metrics_sd_file, path, sizeof(path)) < 0)
+            return errprintf(err, "--metrics-sd-file: the path is too long");
+        if (sdfile_write_text(path, "--metrics-sd-file", me->ca_pem, n, err) < 0)
+            return -1;
+        snprintf(me->ca_file, sizeof(me->ca_file), "%s", path);
+    }
+    return 0;
+}
+
 static collector_t *metrics_start(const launch_opts_t *o, const bmt_layout_t *l, const char *job_id,
                                   const char *bind, const char *host_for_ranks,
                                   const char *host_shown, metrics_env_t *me, job_t *job,
@@ -230,17 +280,25 @@ static collector_t *metrics_start(const launch_opts_t *o, const bmt_layout_t *l,
         .proc_state = job ? rank_proc_state : NULL,
         .proc_state_arg = job,
     };
-    collector_t *c = collector_create(&co, err);
-    if (c == NULL)
+    tlscert_t tc = { 0 };
+    if (metrics_tls_cert(o, bind, &tc, err) < 0)
         return NULL;
-    if (collector_listen(c, bind, o->metrics_port, !o->metrics_port_set, err) < 0) {
+    co.tls_cert_pem = tc.cert_pem;
+    co.tls_key_pem = tc.key_pem;
+    collector_t *c = collector_create(&co, err);
+    me->ca_pem = tc.cert_pem; /* the key stays in the collector alone */
+    tc.cert_pem = NULL;
+    tlscert_free(&tc);
+    if (c == NULL || collector_listen(c, bind, o->metrics_port, !o->metrics_port_set, err) < 0) {
         collector_destroy(c);
+        metrics_stop(NULL, me);
         return NULL;
     }
+    const char *s = me->ca_pem ? "s" : "";
     bool wildcard = strcmp(bind, "0.0.0.0") == 0 || strcmp(bind, "::") == 0;
     const char *host = wildcard ? host_for_ranks : bind;
     bool v6 = strchr(host, ':') != NULL;
-    snprintf(me->url, sizeof(me->url), "http://%s%s%s:%d/api/push", v6 ? "[" : "", host,
+    snprintf(me->url, sizeof(me->url), "http%s://%s%s%s:%d/api/push", s, v6 ? "[" : "", host,
              v6 ? "]" : "", collector_port(c));
     snprintf(me->token, sizeof(me->token), "%s", collector_token(c));
     const char *plugins = getenv("BMT_PLUGINS");
@@ -255,14 +313,20 @@ static collector_t *metrics_start(const launch_opts_t *o, const bmt_layout_t *l,
         /* A wildcard bind serves other machines: give them this host's name. */
         char name[256] = "localhost";
         gethostname(name, sizeof(name) - 1);
-        if (sdfile_write(o->metrics_sd_file, wildcard ? name : bind, collector_port(c), job_id,
-                         err) < 0) {
+        if (metrics_ca_files(o, me, err) < 0 ||
+            sdfile_write(o->metrics_sd_file, wildcard ? name : bind, collector_port(c), job_id,
+                         me->ca_pem != NULL, err) < 0) {
             collector_destroy(c);
+            metrics_stop(NULL, me);
             return NULL;
         }
         me->sd_file = o->metrics_sd_file;
+    } else if (metrics_ca_files(o, me, err) < 0) {
+        collector_destroy(c);
+        metrics_stop(NULL, me);
+        return NULL;
     }
-    fprintf(stderr, "bmlaunch: metrics on http://%s%s%s:%d/ (Prometheus: /metrics)\n",
+    fprintf(stderr, "bmlaunch: metrics on http%s://%s%s%s:%d/ (Prometheus: /metrics)\n", s,
             v6 ? "[" : "", shown, v6 ? "]" : "", collector_port(c));
     return c;
 }
@@ -274,6 +338,10 @@ static void metrics_stop(collector_t *c, metrics_env_t *me)
     collector_destroy(c);
     sdfile_remove(me->sd_file);
     me->sd_file = NULL;
+    sdfile_remove(me->ca_file[0] ? me->ca_file : NULL);
+    me->ca_file[0] = '\0';
+    free(me->ca_pem);
+    me->ca_pem = NULL;
 }
 
 static void on_rank_exit(void *arg, int rank, int status)
@@ -364,6 +432,7 @@ static char **rank_env(const launch_opts_t *o, const bmt_layout_t *l, int rank, 
                     (drop_timeout && strncmp(environ[i], "BMT_TIMEOUT=", 12) == 0) ||
                     (me->on && (strncmp(environ[i], "BMT_METRICS_URL=", 16) == 0 ||
                                 strncmp(environ[i], "BMT_METRICS_TOKEN=", 18) == 0 ||
+                                strncmp(environ[i], "BMT_METRICS_CA_PEM=", 19) == 0 ||
                                 strncmp(environ[i], "BMT_PLUGINS=", 12) == 0)) ||
                     (me->plugin_dir[0] && strncmp(environ[i], "BMT_PLUGIN_DIR=", 15) == 0);
         for (int j = 0; ours[j] && !skip; j++)
@@ -403,6 +472,8 @@ static char **rank_env(const launch_opts_t *o, const bmt_layout_t *l, int rank, 
         ADD("BMT_METRICS_URL=%s", me->url);
         ADD("BMT_METRICS_TOKEN=%s", me->token);
         ADD("BMT_PLUGINS=%s", me->plugins);
+        if (me->ca_pem && asprintf(&env[k], "BMT_METRICS_CA_PEM=%s", me->ca_pem) > 0)
+            k++;
     }
     if (me->plugin_dir[0]) {
         char dir[PATH_MAX + 32];

@@ -17,6 +17,7 @@
 
 #include "env.h"
 #include "error.h"
+#include "tlscert.h"
 
 #ifndef BMT_DATADIR
 #define BMT_DATADIR "/usr/local/share/bmt"
@@ -309,6 +310,12 @@ char *sbatch_script(const launch_opts_t *o, const bmt_layout_t *l, const char *s
         put_seconds(&args, "--metrics-stale", o->metrics_stale_s);
     if (o->metrics_sd_file)
         put_quoted(&args, "--metrics-sd-file", o->metrics_sd_file);
+    if (o->metrics_tls != def.metrics_tls)
+        put_quoted(&args, "--metrics-tls", o->metrics_tls == TLS_ON ? "on" : "off");
+    if (o->metrics_cert) {
+        put_quoted(&args, "--metrics-cert", o->metrics_cert);
+        put_quoted(&args, "--metrics-key", o->metrics_key);
+    }
     for (int i = 0; i < o->prog_argc; i++) {
         char *q = shell_quote(o->prog_argv[i]);
         if (i)

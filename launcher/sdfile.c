@@ -38,7 +38,7 @@ static bool json_put_str(char *buf, size_t len, size_t *k, const char *s)
     return true;
 }
 
-int sdfile_render(const char *host, int port, const char *job_id, char *buf, size_t len)
+int sdfile_render(const char *host, int port, const char *job_id, bool https, char *buf, size_t len)
 {
     if (len == 0)
         return -1;
@@ -59,7 +59,7 @@ int sdfile_render(const char *host, int port, const char *job_id, char *buf, siz
     k += (size_t)n;
     if (!json_put_str(buf, len, &k, job_id))
         goto full;
-    n = snprintf(buf + k, len - k, "\"}}]\n");
+    n = snprintf(buf + k, len - k, "\"%s}}]\n", https ? ", \"__scheme__\": \"https\"" : "");
     if (n < 0 || (size_t)n >= len - k)
         goto full;
     return (int)(k + (size_t)n);
@@ -68,34 +68,61 @@ full:
     return -1;
 }
 
-int sdfile_write(const char *path, const char *host, int port, const char *job_id, bmt_error_t *err)
+int sdfile_write_text(const char *path, const char *what, const char *text, size_t n,
+                      bmt_error_t *err)
 {
-    char text[1024];
-    int n = sdfile_render(host, port, job_id, text, sizeof(text));
-    if (n < 0)
-        return errprintf(err,
-                         "--metrics-sd-file %.200s: the target %.200s:%d of job %.200s does "
-                         "not fit in the file's 1 KiB",
-                         path, host, port, job_id);
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        return errprintf(err, "--metrics-sd-file %.200s is a directory; name a file in it", path);
+        return errprintf(err, "%s %.200s is a directory; name a file in it", what, path);
     char tmp[4200];
     if (snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof(tmp))
-        return errprintf(err, "--metrics-sd-file: the path is too long (%zu bytes)", strlen(path));
+        return errprintf(err, "%s: the path is too long (%zu bytes)", what, strlen(path));
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
-        return errprintf(err, "--metrics-sd-file %.200s: cannot create %.200s: %s", path, tmp,
+        return errprintf(err, "%s %.200s: cannot create %.200s: %s", what, path, tmp,
                          strerror(errno));
-    ssize_t w = write(fd, text, (size_t)n);
-    int e = w == n ? 0 : w < 0 ? errno : EIO;
+    ssize_t w = write(fd, text, n);
+    int e = w == (ssize_t)n ? 0 : w < 0 ? errno : EIO;
     if (close(fd) != 0 && e == 0)
         e = errno;
     if (e == 0 && rename(tmp, path) != 0)
         e = errno;
     if (e != 0) {
         unlink(tmp);
-        return errprintf(err, "--metrics-sd-file %.200s: cannot write it: %s", path, strerror(e));
+        return errprintf(err, "%s %.200s: cannot write it: %s", what, path, strerror(e));
+    }
+    return 0;
+}
+
+int sdfile_write(const char *path, const char *host, int port, const char *job_id, bool https,
+                 bmt_error_t *err)
+{
+    char text[1024];
+    int n = sdfile_render(host, port, job_id, https, text, sizeof(text));
+    if (n < 0)
+        return errprintf(err,
+                         "--metrics-sd-file %.200s: the target %.200s:%d of job %.200s does "
+                         "not fit in the file's 1 KiB",
+                         path, host, port, job_id);
+    return sdfile_write_text(path, "--metrics-sd-file", text, (size_t)n, err);
+}
+
+int sdfile_ca_path(const char *path, char *buf, size_t len)
+{
+    size_t n = strlen(path);
+    static const char *const ends[] = { ".json", ".yaml", ".yml" };
+    for (size_t i = 0; i < sizeof(ends) / sizeof(ends[0]); i++) {
+        size_t e = strlen(ends[i]);
+        if (n > e && strcmp(path + n - e, ends[i]) == 0 && path[n - e - 1] != '/') {
+            n -= e;
+            break;
+        }
+    }
+    int w = snprintf(buf, len, "%.*s.ca.pem", (int)n, path);
+    if (w < 0 || (size_t)w >= len) {
+        if (len)
+            buf[0] = '\0';
+        return -1;
     }
     return 0;
 }

@@ -253,7 +253,10 @@ static int spawn(job_t *job, rank_proc_t *rp, const char *path, char *const argv
     }
     if (pid == 0) {
         setpgid(0, 0);
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        /* bmlaunch gone (even by SIGKILL): a rank dies with it; srun gets
+         * SIGTERM, on which it cancels its job step on every node (a SIGKILLed
+         * srun would leave the step and its tasks running). */
+        prctl(PR_SET_PDEATHSIG, rp->rank < 0 ? SIGTERM : SIGKILL);
         if (getppid() != parent)
             _exit(127);
         for (size_t i = 0; i < sizeof(handled_signals) / sizeof(handled_signals[0]); i++)

@@ -59,6 +59,8 @@ static const env_knob_t knobs[] = {
       "peak dense TFLOP/s of one rank for MFU; default: from the GPU's name, none on cpu" },
     { "BMT_METRICS_URL", NULL, "push plugin: where to POST metrics; set by bmlaunch" },
     { "BMT_METRICS_TOKEN", NULL, "push plugin: the job's bearer token; set by bmlaunch" },
+    { "BMT_METRICS_CA_PEM", NULL,
+      "push plugin: the certificate (PEM) an https BMT_METRICS_URL must present; set by bmlaunch" },
     { "BMT_METRICS_QUEUE", "1024",
       "push and jsonl plugins: items queued before the oldest is dropped" },
     { "BMT_METRICS_TIMEOUT", "5", "push plugin: seconds one HTTP request may take" },

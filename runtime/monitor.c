@@ -59,6 +59,8 @@ struct monitor {
     int64_t reports;
     int64_t last_step;
     int64_t tokens_total, samples_total;
+    char scalars[BMT_SCALARS_MAX][BMT_SCALAR_NAME_MAX + 1]; /* names reported so far */
+    int nscalars;
     bool finalized;
 };
 
@@ -189,12 +191,12 @@ static int load_one(bmt_ctx_t *ctx, struct monitor *m, const char *item, char *w
         dlclose(dl);
         return -1;
     }
-    if (api->size < sizeof(bmt_monitor_plugin_v1_t) || api->init == NULL || api->on_step == NULL ||
+    if (api->size < BMT_PLUGIN_V1_MIN_SIZE || api->init == NULL || api->on_step == NULL ||
         api->finalize == NULL) {
         snprintf(why, len,
-                 "plugin %.900s: its bmt_monitor_plugin_v1 is incomplete (size %u, need %zu; init, "
+                 "plugin %.900s: its bmt_monitor_plugin_v1 is incomplete (size %u, need %u; init, "
                  "on_step and finalize are required)",
-                 label, api->size, sizeof(bmt_monitor_plugin_v1_t));
+                 label, api->size, BMT_PLUGIN_V1_MIN_SIZE);
         dlclose(dl);
         return -1;
     }
@@ -470,6 +472,61 @@ int bmt_report_event(bmt_ctx_t *ctx, bmt_event_kind_t kind, const char *detail, 
         return errprintf(err, "rank %d: bmt_report_event after bmt_finalize or bmt_abort",
                          ctx->rank);
     send_event(ctx->monitor, kind, 0, detail);
+    return 0;
+}
+
+/* Names are [a-z][a-z0-9_]*: a Prometheus label value and a JSON key as they are. */
+bool bmt_scalar_name_ok(const char *s)
+{
+    if (s == NULL)
+        return false;
+    size_t n = strlen(s);
+    if (n == 0 || n > BMT_SCALAR_NAME_MAX || !(s[0] >= 'a' && s[0] <= 'z'))
+        return false;
+    for (size_t i = 1; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
+            return false;
+    return true;
+}
+
+int bmt_report_scalar(bmt_ctx_t *ctx, const char *name, double value, bmt_error_t *err)
+{
+    if (ctx == NULL || name == NULL)
+        return errprintf(err, "bmt_report_scalar: NULL argument");
+    struct monitor *m = ctx->monitor;
+    if (!bmt_scalar_name_ok(name))
+        return errprintf(err,
+                         "rank %d: bmt_report_scalar: name '%.80s' must be a lower-case letter "
+                         "then lower-case letters, digits and '_', at most %d bytes",
+                         ctx->rank, name, BMT_SCALAR_NAME_MAX);
+    if (m == NULL || m->finalized)
+        return errprintf(err, "rank %d: bmt_report_scalar after bmt_finalize or bmt_abort",
+                         ctx->rank);
+    int i = 0;
+    while (i < m->nscalars && strcmp(m->scalars[i], name) != 0)
+        i++;
+    if (i == m->nscalars) {
+        if (m->nscalars == BMT_SCALARS_MAX)
+            return errprintf(err,
+                             "rank %d: bmt_report_scalar: '%s' would be one name too many: a "
+                             "process reports at most %d names (each is a series per job: put "
+                             "what changes in the value, not in the name)",
+                             ctx->rank, name, BMT_SCALARS_MAX);
+        snprintf(m->scalars[m->nscalars++], sizeof(m->scalars[0]), "%s", name);
+    }
+    bmt_scalar_t sc = {
+        .size = sizeof(sc),
+        .version = BMT_PLUGIN_ABI_VERSION,
+        .step = m->last_step,
+        .time = unix_s(),
+        .name = m->scalars[i],
+        .value = value,
+    };
+    double t0 = mono_s();
+    for (int k = 0; k < m->n; k++)
+        if (m->p[k].api->size > BMT_PLUGIN_V1_MIN_SIZE && m->p[k].api->on_scalar)
+            m->p[k].api->on_scalar(m->p[k].state, &sc);
+    m->plugin_acc += mono_s() - t0;
     return 0;
 }
 

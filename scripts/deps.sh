@@ -25,6 +25,7 @@ util-linux
 clang-format
 libcurl4-openssl-dev
 libmicrohttpd-dev
+libgnutls28-dev
 libxxhash-dev
 python3-xxhash
 curl

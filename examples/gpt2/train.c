@@ -9,7 +9,8 @@
  * rank 0: step, loss (mean over the world), learning rate, step time, tokens/s
  * of the whole job, MFU (when the peak is known: the GPU's, or BMT_PEAK_TFLOPS)
  * and memory; every step is also reported to the monitor plugins
- * (bmt_report_step), so bmlaunch's /metrics shows it live.
+ * (bmt_report_step) and each validation loss (bmt_report_scalar "val_loss"), so
+ * bmlaunch's /metrics shows them live.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -695,7 +696,8 @@ static int train(const opts_t *o)
         }
         if (val_ld && ((o->eval_every && step % o->eval_every == 0) || step == o->steps)) {
             double vl;
-            if (evaluate(ctx, m, val_ld, o->eval_batches, in, tg, &vl, &err) < 0)
+            if (evaluate(ctx, m, val_ld, o->eval_batches, in, tg, &vl, &err) < 0 ||
+                bmt_report_scalar(ctx, "val_loss", vl, &err) < 0)
                 goto out;
             if (rank == 0) {
                 printf("step %*d/%d | val loss %.4f\n", o->steps >= 1000 ? 4 : 3, step, o->steps,

@@ -70,6 +70,20 @@ BMT_API int bmt_report_step(bmt_ctx_t *ctx, const bmt_step_report_t *report,
 BMT_API int bmt_report_event(bmt_ctx_t *ctx, bmt_event_kind_t kind, const char *detail,
                              bmt_error_t *err);
 
+/* Report a named figure of this rank at the current step: the validation loss
+ * as "val_loss" (exported as bmt_val_loss), or a figure of the program's own
+ * (exported as bmt_scalar{name="..."}: docs/metrics.md). Every plugin with an
+ * on_scalar gets it; under bmlaunch the push plugin sends it to the collector.
+ * The name is [a-z][a-z0-9_]*, at most BMT_SCALAR_NAME_MAX bytes; a process
+ * reports at most BMT_SCALARS_MAX distinct names over its life, and the first
+ * name beyond that is an error (a name per step would be a new Prometheus
+ * series per step). The value may be NaN or infinite. Local (no collective).
+ * Errors: bad name, too many names, after bmt_finalize or bmt_abort. */
+BMT_API int bmt_report_scalar(bmt_ctx_t *ctx, const char *name, double value, bmt_error_t *err);
+
+/* Whether name is a valid scalar name ([a-z][a-z0-9_]*, 1 to BMT_SCALAR_NAME_MAX bytes). */
+BMT_API bool bmt_scalar_name_ok(const char *name);
+
 /* The plugins bmt_init loaded, in BMT_PLUGINS order: their count, and plugin i
  * as BMT_PLUGINS named it, a name or a path (NULL when out of range). */
 BMT_API int bmt_plugin_count(const bmt_ctx_t *ctx);

@@ -4,7 +4,7 @@
  *
  *     BMT_PLUGIN_EXPORT const bmt_monitor_plugin_v1_t bmt_monitor_plugin_v1 = {
  *         sizeof(bmt_monitor_plugin_v1_t), BMT_PLUGIN_ABI_VERSION, "name",
- *         my_init, my_on_step, my_on_event, my_finalize,
+ *         my_init, my_on_step, my_on_event, my_finalize, my_on_scalar,
  *     };
  *
  * libbmt loads the plugins named in BMT_PLUGINS (a comma-separated list of
@@ -20,6 +20,10 @@
  *              when full). libbmt measures the time spent in plugin callbacks
  *              and reports it as plugin_s in the next step.
  *   on_event   for a checkpoint saved, a restart, an abort, a note (may be NULL).
+ *   on_scalar  for each bmt_report_scalar (validation loss, a program's own
+ *              figures; may be NULL). Appended to the struct after bmt 0.1.0: a
+ *              plugin built against an older header has a smaller size and is
+ *              never called for scalars.
  *   finalize   once, in bmt_finalize or bmt_abort: flush what is queued within
  *              job->flush_timeout_s, stop the plugin's threads, free its state.
  *
@@ -135,6 +139,24 @@ typedef struct bmt_event {
     const char *detail; /* never NULL; may be "" */
 } bmt_event_t;
 
+/* A named figure of this rank (bmt_report_scalar in bmt/monitor.h): "val_loss"
+ * for the validation loss, or a name of the program's own. The value may be
+ * NaN or infinite (a diverged validation loss is a figure too). */
+typedef struct bmt_scalar {
+    uint32_t size;    /* sizeof(bmt_scalar_t) */
+    uint32_t version; /* BMT_PLUGIN_ABI_VERSION */
+    int64_t step;     /* the last reported step (0 before the first) */
+    double time;      /* unix seconds */
+    const char *name; /* [a-z][a-z0-9_]*, at most BMT_SCALAR_NAME_MAX bytes */
+    double value;
+} bmt_scalar_t;
+
+/* A scalar's name is at most this many bytes; a process reports at most
+ * BMT_SCALARS_MAX distinct names (bounded cardinality: each name is one
+ * Prometheus series per job). */
+#define BMT_SCALAR_NAME_MAX 48
+#define BMT_SCALARS_MAX 32
+
 typedef struct bmt_monitor_plugin_v1 {
     uint32_t size;    /* sizeof(bmt_monitor_plugin_v1_t) */
     uint32_t version; /* BMT_PLUGIN_ABI_VERSION */
@@ -143,7 +165,13 @@ typedef struct bmt_monitor_plugin_v1 {
     void (*on_step)(void *state, const bmt_step_metrics_t *metrics);
     void (*on_event)(void *state, const bmt_event_t *event); /* may be NULL */
     void (*finalize)(void *state);
+    /* Appended (size > 48): called for each bmt_report_scalar; may be NULL. */
+    void (*on_scalar)(void *state, const bmt_scalar_t *scalar);
 } bmt_monitor_plugin_v1_t;
+
+/* The smallest bmt_monitor_plugin_v1_t libbmt loads: the struct as it was
+ * before on_scalar was appended. */
+#define BMT_PLUGIN_V1_MIN_SIZE 48u
 
 /* The ABI is these layouts on LP64 (x86-64, aarch64): a change that moves a
  * field is a new version. */
@@ -156,7 +184,10 @@ _Static_assert(offsetof(bmt_step_metrics_t, mem_current) == 176, "bmt_step_metri
 _Static_assert(offsetof(bmt_step_metrics_t, mem_peak_all) == 432, "bmt_step_metrics_t layout");
 _Static_assert(sizeof(bmt_step_metrics_t) == 440, "bmt_step_metrics_t layout");
 _Static_assert(sizeof(bmt_event_t) == 48, "bmt_event_t layout");
-_Static_assert(sizeof(bmt_monitor_plugin_v1_t) == 48, "bmt_monitor_plugin_v1_t layout");
+_Static_assert(sizeof(bmt_scalar_t) == 40, "bmt_scalar_t layout");
+_Static_assert(offsetof(bmt_monitor_plugin_v1_t, on_scalar) == BMT_PLUGIN_V1_MIN_SIZE,
+               "bmt_monitor_plugin_v1_t layout");
+_Static_assert(sizeof(bmt_monitor_plugin_v1_t) == 56, "bmt_monitor_plugin_v1_t layout");
 #endif
 
 #ifdef __cplusplus

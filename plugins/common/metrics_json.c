@@ -22,15 +22,25 @@ void metrics_event_copy(metrics_event_t *dst, const bmt_event_t *ev)
 void metrics_item_step(metrics_item_t *it, const bmt_step_metrics_t *m)
 {
     memset(it, 0, sizeof(*it));
-    it->is_event = 0;
+    it->type = METRICS_STEP;
     memcpy(&it->u.step, m, m->size < sizeof(it->u.step) ? m->size : sizeof(it->u.step));
 }
 
 void metrics_item_event(metrics_item_t *it, const bmt_event_t *ev)
 {
     memset(it, 0, sizeof(*it));
-    it->is_event = 1;
+    it->type = METRICS_EVENT;
     metrics_event_copy(&it->u.event, ev);
+}
+
+void metrics_item_scalar(metrics_item_t *it, const bmt_scalar_t *sc)
+{
+    memset(it, 0, sizeof(*it));
+    it->type = METRICS_SCALAR;
+    it->u.scalar.step = sc->step;
+    it->u.scalar.time = sc->time;
+    it->u.scalar.value = sc->value;
+    snprintf(it->u.scalar.name, sizeof(it->u.scalar.name), "%s", sc->name ? sc->name : "");
 }
 
 double metrics_mono_s(void)
@@ -84,6 +94,12 @@ json_t *metrics_event_json(const metrics_event_t *ev)
 {
     return json_pack("{sssisIsoss}", "kind", ev->name, "status", (int)ev->status, "step",
                      (json_int_t)ev->step, "time", metrics_real(ev->time), "detail", ev->detail);
+}
+
+json_t *metrics_scalar_json(const metrics_scalar_t *sc)
+{
+    return json_pack("{sssosIso}", "name", sc->name, "value", metrics_real(sc->value), "step",
+                     (json_int_t)sc->step, "time", metrics_real(sc->time));
 }
 
 static int get_i64(const json_t *o, const char *key, int64_t *out, char *why, size_t len)
@@ -188,5 +204,22 @@ int metrics_event_parse(const json_t *o, metrics_event_t *ev, char *why, size_t 
         get_f64(o, "time", &ev->time, why, len) < 0 || get_i64(o, "status", &status, why, len) < 0)
         return -1;
     ev->status = (int32_t)status;
+    return 0;
+}
+
+int metrics_scalar_parse(const json_t *o, metrics_scalar_t *sc, char *why, size_t len)
+{
+    memset(sc, 0, sizeof(*sc));
+    const json_t *name = json_object_get(o, "name");
+    if (!json_is_object(o) || !json_is_string(name) ||
+        strlen(json_string_value(name)) > BMT_SCALAR_NAME_MAX) {
+        snprintf(why, len, "a scalar must be an object with a string \"name\" of at most %d bytes",
+                 BMT_SCALAR_NAME_MAX);
+        return -1;
+    }
+    snprintf(sc->name, sizeof(sc->name), "%s", json_string_value(name));
+    if (get_f64(o, "value", &sc->value, why, len) < 0 ||
+        get_i64(o, "step", &sc->step, why, len) < 0 || get_f64(o, "time", &sc->time, why, len) < 0)
+        return -1;
     return 0;
 }

@@ -49,12 +49,25 @@ typedef struct metrics_event {
 
 void metrics_event_copy(metrics_event_t *dst, const bmt_event_t *ev);
 
-/* What the push and jsonl plugins queue: a step or an event, copied. */
+/* A scalar as plugins queue it (bmt_scalar_t with its name copied). */
+typedef struct metrics_scalar {
+    int64_t step;
+    double time, value;
+    char name[BMT_SCALAR_NAME_MAX + 1];
+} metrics_scalar_t;
+
+/* What the push and jsonl plugins queue: a step, an event or a scalar, copied. */
+typedef enum {
+    METRICS_STEP,
+    METRICS_EVENT,
+    METRICS_SCALAR
+} metrics_item_type_t;
 typedef struct metrics_item {
-    int is_event;
+    metrics_item_type_t type;
     union {
         bmt_step_metrics_t step;
         metrics_event_t event;
+        metrics_scalar_t scalar;
     } u;
 } metrics_item_t;
 
@@ -62,6 +75,7 @@ typedef struct metrics_item {
  * rest zero) or from an event. */
 void metrics_item_step(metrics_item_t *it, const bmt_step_metrics_t *m);
 void metrics_item_event(metrics_item_t *it, const bmt_event_t *ev);
+void metrics_item_scalar(metrics_item_t *it, const bmt_scalar_t *sc);
 
 /* Monotonic and unix clocks in seconds. */
 double metrics_mono_s(void);
@@ -70,6 +84,8 @@ double metrics_unix_s(void);
 /* New JSON objects (NULL when out of memory). kind_names has kinds entries. */
 json_t *metrics_step_json(const bmt_step_metrics_t *m, const char *const *kind_names, int kinds);
 json_t *metrics_event_json(const metrics_event_t *ev);
+/* {"name": ..., "value": number or null, "step": ..., "time": ...} */
+json_t *metrics_scalar_json(const metrics_scalar_t *sc);
 
 /* Read a step object written by metrics_step_json into *m (fields missing are
  * 0, or NaN for reals; unknown fields and memory kinds are ignored). Returns
@@ -77,6 +93,9 @@ json_t *metrics_event_json(const metrics_event_t *ev);
 int metrics_step_parse(const json_t *o, bmt_step_metrics_t *m, const char *const *kind_names,
                        int kinds, char *why, size_t len);
 int metrics_event_parse(const json_t *o, metrics_event_t *ev, char *why, size_t len);
+/* Types and lengths only: whether the name is a valid one is the reader's check
+ * (bmt_scalar_name_ok: plugins do not link libbmt). */
+int metrics_scalar_parse(const json_t *o, metrics_scalar_t *sc, char *why, size_t len);
 
 /* A double as a JSON number, or null when it is not finite. */
 json_t *metrics_real(double v);

@@ -1,4 +1,4 @@
-/* plugins/jsonl/jsonl.c — one JSON line per step (and per event) per rank, to a file.
+/* plugins/jsonl/jsonl.c — one JSON line per step (and per event and scalar) per rank, to a file.
  *
  * The file is BMT_JSONL with %r replaced by the rank, %j by the job id and %%
  * by '%' (default bmt-metrics-%j-%r.jsonl: one file per rank). It is opened for
@@ -8,6 +8,7 @@
  * system. Lines are
  *   {"type": "step", "job": ..., "rank": r, <the metrics of metrics_json.h>}
  *   {"type": "event", "job": ..., "rank": r, "kind": ..., "step": ..., ...}
+ *   {"type": "scalar", "job": ..., "rank": r, "name": ..., "value": ..., "step": ..., ...}
  * Writing happens on the plugin's thread (a slow disk never stalls a step);
  * finalize writes what is queued, within the flush time, and fsyncs.
  */
@@ -85,10 +86,12 @@ static int expand(const char *pattern, int rank, const char *job, char *out, siz
 
 static void write_item(struct jsonl *j, const metrics_item_t *it)
 {
-    json_t *o = it->is_event ? metrics_event_json(&it->u.event)
-                             : metrics_step_json(&it->u.step, j->kind_names, j->kinds);
-    json_t *head = json_pack("{sssssi}", "type", it->is_event ? "event" : "step", "job", j->job,
-                             "rank", j->rank);
+    static const char *const type[] = { "step", "event", "scalar" }; /* metrics_item_type_t */
+    json_t *o = it->type == METRICS_EVENT ? metrics_event_json(&it->u.event)
+                : it->type == METRICS_SCALAR
+                    ? metrics_scalar_json(&it->u.scalar)
+                    : metrics_step_json(&it->u.step, j->kind_names, j->kinds);
+    json_t *head = json_pack("{sssssi}", "type", type[it->type], "job", j->job, "rank", j->rank);
     if (o == NULL || head == NULL || json_object_update(head, o) < 0) {
         json_decref(o);
         json_decref(head);
@@ -198,6 +201,14 @@ static void jsonl_on_event(void *state, const bmt_event_t *ev)
     pq_push(j->q, &it);
 }
 
+static void jsonl_on_scalar(void *state, const bmt_scalar_t *sc)
+{
+    struct jsonl *j = state;
+    metrics_item_t it;
+    metrics_item_scalar(&it, sc);
+    pq_push(j->q, &it);
+}
+
 static void jsonl_finalize(void *state)
 {
     struct jsonl *j = state;
@@ -223,4 +234,5 @@ BMT_PLUGIN_EXPORT const bmt_monitor_plugin_v1_t bmt_monitor_plugin_v1 = {
     jsonl_on_step,
     jsonl_on_event,
     jsonl_finalize,
+    jsonl_on_scalar,
 };

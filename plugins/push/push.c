@@ -1,16 +1,20 @@
 /* plugins/push/push.c — send each step's metrics over HTTP, never stalling training.
  *
- * on_step and on_event copy the item into a bounded queue (common/queue.c) and
- * return. A thread of the plugin takes what is queued and
+ * on_step, on_event and on_scalar copy the item into a bounded queue
+ * (common/queue.c) and return. A thread of the plugin takes what is queued and
  *   - POSTs it as one JSON document to BMT_METRICS_URL (bmlaunch's collector),
  *     with "Authorization: Bearer BMT_METRICS_TOKEN":
  *       {"version": 1, "job": ..., "rank": r, "host": ..., "device_name": ...,
- *        "peak_flops": ..., "dropped": n, "steps": [...], "events": [...]}
+ *        "peak_flops": ..., "dropped": n, "steps": [...], "events": [...],
+ *        "scalars": [...]}
  *     A collector that cannot be reached (or answers 5xx/429) gets the same
  *     items again later, with backoff from 0.1 s to 5 s; meanwhile new items
  *     queue up and, when the queue is full, the oldest are dropped and counted
  *     ("dropped" in the next document that gets through). A refusal for good
  *     (other 4xx: bad token, malformed) drops those items and says why once.
+ *     An https URL is checked against BMT_METRICS_CA_PEM when set (the job's
+ *     certificate as the only CA, host name not checked: pinning), else
+ *     against the system's CAs.
  *   - PUTs the latest step as Prometheus text to a Pushgateway at
  *     BMT_PUSHGATEWAY_URL/metrics/job/bmt/job_id/<job>/rank/<rank> (replacing
  *     that rank's group), when that variable is set.
@@ -144,7 +148,11 @@ static int http(struct push *p, CURL *c, const char *method, const char *url, co
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
     curl_slist_free_all(h);
     if (rc != CURLE_OK) {
-        snprintf(msg, len, "%s %s: %s", method, url, curl_easy_strerror(rc));
+        bool tls = rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE;
+        snprintf(msg, len, "%s %s: %s%s", method, url, curl_easy_strerror(rc),
+                 tls ? " (the server's certificate is not the one BMT_METRICS_CA_PEM pins, or "
+                       "none the system trusts)"
+                     : "");
         return RETRY;
     }
     long code = 0;
@@ -158,19 +166,22 @@ static int http(struct push *p, CURL *c, const char *method, const char *url, co
 
 static char *collector_body(struct push *p, size_t n)
 {
-    json_t *steps = json_array(), *events = json_array();
+    json_t *arr[3] = { json_array(), json_array(), json_array() }; /* by metrics_item_type_t */
     json_t *doc =
-        json_pack("{sisssisssssosIsoso}", "version", 1, "job", p->job, "rank", p->rank, "host",
+        json_pack("{sisssisssssosIsososo}", "version", 1, "job", p->job, "rank", p->rank, "host",
                   p->host, "device_name", p->device_name, "peak_flops", metrics_real(p->peak_flops),
-                  "dropped", (json_int_t)pq_dropped(p->q), "steps", steps, "events", events);
+                  "dropped", (json_int_t)pq_dropped(p->q), "steps", arr[METRICS_STEP], "events",
+                  arr[METRICS_EVENT], "scalars", arr[METRICS_SCALAR]);
     if (doc == NULL)
         return NULL;
     for (size_t i = 0; i < n; i++) {
-        json_t *x = p->batch[i].is_event
-                        ? metrics_event_json(&p->batch[i].u.event)
-                        : metrics_step_json(&p->batch[i].u.step, p->kind_names, p->kinds);
+        const metrics_item_t *it = &p->batch[i];
+        json_t *x = it->type == METRICS_EVENT ? metrics_event_json(&it->u.event)
+                    : it->type == METRICS_SCALAR
+                        ? metrics_scalar_json(&it->u.scalar)
+                        : metrics_step_json(&it->u.step, p->kind_names, p->kinds);
         if (x)
-            json_array_append_new(p->batch[i].is_event ? events : steps, x);
+            json_array_append_new(arr[it->type], x);
     }
     char *s = json_dumps(doc, JSON_COMPACT);
     json_decref(doc);
@@ -255,7 +266,7 @@ static void send_gateway(struct push *p, size_t n)
 {
     const bmt_step_metrics_t *last = NULL;
     for (size_t i = 0; i < n; i++)
-        if (!p->batch[i].is_event)
+        if (p->batch[i].type == METRICS_STEP)
             last = &p->batch[i].u.step;
     if (last == NULL)
         return;
@@ -328,6 +339,28 @@ static int fail(struct push *p, char *err, size_t len, const char *fmt, ...)
     return -1;
 }
 
+/* BMT_METRICS_CA_PEM: the collector's certificate, the only CA trusted for an
+ * https BMT_METRICS_URL, and no host name check (bmlaunch --rank-exec rewrites
+ * the URL's host per node; the job's key never leaves bmlaunch). */
+static int pin_ca(CURL *c, const char *url, const char *pem, char *err, size_t len)
+{
+    if (pem == NULL || *pem == '\0' || strncmp(url, "https://", 8) != 0)
+        return 0;
+    if (strstr(pem, "-----BEGIN CERTIFICATE-----") == NULL)
+        return snprintf(err, len, "BMT_METRICS_CA_PEM holds no PEM certificate"), -1;
+    struct curl_blob blob = { (void *)pem, strlen(pem), CURL_BLOB_COPY };
+    CURLcode rc = curl_easy_setopt(c, CURLOPT_CAINFO_BLOB, &blob);
+    if (rc == CURLE_OK)
+        rc = curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
+    if (rc == CURLE_OK)
+        rc = curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
+    if (rc != CURLE_OK)
+        return snprintf(err, len, "this libcurl cannot pin BMT_METRICS_CA_PEM: %s",
+                        curl_easy_strerror(rc)),
+               -1;
+    return 0;
+}
+
 static bool http_url(const char *u)
 {
     return strncmp(u, "http://", 7) == 0 || strncmp(u, "https://", 8) == 0;
@@ -387,6 +420,10 @@ static int push_init(const bmt_job_info_t *job, void **state, char *err, size_t 
         p->curl = curl_easy_init();
         if (p->url == NULL || p->headers == NULL || p->curl == NULL)
             return fail(p, err, len, "out of memory");
+        if (pin_ca(p->curl, url, job->knob("BMT_METRICS_CA_PEM"), err, len) < 0) {
+            destroy(p);
+            return -1;
+        }
     }
     if (gw && *gw) {
         p->gw = curl_easy_init();
@@ -423,6 +460,14 @@ static void push_on_event(void *state, const bmt_event_t *ev)
     pq_push(p->q, &it);
 }
 
+static void push_on_scalar(void *state, const bmt_scalar_t *sc)
+{
+    struct push *p = state;
+    metrics_item_t it;
+    metrics_item_scalar(&it, sc);
+    pq_push(p->q, &it);
+}
+
 static void push_finalize(void *state)
 {
     struct push *p = state;
@@ -447,4 +492,5 @@ BMT_PLUGIN_EXPORT const bmt_monitor_plugin_v1_t bmt_monitor_plugin_v1 = {
     push_on_step,
     push_on_event,
     push_finalize,
+    push_on_scalar,
 };

@@ -218,7 +218,7 @@ test_expect_success "live: a job under --metrics-sd-file, found by Prometheus th
     curl -sf http://127.0.0.1:$pport/-/ready >/dev/null && curl -sf http://127.0.0.1:$aport/-/ready >/dev/null &&
     date +%s >t0 &&
     { BMT_PEAK_TFLOPS=0.000001 timeout -k 5 180 $BMLAUNCH --metrics-port $mport --metrics-sd-file $LIVE/sd/job.json \
-        -g 2 -n 2 -- $EC --steps 5000 --pace 100 --event-every 5 --bound 1e-3 >job.out 2>job.err & } &&
+        -g 2 -n 2 -- $EC --steps 5000 --pace 100 --event-every 5 --val-every 5 --bound 1e-3 >job.out 2>job.err & } &&
     tpid=$! && pids="$pids $tpid" &&
     for i in $(seq 100); do test -s sd/job.json && break; sleep 0.1; done &&
     cp sd/job.json sd-running.json &&
@@ -226,10 +226,12 @@ test_expect_success "live: a job under --metrics-sd-file, found by Prometheus th
     echo "$job" >job_id &&
     q() { curl -sf "http://127.0.0.1:$pport/api/v1/query" --data-urlencode "query=$1"; } &&
     for i in $(seq 600); do
-        q "count_over_time(bmt_tokens_per_second{job_id=\"$job\"}[1m]) >= 5" >c.json && grep -q "\"value\"" c.json && break
+        # 3 scrapes since step 5 (bmt_val_loss exists from the first val_loss, at step 5): a
+        # loaded machine starts ranks late, and every panel needs the job in its steps
+        q "count_over_time(bmt_val_loss{job_id=\"$job\"}[1m]) >= 3" >c.json && grep -q "\"value\"" c.json && break
         sleep 0.1
     done &&
-    { grep -q "\"value\"" c.json || { echo "Prometheus never had 5 samples of the job"; cat prom.log; false; }; } &&
+    { grep -q "\"value\"" c.json || { echo "Prometheus never had 3 samples of the job after its step 5"; cat prom.log; false; }; } &&
     q "up{job_id=\"$job\"}" >up.json && q "bmt_step{job_id=\"$job\"}" >step.json &&
     bml=$(pgrep -P $tpid) && rank=$(pgrep -P $bml | head -1) && test -n "$rank" &&
     kill -KILL $rank &&

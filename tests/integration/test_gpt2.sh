@@ -69,7 +69,7 @@ for part in (\"train\", \"val\"):
 "
 '
 
-test_expect_success "the tiny GPT-2 trains 2 x 2 on the corpus: the loss falls, val loss and metrics reported" '
+test_expect_success "the tiny GPT-2 trains 2 x 2 on the corpus: the loss falls, val loss (printed and as a scalar) and metrics reported" '
     BMT_PLUGINS=jsonl BMT_JSONL=$PWD/m-%r.jsonl with_timeout 300 $BMLAUNCH --metrics-port 0 -g 2 -n 2 -- \
         $GPT2 --data $TMP/corpus_train.bin --val $TMP/corpus_val.bin --steps 40 --lr 3e-3 \
         --eval-every 20 --eval-batches 2 >out 2>err &&
@@ -85,8 +85,12 @@ test_expect_success "the tiny GPT-2 trains 2 x 2 on the corpus: the loss falls, 
 	first, last = sum(loss[:5]) / 5, sum(loss[-5:]) / 5
 	assert loss[0] > 5.2 and last < loss[0] - 1.5, (loss[0], last)   # ln 256 = 5.55 at the start
 	assert val[-1] < loss[0] - 1.0, val
-	steps = [json.loads(l) for l in open("m-0.jsonl") if "\"step\"" in l]
+	rows = [json.loads(l) for l in open("m-0.jsonl")]
+	steps = [r for r in rows if r["type"] == "step"]
 	assert len(steps) == 40 and steps[0]["tokens"] == 4 * 64 and steps[0]["params"] > 200000
+	# each val loss also reaches the plugins, as the scalar val_loss at its step
+	vs = [(r["step"], r["value"]) for r in rows if r["type"] == "scalar" and r["name"] == "val_loss"]
+	assert [s for s, v in vs] == [20, 40] and all(abs(v - w) < 6e-5 for (s, v), w in zip(vs, val)), (vs, val)
 	assert abs(steps[-1]["loss"] - loss[-1]) < 1e-3, (steps[-1]["loss"], loss[-1])
 	print("loss %.3f -> %.3f, val %s" % (first, last, val))
 	EOF

@@ -33,6 +33,9 @@ test_expect_success "make install PREFIX=... installs every part" '
     test -f prefix/lib/libbmt.a && test -f prefix/lib/libbmt.so.0 && test -L prefix/lib/libbmt.so &&
     test -f prefix/lib/pkgconfig/bmt.pc &&
     test -f prefix/share/bmt/templates/bmt.sbatch &&
+    for f in bmt-alerts.yml bmt-alerts.test.yml grafana-bmt.json; do
+        cmp "$SRC/monitoring/$f" prefix/share/bmt/monitoring/$f
+    done &&
     test -f prefix/share/man/man1/bmlaunch.1 &&
     test -f prefix/include/bmt/plugin.h && test -f prefix/include/bmt/monitor.h &&
     test -x prefix/lib/bmt/plugins/push.so && test -x prefix/lib/bmt/plugins/jsonl.so

@@ -1,7 +1,9 @@
 #!/bin/bash
 # Monitoring end to end: plugins loaded by libbmt (jsonl, push, a probe plugin
-# and its broken builds), bmlaunch's collector over HTTP (bad requests, promtool,
-# a real Prometheus scraping it, headless Chromium rendering the live page),
+# and its broken builds), bmlaunch's collector over HTTPS (--metrics-tls: the
+# job's pinned certificate, an operator's, a wrong one) and over HTTP (bad
+# requests, promtool, a real Prometheus scraping it, headless Chromium rendering
+# the live page),
 # the push plugin against a collector that goes away and comes back, and a real
 # Pushgateway, and 1000 ranks pushing to one collector. The training runs are
 # engine_check on cpu (a real model, real optimizer steps), paced with --pace so
@@ -30,7 +32,7 @@ start_job() {
     JOB_PID=$!
     local i
     for i in $(seq 1200); do # 60 s: 1000 ranks start slowly on a loaded machine
-        URL=$(sed -n 's|^bmlaunch: metrics on \(http://[^ ]*\)/ .*|\1|p' job.err)
+        URL=$(sed -n 's|^bmlaunch: metrics on \(https\{0,1\}://[^ ]*\)/ .*|\1|p' job.err)
         [ -n "$URL" ] && return 0
         kill -0 $JOB_PID 2>/dev/null || break
         sleep 0.05
@@ -41,10 +43,11 @@ start_job() {
 }
 
 # Wait until the job has pushed step $1 on every rank (bmt_step >= $1).
+# CACERT: the certificate to trust when URL is https.
 wait_step() {
     local i
     for i in $(seq 300); do
-        curl -sf "$URL/api/status" >status.json 2>/dev/null &&
+        curl -sf ${CACERT:+--cacert "$CACERT"} "$URL/api/status" >status.json 2>/dev/null &&
             $PY -c 'import json,sys; sys.exit(0 if json.load(open("status.json"))["step"] >= int(sys.argv[1]) else 1)' "$1" &&
             return 0
         sleep 0.1
@@ -102,6 +105,25 @@ test_expect_success "a probe plugin sees init, every step, events, the abort and
     grep -qx "0 event abort status 3 step 4 detail engine_check --abort-at 4" probe.log &&
     test "$(grep "^0 " probe.log | tail -2 | head -1)" = "0 event abort status 3 step 4 detail engine_check --abort-at 4" &&
     test "$(grep "^0 " probe.log | tail -1)" = "0 finalize"
+'
+
+test_expect_success "scalars reach plugins with on_scalar, never one of the old size (48 bytes)" '
+    BMT_PLUGINS=$PLUG/probe.so BMT_PROBE_LOG=$PWD/new.log BMT_JSONL=$PWD/m-%r.jsonl \
+        $BMLAUNCH --metrics-port 0 -n 2 -- $PROGS/steps --steps 3 --scalars 1 >out 2>err &&
+    BMT_PLUGINS=$PLUG/probe_48.so BMT_PROBE_LOG=$PWD/old.log \
+        $BMLAUNCH --metrics-port 0 -n 2 -- $PROGS/steps --steps 3 --scalars 1 >out 2>err &&
+    grep -qx "1 scalar val_loss 1.01 step 2" new.log && grep -qx "0 scalar custom_0 0 step 3" new.log &&
+    test $(grep -c " scalar " new.log) -eq 12 &&
+    test $(grep -c " step " old.log) -eq 6 && ! grep -q " scalar " old.log
+'
+
+test_expect_success "a scalar name one too many fails the rank and says why" '
+    BMT_PLUGINS=jsonl BMT_JSONL=$PWD/m-%r.jsonl \
+        $BMLAUNCH --metrics-port 0 -n 1 -- $PROGS/steps --steps 2 --scalars 31 >out 2>err &&
+    test $(grep -c "\"type\":\"scalar\"" m-0.jsonl) -eq 64 &&
+    { $BMLAUNCH --metrics-port 0 -n 1 -- $PROGS/steps --steps 2 --scalars 32 >out 2>err; rc=$?; } &&
+    test $rc -eq 1 &&
+    grep -q "bmt_report_scalar: .custom_31. would be one name too many: a process reports at most 32 names" err
 '
 
 test_expect_success "time spent in a plugin is measured: plugin_s shows a 30 ms on_step" '
@@ -165,6 +187,91 @@ test_expect_success "a plugin whose init fails, and bad knobs, are refused with 
     test $rc -eq 1 && grep -q "push: init failed: neither BMT_METRICS_URL" out &&
     { BMT_PLUGINS=push BMT_PUSHGATEWAY_URL=ftp://x $BMLAUNCH --metrics-port 0 -n 1 -- $EC --steps 1 >out 2>&1; rc=$?; } &&
     test $rc -eq 1 && grep -q "BMT_PUSHGATEWAY_URL=.ftp://x. is not an http:// or https:// URL" out
+'
+
+# ------------------------------------------------------------ HTTPS (--metrics-tls)
+
+test_expect_success "HTTPS: pushes pinned to the job's certificate reach /metrics; curl needs that certificate; plain HTTP fails; a wrong one fails the push, which says so; Prometheus scrapes it as docs/metrics.md says" '
+    mkdir sd && pport=$(free_port) &&
+    cat >prom.yml <<-EOF &&
+	global:
+	  scrape_interval: 1s
+	scrape_configs:
+	  - job_name: bmt
+	    honor_labels: true
+	    tls_config:
+	      ca_file: $PWD/sd/job.ca.pem
+	    file_sd_configs:
+	      - files: ["$PWD/sd/*.json"]
+	EOF
+    start_job --metrics-tls on --metrics-port $(free_port) --log-dir logs --metrics-sd-file sd/job.json \
+        -n 2 -- $EC --steps 400 --pace 20 $LONG &&
+    case $URL in https://127.0.0.1:*) ;; *) echo "not https: $URL"; false ;; esac &&
+    test -s logs/metrics-ca.pem && cmp logs/metrics-ca.pem sd/job.ca.pem &&
+    grep -q "\"__scheme__\": \"https\"" sd/job.json &&
+    { prometheus --config.file=prom.yml --storage.tsdb.path=$PWD/tsdb \
+        --web.listen-address=127.0.0.1:$pport >prom.log 2>&1 & }
+    ppid=$!
+    trap "kill $ppid $JOB_PID 2>/dev/null" EXIT
+    CACERT=logs/metrics-ca.pem wait_step 3 &&
+    rank=$(pgrep -P $JOB_PID | head -1) &&
+    $PY -c "
+import ssl, sys, urllib.request
+env = dict(v.split(b\"=\", 1) for v in open(\"/proc/$rank/environ\", \"rb\").read().split(b\"\\0\") if b\"=\" in v)
+url, pem = env[b\"BMT_METRICS_URL\"].decode(), env[b\"BMT_METRICS_CA_PEM\"].decode()
+assert url.startswith(\"https://127.0.0.1:\") and url.endswith(\"/api/push\"), url
+assert pem == open(\"logs/metrics-ca.pem\").read() and pem.startswith(\"-----BEGIN CERTIFICATE-----\"), pem
+open(\"token\", \"w\").write(env[b\"BMT_METRICS_TOKEN\"].decode())
+# the contract of docs/metrics.md for a Python client
+ctx = ssl.create_default_context(cadata=pem)
+ctx.check_hostname = False
+assert urllib.request.urlopen(\"$URL/api/status\", context=ctx).status == 200
+" &&
+    curl -sf --cacert logs/metrics-ca.pem "$URL/metrics" >metrics.txt &&
+    promtool check metrics <metrics.txt &&
+    grep -q "^bmt_ranks_reporting{job_id=\"[^\"]*\"} 2$" metrics.txt &&
+    grep -q "^bmt_tokens_total{job_id=\"[^\"]*\"} [1-9]" metrics.txt &&
+    curl -sf --cacert logs/metrics-ca.pem "$URL/" | grep -qi "<html" &&
+    { curl -s "$URL/metrics" >/dev/null; rc=$?; } && test $rc -eq 60 &&
+    ! curl -s --max-time 5 "http://${URL#https://}/metrics" >plain.txt && ! grep -q bmt_ plain.txt &&
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=other \
+        -days 1 -keyout other.key -out other.pem 2>/dev/null &&
+    { BMT_PLUGINS=push BMT_METRICS_URL=$URL/api/push BMT_METRICS_TOKEN=$(cat token) \
+        BMT_METRICS_CA_PEM="$(cat other.pem)" BMT_PLUGIN_FLUSH_TIMEOUT=0.5 \
+        $BMLAUNCH --metrics-port 0 -n 1 -- $EC --steps 2 >out 2>err; rc=$?; } &&
+    test $rc -eq 0 &&
+    grep -q "push: cannot reach the collector.*SSL peer certificate.*not the one BMT_METRICS_CA_PEM pins" err &&
+    { BMT_PLUGINS=push BMT_METRICS_URL=$URL/api/push BMT_METRICS_TOKEN=x BMT_METRICS_CA_PEM=junk \
+        $BMLAUNCH --metrics-port 0 -n 1 -- $EC --steps 1 >out 2>err; rc=$?; } &&
+    test $rc -eq 1 && grep -q "BMT_METRICS_CA_PEM holds no PEM certificate" err &&
+    for i in $(seq 120); do
+        curl -sf "http://127.0.0.1:$pport/api/v1/query" --data-urlencode "query=bmt_step > 0" >q.json &&
+            grep -q "\"value\"" q.json && break
+        sleep 0.25
+    done &&
+    curl -sf "http://127.0.0.1:$pport/api/v1/targets" >t.json &&
+    grep -q "\"scrapeUrl\":\"https://127.0.0.1:[0-9]*/metrics\"" t.json && grep -q "\"health\":\"up\"" t.json &&
+    grep -q "\"value\"" q.json &&
+    { kill -INT $JOB_PID; wait $JOB_PID || true; } &&
+    test ! -e sd/job.json && test ! -e sd/job.ca.pem && test -s logs/metrics-ca.pem
+'
+
+test_expect_success "HTTPS with the operator's --metrics-cert/--metrics-key; bad files are refused before anything runs" '
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=op \
+        -addext subjectAltName=IP:127.0.0.1 -days 1 -keyout op.key -out op.pem 2>/dev/null &&
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=op2 \
+        -days 1 -keyout op2.key -out op2.pem 2>/dev/null &&
+    for bad in "nope.pem op.key:nope.pem" "op.key op.key:holds no certificate" \
+               "op.pem op2.key:does not belong to the certificate"; do
+        files=${bad%%:*} want=${bad#*:} &&
+        { $BMLAUNCH --metrics-cert ${files% *} --metrics-key ${files#* } -n 1 -- touch started 2>err; rc=$?; } &&
+        test $rc -eq 2 && grep -q "$want" err && test ! -e started || exit 1
+    done &&
+    start_job --metrics-cert op.pem --metrics-key op.key --metrics-port $(free_port) --metrics-linger 5 \
+        -n 2 -- $EC --steps 4 &&
+    case $URL in https://127.0.0.1:*) ;; *) false ;; esac &&
+    CACERT=op.pem wait_step 4 &&
+    kill -INT $JOB_PID && wait $JOB_PID || true
 '
 
 # ------------------------------------------------------------ the collector over HTTP
@@ -632,6 +739,42 @@ test_expect_success "headless Chromium: a clean end reads succeeded in green and
 	    assert re.fullmatch(r"[0-9.]+(k| m?s)?", card(k)), (k, card(k))
 	m = re.search(r"<svg id=\"chart-steptime\" data-points=\"(\d+)\"", d)
 	assert m and int(m.group(1)) >= 10, m and m.group(1)
+	print("ok")
+	EOF
+'
+
+test_expect_success "val_loss and custom scalars: /metrics (promtool), /api/status and the page after the end" '
+    start_job --metrics-port $(free_port) --metrics-linger 30 -n 2 -- $PROGS/steps --steps 6 --pace 20 --scalars 2 &&
+    for i in $(seq 200); do
+        curl -sf "$URL/api/status" >s.json && grep -q "\"state\":\"ended\"" s.json && break; sleep 0.1
+    done &&
+    curl -sf "$URL/metrics" >m.txt && promtool check metrics <m.txt &&
+    { ! command -v chromium >/dev/null ||
+      timeout 60 chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage \
+        --host-resolver-rules="MAP * ~NOTFOUND, EXCLUDE 127.0.0.1" \
+        --user-data-dir=$PWD/chrome --virtual-time-budget=5000 --dump-dom "$URL/" >dom.html 2>chrome.err; } &&
+    kill -INT $JOB_PID; rc=0; wait $JOB_PID || rc=$?
+    test $rc -eq 0 &&
+    $PY - <<-EOF
+	import json, os, re
+	m = open("m.txt").read()
+	def sc(name, fam="bmt_scalar"):
+	    return float(re.search(r"^%s\{job_id=\"[^\"]*\",name=\"%s\"\} (\S+)$" % (fam, name), m, re.M).group(1))
+	# steps: val_loss = 2/step + rank/100, custom_k = k + rank; 2 ranks, 6 steps
+	v = float(re.search(r"^bmt_val_loss\{job_id=\"[^\"]*\"\} (\S+)$", m, re.M).group(1))
+	assert abs(v - (2 / 6 + 0.005)) < 1e-12, v
+	assert re.search(r"^bmt_val_loss_step\{job_id=\"[^\"]*\"\} 6$", m, re.M)
+	assert sc("custom_0") == 0.5 and sc("custom_1") == 1.5 and sc("custom_1", "bmt_scalar_step") == 6
+	s = json.load(open("s.json"))
+	vh = s["val_history"]
+	assert [p["step"] for p in vh] == [1, 2, 3, 4, 5, 6], vh
+	assert all(abs(p["val_loss"] - (2 / p["step"] + 0.005)) < 1e-12 for p in vh), vh
+	assert s["scalars"]["custom_1"] == {"value": 1.5, "step": 6}, s["scalars"]
+	if os.path.exists("dom.html"):
+	    d = open("dom.html").read()
+	    c = re.search(r"<svg id=\"chart-loss\" data-points=\"(\d+)\"[^>]*data-points2=\"(\d+)\"[^>]*>(.*?)</svg>", d)
+	    assert c and int(c.group(2)) == 6 and ">- - val loss</text>" in c.group(3), c and c.groups()[:2]
+	    assert re.search(r"<div class=\"v\" id=\"v-val\">0\.33\d*</div><div class=\"k\" id=\"k-val\">val loss \(step 6\)</div>", d)
 	print("ok")
 	EOF
 '

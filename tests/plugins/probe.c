@@ -1,12 +1,13 @@
 /* tests/plugins/probe.c — a monitor plugin that writes down every call it gets.
  *
- * Built four ways (Makefile): probe.so (this ABI), probe_v2.so (claims ABI
+ * Built five ways (Makefile): probe.so (this ABI), probe_v2.so (claims ABI
  * version 2), probe_nosym.so (exports no plugin symbol), probe_small.so (a
- * struct too small to hold the callbacks). tests/integration/test_monitor.sh
- * loads them through BMT_PLUGINS. Settings:
- *   BMT_PROBE_LOG       file the calls are appended to, one line each:
- *                       "R init world W job J peak P", "R step S tokens T plugin_s X",
- *                       "R event NAME status S step S detail D", "R finalize"
+ * struct too small to hold the callbacks), probe_48.so (size 48: a plugin built
+ * before on_scalar was appended, which libbmt must not call for scalars; its
+ * struct still holds probe_on_scalar, so a call would show in the log).
+ * tests/integration/test_monitor.sh loads them through BMT_PLUGINS. Settings: BMT_PROBE_LOG file
+ * the calls are appended to, one line each: "R init world W job J peak P", "R step S tokens T
+ * plugin_s X", "R event NAME status S step S detail D", "R scalar NAME VALUE step S", "R finalize"
  *   BMT_PROBE_FAIL      init fails with this message
  *   BMT_PROBE_SLEEP_MS  on_step sleeps this long (plugin_s must show it)
  * The writes are blocking on purpose: this is a test plugin, not a model.
@@ -97,6 +98,12 @@ static void probe_on_event(void *state, const bmt_event_t *e)
          e->detail);
 }
 
+static void probe_on_scalar(void *state, const bmt_scalar_t *sc)
+{
+    struct probe *p = state;
+    line(p, "scalar %s %.17g step %lld", sc->name, sc->value, (long long)sc->step);
+}
+
 static void probe_finalize(void *state)
 {
     struct probe *p = state;
@@ -107,10 +114,12 @@ static void probe_finalize(void *state)
 
 #ifndef PROBE_NO_SYMBOL
 BMT_PLUGIN_EXPORT const bmt_monitor_plugin_v1_t bmt_monitor_plugin_v1 = {
-    PROBE_SIZE, PROBE_VERSION, "probe", probe_init, probe_on_step, probe_on_event, probe_finalize,
+    PROBE_SIZE,    PROBE_VERSION,  "probe",        probe_init,
+    probe_on_step, probe_on_event, probe_finalize, probe_on_scalar,
 };
 #else
 BMT_PLUGIN_EXPORT const bmt_monitor_plugin_v1_t not_the_plugin_symbol = {
-    PROBE_SIZE, PROBE_VERSION, "probe", probe_init, probe_on_step, probe_on_event, probe_finalize,
+    PROBE_SIZE,    PROBE_VERSION,  "probe",        probe_init,
+    probe_on_step, probe_on_event, probe_finalize, probe_on_scalar,
 };
 #endif

@@ -88,6 +88,8 @@ typedef struct opts {
     double bound;         /* relative bound on parameters, loss and grad norm; 0: by dtype */
     double pace_ms;       /* sleep this long in every step (monitoring tests want a steady run) */
     int event_every;      /* report a checkpoint_saved event every N steps (0: none) */
+    int val_every;        /* report the step's loss as the scalar val_loss every N steps (a
+                           * stand-in for a validation loss: the metrics path is what is tested) */
     int abort_at;         /* rank 0 calls bmt_abort(3, ...) after this step (0: never) */
     const char *ckpt_dir; /* checkpoint after step ckpt_at, then rewind to it (see ckpt check) */
     int ckpt_at;
@@ -1585,6 +1587,8 @@ static int monitor_step(monitor_t *mon, int s, double loss, const bmt_step_info_
         if (bmt_report_event(ctx, BMT_EVENT_CHECKPOINT_SAVED, path, err) < 0)
             return -1;
     }
+    if (O.val_every && s % O.val_every == 0 && bmt_report_scalar(ctx, "val_loss", loss, err) < 0)
+        return -1;
     return 0;
 }
 
@@ -2222,7 +2226,7 @@ static int usage(void)
             "                    [--dtype f32|bf16] [--reduce-dtype f32|bf16] [--bound X]\n"
             "                    [--init-dump FILE] [--variants] [--master-only] [--overlap 1|0]\n"
             "                    [--kernel-check] [--verbose]\n"
-            "                    [--pace MS] [--event-every N] [--abort-at S]\n");
+            "                    [--pace MS] [--event-every N] [--val-every N] [--abort-at S]\n");
     return 2;
 }
 
@@ -2282,6 +2286,8 @@ static int parse(int argc, char **argv)
             O.pace_ms = strtod(v, &end);
         else if (strcmp(a, "--event-every") == 0)
             O.event_every = (int)strtol(v, &end, 10);
+        else if (strcmp(a, "--val-every") == 0)
+            O.val_every = (int)strtol(v, &end, 10);
         else if (strcmp(a, "--abort-at") == 0)
             O.abort_at = (int)strtol(v, &end, 10);
         else if (strcmp(a, "--ckpt-dir") == 0)
@@ -2314,7 +2320,7 @@ static int parse(int argc, char **argv)
     if (O.steps < 1 || O.accum < 1 || (O.zero != 2 && O.zero != 3) ||
         (O.ckpt != 0 && O.ckpt != 1) || (O.prefetch != 0 && O.prefetch != 1) || O.nan_step < 0 ||
         (O.overlap != 0 && O.overlap != 1) || O.nan_step > O.steps || O.clip < 0 || O.warmup < 0 ||
-        !(O.pace_ms >= 0) || O.event_every < 0 || O.abort_at < 0 ||
+        !(O.pace_ms >= 0) || O.event_every < 0 || O.val_every < 0 || O.abort_at < 0 ||
         (O.ckpt_dir && (O.ckpt_at < 1 || O.ckpt_at >= O.steps)))
         return usage();
     return 0;

@@ -1,6 +1,7 @@
 /* tests/progs/steps.c — a rank that reports training steps and does nothing else.
  *
  *     bmlaunch ... -- steps [--steps N] [--pace MS] [--tokens T] [--late MS] [--stop N]
+ *                       [--scalars K]
  *
  * bmt_init, then N steps of: sleep --pace milliseconds, bmt_report_step with
  * T tokens (default 1000 + rank, so that sums over ranks are checkable), one
@@ -11,6 +12,9 @@
  * world, which the last rank joins MS milliseconds late: the others' comm_wait_s
  * must show that wait, the last rank's must not. With --stop N the last rank
  * stops itself (SIGSTOP) after step N: a stuck rank for the stale-rank tests.
+ * With --scalars K every step also reports "val_loss" = 2/step + rank/100 and
+ * K scalars "custom_I" = I + rank (I from 0), through bmt_report_scalar: a K
+ * of 32 or more goes over the bound on names, which must fail the rank.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -23,7 +27,8 @@
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: steps [--steps N] [--pace MS] [--tokens T] [--late MS] [--stop N]\n");
+    fprintf(stderr, "usage: steps [--steps N] [--pace MS] [--tokens T] [--late MS] [--stop N] "
+                    "[--scalars K]\n");
     return 2;
 }
 
@@ -55,14 +60,15 @@ static int all_reduce_one(bmt_ctx_t *ctx, bmt_error_t *err)
 
 int main(int argc, char **argv)
 {
-    long steps = 5, pace_ms = 0, tokens = -1, late_ms = 0, stop = 0;
+    long steps = 5, pace_ms = 0, tokens = -1, late_ms = 0, stop = 0, scalars = -1;
     for (int i = 1; i < argc; i++) {
-        long *dst = strcmp(argv[i], "--steps") == 0    ? &steps
-                    : strcmp(argv[i], "--pace") == 0   ? &pace_ms
-                    : strcmp(argv[i], "--tokens") == 0 ? &tokens
-                    : strcmp(argv[i], "--late") == 0   ? &late_ms
-                    : strcmp(argv[i], "--stop") == 0   ? &stop
-                                                       : NULL;
+        long *dst = strcmp(argv[i], "--steps") == 0     ? &steps
+                    : strcmp(argv[i], "--pace") == 0    ? &pace_ms
+                    : strcmp(argv[i], "--tokens") == 0  ? &tokens
+                    : strcmp(argv[i], "--late") == 0    ? &late_ms
+                    : strcmp(argv[i], "--stop") == 0    ? &stop
+                    : strcmp(argv[i], "--scalars") == 0 ? &scalars
+                                                        : NULL;
         char *end = NULL;
         if (dst == NULL || i + 1 >= argc)
             return usage();
@@ -96,6 +102,16 @@ int main(int argc, char **argv)
         if (bmt_report_step(ctx, &r, NULL, &err) < 0) {
             fprintf(stderr, "steps: %s\n", err.text);
             bmt_abort(ctx, 1, err.text);
+        }
+        for (long k = -1; k < scalars; k++) {
+            char name[32];
+            snprintf(name, sizeof(name), k < 0 ? "val_loss" : "custom_%ld", k);
+            double v =
+                k < 0 ? 2.0 / (double)s + bmt_rank(ctx) / 100.0 : (double)(k + bmt_rank(ctx));
+            if (bmt_report_scalar(ctx, name, v, &err) < 0) {
+                fprintf(stderr, "steps: %s\n", err.text);
+                bmt_abort(ctx, 1, err.text);
+            }
         }
         if (s == stop && bmt_rank(ctx) == bmt_world_size(ctx) - 1) {
             printf("steps: rank %d stops after step %ld\n", bmt_rank(ctx), s);

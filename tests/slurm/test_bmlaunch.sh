@@ -2,7 +2,8 @@
 # bmlaunch under a real Slurm cluster (tests/slurm/cluster.sh: slurmctld, slurmd and
 # munge of our own, one node, then two nodes in network namespaces): the ranks run
 # through srun --mpi=pmix, the summary and exit codes are those of local mode, the
-# rendered batch script runs under sbatch --wait, scancel ends every rank.
+# rendered batch script runs under sbatch --wait, scancel ends every rank; across
+# two nodes the metrics pushes travel over HTTPS only.
 . "$(dirname "$0")/../integration/lib.sh"
 . "$(dirname "$0")/cluster.sh"
 
@@ -138,6 +139,12 @@ test_expect_success "a second SIGINT kills every task at once; exit 130; no step
     test ! -s steps && test ! -s survivors
 '
 
+test_expect_success "bmlaunch killed by SIGKILL: srun (told by PR_SET_PDEATHSIG) cancels the step; no step or rank left" '
+    mkdir pids && export BEHAVE_PIDDIR=$PWD/pids &&
+    with_timeout 90 salloc -N1 -n4 bash -c "sigjob KILL 60 4 -n 4 -- $PROGS/behave catch 1000" &&
+    test "$(cat rc)" = 137 && test ! -s steps && test ! -s survivors
+'
+
 test_expect_success "a rank that fails: the others get SIGTERM and the grace, as locally (srun -K would SIGKILL them)" '
     mkdir pids && export BEHAVE_PIDDIR=$PWD/pids &&
     { with_timeout 90 salloc -N1 -n4 $BMLAUNCH --grace 20 -n 4 -- $PROGS/behave catch 1 2 3 >out 2>err; rc=$?; } &&
@@ -241,17 +248,58 @@ else
         with_timeout 120 salloc -N2 --ntasks-per-node=4 $BMLAUNCH -g 2 -n 4 -- $PROGS/behave env >out 2>err &&
         grep -qx "5: BMT_NODE=1" out && grep -qx "5: BMT_LOCAL_RANK=1" out && grep -qx "5: BMT_GROUP=1" out
     '
-    test_expect_success "two nodes: ranks on both nodes push metrics to bmlaunch by the launch node's address" '
+    # Pushes from the nodes cross the cluster's bridge to bmlaunch's address on it:
+    # sniff.py BRIDGE PORT counts the TCP segments to PORT on the bridge, the TLS
+    # records among them and any with clear-text HTTP or a bearer token, into
+    # sniff.txt once ./stop exists.
+    cat >"$TMP/sniff.py" <<-'EOF'
+	import os, socket, sys
+	br, port = sys.argv[1], int(sys.argv[2]).to_bytes(2, "big")
+	s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+	s.bind((br, 0)); s.settimeout(0.2)
+	open("sniffing", "w").close()
+	seen = tls = clear = 0
+	while not os.path.exists("stop"):
+	    try:
+	        f = s.recv(65535)
+	    except socket.timeout:
+	        continue
+	    if len(f) < 54 or f[12:14] != b"\x08\x00" or f[23] != 6:
+	        continue
+	    t = 14 + (f[14] & 15) * 4
+	    data = f[t + (f[t + 12] >> 4) * 4:]
+	    if f[t + 2:t + 4] != port or not data:
+	        continue
+	    seen += 1
+	    tls += data[:1] in (b"\x16", b"\x17") and data[1:2] == b"\x03"
+	    clear += b"Bearer" in data or b"HTTP/1" in data or b"api/push" in data
+	open("sniff.txt", "w").write("%d %d %d\n" % (seen, tls, clear))
+	EOF
+    test_expect_success "two nodes: ranks on both nodes push metrics over HTTPS (the default there) to the launch node's address, pinned to the job's certificate; nothing in clear text on the wire" '
         port=$(/usr/bin/python3 -c "import socket; s=socket.socket(); s.bind((\"127.0.0.1\", 0)); print(s.getsockname()[1])") &&
+        br=$(sed -n "s/^link \(bmtsl[0-9]*\)\$/\1/p" "$SLURM_DIR/net" | head -1) && test -n "$br" &&
+        brip=$(ip -o -4 addr show dev $br | awk "{print \$4}" | cut -d/ -f1) &&
+        { /usr/bin/python3 $TMP/sniff.py $br $port & }
+        sniffer=$!
+        for i in $(seq 100); do test -e sniffing && break; sleep 0.05; done
         { with_timeout 120 salloc -N2 --ntasks-per-node=2 $BMLAUNCH --backend none --metrics-port $port \
-            --metrics-linger 10 -g 2 -n 2 -- $PROGS/steps --steps 5 --pace 200 >out 2>err & }
+            --metrics-linger 10 --log-dir logs -g 2 -n 2 -- $PROGS/steps --steps 5 --pace 200 >out 2>err & }
         job=$!
         for i in $(seq 600); do
-            curl -sf "http://127.0.0.1:$port/api/status?ranks=1" >s.json && grep -q "\"state\":\"ended\"" s.json && break
+            curl -sf --cacert logs/metrics-ca.pem "https://127.0.0.1:$port/api/status?ranks=1" >s.json &&
+                grep -q "\"state\":\"ended\"" s.json && break
             sleep 0.1
         done
+        # still serving (the linger): by the bridge address too, never in plain HTTP
+        brrc=0; curl -sf --cacert logs/metrics-ca.pem "https://$brip:$port/metrics" >metrics.txt || brrc=$?
+        plainrc=0; curl -s --max-time 5 "http://127.0.0.1:$port/metrics" >plain.txt || plainrc=$?
+        touch stop; wait $sniffer
         rc=0; wait $job || rc=$?   # salloc keeps SIGINT from bmlaunch: let the linger end
-        test $rc -eq 0 && grep -q "bmlaunch: metrics on http://.*:$port/" err &&
+        test $rc -eq 0 && grep -q "bmlaunch: metrics on https://.*:$port/" err &&
+        test $brrc -eq 0 && grep -q "^bmt_tokens_total{job_id=\"slurm\.[0-9]*\"} 20030$" metrics.txt &&
+        test $plainrc -ne 0 && ! grep -q bmt_ plain.txt &&
+        read seen tls clear <sniff.txt && echo "sniffed: $seen segments to port $port, $tls TLS records, $clear in clear" &&
+        test $tls -ge 4 && test $clear -eq 0 &&
         /usr/bin/python3 -c "
 import json
 s = json.load(open(\"s.json\"))

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "tlscert.h"
 #include "tap.h"
 
 #define MAXARGS 16
@@ -65,6 +66,17 @@ static void check_valid(void)
                strcmp(o.log_dir, "/tmp/x") == 0 && o.tee && !o.label && o.verbose == 1 &&
                o.nodes == 2,
            "every option sets its field");
+    }
+    {
+        const char *a[] = {
+            "--metrics-tls", "on", "--metrics-cert", "c.pem", "--metrics-key", "k.pem", "p", NULL
+        };
+        ok(parse(a, &o, &err) == 0 && o.metrics_tls == TLS_ON &&
+               strcmp(o.metrics_cert, "c.pem") == 0 && strcmp(o.metrics_key, "k.pem") == 0,
+           "--metrics-tls, --metrics-cert and --metrics-key set their fields");
+        const char *d[] = { "p", NULL };
+        ok(parse(d, &o, &err) == 0 && o.metrics_tls == TLS_AUTO && o.metrics_cert == NULL,
+           "--metrics-tls defaults to auto");
     }
     {
         const char *a[] = { "--grace", "0", "p", NULL };
@@ -136,6 +148,14 @@ static const struct {
     { { "--metrics-sd-file", "sd/", "p" }, "--metrics-sd-file needs a file name, got 'sd/'" },
     { { "--metrics-port", "0", "--metrics-sd-file", "t.json", "p" },
       "--metrics-sd-file names the collector's port for Prometheus, but --metrics-port 0" },
+    { { "--metrics-tls", "yes", "p" }, "--metrics-tls must be auto, on or off, got 'yes'" },
+    { { "--metrics-cert", "c.pem", "p" }, "--metrics-cert and --metrics-key go together" },
+    { { "--metrics-key", "k.pem", "p" }, "--metrics-cert and --metrics-key go together" },
+    { { "--metrics-cert", "", "--metrics-key", "k.pem", "p" }, "--metrics-cert needs a file name" },
+    { { "--metrics-tls", "off", "--metrics-cert", "c", "--metrics-key", "k", "p" },
+      "--metrics-cert serves HTTPS, but --metrics-tls off turns it off" },
+    { { "--metrics-port", "0", "--metrics-tls", "on", "p" },
+      "--metrics-tls on and --metrics-cert are for the collector, but --metrics-port 0" },
     { { "--plan", "p" }, "--plan runs nothing" },
     { { "--groups", "2" }, "no program to run" },
     { { "--" }, "no program to run" },

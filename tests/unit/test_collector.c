@@ -7,7 +7,8 @@
  * request, label escaping of a hostile job id, and the push counters; the
  * values of a push (impossible ones and steps far from the job's refused, and
  * such a push changes nothing), the last figures kept after the end with the
- * job's state and its failed ranks, and the collector's connection limits.
+ * job's state and its failed ranks, the collector's connection limits, and
+ * scalars (val_loss and a program's own, with the bound on their names).
  * tests/integration/test_monitor.sh drives the same code over HTTP, with
  * promtool, Prometheus and Chromium.
  */
@@ -88,7 +89,7 @@ static void check_refusals(void)
         { AUTH, "{\"version\":1,\"job\":\"job1\",\"rank\":-1}", 400, "\"rank\" must be" },
         { AUTH, "{\"version\":1,\"job\":\"job1\",\"rank\":\"0\"}", 400, "\"rank\" must be" },
         { AUTH, "{\"version\":1,\"job\":\"job1\",\"rank\":0,\"steps\":{}}", 400,
-          "\"steps\" and \"events\" must be arrays" },
+          "\"steps\", \"events\" and \"scalars\" must be arrays" },
         { AUTH, "{\"version\":1,\"job\":\"job1\",\"rank\":0,\"dropped\":-5}", 400,
           "\"dropped\" must be a count" },
         { AUTH,
@@ -582,6 +583,93 @@ static void check_counters(void)
     collector_destroy(c);
 }
 
+static int push_scalars(collector_t *c, int r, const char *scalars, char *why)
+{
+    char body[8192];
+    snprintf(body, sizeof(body), "{\"version\":1,\"job\":\"sc\",\"rank\":%d,\"scalars\":[%s]}", r,
+             scalars);
+    return collector_ingest(c, AUTH, body, strlen(body), why, 300);
+}
+
+/* Scalars: val_loss and a program's own, their means, the bound on names, the
+ * refusals (which change nothing), and the page's val_loss history. */
+static void check_scalars(void)
+{
+    collector_t *c = make("sc", 1, 2, false);
+    char why[300] = "";
+    size_t len;
+    char *m = collector_metrics_text(c, &len);
+    ok(strstr(m, "bmt_val_loss") == NULL && strstr(m, "bmt_scalar") == NULL,
+       "no scalar families before a scalar came");
+    free(m);
+    for (int r = 0; r < 2; r++)
+        for (int step = 10; step <= 20; step += 10) {
+            char x[512];
+            snprintf(x, sizeof(x),
+                     "{\"name\":\"val_loss\",\"value\":%g,\"step\":%d,\"time\":1},"
+                     "{\"name\":\"bleu\",\"value\":%d,\"step\":%d,\"time\":1}",
+                     3.0 - step / 10.0 + r, step, r + 1, step);
+            ok(push_scalars(c, r, x, why) == 200, "rank %d, step %d: scalars accepted (%s)", r,
+               step, why);
+        }
+    m = collector_metrics_text(c, &len);
+    ok(fabs(sample(m, "bmt_val_loss{job_id=\"sc\"}") - 1.5) < 1e-12 &&
+           sample(m, "bmt_val_loss_step{job_id=\"sc\"}") == 20,
+       "bmt_val_loss: mean of the ranks' last values (1 and 2), at step 20");
+    ok(sample(m, "bmt_scalar{job_id=\"sc\",name=\"bleu\"}") == 1.5 &&
+           sample(m, "bmt_scalar_step{job_id=\"sc\",name=\"bleu\"}") == 20 &&
+           strstr(m, "name=\"val_loss\"") == NULL,
+       "bmt_scalar{name=\"bleu\"}: 1.5 at step 20; val_loss is not repeated as a bmt_scalar");
+    free(m);
+    char *s = collector_status_json(c, false, &len);
+    ok(s &&
+           strstr(s, "\"val_history\":[{\"step\":10,\"val_loss\":2.5},{\"step\":20,"
+                     "\"val_loss\":1.5}]") &&
+           strstr(s, "\"bleu\":{\"value\":1.5,\"step\":20}"),
+       "status: val_history of two points, each a mean over the ranks; scalars by name");
+    free(s);
+
+    static const struct {
+        const char *x, *why;
+    } bad[] = {
+        { "{\"name\":\"Val\",\"value\":1,\"step\":1}", "scalars[0]: name \"Val\" must be" },
+        { "{\"name\":\"a b\",\"value\":1,\"step\":1}", "scalars[0]: name \"a b\" must be" },
+        { "{\"name\":\"x\",\"value\":1e31,\"step\":1}", "more than any job makes" },
+        { "{\"name\":\"x\",\"value\":\"1\",\"step\":1}", "field \"value\" must be a number" },
+        { "{\"name\":\"x\",\"value\":1,\"step\":-1}", "\"step\" must not be negative" },
+        { "{\"value\":1}", "a scalar must be an object with a string \"name\"" },
+        { "7", "a scalar must be an object" },
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int code = push_scalars(c, 0, bad[i].x, why);
+        ok(code == 400 && strstr(why, bad[i].why), "refused: %s -> %d %s", bad[i].x, code, why);
+    }
+    /* 2 names so far: 30 more fit, and the push with a 31st is refused whole */
+    char many[8192] = "";
+    for (int i = 0; i < 31; i++)
+        snprintf(many + strlen(many), sizeof(many) - strlen(many),
+                 "%s{\"name\":\"s%d\",\"value\":%d,\"step\":30}", i ? "," : "", i, i);
+    int code = push_scalars(c, 0, many, why);
+    ok(code == 400 && strstr(why, "\"s30\" would be one name too many: a job has at most 32 "
+                                  "scalar names (it has 2)"),
+       "a push that brings the job to 33 names is refused: %d %s", code, why);
+    m = collector_metrics_text(c, &len);
+    ok(strstr(m, "name=\"s0\"") == NULL, "and none of its names was kept");
+    free(m);
+    *strstr(many, ",{\"name\":\"s30\"") = '\0'; /* s0..s29: 32 names in all */
+    code = push_scalars(c, 1, many, why);
+    ok(code == 200, "30 new names: 32 in all, accepted (%s)", why);
+    ok(push_scalars(c, 0, "{\"name\":\"one_more\",\"value\":1,\"step\":40}", why) == 400 &&
+           push_scalars(c, 0, "{\"name\":\"s29\",\"value\":null,\"step\":40}", why) == 200,
+       "then a new name is refused, a known one is accepted (null: not finite)");
+    m = collector_metrics_text(c, &len);
+    ok(sample(m, "bmt_scalar{job_id=\"sc\",name=\"s5\"}") == 5 &&
+           strstr(m, "bmt_scalar{job_id=\"sc\",name=\"s29\"} NaN"),
+       "s5 from rank 1 alone: 5; s29 with rank 0's non-finite value: NaN");
+    free(m);
+    collector_destroy(c);
+}
+
 static void check_bearer_case(void)
 {
     collector_t *c = make("job7", 1, 1, false);
@@ -641,6 +729,7 @@ int main(void)
     check_failures();
     check_stale();
     check_counters();
+    check_scalars();
     check_bearer_case();
     check_conn_limits();
     check_token();

@@ -4,7 +4,8 @@
  * and sample lines (promtool checks whole outputs in test_monitor.sh).
  * plugins/common/metrics_json.c: metrics and events to JSON and back, with
  * NaN as null, and the refusals of malformed fields.
- * runtime/monitor.c: the GPU peak table and the arithmetic of one step.
+ * runtime/monitor.c: the GPU peak table, the arithmetic of one step, and the
+ * rule for scalar names (and a scalar's JSON both ways).
  */
 #include <math.h>
 #include <stdio.h>
@@ -268,6 +269,47 @@ static void check_fill(void)
     ok(m.flops_per_s == 4e9 && isnan(m.mfu), "no peak known: FLOP/s but no MFU");
 }
 
+static void check_scalars(void)
+{
+    static const struct {
+        const char *name;
+        bool ok;
+    } t[] = {
+        { "val_loss", true },
+        { "a", true },
+        { "bleu4_x", true },
+        { "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", true },   /* 48 */
+        { "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", false }, /* 49 */
+        { "", false },
+        { "Val", false },
+        { "9x", false },
+        { "_x", false },
+        { "a-b", false },
+        { "a b", false },
+        { "a\"b", false },
+        { "x.y", false },
+    };
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+        ok(bmt_scalar_name_ok(t[i].name) == t[i].ok, "scalar name '%s': %s", t[i].name,
+           t[i].ok ? "valid" : "refused");
+    ok(!bmt_scalar_name_ok(NULL), "scalar name NULL: refused");
+    bmt_error_t err;
+    ok(bmt_report_scalar(NULL, "x", 1, &err) < 0 && strstr(err.text, "NULL"),
+       "bmt_report_scalar(NULL, ...) fails: %s", err.text);
+
+    metrics_scalar_t in = { .step = 7, .time = 1.5, .value = NAN }, out;
+    snprintf(in.name, sizeof(in.name), "val_loss");
+    json_t *o = metrics_scalar_json(&in);
+    char *text = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS), why[200] = "";
+    ok(text && strcmp(text, "{\"name\":\"val_loss\",\"step\":7,\"time\":1.5,\"value\":null}") == 0,
+       "a scalar as JSON, NaN as null: %s", text);
+    ok(metrics_scalar_parse(o, &out, why, sizeof(why)) == 0 && out.step == 7 && out.time == 1.5 &&
+           isnan(out.value) && strcmp(out.name, "val_loss") == 0,
+       "and back (%s)", why);
+    free(text);
+    json_decref(o);
+}
+
 int main(void)
 {
     check_escape();
@@ -277,5 +319,6 @@ int main(void)
     check_json();
     check_peaks();
     check_fill();
+    check_scalars();
     return done_testing();
 }

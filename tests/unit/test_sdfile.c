@@ -19,20 +19,26 @@ static void check_render(void)
     static const struct {
         const char *host;
         int port;
-        const char *job, *want;
+        const char *job;
+        bool https;
+        const char *want;
     } t[] = {
-        { "127.0.0.1", 9477, "bmlaunch.n1.42.1700000000",
+        { "127.0.0.1", 9477, "bmlaunch.n1.42.1700000000", false,
           "[{\"targets\": [\"127.0.0.1:9477\"], \"labels\": {\"job_id\": "
           "\"bmlaunch.n1.42.1700000000\"}}]\n" },
-        { "::1", 1, "slurm.7",
+        { "::1", 1, "slurm.7", false,
           "[{\"targets\": [\"[::1]:1\"], \"labels\": {\"job_id\": \"slurm.7\"}}]\n" },
-        { "login1", 65535, "a\"b\\c\nd",
+        { "login1", 65535, "a\"b\\c\nd", false,
           "[{\"targets\": [\"login1:65535\"], \"labels\": {\"job_id\": "
           "\"a\\\"b\\\\c\\u000ad\"}}]\n" },
+        /* HTTPS: Prometheus takes the scheme from the __scheme__ label. */
+        { "node1", 9477, "slurm.8", true,
+          "[{\"targets\": [\"node1:9477\"], \"labels\": {\"job_id\": \"slurm.8\", "
+          "\"__scheme__\": \"https\"}}]\n" },
     };
     for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
         char buf[256];
-        int n = sdfile_render(t[i].host, t[i].port, t[i].job, buf, sizeof(buf));
+        int n = sdfile_render(t[i].host, t[i].port, t[i].job, t[i].https, buf, sizeof(buf));
         is_str(buf, t[i].want, "rendered");
         is_int(n, (long long)strlen(t[i].want), "its length");
     }
@@ -48,12 +54,33 @@ static void check_render(void)
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char buf[256] = "x";
-        int n = sdfile_render("127.0.0.1", bad[i].port, "job", buf, bad[i].len);
+        int n = sdfile_render("127.0.0.1", bad[i].port, "job", false, buf, bad[i].len);
         ok(n == -1 && (bad[i].len == 0 || buf[0] == '\0'), "refused: %s", bad[i].why);
     }
     char buf[64];
-    ok(sdfile_render("127.0.0.1", 9477, "job", buf, sizeof(buf)) == 63,
+    ok(sdfile_render("127.0.0.1", 9477, "job", false, buf, sizeof(buf)) == 63,
        "the same text fits in 64 bytes");
+}
+
+/* The certificate's file beside the target file: the ending file_sd matches
+ * goes, ".ca.pem" comes. */
+static void check_ca_path(void)
+{
+    static const struct {
+        const char *sd, *want;
+    } t[] = {
+        { "/srv/sd/job.json", "/srv/sd/job.ca.pem" }, { "/srv/sd/job.yml", "/srv/sd/job.ca.pem" },
+        { "/srv/sd/job.yaml", "/srv/sd/job.ca.pem" }, { "job", "job.ca.pem" },
+        { "/srv/sd/.json", "/srv/sd/.json.ca.pem" },  { "a.json.bak", "a.json.bak.ca.pem" },
+    };
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+        char buf[64];
+        ok(sdfile_ca_path(t[i].sd, buf, sizeof(buf)) == 0, "ca path of %s", t[i].sd);
+        is_str(buf, t[i].want, "ca path");
+    }
+    char small[8] = "x";
+    ok(sdfile_ca_path("/srv/sd/job.json", small, sizeof(small)) == -1 && small[0] == '\0',
+       "refused: does not fit");
 }
 
 static char *slurp(const char *path)
@@ -92,14 +119,14 @@ static void check_write(void)
     char path[512], sub[512];
     snprintf(path, sizeof(path), "%s/targets.json", dir);
     bmt_error_t err = { { 0 } };
-    ok(sdfile_write(path, "127.0.0.1", 9500, "job-1", &err) == 0, "written (%s)", err.text);
+    ok(sdfile_write(path, "127.0.0.1", 9500, "job-1", false, &err) == 0, "written (%s)", err.text);
     const char *text = slurp(path);
     is_str(text ? text : "(none)",
            "[{\"targets\": [\"127.0.0.1:9500\"], \"labels\": {\"job_id\": \"job-1\"}}]\n",
            "the file holds the target");
     struct stat st;
     ok(stat(path, &st) == 0 && (st.st_mode & 0777) == 0644, "readable by Prometheus (0644)");
-    ok(sdfile_write(path, "127.0.0.1", 9501, "job-2", &err) == 0, "rewritten");
+    ok(sdfile_write(path, "127.0.0.1", 9501, "job-2", false, &err) == 0, "rewritten");
     text = slurp(path);
     ok(text && strstr(text, "9501") && strstr(text, "job-2"), "with the new target");
     is_int(entries(dir), 1, "no temporary file left beside it");
@@ -107,14 +134,15 @@ static void check_write(void)
     /* Expected failures: each names the path and the cause, leaves nothing. */
     snprintf(sub, sizeof(sub), "%s/no/such/dir/t.json", dir);
     memset(&err, 0, sizeof(err));
-    ok(sdfile_write(sub, "127.0.0.1", 9500, "j", &err) == -1 && strstr(err.text, sub) &&
+    ok(sdfile_write(sub, "127.0.0.1", 9500, "j", false, &err) == -1 && strstr(err.text, sub) &&
            strstr(err.text, "No such file or directory"),
        "a missing directory is refused: %s", err.text);
     memset(&err, 0, sizeof(err));
-    ok(sdfile_write(dir, "127.0.0.1", 9500, "j", &err) == -1 && strstr(err.text, "is a directory"),
+    ok(sdfile_write(dir, "127.0.0.1", 9500, "j", false, &err) == -1 &&
+           strstr(err.text, "is a directory"),
        "a directory is refused: %s", err.text);
     memset(&err, 0, sizeof(err));
-    ok(sdfile_write(path, "127.0.0.1", 0, "j", &err) == -1 && strstr(err.text, path),
+    ok(sdfile_write(path, "127.0.0.1", 0, "j", false, &err) == -1 && strstr(err.text, path),
        "an impossible target is refused: %s", err.text);
     text = slurp(path);
     ok(text && strstr(text, "9501"), "and the file is unchanged");
@@ -123,7 +151,7 @@ static void check_write(void)
         mkdir(sub, 0555);
         snprintf(sub, sizeof(sub), "%s/ro/t.json", dir);
         memset(&err, 0, sizeof(err));
-        ok(sdfile_write(sub, "127.0.0.1", 9500, "j", &err) == -1 &&
+        ok(sdfile_write(sub, "127.0.0.1", 9500, "j", false, &err) == -1 &&
                strstr(err.text, "Permission denied"),
            "a directory without write permission is refused: %s", err.text);
         snprintf(sub, sizeof(sub), "%s/ro", dir);
@@ -142,6 +170,7 @@ static void check_write(void)
 int main(void)
 {
     check_render();
+    check_ca_path();
     check_write();
     return done_testing();
 }

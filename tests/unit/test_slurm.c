@@ -260,9 +260,9 @@ static void check_sbatch_options(void)
 {
     /* A new launch_opts_t field must be rendered by sbatch_script (or be a
      * batch-script one) and compared below; then update this size. */
-    _Static_assert(sizeof(launch_opts_t) == 264, "launch_opts_t changed: render the new option "
+    _Static_assert(sizeof(launch_opts_t) == 288, "launch_opts_t changed: render the new option "
                                                  "in sbatch.c and compare it here");
-    static const char *cases[][52] = {
+    static const char *cases[][58] = {
         { "--sbatch",
           "-g",
           "2",
@@ -295,6 +295,12 @@ static void check_sbatch_options(void)
           "7.5",
           "--metrics-sd-file",
           "/srv/sd/$USER's job.json",
+          "--metrics-tls",
+          "on",
+          "--metrics-cert",
+          "/etc/bmt/a cert.pem",
+          "--metrics-key",
+          "/etc/bmt/key's.pem",
           "--time",
           "02:00:00",
           "--partition",
@@ -317,7 +323,8 @@ static void check_sbatch_options(void)
         { "--sbatch", "-g", "2", "-n", "2", "--nodes", "1", "--metrics-port", "0", "--", "p",
           NULL },
         { "--sbatch", "-g", "2", "-n", "2", "--gpus-per-node", "2", "--backend", "none",
-          "--metrics-linger", "0", "--grace", "12.25", "--", "p", "a b", NULL },
+          "--metrics-linger", "0", "--grace", "12.25", "--metrics-tls", "off", "--", "p", "a b",
+          NULL },
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         char *argv[64] = { "bmlaunch", "--template", "templates/bmt.sbatch" };
@@ -377,6 +384,9 @@ static void check_sbatch_options(void)
             { o2.metrics_linger_s == o1.metrics_linger_s, "--metrics-linger" },
             { same_str(o2.metrics_sd_file, o1.metrics_sd_file), "--metrics-sd-file" },
             { o2.metrics_stale_s == o1.metrics_stale_s, "--metrics-stale" },
+            { o2.metrics_tls == o1.metrics_tls, "--metrics-tls" },
+            { same_str(o2.metrics_cert, o1.metrics_cert), "--metrics-cert" },
+            { same_str(o2.metrics_key, o1.metrics_key), "--metrics-key" },
             { o2.max_restarts == o1.max_restarts, "--max-restarts" },
             { !o2.sbatch && !o2.submit && !o2.local && !o2.plan && !o2.time && !o2.partition &&
                   !o2.account && !o2.job_name && !o2.output && !o2.template_path,
