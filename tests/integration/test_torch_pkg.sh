@@ -28,7 +28,7 @@ start_job() {
     JOB_PID=$!
     local i
     for i in $(seq 1200); do
-        URL=$(sed -n 's|^bmlaunch: metrics on \(http://[^ ]*\)/ .*|\1|p' job.err)
+        URL=$(sed -n 's|^bmlaunch: metrics on \(https\{0,1\}://[^ ]*\)/ .*|\1|p' job.err)
         [ -n "$URL" ] && return 0
         kill -0 $JOB_PID 2>/dev/null || break
         sleep 0.05
@@ -38,11 +38,12 @@ start_job() {
     return 1
 }
 
-# Wait until /api/status says $1 (a Python expression of s, the status).
+# Wait until /api/status says $1 (a Python expression of s, the status);
+# over HTTPS with CACERT set to the job's certificate.
 wait_status() { # 5 minutes at most: torch starts slowly on a loaded 2-core machine
     local end=$((SECONDS + 300))
     while [ $SECONDS -lt $end ]; do
-        curl -sf "$URL/api/status" >status.json 2>/dev/null &&
+        curl -sf ${CACERT:+--cacert "$CACERT"} "$URL/api/status" >status.json 2>/dev/null &&
             $PY -c 'import json,sys; s=json.load(open("status.json")); sys.exit(0 if eval(sys.argv[1]) else 1)' "$1" &&
             return 0
         sleep 0.1
@@ -212,6 +213,20 @@ test_expect_success "a Python rank's pushes reach bmlaunch's collector: /metrics
 	    assert (rank, "restart", 6, "") in ev, ev
 	print("ok")
 	EOF
+'
+
+test_expect_success "a Python rank pushes over HTTPS to bmlaunch --metrics-tls on, pinned to the job's certificate" '
+    start_job --metrics-tls on --log-dir logs --metrics-port $(free_port) --metrics-linger 60 -g 2 -n 1 -- \
+        $PY $TMP/ranks.py &&
+    case $URL in https://127.0.0.1:*) ;; *) echo "not https: $URL"; false ;; esac &&
+    CACERT=logs/metrics-ca.pem wait_status "s[\"state\"] == \"ended\"" &&
+    curl -sf --cacert logs/metrics-ca.pem "$URL/metrics" >m.txt || fail=1
+    kill -INT $JOB_PID; rc=0; wait $JOB_PID || rc=$?
+    cat job.err
+    test -z "${fail:-}" && test $rc -eq 0 && ! grep -q "push:" job.err &&
+    grep -q "^bmt_tokens_total{job_id=\"[^\"]*\"} 12006$" m.txt &&
+    grep -q "^bmt_events_total{job_id=\"[^\"]*\",kind=\"checkpoint_saved\"} 2$" m.txt &&
+    grep -q "^bmt_collector_pushes_total{job_id=\"[^\"]*\",code=\"400\"} 0$" m.txt
 '
 
 # Pushes against a collector stand-in in the same process: unreachable at
