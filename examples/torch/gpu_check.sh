@@ -3,7 +3,8 @@
 # (docs/python.md; CI has no GPU and Debian's torch 1.13 has no fully_shard).
 # From the repository root, with .device-deps carried (docs/building.md, "The
 # GPU machine"): builds bmlaunch alone (NO_CUDA=1 in build-gpu: Python ranks
-# need no CUDA in libbmt), then runs examples/torch/train.py
+# need no CUDA in libbmt; or BMLAUNCH=path uses one built already), then runs
+# examples/torch/train.py
 #   1. on CPU 2 x 2 with this torch: bmt.torch.device_mesh on gloo, hierarchical
 #      data parallel;
 #   2. on the GPUs (1 x 1, 1 x 2 or 2 x 2 by their number) with fully_shard on
@@ -16,8 +17,10 @@ OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 fail() { echo "gpu_check: FAILED: $*"; exit 1; }
 python3 -c 'import torch; print("gpu_check: torch", torch.__version__, "GPUs", torch.cuda.device_count())'
-OUT=$OUT bench/gpu/build.sh NO_CUDA=1 BUILDDIR=build-gpu build-gpu/bin/bmlaunch || fail "build"
-B=build-gpu/bin/bmlaunch T=examples/torch/train.py
+if [ -z "${BMLAUNCH:-}" ]; then # else: a bmlaunch built already (bench/gpu/build.sh)
+    OUT=$OUT bench/gpu/build.sh NO_CUDA=1 BUILDDIR=build-gpu build-gpu/bin/bmlaunch || fail "build"
+fi
+B=${BMLAUNCH:-build-gpu/bin/bmlaunch} T=examples/torch/train.py
 rm -rf "$OUT/ckc" "$OUT/ckg"
 
 echo "=== 1. cpu 2 x 2"
