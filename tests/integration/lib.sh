@@ -9,6 +9,7 @@
 # TEST_ONLY="3 7 12" runs only those tests (the others print "ok N # skip").
 # Bodies run in a subshell under `set -e`, each in a fresh directory under $TMP. Variables for the bodies: $BMLAUNCH, $PROGS
 # (test programs), $BUILDDIR, $SRC (the source tree).
+# Helpers for the metrics tests: free_port, start_job ARGS (bmlaunch in the background, URL and JOB_PID set).
 set -u
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILDDIR=${BUILDDIR:-build}
@@ -136,6 +137,28 @@ test_tap_program() { # label seconds program args...: each TAP point it prints i
     test_expect_success "$label exits 0 with a plan (exit status $rc)" "
         test $rc -eq 0 && grep -qE '^1\.\.[1-9]' '$log' || { tail -5 '$log'; false; }
     "
+}
+
+# A TCP port free on 127.0.0.1 now (for --metrics-port and the like).
+free_port() {
+    /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# bmlaunch in the background with the given arguments; waits for its metrics
+# URL, http or https (sets URL, JOB_PID). Output in job.out / job.err.
+start_job() {
+    "$BMLAUNCH" "$@" >job.out 2>job.err &
+    JOB_PID=$!
+    local i
+    for i in $(seq 1200); do # 60 s: 1000 ranks start slowly on a loaded machine
+        URL=$(sed -n 's|^bmlaunch: metrics on \(https\{0,1\}://[^ ]*\)/ .*|\1|p' job.err)
+        [ -n "$URL" ] && return 0
+        kill -0 $JOB_PID 2>/dev/null || break
+        sleep 0.05
+    done
+    echo "no metrics URL from bmlaunch:" >&2
+    cat job.err >&2
+    return 1
 }
 
 test_done() {

@@ -17,10 +17,6 @@ MON=$SRC/monitoring
 EC=$PROGS/engine_check
 export BMT_TIMEOUT=60
 
-free_port() {
-    $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
 # The dashboard's PromQL, one line per query: the job_id variable's query
 # (label_values(M, L) as `group by (L) (M)`) and every panel target's expr,
 # with Grafana's variables replaced ($job_id by $1, $__rate_interval by 1m,

@@ -21,27 +21,6 @@ export BMT_TIMEOUT=60
 # (its default, 1e-5, is meant for the engine tests' 20 steps).
 LONG="--bound 1e-3"
 
-free_port() {
-    $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-# bmlaunch in the background with the given arguments; waits for its metrics
-# URL (sets URL, JOB_PID). Output in job.out / job.err.
-start_job() {
-    "$BMLAUNCH" "$@" >job.out 2>job.err &
-    JOB_PID=$!
-    local i
-    for i in $(seq 1200); do # 60 s: 1000 ranks start slowly on a loaded machine
-        URL=$(sed -n 's|^bmlaunch: metrics on \(https\{0,1\}://[^ ]*\)/ .*|\1|p' job.err)
-        [ -n "$URL" ] && return 0
-        kill -0 $JOB_PID 2>/dev/null || break
-        sleep 0.05
-    done
-    echo "no metrics URL from bmlaunch:" >&2
-    cat job.err >&2
-    return 1
-}
-
 # Wait until the job has pushed step $1 on every rank (bmt_step >= $1).
 # CACERT: the certificate to trust when URL is https.
 wait_step() {

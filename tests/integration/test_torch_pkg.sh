@@ -18,26 +18,6 @@ export PYTHONPATH=$SRC/python
 TRAIN=$SRC/examples/torch/train.py
 export BMT_TIMEOUT=120
 
-free_port() {
-    $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-# bmlaunch in the background; waits for its metrics URL (sets URL, JOB_PID).
-start_job() {
-    "$BMLAUNCH" "$@" >job.out 2>job.err &
-    JOB_PID=$!
-    local i
-    for i in $(seq 1200); do
-        URL=$(sed -n 's|^bmlaunch: metrics on \(https\{0,1\}://[^ ]*\)/ .*|\1|p' job.err)
-        [ -n "$URL" ] && return 0
-        kill -0 $JOB_PID 2>/dev/null || break
-        sleep 0.05
-    done
-    echo "no metrics URL from bmlaunch:" >&2
-    cat job.err >&2
-    return 1
-}
-
 # Wait until /api/status says $1 (a Python expression of s, the status);
 # over HTTPS with CACERT set to the job's certificate.
 wait_status() { # 5 minutes at most: torch starts slowly on a loaded 2-core machine
