@@ -21,9 +21,9 @@
  *              and reports it as plugin_s in the next step.
  *   on_event   for a checkpoint saved, a restart, an abort, a note (may be NULL).
  *   on_scalar  for each bmt_report_scalar (validation loss, a program's own
- *              figures; may be NULL). Appended to the struct after bmt 0.1.0: a
- *              plugin built against an older header has a smaller size and is
- *              never called for scalars.
+ *              figures; may be NULL). Appended to the struct, which was 48
+ *              bytes before (BMT_PLUGIN_V1_MIN_SIZE): a plugin built against
+ *              that header still loads and is never called for scalars.
  *   finalize   once, in bmt_finalize or bmt_abort: flush what is queued within
  *              job->flush_timeout_s, stop the plugin's threads, free its state.
  *
