@@ -45,6 +45,9 @@ __all__ = ["report_step", "report_event", "step_begin", "peak_flops_of", "step_f
            "Monitor", "EVENT_KINDS"]
 
 EVENT_KINDS = ("checkpoint_saved", "restart", "note")  # "abort" is libbmt's bmt_abort only
+SCALAR_NAME_MAX = 48  # bmt/plugin.h: BMT_SCALAR_NAME_MAX
+SCALARS_MAX = 32  # BMT_SCALARS_MAX: distinct names per process (and per job, in the collector)
+_SCALAR_NAME = re.compile(r"[a-z][a-z0-9_]{0,%d}" % (SCALAR_NAME_MAX - 1))
 BATCH = 256
 
 _T0 = time.monotonic()  # the start of the first step, unless step_begin says otherwise
@@ -199,6 +202,7 @@ class _Sender:
             doc["dropped"] = self.dropped
         doc["steps"] = [x for kind, x in items if kind == "step"]
         doc["events"] = [x for kind, x in items if kind == "event"]
+        doc["scalars"] = [x for kind, x in items if kind == "scalar"]
         body = json.dumps(doc, allow_nan=False, separators=(",", ":")).encode()
         t = self._request_timeout()
         if t <= 0.001:
@@ -316,6 +320,7 @@ class Monitor:
         self.reports = 0
         self.last_step = 0
         self.tokens_total = self.samples_total = self.skipped_total = 0
+        self.scalar_names = set()
         self.plugin_acc = 0.0
         self.sender = None
         url = env.get("BMT_METRICS_URL", "")
@@ -418,6 +423,23 @@ class Monitor:
             self.sender.put(("event", ev))
         return ev
 
+    def report_scalar(self, name, value):
+        if not isinstance(name, str) or not _SCALAR_NAME.fullmatch(name):
+            raise ValueError("rank %d: report_scalar: name %r must be a lower-case letter then "
+                             "lower-case letters, digits and '_', at most %d bytes"
+                             % (self.rank, name, SCALAR_NAME_MAX))
+        if name not in self.scalar_names:
+            if len(self.scalar_names) == SCALARS_MAX:
+                raise ValueError("rank %d: report_scalar: '%s' would be one name too many: a "
+                                 "process reports at most %d names (each is a series per job: "
+                                 "put what changes in the value, not in the name)"
+                                 % (self.rank, name, SCALARS_MAX))
+            self.scalar_names.add(name)
+        sc = {"name": name, "value": float(value), "step": self.last_step, "time": time.time()}
+        if self.sender:
+            self.sender.put(("scalar", dict(sc, value=_real(sc["value"]))))
+        return sc
+
     def close(self):
         """Flush and stop the sender (at exit by itself)."""
         if self.sender:
@@ -459,3 +481,12 @@ def report_event(kind, detail=""):
     """Report an event: kind is "checkpoint_saved" (detail: the path), "restart"
     or "note"; it carries the last reported step."""
     return _monitor().report_event(kind, detail)
+
+
+def report_scalar(name, value):
+    """Report a named figure at the last reported step, as libbmt's
+    bmt_report_scalar: "val_loss" (bmt_val_loss on /metrics, the page's loss
+    chart) or a name of your own (bmt_scalar{name=...}). name is
+    [a-z][a-z0-9_]*, at most 48 bytes; at most 32 distinct names per process
+    (ValueError beyond). value may be NaN or infinite (sent as null)."""
+    return _monitor().report_scalar(name, value)

@@ -142,8 +142,9 @@ test_expect_success "tokens/s, samples/s, FLOP/s and MFU are libbmt's on the sam
 	EOF
 '
 
-# A rank program without torch: 6 steps of known figures and three events,
-# then prints what report_step returned for its last step.
+# A rank program without torch: 6 steps of known figures, three events and
+# scalars (val_loss, bleu, then 30 more names: the 32 allowed; bad names and a
+# 33rd refused), then prints what report_step returned for its last step.
 cat >"$TMP/ranks.py" <<'EOF'
 import json, sys, time
 import bmt
@@ -154,12 +155,28 @@ for step in range(1, 7):
     if step == 2:
         bmt.report_event("checkpoint_saved", "ckpt/step-2")
     time.sleep(0.05)
+    if step % 3 == 0:  # val_loss at steps 3 and 6, 1/step + rank/100; a figure of its own
+        bmt.report_scalar("val_loss", 1.0 / step + lay.rank / 100)
+        bmt.report_scalar("bleu", 10 * step + lay.rank)
 bmt.report_event("note", "hello from rank %d" % lay.rank)
 bmt.report_event("restart", "")
+for bad in ("Val", "9x", "a" * 49, 7):
+    try:
+        bmt.report_scalar(bad, 1)
+        raise SystemExit("report_scalar took the name %r" % (bad,))
+    except ValueError as e:
+        assert "must be a lower-case letter" in str(e), e
+for i in range(bmt.SCALARS_MAX - 2):
+    bmt.report_scalar("s%d" % i, i)
+try:
+    bmt.report_scalar("one_more", 1)
+    raise SystemExit("report_scalar took a 33rd name")
+except ValueError as e:
+    assert "'one_more' would be one name too many" in str(e), e
 print(json.dumps(m))
 EOF
 
-test_expect_success "a Python rank's pushes reach bmlaunch's collector: /metrics (promtool), /api/status, the rank's figures and events" '
+test_expect_success "a Python rank's pushes reach bmlaunch's collector: /metrics (promtool), /api/status, the rank's figures, events and scalars" '
     BMT_PEAK_TFLOPS=0.001 start_job --metrics-port $(free_port) --metrics-linger 60 -g 2 -n 1 -- $PY $TMP/ranks.py &&
     wait_status "s[\"state\"] == \"ended\"" &&
     curl -sf "$URL/metrics" >m.txt && curl -sf "$URL/api/status?ranks=1" >s.json &&
@@ -174,10 +191,16 @@ test_expect_success "a Python rank's pushes reach bmlaunch's collector: /metrics
     grep -q "^bmt_collector_pushes_total{job_id=\"[^\"]*\",code=\"400\"} 0$" m.txt &&
     grep -q "^bmt_events_total{job_id=\"[^\"]*\",kind=\"checkpoint_saved\"} 2$" m.txt &&
     grep -q "^bmt_events_total{job_id=\"[^\"]*\",kind=\"restart\"} 2$" m.txt &&
+    grep -q "^bmt_val_loss{job_id=\"[^\"]*\"} 0.17166666666666" m.txt &&
+    grep -q "^bmt_val_loss_step{job_id=\"[^\"]*\"} 6$" m.txt &&
+    grep -q "^bmt_scalar{job_id=\"[^\"]*\",name=\"bleu\"} 60.5$" m.txt &&
+    grep -q "^bmt_scalar{job_id=\"[^\"]*\",name=\"s29\"} 29$" m.txt &&
     $PY - <<-EOF
 	import json
 	s = json.load(open("s.json"))
 	assert s["step"] == 6 and s["ranks_seen"] == 2, s
+	assert [p["step"] for p in s["val_history"]] == [3, 6], s["val_history"]
+	assert abs(s["val_history"][0]["val_loss"] - (1 / 3 + 0.005)) < 1e-12, s["val_history"]
 	assert [p["step"] for p in s["history"]] == [1, 2, 3, 4, 5, 6], s["history"]
 	mine = {int(l.split(":", 1)[0]): json.loads(l.split(":", 1)[1]) for l in open("job.out")}
 	for m in s["ranks"]:
