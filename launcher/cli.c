@@ -53,6 +53,17 @@ enum {
     OPT_LATENCY_US,
     OPT_ZERO,
     OPT_GRAD_DTYPE,
+    OPT_LAYERS,
+    OPT_SEQ_LEN,
+    OPT_MICRO_BATCH,
+    OPT_ACCUM,
+    OPT_CKPT,
+    OPT_MFU,
+    OPT_GPU,
+    OPT_GPU_MEM,
+    OPT_NVLINK_BUSBW,
+    OPT_NIC_BUSBW,
+    OPT_CALL_US,
     OPT_METRICS_PORT,
     OPT_METRICS_BIND,
     OPT_METRICS_PER_RANK,
@@ -99,6 +110,17 @@ static const struct option long_opts[] = {
     { "latency-us", required_argument, NULL, OPT_LATENCY_US },
     { "zero", required_argument, NULL, OPT_ZERO },
     { "grad-dtype", required_argument, NULL, OPT_GRAD_DTYPE },
+    { "layers", required_argument, NULL, OPT_LAYERS },
+    { "seq-len", required_argument, NULL, OPT_SEQ_LEN },
+    { "micro-batch", required_argument, NULL, OPT_MICRO_BATCH },
+    { "accum", required_argument, NULL, OPT_ACCUM },
+    { "ckpt", required_argument, NULL, OPT_CKPT },
+    { "mfu", required_argument, NULL, OPT_MFU },
+    { "gpu", required_argument, NULL, OPT_GPU },
+    { "gpu-mem", required_argument, NULL, OPT_GPU_MEM },
+    { "nvlink-busbw", required_argument, NULL, OPT_NVLINK_BUSBW },
+    { "nic-busbw", required_argument, NULL, OPT_NIC_BUSBW },
+    { "call-us", required_argument, NULL, OPT_CALL_US },
     { "metrics-port", required_argument, NULL, OPT_METRICS_PORT },
     { "metrics-bind", required_argument, NULL, OPT_METRICS_BIND },
     { "metrics-per-rank", no_argument, NULL, OPT_METRICS_PER_RANK },
@@ -129,16 +151,27 @@ void cli_usage(FILE *out)
           "  -N, --nodes N           nodes of the allocation (default: derived)\n"
           "      --plan              print the layout, alignment and alternatives; run nothing\n"
           "      --json              with --plan: JSON with per-rank detail\n"
-          "Communication model (with --plan; GB/s as nccl-tests' busbw):\n"
-          "      --model NAME|COUNT  bytes, ring steps and time per training step and GPU,\n"
-          "                          flat ZeRO-3 vs this layout: d12 d24 d36 d48 (GPT-2),\n"
-          "                          or a count: 1.5e9, 350M, 70B\n"
-          "      --busbw-group GBPS  ZeRO collectives inside a group   (default: 230 on one\n"
-          "      --busbw-replica GBPS  all-reduce across groups       node, else 45 per rank\n"
-          "      --busbw-flat GBPS   a ring over the whole world       on its thinnest node)\n"
-          "      --latency-us US     added per ring step (default 0)\n"
+          "Cost model (with --plan; docs/planner.md):\n"
+          "      --model NAME|COUNT  step time, exposed communication and memory per GPU of\n"
+          "                          this layout and the others worth trying, ranked: a preset\n"
+          "                          (d12 d24 d36 d48 = GPT-2; llama3.2-1b llama3.2-3b\n"
+          "                          llama3-8b llama3-70b llama3-405b) or a count (70B, 1.5e9)\n"
+          "      --layers N          with a count: its layers (default: from the count)\n"
+          "      --seq-len T         tokens per sequence (default: the model's, 4096 for a count)\n"
+          "      --micro-batch B     sequences per GPU per micro-batch (default 1)\n"
+          "      --accum M           micro-batches per step (default 1)\n"
+          "      --ckpt 0|1          activation checkpointing per block (default 1)\n"
           "      --zero 2|3          parameters gathered once or twice a step (default 3)\n"
           "      --grad-dtype bf16|f32  gradient reduce-scatter dtype (default f32)\n"
+          "      --gpu KIND          h200 (default), h100, a100, b200: peak, memory, NVLink\n"
+          "      --mfu F             fraction of the bf16 peak compute runs at (default 0.45)\n"
+          "      --gpu-mem GIB       memory per GPU (default: the kind's)\n"
+          "      --nvlink-busbw GBPS busbw of a ring on one node (default: fitted to bench/comm)\n"
+          "      --nic-busbw GBPS    busbw one GPU's NIC carries across nodes (default 46)\n"
+          "      --busbw-group GBPS, --busbw-replica GBPS, --busbw-flat GBPS\n"
+          "                          this busbw for that communicator, whatever it crosses\n"
+          "      --latency-us US     every ring or tree step costs US (default: NCCL's table)\n"
+          "      --call-us US        fixed cost of a call beyond NCCL's latency (default: fitted)\n"
           "Ranks:\n"
           "      --device cpu|cuda   where ranks compute (default: BMT_DEVICE, else cpu)\n"
           "      --backend NAME      shm, nccl or none (default: shm on cpu, nccl on cuda)\n"
@@ -269,8 +302,7 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
         .grace_s = 5.0,
         .label = true,
         .signal_lead = 120,
-        .zero_level = 3,
-        .grad_bytes = 4,
+        .cost = COSTMODEL_OPTS_INITIALIZER,
         .metrics_port = COLLECTOR_DEFAULT_PORT,
         .metrics_bind = "127.0.0.1",
         .metrics_linger_s = -1, /* until the next scrape (collector_linger_auto) */
@@ -371,34 +403,80 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
             else
                 o->template_path = optarg;
             break;
-        case OPT_MODEL:
-            if (costmodel_parse_params(optarg, "--model", &o->params, err) < 0)
+        case OPT_MODEL: {
+            double params;
+            if (costmodel_parse_params(optarg, "--model", &params, err) < 0)
                 return -1;
-            o->model = optarg;
+            o->cost.model = optarg;
             break;
+        }
         case OPT_BUSBW_GROUP:
         case OPT_BUSBW_REPLICA:
         case OPT_BUSBW_FLAT:
+        case OPT_NVLINK_BUSBW:
+        case OPT_NIC_BUSBW:
             if (costmodel_parse_gbps(optarg, argv[optind - 1],
-                                     c == OPT_BUSBW_GROUP     ? &o->busbw_group
-                                     : c == OPT_BUSBW_REPLICA ? &o->busbw_replica
-                                                              : &o->busbw_flat,
+                                     c == OPT_BUSBW_GROUP     ? &o->cost.busbw_group
+                                     : c == OPT_BUSBW_REPLICA ? &o->cost.busbw_replica
+                                     : c == OPT_BUSBW_FLAT    ? &o->cost.busbw_world
+                                     : c == OPT_NVLINK_BUSBW  ? &o->cost.nvlink_gbps
+                                                              : &o->cost.nic_gbps,
                                      err) < 0)
                 return -1;
             o->comm_opts = true;
             break;
         case OPT_LATENCY_US:
-            if (costmodel_parse_us(optarg, "--latency-us", &o->latency_us, err) < 0)
+        case OPT_CALL_US:
+            if (costmodel_parse_us(optarg, argv[optind - 1],
+                                   c == OPT_LATENCY_US ? &o->cost.latency_us : &o->cost.call_us,
+                                   err) < 0)
                 return -1;
             o->comm_opts = true;
             break;
         case OPT_ZERO:
-            if (costmodel_parse_zero(optarg, "--zero", &o->zero_level, err) < 0)
+            if (costmodel_parse_zero(optarg, "--zero", &o->cost.zero_level, err) < 0)
                 return -1;
             o->comm_opts = true;
             break;
         case OPT_GRAD_DTYPE:
-            if (costmodel_parse_dtype(optarg, "--grad-dtype", &o->grad_bytes, err) < 0)
+            if (costmodel_parse_dtype(optarg, "--grad-dtype", &o->cost.grad_bytes, err) < 0)
+                return -1;
+            o->comm_opts = true;
+            break;
+        case OPT_LAYERS:
+        case OPT_SEQ_LEN:
+        case OPT_MICRO_BATCH:
+        case OPT_ACCUM:
+            if (bmt_parse_positive(optarg, argv[optind - 1],
+                                   c == OPT_LAYERS      ? &o->cost.layers
+                                   : c == OPT_SEQ_LEN   ? &o->cost.seq
+                                   : c == OPT_MICRO_BATCH ? &o->cost.micro_batch
+                                                        : &o->cost.accum,
+                                   err) < 0)
+                return -1;
+            o->comm_opts = true;
+            break;
+        case OPT_CKPT:
+            if (strcmp(optarg, "0") != 0 && strcmp(optarg, "1") != 0)
+                return errprintf(err, "--ckpt must be 0 or 1, got '%.200s'", optarg);
+            o->cost.ckpt = optarg[0] == '1';
+            o->comm_opts = true;
+            break;
+        case OPT_MFU:
+            if (costmodel_parse_fraction(optarg, "--mfu", &o->cost.mfu, err) < 0)
+                return -1;
+            o->comm_opts = true;
+            break;
+        case OPT_GPU:
+            if (costmodel_gpu(optarg) == NULL)
+                return errprintf(err, "--gpu must be h200, h100, a100 or b200, got '%.200s' (for "
+                                      "another GPU give --mfu, --gpu-mem and --nvlink-busbw)",
+                                 optarg);
+            o->cost.gpu = optarg;
+            o->comm_opts = true;
+            break;
+        case OPT_GPU_MEM:
+            if (costmodel_parse_gib(optarg, "--gpu-mem", &o->cost.gpu_mem_gib, err) < 0)
                 return -1;
             o->comm_opts = true;
             break;
@@ -491,11 +569,12 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
     }
     if (o->json && !o->plan)
         return errprintf(err, "--json goes with --plan");
-    if (o->model && !o->plan)
+    if (o->cost.model && !o->plan)
         return errprintf(err, "--model goes with --plan");
-    if (o->comm_opts && !o->model)
-        return errprintf(err, "--busbw-group, --busbw-replica, --busbw-flat, --latency-us, --zero "
-                              "and --grad-dtype go with --model");
+    if (o->comm_opts && !o->cost.model)
+        return errprintf(err, "the cost model's options (--seq-len, --micro-batch, --gpu, "
+                              "--busbw-group, --latency-us, --zero, --grad-dtype, ...) go with "
+                              "--model");
     if (o->sbatch && (o->plan || o->local))
         return errprintf(err, "--sbatch prints a batch script; it goes with neither --plan nor "
                               "--local");

@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "bmt/error.h"
+#include "costmodel.h"
 
 typedef struct launch_opts {
     int groups;          /* --groups, default 1 */
@@ -33,15 +34,8 @@ typedef struct launch_opts {
     const char *time;    /* --time (sbatch), default 01:00:00 */
     const char *partition, *account, *job_name, *output, *template_path;
     int signal_lead;          /* --signal-lead: seconds of USR1 warning before the limit */
-    const char *model;        /* --model NAME|COUNT: add the communication model to --plan */
-    double params;            /* --model, parsed (costmodel_parse_params) */
-    double busbw_group;       /* --busbw-group GB/s; 0: from the layout (costmodel_default_busbw) */
-    double busbw_replica;     /* --busbw-replica GB/s; 0: from the layout */
-    double busbw_flat;        /* --busbw-flat GB/s; 0: from the layout */
-    double latency_us;        /* --latency-us per ring step, default 0 */
-    int zero_level;           /* --zero 2|3, default 3 */
-    int grad_bytes;           /* --grad-dtype bf16|f32 -> 2|4, default 4 (the engine's f32) */
-    bool comm_opts;           /* one of --busbw-*, --latency-us, --zero, --grad-dtype given */
+    costmodel_opts_t cost;    /* --model and the cost model's options (with --plan) */
+    bool comm_opts;           /* a cost-model option other than --model was given */
     int metrics_port;         /* --metrics-port, default COLLECTOR_DEFAULT_PORT; 0: off */
     bool metrics_port_set;    /* given: a taken port is an error, not a fallback */
     const char *metrics_bind; /* --metrics-bind, default 127.0.0.1 */

@@ -920,25 +920,16 @@ int main(int argc, char **argv)
     if (o.plan) {
         if (bmt_layout_make(&l, o.groups, o.gpus_per_group, o.gpus_per_node, o.nodes, &err) < 0)
             return usage_error(err.text);
-        if (o.model == NULL)
-            return plan_print(stdout, &l, o.json, NULL, NULL) == 0 ? 0 : 1;
-        costmodel_in_t cin = COSTMODEL_IN_INITIALIZER;
-        const costmodel_preset_t *preset = costmodel_preset(o.model);
-        cin.params = o.params;
-        cin.model = o.model;
-        cin.zero_level = o.zero_level;
-        cin.reduce_bytes = o.grad_bytes;
-        cin.shard_bytes = 4; /* the engine all-reduces f32 gradient shards */
-        cin.busbw_group = o.busbw_group;
-        cin.busbw_replica = o.busbw_replica;
-        cin.busbw_world = o.busbw_flat;
-        cin.latency_us = o.latency_us;
-        cin.blocks = preset ? preset->layers : 1; /* one gather per block */
-        costmodel_default_busbw(&l, COSTMODEL_NVLINK_GBPS, COSTMODEL_NIC_GBPS, &cin);
-        costmodel_out_t cout;
-        if (costmodel_eval(&l, &cin, &cout, &err) < 0)
+        if (o.cost.model == NULL)
+            return plan_print(stdout, &l, o.json, NULL, NULL, 0) == 0 ? 0 : 1;
+        costmodel_in_t cin;
+        costmodel_candidate_t cand[COSTMODEL_CANDIDATES];
+        int n = costmodel_setup(&o.cost, &cin, &err) < 0
+                    ? -1
+                    : costmodel_rank(&l, &cin, cand, COSTMODEL_CANDIDATES, &err);
+        if (n < 0)
             return usage_error(err.text);
-        return plan_print(stdout, &l, o.json, &cin, &cout) == 0 ? 0 : 1;
+        return plan_print(stdout, &l, o.json, &cin, cand, (size_t)n) == 0 ? 0 : 1;
     }
     slurm_alloc_t a;
     int in_slurm = o.local ? 0 : slurm_detect(&a, &err);

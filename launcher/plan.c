@@ -187,18 +187,18 @@ static json_t *build_json(const bmt_layout_t *l)
 }
 
 int plan_print(FILE *out, const bmt_layout_t *l, bool json, const costmodel_in_t *cin,
-               const costmodel_out_t *cout)
+               const costmodel_candidate_t *cand, size_t n)
 {
     if (!json) {
         print_text(out, l);
-        if (cin && cout)
-            costmodel_print_text(out, l, cin, cout);
+        if (cin && n > 0 && costmodel_print_text(out, cin, cand, n) < 0)
+            return -1;
         return ferror(out) ? -1 : 0;
     }
     json_t *root = build_json(l);
     if (root == NULL)
         return -1;
-    if (cin && cout && json_object_set_new(root, "comm_model", costmodel_json(l, cin, cout)) < 0) {
+    if (cin && n > 0 && json_object_set_new(root, "cost_model", costmodel_json(cin, cand, n)) < 0) {
         json_decref(root);
         return -1;
     }

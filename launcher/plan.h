@@ -10,10 +10,10 @@
 
 /* Text: a summary, a table of groups and one of nodes (long tables elided), the
  * rail-alignment verdict and aligned alternatives. JSON: the same facts plus
- * every group, replica communicator and rank. With cin and cout (from
- * costmodel_eval; both NULL for none) the communication model follows the text,
- * or is the JSON's "comm_model" object. Returns 0, or -1 on a write error. */
+ * every group, replica communicator and rank. With cin and the n candidates of
+ * costmodel_rank (NULL and 0 for none) the cost model follows the text, or is
+ * the JSON's "cost_model" object. Returns 0, or -1 on a write error. */
 int plan_print(FILE *out, const bmt_layout_t *l, bool json, const costmodel_in_t *cin,
-               const costmodel_out_t *cout);
+               const costmodel_candidate_t *cand, size_t n);
 
 #endif
