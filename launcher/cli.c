@@ -310,7 +310,11 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
     opterr = 0; /* we write our own messages */
     optind = 0; /* GNU: 0 also resets getopt's state left by an earlier parse */
     int c;
-    while ((c = getopt_long(argc, argv, "+:g:n:N:vhV", long_opts, NULL)) != -1) {
+    int li = -1;
+    char optname[48]; /* "--NAME" of the long option just parsed (the cost model's) */
+    while ((c = getopt_long(argc, argv, "+:g:n:N:vhV", long_opts, &li)) != -1) {
+        snprintf(optname, sizeof(optname), "--%s", li >= 0 ? long_opts[li].name : "?");
+        li = -1;
         switch (c) {
         case 'g':
             if (bmt_parse_positive(optarg, "--groups", &o->groups, err) < 0)
@@ -415,7 +419,7 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
         case OPT_BUSBW_FLAT:
         case OPT_NVLINK_BUSBW:
         case OPT_NIC_BUSBW:
-            if (costmodel_parse_gbps(optarg, argv[optind - 1],
+            if (costmodel_parse_gbps(optarg, optname,
                                      c == OPT_BUSBW_GROUP     ? &o->cost.busbw_group
                                      : c == OPT_BUSBW_REPLICA ? &o->cost.busbw_replica
                                      : c == OPT_BUSBW_FLAT    ? &o->cost.busbw_world
@@ -427,7 +431,7 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
             break;
         case OPT_LATENCY_US:
         case OPT_CALL_US:
-            if (costmodel_parse_us(optarg, argv[optind - 1],
+            if (costmodel_parse_us(optarg, optname,
                                    c == OPT_LATENCY_US ? &o->cost.latency_us : &o->cost.call_us,
                                    err) < 0)
                 return -1;
@@ -447,11 +451,11 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
         case OPT_SEQ_LEN:
         case OPT_MICRO_BATCH:
         case OPT_ACCUM:
-            if (bmt_parse_positive(optarg, argv[optind - 1],
-                                   c == OPT_LAYERS      ? &o->cost.layers
-                                   : c == OPT_SEQ_LEN   ? &o->cost.seq
+            if (bmt_parse_positive(optarg, optname,
+                                   c == OPT_LAYERS        ? &o->cost.layers
+                                   : c == OPT_SEQ_LEN     ? &o->cost.seq
                                    : c == OPT_MICRO_BATCH ? &o->cost.micro_batch
-                                                        : &o->cost.accum,
+                                                          : &o->cost.accum,
                                    err) < 0)
                 return -1;
             o->comm_opts = true;
@@ -469,8 +473,9 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
             break;
         case OPT_GPU:
             if (costmodel_gpu(optarg) == NULL)
-                return errprintf(err, "--gpu must be h200, h100, a100 or b200, got '%.200s' (for "
-                                      "another GPU give --mfu, --gpu-mem and --nvlink-busbw)",
+                return errprintf(err,
+                                 "--gpu must be h200, h100, a100 or b200, got '%.200s' (for "
+                                 "another GPU give --mfu, --gpu-mem and --nvlink-busbw)",
                                  optarg);
             o->cost.gpu = optarg;
             o->comm_opts = true;

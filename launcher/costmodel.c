@@ -47,8 +47,8 @@ static const costmodel_model_t presets[] = {
     { "llama3-8b", "llama3.1-8b", COSTMODEL_LLAMA, 32, 4096, 14336, 1024, 128256, 4096, false, 0 },
     { "llama3-70b", "llama3.1-70b", COSTMODEL_LLAMA, 80, 8192, 28672, 1024, 128256, 4096, false,
       0 },
-    { "llama3-405b", "llama3.1-405b", COSTMODEL_LLAMA, 126, 16384, 53248, 1024, 128256, 4096,
-      false, 0 },
+    { "llama3-405b", "llama3.1-405b", COSTMODEL_LLAMA, 126, 16384, 53248, 1024, 128256, 4096, false,
+      0 },
     { NULL, NULL, COSTMODEL_GENERIC, 0, 0, 0, 0, 0, 0, false, 0 },
 };
 
@@ -111,8 +111,7 @@ const costmodel_model_t *costmodel_preset(const char *text)
     return NULL;
 }
 
-int costmodel_model_from_count(double params, int layers, costmodel_model_t *out,
-                               bmt_error_t *err)
+int costmodel_model_from_count(double params, int layers, costmodel_model_t *out, bmt_error_t *err)
 {
     if (!isfinite(params) || params < 1 || params > COSTMODEL_MAX_PARAMS)
         return errprintf(err, "cost model: parameter count %g is not in [1, 1e15]", params);
@@ -126,7 +125,7 @@ int costmodel_model_from_count(double params, int layers, costmodel_model_t *out
             layers = COSTMODEL_MAX_LAYERS;
     }
     double C = sqrt(params / (12.0 * layers));
-    *out = (costmodel_model_t){ NULL, NULL, COSTMODEL_GENERIC, layers, C, 4 * C, C, 0, 4096,
+    *out = (costmodel_model_t){ NULL,  NULL,  COSTMODEL_GENERIC, layers, C, 4 * C, C, 0, 4096,
                                 false, params };
     return 0;
 }
@@ -456,10 +455,10 @@ static int check_in(const costmodel_in_t *in, bmt_error_t *err)
 
 /* One entry of the engine's block list, in forward order. */
 struct entry {
-    double gather;  /* parameters gathered for it (a tied head gathers the embedding) */
-    double own;     /* parameters whose gradients it reduces */
-    double fwd;     /* forward FLOPs per token */
-    bool layer;     /* recomputed under checkpointing */
+    double gather; /* parameters gathered for it (a tied head gathers the embedding) */
+    double own;    /* parameters whose gradients it reduces */
+    double fwd;    /* forward FLOPs per token */
+    bool layer;    /* recomputed under checkpointing */
 };
 
 /* The block list: [embedding,] L layers[, head]. Returns the count (<= L + 2). */
@@ -605,7 +604,7 @@ static costmodel_mem_t memory(const struct entry *e, int n, const costmodel_in_t
     const double per_layer = 2 * (6 * m->hidden + 2 * m->kv_dim + mlp * m->ffn);
     if (in->ckpt) {
         r.activations = m->layers * tokens * m->hidden * 2; /* each block's input */
-        r.transient = tokens * per_layer;                 /* one block recomputed */
+        r.transient = tokens * per_layer;                   /* one block recomputed */
     } else {
         r.activations = m->layers * tokens * per_layer;
     }
@@ -690,8 +689,8 @@ int costmodel_eval(const bmt_layout_t *l, const costmodel_in_t *in, costmodel_re
         double gb = e[i].gather * in->gather_bytes, rb = e[i].own * in->reduce_bytes;
         double ab = ceil(e[i].own / G) * in->shard_bytes;
         g[i] = G > 1 ? costmodel_collective(COSTMODEL_ALL_GATHER, &sg, gb, &in->links, NULL) : 0;
-        rs[i] = G > 1 ? costmodel_collective(COSTMODEL_REDUCE_SCATTER, &sg, rb, &in->links, NULL)
-                      : 0;
+        rs[i] =
+            G > 1 ? costmodel_collective(COSTMODEL_REDUCE_SCATTER, &sg, rb, &in->links, NULL) : 0;
         ar[i] = R > 1 ? costmodel_collective(COSTMODEL_ALL_REDUCE, &sr, ab, &in->links, NULL) : 0;
         gmax = dmax(gmax, gb);
         rsmax = dmax(rsmax, rb);
@@ -791,8 +790,8 @@ int costmodel_rank(const bmt_layout_t *user, const costmodel_in_t *in, costmodel
     bmt_layout_alt_t alts[6];
     size_t na = bmt_layout_alternatives(user, alts, 6);
     for (size_t i = 0; i < na; i++)
-        want[nw++] = (struct want){ alts[i].groups, alts[i].gpus_per_group,
-                                        "rail-aligned alternative" };
+        want[nw++] =
+            (struct want){ alts[i].groups, alts[i].gpus_per_group, "rail-aligned alternative" };
     /* Group sizes dividing the world (at most 64 of them, smallest groups last). */
     int divs[64], nd = 0;
     for (int d = W; d >= 1 && nd < 64; d--)
@@ -993,7 +992,8 @@ int costmodel_parse_fraction(const char *text, const char *what, double *out, bm
     const char *end = text ? scan_decimal(text) : NULL;
     double v = end && *end == '\0' ? decimal_value(text, (size_t)(end - text)) : NAN;
     if (!(v > 0 && v <= 1))
-        return errprintf(err, "%s needs a fraction of the peak in (0, 1] such as 0.45, got '%.200s'",
+        return errprintf(err,
+                         "%s needs a fraction of the peak in (0, 1] such as 0.45, got '%.200s'",
                          what, text ? text : "");
     *out = v;
     return 0;
@@ -1050,9 +1050,10 @@ struct term {
     bool comm;
 };
 
-/* The terms in which best and yours differ, largest difference first; at most 3. */
-static int deciding(const costmodel_result_t *best, const costmodel_result_t *yours,
-                    struct term *t)
+/* The terms in which best and yours differ, largest difference first; at most 3:
+ * memory first when only one fits, then the time terms over 0.2% of a step, then
+ * memory when the peaks differ by more than 10%. */
+static int deciding(const costmodel_result_t *best, const costmodel_result_t *yours, struct term *t)
 {
     struct term all[4] = {
         { "exposed group communication", yours->exposed_group, best->exposed_group, false,
@@ -1084,6 +1085,10 @@ static int deciding(const costmodel_result_t *best, const costmodel_result_t *yo
             break;
         t[n++] = all[pick];
     }
+    /* Memory, when it differs by more than a tenth: what the faster one costs. */
+    if (n < 3 && yours->mem.fits == best->mem.fits &&
+        fabs(yours->mem.peak - best->mem.peak) > 0.1 * yours->mem.peak)
+        t[n++] = all[3];
     return n;
 }
 
@@ -1119,12 +1124,11 @@ static void print_terms(FILE *out, const costmodel_result_t *best, const costmod
     }
     for (int i = 0; i < n; i++) {
         if (t[i].memory) {
-            fprintf(out, "    %s %.1f against %.1f GiB (%.1f usable)\n", t[i].what,
-                    t[i].best / GIB, t[i].yours / GIB, best->mem.usable / GIB);
+            fprintf(out, "    %s %.1f against %.1f GiB (%.1f usable)\n", t[i].what, t[i].best / GIB,
+                    t[i].yours / GIB, best->mem.usable / GIB);
             continue;
         }
-        fprintf(out, "    %s %.1f against %.1f ms", t[i].what, t[i].best * 1e3,
-                t[i].yours * 1e3);
+        fprintf(out, "    %s %.1f against %.1f ms", t[i].what, t[i].best * 1e3, t[i].yours * 1e3);
         if (t[i].comm) {
             char a[160], b[160];
             span_words(a, sizeof(a), best, t[i].where);
@@ -1138,8 +1142,9 @@ static void print_terms(FILE *out, const costmodel_result_t *best, const costmod
 static void print_layout(FILE *out, const costmodel_in_t *in, const costmodel_result_t *r)
 {
     const bmt_layout_t *l = &r->layout;
-    fprintf(out, "\n  this layout, %d x %d: collectives per step and GPU (NCCL's choice for the "
-                 "largest call)\n",
+    fprintf(out,
+            "\n  this layout, %d x %d: collectives per step and GPU (NCCL's choice for the "
+            "largest call)\n",
             l->groups, l->gpus_per_group);
     fprintf(out, "    %-26s %-8s %5s %5s %4s %6s %10s %-13s %7s %10s\n", "collective", "where",
             "ranks", "nodes", "thin", "calls", "GB sent", "algorithm", "busbw", "ms");
@@ -1186,13 +1191,13 @@ int costmodel_print_text(FILE *out, const costmodel_in_t *in, const costmodel_ca
         return -1;
     char count[32];
     thousands(count, sizeof(count), m->params);
-    fprintf(out, "\n  cost model: %s%s%s parameters: %d layers, hidden %.0f", m->name ? m->name : "",
-            m->name ? " = " : "", count, m->layers, m->hidden);
+    fprintf(out, "\n  cost model: %s%s%s parameters: %d layers, hidden %.0f",
+            m->name ? m->name : "", m->name ? " = " : "", count, m->layers, m->hidden);
     if (m->arch == COSTMODEL_GENERIC)
         fprintf(out, " (a count: shape assumed, --layers to set)\n");
     else
-        fprintf(out, ", FFN %.0f, KV width %.0f, vocabulary %.0f%s\n", m->ffn, m->kv_dim,
-                m->vocab, m->tied ? ", tied" : "");
+        fprintf(out, ", FFN %.0f, KV width %.0f, vocabulary %.0f%s\n", m->ffn, m->kv_dim, m->vocab,
+                m->tied ? ", tied" : "");
     fprintf(out,
             "    per GPU: micro-batch %d x %d tokens, %d micro-batch%s a step; checkpointing "
             "%s; ZeRO-%d;\n    %s gathers, %s gradients, %s shards across groups\n",
@@ -1267,8 +1272,8 @@ int costmodel_print_text(FILE *out, const costmodel_in_t *in, const costmodel_ca
                 "  recommendation: keep yours, %d x %d: the fastest, %d x %d, is %.3f ms (%.2f%%) "
                 "faster,\n    less than the %.0f%% this model can tell apart; what differs:\n",
                 yours->r.layout.groups, yours->r.layout.gpus_per_group, best->r.layout.groups,
-                best->r.layout.gpus_per_group, (yours->r.step - best->r.step) * 1e3,
-                100 * margin, 100 * COSTMODEL_MARGIN);
+                best->r.layout.gpus_per_group, (yours->r.step - best->r.step) * 1e3, 100 * margin,
+                100 * COSTMODEL_MARGIN);
         print_terms(out, &best->r, &yours->r);
         return ferror(out) ? -1 : 0;
     }
@@ -1286,14 +1291,13 @@ int costmodel_print_text(FILE *out, const costmodel_in_t *in, const costmodel_ca
 
 static json_t *row_json(const costmodel_row_t *w)
 {
-    return json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:s, s:s, s:f, s:f}",
-                     "op", w->op, "collective", costmodel_coll_name(w->coll), "where",
-                     costmodel_comm_name(w->where), "ranks", w->span.ranks, "nodes", w->span.nodes,
-                     "thinnest", w->span.thinnest, "calls", w->calls, "bytes", w->bytes,
-                     "bytes_sent_per_gpu", w->sent, "seconds", w->seconds, "algorithm",
-                     costmodel_algo_name(w->big.algo), "protocol",
-                     costmodel_proto_name(w->big.proto), "busbw_gbps", w->big.busbw_gbps,
-                     "latency_us", w->big.latency_us);
+    return json_pack(
+        "{s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:s, s:s, s:f, s:f}", "op", w->op,
+        "collective", costmodel_coll_name(w->coll), "where", costmodel_comm_name(w->where), "ranks",
+        w->span.ranks, "nodes", w->span.nodes, "thinnest", w->span.thinnest, "calls", w->calls,
+        "bytes", w->bytes, "bytes_sent_per_gpu", w->sent, "seconds", w->seconds, "algorithm",
+        costmodel_algo_name(w->big.algo), "protocol", costmodel_proto_name(w->big.proto),
+        "busbw_gbps", w->big.busbw_gbps, "latency_us", w->big.latency_us);
 }
 
 static json_t *result_json(const costmodel_candidate_t *c, size_t rank)
@@ -1303,11 +1307,11 @@ static json_t *result_json(const costmodel_candidate_t *c, size_t rank)
     for (int i = 0; i < r->nrows; i++)
         json_array_append_new(rows, row_json(&r->rows[i]));
     const costmodel_mem_t *m = &r->mem;
-    json_t *mem = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b}", "states",
-                            m->states, "grad_shards", m->grads, "activations", m->activations,
-                            "transient", m->transient, "gathered", m->gathered, "grad_full",
-                            m->grad_full, "workspace", m->workspace, "peak", m->peak, "usable",
-                            m->usable, "fits", m->fits);
+    json_t *mem =
+        json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b}", "states", m->states,
+                  "grad_shards", m->grads, "activations", m->activations, "transient", m->transient,
+                  "gathered", m->gathered, "grad_full", m->grad_full, "workspace", m->workspace,
+                  "peak", m->peak, "usable", m->usable, "fits", m->fits);
     return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
                      "s:f, s:f, s:o, s:o}",
                      "rank", (int)rank, "groups", r->layout.groups, "gpus_per_group",
@@ -1315,23 +1319,21 @@ static json_t *result_json(const costmodel_candidate_t *c, size_t rank)
                      r->layout.nodes, "world", r->layout.world, "why", c->why, "yours", c->yours,
                      "step_s", r->step, "compute_s", r->compute, "exposed_s", r->exposed,
                      "exposed_group_s", r->exposed_group, "exposed_replica_s", r->exposed_replica,
-                     "comm_busy_s", r->comm_busy, "replica_busy_s", r->replica_busy,
-                     "tokens_per_s", r->tokens_per_s, "mfu", r->mfu, "memory_bytes", mem,
-                     "collectives", rows);
+                     "comm_busy_s", r->comm_busy, "replica_busy_s", r->replica_busy, "tokens_per_s",
+                     r->tokens_per_s, "mfu", r->mfu, "memory_bytes", mem, "collectives", rows);
 }
 
 json_t *costmodel_json(const costmodel_in_t *in, const costmodel_candidate_t *cand, size_t n)
 {
     const costmodel_model_t *m = &in->model;
-    json_t *model = json_pack("{s:s?, s:s, s:f, s:i, s:f, s:f, s:f, s:f, s:b}", "name", m->name,
-                              "arch", arch_name(m->arch), "params", m->params, "layers", m->layers,
-                              "hidden", m->hidden, "ffn", m->ffn, "kv_dim", m->kv_dim, "vocab",
-                              m->vocab, "tied", m->tied);
+    json_t *model =
+        json_pack("{s:s?, s:s, s:f, s:i, s:f, s:f, s:f, s:f, s:b}", "name", m->name, "arch",
+                  arch_name(m->arch), "params", m->params, "layers", m->layers, "hidden", m->hidden,
+                  "ffn", m->ffn, "kv_dim", m->kv_dim, "vocab", m->vocab, "tied", m->tied);
     json_t *train = json_pack("{s:i, s:i, s:i, s:b, s:i, s:i, s:i, s:i}", "seq", in->seq,
-                              "micro_batch", in->micro_batch, "accum", in->accum, "ckpt",
-                              in->ckpt, "zero_level", in->zero_level, "gather_bytes",
-                              in->gather_bytes, "reduce_bytes", in->reduce_bytes, "shard_bytes",
-                              in->shard_bytes);
+                              "micro_batch", in->micro_batch, "accum", in->accum, "ckpt", in->ckpt,
+                              "zero_level", in->zero_level, "gather_bytes", in->gather_bytes,
+                              "reduce_bytes", in->reduce_bytes, "shard_bytes", in->shard_bytes);
     json_t *links = json_pack(
         "{s:{s:f, s:f, s:f}, s:f, s:{s:f, s:f, s:f}, s:o}", "nvlink_busbw_gbps", "all_gather",
         in->links.nvlink_gbps[0], "reduce_scatter", in->links.nvlink_gbps[1], "all_reduce",
@@ -1361,8 +1363,7 @@ json_t *costmodel_json(const costmodel_in_t *in, const costmodel_candidate_t *ca
                                                 "recommended", t[i].best, "yours", t[i].yours,
                                                 "unit", t[i].memory ? "bytes" : "seconds"));
         }
-        double margin =
-            yours->r.mem.fits ? (yours->r.step - b->r.step) / yours->r.step : 1.0;
+        double margin = yours->r.mem.fits ? (yours->r.step - b->r.step) / yours->r.step : 1.0;
         rec = json_pack("{s:i, s:i, s:b, s:f, s:b, s:o}", "groups", b->r.layout.groups,
                         "gpus_per_group", b->r.layout.gpus_per_group, "is_yours", b->yours,
                         "faster_than_yours", margin, "keep_yours",

@@ -77,7 +77,11 @@ typedef enum costmodel_coll {
     COSTMODEL_ALL_REDUCE,
 } costmodel_coll_t;
 
-typedef enum costmodel_algo { COSTMODEL_RING, COSTMODEL_TREE, COSTMODEL_PAT } costmodel_algo_t;
+typedef enum costmodel_algo {
+    COSTMODEL_RING,
+    COSTMODEL_TREE,
+    COSTMODEL_PAT
+} costmodel_algo_t;
 typedef enum costmodel_proto {
     COSTMODEL_LL,
     COSTMODEL_LL128,
@@ -145,13 +149,13 @@ typedef struct costmodel_model {
     const char *alias; /* "gpt2-xl"; may be NULL */
     costmodel_arch_t arch;
     int layers;
-    double hidden;  /* C */
-    double ffn;     /* F: the MLP's inner width */
-    double kv_dim;  /* width of K (and of V): C with full attention */
-    double vocab;   /* 0 for a bare count */
-    int context;    /* the default sequence length */
-    bool tied;      /* the head is the embedding */
-    double params;  /* the whole model */
+    double hidden; /* C */
+    double ffn;    /* F: the MLP's inner width */
+    double kv_dim; /* width of K (and of V): C with full attention */
+    double vocab;  /* 0 for a bare count */
+    int context;   /* the default sequence length */
+    bool tied;     /* the head is the embedding */
+    double params; /* the whole model */
 } costmodel_model_t;
 
 /* The preset named text (case-insensitive name or alias), or NULL. Static storage.
@@ -166,8 +170,7 @@ const costmodel_model_t *costmodel_presets(void);
  * the hidden width about 128 L as in GPT-3 and Llama) of P / L parameters each,
  * C = sqrt(P / (12 L)), F = 4 C, no vocabulary, context 4096. Returns 0, or -1 when
  * layers is out of 0..COSTMODEL_MAX_LAYERS. */
-int costmodel_model_from_count(double params, int layers, costmodel_model_t *out,
-                               bmt_error_t *err);
+int costmodel_model_from_count(double params, int layers, costmodel_model_t *out, bmt_error_t *err);
 
 /* Parameters of one transformer layer of m. Pure. */
 double costmodel_layer_params(const costmodel_model_t *m);
@@ -187,15 +190,15 @@ const costmodel_gpu_t *costmodel_gpu(const char *text);
 
 typedef struct costmodel_in {
     costmodel_model_t model;
-    int seq;           /* T: tokens per sequence */
-    int micro_batch;   /* B: sequences per GPU per micro-batch */
-    int accum;         /* M: micro-batches per step (gradient accumulation) */
-    bool ckpt;         /* activation checkpointing per block */
-    int zero_level;    /* 3: gathered in forward and again in backward; 2: once */
-    int gather_bytes;  /* bytes per gathered parameter (bf16: 2) */
-    int reduce_bytes;  /* bytes per gradient element in the reduce-scatter (f32: 4) */
-    int shard_bytes;   /* bytes per element of the cross-group all-reduce (f32: 4) */
-    double mfu;        /* compute runs at this fraction of peak_tflops */
+    int seq;          /* T: tokens per sequence */
+    int micro_batch;  /* B: sequences per GPU per micro-batch */
+    int accum;        /* M: micro-batches per step (gradient accumulation) */
+    bool ckpt;        /* activation checkpointing per block */
+    int zero_level;   /* 3: gathered in forward and again in backward; 2: once */
+    int gather_bytes; /* bytes per gathered parameter (bf16: 2) */
+    int reduce_bytes; /* bytes per gradient element in the reduce-scatter (f32: 4) */
+    int shard_bytes;  /* bytes per element of the cross-group all-reduce (f32: 4) */
+    double mfu;       /* compute runs at this fraction of peak_tflops */
     double peak_tflops;
     double gpu_mem_gib;
     costmodel_links_t links;
@@ -208,19 +211,22 @@ typedef struct costmodel_opts {
     const char *model; /* --model NAME|COUNT (required) */
     int layers;        /* --layers, with a count */
     int seq, micro_batch, accum;
-    int ckpt;          /* --ckpt 0|1; -1: 1 */
-    double mfu;        /* --mfu; 0: COSTMODEL_DEFAULT_MFU */
-    const char *gpu;   /* --gpu; NULL: h200 */
+    int ckpt;        /* --ckpt 0|1; -1: 1 */
+    double mfu;      /* --mfu; 0: COSTMODEL_DEFAULT_MFU */
+    const char *gpu; /* --gpu; NULL: h200 */
     double gpu_mem_gib;
     double nvlink_gbps, nic_gbps; /* one busbw for all three collectives */
     double call_us;               /* >= 0: every protocol's call cost; < 0: fitted */
-    double latency_us; /* --latency-us; < 0: NCCL's table */
+    double latency_us;            /* --latency-us; < 0: NCCL's table */
     double busbw_group, busbw_replica, busbw_world;
-    int zero_level;   /* 0: 3 */
-    int grad_bytes;   /* 0: 4 (the engine's f32 reduce) */
+    int zero_level; /* 0: 3 */
+    int grad_bytes; /* 0: 4 (the engine's f32 reduce) */
 } costmodel_opts_t;
 
-#define COSTMODEL_OPTS_INITIALIZER { .ckpt = -1, .latency_us = -1, .call_us = -1 }
+#define COSTMODEL_OPTS_INITIALIZER                                                                 \
+    {                                                                                              \
+        .ckpt = -1, .latency_us = -1, .call_us = -1                                                \
+    }
 
 /* The MFU our engine measured on one H200 without checkpointing (bench/NOTES.md:
  * d48 47.2%, d12 42.2%), used when --mfu is not given. */
@@ -239,11 +245,11 @@ typedef struct costmodel_row {
     costmodel_coll_t coll;
     costmodel_comm_t where;
     costmodel_span_t span;
-    int calls;               /* per step */
-    double bytes;            /* NCCL's nBytes summed over the calls */
-    double sent;             /* bytes one GPU sends, summed over the calls */
-    costmodel_choice_t big;  /* NCCL's choice for the largest call */
-    double seconds;          /* summed over the calls */
+    int calls;              /* per step */
+    double bytes;           /* NCCL's nBytes summed over the calls */
+    double sent;            /* bytes one GPU sends, summed over the calls */
+    costmodel_choice_t big; /* NCCL's choice for the largest call */
+    double seconds;         /* summed over the calls */
 } costmodel_row_t;
 
 #define COSTMODEL_ROWS 8
@@ -265,15 +271,15 @@ typedef struct costmodel_result {
     bmt_layout_t layout;
     costmodel_row_t rows[COSTMODEL_ROWS];
     int nrows;
-    double compute;          /* seconds the compute stream is busy per step */
-    double comm_busy;        /* seconds of the comm stream's collectives */
-    double replica_busy;     /* seconds of the replica stream's collectives */
-    double step;             /* the simulated step */
-    double exposed;          /* step - compute */
-    double exposed_replica;  /* what the replica all-reduces add to the step */
-    double exposed_group;    /* exposed - exposed_replica */
-    double tokens_per_s;     /* the world's */
-    double mfu;              /* model FLOPs (6N + 6LCT per token) / step / peak */
+    double compute;         /* seconds the compute stream is busy per step */
+    double comm_busy;       /* seconds of the comm stream's collectives */
+    double replica_busy;    /* seconds of the replica stream's collectives */
+    double step;            /* the simulated step */
+    double exposed;         /* step - compute */
+    double exposed_replica; /* what the replica all-reduces add to the step */
+    double exposed_group;   /* exposed - exposed_replica */
+    double tokens_per_s;    /* the world's */
+    double mfu;             /* model FLOPs (6N + 6LCT per token) / step / peak */
     costmodel_mem_t mem;
 } costmodel_result_t;
 

@@ -74,8 +74,7 @@ static void check_choice(const char *what, costmodel_coll_t c, costmodel_span_t 
 {
     costmodel_choice_t ch;
     double t = costmodel_collective(c, &s, bytes, lk, &ch);
-    int good = ch.algo == algo && ch.proto == proto && close_rel(t, want, 1e-9) &&
-               t == ch.seconds;
+    int good = ch.algo == algo && ch.proto == proto && close_rel(t, want, 1e-9) && t == ch.seconds;
     ok(good, "%s: %s/%s, %.3f us", what, costmodel_algo_name(algo), costmodel_proto_name(proto),
        want * 1e6);
     if (!good)
@@ -127,12 +126,12 @@ static void check_collectives(void)
     zero.step_us = 0;
     zero.call_us[0] = zero.call_us[1] = zero.call_us[2] = 0;
     check_choice("all-gather 256 MiB with no step latency or call cost", COSTMODEL_ALL_GATHER,
-                 (costmodel_span_t){ 2, 1, 2, 0 }, MiB256, &zero, COSTMODEL_RING,
-                 COSTMODEL_SIMPLE, 8.4e-6 + MiB256 / 485.2e9);
+                 (costmodel_span_t){ 2, 1, 2, 0 }, MiB256, &zero, COSTMODEL_RING, COSTMODEL_SIMPLE,
+                 8.4e-6 + MiB256 / 485.2e9);
     /* A given busbw for the communicator replaces the links'. */
     check_choice("reduce-scatter 256 MiB at a given 100 GB/s", COSTMODEL_REDUCE_SCATTER,
-                 (costmodel_span_t){ 2, 1, 2, 100 }, MiB256, &lk, COSTMODEL_RING,
-                 COSTMODEL_SIMPLE, 30.2e-6 + MiB256 / 200e9);
+                 (costmodel_span_t){ 2, 1, 2, 100 }, MiB256, &lk, COSTMODEL_RING, COSTMODEL_SIMPLE,
+                 30.2e-6 + MiB256 / 200e9);
     costmodel_choice_t ch;
     ok(costmodel_collective(COSTMODEL_ALL_REDUCE, &(costmodel_span_t){ 1, 1, 1, 0 }, 1e9, &lk,
                             &ch) == 0 &&
@@ -141,8 +140,8 @@ static void check_collectives(void)
 
     /* bench/comm on 2x H200 (bench/results/2026-11-30-comm-nccl-2xH200.txt, bmt us):
      * the model is within 15% at every size, LL to Simple. */
-    static const double sizes[10] = { 1024, 4096, 16384, 65536, 262144, 1048576, 4194304,
-                                      16777216, 67108864, 268435456 };
+    static const double sizes[10] = { 1024,    4096,    16384,    65536,    262144,
+                                      1048576, 4194304, 16777216, 67108864, 268435456 };
     static const double measured[3][10] = {
         { 18.8, 18.1, 19.1, 19.9, 21.6, 25.2, 40.6, 68.9, 174.3, 571.7 },
         { 18.1, 18.2, 18.8, 19.4, 21.0, 24.1, 37.1, 64.4, 182.9, 610.5 },
@@ -158,8 +157,8 @@ static void check_collectives(void)
             if (e > worst)
                 worst = e;
             if (e > 0.15)
-                diag("%s %.0f B: model %.1f us, measured %.1f", costmodel_coll_name(c), sizes[i],
-                     t, measured[c][i]);
+                diag("%s %.0f B: model %.1f us, measured %.1f", costmodel_coll_name(c), sizes[i], t,
+                     measured[c][i]);
         }
     ok(worst <= 0.15, "the model is within 15%% of bench/comm at all 30 sizes (worst %.1f%%)",
        100 * worst);
@@ -239,8 +238,8 @@ static void check_spans(void)
                     costmodel_span_t b = scan_span(&l, (costmodel_comm_t)c);
                     if (a.ranks != b.ranks || a.nodes != b.nodes || a.thinnest != b.thinnest) {
                         diag("%dx%d/%d %s: %d %d %d against the scan's %d %d %d", g, s, gpn,
-                             costmodel_comm_name(c), a.ranks, a.nodes, a.thinnest, b.ranks,
-                             b.nodes, b.thinnest);
+                             costmodel_comm_name(c), a.ranks, a.nodes, a.thinnest, b.ranks, b.nodes,
+                             b.thinnest);
                         all = false;
                     }
                 }
@@ -289,8 +288,8 @@ static void check_step(void)
      * (r) after its backward: the comm stream ends at 4g + a + 2r, then the
      * gradient norm (host-synchronized). */
     double P = 2e9, f = layer_f(P, 1, 1);
-    double g = 30.2e-6 + 2e9 / 485.2e9;           /* all-gather of 1e9 bf16 */
-    double rs = 30.2e-6 + 4e9 / 450.2e9;          /* reduce-scatter of 1e9 f32 */
+    double g = 30.2e-6 + 2e9 / 485.2e9;  /* all-gather of 1e9 bf16 */
+    double rs = 30.2e-6 + 4e9 / 450.2e9; /* reduce-scatter of 1e9 f32 */
     double a = costmodel_collective(COSTMODEL_ALL_REDUCE, &two, 32, &lk, NULL);
     double nrm = costmodel_collective(COSTMODEL_ALL_REDUCE, &two, 8, &lk, NULL);
     is_real(a, 19.5e-6 + 32 / 141e9, "the agreement: 32 B all-reduce, LL ring, 19.5 us");
@@ -465,10 +464,9 @@ static void check_presets(void)
 static void check_setup(void)
 {
     costmodel_in_t in = defaults("d48");
-    ok(in.seq == 1024 && in.micro_batch == 1 && in.accum == 1 && in.ckpt &&
-           in.zero_level == 3 && in.gather_bytes == 2 && in.reduce_bytes == 4 &&
-           in.shard_bytes == 4 && in.mfu == 0.45 && in.peak_tflops == 989 &&
-           in.gpu_mem_gib == 140.4,
+    ok(in.seq == 1024 && in.micro_batch == 1 && in.accum == 1 && in.ckpt && in.zero_level == 3 &&
+           in.gather_bytes == 2 && in.reduce_bytes == 4 && in.shard_bytes == 4 && in.mfu == 0.45 &&
+           in.peak_tflops == 989 && in.gpu_mem_gib == 140.4,
        "defaults: the model's context, micro-batch 1, checkpointing, ZeRO-3, f32 reduce, "
        "MFU 0.45, H200");
     ok(in.links.nvlink_gbps[0] == 242.6 && in.links.nvlink_gbps[1] == 225.1 &&
@@ -501,8 +499,9 @@ static void check_setup(void)
     o.model = "d48";
     o.layers = 10;
     in.seq = -7;
-    ok(costmodel_setup(&o, &in, &err) == -1 && strstr(err.text, "--layers goes with a parameter "
-                                                                "count; d48 is a preset of 48") &&
+    ok(costmodel_setup(&o, &in, &err) == -1 &&
+           strstr(err.text, "--layers goes with a parameter "
+                            "count; d48 is a preset of 48") &&
            in.seq == -7,
        "--layers with a preset refused, nothing changed");
     o.layers = 0;
@@ -542,9 +541,10 @@ static void check_rank(void)
             yours = yours < 0 ? i : -2;
         if (c[i].r.layout.groups == 1 && c[i].r.layout.world == 1000)
             flat = i;
-        shapes &= c[i].r.layout.gpus_per_node == 8 &&
-                  c[i].r.layout.groups * c[i].r.layout.gpus_per_group == c[i].r.layout.world &&
-                  (c[i].r.layout.world == 1000 || strcmp(c[i].why, "rail-aligned alternative") == 0);
+        shapes &=
+            c[i].r.layout.gpus_per_node == 8 &&
+            c[i].r.layout.groups * c[i].r.layout.gpus_per_group == c[i].r.layout.world &&
+            (c[i].r.layout.world == 1000 || strcmp(c[i].why, "rail-aligned alternative") == 0);
         if (i > 0) {
             const costmodel_result_t *a = &c[i - 1].r, *b = &c[i].r;
             if (a->mem.fits < b->mem.fits || (a->mem.fits && b->mem.fits && a->step > b->step) ||
@@ -636,8 +636,7 @@ static void check_json(void)
                num_is(o, "exposed_group_s", r->exposed_group) &&
                num_is(o, "exposed_replica_s", r->exposed_replica) &&
                num_is(o, "tokens_per_s", r->tokens_per_s) && num_is(o, "mfu", r->mfu) &&
-               num_is(mem, "peak", r->mem.peak) &&
-               json_is_boolean(json_object_get(mem, "fits")) &&
+               num_is(mem, "peak", r->mem.peak) && json_is_boolean(json_object_get(mem, "fits")) &&
                json_is_true(json_object_get(mem, "fits")) == r->mem.fits &&
                json_is_true(json_object_get(o, "yours")) == c[i].yours &&
                json_array_size(rows) == (size_t)r->nrows;
@@ -660,8 +659,8 @@ static void check_json(void)
            num_is(rec, "gpus_per_group", c[b].r.layout.gpus_per_group) &&
            json_is_false(json_object_get(rec, "keep_yours")) &&
            json_array_size(json_object_get(rec, "deciding")) >= 1 &&
-           strcmp(json_string_value(json_object_get(
-                      json_array_get(json_object_get(rec, "deciding"), 0), "term")),
+           strcmp(json_string_value(
+                      json_object_get(json_array_get(json_object_get(rec, "deciding"), 0), "term")),
                   "exposed group communication") == 0,
        "JSON recommendation: the best, decided first by exposed group communication");
     json_decref(j);
@@ -720,8 +719,9 @@ static void check_text(void)
     n = costmodel_rank(&l, &in, c, COSTMODEL_CANDIDATES, NULL);
     buf = print(&in, c, n);
     char want_best[96];
-    snprintf(want_best, sizeof(want_best), "recommendation: yours, %d x %d, is the fastest that fits",
-             l.groups, l.gpus_per_group);
+    snprintf(want_best, sizeof(want_best),
+             "recommendation: yours, %d x %d, is the fastest that fits", l.groups,
+             l.gpus_per_group);
     ok(buf && c[costmodel_recommended(c, (size_t)n)].yours && strstr(buf, want_best) &&
            strstr(buf, "slower; what decides:"),
        "text: ranked from the best, yours is the fastest");

@@ -1,0 +1,152 @@
+#!/bin/bash
+# The planner's cost model through bmlaunch (--plan --model): the defaults are
+# the fit of the recorded bench/comm table; the JSON's schema and its
+# invariants; the issue's 20x50 question answered; options move the figures the
+# way they must; the worked examples in docs/slurm.md and docs/planner.md are
+# what bmlaunch prints; the predicted-vs-measured table of docs/planner.md is
+# what bench/planner_check.sh prints.
+. "$(dirname "$0")/lib.sh"
+
+test_expect_success "bench/comm_fit.py on the recorded 2x H200 table gives costmodel.h's defaults" '
+    /usr/bin/python3 "$SRC/bench/comm_fit.py" "$SRC/bench/results/2026-11-30-comm-nccl-2xH200.txt" >fit &&
+    cat fit &&
+    def() { sed -n "s/^#define $1 \([0-9.]*\)$/\1/p" "$SRC/launcher/costmodel.h"; } &&
+    test "$(awk "/^all_gather/ { print \$3 }" fit)" = "$(def COSTMODEL_NVLINK_AG_GBPS)" &&
+    test "$(awk "/^reduce_scatter/ { print \$3 }" fit)" = "$(def COSTMODEL_NVLINK_RS_GBPS)" &&
+    test "$(awk "/^all_reduce/ { print \$3 }" fit)" = "$(def COSTMODEL_NVLINK_AR_GBPS)" &&
+    test "$(awk "/^call_simple_us/ { print \$2 }" fit)" = "$(def COSTMODEL_CALL_SIMPLE_US)" &&
+    test "$(awk "/^call_ll_us/ { print \$2 }" fit)" = "$(def COSTMODEL_CALL_LL_US)" &&
+    # every fitted line within 5% of every size it was fitted to
+    awk "/worst residual/ { v = \$8; sub(/%/, \"\", v); if (v + 0 > 5) bad = 1 } END { exit bad }" fit
+'
+
+test_expect_success "bench/comm_fit.py refuses what is not a bench/comm table" '
+    echo "hello" >notatable &&
+    test_must_fail /usr/bin/python3 "$SRC/bench/comm_fit.py" notatable 2>err &&
+    grep -q "not a bench/comm table" err &&
+    test_must_fail /usr/bin/python3 "$SRC/bench/comm_fit.py" "$SRC/bench/results/2026-11-30-comm-nccl-2xH200.txt" --min 2>err &&
+    grep -q "need a number of bytes" err
+'
+
+test_expect_success "--plan --json: the cost_model schema and its invariants (checked by python)" '
+    $BMLAUNCH --plan --json --model llama3-70b -g 20 -n 50 --gpus-per-node 8 >plan.json &&
+    /usr/bin/python3 - plan.json <<-PY
+	import json, sys
+	p = json.load(open(sys.argv[1]))
+	assert p["groups"] == 20 and p["world"] == 1000  # the layout keys are still there
+	c = p["cost_model"]
+	assert set(c) == {"model", "train", "gpu", "links", "layouts", "recommended"}, set(c)
+	m = c["model"]
+	assert m["name"] == "llama3-70b" and m["params"] == 70553706496 and m["layers"] == 80, m
+	t = c["train"]
+	assert (t["seq"], t["micro_batch"], t["accum"], t["ckpt"], t["zero_level"]) == (4096, 1, 1, True, 3), t
+	L = c["layouts"]
+	assert [l["rank"] for l in L] == list(range(1, len(L) + 1))
+	assert sum(l["yours"] for l in L) == 1
+	keys = {"rank", "groups", "gpus_per_group", "gpus_per_node", "nodes", "world", "why", "yours",
+	        "step_s", "compute_s", "exposed_s", "exposed_group_s", "exposed_replica_s", "comm_busy_s",
+	        "replica_busy_s", "tokens_per_s", "mfu", "memory_bytes", "collectives"}
+	fits = [l for l in L if l["memory_bytes"]["fits"]]
+	for l in L:
+	    assert set(l) == keys, set(l) ^ keys
+	    assert l["groups"] * l["gpus_per_group"] == l["world"] and l["gpus_per_node"] == 8
+	    assert abs(l["step_s"] - l["compute_s"] - l["exposed_s"]) < 1e-9
+	    assert abs(l["exposed_s"] - l["exposed_group_s"] - l["exposed_replica_s"]) < 1e-9
+	    assert l["exposed_s"] >= 0 and 0 < l["mfu"] < 1
+	    mb = l["memory_bytes"]
+	    parts = ["states", "grad_shards", "activations", "transient", "gathered", "grad_full", "workspace"]
+	    assert mb["peak"] <= sum(mb[k] for k in parts) + 1 and mb["fits"] == (mb["peak"] <= mb["usable"])
+	    for r in l["collectives"]:
+	        assert r["algorithm"] in ("ring", "tree", "pat") and r["protocol"] in ("LL", "LL128", "Simple")
+	        assert r["calls"] >= 1 and r["seconds"] > 0 and r["ranks"] >= 2
+	        if r["algorithm"] == "pat":
+	            assert r["collective"] != "all-reduce" and r["ranks"] == r["nodes"]
+	        if r["algorithm"] == "tree":
+	            assert r["collective"] == "all-reduce"
+	# the fitting layouts first, by step time; then the rest by peak memory
+	assert L[:len(fits)] == fits
+	assert all(a["step_s"] <= b["step_s"] for a, b in zip(fits, fits[1:]))
+	rest = L[len(fits):]
+	assert all(a["memory_bytes"]["peak"] <= b["memory_bytes"]["peak"] for a, b in zip(rest, rest[1:]))
+	r = c["recommended"]
+	best = [l for l in fits if l["world"] == 1000][0]
+	assert (r["groups"], r["gpus_per_group"]) == (best["groups"], best["gpus_per_group"]), r
+	assert r["is_yours"] is False and r["keep_yours"] is False and r["faster_than_yours"] > 0.05
+	assert r["deciding"][0]["term"] == "exposed group communication"
+	yours = [l for l in L if l["yours"]][0]
+	assert yours["collectives"][0]["thinnest"] == 2 and yours["collectives"][0]["busbw_gbps"] == 92.0
+	PY
+'
+
+test_expect_success "the options move the figures the way they must" '
+    j() { $BMLAUNCH --plan --json -g 20 -n 50 --gpus-per-node 8 "$@"; } &&
+    j --model 70B >base.json &&
+    j --model 70B --ckpt 0 >nockpt.json &&
+    j --model 70B --micro-batch 4 >b4.json &&
+    j --model 70B --nic-busbw 400 >fastnic.json &&
+    j --model 70B --busbw-group 400 >fastgroup.json &&
+    j --model 70B --latency-us 100 >slowstep.json &&
+    j --model 70B --mfu 0.9 >mfu.json &&
+    j --model 70B --gpu h100 >h100.json &&
+    j --model 70B --accum 4 >accum.json &&
+    /usr/bin/python3 - <<-PY
+	import json
+	def y(f):
+	    return [l for l in json.load(open(f))["cost_model"]["layouts"] if l["yours"]][0]
+	b = y("base.json")
+	assert y("nockpt.json")["memory_bytes"]["activations"] > 10 * b["memory_bytes"]["activations"]
+	assert y("nockpt.json")["compute_s"] < b["compute_s"]          # no recomputation
+	assert abs(y("b4.json")["compute_s"] / b["compute_s"] - 4) < 0.01
+	assert y("fastnic.json")["exposed_group_s"] < b["exposed_group_s"] / 5
+	assert y("fastgroup.json")["exposed_group_s"] < b["exposed_group_s"] / 5
+	assert y("slowstep.json")["comm_busy_s"] > b["comm_busy_s"] + 71 * 3 * 49 * 90e-6
+	assert abs(y("mfu.json")["compute_s"] * 2 - b["compute_s"]) < 1e-6
+	assert y("h100.json")["memory_bytes"]["usable"] < 80 * 2**30
+	a = y("accum.json")
+	calls = {r["op"]: r["calls"] for r in a["collectives"]}
+	assert calls["gather params (forward)"] == 4 * 71 and calls["all-reduce grad shards"] == 71
+	PY
+'
+
+test_expect_success "the issue's question: 20x50 on 8-GPU nodes is not recommended, and why" '
+    $BMLAUNCH --plan --model 70B -g 20 -n 50 --gpus-per-node 8 >out &&
+    grep -qE "^  \* +[0-9]+  20 x 50 +1000 " out &&
+    grep -qE "^     [0-9 ]+ 20 x 48 +960 .*rail-aligned alternative$" out &&
+    grep -qE "^     [0-9 ]+ 1 x 1000 +1000 .*flat$" out &&
+    grep -q "^  recommendation: --groups [0-9]* --gpus-per-group [0-9]*, .* a step faster than yours; what decides:" out &&
+    grep -q "^      against group of 50 on 7 nodes, 2 on its thinnest, ring/Simple at 92.0 GB/s" out
+'
+
+test_expect_success "the worked example in docs/slurm.md is what bmlaunch prints" '
+    cmd="bmlaunch --plan --model 70B -g 20 -n 50 --gpus-per-node 8" &&
+    awk -v cmd="\$ $cmd" "
+        \$0 == cmd { on = 1; next }
+        on && /^\`\`\`/ { exit }
+        on { print }
+    " "$SRC/docs/slurm.md" >quoted &&
+    test -s quoted &&
+    $BMLAUNCH --plan --model 70B -g 20 -n 50 --gpus-per-node 8 | sed -n "/^  cost model:/,\$p" >actual &&
+    diff -u quoted actual
+'
+
+test_expect_success "docs/planner.md: the worked example and the predicted-vs-measured table are current" '
+    cmd="bmlaunch --plan --model d48 --micro-batch 8 -g 1 -n 2 --gpus-per-node 2" &&
+    awk -v cmd="\$ $cmd" "
+        \$0 == cmd { on = 1; next }
+        on && /^\`\`\`/ { exit }
+        on { print }
+    " "$SRC/docs/planner.md" >quoted &&
+    test -s quoted &&
+    $BMLAUNCH --plan --model d48 --micro-batch 8 -g 1 -n 2 --gpus-per-node 2 | sed -n "/^  cost model:/,\$p" >actual &&
+    diff -u quoted actual &&
+    "$SRC/bench/planner_check.sh" "$BMLAUNCH" >table &&
+    grep -c "^| d" table >rows && test "$(cat rows)" = 10 &&
+    while read -r line; do grep -qxF -- "$line" "$SRC/docs/planner.md" || { echo "missing: $line"; exit 1; }; done <table
+'
+
+test_expect_success "--plan --model handles 100k ranks in seconds" '
+    with_timeout 60 $BMLAUNCH --plan --model llama3-405b -g 2000 -n 50 --gpus-per-node 8 >out &&
+    grep -q "^  recommendation: " out
+'
+
+test_done
