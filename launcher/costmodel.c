@@ -584,10 +584,9 @@ static costmodel_mem_t memory(const struct entry *e, int n, const costmodel_in_t
     const double shard = m->params / G, tokens = (double)in->micro_batch * in->seq;
     r.states = 12 * shard;
     r.grads = 4 * shard;
-    double big = 0, big2 = 0, gsum = 0, gmax = 0;
+    double big = 0, big2 = 0, gmax = 0;
     for (int i = 0; i < n; i++) {
         gmax = dmax(gmax, e[i].gather);
-        gsum += e[i].gather;
         if (e[i].own > big) {
             big2 = big;
             big = e[i].own;
@@ -595,7 +594,9 @@ static costmodel_mem_t memory(const struct entry *e, int n, const costmodel_in_t
             big2 = e[i].own;
         }
     }
-    r.gathered = (in->zero_level == 3 ? 2 * gmax : gsum) * in->gather_bytes;
+    /* ZeRO-2 keeps every block gathered, each parameter once (a tied head shares
+     * the embedding's slot). */
+    r.gathered = (in->zero_level == 3 ? 2 * gmax : m->params) * in->gather_bytes;
     if (G > 1)
         r.grad_full = (big + big2) * 4 + (in->reduce_bytes == 2 ? big * 2 : 0);
     /* Saved per token and layer, bf16: the residual stream, the norms' outputs,

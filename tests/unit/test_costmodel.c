@@ -390,6 +390,13 @@ static void check_memory(void)
     is_real(r.mem.activations, 48.0 * 8192 * 1600 * 2, "checkpoints: 48 x 8192 x 1600 bf16");
     is_real(r.mem.peak, want, "peak = 13.10 GiB by hand (measured 12.49)");
 
+    /* ZeRO-2 keeps every block gathered: each parameter once in bf16 (the tied
+     * head shares the embedding's slot). */
+    in.zero_level = 2;
+    ok(costmodel_eval(&l, &in, &r, NULL) == 0, "d48 1x2 at ZeRO-2 evaluates");
+    is_real(r.mem.gathered, 2 * P, "ZeRO-2: gathered = 2 P bytes");
+    is_real(r.mem.peak, want - slots + 2 * P, "ZeRO-2 peak: the slots replaced by the model");
+
     /* A model that does not fit: 405B on 8 GPUs. */
     in = defaults("llama3-405b");
     l = layout(1, 8, 8);
