@@ -84,40 +84,60 @@ static void put_le32(uint8_t *p, uint32_t v)
     p[3] = (uint8_t)(v >> 24);
 }
 
-int gpt2_shard_check_header(const uint8_t *head, size_t head_len, int64_t file_size, int64_t *ntok,
-                            bmt_error_t *err)
+int gpt2_shard_header(const uint8_t *head, size_t head_len, int64_t file_size, int64_t *ntok,
+                      int *token_bytes, bmt_error_t *err)
 {
     int64_t have = file_size < (int64_t)head_len ? file_size : (int64_t)head_len;
     if (head == NULL || have < HEADER_BYTES)
         return data_err(err, "truncated header: %lld bytes, a shard starts with %d",
                         (long long)(have < 0 ? 0 : have), HEADER_BYTES);
     int64_t magic = get_le32_signed(head);
-    if (magic != GPT2_SHARD_MAGIC)
-        return data_err(err, "bad magic %lld, want %d (not an llm.c GPT-2 token shard)",
-                        (long long)magic, GPT2_SHARD_MAGIC);
+    if (magic != GPT2_SHARD_MAGIC && magic != GPT2_SHARD_MAGIC_U32)
+        return data_err(err,
+                        "bad magic %lld, want %d (2-byte tokens) or %d (4-byte tokens): not an "
+                        "llm.c token shard",
+                        (long long)magic, GPT2_SHARD_MAGIC, GPT2_SHARD_MAGIC_U32);
+    const bool wide = magic == GPT2_SHARD_MAGIC_U32;
+    const int want_version = wide ? GPT2_SHARD_VERSION_U32 : GPT2_SHARD_VERSION;
     int64_t version = get_le32_signed(head + 4);
-    if (version != GPT2_SHARD_VERSION)
-        return data_err(err, "unsupported version %lld, want %d", (long long)version,
-                        GPT2_SHARD_VERSION);
+    if (version != want_version)
+        return data_err(err, "unsupported version %lld, want %d for magic %lld", (long long)version,
+                        want_version, (long long)magic);
     int64_t n = get_le32_signed(head + 8);
     if (n < 0)
         return data_err(err, "negative token count %lld in the header", (long long)n);
-    int64_t want = HEADER_BYTES + 2 * n;
+    const int w = wide ? 4 : 2;
+    int64_t want = HEADER_BYTES + w * n;
     if (file_size != want)
-        return data_err(err, "the header's %lld tokens need %lld bytes but the file has %lld (%s)",
-                        (long long)n, (long long)want, (long long)file_size,
+        return data_err(err,
+                        "the header's %lld tokens of %d bytes need %lld bytes but the file has "
+                        "%lld (%s)",
+                        (long long)n, w, (long long)want, (long long)file_size,
                         file_size < want ? "count larger than the file: truncated?"
                                          : "count smaller than the file");
     *ntok = n;
+    if (token_bytes)
+        *token_bytes = w;
     return 0;
+}
+
+int gpt2_shard_check_header(const uint8_t *head, size_t head_len, int64_t file_size, int64_t *ntok,
+                            bmt_error_t *err)
+{
+    return gpt2_shard_header(head, head_len, file_size, ntok, NULL, err);
+}
+
+void gpt2_shard_make_header_w(uint8_t out[GPT2_SHARD_HEADER_BYTES], int64_t n, int token_bytes)
+{
+    memset(out, 0, HEADER_BYTES);
+    put_le32(out, token_bytes == 4 ? GPT2_SHARD_MAGIC_U32 : GPT2_SHARD_MAGIC);
+    put_le32(out + 4, token_bytes == 4 ? GPT2_SHARD_VERSION_U32 : GPT2_SHARD_VERSION);
+    put_le32(out + 8, (uint32_t)n);
 }
 
 void gpt2_shard_make_header(uint8_t out[GPT2_SHARD_HEADER_BYTES], int64_t n)
 {
-    memset(out, 0, HEADER_BYTES);
-    put_le32(out, GPT2_SHARD_MAGIC);
-    put_le32(out + 4, GPT2_SHARD_VERSION);
-    put_le32(out + 8, (uint32_t)n);
+    gpt2_shard_make_header_w(out, n, 2);
 }
 
 /* ---------------------------------------------------------------- raw I/O */
@@ -167,6 +187,7 @@ typedef struct shard_out {
     int fd;           /* open temporary file, or -1 */
     int64_t want;     /* tokens announced in the header */
     int64_t have;     /* tokens written so far */
+    int width;        /* bytes per token: 2 or 4 */
 } shard_out_t;
 
 static atomic_uint tmp_counter;
@@ -183,9 +204,9 @@ static void out_abort(shard_out_t *o)
     }
 }
 
-static int out_begin(shard_out_t *o, const char *path, int64_t n, bmt_error_t *err)
+static int out_begin(shard_out_t *o, const char *path, int64_t n, int width, bmt_error_t *err)
 {
-    *o = (shard_out_t){ path, NULL, -1, n, 0 };
+    *o = (shard_out_t){ path, NULL, -1, n, 0, width };
     size_t len = strlen(path) + 48;
     o->tmp = malloc(len);
     if (o->tmp == NULL)
@@ -206,7 +227,7 @@ static int out_begin(shard_out_t *o, const char *path, int64_t n, bmt_error_t *e
         }
     }
     uint8_t head[HEADER_BYTES];
-    gpt2_shard_make_header(head, n);
+    gpt2_shard_make_header_w(head, n, width);
     if (write_all(o->fd, head, sizeof(head)) != 0) {
         int e = errno;
         out_abort(o);
@@ -215,7 +236,7 @@ static int out_begin(shard_out_t *o, const char *path, int64_t n, bmt_error_t *e
     return 0;
 }
 
-/* Append tokens given as little-endian uint16 bytes (nbytes even). */
+/* Append tokens given as little-endian bytes (nbytes a multiple of the width). */
 static int out_write(shard_out_t *o, const uint8_t *le, size_t nbytes, bmt_error_t *err)
 {
     if (write_all(o->fd, le, nbytes) != 0) {
@@ -223,7 +244,7 @@ static int out_write(shard_out_t *o, const uint8_t *le, size_t nbytes, bmt_error
         out_abort(o);
         return data_err(err, "%s: writing tokens: %s", shown(o->path).s, strerror(e));
     }
-    o->have += (int64_t)(nbytes / 2);
+    o->have += (int64_t)(nbytes / (size_t)o->width);
     return 0;
 }
 
@@ -277,32 +298,50 @@ static int out_commit(shard_out_t *o, bmt_error_t *err)
 
 #define CHUNK_TOKENS 16384
 
-int gpt2_write_shard(const char *path, const uint16_t *tokens, size_t n, bmt_error_t *err)
+/* Write n tokens of `width` bytes (tokens16 or tokens32) as one shard. */
+static int write_shard(const char *path, const uint16_t *tokens16, const uint32_t *tokens32,
+                       size_t n, bmt_error_t *err)
 {
+    const int width = tokens32 ? 4 : 2;
     if (path == NULL || *path == '\0')
         return data_err(err, "gpt2_write_shard: no path given");
     if (n > (size_t)GPT2_SHARD_MAX_TOKENS)
         return data_err(err, "%s: %zu tokens do not fit one shard (at most %lld)", shown(path).s, n,
                         GPT2_SHARD_MAX_TOKENS);
-    if (n > 0 && tokens == NULL)
+    if (n > 0 && tokens16 == NULL && tokens32 == NULL)
         return data_err(err, "%s: %zu tokens to write but tokens is NULL", shown(path).s, n);
     shard_out_t o;
-    if (out_begin(&o, path, (int64_t)n, err) != 0)
+    if (out_begin(&o, path, (int64_t)n, width, err) != 0)
         return -1;
-    uint8_t le[2 * CHUNK_TOKENS];
+    uint8_t le[4 * CHUNK_TOKENS];
     for (size_t done = 0; done < n;) {
         size_t k = n - done < CHUNK_TOKENS ? n - done : CHUNK_TOKENS;
         for (size_t i = 0; i < k; i++) {
-            le[2 * i] = (uint8_t)tokens[done + i];
-            le[2 * i + 1] = (uint8_t)(tokens[done + i] >> 8);
+            uint32_t t = tokens32 ? tokens32[done + i] : tokens16[done + i];
+            for (int b = 0; b < width; b++)
+                le[(size_t)width * i + (size_t)b] = (uint8_t)(t >> (8 * b));
         }
-        if (out_write(&o, le, 2 * k, err) != 0)
+        if (out_write(&o, le, (size_t)width * k, err) != 0)
             return -1;
         done += k;
     }
     if (out_finish(&o, err) != 0 || out_commit(&o, err) != 0)
         return -1;
     return 0;
+}
+
+int gpt2_write_shard(const char *path, const uint16_t *tokens, size_t n, bmt_error_t *err)
+{
+    if (n > 0 && tokens == NULL && path && *path)
+        return data_err(err, "%s: %zu tokens to write but tokens is NULL", shown(path).s, n);
+    return write_shard(path, tokens, NULL, n, err);
+}
+
+int gpt2_write_shard_u32(const char *path, const uint32_t *tokens, size_t n, bmt_error_t *err)
+{
+    if (n > 0 && tokens == NULL && path && *path)
+        return data_err(err, "%s: %zu tokens to write but tokens is NULL", shown(path).s, n);
+    return write_shard(path, NULL, tokens, n, err);
 }
 
 /* ---------------------------------------------------------------- reader */
@@ -314,17 +353,18 @@ struct gpt2_loader {
     int nshards;
     char **paths;  /* (nshards) glob matches in glob's order, owned */
     int64_t *ntok; /* (nshards) tokens in each shard, as validated at open */
+    int *width;    /* (nshards) bytes per token in each shard: 2 or 4 */
     int64_t total; /* sum of ntok */
     int shard;     /* position of the next global batch: shard index ... */
     int64_t pos;   /* ... and token offset in it (identical on every rank) */
     int fd;        /* the one open shard file, or -1 */
     int fd_shard;  /* which shard fd is, or -1 */
-    uint8_t *buf;  /* (B*T+1) uint16 little-endian: this rank's slice as read */
+    uint8_t *buf;  /* (B*T+1) tokens of up to 4 bytes: this rank's slice as read */
 };
 
 /* Open a shard and validate its header against its real size. Returns the open
- * file descriptor and the token count, or -1 with err naming the file. */
-static int shard_open(const char *path, int64_t *ntok, bmt_error_t *err)
+ * file descriptor, the token count and width, or -1 with err naming the file. */
+static int shard_open(const char *path, int64_t *ntok, int *width, bmt_error_t *err)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -347,7 +387,7 @@ static int shard_open(const char *path, int64_t *ntok, bmt_error_t *err)
         return data_err(err, "%s: reading the header: %s", shown(path).s, strerror(e));
     }
     bmt_error_t why;
-    if (gpt2_shard_check_header(head, (size_t)got, (int64_t)st.st_size, ntok, &why) != 0) {
+    if (gpt2_shard_header(head, (size_t)got, (int64_t)st.st_size, ntok, width, &why) != 0) {
         close(fd);
         return data_err(err, "%s: %s", shown(path).s, why.text);
     }
@@ -364,6 +404,7 @@ void gpt2_loader_destroy(gpt2_loader_t *l)
         free(l->paths[i]);
     free(l->paths);
     free(l->ntok);
+    free(l->width);
     free(l->buf);
     free(l);
 }
@@ -431,8 +472,9 @@ gpt2_loader_t *gpt2_loader_open(const char *pattern, int B, int T, int rank, int
                           .fd_shard = -1 };
     l->paths = calloc(g.gl_pathc, sizeof(*l->paths));
     l->ntok = calloc(g.gl_pathc, sizeof(*l->ntok));
-    l->buf = malloc((size_t)(bt + 1) * 2);
-    if (l->paths == NULL || l->ntok == NULL || l->buf == NULL) {
+    l->width = calloc(g.gl_pathc, sizeof(*l->width));
+    l->buf = malloc((size_t)(bt + 1) * 4);
+    if (l->paths == NULL || l->ntok == NULL || l->width == NULL || l->buf == NULL) {
         data_err(err, "gpt2_loader_open(%s): out of memory", shown(pattern).s);
         goto fail;
     }
@@ -441,7 +483,8 @@ gpt2_loader_t *gpt2_loader_open(const char *pattern, int B, int T, int rank, int
     for (size_t i = 0; i < g.gl_pathc; i++) {
         const char *path = g.gl_pathv[i];
         int64_t n = 0;
-        int fd = shard_open(path, &n, err);
+        int w = 2;
+        int fd = shard_open(path, &n, &w, err);
         if (fd < 0)
             goto fail;
         close(fd);
@@ -459,6 +502,7 @@ gpt2_loader_t *gpt2_loader_open(const char *pattern, int B, int T, int rank, int
         }
         l->nshards = (int)i + 1;
         l->ntok[i] = n;
+        l->width[i] = w;
         l->total += n;
     }
     globfree(&g);
@@ -476,13 +520,16 @@ static int ensure_open(gpt2_loader_t *l, int s, bmt_error_t *err)
     if (l->fd_shard == s)
         return 0;
     int64_t n = 0;
-    int fd = shard_open(l->paths[s], &n, err);
+    int w = 2;
+    int fd = shard_open(l->paths[s], &n, &w, err);
     if (fd < 0)
         return -1;
-    if (n != l->ntok[s]) {
+    if (n != l->ntok[s] || w != l->width[s]) {
         close(fd);
-        return data_err(err, "%s: now holds %lld tokens, %lld when the loader opened it",
-                        shown(l->paths[s]).s, (long long)n, (long long)l->ntok[s]);
+        return data_err(err,
+                        "%s: now holds %lld tokens of %d bytes, %lld of %d when the loader "
+                        "opened it",
+                        shown(l->paths[s]).s, (long long)n, w, (long long)l->ntok[s], l->width[s]);
     }
     if (l->fd >= 0)
         close(l->fd);
@@ -506,8 +553,9 @@ int gpt2_loader_next(gpt2_loader_t *l, int32_t *inputs, int32_t *targets, bmt_er
     if (ensure_open(l, s, err) != 0)
         return -1;
     int64_t first = p + (int64_t)l->rank * l->bt;
-    size_t len = (size_t)(l->bt + 1) * 2;
-    off_t off = (off_t)(HEADER_BYTES + 2 * first);
+    const int w = l->width[s];
+    size_t len = (size_t)(l->bt + 1) * (size_t)w;
+    off_t off = (off_t)(HEADER_BYTES + w * first);
     ssize_t got = pread_full(l->fd, l->buf, len, off);
     if (got < 0)
         return data_err(err, "%s: reading %zu bytes at %lld: %s", shown(l->paths[s]).s, len,
@@ -517,9 +565,24 @@ int gpt2_loader_next(gpt2_loader_t *l, int32_t *inputs, int32_t *targets, bmt_er
                         shown(l->paths[s]).s, (long long)(off + got), (long long)off,
                         (long long)(off + (off_t)len));
     const uint8_t *b = l->buf;
-    for (int64_t i = 0; i < l->bt; i++) {
-        inputs[i] = (int32_t)(b[2 * i] | b[2 * i + 1] << 8);
-        targets[i] = (int32_t)(b[2 * i + 2] | b[2 * i + 3] << 8);
+    if (w == 4) {
+        /* Check every token first: the outputs stay untouched on failure. */
+        for (int64_t i = 0; i <= l->bt; i++)
+            if (b[4 * i + 3] & 0x80)
+                return data_err(err,
+                                "%s: token %lld of the shard is %lu, past the int32 ids a batch "
+                                "holds",
+                                shown(l->paths[s]).s, (long long)(first + i),
+                                (unsigned long)get_le32(b + 4 * i));
+        for (int64_t i = 0; i < l->bt; i++) {
+            inputs[i] = (int32_t)get_le32(b + 4 * i);
+            targets[i] = (int32_t)get_le32(b + 4 * i + 4);
+        }
+    } else {
+        for (int64_t i = 0; i < l->bt; i++) {
+            inputs[i] = (int32_t)(b[2 * i] | b[2 * i + 1] << 8);
+            targets[i] = (int32_t)(b[2 * i + 2] | b[2 * i + 3] << 8);
+        }
     }
     l->shard = s;
     l->pos = p + l->global;
@@ -558,6 +621,11 @@ int gpt2_loader_seek(gpt2_loader_t *l, int shard, int64_t pos, bmt_error_t *err)
 }
 
 int64_t gpt2_loader_tokens(const gpt2_loader_t *l) { return l ? l->total : 0; }
+
+int gpt2_loader_token_bytes(const gpt2_loader_t *l, int i)
+{
+    return l && i >= 0 && i < l->nshards ? l->width[i] : -1;
+}
 
 int gpt2_loader_num_shards(const gpt2_loader_t *l) { return l ? l->nshards : 0; }
 
@@ -640,11 +708,11 @@ int gpt2_tokenize_file(const char *text_path, const char *out_prefix, double val
 
     int rc = -1;
     shard_out_t train, val;
-    if (out_begin(&train, train_path, n_train, err) != 0)
+    if (out_begin(&train, train_path, n_train, 2, err) != 0)
         goto out;
     if (copy_bytes(fd, text_path, 0, n_train, &train, err) != 0 || out_finish(&train, err) != 0)
         goto out;
-    if (out_begin(&val, val_path, n_val, err) != 0) {
+    if (out_begin(&val, val_path, n_val, 2, err) != 0) {
         out_abort(&train);
         goto out;
     }

@@ -2,14 +2,20 @@
  * data-parallel reader that reads only this rank's slice of every batch, and a
  * byte-level tokenizer that writes such shards.
  *
- * Shard format (llm.c dev/data/data_common.py write_datafile, model "gpt-2"):
+ * Shard format (llm.c dev/data/data_common.py write_datafile), two kinds:
  *   bytes [0, 1024)           header: 256 int32, little-endian
- *                               [0] = 20240520 (GPT2_SHARD_MAGIC)
- *                               [1] = 1        (GPT2_SHARD_VERSION)
+ *                               [0] = 20240520 (GPT2_SHARD_MAGIC, model "gpt-2")
+ *                                  or 20240801 (GPT2_SHARD_MAGIC_U32, model "llama-3")
+ *                               [1] = 1 (GPT2_SHARD_VERSION) for the first,
+ *                                     7 (GPT2_SHARD_VERSION_U32) for the second
  *                               [2] = n, the number of tokens (0 <= n < 2^31)
  *                               [3..255] = 0 (written as 0, not checked on read)
- *   bytes [1024, 1024 + 2n)   the n tokens, uint16 little-endian
- * The file size must be exactly 1024 + 2n bytes.
+ *   bytes [1024, 1024 + w n)  the n tokens, little-endian: uint16 (w = 2) in a
+ *                             "gpt-2" shard, uint32 (w = 4) in a "llama-3" one,
+ *                             for vocabularies past 65,536 (Llama 3's 128,256)
+ * The file size must be exactly 1024 + w n bytes. The reader takes both kinds,
+ * shard by shard (a pattern may match both); a 4-byte token of 2^31 or more does
+ * not fit the int32 batches and is refused with its shard and offset.
  *
  * Batches (exactly llm.c's DataLoader(B, T, process_rank, num_processes) with
  * shuffling off, llmc/dataloader.h): the shards are the files matching a glob
@@ -48,6 +54,8 @@
 
 #define GPT2_SHARD_MAGIC 20240520
 #define GPT2_SHARD_VERSION 1
+#define GPT2_SHARD_MAGIC_U32 20240801
+#define GPT2_SHARD_VERSION_U32 7
 #define GPT2_SHARD_HEADER_INTS 256
 #define GPT2_SHARD_HEADER_BYTES (GPT2_SHARD_HEADER_INTS * 4) /* 1024 */
 #define GPT2_SHARD_MAX_TOKENS 2147483647LL                   /* the count is an int32 */
@@ -66,8 +74,15 @@
 int gpt2_shard_check_header(const uint8_t *head, size_t head_len, int64_t file_size, int64_t *ntok,
                             bmt_error_t *err);
 
-/* Fill out[1024] with the header of a shard of n tokens (n in [0, 2^31)). */
+/* The same, saying which kind: *token_bytes = 2 or 4 (untouched on failure;
+ * may be NULL). gpt2_shard_check_header accepts both kinds too. */
+int gpt2_shard_header(const uint8_t *head, size_t head_len, int64_t file_size, int64_t *ntok,
+                      int *token_bytes, bmt_error_t *err);
+
+/* Fill out[1024] with the header of a shard of n tokens (n in [0, 2^31)) of
+ * token_bytes 2 ("gpt-2") or 4 ("llama-3"); gpt2_shard_make_header: 2. */
 void gpt2_shard_make_header(uint8_t out[GPT2_SHARD_HEADER_BYTES], int64_t n);
+void gpt2_shard_make_header_w(uint8_t out[GPT2_SHARD_HEADER_BYTES], int64_t n, int token_bytes);
 
 /* Write a shard of n tokens to path, atomically: the bytes go to a temporary file
  * in path's directory, are fsync'ed, and the file is renamed over path. On
@@ -75,6 +90,9 @@ void gpt2_shard_make_header(uint8_t out[GPT2_SHARD_HEADER_BYTES], int64_t n);
  * file is left. tokens may be NULL when n is 0. Errors: n >= 2^31, and any
  * open/write/fsync/rename failure (err names the file and the errno text). */
 int gpt2_write_shard(const char *path, const uint16_t *tokens, size_t n, bmt_error_t *err);
+
+/* The same for a "llama-3" shard of 4-byte tokens (llm.c's model_desc "llama-3"). */
+int gpt2_write_shard_u32(const char *path, const uint32_t *tokens, size_t n, bmt_error_t *err);
 
 /* ---------------------------------------------------------------- reader */
 
@@ -118,9 +136,11 @@ int gpt2_loader_seek(gpt2_loader_t *loader, int shard, int64_t pos, bmt_error_t 
 /* Tokens in all shards together. */
 int64_t gpt2_loader_tokens(const gpt2_loader_t *loader);
 
-/* Number of shards, and tokens in shard i (-1 if i is out of range). */
+/* Number of shards, tokens in shard i and its token width in bytes (2 or 4);
+ * -1 if i is out of range. */
 int gpt2_loader_num_shards(const gpt2_loader_t *loader);
 int64_t gpt2_loader_shard_tokens(const gpt2_loader_t *loader, int i);
+int gpt2_loader_token_bytes(const gpt2_loader_t *loader, int i);
 
 /* ---------------------------------------------------------------- byte-level tokenizer */
 

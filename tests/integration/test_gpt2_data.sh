@@ -14,17 +14,24 @@ CORPUS=$SRC/examples/gpt2/data/corpus.txt
 PY=/usr/bin/python3
 export CHECK CORPUS PY
 
-# write_datafile of llm.c dev/data/data_common.py, model "gpt-2", as a module.
+# write_datafile of llm.c dev/data/data_common.py, models "gpt-2" and
+# "llama-3", as a module.
 cat >"$TMP/llmc.py" <<'EOF'
 import numpy as np
 
-def write_datafile(filename, toks):
+HEADERS_INFO = {
+    "gpt-2": {"magic": 20240520, "version": 1, "token_dtype": np.uint16},
+    "llama-3": {"magic": 20240801, "version": 7, "token_dtype": np.uint32},
+}
+
+def write_datafile(filename, toks, model_desc="gpt-2"):
     assert len(toks) < 2**31, "token count too large"
+    info = HEADERS_INFO[model_desc]
     header = np.zeros(256, dtype=np.int32)
-    header[0] = 20240520
-    header[1] = 1
+    header[0] = info["magic"]
+    header[1] = info["version"]
     header[2] = len(toks)
-    toks_np = np.array(toks, dtype=np.uint16)
+    toks_np = np.array(toks, dtype=info["token_dtype"])
     with open(filename, "wb") as f:
         f.write(header.tobytes())
         f.write(toks_np.tobytes())
@@ -34,8 +41,7 @@ class DataLoader:
     def __init__(self, files, B, T, process_rank, num_processes):
         self.files = sorted(files)  # glob(3) sorts its matches
         self.B, self.T = B, T
-        self.total_batch_size_bytes = num_processes * B * T * 2
-        self.local_batch_offset_bytes = process_rank * B * T * 2
+        self.num_processes, self.process_rank = num_processes, process_rank
         for i in range(len(self.files)):
             assert self.load_shard_(i) >= num_processes * B * T + 1
         self.reset()
@@ -43,10 +49,13 @@ class DataLoader:
     def load_shard_(self, i):
         self.data = open(self.files[i], "rb").read()
         header = np.frombuffer(self.data[:1024], dtype="<i4")
-        assert header[0] == 20240520 and header[1] == 1
+        assert (header[0], header[1]) in ((20240520, 1), (20240801, 7))
+        self.w = 2 if header[0] == 20240520 else 4  # bytes per token
         ntok = int(header[2])
-        assert len(self.data) == 1024 + 2 * ntok
-        self.shard_num_samples = (ntok * 2 - 2) // self.total_batch_size_bytes
+        assert len(self.data) == 1024 + self.w * ntok
+        self.total_batch_size_bytes = self.num_processes * self.B * self.T * self.w
+        self.local_batch_offset_bytes = self.process_rank * self.B * self.T * self.w
+        self.shard_num_samples = (ntok * self.w - self.w) // self.total_batch_size_bytes
         return ntok
 
     def reset(self):
@@ -73,7 +82,8 @@ class DataLoader:
         assert self.current_sample_idx < self.shard_num_samples
         off = 1024 + self.current_sample_idx * self.total_batch_size_bytes + self.local_batch_offset_bytes
         n = self.B * self.T
-        buf = np.frombuffer(self.data[off:off + 2 * (n + 1)], dtype="<u2").astype(np.int64)
+        buf = np.frombuffer(self.data[off:off + self.w * (n + 1)],
+                            dtype="<u2" if self.w == 2 else "<u4").astype(np.int64)
         assert len(buf) == n + 1
         return buf[:n], buf[1:]
 EOF
@@ -129,6 +139,65 @@ test_expect_success "shards written by numpy read as llm.c DataLoader serves the
         done
     done
     test "$(cut -d" " -f1 ours | sort -u | tr "\n" " ")" = "0 1 2 "
+'
+
+test_expect_success "gpt2_write_shard_u32 writes the bytes of write_datafile(model_desc=\"llama-3\") (cmp)" '
+    $PY - <<-EOF
+	import numpy as np, llmc
+	rng = np.random.default_rng(5)
+	for n in (0, 1, 1000, 70000):
+	    t = rng.integers(0, 128256, n, dtype=np.uint32)
+	    t[:min(n, 2)] = [2**31 - 1, 65536][:min(n, 2)]
+	    t.astype("<u4").tofile("raw_%d" % n)
+	    llmc.write_datafile("numpy_%d.bin" % n, t.tolist(), "llama-3")
+	EOF
+    for n in 0 1 1000 70000; do
+        "$CHECK" write32 ours_$n.bin raw_$n && cmp numpy_$n.bin ours_$n.bin || exit 1
+    done
+    test "$(stat -c %s ours_70000.bin)" -eq $((1024 + 4 * 70000))
+'
+
+test_expect_success "llama-3 shards (ids past 65,535) beside gpt-2 ones read as the DataLoader serves them" '
+    mkdir d &&
+    $PY - <<-EOF
+	import numpy as np, llmc
+	rng = np.random.default_rng(13)
+	llmc.write_datafile("d/s_a.bin", rng.integers(0, 128256, 500, dtype=np.uint32).tolist(), "llama-3")
+	llmc.write_datafile("d/s_b.bin", rng.integers(0, 65536, 300, dtype=np.uint16).tolist())
+	llmc.write_datafile("d/s_c.bin", rng.integers(65536, 2**31, 400, dtype=np.uint32).tolist(), "llama-3")
+	EOF
+    for cfg in "2 5 3 40" "1 7 2 60"; do
+        set -- $cfg
+        B=$1 T=$2 W=$3 S=$4
+        for r in $(seq 0 $((W - 1))); do
+            "$CHECK" read "d/s_*.bin" $B $T $r $W $S >ours || exit 1
+            $PY - $B $T $r $W $S >want <<-EOF || exit 1
+			import sys, glob, llmc
+			B, T, r, W, S = map(int, sys.argv[1:])
+			dl = llmc.DataLoader(glob.glob("d/s_*.bin"), B, T, r, W)
+			G = W * B * T
+			for _ in range(S):
+			    x, y = dl.next_batch()
+			    print("%d %d | %s | %s" % (dl.current_shard_idx, dl.current_sample_idx * G,
+			          " ".join(map(str, x)), " ".join(map(str, y))))
+			EOF
+            cmp want ours || { echo "B=$B T=$T rank $r of $W differs:"; diff want ours | head -5; exit 1; }
+        done
+    done
+    test "$(cut -d" " -f1 ours | sort -u | tr "\n" " ")" = "0 1 2 " &&
+    awk -F"|" "{ print \$2 }" ours | tr " " "\n" | awk "\$1 > 65535 { big = 1 } END { exit !big }"
+'
+
+test_expect_success "a 4-byte token of 2^31 or more is refused, naming the shard and the token" '
+    $PY - <<-EOF
+	import numpy as np, llmc
+	t = list(range(100))
+	t[37] = 2**31
+	llmc.write_datafile("big.bin", t, "llama-3")
+	EOF
+    test_must_fail "$CHECK" read big.bin 1 50 0 1 2 >out 2>err &&
+    grep -q "big.bin: token 37 of the shard is 2147483648, past the int32 ids a batch holds" err &&
+    test ! -s out
 '
 
 test_expect_success "tokenizing the corpus gives write_datafile of its bytes, split at floor(0.1 n)" '

@@ -3,6 +3,7 @@
  * transcription of llm.c's DataLoader).
  *
  *   gpt2_data_check write OUT.bin RAW      tokens from RAW (uint16 LE, no header)
+ *   gpt2_data_check write32 OUT.bin RAW    a "llama-3" shard from RAW (uint32 LE)
  *   gpt2_data_check read PATTERN B T RANK WORLD STEPS
  *        one line per step: "SHARD POS | inputs... | targets..." where (SHARD,
  *        POS) is the position after the step
@@ -25,8 +26,9 @@ static int fail(const bmt_error_t *err)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: gpt2_data_check write OUT RAW | read PATTERN B T RANK WORLD STEPS |"
-                    " tokenize TEXT PREFIX FRAC | decode SHARD\n");
+    fprintf(stderr,
+            "usage: gpt2_data_check write|write32 OUT RAW | read PATTERN B T RANK WORLD STEPS |"
+            " tokenize TEXT PREFIX FRAC | decode SHARD\n");
     return 2;
 }
 
@@ -53,23 +55,31 @@ static uint8_t *slurp(const char *path, size_t *len)
     return buf;
 }
 
-static int cmd_write(const char *out, const char *raw)
+static int cmd_write(const char *out, const char *raw, int width)
 {
     size_t len = 0;
     uint8_t *b = slurp(raw, &len);
-    if (b == NULL || len % 2) {
-        fprintf(stderr, "gpt2_data_check: %s: unreadable or an odd number of bytes\n", raw);
+    if (b == NULL || len % (size_t)width) {
+        fprintf(stderr, "gpt2_data_check: %s: unreadable or not a whole number of tokens\n", raw);
         free(b);
         return 1;
     }
-    size_t n = len / 2;
+    size_t n = len / (size_t)width;
     uint16_t *t = malloc((n ? n : 1) * sizeof(*t));
-    for (size_t i = 0; t && i < n; i++)
-        t[i] = (uint16_t)(b[2 * i] | b[2 * i + 1] << 8);
+    uint32_t *t32 = malloc((n ? n : 1) * sizeof(*t32));
+    for (size_t i = 0; t && t32 && i < n; i++) {
+        t32[i] = 0;
+        for (int k = 0; k < width; k++)
+            t32[i] |= (uint32_t)b[(size_t)width * i + (size_t)k] << (8 * k);
+        t[i] = (uint16_t)t32[i];
+    }
     bmt_error_t err;
-    int rc = t ? gpt2_write_shard(out, t, n, &err) : -1;
+    int rc = t == NULL || t32 == NULL ? -1
+             : width == 4             ? gpt2_write_shard_u32(out, t32, n, &err)
+                                      : gpt2_write_shard(out, t, n, &err);
     free(b);
     free(t);
+    free(t32);
     return rc == 0 ? 0 : fail(&err);
 }
 
@@ -136,7 +146,9 @@ int main(int argc, char **argv)
 {
     bmt_error_t err;
     if (argc == 4 && strcmp(argv[1], "write") == 0)
-        return cmd_write(argv[2], argv[3]);
+        return cmd_write(argv[2], argv[3], 2);
+    if (argc == 4 && strcmp(argv[1], "write32") == 0)
+        return cmd_write(argv[2], argv[3], 4);
     if (argc == 8 && strcmp(argv[1], "read") == 0)
         return cmd_read(argv + 2);
     if (argc == 5 && strcmp(argv[1], "tokenize") == 0)

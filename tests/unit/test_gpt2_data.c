@@ -116,6 +116,22 @@ static void test_header_pure(void)
     gpt2_shard_make_header(h, 0);
     ok(gpt2_shard_check_header(h, sizeof(h), 1024, &n, &err) == 0 && n == 0,
        "a header of 0 tokens checks");
+    int width = -7;
+    gpt2_shard_make_header_w(h, 777, 4);
+    is_int(h[0] | h[1] << 8 | h[2] << 16 | h[3] << 24, 20240801,
+           "a 4-byte shard's magic is llm.c's llama-3 one");
+    is_int(h[4] | h[5] << 8, 7, "and its version 7");
+    ok(gpt2_shard_header(h, sizeof(h), 1024 + 4 * 777, &n, &width, &err) == 0 && n == 777 &&
+           width == 4,
+       "a 4-byte header checks against 1024 + 4 n bytes, width 4");
+    n = -7;
+    ok(gpt2_shard_header(h, sizeof(h), 1024 + 2 * 777, &n, &width, &err) == -1 && n == -7 &&
+           width == 4 &&
+           strstr(err.text, "777 tokens of 4 bytes need 4132 bytes but the file has 2578"),
+       "a 4-byte header against 2-byte tokens' size is refused");
+    gpt2_shard_make_header(h, 5);
+    ok(gpt2_shard_header(h, sizeof(h), 1024 + 10, &n, &width, &err) == 0 && n == 5 && width == 2,
+       "a 2-byte header says width 2");
 
     static const struct {
         const char *what;
@@ -125,7 +141,11 @@ static void test_header_pure(void)
         const char *want; /* substring of the message */
     } bad[] = {
         { "wrong magic", 20240521, 1, 10, 1024, 1044, "bad magic 20240521" },
-        { "llama-3 magic", 20240801, 7, 10, 1024, 1044, "bad magic" },
+        { "llama-3 magic, 2-byte size", 20240801, 7, 10, 1024, 1044, "need 1064 bytes" },
+        { "llama-3 magic, gpt-2 version", 20240801, 1, 10, 1024, 1064,
+          "unsupported version 1, want 7 for magic 20240801" },
+        { "gpt-2 magic, llama-3 version", 20240520, 7, 10, 1024, 1044,
+          "unsupported version 7, want 1" },
         { "wrong version", 20240520, 2, 10, 1024, 1044, "unsupported version 2" },
         { "count larger than the file", 20240520, 1, 11, 1024, 1044, "count larger than the file" },
         { "count smaller than the file", 20240520, 1, 9, 1024, 1044,
