@@ -73,7 +73,7 @@ BMT_CFLAGS := -std=c11 -pthread -D_GNU_SOURCE $(WARN) $(OPT) $(SAN) $(if $(filte
 	-fPIC -fvisibility=hidden -MMD -MP -Iinclude -Iruntime
 BMT_LDFLAGS := $(SAN)
 NVCC_FLAGS := -std=c++17 -O2 -g $(CUDA_ARCH) $(if $(findstring sm_90a,$(CUDA_ARCH)),-DGPT2_WGMMA) \
-	-Xcompiler -fPIC,-fvisibility=hidden -Iinclude -Iruntime -Iexamples
+	-Xcompiler -fPIC,-fvisibility=hidden -Iinclude -Iruntime -Iexamples -I.
 
 # ---------------------------------------------------------------- sources
 RUNTIME_SRC := $(filter-out runtime/comm_nccl.c,$(wildcard runtime/*.c))
@@ -111,6 +111,14 @@ GPT2_CU := $(if $(HAVE_CUDA),$(wildcard examples/gpt2/*_cuda.cu))
 GPT2_LIBS := $(if $(HAVE_CUDA),-Wl$(comma)--push-state$(comma)--as-needed -lcublasLt -lcublas -Wl$(comma)--pop-state)
 GPT2_A := $(BUILDDIR)/examples/gpt2/libgpt2.a
 GPT2_BIN := $(if $(wildcard examples/gpt2/train.c),$(BUILDDIR)/bin/gpt2)
+
+# Model building blocks shared by every model (nn/, docs/nn.md), and the Llama
+# example's library (examples/llama: everything but a train.c), linked as GPT-2's.
+NN_SRC := $(wildcard nn/*.c)
+NN_A := $(BUILDDIR)/nn/libnn.a
+LLAMA_SRC := $(filter-out examples/llama/train.c,$(wildcard examples/llama/*.c))
+LLAMA_A := $(BUILDDIR)/examples/llama/libllama.a
+MODEL_LIBS := $(GPT2_A) $(LLAMA_A) $(NN_A)
 
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:%.c=$(BUILDDIR)/%)
@@ -171,7 +179,7 @@ $(BUILDDIR)/runtime/cuda/%.o: runtime/cuda/%.cu $(FLAGS_STAMP)
 $(BUILDDIR)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  CC      $<")
-	$(Q)$(CC) $(BMT_CFLAGS) -Ilauncher -Iplugins -Iexamples $(PMIX_CFLAGS) $(JANSSON_CFLAGS) $(CURL_CFLAGS) $(MHD_CFLAGS) $(GNUTLS_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(Q)$(CC) $(BMT_CFLAGS) -Ilauncher -Iplugins -Iexamples -I. $(PMIX_CFLAGS) $(JANSSON_CFLAGS) $(CURL_CFLAGS) $(MHD_CFLAGS) $(GNUTLS_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
 # The live page of the metrics endpoint, embedded with .incbin.
 $(BUILDDIR)/launcher/web_page.o: launcher/web_page.S launcher/web/index.html
@@ -239,16 +247,26 @@ $(GPT2_A): $(GPT2_SRC:%.c=$(BUILDDIR)/%.o) $(GPT2_CU:%.cu=$(BUILDDIR)/%.o)
 	$(if $(Q),@echo "  AR      $@")
 	$(Q)rm -f $@ && $(AR) rcs $@ $^
 
-$(GPT2_BIN): $(BUILDDIR)/examples/gpt2/train.o $(GPT2_A) $(PLUGIN_COMMON_A) $(LIBBMT_A)
+$(NN_A): $(NN_SRC:%.c=$(BUILDDIR)/%.o)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  AR      $@")
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+$(LLAMA_A): $(LLAMA_SRC:%.c=$(BUILDDIR)/%.o)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  AR      $@")
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+$(GPT2_BIN): $(BUILDDIR)/examples/gpt2/train.o $(GPT2_A) $(NN_A) $(PLUGIN_COMMON_A) $(LIBBMT_A)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  LD      $@")
-	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(GPT2_A) $(LIBBMT_A) $(GPT2_LIBS) $(LIB_LIBS)
+	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(GPT2_A) $(NN_A) $(LIBBMT_A) $(GPT2_LIBS) $(LIB_LIBS)
 
-$(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN): $(BUILDDIR)/%: $(BUILDDIR)/%.o $(LAUNCHER_A) $(PLUGIN_COMMON_A) $(LIBBMT_A) $(GPT2_A)
+$(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN): $(BUILDDIR)/%: $(BUILDDIR)/%.o $(LAUNCHER_A) $(PLUGIN_COMMON_A) $(LIBBMT_A) $(MODEL_LIBS)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(filter $(@)_cuda.o,$(PROG_CU:%.cu=$(BUILDDIR)/%.o)) \
-	    $(GPT2_A) $(LAUNCHER_LIBS) $(if $(filter $(@)_cuda.o,$(PROG_CU:%.cu=$(BUILDDIR)/%.o)),-lcublas) \
+	    $(MODEL_LIBS) $(LAUNCHER_LIBS) $(if $(filter $(@)_cuda.o,$(PROG_CU:%.cu=$(BUILDDIR)/%.o)),-lcublas) \
 	    $(GPT2_LIBS) $(LIB_LIBS) $(MHD_LIBS) $(GNUTLS_LIBS) $(JANSSON_LIBS)
 
 # Each program depends on its CUDA part, when it has one.

@@ -33,6 +33,7 @@
 #include "gpt2/model_cuda.h"
 #include "gpt2/ops_cuda.h" /* GPT2_GEMM_TUNE_MAX */
 #include "gpt2/ops_cpu.h"
+#include "nn/hfjson.h"
 
 /* A layer's activations, all (B,T,...) row-major, f32. */
 typedef struct layer_acts {
@@ -583,77 +584,6 @@ static const bmt_st_tensor_t *named(const bmt_st_t *st, const char *a, const cha
 
 /* ------------------------------------------------------------ HF config.json */
 
-/* A JSON value as text for a message, at most 40 bytes. */
-typedef struct value_text {
-    char s[48];
-} value_text_t;
-
-static value_text_t show(const json_t *v)
-{
-    value_text_t t;
-    char *d = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(9));
-    snprintf(t.s, sizeof(t.s), "%.37s%s", d ? d : "?", d && strlen(d) > 37 ? "..." : "");
-    free(d);
-    return t;
-}
-
-static const char *json_kind(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
-
-static int wrong_type(bmt_error_t *err, const char *file, const char *key, const char *want,
-                      const json_t *v)
-{
-    return fail(err, "%s: malformed: \"%s\" must be %s, not %s", file, key, want, json_kind(v));
-}
-
-static int unsupported(bmt_error_t *err, const char *file, const char *key, const json_t *v,
-                       const char *supported)
-{
-    return fail(err, "%s: %s is %s; supported: %s", file, key, show(v).s, supported);
-}
-
-/* An integer key (or its alias, HF's attribute_map) with GPT2Config's default
- * when both are absent; -1 and err when one has another type or they differ. */
-static int hf_int(const json_t *root, const char *file, const char *key, const char *alias,
-                  int dflt, long long *out, bool *given, bmt_error_t *err)
-{
-    const json_t *v = json_object_get(root, key), *a = alias ? json_object_get(root, alias) : NULL;
-    if (v && !json_is_integer(v))
-        return wrong_type(err, file, key, "an integer", v);
-    if (a && !json_is_integer(a))
-        return wrong_type(err, file, alias, "an integer", a);
-    if (v && a && json_integer_value(v) != json_integer_value(a))
-        return fail(err, "%s: %s is %lld but its alias %s is %lld", file, key,
-                    (long long)json_integer_value(v), alias, (long long)json_integer_value(a));
-    *given = v || a;
-    *out = v ? json_integer_value(v) : a ? json_integer_value(a) : dflt;
-    return 0;
-}
-
-/* A boolean key that must be `want` when present (GPT2Config's default for
- * each key checked is the value the trainer computes). */
-static int hf_bool(const json_t *root, const char *file, const char *key, bool want,
-                   const char *supported, bmt_error_t *err)
-{
-    const json_t *v = json_object_get(root, key);
-    if (v && !json_is_boolean(v))
-        return wrong_type(err, file, key, "true or false", v);
-    if (v && json_is_true(v) != want)
-        return unsupported(err, file, key, v, supported);
-    return 0;
-}
-
 int gpt2_config_from_hf_json(const char *text, const char *file, int n_head, gpt2_config_t *cfg,
                              bmt_error_t *err)
 {
@@ -665,33 +595,33 @@ int gpt2_config_from_hf_json(const char *text, const char *file, int n_head, gpt
     gpt2_config_t c = *cfg;
     const json_t *v;
     if (!json_is_object(root))
-        rc = fail(err, "%s: malformed: a JSON object is needed, not %s", file, json_kind(root));
+        rc = fail(err, "%s: malformed: a JSON object is needed, not %s", file, nn_json_kind(root));
 
     /* What kind of model: GPT-2, as a causal LM or its body. */
     if (rc == 0 && (v = json_object_get(root, "model_type")) != NULL) {
         if (!json_is_string(v))
-            rc = wrong_type(err, file, "model_type", "a string", v);
+            rc = nn_hf_wrong_type(err, file, "model_type", "a string", v);
         else if (strcmp(json_string_value(v), "gpt2") != 0)
-            rc = unsupported(err, file, "model_type", v, "\"gpt2\"");
+            rc = nn_hf_unsupported(err, file, "model_type", v, "\"gpt2\"");
     }
     if (rc == 0 && (v = json_object_get(root, "architectures")) != NULL && !json_is_null(v)) {
         if (!json_is_array(v))
-            rc = wrong_type(err, file, "architectures", "an array of strings", v);
+            rc = nn_hf_wrong_type(err, file, "architectures", "an array of strings", v);
         for (size_t i = 0; rc == 0 && i < json_array_size(v); i++) {
             const json_t *e = json_array_get(v, i);
             if (!json_is_string(e))
-                rc = wrong_type(err, file, "architectures", "an array of strings", e);
+                rc = nn_hf_wrong_type(err, file, "architectures", "an array of strings", e);
             else if (strcmp(json_string_value(e), "GPT2LMHeadModel") != 0 &&
                      strcmp(json_string_value(e), "GPT2Model") != 0)
-                rc = unsupported(err, file, "architectures[]", e,
-                                 "\"GPT2LMHeadModel\", \"GPT2Model\"");
+                rc = nn_hf_unsupported(err, file, "architectures[]", e,
+                                       "\"GPT2LMHeadModel\", \"GPT2Model\"");
         }
     }
     static const char *const rotary[] = { "rotary_dim", "rotary_pct", "rope_theta", "rope_scaling",
                                           "rope_parameters" };
     for (size_t i = 0; rc == 0 && i < sizeof(rotary) / sizeof(rotary[0]); i++)
         if ((v = json_object_get(root, rotary[i])) != NULL && !json_is_null(v))
-            rc = unsupported(err, file, rotary[i], v, "absent (positions are learned: wpe)");
+            rc = nn_hf_unsupported(err, file, rotary[i], v, "absent (positions are learned: wpe)");
 
     /* The sizes: the weights have them; the file must say the same. */
     const struct {
@@ -706,7 +636,8 @@ int gpt2_config_from_hf_json(const char *text, const char *file, int n_head, gpt
     for (size_t i = 0; rc == 0 && i < sizeof(sizes) / sizeof(sizes[0]); i++) {
         long long x;
         bool given;
-        rc = hf_int(root, file, sizes[i].key, sizes[i].alias, sizes[i].dflt, &x, &given, err);
+        rc = nn_hf_int(root, file, sizes[i].key, sizes[i].alias, sizes[i].dflt, false, &x, &given,
+                       err);
         if (rc == 0 && x != sizes[i].have)
             rc = fail(err, "%s: %s is %lld%s but the weights have %d %s", file, sizes[i].key, x,
                       given ? "" : " (absent: the default)", sizes[i].have, sizes[i].what);
@@ -714,7 +645,7 @@ int gpt2_config_from_hf_json(const char *text, const char *file, int n_head, gpt
     long long heads = 12;
     bool given = false;
     if (rc == 0)
-        rc = hf_int(root, file, "n_head", "num_attention_heads", 12, &heads, &given, err);
+        rc = nn_hf_int(root, file, "n_head", "num_attention_heads", 12, false, &heads, &given, err);
     if (rc == 0 && (heads < 1 || heads > 1024 || c.n_embd % heads != 0))
         rc = fail(err, "%s: n_head is %lld%s: it must be in 1..1024 and divide n_embd %d", file,
                   heads, given ? "" : " (absent: the default)", c.n_embd);
@@ -724,47 +655,49 @@ int gpt2_config_from_hf_json(const char *text, const char *file, int n_head, gpt
                   file, heads, given ? "" : " (absent: the default)", n_head);
     if (rc == 0 && (v = json_object_get(root, "n_inner")) != NULL && !json_is_null(v)) {
         if (!json_is_integer(v))
-            rc = wrong_type(err, file, "n_inner", "an integer or null", v);
+            rc = nn_hf_wrong_type(err, file, "n_inner", "an integer or null", v);
         else if (json_integer_value(v) != 4 * (json_int_t)c.n_embd) {
             char s[48];
             snprintf(s, sizeof(s), "null or %lld (4 x n_embd)", 4LL * c.n_embd);
-            rc = unsupported(err, file, "n_inner", v, s);
+            rc = nn_hf_unsupported(err, file, "n_inner", v, s);
         }
     }
 
     /* What a layer computes. */
     if (rc == 0 && (v = json_object_get(root, "activation_function")) != NULL) {
         if (!json_is_string(v))
-            rc = wrong_type(err, file, "activation_function", "a string", v);
+            rc = nn_hf_wrong_type(err, file, "activation_function", "a string", v);
         else if (strcmp(json_string_value(v), "gelu_new") != 0 &&
                  strcmp(json_string_value(v), "gelu_pytorch_tanh") != 0)
-            rc = unsupported(err, file, "activation_function", v,
-                             "\"gelu_new\", \"gelu_pytorch_tanh\" (GELU, tanh)");
+            rc = nn_hf_unsupported(err, file, "activation_function", v,
+                                   "\"gelu_new\", \"gelu_pytorch_tanh\" (GELU, tanh)");
     }
     if (rc == 0 && (v = json_object_get(root, "layer_norm_epsilon")) != NULL) {
         if (!json_is_number(v))
-            rc = wrong_type(err, file, "layer_norm_epsilon", "a number", v);
+            rc = nn_hf_wrong_type(err, file, "layer_norm_epsilon", "a number", v);
         else if (!(fabs(json_number_value(v) - GPT2_LAYERNORM_EPS) <= 1e-9 * GPT2_LAYERNORM_EPS))
-            rc = unsupported(err, file, "layer_norm_epsilon", v, "1e-5 (the LayerNorms' epsilon)");
+            rc = nn_hf_unsupported(err, file, "layer_norm_epsilon", v,
+                                   "1e-5 (the LayerNorms' epsilon)");
     }
     if (rc == 0)
-        rc = hf_bool(root, file, "tie_word_embeddings", true, "true (the LM head is wte)", err);
+        rc = nn_hf_bool(root, file, "tie_word_embeddings", true, "true (the LM head is wte)", err);
     if (rc == 0)
-        rc = hf_bool(root, file, "scale_attn_weights", true,
-                     "true (scores scaled by 1/sqrt(head size))", err);
+        rc = nn_hf_bool(root, file, "scale_attn_weights", true,
+                        "true (scores scaled by 1/sqrt(head size))", err);
     if (rc == 0)
-        rc = hf_bool(root, file, "scale_attn_by_inverse_layer_idx", false,
-                     "false (no 1/(layer+1) scaling)", err);
+        rc = nn_hf_bool(root, file, "scale_attn_by_inverse_layer_idx", false,
+                        "false (no 1/(layer+1) scaling)", err);
     if (rc == 0)
-        rc = hf_bool(root, file, "add_cross_attention", false, "false (no cross-attention)", err);
+        rc =
+            nn_hf_bool(root, file, "add_cross_attention", false, "false (no cross-attention)", err);
     if (rc == 0 && (v = json_object_get(root, "reorder_and_upcast_attn")) != NULL &&
         !json_is_boolean(v))
-        rc = wrong_type(err, file, "reorder_and_upcast_attn", "true or false", v);
+        rc = nn_hf_wrong_type(err, file, "reorder_and_upcast_attn", "true or false", v);
     if (rc == 0 && (v = json_object_get(root, "pruned_heads")) != NULL && !json_is_null(v)) {
         if (!json_is_object(v))
-            rc = wrong_type(err, file, "pruned_heads", "an object", v);
+            rc = nn_hf_wrong_type(err, file, "pruned_heads", "an object", v);
         else if (json_object_size(v) != 0)
-            rc = unsupported(err, file, "pruned_heads", v, "{} (every head)");
+            rc = nn_hf_unsupported(err, file, "pruned_heads", v, "{} (every head)");
     }
     static const char *const dropouts[] = { "resid_pdrop", "embd_pdrop", "attn_pdrop" };
     for (size_t i = 0; rc == 0 && i < sizeof(dropouts) / sizeof(dropouts[0]); i++)
@@ -772,59 +705,14 @@ int gpt2_config_from_hf_json(const char *text, const char *file, int n_head, gpt
             !(json_is_number(v) && json_number_value(v) >= 0 && json_number_value(v) <= 1))
             rc = json_is_number(v)
                      ? fail(err, "%s: malformed: %s is %s; a probability is in [0, 1]", file,
-                            dropouts[i], show(v).s)
-                     : wrong_type(err, file, dropouts[i], "a number", v);
+                            dropouts[i], nn_json_show(v).s)
+                     : nn_hf_wrong_type(err, file, dropouts[i], "a number", v);
     json_decref(root);
     if (rc == 0) {
         c.n_head = (int)heads;
         *cfg = c;
     }
     return rc;
-}
-
-/* Where a config.json beside the weights would be: in path when it is a
- * directory, else in path's directory. -1 and err when that is too long. */
-static int hf_config_path(const char *path, char *out, size_t len, bmt_error_t *err)
-{
-    struct stat sb;
-    int n;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-        n = snprintf(out, len, "%s/config.json", path);
-    else {
-        const char *slash = strrchr(path, '/');
-        n = slash ? snprintf(out, len, "%.*s/config.json", (int)(slash - path), path)
-                  : snprintf(out, len, "config.json");
-    }
-    if (n < 0 || (size_t)n >= len)
-        return fail(err, "%s: the path is too long", path);
-    return 0;
-}
-
-/* config.json's text (malloc'd) in *text, or NULL when there is none; -1 and
- * err when it is there but cannot be read. */
-static int hf_config_read(const char *file, char **text, bmt_error_t *err)
-{
-    const size_t max_bytes = 1 << 20; /* HF's are about 1 KiB */
-    *text = NULL;
-    FILE *f = fopen(file, "rb");
-    if (f == NULL)
-        return errno == ENOENT ? 0 : fail(err, "%s: %s", file, strerror(errno));
-    char *buf = malloc(max_bytes + 1);
-    size_t n = buf ? fread(buf, 1, max_bytes + 1, f) : 0;
-    int rc = buf == NULL ? fail(err, "out of memory")
-             : ferror(f) ? fail(err, "%s: cannot read: %s", file, strerror(errno))
-             : n > max_bytes
-                 ? fail(err, "%s: larger than %zu bytes: not a config.json", file, max_bytes)
-             : memchr(buf, 0, n) ? fail(err, "%s: not valid JSON: a NUL byte", file)
-                                 : 0;
-    fclose(f);
-    if (rc < 0) {
-        free(buf);
-        return -1;
-    }
-    buf[n] = '\0';
-    *text = buf;
-    return 0;
 }
 
 int gpt2_config_from_file(const char *path, int n_head, gpt2_config_t *cfg, bmt_error_t *err)
@@ -853,9 +741,9 @@ int gpt2_config_from_file(const char *path, int n_head, gpt2_config_t *cfg, bmt_
     bmt_st_close(st);
     char file[4096], *text = NULL;
     if (rc == 0)
-        rc = hf_config_path(path, file, sizeof(file), err);
+        rc = nn_hf_config_path(path, file, sizeof(file), err);
     if (rc == 0)
-        rc = hf_config_read(file, &text, err);
+        rc = nn_hf_config_read(file, &text, err);
     if (rc == 0 && text)
         rc = gpt2_config_from_hf_json(text, file, n_head, &c, err);
     else if (rc == 0) {
