@@ -89,6 +89,31 @@ class DataLoader:
 EOF
 export PYTHONPATH=$TMP
 
+# compare_reads "B T WORLD STEPS"...: on every rank of each world, gpt2_data_check
+# reads the shards d/s_*.bin batch by batch exactly as the llmc DataLoader above
+# serves them (the position after each step, from llm.c's resume state).
+compare_reads() {
+    for cfg in "$@"; do
+        set -- $cfg
+        local B=$1 T=$2 W=$3 S=$4 r
+        for r in $(seq 0 $((W - 1))); do
+            "$CHECK" read "d/s_*.bin" $B $T $r $W $S >ours || return 1
+            $PY - $B $T $r $W $S >want <<-EOF || return 1
+			import sys, glob, llmc
+			B, T, r, W, S = map(int, sys.argv[1:])
+			dl = llmc.DataLoader(glob.glob("d/s_*.bin"), B, T, r, W)
+			G = W * B * T
+			for _ in range(S):
+			    x, y = dl.next_batch()
+			    print("%d %d | %s | %s" % (dl.current_shard_idx, dl.current_sample_idx * G,
+			          " ".join(map(str, x)), " ".join(map(str, y))))
+			EOF
+            cmp want ours || { echo "B=$B T=$T rank $r of $W differs:"; diff want ours | head -5; return 1; }
+        done
+    done
+}
+export -f compare_reads
+
 test_expect_success "numpy and the driver are there" '
     test -x "$CHECK" && $PY -c "import numpy"
 '
@@ -119,25 +144,7 @@ test_expect_success "shards written by numpy read as llm.c DataLoader serves the
 	for name, n in (("d/s_b.bin", 61), ("d/s_a.bin", 1000), ("d/s_c.bin", 3000)):
 	    llmc.write_datafile(name, rng.integers(0, 65536, n, dtype=np.uint16).tolist())
 	EOF
-    for cfg in "2 5 3 250" "1 30 2 300" "4 8 1 60" "1 1 4 3000" "3 7 2 200"; do
-        set -- $cfg
-        B=$1 T=$2 W=$3 S=$4
-        for r in $(seq 0 $((W - 1))); do
-            "$CHECK" read "d/s_*.bin" $B $T $r $W $S >ours || exit 1
-            $PY - $B $T $r $W $S >want <<-EOF || exit 1
-			import sys, glob, llmc
-			B, T, r, W, S = map(int, sys.argv[1:])
-			dl = llmc.DataLoader(glob.glob("d/s_*.bin"), B, T, r, W)
-			G = W * B * T
-			for _ in range(S):
-			    x, y = dl.next_batch()
-			    # the position after the step, from llm.c resume state (shard, sample)
-			    print("%d %d | %s | %s" % (dl.current_shard_idx, dl.current_sample_idx * G,
-			          " ".join(map(str, x)), " ".join(map(str, y))))
-			EOF
-            cmp want ours || { echo "B=$B T=$T rank $r of $W differs:"; diff want ours | head -5; exit 1; }
-        done
-    done
+    compare_reads "2 5 3 250" "1 30 2 300" "4 8 1 60" "1 1 4 3000" "3 7 2 200" &&
     test "$(cut -d" " -f1 ours | sort -u | tr "\n" " ")" = "0 1 2 "
 '
 
@@ -166,24 +173,7 @@ test_expect_success "llama-3 shards (ids past 65,535) beside gpt-2 ones read as 
 	llmc.write_datafile("d/s_b.bin", rng.integers(0, 65536, 300, dtype=np.uint16).tolist())
 	llmc.write_datafile("d/s_c.bin", rng.integers(65536, 2**31, 400, dtype=np.uint32).tolist(), "llama-3")
 	EOF
-    for cfg in "2 5 3 40" "1 7 2 60"; do
-        set -- $cfg
-        B=$1 T=$2 W=$3 S=$4
-        for r in $(seq 0 $((W - 1))); do
-            "$CHECK" read "d/s_*.bin" $B $T $r $W $S >ours || exit 1
-            $PY - $B $T $r $W $S >want <<-EOF || exit 1
-			import sys, glob, llmc
-			B, T, r, W, S = map(int, sys.argv[1:])
-			dl = llmc.DataLoader(glob.glob("d/s_*.bin"), B, T, r, W)
-			G = W * B * T
-			for _ in range(S):
-			    x, y = dl.next_batch()
-			    print("%d %d | %s | %s" % (dl.current_shard_idx, dl.current_sample_idx * G,
-			          " ".join(map(str, x)), " ".join(map(str, y))))
-			EOF
-            cmp want ours || { echo "B=$B T=$T rank $r of $W differs:"; diff want ours | head -5; exit 1; }
-        done
-    done
+    compare_reads "2 5 3 40" "1 7 2 60" &&
     test "$(cut -d" " -f1 ours | sort -u | tr "\n" " ")" = "0 1 2 " &&
     awk -F"|" "{ print \$2 }" ours | tr " " "\n" | awk "\$1 > 65535 { big = 1 } END { exit !big }"
 '
