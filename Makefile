@@ -112,6 +112,12 @@ GPT2_LIBS := $(if $(HAVE_CUDA),-Wl$(comma)--push-state$(comma)--as-needed -lcubl
 GPT2_A := $(BUILDDIR)/examples/gpt2/libgpt2.a
 GPT2_BIN := $(if $(wildcard examples/gpt2/train.c),$(BUILDDIR)/bin/gpt2)
 
+# nn/: the model ops shared by every model (docs/nn.md), each with its CPU twin;
+# a library that the models' programs and the test programs link. Sources
+# include its headers as "nn/<name>.h" (the tree's root is on the include path).
+NN_SRC := $(wildcard nn/*.c)
+NN_A := $(BUILDDIR)/nn/libnn.a
+
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:%.c=$(BUILDDIR)/%)
 PROG_SRC := $(wildcard tests/progs/*.c tests/gpu/*.c)
@@ -171,7 +177,7 @@ $(BUILDDIR)/runtime/cuda/%.o: runtime/cuda/%.cu $(FLAGS_STAMP)
 $(BUILDDIR)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  CC      $<")
-	$(Q)$(CC) $(BMT_CFLAGS) -Ilauncher -Iplugins -Iexamples $(PMIX_CFLAGS) $(JANSSON_CFLAGS) $(CURL_CFLAGS) $(MHD_CFLAGS) $(GNUTLS_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(Q)$(CC) $(BMT_CFLAGS) -I. -Ilauncher -Iplugins -Iexamples $(PMIX_CFLAGS) $(JANSSON_CFLAGS) $(CURL_CFLAGS) $(MHD_CFLAGS) $(GNUTLS_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
 # The live page of the metrics endpoint, embedded with .incbin.
 $(BUILDDIR)/launcher/web_page.o: launcher/web_page.S launcher/web/index.html
@@ -239,16 +245,21 @@ $(GPT2_A): $(GPT2_SRC:%.c=$(BUILDDIR)/%.o) $(GPT2_CU:%.cu=$(BUILDDIR)/%.o)
 	$(if $(Q),@echo "  AR      $@")
 	$(Q)rm -f $@ && $(AR) rcs $@ $^
 
+$(NN_A): $(NN_SRC:%.c=$(BUILDDIR)/%.o)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  AR      $@")
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
 $(GPT2_BIN): $(BUILDDIR)/examples/gpt2/train.o $(GPT2_A) $(PLUGIN_COMMON_A) $(LIBBMT_A)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(GPT2_A) $(LIBBMT_A) $(GPT2_LIBS) $(LIB_LIBS)
 
-$(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN): $(BUILDDIR)/%: $(BUILDDIR)/%.o $(LAUNCHER_A) $(PLUGIN_COMMON_A) $(LIBBMT_A) $(GPT2_A)
+$(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN): $(BUILDDIR)/%: $(BUILDDIR)/%.o $(LAUNCHER_A) $(PLUGIN_COMMON_A) $(LIBBMT_A) $(GPT2_A) $(NN_A)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(filter $(@)_cuda.o,$(PROG_CU:%.cu=$(BUILDDIR)/%.o)) \
-	    $(GPT2_A) $(LAUNCHER_LIBS) $(if $(filter $(@)_cuda.o,$(PROG_CU:%.cu=$(BUILDDIR)/%.o)),-lcublas) \
+	    $(GPT2_A) $(NN_A) $(LAUNCHER_LIBS) $(if $(filter $(@)_cuda.o,$(PROG_CU:%.cu=$(BUILDDIR)/%.o)),-lcublas) \
 	    $(GPT2_LIBS) $(LIB_LIBS) $(MHD_LIBS) $(GNUTLS_LIBS) $(JANSSON_LIBS)
 
 # Each program depends on its CUDA part, when it has one.
