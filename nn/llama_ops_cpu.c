@@ -1,0 +1,424 @@
+/* nn/llama_ops_cpu.c — the Llama family's layers in plain fp32 C (see llama_ops_cpu.h).
+ *
+ * Layer: nn/ is below every model and uses nothing of libbmt; these functions
+ * only compute. They are the reference of the CUDA kernels, so they trade a
+ * little speed for accuracy where it is cheap, as examples/gpt2/ops_cpu.c does:
+ *   - every reduction (dot products, means, softmax sums, gradient sums over rows
+ *     and heads) accumulates in double from exact f32 x f32 products, and is
+ *     rounded to f32 once; `float_lvalue += double_value` rounds once too;
+ *   - RoPE's angles t * inv_freq and their cos, sin are taken in double, so a
+ *     long sequence loses nothing to the size of t;
+ *   - silu is evaluated in double (1 + e^-x is exact enough at both tails).
+ * Values stored for the backward (rstd, lse) are f32, as the kernels store them,
+ * and the backward uses the stored values.
+ *
+ * Attention keeps no (T,T) matrix: the forward stores the log-sum-exp of each row
+ * of scores, and every pass recomputes a probability as exp(score - lse) when it
+ * needs it (the arrangement of flash attention, so the GPU kernels and this
+ * reference save the same tensors). The output and gradient sums run over a
+ * block of ATT_CHUNK head dimensions at a time in double accumulators on the
+ * stack, recomputing the scores per block: one block for hd <= 64, and no
+ * allocation for any hd. The backward is two loop nests, dq per query row and
+ * dk, dv per key row (summing over the query heads of its group and every later
+ * query in double), so no gradient is summed in f32 and nothing is scratch.
+ * Its accuracy is that of the saved f32 state, as the kernels': a recomputed
+ * probability is off by up to |lse| 2^-24 relative (alike in its row), and
+ * D = dout . out (below) by |dout| |out| 2^-24, so a gradient that cancels loses
+ * that much against its terms (~1e-5 of the tensor's largest at |lse| < 10).
+ *
+ * The products are llm.c's two loop nests as in examples/gpt2/ops_cpu.c (mm_rows:
+ * c += a x b read along b's rows; mm_dots: c += a b^T as dot products of rows),
+ * without the bias. GPT-2's copy goes when GPT-2 moves onto nn/ (STYLE.md 15).
+ */
+#include <math.h>
+#include <stddef.h>
+
+#include "llama_ops_cpu.h"
+
+/* ---------------------------------------------------------------- RMSNorm */
+
+void nn_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N,
+                        int C, float eps)
+{
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C; /* (C) */
+        float *out_n = out + (size_t)n * C;   /* (C) */
+        double ms = 0.0;
+        for (int i = 0; i < C; i++) {
+            ms += (double)x[i] * x[i];
+        }
+        ms /= C;
+        double s = 1.0 / sqrt(ms + (double)eps);
+        for (int i = 0; i < C; i++) {
+            out_n[i] = (float)(x[i] * s * weight[i]);
+        }
+        rstd[n] = (float)s;
+    }
+}
+
+void nn_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                         const float *weight, const float *rstd, int N, int C)
+{
+    /* dinp, row by row: with norm = x rstd and dnorm = weight dout,
+     * dx = rstd (dnorm - norm mean(dnorm norm)) (rstd depends on x through mean(x^2)) */
+    for (int n = 0; n < N; n++) {
+        const float *dout_n = dout + (size_t)n * C; /* (C) */
+        const float *x = inp + (size_t)n * C;       /* (C) */
+        float *dinp_n = dinp + (size_t)n * C;       /* (C) */
+        double s = rstd[n];
+        double dnorm_norm_mean = 0.0;
+        for (int i = 0; i < C; i++) {
+            dnorm_norm_mean += (double)weight[i] * dout_n[i] * (x[i] * s);
+        }
+        dnorm_norm_mean /= C;
+        for (int i = 0; i < C; i++) {
+            double dnorm = (double)weight[i] * dout_n[i];
+            dinp_n[i] += (dnorm - x[i] * s * dnorm_norm_mean) * s;
+        }
+    }
+    /* dweight: column by column, so that each sums its N rows in double */
+    for (int i = 0; i < C; i++) {
+        double dw = 0.0;
+        for (int n = 0; n < N; n++) {
+            dw += (double)dout[(size_t)n * C + i] * (inp[(size_t)n * C + i] * (double)rstd[n]);
+        }
+        dweight[i] += dw;
+    }
+}
+
+/* ---------------------------------------------------------------- RoPE */
+
+void nn_rope_freqs(float *inv_freq, int hd, double theta, const nn_rope_scaling_t *s)
+{
+    const double two_pi = 6.28318530717958647692;
+    for (int i = 0; i < hd / 2; i++) {
+        double f = 1.0 / pow(theta, (2.0 * i) / hd);
+        if (s != NULL) {
+            /* HF _compute_llama3_parameters: the bands are set by the wavelength,
+             * compared with the original context over the two factors */
+            double orig = s->original_max_position_embeddings;
+            double wavelen = two_pi / f;
+            if (wavelen < orig / s->high_freq_factor) {
+                /* high frequencies: kept */
+            } else if (wavelen > orig / s->low_freq_factor) {
+                f /= s->factor; /* low frequencies: interpolated by the factor */
+            } else {
+                double smooth = (orig / wavelen - s->low_freq_factor) /
+                                (s->high_freq_factor - s->low_freq_factor);
+                f = (1.0 - smooth) * f / s->factor + smooth * f;
+            }
+        }
+        inv_freq[i] = (float)f;
+    }
+}
+
+/* The rotation of every (B, NH) head at each position by sign * t * inv_freq;
+ * out = rot(inp) (accumulate == 0, out may be inp) or out += rot(inp). The cos
+ * and sin of each (t, i) are taken once, for all B * NH heads. */
+static void rope_rotate(float *out, const float *inp, const float *inv_freq, int B, int T, int NH,
+                        int hd, double sign, int accumulate)
+{
+    int half = hd / 2;
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < half; i++) {
+            double a = (double)t * inv_freq[i];
+            double c = cos(a), sn = sign * sin(a);
+            for (int b = 0; b < B; b++) {
+                for (int h = 0; h < NH; h++) {
+                    size_t off = (((size_t)b * T + t) * NH + h) * hd + i;
+                    double x1 = inp[off], x2 = inp[off + half]; /* read both before writing */
+                    double y1 = x1 * c - x2 * sn, y2 = x2 * c + x1 * sn;
+                    if (accumulate) {
+                        out[off] += y1;
+                        out[off + half] += y2;
+                    } else {
+                        out[off] = (float)y1;
+                        out[off + half] = (float)y2;
+                    }
+                }
+            }
+        }
+    }
+}
+
+void nn_rope_forward(float *out, const float *inp, const float *inv_freq, int B, int T, int NH,
+                     int hd)
+{
+    rope_rotate(out, inp, inv_freq, B, T, NH, hd, 1.0, 0);
+}
+
+void nn_rope_backward(float *dinp, const float *dout, const float *inv_freq, int B, int T, int NH,
+                      int hd)
+{
+    /* the rotation by a is orthogonal: its transpose is the rotation by -a */
+    rope_rotate(dinp, dout, inv_freq, B, T, NH, hd, -1.0, 1);
+}
+
+/* ---------------------------------------------------------------- SwiGLU */
+
+void nn_swiglu_forward(float *out, const float *gate, const float *up, int N)
+{
+    for (int i = 0; i < N; i++) {
+        double g = gate[i];
+        out[i] = (float)(g / (1.0 + exp(-g)) * up[i]);
+    }
+}
+
+void nn_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
+                        const float *up, int N)
+{
+    for (int i = 0; i < N; i++) {
+        double g = gate[i];
+        double sig = 1.0 / (1.0 + exp(-g)); /* e^-g = inf for g << 0: sig = 0, no NaN */
+        /* silu'(g) = sig + g sig (1 - sig) */
+        dgate[i] += (double)dout[i] * up[i] * (sig * (1.0 + g * (1.0 - sig)));
+        dup[i] += (double)dout[i] * (g * sig);
+    }
+}
+
+/* ---------------------------------------------------------------- attention */
+
+enum {
+    ATT_CHUNK = 64 /* head dimensions summed at a time (double accumulators on the stack) */
+};
+
+static double dot(const float *a, const float *b, int n)
+{
+    double s = 0.0;
+    for (int i = 0; i < n; i++) {
+        s += (double)a[i] * b[i];
+    }
+    return s;
+}
+
+void nn_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                          int B, int T, int NH, int NKV, int hd)
+{
+    size_t q_row = (size_t)NH * hd, kv_row = (size_t)NKV * hd; /* a token's row in q, in k and v */
+    int rep = NH / NKV;                                        /* query heads per kv head */
+    double scale = 1.0 / sqrt(hd);
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            for (int h = 0; h < NH; h++) {
+                const float *q_t = q + ((size_t)b * T + t) * q_row + (size_t)h * hd; /* (hd) */
+                float *out_t = out + ((size_t)b * T + t) * q_row + (size_t)h * hd;   /* (hd) */
+                size_t kv0 = (size_t)b * T * kv_row + (size_t)(h / rep) * hd; /* key 0, head */
+                const float *k_h = k + kv0, *v_h = v + kv0; /* key t2: k_h + t2 * kv_row */
+
+                /* the log-sum-exp of the scores t2 <= t, in one pass with a running
+                 * maximum m: l = sum exp(s - m), rescaled when m grows */
+                double m = -INFINITY, l = 0.0;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    double s = scale * dot(q_t, k_h + (size_t)t2 * kv_row, hd);
+                    if (s > m) {
+                        l = l * exp(m - s) + 1.0;
+                        m = s;
+                    } else {
+                        l += exp(s - m);
+                    }
+                }
+                double L = m + log(l);
+
+                /* out = sum p v, p = exp(s - L) <= 1 */
+                for (int i0 = 0; i0 < hd; i0 += ATT_CHUNK) {
+                    int n = hd - i0 < ATT_CHUNK ? hd - i0 : ATT_CHUNK;
+                    double acc[ATT_CHUNK] = { 0 };
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        double p = exp(scale * dot(q_t, k_h + (size_t)t2 * kv_row, hd) - L);
+                        const float *v_t2 = v_h + (size_t)t2 * kv_row + i0;
+                        for (int ii = 0; ii < n; ii++) {
+                            acc[ii] += p * v_t2[ii];
+                        }
+                    }
+                    for (int ii = 0; ii < n; ii++) {
+                        out_t[i0 + ii] = (float)acc[ii];
+                    }
+                }
+                lse[((size_t)b * NH + h) * T + t] = (float)L;
+            }
+        }
+    }
+}
+
+void nn_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                           const float *lse, const float *q, const float *k, const float *v, int B,
+                           int T, int NH, int NKV, int hd)
+{
+    /* With p = exp(s - lse) and dp = dout . v_t2, the gradient of the score s is
+     * ds = p (dp - D), D = sum_t2 p dp = dout . out (of the query row; the
+     * softmax's Jacobian in O(T)). Then dq = scale sum ds k, dk = scale sum ds q,
+     * dv = sum p dout. */
+    size_t q_row = (size_t)NH * hd, kv_row = (size_t)NKV * hd;
+    int rep = NH / NKV;
+    double scale = 1.0 / sqrt(hd);
+
+    /* dq: one query row at a time */
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            for (int h = 0; h < NH; h++) {
+                size_t qoff = ((size_t)b * T + t) * q_row + (size_t)h * hd;
+                const float *q_t = q + qoff, *dout_t = dout + qoff; /* (hd) */
+                size_t kv0 = (size_t)b * T * kv_row + (size_t)(h / rep) * hd;
+                const float *k_h = k + kv0, *v_h = v + kv0;
+                double L = lse[((size_t)b * NH + h) * T + t];
+                double D = dot(dout_t, out + qoff, hd);
+                for (int i0 = 0; i0 < hd; i0 += ATT_CHUNK) {
+                    int n = hd - i0 < ATT_CHUNK ? hd - i0 : ATT_CHUNK;
+                    double acc[ATT_CHUNK] = { 0 };
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        const float *k_t2 = k_h + (size_t)t2 * kv_row;
+                        double p = exp(scale * dot(q_t, k_t2, hd) - L);
+                        double ds = p * (dot(dout_t, v_h + (size_t)t2 * kv_row, hd) - D);
+                        for (int ii = 0; ii < n; ii++) {
+                            acc[ii] += ds * k_t2[i0 + ii];
+                        }
+                    }
+                    for (int ii = 0; ii < n; ii++) {
+                        dq[qoff + i0 + ii] += scale * acc[ii];
+                    }
+                }
+            }
+        }
+    }
+
+    /* dk, dv: one key row at a time, over the query heads of its group and the
+     * queries t >= t2 that see it */
+    for (int b = 0; b < B; b++) {
+        for (int t2 = 0; t2 < T; t2++) {
+            for (int g = 0; g < NKV; g++) {
+                size_t kvoff = ((size_t)b * T + t2) * kv_row + (size_t)g * hd;
+                const float *k_t2 = k + kvoff, *v_t2 = v + kvoff; /* (hd) */
+                for (int i0 = 0; i0 < hd; i0 += ATT_CHUNK) {
+                    int n = hd - i0 < ATT_CHUNK ? hd - i0 : ATT_CHUNK;
+                    double acc_k[ATT_CHUNK] = { 0 }, acc_v[ATT_CHUNK] = { 0 };
+                    for (int h = g * rep; h < (g + 1) * rep; h++) {
+                        for (int t = t2; t < T; t++) {
+                            size_t qoff = ((size_t)b * T + t) * q_row + (size_t)h * hd;
+                            const float *q_t = q + qoff, *dout_t = dout + qoff;
+                            double L = lse[((size_t)b * NH + h) * T + t];
+                            double D = dot(dout_t, out + qoff, hd);
+                            double p = exp(scale * dot(q_t, k_t2, hd) - L);
+                            double ds = p * (dot(dout_t, v_t2, hd) - D);
+                            for (int ii = 0; ii < n; ii++) {
+                                acc_k[ii] += ds * q_t[i0 + ii];
+                                acc_v[ii] += p * dout_t[i0 + ii];
+                            }
+                        }
+                    }
+                    for (int ii = 0; ii < n; ii++) {
+                        dk[kvoff + i0 + ii] += scale * acc_k[ii];
+                        dv[kvoff + i0 + ii] += acc_v[ii];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- products */
+
+enum {
+    MM_ROWS = 4,       /* mm_rows: output rows per tile */
+    MM_COLS = 64,      /* mm_rows: output columns per tile (its double sums: 2 KiB) */
+    MM_DOT_BLOCK = 64, /* mm_dots: rows of b kept in cache while all of a passes */
+    MM_LANES = 8       /* mm_dots: partial sums per dot product */
+};
+
+/* c (M,J) [+]= a (M,K) x b (K,J), b row-major; element (m,k) of a is
+ * a[m * a_sm + k * a_sk], so a may be read transposed (a_sm = 1). */
+static void mm_rows(float *c, const float *a, size_t a_sm, size_t a_sk, const float *b, int M,
+                    int K, int J, int accumulate)
+{
+    double acc[MM_ROWS][MM_COLS];
+    for (int m0 = 0; m0 < M; m0 += MM_ROWS) {
+        int nm = M - m0 < MM_ROWS ? M - m0 : MM_ROWS;
+        for (int j0 = 0; j0 < J; j0 += MM_COLS) {
+            int nj = J - j0 < MM_COLS ? J - j0 : MM_COLS;
+            for (int r = 0; r < nm; r++) {
+                const float *c_r = c + (size_t)(m0 + r) * J + j0;
+                for (int jj = 0; jj < nj; jj++) {
+                    acc[r][jj] = accumulate ? c_r[jj] : 0.0;
+                }
+            }
+            for (int kk = 0; kk < K; kk++) {
+                const float *b_k = b + (size_t)kk * J + j0; /* (nj) */
+                for (int r = 0; r < nm; r++) {
+                    double a_rk = a[(size_t)(m0 + r) * a_sm + (size_t)kk * a_sk];
+                    double *acc_r = acc[r];
+                    if (nj == MM_COLS) {
+                        /* the same loop with a constant trip count, which gcc -O2 vectorizes */
+                        for (int jj = 0; jj < MM_COLS; jj++) {
+                            acc_r[jj] += a_rk * b_k[jj];
+                        }
+                    } else {
+                        for (int jj = 0; jj < nj; jj++) {
+                            acc_r[jj] += a_rk * b_k[jj];
+                        }
+                    }
+                }
+            }
+            for (int r = 0; r < nm; r++) {
+                float *c_r = c + (size_t)(m0 + r) * J + j0;
+                for (int jj = 0; jj < nj; jj++) {
+                    c_r[jj] = (float)acc[r][jj];
+                }
+            }
+        }
+    }
+}
+
+/* c (M,J) [+]= a (M,K) b (J,K)^T, a and b row-major. */
+static void mm_dots(float *c, const float *a, const float *b, int M, int K, int J, int accumulate)
+{
+    for (int j0 = 0; j0 < J; j0 += MM_DOT_BLOCK) {
+        int j1 = J - j0 < MM_DOT_BLOCK ? J : j0 + MM_DOT_BLOCK;
+        for (int m = 0; m < M; m++) {
+            const float *a_m = a + (size_t)m * K; /* (K) */
+            float *c_m = c + (size_t)m * J;       /* (J) */
+            for (int j = j0; j < j1; j += 2) {
+                /* two rows of b at a time (the last one twice when j1 - j0 is odd), each
+                 * summed in MM_LANES partial sums: independent sums that gcc vectorizes */
+                int nb = j + 1 < j1 ? 2 : 1;
+                const float *b0 = b + (size_t)j * K;     /* (K) */
+                const float *b1 = nb == 2 ? b0 + K : b0; /* (K) */
+                double s0[MM_LANES] = { 0 }, s1[MM_LANES] = { 0 };
+                int kk = 0;
+                for (; kk + MM_LANES <= K; kk += MM_LANES) {
+                    for (int l = 0; l < MM_LANES; l++) {
+                        double x = a_m[kk + l];
+                        s0[l] += x * b0[kk + l];
+                        s1[l] += x * b1[kk + l];
+                    }
+                }
+                double sum[2] = { 0.0, 0.0 };
+                for (; kk < K; kk++) {
+                    sum[0] += (double)a_m[kk] * b0[kk];
+                    sum[1] += (double)a_m[kk] * b1[kk];
+                }
+                for (int l = 0; l < MM_LANES; l++) {
+                    sum[0] += s0[l];
+                    sum[1] += s1[l];
+                }
+                for (int r = 0; r < nb; r++) {
+                    double base = accumulate ? c_m[j + r] : 0.0;
+                    c_m[j + r] = (float)(base + sum[r]);
+                }
+            }
+        }
+    }
+}
+
+void nn_matmul_forward(float *out, const float *inp, const float *weight, int N, int IC, int OC)
+{
+    mm_dots(out, inp, weight, N, IC, OC, 0); /* inp (N,IC) . W^T, weight (OC,IC) */
+}
+
+void nn_matmul_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                        const float *weight, int N, int IC, int OC)
+{
+    /* dinp (N,IC) += dout (N,OC) x W (OC,IC); dW (OC,IC) += dout^T (OC,N) x inp (N,IC) */
+    if (dinp != NULL) {
+        mm_rows(dinp, dout, (size_t)OC, 1, weight, N, OC, IC, 1);
+    }
+    mm_rows(dweight, dout, 1, (size_t)OC, inp, OC, N, IC, 1);
+}
