@@ -112,10 +112,8 @@ GPT2_LIBS := $(if $(HAVE_CUDA),-Wl$(comma)--push-state$(comma)--as-needed -lcubl
 GPT2_A := $(BUILDDIR)/examples/gpt2/libgpt2.a
 GPT2_BIN := $(if $(wildcard examples/gpt2/train.c),$(BUILDDIR)/bin/gpt2)
 
-# Model building blocks shared by every model (nn/, docs/nn.md), each with its
-# CPU twin; sources include its headers as "nn/<name>.h" (the tree's root is on
-# the include path). And the Llama example's library (examples/llama: everything
-# but a train.c), linked as GPT-2's.
+# Model building blocks shared by every model (nn/, docs/nn.md), and the Llama
+# example's library (examples/llama: everything but a train.c), linked as GPT-2's.
 NN_SRC := $(wildcard nn/*.c)
 NN_A := $(BUILDDIR)/nn/libnn.a
 LLAMA_SRC := $(filter-out examples/llama/train.c,$(wildcard examples/llama/*.c))

@@ -96,9 +96,8 @@ int nn_hf_bool(const json_t *root, const char *file, const char *key, bool want,
     return 0;
 }
 
-int nn_hf_string(const json_t *root, const char *file, const char *key,
-                 const char *const *allowed, const char *supported, const char **out,
-                 bmt_error_t *err)
+int nn_hf_string(const json_t *root, const char *file, const char *key, const char *const *allowed,
+                 const char *supported, const char **out, bmt_error_t *err)
 {
     const json_t *v = json_object_get(root, key);
     if (out)

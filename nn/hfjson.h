@@ -54,9 +54,8 @@ int nn_hf_bool(const json_t *root, const char *file, const char *key, bool want,
 
 /* A string key that must be one of `allowed` (NULL-terminated) when present;
  * *out (may be NULL) is the value or NULL when absent (borrowed from root). */
-int nn_hf_string(const json_t *root, const char *file, const char *key,
-                 const char *const *allowed, const char *supported, const char **out,
-                 bmt_error_t *err);
+int nn_hf_string(const json_t *root, const char *file, const char *key, const char *const *allowed,
+                 const char *supported, const char **out, bmt_error_t *err);
 
 /* Where a config.json beside the weights would be: in path when it is a
  * directory, else in path's directory. */

@@ -5,7 +5,7 @@
  * tests/integration/test_llama_ops.sh. nn/ holds the ops shared by every model
  * (docs/nn.md); a model's example holds only its wiring.
  *
- * The conventions are Hugging Face's LlamaForCausalLM (transformers 4.4x):
+ * The conventions are Hugging Face's LlamaForCausalLM (transformers >= 4.43):
  *   - RMSNorm as LlamaRMSNorm: x * rsqrt(mean(x^2) + eps) * weight, no bias, no
  *     mean subtraction;
  *   - RoPE as LlamaRotaryEmbedding + apply_rotary_pos_emb: inv_freq[i] =
@@ -69,8 +69,8 @@ void nn_rope_freqs(float *inv_freq, int hd, double theta, const nn_rope_scaling_
  * alike: for i < hd/2, with a = t * inv_freq[i] (inv_freq (hd/2)),
  *   out[i]        = inp[i] cos a - inp[i + hd/2] sin a
  *   out[i + hd/2] = inp[i + hd/2] cos a + inp[i] sin a.
- * Angles and their cos, sin are computed in double (HF computes them in f32,
- * which at position 8000 is off by up to ~5e-4 rad). out may be inp (in place).
+ * Angles and their cos, sin are computed in double (HF takes the angles in f32:
+ * at position 8000 off by up to 2.4e-4 rad, half an ulp). out may be inp (in place).
  * NH is any head count: q with NH, k with NKV. */
 void nn_rope_forward(float *out, const float *inp, const float *inv_freq, int B, int T, int NH,
                      int hd);

@@ -113,8 +113,9 @@ static int rope_scaling(const json_t *v, const char *file, llama_config_t *c, bm
                        "\"original_max_position_embeddings\"",
                        file);
     if (json_integer_value(o) < 1 || json_integer_value(o) > (1 << 24))
-        return nn_fail(err, "%s: rope_scaling's original_max_position_embeddings %lld is out of "
-                            "range",
+        return nn_fail(err,
+                       "%s: rope_scaling's original_max_position_embeddings %lld is out of "
+                       "range",
                        file, (long long)json_integer_value(o));
     c->rope_original_max = (int)json_integer_value(o);
     c->rope_llama3 = true;
@@ -136,14 +137,14 @@ static int token_ids(const json_t *v, const char *file, const char *key, int *id
                    : 0;
     }
     if (!json_is_array(v) || max == 1)
-        return nn_hf_wrong_type(err, file, key, max == 1 ? "an integer or null" : "an integer, a list or null", v);
+        return nn_hf_wrong_type(err, file, key,
+                                max == 1 ? "an integer or null" : "an integer, a list or null", v);
     if (json_array_size(v) > (size_t)max)
         return nn_fail(err, "%s: %s lists %zu tokens; at most %d", file, key, json_array_size(v),
                        max);
     for (size_t i = 0; i < json_array_size(v); i++) {
         const json_t *e = json_array_get(v, i);
-        if (!json_is_integer(e) || json_integer_value(e) < 0 ||
-            json_integer_value(e) > (1 << 24))
+        if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > (1 << 24))
             return nn_fail(err, "%s: malformed: %s[%zu] must be a token id", file, key, i);
         ids[(*n)++] = (int)json_integer_value(e);
     }
@@ -265,13 +266,13 @@ int llama_config_from_hf_json(const char *text, const char *file, llama_config_t
 
     int nbos = 0;
     if (rc == 0)
-        rc = token_ids(json_object_get(root, "bos_token_id"), file, "bos_token_id",
-                       &c.bos_token_id, 1, &nbos, err);
+        rc = token_ids(json_object_get(root, "bos_token_id"), file, "bos_token_id", &c.bos_token_id,
+                       1, &nbos, err);
     if (rc == 0 && nbos == 0)
         c.bos_token_id = -1;
     if (rc == 0)
-        rc = token_ids(json_object_get(root, "eos_token_id"), file, "eos_token_id",
-                       c.eos_token_ids, LLAMA_MAX_EOS, &c.n_eos, err);
+        rc = token_ids(json_object_get(root, "eos_token_id"), file, "eos_token_id", c.eos_token_ids,
+                       LLAMA_MAX_EOS, &c.n_eos, err);
     json_decref(root);
     if (rc == 0) {
         bmt_error_t why = { { 0 } };
@@ -307,10 +308,9 @@ int llama_hf_config_json(const llama_config_t *cfg, bmt_dtype_t dtype, char **js
                        bmt_dtype_name(dtype));
     json_t *rope = cfg->rope_llama3
                        ? json_pack("{s:f, s:f, s:f, s:i, s:s}", "factor", cfg->rope_factor,
-                                   "low_freq_factor", cfg->rope_low_freq_factor,
-                                   "high_freq_factor", cfg->rope_high_freq_factor,
-                                   "original_max_position_embeddings", cfg->rope_original_max,
-                                   "rope_type", "llama3")
+                                   "low_freq_factor", cfg->rope_low_freq_factor, "high_freq_factor",
+                                   cfg->rope_high_freq_factor, "original_max_position_embeddings",
+                                   cfg->rope_original_max, "rope_type", "llama3")
                        : json_null();
     json_t *eos = json_null();
     if (cfg->n_eos == 1)
@@ -330,8 +330,8 @@ int llama_hf_config_json(const llama_config_t *cfg, bmt_dtype_t dtype, char **js
         "silu", "rms_norm_eps", cfg->rms_eps, "rope_theta", cfg->rope_theta, "rope_scaling", rope,
         "tie_word_embeddings", cfg->tied, "attention_bias", 0, "mlp_bias", 0, "attention_dropout",
         0.0, "pretraining_tp", 1, "initializer_range", 0.02, "bos_token_id",
-        cfg->bos_token_id >= 0 ? json_integer(cfg->bos_token_id) : json_null(), "eos_token_id",
-        eos, "use_cache", 1, "torch_dtype", dtype == BMT_F32 ? "float32" : "bfloat16");
+        cfg->bos_token_id >= 0 ? json_integer(cfg->bos_token_id) : json_null(), "eos_token_id", eos,
+        "use_cache", 1, "torch_dtype", dtype == BMT_F32 ? "float32" : "bfloat16");
     char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
     json_decref(j);
     char *out = text ? malloc(strlen(text) + 2) : NULL;

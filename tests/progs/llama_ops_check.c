@@ -49,7 +49,7 @@ static void die(const char *fmt, ...)
 /* ------------------------------------------------------------ cases */
 
 enum {
-    MAX_KEYS = 10,
+    MAX_KEYS = 12,
     MAX_BUFS = 32
 };
 

@@ -61,8 +61,8 @@ static void check_published(void)
     bmt_error_t err = { { 0 } };
     ok(llama_config_from_hf_json(LLAMA32_1B, "l.json", &c, &err) == 0, "Llama 3.2 1B parses");
     ok(c.n_layer == 16 && c.n_embd == 2048 && c.n_head == 32 && c.n_kv_head == 8 &&
-           c.head_dim == 64 && c.ffn == 8192 && c.vocab_size == 128256 &&
-           c.max_seq_len == 131072 && c.rms_eps == 1e-5 && c.rope_theta == 500000 && c.tied,
+           c.head_dim == 64 && c.ffn == 8192 && c.vocab_size == 128256 && c.max_seq_len == 131072 &&
+           c.rms_eps == 1e-5 && c.rope_theta == 500000 && c.tied,
        "Llama 3.2 1B: sizes, eps, theta, tied");
     ok(c.rope_llama3 && c.rope_factor == 32 && c.rope_low_freq_factor == 1 &&
            c.rope_high_freq_factor == 4 && c.rope_original_max == 8192,
@@ -86,8 +86,8 @@ static void check_published(void)
     double f = llama_flops_per_token(&c, 4096);
     ok(f == 6.0 * 7248023552.0 + 6.0 * 32 * 4096 * 4096, "flops per token: 6 N + 6 L (H hd) T");
 
-    ok(llama_config_from_hf_json("{\"vocab_size\":128256,\"eos_token_id\":[128001,128008,128009]}", "e.json", &c,
-                                 &err) == 0 &&
+    ok(llama_config_from_hf_json("{\"vocab_size\":128256,\"eos_token_id\":[128001,128008,128009]}",
+                                 "e.json", &c, &err) == 0 &&
            c.n_eos == 3 && c.eos_token_ids[2] == 128009,
        "eos_token_id as a list (Llama 3.1 Instruct)");
     ok(llama_config_from_hf_json("{}", "d.json", &c, &err) == 0 && c.vocab_size == 32000 &&
@@ -112,8 +112,7 @@ static void check_round_trip(void)
         int rc = llama_config_from_hf_json(cases[i], "in.json", &a, &err);
         rc = rc ? rc : llama_hf_config_json(&a, i % 2 ? BMT_F32 : BMT_BF16, &json, &err);
         rc = rc ? rc : llama_config_from_hf_json(json, "out.json", &b, &err);
-        ok(rc == 0 && memcmp(&a, &b, sizeof(a)) == 0, "config %zu: written, read back the same",
-           i);
+        ok(rc == 0 && memcmp(&a, &b, sizeof(a)) == 0, "config %zu: written, read back the same", i);
         json_t *j = json ? json_loads(json, 0, NULL) : NULL;
         ok(j && strcmp(json_string_value(json_object_get(j, "model_type")), "llama") == 0 &&
                strcmp(json_string_value(json_array_get(json_object_get(j, "architectures"), 0)),
@@ -122,8 +121,8 @@ static void check_round_trip(void)
                       i % 2 ? "float32" : "bfloat16") == 0 &&
                json_is_false(json_object_get(j, "attention_bias")) &&
                json_integer_value(json_object_get(j, "head_dim")) == a.head_dim &&
-               json_is_boolean(json_object_get(j, "tie_word_embeddings")) &&
-               json && json[strlen(json) - 1] == '\n',
+               json_is_boolean(json_object_get(j, "tie_word_embeddings")) && json &&
+               json[strlen(json) - 1] == '\n',
            "config %zu: the keys transformers reads, newline-terminated", i);
         json_decref(j);
         free(json);
@@ -132,8 +131,8 @@ static void check_round_trip(void)
     llama_config_from_hf_json(TINYLLAMA, "t.json", &c, NULL);
     char *json = (char *)"untouched";
     bmt_error_t err = { { 0 } };
-    ok(llama_hf_config_json(&c, BMT_F64, &json, &err) == -1 &&
-           strcmp(json, "untouched") == 0 && strstr(err.text, "only f32 and bf16"),
+    ok(llama_hf_config_json(&c, BMT_F64, &json, &err) == -1 && strcmp(json, "untouched") == 0 &&
+           strstr(err.text, "only f32 and bf16"),
        "config.json for f64 parameters refused");
     c.n_kv_head = 5;
     ok(llama_hf_config_json(&c, BMT_F32, &json, &err) == -1 &&
