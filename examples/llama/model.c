@@ -56,7 +56,6 @@ struct llama_model {
     bool ckpt;          /* the list checkpoints activations */
     bmt_dtype_t pdtype; /* parameters: f32 (cpu); bf16 when cuda comes */
     bmt_blocklist_t *list;
-    bmt_block_t *embed, *head; /* head == embed when tied */
     int32_t *inputs, *targets; /* (B,T) of the current micro-batch */
     int counted;               /* targets >= 0 */
     float *inv_freq;           /* (hd/2): RoPE's frequencies, scaled as the config says */
@@ -354,8 +353,8 @@ static int build_blocks(llama_model_t *m, uint64_t seed, bmt_error_t *err)
         [P_UP] = { "mlp.up_proj.weight", 2, F, C, w, 0 },
         [P_DOWN] = { "mlp.down_proj.weight", 2, C, F, w, 0 },
     };
-    if ((m->embed = append_block(m, "model.embed_tokens", emb, 1, &CPU_OPS.embed, seed, err)) ==
-        NULL)
+    bmt_block_t *embed = append_block(m, "model.embed_tokens", emb, 1, &CPU_OPS.embed, seed, err);
+    if (embed == NULL)
         return -1;
     for (int l = 0; l < m->cfg.n_layer; l++) {
         char name[64];
@@ -365,12 +364,9 @@ static int build_blocks(llama_model_t *m, uint64_t seed, bmt_error_t *err)
     }
     if (append_block(m, "model.norm", norm, 1, &CPU_OPS.norm, seed, err) == NULL)
         return -1;
-    if (m->cfg.tied) {
-        m->head = m->embed;
-        return bmt_blocklist_append_tied(m->list, m->embed, &CPU_OPS.head, m, err);
-    }
-    m->head = append_block(m, "lm_head", emb, 1, &CPU_OPS.head, seed, err);
-    return m->head ? 0 : -1;
+    if (m->cfg.tied)
+        return bmt_blocklist_append_tied(m->list, embed, &CPU_OPS.head, m, err);
+    return append_block(m, "lm_head", emb, 1, &CPU_OPS.head, seed, err) ? 0 : -1;
 }
 
 /* What each_act does with one buffer: allocate it (alloc_one) or free it
