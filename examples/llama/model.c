@@ -1,0 +1,651 @@
+/* examples/llama/model.c — the Llama family's blocks and callbacks on the CPU (see model.h).
+ *
+ * Layer: an example, above libbmt (blocks, block list, safetensors reader) and
+ * nn/ (the layers); it links nothing of examples/gpt2.
+ *
+ * The callbacks compute with the f32 layers of nn/llama_ops_cpu.h on the full
+ * parameters the block list hands them (call->params, in the order the block
+ * added them) and add gradients into call->grads (never overwrite: in a group
+ * of one rank those are the gradient shards, holding earlier micro-batches and
+ * the tied head's use). Activations flow between blocks through the model's own
+ * buffers: x[l] is layer l's input, xf the head's; dres is the gradient with
+ * respect to the output of the block whose backward runs next, dxf the head's.
+ *
+ * Checkpointing (the list's config) decides where a layer's internals live:
+ * with it, one scratch set shared by all layers, filled again by the forward
+ * that the list runs inside backward; without it, one set per layer, filled
+ * once. Block inputs are kept either way, and recomputing a layer writes its
+ * output x[l+1] again with the same bits.
+ *
+ * The loss: the head keeps the logits (N,V) and each row's log-sum-exp in
+ * double, so llama_model_logits still holds the forward's values after the
+ * backward, and the backward's softmax is exp(logit - lse) with no f32 sum.
+ *
+ * The CUDA path is not written. It goes where gpt2's went: a table of block
+ * callbacks from a model_cuda.c chosen in llama_model_create by the context's
+ * device (see CPU_OPS below), with bf16 parameters.
+ */
+#include "llama/model.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bmt/device.h"
+#include "bmt/safetensors.h"
+#include "nn/llama_ops_cpu.h"
+
+/* A layer's activations, all f32, rows of the N = B T positions. */
+typedef struct layer_acts {
+    float *ln1, *rstd1;   /* (N,C), (N): input_layernorm's output and 1/rms */
+    float *q;             /* (N,NH hd) = (B,T,NH,hd), after RoPE */
+    float *k, *v;         /* (N,NKV hd) = (B,T,NKV,hd), k after RoPE */
+    float *att, *lse;     /* (N,NH hd): attention output, before o_proj; (B,NH,T) */
+    float *res2;          /* (N,C): x + the attention branch */
+    float *ln2, *rstd2;   /* (N,C), (N): post_attention_layernorm */
+    float *gate, *up, *h; /* (N,F): h = silu(gate) up, down_proj's input */
+} layer_acts_t;
+
+struct llama_model {
+    bmt_ctx_t *ctx;
+    llama_config_t cfg;
+    int B, T, N;        /* N = B T rows */
+    int Q, KV;          /* NH hd and NKV hd: widths of q and of k, v */
+    bool ckpt;          /* the list checkpoints activations */
+    bmt_dtype_t pdtype; /* parameters: f32 (cpu); bf16 when cuda comes */
+    bmt_blocklist_t *list;
+    int32_t *inputs, *targets; /* (B,T) of the current micro-batch */
+    int counted;               /* targets >= 0 */
+    float *inv_freq;           /* (hd/2): RoPE's frequencies, scaled as the config says */
+    float **x;                 /* (L+1) x (N,C): the residual stream, the layers' inputs */
+    layer_acts_t *acts;        /* L sets, or 1 shared with checkpointing */
+    /* final norm and head */
+    float *xf, *rstdf; /* (N,C), (N): model.norm's output (the head's input), 1/rms */
+    float *logits;     /* (N,V) */
+    double *row_lse;   /* (N): log-sum-exp of each row of logits */
+    float loss;        /* mean over counted rows */
+    /* backward scratch */
+    float *dres, *dres2, *dln, *dxf; /* (N,C) */
+    float *datt, *dq, *dq_pre;       /* (N,Q): d att, d q after and before RoPE */
+    float *dk, *dk_pre, *dv;         /* (N,KV) */
+    float *dh, *dgate, *dup;         /* (N,F) */
+    float *dlogits;                  /* (N,V) */
+};
+
+static int fail(bmt_error_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(bmt_error_t *err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->text, sizeof(err->text), fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* ------------------------------------------------------------ callbacks */
+
+/* Parameter order of a layer block, as build_blocks adds them. */
+enum {
+    P_IN_NORM,   /* input_layernorm.weight (C) */
+    P_Q,         /* self_attn.q_proj.weight (NH hd, C) */
+    P_K,         /* self_attn.k_proj.weight (NKV hd, C) */
+    P_V,         /* self_attn.v_proj.weight (NKV hd, C) */
+    P_O,         /* self_attn.o_proj.weight (C, NH hd) */
+    P_POST_NORM, /* post_attention_layernorm.weight (C) */
+    P_GATE,      /* mlp.gate_proj.weight (F,C) */
+    P_UP,        /* mlp.up_proj.weight (F,C) */
+    P_DOWN,      /* mlp.down_proj.weight (C,F) */
+    P_LAYER_COUNT
+};
+
+static layer_acts_t *acts_of(llama_model_t *m, int l) { return &m->acts[m->ckpt ? 0 : l]; }
+
+static void layer_forward(llama_model_t *m, int l, const float *const *p)
+{
+    const int B = m->B, T = m->T, N = m->N, C = m->cfg.n_embd, F = m->cfg.ffn;
+    const int NH = m->cfg.n_head, NKV = m->cfg.n_kv_head, hd = m->cfg.head_dim;
+    layer_acts_t *a = acts_of(m, l);
+    const float *x = m->x[l];
+    float *out = m->x[l + 1];
+    nn_rmsnorm_forward(a->ln1, a->rstd1, x, p[P_IN_NORM], N, C, (float)m->cfg.rms_eps);
+    nn_matmul_forward(a->q, a->ln1, p[P_Q], N, C, m->Q);
+    nn_matmul_forward(a->k, a->ln1, p[P_K], N, C, m->KV);
+    nn_matmul_forward(a->v, a->ln1, p[P_V], N, C, m->KV);
+    nn_rope_forward(a->q, a->q, m->inv_freq, B, T, NH, hd);
+    nn_rope_forward(a->k, a->k, m->inv_freq, B, T, NKV, hd);
+    nn_attention_forward(a->att, a->lse, a->q, a->k, a->v, B, T, NH, NKV, hd);
+    nn_matmul_forward(out, a->att, p[P_O], N, m->Q, C); /* out as a temporary */
+    for (size_t i = 0; i < (size_t)N * C; i++)
+        a->res2[i] = x[i] + out[i];
+    nn_rmsnorm_forward(a->ln2, a->rstd2, a->res2, p[P_POST_NORM], N, C, (float)m->cfg.rms_eps);
+    nn_matmul_forward(a->gate, a->ln2, p[P_GATE], N, C, F);
+    nn_matmul_forward(a->up, a->ln2, p[P_UP], N, C, F);
+    nn_swiglu_forward(a->h, a->gate, a->up, N * F);
+    nn_matmul_forward(out, a->h, p[P_DOWN], N, F, C);
+    for (size_t i = 0; i < (size_t)N * C; i++)
+        out[i] += a->res2[i];
+}
+
+/* dres: in, the gradient w.r.t. x[l+1]; out, w.r.t. x[l]. The nn backward
+ * functions add, so every scratch gradient is zeroed before its first use. */
+static void layer_backward(llama_model_t *m, int l, const float *const *p, float *const *g)
+{
+    const int B = m->B, T = m->T, N = m->N, C = m->cfg.n_embd, F = m->cfg.ffn;
+    const int NH = m->cfg.n_head, NKV = m->cfg.n_kv_head, hd = m->cfg.head_dim;
+    layer_acts_t *a = acts_of(m, l);
+    const size_t nc = (size_t)N * C * sizeof(float), nf = (size_t)N * F * sizeof(float);
+    const size_t nq = (size_t)N * m->Q * sizeof(float), nkv = (size_t)N * m->KV * sizeof(float);
+
+    /* The MLP branch: out = res2 + down(silu(gate(ln2)) up(ln2)). */
+    memcpy(m->dres2, m->dres, nc); /* the residual path: d res2 = d out + ... */
+    memset(m->dh, 0, nf);
+    nn_matmul_backward(m->dh, g[P_DOWN], m->dres, a->h, p[P_DOWN], N, F, C);
+    memset(m->dgate, 0, nf);
+    memset(m->dup, 0, nf);
+    nn_swiglu_backward(m->dgate, m->dup, m->dh, a->gate, a->up, N * F);
+    memset(m->dln, 0, nc);
+    nn_matmul_backward(m->dln, g[P_GATE], m->dgate, a->ln2, p[P_GATE], N, C, F);
+    nn_matmul_backward(m->dln, g[P_UP], m->dup, a->ln2, p[P_UP], N, C, F);
+    nn_rmsnorm_backward(m->dres2, g[P_POST_NORM], m->dln, a->res2, p[P_POST_NORM], a->rstd2, N, C);
+
+    /* The attention branch: res2 = x + o(attn(rope(q(ln1)), rope(k(ln1)), v(ln1))). */
+    memcpy(m->dres, m->dres2, nc); /* d x = d res2 + ... */
+    memset(m->datt, 0, nq);
+    nn_matmul_backward(m->datt, g[P_O], m->dres2, a->att, p[P_O], N, m->Q, C);
+    memset(m->dq, 0, nq);
+    memset(m->dk, 0, nkv);
+    memset(m->dv, 0, nkv);
+    nn_attention_backward(m->dq, m->dk, m->dv, m->datt, a->att, a->lse, a->q, a->k, a->v, B, T, NH,
+                          NKV, hd);
+    memset(m->dq_pre, 0, nq); /* RoPE's backward adds, so not in place */
+    memset(m->dk_pre, 0, nkv);
+    nn_rope_backward(m->dq_pre, m->dq, m->inv_freq, B, T, NH, hd);
+    nn_rope_backward(m->dk_pre, m->dk, m->inv_freq, B, T, NKV, hd);
+    memset(m->dln, 0, nc);
+    nn_matmul_backward(m->dln, g[P_Q], m->dq_pre, a->ln1, p[P_Q], N, C, m->Q);
+    nn_matmul_backward(m->dln, g[P_K], m->dk_pre, a->ln1, p[P_K], N, C, m->KV);
+    nn_matmul_backward(m->dln, g[P_V], m->dv, a->ln1, p[P_V], N, C, m->KV);
+    nn_rmsnorm_backward(m->dres, g[P_IN_NORM], m->dln, m->x[l], p[P_IN_NORM], a->rstd1, N, C);
+}
+
+/* Use 0, "model.embed_tokens": x_0 = weight[inputs]. */
+static int embed_fwd_cb(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
+{
+    (void)err;
+    llama_model_t *m = mp;
+    const float *w = c->params[0]; /* (V,C) */
+    const size_t C = (size_t)m->cfg.n_embd;
+    for (int i = 0; i < m->N; i++)
+        memcpy(m->x[0] + i * C, w + (size_t)m->inputs[i] * C, C * sizeof(float));
+    return 0;
+}
+
+static int embed_bwd_cb(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
+{
+    (void)err;
+    llama_model_t *m = mp;
+    float *dw = c->grads[0]; /* (V,C) */
+    const size_t C = (size_t)m->cfg.n_embd;
+    for (int i = 0; i < m->N; i++) {
+        float *row = dw + (size_t)m->inputs[i] * C;
+        const float *d = m->dres + i * C;
+        for (size_t j = 0; j < C; j++)
+            row[j] += d[j];
+    }
+    return 0;
+}
+
+/* Uses 1..L, "model.layers.<l>". */
+static int layer_fwd_cb(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
+{
+    (void)err;
+    layer_forward(mp, c->index - 1, (const float *const *)c->params);
+    return 0;
+}
+
+static int layer_bwd_cb(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
+{
+    (void)err;
+    layer_backward(mp, c->index - 1, (const float *const *)c->params, (float *const *)c->grads);
+    return 0;
+}
+
+/* Use L+1, "model.norm": xf = rms(x_L) weight. */
+static int norm_fwd_cb(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
+{
+    (void)err;
+    llama_model_t *m = mp;
+    nn_rmsnorm_forward(m->xf, m->rstdf, m->x[m->cfg.n_layer], c->params[0], m->N, m->cfg.n_embd,
+                       (float)m->cfg.rms_eps);
+    return 0;
+}
+
+static int norm_bwd_cb(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
+{
+    (void)err;
+    llama_model_t *m = mp;
+    memset(m->dres, 0, (size_t)m->N * m->cfg.n_embd * sizeof(float));
+    nn_rmsnorm_backward(m->dres, c->grads[0], m->dxf, m->x[m->cfg.n_layer], c->params[0], m->rstdf,
+                        m->N, m->cfg.n_embd);
+    return 0;
+}
+
+/* Use L+2, "lm_head" (or the tied embedding): logits = xf weight^T and the
+ * mean cross-entropy over the counted rows, its log-sum-exp in double. */
+static int head_fwd_cb(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
+{
+    (void)err;
+    llama_model_t *m = mp;
+    const int N = m->N, V = m->cfg.vocab_size;
+    nn_matmul_forward(m->logits, m->xf, c->params[0], N, m->cfg.n_embd, V);
+    double sum = 0;
+    for (int i = 0; i < N; i++) {
+        const float *z = m->logits + (size_t)i * V;
+        double mx = -INFINITY, s = 0;
+        for (int j = 0; j < V; j++)
+            mx = z[j] > mx ? z[j] : mx;
+        for (int j = 0; j < V; j++)
+            s += exp(z[j] - mx);
+        m->row_lse[i] = mx + log(s);
+        if (m->targets[i] >= 0)
+            sum += m->row_lse[i] - z[m->targets[i]];
+    }
+    m->loss = m->counted ? (float)(sum / m->counted) : 0.0f;
+    return 0;
+}
+
+static int head_bwd_cb(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
+{
+    (void)err;
+    llama_model_t *m = mp;
+    const int N = m->N, V = m->cfg.vocab_size, C = m->cfg.n_embd;
+    /* d loss / d logit = (softmax - onehot(target)) / counted on counted rows */
+    for (int i = 0; i < N; i++) {
+        const float *z = m->logits + (size_t)i * V;
+        float *dz = m->dlogits + (size_t)i * V;
+        const int t = m->targets[i];
+        if (t < 0) {
+            memset(dz, 0, (size_t)V * sizeof(float));
+            continue;
+        }
+        const double scale = 1.0 / m->counted;
+        for (int j = 0; j < V; j++)
+            dz[j] = (float)((exp(z[j] - m->row_lse[i]) - (j == t)) * scale);
+    }
+    memset(m->dxf, 0, (size_t)N * C * sizeof(float));
+    nn_matmul_backward(m->dxf, c->grads[0], m->dlogits, m->xf, c->params[0], N, C, V);
+    return 0;
+}
+
+/* The CPU callbacks of each kind of block. A cuda context would take
+ * model_cuda.c's table instead (not written yet). */
+static const struct {
+    bmt_block_ops_t embed, layer, norm, head;
+} CPU_OPS = {
+    { embed_fwd_cb, embed_bwd_cb },
+    { layer_fwd_cb, layer_bwd_cb },
+    { norm_fwd_cb, norm_bwd_cb },
+    { head_fwd_cb, head_bwd_cb },
+};
+
+/* ------------------------------------------------------------ construction */
+
+/* A block of parameters (name, shape, init, flags), built from seed; NULL and
+ * err on failure (nothing left behind). */
+typedef struct param_spec {
+    const char *name;
+    int ndim;
+    int64_t d0, d1;
+    bmt_init_t init;
+    unsigned flags;
+} param_spec_t;
+
+static bmt_block_t *make_block(llama_model_t *m, const char *name, const param_spec_t *ps, int n,
+                               uint64_t seed, bmt_error_t *err)
+{
+    bmt_block_t *b = bmt_block_create(m->ctx, name, err);
+    if (b == NULL)
+        return NULL;
+    for (int i = 0; i < n; i++) {
+        const int64_t shape[2] = { ps[i].d0, ps[i].d1 };
+        if (bmt_block_add_param(b, ps[i].name, ps[i].ndim, shape, m->pdtype, ps[i].init,
+                                ps[i].flags, err) < 0) {
+            bmt_block_destroy(b);
+            return NULL;
+        }
+    }
+    if (bmt_block_build(b, seed, err) < 0) {
+        bmt_block_destroy(b);
+        return NULL;
+    }
+    return b;
+}
+
+/* Append a block made from ps to the list (which then owns it). */
+static bmt_block_t *append_block(llama_model_t *m, const char *name, const param_spec_t *ps, int n,
+                                 const bmt_block_ops_t *ops, uint64_t seed, bmt_error_t *err)
+{
+    bmt_block_t *b = make_block(m, name, ps, n, seed, err);
+    if (b && bmt_blocklist_append(m->list, b, ops, m, err) < 0) {
+        bmt_block_destroy(b);
+        return NULL;
+    }
+    return b;
+}
+
+static int build_blocks(llama_model_t *m, uint64_t seed, bmt_error_t *err)
+{
+    const int64_t C = m->cfg.n_embd, F = m->cfg.ffn, V = m->cfg.vocab_size, Q = m->Q, KV = m->KV;
+    const bmt_init_t w = BMT_INIT_NORMAL_V(0, 0.02), one = BMT_INIT_ONES_V;
+    const unsigned nd = BMT_PARAM_NO_DECAY;
+    const param_spec_t emb[] = { { "weight", 2, V, C, w, 0 } };
+    const param_spec_t norm[] = { { "weight", 1, C, 0, one, nd } };
+    const param_spec_t layer[P_LAYER_COUNT] = {
+        [P_IN_NORM] = { "input_layernorm.weight", 1, C, 0, one, nd },
+        [P_Q] = { "self_attn.q_proj.weight", 2, Q, C, w, 0 },
+        [P_K] = { "self_attn.k_proj.weight", 2, KV, C, w, 0 },
+        [P_V] = { "self_attn.v_proj.weight", 2, KV, C, w, 0 },
+        [P_O] = { "self_attn.o_proj.weight", 2, C, Q, w, 0 },
+        [P_POST_NORM] = { "post_attention_layernorm.weight", 1, C, 0, one, nd },
+        [P_GATE] = { "mlp.gate_proj.weight", 2, F, C, w, 0 },
+        [P_UP] = { "mlp.up_proj.weight", 2, F, C, w, 0 },
+        [P_DOWN] = { "mlp.down_proj.weight", 2, C, F, w, 0 },
+    };
+    bmt_block_t *embed = append_block(m, "model.embed_tokens", emb, 1, &CPU_OPS.embed, seed, err);
+    if (embed == NULL)
+        return -1;
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        char name[64];
+        snprintf(name, sizeof(name), "model.layers.%d", l);
+        if (append_block(m, name, layer, P_LAYER_COUNT, &CPU_OPS.layer, seed, err) == NULL)
+            return -1;
+    }
+    if (append_block(m, "model.norm", norm, 1, &CPU_OPS.norm, seed, err) == NULL)
+        return -1;
+    if (m->cfg.tied)
+        return bmt_blocklist_append_tied(m->list, embed, &CPU_OPS.head, m, err);
+    return append_block(m, "lm_head", emb, 1, &CPU_OPS.head, seed, err) ? 0 : -1;
+}
+
+/* What each_act does with one buffer: allocate it (alloc_one) or free it
+ * (free_one). *p is where the buffer's pointer lives, n its floats. */
+typedef struct act_visit {
+    void (*fn)(struct act_visit *v, float **p, size_t n);
+    llama_model_t *m;
+    bmt_error_t *err;
+    int rc; /* alloc_one: -1 after the first failure (the rest are left NULL) */
+} act_visit_t;
+
+/* Every activation buffer with its size, in one place, so that allocation and
+ * freeing cannot disagree. Needs m->x and m->acts. */
+static void each_act(llama_model_t *m, act_visit_t *v)
+{
+    const size_t N = (size_t)m->N, C = (size_t)m->cfg.n_embd, V = (size_t)m->cfg.vocab_size;
+    const size_t F = (size_t)m->cfg.ffn, Q = (size_t)m->Q, KV = (size_t)m->KV;
+    const size_t lse = (size_t)m->B * m->cfg.n_head * m->T;
+    const int L = m->cfg.n_layer, sets = m->ckpt ? 1 : L;
+    for (int l = 0; l <= L; l++)
+        v->fn(v, &m->x[l], N * C);
+    for (int i = 0; i < sets; i++) {
+        layer_acts_t *a = &m->acts[i];
+        float **bufs[] = { &a->ln1,  &a->rstd1, &a->q,     &a->k,    &a->v,  &a->att, &a->lse,
+                           &a->res2, &a->ln2,   &a->rstd2, &a->gate, &a->up, &a->h };
+        const size_t n[] = { N * C, N,     N * Q, N * KV, N * KV, N * Q, lse,
+                             N * C, N * C, N,     N * F,  N * F,  N * F };
+        _Static_assert(sizeof(bufs) / sizeof(bufs[0]) == sizeof(n) / sizeof(n[0]),
+                       "a size for every buffer");
+        for (size_t j = 0; j < sizeof(n) / sizeof(n[0]); j++)
+            v->fn(v, bufs[j], n[j]);
+    }
+    float **bufs[] = { &m->xf,    &m->dres,   &m->dres2, &m->dln,    &m->dxf,     &m->datt,
+                       &m->dq,    &m->dq_pre, &m->dk,    &m->dk_pre, &m->dv,      &m->dh,
+                       &m->dgate, &m->dup,    &m->rstdf, &m->logits, &m->dlogits, &m->inv_freq };
+    const size_t n[] = { N * C, N * C, N * C,  N * C,  N * C,  N * Q,
+                         N * Q, N * Q, N * KV, N * KV, N * KV, N * F,
+                         N * F, N * F, N,      N * V,  N * V,  (size_t)m->cfg.head_dim / 2 };
+    _Static_assert(sizeof(bufs) / sizeof(bufs[0]) == sizeof(n) / sizeof(n[0]),
+                   "a size for every buffer");
+    for (size_t j = 0; j < sizeof(n) / sizeof(n[0]); j++)
+        v->fn(v, bufs[j], n[j]);
+}
+
+static void alloc_one(act_visit_t *v, float **p, size_t n)
+{
+    if (v->rc == 0 &&
+        (*p = bmt_alloc(v->m->ctx, BMT_MEM_ACTIVATION, n * sizeof(float), v->err)) == NULL)
+        v->rc = -1;
+}
+
+static void free_one(act_visit_t *v, float **p, size_t n)
+{
+    (void)n;
+    bmt_free(v->m->ctx, *p);
+    *p = NULL;
+}
+
+static int alloc_acts(llama_model_t *m, bmt_error_t *err)
+{
+    const int L = m->cfg.n_layer, sets = m->ckpt ? 1 : L;
+    m->x = calloc((size_t)L + 1, sizeof(float *));
+    m->acts = calloc((size_t)sets, sizeof(layer_acts_t));
+    if (!m->x || !m->acts)
+        return fail(err, "llama: rank %d: out of memory for the model's activations",
+                    bmt_rank(m->ctx));
+    act_visit_t v = { alloc_one, m, err, 0 };
+    each_act(m, &v);
+    if (v.rc == 0 && (m->row_lse = bmt_alloc(m->ctx, BMT_MEM_ACTIVATION,
+                                             (size_t)m->N * sizeof(double), err)) == NULL)
+        v.rc = -1;
+    return v.rc;
+}
+
+static void free_acts(llama_model_t *m)
+{
+    if (m->x && m->acts) {
+        act_visit_t v = { free_one, m, NULL, 0 };
+        each_act(m, &v);
+    }
+    bmt_free(m->ctx, m->row_lse);
+}
+
+llama_model_t *llama_model_create(bmt_ctx_t *ctx, const llama_config_t *cfg, int B, int T,
+                                  const bmt_blocklist_config_t *list_cfg, uint64_t seed,
+                                  bmt_error_t *err)
+{
+    if (llama_config_check(cfg, err) < 0)
+        return NULL;
+    if (B < 1 || T < 1 || T > cfg->max_seq_len || (int64_t)B * T > (1 << 24)) {
+        fail(err,
+             "llama: micro-batch %d x sequence length %d: need B >= 1, 1 <= T <= %d "
+             "(max_position_embeddings) and B T <= 2^24",
+             B, T, cfg->max_seq_len);
+        return NULL;
+    }
+    if ((int64_t)B * T * cfg->vocab_size > ((int64_t)1 << 40) / 4) {
+        fail(err, "llama: B T V = %lld logits is too many for the cpu model",
+             (long long)B * T * cfg->vocab_size);
+        return NULL;
+    }
+    if (bmt_device(ctx) == BMT_DEVICE_CUDA) {
+        /* Here the cuda path would start: bf16 parameters and model_cuda.c's
+         * callbacks, as examples/gpt2 does it. */
+        fail(err,
+             "llama: rank %d: the cuda model is not written yet; use a cpu context "
+             "(BMT_DEVICE=cpu)",
+             bmt_rank(ctx));
+        return NULL;
+    }
+    llama_model_t *m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        fail(err, "llama: out of memory");
+        return NULL;
+    }
+    m->ctx = ctx;
+    m->cfg = *cfg;
+    m->pdtype = BMT_F32;
+    m->B = B, m->T = T, m->N = B * T;
+    m->Q = cfg->n_head * cfg->head_dim;
+    m->KV = cfg->n_kv_head * cfg->head_dim;
+    bmt_blocklist_config_t lc = BMT_BLOCKLIST_CONFIG_INITIALIZER;
+    if (list_cfg)
+        lc = *list_cfg;
+    m->ckpt = lc.checkpointing != 0;
+    m->inputs = calloc((size_t)m->N, sizeof(int32_t));
+    m->targets = calloc((size_t)m->N, sizeof(int32_t));
+    if (!m->inputs || !m->targets) {
+        fail(err, "llama: out of memory");
+        goto fail;
+    }
+    if ((m->list = bmt_blocklist_create(ctx, &lc, err)) == NULL || build_blocks(m, seed, err) < 0 ||
+        alloc_acts(m, err) < 0)
+        goto fail;
+    const nn_rope_scaling_t s = { cfg->rope_factor, cfg->rope_low_freq_factor,
+                                  cfg->rope_high_freq_factor, cfg->rope_original_max };
+    nn_rope_freqs(m->inv_freq, cfg->head_dim, cfg->rope_theta, cfg->rope_llama3 ? &s : NULL);
+    return m;
+fail:
+    llama_model_destroy(m);
+    return NULL;
+}
+
+bmt_blocklist_t *llama_model_list(llama_model_t *m) { return m ? m->list : NULL; }
+
+const llama_config_t *llama_model_config(const llama_model_t *m) { return &m->cfg; }
+
+int llama_model_set_batch(llama_model_t *m, const int32_t *inputs, const int32_t *targets,
+                          bmt_error_t *err)
+{
+    const int V = m->cfg.vocab_size;
+    int counted = 0;
+    for (int i = 0; i < m->N; i++) {
+        if (inputs[i] < 0 || inputs[i] >= V)
+            return fail(err,
+                        "llama: input token %d at position %d (row %d, column %d) is outside "
+                        "the vocabulary [0, %d)",
+                        inputs[i], i, i / m->T, i % m->T, V);
+        if (targets[i] >= V)
+            return fail(err,
+                        "llama: target token %d at position %d (row %d, column %d) is outside "
+                        "the vocabulary [0, %d)",
+                        targets[i], i, i / m->T, i % m->T, V);
+        counted += targets[i] >= 0;
+    }
+    memcpy(m->inputs, inputs, (size_t)m->N * sizeof(int32_t));
+    memcpy(m->targets, targets, (size_t)m->N * sizeof(int32_t));
+    m->counted = counted;
+    return 0;
+}
+
+float llama_model_loss(const llama_model_t *m) { return m->loss; }
+
+const float *llama_model_logits(const llama_model_t *m) { return m->logits; }
+
+bmt_dtype_t llama_model_param_dtype(const llama_model_t *m) { return m->pdtype; }
+
+void llama_model_destroy(llama_model_t *m)
+{
+    if (m == NULL)
+        return;
+    bmt_blocklist_destroy(m->list);
+    free_acts(m);
+    free(m->x);
+    free(m->acts);
+    free(m->inputs);
+    free(m->targets);
+    free(m);
+}
+
+/* ------------------------------------------------------------ safetensors */
+
+typedef struct load_src {
+    bmt_st_t *st;
+    const int *idx; /* (params of the block) tensor index of each */
+} load_src_t;
+
+static int read_param(void *user, const bmt_block_t *b, int param, int64_t first, int64_t count,
+                      void *dst, bmt_dtype_t dtype, bmt_error_t *err)
+{
+    (void)b;
+    const load_src_t *s = user;
+    return bmt_st_read(s->st, s->idx[param], first, count, dst, dtype, err);
+}
+
+static void shape_text(char *out, size_t len, int ndim, const int64_t *shape)
+{
+    out[0] = '\0';
+    for (int d = 0; d < ndim; d++)
+        snprintf(out + strlen(out), len - strlen(out), "%s%lld", d ? ", " : "",
+                 (long long)shape[d]);
+}
+
+/* The tensor index of each parameter of block b in st, checked (name, shape,
+ * a float dtype); -1 and err at the first that is missing or differs. */
+static int match_block(const bmt_st_t *st, const char *path, const bmt_block_t *b, int *idx,
+                       bmt_error_t *err)
+{
+    for (int j = 0; j < bmt_block_num_params(b); j++) {
+        const char *name = bmt_block_param_name(b, j);
+        const bmt_st_tensor_t *t = bmt_st_tensor(st, idx[j] = bmt_st_find(st, name));
+        int ndim;
+        int64_t shape[BMT_MAX_DIMS];
+        bmt_block_param_shape(b, j, &ndim, shape);
+        if (t == NULL)
+            return fail(err, "%.200s has no tensor '%.200s'", path, name);
+        bool same = t->ndim == ndim;
+        for (int d = 0; same && d < ndim; d++)
+            same = t->shape[d] == shape[d];
+        if (!same) {
+            char want[96], got[96];
+            shape_text(want, sizeof(want), ndim, shape);
+            shape_text(got, sizeof(got), t->ndim, t->shape);
+            return fail(err, "%.150s: tensor '%.200s' is (%s); the model needs (%s)", t->file,
+                        t->name, got, want);
+        }
+        if (t->dtype != BMT_ST_F32 && t->dtype != BMT_ST_BF16 && t->dtype != BMT_ST_F16 &&
+            t->dtype != BMT_ST_F64)
+            return fail(err, "%.150s: tensor '%.200s' is %s; a float type is needed", t->file,
+                        t->name, bmt_st_dtype_name(t->dtype));
+    }
+    return 0;
+}
+
+int llama_model_load(llama_model_t *m, const char *path, bmt_error_t *err)
+{
+    bmt_st_t *st = bmt_st_open(path, err);
+    if (st == NULL)
+        return -1;
+    /* The blocks to fill: every use but the tied head (the embedding again). */
+    const int uses = bmt_blocklist_size(m->list) - (m->cfg.tied ? 1 : 0);
+    int **idx = calloc((size_t)uses, sizeof(int *));
+    int rc = idx ? 0 : fail(err, "llama: out of memory");
+
+    /* The file's layers must be the model's: more would be a model the
+     * config does not describe, fewer a missing tensor named below. */
+    bmt_st_plan_t *plan = NULL;
+    if (rc == 0)
+        rc = bmt_st_discover(st, &plan, err);
+    if (rc == 0 && plan->nlayers != m->cfg.n_layer)
+        rc = fail(err, "%.200s holds %d layers (%.60s<N>); the model has %d (num_hidden_layers)",
+                  path, plan->nlayers, plan->layer_prefix, m->cfg.n_layer);
+    bmt_st_plan_free(plan);
+
+    /* Every name and shape first, so that a mismatch loads nothing. */
+    for (int u = 0; u < uses && rc == 0; u++) {
+        const bmt_block_t *b = bmt_blocklist_block(m->list, u);
+        if ((idx[u] = calloc((size_t)bmt_block_num_params(b) + 1, sizeof(int))) == NULL)
+            rc = fail(err, "llama: out of memory");
+        else
+            rc = match_block(st, path, b, idx[u], err);
+    }
+    for (int u = 0; u < uses && rc == 0; u++) {
+        load_src_t src = { st, idx[u] };
+        rc = bmt_block_load(bmt_blocklist_block(m->list, u), read_param, &src, err);
+    }
+    for (int u = 0; idx && u < uses; u++)
+        free(idx[u]);
+    free(idx);
+    bmt_st_close(st);
+    return rc;
+}

@@ -1,0 +1,103 @@
+/* examples/llama/model.h — the Llama family on libbmt's block list.
+ *
+ * The model is HF's LlamaForCausalLM (transformers' modeling_llama, eager
+ * attention), as llama/config.h describes it: x = embed(tokens); per layer
+ *   x += o_proj(attn(rope(q_proj(rms1(x))), rope(k_proj(rms1(x))), v_proj(rms1(x))))
+ *   x += down_proj(silu(gate_proj(rms2(x))) * up_proj(rms2(x)))
+ * logits = lm_head(norm(x)); loss = mean cross-entropy over targets >= 0.
+ * RoPE in the rotate_half layout at positions 0..T-1 (Llama 3's frequency
+ * scaling when the config has it), causal grouped-query attention scaled by
+ * 1/sqrt(head_dim), no biases anywhere. The layers are nn/llama_ops_cpu.h's.
+ *
+ * Compute paths: on a cpu context, f32 parameters and activations with the
+ * plain C layers of nn/ (the reference). A cuda path (bf16 parameters, the
+ * kernels of nn/) is not written yet: llama_model_create refuses a cuda
+ * context, and model.c marks where it goes.
+ *
+ * Blocks, each sharded over the group from birth (bmt/block.h), with HF's
+ * names, so that a checkpoint the engine writes is a LlamaForCausalLM file:
+ *   use 0        "model.embed_tokens": weight (V,C); x_0 = weight[inputs]
+ *   uses 1..L    "model.layers.<l>": input_layernorm.weight (C),
+ *                self_attn.{q_proj (NH hd, C), k_proj (NKV hd, C), v_proj (NKV hd, C),
+ *                o_proj (C, NH hd)}.weight, post_attention_layernorm.weight (C),
+ *                mlp.{gate_proj (F,C), up_proj (F,C), down_proj (C,F)}.weight;
+ *                x_{l+1} = layer(x_l)
+ *   use L+1      "model.norm": weight (C); xf = rms(x_L)
+ *   use L+2      "lm_head": weight (V,C), or, when the config ties them,
+ *                "model.embed_tokens" again (bmt_blocklist_append_tied);
+ *                logits = xf weight^T, and the loss
+ * Linear weights are nn.Linear's (out, in). Initialization is HF's
+ * _init_weights: N(0, 0.02) for every Linear and the embedding, ones for the
+ * RMSNorm weights (which AdamW does not decay: BMT_PARAM_NO_DECAY).
+ *
+ * The model owns activations: every block's input always (x_0..x_L, xf: what
+ * activation checkpointing keeps), and each layer's internals either per layer
+ * (checkpointing off) or in one scratch set that a layer's forward fills again
+ * inside its backward (checkpointing on).
+ *
+ * Errors: functions return 0 (or a pointer) or -1 (or NULL) with err saying
+ * what is wrong in one line; nothing is changed on failure.
+ */
+#ifndef LLAMA_MODEL_H
+#define LLAMA_MODEL_H
+
+#include <stdint.h>
+
+#include "bmt/block.h"
+#include "bmt/bmt.h"
+#include "llama/config.h"
+
+typedef struct llama_model llama_model_t;
+
+/* Build the blocks (sharded, initialized from seed as HF does), the block list
+ * with list_cfg (NULL: the defaults: zero level 3, checkpointing on), and the
+ * activations for micro-batches of B sequences of T tokens (1 <= T <=
+ * max_seq_len). cfg must pass llama_config_check. The context must be a cpu
+ * one (f32 parameters); cuda is refused (not written yet). Local (no
+ * collective), but every rank must build the same model: the list's first
+ * forward checks it. */
+llama_model_t *llama_model_create(bmt_ctx_t *ctx, const llama_config_t *cfg, int B, int T,
+                                  const bmt_blocklist_config_t *list_cfg, uint64_t seed,
+                                  bmt_error_t *err);
+
+/* The block list (for bmt_blocklist_forward / _backward, bmt_adamw_create and
+ * checkpoints). Owned by the model. */
+bmt_blocklist_t *llama_model_list(llama_model_t *m);
+
+/* The configuration the model was built with. */
+const llama_config_t *llama_model_config(const llama_model_t *m);
+
+/* The next micro-batch: inputs and targets (B,T) int32, copied. Inputs must be
+ * in [0, V); a target < 0 is left out of the loss, one >= V is refused. -1 and
+ * err naming the token and its position otherwise (the batch is unchanged). */
+int llama_model_set_batch(llama_model_t *m, const int32_t *inputs, const int32_t *targets,
+                          bmt_error_t *err);
+
+/* Mean cross-entropy of the last forward over its counted positions (0 when no
+ * target counts). */
+float llama_model_loss(const llama_model_t *m);
+
+/* Logits of the last forward, (B,T,V) f32 in host memory, owned by the model:
+ * valid until the next forward (the backward does not change them). */
+const float *llama_model_logits(const llama_model_t *m);
+
+/* Replace the model's parameters with those of an HF Llama checkpoint (before
+ * bmt_adamw_create): path is a .safetensors file, a
+ * model.safetensors.index.json, or a directory holding one of those
+ * (bmt_st_open). Every rank reads only the bytes of its own shards
+ * (bmt_block_load), converting F32, BF16, F16 or F64 to f32. Every parameter
+ * must be in the file under its HF name with its shape, and the file's layers
+ * (model.layers.<i>) must be exactly the model's L; lm_head.weight is ignored
+ * when the model is tied, and tensors the model does not have (e.g. old
+ * files' rotary_emb.inv_freq) are ignored. Names, shapes and dtypes are all
+ * checked before anything is read, so a mismatch loads nothing. */
+int llama_model_load(llama_model_t *m, const char *path, bmt_error_t *err);
+
+/* The dtype of the model's parameters, what a checkpoint's model files hold
+ * (llama_hf_config_json's dtype): BMT_F32. */
+bmt_dtype_t llama_model_param_dtype(const llama_model_t *m);
+
+/* Destroy the list (and its blocks) and the activations. NULL: no-op. */
+void llama_model_destroy(llama_model_t *m);
+
+#endif
