@@ -10,6 +10,7 @@
 # Bodies run in a subshell under `set -e`, each in a fresh directory under $TMP. Variables for the bodies: $BMLAUNCH, $PROGS
 # (test programs), $BUILDDIR, $SRC (the source tree).
 # Helpers for the metrics tests: free_port, start_job ARGS (bmlaunch in the background, URL and JOB_PID set).
+# quoted_after FILE CMD: what a doc shows as CMD's output (docs are checked against the binaries).
 set -u
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILDDIR=${BUILDDIR:-build}
@@ -159,6 +160,14 @@ start_job() {
     echo "no metrics URL from bmlaunch:" >&2
     cat job.err >&2
     return 1
+}
+
+quoted_after() { # file command: the lines a doc shows after "$ command" up to the closing ```
+    awk -v cmd="\$ $2" '
+        $0 == cmd { on = 1; next }
+        on && /^```/ { exit }
+        on { print }
+    ' "$1"
 }
 
 test_done() {

@@ -84,12 +84,7 @@ else
 fi
 
 test_expect_success "the 20x50 plan in docs/user-guide.md is what --plan prints" '
-    cmd="build/bin/bmlaunch --groups 20 --gpus-per-group 50 --gpus-per-node 8 --plan" &&
-    awk -v cmd="\$ $cmd" "
-        \$0 == cmd { on = 1; next }
-        on && /^\`\`\`/ { exit }
-        on { print }
-    " "$SRC/docs/user-guide.md" >quoted &&
+    quoted_after "$SRC/docs/user-guide.md" "build/bin/bmlaunch --groups 20 --gpus-per-group 50 --gpus-per-node 8 --plan" >quoted &&
     test -s quoted &&
     $BMLAUNCH --groups 20 --gpus-per-group 50 --gpus-per-node 8 --plan >actual &&
     diff -u quoted actual

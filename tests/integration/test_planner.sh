@@ -118,24 +118,14 @@ test_expect_success "the issue's question: 20x50 on 8-GPU nodes is not recommend
 '
 
 test_expect_success "the worked example in docs/slurm.md is what bmlaunch prints" '
-    cmd="bmlaunch --plan --model 70B -g 20 -n 50 --gpus-per-node 8" &&
-    awk -v cmd="\$ $cmd" "
-        \$0 == cmd { on = 1; next }
-        on && /^\`\`\`/ { exit }
-        on { print }
-    " "$SRC/docs/slurm.md" >quoted &&
+    quoted_after "$SRC/docs/slurm.md" "bmlaunch --plan --model 70B -g 20 -n 50 --gpus-per-node 8" >quoted &&
     test -s quoted &&
     $BMLAUNCH --plan --model 70B -g 20 -n 50 --gpus-per-node 8 | sed -n "/^  cost model:/,\$p" >actual &&
     diff -u quoted actual
 '
 
 test_expect_success "docs/planner.md: the worked example and the predicted-vs-measured table are current" '
-    cmd="bmlaunch --plan --model d48 --micro-batch 8 -g 1 -n 2 --gpus-per-node 2" &&
-    awk -v cmd="\$ $cmd" "
-        \$0 == cmd { on = 1; next }
-        on && /^\`\`\`/ { exit }
-        on { print }
-    " "$SRC/docs/planner.md" >quoted &&
+    quoted_after "$SRC/docs/planner.md" "bmlaunch --plan --model d48 --micro-batch 8 -g 1 -n 2 --gpus-per-node 2" >quoted &&
     test -s quoted &&
     $BMLAUNCH --plan --model d48 --micro-batch 8 -g 1 -n 2 --gpus-per-node 2 | sed -n "/^  cost model:/,\$p" >actual &&
     diff -u quoted actual &&
