@@ -58,7 +58,7 @@ static void usage(FILE *f)
             "                          GPT-2 names); its sizes are the model's, the heads from\n"
             "                          its config.json (else --heads, else C/64)\n"
             "      --layers L --heads H --embd C --vocab V --max-seq N   override its sizes\n"
-            "Data (llm.c token shards: header magic 20240520, uint16 tokens):\n"
+            "Data (llm.c token shards of uint16 or uint32 tokens, docs/gpt2.md):\n"
             "  -i, --data PATTERN      training shards (a path or a glob)\n"
             "  -j, --val PATTERN       validation shards (optional)\n"
             "Batch:\n"
