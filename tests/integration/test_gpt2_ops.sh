@@ -16,12 +16,7 @@ PY=/usr/bin/python3
 ORACLE=$SRC/tests/tools/gpt2_ops_oracle.py
 CHECK=$PROGS/gpt2_ops_check
 D=$TMP/ops
-
-if ! $PY -c 'import torch, numpy' 2>/dev/null; then
-    test_expect_success "$PY can import torch and numpy (the oracle needs them)" 'false'
-    test_done
-    exit
-fi
+. "$(dirname "$0")/ops_lib.sh"
 
 test_expect_success "gen writes inputs and torch's results; gpt2_ops_check runs all 12 cases" '
     with_timeout 60 $PY "$ORACLE" gen "$D" &&
@@ -29,25 +24,6 @@ test_expect_success "gen writes inputs and torch's results; gpt2_ops_check runs 
     with_timeout 60 "$CHECK" "$D/in" "$D/out" >out &&
     grep -q "^gpt2_ops_check: 12 cases written to $D/out\$" out
 '
-
-# compare_ops N CASE...: the oracle passes the cases with N lines, all ok (its
-# output in $TMP/compare.out, shown after the test).
-compare_ops() {
-    local want=$1
-    shift
-    with_timeout 60 $PY "$ORACLE" compare "$D" "$D/out" "$@" >"$TMP/compare.out" &&
-        test "$(grep -c "^ok " "$TMP/compare.out")" -eq "$want" &&
-        ! grep -q "^not ok" "$TMP/compare.out" && grep -qx "1\\.\\.$want" "$TMP/compare.out"
-}
-show() { grep "ok " "$TMP/compare.out" | sed -e 's/^/#   /'; }
-
-# exits CODE COMMAND...: COMMAND exits with status CODE (its stderr in ./err).
-exits() {
-    local want=$1 rc=0
-    shift
-    "$@" >stdout 2>err || rc=$?
-    [ "$rc" -eq "$want" ] || { echo "exit status $rc, expected $want: $*"; cat err; return 1; }
-}
 
 test_expect_success "encoder: out, dwte, dwpe (a token repeated)" 'compare_ops 5 encoder'
 show
@@ -70,35 +46,22 @@ test_expect_success "crossentropy: losses, probs, dlogits; ignored target, logit
 '
 show
 
-# fails_only CASE TENSOR: the comparison of CASE, on the results in ./out, fails
-# on exactly one line, the one of TENSOR.
-fails_only() {
-    test_must_fail $PY "$ORACLE" compare "$D" out "$1" >compare.out &&
-        test "$(grep -c "^not ok" compare.out)" -eq 1 &&
-        grep -q "^not ok [0-9]* - $1\\.$2: " compare.out
-}
-
 test_expect_success "the comparison catches one gradient element with its sign flipped" '
-    "$CHECK" --perturb "attention.dqkv" -1 "$D/in" out >log &&
-    grep -q "^gpt2_ops_check: perturbed attention.dqkv\[" log &&
-    fails_only attention "dqkv"
+    perturbed "attention.dqkv" -1 &&
+    grep -q "^gpt2_ops_check: perturbed attention.dqkv\[" log
 '
 
 test_expect_success "...a gradient element off by 1e-3 (10x the bound), in the += run too" '
-    "$CHECK" --perturb "layernorm.dinp" 1.001 "$D/in" out >log &&
-    fails_only layernorm "dinp" &&
-    "$CHECK" --perturb "matmul_head.dweight_nodinp+=" 1.001 "$D/in" out >log &&
-    fails_only matmul_head "dweight_nodinp+="
+    perturbed "layernorm.dinp" 1.001 &&
+    perturbed "matmul_head.dweight_nodinp+=" 1.001
 '
 
 test_expect_success "...a forward output off by 1e-4 (10x the bound)" '
-    "$CHECK" --perturb "matmul_big_wt1.out" 1.0001 "$D/in" out >log &&
-    fails_only matmul_big_wt1 "out"
+    perturbed "matmul_big_wt1.out" 1.0001
 '
 
 test_expect_success "...a NaN in an output (as an element a forward left unwritten)" '
-    "$CHECK" --perturb "gelu.out" nan "$D/in" out >log &&
-    fails_only gelu "out" && grep -q "gelu.out: max rel err inf" compare.out
+    perturbed "gelu.out" nan && grep -q "gelu.out: max rel err inf" compare.out
 '
 
 test_expect_success "...a backward that overwrote its gradient instead of adding to it" '

@@ -7,11 +7,10 @@
                                             one TAP line per case and tensor; exit 1 if
                                             any is over its bound (CASE: only those cases)
 
-gen writes, with a fixed seed, random inputs for each case (odd, non-power-of-two
-shapes) as raw little-endian float32 / int32 files DIR/in/<case>.<tensor>, and
-DIR/in/cases.txt, one line per case: "<case> <op> key=value..." (the shapes; the
-C program takes them from there). For every output and gradient it stores
-torch's result in DIR/ref/<case>.<tensor>.npy (float64) and DIR/ref32/ (float32).
+gen and compare are ops_oracle_common.py's (the files, the error measure, the
+"+=" lines of backward runs into prefilled buffers); here are the cases, with
+odd, non-power-of-two shapes, their inputs (float32, or int32 for token ids and
+targets) and torch's results.
 
 The reference is torch in float64 on the very float32 inputs (upcast exactly):
 that is the exact result for those inputs up to float64 rounding (~1e-16), so
@@ -20,15 +19,9 @@ errors of its own, as large as ours or larger (other orders of operations, f32
 sums), so comparing against it would measure the sum of two errors; its error
 against float64 is printed next to ours for scale.
 
-Error of a tensor: max over elements of |ours - ref| / max(|ref|, floor), with
-floor = 1e-3 * max|ref| over the tensor, so that elements that cancel to near zero
-are judged at the tensor's scale instead of their own. A NaN or inf anywhere fails.
-Bounds: 1e-5 for forward outputs, 1e-4 for gradients.
-
-Accumulation: gpt2_ops_check also runs every backward into buffers prefilled with
-prefill(n) below (attention's scratch dpreatt, datt start as NaN); the result must be
-prefill + the gradient ("<case>.<grad>+=" lines, gradient bound). Its forward
-outputs start as NaN, so an element left unwritten fails.
+Bounds: 1e-5 for forward outputs, 1e-4 for gradients, with floor = 1e-3 * max|ref|
+over the tensor. Attention's scratch dpreatt, datt starts as NaN in gpt2_ops_check
+and is overwritten, never accumulated: no "+=" lines (SCRATCH).
 """
 import math
 import os
@@ -36,16 +29,10 @@ import sys
 
 import numpy as np
 
-FWD_BOUND = 1e-5
-GRAD_BOUND = 1e-4
-FLOOR = 1e-3
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ops_oracle_common import Oracle  # noqa: E402 (after the path)
+
 SEED = 20240611
-
-
-def prefill(n):
-    """What gpt2_ops_check puts in a gradient buffer before an accumulating
-    backward: 0.5 + 0.125 (i mod 7), exact in float32."""
-    return (0.5 + 0.125 * (np.arange(n) % 7)).astype(np.float32)
 
 
 # ---------------------------------------------------------------- the cases
@@ -210,106 +197,8 @@ def reference(op, s, x, dtype):
 # attention's dpreatt, datt: scratch the backward overwrites, never accumulates
 SCRATCH = ("dpreatt", "datt")
 
-
-# forward outputs get FWD_BOUND, gradients (d...) GRAD_BOUND
-def bound(tensor):
-    return GRAD_BOUND if tensor.startswith("d") else FWD_BOUND
-
-
-# ---------------------------------------------------------------- gen
-
-def gen(d):
-    import torch
-
-    torch.use_deterministic_algorithms(True)
-    rng = np.random.default_rng(SEED)
-    for sub in ("in", "ref", "ref32"):
-        os.makedirs(os.path.join(d, sub), exist_ok=True)
-    lines = []
-    for name, op, s in cases():
-        x = gen_inputs(name, op, s, rng)
-        for k, v in x.items():
-            assert v.dtype in (np.float32, np.int32), (name, k, v.dtype)
-            v.astype(v.dtype.newbyteorder("<")).tofile(os.path.join(d, "in", f"{name}.{k}"))
-        for sub, dtype in (("ref", torch.float64), ("ref32", torch.float32)):
-            for k, v in reference(op, s, x, dtype).items():
-                np.save(os.path.join(d, sub, f"{name}.{k}.npy"), v)
-        lines.append(" ".join([name, op] + [f"{k}={v}" for k, v in s.items()]))
-    with open(os.path.join(d, "in", "cases.txt"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-
-
-# ---------------------------------------------------------------- compare
-
-def rel_err(ours, ref):
-    """max |ours - ref| / max(|ref|, FLOOR max|ref|); inf if ours has a NaN/inf."""
-    ours = ours.astype(np.float64).ravel()
-    ref = ref.astype(np.float64).ravel()
-    if not np.all(np.isfinite(ours)):
-        return math.inf
-    scale = np.max(np.abs(ref)) if ref.size else 0.0
-    floor = max(FLOOR * scale, 1e-30)
-    return float(np.max(np.abs(ours - ref) / np.maximum(np.abs(ref), floor)))
-
-
-def load_out(path, n):
-    if not os.path.exists(path):
-        return None, f"{path} is missing"
-    a = np.fromfile(path, dtype="<f4")
-    if a.size != n:
-        return None, f"{path} has {a.size} float32, expected {n}"
-    return a, None
-
-
-def compare(d, outdir, only):
-    n = 0
-    failed = 0
-
-    def report(ok, text):
-        nonlocal n, failed
-        n += 1
-        failed += 0 if ok else 1
-        print(f"{'ok' if ok else 'not ok'} {n} - {text}")
-
-    known = [c[0] for c in cases()]
-    for c in only:
-        if c not in known:
-            print(f"gpt2_ops_oracle: unknown case {c} (cases: {' '.join(known)})", file=sys.stderr)
-            return 2
-    for name, op, s in cases():
-        if only and name not in only:
-            continue
-        refs = sorted(f[len(name) + 1:-4] for f in os.listdir(os.path.join(d, "ref"))
-                      if f.startswith(name + ".") and f.endswith(".npy"))
-        for tensor in refs:
-            ref = np.load(os.path.join(d, "ref", f"{name}.{tensor}.npy"))
-            ref32 = np.load(os.path.join(d, "ref32", f"{name}.{tensor}.npy"))
-            b = bound(tensor)
-            kinds = [("", ref)]
-            if tensor.startswith("d") and tensor not in SCRATCH:  # accumulated into prefilled buffers
-                kinds.append(("+=", ref + prefill(ref.size).reshape(ref.shape)))
-            for suffix, want in kinds:
-                label = f"{name}.{tensor}{suffix}"
-                ours, why = load_out(os.path.join(outdir, label), want.size)
-                if ours is None:
-                    report(False, f"{label}: {why}")
-                    continue
-                e = rel_err(ours, want)
-                ctx = f" (torch fp32: {rel_err(ref32, ref):.1e})" if not suffix else ""
-                report(e <= b, f"{label}: max rel err {e:.1e} <= {b:.0e}{ctx}")
-    print(f"1..{n}")
-    return 1 if failed else 0
-
-
-def main(argv):
-    if len(argv) >= 2 and argv[0] == "gen":
-        gen(argv[1])
-        return 0
-    if len(argv) >= 3 and argv[0] == "compare":
-        return compare(argv[1], argv[2], argv[3:])
-    print(__doc__.split("\n\n")[1], file=sys.stderr)
-    return 2
-
+ORACLE = Oracle(prog="gpt2_ops_oracle", seed=SEED, cases=cases, gen_inputs=gen_inputs,
+                reference=reference, in_dtypes=(np.float32, np.int32), scratch=SCRATCH)
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(ORACLE.main(sys.argv[1:], __doc__))

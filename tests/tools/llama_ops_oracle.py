@@ -7,12 +7,10 @@
                                             one TAP line per case and tensor; exit 1 if
                                             any is over its bound (CASE: only those cases)
 
-gen writes, with a fixed seed, random inputs for each case (odd shapes: T 7 and
-13, head sizes 8, 16, 64, 96, GQA ratios 1, 2, 4) as raw little-endian float32
-files DIR/in/<case>.<tensor>, and DIR/in/cases.txt, one line per case:
-"<case> <op> key=value..." (the shapes and constants; the C program takes them
-from there). For every output and gradient it stores torch's result in
-DIR/ref/<case>.<tensor>.npy (float64) and DIR/ref32/ (float32).
+gen and compare are ops_oracle_common.py's (the files, the error measure, the
+"+=" lines of backward runs into prefilled buffers); here are the cases, with odd
+shapes (T 7 and 13, head sizes 8, 16, 64, 96, GQA ratios 1, 2, 4), their float32
+inputs and torch's results. The values of a case line are the shapes and constants.
 
 The reference is written here with plain torch ops, not with transformers: the
 layers of HF's LlamaForCausalLM (LlamaRMSNorm, rotate_half RoPE with the "llama3"
@@ -23,16 +21,10 @@ for those inputs up to float64 rounding (~1e-16), so the error measured is the C
 code's alone; torch's float32 result's error against float64 is printed next to
 ours for scale.
 
-Error of a tensor: max over elements of |ours - ref| / max(|ref|, floor), with
-floor = 1e-3 * max|ref| over the tensor, so that elements that cancel to near zero
-are judged at the tensor's scale instead of their own (inv_freq, whose elements
-span six orders of magnitude, is judged element by element: floor 0). A NaN or
-inf anywhere fails. Bounds: 1e-5 for forward outputs, 1e-4 for gradients.
-
-Accumulation: llama_ops_check also runs every backward into buffers prefilled with
-prefill(n) below; the result must be prefill + the gradient ("<case>.<grad>+="
-lines, gradient bound). Its forward outputs start as NaN, so an element left
-unwritten fails.
+Bounds: 1e-5 for forward outputs, 1e-4 for gradients, with floor = 1e-3 *
+max|ref| over the tensor; inv_freq, whose elements span six orders of magnitude,
+is judged element by element (floor 0: FLOORS). llama_ops_check's forward
+outputs start as NaN, so an element left unwritten fails.
 """
 import math
 import os
@@ -40,9 +32,9 @@ import sys
 
 import numpy as np
 
-FWD_BOUND = 1e-5
-GRAD_BOUND = 1e-4
-FLOOR = 1e-3
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ops_oracle_common import Oracle  # noqa: E402 (after the path)
+
 FLOORS = {"inv_freq": 0.0}  # per tensor, where FLOOR would hide the small elements
 SEED = 20240623
 
@@ -50,12 +42,6 @@ SEED = 20240623
 # "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}, rope_theta 500000
 LLAMA3 = dict(theta=500000, scaled=1, factor=8, low=1, high=4, orig=8192)
 PLAIN = dict(theta=10000, scaled=0)
-
-
-def prefill(n):
-    """What llama_ops_check puts in a gradient buffer before an accumulating
-    backward: 0.5 + 0.125 (i mod 7), exact in float32."""
-    return (0.5 + 0.125 * (np.arange(n) % 7)).astype(np.float32)
 
 
 # ---------------------------------------------------------------- the cases
@@ -135,6 +121,8 @@ def bands(s):
 
 def gen_inputs(name, op, s, rng):
     """float32 numpy inputs of one case."""
+    if s.get("scaled"):
+        assert min(bands(s)) > 0, (name, "not every llama3 band occurs", bands(s))
     f32 = lambda *shape: rng.standard_normal(shape).astype(np.float32)
     if op == "rmsnorm":
         x = f32(s["N"], s["C"]) + 0.5
@@ -243,110 +231,8 @@ def reference(op, s, x, dtype):
 FWD_ONLY = {"attn_big": ("out", "lse")}
 
 
-# forward outputs get FWD_BOUND, gradients (d...) GRAD_BOUND
-def bound(tensor):
-    return GRAD_BOUND if tensor.startswith("d") else FWD_BOUND
-
-
-# ---------------------------------------------------------------- gen
-
-def gen(d):
-    import torch
-
-    torch.use_deterministic_algorithms(True)
-    rng = np.random.default_rng(SEED)
-    for sub in ("in", "ref", "ref32"):
-        os.makedirs(os.path.join(d, sub), exist_ok=True)
-    lines = []
-    for name, op, s in cases():
-        if s.get("scaled"):
-            assert min(bands(s)) > 0, (name, "not every llama3 band occurs", bands(s))
-        x = gen_inputs(name, op, s, rng)
-        for k, v in x.items():
-            assert v.dtype == np.float32, (name, k, v.dtype)
-            v.astype("<f4").tofile(os.path.join(d, "in", f"{name}.{k}"))
-        for sub, dtype in (("ref", torch.float64), ("ref32", torch.float32)):
-            for k, v in reference(op, s, x, dtype).items():
-                if name in FWD_ONLY and k not in FWD_ONLY[name]:
-                    continue
-                np.save(os.path.join(d, sub, f"{name}.{k}.npy"), v)
-        lines.append(" ".join([name, op] + [f"{k}={v!r}" for k, v in s.items()]))
-    with open(os.path.join(d, "in", "cases.txt"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-
-
-# ---------------------------------------------------------------- compare
-
-def rel_err(ours, ref, floor_frac=FLOOR):
-    """max |ours - ref| / max(|ref|, floor_frac max|ref|); inf if ours has a NaN/inf."""
-    ours = ours.astype(np.float64).ravel()
-    ref = ref.astype(np.float64).ravel()
-    if not np.all(np.isfinite(ours)):
-        return math.inf
-    scale = np.max(np.abs(ref)) if ref.size else 0.0
-    floor = max(floor_frac * scale, 1e-30)
-    return float(np.max(np.abs(ours - ref) / np.maximum(np.abs(ref), floor)))
-
-
-def load_out(path, n):
-    if not os.path.exists(path):
-        return None, f"{path} is missing"
-    a = np.fromfile(path, dtype="<f4")
-    if a.size != n:
-        return None, f"{path} has {a.size} float32, expected {n}"
-    return a, None
-
-
-def compare(d, outdir, only):
-    n = 0
-    failed = 0
-
-    def report(ok, text):
-        nonlocal n, failed
-        n += 1
-        failed += 0 if ok else 1
-        print(f"{'ok' if ok else 'not ok'} {n} - {text}")
-
-    known = [c[0] for c in cases()]
-    for c in only:
-        if c not in known:
-            print(f"llama_ops_oracle: unknown case {c} (cases: {' '.join(known)})", file=sys.stderr)
-            return 2
-    for name, op, s in cases():
-        if only and name not in only:
-            continue
-        refs = sorted(f[len(name) + 1:-4] for f in os.listdir(os.path.join(d, "ref"))
-                      if f.startswith(name + ".") and f.endswith(".npy"))
-        for tensor in refs:
-            ref = np.load(os.path.join(d, "ref", f"{name}.{tensor}.npy"))
-            ref32 = np.load(os.path.join(d, "ref32", f"{name}.{tensor}.npy"))
-            b = bound(tensor)
-            fl = FLOORS.get(tensor, FLOOR)
-            kinds = [("", ref)]
-            if tensor.startswith("d"):  # accumulated into prefilled buffers
-                kinds.append(("+=", ref + prefill(ref.size).reshape(ref.shape)))
-            for suffix, want in kinds:
-                label = f"{name}.{tensor}{suffix}"
-                ours, why = load_out(os.path.join(outdir, label), want.size)
-                if ours is None:
-                    report(False, f"{label}: {why}")
-                    continue
-                e = rel_err(ours, want, fl)
-                ctx = f" (torch fp32: {rel_err(ref32, ref, fl):.1e})" if not suffix else ""
-                report(e <= b, f"{label}: max rel err {e:.1e} <= {b:.0e}{ctx}")
-    print(f"1..{n}")
-    return 1 if failed else 0
-
-
-def main(argv):
-    if len(argv) >= 2 and argv[0] == "gen":
-        gen(argv[1])
-        return 0
-    if len(argv) >= 3 and argv[0] == "compare":
-        return compare(argv[1], argv[2], argv[3:])
-    print(__doc__.split("\n\n")[1], file=sys.stderr)
-    return 2
-
+ORACLE = Oracle(prog="llama_ops_oracle", seed=SEED, cases=cases, gen_inputs=gen_inputs,
+                reference=reference, fwd_only=FWD_ONLY, floors=FLOORS)
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(ORACLE.main(sys.argv[1:], __doc__))
