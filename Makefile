@@ -118,7 +118,13 @@ NN_SRC := $(wildcard nn/*.c)
 NN_A := $(BUILDDIR)/nn/libnn.a
 LLAMA_SRC := $(filter-out examples/llama/train.c,$(wildcard examples/llama/*.c))
 LLAMA_A := $(BUILDDIR)/examples/llama/libllama.a
+LLAMA_BIN := $(if $(wildcard examples/llama/train.c),$(BUILDDIR)/bin/llama)
 MODEL_LIBS := $(GPT2_A) $(LLAMA_A) $(NN_A)
+
+# The trainer the example binaries share (examples/common: options, schedule,
+# loop, evaluation, checkpoints, metrics); each example's train.c is its main.
+TRAINER_SRC := $(wildcard examples/common/*.c)
+TRAINER_A := $(BUILDDIR)/examples/common/libtrainer.a
 
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:%.c=$(BUILDDIR)/%)
@@ -135,7 +141,7 @@ LIBBMT_SO := $(BUILDDIR)/lib/libbmt.so.0
 BMLAUNCH := $(BUILDDIR)/bin/bmlaunch
 
 ALL := $(LIBBMT_A) $(LIBBMT_SO) $(BMLAUNCH) $(PLUGIN_SO) $(PROBE_SO) $(FAILIO_SO) $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN) \
-    $(GPT2_BIN)
+    $(GPT2_BIN) $(LLAMA_BIN)
 
 # Objects depend on the flags they were built with: switching DEBUG, ASAN, NO_CUDA
 # or CFLAGS in the same BUILDDIR rebuilds instead of mixing old and new objects.
@@ -257,10 +263,22 @@ $(LLAMA_A): $(LLAMA_SRC:%.c=$(BUILDDIR)/%.o)
 	$(if $(Q),@echo "  AR      $@")
 	$(Q)rm -f $@ && $(AR) rcs $@ $^
 
-$(GPT2_BIN): $(BUILDDIR)/examples/gpt2/train.o $(GPT2_A) $(NN_A) $(PLUGIN_COMMON_A) $(LIBBMT_A)
+$(TRAINER_A): $(TRAINER_SRC:%.c=$(BUILDDIR)/%.o)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  AR      $@")
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+$(GPT2_BIN): $(BUILDDIR)/examples/gpt2/train.o $(TRAINER_A) $(GPT2_A) $(NN_A) $(PLUGIN_COMMON_A) $(LIBBMT_A)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  LD      $@")
-	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(GPT2_A) $(NN_A) $(LIBBMT_A) $(GPT2_LIBS) $(LIB_LIBS)
+	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(TRAINER_A) $(GPT2_A) $(NN_A) $(LIBBMT_A) $(GPT2_LIBS) $(LIB_LIBS)
+
+# The Llama trainer links GPT-2's library for its token-shard loader
+# (examples/gpt2/data.c) only.
+$(LLAMA_BIN): $(BUILDDIR)/examples/llama/train.o $(TRAINER_A) $(LLAMA_A) $(GPT2_A) $(NN_A) $(LIBBMT_A)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  LD      $@")
+	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(TRAINER_A) $(LLAMA_A) $(GPT2_A) $(NN_A) $(LIBBMT_A) $(GPT2_LIBS) $(LIB_LIBS)
 
 $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN): $(BUILDDIR)/%: $(BUILDDIR)/%.o $(LAUNCHER_A) $(PLUGIN_COMMON_A) $(LIBBMT_A) $(MODEL_LIBS)
 	@mkdir -p $(@D)

@@ -1,0 +1,772 @@
+/* examples/common/trainer.c — the trainer the example binaries share.
+ *
+ *     bmlaunch -g 2 -n 2 -- gpt2 --model tiny --data 'corpus_train.bin' --val corpus_val.bin
+ *     gpt2 --prepare corpus.txt --out build/data/corpus     (tokenize, byte level)
+ *
+ * Everything here is model-agnostic; the model comes in through
+ * trainer_model_t (trainer.h), whose example (examples/gpt2/train.c,
+ * examples/llama/train.c) is only its wiring. Each rank trains on its own
+ * slice of every global batch (llm.c's shards and DataLoader semantics,
+ * examples/gpt2/data.h); the model's blocks are sharded over the group (ZeRO-3)
+ * and the groups are data parallel. One line per step on rank 0: step, loss
+ * (mean over the world), learning rate, step time, tokens/s of the whole job,
+ * MFU (when the peak is known: the GPU's, or BMT_PEAK_TFLOPS) and memory;
+ * every step is also reported to the monitor plugins (bmt_report_step) and
+ * each validation loss (bmt_report_scalar "val_loss"), so bmlaunch's /metrics
+ * shows them live.
+ *
+ * Layer: above libbmt and the token-shard loader; below the examples' main()s.
+ */
+#include "common/trainer.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bmt/block.h"
+#include "bmt/bmt.h"
+#include "bmt/ckpt.h"
+#include "bmt/device.h"
+#include "bmt/monitor.h"
+#include "bmt/optim.h"
+#include "gpt2/data.h"
+
+typedef struct opts {
+    const char *data, *val, *prepare, *out, *save_dir, *verify;
+    trainer_choice_t choice; /* --model, --init-from, --seq */
+    int save_every, keep, resume, save_async, max_skipped;
+    int accum_given; /* -a was on the command line (a resume may not derive it) */
+    int B, T, accum, steps, warmup, eval_every, eval_batches, zero, ckpt, prefetch, master_only;
+    int overlap_step;
+    double lr, lr_min_frac, weight_decay, clip, val_fraction;
+    unsigned long long seed;
+} opts_t;
+
+/* The program's name in messages: trainer_main's model's. */
+static const char *prog = "trainer";
+
+const char *trainer_name(void) { return prog; }
+
+static void usage(const trainer_model_t *md, FILE *f)
+{
+    fprintf(f,
+            "usage: %s [options]                      (a rank program: run it under bmlaunch)\n"
+            "       %s --prepare TEXT --out PREFIX [--val-fraction F]\n"
+            "       %s --verify DIR         check a checkpoint (DIR or DIR/latest's) without\n"
+            "                                 training: checksums, finite values, index\n",
+            prog, prog, prog);
+    fputs(md->usage_model ? md->usage_model : "", f);
+    fputs("Data (llm.c token shards of uint16 or uint32 tokens, docs/gpt2.md):\n"
+          "  -i, --data PATTERN      training shards (a path or a glob)\n"
+          "  -j, --val PATTERN       validation shards (optional)\n"
+          "Batch:\n"
+          "  -b, --batch B           sequences per micro-batch per rank (default 4)\n"
+          "  -t, --seq T             sequence length (default 64)\n"
+          "  -a, --accum A           micro-batches per step (default 1)\n"
+          "Optimizer (AdamW):\n"
+          "  -l, --lr LR             peak learning rate (default 1e-3)\n"
+          "      --warmup N          linear warm-up steps (default 0)\n"
+          "      --lr-min-frac F     cosine decay to F x LR at the last step (default 1: none)\n"
+          "      --weight-decay W    (default 0.0)\n"
+          "      --clip NORM         clip the global gradient norm (default 1.0; 0: off)\n"
+          "      --max-skipped N     stop with an error after more than N steps in a row were\n"
+          "                          skipped for non-finite gradients (default 10; 0: never)\n"
+          "Checkpoints (docs/gpt2.md):\n"
+          "      --save-dir DIR      save DIR/step-NNNNNNNN at --save-every, at the end and on\n"
+          "                          SIGUSR1 (then exit 0); DIR/latest names the newest\n"
+          "      --save-every N      every N steps (default 0: only at the end and on SIGUSR1)\n"
+          "      --keep K            keep the newest K checkpoints (default 3; 0: all)\n"
+          "      --resume            continue from DIR/latest when there is one (any layout;\n"
+          "                          the global batch is kept: --accum is derived, or a\n"
+          "                          batch that differs is refused with the options to use)\n"
+          "      --save-async        write checkpoints in the background while training goes on\n"
+          "Run:\n"
+          "  -n, --steps N           optimizer steps (default 50)\n"
+          "  -s, --seed S            initialization seed (default 1337)\n"
+          "  -v, --eval-every N      validation loss every N steps and at the end (default 0: "
+          "end only)\n"
+          "      --eval-batches K    micro-batches per validation (default 4)\n"
+          "      --zero 2|3          keep gathered parameters from forward to backward (2) or "
+          "not (3, default)\n"
+          "      --ckpt 0|1          activation checkpointing per block (default 1)\n"
+          "      --prefetch 0|1      gather block i+1 while block i computes (default 1)\n"
+          "      --master-only 0|1   bf16 parameters (cuda): keep only the optimizer's f32\n"
+          "                          masters, rounded at each gather (default 1)\n",
+          f);
+    fputs(md->usage_run_mid ? md->usage_run_mid : "", f);
+    fputs("      --overlap-step 0|1  run each block's optimizer update at the next forward,\n"
+          "                          under the forward of the block before (default 1; the\n"
+          "                          same results, bitwise)\n",
+          f);
+    fputs(md->usage_run_end ? md->usage_run_end : "", f);
+    fputs("  -h, --help\n", f);
+}
+
+int trainer_bad(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", prog);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\nTry '%s --help' for more information.\n", prog);
+    va_end(ap);
+    return 2;
+}
+
+int trainer_int_arg(const char *name, const char *s, int lo, int hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return trainer_bad("%s needs an integer from %d to %d, not '%s'", name, lo, hi, s);
+    *out = (int)v;
+    return 0;
+}
+
+static int real_arg(const char *name, const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi))
+        return trainer_bad("%s needs a number from %g to %g, not '%s'", name, lo, hi, s);
+    *out = v;
+    return 0;
+}
+
+enum {
+    O_WARMUP = 256,
+    O_LRMIN,
+    O_WD,
+    O_CLIP,
+    O_EVALB,
+    O_ZERO,
+    O_CKPT,
+    O_PREFETCH,
+    O_MASTER_ONLY,
+    O_PREPARE,
+    O_OUT,
+    O_VALFRAC,
+    O_INIT,
+    O_SAVEDIR,
+    O_SAVEEVERY,
+    O_KEEP,
+    O_RESUME,
+    O_SAVEASYNC,
+    O_OVERLAP,
+    O_MAXSKIP,
+    O_VERIFY
+};
+_Static_assert(O_VERIFY < TRAINER_OPT_MODEL, "the trainer's option codes stay below the model's");
+
+static const struct option common_options[] = {
+    { "model", required_argument, NULL, 'm' },
+    { "data", required_argument, NULL, 'i' },
+    { "val", required_argument, NULL, 'j' },
+    { "batch", required_argument, NULL, 'b' },
+    { "seq", required_argument, NULL, 't' },
+    { "accum", required_argument, NULL, 'a' },
+    { "lr", required_argument, NULL, 'l' },
+    { "warmup", required_argument, NULL, O_WARMUP },
+    { "lr-min-frac", required_argument, NULL, O_LRMIN },
+    { "weight-decay", required_argument, NULL, O_WD },
+    { "clip", required_argument, NULL, O_CLIP },
+    { "steps", required_argument, NULL, 'n' },
+    { "seed", required_argument, NULL, 's' },
+    { "eval-every", required_argument, NULL, 'v' },
+    { "eval-batches", required_argument, NULL, O_EVALB },
+    { "zero", required_argument, NULL, O_ZERO },
+    { "ckpt", required_argument, NULL, O_CKPT },
+    { "prefetch", required_argument, NULL, O_PREFETCH },
+    { "master-only", required_argument, NULL, O_MASTER_ONLY },
+    { "overlap-step", required_argument, NULL, O_OVERLAP },
+    { "prepare", required_argument, NULL, O_PREPARE },
+    { "out", required_argument, NULL, O_OUT },
+    { "val-fraction", required_argument, NULL, O_VALFRAC },
+    { "init-from", required_argument, NULL, O_INIT },
+    { "save-dir", required_argument, NULL, O_SAVEDIR },
+    { "save-every", required_argument, NULL, O_SAVEEVERY },
+    { "keep", required_argument, NULL, O_KEEP },
+    { "resume", no_argument, NULL, O_RESUME },
+    { "save-async", no_argument, NULL, O_SAVEASYNC },
+    { "max-skipped", required_argument, NULL, O_MAXSKIP },
+    { "verify", required_argument, NULL, O_VERIFY },
+    { "help", no_argument, NULL, 'h' },
+};
+#define N_COMMON ((int)(sizeof(common_options) / sizeof(common_options[0])))
+
+/* The common options and the model's, in one getopt_long table. */
+static struct option *option_table(const trainer_model_t *md)
+{
+    int n = 0;
+    while (md->options && md->options[n].name)
+        n++;
+    struct option *t = calloc((size_t)(N_COMMON + n + 1), sizeof(*t));
+    if (t == NULL)
+        return NULL;
+    memcpy(t, common_options, sizeof(common_options));
+    if (n)
+        memcpy(t + N_COMMON, md->options, sizeof(*t) * (size_t)n);
+    return t;
+}
+
+static int parse(const trainer_model_t *md, int argc, char **argv, opts_t *o)
+{
+    *o = (opts_t){ .choice = { .model = md->default_model },
+                   .B = 4,
+                   .T = 64,
+                   .accum = 1,
+                   .steps = 50,
+                   .eval_batches = 4,
+                   .zero = 3,
+                   .ckpt = 1,
+                   .prefetch = 1,
+                   .master_only = 1,
+                   .overlap_step = 1,
+                   .lr = 1e-3,
+                   .lr_min_frac = 1,
+                   .clip = 1.0,
+                   .val_fraction = 0.1,
+                   .seed = 1337,
+                   .max_skipped = BMT_ADAMW_MAX_SKIPPED_DEFAULT,
+                   .keep = 3 };
+    struct option *lo = option_table(md);
+    if (lo == NULL) {
+        fprintf(stderr, "%s: out of memory\n", prog);
+        return 1;
+    }
+    int c, rc = 0;
+    opterr = 0;
+    while (rc == 0 && (c = getopt_long(argc, argv, ":m:i:j:b:t:a:l:n:s:v:h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'm': o->choice.model = optarg; break;
+        case 'i': o->data = optarg; break;
+        case 'j': o->val = optarg; break;
+        case 'b': rc = trainer_int_arg("--batch", optarg, 1, 1 << 20, &o->B); break;
+        case 't': rc = trainer_int_arg("--seq", optarg, 1, 65536, &o->T); break;
+        case 'a':
+            rc = trainer_int_arg("--accum", optarg, 1, 1 << 20, &o->accum);
+            o->accum_given = 1;
+            break;
+        case 'l': rc = real_arg("--lr", optarg, 0, 10, &o->lr); break;
+        case O_WARMUP: rc = trainer_int_arg("--warmup", optarg, 0, 1 << 30, &o->warmup); break;
+        case O_LRMIN: rc = real_arg("--lr-min-frac", optarg, 0, 1, &o->lr_min_frac); break;
+        case O_WD: rc = real_arg("--weight-decay", optarg, 0, 10, &o->weight_decay); break;
+        case O_CLIP: rc = real_arg("--clip", optarg, 0, 1e9, &o->clip); break;
+        case 'n': rc = trainer_int_arg("--steps", optarg, 0, 1 << 30, &o->steps); break;
+        case 's': {
+            char *end;
+            errno = 0;
+            o->seed = strtoull(optarg, &end, 10);
+            if (errno || end == optarg || *end || optarg[0] == '-')
+                rc = trainer_bad("--seed needs a non-negative integer, not '%s'", optarg);
+            break;
+        }
+        case 'v': rc = trainer_int_arg("--eval-every", optarg, 0, 1 << 30, &o->eval_every); break;
+        case O_EVALB:
+            rc = trainer_int_arg("--eval-batches", optarg, 1, 1 << 20, &o->eval_batches);
+            break;
+        case O_ZERO: rc = trainer_int_arg("--zero", optarg, 2, 3, &o->zero); break;
+        case O_CKPT: rc = trainer_int_arg("--ckpt", optarg, 0, 1, &o->ckpt); break;
+        case O_PREFETCH: rc = trainer_int_arg("--prefetch", optarg, 0, 1, &o->prefetch); break;
+        case O_MASTER_ONLY:
+            rc = trainer_int_arg("--master-only", optarg, 0, 1, &o->master_only);
+            break;
+        case O_OVERLAP:
+            rc = trainer_int_arg("--overlap-step", optarg, 0, 1, &o->overlap_step);
+            break;
+        case O_PREPARE: o->prepare = optarg; break;
+        case O_OUT: o->out = optarg; break;
+        case O_INIT: o->choice.init_from = optarg; break;
+        case O_SAVEDIR: o->save_dir = optarg; break;
+        case O_SAVEEVERY:
+            rc = trainer_int_arg("--save-every", optarg, 0, 1 << 30, &o->save_every);
+            break;
+        case O_KEEP: rc = trainer_int_arg("--keep", optarg, 0, 1 << 20, &o->keep); break;
+        case O_RESUME: o->resume = 1; break;
+        case O_SAVEASYNC: o->save_async = 1; break;
+        case O_MAXSKIP:
+            rc = trainer_int_arg("--max-skipped", optarg, 0, 1 << 30, &o->max_skipped);
+            break;
+        case O_VERIFY: o->verify = optarg; break;
+        case O_VALFRAC: rc = real_arg("--val-fraction", optarg, 0, 0.5, &o->val_fraction); break;
+        case 'h': usage(md, stdout); exit(0);
+        case ':': rc = trainer_bad("%s needs an argument", argv[optind - 1]); break;
+        default:
+            if (c >= TRAINER_OPT_MODEL && md->option)
+                rc = md->option(md->self, c, optarg);
+            else
+                rc = trainer_bad("unknown option '%s'", argv[optind - 1]);
+            break;
+        }
+    }
+    free(lo);
+    if (rc)
+        return rc;
+    if (optind < argc)
+        return trainer_bad("unexpected argument '%s'", argv[optind]);
+    if (o->verify)
+        return 0;
+    if (o->prepare)
+        return o->out ? 0
+                      : trainer_bad("--prepare needs --out PREFIX (writes PREFIX_train.bin and "
+                                    "PREFIX_val.bin)");
+    o->choice.T = o->T;
+    if ((rc = md->configure(md->self, &o->choice)) != 0)
+        return rc;
+    if (o->T > md->max_seq_len(md->self))
+        return trainer_bad("--seq %d is longer than the model's %d positions (--max-seq)", o->T,
+                           md->max_seq_len(md->self));
+    if (o->data == NULL)
+        return trainer_bad("--data PATTERN is required (token shards; make them with --prepare)");
+    if ((o->save_every || o->resume || o->save_async) && o->save_dir == NULL)
+        return trainer_bad("--save-every, --save-async and --resume need --save-dir DIR");
+    if (md->max_vocab && md->vocab_size(md->self) > md->max_vocab)
+        return trainer_bad("a vocabulary of %d does not fit uint16 token shards",
+                           md->vocab_size(md->self));
+    return 0;
+}
+
+/* ------------------------------------------------------------ learning rate */
+
+typedef struct sched {
+    int warmup, steps;
+    double min_frac;
+} sched_t;
+
+/* Linear warm-up over `warmup` steps, then cosine from the peak to min_frac x
+ * the peak at the last step. */
+static double lr_at(void *user, int64_t step, double base)
+{
+    const sched_t *s = user;
+    if (step <= s->warmup && s->warmup > 0)
+        return base * (double)step / s->warmup;
+    if (s->min_frac >= 1 || s->steps <= s->warmup)
+        return base;
+    double t = (double)(step - s->warmup) / (double)(s->steps - s->warmup);
+    t = t > 1 ? 1 : t;
+    return base * (s->min_frac + (1 - s->min_frac) * 0.5 * (1 + cos(M_PI * t)));
+}
+
+/* ------------------------------------------------------------ the run */
+
+/* Sum of v (host memory) over the world. */
+static int world_sum(bmt_ctx_t *ctx, double *v, int n, bmt_error_t *err)
+{
+    return bmt_all_reduce_host_f64(bmt_comm_world(ctx), v, (size_t)n, BMT_SUM, err);
+}
+
+static int evaluate(const trainer_model_t *md, bmt_ctx_t *ctx, void *m, gpt2_loader_t *val,
+                    int batches, int32_t *in, int32_t *tg, double *loss, bmt_error_t *err)
+{
+    gpt2_loader_reset(val);
+    double sum[1] = { 0 };
+    for (int k = 0; k < batches; k++) {
+        if (gpt2_loader_next(val, in, tg, err) < 0 || md->set_batch(m, in, tg, err) < 0 ||
+            bmt_blocklist_forward(md->list(m), err) < 0)
+            return -1;
+        sum[0] += md->loss(m);
+    }
+    if (world_sum(ctx, sum, 1, err) < 0)
+        return -1;
+    *loss = sum[0] / ((double)batches * bmt_world_size(ctx));
+    return 0;
+}
+
+static void human(double v, char *out, size_t len)
+{
+    if (v >= 1e9)
+        snprintf(out, len, "%.2fG", v / 1e9);
+    else if (v >= 1e6)
+        snprintf(out, len, "%.2fM", v / 1e6);
+    else if (v >= 1e3)
+        snprintf(out, len, "%.1fK", v / 1e3);
+    else
+        snprintf(out, len, "%.0f", v);
+}
+
+/* SIGUSR1 (sbatch --signal, or bmlaunch forwarding it): save at the next step
+ * boundary and exit. The ranks agree on the step through the per-step
+ * all-reduce, since each sees the signal at its own moment. */
+static volatile sig_atomic_t usr1;
+static void on_usr1(int sig)
+{
+    (void)sig;
+    usr1 = 1;
+}
+
+/* What the trainer adds to a checkpoint: its step, the model's sizes (a resume
+ * must match them: the model's state()), the data position (the same on every
+ * rank) and the batch (a resume keeps the global batch: B x accum x world
+ * sequences of T). */
+static char *train_state(const trainer_model_t *md, const opts_t *o, const gpt2_loader_t *ld,
+                         int step, int accum, int world)
+{
+    int shard;
+    int64_t pos;
+    gpt2_loader_position(ld, &shard, &pos);
+    json_t *model = md->state(md->self);
+    json_t *j = model ? json_pack("{sisos{sisI}s{sisisisi}}", "step", step, "model", model, "data",
+                                  "shard", shard, "pos", (json_int_t)pos, "batch", "B", o->B, "T",
+                                  o->T, "accum", accum, "world", world)
+                      : NULL;
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    return s;
+}
+
+/* The batch a checkpoint was trained with (world -1: not recorded). */
+typedef struct saved_batch {
+    int B, T, accum, world;
+} saved_batch_t;
+
+/* Check a checkpoint's model against ours (the model's state_check), move the
+ * loader to its position and return its step (or -1 with err); *sb: its
+ * batch. */
+static int resume_state(const trainer_model_t *md, const char *text, gpt2_loader_t *ld,
+                        saved_batch_t *sb, bmt_error_t *err)
+{
+    json_error_t je;
+    json_t *j = text ? json_loads(text, 0, &je) : NULL;
+    int step = -1, shard = -1;
+    json_int_t pos = -1;
+    *sb = (saved_batch_t){ -1, -1, -1, -1 };
+    const json_t *model = j ? json_object_get(j, "model") : NULL;
+    int bad_json =
+        j == NULL || !json_is_object(model) ||
+        json_unpack(j, "{sis{sisI}}", "step", &step, "data", "shard", &shard, "pos", &pos);
+    if (!bad_json)
+        json_unpack(j, "{s{sisisis?i}}", "batch", "B", &sb->B, "T", &sb->T, "accum", &sb->accum,
+                    "world", &sb->world);
+    int rc = md->state_check(md->self, bad_json ? NULL : model, err);
+    json_decref(j);
+    if (rc < 0)
+        return -1;
+    if (gpt2_loader_seek(ld, shard, (int64_t)pos, err) < 0)
+        return -1;
+    return step;
+}
+
+/* A resume keeps the global batch: sequences per step (B x accum x world) and
+ * T as saved. Without -a, the accumulation is derived; a batch that would
+ * differ is refused with options that keep it. *accum: what to run. */
+static int keep_batch(const opts_t *o, const saved_batch_t *sb, int world, int *accum,
+                      bmt_error_t *err)
+{
+    if (sb->world <= 0 || sb->B <= 0 || sb->accum <= 0 || sb->T <= 0)
+        return 0; /* an older checkpoint: its batch is not known */
+    const long long seqs = (long long)sb->B * sb->accum * sb->world;
+    if (sb->T != o->T)
+        return snprintf(err->text, sizeof(err->text),
+                        "the checkpoint was trained on %lld sequences of %d tokens per step (-b %d "
+                        "-t %d -a %d on %d ranks); this run has -t %d: resume with -t %d, or "
+                        "start a new run",
+                        seqs, sb->T, sb->B, sb->T, sb->accum, sb->world, o->T, sb->T),
+               -1;
+    const long long per = (long long)o->B * world; /* sequences per micro-batch, all ranks */
+    if (!o->accum_given && seqs % per == 0) {
+        *accum = (int)(seqs / per);
+        return 0;
+    }
+    if (o->accum_given && per * o->accum == seqs) {
+        *accum = o->accum;
+        return 0;
+    }
+    char fix[200];
+    if (seqs % world != 0) {
+        snprintf(fix, sizeof(fix),
+                 "no -b and -a keep it on %d ranks: use a number of ranks that "
+                 "divides %lld",
+                 world, seqs);
+    } else {
+        long long q = seqs / world, b = o->B < q ? o->B : q; /* B x accum per rank */
+        while (q % b != 0)
+            b--;
+        snprintf(fix, sizeof(fix), "resume with -b %lld -a %lld", b, q / b);
+    }
+    return snprintf(err->text, sizeof(err->text),
+                    "the checkpoint was trained on %lld sequences of %d tokens per step (-b %d -a "
+                    "%d on %d ranks); -b %d%s on %d ranks would make %lld%s: %s, so the learning "
+                    "rate schedule sees the same batch",
+                    seqs, sb->T, sb->B, sb->accum, sb->world, o->B,
+                    o->accum_given ? " with that -a" : "", world,
+                    o->accum_given ? per * o->accum : per,
+                    o->accum_given ? "" : " per micro-batch, which does not divide it", fix),
+           -1;
+}
+
+/* Save step's checkpoint; with --save-async, finish the previous one first and
+ * leave this one to the writer threads (*pending), finished by the next save or
+ * at the end. */
+static int save(const trainer_model_t *md, const opts_t *o, void *m, bmt_optim_t *opt,
+                const gpt2_loader_t *ld, int step, int accum, int world,
+                bmt_ckpt_pending_t **pending, bmt_error_t *err)
+{
+    char name[64], *st = train_state(md, o, ld, step, accum, world);
+    snprintf(name, sizeof(name), "step-%08d", step);
+    int rc = bmt_ckpt_finish(*pending, err);
+    *pending = NULL;
+    /* HF's config beside the weights: from_pretrained(DIR/step-N) loads it as
+     * written, and --init-from takes the model's shape from it. */
+    char *hf = NULL;
+    if (rc == 0 && st == NULL) {
+        snprintf(err->text, sizeof(err->text), "out of memory");
+        rc = -1;
+    }
+    if (rc == 0)
+        rc = md->hf_config_json(md->self, md->param_dtype(m), &hf, err);
+    bmt_ckpt_config_t c = BMT_CKPT_CONFIG_INITIALIZER;
+    c.user_json = st;
+    c.config_json = hf;
+    c.keep = o->keep;
+    c.async = o->save_async;
+    if (rc == 0)
+        rc = bmt_ckpt_save_ex(md->list(m), opt, o->save_dir, name, &c, pending, err);
+    free(st);
+    free(hf);
+    return rc;
+}
+
+/* NAME --verify DIR: the whole checkpoint, without a job. */
+static int verify(const char *path)
+{
+    bmt_ckpt_report_t r;
+    bmt_error_t err;
+    if (bmt_ckpt_verify(path, &r, &err) < 0) {
+        fprintf(stderr, "%s: %s\n", prog, err.text);
+        return 1;
+    }
+    printf("%s: %s: ok: step %lld, %d blocks, %d files, %d tensors, %.1f MiB checked "
+           "(checksums of every byte, finite values, index%s%s)\n",
+           prog, r.dir, (long long)r.step, r.blocks, r.files, r.tensors,
+           (double)r.bytes / 1048576.0, r.optimizer ? ", optimizer state" : "",
+           r.has_config ? ", config.json" : "");
+    return 0;
+}
+
+static int train(const trainer_model_t *md, const opts_t *o)
+{
+    signal(SIGUSR1, on_usr1); /* before anything: its default action ends the process */
+    bmt_ctx_t *ctx = NULL;
+    bmt_error_t err;
+    if (bmt_init(&ctx, NULL, &err) < 0) {
+        fprintf(stderr, "%s: %s\n", prog, err.text);
+        return 1;
+    }
+    const int rank = bmt_rank(ctx), world = bmt_world_size(ctx);
+    const bmt_layout_t *lay = bmt_layout(ctx);
+    gpt2_loader_t *train_ld = NULL, *val_ld = NULL;
+    void *m = NULL;
+    bmt_optim_t *opt = NULL;
+    int32_t *in = malloc(sizeof(int32_t) * (size_t)o->B * o->T);
+    int32_t *tg = malloc(sizeof(int32_t) * (size_t)o->B * o->T);
+    int rc = 1;
+    bmt_blocklist_config_t lc = BMT_BLOCKLIST_CONFIG_INITIALIZER;
+    lc.zero_level = o->zero;
+    lc.checkpointing = o->ckpt;
+    lc.prefetch = o->prefetch;
+    sched_t sched = { o->warmup, o->steps, o->lr_min_frac };
+    bmt_adamw_config_t oc = BMT_ADAMW_CONFIG_INITIALIZER;
+    oc.lr = o->lr;
+    oc.weight_decay = o->weight_decay;
+    oc.clip_norm = o->clip;
+    oc.schedule = lr_at;
+    oc.schedule_user = &sched;
+    oc.master_only = o->master_only;
+    oc.overlap = o->overlap_step;
+    oc.max_skipped = o->max_skipped;
+    int accum = o->accum; /* a resume may derive it (keep_batch) */
+    if (in == NULL || tg == NULL) {
+        snprintf(err.text, sizeof(err.text), "out of memory");
+        goto out;
+    }
+    if ((train_ld = gpt2_loader_open(o->data, o->B, o->T, rank, world, &err)) == NULL ||
+        (o->val && (val_ld = gpt2_loader_open(o->val, o->B, o->T, rank, world, &err)) == NULL) ||
+        (m = md->create(md->self, ctx, o->B, o->T, &lc, o->seed, &err)) == NULL ||
+        (md->after_create && md->after_create(md->self, m, &err) < 0) ||
+        (o->choice.init_from && md->load(m, o->choice.init_from, &err) < 0) ||
+        (opt = bmt_adamw_create(md->list(m), &oc, &err)) == NULL)
+        goto out;
+    int first = 1;
+    bmt_ckpt_pending_t *pending = NULL;
+    if (o->resume) {
+        char dir[4200], *user = NULL;
+        saved_batch_t sb;
+        int r = bmt_ckpt_resolve(o->save_dir, dir, sizeof(dir), &err), done = 0;
+        if (r < 0 || (r == 0 && (bmt_ckpt_load(md->list(m), opt, dir, &user, &err) < 0 ||
+                                 (done = resume_state(md, user, train_ld, &sb, &err)) < 0 ||
+                                 keep_batch(o, &sb, world, &accum, &err) < 0))) {
+            free(user);
+            goto out;
+        }
+        free(user);
+        first = done + 1;
+        if (r == 0 && rank == 0) {
+            printf("%s: resumed from %s (step %d)\n", prog, dir, done);
+            if (accum != o->accum)
+                printf("%s: --accum %d keeps the checkpoint's global batch (%d x %d x %d "
+                       "ranks sequences of %d tokens)\n",
+                       prog, accum, o->B, accum, world, o->T);
+        }
+    }
+    const int64_t params = md->num_params(md->self);
+    const double tokens_step = (double)o->B * o->T * accum; /* per rank */
+    const double flops_step = md->flops_per_token(md->self, o->T) * tokens_step;
+    if (rank == 0) {
+        char p[32], d[32], sizes[160];
+        human((double)params, p, sizeof(p));
+        human((double)gpt2_loader_tokens(train_ld), d, sizeof(d));
+        md->describe(md->self, sizes, sizeof(sizes));
+        printf("%s: %s params (%s) | layout %d x %d = %d ranks "
+               "(%s) | batch %d x %d x %d accum x %d ranks = %.0f tokens/step | data %s tokens\n",
+               prog, p, sizes, lay->groups, lay->gpus_per_group, world, bmt_backend(ctx), o->B,
+               o->T, accum, world, tokens_step * world, d);
+        fflush(stdout);
+    }
+    for (int step = first; step <= o->steps; step++) {
+        bmt_step_begin(ctx);
+        double loss[1] = { 0 };
+        for (int a = 0; a < accum; a++) {
+            if (gpt2_loader_next(train_ld, in, tg, &err) < 0 ||
+                md->set_batch(m, in, tg, &err) < 0 ||
+                bmt_blocklist_forward(md->list(m), &err) < 0 ||
+                bmt_blocklist_backward(md->list(m), a == accum - 1, &err) < 0)
+                goto out;
+            loss[0] += md->loss(m);
+        }
+        bmt_step_info_t info;
+        double sums[2] = { loss[0], usr1 ? 1 : 0 }; /* loss, and whether anyone got SIGUSR1 */
+        if (bmt_optim_step(opt, &info, &err) < 0 || world_sum(ctx, sums, 2, &err) < 0)
+            goto out;
+        const double mean_loss = sums[0] / ((double)accum * world);
+        const bool stop = sums[1] > 0;
+        bmt_step_report_t r = BMT_STEP_REPORT_INITIALIZER;
+        r.tokens = (int64_t)tokens_step;
+        r.samples = (int64_t)o->B * accum;
+        r.loss = mean_loss;
+        r.flops = flops_step;
+        r.params = params;
+        r.optim = &info;
+        bmt_step_metrics_t mt;
+        if (bmt_report_step(ctx, &r, &mt, &err) < 0)
+            goto out;
+        if (rank == 0) {
+            char tps[32], mfu[16] = "-";
+            human(mt.tokens_per_s * world, tps, sizeof(tps));
+            if (isfinite(mt.mfu))
+                snprintf(mfu, sizeof(mfu), "%.1f%%", 100 * mt.mfu);
+            uint64_t cur = 0, peak = mt.mem_peak_all; /* all kinds at once */
+            for (int k = 0; k < mt.mem_kinds; k++)
+                cur += mt.mem_current[k];
+            printf("step %*d/%d | loss %.4f | lr %.2e | norm %.3f%s | %.1f ms | %s tok/s | MFU %s "
+                   "| mem %.1f MiB (peak %.1f)\n",
+                   o->steps >= 1000 ? 4 : 3, step, o->steps, mean_loss, info.lr, info.grad_norm,
+                   info.skipped ? " (skipped)" : "", mt.step_time_s * 1e3, tps, mfu,
+                   (double)cur / 1048576.0, (double)peak / 1048576.0);
+            fflush(stdout);
+        }
+        if (o->save_dir &&
+            (stop || step == o->steps || (o->save_every && step % o->save_every == 0))) {
+            if (save(md, o, m, opt, train_ld, step, accum, world, &pending, &err) < 0)
+                goto out;
+            if (rank == 0) {
+                printf("%s: %s %s/step-%08d%s\n", prog, pending ? "saving" : "saved", o->save_dir,
+                       step, stop ? " (SIGUSR1: stopping)" : "");
+                fflush(stdout);
+            }
+        }
+        if (stop) {
+            if (o->save_dir == NULL && rank == 0)
+                printf("%s: SIGUSR1: stopping after step %d (no --save-dir: nothing saved)\n", prog,
+                       step);
+            break;
+        }
+        if (val_ld && ((o->eval_every && step % o->eval_every == 0) || step == o->steps)) {
+            double vl;
+            if (evaluate(md, ctx, m, val_ld, o->eval_batches, in, tg, &vl, &err) < 0 ||
+                bmt_report_scalar(ctx, "val_loss", vl, &err) < 0)
+                goto out;
+            if (rank == 0) {
+                printf("step %*d/%d | val loss %.4f\n", o->steps >= 1000 ? 4 : 3, step, o->steps,
+                       vl);
+                fflush(stdout);
+            }
+        }
+    }
+    if (pending) {
+        if (bmt_ckpt_finish(pending, &err) < 0) {
+            pending = NULL;
+            goto out;
+        }
+        pending = NULL;
+        if (rank == 0)
+            printf("%s: the last checkpoint is complete\n", prog);
+    }
+    if (rank == 0) { /* where the memory went: each kind's peak, and the whole's */
+        bmt_mem_stats_t ms;
+        bmt_mem_get_stats(ctx, &ms);
+        char line[512];
+        int n = 0;
+        for (int k = 0; k < BMT_MEM_KIND_COUNT && n < (int)sizeof(line); k++)
+            n += snprintf(line + n, sizeof(line) - (size_t)n, "%s%s %.1f", k ? ", " : "",
+                          bmt_mem_kind_name((bmt_mem_kind_t)k), (double)ms.peak[k] / 1048576.0);
+        /* What bmt holds from the device: its cudaMalloc'd buffers (constant
+         * in the steps) and the stream-ordered pool at its largest. */
+        uint64_t in_use, pool_high;
+        bmt_mem_pool_stats(ctx, &in_use, NULL, &pool_high);
+        printf("%s: peak memory by kind (MiB): %s; all kinds at once %.1f\n", prog, line,
+               (double)ms.peak_total / 1048576.0);
+        if (bmt_device(ctx) == BMT_DEVICE_CUDA)
+            printf("%s: held from the device at most %.1f MiB: %.1f cudaMalloc'd and the "
+                   "stream-ordered pool's %.1f\n",
+                   prog, (double)(ms.current_total - in_use + pool_high) / 1048576.0,
+                   (double)(ms.current_total - in_use) / 1048576.0, (double)pool_high / 1048576.0);
+    }
+    rc = 0;
+out:
+    if (rc) {
+        if (strncmp(err.text, "rank ", 5) == 0) /* libbmt's errors name the rank */
+            fprintf(stderr, "%s: %s\n", prog, err.text);
+        else
+            fprintf(stderr, "%s: rank %d: %s\n", prog, rank, err.text);
+    }
+    bmt_optim_destroy(opt);
+    if (m)
+        md->destroy(m);
+    gpt2_loader_destroy(train_ld);
+    gpt2_loader_destroy(val_ld);
+    free(in);
+    free(tg);
+    if (rc)
+        bmt_abort(ctx, rc, err.text);
+    bmt_finalize(ctx);
+    return rc;
+}
+
+int trainer_main(const trainer_model_t *md, int argc, char **argv)
+{
+    prog = md->name;
+    opts_t o;
+    int rc = parse(md, argc, argv, &o);
+    if (rc)
+        return rc;
+    if (o.verify)
+        return verify(o.verify);
+    if (o.prepare) {
+        bmt_error_t err;
+        if (gpt2_tokenize_file(o.prepare, o.out, o.val_fraction, &err) < 0) {
+            fprintf(stderr, "%s: %s\n", prog, err.text);
+            return 1;
+        }
+        printf("%s: wrote %s_train.bin and %s_val.bin (byte-level tokens)\n", prog, o.out, o.out);
+        return 0;
+    }
+    return train(md, &o);
+}

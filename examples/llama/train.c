@@ -1,0 +1,270 @@
+/* examples/llama/train.c — the Llama-family trainer on libbmt (bin/llama).
+ *
+ *     bmlaunch -g 2 -n 2 --device cpu -- llama --model tiny --data 'corpus_train.bin'
+ *     llama --init-from DIR ...        (an HF Llama directory: config.json + safetensors)
+ *
+ * Only the Llama wiring: its presets (--model), its size overrides and the
+ * trainer_model_t that hands the shared trainer (examples/common/trainer.h:
+ * options, schedule, loop, evaluation, checkpoints, SIGUSR1, metrics, every
+ * line printed) the model of llama/model.h. A checkpoint's step directory is
+ * an HF Llama directory: HF names, and llama_hf_config_json's config.json.
+ * CPU only (f32): the cuda model is not written yet.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bmt/device.h"
+#include "common/trainer.h"
+#include "llama/config.h"
+#include "llama/model.h"
+
+typedef struct llama_wiring {
+    llama_config_t cfg;
+    int layers, heads, kv_heads, embd, ffn, vocab, max_seq; /* overrides; 0: the model's */
+} llama_wiring_t;
+
+/* The presets: "tiny", byte-level (V 256) for the corpus the repository ships,
+ * grouped-query attention (4 query heads sharing 2 key/value heads); and
+ * SmolLM-135M's shape (HuggingFaceTB/SmolLM-135M's config.json: 30 layers,
+ * C 576, 9 heads over 3 key/value heads, F 1536, V 49152, tied). */
+static int preset(const char *name, llama_config_t *c)
+{
+    const llama_config_t base = { .rms_eps = 1e-5, .rope_theta = 10000, .bos_token_id = -1 };
+    *c = base;
+    if (strcmp(name, "tiny") == 0) {
+        c->n_layer = 4, c->n_embd = 64, c->n_head = 4, c->n_kv_head = 2, c->head_dim = 16;
+        c->ffn = 176, c->vocab_size = 256, c->max_seq_len = 256;
+        return 0;
+    }
+    if (strcmp(name, "smollm-135m") == 0) {
+        c->n_layer = 30, c->n_embd = 576, c->n_head = 9, c->n_kv_head = 3, c->head_dim = 64;
+        c->ffn = 1536, c->vocab_size = 49152, c->max_seq_len = 2048, c->tied = true;
+        c->bos_token_id = 0, c->eos_token_ids[0] = 0, c->n_eos = 1;
+        return 0;
+    }
+    return -1;
+}
+
+/* llama/ names itself in its messages; the trainer prefixes the program. */
+static void unprefix(bmt_error_t *err)
+{
+    if (strncmp(err->text, "llama: ", 7) == 0)
+        memmove(err->text, err->text + 7, strlen(err->text + 7) + 1);
+}
+
+enum {
+    O_LAYERS = TRAINER_OPT_MODEL,
+    O_HEADS,
+    O_KVHEADS,
+    O_EMBD,
+    O_FFN,
+    O_VOCAB,
+    O_MAXSEQ,
+};
+
+static const struct option llama_options[] = {
+    { "layers", required_argument, NULL, O_LAYERS },
+    { "heads", required_argument, NULL, O_HEADS },
+    { "kv-heads", required_argument, NULL, O_KVHEADS },
+    { "embd", required_argument, NULL, O_EMBD },
+    { "ffn", required_argument, NULL, O_FFN },
+    { "vocab", required_argument, NULL, O_VOCAB },
+    { "max-seq", required_argument, NULL, O_MAXSEQ },
+    { NULL, 0, NULL, 0 },
+};
+
+static int option(void *self, int code, const char *arg)
+{
+    llama_wiring_t *w = self;
+    switch (code) {
+    case O_LAYERS: return trainer_int_arg("--layers", arg, 1, 1024, &w->layers);
+    case O_HEADS: return trainer_int_arg("--heads", arg, 1, 1024, &w->heads);
+    case O_KVHEADS: return trainer_int_arg("--kv-heads", arg, 1, 1024, &w->kv_heads);
+    case O_EMBD: return trainer_int_arg("--embd", arg, 1, 65536, &w->embd);
+    case O_FFN: return trainer_int_arg("--ffn", arg, 1, 1 << 20, &w->ffn);
+    case O_VOCAB: return trainer_int_arg("--vocab", arg, 2, 1 << 24, &w->vocab);
+    case O_MAXSEQ: return trainer_int_arg("--max-seq", arg, 1, 1 << 20, &w->max_seq);
+    }
+    return trainer_bad("unknown option");
+}
+
+static int configure(void *self, const trainer_choice_t *c)
+{
+    llama_wiring_t *w = self;
+    bmt_error_t err;
+    if (c->init_from) {
+        if (llama_config_from_file(c->init_from, &w->cfg, &err) < 0) {
+            unprefix(&err);
+            fprintf(stderr, "llama: %s\n", err.text);
+            return 1;
+        }
+    } else if (preset(c->model, &w->cfg) < 0)
+        return trainer_bad("unknown model '%s': use tiny or smollm-135m, or --init-from an HF "
+                           "Llama directory",
+                           c->model);
+    llama_config_t *m = &w->cfg;
+    if (w->layers)
+        m->n_layer = w->layers;
+    if (w->heads)
+        m->n_head = w->heads;
+    if (w->kv_heads)
+        m->n_kv_head = w->kv_heads;
+    else if (w->heads)
+        m->n_kv_head = w->heads; /* MHA unless said otherwise */
+    if (w->embd)
+        m->n_embd = w->embd;
+    if (w->heads || w->embd) /* the head size follows C / NH */
+        m->head_dim = m->n_head > 0 ? m->n_embd / m->n_head : 0;
+    if (w->ffn)
+        m->ffn = w->ffn;
+    if (w->vocab)
+        m->vocab_size = w->vocab;
+    if (w->max_seq)
+        m->max_seq_len = w->max_seq;
+    if (llama_config_check(m, &err) < 0) {
+        unprefix(&err);
+        return trainer_bad("%s", err.text);
+    }
+    return 0;
+}
+
+static int max_seq_len(const void *self) { return ((const llama_wiring_t *)self)->cfg.max_seq_len; }
+
+static int vocab_size(const void *self) { return ((const llama_wiring_t *)self)->cfg.vocab_size; }
+
+static void describe(const void *self, char *out, size_t len)
+{
+    const llama_config_t *c = &((const llama_wiring_t *)self)->cfg;
+    snprintf(out, len, "L %d, H %d, KV %d, C %d, F %d, V %d, maxT %d%s", c->n_layer, c->n_head,
+             c->n_kv_head, c->n_embd, c->ffn, c->vocab_size, c->max_seq_len,
+             c->tied ? ", tied" : "");
+}
+
+static int64_t num_params(const void *self)
+{
+    return llama_num_params(&((const llama_wiring_t *)self)->cfg);
+}
+
+static double flops_per_token(const void *self, int T)
+{
+    return llama_flops_per_token(&((const llama_wiring_t *)self)->cfg, T);
+}
+
+static void *create(void *self, bmt_ctx_t *ctx, int B, int T, const bmt_blocklist_config_t *lc,
+                    uint64_t seed, bmt_error_t *err)
+{
+    if (bmt_device(ctx) == BMT_DEVICE_CUDA) {
+        snprintf(err->text, sizeof(err->text),
+                 "the Llama trainer runs on cpu only: its cuda model is not written yet (run "
+                 "it under bmlaunch --device cpu)");
+        return NULL;
+    }
+    llama_model_t *m = llama_model_create(ctx, &((llama_wiring_t *)self)->cfg, B, T, lc, seed, err);
+    if (m == NULL)
+        unprefix(err);
+    return m;
+}
+
+static int load(void *m, const char *path, bmt_error_t *err)
+{
+    int rc = llama_model_load(m, path, err);
+    if (rc < 0)
+        unprefix(err);
+    return rc;
+}
+
+static bmt_blocklist_t *list(void *m) { return llama_model_list(m); }
+
+static int set_batch(void *m, const int32_t *in, const int32_t *tg, bmt_error_t *err)
+{
+    int rc = llama_model_set_batch(m, in, tg, err);
+    if (rc < 0)
+        unprefix(err);
+    return rc;
+}
+
+static float loss(const void *m) { return llama_model_loss(m); }
+
+static bmt_dtype_t param_dtype(const void *m) { return llama_model_param_dtype(m); }
+
+static void destroy(void *m) { llama_model_destroy(m); }
+
+/* HF's LlamaConfig beside the weights: the step directory is an HF Llama
+ * directory (from_pretrained, --init-from). */
+static int hf_config_json(const void *self, bmt_dtype_t dtype, char **json, bmt_error_t *err)
+{
+    return llama_hf_config_json(&((const llama_wiring_t *)self)->cfg, dtype, json, err);
+}
+
+static json_t *state(const void *self)
+{
+    const llama_config_t *c = &((const llama_wiring_t *)self)->cfg;
+    return json_pack("{sisisisisisisisisb}", "n_layer", c->n_layer, "n_head", c->n_head,
+                     "n_kv_head", c->n_kv_head, "n_embd", c->n_embd, "head_dim", c->head_dim, "ffn",
+                     c->ffn, "vocab_size", c->vocab_size, "max_seq_len", c->max_seq_len, "tied",
+                     c->tied);
+}
+
+static int state_check(const void *self, const json_t *model, bmt_error_t *err)
+{
+    const llama_config_t *c = &((const llama_wiring_t *)self)->cfg;
+    int L = -1, H = -1, KV = -1, C = -1, hd = -1, F = -1, V = -1, maxT = -1, tied = -1;
+    if (model == NULL ||
+        json_unpack((json_t *)model, "{sisisisisisisisisb}", "n_layer", &L, "n_head", &H,
+                    "n_kv_head", &KV, "n_embd", &C, "head_dim", &hd, "ffn", &F, "vocab_size", &V,
+                    "max_seq_len", &maxT, "tied", &tied))
+        return snprintf(err->text, sizeof(err->text),
+                        "the checkpoint has no llama state (step, model, data position)"),
+               -1;
+    if (L != c->n_layer || H != c->n_head || KV != c->n_kv_head || C != c->n_embd ||
+        hd != c->head_dim || F != c->ffn || V != c->vocab_size || maxT != c->max_seq_len ||
+        tied != (int)c->tied)
+        return snprintf(err->text, sizeof(err->text),
+                        "the checkpoint is of another model (L %d, H %d, KV %d, C %d, head_dim "
+                        "%d, F %d, V %d, maxT %d, tied %d); this run's is L %d, H %d, KV %d, C "
+                        "%d, head_dim %d, F %d, V %d, maxT %d, tied %d",
+                        L, H, KV, C, hd, F, V, maxT, tied, c->n_layer, c->n_head, c->n_kv_head,
+                        c->n_embd, c->head_dim, c->ffn, c->vocab_size, c->max_seq_len,
+                        (int)c->tied),
+               -1;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    llama_wiring_t w = { 0 };
+    const trainer_model_t model = {
+        .name = "llama",
+        .default_model = "tiny",
+        .self = &w,
+        .usage_model =
+            "Model (HF's LlamaForCausalLM, f32 on cpu; docs/llama.md):\n"
+            "  -m, --model NAME        tiny (default: L 4, C 64, 4 heads over 2 kv heads, V 256),\n"
+            "                          smollm-135m (SmolLM-135M's shape)\n"
+            "      --init-from DIR     start from an HF Llama directory (config.json and\n"
+            "                          safetensors; a checkpoint's step directory is one)\n"
+            "      --layers L --heads H --kv-heads K --embd C --ffn F --vocab V --max-seq N\n"
+            "                          override its sizes (--heads or --embd: head size C/H)\n",
+        .options = llama_options,
+        .option = option,
+        .configure = configure,
+        .max_seq_len = max_seq_len,
+        .vocab_size = vocab_size,
+        .max_vocab = 0,
+        .describe = describe,
+        .num_params = num_params,
+        .flops_per_token = flops_per_token,
+        .create = create,
+        .load = load,
+        .list = list,
+        .set_batch = set_batch,
+        .loss = loss,
+        .param_dtype = param_dtype,
+        .destroy = destroy,
+        .hf_config_json = hf_config_json,
+        .state = state,
+        .state_check = state_check,
+    };
+    return trainer_main(&model, argc, argv);
+}

@@ -1,0 +1,104 @@
+#!/bin/bash
+# The Llama trainer (bin/llama: examples/llama/train.c on the shared trainer,
+# examples/common/trainer.h) on CPU ranks through bmlaunch, on the shipped
+# corpus: the tiny Llama's loss falls; a save at step 20 and --resume give the
+# uninterrupted run's losses; a step directory is an HF Llama directory (its
+# config.json names LlamaForCausalLM and reads back through llama_config_from_file
+# as the same model, and --init-from of it reproduces its validation loss);
+# bad options are refused with a message.
+. "$(dirname "$0")/lib.sh"
+
+PY=/usr/bin/python3
+LLAMA=$BUILDDIR/bin/llama
+export BMT_TIMEOUT=60
+D=$TMP/data
+RUN="--data $D/corpus_train.bin --val $D/corpus_val.bin -b 4 -t 64 --lr 3e-3 --warmup 5"
+export LLAMA D RUN
+
+# The step lines "N LOSS" of a run's output, steps from..to.
+losses() { # file from to
+    sed -n 's/^0: step *\([0-9]*\)\/[0-9]* | loss \([0-9.]*\) .*/\1 \2/p' "$1" | awk -v a=$2 -v b=$3 '$1 >= a && $1 <= b'
+}
+export -f losses
+
+test_expect_success "llama --prepare tokenizes the shipped corpus" '
+    mkdir -p $D &&
+    $LLAMA --prepare $SRC/examples/gpt2/data/corpus.txt --out $D/corpus >out &&
+    grep -q "^llama: wrote $D/corpus_train.bin and $D/corpus_val.bin (byte-level tokens)\$" out &&
+    test -s $D/corpus_train.bin && test -s $D/corpus_val.bin
+'
+
+test_expect_success "the tiny Llama trains 2x2 on cpu: the loss falls, saves at 20 and 40" '
+    with_timeout 120 $BMLAUNCH --metrics-port 0 -g 2 -n 2 --device cpu -- $LLAMA $RUN --steps 40 \
+        --save-dir $TMP/ck --save-every 20 >$TMP/full.out 2>err || { tail -5 err; false; } &&
+    cp $TMP/full.out out && cat out | head -3 &&
+    grep -q "^0: llama: .* params (L 4, H 4, KV 2, C 64, F 176, V 256, maxT 256) | layout 2 x 2 = 4 ranks" out &&
+    test $(losses out 1 40 | wc -l) -eq 40 &&
+    first=$(losses out 1 1 | cut -d" " -f2) &&
+    last=$(losses out 36 40 | awk "{ s += \$2 } END { print s / NR }") &&
+    echo "loss $first -> $last (mean of the last 5)" &&
+    awk -v a=$first -v b=$last "BEGIN { exit !(a > 5 && b < a - 1.5) }" &&
+    grep -q "^0: llama: saved $TMP/ck/step-00000020\$" out &&
+    grep -q "^0: llama: saved $TMP/ck/step-00000040\$" out &&
+    grep -q "^0: step  40/40 | val loss [0-9.]*\$" out
+'
+
+test_expect_success "a step directory is an HF Llama directory: config.json names LlamaForCausalLM, --verify passes" '
+    $PY -c "
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c[\"architectures\"] == [\"LlamaForCausalLM\"] and c[\"model_type\"] == \"llama\", c
+assert (c[\"num_hidden_layers\"], c[\"hidden_size\"], c[\"num_attention_heads\"], c[\"num_key_value_heads\"],
+        c[\"intermediate_size\"], c[\"vocab_size\"], c[\"tie_word_embeddings\"]) == (4, 64, 4, 2, 176, 256, False), c
+" $TMP/ck/step-00000040/config.json &&
+    test -f $TMP/ck/step-00000040/model.safetensors.index.json &&
+    grep -q "model.layers.3.mlp.down_proj.weight" $TMP/ck/step-00000040/model.safetensors.index.json &&
+    $LLAMA --verify $TMP/ck >out && grep -q "^llama: .*step-00000040: ok: step 40, 7 blocks, .*config.json)\$" out
+'
+
+test_expect_success "--resume from the step-20 checkpoint gives the uninterrupted run its losses (21..40)" '
+    mkdir ck && cp -r $TMP/ck/step-00000020 ck/ && printf step-00000020 >ck/latest &&
+    with_timeout 120 $BMLAUNCH --metrics-port 0 -g 2 -n 2 --device cpu -- $LLAMA $RUN --steps 40 \
+        --save-dir ck --resume >out 2>err || { tail -5 err; false; } &&
+    grep -q "^0: llama: resumed from ck/step-00000020 (step 20)\$" out &&
+    losses out 21 40 >resumed && losses $TMP/full.out 21 40 >straight &&
+    test $(wc -l <resumed) -eq 20 && diff straight resumed &&
+    test "$(grep "val loss" out)" = "$(grep "val loss" $TMP/full.out)"
+'
+
+test_expect_success "--init-from a step directory: it reads back as the same model (1x1), its validation loss again (2x2)" '
+    with_timeout 60 $BMLAUNCH --metrics-port 0 -n 1 --device cpu -- $LLAMA $RUN --lr 0 --steps 1 \
+        --init-from $TMP/ck/step-00000040 --eval-batches 16 >out 2>err || { tail -5 err; false; } &&
+    grep -q "^0: llama: .* params (L 4, H 4, KV 2, C 64, F 176, V 256, maxT 256) | layout 1 x 1" out &&
+    with_timeout 60 $BMLAUNCH --metrics-port 0 -g 2 -n 2 --device cpu -- $LLAMA $RUN --lr 0 --steps 1 \
+        --init-from $TMP/ck/step-00000040 >out4 2>err || { tail -5 err; false; } &&
+    grep "val loss" out4 | sed "s/step   1\/1/step  40\/40/" >mine && grep "val loss" $TMP/full.out >theirs &&
+    cat mine theirs && diff theirs mine
+'
+
+test_expect_success "bad options are refused with a message" '
+    { $LLAMA --model nope --data x 2>err; rc=$?; } && test $rc -eq 2 &&
+    grep -q "^llama: unknown model .nope.: use tiny or smollm-135m" err &&
+    { $LLAMA --kv-heads 3 --data x 2>err; rc=$?; } && test $rc -eq 2 &&
+    grep -q "^llama: num_attention_heads 4 is not a multiple of num_key_value_heads 3" err &&
+    { $LLAMA --keep-attention 1 --data x 2>err; rc=$?; } && test $rc -eq 2 &&
+    grep -q "^llama: unknown option .--keep-attention." err &&
+    { $LLAMA --seq 300 --data x 2>err; rc=$?; } && test $rc -eq 2 &&
+    grep -q "^llama: --seq 300 is longer than the model.s 256 positions" err &&
+    { $LLAMA 2>err; rc=$?; } && test $rc -eq 2 && grep -q "^llama: --data PATTERN is required" err
+'
+
+test_expect_success "--init-from a GPT-2 checkpoint is refused, naming its model_type" '
+    with_timeout 60 $BMLAUNCH --metrics-port 0 -n 1 --device cpu -- $BUILDDIR/bin/gpt2 $RUN --steps 1 \
+        --save-dir g >out 2>err || { tail -5 err; false; } &&
+    { $LLAMA $RUN --init-from g/step-00000001 2>err; rc=$?; } && test $rc -eq 1 &&
+    cat err && grep -q "^llama: g/step-00000001/config.json: .*model_type.*gpt2" err
+'
+
+test_expect_success "--device cuda is refused (here by bmlaunch without a GPU, else by llama: cpu only)" '
+    { with_timeout 60 $BMLAUNCH --metrics-port 0 -n 1 --device cuda -- $LLAMA $RUN --steps 1 >out 2>err; rc=$?; } &&
+    cat err; test $rc -ne 0 && test $rc -ne 124 &&
+    { grep -q "runs on cpu only: its cuda model is not written yet" err || grep -q "^bmlaunch: --device cuda, but" err; }
+'
+
+test_done
