@@ -5,6 +5,7 @@
 #   make check           run every test that needs no GPU; ends with "N passed, N failed"
 #   make check-sanitize  the CPU suite under ASan+UBSan, the threaded parts under TSan
 #   make demo            a 2x2 CPU job through bmlaunch
+#   make demo-llama      the same with the tiny Llama (examples/llama)
 #   make install PREFIX=/opt/bmt   (PYTHONDIR=DIR: where python/bmt goes, docs/python.md)
 #
 # Knobs: BUILDDIR=build DEBUG=1 ASAN=1 TSAN=1 WERROR=1 V=1 CUDA_HOME=/usr/local/cuda NO_CUDA=1
@@ -157,7 +158,7 @@ $(shell echo '$(PREFIX)' | cmp -s - $(PREFIX_STAMP) || echo '$(PREFIX)' > $(PREF
 KNOBS_NOW := $(strip $(foreach k,ASAN TSAN DEBUG NO_CUDA WERROR,$(if $($(k)),$(k)=$($(k)))))
 $(shell echo '$(KNOBS_NOW)' | cmp -s - $(BUILDDIR)/.knobs || echo '$(KNOBS_NOW)' > $(BUILDDIR)/.knobs)
 
-.PHONY: all deps check check-unit check-integration check-gpu check-sanitize demo install clean format notice
+.PHONY: all deps check check-unit check-integration check-gpu check-sanitize demo demo-llama install clean format notice
 all: notice $(ALL)
 
 notice:
@@ -328,6 +329,11 @@ $(DEMO_DATA)_train.bin: examples/gpt2/data/corpus.txt $(GPT2_BIN)
 demo: all $(DEMO_DATA)_train.bin
 	$(Q)echo '$$ bmlaunch --groups 2 --gpus-per-group 2 --device cpu -- $(GPT2_BIN) $(DEMO_ARGS)'
 	$(Q)$(BMLAUNCH) --groups 2 --gpus-per-group 2 --device cpu -- $(GPT2_BIN) $(DEMO_ARGS)
+
+# The same job with the tiny Llama (GQA, RoPE, SwiGLU, RMSNorm; docs/llama.md).
+demo-llama: all $(DEMO_DATA)_train.bin
+	$(Q)echo '$$ bmlaunch --groups 2 --gpus-per-group 2 --device cpu -- $(LLAMA_BIN) $(DEMO_ARGS)'
+	$(Q)$(BMLAUNCH) --groups 2 --gpus-per-group 2 --device cpu -- $(LLAMA_BIN) $(DEMO_ARGS)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/bmt \

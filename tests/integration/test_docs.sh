@@ -6,7 +6,8 @@
 # is what --plan prints; the example program of docs/runtime.md builds and prints
 # what the page shows; README.md and docs/*.md name only paths that exist; the
 # packages docs/building.md lists are scripts/deps.sh's; the demo command that
-# README.md and docs/building.md quote is the one `make demo` runs; README's GPU
+# README.md and docs/building.md quote is the one `make demo` runs (and `make
+# demo-llama`'s in docs/building.md and docs/llama.md); README's GPU
 # figures are in the newest 2-GPU results file, which README names.
 . "$(dirname "$0")/lib.sh"
 
@@ -175,6 +176,13 @@ test_expect_success "the demo command in README.md and docs/building.md is the o
     test "$(wc -l <cmd)" -eq 1 && grep -q -- "-- build/bin/gpt2 --data" cmd &&
     grep -qxF "\$ $(cat cmd)" "$SRC/README.md" &&
     grep -F "| \`make demo\` |" "$SRC/docs/building.md" | grep -qF "\`$(cat cmd)\`"
+'
+
+test_expect_success "the command docs/building.md and docs/llama.md quote for make demo-llama is the one it runs" '
+    make -s -n -C "$SRC" demo-llama BUILDDIR=build 2>/dev/null | sed -n "s/^echo .\$ \(bmlaunch .*\).\$/\1/p" >cmd &&
+    test "$(wc -l <cmd)" -eq 1 && grep -q -- "-- build/bin/llama --data" cmd &&
+    grep -F "| \`make demo-llama\` |" "$SRC/docs/building.md" | grep -qF "\`$(cat cmd)\`" &&
+    grep -qxF "\$ $(cat cmd)" "$SRC/docs/llama.md"
 '
 
 test_expect_success "README.md quotes GPU figures from the newest 2-GPU results file, and names it" '
