@@ -55,12 +55,14 @@ const char *trainer_name(void) { return prog; }
 
 static void usage(const trainer_model_t *md, FILE *f)
 {
+    /* Columns 43 and 33 whatever the name's length (gpt2's lines as they were). */
+    const int n = (int)strlen(prog), pad1 = n < 25 ? 26 - n : 1, pad2 = n < 12 ? 13 - n : 1;
     fprintf(f,
-            "usage: %s [options]                      (a rank program: run it under bmlaunch)\n"
+            "usage: %s [options]%*s(a rank program: run it under bmlaunch)\n"
             "       %s --prepare TEXT --out PREFIX [--val-fraction F]\n"
-            "       %s --verify DIR         check a checkpoint (DIR or DIR/latest's) without\n"
+            "       %s --verify DIR%*scheck a checkpoint (DIR or DIR/latest's) without\n"
             "                                 training: checksums, finite values, index\n",
-            prog, prog, prog);
+            prog, pad1, "", prog, prog, pad2, "");
     fputs(md->usage_model ? md->usage_model : "", f);
     fputs("Data (llm.c token shards of uint16 or uint32 tokens, docs/gpt2.md):\n"
           "  -i, --data PATTERN      training shards (a path or a glob)\n"
