@@ -5,7 +5,8 @@
 # uninterrupted run's losses; a step directory is an HF Llama directory (its
 # config.json names LlamaForCausalLM and reads back through llama_config_from_file
 # as the same model, and --init-from of it reproduces its validation loss);
-# bad options are refused with a message.
+# bad options are refused with a message, and so is a resume with another
+# model, leaving the checkpoint as it was.
 . "$(dirname "$0")/lib.sh"
 
 PY=/usr/bin/python3
@@ -64,6 +65,17 @@ test_expect_success "--resume from the step-20 checkpoint gives the uninterrupte
     losses out 21 40 >resumed && losses $TMP/full.out 21 40 >straight &&
     test $(wc -l <resumed) -eq 20 && diff straight resumed &&
     test "$(grep "val loss" out)" = "$(grep "val loss" $TMP/full.out)"
+'
+
+test_expect_success "--resume with another model (2 layers) is refused, naming the block; the checkpoint stays" '
+    mkdir ck && cp -r $TMP/ck/step-00000020 ck/ && printf step-00000020 >ck/latest &&
+    ( cd ck/step-00000020 && sha256sum * ) >before &&
+    test_must_fail with_timeout 60 $BMLAUNCH --metrics-port 0 -g 2 -n 2 --device cpu -- $LLAMA $RUN \
+        --layers 2 --steps 40 --save-dir ck --resume >out 2>err &&
+    grep -q "has block .model.layers.2., which the model does not have .*a checkpoint of another model" err &&
+    test "$(cat ck/latest)" = step-00000020 && test "$(ls ck)" = "$(printf "latest\nstep-00000020")" &&
+    ( cd ck/step-00000020 && sha256sum * ) | diff before - &&
+    ! grep -q "^0: step" out
 '
 
 test_expect_success "--init-from a step directory: it reads back as the same model (1x1), its validation loss again (2x2)" '
