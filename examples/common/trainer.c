@@ -429,7 +429,30 @@ typedef struct saved_batch {
     int B, T, accum, world;
 } saved_batch_t;
 
-/* Check a checkpoint's model against ours (the model's state_check), move the
+/* Is a checkpoint's "model" object (NULL: it has none) this run's, the model's
+ * state() as a whole? 0, or -1 with err showing both. */
+static int model_matches(const trainer_model_t *md, const json_t *saved, bmt_error_t *err)
+{
+    if (saved == NULL)
+        return snprintf(err->text, sizeof(err->text),
+                        "the checkpoint has no %s state (step, model, data position)", md->name),
+               -1;
+    json_t *ours = md->state(md->self);
+    int same = ours && json_equal((json_t *)saved, ours);
+    if (!same) {
+        char *a = json_dumps(saved, JSON_COMPACT),
+             *b = ours ? json_dumps(ours, JSON_COMPACT) : NULL;
+        snprintf(err->text, sizeof(err->text),
+                 "the checkpoint is of another model (%s); this run's is %s", a ? a : "?",
+                 b ? b : "?");
+        free(a);
+        free(b);
+    }
+    json_decref(ours);
+    return same ? 0 : -1;
+}
+
+/* Check a checkpoint's model against ours (model_matches), move the
  * loader to its position and return its step (or -1 with err); *sb: its
  * batch. */
 static int resume_state(const trainer_model_t *md, const char *text, gpt2_loader_t *ld,
@@ -447,7 +470,7 @@ static int resume_state(const trainer_model_t *md, const char *text, gpt2_loader
     if (!bad_json)
         json_unpack(j, "{s{sisisis?i}}", "batch", "B", &sb->B, "T", &sb->T, "accum", &sb->accum,
                     "world", &sb->world);
-    int rc = md->state_check(md->self, bad_json ? NULL : model, err);
+    int rc = model_matches(md, bad_json ? NULL : model, err);
     json_decref(j);
     if (rc < 0)
         return -1;

@@ -79,11 +79,10 @@ typedef struct trainer_model {
 
     /* A checkpoint's config.json (malloc'd text) for the model, parameters as dtype. */
     int (*hf_config_json)(const void *self, bmt_dtype_t dtype, char **json, bmt_error_t *err);
-    /* The "model" object of the trainer's state in a checkpoint (new reference),
-     * and the check at --resume that a saved one is this model's: 0, or -1 with
-     * err (model may be NULL: the checkpoint has none). */
+    /* The "model" object of the trainer's state in a checkpoint (new reference):
+     * the sizes a --resume must match; the trainer compares a saved one with
+     * this one as a whole and shows both when they differ. */
     json_t *(*state)(const void *self);
-    int (*state_check)(const void *self, const json_t *model, bmt_error_t *err);
 } trainer_model_t;
 
 /* Run the program: parse argv (common options and the model's), then

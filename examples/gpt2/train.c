@@ -153,26 +153,6 @@ static json_t *state(const void *self)
                      c->n_embd, "vocab_size", c->vocab_size, "max_seq_len", c->max_seq_len);
 }
 
-static int state_check(const void *self, const json_t *model, bmt_error_t *err)
-{
-    const gpt2_config_t *c = &((const gpt2_wiring_t *)self)->cfg;
-    int L = -1, H = -1, C = -1, V = -1, maxT = -1;
-    if (model == NULL || json_unpack((json_t *)model, "{sisisisisi}", "n_layer", &L, "n_head", &H,
-                                     "n_embd", &C, "vocab_size", &V, "max_seq_len", &maxT))
-        return snprintf(err->text, sizeof(err->text),
-                        "the checkpoint has no gpt2 state (step, model, data position)"),
-               -1;
-    if (L != c->n_layer || H != c->n_head || C != c->n_embd || V != c->vocab_size ||
-        maxT != c->max_seq_len)
-        return snprintf(err->text, sizeof(err->text),
-                        "the checkpoint is of another model (L %d, H %d, C %d, V %d, maxT %d); "
-                        "this run's is L %d, H %d, C %d, V %d, maxT %d",
-                        L, H, C, V, maxT, c->n_layer, c->n_head, c->n_embd, c->vocab_size,
-                        c->max_seq_len),
-               -1;
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     gpt2_wiring_t w = { .keep_attention = -1 };
@@ -215,7 +195,6 @@ int main(int argc, char **argv)
         .destroy = destroy,
         .hf_config_json = hf_config_json,
         .state = state,
-        .state_check = state_check,
     };
     return trainer_main(&model, argc, argv);
 }

@@ -33,39 +33,38 @@ int llama_config_check(const llama_config_t *c, bmt_error_t *err)
     };
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
         if (sizes[i].v < 1 || sizes[i].v > sizes[i].max)
-            return nn_fail(err, "llama: %s is %lld; it must be 1 to %lld", sizes[i].name,
-                           sizes[i].v, sizes[i].max);
+            return nn_fail(err, "%s is %lld; it must be 1 to %lld", sizes[i].name, sizes[i].v,
+                           sizes[i].max);
     if (c->n_head % c->n_kv_head != 0)
         return nn_fail(err,
-                       "llama: num_attention_heads %d is not a multiple of num_key_value_heads "
+                       "num_attention_heads %d is not a multiple of num_key_value_heads "
                        "%d (each key/value head serves the same number of query heads)",
                        c->n_head, c->n_kv_head);
     if (c->head_dim % 2 != 0)
-        return nn_fail(err, "llama: head_dim %d is odd; rotary positions rotate pairs of channels",
+        return nn_fail(err, "head_dim %d is odd; rotary positions rotate pairs of channels",
                        c->head_dim);
     if (!(c->rms_eps > 0 && c->rms_eps < 1))
-        return nn_fail(err, "llama: rms_norm_eps %g must be in (0, 1)", c->rms_eps);
+        return nn_fail(err, "rms_norm_eps %g must be in (0, 1)", c->rms_eps);
     if (!(c->rope_theta > 0 && isfinite(c->rope_theta)))
-        return nn_fail(err, "llama: rope_theta %g must be a positive number", c->rope_theta);
+        return nn_fail(err, "rope_theta %g must be a positive number", c->rope_theta);
     if (c->rope_llama3 &&
         !(c->rope_factor >= 1 && c->rope_low_freq_factor > 0 &&
           c->rope_high_freq_factor > c->rope_low_freq_factor && c->rope_original_max >= 1 &&
           isfinite(c->rope_factor) && isfinite(c->rope_high_freq_factor)))
         return nn_fail(err,
-                       "llama: rope_scaling llama3 needs factor >= 1, 0 < low_freq_factor < "
+                       "rope_scaling llama3 needs factor >= 1, 0 < low_freq_factor < "
                        "high_freq_factor and original_max_position_embeddings >= 1; got %g, %g, "
                        "%g, %d",
                        c->rope_factor, c->rope_low_freq_factor, c->rope_high_freq_factor,
                        c->rope_original_max);
     if (c->n_eos < 0 || c->n_eos > LLAMA_MAX_EOS)
-        return nn_fail(err, "llama: %d end-of-sequence tokens (at most %d)", c->n_eos,
-                       LLAMA_MAX_EOS);
+        return nn_fail(err, "%d end-of-sequence tokens (at most %d)", c->n_eos, LLAMA_MAX_EOS);
     if (c->bos_token_id >= c->vocab_size)
-        return nn_fail(err, "llama: bos_token_id %d is outside the vocabulary of %d",
-                       c->bos_token_id, c->vocab_size);
+        return nn_fail(err, "bos_token_id %d is outside the vocabulary of %d", c->bos_token_id,
+                       c->vocab_size);
     for (int i = 0; i < c->n_eos; i++)
         if (c->eos_token_ids[i] < 0 || c->eos_token_ids[i] >= c->vocab_size)
-            return nn_fail(err, "llama: eos_token_id %d is outside the vocabulary of %d",
+            return nn_fail(err, "eos_token_id %d is outside the vocabulary of %d",
                            c->eos_token_ids[i], c->vocab_size);
     return 0;
 }
@@ -277,7 +276,7 @@ int llama_config_from_hf_json(const char *text, const char *file, llama_config_t
     if (rc == 0) {
         bmt_error_t why = { { 0 } };
         if (llama_config_check(&c, &why) < 0)
-            rc = nn_fail(err, "%s: %s", file, why.text + (strncmp(why.text, "llama: ", 7) ? 0 : 7));
+            rc = nn_fail(err, "%s: %s", file, why.text);
     }
     if (rc == 0)
         *cfg = c;
@@ -304,7 +303,7 @@ int llama_hf_config_json(const llama_config_t *cfg, bmt_dtype_t dtype, char **js
     if (llama_config_check(cfg, err) < 0)
         return -1;
     if (dtype != BMT_F32 && dtype != BMT_BF16)
-        return nn_fail(err, "llama: config.json for %s parameters: only f32 and bf16 are written",
+        return nn_fail(err, "config.json for %s parameters: only f32 and bf16 are written",
                        bmt_dtype_name(dtype));
     json_t *rope = cfg->rope_llama3
                        ? json_pack("{s:f, s:f, s:f, s:i, s:s}", "factor", cfg->rope_factor,
@@ -337,7 +336,7 @@ int llama_hf_config_json(const llama_config_t *cfg, bmt_dtype_t dtype, char **js
     char *out = text ? malloc(strlen(text) + 2) : NULL;
     if (out == NULL) {
         free(text);
-        return nn_fail(err, "llama: config.json: out of memory");
+        return nn_fail(err, "config.json: out of memory");
     }
     snprintf(out, strlen(text) + 2, "%s\n", text);
     free(text);

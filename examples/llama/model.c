@@ -431,7 +431,7 @@ static int alloc_acts(llama_model_t *m, bmt_error_t *err)
     m->x = calloc((size_t)L + 1, sizeof(float *));
     m->acts = calloc((size_t)sets, sizeof(layer_acts_t));
     if (!m->x || !m->acts)
-        return fail(err, "llama: rank %d: out of memory for the model's activations",
+        return fail(err, "model: rank %d: out of memory for the model's activations",
                     bmt_rank(m->ctx));
     act_visit_t v = { alloc_one, m, err, 0 };
     each_act(m, &v);
@@ -458,13 +458,13 @@ llama_model_t *llama_model_create(bmt_ctx_t *ctx, const llama_config_t *cfg, int
         return NULL;
     if (B < 1 || T < 1 || T > cfg->max_seq_len || (int64_t)B * T > (1 << 24)) {
         fail(err,
-             "llama: micro-batch %d x sequence length %d: need B >= 1, 1 <= T <= %d "
+             "model: micro-batch %d x sequence length %d: need B >= 1, 1 <= T <= %d "
              "(max_position_embeddings) and B T <= 2^24",
              B, T, cfg->max_seq_len);
         return NULL;
     }
     if ((int64_t)B * T * cfg->vocab_size > ((int64_t)1 << 40) / 4) {
-        fail(err, "llama: B T V = %lld logits is too many for the cpu model",
+        fail(err, "model: B T V = %lld logits is too many for the cpu model",
              (long long)B * T * cfg->vocab_size);
         return NULL;
     }
@@ -472,14 +472,14 @@ llama_model_t *llama_model_create(bmt_ctx_t *ctx, const llama_config_t *cfg, int
         /* Here the cuda path would start: bf16 parameters and model_cuda.c's
          * callbacks, as examples/gpt2 does it. */
         fail(err,
-             "llama: rank %d: the cuda model is not written yet; use a cpu context "
+             "model: rank %d: the cuda model is not written yet; use a cpu context "
              "(BMT_DEVICE=cpu)",
              bmt_rank(ctx));
         return NULL;
     }
     llama_model_t *m = calloc(1, sizeof(*m));
     if (m == NULL) {
-        fail(err, "llama: out of memory");
+        fail(err, "model: out of memory");
         return NULL;
     }
     m->ctx = ctx;
@@ -495,7 +495,7 @@ llama_model_t *llama_model_create(bmt_ctx_t *ctx, const llama_config_t *cfg, int
     m->inputs = calloc((size_t)m->N, sizeof(int32_t));
     m->targets = calloc((size_t)m->N, sizeof(int32_t));
     if (!m->inputs || !m->targets) {
-        fail(err, "llama: out of memory");
+        fail(err, "model: out of memory");
         goto fail;
     }
     if ((m->list = bmt_blocklist_create(ctx, &lc, err)) == NULL || build_blocks(m, seed, err) < 0 ||
@@ -522,12 +522,12 @@ int llama_model_set_batch(llama_model_t *m, const int32_t *inputs, const int32_t
     for (int i = 0; i < m->N; i++) {
         if (inputs[i] < 0 || inputs[i] >= V)
             return fail(err,
-                        "llama: input token %d at position %d (row %d, column %d) is outside "
+                        "model: input token %d at position %d (row %d, column %d) is outside "
                         "the vocabulary [0, %d)",
                         inputs[i], i, i / m->T, i % m->T, V);
         if (targets[i] >= V)
             return fail(err,
-                        "llama: target token %d at position %d (row %d, column %d) is outside "
+                        "model: target token %d at position %d (row %d, column %d) is outside "
                         "the vocabulary [0, %d)",
                         targets[i], i, i / m->T, i % m->T, V);
         counted += targets[i] >= 0;
@@ -619,7 +619,7 @@ int llama_model_load(llama_model_t *m, const char *path, bmt_error_t *err)
     /* The blocks to fill: every use but the tied head (the embedding again). */
     const int uses = bmt_blocklist_size(m->list) - (m->cfg.tied ? 1 : 0);
     int **idx = calloc((size_t)uses, sizeof(int *));
-    int rc = idx ? 0 : fail(err, "llama: out of memory");
+    int rc = idx ? 0 : fail(err, "model: out of memory");
 
     /* The file's layers must be the model's: more would be a model the
      * config does not describe, fewer a missing tensor named below. */
@@ -635,7 +635,7 @@ int llama_model_load(llama_model_t *m, const char *path, bmt_error_t *err)
     for (int u = 0; u < uses && rc == 0; u++) {
         const bmt_block_t *b = bmt_blocklist_block(m->list, u);
         if ((idx[u] = calloc((size_t)bmt_block_num_params(b) + 1, sizeof(int))) == NULL)
-            rc = fail(err, "llama: out of memory");
+            rc = fail(err, "model: out of memory");
         else
             rc = match_block(st, path, b, idx[u], err);
     }

@@ -47,12 +47,6 @@ static int preset(const char *name, llama_config_t *c)
 }
 
 /* llama/ names itself in its messages; the trainer prefixes the program. */
-static void unprefix(bmt_error_t *err)
-{
-    if (strncmp(err->text, "llama: ", 7) == 0)
-        memmove(err->text, err->text + 7, strlen(err->text + 7) + 1);
-}
-
 enum {
     O_LAYERS = TRAINER_OPT_MODEL,
     O_HEADS,
@@ -95,7 +89,6 @@ static int configure(void *self, const trainer_choice_t *c)
     bmt_error_t err;
     if (c->init_from) {
         if (llama_config_from_file(c->init_from, &w->cfg, &err) < 0) {
-            unprefix(&err);
             fprintf(stderr, "llama: %s\n", err.text);
             return 1;
         }
@@ -122,10 +115,8 @@ static int configure(void *self, const trainer_choice_t *c)
         m->vocab_size = w->vocab;
     if (w->max_seq)
         m->max_seq_len = w->max_seq;
-    if (llama_config_check(m, &err) < 0) {
-        unprefix(&err);
+    if (llama_config_check(m, &err) < 0)
         return trainer_bad("%s", err.text);
-    }
     return 0;
 }
 
@@ -160,28 +151,19 @@ static void *create(void *self, bmt_ctx_t *ctx, int B, int T, const bmt_blocklis
                  "it under bmlaunch --device cpu)");
         return NULL;
     }
-    llama_model_t *m = llama_model_create(ctx, &((llama_wiring_t *)self)->cfg, B, T, lc, seed, err);
-    if (m == NULL)
-        unprefix(err);
-    return m;
+    return llama_model_create(ctx, &((llama_wiring_t *)self)->cfg, B, T, lc, seed, err);
 }
 
 static int load(void *m, const char *path, bmt_error_t *err)
 {
-    int rc = llama_model_load(m, path, err);
-    if (rc < 0)
-        unprefix(err);
-    return rc;
+    return llama_model_load(m, path, err);
 }
 
 static bmt_blocklist_t *list(void *m) { return llama_model_list(m); }
 
 static int set_batch(void *m, const int32_t *in, const int32_t *tg, bmt_error_t *err)
 {
-    int rc = llama_model_set_batch(m, in, tg, err);
-    if (rc < 0)
-        unprefix(err);
-    return rc;
+    return llama_model_set_batch(m, in, tg, err);
 }
 
 static float loss(const void *m) { return llama_model_loss(m); }
@@ -204,31 +186,6 @@ static json_t *state(const void *self)
                      "n_kv_head", c->n_kv_head, "n_embd", c->n_embd, "head_dim", c->head_dim, "ffn",
                      c->ffn, "vocab_size", c->vocab_size, "max_seq_len", c->max_seq_len, "tied",
                      c->tied);
-}
-
-static int state_check(const void *self, const json_t *model, bmt_error_t *err)
-{
-    const llama_config_t *c = &((const llama_wiring_t *)self)->cfg;
-    int L = -1, H = -1, KV = -1, C = -1, hd = -1, F = -1, V = -1, maxT = -1, tied = -1;
-    if (model == NULL ||
-        json_unpack((json_t *)model, "{sisisisisisisisisb}", "n_layer", &L, "n_head", &H,
-                    "n_kv_head", &KV, "n_embd", &C, "head_dim", &hd, "ffn", &F, "vocab_size", &V,
-                    "max_seq_len", &maxT, "tied", &tied))
-        return snprintf(err->text, sizeof(err->text),
-                        "the checkpoint has no llama state (step, model, data position)"),
-               -1;
-    if (L != c->n_layer || H != c->n_head || KV != c->n_kv_head || C != c->n_embd ||
-        hd != c->head_dim || F != c->ffn || V != c->vocab_size || maxT != c->max_seq_len ||
-        tied != (int)c->tied)
-        return snprintf(err->text, sizeof(err->text),
-                        "the checkpoint is of another model (L %d, H %d, KV %d, C %d, head_dim "
-                        "%d, F %d, V %d, maxT %d, tied %d); this run's is L %d, H %d, KV %d, C "
-                        "%d, head_dim %d, F %d, V %d, maxT %d, tied %d",
-                        L, H, KV, C, hd, F, V, maxT, tied, c->n_layer, c->n_head, c->n_kv_head,
-                        c->n_embd, c->head_dim, c->ffn, c->vocab_size, c->max_seq_len,
-                        (int)c->tied),
-               -1;
-    return 0;
 }
 
 int main(int argc, char **argv)
@@ -264,7 +221,6 @@ int main(int argc, char **argv)
         .destroy = destroy,
         .hf_config_json = hf_config_json,
         .state = state,
-        .state_check = state_check,
     };
     return trainer_main(&model, argc, argv);
 }
