@@ -78,6 +78,14 @@ test_expect_success "--resume with another model (2 layers) is refused, naming t
     ! grep -q "^0: step" out
 '
 
+test_expect_success "--resume with the same blocks but another model (--max-seq 128) is refused, showing both" '
+    mkdir ck && cp -r $TMP/ck/step-00000020 ck/ && printf step-00000020 >ck/latest &&
+    test_must_fail with_timeout 60 $BMLAUNCH --metrics-port 0 -g 2 -n 2 --device cpu -- $LLAMA $RUN \
+        --max-seq 128 --steps 40 --save-dir ck --resume >out 2>err &&
+    grep -q "the checkpoint is of another model (.*\"max_seq_len\":256.*); this run.s is .*\"max_seq_len\":128" err &&
+    test "$(cat ck/latest)" = step-00000020 && ! grep -q "^0: step" out
+'
+
 test_expect_success "--init-from a step directory: it reads back as the same model (1x1), its validation loss again (2x2)" '
     with_timeout 60 $BMLAUNCH --metrics-port 0 -n 1 --device cpu -- $LLAMA $RUN --lr 0 --steps 1 \
         --init-from $TMP/ck/step-00000040 --eval-batches 16 >out 2>err || { tail -5 err; false; } &&
