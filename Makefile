@@ -21,8 +21,8 @@ PYTHONDIR ?= $(PREFIX)/lib/python3/dist-packages
 CUDA_HOME ?= /usr/local/cuda
 CC ?= cc
 PKG_CONFIG ?= pkg-config
-# sm_90a: Hopper's arch-specific instructions (wgmma) for the GPT-2 example's
-# attention; another CUDA_ARCH builds without them (GPT2_WGMMA undefined).
+# sm_90a: Hopper's arch-specific instructions (wgmma) for nn's flash
+# attention; another CUDA_ARCH builds without them (NN_WGMMA undefined).
 CUDA_ARCH ?= -gencode=arch=compute_90a,code=sm_90a
 
 comma := ,
@@ -73,7 +73,7 @@ endif
 BMT_CFLAGS := -std=c11 -pthread -D_GNU_SOURCE $(WARN) $(OPT) $(SAN) $(if $(filter 1,$(WERROR)),-Werror) \
 	-fPIC -fvisibility=hidden -MMD -MP -Iinclude -Iruntime
 BMT_LDFLAGS := $(SAN)
-NVCC_FLAGS := -std=c++17 -O2 -g $(CUDA_ARCH) $(if $(findstring sm_90a,$(CUDA_ARCH)),-DGPT2_WGMMA) \
+NVCC_FLAGS := -std=c++17 -O2 -g $(CUDA_ARCH) $(if $(findstring sm_90a,$(CUDA_ARCH)),-DNN_WGMMA) \
 	-Xcompiler -fPIC,-fvisibility=hidden -Iinclude -Iruntime -Iexamples -I.
 
 # ---------------------------------------------------------------- sources
@@ -105,17 +105,17 @@ FAILIO_SO := $(BUILDDIR)/tests/plugins/failio.so
 
 # The GPT-2 example (examples/gpt2): everything but its main, train.c, is a
 # library that the trainer, the unit tests and the test programs link.
-# Its CUDA kernels (examples/gpt2/*_cuda.cu) join it where CUDA is found, and
-# whatever links it then links cuBLAS and cuBLASLt (as needed only).
 GPT2_SRC := $(filter-out examples/gpt2/train.c,$(wildcard examples/gpt2/*.c))
-GPT2_CU := $(if $(HAVE_CUDA),$(wildcard examples/gpt2/*_cuda.cu))
-GPT2_LIBS := $(if $(HAVE_CUDA),-Wl$(comma)--push-state$(comma)--as-needed -lcublasLt -lcublas -Wl$(comma)--pop-state)
 GPT2_A := $(BUILDDIR)/examples/gpt2/libgpt2.a
 GPT2_BIN := $(if $(wildcard examples/gpt2/train.c),$(BUILDDIR)/bin/gpt2)
 
 # Model building blocks shared by every model (nn/, docs/nn.md), and the Llama
 # example's library (examples/llama: everything but a train.c), linked as GPT-2's.
+# nn's CUDA kernels (nn/*_cuda.cu) join libnn where CUDA is found, and
+# whatever links it then links cuBLAS and cuBLASLt (as needed only).
 NN_SRC := $(wildcard nn/*.c)
+NN_CU := $(if $(HAVE_CUDA),$(wildcard nn/*_cuda.cu))
+NN_LIBS := $(if $(HAVE_CUDA),-Wl$(comma)--push-state$(comma)--as-needed -lcublasLt -lcublas -Wl$(comma)--pop-state)
 NN_A := $(BUILDDIR)/nn/libnn.a
 LLAMA_SRC := $(filter-out examples/llama/train.c,$(wildcard examples/llama/*.c))
 LLAMA_A := $(BUILDDIR)/examples/llama/libllama.a
@@ -249,12 +249,12 @@ $(BMLAUNCH): $(BUILDDIR)/launcher/main.o $(LAUNCHER_A) $(PLUGIN_COMMON_A) $(LIBB
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(LAUNCHER_LIBS) $(LIB_LIBS) $(MHD_LIBS) $(GNUTLS_LIBS) $(JANSSON_LIBS)
 
-$(GPT2_A): $(GPT2_SRC:%.c=$(BUILDDIR)/%.o) $(GPT2_CU:%.cu=$(BUILDDIR)/%.o)
+$(GPT2_A): $(GPT2_SRC:%.c=$(BUILDDIR)/%.o)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  AR      $@")
 	$(Q)rm -f $@ && $(AR) rcs $@ $^
 
-$(NN_A): $(NN_SRC:%.c=$(BUILDDIR)/%.o)
+$(NN_A): $(NN_SRC:%.c=$(BUILDDIR)/%.o) $(NN_CU:%.cu=$(BUILDDIR)/%.o)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  AR      $@")
 	$(Q)rm -f $@ && $(AR) rcs $@ $^
@@ -272,21 +272,21 @@ $(TRAINER_A): $(TRAINER_SRC:%.c=$(BUILDDIR)/%.o)
 $(GPT2_BIN): $(BUILDDIR)/examples/gpt2/train.o $(TRAINER_A) $(GPT2_A) $(NN_A) $(PLUGIN_COMMON_A) $(LIBBMT_A)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  LD      $@")
-	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(TRAINER_A) $(GPT2_A) $(NN_A) $(LIBBMT_A) $(GPT2_LIBS) $(LIB_LIBS)
+	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(TRAINER_A) $(GPT2_A) $(NN_A) $(LIBBMT_A) $(NN_LIBS) $(LIB_LIBS)
 
 # The Llama trainer links GPT-2's library for its token-shard loader
 # (examples/gpt2/data.c) only.
 $(LLAMA_BIN): $(BUILDDIR)/examples/llama/train.o $(TRAINER_A) $(LLAMA_A) $(GPT2_A) $(NN_A) $(LIBBMT_A)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  LD      $@")
-	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(TRAINER_A) $(LLAMA_A) $(GPT2_A) $(NN_A) $(LIBBMT_A) $(GPT2_LIBS) $(LIB_LIBS)
+	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(TRAINER_A) $(LLAMA_A) $(GPT2_A) $(NN_A) $(LIBBMT_A) $(NN_LIBS) $(LIB_LIBS)
 
 $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN): $(BUILDDIR)/%: $(BUILDDIR)/%.o $(LAUNCHER_A) $(PLUGIN_COMMON_A) $(LIBBMT_A) $(MODEL_LIBS)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(filter $(@)_cuda.o,$(PROG_CU:%.cu=$(BUILDDIR)/%.o)) \
 	    $(MODEL_LIBS) $(LAUNCHER_LIBS) $(if $(filter $(@)_cuda.o,$(PROG_CU:%.cu=$(BUILDDIR)/%.o)),-lcublas) \
-	    $(GPT2_LIBS) $(LIB_LIBS) $(MHD_LIBS) $(GNUTLS_LIBS) $(JANSSON_LIBS)
+	    $(NN_LIBS) $(LIB_LIBS) $(MHD_LIBS) $(GNUTLS_LIBS) $(JANSSON_LIBS)
 
 # Each program depends on its CUDA part, when it has one.
 $(foreach cu,$(PROG_CU),$(eval $(BUILDDIR)/$(cu:_cuda.cu=): $(BUILDDIR)/$(cu:.cu=.o)))

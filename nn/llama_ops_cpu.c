@@ -2,7 +2,7 @@
  *
  * Layer: nn/ is below every model and uses nothing of libbmt; these functions
  * only compute. They are the reference of the CUDA kernels, so they trade a
- * little speed for accuracy where it is cheap, as examples/gpt2/ops_cpu.c does:
+ * little speed for accuracy where it is cheap, as nn/ops_cpu.c does:
  *   - every reduction (dot products, means, softmax sums, gradient sums over rows
  *     and heads) accumulates in double from exact f32 x f32 products, and is
  *     rounded to f32 once; `float_lvalue += double_value` rounds once too;
@@ -26,7 +26,7 @@
  * D = dout . out (below) by |dout| |out| 2^-24, so a gradient that cancels loses
  * that much against its terms (~1e-5 of the tensor's largest at |lse| < 10).
  *
- * The products are llm.c's two loop nests as in examples/gpt2/ops_cpu.c (mm_rows:
+ * The products are llm.c's two loop nests as in nn/ops_cpu.c (mm_rows:
  * c += a x b read along b's rows; mm_dots: c += a b^T as dot products of rows),
  * without the bias. GPT-2's copy goes when GPT-2 moves onto nn/ (STYLE.md 15).
  */

@@ -1,6 +1,6 @@
 #!/bin/bash
 # bench/gpu/ab.sh — the GPT-2 kernels' timings for several versions of
-# examples/gpt2/ops_cuda.cu, measured in the same device call, side by side.
+# nn/ops_cuda.cu, measured in the same device call, side by side.
 #
 #   AB="old=build-ab/old.cu v2=build-ab/v2.cu" bench/gpu/ab.sh
 #
@@ -17,7 +17,7 @@
 set -u
 OUT=${OUT:-$PWD/gpu-out}
 ROUNDS=${ROUNDS:-2}
-SRC=examples/gpt2/ops_cuda.cu
+SRC=nn/ops_cuda.cu
 mkdir -p "$OUT"
 case "$ROUNDS" in '' | *[!0-9]* | 0) echo "ab.sh: ROUNDS must be a count of at least 1, not '$ROUNDS'" >&2; exit 2 ;; esac
 names=(tree) files=("")

@@ -31,8 +31,8 @@
 #include "bmt/device.h"
 #include "bmt/safetensors.h"
 #include "gpt2/model_cuda.h"
-#include "gpt2/ops_cuda.h" /* GPT2_GEMM_TUNE_MAX */
-#include "gpt2/ops_cpu.h"
+#include "nn/ops_cuda.h" /* NN_GEMM_TUNE_MAX */
+#include "nn/ops_cpu.h"
 #include "nn/hfjson.h"
 
 /* A layer's activations, all (B,T,...) row-major, f32. */
@@ -169,16 +169,16 @@ static void layer_forward(gpt2_model_t *m, int l, const float *const *p)
     layer_acts_t *a = acts_of(m, l);
     const float *x = m->x[l];
     float *out = m->x[l + 1];
-    gpt2_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p[P_LN1_W], p[P_LN1_B], N, C);
-    gpt2_matmul_forward(a->qkv, a->ln1, p[P_ATTN_W], p[P_ATTN_B], N, C, 3 * C, 0);
-    gpt2_attention_forward(a->atty, a->preatt, a->att, a->qkv, m->B, m->T, C, m->cfg.n_head);
-    gpt2_matmul_forward(out, a->atty, p[P_APROJ_W], p[P_APROJ_B], N, C, C, 0); /* out as temp */
-    gpt2_residual_forward(a->res2, x, out, N * C);
-    gpt2_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p[P_LN2_W], p[P_LN2_B], N, C);
-    gpt2_matmul_forward(a->fch, a->ln2, p[P_FC_W], p[P_FC_B], N, C, 4 * C, 0);
-    gpt2_gelu_forward(a->fch_gelu, a->fch, N * 4 * C);
-    gpt2_matmul_forward(out, a->fch_gelu, p[P_FPROJ_W], p[P_FPROJ_B], N, 4 * C, C, 0);
-    gpt2_residual_forward(out, a->res2, out, N * C);
+    nn_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p[P_LN1_W], p[P_LN1_B], N, C);
+    nn_conv1d_forward(a->qkv, a->ln1, p[P_ATTN_W], p[P_ATTN_B], N, C, 3 * C, 0);
+    nn_attention_qkv_forward(a->atty, a->preatt, a->att, a->qkv, m->B, m->T, C, m->cfg.n_head);
+    nn_conv1d_forward(out, a->atty, p[P_APROJ_W], p[P_APROJ_B], N, C, C, 0); /* out as temp */
+    nn_residual_forward(a->res2, x, out, N * C);
+    nn_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p[P_LN2_W], p[P_LN2_B], N, C);
+    nn_conv1d_forward(a->fch, a->ln2, p[P_FC_W], p[P_FC_B], N, C, 4 * C, 0);
+    nn_gelu_forward(a->fch_gelu, a->fch, N * 4 * C);
+    nn_conv1d_forward(out, a->fch_gelu, p[P_FPROJ_W], p[P_FPROJ_B], N, 4 * C, C, 0);
+    nn_residual_forward(out, a->res2, out, N * C);
 }
 
 /* dres: in, the gradient w.r.t. x[l+1]; out, w.r.t. x[l]. */
@@ -189,35 +189,35 @@ static void layer_backward(gpt2_model_t *m, int l, const float *const *p, float 
     const size_t nc = (size_t)N * C * sizeof(float);
     memcpy(m->dres2, m->dres, nc); /* the residual path: d res2 = d out + ... */
     memset(m->dfch_gelu, 0, (size_t)N * 4 * C * sizeof(float));
-    gpt2_matmul_backward(m->dfch_gelu, g[P_FPROJ_W], g[P_FPROJ_B], m->dres, a->fch_gelu,
-                         p[P_FPROJ_W], N, 4 * C, C, 0);
+    nn_conv1d_backward(m->dfch_gelu, g[P_FPROJ_W], g[P_FPROJ_B], m->dres, a->fch_gelu, p[P_FPROJ_W],
+                       N, 4 * C, C, 0);
     memset(m->dfch, 0, (size_t)N * 4 * C * sizeof(float));
-    gpt2_gelu_backward(m->dfch, a->fch, m->dfch_gelu, N * 4 * C);
+    nn_gelu_backward(m->dfch, a->fch, m->dfch_gelu, N * 4 * C);
     memset(m->dln, 0, nc);
-    gpt2_matmul_backward(m->dln, g[P_FC_W], g[P_FC_B], m->dfch, a->ln2, p[P_FC_W], N, C, 4 * C, 0);
-    gpt2_layernorm_backward(m->dres2, g[P_LN2_W], g[P_LN2_B], m->dln, a->res2, p[P_LN2_W],
-                            a->ln2_mean, a->ln2_rstd, N, C);
+    nn_conv1d_backward(m->dln, g[P_FC_W], g[P_FC_B], m->dfch, a->ln2, p[P_FC_W], N, C, 4 * C, 0);
+    nn_layernorm_backward(m->dres2, g[P_LN2_W], g[P_LN2_B], m->dln, a->res2, p[P_LN2_W],
+                          a->ln2_mean, a->ln2_rstd, N, C);
     memcpy(m->dres, m->dres2, nc); /* d x = d res2 + ... */
     memset(m->datty, 0, nc);
-    gpt2_matmul_backward(m->datty, g[P_APROJ_W], g[P_APROJ_B], m->dres2, a->atty, p[P_APROJ_W], N,
-                         C, C, 0);
+    nn_conv1d_backward(m->datty, g[P_APROJ_W], g[P_APROJ_B], m->dres2, a->atty, p[P_APROJ_W], N, C,
+                       C, 0);
     memset(m->dqkv, 0, (size_t)N * 3 * C * sizeof(float));
-    gpt2_attention_backward(m->dqkv, m->dpreatt, m->datt, m->datty, a->qkv, a->att, m->B, m->T, C,
-                            m->cfg.n_head);
+    nn_attention_qkv_backward(m->dqkv, m->dpreatt, m->datt, m->datty, a->qkv, a->att, m->B, m->T, C,
+                              m->cfg.n_head);
     memset(m->dln, 0, nc);
-    gpt2_matmul_backward(m->dln, g[P_ATTN_W], g[P_ATTN_B], m->dqkv, a->ln1, p[P_ATTN_W], N, C,
-                         3 * C, 0);
-    gpt2_layernorm_backward(m->dres, g[P_LN1_W], g[P_LN1_B], m->dln, m->x[l], p[P_LN1_W],
-                            a->ln1_mean, a->ln1_rstd, N, C);
+    nn_conv1d_backward(m->dln, g[P_ATTN_W], g[P_ATTN_B], m->dqkv, a->ln1, p[P_ATTN_W], N, C, 3 * C,
+                       0);
+    nn_layernorm_backward(m->dres, g[P_LN1_W], g[P_LN1_B], m->dln, m->x[l], p[P_LN1_W], a->ln1_mean,
+                          a->ln1_rstd, N, C);
 }
 
 static void head_forward(gpt2_model_t *m, const float *const *p)
 {
     const int N = m->N, C = m->cfg.n_embd, V = m->cfg.vocab_size;
-    gpt2_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->x[m->cfg.n_layer], p[P_LNF_W],
-                           p[P_LNF_B], N, C);
-    gpt2_matmul_forward(m->logits, m->lnf, p[P_WTE], NULL, N, C, V, 1);
-    gpt2_crossentropy_forward(m->losses, m->probs, m->logits, m->targets, m->B, m->T, V);
+    nn_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->x[m->cfg.n_layer], p[P_LNF_W],
+                         p[P_LNF_B], N, C);
+    nn_conv1d_forward(m->logits, m->lnf, p[P_WTE], NULL, N, C, V, 1);
+    nn_crossentropy_forward(m->losses, m->probs, m->logits, m->targets, m->B, m->T, V);
     double sum = 0;
     for (int i = 0; i < N; i++)
         if (m->targets[i] >= 0)
@@ -230,13 +230,13 @@ static void head_backward(gpt2_model_t *m, const float *const *p, float *const *
     const int N = m->N, C = m->cfg.n_embd, V = m->cfg.vocab_size;
     memset(m->dlogits, 0, (size_t)N * V * sizeof(float));
     if (m->counted)
-        gpt2_crossentropy_backward(m->dlogits, m->probs, m->targets, 1.0f / (float)m->counted, m->B,
-                                   m->T, V);
+        nn_crossentropy_backward(m->dlogits, m->probs, m->targets, 1.0f / (float)m->counted, m->B,
+                                 m->T, V);
     memset(m->dln, 0, (size_t)N * C * sizeof(float));
-    gpt2_matmul_backward(m->dln, g[P_WTE], NULL, m->dlogits, m->lnf, p[P_WTE], N, C, V, 1);
+    nn_conv1d_backward(m->dln, g[P_WTE], NULL, m->dlogits, m->lnf, p[P_WTE], N, C, V, 1);
     memset(m->dres, 0, (size_t)N * C * sizeof(float));
-    gpt2_layernorm_backward(m->dres, g[P_LNF_W], g[P_LNF_B], m->dln, m->x[m->cfg.n_layer],
-                            p[P_LNF_W], m->lnf_mean, m->lnf_rstd, N, C);
+    nn_layernorm_backward(m->dres, g[P_LNF_W], g[P_LNF_B], m->dln, m->x[m->cfg.n_layer], p[P_LNF_W],
+                          m->lnf_mean, m->lnf_rstd, N, C);
 }
 
 /* The "transformer" block: use 0 embeds, use L+1 is the head. */
@@ -247,7 +247,7 @@ static int top_forward(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
         return gpt2_cu_forward(m->cu, c, err);
     const float *const *p = (const float *const *)c->params;
     if (c->index == 0)
-        gpt2_encoder_forward(m->x[0], m->inputs, p[P_WTE], p[P_WPE], m->B, m->T, m->cfg.n_embd);
+        nn_encoder_forward(m->x[0], m->inputs, p[P_WTE], p[P_WPE], m->B, m->T, m->cfg.n_embd);
     else
         head_forward(m, p);
     return 0;
@@ -261,7 +261,7 @@ static int top_backward(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
     const float *const *p = (const float *const *)c->params;
     float *const *g = (float *const *)c->grads;
     if (c->index == 0)
-        gpt2_encoder_backward(g[P_WTE], g[P_WPE], m->dres, m->inputs, m->B, m->T, m->cfg.n_embd);
+        nn_encoder_backward(g[P_WTE], g[P_WPE], m->dres, m->inputs, m->B, m->T, m->cfg.n_embd);
     else
         head_backward(m, p, g);
     return 0;
@@ -509,10 +509,10 @@ int gpt2_model_keep_attention(gpt2_model_t *m, int mode, bmt_error_t *err)
 
 int gpt2_model_gemm_tune(gpt2_model_t *m, int candidates, bmt_error_t *err)
 {
-    if (candidates < 0 || candidates > GPT2_GEMM_TUNE_MAX) {
+    if (candidates < 0 || candidates > NN_GEMM_TUNE_MAX) {
         snprintf(err->text, sizeof(err->text),
                  "gpt2: %d product candidates to time: give 0 (no timing) to %d", candidates,
-                 GPT2_GEMM_TUNE_MAX);
+                 NN_GEMM_TUNE_MAX);
         return -1;
     }
     return m->cu ? gpt2_cu_gemm_tune(m->cu, candidates, err) : 0;

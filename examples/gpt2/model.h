@@ -3,7 +3,7 @@
  * Two compute paths with the same results: on a cpu context, f32 parameters
  * and activations with the plain C layers of ops_cpu.c (the reference); on a
  * cuda context, bf16 parameters (f32 master weights in the optimizer, f32
- * gradients) and bf16 activations with the kernels of ops_cuda.cu
+ * gradients) and bf16 activations with the kernels of nn/ops_cuda.cu
  * (model_cuda.c).
  *
  * The model is HF's GPT2LMHeadModel: token and position embeddings,
@@ -94,8 +94,8 @@ int gpt2_model_keep_logits(gpt2_model_t *m, bmt_error_t *err);
 int gpt2_model_keep_attention(gpt2_model_t *m, int mode, bmt_error_t *err);
 
 /* cuda: the products time `candidates` cuBLASLt algorithms per shape at first
- * use and keep the fastest (gpt2_cuda_gemm_tune; 0 or 1: the heuristic's
- * first). No effect on cpu. -1 and err outside [0, GPT2_GEMM_TUNE_MAX (32)]. */
+ * use and keep the fastest (nn_cuda_gemm_tune; 0 or 1: the heuristic's
+ * first). No effect on cpu. -1 and err outside [0, NN_GEMM_TUNE_MAX (32)]. */
 int gpt2_model_gemm_tune(gpt2_model_t *m, int candidates, bmt_error_t *err);
 
 /* The sizes of the GPT-2 in a safetensors file, index or directory (HF names,
@@ -112,7 +112,7 @@ int gpt2_model_gemm_tune(gpt2_model_t *m, int candidates, bmt_error_t *err);
 int gpt2_config_from_file(const char *path, int n_head, gpt2_config_t *cfg, bmt_error_t *err);
 
 /* The LayerNorm epsilon of every LayerNorm the trainer computes (ops_cpu.c,
- * ops_cuda.cu); HF's layer_norm_epsilon. */
+ * nn/ops_cuda.cu); HF's layer_norm_epsilon. */
 #define GPT2_LAYERNORM_EPS 1e-5
 
 /* Check an HF GPT2Config (config.json's text, NUL-terminated) against the

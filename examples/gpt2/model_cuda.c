@@ -1,6 +1,6 @@
 /* examples/gpt2/model_cuda.c — GPT-2's callbacks on CUDA (see model_cuda.h).
  *
- * The same dataflow as model.c's CPU layers, with ops_cuda.h's kernels:
+ * The same dataflow as model.c's CPU layers, with nn/ops_cuda.h's kernels:
  * activations bf16, LayerNorm statistics and losses f32, parameter gradients
  * f32 (added into the list's buffers). The residual stream x_0..x_L is kept
  * (the blocks' inputs); a layer's internals live in one scratch set under
@@ -43,7 +43,7 @@
 #ifdef BMT_HAVE_CUDA
 #include <cuda_runtime.h>
 
-#include "gpt2/ops_cuda.h"
+#include "nn/ops_cuda.h"
 
 typedef struct cu_layer {
     void *ln1, *qkvr, *att, *atty, *res2, *ln2, *fch, *fch_gelu; /* bf16 */
@@ -59,7 +59,7 @@ struct gpt2_cu {
     bool ckpt;
     bool keep_attn;       /* checkpointing keeps each layer's attention output (katty, katt) */
     void **katty, **katt; /* (L) when keep_attn: a layer's atty and att, forward to backward */
-    gpt2_cuda_t *h;
+    nn_cuda_t *h;
     void *workspace;
     int32_t *tokens; /* device: inputs (N), targets (N), buckets (3N + 1), one upload */
     int32_t *inputs, *targets, *buckets; /* into tokens */
@@ -152,14 +152,14 @@ gpt2_cu_t *gpt2_cu_create(bmt_ctx_t *ctx, const gpt2_config_t *cfg, int B, int T
     }
     cu->acts_of = -1;
     cu->ckpt = ckpt;
-    cu->flash = gpt2_cuda_attention_is_flash(cfg->n_embd, cfg->n_head) != 0;
+    cu->flash = nn_cuda_attention_is_flash(cfg->n_embd, cfg->n_head) != 0;
     cu->stream = bmt_compute_stream(ctx);
     cu->U = (size_t)cu->N * cfg->n_embd * 2;
-    cu->att_bytes = gpt2_cuda_attention_saved_bytes(B, T, cfg->n_embd, cfg->n_head);
+    cu->att_bytes = nn_cuda_attention_saved_bytes(B, T, cfg->n_embd, cfg->n_head);
     const int max_cols = 4 * cfg->n_embd;
     if ((cu->workspace =
-             bmt_alloc(ctx, BMT_MEM_WORKSPACE, gpt2_cuda_workspace_bytes(max_cols), err)) == NULL ||
-        (cu->h = gpt2_cuda_create(bmt_compute_stream(ctx), cu->workspace, max_cols, err)) == NULL ||
+             bmt_alloc(ctx, BMT_MEM_WORKSPACE, nn_cuda_workspace_bytes(max_cols), err)) == NULL ||
+        (cu->h = nn_cuda_create(bmt_compute_stream(ctx), cu->workspace, max_cols, err)) == NULL ||
         alloc_all(cu, err) < 0) {
         gpt2_cu_destroy(cu);
         return NULL;
@@ -174,7 +174,7 @@ void gpt2_cu_destroy(gpt2_cu_t *cu)
     bmt_ctx_t *ctx = cu->ctx;
     bmt_error_t e;
     bmt_device_synchronize(ctx, &e); /* nothing may still run on what is freed */
-    gpt2_cuda_destroy(cu->h);
+    nn_cuda_destroy(cu->h);
     const int L = cu->cfg.n_layer, sets = cu->ckpt ? 1 : L;
     if (cu->x)
         for (int l = 0; l <= L; l++)
@@ -216,7 +216,7 @@ int gpt2_cu_set_batch(gpt2_cu_t *cu, const int32_t *inputs, const int32_t *targe
     int32_t *h = cu->tokens_host;
     memcpy(h, inputs, N * 4);
     memcpy(h + N, targets, N * 4);
-    int U = gpt2_token_buckets(inputs, cu->N, cu->cfg.vocab_size, h + 2 * N);
+    int U = nn_token_buckets(inputs, cu->N, cu->cfg.vocab_size, h + 2 * N);
     if (U < 0) {
         snprintf(err->text, sizeof(err->text), "gpt2: out of host memory");
         return -1;
@@ -262,7 +262,7 @@ static cu_layer_t *layer_of(gpt2_cu_t *cu, int l) { return &cu->acts[cu->ckpt ? 
  * before its first writer, so the projection's is gone before the MLP's. */
 static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bool recompute, bmt_error_t *err)
 {
-    gpt2_cuda_t *h = cu->h;
+    nn_cuda_t *h = cu->h;
     const int N = cu->N, C = cu->cfg.n_embd;
     const size_t NC = (size_t)N * C, U = cu->U, S = (size_t)N * 4;
     cu_layer_t *a = layer_of(cu, l);
@@ -278,31 +278,31 @@ static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bool recompute, b
         return -1;
     void *out = cu->x[l + 1];
     void *qkv = cu->flash ? a->qkvr : cu->qkv, *proj = recompute ? cu->proj : out;
-    if (gpt2_cuda_layernorm_forward(h, a->ln1, a->ln1_mean, a->ln1_rstd, x, p[LN1_W], p[LN1_B], N,
-                                    C, err) < 0 ||
-        gpt2_cuda_matmul_forward(h, qkv, 3 * C, a->ln1, p[ATTN_W], p[ATTN_B], N, C, 3 * C, 0, err) <
+    if (nn_cuda_layernorm_forward(h, a->ln1, a->ln1_mean, a->ln1_rstd, x, p[LN1_W], p[LN1_B], N, C,
+                                  err) < 0 ||
+        nn_cuda_matmul_forward(h, qkv, 3 * C, a->ln1, p[ATTN_W], p[ATTN_B], N, C, 3 * C, 0, err) <
             0 ||
-        (attend && gpt2_cuda_attention_forward(h, *atty, a->qkvr, *att, qkv, cu->attn_y, cu->B,
-                                               cu->T, C, cu->cfg.n_head, err) < 0) ||
-        gpt2_cuda_matmul_forward(h, proj, C, *atty, p[APROJ_W], p[APROJ_B], N, C, C, 0, err) < 0 ||
-        gpt2_cuda_residual_forward(h, a->res2, x, proj, NC, err) < 0)
+        (attend && nn_cuda_attention_forward(h, *atty, a->qkvr, *att, qkv, cu->attn_y, cu->B, cu->T,
+                                             C, cu->cfg.n_head, err) < 0) ||
+        nn_cuda_matmul_forward(h, proj, C, *atty, p[APROJ_W], p[APROJ_B], N, C, C, 0, err) < 0 ||
+        nn_cuda_residual_forward(h, a->res2, x, proj, NC, err) < 0)
         return -1;
     if (recompute)
         drop(cu, &cu->proj);
     if (need(cu, &a->ln2, U, err) < 0 || need(cu, &a->ln2_mean, S, err) < 0 ||
         need(cu, &a->ln2_rstd, S, err) < 0 || need(cu, &a->fch, 4 * U, err) < 0 ||
         need(cu, &a->fch_gelu, 4 * U, err) < 0 ||
-        gpt2_cuda_layernorm_forward(h, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p[LN2_W],
-                                    p[LN2_B], N, C, err) < 0 ||
-        gpt2_cuda_matmul_gelu_forward(h, a->fch_gelu, a->fch, a->ln2, p[FC_W], p[FC_B], N, C, 4 * C,
-                                      err) < 0)
+        nn_cuda_layernorm_forward(h, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p[LN2_W], p[LN2_B],
+                                  N, C, err) < 0 ||
+        nn_cuda_matmul_gelu_forward(h, a->fch_gelu, a->fch, a->ln2, p[FC_W], p[FC_B], N, C, 4 * C,
+                                    err) < 0)
         return -1;
     cu->acts_of = l;
     if (recompute)
         return 0;
-    if (gpt2_cuda_matmul_forward(h, out, C, a->fch_gelu, p[FPROJ_W], p[FPROJ_B], N, 4 * C, C, 0,
-                                 err) < 0 ||
-        gpt2_cuda_residual_forward(h, out, a->res2, out, NC, err) < 0)
+    if (nn_cuda_matmul_forward(h, out, C, a->fch_gelu, p[FPROJ_W], p[FPROJ_B], N, 4 * C, C, 0,
+                               err) < 0 ||
+        nn_cuda_residual_forward(h, out, a->res2, out, NC, err) < 0)
         return -1;
     return 0;
 }
@@ -312,7 +312,7 @@ static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bool recompute, b
  * (a recomputation or the next forward makes it again) and x[l]. */
 static int layer_backward(gpt2_cu_t *cu, int l, void *const *p, float *const *g, bmt_error_t *err)
 {
-    gpt2_cuda_t *h = cu->h;
+    nn_cuda_t *h = cu->h;
     const int N = cu->N, C = cu->cfg.n_embd;
     const size_t U = cu->U;
     cu_layer_t *a = layer_of(cu, l);
@@ -321,40 +321,40 @@ static int layer_backward(gpt2_cu_t *cu, int l, void *const *p, float *const *g,
     cu->acts_of = -1; /* the set is consumed here */
     /* MLP projection: the weight's gradient first, then GELU's output is dead
      * and dfch can take its place. */
-    if (gpt2_cuda_matmul_backward(h, NULL, g[FPROJ_W], g[FPROJ_B], cu->dres, C, a->fch_gelu,
-                                  p[FPROJ_W], N, 4 * C, C, 0, err) < 0)
+    if (nn_cuda_matmul_backward(h, NULL, g[FPROJ_W], g[FPROJ_B], cu->dres, C, a->fch_gelu,
+                                p[FPROJ_W], N, 4 * C, C, 0, err) < 0)
         return -1;
     drop(cu, &a->fch_gelu);
     if (need(cu, &cu->dfch, 4 * U, err) < 0 ||
-        gpt2_cuda_matmul_backward_dgelu(h, cu->dfch, NULL, NULL, cu->dres, C, NULL, p[FPROJ_W],
-                                        a->fch, N, 4 * C, C, err) < 0)
+        nn_cuda_matmul_backward_dgelu(h, cu->dfch, NULL, NULL, cu->dres, C, NULL, p[FPROJ_W],
+                                      a->fch, N, 4 * C, C, err) < 0)
         return -1;
     drop(cu, &a->fch);
     if (need(cu, &cu->dln, U, err) < 0 ||
-        gpt2_cuda_matmul_backward(h, cu->dln, g[FC_W], g[FC_B], cu->dfch, 4 * C, a->ln2, p[FC_W], N,
-                                  C, 4 * C, 0, err) < 0)
+        nn_cuda_matmul_backward(h, cu->dln, g[FC_W], g[FC_B], cu->dfch, 4 * C, a->ln2, p[FC_W], N,
+                                C, 4 * C, 0, err) < 0)
         return -1;
     drop(cu, &cu->dfch, &a->ln2);
     if (need(cu, &cu->dres2, U, err) < 0 ||
-        gpt2_cuda_layernorm_backward(h, cu->dres2, cu->dres, g[LN2_W], g[LN2_B], cu->dln, a->res2,
-                                     p[LN2_W], a->ln2_mean, a->ln2_rstd, N, C, err) < 0)
+        nn_cuda_layernorm_backward(h, cu->dres2, cu->dres, g[LN2_W], g[LN2_B], cu->dln, a->res2,
+                                   p[LN2_W], a->ln2_mean, a->ln2_rstd, N, C, err) < 0)
         return -1;
     drop(cu, &cu->dln, &a->res2, &a->ln2_mean, &a->ln2_rstd);
     if (need(cu, &cu->datty, U, err) < 0 ||
-        gpt2_cuda_matmul_backward(h, cu->datty, g[APROJ_W], g[APROJ_B], cu->dres2, C, *atty,
-                                  p[APROJ_W], N, C, C, 0, err) < 0 ||
+        nn_cuda_matmul_backward(h, cu->datty, g[APROJ_W], g[APROJ_B], cu->dres2, C, *atty,
+                                p[APROJ_W], N, C, C, 0, err) < 0 ||
         need(cu, &cu->dqkv, 3 * U, err) < 0 || need(cu, &cu->datt, cu->att_bytes, err) < 0 ||
-        gpt2_cuda_attention_backward(h, cu->dqkv, cu->datty, *atty, a->qkvr, *att, cu->datt,
-                                     cu->attn_scratch, cu->B, cu->T, C, cu->cfg.n_head, err) < 0)
+        nn_cuda_attention_backward(h, cu->dqkv, cu->datty, *atty, a->qkvr, *att, cu->datt,
+                                   cu->attn_scratch, cu->B, cu->T, C, cu->cfg.n_head, err) < 0)
         return -1;
     drop(cu, &cu->datty, &cu->datt, atty, &a->qkvr, att);
     if (need(cu, &cu->dln, U, err) < 0 ||
-        gpt2_cuda_matmul_backward(h, cu->dln, g[ATTN_W], g[ATTN_B], cu->dqkv, 3 * C, a->ln1,
-                                  p[ATTN_W], N, C, 3 * C, 0, err) < 0)
+        nn_cuda_matmul_backward(h, cu->dln, g[ATTN_W], g[ATTN_B], cu->dqkv, 3 * C, a->ln1,
+                                p[ATTN_W], N, C, 3 * C, 0, err) < 0)
         return -1;
     drop(cu, &cu->dqkv, &a->ln1);
-    if (gpt2_cuda_layernorm_backward(h, cu->dres, cu->dres2, g[LN1_W], g[LN1_B], cu->dln, cu->x[l],
-                                     p[LN1_W], a->ln1_mean, a->ln1_rstd, N, C, err) < 0)
+    if (nn_cuda_layernorm_backward(h, cu->dres, cu->dres2, g[LN1_W], g[LN1_B], cu->dln, cu->x[l],
+                                   p[LN1_W], a->ln1_mean, a->ln1_rstd, N, C, err) < 0)
         return -1;
     drop(cu, &cu->dln, &cu->dres2, &a->ln1_mean, &a->ln1_rstd, &cu->x[l]);
     return 0;
@@ -364,40 +364,40 @@ static int layer_backward(gpt2_cu_t *cu, int l, void *const *p, float *const *g,
  * d loss / d logits in their place. */
 static int head_chunk(gpt2_cu_t *cu, void *const *p, int r0, int n, bmt_error_t *err)
 {
-    gpt2_cuda_t *h = cu->h;
+    nn_cuda_t *h = cu->h;
     const int C = cu->cfg.n_embd, V = cu->cfg.vocab_size;
     const float dloss = cu->counted ? 1.0f / (float)cu->counted : 0.0f;
     const void *lnf = (const char *)cu->lnf + (size_t)r0 * C * 2;
-    if (gpt2_cuda_matmul_forward(h, cu->logits, cu->Vp, lnf, p[WTE], NULL, n, C, V, 1, err) < 0 ||
+    if (nn_cuda_matmul_forward(h, cu->logits, cu->Vp, lnf, p[WTE], NULL, n, C, V, 1, err) < 0 ||
         (cu->logits_f32 &&
-         gpt2_cuda_to_f32(h, cu->logits_f32 + (size_t)r0 * V, cu->logits, n, V, cu->Vp, err) < 0) ||
-        gpt2_cuda_crossentropy(h, cu->losses + r0, cu->logits, cu->Vp, cu->targets + r0, dloss, n,
-                               V, err) < 0)
+         nn_cuda_to_f32(h, cu->logits_f32 + (size_t)r0 * V, cu->logits, n, V, cu->Vp, err) < 0) ||
+        nn_cuda_crossentropy(h, cu->losses + r0, cu->logits, cu->Vp, cu->targets + r0, dloss, n, V,
+                             err) < 0)
         return -1;
     return 0;
 }
 
 static int head_forward(gpt2_cu_t *cu, void *const *p, bmt_error_t *err)
 {
-    gpt2_cuda_t *h = cu->h;
+    nn_cuda_t *h = cu->h;
     const int N = cu->N, C = cu->cfg.n_embd;
     const bool chunked = cu->head_rows < N; /* the backward makes each chunk's logits again */
     if (need(cu, &cu->lnf, cu->U, err) < 0 ||
         need(cu, &cu->logits, (size_t)cu->head_rows * cu->Vp * 2, err) < 0 ||
-        gpt2_cuda_layernorm_forward(h, cu->lnf, cu->lnf_mean, cu->lnf_rstd, cu->x[cu->cfg.n_layer],
-                                    p[LNF_W], p[LNF_B], N, C, err) < 0)
+        nn_cuda_layernorm_forward(h, cu->lnf, cu->lnf_mean, cu->lnf_rstd, cu->x[cu->cfg.n_layer],
+                                  p[LNF_W], p[LNF_B], N, C, err) < 0)
         return -1;
     for (int r0 = 0; r0 < N; r0 += cu->head_rows)
         if (head_chunk(cu, p, r0, N - r0 < cu->head_rows ? N - r0 : cu->head_rows, err) < 0)
             return -1;
     if (chunked)
         drop(cu, &cu->logits);
-    return gpt2_cuda_sum(h, cu->loss_sum, cu->losses, N, err);
+    return nn_cuda_sum(h, cu->loss_sum, cu->losses, N, err);
 }
 
 static int head_backward(gpt2_cu_t *cu, void *const *p, float *const *g, bmt_error_t *err)
 {
-    gpt2_cuda_t *h = cu->h;
+    nn_cuda_t *h = cu->h;
     const int N = cu->N, C = cu->cfg.n_embd, V = cu->cfg.vocab_size;
     const int L = cu->cfg.n_layer;
     if (need(cu, &cu->dres, cu->U, err) < 0)
@@ -417,12 +417,12 @@ static int head_backward(gpt2_cu_t *cu, void *const *p, float *const *g, bmt_err
         const int n = N - r0 < cu->head_rows ? N - r0 : cu->head_rows;
         const size_t off = (size_t)r0 * C * 2;
         if ((cu->head_rows < N && head_chunk(cu, p, r0, n, err) < 0) ||
-            gpt2_cuda_matmul_backward(h, (char *)cu->dln + off, g[WTE], NULL, cu->logits, cu->Vp,
-                                      (const char *)cu->lnf + off, p[WTE], n, C, V, 1, err) < 0)
+            nn_cuda_matmul_backward(h, (char *)cu->dln + off, g[WTE], NULL, cu->logits, cu->Vp,
+                                    (const char *)cu->lnf + off, p[WTE], n, C, V, 1, err) < 0)
             return -1;
     }
-    if (gpt2_cuda_layernorm_backward(h, cu->dres, NULL, g[LNF_W], g[LNF_B], cu->dln, cu->x[L],
-                                     p[LNF_W], cu->lnf_mean, cu->lnf_rstd, N, C, err) < 0)
+    if (nn_cuda_layernorm_backward(h, cu->dres, NULL, g[LNF_W], g[LNF_B], cu->dln, cu->x[L],
+                                   p[LNF_W], cu->lnf_mean, cu->lnf_rstd, N, C, err) < 0)
         return -1;
     drop(cu, &cu->dln, &cu->logits, &cu->lnf, &cu->x[L]);
     return 0;
@@ -439,8 +439,8 @@ int gpt2_cu_forward(gpt2_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *err)
     if (c->index == 0)
         return need(cu, &cu->x[0], cu->U, err) < 0
                    ? -1
-                   : gpt2_cuda_encoder_forward(cu->h, cu->x[0], cu->inputs, p[WTE], p[WPE], cu->B,
-                                               cu->T, cu->cfg.n_embd, err);
+                   : nn_cuda_encoder_forward(cu->h, cu->x[0], cu->inputs, p[WTE], p[WPE], cu->B,
+                                             cu->T, cu->cfg.n_embd, err);
     if (c->index == cu->cfg.n_layer + 1)
         return head_forward(cu, p, err);
     return layer_forward(cu, c->index - 1, p, c->recompute, err);
@@ -451,8 +451,8 @@ int gpt2_cu_backward(gpt2_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *err)
     void *const *p = c->params;
     float *const *g = (float *const *)c->grads;
     if (c->index == 0) {
-        if (gpt2_cuda_encoder_backward(cu->h, g[WTE], g[WPE], cu->dres, cu->buckets, cu->nbuckets,
-                                       cu->B, cu->T, cu->cfg.n_embd, err) < 0)
+        if (nn_cuda_encoder_backward(cu->h, g[WTE], g[WPE], cu->dres, cu->buckets, cu->nbuckets,
+                                     cu->B, cu->T, cu->cfg.n_embd, err) < 0)
             return -1;
         drop(cu, &cu->dres);
         return 0;
@@ -522,10 +522,10 @@ int gpt2_cu_keep_attention(gpt2_cu_t *cu, int mode, bmt_error_t *err)
 
 int gpt2_cu_gemm_tune(gpt2_cu_t *cu, int candidates, bmt_error_t *err)
 {
-    if (gpt2_cuda_gemm_tune(cu->h, candidates) == 0)
+    if (nn_cuda_gemm_tune(cu->h, candidates) == 0)
         return 0;
     snprintf(err->text, sizeof(err->text), "gpt2: %d product candidates to time: give 0 to %d",
-             candidates, GPT2_GEMM_TUNE_MAX);
+             candidates, NN_GEMM_TUNE_MAX);
     return -1;
 }
 

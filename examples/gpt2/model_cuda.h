@@ -2,7 +2,7 @@
  *
  * model.c owns the blocks, the list and the host copy of the batch; on a cuda
  * context it hands every callback to these functions, which run the layers of
- * ops_cuda.h on the compute stream with bf16 parameters (the list gathers them
+ * nn/ops_cuda.h on the compute stream with bf16 parameters (the list gathers them
  * in bf16; the optimizer keeps f32 masters) and bf16 activations. Built
  * without CUDA, gpt2_cu_create fails with a clear error and nothing else is
  * reachable.
@@ -49,7 +49,7 @@ const float *gpt2_cu_logits(gpt2_cu_t *cu, bmt_error_t *err);
  * Call it between micro-batches, not between a forward and its backward. */
 int gpt2_cu_keep_attention(gpt2_cu_t *cu, int mode, bmt_error_t *err);
 
-/* gpt2_cuda_gemm_tune on the handle; -1 and err when it refuses. */
+/* nn_cuda_gemm_tune on the handle; -1 and err when it refuses. */
 int gpt2_cu_gemm_tune(gpt2_cu_t *cu, int candidates, bmt_error_t *err);
 
 #endif

@@ -14,7 +14,7 @@
 
 #include "common/trainer.h"
 #include "gpt2/model.h"
-#include "gpt2/ops_cuda.h" /* GPT2_GEMM_TUNE_MAX */
+#include "nn/ops_cuda.h" /* NN_GEMM_TUNE_MAX */
 
 typedef struct gpt2_wiring {
     gpt2_config_t cfg;
@@ -54,7 +54,7 @@ static int option(void *self, int code, const char *arg)
     case O_MAXSEQ: return trainer_int_arg("--max-seq", arg, 1, 65536, &w->max_seq);
     case O_KEEPATT: return trainer_int_arg("--keep-attention", arg, 0, 1, &w->keep_attention);
     case O_GEMM_TUNE:
-        return trainer_int_arg("--gemm-tune", arg, 0, GPT2_GEMM_TUNE_MAX, &w->gemm_tune);
+        return trainer_int_arg("--gemm-tune", arg, 0, NN_GEMM_TUNE_MAX, &w->gemm_tune);
     }
     return trainer_bad("unknown option");
 }

@@ -1,4 +1,4 @@
-/* tests/gpu/gpt2_ops_check.c — every GPT-2 CUDA layer (examples/gpt2/ops_cuda.h)
+/* tests/gpu/gpt2_ops_check.c — every GPT-2 CUDA layer (examples/nn/ops_cuda.h)
  * against its CPU twin (ops_cpu.h, itself checked against PyTorch in float64).
  *
  * Runs on a machine with a GPU (tests/gpu/test_gpt2_ops.sh). Inputs are fresh
@@ -17,7 +17,7 @@
  * in a fixed order, so two runs give the same bits. Prints TAP.
  *   --bench [N [d48]] then times each layer at d12's shapes ("#" lines),
  *              or d48's; with N >= 2, the products time N cuBLASLt candidates
- *              per shape first (gpt2_cuda_gemm_tune)
+ *              per shape first (nn_cuda_gemm_tune)
  *   --ceiling  only prints the bf16 matmul rate ("ceiling_tflops X")
  *   --profile [d48]  no checks: every timed layer once after a warm-up, for
  *              Nsight Compute (bench/gpu/profile.sh's kernel mode)
@@ -40,11 +40,11 @@ int main(void)
 #include <cuda_runtime.h>
 
 #include "bmt/bmt.h"
-#include "gpt2/ops_cpu.h"
-#include "gpt2/ops_cuda.h"
+#include "nn/ops_cpu.h"
+#include "nn/ops_cuda.h"
 
 static int tap_n, tap_failed;
-static gpt2_cuda_t *h;
+static nn_cuda_t *h;
 static cudaStream_t stream;
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
@@ -192,32 +192,29 @@ static void t_encoder(int B, int T, int C, int V)
         inp[i] = (int32_t)(uniform() * (V < 50 ? V : 50));
     float *wte = rnd((size_t)V * C, 0.3f), *wpe = rnd((size_t)T * C, 0.1f);
     float *ref = zeros(N * C);
-    gpt2_encoder_forward(ref, inp, wte, wpe, B, T, C);
+    nn_encoder_forward(ref, inp, wte, wpe, B, T, C);
     void *dinp = up_i32(inp, N), *dwte = up_bf16(wte, (size_t)V * C),
          *dwpe = up_bf16(wpe, (size_t)T * C);
     void *dout = dmalloc(N * C * 2);
-    run(gpt2_cuda_encoder_forward(h, dout, dinp, dwte, dwpe, B, T, C, &err), "encoder forward",
-        &err);
+    run(nn_cuda_encoder_forward(h, dout, dinp, dwte, dwpe, B, T, C, &err), "encoder forward", &err);
     float *got = down_bf16(dout, N * C);
     check("encoder forward", got, ref, N * C, 1.5e-2);
 
     /* backward: += into random gradients */
     float *g = rnd(N * C, 1.0f), *gw = rnd((size_t)V * C, 0.5f), *gp = rnd((size_t)T * C, 0.5f);
     float *rw = copy(gw, (size_t)V * C), *rp = copy(gp, (size_t)T * C);
-    gpt2_encoder_backward(rw, rp, g, inp, B, T, C);
+    nn_encoder_backward(rw, rp, g, inp, B, T, C);
     int32_t *bk = malloc((3 * N + 1) * 4);
-    int U = gpt2_token_buckets(inp, (int)N, V, bk);
+    int U = nn_token_buckets(inp, (int)N, V, bk);
     void *dg = up_bf16(g, N * C), *dbk = up_i32(bk, 3 * N + 1);
     float *dgw = up_f32(gw, (size_t)V * C), *dgp = up_f32(gp, (size_t)T * C);
-    run(gpt2_cuda_encoder_backward(h, dgw, dgp, dg, dbk, U, B, T, C, &err), "encoder backward",
-        &err);
+    run(nn_cuda_encoder_backward(h, dgw, dgp, dg, dbk, U, B, T, C, &err), "encoder backward", &err);
     float *gw1 = down_f32(dgw, (size_t)V * C), *gp1 = down_f32(dgp, (size_t)T * C);
     check("encoder backward dwte (+=)", gw1, rw, (size_t)V * C, 1e-3);
     check("encoder backward dwpe (+=)", gp1, rp, (size_t)T * C, 1e-3);
     /* determinism: again from the same start gives the same bits */
     ck(cudaMemcpy(dgw, gw, (size_t)V * C * 4, cudaMemcpyHostToDevice), "upload");
-    run(gpt2_cuda_encoder_backward(h, dgw, dgp, dg, dbk, U, B, T, C, &err), "encoder backward",
-        &err);
+    run(nn_cuda_encoder_backward(h, dgw, dgp, dg, dbk, U, B, T, C, &err), "encoder backward", &err);
     float *gw2 = down_f32(dgw, (size_t)V * C);
     bool same = memcmp(gw1, gw2, (size_t)V * C * 4) == 0;
     printf("%sok %d - encoder backward dwte: the same bits on a second run\n", same ? "" : "not ",
@@ -237,11 +234,11 @@ static void t_layernorm(int N, int C)
     for (size_t i = 0; i < (size_t)N * C; i++) /* a per-row offset: the mean matters */
         x[i] = bf16r(x[i] + (float)(i / C % 7) - 3.0f);
     float *ref = zeros((size_t)N * C), *rm = zeros(N), *rr = zeros(N);
-    gpt2_layernorm_forward(ref, rm, rr, x, w, b, N, C);
+    nn_layernorm_forward(ref, rm, rr, x, w, b, N, C);
     void *dx = up_bf16(x, (size_t)N * C), *dw = up_bf16(w, C), *db = up_bf16(b, C);
     void *dout = dmalloc((size_t)N * C * 2);
     float *dm = dmalloc((size_t)N * 4), *dr = dmalloc((size_t)N * 4);
-    run(gpt2_cuda_layernorm_forward(h, dout, dm, dr, dx, dw, db, N, C, &err), "layernorm forward",
+    run(nn_cuda_layernorm_forward(h, dout, dm, dr, dx, dw, db, N, C, &err), "layernorm forward",
         &err);
     float *got = down_bf16(dout, (size_t)N * C), *gm = down_f32(dm, N), *gr = down_f32(dr, N);
     snprintf(name, sizeof(name), "layernorm forward (N %d, C %d)", N, C);
@@ -255,11 +252,11 @@ static void t_layernorm(int N, int C)
     float *dy = rnd((size_t)N * C, 1.0f), *dres = rnd((size_t)N * C, 1.0f);
     float *gw = rnd(C, 1.0f), *gb = rnd(C, 1.0f);
     float *rdx = copy(dres, (size_t)N * C), *rgw = copy(gw, C), *rgb = copy(gb, C);
-    gpt2_layernorm_backward(rdx, rgw, rgb, dy, x, w, rm, rr, N, C);
+    nn_layernorm_backward(rdx, rgw, rgb, dy, x, w, rm, rr, N, C);
     void *ddy = up_bf16(dy, (size_t)N * C), *ddres = up_bf16(dres, (size_t)N * C);
     void *ddx = dmalloc((size_t)N * C * 2);
     float *dgw = up_f32(gw, C), *dgb = up_f32(gb, C), *dcm = up_f32(rm, N), *dcr = up_f32(rr, N);
-    run(gpt2_cuda_layernorm_backward(h, ddx, ddres, dgw, dgb, ddy, dx, dw, dcm, dcr, N, C, &err),
+    run(nn_cuda_layernorm_backward(h, ddx, ddres, dgw, dgb, ddy, dx, dw, dcm, dcr, N, C, &err),
         "layernorm backward", &err);
     float *gdx = down_bf16(ddx, (size_t)N * C), *ggw = down_f32(dgw, C), *ggb = down_f32(dgb, C);
     snprintf(name, sizeof(name), "layernorm backward dinp = dres + ... (C %d)", C);
@@ -267,7 +264,7 @@ static void t_layernorm(int N, int C)
     check("layernorm backward dweight (+=)", ggw, rgw, C, 1e-3);
     check("layernorm backward dbias (+=)", ggb, rgb, C, 1e-3);
     /* in place: dres == dinp, as the layers use it */
-    run(gpt2_cuda_layernorm_backward(h, ddres, ddres, dgw, dgb, ddy, dx, dw, dcm, dcr, N, C, &err),
+    run(nn_cuda_layernorm_backward(h, ddres, ddres, dgw, dgb, ddy, dx, dw, dcm, dcr, N, C, &err),
         "layernorm backward", &err);
     float *gip = down_bf16(ddres, (size_t)N * C);
     check("layernorm backward in place (dinp == dres)", gip, rdx, (size_t)N * C, 1.5e-2);
@@ -287,10 +284,10 @@ static void t_matmul(int N, int IC, int OC, int wt, int ld)
     const size_t nw = (size_t)IC * OC;
     float *x = rnd((size_t)N * IC, 1.0f), *w = rnd(nw, 0.05f), *b = wt ? NULL : rnd(OC, 0.5f);
     float *ref = zeros((size_t)N * OC);
-    gpt2_matmul_forward(ref, x, w, b, N, IC, OC, wt);
+    nn_conv1d_forward(ref, x, w, b, N, IC, OC, wt);
     void *dx = up_bf16(x, (size_t)N * IC), *dw = up_bf16(w, nw), *db = b ? up_bf16(b, OC) : NULL;
     void *dout = dmalloc((size_t)N * ld * 2);
-    run(gpt2_cuda_matmul_forward(h, dout, ld, dx, dw, db, N, IC, OC, wt, &err), "matmul forward",
+    run(nn_cuda_matmul_forward(h, dout, ld, dx, dw, db, N, IC, OC, wt, &err), "matmul forward",
         &err);
     float *raw = down_bf16(dout, (size_t)N * ld), *got = zeros((size_t)N * OC);
     for (int n = 0; n < N; n++)
@@ -302,14 +299,13 @@ static void t_matmul(int N, int IC, int OC, int wt, int ld)
     /* backward: dout with rows ld apart */
     float *dy = rnd((size_t)N * OC, 1.0f), *gw = rnd(nw, 1.0f), *gb = rnd(OC, 1.0f);
     float *rdx = zeros((size_t)N * IC), *rgw = copy(gw, nw), *rgb = copy(gb, OC);
-    gpt2_matmul_backward(rdx, rgw, wt ? NULL : rgb, dy, x, w, N, IC, OC, wt);
+    nn_conv1d_backward(rdx, rgw, wt ? NULL : rgb, dy, x, w, N, IC, OC, wt);
     float *dyp = zeros((size_t)N * ld);
     for (int n = 0; n < N; n++)
         memcpy(dyp + (size_t)n * ld, dy + (size_t)n * OC, (size_t)OC * 4);
     void *ddy = up_bf16(dyp, (size_t)N * ld), *ddx = dmalloc((size_t)N * IC * 2);
     float *dgw = up_f32(gw, nw), *dgb = up_f32(gb, OC);
-    run(gpt2_cuda_matmul_backward(h, ddx, dgw, wt ? NULL : dgb, ddy, ld, dx, dw, N, IC, OC, wt,
-                                  &err),
+    run(nn_cuda_matmul_backward(h, ddx, dgw, wt ? NULL : dgb, ddy, ld, dx, dw, N, IC, OC, wt, &err),
         "matmul backward", &err);
     float *gdx = down_bf16(ddx, (size_t)N * IC), *ggw = down_f32(dgw, nw), *ggb = down_f32(dgb, OC);
     snprintf(name, sizeof(name), "matmul backward dinp (IC %d, OC %d, wt %d)", IC, OC, wt);
@@ -335,11 +331,11 @@ static void t_matmul_gelu(int N, int IC, int OC)
     const size_t n1 = (size_t)N * OC, nw = (size_t)IC * OC;
     float *x = rnd((size_t)N * IC, 1.0f), *w = rnd(nw, 0.05f), *b = rnd(OC, 0.5f);
     float *rpre = zeros(n1), *rout = zeros(n1);
-    gpt2_matmul_forward(rpre, x, w, b, N, IC, OC, 0);
-    gpt2_gelu_forward(rout, rpre, (int)n1);
+    nn_conv1d_forward(rpre, x, w, b, N, IC, OC, 0);
+    nn_gelu_forward(rout, rpre, (int)n1);
     void *dx = up_bf16(x, (size_t)N * IC), *dw = up_bf16(w, nw), *db = up_bf16(b, OC);
     void *dout = dmalloc(n1 * 2), *dpre = dmalloc(n1 * 2);
-    run(gpt2_cuda_matmul_gelu_forward(h, dout, dpre, dx, dw, db, N, IC, OC, &err),
+    run(nn_cuda_matmul_gelu_forward(h, dout, dpre, dx, dw, db, N, IC, OC, &err),
         "matmul + gelu forward", &err);
     float *gout = down_bf16(dout, n1), *gpre = down_bf16(dpre, n1);
     snprintf(name, sizeof(name), "matmul + GELU epilogue forward (N %d, IC %d, OC %d)", N, IC, OC);
@@ -350,12 +346,11 @@ static void t_matmul_gelu(int N, int IC, int OC)
     float *w2 = rnd(nw, 0.05f), *b2 = rnd(IC, 0.5f), *dy = rnd((size_t)N * IC, 1.0f);
     float *gw = rnd(nw, 1.0f), *gb = rnd(IC, 1.0f), *rgw = copy(gw, nw), *rgb = copy(gb, IC);
     float *t = zeros(n1), *rdx = zeros(n1);
-    gpt2_matmul_backward(t, rgw, rgb, dy, gout, w2, N, OC, IC, 0);
-    gpt2_gelu_backward(rdx, gpre, t, (int)n1);
+    nn_conv1d_backward(t, rgw, rgb, dy, gout, w2, N, OC, IC, 0);
+    nn_gelu_backward(rdx, gpre, t, (int)n1);
     void *dw2 = up_bf16(w2, nw), *ddy = up_bf16(dy, (size_t)N * IC), *ddx = dmalloc(n1 * 2);
     float *dgw = up_f32(gw, nw), *dgb = up_f32(gb, IC);
-    run(gpt2_cuda_matmul_backward_dgelu(h, ddx, dgw, dgb, ddy, IC, dout, dw2, dpre, N, OC, IC,
-                                        &err),
+    run(nn_cuda_matmul_backward_dgelu(h, ddx, dgw, dgb, ddy, IC, dout, dw2, dpre, N, OC, IC, &err),
         "matmul backward + dgelu", &err);
     float *gdx = down_bf16(ddx, n1), *ggw = down_f32(dgw, nw), *ggb = down_f32(dgb, IC);
     snprintf(name, sizeof(name), "matmul backward, GELU' epilogue: dinp (N %d, IC %d, OC %d)", N,
@@ -370,7 +365,7 @@ static void t_matmul_gelu(int N, int IC, int OC)
     cudaFree(ddy), cudaFree(ddx), cudaFree(dgw), cudaFree(dgb);
 }
 
-static int attn_mode_now; /* what gpt2_cuda_attention_mode was given last */
+static int attn_mode_now; /* what nn_cuda_attention_mode was given last */
 
 static void t_attention(int B, int T, int C, int NH)
 {
@@ -379,19 +374,19 @@ static void t_attention(int B, int T, int C, int NH)
     const size_t N = (size_t)B * T, att = (size_t)B * NH * T * T;
     float *qkv = rnd(N * 3 * C, 1.0f);
     float *ref = zeros(N * C), *pre = zeros(att), *ratt = zeros(att);
-    gpt2_attention_forward(ref, pre, ratt, qkv, B, T, C, NH);
+    nn_attention_qkv_forward(ref, pre, ratt, qkv, B, T, C, NH);
     void *dqkv = up_bf16(qkv, N * 3 * C), *dout = dmalloc(N * C * 2),
          *dqkvr = dmalloc(N * 3 * C * 2);
-    const bool flash = gpt2_cuda_attention_is_flash(C, NH);
-    void *datt = dmalloc(gpt2_cuda_attention_saved_bytes(B, T, C, NH));
+    const bool flash = nn_cuda_attention_is_flash(C, NH);
+    void *datt = dmalloc(nn_cuda_attention_saved_bytes(B, T, C, NH));
     void *scratch = dmalloc(4 * N * C * 2);
-    run(gpt2_cuda_attention_forward(h, dout, dqkvr, datt, dqkv, scratch, B, T, C, NH, &err),
+    run(nn_cuda_attention_forward(h, dout, dqkvr, datt, dqkv, scratch, B, T, C, NH, &err),
         "attention forward", &err);
     float *got = down_bf16(dout, N * C), *gatt = NULL;
-    const char *kind = !flash                                                ? "materialized"
-                       : C / NH != 64 || attn_mode_now == 2                  ? "flash, mma.sync"
-                       : strcmp(gpt2_cuda_attention_kernel(h), "wgmma") == 0 ? "flash, wgmma"
-                                                                             : "flash, mma.sync";
+    const char *kind = !flash                                              ? "materialized"
+                       : C / NH != 64 || attn_mode_now == 2                ? "flash, mma.sync"
+                       : strcmp(nn_cuda_attention_kernel(h), "wgmma") == 0 ? "flash, wgmma"
+                                                                           : "flash, mma.sync";
     snprintf(name, sizeof(name), "attention forward (B %d, T %d, C %d, NH %d, %s)", B, T, C, NH,
              kind);
     check(name, got, ref, N * C, 3e-2);
@@ -411,7 +406,7 @@ static void t_attention(int B, int T, int C, int NH)
         /* as the model calls it: qkv saved where it lies (qkvr == qkv), no scratch */
         void *out2 = dmalloc(N * C * 2);
         ck(cudaMemset(out2, 0xff, N * C * 2), "poison");
-        run(gpt2_cuda_attention_forward(h, out2, dqkv, datt, dqkv, NULL, B, T, C, NH, &err),
+        run(nn_cuda_attention_forward(h, out2, dqkv, datt, dqkv, NULL, B, T, C, NH, &err),
             "attention forward in place", &err);
         float *got2 = down_bf16(out2, N * C);
         const bool same = memcmp(got, got2, N * C * sizeof(float)) == 0;
@@ -426,19 +421,19 @@ static void t_attention(int B, int T, int C, int NH)
     }
 
     float *dy = rnd(N * C, 1.0f), *rdq = zeros(N * 3 * C), *s1 = zeros(att), *s2 = zeros(att);
-    gpt2_attention_backward(rdq, s1, s2, dy, qkv, ratt, B, T, C, NH);
+    nn_attention_qkv_backward(rdq, s1, s2, dy, qkv, ratt, B, T, C, NH);
     void *ddy = up_bf16(dy, N * C), *ddq = dmalloc(N * 3 * C * 2);
-    void *ddatt = dmalloc(gpt2_cuda_attention_saved_bytes(B, T, C, NH));
-    run(gpt2_cuda_attention_backward(h, ddq, ddy, dout, dqkvr, datt, ddatt, scratch, B, T, C, NH,
-                                     &err),
+    void *ddatt = dmalloc(nn_cuda_attention_saved_bytes(B, T, C, NH));
+    run(nn_cuda_attention_backward(h, ddq, ddy, dout, dqkvr, datt, ddatt, scratch, B, T, C, NH,
+                                   &err),
         "attention backward", &err);
     float *gdq = down_bf16(ddq, N * 3 * C);
     snprintf(name, sizeof(name), "attention backward dqkv (%s)", kind);
     check(name, gdq, rdq, N * 3 * C, 3e-2);
     /* the same bits on a second run (no atomics) */
     ck(cudaMemset(ddq, 0xff, N * 3 * C * 2), "poison");
-    run(gpt2_cuda_attention_backward(h, ddq, ddy, dout, dqkvr, datt, ddatt, scratch, B, T, C, NH,
-                                     &err),
+    run(nn_cuda_attention_backward(h, ddq, ddy, dout, dqkvr, datt, ddatt, scratch, B, T, C, NH,
+                                   &err),
         "attention backward", &err);
     float *gdq2 = down_bf16(ddq, N * 3 * C);
     const bool same = memcmp(gdq, gdq2, N * 3 * C * sizeof(float)) == 0;
@@ -457,26 +452,26 @@ static void t_elementwise(size_t n)
     bmt_error_t err;
     float *x = rnd(n, 2.0f), *y = rnd(n, 1.0f), *ref = zeros(n);
     void *dx = up_bf16(x, n), *dy = up_bf16(y, n), *dout = dmalloc(n * 2);
-    gpt2_gelu_forward(ref, x, (int)n);
-    run(gpt2_cuda_gelu_forward(h, dout, dx, n, &err), "gelu forward", &err);
+    nn_gelu_forward(ref, x, (int)n);
+    run(nn_cuda_gelu_forward(h, dout, dx, n, &err), "gelu forward", &err);
     float *got = down_bf16(dout, n);
     check("gelu forward", got, ref, n, 1.5e-2);
     free(got);
     memset(ref, 0, n * 4);
-    gpt2_gelu_backward(ref, x, y, (int)n);
+    nn_gelu_backward(ref, x, y, (int)n);
     ck(cudaMemset(dout, 0xff, n * 2), "poison");
-    run(gpt2_cuda_gelu_backward(h, dout, dx, dy, n, &err), "gelu backward", &err);
+    run(nn_cuda_gelu_backward(h, dout, dx, dy, n, &err), "gelu backward", &err);
     got = down_bf16(dout, n);
     check("gelu backward", got, ref, n, 1.5e-2);
     free(got);
-    run(gpt2_cuda_gelu_backward(h, dy, dx, dy, n, &err), "gelu backward", &err);
+    run(nn_cuda_gelu_backward(h, dy, dx, dy, n, &err), "gelu backward", &err);
     got = down_bf16(dy, n);
     check("gelu backward in place (dinp == dout)", got, ref, n, 1.5e-2);
     free(got);
     void *dy2 = up_bf16(y, n);
-    gpt2_residual_forward(ref, x, y, (int)n);
+    nn_residual_forward(ref, x, y, (int)n);
     ck(cudaMemset(dout, 0xff, n * 2), "poison");
-    run(gpt2_cuda_residual_forward(h, dout, dx, dy2, n, &err), "residual", &err);
+    run(nn_cuda_residual_forward(h, dout, dx, dy2, n, &err), "residual", &err);
     got = down_bf16(dout, n);
     check("residual forward", got, ref, n, 1.5e-2);
     free(got);
@@ -497,15 +492,15 @@ static void t_crossentropy(int N, int V, int ld)
     }
     const float dloss = 1.0f / (float)counted;
     float *rl = zeros(N), *probs = zeros((size_t)N * V), *rd = zeros((size_t)N * V);
-    gpt2_crossentropy_forward(rl, probs, logits, tg, 1, N, V);
-    gpt2_crossentropy_backward(rd, probs, tg, dloss, 1, N, V);
+    nn_crossentropy_forward(rl, probs, logits, tg, 1, N, V);
+    nn_crossentropy_backward(rd, probs, tg, dloss, 1, N, V);
     float *lp = zeros((size_t)N * ld);
     for (int n = 0; n < N; n++)
         memcpy(lp + (size_t)n * ld, logits + (size_t)n * V, (size_t)V * 4);
     void *dl = up_bf16(lp, (size_t)N * ld), *dtg = up_i32(tg, N);
     float *dlosses = dmalloc((size_t)N * 4), *dsum = dmalloc(4);
-    run(gpt2_cuda_crossentropy(h, dlosses, dl, ld, dtg, dloss, N, V, &err), "cross-entropy", &err);
-    run(gpt2_cuda_sum(h, dsum, dlosses, N, &err), "sum", &err);
+    run(nn_cuda_crossentropy(h, dlosses, dl, ld, dtg, dloss, N, V, &err), "cross-entropy", &err);
+    run(nn_cuda_sum(h, dsum, dlosses, N, &err), "sum", &err);
     float *gl = down_f32(dlosses, N), *graw = down_bf16(dl, (size_t)N * ld),
           *gs = down_f32(dsum, 1);
     float *gd = zeros((size_t)N * V);
@@ -581,61 +576,60 @@ static void bench_op(void *arg)
     int rc = 0;
     switch (z->op) {
     case 0:
-        rc =
-            gpt2_cuda_layernorm_forward(h, z->y, z->mean, z->rstd, z->x, z->w, z->bias, N, C, &err);
+        rc = nn_cuda_layernorm_forward(h, z->y, z->mean, z->rstd, z->x, z->w, z->bias, N, C, &err);
         break;
     case 1:
-        rc = gpt2_cuda_layernorm_backward(h, z->y, z->y, z->gw, z->gb, z->x, z->x, z->w, z->mean,
-                                          z->rstd, N, C, &err);
+        rc = nn_cuda_layernorm_backward(h, z->y, z->y, z->gw, z->gb, z->x, z->x, z->w, z->mean,
+                                        z->rstd, N, C, &err);
         break;
     case 2:
-        rc = gpt2_cuda_matmul_forward(h, z->qkv, 3 * C, z->x, z->w, z->bias, N, C, 3 * C, 0, &err);
+        rc = nn_cuda_matmul_forward(h, z->qkv, 3 * C, z->x, z->w, z->bias, N, C, 3 * C, 0, &err);
         break;
     case 3:
-        rc = gpt2_cuda_matmul_backward(h, z->x, z->gwbig, z->gb, z->qkv, 3 * C, z->y, z->w, N, C,
-                                       3 * C, 0, &err);
+        rc = nn_cuda_matmul_backward(h, z->x, z->gwbig, z->gb, z->qkv, 3 * C, z->y, z->w, N, C,
+                                     3 * C, 0, &err);
         break;
     case 4:
-        rc = gpt2_cuda_matmul_forward(h, z->big, 4 * C, z->x, z->w, z->bias, N, C, 4 * C, 0, &err);
+        rc = nn_cuda_matmul_forward(h, z->big, 4 * C, z->x, z->w, z->bias, N, C, 4 * C, 0, &err);
         break;
     case 5:
-        rc = gpt2_cuda_matmul_backward(h, z->x, z->gwbig, z->gb, z->big, 4 * C, z->y, z->w, N, C,
-                                       4 * C, 0, &err);
+        rc = nn_cuda_matmul_backward(h, z->x, z->gwbig, z->gb, z->big, 4 * C, z->y, z->w, N, C,
+                                     4 * C, 0, &err);
         break;
     case 6:
-        rc = gpt2_cuda_matmul_forward(h, z->y, C, z->big, z->w, z->bias, N, 4 * C, C, 0, &err);
+        rc = nn_cuda_matmul_forward(h, z->y, C, z->big, z->w, z->bias, N, 4 * C, C, 0, &err);
         break;
     case 7:
-        rc = gpt2_cuda_matmul_backward(h, z->dbig, z->gwbig, z->gb, z->y, C, z->big, z->w, N, 4 * C,
-                                       C, 0, &err);
+        rc = nn_cuda_matmul_backward(h, z->dbig, z->gwbig, z->gb, z->y, C, z->big, z->w, N, 4 * C,
+                                     C, 0, &err);
         break;
-    case 8: rc = gpt2_cuda_matmul_forward(h, z->y, C, z->x, z->w, z->bias, N, C, C, 0, &err); break;
+    case 8: rc = nn_cuda_matmul_forward(h, z->y, C, z->x, z->w, z->bias, N, C, C, 0, &err); break;
     case 9:
-        rc = gpt2_cuda_matmul_backward(h, z->x, z->gwbig, z->gb, z->y, C, z->x, z->w, N, C, C, 0,
-                                       &err);
+        rc = nn_cuda_matmul_backward(h, z->x, z->gwbig, z->gb, z->y, C, z->x, z->w, N, C, C, 0,
+                                     &err);
         break;
     case 10: /* as the trainer calls it: the flash kernels' saved input is qkv itself (no copy) */
-        rc = gpt2_cuda_attention_forward(h, z->y, z->flash ? z->qkv : z->qkvr, z->att, z->qkv,
-                                         z->scratch, z->B, z->T, C, z->NH, &err);
+        rc = nn_cuda_attention_forward(h, z->y, z->flash ? z->qkv : z->qkvr, z->att, z->qkv,
+                                       z->scratch, z->B, z->T, C, z->NH, &err);
         break;
     case 11:
-        rc = gpt2_cuda_attention_backward(h, z->dbig, z->x, z->y, z->flash ? z->qkv : z->qkvr,
-                                          z->att, z->datt, z->scratch, z->B, z->T, C, z->NH, &err);
+        rc = nn_cuda_attention_backward(h, z->dbig, z->x, z->y, z->flash ? z->qkv : z->qkvr, z->att,
+                                        z->datt, z->scratch, z->B, z->T, C, z->NH, &err);
         break;
-    case 12: rc = gpt2_cuda_gelu_forward(h, z->dbig, z->big, (size_t)N * 4 * C, &err); break;
+    case 12: rc = nn_cuda_gelu_forward(h, z->dbig, z->big, (size_t)N * 4 * C, &err); break;
     case 13:
-        rc = gpt2_cuda_gelu_backward(h, z->dbig, z->big, z->dbig, (size_t)N * 4 * C, &err);
+        rc = nn_cuda_gelu_backward(h, z->dbig, z->big, z->dbig, (size_t)N * 4 * C, &err);
         break;
-    case 14: rc = gpt2_cuda_residual_forward(h, z->y, z->x, z->y, (size_t)N * C, &err); break;
+    case 14: rc = nn_cuda_residual_forward(h, z->y, z->x, z->y, (size_t)N * C, &err); break;
     case 15:
-        rc = gpt2_cuda_matmul_forward(h, z->logits, z->Vp, z->x, z->w, NULL, N, C, z->V, 1, &err);
+        rc = nn_cuda_matmul_forward(h, z->logits, z->Vp, z->x, z->w, NULL, N, C, z->V, 1, &err);
         break;
     case 16:
-        rc = gpt2_cuda_crossentropy(h, z->losses, z->logits, z->Vp, z->tok, 1e-4f, N, z->V, &err);
+        rc = nn_cuda_crossentropy(h, z->losses, z->logits, z->Vp, z->tok, 1e-4f, N, z->V, &err);
         break;
     case 17:
-        rc = gpt2_cuda_matmul_backward(h, z->x, z->gwbig, NULL, z->logits, z->Vp, z->y, z->w, N, C,
-                                       z->V, 1, &err);
+        rc = nn_cuda_matmul_backward(h, z->x, z->gwbig, NULL, z->logits, z->Vp, z->y, z->w, N, C,
+                                     z->V, 1, &err);
         break;
     }
     if (rc < 0)
@@ -650,7 +644,7 @@ static void gemm_op(void *arg)
 {
     void **b = arg;
     bmt_error_t err;
-    if (gpt2_cuda_matmul_forward(h, b[0], 8192, b[1], b[2], NULL, 8192, 8192, 8192, 1, &err) < 0)
+    if (nn_cuda_matmul_forward(h, b[0], 8192, b[1], b[2], NULL, 8192, 8192, 8192, 1, &err) < 0)
         die("ceiling matmul", err.text);
 }
 
@@ -675,7 +669,7 @@ static void bench(bool d48)
     const size_t N = (size_t)z.B * z.T, C = z.C;
     const size_t att = (size_t)z.B * z.NH * z.T * z.T * 2;
     z.N = (int)N;
-    z.flash = gpt2_cuda_attention_is_flash(z.C, z.NH);
+    z.flash = nn_cuda_attention_is_flash(z.C, z.NH);
     /* the random values every buffer is made from: the largest is (N, 4C) or (V, C) */
     float *r = rnd(N * 4 > (size_t)z.V ? N * 4 * C : (size_t)z.V * C, 1.0f);
     int32_t *tok = malloc(N * 4);
@@ -735,22 +729,22 @@ static void bench(bool d48)
         else
             head += ms;
     }
-    gpt2_cuda_attention_mode(h, 1);
+    nn_cuda_attention_mode(h, 1);
     z.flash = 0;
     z.op = 10;
     float mf = time_ms(bench_op, &z);
     z.op = 11;
     float mb = time_ms(bench_op, &z);
     printf("#   attention fwd (materialized) %6.3f ms, bwd %6.3f ms\n", mf, mb);
-    gpt2_cuda_attention_mode(h, 2);
+    nn_cuda_attention_mode(h, 2);
     z.flash = 1;
     z.op = 10;
     mf = time_ms(bench_op, &z);
     z.op = 11;
     mb = time_ms(bench_op, &z);
     printf("#   attention fwd (flash, mma.sync) %6.3f ms, bwd %6.3f ms; mode 0 ran %s\n", mf, mb,
-           gpt2_cuda_attention_kernel(h));
-    gpt2_cuda_attention_mode(h, 0);
+           nn_cuda_attention_kernel(h));
+    nn_cuda_attention_mode(h, 0);
     printf("# one layer %.2f ms; %d layers + head: %.1f ms per step (without recomputation)\n",
            layer, L, L * layer + head);
     free(r), free(tok);
@@ -762,9 +756,9 @@ int main(int argc, char **argv)
     void *ws;
     ck(cudaSetDevice(0), "cudaSetDevice");
     ck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    ck(cudaMalloc(&ws, gpt2_cuda_workspace_bytes(4 * 1600)), "cudaMalloc");
-    if ((h = gpt2_cuda_create(stream, ws, 4 * 1600, &err)) == NULL)
-        die("gpt2_cuda_create", err.text);
+    ck(cudaMalloc(&ws, nn_cuda_workspace_bytes(4 * 1600)), "cudaMalloc");
+    if ((h = nn_cuda_create(stream, ws, 4 * 1600, &err)) == NULL)
+        die("nn_cuda_create", err.text);
     if (argc > 1 && strcmp(argv[1], "--ceiling") == 0) {
         ceiling();
         return 0;
@@ -774,7 +768,7 @@ int main(int argc, char **argv)
             die("--profile", "the shapes are d12 (the default) or d48");
         timed_runs = 1;
         bench(argc > 2 && strcmp(argv[2], "d48") == 0);
-        gpt2_cuda_destroy(h);
+        nn_cuda_destroy(h);
         cudaFree(ws);
         return 0;
     }
@@ -792,26 +786,26 @@ int main(int argc, char **argv)
     t_matmul(16, 768, 50257, 1, 50304);
     /* The same with tuned plans: every candidate runs on scratch outputs, so
      * the products that add (dweight +=, dbias +=) must still add once. */
-    if (gpt2_cuda_gemm_tune(h, GPT2_GEMM_TUNE_MAX + 1) != -1 || gpt2_cuda_gemm_tune(h, -1) != -1)
-        die("gpt2_cuda_gemm_tune", "accepted a count outside [0, GPT2_GEMM_TUNE_MAX]");
-    if (gpt2_cuda_gemm_tune(h, 8) != 0)
-        die("gpt2_cuda_gemm_tune", "refused 8");
+    if (nn_cuda_gemm_tune(h, NN_GEMM_TUNE_MAX + 1) != -1 || nn_cuda_gemm_tune(h, -1) != -1)
+        die("nn_cuda_gemm_tune", "accepted a count outside [0, NN_GEMM_TUNE_MAX]");
+    if (nn_cuda_gemm_tune(h, 8) != 0)
+        die("nn_cuda_gemm_tune", "refused 8");
     check_tag = " (tuned products)";
     t_matmul(256, 768, 2304, 0, 2304);
     t_matmul_gelu(256, 768, 3072);
     t_matmul_gelu(100, 200, 136);
     t_matmul(16, 768, 50257, 1, 50304);
-    gpt2_cuda_gemm_tune(h, 0);
+    nn_cuda_gemm_tune(h, 0);
     check_tag = "";
     t_attention(2, 128, 768, 12); /* GPT-2's head size 64: flash */
     t_attention(1, 200, 256, 4);  /* T not a multiple of the 128-row block */
     printf("# attention forward kernel for head size 64 on this GPU: %s\n",
-           gpt2_cuda_attention_kernel(h));
-    gpt2_cuda_attention_mode(h, attn_mode_now = 2); /* the same with mma.sync kernels only */
+           nn_cuda_attention_kernel(h));
+    nn_cuda_attention_mode(h, attn_mode_now = 2); /* the same with mma.sync kernels only */
     t_attention(2, 128, 768, 12);
     t_attention(1, 200, 256, 4);
     t_attention(1, 1024, 256, 4); /* many tiles: the two stages and the diagonal */
-    gpt2_cuda_attention_mode(h, attn_mode_now = 0);
+    nn_cuda_attention_mode(h, attn_mode_now = 0);
     t_attention(1, 1024, 256, 4);
     t_attention(2, 64, 64, 4);   /* head size 16 (the tiny model) */
     t_attention(1, 64, 128, 4);  /* head size 32 */
@@ -827,13 +821,13 @@ int main(int argc, char **argv)
         const bool d48 = argc > 3 && strcmp(argv[3], "d48") == 0;
         if (argc > 3 && !d48 && strcmp(argv[3], "d12") != 0)
             die("--bench", "the shapes are d12 (the default) or d48");
-        if (gpt2_cuda_gemm_tune(h, tune) != 0)
-            die("--bench", "the tuning count must be in [0, GPT2_GEMM_TUNE_MAX]");
+        if (nn_cuda_gemm_tune(h, tune) != 0)
+            die("--bench", "the tuning count must be in [0, NN_GEMM_TUNE_MAX]");
         printf("# products: %s\n",
                tune > 1 ? "the fastest of the tuned candidates" : "cuBLASLt's first heuristic");
         bench(d48);
     }
-    gpt2_cuda_destroy(h);
+    nn_cuda_destroy(h);
     cudaFree(ws);
     printf("1..%d\n", tap_n);
     return tap_failed ? 1 : 0;

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The GPT-2 layers in plain C (examples/gpt2/ops_cpu.c), the reference of the
+# The GPT-2 layers in plain C (nn/ops_cpu.c), the reference of the
 # CUDA kernels, against PyTorch in float64: tests/tools/gpt2_ops_oracle.py gen
 # writes random inputs (fixed seed, odd shapes) and torch's results,
 # $PROGS/gpt2_ops_check (tests/progs/gpt2_ops_check.c) runs every op on them, and

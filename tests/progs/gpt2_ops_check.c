@@ -1,4 +1,4 @@
-/* tests/progs/gpt2_ops_check.c — runs every op of examples/gpt2/ops_cpu.h on the
+/* tests/progs/gpt2_ops_check.c — runs every op of examples/nn/ops_cpu.h on the
  * inputs that tests/tools/gpt2_ops_oracle.py generated, and writes the results
  * for the oracle to compare with torch (tests/integration/test_gpt2_ops.sh).
  *
@@ -10,7 +10,7 @@
  * against the vocabulary). Attention's scratch starts as NaN too, as the forward
  * outputs do.
  */
-#include "gpt2/ops_cpu.h"
+#include "nn/ops_cpu.h"
 
 #include "ops_harness.h"
 
@@ -63,12 +63,12 @@ static void run_encoder(const tcase_t *c)
     const float *dout = load_f32(c, "dout", BT * C);         /* (B,T,C) */
 
     float *out = nans(BT * C); /* (B,T,C) */
-    gpt2_encoder_forward(out, inp, wte, wpe, B, T, C);
+    nn_encoder_forward(out, inp, wte, wpe, B, T, C);
     save(c, "out", 0, out, BT * C);
     for (int acc = 0; acc <= 1; acc++) {
         float *dwte = grad_buf((size_t)V * C, acc);    /* (V,C) */
         float *dwpe = grad_buf((size_t)maxT * C, acc); /* (maxT,C) */
-        gpt2_encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+        nn_encoder_backward(dwte, dwpe, dout, inp, B, T, C);
         save(c, "dwte", acc, dwte, (size_t)V * C);
         save(c, "dwpe", acc, dwpe, (size_t)maxT * C);
     }
@@ -84,13 +84,13 @@ static void run_layernorm(const tcase_t *c)
     const float *dout = load_f32(c, "dout", NC);    /* (N,C) */
 
     float *out = nans(NC), *mean = nans(N), *rstd = nans(N); /* (N,C), (N), (N) */
-    gpt2_layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+    nn_layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
     save(c, "out", 0, out, NC);
     save(c, "mean", 0, mean, N);
     save(c, "rstd", 0, rstd, N);
     for (int acc = 0; acc <= 1; acc++) {
         float *dinp = grad_buf(NC, acc), *dweight = grad_buf(C, acc), *dbias = grad_buf(C, acc);
-        gpt2_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+        nn_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
         save(c, "dinp", acc, dinp, NC);
         save(c, "dweight", acc, dweight, C);
         save(c, "dbias", acc, dbias, C);
@@ -110,20 +110,20 @@ static void run_matmul(const tcase_t *c)
     const float *dout = load_f32(c, "dout", (size_t)N * OC);               /* (N,OC) */
 
     float *out = nans((size_t)N * OC); /* (N,OC) */
-    gpt2_matmul_forward(out, inp, weight, bias, N, IC, OC, wt);
+    nn_conv1d_forward(out, inp, weight, bias, N, IC, OC, wt);
     save(c, "out", 0, out, (size_t)N * OC);
     for (int acc = 0; acc <= 1; acc++) {
         float *dinp = grad_buf((size_t)N * IC, acc);                /* (N,IC) */
         float *dweight = grad_buf(W, acc);                          /* as weight */
         float *dbias = has_bias ? grad_buf((size_t)OC, acc) : NULL; /* (OC) */
-        gpt2_matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, wt);
+        nn_conv1d_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, wt);
         save(c, "dinp", acc, dinp, (size_t)N * IC);
         save(c, "dweight", acc, dweight, W);
         if (has_bias) {
             save(c, "dbias", acc, dbias, (size_t)OC);
         } else {
             float *dweight2 = grad_buf(W, acc);
-            gpt2_matmul_backward(NULL, dweight2, NULL, dout, inp, weight, N, IC, OC, wt);
+            nn_conv1d_backward(NULL, dweight2, NULL, dout, inp, weight, N, IC, OC, wt);
             save(c, "dweight_nodinp", acc, dweight2, W);
         }
     }
@@ -142,14 +142,14 @@ static void run_attention(const tcase_t *c)
 
     float *out = nans(BT * C);                   /* (B,T,C) */
     float *preatt = nans(ATT), *att = nans(ATT); /* (B,NH,T,T) */
-    gpt2_attention_forward(out, preatt, att, qkv, B, T, C, NH);
+    nn_attention_qkv_forward(out, preatt, att, qkv, B, T, C, NH);
     save(c, "out", 0, out, BT * C);
     save(c, "preatt", 0, preatt, ATT);
     save(c, "att", 0, att, ATT);
     for (int acc = 0; acc <= 1; acc++) {
         float *dqkv = grad_buf(BT * 3 * C, acc);       /* (B,T,3C) */
         float *dpreatt = nans(ATT), *datt = nans(ATT); /* (B,NH,T,T) scratch */
-        gpt2_attention_backward(dqkv, dpreatt, datt, dout, qkv, att, B, T, C, NH);
+        nn_attention_qkv_backward(dqkv, dpreatt, datt, dout, qkv, att, B, T, C, NH);
         save(c, "dqkv", acc, dqkv, BT * 3 * C);
         if (acc == 0) { /* scratch: overwritten, never accumulated */
             save(c, "dpreatt", 0, dpreatt, ATT);
@@ -164,11 +164,11 @@ static void run_gelu(const tcase_t *c)
     const float *inp = load_f32(c, "inp", N);   /* (N) */
     const float *dout = load_f32(c, "dout", N); /* (N) */
     float *out = nans(N);                       /* (N) */
-    gpt2_gelu_forward(out, inp, N);
+    nn_gelu_forward(out, inp, N);
     save(c, "out", 0, out, N);
     for (int acc = 0; acc <= 1; acc++) {
         float *dinp = grad_buf(N, acc); /* (N) */
-        gpt2_gelu_backward(dinp, inp, dout, N);
+        nn_gelu_backward(dinp, inp, dout, N);
         save(c, "dinp", acc, dinp, N);
     }
 }
@@ -178,14 +178,14 @@ static void run_residual(const tcase_t *c)
     int N = param(c, "N", 1);
     const float *a = load_f32(c, "a", N), *b = load_f32(c, "b", N); /* (N) */
     float *out = nans(N);                                           /* (N) */
-    gpt2_residual_forward(out, a, b, N);
+    nn_residual_forward(out, a, b, N);
     save(c, "out", 0, out, N);
     /* in place, as the model adds a block's output to the residual stream */
     float *x = alloc((size_t)N * sizeof *x), *y = alloc((size_t)N * sizeof *y);
     memcpy(x, a, (size_t)N * sizeof *x);
     memcpy(y, b, (size_t)N * sizeof *y);
-    gpt2_residual_forward(x, x, b, N);
-    gpt2_residual_forward(y, a, y, N);
+    nn_residual_forward(x, x, b, N);
+    nn_residual_forward(y, a, y, N);
     save(c, "out_in_a", 0, x, N);
     save(c, "out_in_b", 0, y, N);
 }
@@ -199,12 +199,12 @@ static void run_crossentropy(const tcase_t *c)
     const float *dloss = load_f32(c, "dloss", 1);               /* (1) */
 
     float *losses = nans(BT), *probs = nans(BT * V); /* (B,T), (B,T,V) */
-    gpt2_crossentropy_forward(losses, probs, logits, targets, B, T, V);
+    nn_crossentropy_forward(losses, probs, logits, targets, B, T, V);
     save(c, "losses", 0, losses, BT);
     save(c, "probs", 0, probs, BT * V);
     for (int acc = 0; acc <= 1; acc++) {
         float *dlogits = grad_buf(BT * V, acc); /* (B,T,V) */
-        gpt2_crossentropy_backward(dlogits, probs, targets, dloss[0], B, T, V);
+        nn_crossentropy_backward(dlogits, probs, targets, dloss[0], B, T, V);
         save(c, "dlogits", acc, dlogits, BT * V);
     }
 }

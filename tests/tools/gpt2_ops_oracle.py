@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""tests/tools/gpt2_ops_oracle.py -- PyTorch's answers for examples/gpt2/ops_cpu.c.
+"""tests/tools/gpt2_ops_oracle.py -- PyTorch's answers for nn/ops_cpu.c.
 
     gpt2_ops_oracle.py gen DIR              inputs (DIR/in) and references (DIR/ref)
     gpt2_ops_check DIR/in OUTDIR            (tests/progs/gpt2_ops_check.c) runs every op

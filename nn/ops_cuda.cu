@@ -1,4 +1,4 @@
-/* examples/gpt2/ops_cuda.cu — GPT-2's layers on CUDA (see ops_cuda.h).
+/* nn/ops_cuda.cu — the shared layers on CUDA (see ops_cuda.h).
  *
  * Plain, checked kernels first: one warp per row for the row-wise layers
  * (layernorm, softmax), grid-stride loops for the element-wise ones, and
@@ -7,7 +7,7 @@
  * not depend on scheduling. Matmuls are cuBLASLt, the attention scores batched
  * cuBLAS GEMMs. bench/NOTES.md records what each later change to these bought.
  */
-#include "gpt2/ops_cuda.h"
+#include "nn/ops_cuda.h"
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -24,10 +24,10 @@ typedef __nv_bfloat16 bf16;
 
 #define LT_WORKSPACE (32u << 20) /* cuBLASLt's workspace: what Hopper's kernels ask for */
 #define COL_CHUNKS 64            /* row chunks of a column sum */
-#define GPT2_MM_PLANS 256        /* products' plans kept; more are made per call */
+#define NN_MM_PLANS 256          /* products' plans kept; more are made per call */
 
 /* A product's cuBLASLt plan: its descriptors and algorithm, made on the
- * first call of its shape and kept, so that a tuned choice (gpt2_cuda_gemm_tune)
+ * first call of its shape and kept, so that a tuned choice (nn_cuda_gemm_tune)
  * is made once and no call repeats the heuristic query. Keyed by everything
  * the descriptors or the choice depend on; the pointers (bias, aux) are set on
  * each call. found 0: no cuBLASLt algorithm, the cuBLAS fallback below. */
@@ -46,18 +46,18 @@ struct mm_plan {
     int found;
 };
 
-struct gpt2_cuda {
+struct nn_cuda {
     cudaStream_t stream;
     cublasHandle_t blas;
     cublasLtHandle_t lt;
     void *lt_ws;    /* LT_WORKSPACE bytes */
     float *partial; /* COL_CHUNKS x 2 x max_cols f32 */
     int max_cols;
-    int attn_mode; /* gpt2_cuda_attention_mode: 0 the fastest, 1 materialized, 2 mma.sync flash */
-    bool wgmma;    /* built with GPT2_WGMMA and the device is compute capability 9.0 */
-    int gemm_tune; /* gpt2_cuda_gemm_tune: candidates timed per product shape, 0/1 none */
+    int attn_mode; /* nn_cuda_attention_mode: 0 the fastest, 1 materialized, 2 mma.sync flash */
+    bool wgmma;    /* built with NN_WGMMA and the device is compute capability 9.0 */
+    int gemm_tune; /* nn_cuda_gemm_tune: candidates timed per product shape, 0/1 none */
     int nplans;
-    mm_plan *plans; /* GPT2_MM_PLANS of them */
+    mm_plan *plans; /* NN_MM_PLANS of them */
 };
 
 namespace
@@ -66,7 +66,7 @@ namespace
 int fail_text(bmt_error_t *err, const char *what, const char *why)
 {
     if (err)
-        snprintf(err->text, sizeof(err->text), "gpt2 cuda: %s: %s", what, why);
+        snprintf(err->text, sizeof(err->text), "nn cuda: %s: %s", what, why);
     return -1;
 }
 
@@ -305,7 +305,7 @@ template <int K, class F> __global__ void colsum_partial8(float *partial, int N,
 }
 
 template <int K, class F>
-int colsum(gpt2_cuda_t *h, float *dst0, float *dst1, int N, int cols, F f, bmt_error_t *err)
+int colsum(nn_cuda_t *h, float *dst0, float *dst1, int N, int cols, F f, bmt_error_t *err)
 {
     if (cols > h->max_cols)
         return fail_text(err, "column sum", "more columns than the handle was made for");
@@ -546,7 +546,7 @@ bool key_eq(const mm_key *a, const mm_key *b)
  * heuristic's first. The scratch (D, and GELU's aux output) comes from
  * cudaMallocAsync on the stream and goes back at once: it is outside the
  * context's memory accounting, and only there while a new shape is tuned. */
-void plan_tune(gpt2_cuda_t *h, mm_plan *p, const cublasLtMatmulHeuristicResult_t *cand, int nc,
+void plan_tune(nn_cuda_t *h, mm_plan *p, const cublasLtMatmulHeuristicResult_t *cand, int nc,
                const void *A, const void *B, float beta, void *aux)
 {
     const size_t ds = p->key.dtD == CUDA_R_32F ? 4 : 2, bytes = (size_t)p->key.ldd * p->key.n * ds;
@@ -606,14 +606,14 @@ out:
 
 /* Makes the plan of a product (descriptors, heuristic, tuning); 0 or a
  * cuBLAS status. */
-cublasStatus_t plan_make(gpt2_cuda_t *h, mm_plan *p, const void *A, const void *B, const void *bias,
+cublasStatus_t plan_make(nn_cuda_t *h, mm_plan *p, const void *A, const void *B, const void *bias,
                          float beta, void *aux)
 {
     const cublasOperation_t opa = p->key.ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                             opb = p->key.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     const size_t ws = LT_WORKSPACE;
     cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t heur[GPT2_GEMM_TUNE_MAX];
+    cublasLtMatmulHeuristicResult_t heur[NN_GEMM_TUNE_MAX];
     const int want = h->gemm_tune > 1 ? h->gemm_tune : 1;
     cublasStatus_t s = cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     if (s == CUBLAS_STATUS_SUCCESS)
@@ -670,9 +670,9 @@ cublasStatus_t plan_make(gpt2_cuda_t *h, mm_plan *p, const void *A, const void *
 /* D (m,n) col-major, ldd, of type dtD = op(A) (m,k) x op(B) (k,n) [+ beta D]
  * [+ bias (m) bf16 broadcast over columns], then the GELU epilogue `epi` with
  * aux; A and B bf16; f32 compute. */
-int matmul_one(gpt2_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void *A, bool ta,
-               int lda, const void *B, bool tb, int ldb, int m, int n, int k, const void *bias,
-               float beta, int epi, void *aux, bmt_error_t *err)
+int matmul_one(nn_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void *A, bool ta, int lda,
+               const void *B, bool tb, int ldb, int m, int n, int k, const void *bias, float beta,
+               int epi, void *aux, bmt_error_t *err)
 {
     const float one = 1.0f;
     mm_plan fresh = {};
@@ -685,7 +685,7 @@ int matmul_one(gpt2_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void 
         if (key_eq(&h->plans[i].key, &key))
             p = &h->plans[i];
     cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
-    const bool cached = p != NULL || h->nplans < GPT2_MM_PLANS;
+    const bool cached = p != NULL || h->nplans < NN_MM_PLANS;
     if (p == NULL) {
         p = cached ? &h->plans[h->nplans] : &fresh;
         *p = fresh;
@@ -747,7 +747,7 @@ int matmul_one(gpt2_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void 
  * against 550 for the layers' products, bench/NOTES.md), so it is split into
  * an aligned part and the remainder. Splitting m or n splits D; splitting k
  * adds the remainder's product into D (beta 1), one more rounding of D. */
-int matmul(gpt2_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void *A, bool ta, int lda,
+int matmul(nn_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void *A, bool ta, int lda,
            const void *B, bool tb, int ldb, int m, int n, int k, const void *bias, float beta,
            int epi, void *aux, bmt_error_t *err)
 {
@@ -861,7 +861,7 @@ __global__ void softmax_causal_bwd(bf16 *datt, const bf16 *att, float scale, int
         d[j] = j <= t ? bf(scale * ld(&a[j]) * (ld(&d[j]) - s)) : bf(0.f);
 }
 
-int batched(gpt2_cuda_t *h, bool ta, bool tb, int m, int n, int k, const void *A, int lda,
+int batched(nn_cuda_t *h, bool ta, bool tb, int m, int n, int k, const void *A, int lda,
             long long sa, const void *B, int ldb, long long sb, void *Cm, int ldc, long long sc,
             int count, bmt_error_t *err)
 {
@@ -1540,7 +1540,7 @@ cudaError_t mfa_forward(cudaStream_t st, bf16 *out, float *lse, const bf16 *qkv,
 
 /* ------------------------------------------------- attention: Hopper's wgmma
  *
- * Flash attention for head size 64 on sm_90a (built with GPT2_WGMMA, run
+ * Flash attention for head size 64 on sm_90a (built with NN_WGMMA, run
  * where the device is compute capability 9.0), the mma.sync kernels'
  * arrangement with warpgroup products: a warpgroup (4 warps) owns 64 rows
  * (queries; keys in dK/dV) and takes S = Q K^T, O += P V and the backward's
@@ -1554,7 +1554,7 @@ cudaError_t mfa_forward(cudaStream_t st, bf16 *out, float *lse, const bf16 *qkv,
  * K-major (Q and K in S = Q K^T); one read across them, as V in P V, is
  * MN-major (the instruction's transpose of B). bench/NOTES.md has the
  * figures (d48: forward 0.183 -> 0.152 ms, backward 0.470 -> 0.282). */
-#if defined(GPT2_WGMMA)
+#if defined(NN_WGMMA)
 #define WG_Q 128                                        /* query rows per block: two warpgroups */
 #define WG_SMEM (WG_Q * 128 + 4 * FA_ROWS * 128 + 1024) /* Q, 2 stages of K and V, alignment */
 
@@ -2140,15 +2140,14 @@ __global__ void to_f32(float *dst, const bf16 *src, int rows, int cols, int ldv)
 
 /* ------------------------------------------------------------ the C API */
 
-extern "C" size_t gpt2_cuda_workspace_bytes(int max_cols)
+extern "C" size_t nn_cuda_workspace_bytes(int max_cols)
 {
     return LT_WORKSPACE + (size_t)COL_CHUNKS * 2 * (size_t)max_cols * sizeof(float);
 }
 
-extern "C" gpt2_cuda_t *gpt2_cuda_create(void *stream, void *workspace, int max_cols,
-                                         bmt_error_t *err)
+extern "C" nn_cuda_t *nn_cuda_create(void *stream, void *workspace, int max_cols, bmt_error_t *err)
 {
-    gpt2_cuda_t *h = (gpt2_cuda_t *)calloc(1, sizeof(*h));
+    nn_cuda_t *h = (nn_cuda_t *)calloc(1, sizeof(*h));
     if (h == NULL) {
         fail_text(err, "handle", "out of memory");
         return NULL;
@@ -2157,7 +2156,7 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(void *stream, void *workspace, int max_
     h->lt_ws = workspace;
     h->partial = (float *)((char *)workspace + LT_WORKSPACE);
     h->max_cols = max_cols;
-#if defined(GPT2_WGMMA)
+#if defined(NN_WGMMA)
     int dev = 0, major = 0, minor = 0;
     h->wgmma =
         cudaGetDevice(&dev) == cudaSuccess &&
@@ -2165,7 +2164,7 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(void *stream, void *workspace, int max_
         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
         major == 9 && minor == 0;
 #endif
-    h->plans = (mm_plan *)calloc(GPT2_MM_PLANS, sizeof(mm_plan));
+    h->plans = (mm_plan *)calloc(NN_MM_PLANS, sizeof(mm_plan));
     if (h->plans == NULL) {
         fail_text(err, "handle", "out of memory");
         free(h);
@@ -2180,22 +2179,22 @@ extern "C" gpt2_cuda_t *gpt2_cuda_create(void *stream, void *workspace, int max_
         blas_ok(cublasSetStream(h->blas, h->stream), err, "cublasSetStream") < 0 ||
         blas_ok(cublasSetWorkspace(h->blas, workspace, LT_WORKSPACE), err, "cublasSetWorkspace") <
             0) {
-        gpt2_cuda_destroy(h);
+        nn_cuda_destroy(h);
         return NULL;
     }
     return h;
 }
 
-extern "C" void gpt2_cuda_attention_mode(gpt2_cuda_t *h, int mode) { h->attn_mode = mode; }
+extern "C" void nn_cuda_attention_mode(nn_cuda_t *h, int mode) { h->attn_mode = mode; }
 
-extern "C" const char *gpt2_cuda_attention_kernel(const gpt2_cuda_t *h)
+extern "C" const char *nn_cuda_attention_kernel(const nn_cuda_t *h)
 {
     return h->wgmma ? "wgmma" : "mma.sync";
 }
 
-extern "C" int gpt2_cuda_gemm_tune(gpt2_cuda_t *h, int candidates)
+extern "C" int nn_cuda_gemm_tune(nn_cuda_t *h, int candidates)
 {
-    if (candidates < 0 || candidates > GPT2_GEMM_TUNE_MAX)
+    if (candidates < 0 || candidates > NN_GEMM_TUNE_MAX)
         return -1;
     h->gemm_tune = candidates;
     for (int i = 0; i < h->nplans; i++) /* the next products choose again */
@@ -2204,7 +2203,7 @@ extern "C" int gpt2_cuda_gemm_tune(gpt2_cuda_t *h, int candidates)
     return 0;
 }
 
-extern "C" void gpt2_cuda_destroy(gpt2_cuda_t *h)
+extern "C" void nn_cuda_destroy(nn_cuda_t *h)
 {
     if (h == NULL)
         return;
@@ -2218,9 +2217,8 @@ extern "C" void gpt2_cuda_destroy(gpt2_cuda_t *h)
     free(h);
 }
 
-extern "C" int gpt2_cuda_encoder_forward(gpt2_cuda_t *h, void *out, const int32_t *inp,
-                                         const void *wte, const void *wpe, int B, int T, int C,
-                                         bmt_error_t *err)
+extern "C" int nn_cuda_encoder_forward(nn_cuda_t *h, void *out, const int32_t *inp, const void *wte,
+                                       const void *wpe, int B, int T, int C, bmt_error_t *err)
 {
     const size_t total = (size_t)B * T * C;
     encoder_fwd<<<blocks_for(total, 256), 256, 0, h->stream>>>((bf16 *)out, inp, (const bf16 *)wte,
@@ -2228,7 +2226,7 @@ extern "C" int gpt2_cuda_encoder_forward(gpt2_cuda_t *h, void *out, const int32_
     return launched(err, "encoder forward");
 }
 
-extern "C" int gpt2_token_buckets(const int32_t *inp, int N, int V, int32_t *out)
+extern "C" int nn_token_buckets(const int32_t *inp, int N, int V, int32_t *out)
 {
     /* Counting sort by token, stable: positions of each token in order. */
     int32_t *count = (int32_t *)calloc((size_t)V + 1, sizeof(int32_t));
@@ -2255,9 +2253,9 @@ extern "C" int gpt2_token_buckets(const int32_t *inp, int N, int V, int32_t *out
     return U;
 }
 
-extern "C" int gpt2_cuda_encoder_backward(gpt2_cuda_t *h, float *dwte, float *dwpe,
-                                          const void *dout, const int32_t *buckets, int U, int B,
-                                          int T, int C, bmt_error_t *err)
+extern "C" int nn_cuda_encoder_backward(nn_cuda_t *h, float *dwte, float *dwpe, const void *dout,
+                                        const int32_t *buckets, int U, int B, int T, int C,
+                                        bmt_error_t *err)
 {
     if (U > 0)
         encoder_bwd_wte<<<(unsigned)U, 256, 0, h->stream>>>(dwte, (const bf16 *)dout, buckets, U,
@@ -2266,9 +2264,9 @@ extern "C" int gpt2_cuda_encoder_backward(gpt2_cuda_t *h, float *dwte, float *dw
     return launched(err, "encoder backward");
 }
 
-extern "C" int gpt2_cuda_layernorm_forward(gpt2_cuda_t *h, void *out, float *mean, float *rstd,
-                                           const void *inp, const void *weight, const void *bias,
-                                           int N, int C, bmt_error_t *err)
+extern "C" int nn_cuda_layernorm_forward(nn_cuda_t *h, void *out, float *mean, float *rstd,
+                                         const void *inp, const void *weight, const void *bias,
+                                         int N, int C, bmt_error_t *err)
 {
     const unsigned grid = (unsigned)(N + 7) / 8;
     bf16 *o = (bf16 *)out;
@@ -2283,10 +2281,10 @@ extern "C" int gpt2_cuda_layernorm_forward(gpt2_cuda_t *h, void *out, float *mea
     return launched(err, "layernorm forward");
 }
 
-extern "C" int gpt2_cuda_layernorm_backward(gpt2_cuda_t *h, void *dinp, const void *dres,
-                                            float *dweight, float *dbias, const void *dout,
-                                            const void *inp, const void *weight, const float *mean,
-                                            const float *rstd, int N, int C, bmt_error_t *err)
+extern "C" int nn_cuda_layernorm_backward(nn_cuda_t *h, void *dinp, const void *dres,
+                                          float *dweight, float *dbias, const void *dout,
+                                          const void *inp, const void *weight, const float *mean,
+                                          const float *rstd, int N, int C, bmt_error_t *err)
 {
     /* The parameter sums first: dinp may alias nothing they read, but keep the
      * order that reads inp and dout before anything is written. */
@@ -2306,9 +2304,9 @@ extern "C" int gpt2_cuda_layernorm_backward(gpt2_cuda_t *h, void *dinp, const vo
 
 /* Row-major (rows, cols) is col-major (cols, rows): every product below is
  * written for cuBLAS's column-major view of our row-major buffers. */
-extern "C" int gpt2_cuda_matmul_forward(gpt2_cuda_t *h, void *out, int ld_out, const void *inp,
-                                        const void *weight, const void *bias, int N, int IC, int OC,
-                                        int wt, bmt_error_t *err)
+extern "C" int nn_cuda_matmul_forward(nn_cuda_t *h, void *out, int ld_out, const void *inp,
+                                      const void *weight, const void *bias, int N, int IC, int OC,
+                                      int wt, bmt_error_t *err)
 {
     /* out^T (OC,N) = W' (OC,IC) x inp^T (IC,N); W' is Conv1D's (IC,OC) seen
      * col-major (no transpose, ld OC), or the head's (OC,IC) transposed. */
@@ -2316,19 +2314,18 @@ extern "C" int gpt2_cuda_matmul_forward(gpt2_cuda_t *h, void *out, int ld_out, c
                   IC, bias, 0.0f, EPI_NONE, NULL, err);
 }
 
-extern "C" int gpt2_cuda_matmul_gelu_forward(gpt2_cuda_t *h, void *out, void *pre, const void *inp,
-                                             const void *weight, const void *bias, int N, int IC,
-                                             int OC, bmt_error_t *err)
+extern "C" int nn_cuda_matmul_gelu_forward(nn_cuda_t *h, void *out, void *pre, const void *inp,
+                                           const void *weight, const void *bias, int N, int IC,
+                                           int OC, bmt_error_t *err)
 {
     return matmul(h, out, CUDA_R_16BF, OC, weight, false, OC, inp, false, IC, OC, N, IC, bias, 0.0f,
                   EPI_GELU, pre, err);
 }
 
-/* gpt2_cuda_matmul_backward with dinp's product through the epilogue epi (aux: pre) */
-static int matmul_backward(gpt2_cuda_t *h, void *dinp, float *dweight, float *dbias,
-                           const void *dout, int ld_dout, const void *inp, const void *weight,
-                           int N, int IC, int OC, int wt, int epi, const void *pre,
-                           bmt_error_t *err)
+/* nn_cuda_matmul_backward with dinp's product through the epilogue epi (aux: pre) */
+static int matmul_backward(nn_cuda_t *h, void *dinp, float *dweight, float *dbias, const void *dout,
+                           int ld_dout, const void *inp, const void *weight, int N, int IC, int OC,
+                           int wt, int epi, const void *pre, bmt_error_t *err)
 {
     /* dinp^T (IC,N) = W'^T (IC,OC) x dout^T (OC,N) */
     if (dinp && matmul(h, dinp, CUDA_R_16BF, IC, weight, wt == 0, wt ? IC : OC, dout, false,
@@ -2351,38 +2348,35 @@ static int matmul_backward(gpt2_cuda_t *h, void *dinp, float *dweight, float *db
     return 0;
 }
 
-extern "C" int gpt2_cuda_matmul_backward(gpt2_cuda_t *h, void *dinp, float *dweight, float *dbias,
-                                         const void *dout, int ld_dout, const void *inp,
-                                         const void *weight, int N, int IC, int OC, int wt,
-                                         bmt_error_t *err)
+extern "C" int nn_cuda_matmul_backward(nn_cuda_t *h, void *dinp, float *dweight, float *dbias,
+                                       const void *dout, int ld_dout, const void *inp,
+                                       const void *weight, int N, int IC, int OC, int wt,
+                                       bmt_error_t *err)
 {
     return matmul_backward(h, dinp, dweight, dbias, dout, ld_dout, inp, weight, N, IC, OC, wt,
                            EPI_NONE, NULL, err);
 }
 
-extern "C" int gpt2_cuda_matmul_backward_dgelu(gpt2_cuda_t *h, void *dinp, float *dweight,
-                                               float *dbias, const void *dout, int ld_dout,
-                                               const void *inp, const void *weight, const void *pre,
-                                               int N, int IC, int OC, bmt_error_t *err)
+extern "C" int nn_cuda_matmul_backward_dgelu(nn_cuda_t *h, void *dinp, float *dweight, float *dbias,
+                                             const void *dout, int ld_dout, const void *inp,
+                                             const void *weight, const void *pre, int N, int IC,
+                                             int OC, bmt_error_t *err)
 {
     return matmul_backward(h, dinp, dweight, dbias, dout, ld_dout, inp, weight, N, IC, OC, 0,
                            EPI_DGELU, pre, err);
 }
 
-extern "C" int gpt2_cuda_attention_is_flash(int C, int NH)
+extern "C" int nn_cuda_attention_is_flash(int C, int NH) { return C % NH == 0 && flash_ok(C / NH); }
+
+extern "C" size_t nn_cuda_attention_saved_bytes(int B, int T, int C, int NH)
 {
-    return C % NH == 0 && flash_ok(C / NH);
+    return nn_cuda_attention_is_flash(C, NH) ? (size_t)B * NH * T * sizeof(float)
+                                             : (size_t)B * NH * T * T * sizeof(bf16);
 }
 
-extern "C" size_t gpt2_cuda_attention_saved_bytes(int B, int T, int C, int NH)
-{
-    return gpt2_cuda_attention_is_flash(C, NH) ? (size_t)B * NH * T * sizeof(float)
-                                               : (size_t)B * NH * T * T * sizeof(bf16);
-}
-
-extern "C" int gpt2_cuda_attention_forward(gpt2_cuda_t *h, void *out, void *qkvr, void *att,
-                                           const void *qkv, void *scratch, int B, int T, int C,
-                                           int NH, bmt_error_t *err)
+extern "C" int nn_cuda_attention_forward(nn_cuda_t *h, void *out, void *qkvr, void *att,
+                                         const void *qkv, void *scratch, int B, int T, int C,
+                                         int NH, bmt_error_t *err)
 {
     const int hs = C / NH, BH = B * NH;
     const size_t one = (size_t)B * T * C;
@@ -2397,7 +2391,7 @@ extern "C" int gpt2_cuda_attention_forward(gpt2_cuda_t *h, void *out, void *qkvr
         bf16 *y = (bf16 *)out;
         cudaError_t e = hs == 16   ? mfa_forward<16>(h->stream, y, lse, x, B, NH, T, scale)
                         : hs == 32 ? mfa_forward<32>(h->stream, y, lse, x, B, NH, T, scale)
-#if defined(GPT2_WGMMA)
+#if defined(NN_WGMMA)
                         : h->wgmma && h->attn_mode == 0
                             ? mfa_forward_wg(h->stream, y, lse, x, B, NH, T, scale)
 #endif
@@ -2429,10 +2423,10 @@ extern "C" int gpt2_cuda_attention_forward(gpt2_cuda_t *h, void *out, void *qkvr
     return launched(err, "attention unpermute");
 }
 
-extern "C" int gpt2_cuda_attention_backward(gpt2_cuda_t *h, void *dqkv, const void *dout,
-                                            const void *out, const void *qkvr, const void *att,
-                                            void *datt, void *scratch, int B, int T, int C, int NH,
-                                            bmt_error_t *err)
+extern "C" int nn_cuda_attention_backward(nn_cuda_t *h, void *dqkv, const void *dout,
+                                          const void *out, const void *qkvr, const void *att,
+                                          void *datt, void *scratch, int B, int T, int C, int NH,
+                                          bmt_error_t *err)
 {
     const int hs = C / NH, BH = B * NH;
     const size_t one = (size_t)B * T * C;
@@ -2446,7 +2440,7 @@ extern "C" int gpt2_cuda_attention_backward(gpt2_cuda_t *h, void *dqkv, const vo
         cudaError_t e =
             hs == 16   ? mfa_backward<16>(h->stream, dx, x, o, dy, lse, Dd, B, NH, T, scale)
             : hs == 32 ? mfa_backward<32>(h->stream, dx, x, o, dy, lse, Dd, B, NH, T, scale)
-#if defined(GPT2_WGMMA)
+#if defined(NN_WGMMA)
             : h->wgmma && h->attn_mode == 0
                 ? mfa_backward_wg(h->stream, dx, x, o, dy, lse, Dd, B, NH, T, scale)
 #endif
@@ -2481,27 +2475,27 @@ extern "C" int gpt2_cuda_attention_backward(gpt2_cuda_t *h, void *dqkv, const vo
     return launched(err, "attention unpermute");
 }
 
-extern "C" int gpt2_cuda_gelu_forward(gpt2_cuda_t *h, void *out, const void *inp, size_t n,
-                                      bmt_error_t *err)
+extern "C" int nn_cuda_gelu_forward(nn_cuda_t *h, void *out, const void *inp, size_t n,
+                                    bmt_error_t *err)
 {
     return elementwise_launch<0>(h->stream, out, inp, NULL, n, "gelu forward", err);
 }
 
-extern "C" int gpt2_cuda_gelu_backward(gpt2_cuda_t *h, void *dinp, const void *inp,
-                                       const void *dout, size_t n, bmt_error_t *err)
+extern "C" int nn_cuda_gelu_backward(nn_cuda_t *h, void *dinp, const void *inp, const void *dout,
+                                     size_t n, bmt_error_t *err)
 {
     return elementwise_launch<1>(h->stream, dinp, inp, dout, n, "gelu backward", err);
 }
 
-extern "C" int gpt2_cuda_residual_forward(gpt2_cuda_t *h, void *out, const void *a, const void *b,
-                                          size_t n, bmt_error_t *err)
+extern "C" int nn_cuda_residual_forward(nn_cuda_t *h, void *out, const void *a, const void *b,
+                                        size_t n, bmt_error_t *err)
 {
     return elementwise_launch<2>(h->stream, out, a, b, n, "residual", err);
 }
 
-extern "C" int gpt2_cuda_crossentropy(gpt2_cuda_t *h, float *losses, void *logits, int ldv,
-                                      const int32_t *targets, float dloss, int N, int V,
-                                      bmt_error_t *err)
+extern "C" int nn_cuda_crossentropy(nn_cuda_t *h, float *losses, void *logits, int ldv,
+                                    const int32_t *targets, float dloss, int N, int V,
+                                    bmt_error_t *err)
 {
     if (N > 0) {
         if (ldv % 8 == 0 && (uintptr_t)logits % 16 == 0)
@@ -2514,14 +2508,14 @@ extern "C" int gpt2_cuda_crossentropy(gpt2_cuda_t *h, float *losses, void *logit
     return launched(err, "cross-entropy");
 }
 
-extern "C" int gpt2_cuda_sum(gpt2_cuda_t *h, float *out, const float *x, int n, bmt_error_t *err)
+extern "C" int nn_cuda_sum(nn_cuda_t *h, float *out, const float *x, int n, bmt_error_t *err)
 {
     sum_f32<<<1, 1024, 0, h->stream>>>(out, x, n);
     return launched(err, "sum");
 }
 
-extern "C" int gpt2_cuda_to_f32(gpt2_cuda_t *h, float *dst, const void *src, int rows, int cols,
-                                int ldv, bmt_error_t *err)
+extern "C" int nn_cuda_to_f32(nn_cuda_t *h, float *dst, const void *src, int rows, int cols,
+                              int ldv, bmt_error_t *err)
 {
     to_f32<<<blocks_for((size_t)rows * cols, 256), 256, 0, h->stream>>>(dst, (const bf16 *)src,
                                                                         rows, cols, ldv);

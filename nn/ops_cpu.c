@@ -1,4 +1,4 @@
-/* examples/gpt2/ops_cpu.c — GPT-2's layers in plain fp32 C (see ops_cpu.h).
+/* nn/ops_cpu.c — GPT-2's layers in plain fp32 C (see ops_cpu.h).
  *
  * Written after llm.c's train_gpt2.c, one function per layer and pass, without
  * OpenMP. These are the reference of the CUDA kernels, so they trade a little
@@ -26,12 +26,12 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "gpt2/ops_cpu.h"
+#include "nn/ops_cpu.h"
 
 /* ---------------------------------------------------------------- encoder */
 
-void gpt2_encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int B,
-                          int T, int C)
+void nn_encoder_forward(float *out, const int32_t *inp, const float *wte, const float *wpe, int B,
+                        int T, int C)
 {
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
@@ -45,8 +45,8 @@ void gpt2_encoder_forward(float *out, const int32_t *inp, const float *wte, cons
     }
 }
 
-void gpt2_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B,
-                           int T, int C)
+void nn_encoder_backward(float *dwte, float *dwpe, const float *dout, const int32_t *inp, int B,
+                         int T, int C)
 {
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
@@ -63,8 +63,8 @@ void gpt2_encoder_backward(float *dwte, float *dwpe, const float *dout, const in
 
 /* ---------------------------------------------------------------- layernorm */
 
-void gpt2_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                            const float *weight, const float *bias, int N, int C)
+void nn_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                          const float *weight, const float *bias, int N, int C)
 {
     const double eps = 1e-5;
     for (int n = 0; n < N; n++) {
@@ -92,9 +92,9 @@ void gpt2_layernorm_forward(float *out, float *mean, float *rstd, const float *i
     }
 }
 
-void gpt2_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                             const float *inp, const float *weight, const float *mean,
-                             const float *rstd, int N, int C)
+void nn_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                           const float *inp, const float *weight, const float *mean,
+                           const float *rstd, int N, int C)
 {
     /* dinp, row by row: with norm = (x - mean) rstd and dnorm = weight dout,
      * dx = rstd (dnorm - mean(dnorm) - norm mean(dnorm norm)) */
@@ -227,8 +227,8 @@ static void mm_dots(float *c, const float *a, const float *b, const float *bias,
     }
 }
 
-void gpt2_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
-                         int N, int IC, int OC, int wt)
+void nn_conv1d_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
+                       int IC, int OC, int wt)
 {
     if (wt == 0) {
         mm_rows(out, inp, (size_t)IC, 1, weight, bias, N, IC, OC, 0); /* inp (N,IC) x W (IC,OC) */
@@ -237,8 +237,8 @@ void gpt2_matmul_forward(float *out, const float *inp, const float *weight, cons
     }
 }
 
-void gpt2_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                          const float *inp, const float *weight, int N, int IC, int OC, int wt)
+void nn_conv1d_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                        const float *inp, const float *weight, int N, int IC, int OC, int wt)
 {
     if (wt == 0) {
         /* weight is W (IC,OC): dinp (N,IC) += dout (N,OC) . W^T;
@@ -268,8 +268,8 @@ void gpt2_matmul_backward(float *dinp, float *dweight, float *dbias, const float
 
 /* ---------------------------------------------------------------- attention */
 
-void gpt2_attention_forward(float *out, float *preatt, float *att, const float *qkv, int B, int T,
-                            int C, int NH)
+void nn_attention_qkv_forward(float *out, float *preatt, float *att, const float *qkv, int B, int T,
+                              int C, int NH)
 {
     size_t C3 = 3 * (size_t)C;
     int hs = C / NH; /* head size */
@@ -325,8 +325,8 @@ void gpt2_attention_forward(float *out, float *preatt, float *att, const float *
     }
 }
 
-void gpt2_attention_backward(float *dqkv, float *dpreatt, float *datt, const float *dout,
-                             const float *qkv, const float *att, int B, int T, int C, int NH)
+void nn_attention_qkv_backward(float *dqkv, float *dpreatt, float *datt, const float *dout,
+                               const float *qkv, const float *att, int B, int T, int C, int NH)
 {
     size_t C3 = 3 * (size_t)C;
     int hs = C / NH;
@@ -394,7 +394,7 @@ void gpt2_attention_backward(float *dqkv, float *dpreatt, float *datt, const flo
 
 static const double gelu_k = 0.79788456080286535588; /* sqrt(2 / pi) */
 
-void gpt2_gelu_forward(float *out, const float *inp, int N)
+void nn_gelu_forward(float *out, const float *inp, int N)
 {
     for (int i = 0; i < N; i++) {
         double x = inp[i];
@@ -403,7 +403,7 @@ void gpt2_gelu_forward(float *out, const float *inp, int N)
     }
 }
 
-void gpt2_gelu_backward(float *dinp, const float *inp, const float *dout, int N)
+void nn_gelu_backward(float *dinp, const float *inp, const float *dout, int N)
 {
     for (int i = 0; i < N; i++) {
         double x = inp[i];
@@ -418,7 +418,7 @@ void gpt2_gelu_backward(float *dinp, const float *inp, const float *dout, int N)
 
 /* ---------------------------------------------------------------- residual */
 
-void gpt2_residual_forward(float *out, const float *a, const float *b, int N)
+void nn_residual_forward(float *out, const float *a, const float *b, int N)
 {
     for (int i = 0; i < N; i++) {
         out[i] = a[i] + b[i];
@@ -427,8 +427,8 @@ void gpt2_residual_forward(float *out, const float *a, const float *b, int N)
 
 /* ---------------------------------------------------------------- cross-entropy */
 
-void gpt2_crossentropy_forward(float *losses, float *probs, const float *logits,
-                               const int32_t *targets, int B, int T, int V)
+void nn_crossentropy_forward(float *losses, float *probs, const float *logits,
+                             const int32_t *targets, int B, int T, int V)
 {
     for (size_t bt = 0; bt < (size_t)B * T; bt++) {
         const float *logits_bt = logits + bt * V; /* (V) */
@@ -452,8 +452,8 @@ void gpt2_crossentropy_forward(float *losses, float *probs, const float *logits,
     }
 }
 
-void gpt2_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets,
-                                float dloss, int B, int T, int V)
+void nn_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets,
+                              float dloss, int B, int T, int V)
 {
     for (size_t bt = 0; bt < (size_t)B * T; bt++) {
         int ix = targets[bt];

@@ -1,5 +1,7 @@
-/* examples/gpt2/ops_cuda.h — the layers of GPT-2 on CUDA, bf16 activations and
- * parameters with f32 accumulation (examples/gpt2/ops_cuda.cu).
+/* nn/ops_cuda.h — the CUDA layers the models share (GPT-2's, and the products,
+ * attention, cross-entropy and reductions of every model), bf16 activations and
+ * parameters with f32 accumulation (nn/ops_cuda.cu). They lived in
+ * examples/gpt2 until the Llama model came (docs/nn.md).
  *
  * The same layers as ops_cpu.h (the reference), with the same shapes and
  * conventions (HF Conv1D weights (in, out), "gelu_new", qkv packed [q | k | v]);
@@ -10,7 +12,7 @@
  *     block list hands a backward callback) and are ADDED into (+=), as on the
  *     CPU; gradients of activations are overwritten (=), except where said.
  *   - Matmuls are cuBLASLt (bf16 in, f32 compute; bias fused as an epilogue,
- *     and GELU for the MLP: gpt2_cuda_matmul_gelu_forward / _backward_dgelu),
+ *     and GELU for the MLP: nn_cuda_matmul_gelu_forward / _backward_dgelu),
  *     with cublasGemmEx as the fallback when cuBLASLt offers no algorithm.
  *   - Attention keeps q, k, v for the backward ("qkvr", 3 N C). GPT-2's head
  *     size runs flash attention (own mma.sync kernels, FlashAttention-2's
@@ -25,8 +27,8 @@
  * in err (the CUDA or cuBLAS error of the launch; errors inside a kernel show
  * at the next synchronization). Pointers are device memory unless said.
  */
-#ifndef GPT2_OPS_CUDA_H
-#define GPT2_OPS_CUDA_H
+#ifndef NN_OPS_CUDA_H
+#define NN_OPS_CUDA_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -37,30 +39,30 @@
 extern "C" {
 #endif
 
-typedef struct gpt2_cuda gpt2_cuda_t;
+typedef struct nn_cuda nn_cuda_t;
 
 /* Device bytes of the workspace a handle needs for layers of at most max_cols
  * columns (4C for GPT-2) and N rows: cuBLASLt's workspace plus the partial
  * sums of the column reductions. */
-size_t gpt2_cuda_workspace_bytes(int max_cols);
+size_t nn_cuda_workspace_bytes(int max_cols);
 
 /* A handle: cuBLAS and cuBLASLt handles bound to stream (a cudaStream_t) on the
  * current device, and the caller's workspace (device memory of
- * gpt2_cuda_workspace_bytes(max_cols) bytes, which it keeps and frees). */
-gpt2_cuda_t *gpt2_cuda_create(void *stream, void *workspace, int max_cols, bmt_error_t *err);
-void gpt2_cuda_destroy(gpt2_cuda_t *h);
+ * nn_cuda_workspace_bytes(max_cols) bytes, which it keeps and frees). */
+nn_cuda_t *nn_cuda_create(void *stream, void *workspace, int max_cols, bmt_error_t *err);
+void nn_cuda_destroy(nn_cuda_t *h);
 
 /* Attention where flash attention applies (tests and benchmarks): 0 (the
  * default) flash attention, forward and backward for head size 64 through
- * Hopper's wgmma where the build has it (GPT2_WGMMA: CUDA_ARCH sm_90a) and the
+ * Hopper's wgmma where the build has it (NN_WGMMA: CUDA_ARCH sm_90a) and the
  * device is compute capability 9.0; 1 the materialized scores (`att` and
  * `datt` must then hold B NH T T bf16); 2 flash attention with mma.sync
  * kernels only. */
-void gpt2_cuda_attention_mode(gpt2_cuda_t *h, int mode);
+void nn_cuda_attention_mode(nn_cuda_t *h, int mode);
 
 /* The flash kernels mode 0 runs for head size 64 on this handle's device:
  * "wgmma" or "mma.sync" (tests and benchmarks name them). */
-const char *gpt2_cuda_attention_kernel(const gpt2_cuda_t *h);
+const char *nn_cuda_attention_kernel(const nn_cuda_t *h);
 
 /* Products keep a cuBLASLt plan per shape (descriptors and algorithm, made on
  * first use). With candidates >= 2, a new shape's plan times that many of
@@ -68,13 +70,13 @@ const char *gpt2_cuda_attention_kernel(const gpt2_cuda_t *h);
  * three; the stream is synchronized) and keeps the fastest; 0 or 1 takes the
  * heuristic's first, the same on every run. Timing-based choices can differ
  * between runs, so results are then reproducible only within a run. Drops the
- * plans made so far. -1 (nothing changed) outside [0, GPT2_GEMM_TUNE_MAX]. */
-#define GPT2_GEMM_TUNE_MAX 32
-int gpt2_cuda_gemm_tune(gpt2_cuda_t *h, int candidates);
+ * plans made so far. -1 (nothing changed) outside [0, NN_GEMM_TUNE_MAX]. */
+#define NN_GEMM_TUNE_MAX 32
+int nn_cuda_gemm_tune(nn_cuda_t *h, int candidates);
 
 /* out (N,C) bf16 = wte[inp] + wpe[t]; inp (B,T) int32 on the device. */
-int gpt2_cuda_encoder_forward(gpt2_cuda_t *h, void *out, const int32_t *inp, const void *wte,
-                              const void *wpe, int B, int T, int C, bmt_error_t *err);
+int nn_cuda_encoder_forward(nn_cuda_t *h, void *out, const int32_t *inp, const void *wte,
+                            const void *wpe, int B, int T, int C, bmt_error_t *err);
 
 /* Token buckets for the encoder's backward, computed on the host from inp (N)
  * with tokens in [0, V): out (3 N + 1 int32) receives
@@ -82,110 +84,107 @@ int gpt2_cuda_encoder_forward(gpt2_cuda_t *h, void *out, const int32_t *inp, con
  *   [U, 2U + 1)     where each token's positions start in the list below,
  *   [2U + 1, +N)    positions sorted by token (stable),
  * and the function returns U. Upload it as is (3 N + 1 int32 at most). */
-int gpt2_token_buckets(const int32_t *inp, int N, int V, int32_t *out);
+int nn_token_buckets(const int32_t *inp, int N, int V, int32_t *out);
 
-/* dwte (V,C) f32 += dout rows summed per token (buckets: gpt2_token_buckets's
+/* dwte (V,C) f32 += dout rows summed per token (buckets: nn_token_buckets's
  * output, uploaded, with its U); dwpe (maxT,C) f32 += dout summed over the
  * batch, rows 0..T-1. dout (B,T,C) bf16. */
-int gpt2_cuda_encoder_backward(gpt2_cuda_t *h, float *dwte, float *dwpe, const void *dout,
-                               const int32_t *buckets, int U, int B, int T, int C,
-                               bmt_error_t *err);
+int nn_cuda_encoder_backward(nn_cuda_t *h, float *dwte, float *dwpe, const void *dout,
+                             const int32_t *buckets, int U, int B, int T, int C, bmt_error_t *err);
 
 /* out (N,C) bf16, mean (N) and rstd (N) f32 from inp (N,C) bf16, weight and
  * bias (C) bf16, as torch.nn.LayerNorm (eps 1e-5). */
-int gpt2_cuda_layernorm_forward(gpt2_cuda_t *h, void *out, float *mean, float *rstd,
-                                const void *inp, const void *weight, const void *bias, int N, int C,
-                                bmt_error_t *err);
+int nn_cuda_layernorm_forward(nn_cuda_t *h, void *out, float *mean, float *rstd, const void *inp,
+                              const void *weight, const void *bias, int N, int C, bmt_error_t *err);
 
 /* dinp (N,C) bf16 = dres (N,C) bf16 + the input gradient (dres may be dinp:
  * the residual stream's gradient, accumulated in place; NULL: 0); dweight, dbias (C)
  * f32 += theirs. From dout (N,C) bf16 and the forward's inp, weight, mean, rstd. */
-int gpt2_cuda_layernorm_backward(gpt2_cuda_t *h, void *dinp, const void *dres, float *dweight,
-                                 float *dbias, const void *dout, const void *inp,
-                                 const void *weight, const float *mean, const float *rstd, int N,
-                                 int C, bmt_error_t *err);
+int nn_cuda_layernorm_backward(nn_cuda_t *h, void *dinp, const void *dres, float *dweight,
+                               float *dbias, const void *dout, const void *inp, const void *weight,
+                               const float *mean, const float *rstd, int N, int C,
+                               bmt_error_t *err);
 
 /* out (N,OC) bf16, rows ld_out >= OC apart, = inp (N,IC) x W + bias (OC, or
  * NULL); W is (IC,OC) when wt == 0 (Conv1D), (OC,IC) when wt != 0 (tied head). */
-int gpt2_cuda_matmul_forward(gpt2_cuda_t *h, void *out, int ld_out, const void *inp,
-                             const void *weight, const void *bias, int N, int IC, int OC, int wt,
-                             bmt_error_t *err);
+int nn_cuda_matmul_forward(nn_cuda_t *h, void *out, int ld_out, const void *inp, const void *weight,
+                           const void *bias, int N, int IC, int OC, int wt, bmt_error_t *err);
 
 /* The MLP's first product with GELU fused into cuBLASLt's epilogue (W Conv1D,
  * rows OC apart): out (N,OC) bf16 = GELU_tanh(x), pre (N,OC) bf16 = x, with x =
  * inp x W + bias taken in f32 (pre is what the backward reads). */
-int gpt2_cuda_matmul_gelu_forward(gpt2_cuda_t *h, void *out, void *pre, const void *inp,
-                                  const void *weight, const void *bias, int N, int IC, int OC,
-                                  bmt_error_t *err);
+int nn_cuda_matmul_gelu_forward(nn_cuda_t *h, void *out, void *pre, const void *inp,
+                                const void *weight, const void *bias, int N, int IC, int OC,
+                                bmt_error_t *err);
 
 /* From dout (N,OC) bf16 with rows ld_dout apart: dinp (N,IC) bf16 = dout x W^T
  * (overwritten; NULL: not wanted), dweight (shaped as W) f32 += (NULL: not
  * wanted, and inp is not read), dbias (OC) f32 += (NULL: no bias). inp and
  * weight as in the forward. Taking dweight and dinp in two calls lets a caller
  * free inp before dinp exists. */
-int gpt2_cuda_matmul_backward(gpt2_cuda_t *h, void *dinp, float *dweight, float *dbias,
-                              const void *dout, int ld_dout, const void *inp, const void *weight,
-                              int N, int IC, int OC, int wt, bmt_error_t *err);
+int nn_cuda_matmul_backward(nn_cuda_t *h, void *dinp, float *dweight, float *dbias,
+                            const void *dout, int ld_dout, const void *inp, const void *weight,
+                            int N, int IC, int OC, int wt, bmt_error_t *err);
 
 /* The same for W Conv1D with the GELU's backward fused into dinp's product:
  * dinp (N,IC) bf16 = (dout x W^T) * GELU_tanh'(pre), pre (N,IC) the
- * pre-activation of gpt2_cuda_matmul_gelu_forward; dweight and dbias as above. */
-int gpt2_cuda_matmul_backward_dgelu(gpt2_cuda_t *h, void *dinp, float *dweight, float *dbias,
-                                    const void *dout, int ld_dout, const void *inp,
-                                    const void *weight, const void *pre, int N, int IC, int OC,
-                                    bmt_error_t *err);
+ * pre-activation of nn_cuda_matmul_gelu_forward; dweight and dbias as above. */
+int nn_cuda_matmul_backward_dgelu(nn_cuda_t *h, void *dinp, float *dweight, float *dbias,
+                                  const void *dout, int ld_dout, const void *inp,
+                                  const void *weight, const void *pre, int N, int IC, int OC,
+                                  bmt_error_t *err);
 
 /* Causal self-attention. Head sizes 16, 32 and 64 (GPT-2's is 64) take
  * flash attention (the scores never reach memory; `att` saves the softmax's
  * log-sum-exp per row, (B,NH,T) f32); other head sizes materialize the scores
  * (`att` saves the softmax itself, (B,NH,T,T) bf16, 0 above the diagonal).
- * gpt2_cuda_attention_saved_bytes gives the size of `att` and of the backward's
+ * nn_cuda_attention_saved_bytes gives the size of `att` and of the backward's
  * `datt` scratch either way. */
-int gpt2_cuda_attention_is_flash(int C, int NH);
-size_t gpt2_cuda_attention_saved_bytes(int B, int T, int C, int NH);
+int nn_cuda_attention_is_flash(int C, int NH);
+size_t nn_cuda_attention_saved_bytes(int B, int T, int C, int NH);
 
 /* From qkv (B,T,3C) bf16: qkvr and att are saved for the backward; out (B,T,C)
  * bf16. Flash attention reads the heads where they lie: qkvr is qkv's copy in
  * the same layout (qkvr may be qkv: nothing is copied) and scratch is unused
  * (may be NULL). The materialized path saves qkvr as 3 x (B,NH,T,hs) (qkvr must
  * not be qkv) and uses scratch: N C bf16. */
-int gpt2_cuda_attention_forward(gpt2_cuda_t *h, void *out, void *qkvr, void *att, const void *qkv,
-                                void *scratch, int B, int T, int C, int NH, bmt_error_t *err);
+int nn_cuda_attention_forward(nn_cuda_t *h, void *out, void *qkvr, void *att, const void *qkv,
+                              void *scratch, int B, int T, int C, int NH, bmt_error_t *err);
 
 /* dqkv (B,T,3C) bf16 = the gradient for dout (B,T,C) bf16, from the forward's
  * out, qkvr and att. datt: saved_bytes of scratch. scratch: 4 N C bf16 for the
  * materialized path; unused (may be NULL) by flash attention, which writes
  * dq, dk and dv where they lie in dqkv. */
-int gpt2_cuda_attention_backward(gpt2_cuda_t *h, void *dqkv, const void *dout, const void *out,
-                                 const void *qkvr, const void *att, void *datt, void *scratch,
-                                 int B, int T, int C, int NH, bmt_error_t *err);
+int nn_cuda_attention_backward(nn_cuda_t *h, void *dqkv, const void *dout, const void *out,
+                               const void *qkvr, const void *att, void *datt, void *scratch, int B,
+                               int T, int C, int NH, bmt_error_t *err);
 
 /* out (n) bf16 = GELU_tanh(inp (n) bf16); out may be inp. */
-int gpt2_cuda_gelu_forward(gpt2_cuda_t *h, void *out, const void *inp, size_t n, bmt_error_t *err);
+int nn_cuda_gelu_forward(nn_cuda_t *h, void *out, const void *inp, size_t n, bmt_error_t *err);
 
 /* dinp (n) bf16 = GELU'(inp) * dout (overwritten; dinp may be dout). */
-int gpt2_cuda_gelu_backward(gpt2_cuda_t *h, void *dinp, const void *inp, const void *dout, size_t n,
-                            bmt_error_t *err);
+int nn_cuda_gelu_backward(nn_cuda_t *h, void *dinp, const void *inp, const void *dout, size_t n,
+                          bmt_error_t *err);
 
 /* out (n) bf16 = a + b; out may be a or b. */
-int gpt2_cuda_residual_forward(gpt2_cuda_t *h, void *out, const void *a, const void *b, size_t n,
-                               bmt_error_t *err);
+int nn_cuda_residual_forward(nn_cuda_t *h, void *out, const void *a, const void *b, size_t n,
+                             bmt_error_t *err);
 
 /* Fused softmax cross-entropy and its backward, per row of logits (N rows of V
  * bf16, ld apart, ld >= V): losses (N) f32 = -log softmax(row)[target] (0 where
  * target < 0); when dloss != 0, the row is then overwritten with
  * (softmax - onehot(target)) * dloss (0 where target < 0), and columns V..ld-1
  * with 0. targets (N) int32 on the device. */
-int gpt2_cuda_crossentropy(gpt2_cuda_t *h, float *losses, void *logits, int ld,
-                           const int32_t *targets, float dloss, int N, int V, bmt_error_t *err);
+int nn_cuda_crossentropy(nn_cuda_t *h, float *losses, void *logits, int ld, const int32_t *targets,
+                         float dloss, int N, int V, bmt_error_t *err);
 
 /* *out (one f32, device) = sum of x (n f32), in a fixed order. */
-int gpt2_cuda_sum(gpt2_cuda_t *h, float *out, const float *x, int n, bmt_error_t *err);
+int nn_cuda_sum(nn_cuda_t *h, float *out, const float *x, int n, bmt_error_t *err);
 
 /* dst (n) f32 = src (n, rows of `cols` bf16 with ld apart) — a (rows, cols)
  * view cast to f32 densely (cols per row). */
-int gpt2_cuda_to_f32(gpt2_cuda_t *h, float *dst, const void *src, int rows, int cols, int ld,
-                     bmt_error_t *err);
+int nn_cuda_to_f32(nn_cuda_t *h, float *dst, const void *src, int rows, int cols, int ld,
+                   bmt_error_t *err);
 
 #ifdef __cplusplus
 }
