@@ -112,16 +112,16 @@ void nn_rope_freqs(float *inv_freq, int hd, double theta, const nn_rope_scaling_
     }
 }
 
-/* The rotation of every (B, NH) head at each position by sign * t * inv_freq;
+/* The rotation of every (B, NH) head at each row t by sign * (pos0 + t) * inv_freq;
  * out = rot(inp) (accumulate == 0, out may be inp) or out += rot(inp). The cos
  * and sin of each (t, i) are taken once, for all B * NH heads. */
-static void rope_rotate(float *out, const float *inp, const float *inv_freq, int B, int T, int NH,
-                        int hd, double sign, int accumulate)
+static void rope_rotate(float *out, const float *inp, const float *inv_freq, int pos0, int B, int T,
+                        int NH, int hd, double sign, int accumulate)
 {
     int half = hd / 2;
     for (int t = 0; t < T; t++) {
         for (int i = 0; i < half; i++) {
-            double a = (double)t * inv_freq[i];
+            double a = (double)(pos0 + t) * inv_freq[i];
             double c = cos(a), sn = sign * sin(a);
             for (int b = 0; b < B; b++) {
                 for (int h = 0; h < NH; h++) {
@@ -144,14 +144,20 @@ static void rope_rotate(float *out, const float *inp, const float *inv_freq, int
 void nn_rope_forward(float *out, const float *inp, const float *inv_freq, int B, int T, int NH,
                      int hd)
 {
-    rope_rotate(out, inp, inv_freq, B, T, NH, hd, 1.0, 0);
+    rope_rotate(out, inp, inv_freq, 0, B, T, NH, hd, 1.0, 0);
+}
+
+void nn_rope_forward_at(float *out, const float *inp, const float *inv_freq, int pos0, int B, int T,
+                        int NH, int hd)
+{
+    rope_rotate(out, inp, inv_freq, pos0, B, T, NH, hd, 1.0, 0);
 }
 
 void nn_rope_backward(float *dinp, const float *dout, const float *inv_freq, int B, int T, int NH,
                       int hd)
 {
     /* the rotation by a is orthogonal: its transpose is the rotation by -a */
-    rope_rotate(dinp, dout, inv_freq, B, T, NH, hd, -1.0, 1);
+    rope_rotate(dinp, dout, inv_freq, 0, B, T, NH, hd, -1.0, 1);
 }
 
 /* ---------------------------------------------------------------- SwiGLU */

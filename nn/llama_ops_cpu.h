@@ -75,6 +75,13 @@ void nn_rope_freqs(float *inv_freq, int hd, double theta, const nn_rope_scaling_
 void nn_rope_forward(float *out, const float *inp, const float *inv_freq, int B, int T, int NH,
                      int hd);
 
+/* The same at positions pos0..pos0+T-1 (pos0 >= 0): row t of each sequence is
+ * rotated by the angles of position pos0 + t. A decoder's step rotates the
+ * new tokens' q and k at their place after the cached ones;
+ * nn_rope_forward is pos0 = 0, the same bits. */
+void nn_rope_forward_at(float *out, const float *inp, const float *inv_freq, int pos0, int B, int T,
+                        int NH, int hd);
+
 /* dinp (B,T,NH,hd) += dout (B,T,NH,hd) rotated back (by -a: the transpose). */
 void nn_rope_backward(float *dinp, const float *dout, const float *inv_freq, int B, int T, int NH,
                       int hd);
