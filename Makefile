@@ -121,6 +121,10 @@ LLAMA_SRC := $(filter-out examples/llama/train.c,$(wildcard examples/llama/*.c))
 LLAMA_A := $(BUILDDIR)/examples/llama/libllama.a
 LLAMA_BIN := $(if $(wildcard examples/llama/train.c),$(BUILDDIR)/bin/llama)
 MODEL_LIBS := $(GPT2_A) $(LLAMA_A) $(NN_A)
+# bin/generate (examples/generate, docs/generate.md): sampling from a GPT-2 or
+# Llama directory in one process, with the models' config parsers and nn/.
+GEN_OBJ := $(patsubst %.c,$(BUILDDIR)/%.o,$(wildcard examples/generate/*.c))
+GEN_BIN := $(if $(GEN_OBJ),$(BUILDDIR)/bin/generate)
 
 # The trainer the example binaries share (examples/common: options, schedule,
 # loop, evaluation, checkpoints, metrics); each example's train.c is its main.
@@ -142,7 +146,7 @@ LIBBMT_SO := $(BUILDDIR)/lib/libbmt.so.0
 BMLAUNCH := $(BUILDDIR)/bin/bmlaunch
 
 ALL := $(LIBBMT_A) $(LIBBMT_SO) $(BMLAUNCH) $(PLUGIN_SO) $(PROBE_SO) $(FAILIO_SO) $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN) \
-    $(GPT2_BIN) $(LLAMA_BIN)
+    $(GPT2_BIN) $(LLAMA_BIN) $(GEN_BIN)
 
 # Objects depend on the flags they were built with: switching DEBUG, ASAN, NO_CUDA
 # or CFLAGS in the same BUILDDIR rebuilds instead of mixing old and new objects.
@@ -280,6 +284,11 @@ $(LLAMA_BIN): $(BUILDDIR)/examples/llama/train.o $(TRAINER_A) $(LLAMA_A) $(GPT2_
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(TRAINER_A) $(LLAMA_A) $(GPT2_A) $(NN_A) $(LIBBMT_A) $(NN_LIBS) $(LIB_LIBS)
+
+$(GEN_BIN): $(GEN_OBJ) $(LLAMA_A) $(GPT2_A) $(NN_A) $(LIBBMT_A)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  LD      $@")
+	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $(GEN_OBJ) $(LLAMA_A) $(GPT2_A) $(NN_A) $(LIBBMT_A) $(NN_LIBS) $(LIB_LIBS)
 
 $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN): $(BUILDDIR)/%: $(BUILDDIR)/%.o $(LAUNCHER_A) $(PLUGIN_COMMON_A) $(LIBBMT_A) $(MODEL_LIBS)
 	@mkdir -p $(@D)
