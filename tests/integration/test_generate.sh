@@ -1,0 +1,306 @@
+#!/bin/bash
+# bin/generate (examples/generate, docs/generate.md) against PyTorch: the
+# oracle (tests/tools/generate_oracle.py) writes four tiny random HF
+# directories — GPT-2 tied with the "transformer." prefix in f32 in one file;
+# GPT-2 without the prefix, with the original files' mask buffers, in bf16 in
+# three files and an index; Llama with GQA 2:1, untied, Llama 3 RoPE scaling
+# in f32; Llama MHA, tied, in bf16 in two files — and computes, with its own
+# float64 models and no KV cache, the greedy continuation (which generate must
+# equal token for token, with no near ties), the logits along generate's path
+# (1e-5), the top-k sets of its sampled steps, and the seeded draw of
+# docs/generate.md replayed in Python (the same ids). Then: the cache equals
+# a recompute without it (the same bits), top-k 1 is greedy at any
+# temperature, a seed repeats and another differs, the end-of-sequence token
+# stops, checkpoints of bin/llama and bin/gpt2 generate (and equal the
+# oracle), and bad input is refused with one line and its exit code.
+. "$(dirname "$0")/lib.sh"
+
+PY=/usr/bin/python3
+ORACLE=$SRC/tests/tools/generate_oracle.py
+GEN=$BUILDDIR/bin/generate
+M=$TMP/models
+C=$TMP/c # what generate printed: NAME.ids, NAME.dump
+mkdir -p "$M" "$C"
+export PY ORACLE GEN M C
+
+$PY "$ORACLE" make "$M/g1" --model gpt2 --layers 3 --embd 48 --heads 4 --vocab 97 --max-pos 64 \
+    --seed 3 ||
+    echo "# the oracle could not make g1"
+$PY "$ORACLE" make "$M/g2" --model gpt2 --layers 2 --embd 32 --heads 2 --vocab 256 --max-pos 48 \
+    --prefix 0 --dtype bf16 --shards 3 --seed 3 ||
+    echo "# the oracle could not make g2"
+$PY "$ORACLE" make "$M/l1" --model llama --layers 2 --embd 48 --heads 8 --kv 4 --head-dim 8 \
+    --ffn 96 --vocab 101 --max-pos 128 --llama3 1 --theta 500000 --seed 3 ||
+    echo "# the oracle could not make l1"
+$PY "$ORACLE" make "$M/l2" --model llama --layers 3 --embd 64 --heads 4 --kv 4 --head-dim 16 \
+    --ffn 128 --vocab 256 --max-pos 64 --tied 1 --dtype bf16 --shards 2 --seed 3 ||
+    echo "# the oracle could not make l2"
+
+MODELS="g1 g2 l1 l2"
+P=3,1,4,1,5,9,2
+LONG=$(seq 0 69 | awk '{ print ($1 * 37 + 11) % 101 }' | paste -sd,) # 70 tokens: two chunks
+export MODELS P LONG
+
+# Each case: NAME MODEL PROMPT then generate's options; its ids in $C/NAME.ids.
+CASES="
+g1.greedy g1 $P -n 24 --dump-logits $C/g1.greedy.dump
+g2.greedy g2 $P -n 24 --dump-logits $C/g2.greedy.dump
+l1.greedy l1 $P -n 24 --dump-logits $C/l1.greedy.dump
+l2.greedy l2 $P -n 24 --dump-logits $C/l2.greedy.dump
+l1.long l1 $LONG -n 30 --dump-logits $C/l1.long.dump
+g1.topk g1 $P -n 40 --temperature 3 --top-k 5 --seed 1 --dump-logits $C/g1.topk.dump
+g2.topk g2 $P -n 40 --temperature 3 --top-k 5 --seed 2
+l1.topk l1 $P -n 40 --temperature 3 --top-k 5 --seed 3 --dump-logits $C/l1.topk.dump
+l2.topk l2 $P -n 40 --temperature 3 --top-k 5 --seed 4
+g1.wide g1 $P -n 40 --temperature 3 --seed 1
+l1.wide l1 $P -n 40 --temperature 3 --seed 3
+g1.replay g1 $P -n 30 --temperature 1.5 --seed 11
+g2.replay g2 $P -n 30 --temperature 2 --top-k 0 --seed 0
+l1.replay l1 $P -n 30 --temperature 1 --top-k 7 --seed 18446744073709551615
+l2.replay l2 $P -n 30 --temperature 0.8 --top-k 20 --seed 5
+"
+export CASES
+
+# ids NAME: the ids generate printed for case NAME, comma separated.
+ids() { tr ' ' , <"$C/$1.ids"; }
+# oracle_says NAME: the oracle's line for NAME, without the name.
+oracle_says() { sed -n "s/^$1 //p" "$TMP/oracle.txt"; }
+export -f ids oracle_says
+
+test_expect_success "checkpoints of bin/llama and bin/gpt2 (2 steps on the shipped corpus) are written" '
+    $BUILDDIR/bin/llama --prepare $SRC/examples/gpt2/data/corpus.txt --out corpus >/dev/null &&
+    for t in llama gpt2; do
+        with_timeout 60 $BMLAUNCH --metrics-port 0 -n 1 --device cpu -- $BUILDDIR/bin/$t \
+            --data corpus_train.bin -b 4 -t 64 --steps 2 --save-dir $TMP/ck-$t >out 2>&1 ||
+            { tail -5 out; exit 1; }
+        test -f $TMP/ck-$t/step-00000002/config.json
+    done
+'
+
+test_expect_success "a checkpoint generates: --prompt bytes in, ids and --text out (llama, gpt2)" '
+    for t in llama gpt2; do
+        $GEN $TMP/ck-$t/step-00000002 --prompt "The devil " -n 20 --text >out 2>err &&
+        test ! -s err && test $(wc -l <out) -eq 2 &&
+        head -1 out >$C/ck-$t.ids && cat $C/ck-$t.ids &&
+        test $(wc -w <$C/ck-$t.ids) -eq 20 &&
+        awk "{ for (i = 1; i <= NF; i++) if (\$i !~ /^[0-9]+\$/ || \$i > 255) exit 1 }" $C/ck-$t.ids &&
+        $PY -c "import sys; ids = open(sys.argv[1]).read().split(); t = open(sys.argv[2], \"rb\").read().split(b\"\\n\", 1)[1]
+assert t == bytes(int(i) for i in ids) + b\"\\n\", (t, ids)" $C/ck-$t.ids out &&
+        $GEN $TMP/ck-$t/step-00000002 --prompt "The devil " -n 20 --temperature 1 --seed 1 \
+            --dump-logits $C/ck-$t.sampled.dump >$C/ck-$t.sampled.ids || exit 1
+    done
+'
+
+test_expect_success "a checkpoint directory with latest is read at its latest step" '
+    $GEN $TMP/ck-llama --prompt "The devil " -n 20 >out && diff $C/ck-llama.ids out
+'
+
+test_expect_success "generate runs every case (greedy, sampled, dumped logits) and the oracle computes its own" '
+    echo "$CASES" | while read -r name model prompt args; do
+        [ -n "$name" ] || continue
+        $GEN $M/$model --prompt-ids $prompt $args >$C/$name.ids 2>err || { cat err; exit 1; }
+        test ! -s err && test $(wc -l <$C/$name.ids) -eq 1
+    done &&
+    {
+        for m in $MODELS; do
+            echo "$m.greedy greedy $M/$m $P 24"
+            echo "$m.greedy-logits logits $M/$m $P $(ids $m.greedy) $C/$m.greedy.dump"
+            echo "$m.topk topk $M/$m $P $(ids $m.topk) 5"
+        done
+        echo "l1.long greedy $M/l1 $LONG 30"
+        echo "l1.long-logits logits $M/l1 $LONG $(ids l1.long) $C/l1.long.dump"
+        for c in g1 l1; do
+            echo "$c.topk-logits logits $M/$c $P $(ids $c.topk) $C/$c.topk.dump"
+            echo "$c.wide topk $M/$c $P $(ids $c.wide) 5"
+        done
+        echo "g1.replay replay $M/g1 $P 30 1.5 0 11"
+        echo "g2.replay replay $M/g2 $P 30 2 0 0"
+        echo "l1.replay replay $M/l1 $P 30 1 7 18446744073709551615"
+        echo "l2.replay replay $M/l2 $P 30 0.8 20 5"
+        for t in llama gpt2; do
+            ck=$TMP/ck-$t/step-00000002 prompt=$(printf "The devil " | od -An -tu1 | xargs | tr " " ,)
+            echo "ck-$t greedy $ck $prompt 20"
+            echo "ck-$t.sampled logits $ck $prompt $(ids ck-$t.sampled) $C/ck-$t.sampled.dump"
+        done
+    } >batch &&
+    with_timeout 120 $PY "$ORACLE" batch batch >$TMP/oracle.txt &&
+    cat $TMP/oracle.txt && test $(wc -l <$TMP/oracle.txt) -eq $(wc -l <batch)
+'
+
+# same NAME: generate's ids equal the oracle's, token for token, with no step
+# whose two largest logits are within 1e-3 (a near tie would make the
+# comparison a coin toss); the first difference is printed.
+same() {
+    local ours theirs gap
+    ours=$(cat $C/$1.ids)
+    theirs=$(oracle_says $1 | sed -n "s/^ids \(.*\) gap .*/\1/p")
+    gap=$(oracle_says $1 | sed -n "s/.* gap //p")
+    echo "generate: $ours"
+    echo "oracle:   $theirs (smallest gap between a step's two largest logits: $gap)"
+    test -n "$theirs" || return 1
+    $PY -c "
+import sys
+a, b = sys.argv[1].split(), sys.argv[2].split()
+bad = [i for i in range(max(len(a), len(b))) if a[i:i + 1] != b[i:i + 1]]
+if bad:
+    sys.exit(\"first difference at new token %d: generate %s, oracle %s\" % (bad[0], a[bad[0]:bad[0] + 1], b[bad[0]:bad[0] + 1]))" "$ours" "$theirs" &&
+    awk -v g=$gap "BEGIN { exit !(g > 1e-3) }"
+}
+logits_ok() { # NAME
+    oracle_says $1 && oracle_says $1 | grep -q "^logits .* ok\$"
+}
+export -f same logits_ok
+
+for x in "g1:GPT-2, tied, transformer. names, f32, one file" \
+         "g2:GPT-2 without the prefix, mask buffers, bf16, three files and an index" \
+         "l1:Llama GQA 2:1, untied, Llama 3 RoPE scaling, f32" \
+         "l2:Llama MHA, tied, bf16, two files and an index"; do
+    m=${x%%:*}
+    test_expect_success "greedy on $m (${x#*:}) equals the float64 oracle token for token; logits within 1e-5" "
+        same $m.greedy && logits_ok $m.greedy-logits
+    "
+done
+
+test_expect_success "greedy after a 70-token prompt (a prefill of two chunks) equals the oracle; logits within 1e-5" '
+    same l1.long && logits_ok l1.long-logits
+'
+
+test_expect_success "the logits along sampled paths (temperature 3, top-k 5) are the oracle's within 1e-5" '
+    logits_ok g1.topk-logits && logits_ok l1.topk-logits
+'
+
+test_expect_success "--top-k 5 at temperature 3: every sampled id is among the oracle's 5 largest logits of its step" '
+    for m in $MODELS; do
+        oracle_says $m.topk && oracle_says $m.topk | grep -q "^outside 0 of 40 " || exit 1
+        # and it sampled: not the greedy path
+        test "$(cut -d" " -f1-24 $C/$m.topk.ids)" != "$(cat $C/$m.greedy.ids)" || exit 1
+    done
+'
+
+test_expect_success "without --top-k the same draws leave the top 5 (the check above can fail)" '
+    for m in g1 l1; do
+        oracle_says $m.wide && n=$(oracle_says $m.wide | sed -n "s/^outside \([0-9]*\) of 40 .*/\1/p") &&
+        test "$n" -ge 3 || exit 1
+    done
+'
+
+test_expect_success "the seeded draw is the documented one: the oracle replays it in Python and gets the same ids" '
+    for c in g1.replay g2.replay l1.replay l2.replay; do
+        echo "$c: $(cat $C/$c.ids)" && oracle_says $c &&
+        test "ids $(cat $C/$c.ids)" = "$(oracle_says $c)" || exit 1
+    done
+'
+
+test_expect_success "the KV cache equals a recompute without it: the same ids and the same logits, bit for bit" '
+    for m in $MODELS; do
+        $GEN $M/$m --prompt-ids $P -n 24 --dump-logits b.dump --no-cache >b &&
+        diff $C/$m.greedy.ids b && cmp $C/$m.greedy.dump b.dump || { echo "$m greedy"; exit 1; }
+    done &&
+    $GEN $M/l1 --prompt-ids $LONG -n 30 --dump-logits b.dump --no-cache >b &&
+    diff $C/l1.long.ids b && cmp $C/l1.long.dump b.dump &&
+    for x in g1:1 l1:3; do # the seeds of the topk cases
+        $GEN $M/${x%:*} --prompt-ids $P -n 40 --temperature 3 --top-k 5 --seed ${x#*:} \
+            --dump-logits b.dump --no-cache >b &&
+        diff $C/${x%:*}.topk.ids b && cmp $C/${x%:*}.topk.dump b.dump || { echo "$x"; exit 1; }
+    done &&
+    for m in g2 l2; do
+        $GEN $M/$m --prompt-ids $P -n 30 --temperature 0.7 --seed 4 >a &&
+        $GEN $M/$m --prompt-ids $P -n 30 --temperature 0.7 --seed 4 --no-cache >b &&
+        diff a b || { echo "$m sampled"; exit 1; }
+    done
+'
+
+test_expect_success "--top-k 1 is greedy at any temperature" '
+    $GEN $M/g1 --prompt-ids $P -n 24 --top-k 1 --temperature 0.5 >a && diff $C/g1.greedy.ids a &&
+    $GEN $M/g2 --prompt-ids $P -n 24 --top-k 1 --temperature 5 >a && diff $C/g2.greedy.ids a &&
+    $GEN $M/l1 --prompt-ids $P -n 24 --top-k 1 --temperature 1 --seed 5 >a && diff $C/l1.greedy.ids a &&
+    $GEN $M/l2 --prompt-ids $P -n 24 --top-k 1 --temperature 50 >a && diff $C/l2.greedy.ids a
+'
+
+test_expect_success "a seed gives the same ids every time, another seed other ids" '
+    $GEN $M/g1 --prompt-ids $P -n 30 --temperature 1.5 --seed 11 >a && diff $C/g1.replay.ids a &&
+    $GEN $M/g1 --prompt-ids $P -n 30 --temperature 1.5 --seed 12 >b && cat a b && ! diff -q a b >/dev/null &&
+    $GEN $M/l2 --prompt-ids $P -n 30 --temperature 0.8 --top-k 20 --seed 5 >a && diff $C/l2.replay.ids a &&
+    $GEN $M/l2 --prompt-ids $P -n 30 --temperature 0.8 --top-k 20 --seed 6 >b && cat a b && ! diff -q a b >/dev/null
+'
+
+test_expect_success "config.json's eos_token_id ends the output at its first occurrence; --ignore-eos does not" '
+    cp -r $M/g2 g2eos && cp -r $M/l1 l1eos &&
+    g=($(cat $C/g2.greedy.ids)) && l=($(cat $C/l1.greedy.ids)) &&
+    $PY - g2eos/config.json ${g[4]} l1eos/config.json ${l[6]} ${l[9]} <<-EOF &&
+	import json, sys
+	for f, eos in ((sys.argv[1], int(sys.argv[2])), (sys.argv[3], [int(sys.argv[4]), int(sys.argv[5])])):
+	    c = json.load(open(f)); c["eos_token_id"] = eos; json.dump(c, open(f, "w"))
+	EOF
+    $GEN g2eos --prompt-ids $P -n 24 >a && $GEN l1eos --prompt-ids $P -n 24 >b && cat a b &&
+    $PY - a "${g[*]}" ${g[4]} b "${l[*]}" ${l[6]},${l[9]} <<-EOF &&
+	import sys
+	for out, full, eos in ((sys.argv[1], sys.argv[2], sys.argv[3]), (sys.argv[4], sys.argv[5], sys.argv[6])):
+	    full, eos = full.split(), eos.split(",")
+	    n = min(full.index(e) for e in eos) + 1
+	    assert open(out).read().split() == full[:n], (out, full[:n])
+	EOF
+    $GEN g2eos --prompt-ids $P -n 24 --ignore-eos >a && diff $C/g2.greedy.ids a
+'
+
+test_expect_success "on the trainers' checkpoints: greedy equals the oracle token for token, sampled logits within 1e-5" '
+    same ck-llama && same ck-gpt2 && logits_ok ck-llama.sampled && logits_ok ck-gpt2.sampled
+'
+
+# ------------------------------------------------------------ bad input
+
+test_expect_success "bad input: one line on stderr, no ids, exit 2 (command line) or 1 (files)" '
+    mkdir empty && cp -r $M/l1 nohead && cp -r $M/l1 bert && cp -r $M/g1 shape &&
+    $PY - <<-EOF &&
+	import json, sys
+	sys.path.insert(0, "$SRC/tests/tools")
+	import generate_oracle as o
+	t = o.read_model("nohead"); t.pop("lm_head.weight")
+	o.write_safetensors("nohead/model.safetensors", t, "F32")
+	t = o.read_model("shape")
+	for l in range(3):
+	    t["transformer.h.%d.mlp.c_fc.bias" % l] = t["transformer.h.%d.mlp.c_fc.bias" % l][:100]
+	o.write_safetensors("shape/model.safetensors", t, "F32")
+	c = json.load(open("bert/config.json")); c["model_type"] = "bert"; json.dump(c, open("bert/config.json", "w"))
+	EOF
+    bad=0 &&
+    while IFS="|" read -r code msg args; do
+        [ -n "$code" ] || continue
+        rc=0 && eval "$GEN $args" >out 2>err || rc=$?
+        if [ $rc -ne $code ] || [ -s out ] || [ "$(cat err)" != "generate: $msg" ]; then
+            echo "generate $args: exit $rc (want $code), stdout $(wc -c <out) bytes, stderr:"; cat err
+            echo "want: generate: $msg"; bad=1
+        fi
+    done <<-EOF &&
+	2|no model directory (generate DIR --prompt-ids ...; --help)|
+	2|no prompt: give --prompt-ids or --prompt|$M/g1
+	2|--prompt-ids and --prompt: give one prompt|$M/g2 --prompt-ids 1 --prompt x
+	2|-n needs an integer from 1 to 16777216, not '"'"'abc'"'"'|$M/g1 --prompt-ids 1 -n abc
+	2|-n needs an integer from 1 to 16777216, not '"'"'0'"'"'|$M/g1 --prompt-ids 1 -n 0
+	2|--temperature needs a number >= 0, not '"'"'-1'"'"'|$M/g1 --prompt-ids 1 --temperature -1
+	2|--temperature needs a number >= 0, not '"'"'nan'"'"'|$M/g1 --prompt-ids 1 --temperature nan
+	2|--top-k needs an integer from 0 to 2147483647, not '"'"'-3'"'"'|$M/g1 --prompt-ids 1 --top-k -3
+	2|--seed needs an unsigned 64-bit integer, not '"'"'-1'"'"'|$M/g1 --prompt-ids 1 --seed -1
+	2|--seed needs an unsigned 64-bit integer, not '"'"'18446744073709551616'"'"'|$M/g1 --prompt-ids 1 --seed 18446744073709551616
+	2|--prompt-ids needs token ids separated by commas ("1,2,3"), not '"'"'1,,2'"'"'|$M/g1 --prompt-ids 1,,2
+	2|--prompt-ids needs token ids separated by commas ("1,2,3"), not '"'"'1,x'"'"'|$M/g1 --prompt-ids 1,x
+	2|--prompt is empty: give at least one byte|$M/g2 --prompt ""
+	2|unknown option '"'"'--bogus'"'"' (generate --help)|$M/g1 --bogus
+	2|--top-k needs a value|$M/g1 --prompt-ids 1 --top-k
+	2|one model directory, not several ('"'"'$M/g1'"'"' and '"'"'$M/g2'"'"')|$M/g1 $M/g2 --prompt-ids 1
+	2|--prompt-ids: token 97 (number 3) is outside the vocabulary [0, 97) of $M/g1|$M/g1 --prompt-ids 1,2,97
+	2|--prompt encodes bytes as tokens, for byte-level models (vocab_size 256); $M/l1 has vocab_size 101: use --prompt-ids|$M/l1 --prompt hello
+	2|--text encodes bytes as tokens, for byte-level models (vocab_size 256); $M/g1 has vocab_size 97: use --prompt-ids and print the ids|$M/g1 --prompt-ids 1 --text
+	2|a prompt of 7 tokens and -n 58 make 65 positions; the model has 64 (n_positions)|$M/g1 --prompt-ids $P -n 58
+	2|a prompt of 70 tokens and -n 59 make 129 positions; the model has 128 (max_position_embeddings)|$M/l1 --prompt-ids $LONG -n 59
+	1|nowhere: No such file or directory|nowhere --prompt-ids 1
+	1|empty/config.json: no such file: a model directory needs its config.json|empty --prompt-ids 1
+	1|bert/config.json: model_type is "bert"; supported: "gpt2", "llama", "mistral" (the models generate runs)|bert --prompt-ids 1
+	1|nohead has no tensor '"'"'lm_head.weight'"'"'|nohead --prompt-ids 1
+	1|shape/model.safetensors: tensor '"'"'transformer.h.0.mlp.c_fc.bias'"'"' is (100); the model needs (192)|shape --prompt-ids 1
+	EOF
+    test $bad -eq 0 &&
+    $GEN $M/g1 --prompt-ids $P -n 57 >out && test $(wc -w <out) -eq 57
+'
+
+test_done
