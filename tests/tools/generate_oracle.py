@@ -5,19 +5,21 @@
                                 [--kv NKV] [--head-dim hd] [--ffn F] [--vocab V]
                                 [--max-pos P] [--tied 0|1] [--llama3 0|1] [--theta X]
                                 [--dtype f32|bf16] [--shards S] [--prefix 0|1]
-                                [--seed N] [--logit-std X]
+                                [--seed N] [--logit-std X] [--attn-gain X]
         write a tiny random HF model directory: config.json (GPT2Config's or
         LlamaConfig's keys) and the weights under HF's names, F32 or BF16
         (rounded to nearest even), in model.safetensors or, with S > 1, S files
         and model.safetensors.index.json. GPT-2 with --prefix 1 names its
         tensors "transformer.h.0..." (GPT2LMHeadModel's state dict), with
         --prefix 0 "h.0..." and carries the attention-mask buffers
-        "h.N.attn.bias" of the original files. Embeddings and head have unit
-        entries, so that the token read weighs in the residual stream (smaller
-        ones make a random model repeat one token whatever the context), and
-        the final norm's weights, about --logit-std (2) / sqrt(C), set the
-        logits' spread: the two largest of a row are far apart (no ties in
-        greedy decoding) and a temperature of 1 leaves a wide distribution.
+        "h.N.attn.bias" of the original files. The head's rows (wte, or
+        lm_head and a tied embedding) have entries of about --logit-std (2) /
+        sqrt(C) against the final norm's unit-rms output, so the logits spread
+        by about that: a step's two largest are far apart (no ties in greedy
+        decoding) and a temperature of 1 leaves a wide distribution. q and k
+        are scaled by sqrt(--attn-gain) (4): with diffuse attention a random
+        model repeats one token whatever the context, and greedy paths would
+        test little.
     generate_oracle.py batch FILE
         one line of results per line of FILE (one torch start for them all):
           NAME greedy DIR PROMPT N           -> NAME ids I I ... gap G
