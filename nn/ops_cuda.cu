@@ -141,7 +141,8 @@ __global__ void encoder_fwd(bf16 *out, const int32_t *inp, const bf16 *wte, cons
          i += (size_t)gridDim.x * blockDim.x) {
         size_t n = i / C;
         int c = (int)(i % C), t = (int)(n % T);
-        out[i] = bf(ld(&wte[(size_t)inp[n] * C + c]) + ld(&wpe[(size_t)t * C + c]));
+        out[i] = wpe ? bf(ld(&wte[(size_t)inp[n] * C + c]) + ld(&wpe[(size_t)t * C + c]))
+                     : wte[(size_t)inp[n] * C + c];
     }
 }
 
@@ -2260,7 +2261,8 @@ extern "C" int nn_cuda_encoder_backward(nn_cuda_t *h, float *dwte, float *dwpe, 
     if (U > 0)
         encoder_bwd_wte<<<(unsigned)U, 256, 0, h->stream>>>(dwte, (const bf16 *)dout, buckets, U,
                                                             C);
-    encoder_bwd_wpe<<<(unsigned)T, 256, 0, h->stream>>>(dwpe, (const bf16 *)dout, B, T, C);
+    if (dwpe)
+        encoder_bwd_wpe<<<(unsigned)T, 256, 0, h->stream>>>(dwpe, (const bf16 *)dout, B, T, C);
     return launched(err, "encoder backward");
 }
 
