@@ -1,4 +1,4 @@
-/* tests/gpu/gpt2_ops_check.c — every GPT-2 CUDA layer (examples/nn/ops_cuda.h)
+/* tests/gpu/gpt2_ops_check.c — every GPT-2 CUDA layer (nn/ops_cuda.h)
  * against its CPU twin (ops_cpu.h, itself checked against PyTorch in float64).
  *
  * Runs on a machine with a GPU (tests/gpu/test_gpt2_ops.sh). Inputs are fresh
