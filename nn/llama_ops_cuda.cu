@@ -17,10 +17,11 @@
  *     terms per column, in row order, in registers; a second kernel adds the
  *     chunks' partial sums per column in chunk order into dweight. So dout,
  *     inp and dres are read once (a separate column pass would read dout and
- *     inp twice), and the partials (RMS_CHUNKS x C f32, 4-8 MiB at C 2048-4096)
- *     cost some 6% of the traffic of N = 8192-16384 rows. One block owning a
- *     column range across all N rows would need no scratch, but it has too
- *     few blocks to fill the GPU at C 2048: C / 8 = 256 threads in all.
+ *     inp twice), and the partials (RMS_CHUNKS x C f32, 4 MiB at C 2048)
+ *     add 3-6% to the traffic at N = 8192-16384 rows. Blocks that each own
+ *     a column range over all N rows would need no scratch, but at C 2048
+ *     there are 32 ranges of 64 columns (128-byte segments) for 132 SMs, and
+ *     dinp would need each row's sum from another pass.
  *   - RoPE: a thread takes 8 dims i (16 bytes) of one token for up to
  *     ROPE_HPT of its query and key heads, so each cos and sin is taken once
  *     for those heads; it loads every head before it stores any (the stores
@@ -39,7 +40,7 @@
 
 typedef __nv_bfloat16 bf16;
 
-#define RMS_CHUNKS 512 /* row chunks of RMSNorm's backward: its blocks, and its partial sums */
+#define RMS_CHUNKS 512    /* row chunks of RMSNorm's backward: its blocks, and its partial sums */
 #define RMS_FWD_GRID 1024 /* blocks of RMSNorm's forward (they stride over the rows) */
 #define ROPE_HPT 8        /* heads per thread of the 16-byte RoPE kernel */
 
@@ -137,7 +138,8 @@ template <int V> __device__ __forceinline__ raw_t<V> pack(const float (&f)[V])
  * two buffers the caller alternates between calls: a thread that writes one
  * again has passed the barrier of the call in between, which every thread
  * reaches only after reading it, so one barrier per call suffices. */
-template <int R, int THREADS> __device__ __forceinline__ void block_sum(float (&v)[R], float (*sh)[32])
+template <int R, int THREADS>
+__device__ __forceinline__ void block_sum(float (&v)[R], float (*sh)[32])
 {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
@@ -346,19 +348,32 @@ __global__ void colsum_chunks(float *dst, const float *partial, int cols, int ch
     }
 }
 
-/* The RMSNorm kernels' shapes: V bf16 per unit, CPL units per thread per
- * row, R rows per step, THREADS per block. 16-byte units (C % 8 == 0, aligned
- * pointers) over 256 threads for C <= 4096, 1024 threads for C <= 16384;
+/* The RMSNorm kernels' shapes X(V, CPL, R, THREADS): V bf16 per unit, CPL
+ * units per thread per row, R rows per step. 16-byte units (C % 8 == 0,
+ * aligned pointers) over 256 threads for C <= 4096, over 1024 for C <= 16384;
  * else one-element units over 1024 threads for C <= 8192. R x CPL units of
- * each tensor in registers per thread: 4 in the forward, 2 in the backward
- * (its three inputs, and the floats the compiler keeps across the block's sum,
- * took 122 registers at 4 and C 2048: 2 blocks per SM). */
+ * each tensor per thread in registers: 4 in the forward, 2 in the backward
+ * (its three inputs, and the floats the compiler keeps across the block's
+ * sum, took 122 registers at 4 and C 2048: 2 blocks per SM), and 2 or 1 at
+ * 1024 threads (64 registers at most). */
 #define RMS_FWD_CASES(X)                                                                           \
-    X(8, 1, 4, 256) X(8, 2, 2, 256) X(8, 1, 2, 1024) X(8, 2, 1, 1024) X(1, 1, 2, 1024)            \
-        X(1, 2, 1, 1024) X(1, 4, 1, 1024) X(1, 8, 1, 1024)
+    X(8, 1, 4, 256)  /* C <= 2048 */                                                               \
+    X(8, 2, 2, 256)  /* C <= 4096 */                                                               \
+    X(8, 1, 2, 1024) /* C <= 8192 */                                                               \
+    X(8, 2, 1, 1024) /* C <= 16384 */                                                              \
+    X(1, 1, 2, 1024) /* C <= 1024, one element per unit */                                         \
+    X(1, 2, 1, 1024) /* C <= 2048 */                                                               \
+    X(1, 4, 1, 1024) /* C <= 4096 */                                                               \
+    X(1, 8, 1, 1024) /* C <= 8192 */
 #define RMS_BWD_CASES(X)                                                                           \
-    X(8, 1, 2, 256) X(8, 2, 1, 256) X(8, 1, 1, 1024) X(8, 2, 1, 1024) X(1, 1, 2, 1024)            \
-        X(1, 2, 1, 1024) X(1, 4, 1, 1024) X(1, 8, 1, 1024)
+    X(8, 1, 2, 256)                                                                                \
+    X(8, 2, 1, 256)                                                                                \
+    X(8, 1, 1, 1024)                                                                               \
+    X(8, 2, 1, 1024)                                                                               \
+    X(1, 1, 2, 1024)                                                                               \
+    X(1, 2, 1, 1024)                                                                               \
+    X(1, 4, 1, 1024)                                                                               \
+    X(1, 8, 1, 1024)
 
 struct rms_shape {
     int V, CPL, threads;
@@ -388,8 +403,9 @@ unsigned rms_grid(int N, int R)
 
 /* RMSNorm backward's row chunks (its blocks): *per rows each, a multiple of R,
  * RMS_CHUNKS chunks at most, or fewer where their partial sums would not fit
- * in `fit` rows of C f32 (C > 8192: the workspace is at least 32 MiB). It
- * depends on N, C and the kernel only, and so do the sums' order and bits. */
+ * in `fit` rows of C f32 (never for C <= 16384: the workspace holds at least
+ * 32 MiB). So the chunks depend on N, C and the kernel only, and so do the
+ * sums' order and bits. */
 int rms_chunks(int N, int R, size_t fit, int *per)
 {
     const int most = fit < RMS_CHUNKS ? (int)fit : RMS_CHUNKS;
@@ -518,7 +534,8 @@ template <int V> __global__ void swiglu_fwd(bf16 *out, const bf16 *gu, int N, in
 /* dgate = dout up silu'(gate), dup = dout silu(gate), with sig = 1 / (1 +
  * e^-gate) (0 for gate << 0: no NaN), silu = gate sig, silu' = sig (1 + gate
  * (1 - sig)). */
-template <int V> __global__ void swiglu_bwd(bf16 *dgu, const bf16 *dout, const bf16 *gu, int N, int F)
+template <int V>
+__global__ void swiglu_bwd(bf16 *dgu, const bf16 *dout, const bf16 *gu, int N, int F)
 {
     const int U = F / V;
     const size_t total = (size_t)N * U;
@@ -575,8 +592,7 @@ extern "C" int nn_cuda_rmsnorm_backward(nn_cuda_t *h, void *dinp, const void *dr
 {
     const char *what = "rmsnorm backward";
     rms_shape s;
-    if (rms_shape_for(&s, C, C % 8 == 0 && aligned16(dinp, dres, dout, inp, weight), what, err) <
-        0)
+    if (rms_shape_for(&s, C, C % 8 == 0 && aligned16(dinp, dres, dout, inp, weight), what, err) < 0)
         return -1;
     if (N <= 0)
         return 0;
@@ -598,7 +614,7 @@ extern "C" int nn_cuda_rmsnorm_backward(nn_cuda_t *h, void *dinp, const void *dr
     RMS_BWD_CASES(RMS_BWD)
 #undef RMS_BWD
     colsum_chunks<<<(unsigned)(C + 31) / 32, dim3(32, 32), 0, stream_of(h)>>>(dweight, partial, C,
-                                                                            chunks);
+                                                                              chunks);
     return launched(err, what);
 }
 
