@@ -160,22 +160,43 @@ static float *copy(const float *x, size_t n)
     return y;
 }
 
+/* Every copy and fill goes to the ops' stream and waits for it: plain
+ * cudaMemcpy and cudaMemset run on the legacy default stream, which does not
+ * order itself with a cudaStreamNonBlocking stream (an upload from pageable
+ * memory may still be landing when cudaMemcpy returns, and a cudaMemset may
+ * land after the kernel that follows it). */
+static void h2d(void *d, const void *x, size_t bytes)
+{
+    ck(cudaMemcpyAsync(d, x, bytes, cudaMemcpyHostToDevice, stream), "upload");
+    ck(cudaStreamSynchronize(stream), "upload");
+}
+
+static void d2h(void *x, const void *d, size_t bytes)
+{
+    ck(cudaMemcpyAsync(x, d, bytes, cudaMemcpyDeviceToHost, stream), "download");
+    ck(cudaStreamSynchronize(stream), "download");
+}
+
+static void poison(void *d, size_t bytes)
+{
+    ck(cudaMemsetAsync(d, 0xff, bytes, stream), "poison");
+    ck(cudaStreamSynchronize(stream), "poison");
+}
+
 static void *dmalloc(size_t bytes)
 {
     void *p;
     ck(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc");
-    ck(cudaMemset(p, 0xff, bytes), "poison");
+    poison(p, bytes);
     return p;
 }
-
-static void poison(void *d, size_t bytes) { ck(cudaMemset(d, 0xff, bytes), "poison"); }
 
 static void put_bf16(void *d, const float *x, size_t n)
 {
     uint16_t *t = xmalloc(n * 2);
     for (size_t i = 0; i < n; i++)
         t[i] = bmt_f32_to_bf16(x[i]);
-    ck(cudaMemcpy(d, t, n * 2, cudaMemcpyHostToDevice), "upload");
+    h2d(d, t, n * 2);
     free(t);
 }
 
@@ -189,7 +210,7 @@ static void *up_bf16(const float *x, size_t n)
 static float *up_f32(const float *x, size_t n)
 {
     float *d = dmalloc(n * 4);
-    ck(cudaMemcpy(d, x, n * 4, cudaMemcpyHostToDevice), "upload");
+    h2d(d, x, n * 4);
     return d;
 }
 
@@ -197,7 +218,7 @@ static float *down_bf16(const void *d, size_t n)
 {
     uint16_t *t = xmalloc(n * 2);
     float *x = xmalloc(n * sizeof(float));
-    ck(cudaMemcpy(t, d, n * 2, cudaMemcpyDeviceToHost), "download");
+    d2h(t, d, n * 2);
     for (size_t i = 0; i < n; i++)
         x[i] = bmt_bf16_to_f32(t[i]);
     free(t);
@@ -207,7 +228,7 @@ static float *down_bf16(const void *d, size_t n)
 static float *down_f32(const void *d, size_t n)
 {
     float *x = xmalloc(n * sizeof(float));
-    ck(cudaMemcpy(x, d, n * 4, cudaMemcpyDeviceToHost), "download");
+    d2h(x, d, n * 4);
     return x;
 }
 
@@ -253,7 +274,7 @@ static void t_rmsnorm(int N, int C)
     snprintf(name, sizeof(name), "rmsnorm backward dweight (+=) (N %d, C %d)", N, C);
     check(name, ggw, rgw, C, 1e-3);
     /* again from the same start: the same bits */
-    ck(cudaMemcpy(dgw, gw, (size_t)C * 4, cudaMemcpyHostToDevice), "upload");
+    h2d(dgw, gw, (size_t)C * 4);
     poison(ddx, n * 2);
     run(nn_cuda_rmsnorm_backward(h, ddx, ddres, dgw, ddy, dx, dw, dcr, N, C, &err),
         "rmsnorm backward", &err);
@@ -261,13 +282,13 @@ static void t_rmsnorm(int N, int C)
     check_same("rmsnorm backward dinp", gdx, gdx2, n);
     check_same("rmsnorm backward dweight", ggw, ggw2, C);
     /* in place (dres == dinp), as the layers use it */
-    ck(cudaMemcpy(dgw, gw, (size_t)C * 4, cudaMemcpyHostToDevice), "upload");
+    h2d(dgw, gw, (size_t)C * 4);
     run(nn_cuda_rmsnorm_backward(h, ddres, ddres, dgw, ddy, dx, dw, dcr, N, C, &err),
         "rmsnorm backward", &err);
     float *gip = down_bf16(ddres, n);
     check("rmsnorm backward in place (dinp == dres)", gip, rdx, n, 1.5e-2);
     /* dres NULL: dinp is the input gradient alone */
-    ck(cudaMemcpy(dgw, gw, (size_t)C * 4, cudaMemcpyHostToDevice), "upload");
+    h2d(dgw, gw, (size_t)C * 4);
     poison(ddx, n * 2);
     run(nn_cuda_rmsnorm_backward(h, ddx, NULL, dgw, ddy, dx, dw, dcr, N, C, &err),
         "rmsnorm backward", &err);
@@ -332,8 +353,8 @@ static void t_rope(int B, int T, int NH, int NKV, int hd, int pos0, bool scaled)
     const nn_rope_scaling_t s32 = { 32.0, 1.0, 4.0, 8192 }; /* Llama 3.2's */
     float *inv = zeros(hd / 2);
     nn_rope_freqs(inv, hd, 500000.0, scaled ? &s32 : NULL);
-    snprintf(shape, sizeof(shape), "B %d, T %d, NH %d, NKV %d, hd %d, pos0 %d%s", B, T, NH, NKV,
-             hd, pos0, scaled ? ", Llama 3 scaling" : "");
+    snprintf(shape, sizeof(shape), "B %d, T %d, NH %d, NKV %d, hd %d, pos0 %d%s", B, T, NH, NKV, hd,
+             pos0, scaled ? ", Llama 3 scaling" : "");
     float *qkv = rnd(n, 1.0f), *ref = zeros(n);
     rope_ref(ref, qkv, inv, B, T, NH, NKV, hd, pos0, 0);
     float *dinv = up_f32(inv, hd / 2);
@@ -494,7 +515,9 @@ static void t_flash(int B, int T, int NH, int NKV, int hd)
  */
 static float time_ms(void (*fn)(void *), void *arg)
 {
-    enum { RUNS = 20 };
+    enum {
+        RUNS = 20
+    };
     cudaEvent_t a, b;
     float t[RUNS];
     ck(cudaEventCreate(&a), "event");
@@ -582,10 +605,10 @@ static void bench(int NH, int NKV, int hd, int C)
         int op;
         double bytes;
     } ops[] = {
-        { "rmsnorm fwd", 0, 2 * nc },           { "rmsnorm bwd (dinp == dres)", 1, 4 * nc },
-        { "rope fwd (in place)", 2, 2 * nr },   { "rope bwd (in place)", 3, 2 * nr },
-        { "swiglu fwd", 4, 3 * nf },            { "swiglu bwd", 5, 5 * nf },
-        { "flash attention fwd", 6, 0 },        { "flash attention bwd", 7, 0 },
+        { "rmsnorm fwd", 0, 2 * nc },         { "rmsnorm bwd (dinp == dres)", 1, 4 * nc },
+        { "rope fwd (in place)", 2, 2 * nr }, { "rope bwd (in place)", 3, 2 * nr },
+        { "swiglu fwd", 4, 3 * nf },          { "swiglu bwd", 5, 5 * nf },
+        { "flash attention fwd", 6, 0 },      { "flash attention bwd", 7, 0 },
     };
     const double flop_fwd = 2.0 * 2.0 * z.B * NH * (double)z.T * z.T * hd / 2;
     printf("# timing at B %d, T %d, C %d, NH %d, NKV %d, hd %d, F %d, median of 20%s\n", z.B, z.T,
@@ -610,7 +633,8 @@ static void bench(int NH, int NKV, int hd, int C)
         }
     }
     free(r), free(inv);
-    cudaFree(z.x), cudaFree(z.y), cudaFree(z.dres), cudaFree(z.w), cudaFree(z.qkv), cudaFree(z.dqkv);
+    cudaFree(z.x), cudaFree(z.y), cudaFree(z.dres), cudaFree(z.w), cudaFree(z.qkv),
+        cudaFree(z.dqkv);
     cudaFree(z.att), cudaFree(z.datt), cudaFree(z.gu), cudaFree(z.dgu), cudaFree(z.mlp);
     cudaFree(z.rstd), cudaFree(z.gw), cudaFree(z.inv), cudaFree(z.lse), cudaFree(z.Dd);
 }
@@ -656,7 +680,7 @@ int main(int argc, char **argv)
     t_swiglu(77, 100);
 
     /* Grouped-query flash attention on packed qkv */
-    t_flash(2, 257, 32, 8, 64); /* Llama 3.2 1B's heads, 4:1 */
+    t_flash(2, 257, 32, 8, 64);  /* Llama 3.2 1B's heads, 4:1 */
     t_flash(2, 257, 24, 8, 128); /* Llama 3.2 3B's, 3:1 */
     t_flash(2, 65, 16, 2, 128);  /* 8:1 */
     t_flash(2, 63, 9, 3, 64);    /* 3:1 */
