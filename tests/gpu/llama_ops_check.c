@@ -16,8 +16,11 @@
  *           the products inside, and probabilities rounded to bf16 before
  *           they multiply v or dout, as in gpt2_ops_check.c);
  *   1e-3    f32 parameter gradients (same bf16 inputs, only f32 sums
- *           differ), and attention's f32 log-sum-exp per row;
- *   1e-5    RMSNorm's f32 rstd (an f32 sum of squares against a double one).
+ *           differ);
+ *   1e-5    RMSNorm's f32 rstd and attention's f32 log-sum-exp per row (f32
+ *           sums of the same bf16 inputs against double ones).
+ * Measured on an H200: one layer's bf16 outputs within 1.9e-3, attention's
+ * within 2.7e-3, dweight 1.5e-7, rstd 8.5e-8, lse 1.0e-7.
  * The CPU's RoPE rotates positions 0..T-1: at pos0 > 0 its reference runs
  * each sequence with pos0 leading zero tokens and keeps the last T. The
  * GPU's angles are f32, as HF's (the CPU's double): at pos0 131000 they are
@@ -449,13 +452,16 @@ static void split_qkv(float *q, float *k, float *v, const float *qkv, size_t N, 
     }
 }
 
+static int attn_mode_now; /* what nn_cuda_attention_mode was given last */
+
 static void t_flash(int B, int T, int NH, int NKV, int hd)
 {
     bmt_error_t err;
-    char name[160], shape[96];
+    char name[192], shape[128];
     const size_t N = (size_t)B * T, nq = N * NH * hd, nk = N * NKV * hd, n = nq + 2 * nk;
     const size_t nl = (size_t)B * NH * T;
-    snprintf(shape, sizeof(shape), "B %d, T %d, NH %d, NKV %d, hd %d", B, T, NH, NKV, hd);
+    const char *kind = hd == 64 && attn_mode_now == 0 ? nn_cuda_attention_kernel(h) : "mma.sync";
+    snprintf(shape, sizeof(shape), "B %d, T %d, NH %d, NKV %d, hd %d, %s", B, T, NH, NKV, hd, kind);
     if (!nn_cuda_flash_ok(hd)) {
         snprintf(name, sizeof(name), "nn_cuda_flash_ok(%d) (%s)", hd, shape);
         check_true(false, name);
@@ -472,7 +478,7 @@ static void t_flash(int B, int T, int NH, int NKV, int hd)
     snprintf(name, sizeof(name), "flash attention forward out (%s)", shape);
     check(name, got, ref, nq, 3e-2);
     snprintf(name, sizeof(name), "flash attention forward lse (%s)", shape);
-    check(name, gl, rl, nl, 1e-3);
+    check(name, gl, rl, nl, 1e-5);
     poison(dout, nq * 2), poison(dl, nl * 4);
     run(nn_cuda_flash_forward(h, dout, dl, dqkv, B, T, NH, NKV, hd, &err), "flash forward", &err);
     float *got2 = down_bf16(dout, nq), *gl2 = down_f32(dl, nl);
@@ -632,6 +638,17 @@ static void bench(int NH, int NKV, int hd, int C)
                    ops[i].bytes / (ms * 1e-3) / 1e9);
         }
     }
+    if (hd == 64 && nn_cuda_flash_ok(hd) && strcmp(nn_cuda_attention_kernel(h), "wgmma") == 0) {
+        nn_cuda_attention_mode(h, 2);
+        z.op = 6;
+        const float mf = time_ms(bench_op, &z);
+        z.op = 7;
+        const float mb = time_ms(bench_op, &z);
+        printf("#   flash attention, mma.sync kernels: fwd %.3f ms %.0f TFLOP/s, bwd %.3f ms %.0f "
+               "TFLOP/s\n",
+               mf, flop_fwd / (mf * 1e-3) / 1e12, mb, 2.5 * flop_fwd / (mb * 1e-3) / 1e12);
+        nn_cuda_attention_mode(h, 0);
+    }
     free(r), free(inv);
     cudaFree(z.x), cudaFree(z.y), cudaFree(z.dres), cudaFree(z.w), cudaFree(z.qkv),
         cudaFree(z.dqkv);
@@ -690,6 +707,11 @@ int main(int argc, char **argv)
     t_flash(2, 1, 8, 1, 128);
     t_flash(2, 1000, 6, 2, 64); /* many tiles, the last one partial */
     t_flash(2, 1000, 4, 1, 128);
+    nn_cuda_attention_mode(h, attn_mode_now = 2); /* head size 64 on the mma.sync kernels too */
+    t_flash(2, 257, 32, 8, 64);
+    t_flash(2, 63, 9, 3, 64);
+    t_flash(2, 1000, 6, 2, 64);
+    nn_cuda_attention_mode(h, attn_mode_now = 0);
 
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
         bench(32, 8, 64, 2048); /* Llama 3.2 1B */
