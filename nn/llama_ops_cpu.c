@@ -26,14 +26,14 @@
  * D = dout . out (below) by |dout| |out| 2^-24, so a gradient that cancels loses
  * that much against its terms (~1e-5 of the tensor's largest at |lse| < 10).
  *
- * The products are llm.c's two loop nests as in nn/ops_cpu.c (mm_rows:
- * c += a x b read along b's rows; mm_dots: c += a b^T as dot products of rows),
- * without the bias. GPT-2's copy goes when GPT-2 moves onto nn/ (STYLE.md 15).
+ * The products are nn/ops_cpu.c's (llm.c's two loop nests: c += a x b read
+ * along b's rows, and c += a b^T as dot products of rows), without the bias.
  */
 #include <math.h>
 #include <stddef.h>
 
 #include "llama_ops_cpu.h"
+#include "ops_cpu.h"
 
 /* ---------------------------------------------------------------- RMSNorm */
 
@@ -323,108 +323,15 @@ void nn_attention_backward(float *dq, float *dk, float *dv, const float *dout, c
 
 /* ---------------------------------------------------------------- products */
 
-enum {
-    MM_ROWS = 4,       /* mm_rows: output rows per tile */
-    MM_COLS = 64,      /* mm_rows: output columns per tile (its double sums: 2 KiB) */
-    MM_DOT_BLOCK = 64, /* mm_dots: rows of b kept in cache while all of a passes */
-    MM_LANES = 8       /* mm_dots: partial sums per dot product */
-};
-
-/* c (M,J) [+]= a (M,K) x b (K,J), b row-major; element (m,k) of a is
- * a[m * a_sm + k * a_sk], so a may be read transposed (a_sm = 1). */
-static void mm_rows(float *c, const float *a, size_t a_sm, size_t a_sk, const float *b, int M,
-                    int K, int J, int accumulate)
-{
-    double acc[MM_ROWS][MM_COLS];
-    for (int m0 = 0; m0 < M; m0 += MM_ROWS) {
-        int nm = M - m0 < MM_ROWS ? M - m0 : MM_ROWS;
-        for (int j0 = 0; j0 < J; j0 += MM_COLS) {
-            int nj = J - j0 < MM_COLS ? J - j0 : MM_COLS;
-            for (int r = 0; r < nm; r++) {
-                const float *c_r = c + (size_t)(m0 + r) * J + j0;
-                for (int jj = 0; jj < nj; jj++) {
-                    acc[r][jj] = accumulate ? c_r[jj] : 0.0;
-                }
-            }
-            for (int kk = 0; kk < K; kk++) {
-                const float *b_k = b + (size_t)kk * J + j0; /* (nj) */
-                for (int r = 0; r < nm; r++) {
-                    double a_rk = a[(size_t)(m0 + r) * a_sm + (size_t)kk * a_sk];
-                    double *acc_r = acc[r];
-                    if (nj == MM_COLS) {
-                        /* the same loop with a constant trip count, which gcc -O2 vectorizes */
-                        for (int jj = 0; jj < MM_COLS; jj++) {
-                            acc_r[jj] += a_rk * b_k[jj];
-                        }
-                    } else {
-                        for (int jj = 0; jj < nj; jj++) {
-                            acc_r[jj] += a_rk * b_k[jj];
-                        }
-                    }
-                }
-            }
-            for (int r = 0; r < nm; r++) {
-                float *c_r = c + (size_t)(m0 + r) * J + j0;
-                for (int jj = 0; jj < nj; jj++) {
-                    c_r[jj] = (float)acc[r][jj];
-                }
-            }
-        }
-    }
-}
-
-/* c (M,J) [+]= a (M,K) b (J,K)^T, a and b row-major. */
-static void mm_dots(float *c, const float *a, const float *b, int M, int K, int J, int accumulate)
-{
-    for (int j0 = 0; j0 < J; j0 += MM_DOT_BLOCK) {
-        int j1 = J - j0 < MM_DOT_BLOCK ? J : j0 + MM_DOT_BLOCK;
-        for (int m = 0; m < M; m++) {
-            const float *a_m = a + (size_t)m * K; /* (K) */
-            float *c_m = c + (size_t)m * J;       /* (J) */
-            for (int j = j0; j < j1; j += 2) {
-                /* two rows of b at a time (the last one twice when j1 - j0 is odd), each
-                 * summed in MM_LANES partial sums: independent sums that gcc vectorizes */
-                int nb = j + 1 < j1 ? 2 : 1;
-                const float *b0 = b + (size_t)j * K;     /* (K) */
-                const float *b1 = nb == 2 ? b0 + K : b0; /* (K) */
-                double s0[MM_LANES] = { 0 }, s1[MM_LANES] = { 0 };
-                int kk = 0;
-                for (; kk + MM_LANES <= K; kk += MM_LANES) {
-                    for (int l = 0; l < MM_LANES; l++) {
-                        double x = a_m[kk + l];
-                        s0[l] += x * b0[kk + l];
-                        s1[l] += x * b1[kk + l];
-                    }
-                }
-                double sum[2] = { 0.0, 0.0 };
-                for (; kk < K; kk++) {
-                    sum[0] += (double)a_m[kk] * b0[kk];
-                    sum[1] += (double)a_m[kk] * b1[kk];
-                }
-                for (int l = 0; l < MM_LANES; l++) {
-                    sum[0] += s0[l];
-                    sum[1] += s1[l];
-                }
-                for (int r = 0; r < nb; r++) {
-                    double base = accumulate ? c_m[j + r] : 0.0;
-                    c_m[j + r] = (float)(base + sum[r]);
-                }
-            }
-        }
-    }
-}
-
+/* nn.Linear without bias is nn/ops_cpu.c's product with the weight stored
+ * (OC,IC) and no bias: the same loop nests, the same bits. */
 void nn_matmul_forward(float *out, const float *inp, const float *weight, int N, int IC, int OC)
 {
-    mm_dots(out, inp, weight, N, IC, OC, 0); /* inp (N,IC) . W^T, weight (OC,IC) */
+    nn_conv1d_forward(out, inp, weight, NULL, N, IC, OC, 1);
 }
 
 void nn_matmul_backward(float *dinp, float *dweight, const float *dout, const float *inp,
                         const float *weight, int N, int IC, int OC)
 {
-    /* dinp (N,IC) += dout (N,OC) x W (OC,IC); dW (OC,IC) += dout^T (OC,N) x inp (N,IC) */
-    if (dinp != NULL) {
-        mm_rows(dinp, dout, (size_t)OC, 1, weight, N, OC, IC, 1);
-    }
-    mm_rows(dweight, dout, 1, (size_t)OC, inp, OC, N, IC, 1);
+    nn_conv1d_backward(dinp, dweight, NULL, dout, inp, weight, N, IC, OC, 1);
 }

@@ -141,7 +141,8 @@ __global__ void encoder_fwd(bf16 *out, const int32_t *inp, const bf16 *wte, cons
          i += (size_t)gridDim.x * blockDim.x) {
         size_t n = i / C;
         int c = (int)(i % C), t = (int)(n % T);
-        out[i] = bf(ld(&wte[(size_t)inp[n] * C + c]) + ld(&wpe[(size_t)t * C + c]));
+        out[i] = wpe ? bf(ld(&wte[(size_t)inp[n] * C + c]) + ld(&wpe[(size_t)t * C + c]))
+                     : wte[(size_t)inp[n] * C + c];
     }
 }
 
@@ -937,9 +938,18 @@ bool flash_ok(int hs) { return hs == 16 || hs == 32 || hs == 64; }
  * the same from the saved log-sum-exp, kept in f32 up to the products. Only
  * tiles that cross the diagonal or T are masked (to -inf, whose ex2 is 0);
  * the ALU work per score was what bounded these kernels (ncu, bench/NOTES.md).
- * (Head size 128 would need
- * about 256 registers in the dK/dV kernel as written: it takes the
- * materialized path.) bench/NOTES.md has what each of these bought.
+ * bench/NOTES.md has what each of these bought.
+ *
+ * Grouped-query attention (nn_cuda_flash_*: the Llama family) reads the same
+ * packed rows with NH query heads, then NKV key and NKV value heads
+ * (mfa_locate); GPT-2's qkv is the case NKV = NH. The forward and dQ blocks
+ * own one query head's rows and read its kv head's tiles; a dK/dV block owns
+ * one kv head's keys and walks the query tiles of each of its NH / NKV query
+ * heads in turn, so the group's sums stay in registers, without atomics and
+ * without K or V ever copied per query head. Head size 128 (Llama 3 8B, 3B)
+ * runs these kernels with smaller blocks (mfa_cfg); GPT-2's attention
+ * (nn_cuda_attention_*) keeps 16, 32 and 64 on this path and materializes
+ * the scores for other sizes.
  */
 #define LOG2E_F 1.4426950408889634f
 #define LN2_F 0.6931471805599453f
@@ -1253,9 +1263,35 @@ __device__ __forceinline__ void mfa_fwd_finish(bf16 *out, float *lse, const floa
     }
 }
 
-#define MFA_W_FWD 4 /* warps of 32 query rows (MFA_RB_FWD x 16): 128 rows per block */
-#define MFA_RB_FWD 2
-#define MFA_MINB_FWD 2 /* blocks per SM the registers must allow */
+/* The shape of the kernels per head size: warps per block and row blocks of
+ * 16 per warp (forward), blocks per SM the registers must allow, and whether
+ * a warp keeps its own rows' A fragments in registers for the whole walk
+ * (KEEP) or reloads them from shared memory for each tile. Head size 128
+ * holds twice the accumulators: its blocks are smaller (64 rows) and reload
+ * the fragments, so that no kernel spills (dK/dV would need ~256 registers
+ * as head size 64 arranges them). */
+template <int D> struct mfa_cfg {
+    static constexpr int W_FWD = 4, RB_FWD = D == 128 ? 1 : 2, MINB_FWD = 2;
+    static constexpr int W_DKDV = 4, MINB_DKDV = D == 128 ? 2 : 3;
+    static constexpr int W_DQ = D == 128 ? 4 : 8, MINB_DQ = 2;
+    static constexpr bool KEEP = D <= 64;
+};
+
+/* Where a (batch, query head) pair's q, k and v start in a packed qkv of rows
+ * LDI = (NH + 2 NKV) D apart: query heads, then key heads, then value heads;
+ * query head hq reads kv head hq / (NH / NKV). GPT-2's c_attn output is the
+ * case NKV = NH. */
+struct mfa_heads {
+    const bf16 *q, *k, *v;
+};
+__device__ __forceinline__ mfa_heads mfa_locate(const bf16 *qkv, int b, int hq, int T, int NH,
+                                                int NKV, int D)
+{
+    const int LDI = (NH + 2 * NKV) * D;
+    const bf16 *base = qkv + (size_t)b * T * LDI;
+    const bf16 *k = base + (NH + hq / (NH / NKV)) * D;
+    return { base + hq * D, k, k + NKV * D };
+}
 
 /* Blocks of W warps own 16 W rows of their side (queries, or keys for dK/dV;
  * the forward: 16 RB rows per warp) and walk 64-row tiles of the other side,
@@ -1263,9 +1299,9 @@ __device__ __forceinline__ void mfa_fwd_finish(bf16 *out, float *lse, const floa
  * computes on tile j, and one barrier per tile both publishes tile j + 1 and
  * frees tile j's stage. A warp skips the mma work of a tile that lies wholly
  * above the diagonal for its rows; tiles wholly below it skip the mask. */
-template <int D, int W, int RB>
-__global__ void __launch_bounds__(W * 32, MFA_MINB_FWD)
-    mfa_fwd(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, float scale)
+template <int D, int W, int RB, int MINB>
+__global__ void __launch_bounds__(W * 32, MINB)
+    mfa_fwd(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int NKV, float scale)
 {
     constexpr int LDH = D + 8, WR = 16 * RB, QR = W * WR, NT = W * 32, TILE = FA_ROWS * LDH;
     extern __shared__ __align__(128) unsigned char fa_sh[];
@@ -1273,8 +1309,9 @@ __global__ void __launch_bounds__(W * 32, MFA_MINB_FWD)
     const int tile = gridDim.x - 1 - blockIdx.x;   /* the longest rows first */
     const int bh = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane >> 2, t = lane & 3, r0 = tile * QR, wr = warp * WR;
-    const int C = NH * D, LDI = 3 * C;
-    const bf16 *q = qkv + (size_t)(bh / NH) * T * LDI + (bh % NH) * D, *k = q + C, *v = k + C;
+    const int C = NH * D, LDI = (NH + 2 * NKV) * D;
+    const mfa_heads hp = mfa_locate(qkv, bh / NH, bh % NH, T, NH, NKV, D);
+    const bf16 *q = hp.q, *k = hp.k, *v = hp.v;
     const float sl2 = scale * LOG2E_F;
     const int jmax = min(r0 + QR - 1, T - 1) / FA_ROWS;
     mfa_load<D, QR, NT>(Qs, q, r0, T, LDI);
@@ -1397,11 +1434,14 @@ __device__ __forceinline__ void mfa_ds_rows(float p[8][4], const float dp[8][4],
             p[nt][e] *= dp[nt][e] - (e < 2 ? D0 : D1);
 }
 
-/* dK, dV of 16 W keys, over the 64-row query tiles at or below them. */
-template <int D, int W>
-__global__ void __launch_bounds__(W * 32, 3)
+/* dK, dV of 16 W keys of one kv head, over the 64-row query tiles at or
+ * below them of every query head that reads it (NH / NKV of them, one after
+ * the other in the same two-stage walk): the sums over the group stay in
+ * registers, in a fixed order. */
+template <int D, int W, int MINB, bool KEEP>
+__global__ void __launch_bounds__(W * 32, MINB)
     mfa_bwd_dkdv(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse, const float *Dd,
-                 int T, int NH, float scale)
+                 int T, int NH, int NKV, float scale)
 {
     constexpr int LDH = D + 8, KR = W * 16, NT = W * 32, TILE = FA_ROWS * LDH;
     extern __shared__ __align__(128) unsigned char fa_sh[];
@@ -1409,63 +1449,85 @@ __global__ void __launch_bounds__(W * 32, 3)
      * two stages of (LSE, D) */
     bf16 *Kr = (bf16 *)fa_sh, *Vr = Kr + KR * LDH, *QD = Vr + KR * LDH;
     float *LD = (float *)(QD + 4 * TILE);
-    const int tile = blockIdx.x, bh = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int tile = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int b = blockIdx.y / NKV, hk = blockIdx.y % NKV, G = NH / NKV;
     const int g = lane >> 2, t = lane & 3, c0 = tile * KR, wr = warp * 16;
-    const int C = NH * D, LDI = 3 * C;
-    const size_t ib = (size_t)(bh / NH) * T * LDI + (bh % NH) * D, lbase = (size_t)bh * T;
-    const bf16 *q = qkv + ib, *k = q + C, *v = k + C;
-    const bf16 *dob = dout + (size_t)(bh / NH) * T * C + (bh % NH) * D;
-    const int i0 = c0 / FA_ROWS, qtiles = (T + FA_ROWS - 1) / FA_ROWS;
+    const int C = NH * D, LDI = (NH + 2 * NKV) * D;
+    const mfa_heads hp = mfa_locate(qkv, b, hk * G, T, NH, NKV, D);
+    const bf16 *k = hp.k, *v = hp.v;
+    const int i0 = c0 / FA_ROWS, qtiles = (T + FA_ROWS - 1) / FA_ROWS, n = qtiles - i0;
     const float sl2 = scale * LOG2E_F;
     const int key0 = c0 + wr + g;
+    /* step `it` of the walk: query head hk G + it / n, query tile i0 + it % n */
+    auto load_step = [&](int it, bf16 *Qst, float *Lst) {
+        const int hq = hk * G + it / n;
+        const size_t lb = ((size_t)b * NH + hq) * T;
+        mfa_load_qtile<D, NT>(Qst, Lst, hp.q + (size_t)(it / n) * D,
+                              dout + (size_t)b * T * C + (size_t)hq * D, lse + lb, Dd + lb,
+                              (i0 + it % n) * FA_ROWS, T, LDI, C);
+    };
     mfa_load<D, KR, NT>(Kr, k, c0, T, LDI);
     mfa_load<D, KR, NT>(Vr, v, c0, T, LDI);
-    mfa_load_qtile<D, NT>(QD, LD, q, dob, lse + lbase, Dd + lbase, i0 * FA_ROWS, T, LDI, C);
+    load_step(0, QD, LD);
     cp_commit();
     cp_wait_all();
     __syncthreads();
-    uint32_t kf[D / 16][4], vf[D / 16][4];
-    mfa_frag_a<D>(kf, Kr, wr, lane);
-    mfa_frag_a<D>(vf, Vr, wr, lane);
+    uint32_t kf[KEEP ? D / 16 : 1][4], vf[KEEP ? D / 16 : 1][4];
+    if constexpr (KEEP) {
+        mfa_frag_a<D>(kf, Kr, wr, lane);
+        mfa_frag_a<D>(vf, Vr, wr, lane);
+    }
     float dkacc[D / 8][4], dvacc[D / 8][4];
 #pragma unroll
     for (int dn = 0; dn < D / 8; dn++)
 #pragma unroll
         for (int e = 0; e < 4; e++)
             dkacc[dn][e] = dvacc[dn][e] = 0.f;
-    for (int i = i0; i < qtiles; i++) {
-        const int r0 = i * FA_ROWS, st = (i - i0) & 1;
+    for (int it = 0; it < G * n; it++) {
+        const int r0 = (i0 + it % n) * FA_ROWS, st = it & 1;
         const bf16 *Qs = QD + st * 2 * TILE, *dOs = Qs + TILE;
         const float *lse2 = LD + st * 2 * FA_ROWS, *Ds = lse2 + FA_ROWS;
-        if (i + 1 < qtiles) {
-            mfa_load_qtile<D, NT>(QD + (st ^ 1) * 2 * TILE, LD + (st ^ 1) * 2 * FA_ROWS, q, dob,
-                                  lse + lbase, Dd + lbase, r0 + FA_ROWS, T, LDI, C);
+        if (it + 1 < G * n) {
+            load_step(it + 1, QD + (st ^ 1) * 2 * TILE, LD + (st ^ 1) * 2 * FA_ROWS);
             cp_commit();
         }
         /* skipped when every key of the warp is after every query of the tile */
         if (c0 + wr < T && c0 + wr <= r0 + FA_ROWS - 1) {
             float s[8][4], dp[8][4];
-            mfa_abt<D>(s, kf, Qs, lane);                       /* S^T: keys x queries */
+            if constexpr (KEEP) {
+                mfa_abt<D>(s, kf, Qs, lane); /* S^T: keys x queries */
+            } else {
+                uint32_t f[D / 16][4];
+                mfa_frag_a<D>(f, Kr, wr, lane);
+                mfa_abt<D>(s, f, Qs, lane);
+            }
             if (!(c0 + wr + 15 <= r0 && r0 + FA_ROWS - 1 < T)) /* masked: P = ex2(-inf) = 0 */
                 mfa_mask_t(s, r0 + 2 * t, key0, T);
             mfa_p_t(s, lse2, t, sl2);
             mfa_pv<D>(dvacc, s, dOs, lane); /* dV += P^T dO */
-            mfa_abt<D>(dp, vf, dOs, lane);  /* dP^T = V dO^T */
+            if constexpr (KEEP) {
+                mfa_abt<D>(dp, vf, dOs, lane); /* dP^T = V dO^T */
+            } else {
+                uint32_t f[D / 16][4];
+                mfa_frag_a<D>(f, Vr, wr, lane);
+                mfa_abt<D>(dp, f, dOs, lane);
+            }
             mfa_ds_t(dp, s, Ds, t);
             mfa_pv<D>(dkacc, dp, Qs, lane); /* dK += dS^T Q */
         }
         cp_wait_all();
         __syncthreads();
     }
-    mfa_store<D>(dqkv + ib + C, dkacc, key0, scale, scale, T, t, LDI);
-    mfa_store<D>(dqkv + ib + 2 * C, dvacc, key0, 1.f, 1.f, T, t, LDI);
+    bf16 *dk = dqkv + (k - qkv), *dv = dqkv + (v - qkv);
+    mfa_store<D>(dk, dkacc, key0, scale, scale, T, t, LDI);
+    mfa_store<D>(dv, dvacc, key0, 1.f, 1.f, T, t, LDI);
 }
 
 /* dQ of 16 W queries, over the 64-row key tiles at or below them. */
-template <int D, int W>
-__global__ void __launch_bounds__(W * 32, 2)
+template <int D, int W, int MINB, bool KEEP>
+__global__ void __launch_bounds__(W * 32, MINB)
     mfa_bwd_dq(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse, const float *Dd,
-               int T, int NH, float scale)
+               int T, int NH, int NKV, float scale)
 {
     constexpr int LDH = D + 8, QR = W * 16, NT = W * 32, TILE = FA_ROWS * LDH;
     extern __shared__ __align__(128) unsigned char fa_sh[];
@@ -1474,9 +1536,9 @@ __global__ void __launch_bounds__(W * 32, 2)
     const int tile = gridDim.x - 1 - blockIdx.x;
     const int bh = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane >> 2, t = lane & 3, r0 = tile * QR, wr = warp * 16;
-    const int C = NH * D, LDI = 3 * C;
-    const size_t ib = (size_t)(bh / NH) * T * LDI + (bh % NH) * D;
-    const bf16 *q = qkv + ib, *k = q + C, *v = k + C;
+    const int C = NH * D, LDI = (NH + 2 * NKV) * D;
+    const mfa_heads hp = mfa_locate(qkv, bh / NH, bh % NH, T, NH, NKV, D);
+    const bf16 *q = hp.q, *k = hp.k, *v = hp.v;
     const int row0 = r0 + wr + g, row1 = row0 + 8;
     const float sl2 = scale * LOG2E_F;
     const int jmax = min(r0 + QR - 1, T - 1) / FA_ROWS;
@@ -1487,9 +1549,11 @@ __global__ void __launch_bounds__(W * 32, 2)
     cp_commit();
     cp_wait_all();
     __syncthreads();
-    uint32_t qf[D / 16][4], df[D / 16][4];
-    mfa_frag_a<D>(qf, Qr, wr, lane);
-    mfa_frag_a<D>(df, Dr, wr, lane);
+    uint32_t qf[KEEP ? D / 16 : 1][4], df[KEEP ? D / 16 : 1][4];
+    if constexpr (KEEP) {
+        mfa_frag_a<D>(qf, Qr, wr, lane);
+        mfa_frag_a<D>(df, Dr, wr, lane);
+    }
     const float ls0 = row0 < T ? lse[(size_t)bh * T + row0] * LOG2E_F : 0.f;
     const float ls1 = row1 < T ? lse[(size_t)bh * T + row1] * LOG2E_F : 0.f;
     const float D0 = row0 < T ? Dd[(size_t)bh * T + row0] : 0.f;
@@ -1505,10 +1569,22 @@ __global__ void __launch_bounds__(W * 32, 2)
             mfa_kv_load<D, NT>(KV + ((j + 1) & 1) * 2 * TILE, k, v, c0 + FA_ROWS, T, LDI);
         if (r0 + wr + 15 >= c0 && r0 + wr < T) {
             float s[8][4], dp[8][4];
-            mfa_abt<D>(s, qf, Ks, lane);
+            if constexpr (KEEP) {
+                mfa_abt<D>(s, qf, Ks, lane);
+            } else {
+                uint32_t f[D / 16][4];
+                mfa_frag_a<D>(f, Qr, wr, lane);
+                mfa_abt<D>(s, f, Ks, lane);
+            }
             if (!(c0 + FA_ROWS - 1 <= r0 + wr && r0 + wr + 15 < T))
                 mfa_mask(s, c0 + 2 * t, row0, T); /* masked: p = ex2(-inf) = 0 */
-            mfa_abt<D>(dp, df, Vs, lane);         /* dP = dO V^T */
+            if constexpr (KEEP) {
+                mfa_abt<D>(dp, df, Vs, lane); /* dP = dO V^T */
+            } else {
+                uint32_t f[D / 16][4];
+                mfa_frag_a<D>(f, Dr, wr, lane);
+                mfa_abt<D>(dp, f, Vs, lane);
+            }
             mfa_p_rows(s, ls0, ls1, sl2);
             mfa_ds_rows(s, dp, D0, D1);
             mfa_pv<D>(dqacc, s, Ks, lane); /* dQ += dS K */
@@ -1516,25 +1592,23 @@ __global__ void __launch_bounds__(W * 32, 2)
         cp_wait_all();
         __syncthreads();
     }
-    mfa_store<D>(dqkv + ib, dqacc, row0, scale, scale, T, t, LDI);
+    mfa_store<D>(dqkv + (q - qkv), dqacc, row0, scale, scale, T, t, LDI);
 }
-
-#define MFA_W_DKDV 4 /* 64 keys per block (the register-heavy one) */
-#define MFA_W_DQ 8
 
 template <int D>
 cudaError_t mfa_forward(cudaStream_t st, bf16 *out, float *lse, const bf16 *qkv, int B, int NH,
-                        int T, float scale)
+                        int NKV, int T, float scale)
 {
-    constexpr int QR = MFA_W_FWD * 16 * MFA_RB_FWD;
+    typedef mfa_cfg<D> K;
+    constexpr int QR = K::W_FWD * 16 * K::RB_FWD;
     const size_t sm = (size_t)(QR + 4 * FA_ROWS) * (D + 8) * 2;
-    cudaError_t e = cudaFuncSetAttribute(mfa_fwd<D, MFA_W_FWD, MFA_RB_FWD>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+    auto kern = mfa_fwd<D, K::W_FWD, K::RB_FWD, K::MINB_FWD>;
+    cudaError_t e =
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
     if (e != cudaSuccess)
         return e;
-    mfa_fwd<D, MFA_W_FWD, MFA_RB_FWD>
-        <<<dim3((unsigned)(T + QR - 1) / QR, (unsigned)(B * NH)), MFA_W_FWD * 32, sm, st>>>(
-            out, lse, qkv, T, NH, scale);
+    kern<<<dim3((unsigned)(T + QR - 1) / QR, (unsigned)(B * NH)), K::W_FWD * 32, sm, st>>>(
+        out, lse, qkv, T, NH, NKV, scale);
     return cudaGetLastError();
 }
 
@@ -1699,7 +1773,7 @@ __device__ __forceinline__ void wg_load_qtile(unsigned char *Qs, float *ls, cons
  * stages deep, as mfa_fwd does; a warpgroup skips the products of a tile that
  * lies wholly after its 64 rows. */
 __global__ void __launch_bounds__(256, 2)
-    mfa_fwd_wg(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, float scale)
+    mfa_fwd_wg(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int NKV, float scale)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(128) unsigned char wg_raw[];
@@ -1709,8 +1783,9 @@ __global__ void __launch_bounds__(256, 2)
     const int bh = blockIdx.y, wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, r0 = tile * WG_Q;
     const int wr0 = r0 + wg * 64, row0 = wr0 + warp * 16 + g;
-    const int C = NH * 64, LDI = 3 * C;
-    const bf16 *q = qkv + (size_t)(bh / NH) * T * LDI + (bh % NH) * 64, *k = q + C, *v = k + C;
+    const int C = NH * 64, LDI = (NH + 2 * NKV) * 64;
+    const mfa_heads hp = mfa_locate(qkv, bh / NH, bh % NH, T, NH, NKV, 64);
+    const bf16 *q = hp.q, *k = hp.k, *v = hp.v;
     const float sl2 = scale * LOG2E_F;
     const int jmax = min(r0 + WG_Q - 1, T - 1) / FA_ROWS;
     wg_load<WG_Q>(Qs, q, r0, T, LDI);
@@ -1765,7 +1840,7 @@ __global__ void __launch_bounds__(256, 2)
 #define WG_DKDV_SMEM (2 * FA_ROWS * 128 + 4 * FA_ROWS * 128 + 4 * FA_ROWS * 4 + 1024)
 __global__ void __launch_bounds__(128, 3)
     mfa_bwd_dkdv_wg(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse,
-                    const float *Dd, int T, int NH, float scale)
+                    const float *Dd, int T, int NH, int NKV, float scale)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(128) unsigned char wg_raw[];
@@ -1774,28 +1849,35 @@ __global__ void __launch_bounds__(128, 3)
     unsigned char *Kr = wg_raw + ((1024 - (sa & 1023)) & 1023), *Vr = Kr + FA_ROWS * 128;
     unsigned char *QD = Vr + FA_ROWS * 128;
     float *LD = (float *)(QD + 4 * FA_ROWS * 128);
-    const int tile = blockIdx.x, bh = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int tile = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int b = blockIdx.y / NKV, hk = blockIdx.y % NKV, G = NH / NKV;
     const int g = lane >> 2, t = lane & 3, c0 = tile * FA_ROWS, key0 = c0 + warp * 16 + g;
-    const int C = NH * 64, LDI = 3 * C;
-    const size_t ib = (size_t)(bh / NH) * T * LDI + (bh % NH) * 64, lbase = (size_t)bh * T;
-    const bf16 *q = qkv + ib, *k = q + C, *v = k + C;
-    const bf16 *dob = dout + (size_t)(bh / NH) * T * C + (bh % NH) * 64;
-    const int i0 = c0 / FA_ROWS, qtiles = (T + FA_ROWS - 1) / FA_ROWS;
+    const int C = NH * 64, LDI = (NH + 2 * NKV) * 64;
+    const mfa_heads hp = mfa_locate(qkv, b, hk * G, T, NH, NKV, 64);
+    const bf16 *k = hp.k, *v = hp.v;
+    const int i0 = c0 / FA_ROWS, qtiles = (T + FA_ROWS - 1) / FA_ROWS, n = qtiles - i0;
     const float sl2 = scale * LOG2E_F;
+    /* step `it` of the walk: query head hk G + it / n, query tile i0 + it % n */
+    auto load_step = [&](int it, unsigned char *Qst, float *Lst) {
+        const int hq = hk * G + it / n;
+        const size_t lb = ((size_t)b * NH + hq) * T;
+        wg_load_qtile(Qst, Lst, hp.q + (size_t)(it / n) * 64,
+                      dout + (size_t)b * T * C + (size_t)hq * 64, lse + lb, Dd + lb,
+                      (i0 + it % n) * FA_ROWS, T, LDI, C);
+    };
     wg_load<FA_ROWS, 128>(Kr, k, c0, T, LDI);
     wg_load<FA_ROWS, 128>(Vr, v, c0, T, LDI);
-    wg_load_qtile(QD, LD, q, dob, lse + lbase, Dd + lbase, i0 * FA_ROWS, T, LDI, C);
+    load_step(0, QD, LD);
     cp_commit();
     wg_stage_ready();
     const uint64_t kd = wg_desc(Kr, 16, 1024), vd = wg_desc(Vr, 16, 1024);
     float dk[8][4] = {}, dv[8][4] = {};
-    for (int i = i0; i < qtiles; i++) {
-        const int r0 = i * FA_ROWS, st = (i - i0) & 1;
+    for (int it = 0; it < G * n; it++) {
+        const int r0 = (i0 + it % n) * FA_ROWS, st = it & 1;
         unsigned char *Qs = QD + st * 2 * FA_ROWS * 128, *dOs = Qs + FA_ROWS * 128;
         const float *lse2 = LD + st * 2 * FA_ROWS, *Ds = lse2 + FA_ROWS;
-        if (i + 1 < qtiles) {
-            wg_load_qtile(QD + (st ^ 1) * 2 * FA_ROWS * 128, LD + (st ^ 1) * 2 * FA_ROWS, q, dob,
-                          lse + lbase, Dd + lbase, r0 + FA_ROWS, T, LDI, C);
+        if (it + 1 < G * n) {
+            load_step(it + 1, QD + (st ^ 1) * 2 * FA_ROWS * 128, LD + (st ^ 1) * 2 * FA_ROWS);
             cp_commit();
         }
         float s[8][4] = {}, dp[8][4] = {};
@@ -1835,8 +1917,8 @@ __global__ void __launch_bounds__(128, 3)
         wg_hold(dk);
         wg_stage_ready();
     }
-    mfa_store<64>(dqkv + ib + C, dk, key0, scale, scale, T, t, LDI);
-    mfa_store<64>(dqkv + ib + 2 * C, dv, key0, 1.f, 1.f, T, t, LDI);
+    mfa_store<64>(dqkv + (k - qkv), dk, key0, scale, scale, T, t, LDI);
+    mfa_store<64>(dqkv + (v - qkv), dv, key0, 1.f, 1.f, T, t, LDI);
 #endif
 }
 
@@ -1846,7 +1928,7 @@ __global__ void __launch_bounds__(128, 3)
 #define WG_DQ_SMEM (2 * WG_Q * 128 + 4 * FA_ROWS * 128 + 1024)
 __global__ void __launch_bounds__(256, 2)
     mfa_bwd_dq_wg(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse, const float *Dd,
-                  int T, int NH, float scale)
+                  int T, int NH, int NKV, float scale)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(128) unsigned char wg_raw[];
@@ -1858,9 +1940,9 @@ __global__ void __launch_bounds__(256, 2)
     const int bh = blockIdx.y, wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, r0 = tile * WG_Q;
     const int wr0 = r0 + wg * 64, w0 = wr0 + warp * 16, row0 = w0 + g, row1 = row0 + 8;
-    const int C = NH * 64, LDI = 3 * C;
-    const size_t ib = (size_t)(bh / NH) * T * LDI + (bh % NH) * 64;
-    const bf16 *q = qkv + ib, *k = q + C, *v = k + C;
+    const int C = NH * 64, LDI = (NH + 2 * NKV) * 64;
+    const mfa_heads hp = mfa_locate(qkv, bh / NH, bh % NH, T, NH, NKV, 64);
+    const bf16 *q = hp.q, *k = hp.k, *v = hp.v;
     const float sl2 = scale * LOG2E_F;
     const int jmax = min(r0 + WG_Q - 1, T - 1) / FA_ROWS;
     wg_load<WG_Q>(Qr, q, r0, T, LDI);
@@ -1909,13 +1991,13 @@ __global__ void __launch_bounds__(256, 2)
         }
         wg_stage_ready();
     }
-    mfa_store<64>(dqkv + ib, dq, row0, scale, scale, T, t, LDI);
+    mfa_store<64>(dqkv + (q - qkv), dq, row0, scale, scale, T, t, LDI);
 #endif
 }
 
 cudaError_t mfa_backward_wg(cudaStream_t st, bf16 *dqkv, const bf16 *qkv, const bf16 *out,
-                            const bf16 *dout, const float *lse, float *Dd, int B, int NH, int T,
-                            float scale)
+                            const bf16 *dout, const float *lse, float *Dd, int B, int NH, int NKV,
+                            int T, float scale)
 {
     cudaError_t e = cudaFuncSetAttribute(mfa_bwd_dkdv_wg,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, WG_DKDV_SMEM);
@@ -1927,50 +2009,50 @@ cudaError_t mfa_backward_wg(cudaStream_t st, bf16 *dqkv, const bf16 *qkv, const 
     const size_t chunks = (size_t)B * T * NH * 64 / 8;
     flash_bwd_dot<64>
         <<<(unsigned)((chunks + 255) / 256), 256, 0, st>>>(Dd, dout, out, chunks, T, NH);
-    mfa_bwd_dkdv_wg<<<dim3((unsigned)(T + FA_ROWS - 1) / FA_ROWS, (unsigned)(B * NH)), 128,
-                      WG_DKDV_SMEM, st>>>(dqkv, qkv, dout, lse, Dd, T, NH, scale);
+    mfa_bwd_dkdv_wg<<<dim3((unsigned)(T + FA_ROWS - 1) / FA_ROWS, (unsigned)(B * NKV)), 128,
+                      WG_DKDV_SMEM, st>>>(dqkv, qkv, dout, lse, Dd, T, NH, NKV, scale);
     mfa_bwd_dq_wg<<<dim3((unsigned)(T + WG_Q - 1) / WG_Q, (unsigned)(B * NH)), 256, WG_DQ_SMEM,
-                    st>>>(dqkv, qkv, dout, lse, Dd, T, NH, scale);
+                    st>>>(dqkv, qkv, dout, lse, Dd, T, NH, NKV, scale);
     return cudaGetLastError();
 }
 
 cudaError_t mfa_forward_wg(cudaStream_t st, bf16 *out, float *lse, const bf16 *qkv, int B, int NH,
-                           int T, float scale)
+                           int NKV, int T, float scale)
 {
     cudaError_t e =
         cudaFuncSetAttribute(mfa_fwd_wg, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM);
     if (e != cudaSuccess)
         return e;
     mfa_fwd_wg<<<dim3((unsigned)(T + WG_Q - 1) / WG_Q, (unsigned)(B * NH)), 256, WG_SMEM, st>>>(
-        out, lse, qkv, T, NH, scale);
+        out, lse, qkv, T, NH, NKV, scale);
     return cudaGetLastError();
 }
 #endif
 
 template <int D>
 cudaError_t mfa_backward(cudaStream_t st, bf16 *dqkv, const bf16 *qkv, const bf16 *out,
-                         const bf16 *dout, const float *lse, float *Dd, int B, int NH, int T,
-                         float scale)
+                         const bf16 *dout, const float *lse, float *Dd, int B, int NH, int NKV,
+                         int T, float scale)
 {
-    constexpr int KR = MFA_W_DKDV * 16, QR = MFA_W_DQ * 16;
+    typedef mfa_cfg<D> K;
+    constexpr int KR = K::W_DKDV * 16, QR = K::W_DQ * 16;
     const size_t s1 = (size_t)(2 * KR + 4 * FA_ROWS) * (D + 8) * 2 + 4 * FA_ROWS * 4;
     const size_t s2 = (size_t)(2 * QR + 4 * FA_ROWS) * (D + 8) * 2;
-    cudaError_t e = cudaFuncSetAttribute(mfa_bwd_dkdv<D, MFA_W_DKDV>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1);
+    auto dkdv = mfa_bwd_dkdv<D, K::W_DKDV, K::MINB_DKDV, K::KEEP>;
+    auto dq = mfa_bwd_dq<D, K::W_DQ, K::MINB_DQ, K::KEEP>;
+    cudaError_t e =
+        cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1);
     if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(mfa_bwd_dq<D, MFA_W_DQ>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s2);
+        e = cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s2);
     if (e != cudaSuccess)
         return e;
     const size_t chunks = (size_t)B * T * NH * D / 8;
     flash_bwd_dot<D>
         <<<(unsigned)((chunks + 255) / 256), 256, 0, st>>>(Dd, dout, out, chunks, T, NH);
-    mfa_bwd_dkdv<D, MFA_W_DKDV>
-        <<<dim3((unsigned)(T + KR - 1) / KR, (unsigned)(B * NH)), MFA_W_DKDV * 32, s1, st>>>(
-            dqkv, qkv, dout, lse, Dd, T, NH, scale);
-    mfa_bwd_dq<D, MFA_W_DQ>
-        <<<dim3((unsigned)(T + QR - 1) / QR, (unsigned)(B * NH)), MFA_W_DQ * 32, s2, st>>>(
-            dqkv, qkv, dout, lse, Dd, T, NH, scale);
+    dkdv<<<dim3((unsigned)(T + KR - 1) / KR, (unsigned)(B * NKV)), K::W_DKDV * 32, s1, st>>>(
+        dqkv, qkv, dout, lse, Dd, T, NH, NKV, scale);
+    dq<<<dim3((unsigned)(T + QR - 1) / QR, (unsigned)(B * NH)), K::W_DQ * 32, s2, st>>>(
+        dqkv, qkv, dout, lse, Dd, T, NH, NKV, scale);
     return cudaGetLastError();
 }
 
@@ -2185,6 +2267,14 @@ extern "C" nn_cuda_t *nn_cuda_create(void *stream, void *workspace, int max_cols
     return h;
 }
 
+extern "C" void *nn_cuda_stream(nn_cuda_t *h) { return (void *)h->stream; }
+
+extern "C" void *nn_cuda_workspace(nn_cuda_t *h, size_t *bytes)
+{
+    *bytes = nn_cuda_workspace_bytes(h->max_cols);
+    return h->lt_ws; /* LT_WORKSPACE bytes for cuBLAS(Lt), then the column sums' partials */
+}
+
 extern "C" void nn_cuda_attention_mode(nn_cuda_t *h, int mode) { h->attn_mode = mode; }
 
 extern "C" const char *nn_cuda_attention_kernel(const nn_cuda_t *h)
@@ -2260,7 +2350,8 @@ extern "C" int nn_cuda_encoder_backward(nn_cuda_t *h, float *dwte, float *dwpe, 
     if (U > 0)
         encoder_bwd_wte<<<(unsigned)U, 256, 0, h->stream>>>(dwte, (const bf16 *)dout, buckets, U,
                                                             C);
-    encoder_bwd_wpe<<<(unsigned)T, 256, 0, h->stream>>>(dwpe, (const bf16 *)dout, B, T, C);
+    if (dwpe)
+        encoder_bwd_wpe<<<(unsigned)T, 256, 0, h->stream>>>(dwpe, (const bf16 *)dout, B, T, C);
     return launched(err, "encoder backward");
 }
 
@@ -2368,6 +2459,68 @@ extern "C" int nn_cuda_matmul_backward_dgelu(nn_cuda_t *h, void *dinp, float *dw
 
 extern "C" int nn_cuda_attention_is_flash(int C, int NH) { return C % NH == 0 && flash_ok(C / NH); }
 
+extern "C" int nn_cuda_flash_ok(int hd) { return flash_ok(hd) || hd == 128; }
+
+/* The heads as nn_cuda_flash_* take them: NH a multiple of NKV, a supported
+ * head size, rows of 16-byte multiples (cp.async's unit). */
+static int flash_args(int B, int T, int NH, int NKV, int hd, const char *what, bmt_error_t *err)
+{
+    char why[160];
+    if (!nn_cuda_flash_ok(hd))
+        snprintf(why, sizeof why, "head size %d is not one of 16, 32, 64, 128", hd);
+    else if (B < 1 || T < 1 || NH < 1 || NKV < 1 || NH % NKV != 0)
+        snprintf(why, sizeof why,
+                 "B %d, T %d, NH %d, NKV %d: every one must be >= 1 and NH a multiple of NKV", B, T,
+                 NH, NKV);
+    else
+        return 0;
+    return fail_text(err, what, why);
+}
+
+extern "C" int nn_cuda_flash_forward(nn_cuda_t *h, void *out, float *lse, const void *qkv, int B,
+                                     int T, int NH, int NKV, int hd, bmt_error_t *err)
+{
+    if (flash_args(B, T, NH, NKV, hd, "flash attention forward", err) < 0)
+        return -1;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const bf16 *x = (const bf16 *)qkv;
+    bf16 *y = (bf16 *)out;
+    cudaError_t e = hd == 16    ? mfa_forward<16>(h->stream, y, lse, x, B, NH, NKV, T, scale)
+                    : hd == 32  ? mfa_forward<32>(h->stream, y, lse, x, B, NH, NKV, T, scale)
+                    : hd == 128 ? mfa_forward<128>(h->stream, y, lse, x, B, NH, NKV, T, scale)
+#if defined(NN_WGMMA)
+                    : h->wgmma && h->attn_mode == 0
+                        ? mfa_forward_wg(h->stream, y, lse, x, B, NH, NKV, T, scale)
+#endif
+                        : mfa_forward<64>(h->stream, y, lse, x, B, NH, NKV, T, scale);
+    if (e != cudaSuccess)
+        return fail_text(err, "flash attention forward", cudaGetErrorString(e));
+    return 0;
+}
+
+extern "C" int nn_cuda_flash_backward(nn_cuda_t *h, void *dqkv, float *Dd, const void *dout,
+                                      const void *out, const void *qkv, const float *lse, int B,
+                                      int T, int NH, int NKV, int hd, bmt_error_t *err)
+{
+    if (flash_args(B, T, NH, NKV, hd, "flash attention backward", err) < 0)
+        return -1;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const bf16 *x = (const bf16 *)qkv, *o = (const bf16 *)out, *dy = (const bf16 *)dout;
+    bf16 *dx = (bf16 *)dqkv;
+    cudaStream_t st = h->stream;
+    cudaError_t e = hd == 16    ? mfa_backward<16>(st, dx, x, o, dy, lse, Dd, B, NH, NKV, T, scale)
+                    : hd == 32  ? mfa_backward<32>(st, dx, x, o, dy, lse, Dd, B, NH, NKV, T, scale)
+                    : hd == 128 ? mfa_backward<128>(st, dx, x, o, dy, lse, Dd, B, NH, NKV, T, scale)
+#if defined(NN_WGMMA)
+                    : h->wgmma && h->attn_mode == 0
+                        ? mfa_backward_wg(st, dx, x, o, dy, lse, Dd, B, NH, NKV, T, scale)
+#endif
+                        : mfa_backward<64>(st, dx, x, o, dy, lse, Dd, B, NH, NKV, T, scale);
+    if (e != cudaSuccess)
+        return fail_text(err, "flash attention backward", cudaGetErrorString(e));
+    return 0;
+}
+
 extern "C" size_t nn_cuda_attention_saved_bytes(int B, int T, int C, int NH)
 {
     return nn_cuda_attention_is_flash(C, NH) ? (size_t)B * NH * T * sizeof(float)
@@ -2385,20 +2538,7 @@ extern "C" int nn_cuda_attention_forward(nn_cuda_t *h, void *out, void *qkvr, vo
         if (qkvr != qkv && cudaMemcpyAsync(qkvr, qkv, 3 * one * sizeof(bf16),
                                            cudaMemcpyDeviceToDevice, h->stream) != cudaSuccess)
             return launched(err, "attention: saving qkv");
-        const float scale = 1.0f / sqrtf((float)hs);
-        float *lse = (float *)att;
-        const bf16 *x = (const bf16 *)qkv;
-        bf16 *y = (bf16 *)out;
-        cudaError_t e = hs == 16   ? mfa_forward<16>(h->stream, y, lse, x, B, NH, T, scale)
-                        : hs == 32 ? mfa_forward<32>(h->stream, y, lse, x, B, NH, T, scale)
-#if defined(NN_WGMMA)
-                        : h->wgmma && h->attn_mode == 0
-                            ? mfa_forward_wg(h->stream, y, lse, x, B, NH, T, scale)
-#endif
-                            : mfa_forward<64>(h->stream, y, lse, x, B, NH, T, scale);
-        if (e != cudaSuccess)
-            return fail_text(err, "flash attention forward", cudaGetErrorString(e));
-        return 0;
+        return nn_cuda_flash_forward(h, out, (float *)att, qkv, B, T, NH, NH, hs, err);
     }
     bf16 *q = (bf16 *)qkvr, *k = q + one, *v = k + one, *y = (bf16 *)scratch;
     permute_heads<true>
@@ -2431,24 +2571,9 @@ extern "C" int nn_cuda_attention_backward(nn_cuda_t *h, void *dqkv, const void *
     const int hs = C / NH, BH = B * NH;
     const size_t one = (size_t)B * T * C;
     const long long sh = (long long)T * hs, st = (long long)T * T;
-    if (flash_ok(hs) && h->attn_mode != 1) {
-        const float scale = 1.0f / sqrtf((float)hs);
-        const bf16 *x = (const bf16 *)qkvr, *o = (const bf16 *)out, *dy = (const bf16 *)dout;
-        const float *lse = (const float *)att;
-        float *Dd = (float *)datt;
-        bf16 *dx = (bf16 *)dqkv;
-        cudaError_t e =
-            hs == 16   ? mfa_backward<16>(h->stream, dx, x, o, dy, lse, Dd, B, NH, T, scale)
-            : hs == 32 ? mfa_backward<32>(h->stream, dx, x, o, dy, lse, Dd, B, NH, T, scale)
-#if defined(NN_WGMMA)
-            : h->wgmma && h->attn_mode == 0
-                ? mfa_backward_wg(h->stream, dx, x, o, dy, lse, Dd, B, NH, T, scale)
-#endif
-                : mfa_backward<64>(h->stream, dx, x, o, dy, lse, Dd, B, NH, T, scale);
-        if (e != cudaSuccess)
-            return fail_text(err, "flash attention backward", cudaGetErrorString(e));
-        return 0;
-    }
+    if (flash_ok(hs) && h->attn_mode != 1)
+        return nn_cuda_flash_backward(h, dqkv, (float *)datt, dout, out, qkvr, (const float *)att,
+                                      B, T, NH, NH, hs, err);
     const bf16 *q = (const bf16 *)qkvr, *k = q + one, *v = k + one;
     bf16 *dy = (bf16 *)scratch, *dq = dy + one, *dk = dq + one, *dv = dk + one;
     permute_heads<true>

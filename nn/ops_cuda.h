@@ -74,7 +74,8 @@ const char *nn_cuda_attention_kernel(const nn_cuda_t *h);
 #define NN_GEMM_TUNE_MAX 32
 int nn_cuda_gemm_tune(nn_cuda_t *h, int candidates);
 
-/* out (N,C) bf16 = wte[inp] + wpe[t]; inp (B,T) int32 on the device. */
+/* out (N,C) bf16 = wte[inp] + wpe[t]; inp (B,T) int32 on the device. wpe
+ * NULL: no position embedding (out = wte[inp], the Llama family's). */
 int nn_cuda_encoder_forward(nn_cuda_t *h, void *out, const int32_t *inp, const void *wte,
                             const void *wpe, int B, int T, int C, bmt_error_t *err);
 
@@ -88,7 +89,7 @@ int nn_token_buckets(const int32_t *inp, int N, int V, int32_t *out);
 
 /* dwte (V,C) f32 += dout rows summed per token (buckets: nn_token_buckets's
  * output, uploaded, with its U); dwpe (maxT,C) f32 += dout summed over the
- * batch, rows 0..T-1. dout (B,T,C) bf16. */
+ * batch, rows 0..T-1 (NULL: no position embedding). dout (B,T,C) bf16. */
 int nn_cuda_encoder_backward(nn_cuda_t *h, float *dwte, float *dwpe, const void *dout,
                              const int32_t *buckets, int U, int B, int T, int C, bmt_error_t *err);
 
@@ -159,6 +160,28 @@ int nn_cuda_attention_backward(nn_cuda_t *h, void *dqkv, const void *dout, const
                                const void *qkvr, const void *att, void *datt, void *scratch, int B,
                                int T, int C, int NH, bmt_error_t *err);
 
+/* Flash attention over grouped-query heads (GQA; NKV == NH is multi-head), the
+ * Llama family's layout: qkv (B,T,(NH + 2 NKV) hd) bf16, each token's row
+ * holding its NH query heads, then NKV key heads, then NKV value heads (the
+ * output of one product with q_proj, k_proj and v_proj stacked); query head h
+ * reads kv head h / (NH / NKV), K and V are never replicated. Causal, scale
+ * 1/sqrt(hd). Head sizes nn_cuda_flash_ok says yes to (16, 32, 64, 128);
+ * NH % NKV == 0. out (B,T,NH hd) bf16; lse (B,NH,T) f32 is saved for the
+ * backward (the log-sum-exp of each row of scaled scores, as the CPU twin
+ * nn_attention_forward of nn/llama_ops_cpu.h saves it). With NKV == NH and hd
+ * 64 this is exactly the kernel nn_cuda_attention_forward runs for GPT-2. */
+int nn_cuda_flash_ok(int hd);
+int nn_cuda_flash_forward(nn_cuda_t *h, void *out, float *lse, const void *qkv, int B, int T,
+                          int NH, int NKV, int hd, bmt_error_t *err);
+
+/* dqkv (B,T,(NH + 2 NKV) hd) bf16 = the gradient for dout (B,T,NH hd) bf16
+ * (overwritten; dk and dv summed over the query heads of their group, in a
+ * fixed order), from the forward's out, qkv and lse. Dd: scratch of B NH T
+ * f32. */
+int nn_cuda_flash_backward(nn_cuda_t *h, void *dqkv, float *Dd, const void *dout, const void *out,
+                           const void *qkv, const float *lse, int B, int T, int NH, int NKV, int hd,
+                           bmt_error_t *err);
+
 /* out (n) bf16 = GELU_tanh(inp (n) bf16); out may be inp. */
 int nn_cuda_gelu_forward(nn_cuda_t *h, void *out, const void *inp, size_t n, bmt_error_t *err);
 
@@ -185,6 +208,16 @@ int nn_cuda_sum(nn_cuda_t *h, float *out, const float *x, int n, bmt_error_t *er
  * view cast to f32 densely (cols per row). */
 int nn_cuda_to_f32(nn_cuda_t *h, float *dst, const void *src, int rows, int cols, int ld,
                    bmt_error_t *err);
+
+/* The handle's stream (a cudaStream_t), for the layers of other files
+ * (nn/llama_ops_cuda.cu) that run on it. */
+void *nn_cuda_stream(nn_cuda_t *h);
+
+/* The handle's workspace (device memory, *bytes = nn_cuda_workspace_bytes of
+ * the handle's max_cols, at least 32 MiB): scratch that every function on the
+ * handle's stream may overwrite, cuBLASLt's included, so it holds nothing
+ * between calls (stream order keeps one call's use from another's). */
+void *nn_cuda_workspace(nn_cuda_t *h, size_t *bytes);
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,4 @@
-/* tests/progs/gpt2_ops_check.c — runs every op of examples/nn/ops_cpu.h on the
+/* tests/progs/gpt2_ops_check.c — runs every op of nn/ops_cpu.h on the
  * inputs that tests/tools/gpt2_ops_oracle.py generated, and writes the results
  * for the oracle to compare with torch (tests/integration/test_gpt2_ops.sh).
  *
