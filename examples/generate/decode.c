@@ -652,13 +652,13 @@ int gen_decoder_forward(gen_decoder_t *d, const int32_t *tokens, int n, float *l
                            tokens[i], d->pos + i, d->info.vocab_size);
     if (d->ops->forward(d, tokens, n, logits, err) < 0)
         return -1;
-    d->pos += n;
     for (int i = 0; i < d->info.vocab_size; i++)
         if (!isfinite(logits[i]))
             return nn_fail(err,
                            "the logit of token %d after position %d is %g: the model's "
                            "weights or activations are not finite",
-                           i, d->pos - 1, logits[i]);
+                           i, d->pos + n - 1, logits[i]);
+    d->pos += n; /* the rows past pos that a failure wrote are not the cache's */
     return 0;
 }
 

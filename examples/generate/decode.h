@@ -54,9 +54,9 @@ struct gen_decoder {
     void *impl;   /* the model's state */
 };
 
-/* The model in dir (below) as its config.json describes it, through the
- * trainers' parsers; GPT-2's also reads the safetensors headers (its sizes
- * must be the weights'). Nothing is loaded. -1 and err when config.json is
+/* The model in dir (as gen_decoder_open_cpu below takes it) as its
+ * config.json describes it, through the trainers' parsers; GPT-2's also reads the safetensors
+ * headers (its sizes must be the weights'). Nothing is loaded. -1 and err when config.json is
  * missing or unreadable, its model_type is not one of those above, or it
  * describes a model the decoders do not compute. */
 int gen_model_info(const char *dir, gen_model_info_t *info, bmt_error_t *err);

@@ -249,8 +249,8 @@ test_expect_success "on the trainers' checkpoints: greedy equals the oracle toke
 
 # ------------------------------------------------------------ bad input
 
-test_expect_success "bad input: one line on stderr, no ids, exit 2 (command line) or 1 (files)" '
-    mkdir empty && cp -r $M/l1 nohead && cp -r $M/l1 bert && cp -r $M/g1 shape &&
+test_expect_success "bad input: one line on stderr, no ids, exit 2 (command line) or 1 (files, a non-finite logit)" '
+    mkdir empty && cp -r $M/l1 nohead && cp -r $M/l1 bert && cp -r $M/g1 shape && cp -r $M/g1 nan &&
     $PY - <<-EOF &&
 	import json, sys
 	sys.path.insert(0, "$SRC/tests/tools")
@@ -262,6 +262,8 @@ test_expect_success "bad input: one line on stderr, no ids, exit 2 (command line
 	    t["transformer.h.%d.mlp.c_fc.bias" % l] = t["transformer.h.%d.mlp.c_fc.bias" % l][:100]
 	o.write_safetensors("shape/model.safetensors", t, "F32")
 	c = json.load(open("bert/config.json")); c["model_type"] = "bert"; json.dump(c, open("bert/config.json", "w"))
+	t = o.read_model("nan"); t["transformer.ln_f.bias"][5] = float("nan")
+	o.write_safetensors("nan/model.safetensors", t, "F32")
 	EOF
     bad=0 &&
     while IFS="|" read -r code msg args; do
@@ -300,7 +302,9 @@ test_expect_success "bad input: one line on stderr, no ids, exit 2 (command line
 	1|shape/model.safetensors: tensor '"'"'transformer.h.0.mlp.c_fc.bias'"'"' is (100); the model needs (192)|shape --prompt-ids 1
 	EOF
     test $bad -eq 0 &&
-    $GEN $M/g1 --prompt-ids $P -n 57 >out && test $(wc -w <out) -eq 57
+    $GEN $M/g1 --prompt-ids $P -n 57 >out && test $(wc -w <out) -eq 57 &&
+    { $GEN nan --prompt-ids $P >out 2>err; rc=$?; } && cat err && test $rc -eq 1 && test ! -s out &&
+    test "$(sed "s/is -nan/is nan/" err)" = "generate: the logit of token 0 after position 6 is nan: the model'"'"'s weights or activations are not finite"
 '
 
 test_done
