@@ -121,10 +121,6 @@ LLAMA_SRC := $(filter-out examples/llama/train.c,$(wildcard examples/llama/*.c))
 LLAMA_A := $(BUILDDIR)/examples/llama/libllama.a
 LLAMA_BIN := $(if $(wildcard examples/llama/train.c),$(BUILDDIR)/bin/llama)
 MODEL_LIBS := $(GPT2_A) $(LLAMA_A) $(NN_A)
-# bin/generate (examples/generate, docs/generate.md): sampling from a GPT-2 or
-# Llama directory in one process, with the models' config parsers and nn/.
-GEN_OBJ := $(patsubst %.c,$(BUILDDIR)/%.o,$(wildcard examples/generate/*.c))
-GEN_BIN := $(if $(GEN_OBJ),$(BUILDDIR)/bin/generate)
 
 # The trainer the example binaries share (examples/common: options, schedule,
 # loop, evaluation, checkpoints, metrics); each example's train.c is its main.
@@ -144,6 +140,10 @@ BENCH_BIN := $(BENCH_SRC:%.c=$(BUILDDIR)/%)
 LIBBMT_A := $(BUILDDIR)/lib/libbmt.a
 LIBBMT_SO := $(BUILDDIR)/lib/libbmt.so.0
 BMLAUNCH := $(BUILDDIR)/bin/bmlaunch
+# bin/generate (examples/generate, docs/generate.md): sampling from a GPT-2 or
+# Llama directory in one process, with the models' config parsers and nn/.
+GEN_OBJ := $(patsubst %.c,$(BUILDDIR)/%.o,$(wildcard examples/generate/*.c))
+GEN_BIN := $(if $(GEN_OBJ),$(BUILDDIR)/bin/generate)
 
 ALL := $(LIBBMT_A) $(LIBBMT_SO) $(BMLAUNCH) $(PLUGIN_SO) $(PROBE_SO) $(FAILIO_SO) $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN) \
     $(GPT2_BIN) $(LLAMA_BIN) $(GEN_BIN)
