@@ -44,6 +44,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+DEV = "cuda" if torch.cuda.is_available() else "cpu"  # the GPU machine's; cpu: a dry run
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import llama_oracle as lo  # noqa: E402  (make, read_model, shapes, batches)
 
@@ -95,12 +96,12 @@ def hf_model(d):
         model.tie_weights()
         if model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr():
             raise SystemExit("the LM head is not tied to the embedding after tie_weights()")
-    return model.cuda().train(), w
+    return model.to(DEV).train(), w
 
 
 def world_loss(model, V, bs):
-    return sum(F.cross_entropy(model(input_ids=x.cuda()).logits.float().reshape(-1, V),
-                               y.cuda().reshape(-1), ignore_index=-1) for x, y in bs) / len(bs)
+    return sum(F.cross_entropy(model(input_ids=x.to(DEV)).logits.float().reshape(-1, V),
+                               y.to(DEV).reshape(-1), ignore_index=-1) for x, y in bs) / len(bs)
 
 
 def rel(a, b):
@@ -144,7 +145,7 @@ def check(d, out, world, B, T, out_txt, mask):
     report(e <= 5e-3, "loss of step 1: ours %.6f, HF %.6f: relative error %.2e (bound 5e-3)"
            % (ours, loss.item(), e))
     with torch.no_grad():
-        ref = model(input_ids=bs[0][0].cuda()).logits.double().cpu().numpy()
+        ref = model(input_ids=bs[0][0].to(DEV)).logits.double().cpu().numpy()
     mine = np.fromfile(os.path.join(out, "logits.f32"), dtype=np.float32)
     if mine.size != ref.size:
         report(False, "logits.f32 holds %d values, not %d" % (mine.size, ref.size))

@@ -63,11 +63,11 @@ export INIT
 test_expect_success "cpu and cuda from the same weights: 20 steps within 3e-2 (step 1 within 2e-2), checkpointing on and off; the val loss; the loss falls" '
     with_timeout 300 "$BMLAUNCH" --metrics-port 0 --device cpu -n 1 -- $LLAMA $RUN --init-from $INIT \
         --steps 20 --eval-every 20 >cpu.out 2>err || { tail -5 err; false; } &&
-    with_timeout 300 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- $LLAMA $RUN --init-from $INIT \
-        --steps 20 --eval-every 20 --save-dir "$TMP/cu" >cuda.out 2>err || { tail -20 cuda.out err; false; } &&
+    { with_timeout 300 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- $LLAMA $RUN --init-from $INIT \
+        --steps 20 --eval-every 20 --save-dir "$TMP/cu" >cuda.out 2>err || { tail -20 cuda.out err; false; }; } &&
     cp cuda.out "$TMP/cuda.out" &&
-    with_timeout 300 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- $LLAMA $RUN --init-from $INIT \
-        --steps 20 --eval-every 20 --ckpt 0 >cuda0.out 2>err || { tail -20 cuda0.out err; false; } &&
+    { with_timeout 300 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- $LLAMA $RUN --init-from $INIT \
+        --steps 20 --eval-every 20 --ckpt 0 >cuda0.out 2>err || { tail -20 cuda0.out err; false; }; } &&
     grep -q "^0: llama: .* params (L 4, H 4, KV 2, C 64, F 176, V 256, maxT 256) | layout 1 x 1" cuda.out &&
     close "$(losses cpu.out | sed -n 1p | cut -d" " -f2)" "$(losses cuda.out | sed -n 1p | cut -d" " -f2)" 2e-2 "loss of step 1, cpu and cuda" &&
     curves cpu.out cuda.out 3e-2 && curves cpu.out cuda0.out 3e-2 &&
@@ -82,8 +82,8 @@ test_expect_success "a cuda checkpoint is bf16 (files and config.json) and the c
     step=$TMP/cu/$(cat "$TMP/cu/latest") && cat $step/config.json &&
     grep -q "\"torch_dtype\": \"bfloat16\"" $step/config.json &&
     head -c 400 $step/model.layers.0.safetensors | grep -q "\"dtype\":\"BF16\"" &&
-    with_timeout 120 "$BMLAUNCH" --metrics-port 0 --device cpu -n 1 -- $LLAMA $RUN --lr 0 --steps 1 \
-        --init-from $step >out 2>err || { tail -5 err; false; } &&
+    { with_timeout 120 "$BMLAUNCH" --metrics-port 0 --device cpu -n 1 -- $LLAMA $RUN --lr 0 \
+        --steps 1 --init-from $step >out 2>err || { tail -5 err; false; }; } &&
     close "$(val_loss "$TMP/cuda.out")" "$(val_loss out)" 2e-2 "val loss of the cuda checkpoint: cuda, then cpu"
 '
 
