@@ -8,7 +8,7 @@
  * shared ones of nn/ops_cuda.h (nn_cuda_matmul_* with wt = 1 for nn.Linear's
  * (out, in) weights, nn_cuda_encoder_* with wpe NULL, nn_cuda_flash_*,
  * nn_cuda_crossentropy), and every function here runs on that handle's
- * stream.
+ * stream (RMSNorm's backward also takes its workspace as scratch).
  *
  * Conventions as nn/ops_cuda.h's: activations and parameters bf16 (void *),
  * every sum f32; gradients of parameters f32 and ADDED into (+=); gradients of
@@ -37,14 +37,16 @@ extern "C" {
 
 /* out (N,C) bf16 = inp * rstd * weight per row of inp (N,C) bf16, weight (C)
  * bf16; rstd (N) f32 = 1 / sqrt(mean(inp^2) + eps) saved for the backward
- * (nn_rmsnorm_forward's). out may not be inp. */
+ * (nn_rmsnorm_forward's). out may not be inp. C <= 16384, or 8192 where C %
+ * 8 != 0 or a pointer is not 16-byte aligned (-1 beyond). */
 int nn_cuda_rmsnorm_forward(nn_cuda_t *h, void *out, float *rstd, const void *inp,
                             const void *weight, int N, int C, float eps, bmt_error_t *err);
 
 /* dinp (N,C) bf16 = dres (N,C) bf16 + the input gradient (dres may be dinp:
  * the residual stream's gradient accumulated in place; NULL: 0); dweight (C)
- * f32 += its gradient. From dout (N,C) bf16 and the forward's inp, weight,
- * rstd. */
+ * f32 += its gradient (summed over the rows in a fixed order: partial sums
+ * per chunk of rows in the handle's workspace, then per column). From dout
+ * (N,C) bf16 and the forward's inp, weight, rstd. C as in the forward. */
 int nn_cuda_rmsnorm_backward(nn_cuda_t *h, void *dinp, const void *dres, float *dweight,
                              const void *dout, const void *inp, const void *weight,
                              const float *rstd, int N, int C, bmt_error_t *err);

@@ -2267,6 +2267,14 @@ extern "C" nn_cuda_t *nn_cuda_create(void *stream, void *workspace, int max_cols
     return h;
 }
 
+extern "C" void *nn_cuda_stream(nn_cuda_t *h) { return (void *)h->stream; }
+
+extern "C" void *nn_cuda_workspace(nn_cuda_t *h, size_t *bytes)
+{
+    *bytes = nn_cuda_workspace_bytes(h->max_cols);
+    return h->lt_ws; /* LT_WORKSPACE bytes for cuBLAS(Lt), then the column sums' partials */
+}
+
 extern "C" void nn_cuda_attention_mode(nn_cuda_t *h, int mode) { h->attn_mode = mode; }
 
 extern "C" const char *nn_cuda_attention_kernel(const nn_cuda_t *h)

@@ -209,6 +209,16 @@ int nn_cuda_sum(nn_cuda_t *h, float *out, const float *x, int n, bmt_error_t *er
 int nn_cuda_to_f32(nn_cuda_t *h, float *dst, const void *src, int rows, int cols, int ld,
                    bmt_error_t *err);
 
+/* The handle's stream (a cudaStream_t), for the layers of other files
+ * (nn/llama_ops_cuda.cu) that run on it. */
+void *nn_cuda_stream(nn_cuda_t *h);
+
+/* The handle's workspace (device memory, *bytes = nn_cuda_workspace_bytes of
+ * the handle's max_cols, at least 32 MiB): scratch that every function on the
+ * handle's stream may overwrite, cuBLASLt's included, so it holds nothing
+ * between calls (stream order keeps one call's use from another's). */
+void *nn_cuda_workspace(nn_cuda_t *h, size_t *bytes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -134,7 +134,8 @@ static void *dmalloc(size_t bytes)
 {
     void *p;
     ck(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc");
-    ck(cudaMemset(p, 0xff, bytes), "poison");
+    ck(cudaMemsetAsync(p, 0xff, bytes, stream), "poison");
+    ck(cudaStreamSynchronize(stream), "poison");
     return p;
 }
 
@@ -144,7 +145,8 @@ static void *up_bf16(const float *x, size_t n)
     for (size_t i = 0; i < n; i++)
         t[i] = bmt_f32_to_bf16(x[i]);
     void *d = dmalloc(n * 2);
-    ck(cudaMemcpy(d, t, n * 2, cudaMemcpyHostToDevice), "upload");
+    ck(cudaMemcpyAsync(d, t, n * 2, cudaMemcpyHostToDevice, stream), "upload");
+    ck(cudaStreamSynchronize(stream), "upload");
     free(t);
     return d;
 }
@@ -152,14 +154,16 @@ static void *up_bf16(const float *x, size_t n)
 static float *up_f32(const float *x, size_t n)
 {
     float *d = dmalloc(n * 4);
-    ck(cudaMemcpy(d, x, n * 4, cudaMemcpyHostToDevice), "upload");
+    ck(cudaMemcpyAsync(d, x, n * 4, cudaMemcpyHostToDevice, stream), "upload");
+    ck(cudaStreamSynchronize(stream), "upload");
     return d;
 }
 
 static void *up_i32(const int32_t *x, size_t n)
 {
     void *d = dmalloc(n * 4);
-    ck(cudaMemcpy(d, x, n * 4, cudaMemcpyHostToDevice), "upload");
+    ck(cudaMemcpyAsync(d, x, n * 4, cudaMemcpyHostToDevice, stream), "upload");
+    ck(cudaStreamSynchronize(stream), "upload");
     return d;
 }
 
@@ -167,7 +171,8 @@ static float *down_bf16(const void *d, size_t n)
 {
     uint16_t *t = malloc(n * 2);
     float *x = malloc(n * sizeof(float));
-    ck(cudaMemcpy(t, d, n * 2, cudaMemcpyDeviceToHost), "download");
+    ck(cudaMemcpyAsync(t, d, n * 2, cudaMemcpyDeviceToHost, stream), "download");
+    ck(cudaStreamSynchronize(stream), "download");
     for (size_t i = 0; i < n; i++)
         x[i] = bmt_bf16_to_f32(t[i]);
     free(t);
@@ -177,7 +182,8 @@ static float *down_bf16(const void *d, size_t n)
 static float *down_f32(const void *d, size_t n)
 {
     float *x = malloc(n * sizeof(float));
-    ck(cudaMemcpy(x, d, n * 4, cudaMemcpyDeviceToHost), "download");
+    ck(cudaMemcpyAsync(x, d, n * 4, cudaMemcpyDeviceToHost, stream), "download");
+    ck(cudaStreamSynchronize(stream), "download");
     return x;
 }
 
@@ -213,7 +219,8 @@ static void t_encoder(int B, int T, int C, int V)
     check("encoder backward dwte (+=)", gw1, rw, (size_t)V * C, 1e-3);
     check("encoder backward dwpe (+=)", gp1, rp, (size_t)T * C, 1e-3);
     /* determinism: again from the same start gives the same bits */
-    ck(cudaMemcpy(dgw, gw, (size_t)V * C * 4, cudaMemcpyHostToDevice), "upload");
+    ck(cudaMemcpyAsync(dgw, gw, (size_t)V * C * 4, cudaMemcpyHostToDevice, stream), "upload");
+    ck(cudaStreamSynchronize(stream), "upload");
     run(nn_cuda_encoder_backward(h, dgw, dgp, dg, dbk, U, B, T, C, &err), "encoder backward", &err);
     float *gw2 = down_f32(dgw, (size_t)V * C);
     bool same = memcmp(gw1, gw2, (size_t)V * C * 4) == 0;
@@ -405,7 +412,8 @@ static void t_attention(int B, int T, int C, int NH)
         free(lse), free(rl);
         /* as the model calls it: qkv saved where it lies (qkvr == qkv), no scratch */
         void *out2 = dmalloc(N * C * 2);
-        ck(cudaMemset(out2, 0xff, N * C * 2), "poison");
+        ck(cudaMemsetAsync(out2, 0xff, N * C * 2, stream), "poison");
+        ck(cudaStreamSynchronize(stream), "poison");
         run(nn_cuda_attention_forward(h, out2, dqkv, datt, dqkv, NULL, B, T, C, NH, &err),
             "attention forward in place", &err);
         float *got2 = down_bf16(out2, N * C);
@@ -431,7 +439,8 @@ static void t_attention(int B, int T, int C, int NH)
     snprintf(name, sizeof(name), "attention backward dqkv (%s)", kind);
     check(name, gdq, rdq, N * 3 * C, 3e-2);
     /* the same bits on a second run (no atomics) */
-    ck(cudaMemset(ddq, 0xff, N * 3 * C * 2), "poison");
+    ck(cudaMemsetAsync(ddq, 0xff, N * 3 * C * 2, stream), "poison");
+    ck(cudaStreamSynchronize(stream), "poison");
     run(nn_cuda_attention_backward(h, ddq, ddy, dout, dqkvr, datt, ddatt, scratch, B, T, C, NH,
                                    &err),
         "attention backward", &err);
@@ -459,7 +468,8 @@ static void t_elementwise(size_t n)
     free(got);
     memset(ref, 0, n * 4);
     nn_gelu_backward(ref, x, y, (int)n);
-    ck(cudaMemset(dout, 0xff, n * 2), "poison");
+    ck(cudaMemsetAsync(dout, 0xff, n * 2, stream), "poison");
+    ck(cudaStreamSynchronize(stream), "poison");
     run(nn_cuda_gelu_backward(h, dout, dx, dy, n, &err), "gelu backward", &err);
     got = down_bf16(dout, n);
     check("gelu backward", got, ref, n, 1.5e-2);
@@ -470,7 +480,8 @@ static void t_elementwise(size_t n)
     free(got);
     void *dy2 = up_bf16(y, n);
     nn_residual_forward(ref, x, y, (int)n);
-    ck(cudaMemset(dout, 0xff, n * 2), "poison");
+    ck(cudaMemsetAsync(dout, 0xff, n * 2, stream), "poison");
+    ck(cudaStreamSynchronize(stream), "poison");
     run(nn_cuda_residual_forward(h, dout, dx, dy2, n, &err), "residual", &err);
     got = down_bf16(dout, n);
     check("residual forward", got, ref, n, 1.5e-2);
@@ -684,7 +695,8 @@ static void bench(bool d48)
     z.losses = dmalloc(N * 4), z.tok = up_i32(tok, N);
     for (size_t i = 0; i < N; i++) /* sane LayerNorm statistics */
         r[i] = 1.0f;
-    ck(cudaMemcpy(z.rstd, r, N * 4, cudaMemcpyHostToDevice), "upload");
+    ck(cudaMemcpyAsync(z.rstd, r, N * 4, cudaMemcpyHostToDevice, stream), "upload");
+    ck(cudaStreamSynchronize(stream), "upload");
     static const struct {
         const char *name;
         int op, per_layer; /* times per layer in a step (0: once, the head) */
