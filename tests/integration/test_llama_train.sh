@@ -98,7 +98,7 @@ test_expect_success "--init-from a step directory: it reads back as the same mod
 
 test_expect_success "bad options are refused with a message" '
     { $LLAMA --model nope --data x 2>err; rc=$?; } && test $rc -eq 2 &&
-    grep -q "^llama: unknown model .nope.: use tiny or smollm-135m" err &&
+    grep -q "^llama: unknown model .nope.: use tiny, smollm-135m, llama3.2-1b or llama3.2-3b" err &&
     { $LLAMA --kv-heads 3 --data x 2>err; rc=$?; } && test $rc -eq 2 &&
     grep -q "^llama: num_attention_heads 4 is not a multiple of num_key_value_heads 3" err &&
     { $LLAMA --keep-attention 1 --data x 2>err; rc=$?; } && test $rc -eq 2 &&
