@@ -43,7 +43,7 @@
 #include "bmt/bmt.h"
 #include "bmt/ckpt.h"
 #include "bmt/optim.h"
-#include "gpt2/data.h" /* the llm.c token-shard loader (the test's data, not the model's) */
+#include "common/data.h" /* the llm.c token-shard loader (the test's data, not the model's) */
 #include "llama/config.h"
 #include "llama/model.h"
 
@@ -135,10 +135,10 @@ static double world_mean(bmt_ctx_t *ctx, double v, bmt_error_t *err)
     return v / bmt_world_size(ctx);
 }
 
-static void step(bmt_ctx_t *ctx, const args_t *a, llama_model_t *m, gpt2_loader_t *ld, int32_t *in,
+static void step(bmt_ctx_t *ctx, const args_t *a, llama_model_t *m, data_loader_t *ld, int32_t *in,
                  int32_t *tg, double *loss, bmt_error_t *err)
 {
-    if (gpt2_loader_next(ld, in, tg, err) < 0)
+    if (data_loader_next(ld, in, tg, err) < 0)
         DIE("%s", err->text);
     for (int i = 0; a->mask > 0 && i < a->B * a->T; i++)
         if (i % a->mask == a->mask - 1)
@@ -188,7 +188,7 @@ int main(int argc, char **argv)
     const int rank = bmt_rank(ctx);
     int32_t *in = malloc(sizeof(int32_t) * (size_t)a.B * a.T);
     int32_t *tg = malloc(sizeof(int32_t) * (size_t)a.B * a.T);
-    gpt2_loader_t *ld = gpt2_loader_open(a.data, a.B, a.T, rank, bmt_world_size(ctx), &err);
+    data_loader_t *ld = data_loader_open(a.data, a.B, a.T, rank, bmt_world_size(ctx), &err);
     if (ld == NULL || in == NULL || tg == NULL)
         DIE("%s", ld ? "out of memory" : err.text);
     llama_model_t *m;
@@ -236,7 +236,7 @@ int main(int argc, char **argv)
     llama_model_destroy(m);
 
     /* Phase 2: a real AdamW trajectory from the same weights. */
-    gpt2_loader_reset(ld);
+    data_loader_reset(ld);
     if ((m = build(ctx, &a, true, &err)) == NULL)
         DIE("%s", err.text);
     bmt_adamw_config_t tc = BMT_ADAMW_CONFIG_INITIALIZER;
@@ -254,7 +254,7 @@ int main(int argc, char **argv)
     }
     bmt_optim_destroy(opt);
     llama_model_destroy(m);
-    gpt2_loader_destroy(ld);
+    data_loader_destroy(ld);
     free(in);
     free(tg);
     bmt_finalize(ctx);
