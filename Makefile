@@ -120,12 +120,14 @@ NN_A := $(BUILDDIR)/nn/libnn.a
 LLAMA_SRC := $(filter-out examples/llama/train.c,$(wildcard examples/llama/*.c))
 LLAMA_A := $(BUILDDIR)/examples/llama/libllama.a
 LLAMA_BIN := $(if $(wildcard examples/llama/train.c),$(BUILDDIR)/bin/llama)
-MODEL_LIBS := $(GPT2_A) $(LLAMA_A) $(NN_A)
 
 # The trainer the example binaries share (examples/common: options, schedule,
 # loop, evaluation, checkpoints, metrics); each example's train.c is its main.
 TRAINER_SRC := $(wildcard examples/common/*.c)
 TRAINER_A := $(BUILDDIR)/examples/common/libtrainer.a
+# What the unit tests and test programs link of the models (the trainer's
+# archive first: its token loader is there).
+MODEL_LIBS := $(TRAINER_A) $(GPT2_A) $(LLAMA_A) $(NN_A)
 
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:%.c=$(BUILDDIR)/%)
@@ -278,12 +280,10 @@ $(GPT2_BIN): $(BUILDDIR)/examples/gpt2/train.o $(TRAINER_A) $(GPT2_A) $(NN_A) $(
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(TRAINER_A) $(GPT2_A) $(NN_A) $(LIBBMT_A) $(NN_LIBS) $(LIB_LIBS)
 
-# The Llama trainer links GPT-2's library for its token-shard loader
-# (examples/gpt2/data.c) only.
-$(LLAMA_BIN): $(BUILDDIR)/examples/llama/train.o $(TRAINER_A) $(LLAMA_A) $(GPT2_A) $(NN_A) $(LIBBMT_A)
+$(LLAMA_BIN): $(BUILDDIR)/examples/llama/train.o $(TRAINER_A) $(LLAMA_A) $(NN_A) $(LIBBMT_A)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  LD      $@")
-	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(TRAINER_A) $(LLAMA_A) $(GPT2_A) $(NN_A) $(LIBBMT_A) $(NN_LIBS) $(LIB_LIBS)
+	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(TRAINER_A) $(LLAMA_A) $(NN_A) $(LIBBMT_A) $(NN_LIBS) $(LIB_LIBS)
 
 $(GEN_BIN): $(GEN_OBJ) $(LLAMA_A) $(GPT2_A) $(NN_A) $(LIBBMT_A)
 	@mkdir -p $(@D)

@@ -7,7 +7,7 @@
  * trainer_model_t (trainer.h), whose example (examples/gpt2/train.c,
  * examples/llama/train.c) is only its wiring. Each rank trains on its own
  * slice of every global batch (llm.c's shards and DataLoader semantics,
- * examples/gpt2/data.h); the model's blocks are sharded over the group (ZeRO-3)
+ * examples/common/data.h); the model's blocks are sharded over the group (ZeRO-3)
  * and the groups are data parallel. One line per step on rank 0: step, loss
  * (mean over the world), learning rate, step time, tokens/s of the whole job,
  * MFU (when the peak is known: the GPU's, or BMT_PEAK_TFLOPS) and memory;
@@ -35,7 +35,7 @@
 #include "bmt/device.h"
 #include "bmt/monitor.h"
 #include "bmt/optim.h"
-#include "gpt2/data.h"
+#include "common/data.h"
 
 typedef struct opts {
     const char *data, *val, *prepare, *out, *save_dir, *verify;
@@ -365,13 +365,13 @@ static int world_sum(bmt_ctx_t *ctx, double *v, int n, bmt_error_t *err)
     return bmt_all_reduce_host_f64(bmt_comm_world(ctx), v, (size_t)n, BMT_SUM, err);
 }
 
-static int evaluate(const trainer_model_t *md, bmt_ctx_t *ctx, void *m, gpt2_loader_t *val,
+static int evaluate(const trainer_model_t *md, bmt_ctx_t *ctx, void *m, data_loader_t *val,
                     int batches, int32_t *in, int32_t *tg, double *loss, bmt_error_t *err)
 {
-    gpt2_loader_reset(val);
+    data_loader_reset(val);
     double sum[1] = { 0 };
     for (int k = 0; k < batches; k++) {
-        if (gpt2_loader_next(val, in, tg, err) < 0 || md->set_batch(m, in, tg, err) < 0 ||
+        if (data_loader_next(val, in, tg, err) < 0 || md->set_batch(m, in, tg, err) < 0 ||
             bmt_blocklist_forward(md->list(m), err) < 0)
             return -1;
         sum[0] += md->loss(m);
@@ -408,12 +408,12 @@ static void on_usr1(int sig)
  * must match them: the model's state()), the data position (the same on every
  * rank) and the batch (a resume keeps the global batch: B x accum x world
  * sequences of T). */
-static char *train_state(const trainer_model_t *md, const opts_t *o, const gpt2_loader_t *ld,
+static char *train_state(const trainer_model_t *md, const opts_t *o, const data_loader_t *ld,
                          int step, int accum, int world)
 {
     int shard;
     int64_t pos;
-    gpt2_loader_position(ld, &shard, &pos);
+    data_loader_position(ld, &shard, &pos);
     json_t *model = md->state(md->self);
     json_t *j = model ? json_pack("{sisos{sisI}s{sisisisi}}", "step", step, "model", model, "data",
                                   "shard", shard, "pos", (json_int_t)pos, "batch", "B", o->B, "T",
@@ -455,7 +455,7 @@ static int model_matches(const trainer_model_t *md, const json_t *saved, bmt_err
 /* Check a checkpoint's model against ours (model_matches), move the
  * loader to its position and return its step (or -1 with err); *sb: its
  * batch. */
-static int resume_state(const trainer_model_t *md, const char *text, gpt2_loader_t *ld,
+static int resume_state(const trainer_model_t *md, const char *text, data_loader_t *ld,
                         saved_batch_t *sb, bmt_error_t *err)
 {
     json_error_t je;
@@ -474,7 +474,7 @@ static int resume_state(const trainer_model_t *md, const char *text, gpt2_loader
     json_decref(j);
     if (rc < 0)
         return -1;
-    if (gpt2_loader_seek(ld, shard, (int64_t)pos, err) < 0)
+    if (data_loader_seek(ld, shard, (int64_t)pos, err) < 0)
         return -1;
     return step;
 }
@@ -531,7 +531,7 @@ static int keep_batch(const opts_t *o, const saved_batch_t *sb, int world, int *
  * leave this one to the writer threads (*pending), finished by the next save or
  * at the end. */
 static int save(const trainer_model_t *md, const opts_t *o, void *m, bmt_optim_t *opt,
-                const gpt2_loader_t *ld, int step, int accum, int world,
+                const data_loader_t *ld, int step, int accum, int world,
                 bmt_ckpt_pending_t **pending, bmt_error_t *err)
 {
     char name[64], *st = train_state(md, o, ld, step, accum, world);
@@ -587,7 +587,7 @@ static int train(const trainer_model_t *md, const opts_t *o)
     }
     const int rank = bmt_rank(ctx), world = bmt_world_size(ctx);
     const bmt_layout_t *lay = bmt_layout(ctx);
-    gpt2_loader_t *train_ld = NULL, *val_ld = NULL;
+    data_loader_t *train_ld = NULL, *val_ld = NULL;
     void *m = NULL;
     bmt_optim_t *opt = NULL;
     int32_t *in = malloc(sizeof(int32_t) * (size_t)o->B * o->T);
@@ -612,8 +612,8 @@ static int train(const trainer_model_t *md, const opts_t *o)
         snprintf(err.text, sizeof(err.text), "out of memory");
         goto out;
     }
-    if ((train_ld = gpt2_loader_open(o->data, o->B, o->T, rank, world, &err)) == NULL ||
-        (o->val && (val_ld = gpt2_loader_open(o->val, o->B, o->T, rank, world, &err)) == NULL) ||
+    if ((train_ld = data_loader_open(o->data, o->B, o->T, rank, world, &err)) == NULL ||
+        (o->val && (val_ld = data_loader_open(o->val, o->B, o->T, rank, world, &err)) == NULL) ||
         (m = md->create(md->self, ctx, o->B, o->T, &lc, o->seed, &err)) == NULL ||
         (md->after_create && md->after_create(md->self, m, &err) < 0) ||
         (o->choice.init_from && md->load(m, o->choice.init_from, &err) < 0) ||
@@ -647,7 +647,7 @@ static int train(const trainer_model_t *md, const opts_t *o)
     if (rank == 0) {
         char p[32], d[32], sizes[160];
         human((double)params, p, sizeof(p));
-        human((double)gpt2_loader_tokens(train_ld), d, sizeof(d));
+        human((double)data_loader_tokens(train_ld), d, sizeof(d));
         md->describe(md->self, sizes, sizeof(sizes));
         printf("%s: %s params (%s) | layout %d x %d = %d ranks "
                "(%s) | batch %d x %d x %d accum x %d ranks = %.0f tokens/step | data %s tokens\n",
@@ -659,7 +659,7 @@ static int train(const trainer_model_t *md, const opts_t *o)
         bmt_step_begin(ctx);
         double loss[1] = { 0 };
         for (int a = 0; a < accum; a++) {
-            if (gpt2_loader_next(train_ld, in, tg, &err) < 0 ||
+            if (data_loader_next(train_ld, in, tg, &err) < 0 ||
                 md->set_batch(m, in, tg, &err) < 0 ||
                 bmt_blocklist_forward(md->list(m), &err) < 0 ||
                 bmt_blocklist_backward(md->list(m), a == accum - 1, &err) < 0)
@@ -765,8 +765,8 @@ out:
     bmt_optim_destroy(opt);
     if (m)
         md->destroy(m);
-    gpt2_loader_destroy(train_ld);
-    gpt2_loader_destroy(val_ld);
+    data_loader_destroy(train_ld);
+    data_loader_destroy(val_ld);
     free(in);
     free(tg);
     if (rc)
@@ -786,7 +786,7 @@ int trainer_main(const trainer_model_t *md, int argc, char **argv)
         return verify(o.verify);
     if (o.prepare) {
         bmt_error_t err;
-        if (gpt2_tokenize_file(o.prepare, o.out, o.val_fraction, &err) < 0) {
+        if (data_tokenize_file(o.prepare, o.out, o.val_fraction, &err) < 0) {
             fprintf(stderr, "%s: %s\n", prog, err.text);
             return 1;
         }

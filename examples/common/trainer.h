@@ -11,7 +11,7 @@
  * (docs/gpt2.md describes them; docs/llama.md for the Llama binary).
  *
  * Layer: above libbmt (block list, optimizer, checkpoints, monitor) and the
- * token-shard loader (gpt2/data.h); below the model examples' main()s.
+ * token-shard loader (common/data.h); below the model examples' main()s.
  */
 #ifndef TRAINER_H
 #define TRAINER_H

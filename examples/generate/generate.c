@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #include "decode.h"
-#include "gpt2/data.h"
+#include "common/data.h"
 #include "sample.h"
 
 #define MAX_TOKENS (1 << 24) /* prompt and new tokens, each */
@@ -284,11 +284,11 @@ int main(int argc, char **argv)
     if (gen_model_info(dir, &info, &err) < 0)
         die(1, "%s", err.text);
     const int V = info.vocab_size;
-    if ((text_arg || text) && V != GPT2_BYTE_VOCAB)
+    if ((text_arg || text) && V != DATA_BYTE_VOCAB)
         die(2,
             "%s encodes bytes as tokens, for byte-level models (vocab_size %d); %s has "
             "vocab_size %d: use --prompt-ids%s",
-            text_arg ? "--prompt" : "--text", GPT2_BYTE_VOCAB, dir, V,
+            text_arg ? "--prompt" : "--text", DATA_BYTE_VOCAB, dir, V,
             text_arg ? "" : " and print the ids");
     int np = 0;
     int32_t *prompt;

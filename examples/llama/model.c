@@ -1,4 +1,4 @@
-/* examples/llama/model.c — the Llama family's blocks and callbacks on the CPU (see model.h).
+/* examples/llama/model.c — the Llama family's blocks, and their callbacks on the CPU (see model.h).
  *
  * Layer: an example, above libbmt (blocks, block list, safetensors reader) and
  * nn/ (the layers); it links nothing of examples/gpt2.
@@ -21,9 +21,9 @@
  * double, so llama_model_logits still holds the forward's values after the
  * backward, and the backward's softmax is exp(logit - lse) with no f32 sum.
  *
- * The CUDA path is not written. It goes where gpt2's went: a table of block
- * callbacks from a model_cuda.c chosen in llama_model_create by the context's
- * device (see CPU_OPS below), with bf16 parameters.
+ * On a cuda context the parameters are bf16 (f32 masters in the optimizer),
+ * the blocks get CUDA_OPS instead of CPU_OPS, and model_cuda.c computes every
+ * use with its own activations; the CPU activations below are then not made.
  */
 #include "llama/model.h"
 
@@ -35,6 +35,7 @@
 
 #include "bmt/device.h"
 #include "bmt/safetensors.h"
+#include "llama/model_cuda.h"
 #include "nn/llama_ops_cpu.h"
 
 /* A layer's activations, all f32, rows of the N = B T positions. */
@@ -54,7 +55,8 @@ struct llama_model {
     int B, T, N;        /* N = B T rows */
     int Q, KV;          /* NH hd and NKV hd: widths of q and of k, v */
     bool ckpt;          /* the list checkpoints activations */
-    bmt_dtype_t pdtype; /* parameters: f32 (cpu); bf16 when cuda comes */
+    bmt_dtype_t pdtype; /* parameters: f32 on cpu, bf16 on cuda */
+    llama_cu_t *cu;     /* the CUDA half (model_cuda.c), NULL on cpu */
     bmt_blocklist_t *list;
     int32_t *inputs, *targets; /* (B,T) of the current micro-batch */
     int counted;               /* targets >= 0 */
@@ -86,19 +88,8 @@ static int fail(bmt_error_t *err, const char *fmt, ...)
 
 /* ------------------------------------------------------------ callbacks */
 
-/* Parameter order of a layer block, as build_blocks adds them. */
-enum {
-    P_IN_NORM,   /* input_layernorm.weight (C) */
-    P_Q,         /* self_attn.q_proj.weight (NH hd, C) */
-    P_K,         /* self_attn.k_proj.weight (NKV hd, C) */
-    P_V,         /* self_attn.v_proj.weight (NKV hd, C) */
-    P_O,         /* self_attn.o_proj.weight (C, NH hd) */
-    P_POST_NORM, /* post_attention_layernorm.weight (C) */
-    P_GATE,      /* mlp.gate_proj.weight (F,C) */
-    P_UP,        /* mlp.up_proj.weight (F,C) */
-    P_DOWN,      /* mlp.down_proj.weight (C,F) */
-    P_LAYER_COUNT
-};
+/* A layer block's parameters are indexed by model_cuda.h's P_* (the order
+ * build_blocks adds them in). */
 
 static layer_acts_t *acts_of(llama_model_t *m, int l) { return &m->acts[m->ckpt ? 0 : l]; }
 
@@ -279,15 +270,34 @@ static int head_bwd_cb(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
     return 0;
 }
 
-/* The CPU callbacks of each kind of block. A cuda context would take
- * model_cuda.c's table instead (not written yet). */
-static const struct {
+/* The callbacks of each kind of block: the CPU's here, or on a cuda context
+ * model_cuda.c's (which tells the uses apart by call->index). */
+typedef struct model_ops {
     bmt_block_ops_t embed, layer, norm, head;
-} CPU_OPS = {
+} model_ops_t;
+
+static const model_ops_t CPU_OPS = {
     { embed_fwd_cb, embed_bwd_cb },
     { layer_fwd_cb, layer_bwd_cb },
     { norm_fwd_cb, norm_bwd_cb },
     { head_fwd_cb, head_bwd_cb },
+};
+
+static int cu_fwd_cb(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
+{
+    return llama_cu_forward(((llama_model_t *)mp)->cu, c, err);
+}
+
+static int cu_bwd_cb(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
+{
+    return llama_cu_backward(((llama_model_t *)mp)->cu, c, err);
+}
+
+static const model_ops_t CUDA_OPS = {
+    { cu_fwd_cb, cu_bwd_cb },
+    { cu_fwd_cb, cu_bwd_cb },
+    { cu_fwd_cb, cu_bwd_cb },
+    { cu_fwd_cb, cu_bwd_cb },
 };
 
 /* ------------------------------------------------------------ construction */
@@ -353,20 +363,21 @@ static int build_blocks(llama_model_t *m, uint64_t seed, bmt_error_t *err)
         [P_UP] = { "mlp.up_proj.weight", 2, F, C, w, 0 },
         [P_DOWN] = { "mlp.down_proj.weight", 2, C, F, w, 0 },
     };
-    bmt_block_t *embed = append_block(m, "model.embed_tokens", emb, 1, &CPU_OPS.embed, seed, err);
+    const model_ops_t *ops = m->cu ? &CUDA_OPS : &CPU_OPS;
+    bmt_block_t *embed = append_block(m, "model.embed_tokens", emb, 1, &ops->embed, seed, err);
     if (embed == NULL)
         return -1;
     for (int l = 0; l < m->cfg.n_layer; l++) {
         char name[64];
         snprintf(name, sizeof(name), "model.layers.%d", l);
-        if (append_block(m, name, layer, P_LAYER_COUNT, &CPU_OPS.layer, seed, err) == NULL)
+        if (append_block(m, name, layer, P_LAYER_COUNT, &ops->layer, seed, err) == NULL)
             return -1;
     }
-    if (append_block(m, "model.norm", norm, 1, &CPU_OPS.norm, seed, err) == NULL)
+    if (append_block(m, "model.norm", norm, 1, &ops->norm, seed, err) == NULL)
         return -1;
     if (m->cfg.tied)
-        return bmt_blocklist_append_tied(m->list, embed, &CPU_OPS.head, m, err);
-    return append_block(m, "lm_head", emb, 1, &CPU_OPS.head, seed, err) ? 0 : -1;
+        return bmt_blocklist_append_tied(m->list, embed, &ops->head, m, err);
+    return append_block(m, "lm_head", emb, 1, &ops->head, seed, err) ? 0 : -1;
 }
 
 /* What each_act does with one buffer: allocate it (alloc_one) or free it
@@ -463,18 +474,10 @@ llama_model_t *llama_model_create(bmt_ctx_t *ctx, const llama_config_t *cfg, int
              B, T, cfg->max_seq_len);
         return NULL;
     }
-    if ((int64_t)B * T * cfg->vocab_size > ((int64_t)1 << 40) / 4) {
+    const bool cuda = bmt_device(ctx) == BMT_DEVICE_CUDA;
+    if (!cuda && (int64_t)B * T * cfg->vocab_size > ((int64_t)1 << 40) / 4) {
         fail(err, "model: B T V = %lld logits is too many for the cpu model",
              (long long)B * T * cfg->vocab_size);
-        return NULL;
-    }
-    if (bmt_device(ctx) == BMT_DEVICE_CUDA) {
-        /* Here the cuda path would start: bf16 parameters and model_cuda.c's
-         * callbacks, as examples/gpt2 does it. */
-        fail(err,
-             "model: rank %d: the cuda model is not written yet; use a cpu context "
-             "(BMT_DEVICE=cpu)",
-             bmt_rank(ctx));
         return NULL;
     }
     llama_model_t *m = calloc(1, sizeof(*m));
@@ -484,7 +487,7 @@ llama_model_t *llama_model_create(bmt_ctx_t *ctx, const llama_config_t *cfg, int
     }
     m->ctx = ctx;
     m->cfg = *cfg;
-    m->pdtype = BMT_F32;
+    m->pdtype = cuda ? BMT_BF16 : BMT_F32;
     m->B = B, m->T = T, m->N = B * T;
     m->Q = cfg->n_head * cfg->head_dim;
     m->KV = cfg->n_kv_head * cfg->head_dim;
@@ -492,18 +495,28 @@ llama_model_t *llama_model_create(bmt_ctx_t *ctx, const llama_config_t *cfg, int
     if (list_cfg)
         lc = *list_cfg;
     m->ckpt = lc.checkpointing != 0;
+    const nn_rope_scaling_t s = { cfg->rope_factor, cfg->rope_low_freq_factor,
+                                  cfg->rope_high_freq_factor, cfg->rope_original_max };
     m->inputs = calloc((size_t)m->N, sizeof(int32_t));
     m->targets = calloc((size_t)m->N, sizeof(int32_t));
-    if (!m->inputs || !m->targets) {
+    float *freqs = calloc((size_t)cfg->head_dim / 2, sizeof(float)); /* cuda: uploaded */
+    if (!m->inputs || !m->targets || !freqs) {
+        free(freqs);
         fail(err, "model: out of memory");
         goto fail;
     }
-    if ((m->list = bmt_blocklist_create(ctx, &lc, err)) == NULL || build_blocks(m, seed, err) < 0 ||
-        alloc_acts(m, err) < 0)
+    /* On cuda, the CUDA half first: it refuses sizes it cannot compute before
+     * any block is built. */
+    nn_rope_freqs(freqs, cfg->head_dim, cfg->rope_theta, cfg->rope_llama3 ? &s : NULL);
+    m->cu = cuda ? llama_cu_create(ctx, cfg, B, T, m->ckpt, freqs, err) : NULL;
+    free(freqs);
+    if (cuda && m->cu == NULL)
         goto fail;
-    const nn_rope_scaling_t s = { cfg->rope_factor, cfg->rope_low_freq_factor,
-                                  cfg->rope_high_freq_factor, cfg->rope_original_max };
-    nn_rope_freqs(m->inv_freq, cfg->head_dim, cfg->rope_theta, cfg->rope_llama3 ? &s : NULL);
+    if ((m->list = bmt_blocklist_create(ctx, &lc, err)) == NULL || build_blocks(m, seed, err) < 0 ||
+        (!cuda && alloc_acts(m, err) < 0))
+        goto fail;
+    if (!cuda)
+        nn_rope_freqs(m->inv_freq, cfg->head_dim, cfg->rope_theta, cfg->rope_llama3 ? &s : NULL);
     return m;
 fail:
     llama_model_destroy(m);
@@ -532,15 +545,44 @@ int llama_model_set_batch(llama_model_t *m, const int32_t *inputs, const int32_t
                         targets[i], i, i / m->T, i % m->T, V);
         counted += targets[i] >= 0;
     }
+    if (m->cu && llama_cu_set_batch(m->cu, inputs, targets, counted, err) < 0)
+        return -1;
     memcpy(m->inputs, inputs, (size_t)m->N * sizeof(int32_t));
     memcpy(m->targets, targets, (size_t)m->N * sizeof(int32_t));
     m->counted = counted;
     return 0;
 }
 
-float llama_model_loss(const llama_model_t *m) { return m->loss; }
+float llama_model_loss(const llama_model_t *m)
+{
+    if (m->cu) {
+        bmt_error_t err;
+        float loss;
+        if (llama_cu_loss(m->cu, &loss, &err) < 0) {
+            fprintf(stderr, "llama: rank %d: %s\n", bmt_rank(m->ctx), err.text);
+            return NAN;
+        }
+        return loss;
+    }
+    return m->loss;
+}
 
-const float *llama_model_logits(const llama_model_t *m) { return m->logits; }
+int llama_model_keep_logits(llama_model_t *m, bmt_error_t *err)
+{
+    return m->cu ? llama_cu_keep_logits(m->cu, err) : 0;
+}
+
+const float *llama_model_logits(const llama_model_t *m)
+{
+    if (m->cu) {
+        bmt_error_t err;
+        const float *l = llama_cu_logits(m->cu, &err);
+        if (l == NULL)
+            fprintf(stderr, "llama: rank %d: %s\n", bmt_rank(m->ctx), err.text);
+        return l;
+    }
+    return m->logits;
+}
 
 bmt_dtype_t llama_model_param_dtype(const llama_model_t *m) { return m->pdtype; }
 
@@ -549,6 +591,7 @@ void llama_model_destroy(llama_model_t *m)
     if (m == NULL)
         return;
     bmt_blocklist_destroy(m->list);
+    llama_cu_destroy(m->cu);
     free_acts(m);
     free(m->x);
     free(m->acts);

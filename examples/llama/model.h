@@ -9,10 +9,15 @@
  * scaling when the config has it), causal grouped-query attention scaled by
  * 1/sqrt(head_dim), no biases anywhere. The layers are nn/llama_ops_cpu.h's.
  *
- * Compute paths: on a cpu context, f32 parameters and activations with the
- * plain C layers of nn/ (the reference). A cuda path (bf16 parameters, the
- * kernels of nn/) is not written yet: llama_model_create refuses a cuda
- * context, and model.c marks where it goes.
+ * Two compute paths with the same results (within bf16's rounding): on a cpu
+ * context, f32 parameters and activations with the plain C layers of
+ * nn/llama_ops_cpu.h (the reference); on a cuda context, bf16 parameters (f32
+ * master weights in the optimizer, f32 gradients) and bf16 activations with
+ * the kernels of nn/ops_cuda.h and nn/llama_ops_cuda.h (model_cuda.c): one
+ * product for q, k, v and one for gate, up (over the block's consecutive
+ * weights), RoPE in place, grouped-query flash attention, the cross-entropy
+ * fused with its gradient. RMSNorm statistics, log-sum-exps and losses are
+ * f32 on both.
  *
  * Blocks, each sharded over the group from birth (bmt/block.h), with HF's
  * names, so that a checkpoint the engine writes is a LlamaForCausalLM file:
@@ -33,7 +38,8 @@
  * The model owns activations: every block's input always (x_0..x_L, xf: what
  * activation checkpointing keeps), and each layer's internals either per layer
  * (checkpointing off) or in one scratch set that a layer's forward fills again
- * inside its backward (checkpointing on).
+ * inside its backward (checkpointing on). On cuda they are stream-ordered,
+ * made and given back during each step (docs/llama.md, CUDA).
  *
  * Errors: functions return 0 (or a pointer) or -1 (or NULL) with err saying
  * what is wrong in one line; nothing is changed on failure.
@@ -52,9 +58,13 @@ typedef struct llama_model llama_model_t;
 /* Build the blocks (sharded, initialized from seed as HF does), the block list
  * with list_cfg (NULL: the defaults: zero level 3, checkpointing on), and the
  * activations for micro-batches of B sequences of T tokens (1 <= T <=
- * max_seq_len). cfg must pass llama_config_check. The context must be a cpu
- * one (f32 parameters); cuda is refused (not written yet). Local (no
- * collective), but every rank must build the same model: the list's first
+ * max_seq_len). cfg must pass llama_config_check. f32 parameters on a cpu
+ * context, bf16 on a cuda one; there the model is refused (NULL and err naming
+ * the size) when its head_dim is not one flash attention takes (16, 32, 64,
+ * 128) or when q_proj and k_proj (NH hd C, NKV hd C elements) or gate_proj (F
+ * C) are not multiples of BMT_BLOCK_ALIGN, which the stacked products need
+ * (hidden_size a multiple of 16 is enough); and on a build without CUDA. Local
+ * (no collective), but every rank must build the same model: the list's first
  * forward checks it. */
 llama_model_t *llama_model_create(bmt_ctx_t *ctx, const llama_config_t *cfg, int B, int T,
                                   const bmt_blocklist_config_t *list_cfg, uint64_t seed,
@@ -74,18 +84,27 @@ int llama_model_set_batch(llama_model_t *m, const int32_t *inputs, const int32_t
                           bmt_error_t *err);
 
 /* Mean cross-entropy of the last forward over its counted positions (0 when no
- * target counts). */
+ * target counts). On cuda it waits for the compute stream; NaN (and a line on
+ * stderr) when the copy fails. */
 float llama_model_loss(const llama_model_t *m);
 
 /* Logits of the last forward, (B,T,V) f32 in host memory, owned by the model:
- * valid until the next forward (the backward does not change them). */
+ * valid until the next forward (the backward does not change them). On cuda
+ * the head overwrites its logits with their gradient, so ask for them first
+ * with llama_model_keep_logits (an (N,V) f32 copy per forward, on the device
+ * and the host: a test's view); NULL otherwise (and on a copy error, printed). */
 const float *llama_model_logits(const llama_model_t *m);
+
+/* cuda: keep each forward's logits from now on (see llama_model_logits); -1
+ * and err when out of memory. No effect on cpu (the logits are kept). */
+int llama_model_keep_logits(llama_model_t *m, bmt_error_t *err);
 
 /* Replace the model's parameters with those of an HF Llama checkpoint (before
  * bmt_adamw_create): path is a .safetensors file, a
  * model.safetensors.index.json, or a directory holding one of those
  * (bmt_st_open). Every rank reads only the bytes of its own shards
- * (bmt_block_load), converting F32, BF16, F16 or F64 to f32. Every parameter
+ * (bmt_block_load), converting F32, BF16, F16 or F64 to the parameters' dtype
+ * (f32 on cpu, bf16 on cuda). Every parameter
  * must be in the file under its HF name with its shape, and the file's layers
  * (model.layers.<i>) must be exactly the model's L; lm_head.weight is ignored
  * when the model is tied, and tensors the model does not have (e.g. old
@@ -94,7 +113,7 @@ const float *llama_model_logits(const llama_model_t *m);
 int llama_model_load(llama_model_t *m, const char *path, bmt_error_t *err);
 
 /* The dtype of the model's parameters, what a checkpoint's model files hold
- * (llama_hf_config_json's dtype): BMT_F32. */
+ * (llama_hf_config_json's dtype): BMT_F32 on cpu, BMT_BF16 on cuda. */
 bmt_dtype_t llama_model_param_dtype(const llama_model_t *m);
 
 /* Destroy the list (and its blocks) and the activations. NULL: no-op. */

@@ -8,13 +8,13 @@
  * options, schedule, loop, evaluation, checkpoints, SIGUSR1, metrics, every
  * line printed) the model of llama/model.h. A checkpoint's step directory is
  * an HF Llama directory: HF names, and llama_hf_config_json's config.json.
- * CPU only (f32): the cuda model is not written yet.
+ * f32 on cpu ranks, bf16 parameters with f32 masters on cuda ranks
+ * (bmlaunch --device cuda; the model chooses by the context's device).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "bmt/device.h"
 #include "common/trainer.h"
 #include "llama/config.h"
 #include "llama/model.h"
@@ -41,6 +41,19 @@ static int preset(const char *name, llama_config_t *c)
         c->n_layer = 30, c->n_embd = 576, c->n_head = 9, c->n_kv_head = 3, c->head_dim = 64;
         c->ffn = 1536, c->vocab_size = 49152, c->max_seq_len = 2048, c->tied = true;
         c->bos_token_id = 0, c->eos_token_ids[0] = 0, c->n_eos = 1;
+        return 0;
+    }
+    /* Llama 3.2 1B and 3B (meta-llama/Llama-3.2-{1B,3B}'s config.json): tied,
+     * 8 key/value heads, head size 64 and 128, rope_theta 500000 with Llama 3's
+     * scaling (factor 32, low 1, high 4, original 8192), V 128256. */
+    const bool l1 = strcmp(name, "llama3.2-1b") == 0, l3 = strcmp(name, "llama3.2-3b") == 0;
+    if (l1 || l3) {
+        c->n_layer = l1 ? 16 : 28, c->n_embd = l1 ? 2048 : 3072, c->n_head = l1 ? 32 : 24;
+        c->n_kv_head = 8, c->head_dim = l1 ? 64 : 128, c->ffn = 8192, c->vocab_size = 128256;
+        c->max_seq_len = 131072, c->rope_theta = 500000, c->tied = true;
+        c->rope_llama3 = true, c->rope_factor = 32, c->rope_low_freq_factor = 1;
+        c->rope_high_freq_factor = 4, c->rope_original_max = 8192;
+        c->bos_token_id = 128000, c->eos_token_ids[0] = 128001, c->n_eos = 1;
         return 0;
     }
     return -1;
@@ -93,8 +106,8 @@ static int configure(void *self, const trainer_choice_t *c)
             return 1;
         }
     } else if (preset(c->model, &w->cfg) < 0)
-        return trainer_bad("unknown model '%s': use tiny or smollm-135m, or --init-from an HF "
-                           "Llama directory",
+        return trainer_bad("unknown model '%s': use tiny, smollm-135m, llama3.2-1b or "
+                           "llama3.2-3b, or --init-from an HF Llama directory",
                            c->model);
     llama_config_t *m = &w->cfg;
     if (w->layers)
@@ -145,12 +158,6 @@ static double flops_per_token(const void *self, int T)
 static void *create(void *self, bmt_ctx_t *ctx, int B, int T, const bmt_blocklist_config_t *lc,
                     uint64_t seed, bmt_error_t *err)
 {
-    if (bmt_device(ctx) == BMT_DEVICE_CUDA) {
-        snprintf(err->text, sizeof(err->text),
-                 "the Llama trainer runs on cpu only: its cuda model is not written yet (run "
-                 "it under bmlaunch --device cpu)");
-        return NULL;
-    }
     return llama_model_create(ctx, &((llama_wiring_t *)self)->cfg, B, T, lc, seed, err);
 }
 
@@ -196,9 +203,10 @@ int main(int argc, char **argv)
         .default_model = "tiny",
         .self = &w,
         .usage_model =
-            "Model (HF's LlamaForCausalLM, f32 on cpu; docs/llama.md):\n"
+            "Model (HF's LlamaForCausalLM; f32 on cpu, bf16 on cuda; docs/llama.md):\n"
             "  -m, --model NAME        tiny (default: L 4, C 64, 4 heads over 2 kv heads, V 256),\n"
-            "                          smollm-135m (SmolLM-135M's shape)\n"
+            "                          smollm-135m (SmolLM-135M's shape), llama3.2-1b,\n"
+            "                          llama3.2-3b (Llama 3.2 1B's and 3B's shapes)\n"
             "      --init-from DIR     start from an HF Llama directory (config.json and\n"
             "                          safetensors; a checkpoint's step directory is one)\n"
             "      --layers L --heads H --kv-heads K --embd C --ffn F --vocab V --max-seq N\n"

@@ -101,7 +101,7 @@ def load_model(d):
 
 
 def batches(tokens, world, B, T, step):
-    # the trainer's reader (examples/gpt2/data.c, as llm.c's): each step takes
+    # the trainer's reader (examples/common/data.c, as llm.c's): each step takes
     # the next world*B*T tokens, back to the start when they (and one more
     # target) would run past the end
     G, pos = world * B * T, 0

@@ -1,9 +1,9 @@
 #!/bin/bash
 # The GPT-2 example's data against llm.c: shards written by numpy exactly as
 # llm.c's dev/data/data_common.py write_datafile writes them read back through
-# gpt2_loader_* batch for batch as llm.c's DataLoader (llmc/dataloader.h, no
+# data_loader_* batch for batch as llm.c's DataLoader (llmc/dataloader.h, no
 # shuffling, transcribed below) serves them, on every rank of several worlds
-# through shard switches and epochs; gpt2_write_shard's bytes equal
+# through shard switches and epochs; data_write_shard's bytes equal
 # write_datafile's; the shipped corpus tokenizes into the shards write_datafile
 # makes of its bytes and decodes back to itself. Driver: tests/progs/gpt2_data_check.c.
 . "$(dirname "$0")/lib.sh"
@@ -118,7 +118,7 @@ test_expect_success "numpy and the driver are there" '
     test -x "$CHECK" && $PY -c "import numpy"
 '
 
-test_expect_success "gpt2_write_shard writes the bytes of llm.c write_datafile (cmp), sizes 0 to 100000" '
+test_expect_success "data_write_shard writes the bytes of llm.c write_datafile (cmp), sizes 0 to 100000" '
     $PY - <<-EOF
 	import numpy as np, llmc
 	rng = np.random.default_rng(7)
@@ -148,7 +148,7 @@ test_expect_success "shards written by numpy read as llm.c DataLoader serves the
     test "$(cut -d" " -f1 ours | sort -u | tr "\n" " ")" = "0 1 2 "
 '
 
-test_expect_success "gpt2_write_shard_u32 writes the bytes of write_datafile(model_desc=\"llama-3\") (cmp)" '
+test_expect_success "data_write_shard_u32 writes the bytes of write_datafile(model_desc=\"llama-3\") (cmp)" '
     $PY - <<-EOF
 	import numpy as np, llmc
 	rng = np.random.default_rng(5)

@@ -34,7 +34,7 @@
 #include "bmt/bmt.h"
 #include "bmt/ckpt.h"
 #include "bmt/optim.h"
-#include "gpt2/data.h"
+#include "common/data.h"
 #include "gpt2/model.h"
 
 #define DIE(...)                                                                                   \
@@ -111,10 +111,10 @@ static double world_mean(bmt_ctx_t *ctx, double v, bmt_error_t *err)
     return v / bmt_world_size(ctx);
 }
 
-static void step(bmt_ctx_t *ctx, gpt2_model_t *m, gpt2_loader_t *ld, int32_t *in, int32_t *tg,
+static void step(bmt_ctx_t *ctx, gpt2_model_t *m, data_loader_t *ld, int32_t *in, int32_t *tg,
                  double *loss, bmt_error_t *err)
 {
-    if (gpt2_loader_next(ld, in, tg, err) < 0 || gpt2_model_set_batch(m, in, tg, err) < 0 ||
+    if (data_loader_next(ld, in, tg, err) < 0 || gpt2_model_set_batch(m, in, tg, err) < 0 ||
         bmt_blocklist_forward(gpt2_model_list(m), err) < 0 ||
         bmt_blocklist_backward(gpt2_model_list(m), true, err) < 0)
         DIE("%s", err->text);
@@ -163,7 +163,7 @@ int main(int argc, char **argv)
     const int rank = bmt_rank(ctx);
     int32_t *in = malloc(sizeof(int32_t) * (size_t)a.B * a.T);
     int32_t *tg = malloc(sizeof(int32_t) * (size_t)a.B * a.T);
-    gpt2_loader_t *ld = gpt2_loader_open(a.data, a.B, a.T, rank, bmt_world_size(ctx), &err);
+    data_loader_t *ld = data_loader_open(a.data, a.B, a.T, rank, bmt_world_size(ctx), &err);
     if (ld == NULL)
         DIE("%s", err.text);
 
@@ -229,7 +229,7 @@ int main(int argc, char **argv)
     gpt2_model_destroy(m);
 
     /* Phase 2: a real AdamW trajectory from the same weights. */
-    gpt2_loader_reset(ld);
+    data_loader_reset(ld);
     if ((m = load(ctx, &a, &err)) == NULL)
         DIE("%s", err.text);
     bmt_adamw_config_t tc = BMT_ADAMW_CONFIG_INITIALIZER;
@@ -247,7 +247,7 @@ int main(int argc, char **argv)
     }
     bmt_optim_destroy(opt);
     gpt2_model_destroy(m);
-    gpt2_loader_destroy(ld);
+    data_loader_destroy(ld);
     free(in);
     free(tg);
     bmt_finalize(ctx);

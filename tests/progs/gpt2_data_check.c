@@ -1,4 +1,4 @@
-/* tests/progs/gpt2_data_check.c — drives examples/gpt2/data.h from the shell,
+/* tests/progs/gpt2_data_check.c — drives examples/common/data.h from the shell,
  * for tests/integration/test_gpt2_data.sh (which compares it with numpy and a
  * transcription of llm.c's DataLoader).
  *
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpt2/data.h"
+#include "common/data.h"
 
 static int fail(const bmt_error_t *err)
 {
@@ -75,8 +75,8 @@ static int cmd_write(const char *out, const char *raw, int width)
     }
     bmt_error_t err;
     int rc = t == NULL || t32 == NULL ? -1
-             : width == 4             ? gpt2_write_shard_u32(out, t32, n, &err)
-                                      : gpt2_write_shard(out, t, n, &err);
+             : width == 4             ? data_write_shard_u32(out, t32, n, &err)
+                                      : data_write_shard(out, t, n, &err);
     free(b);
     free(t);
     free(t32);
@@ -88,21 +88,21 @@ static int cmd_read(char **a) /* PATTERN B T RANK WORLD STEPS */
     int B = atoi(a[1]), T = atoi(a[2]), rank = atoi(a[3]), world = atoi(a[4]);
     long steps = atol(a[5]);
     bmt_error_t err;
-    gpt2_loader_t *l = gpt2_loader_open(a[0], B, T, rank, world, &err);
+    data_loader_t *l = data_loader_open(a[0], B, T, rank, world, &err);
     if (l == NULL)
         return fail(&err);
     size_t bt = (size_t)B * (size_t)T;
     int32_t *in = malloc(bt * sizeof(*in)), *tg = malloc(bt * sizeof(*tg));
     for (long s = 0; s < steps; s++) {
-        if (gpt2_loader_next(l, in, tg, &err) != 0) {
+        if (data_loader_next(l, in, tg, &err) != 0) {
             free(in);
             free(tg);
-            gpt2_loader_destroy(l);
+            data_loader_destroy(l);
             return fail(&err);
         }
         int shard;
         int64_t pos;
-        gpt2_loader_position(l, &shard, &pos);
+        data_loader_position(l, &shard, &pos);
         printf("%d %lld |", shard, (long long)pos);
         for (size_t i = 0; i < bt; i++)
             printf(" %d", in[i]);
@@ -113,7 +113,7 @@ static int cmd_read(char **a) /* PATTERN B T RANK WORLD STEPS */
     }
     free(in);
     free(tg);
-    gpt2_loader_destroy(l);
+    data_loader_destroy(l);
     return 0;
 }
 
@@ -123,7 +123,7 @@ static int cmd_decode(const char *path)
     uint8_t *b = slurp(path, &len);
     bmt_error_t err;
     int64_t n = 0;
-    if (b == NULL || gpt2_shard_check_header(b, len, (int64_t)len, &n, &err) != 0) {
+    if (b == NULL || data_shard_check_header(b, len, (int64_t)len, &n, &err) != 0) {
         free(b);
         if (b == NULL)
             snprintf(err.text, sizeof(err.text), "%s: cannot read", path);
@@ -131,10 +131,10 @@ static int cmd_decode(const char *path)
     }
     int32_t *t = malloc((size_t)(n ? n : 1) * sizeof(*t));
     for (int64_t i = 0; i < n; i++)
-        t[i] = b[GPT2_SHARD_HEADER_BYTES + 2 * i] | b[GPT2_SHARD_HEADER_BYTES + 2 * i + 1] << 8;
-    int want = gpt2_decode_bytes(t, (int)n, NULL, 0);
+        t[i] = b[DATA_SHARD_HEADER_BYTES + 2 * i] | b[DATA_SHARD_HEADER_BYTES + 2 * i + 1] << 8;
+    int want = data_decode_bytes(t, (int)n, NULL, 0);
     char *out = malloc((size_t)want + 1);
-    int got = gpt2_decode_bytes(t, (int)n, out, (size_t)want + 1);
+    int got = data_decode_bytes(t, (int)n, out, (size_t)want + 1);
     fwrite(out, 1, (size_t)got, stdout);
     free(out);
     free(t);
@@ -152,7 +152,7 @@ int main(int argc, char **argv)
     if (argc == 8 && strcmp(argv[1], "read") == 0)
         return cmd_read(argv + 2);
     if (argc == 5 && strcmp(argv[1], "tokenize") == 0)
-        return gpt2_tokenize_file(argv[2], argv[3], atof(argv[4]), &err) == 0 ? 0 : fail(&err);
+        return data_tokenize_file(argv[2], argv[3], atof(argv[4]), &err) == 0 ? 0 : fail(&err);
     if (argc == 3 && strcmp(argv[1], "decode") == 0)
         return cmd_decode(argv[2]);
     return usage();

@@ -1,5 +1,7 @@
-/* tests/progs/llama_check.c — the Llama example's CPU path, for the PyTorch
- * oracle (tests/tools/llama_oracle.py, tests/integration/test_llama.sh).
+/* tests/progs/llama_check.c — the Llama example's model, for its oracles: on
+ * cpu ranks PyTorch's float64 Llama (tests/tools/llama_oracle.py,
+ * tests/integration/test_llama.sh), on cuda ranks transformers'
+ * LlamaForCausalLM (tests/gpu/llama_cuda_hf.py, tests/gpu/test_llama.sh).
  *
  *     bmlaunch -g G -n P -- llama_check --init DIR --data SHARD -b B -t T --out OUT
  *                             [--steps N] [--zero 2|3] [--ckpt 0|1] [--mask K]
@@ -20,7 +22,12 @@
  *   minus the gradient of the world's mean loss to a relative 1e-6; rank 0
  *   writes every parameter after it to OUT/after/<name>.f32 (gathered per
  *   block, a test's view: checkpoints never gather), and the oracle takes
- *   p0 - p1 as our gradient ("norm1 X": the engine's gradient norm).
+ *   p0 - p1 as our gradient ("norm1 X": the engine's gradient norm). On cuda
+ *   (bf16 parameters, f32 masters) the f32 values after the step are the
+ *   optimizer's masters: the run saves a checkpoint OUT/after instead
+ *   (bmt_ckpt_save; "<param>.master" in its .optim files), and p0 is the
+ *   loaded value rounded to bf16. The logits are the model's kept copy
+ *   (llama_model_keep_logits).
  * Phase 2, training: the model is loaded again and trained N steps (default
  *   10) with AdamW (lr 1e-3, betas 0.9/0.999, eps 1e-8, weight decay 0.01
  *   except the RMSNorm weights, clip 1.0) on consecutive global batches; rank 0
@@ -34,8 +41,9 @@
 
 #include "bmt/block.h"
 #include "bmt/bmt.h"
+#include "bmt/ckpt.h"
 #include "bmt/optim.h"
-#include "gpt2/data.h" /* the llm.c token-shard loader (the test's data, not the model's) */
+#include "common/data.h" /* the llm.c token-shard loader (the test's data, not the model's) */
 #include "llama/config.h"
 #include "llama/model.h"
 
@@ -75,7 +83,8 @@ static llama_model_t *build(bmt_ctx_t *ctx, const args_t *a, bool load, bmt_erro
 }
 
 /* Every parameter, gathered per block, to OUT/SUB/<name>.f32 on rank 0 (a
- * test's view: checkpoints never gather). A tied block is written once. */
+ * test's view: checkpoints never gather), bf16 ones widened to f32. A tied
+ * block is written once. */
 static void dump(bmt_ctx_t *ctx, llama_model_t *m, const char *dir, const char *sub)
 {
     bmt_error_t err;
@@ -95,11 +104,21 @@ static void dump(bmt_ctx_t *ctx, llama_model_t *m, const char *dir, const char *
         if (bmt_block_gather(b, &err) < 0)
             DIE("%s", err.text);
         for (int j = 0; rank == 0 && j < bmt_block_num_params(b); j++) {
-            size_t n = (size_t)bmt_block_param_numel(b, j);
+            const size_t n = (size_t)bmt_block_param_numel(b, j);
+            const bmt_dtype_t dt = (bmt_dtype_t)bmt_block_param_dtype(b, j);
+            if (dt != BMT_F32 && dt != BMT_BF16)
+                DIE("%s is %s: only f32 and bf16 are written", bmt_block_param_name(b, j),
+                    bmt_dtype_name(dt));
             float *h = malloc(n * sizeof(float));
-            if (h == NULL ||
-                bmt_mem_download(ctx, h, bmt_block_param(b, j), n * sizeof(float), &err) < 0)
+            uint16_t *raw = dt == BMT_BF16 ? malloc(n * sizeof(uint16_t)) : NULL;
+            void *dst = dt == BMT_BF16 ? (void *)raw : (void *)h;
+            if (h == NULL || (dt == BMT_BF16 && raw == NULL))
+                DIE("out of memory");
+            if (bmt_mem_download(ctx, dst, bmt_block_param(b, j), n * bmt_dtype_size(dt), &err) < 0)
                 DIE("%s", err.text);
+            for (size_t i = 0; raw && i < n; i++)
+                h[i] = bmt_bf16_to_f32(raw[i]);
+            free(raw);
             snprintf(path, sizeof(path), "%s/%s/%s.f32", dir, sub, bmt_block_param_name(b, j));
             write_file(path, h, n * sizeof(float));
             free(h);
@@ -116,10 +135,10 @@ static double world_mean(bmt_ctx_t *ctx, double v, bmt_error_t *err)
     return v / bmt_world_size(ctx);
 }
 
-static void step(bmt_ctx_t *ctx, const args_t *a, llama_model_t *m, gpt2_loader_t *ld, int32_t *in,
+static void step(bmt_ctx_t *ctx, const args_t *a, llama_model_t *m, data_loader_t *ld, int32_t *in,
                  int32_t *tg, double *loss, bmt_error_t *err)
 {
-    if (gpt2_loader_next(ld, in, tg, err) < 0)
+    if (data_loader_next(ld, in, tg, err) < 0)
         DIE("%s", err->text);
     for (int i = 0; a->mask > 0 && i < a->B * a->T; i++)
         if (i % a->mask == a->mask - 1)
@@ -169,7 +188,7 @@ int main(int argc, char **argv)
     const int rank = bmt_rank(ctx);
     int32_t *in = malloc(sizeof(int32_t) * (size_t)a.B * a.T);
     int32_t *tg = malloc(sizeof(int32_t) * (size_t)a.B * a.T);
-    gpt2_loader_t *ld = gpt2_loader_open(a.data, a.B, a.T, rank, bmt_world_size(ctx), &err);
+    data_loader_t *ld = data_loader_open(a.data, a.B, a.T, rank, bmt_world_size(ctx), &err);
     if (ld == NULL || in == NULL || tg == NULL)
         DIE("%s", ld ? "out of memory" : err.text);
     llama_model_t *m;
@@ -190,7 +209,7 @@ int main(int argc, char **argv)
     oc.eps = 1e6;
     oc.weight_decay = 0;
     bmt_optim_t *opt = bmt_adamw_create(llama_model_list(m), &oc, &err);
-    if (opt == NULL)
+    if (opt == NULL || llama_model_keep_logits(m, &err) < 0)
         DIE("%s", err.text);
     double loss;
     step(ctx, &a, m, ld, in, tg, &loss, &err);
@@ -198,7 +217,10 @@ int main(int argc, char **argv)
         char path[4096];
         printf("loss1 %.10g\n", loss);
         snprintf(path, sizeof(path), "%s/logits.f32", a.out);
-        write_file(path, llama_model_logits(m),
+        const float *logits = llama_model_logits(m);
+        if (logits == NULL)
+            DIE("no logits (printed above)");
+        write_file(path, logits,
                    sizeof(float) * (size_t)a.B * a.T * (size_t)llama_model_config(m)->vocab_size);
     }
     bmt_step_info_t info;
@@ -206,12 +228,15 @@ int main(int argc, char **argv)
         DIE("%s", err.text);
     if (rank == 0)
         printf("norm1 %.10g\n", info.grad_norm);
-    dump(ctx, m, a.out, "after");
+    if (llama_model_param_dtype(m) == BMT_F32)
+        dump(ctx, m, a.out, "after");
+    else if (bmt_ckpt_save(llama_model_list(m), opt, a.out, "after", NULL, 0, &err) < 0)
+        DIE("%s", err.text);
     bmt_optim_destroy(opt);
     llama_model_destroy(m);
 
     /* Phase 2: a real AdamW trajectory from the same weights. */
-    gpt2_loader_reset(ld);
+    data_loader_reset(ld);
     if ((m = build(ctx, &a, true, &err)) == NULL)
         DIE("%s", err.text);
     bmt_adamw_config_t tc = BMT_ADAMW_CONFIG_INITIALIZER;
@@ -229,7 +254,7 @@ int main(int argc, char **argv)
     }
     bmt_optim_destroy(opt);
     llama_model_destroy(m);
-    gpt2_loader_destroy(ld);
+    data_loader_destroy(ld);
     free(in);
     free(tg);
     bmt_finalize(ctx);

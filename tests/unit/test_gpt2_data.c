@@ -1,5 +1,5 @@
 /* tests/unit/test_gpt2_data.c — llm.c token shards, the per-rank reader and the
- * byte-level tokenizer (examples/gpt2/data.h).
+ * byte-level tokenizer (examples/common/data.h).
  *
  * The reader is checked against the formula of data.h recomputed here from the
  * shard contents (token i of shard s is (i + 50000*s) % 65000, so values above
@@ -23,7 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gpt2/data.h"
+#include "common/data.h"
 #include "tap.h"
 
 static char tmpdir[128];
@@ -83,15 +83,15 @@ static int count_tmp(const char *dir)
 static void raw_shard(const char *path, int magic, int version, int count, long ntok_written,
                       size_t head_len)
 {
-    size_t len = GPT2_SHARD_HEADER_BYTES + 2 * (size_t)ntok_written;
+    size_t len = DATA_SHARD_HEADER_BYTES + 2 * (size_t)ntok_written;
     uint8_t *b = calloc(1, len);
     int32_t w[3] = { magic, version, count };
     for (int i = 0; i < 3; i++)
         for (int k = 0; k < 4; k++)
             b[4 * i + k] = (uint8_t)((uint32_t)w[i] >> (8 * k));
     for (long i = 0; i < ntok_written; i++)
-        b[GPT2_SHARD_HEADER_BYTES + 2 * i] = (uint8_t)i;
-    write_bytes(path, b, head_len < GPT2_SHARD_HEADER_BYTES ? head_len : len);
+        b[DATA_SHARD_HEADER_BYTES + 2 * i] = (uint8_t)i;
+    write_bytes(path, b, head_len < DATA_SHARD_HEADER_BYTES ? head_len : len);
     free(b);
 }
 
@@ -99,38 +99,38 @@ static void raw_shard(const char *path, int magic, int version, int count, long 
 
 static void test_header_pure(void)
 {
-    uint8_t h[GPT2_SHARD_HEADER_BYTES];
+    uint8_t h[DATA_SHARD_HEADER_BYTES];
     bmt_error_t err;
     int64_t n = -7;
 
-    gpt2_shard_make_header(h, 12345);
+    data_shard_make_header(h, 12345);
     is_int(h[0] | h[1] << 8 | h[2] << 16 | h[3] << 24, 20240520, "header word 0 is the magic (LE)");
     is_int(h[4] | h[5] << 8, 1, "header word 1 is the version");
     is_int(h[8] | h[9] << 8 | h[10] << 16, 12345, "header word 2 is the token count");
     int zeros = 1;
-    for (int i = 12; i < GPT2_SHARD_HEADER_BYTES; i++)
+    for (int i = 12; i < DATA_SHARD_HEADER_BYTES; i++)
         zeros &= h[i] == 0;
     ok(zeros, "header words 3..255 are zero");
-    ok(gpt2_shard_check_header(h, sizeof(h), 1024 + 2 * 12345, &n, &err) == 0 && n == 12345,
+    ok(data_shard_check_header(h, sizeof(h), 1024 + 2 * 12345, &n, &err) == 0 && n == 12345,
        "a made header checks, count 12345");
-    gpt2_shard_make_header(h, 0);
-    ok(gpt2_shard_check_header(h, sizeof(h), 1024, &n, &err) == 0 && n == 0,
+    data_shard_make_header(h, 0);
+    ok(data_shard_check_header(h, sizeof(h), 1024, &n, &err) == 0 && n == 0,
        "a header of 0 tokens checks");
     int width = -7;
-    gpt2_shard_make_header_w(h, 777, 4);
+    data_shard_make_header_w(h, 777, 4);
     is_int(h[0] | h[1] << 8 | h[2] << 16 | h[3] << 24, 20240801,
            "a 4-byte shard's magic is llm.c's llama-3 one");
     is_int(h[4] | h[5] << 8, 7, "and its version 7");
-    ok(gpt2_shard_header(h, sizeof(h), 1024 + 4 * 777, &n, &width, &err) == 0 && n == 777 &&
+    ok(data_shard_header(h, sizeof(h), 1024 + 4 * 777, &n, &width, &err) == 0 && n == 777 &&
            width == 4,
        "a 4-byte header checks against 1024 + 4 n bytes, width 4");
     n = -7;
-    ok(gpt2_shard_header(h, sizeof(h), 1024 + 2 * 777, &n, &width, &err) == -1 && n == -7 &&
+    ok(data_shard_header(h, sizeof(h), 1024 + 2 * 777, &n, &width, &err) == -1 && n == -7 &&
            width == 4 &&
            strstr(err.text, "777 tokens of 4 bytes need 4132 bytes but the file has 2578"),
        "a 4-byte header against 2-byte tokens' size is refused");
-    gpt2_shard_make_header(h, 5);
-    ok(gpt2_shard_header(h, sizeof(h), 1024 + 10, &n, &width, &err) == 0 && n == 5 && width == 2,
+    data_shard_make_header(h, 5);
+    ok(data_shard_header(h, sizeof(h), 1024 + 10, &n, &width, &err) == 0 && n == 5 && width == 2,
        "a 2-byte header says width 2");
 
     static const struct {
@@ -163,7 +163,7 @@ static void test_header_pure(void)
                 h[4 * j + k] = (uint8_t)((uint32_t)w[j] >> (8 * k));
         n = -7;
         strcpy(err.text, "");
-        int rc = gpt2_shard_check_header(h, bad[i].head_len, bad[i].file_size, &n, &err);
+        int rc = data_shard_check_header(h, bad[i].head_len, bad[i].file_size, &n, &err);
         ok(rc == -1 && n == -7 && strstr(err.text, bad[i].want) != NULL, "check_header refuses: %s",
            bad[i].what);
         if (strstr(err.text, bad[i].want) == NULL)
@@ -209,12 +209,12 @@ static void test_open_errors(void)
             raw_shard(path, bad[i].magic, bad[i].version, bad[i].count, bad[i].written,
                       bad[i].head_len);
         strcpy(err.text, "");
-        gpt2_loader_t *l = gpt2_loader_open(path, B, T, 0, bad[i].world, &err);
+        data_loader_t *l = data_loader_open(path, B, T, 0, bad[i].world, &err);
         ok(l == NULL && strstr(err.text, bad[i].want) && strstr(err.text, name),
            "open refuses %s, naming it", name);
         if (!(strstr(err.text, bad[i].want) && strstr(err.text, name)))
             diag("message: '%s', want '%s' and '%s'", err.text, bad[i].want, name);
-        gpt2_loader_destroy(l);
+        data_loader_destroy(l);
         if (bad[i].file)
             unlink(path);
     }
@@ -224,25 +224,25 @@ static void test_open_errors(void)
     raw_shard(path_in("mixed/a.bin"), 20240520, 1, 40, 40, 1024);
     raw_shard(path_in("mixed/b.bin"), 20240520, 1, 41, 40, 1024);
     raw_shard(path_in("mixed/c.bin"), 20240520, 1, 40, 40, 1024);
-    gpt2_loader_t *l = gpt2_loader_open(path_in("mixed/*.bin"), B, T, 0, 1, &err);
+    data_loader_t *l = data_loader_open(path_in("mixed/*.bin"), B, T, 0, 1, &err);
     ok(l == NULL && strstr(err.text, "mixed/b.bin") && strstr(err.text, "larger"),
        "a glob with one bad shard names that shard: %s", err.text);
-    gpt2_loader_destroy(l);
+    data_loader_destroy(l);
 
     /* A directory matched by the pattern. */
     mkdir(path_in("mixed/d.bin"), 0755);
     unlink(path_in("mixed/b.bin"));
-    l = gpt2_loader_open(path_in("mixed/*.bin"), B, T, 0, 1, &err);
+    l = data_loader_open(path_in("mixed/*.bin"), B, T, 0, 1, &err);
     ok(l == NULL && strstr(err.text, "d.bin: not a regular file"), "a directory is refused: %s",
        err.text);
-    gpt2_loader_destroy(l);
+    data_loader_destroy(l);
     rmdir(path_in("mixed/d.bin"));
 
     /* Exactly world*B*T+1 tokens is enough. */
     raw_shard(path_in("exact.bin"), 20240520, 1, 31, 31, 1024);
-    l = gpt2_loader_open(path_in("exact.bin"), B, T, 2, 3, &err);
+    l = data_loader_open(path_in("exact.bin"), B, T, 2, 3, &err);
     ok(l != NULL, "a shard of exactly world*B*T+1 = 31 tokens opens");
-    gpt2_loader_destroy(l);
+    data_loader_destroy(l);
 
     static const struct {
         int B, T, rank, world;
@@ -252,15 +252,15 @@ static void test_open_errors(void)
     };
     for (size_t i = 0; i < sizeof(args) / sizeof(args[0]); i++) {
         strcpy(err.text, "");
-        l = gpt2_loader_open(path_in("exact.bin"), args[i].B, args[i].T, args[i].rank,
+        l = data_loader_open(path_in("exact.bin"), args[i].B, args[i].T, args[i].rank,
                              args[i].world, &err);
         ok(l == NULL && strstr(err.text, "exact.bin"), "open refuses B=%d T=%d rank=%d world=%d",
            args[i].B, args[i].T, args[i].rank, args[i].world);
-        gpt2_loader_destroy(l);
+        data_loader_destroy(l);
     }
-    l = gpt2_loader_open(NULL, 2, 5, 0, 1, &err);
+    l = data_loader_open(NULL, 2, 5, 0, 1, &err);
     ok(l == NULL && err.text[0], "open refuses a NULL pattern");
-    gpt2_loader_destroy(NULL);
+    data_loader_destroy(NULL);
     ok(1, "destroy(NULL) is a no-op");
 }
 
@@ -291,7 +291,7 @@ static void make_shards(void)
         char name[64];
         snprintf(name, sizeof(name), "ds/tok_%03d.bin", s);
         bmt_error_t err;
-        if (gpt2_write_shard(path_in(name), t, (size_t)shard_n[s], &err) != 0) {
+        if (data_write_shard(path_in(name), t, (size_t)shard_n[s], &err) != 0) {
             diag("%s", err.text);
             exit(2);
         }
@@ -323,18 +323,18 @@ static void test_ranks(void)
     is_int(per_epoch, 2333 + 2 + 1, "one epoch is 2336 global batches");
     int steps = 2 * per_epoch + 5;
 
-    gpt2_loader_t *l[W];
+    data_loader_t *l[W];
     for (int r = 0; r < W; r++) {
-        l[r] = gpt2_loader_open(path_in("ds/tok_*.bin"), BB, TT, r, W, &err);
+        l[r] = data_loader_open(path_in("ds/tok_*.bin"), BB, TT, r, W, &err);
         if (!ok(l[r] != NULL, "rank %d of %d opens the three shards", r, W)) {
             diag("%s", err.text);
             return;
         }
     }
-    is_int(gpt2_loader_num_shards(l[0]), 3, "three shards");
-    is_int(gpt2_loader_tokens(l[0]), 70001 + 90 + 31, "tokens() counts all shards");
-    is_int(gpt2_loader_shard_tokens(l[0], 1), 90, "shard_tokens(1)");
-    is_int(gpt2_loader_shard_tokens(l[0], 3), -1, "shard_tokens(3) is out of range");
+    is_int(data_loader_num_shards(l[0]), 3, "three shards");
+    is_int(data_loader_tokens(l[0]), 70001 + 90 + 31, "tokens() counts all shards");
+    is_int(data_loader_shard_tokens(l[0], 1), 90, "shard_tokens(1)");
+    is_int(data_loader_shard_tokens(l[0], 3), -1, "shard_tokens(3) is out of range");
 
     long bad_formula[W] = { 0 }, bad_pos = 0, bad_tile = 0, bad_shift = 0, fails = 0;
     int32_t in[W][BT], tg[W][BT];
@@ -344,7 +344,7 @@ static void test_ranks(void)
         int k = step % per_epoch, s = ps[k];
         long p = pp[k];
         for (int r = 0; r < W; r++) {
-            if (gpt2_loader_next(l[r], in[r], tg[r], &err) != 0) {
+            if (data_loader_next(l[r], in[r], tg[r], &err) != 0) {
                 if (fails++ == 0)
                     diag("step %d rank %d: %s", step, r, err.text);
                 continue;
@@ -355,7 +355,7 @@ static void test_ranks(void)
             }
             int ss;
             int64_t pos;
-            gpt2_loader_position(l[r], &ss, &pos);
+            data_loader_position(l[r], &ss, &pos);
             bad_pos += ss != s || pos != p + G;
         }
         /* Ranks 0, 1, 2 in order tile tokens [p, p + G) of shard s; targets are
@@ -387,28 +387,28 @@ static void test_ranks(void)
     /* ------------------------------------------------------------ position / seek */
     int s;
     int64_t pos;
-    gpt2_loader_reset(l[1]);
-    gpt2_loader_position(l[1], &s, &pos);
+    data_loader_reset(l[1]);
+    data_loader_position(l[1], &s, &pos);
     ok(s == 0 && pos == 0, "reset: position (0, 0)");
-    gpt2_loader_next(l[1], in[1], tg[1], &err);
+    data_loader_next(l[1], in[1], tg[1], &err);
     ok(in[1][0] == tok(0, BT) && tg[1][BT - 1] == tok(0, 2 * BT), "after reset: the first batch");
 
-    ok(gpt2_loader_seek(l[1], 1, 30, &err) == 0, "seek(1, 30)");
-    gpt2_loader_next(l[1], in[1], tg[1], &err);
+    ok(data_loader_seek(l[1], 1, 30, &err) == 0, "seek(1, 30)");
+    data_loader_next(l[1], in[1], tg[1], &err);
     ok(in[1][0] == tok(1, 40) && tg[1][9] == tok(1, 50), "seek(1, 30): rank 1 reads 40..50");
-    ok(gpt2_loader_seek(l[1], 1, 65, &err) == 0, "seek(1, 65): 65 + 31 > 90, no batch fits");
-    gpt2_loader_next(l[1], in[1], tg[1], &err);
-    gpt2_loader_position(l[1], &s, &pos);
+    ok(data_loader_seek(l[1], 1, 65, &err) == 0, "seek(1, 65): 65 + 31 > 90, no batch fits");
+    data_loader_next(l[1], in[1], tg[1], &err);
+    data_loader_position(l[1], &s, &pos);
     ok(in[1][0] == tok(2, 10) && s == 2 && pos == G, "... so next() moves on to shard 2");
-    ok(gpt2_loader_seek(l[1], 2, 31, &err) == 0, "seek to the end of the last shard");
-    gpt2_loader_next(l[1], in[1], tg[1], &err);
-    gpt2_loader_position(l[1], &s, &pos);
+    ok(data_loader_seek(l[1], 2, 31, &err) == 0, "seek to the end of the last shard");
+    data_loader_next(l[1], in[1], tg[1], &err);
+    data_loader_position(l[1], &s, &pos);
     ok(in[1][0] == tok(0, 10) && s == 0 && pos == G, "... so next() wraps to shard 0");
-    ok(gpt2_loader_seek(l[1], 0, 7, &err) == 0, "seek(0, 7): not a multiple of world*B*T");
-    gpt2_loader_next(l[1], in[1], tg[1], &err);
+    ok(data_loader_seek(l[1], 0, 7, &err) == 0, "seek(0, 7): not a multiple of world*B*T");
+    data_loader_next(l[1], in[1], tg[1], &err);
     ok(in[1][0] == tok(0, 17) && tg[1][9] == tok(0, 27), "seek(0, 7): rank 1 reads 17..27");
 
-    gpt2_loader_seek(l[1], 1, 60, &err);
+    data_loader_seek(l[1], 1, 60, &err);
     static const struct {
         int shard;
         int64_t pos;
@@ -421,8 +421,8 @@ static void test_ranks(void)
     };
     for (size_t i = 0; i < sizeof(bad_seek) / sizeof(bad_seek[0]); i++) {
         strcpy(err.text, "");
-        int rc = gpt2_loader_seek(l[1], bad_seek[i].shard, bad_seek[i].pos, &err);
-        gpt2_loader_position(l[1], &s, &pos);
+        int rc = data_loader_seek(l[1], bad_seek[i].shard, bad_seek[i].pos, &err);
+        data_loader_position(l[1], &s, &pos);
         ok(rc == -1 && s == 1 && pos == 60 && strstr(err.text, bad_seek[i].want),
            "seek(%d, %lld) refused, position unchanged", bad_seek[i].shard,
            (long long)bad_seek[i].pos);
@@ -434,21 +434,21 @@ static void test_ranks(void)
      * also from the end of a shard (the last batch of shard 0 just served). */
     static const int resume_after[] = { 100, 2333 };
     for (int c = 0; c < 2; c++) {
-        gpt2_loader_reset(l[2]);
+        data_loader_reset(l[2]);
         for (int i = 0; i < resume_after[c]; i++)
-            gpt2_loader_next(l[2], in[2], tg[2], &err);
-        gpt2_loader_position(l[2], &s, &pos);
-        gpt2_loader_t *fresh = gpt2_loader_open(path_in("ds/tok_*.bin"), BB, TT, 2, W, &err);
-        int same = fresh && gpt2_loader_seek(fresh, s, pos, &err) == 0;
+            data_loader_next(l[2], in[2], tg[2], &err);
+        data_loader_position(l[2], &s, &pos);
+        data_loader_t *fresh = data_loader_open(path_in("ds/tok_*.bin"), BB, TT, 2, W, &err);
+        int same = fresh && data_loader_seek(fresh, s, pos, &err) == 0;
         for (int i = 0; same && i < 10; i++) {
             int32_t a[BT], b[BT];
-            gpt2_loader_next(l[2], in[2], tg[2], &err);
-            gpt2_loader_next(fresh, a, b, &err);
+            data_loader_next(l[2], in[2], tg[2], &err);
+            data_loader_next(fresh, a, b, &err);
             same = memcmp(a, in[2], sizeof(a)) == 0 && memcmp(b, tg[2], sizeof(b)) == 0;
         }
         ok(same, "resume after %d steps from (%d, %lld): the next 10 batches are the same",
            resume_after[c], s, (long long)pos);
-        gpt2_loader_destroy(fresh);
+        data_loader_destroy(fresh);
     }
 
     /* Reads: one step in the middle of a shard reads exactly (B*T+1)*2 bytes. */
@@ -457,13 +457,13 @@ static void test_ranks(void)
         long long r0 = 0, r1 = 0, len0 = 0;
         char buf[1024];
         ssize_t got;
-        gpt2_loader_seek(l[0], 0, 300, &err);
-        gpt2_loader_next(l[0], in[0], tg[0], &err); /* the file is open now */
+        data_loader_seek(l[0], 0, 300, &err);
+        data_loader_next(l[0], in[0], tg[0], &err); /* the file is open now */
         got = pread(iofd, buf, sizeof(buf) - 1, 0);
         buf[got > 0 ? got : 0] = '\0';
         len0 = got;
         sscanf(buf, "rchar: %lld", &r0);
-        gpt2_loader_next(l[0], in[0], tg[0], &err);
+        data_loader_next(l[0], in[0], tg[0], &err);
         got = pread(iofd, buf, sizeof(buf) - 1, 0);
         buf[got > 0 ? got : 0] = '\0';
         sscanf(buf, "rchar: %lld", &r1);
@@ -475,22 +475,22 @@ static void test_ranks(void)
 
     /* A shard that changed under the loader is caught when it is opened again. */
     raw_shard(path_in("ds/tok_001.bin"), 20240520, 1, 50, 50, 1024);
-    gpt2_loader_seek(l[0], 1, 0, &err);
+    data_loader_seek(l[0], 1, 0, &err);
     strcpy(err.text, "");
-    gpt2_loader_position(l[0], &s, &pos);
-    ok(gpt2_loader_next(l[0], in[0], tg[0], &err) == -1 && strstr(err.text, "tok_001.bin"),
+    data_loader_position(l[0], &s, &pos);
+    ok(data_loader_next(l[0], in[0], tg[0], &err) == -1 && strstr(err.text, "tok_001.bin"),
        "a shard replaced since open is refused: %s", err.text);
     int s2;
     int64_t pos2;
-    gpt2_loader_position(l[0], &s2, &pos2);
+    data_loader_position(l[0], &s2, &pos2);
     ok(s2 == s && pos2 == pos, "a failed next() leaves the position");
     unlink(path_in("ds/tok_001.bin"));
     strcpy(err.text, "");
-    ok(gpt2_loader_next(l[0], in[0], tg[0], &err) == -1 && strstr(err.text, "tok_001.bin") &&
+    ok(data_loader_next(l[0], in[0], tg[0], &err) == -1 && strstr(err.text, "tok_001.bin") &&
            strstr(err.text, "No such file"),
        "a shard removed since open is refused: %s", err.text);
     for (int r = 0; r < W; r++)
-        gpt2_loader_destroy(l[r]);
+        data_loader_destroy(l[r]);
 }
 
 /* ---------------------------------------------------------------- writer, tokenizer */
@@ -500,11 +500,11 @@ static int read_shard(const char *path, uint16_t *out, long cap, long *n)
     FILE *f = fopen(path, "rb");
     if (f == NULL)
         return -1;
-    uint8_t head[GPT2_SHARD_HEADER_BYTES];
+    uint8_t head[DATA_SHARD_HEADER_BYTES];
     int64_t nt;
     bmt_error_t err;
     if (fread(head, 1, sizeof(head), f) != sizeof(head) ||
-        gpt2_shard_check_header(head, sizeof(head), file_size(path), &nt, &err) != 0 || nt > cap) {
+        data_shard_check_header(head, sizeof(head), file_size(path), &nt, &err) != 0 || nt > cap) {
         fclose(f);
         return -1;
     }
@@ -538,7 +538,7 @@ static void test_tokenizer(void)
     text[n] = '\0';
     write_bytes(path_in("text.txt"), text, n);
 
-    ok(gpt2_tokenize_file(path_in("text.txt"), path_in("tk"), 0.1, &err) == 0,
+    ok(data_tokenize_file(path_in("text.txt"), path_in("tk"), 0.1, &err) == 0,
        "tokenize %zu bytes, val 0.1", n);
     size_t nv = (size_t)(0.1 * (double)n), nt = n - nv;
     is_int(file_size(path_in("tk_train.bin")), 1024 + 2 * (long long)nt,
@@ -565,7 +565,7 @@ static void test_tokenizer(void)
         t32[ntr + i] = tk[i];
     }
     ok(same, "val tokens are the last v bytes");
-    int len = gpt2_decode_bytes(t32, (int)(ntr + nva), back, sizeof(back));
+    int len = data_decode_bytes(t32, (int)(ntr + nva), back, sizeof(back));
     ok(len == (int)n && memcmp(back, text, n) == 0 && back[n] == '\0',
        "decode(train) + decode(val) == text");
     is_int(count_tmp(tmpdir), 0, "no temporary file is left");
@@ -575,7 +575,7 @@ static void test_tokenizer(void)
     for (int i = 0; i < 512; i++)
         all[i] = (uint8_t)(i * 7 + 3);
     write_bytes(path_in("all.bin"), all, sizeof(all));
-    ok(gpt2_tokenize_file(path_in("all.bin"), path_in("all"), 0.25, &err) == 0,
+    ok(data_tokenize_file(path_in("all.bin"), path_in("all"), 0.25, &err) == 0,
        "tokenize 512 bytes of every value");
     read_shard(path_in("all_train.bin"), tk, 8192, &ntr);
     read_shard(path_in("all_val.bin"), tk + 384, 8192, &nva);
@@ -585,7 +585,7 @@ static void test_tokenizer(void)
     ok(same, "all 256 byte values are their own tokens (384 train + 128 val)");
 
     /* val_fraction 0: an empty val shard. */
-    ok(gpt2_tokenize_file(path_in("text.txt"), path_in("nv"), 0.0, &err) == 0 &&
+    ok(data_tokenize_file(path_in("text.txt"), path_in("nv"), 0.0, &err) == 0 &&
            file_size(path_in("nv_train.bin")) == 1024 + 2 * (long long)n &&
            file_size(path_in("nv_val.bin")) == 1024,
        "val_fraction 0: all bytes in train, an empty val shard");
@@ -614,7 +614,7 @@ static void test_tokenizer(void)
         snprintf(trp, sizeof(trp), "%s_train.bin", pp);
         snprintf(vp, sizeof(vp), "%s_val.bin", pp);
         strcpy(err.text, "");
-        int rc = gpt2_tokenize_file(tp, pp, bad[i].frac, &err);
+        int rc = data_tokenize_file(tp, pp, bad[i].frac, &err);
         ok(rc == -1 && strstr(err.text, bad[i].want) && !exists(trp) && !exists(vp),
            "tokenize refuses (%s) and writes nothing", bad[i].want);
         if (!strstr(err.text, bad[i].want))
@@ -625,7 +625,7 @@ static void test_tokenizer(void)
      * published whole or not at all. */
     mkdir(path_in("pair_val.bin"), 0755);
     strcpy(err.text, "");
-    ok(gpt2_tokenize_file(path_in("text.txt"), path_in("pair"), 0.1, &err) == -1 &&
+    ok(data_tokenize_file(path_in("text.txt"), path_in("pair"), 0.1, &err) == -1 &&
            strstr(err.text, "pair_val.bin: rename"),
        "tokenize fails when the val name is a directory: %s", err.text);
     ok(!exists(path_in("pair_train.bin")), "... and the train shard is removed again");
@@ -634,7 +634,7 @@ static void test_tokenizer(void)
 
     if (geteuid() != 0) {
         mkdir(path_in("ro"), 0555);
-        ok(gpt2_tokenize_file(path_in("text.txt"), path_in("ro/x"), 0.1, &err) == -1 &&
+        ok(data_tokenize_file(path_in("text.txt"), path_in("ro/x"), 0.1, &err) == -1 &&
                strstr(err.text, "Permission denied") && !exists(path_in("ro/x_train.bin")),
            "a non-writable directory: refused, nothing written");
     } else {
@@ -648,13 +648,13 @@ static void test_write_shard(void)
     uint16_t t[1000];
     for (int i = 0; i < 1000; i++)
         t[i] = (uint16_t)(65535 - i * 61);
-    ok(gpt2_write_shard(path_in("w.bin"), t, 1000, &err) == 0, "write a shard of 1000 tokens");
+    ok(data_write_shard(path_in("w.bin"), t, 1000, &err) == 0, "write a shard of 1000 tokens");
     static uint16_t back[1000];
     long n = 0;
     ok(read_shard(path_in("w.bin"), back, 1000, &n) == 0 && n == 1000 &&
            memcmp(back, t, sizeof(t)) == 0,
        "it reads back token for token (values up to 65535)");
-    ok(gpt2_write_shard(path_in("w0.bin"), NULL, 0, &err) == 0 &&
+    ok(data_write_shard(path_in("w0.bin"), NULL, 0, &err) == 0 &&
            file_size(path_in("w0.bin")) == 1024,
        "a shard of 0 tokens is a bare header");
 
@@ -668,7 +668,7 @@ static void test_write_shard(void)
     mkdir(path_in("adir"), 0755);
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         strcpy(err.text, "");
-        int rc = gpt2_write_shard(path_in(bad[i].path), t, 1000, &err);
+        int rc = data_write_shard(path_in(bad[i].path), t, 1000, &err);
         ok(rc == -1 && strstr(err.text, bad[i].want), "write_shard refuses %s", bad[i].path);
         if (!strstr(err.text, bad[i].want))
             diag("message: '%s'", err.text);
@@ -677,8 +677,8 @@ static void test_write_shard(void)
     ok(stat(path_in("adir"), &st) == 0 && S_ISDIR(st.st_mode), "the directory is left as it was");
     ok(!exists(path_in("nodir")), "no directory was created");
     is_int(count_tmp(tmpdir), 0, "no temporary file is left");
-    ok(gpt2_write_shard(path_in("x.bin"), NULL, 5, &err) == -1, "NULL tokens with n > 0 refused");
-    ok(gpt2_write_shard(path_in("x.bin"), t, (size_t)1 << 31, &err) == -1 &&
+    ok(data_write_shard(path_in("x.bin"), NULL, 5, &err) == -1, "NULL tokens with n > 0 refused");
+    ok(data_write_shard(path_in("x.bin"), t, (size_t)1 << 31, &err) == -1 &&
            strstr(err.text, "do not fit one shard") && !exists(path_in("x.bin")),
        "2^31 tokens refused");
 
@@ -694,7 +694,7 @@ static void test_write_shard(void)
     int rc = -2;
     if (setrlimit(RLIMIT_FSIZE, &lim) == 0) {
         strcpy(err.text, "");
-        rc = gpt2_write_shard(path_in("w.bin"), t2, 1000, &err);
+        rc = data_write_shard(path_in("w.bin"), t2, 1000, &err);
         setrlimit(RLIMIT_FSIZE, &old);
     }
     ok(rc == -1 && strstr(err.text, "w.bin: writing tokens: File too large"),
@@ -729,7 +729,7 @@ static void test_decode(void)
     };
     char out[128];
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        int len = gpt2_decode_bytes(cases[i].t, cases[i].n, out, sizeof(out));
+        int len = data_decode_bytes(cases[i].t, cases[i].n, out, sizeof(out));
         char what[64];
         snprintf(what, sizeof(what), "decode case %zu", i);
         is_str(out, cases[i].want, what);
@@ -749,14 +749,14 @@ static void test_decode(void)
                 { 10, "ab\\x01\xc3\xa9z" } };
     for (size_t i = 0; i < sizeof(cut) / sizeof(cut[0]); i++) {
         memset(out, 'Q', sizeof(out));
-        int len = gpt2_decode_bytes(t, 6, out, cut[i].outlen);
+        int len = data_decode_bytes(t, 6, out, cut[i].outlen);
         ok(len == 9 && strcmp(out, cut[i].want) == 0, "outlen %zu: '%s', returns 9", cut[i].outlen,
            cut[i].want);
     }
-    ok(gpt2_decode_bytes(t, 6, NULL, 0) == 9, "outlen 0 and out NULL: just the length");
-    ok(gpt2_decode_bytes(t, -1, out, sizeof(out)) == -1, "n < 0 refused");
-    ok(gpt2_decode_bytes(NULL, 3, out, sizeof(out)) == -1, "NULL tokens refused");
-    ok(gpt2_decode_bytes(t, 6, NULL, 5) == -1, "NULL out with outlen > 0 refused");
+    ok(data_decode_bytes(t, 6, NULL, 0) == 9, "outlen 0 and out NULL: just the length");
+    ok(data_decode_bytes(t, -1, out, sizeof(out)) == -1, "n < 0 refused");
+    ok(data_decode_bytes(NULL, 3, out, sizeof(out)) == -1, "NULL tokens refused");
+    ok(data_decode_bytes(t, 6, NULL, 5) == -1, "NULL out with outlen > 0 refused");
 }
 
 int main(void)

@@ -1,4 +1,4 @@
-/* examples/gpt2/data.c — llm.c token shards: header checks, atomic writes, a
+/* examples/common/data.c — llm.c token shards: header checks, atomic writes, a
  * reader that serves each rank its slice of every global batch, and the
  * byte-level tokenizer.
  *
@@ -12,7 +12,7 @@
  * target, fsync, rename), so an error or a crash never leaves a half-written
  * shard under the final name.
  */
-#include "gpt2/data.h"
+#include "common/data.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -27,7 +27,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#define HEADER_BYTES GPT2_SHARD_HEADER_BYTES
+#define HEADER_BYTES DATA_SHARD_HEADER_BYTES
 
 /* ---------------------------------------------------------------- errors */
 
@@ -84,7 +84,7 @@ static void put_le32(uint8_t *p, uint32_t v)
     p[3] = (uint8_t)(v >> 24);
 }
 
-int gpt2_shard_header(const uint8_t *head, size_t head_len, int64_t file_size, int64_t *ntok,
+int data_shard_header(const uint8_t *head, size_t head_len, int64_t file_size, int64_t *ntok,
                       int *token_bytes, bmt_error_t *err)
 {
     int64_t have = file_size < (int64_t)head_len ? file_size : (int64_t)head_len;
@@ -92,13 +92,13 @@ int gpt2_shard_header(const uint8_t *head, size_t head_len, int64_t file_size, i
         return data_err(err, "truncated header: %lld bytes, a shard starts with %d",
                         (long long)(have < 0 ? 0 : have), HEADER_BYTES);
     int64_t magic = get_le32_signed(head);
-    if (magic != GPT2_SHARD_MAGIC && magic != GPT2_SHARD_MAGIC_U32)
+    if (magic != DATA_SHARD_MAGIC && magic != DATA_SHARD_MAGIC_U32)
         return data_err(err,
                         "bad magic %lld, want %d (2-byte tokens) or %d (4-byte tokens): not an "
                         "llm.c token shard",
-                        (long long)magic, GPT2_SHARD_MAGIC, GPT2_SHARD_MAGIC_U32);
-    const bool wide = magic == GPT2_SHARD_MAGIC_U32;
-    const int want_version = wide ? GPT2_SHARD_VERSION_U32 : GPT2_SHARD_VERSION;
+                        (long long)magic, DATA_SHARD_MAGIC, DATA_SHARD_MAGIC_U32);
+    const bool wide = magic == DATA_SHARD_MAGIC_U32;
+    const int want_version = wide ? DATA_SHARD_VERSION_U32 : DATA_SHARD_VERSION;
     int64_t version = get_le32_signed(head + 4);
     if (version != want_version)
         return data_err(err, "unsupported version %lld, want %d for magic %lld", (long long)version,
@@ -121,23 +121,23 @@ int gpt2_shard_header(const uint8_t *head, size_t head_len, int64_t file_size, i
     return 0;
 }
 
-int gpt2_shard_check_header(const uint8_t *head, size_t head_len, int64_t file_size, int64_t *ntok,
+int data_shard_check_header(const uint8_t *head, size_t head_len, int64_t file_size, int64_t *ntok,
                             bmt_error_t *err)
 {
-    return gpt2_shard_header(head, head_len, file_size, ntok, NULL, err);
+    return data_shard_header(head, head_len, file_size, ntok, NULL, err);
 }
 
-void gpt2_shard_make_header_w(uint8_t out[GPT2_SHARD_HEADER_BYTES], int64_t n, int token_bytes)
+void data_shard_make_header_w(uint8_t out[DATA_SHARD_HEADER_BYTES], int64_t n, int token_bytes)
 {
     memset(out, 0, HEADER_BYTES);
-    put_le32(out, token_bytes == 4 ? GPT2_SHARD_MAGIC_U32 : GPT2_SHARD_MAGIC);
-    put_le32(out + 4, token_bytes == 4 ? GPT2_SHARD_VERSION_U32 : GPT2_SHARD_VERSION);
+    put_le32(out, token_bytes == 4 ? DATA_SHARD_MAGIC_U32 : DATA_SHARD_MAGIC);
+    put_le32(out + 4, token_bytes == 4 ? DATA_SHARD_VERSION_U32 : DATA_SHARD_VERSION);
     put_le32(out + 8, (uint32_t)n);
 }
 
-void gpt2_shard_make_header(uint8_t out[GPT2_SHARD_HEADER_BYTES], int64_t n)
+void data_shard_make_header(uint8_t out[DATA_SHARD_HEADER_BYTES], int64_t n)
 {
-    gpt2_shard_make_header_w(out, n, 2);
+    data_shard_make_header_w(out, n, 2);
 }
 
 /* ---------------------------------------------------------------- raw I/O */
@@ -227,7 +227,7 @@ static int out_begin(shard_out_t *o, const char *path, int64_t n, int width, bmt
         }
     }
     uint8_t head[HEADER_BYTES];
-    gpt2_shard_make_header_w(head, n, width);
+    data_shard_make_header_w(head, n, width);
     if (write_all(o->fd, head, sizeof(head)) != 0) {
         int e = errno;
         out_abort(o);
@@ -304,10 +304,10 @@ static int write_shard(const char *path, const uint16_t *tokens16, const uint32_
 {
     const int width = tokens32 ? 4 : 2;
     if (path == NULL || *path == '\0')
-        return data_err(err, "gpt2_write_shard: no path given");
-    if (n > (size_t)GPT2_SHARD_MAX_TOKENS)
+        return data_err(err, "data_write_shard: no path given");
+    if (n > (size_t)DATA_SHARD_MAX_TOKENS)
         return data_err(err, "%s: %zu tokens do not fit one shard (at most %lld)", shown(path).s, n,
-                        GPT2_SHARD_MAX_TOKENS);
+                        DATA_SHARD_MAX_TOKENS);
     if (n > 0 && tokens16 == NULL && tokens32 == NULL)
         return data_err(err, "%s: %zu tokens to write but tokens is NULL", shown(path).s, n);
     shard_out_t o;
@@ -330,14 +330,14 @@ static int write_shard(const char *path, const uint16_t *tokens16, const uint32_
     return 0;
 }
 
-int gpt2_write_shard(const char *path, const uint16_t *tokens, size_t n, bmt_error_t *err)
+int data_write_shard(const char *path, const uint16_t *tokens, size_t n, bmt_error_t *err)
 {
     if (n > 0 && tokens == NULL && path && *path)
         return data_err(err, "%s: %zu tokens to write but tokens is NULL", shown(path).s, n);
     return write_shard(path, tokens, NULL, n, err);
 }
 
-int gpt2_write_shard_u32(const char *path, const uint32_t *tokens, size_t n, bmt_error_t *err)
+int data_write_shard_u32(const char *path, const uint32_t *tokens, size_t n, bmt_error_t *err)
 {
     if (n > 0 && tokens == NULL && path && *path)
         return data_err(err, "%s: %zu tokens to write but tokens is NULL", shown(path).s, n);
@@ -346,7 +346,7 @@ int gpt2_write_shard_u32(const char *path, const uint32_t *tokens, size_t n, bmt
 
 /* ---------------------------------------------------------------- reader */
 
-struct gpt2_loader {
+struct data_loader {
     int B, T, rank, world;
     int64_t bt;     /* B*T: tokens of one rank's batch */
     int64_t global; /* world*B*T: tokens of one global batch */
@@ -387,14 +387,14 @@ static int shard_open(const char *path, int64_t *ntok, int *width, bmt_error_t *
         return data_err(err, "%s: reading the header: %s", shown(path).s, strerror(e));
     }
     bmt_error_t why;
-    if (gpt2_shard_header(head, (size_t)got, (int64_t)st.st_size, ntok, width, &why) != 0) {
+    if (data_shard_header(head, (size_t)got, (int64_t)st.st_size, ntok, width, &why) != 0) {
         close(fd);
         return data_err(err, "%s: %s", shown(path).s, why.text);
     }
     return fd;
 }
 
-void gpt2_loader_destroy(gpt2_loader_t *l)
+void data_loader_destroy(data_loader_t *l)
 {
     if (l == NULL)
         return;
@@ -411,23 +411,23 @@ void gpt2_loader_destroy(gpt2_loader_t *l)
 
 static int has_glob_chars(const char *s) { return strpbrk(s, "*?[") != NULL; }
 
-gpt2_loader_t *gpt2_loader_open(const char *pattern, int B, int T, int rank, int world,
+data_loader_t *data_loader_open(const char *pattern, int B, int T, int rank, int world,
                                 bmt_error_t *err)
 {
     if (pattern == NULL || *pattern == '\0') {
-        data_err(err, "gpt2_loader_open: no shard path or pattern given");
+        data_err(err, "data_loader_open: no shard path or pattern given");
         return NULL;
     }
     if (B < 1 || T < 1 || world < 1 || rank < 0 || rank >= world) {
         data_err(err,
-                 "gpt2_loader_open(%s): need B, T, world >= 1 and 0 <= rank < world, got "
+                 "data_loader_open(%s): need B, T, world >= 1 and 0 <= rank < world, got "
                  "B=%d T=%d rank=%d world=%d",
                  shown(pattern).s, B, T, rank, world);
         return NULL;
     }
     int64_t bt = (int64_t)B * T;
-    if (bt >= GPT2_SHARD_MAX_TOKENS) {
-        data_err(err, "gpt2_loader_open(%s): B*T = %lld tokens, more than a shard can hold",
+    if (bt >= DATA_SHARD_MAX_TOKENS) {
+        data_err(err, "data_loader_open(%s): B*T = %lld tokens, more than a shard can hold",
                  shown(pattern).s, (long long)bt);
         return NULL;
     }
@@ -456,13 +456,13 @@ gpt2_loader_t *gpt2_loader_open(const char *pattern, int B, int T, int rank, int
         return NULL;
     }
 
-    gpt2_loader_t *l = calloc(1, sizeof(*l));
+    data_loader_t *l = calloc(1, sizeof(*l));
     if (l == NULL) {
         globfree(&g);
-        data_err(err, "gpt2_loader_open(%s): out of memory", shown(pattern).s);
+        data_err(err, "data_loader_open(%s): out of memory", shown(pattern).s);
         return NULL;
     }
-    *l = (gpt2_loader_t){ .B = B,
+    *l = (data_loader_t){ .B = B,
                           .T = T,
                           .rank = rank,
                           .world = world,
@@ -475,7 +475,7 @@ gpt2_loader_t *gpt2_loader_open(const char *pattern, int B, int T, int rank, int
     l->width = calloc(g.gl_pathc, sizeof(*l->width));
     l->buf = malloc((size_t)(bt + 1) * 4);
     if (l->paths == NULL || l->ntok == NULL || l->width == NULL || l->buf == NULL) {
-        data_err(err, "gpt2_loader_open(%s): out of memory", shown(pattern).s);
+        data_err(err, "data_loader_open(%s): out of memory", shown(pattern).s);
         goto fail;
     }
     /* Validate every shard now, as llm.c does, so a bad file fails at start-up
@@ -497,7 +497,7 @@ gpt2_loader_t *gpt2_loader_open(const char *pattern, int B, int T, int rank, int
         }
         l->paths[i] = strdup(path);
         if (l->paths[i] == NULL) {
-            data_err(err, "gpt2_loader_open(%s): out of memory", shown(pattern).s);
+            data_err(err, "data_loader_open(%s): out of memory", shown(pattern).s);
             goto fail;
         }
         l->nshards = (int)i + 1;
@@ -508,14 +508,14 @@ gpt2_loader_t *gpt2_loader_open(const char *pattern, int B, int T, int rank, int
     globfree(&g);
     return l;
 fail:
-    gpt2_loader_destroy(l); /* frees paths[0..nshards) */
+    data_loader_destroy(l); /* frees paths[0..nshards) */
     globfree(&g);
     return NULL;
 }
 
 /* Make fd the open file of shard s, re-checking its header: a shard replaced
  * since open would otherwise be read at offsets computed for the old one. */
-static int ensure_open(gpt2_loader_t *l, int s, bmt_error_t *err)
+static int ensure_open(data_loader_t *l, int s, bmt_error_t *err)
 {
     if (l->fd_shard == s)
         return 0;
@@ -538,10 +538,10 @@ static int ensure_open(gpt2_loader_t *l, int s, bmt_error_t *err)
     return 0;
 }
 
-int gpt2_loader_next(gpt2_loader_t *l, int32_t *inputs, int32_t *targets, bmt_error_t *err)
+int data_loader_next(data_loader_t *l, int32_t *inputs, int32_t *targets, bmt_error_t *err)
 {
     if (l == NULL || inputs == NULL || targets == NULL)
-        return data_err(err, "gpt2_loader_next: loader, inputs and targets are required");
+        return data_err(err, "data_loader_next: loader, inputs and targets are required");
     int s = l->shard;
     int64_t p = l->pos;
     /* llm.c: current_sample_idx >= shard_num_samples = (n - 1) / G advances to
@@ -589,7 +589,7 @@ int gpt2_loader_next(gpt2_loader_t *l, int32_t *inputs, int32_t *targets, bmt_er
     return 0;
 }
 
-void gpt2_loader_reset(gpt2_loader_t *l)
+void data_loader_reset(data_loader_t *l)
 {
     if (l == NULL)
         return;
@@ -597,7 +597,7 @@ void gpt2_loader_reset(gpt2_loader_t *l)
     l->pos = 0;
 }
 
-void gpt2_loader_position(const gpt2_loader_t *l, int *shard, int64_t *pos)
+void data_loader_position(const data_loader_t *l, int *shard, int64_t *pos)
 {
     if (shard)
         *shard = l ? l->shard : 0;
@@ -605,31 +605,31 @@ void gpt2_loader_position(const gpt2_loader_t *l, int *shard, int64_t *pos)
         *pos = l ? l->pos : 0;
 }
 
-int gpt2_loader_seek(gpt2_loader_t *l, int shard, int64_t pos, bmt_error_t *err)
+int data_loader_seek(data_loader_t *l, int shard, int64_t pos, bmt_error_t *err)
 {
     if (l == NULL)
-        return data_err(err, "gpt2_loader_seek: loader is NULL");
+        return data_err(err, "data_loader_seek: loader is NULL");
     if (shard < 0 || shard >= l->nshards)
-        return data_err(err, "gpt2_loader_seek: shard %d out of range: there are %d shards", shard,
+        return data_err(err, "data_loader_seek: shard %d out of range: there are %d shards", shard,
                         l->nshards);
     if (pos < 0 || pos > l->ntok[shard])
-        return data_err(err, "gpt2_loader_seek: position %lld outside %s, which has %lld tokens",
+        return data_err(err, "data_loader_seek: position %lld outside %s, which has %lld tokens",
                         (long long)pos, shown(l->paths[shard]).s, (long long)l->ntok[shard]);
     l->shard = shard;
     l->pos = pos;
     return 0;
 }
 
-int64_t gpt2_loader_tokens(const gpt2_loader_t *l) { return l ? l->total : 0; }
+int64_t data_loader_tokens(const data_loader_t *l) { return l ? l->total : 0; }
 
-int gpt2_loader_token_bytes(const gpt2_loader_t *l, int i)
+int data_loader_token_bytes(const data_loader_t *l, int i)
 {
     return l && i >= 0 && i < l->nshards ? l->width[i] : -1;
 }
 
-int gpt2_loader_num_shards(const gpt2_loader_t *l) { return l ? l->nshards : 0; }
+int data_loader_num_shards(const data_loader_t *l) { return l ? l->nshards : 0; }
 
-int64_t gpt2_loader_shard_tokens(const gpt2_loader_t *l, int i)
+int64_t data_loader_shard_tokens(const data_loader_t *l, int i)
 {
     return l && i >= 0 && i < l->nshards ? l->ntok[i] : -1;
 }
@@ -661,13 +661,13 @@ static int copy_bytes(int fd, const char *text_path, int64_t off, int64_t len, s
     return 0;
 }
 
-int gpt2_tokenize_file(const char *text_path, const char *out_prefix, double val_fraction,
+int data_tokenize_file(const char *text_path, const char *out_prefix, double val_fraction,
                        bmt_error_t *err)
 {
     if (text_path == NULL || out_prefix == NULL || *out_prefix == '\0')
-        return data_err(err, "gpt2_tokenize_file: a text path and an output prefix are required");
+        return data_err(err, "data_tokenize_file: a text path and an output prefix are required");
     if (!(val_fraction >= 0.0 && val_fraction < 1.0)) /* also refuses NaN */
-        return data_err(err, "gpt2_tokenize_file(%s): val_fraction must be in [0, 1), got %g",
+        return data_err(err, "data_tokenize_file(%s): val_fraction must be in [0, 1), got %g",
                         shown(text_path).s, val_fraction);
     int fd = open(text_path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -683,10 +683,10 @@ int gpt2_tokenize_file(const char *text_path, const char *out_prefix, double val
         return data_err(err, "%s: not a regular file", shown(text_path).s);
     }
     int64_t n = (int64_t)st.st_size;
-    if (n > GPT2_SHARD_MAX_TOKENS) {
+    if (n > DATA_SHARD_MAX_TOKENS) {
         close(fd);
         return data_err(err, "%s: %lld bytes, more tokens than one shard holds (%lld)",
-                        shown(text_path).s, (long long)n, GPT2_SHARD_MAX_TOKENS);
+                        shown(text_path).s, (long long)n, DATA_SHARD_MAX_TOKENS);
     }
     int64_t n_val = (int64_t)(val_fraction * (double)n); /* floor: both are >= 0 */
     int64_t n_train = n - n_val;
@@ -701,7 +701,7 @@ int gpt2_tokenize_file(const char *text_path, const char *out_prefix, double val
         free(train_path);
         free(val_path);
         close(fd);
-        return data_err(err, "gpt2_tokenize_file(%s): out of memory", shown(text_path).s);
+        return data_err(err, "data_tokenize_file(%s): out of memory", shown(text_path).s);
     }
     snprintf(train_path, plen, "%s_train.bin", out_prefix);
     snprintf(val_path, plen, "%s_val.bin", out_prefix);
@@ -766,7 +766,7 @@ static int utf8_len(const int32_t *t, int n)
     return len;
 }
 
-int gpt2_decode_bytes(const int32_t *tokens, int n, char *out, size_t outlen)
+int data_decode_bytes(const int32_t *tokens, int n, char *out, size_t outlen)
 {
     if (n < 0 || (tokens == NULL && n > 0) || (out == NULL && outlen > 0))
         return -1;
@@ -777,7 +777,7 @@ int gpt2_decode_bytes(const int32_t *tokens, int n, char *out, size_t outlen)
         size_t plen;
         int adv = 1;
         int32_t t = tokens[i];
-        if (t < 0 || t >= GPT2_BYTE_VOCAB) {
+        if (t < 0 || t >= DATA_BYTE_VOCAB) {
             plen = (size_t)snprintf(piece, sizeof(piece), "<|%ld|>", (long)t);
         } else if ((t >= 0x20 && t <= 0x7e) || t == '\n' || t == '\t') {
             piece[0] = (char)t;

@@ -1,13 +1,14 @@
-/* gpt2/data.h — token data of the GPT-2 example: llm.c token shards, a
+/* common/data.h — the trainers' token data: llm.c token shards, a
  * data-parallel reader that reads only this rank's slice of every batch, and a
- * byte-level tokenizer that writes such shards.
+ * byte-level tokenizer that writes such shards (GPT-2's and Llama's trainers
+ * share it; it lived in examples/gpt2 until the Llama trainer came).
  *
  * Shard format (llm.c dev/data/data_common.py write_datafile), two kinds:
  *   bytes [0, 1024)           header: 256 int32, little-endian
- *                               [0] = 20240520 (GPT2_SHARD_MAGIC, model "gpt-2")
- *                                  or 20240801 (GPT2_SHARD_MAGIC_U32, model "llama-3")
- *                               [1] = 1 (GPT2_SHARD_VERSION) for the first,
- *                                     7 (GPT2_SHARD_VERSION_U32) for the second
+ *                               [0] = 20240520 (DATA_SHARD_MAGIC, model "gpt-2")
+ *                                  or 20240801 (DATA_SHARD_MAGIC_U32, model "llama-3")
+ *                               [1] = 1 (DATA_SHARD_VERSION) for the first,
+ *                                     7 (DATA_SHARD_VERSION_U32) for the second
  *                               [2] = n, the number of tokens (0 <= n < 2^31)
  *                               [3..255] = 0 (written as 0, not checked on read)
  *   bytes [1024, 1024 + w n)  the n tokens, little-endian: uint16 (w = 2) in a
@@ -22,7 +23,7 @@
  * pattern, in glob(3)'s sorted order. The world is data parallel: one global
  * batch is G = world*B*T consecutive tokens of one shard. The loader's position
  * (shard s, pos p), the same on every rank, is the token offset in shard s of
- * the next global batch. gpt2_loader_next() does:
+ * the next global batch. data_loader_next() does:
  *   if p + G + 1 > n_s:  s = (s + 1) % nshards, p = 0   (after the last shard:
  *                                                         the first = next epoch)
  *   rank r reads the B*T+1 tokens [p + r*B*T, p + r*B*T + B*T + 1) of shard s:
@@ -44,73 +45,73 @@
  * failure, fill err (when not NULL) with one line naming the file and what is
  * wrong with it, and have no other effect on failure.
  */
-#ifndef GPT2_DATA_H
-#define GPT2_DATA_H
+#ifndef COMMON_DATA_H
+#define COMMON_DATA_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "bmt/bmt.h"
 
-#define GPT2_SHARD_MAGIC 20240520
-#define GPT2_SHARD_VERSION 1
-#define GPT2_SHARD_MAGIC_U32 20240801
-#define GPT2_SHARD_VERSION_U32 7
-#define GPT2_SHARD_HEADER_INTS 256
-#define GPT2_SHARD_HEADER_BYTES (GPT2_SHARD_HEADER_INTS * 4) /* 1024 */
-#define GPT2_SHARD_MAX_TOKENS 2147483647LL                   /* the count is an int32 */
-#define GPT2_BYTE_VOCAB 256 /* vocabulary of the byte-level tokenizer */
+#define DATA_SHARD_MAGIC 20240520
+#define DATA_SHARD_VERSION 1
+#define DATA_SHARD_MAGIC_U32 20240801
+#define DATA_SHARD_VERSION_U32 7
+#define DATA_SHARD_HEADER_INTS 256
+#define DATA_SHARD_HEADER_BYTES (DATA_SHARD_HEADER_INTS * 4) /* 1024 */
+#define DATA_SHARD_MAX_TOKENS 2147483647LL                   /* the count is an int32 */
+#define DATA_BYTE_VOCAB 256 /* vocabulary of the byte-level tokenizer */
 
 /* ---------------------------------------------------------------- shard header */
 
 /* Check a shard header, with no I/O.
- *   head: the first head_len bytes of the file (at most GPT2_SHARD_HEADER_BYTES
+ *   head: the first head_len bytes of the file (at most DATA_SHARD_HEADER_BYTES
  *         are looked at); file_size: the file's size in bytes.
  * Returns 0 and the token count in *ntok (untouched on failure), or -1 and err
  * says which check failed: a truncated header (head_len or file_size below
  * 1024), the magic, the version, a negative count, or a count that does not match
  * the file size (both sizes are printed). The message does not name the file:
  * the caller prefixes it. */
-int gpt2_shard_check_header(const uint8_t *head, size_t head_len, int64_t file_size, int64_t *ntok,
+int data_shard_check_header(const uint8_t *head, size_t head_len, int64_t file_size, int64_t *ntok,
                             bmt_error_t *err);
 
 /* The same, saying which kind: *token_bytes = 2 or 4 (untouched on failure;
- * may be NULL). gpt2_shard_check_header accepts both kinds too. */
-int gpt2_shard_header(const uint8_t *head, size_t head_len, int64_t file_size, int64_t *ntok,
+ * may be NULL). data_shard_check_header accepts both kinds too. */
+int data_shard_header(const uint8_t *head, size_t head_len, int64_t file_size, int64_t *ntok,
                       int *token_bytes, bmt_error_t *err);
 
 /* Fill out[1024] with the header of a shard of n tokens (n in [0, 2^31)) of
- * token_bytes 2 ("gpt-2") or 4 ("llama-3"); gpt2_shard_make_header: 2. */
-void gpt2_shard_make_header(uint8_t out[GPT2_SHARD_HEADER_BYTES], int64_t n);
-void gpt2_shard_make_header_w(uint8_t out[GPT2_SHARD_HEADER_BYTES], int64_t n, int token_bytes);
+ * token_bytes 2 ("gpt-2") or 4 ("llama-3"); data_shard_make_header: 2. */
+void data_shard_make_header(uint8_t out[DATA_SHARD_HEADER_BYTES], int64_t n);
+void data_shard_make_header_w(uint8_t out[DATA_SHARD_HEADER_BYTES], int64_t n, int token_bytes);
 
 /* Write a shard of n tokens to path, atomically: the bytes go to a temporary file
  * in path's directory, are fsync'ed, and the file is renamed over path. On
  * failure path is untouched (absent, or its previous content) and no temporary
  * file is left. tokens may be NULL when n is 0. Errors: n >= 2^31, and any
  * open/write/fsync/rename failure (err names the file and the errno text). */
-int gpt2_write_shard(const char *path, const uint16_t *tokens, size_t n, bmt_error_t *err);
+int data_write_shard(const char *path, const uint16_t *tokens, size_t n, bmt_error_t *err);
 
 /* The same for a "llama-3" shard of 4-byte tokens (llm.c's model_desc "llama-3"). */
-int gpt2_write_shard_u32(const char *path, const uint32_t *tokens, size_t n, bmt_error_t *err);
+int data_write_shard_u32(const char *path, const uint32_t *tokens, size_t n, bmt_error_t *err);
 
 /* ---------------------------------------------------------------- reader */
 
-typedef struct gpt2_loader gpt2_loader_t;
+typedef struct data_loader data_loader_t;
 
 /* Open the shards matching pattern (a path or a glob(3) pattern) for rank `rank`
  * of `world` data-parallel ranks, batches of B rows of T tokens.
- * Every shard's header is validated here (gpt2_shard_check_header against the
+ * Every shard's header is validated here (data_shard_check_header against the
  * file's real size) and each must hold at least world*B*T + 1 tokens; only the
  * header is read. Holds at most one file open and one buffer of B*T+1 tokens.
  * Returns the loader at position (0, 0), or NULL and err: B, T or world < 1,
  * rank outside [0, world), B*T >= 2^31, a missing file, a pattern that matches
  * nothing, an unreadable file or directory, a bad header, a too-short shard. */
-gpt2_loader_t *gpt2_loader_open(const char *pattern, int B, int T, int rank, int world,
+data_loader_t *data_loader_open(const char *pattern, int B, int T, int rank, int world,
                                 bmt_error_t *err);
 
 /* Close the file and free the loader. NULL: no-op. */
-void gpt2_loader_destroy(gpt2_loader_t *loader);
+void data_loader_destroy(data_loader_t *loader);
 
 /* Read this rank's next batch (semantics at the top of this file).
  *   inputs, targets: (B, T) int32 each, row-major, full (not a shard), caller's.
@@ -118,29 +119,29 @@ void gpt2_loader_destroy(gpt2_loader_t *loader);
  * again, when it moves to another shard). Returns 0, or -1 when the file cannot
  * be opened or read or has changed since open (err names it); then the outputs
  * are untouched and the position has not moved. */
-int gpt2_loader_next(gpt2_loader_t *loader, int32_t *inputs, int32_t *targets, bmt_error_t *err);
+int data_loader_next(data_loader_t *loader, int32_t *inputs, int32_t *targets, bmt_error_t *err);
 
 /* Back to the first batch of the first shard: position (0, 0). */
-void gpt2_loader_reset(gpt2_loader_t *loader);
+void data_loader_reset(data_loader_t *loader);
 
 /* The position of the next global batch: shard index and token offset in that
  * shard (the same on every rank). Either pointer may be NULL. */
-void gpt2_loader_position(const gpt2_loader_t *loader, int *shard, int64_t *pos);
+void data_loader_position(const data_loader_t *loader, int *shard, int64_t *pos);
 
-/* Set the position, e.g. to resume from a checkpoint of gpt2_loader_position.
+/* Set the position, e.g. to resume from a checkpoint of data_loader_position.
  * shard in [0, nshards), pos in [0, n_shard]; any pos is accepted, and when no
  * global batch fits at pos the next call moves on to the following shard.
  * Returns 0, or -1 and err for a shard or pos out of range (position unchanged). */
-int gpt2_loader_seek(gpt2_loader_t *loader, int shard, int64_t pos, bmt_error_t *err);
+int data_loader_seek(data_loader_t *loader, int shard, int64_t pos, bmt_error_t *err);
 
 /* Tokens in all shards together. */
-int64_t gpt2_loader_tokens(const gpt2_loader_t *loader);
+int64_t data_loader_tokens(const data_loader_t *loader);
 
 /* Number of shards, tokens in shard i and its token width in bytes (2 or 4);
  * -1 if i is out of range. */
-int gpt2_loader_num_shards(const gpt2_loader_t *loader);
-int64_t gpt2_loader_shard_tokens(const gpt2_loader_t *loader, int i);
-int gpt2_loader_token_bytes(const gpt2_loader_t *loader, int i);
+int data_loader_num_shards(const data_loader_t *loader);
+int64_t data_loader_shard_tokens(const data_loader_t *loader, int i);
+int data_loader_token_bytes(const data_loader_t *loader, int i);
 
 /* ---------------------------------------------------------------- byte-level tokenizer */
 
@@ -148,13 +149,13 @@ int gpt2_loader_token_bytes(const gpt2_loader_t *loader, int i);
  * <out_prefix>_train.bin (the first n - v bytes) and <out_prefix>_val.bin (the
  * last v = floor(val_fraction * n) bytes), where n is the file's size in bytes;
  * the split is at a byte boundary. Both files are written atomically as
- * gpt2_write_shard does, and both are renamed into place only once both are
+ * data_write_shard does, and both are renamed into place only once both are
  * complete; if the second rename fails the first output is removed again, so on
  * failure neither output is new and no temporary file is left.
  * Errors: val_fraction outside [0, 1), an unreadable or non-regular file, a text
  * of 2^31 bytes or more, an empty train part, any write failure.
  * (val_fraction 0 writes a val shard of 0 tokens, which the reader refuses.) */
-int gpt2_tokenize_file(const char *text_path, const char *out_prefix, double val_fraction,
+int data_tokenize_file(const char *text_path, const char *out_prefix, double val_fraction,
                        bmt_error_t *err);
 
 /* Render byte-level tokens as text for printing samples, snprintf-style.
@@ -168,6 +169,6 @@ int gpt2_tokenize_file(const char *text_path, const char *out_prefix, double val
  * Returns the length of the whole rendering (without the NUL, so a value >=
  * outlen means it was cut), or -1 for n < 0, tokens NULL with n > 0, out NULL
  * with outlen > 0, or a rendering longer than INT_MAX. */
-int gpt2_decode_bytes(const int32_t *tokens, int n, char *out, size_t outlen);
+int data_decode_bytes(const int32_t *tokens, int n, char *out, size_t outlen);
 
 #endif

@@ -1,0 +1,77 @@
+/* examples/llama/model_cuda.h — the CUDA half of model.c (internal).
+ *
+ * model.c owns the blocks, the list and the host copy of the batch; on a cuda
+ * context it hands every callback to these functions, which run the layers of
+ * nn/ops_cuda.h and nn/llama_ops_cuda.h on the compute stream with bf16
+ * parameters (the list gathers them in bf16; the optimizer keeps f32 masters),
+ * bf16 activations and f32 gradients. Built without CUDA, llama_cu_create
+ * fails with a clear error and nothing else is reachable.
+ *
+ * Layer: an example (above libbmt and nn/), as model.c.
+ */
+#ifndef LLAMA_MODEL_CUDA_H
+#define LLAMA_MODEL_CUDA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "bmt/block.h"
+#include "llama/config.h"
+
+/* The order in which model.c's build_blocks adds a layer's parameters; both
+ * halves index call->params and call->grads with it. The CUDA half relies on
+ * q, k, v (and gate, up) being consecutive: see llama_cu_create. */
+enum {
+    P_IN_NORM,   /* input_layernorm.weight (C) */
+    P_Q,         /* self_attn.q_proj.weight (NH hd, C) */
+    P_K,         /* self_attn.k_proj.weight (NKV hd, C) */
+    P_V,         /* self_attn.v_proj.weight (NKV hd, C) */
+    P_O,         /* self_attn.o_proj.weight (C, NH hd) */
+    P_POST_NORM, /* post_attention_layernorm.weight (C) */
+    P_GATE,      /* mlp.gate_proj.weight (F,C) */
+    P_UP,        /* mlp.up_proj.weight (F,C) */
+    P_DOWN,      /* mlp.down_proj.weight (C,F) */
+    P_LAYER_COUNT
+};
+
+typedef struct llama_cu llama_cu_t;
+
+/* The handle, RoPE's frequencies (inv_freq: hd/2 f32 on the host, copied to
+ * the device), the tokens' device buffers and what lives as long as the model;
+ * activations are made during each step (bmt_alloc_async). All counted by
+ * bmt_alloc. ckpt: the list checkpoints activations (one scratch set of layer
+ * internals, else one per layer).
+ * Refused (NULL and err, nothing allocated), because the model computes each
+ * layer's q, k, v in one product over q_proj, k_proj and v_proj as they lie
+ * back to back in the block's buffer (and gate, up in another):
+ *   - a head size flash attention does not take (nn_cuda_flash_ok);
+ *   - a stacked matrix whose parts would not be consecutive: the block puts
+ *     every parameter at a multiple of BMT_BLOCK_ALIGN elements, so NH hd C,
+ *     NKV hd C and F C must be multiples of it (C a multiple of 16 makes them
+ *     all so). */
+llama_cu_t *llama_cu_create(bmt_ctx_t *ctx, const llama_config_t *cfg, int B, int T, bool ckpt,
+                            const float *inv_freq, bmt_error_t *err);
+void llama_cu_destroy(llama_cu_t *cu);
+
+/* Copy the batch (host, validated by the caller; counted targets >= 0) to the
+ * device, after the work that still reads the previous one. */
+int llama_cu_set_batch(llama_cu_t *cu, const int32_t *inputs, const int32_t *targets, int counted,
+                       bmt_error_t *err);
+
+/* The callbacks of every use: 0 embeds, 1..L are layers, L+1 is the final
+ * norm, L+2 the head. A layer's call whose q, k, v (or gate, up) parameters or
+ * gradients are not consecutive is an error (-1 and err), never a wrong
+ * product. */
+int llama_cu_forward(llama_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *err);
+int llama_cu_backward(llama_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *err);
+
+/* Mean loss of the last forward (waits for the compute stream). */
+int llama_cu_loss(llama_cu_t *cu, float *loss, bmt_error_t *err);
+
+/* From now on, keep each forward's logits as f32 (N x V more device memory,
+ * and as much host memory); llama_cu_logits then copies the last ones to host
+ * memory it owns (valid until the next call). */
+int llama_cu_keep_logits(llama_cu_t *cu, bmt_error_t *err);
+const float *llama_cu_logits(llama_cu_t *cu, bmt_error_t *err);
+
+#endif

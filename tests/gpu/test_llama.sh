@@ -1,0 +1,150 @@
+#!/bin/bash
+# GPU tests of the Llama example's CUDA path (examples/llama/model_cuda.c: bf16
+# parameters and activations, f32 masters, gradients and norm statistics;
+# make check-gpu, >= 1 GPU; the layouts 1x2 and 2x1 need 2):
+# - the trainer on cuda against itself on cpu, from the same weights, on the
+#   shipped corpus: the loss of step 1 within 2e-2, every step of 20 within
+#   3e-2 (checkpointing on and off), the validation loss within 3e-2, the loss
+#   falls; a cuda checkpoint holds bf16 files and a bfloat16 config.json, and
+#   the cpu model reads it back with the cuda run's validation loss;
+# - transformers' LlamaForCausalLM in f32 as the oracle (tests/gpu/llama_cuda_hf.py)
+#   on the same bf16-representable weights, through tests/progs/llama_check:
+#   logits, loss, every gradient and the gradient norm of the first step, and
+#   10 AdamW steps, bf16 bounds; head sizes 64 (GQA 4:1, untied, Llama 3 RoPE
+#   scaling, V 1000: padded logit rows) and 128 (GQA 8:1, tied, NH hd != C),
+#   T 100 (not a multiple of 64), checkpointing on (the head in chunks) and off,
+#   zero levels 3 and 2, targets left out of the loss; 1x2 and 2x1 with 2 GPUs;
+# - sizes the cuda model cannot compute are refused with what to change.
+# About 3 minutes on one H200.
+. "$(dirname "$0")/../integration/lib.sh"
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} BMT_TIMEOUT=120
+gpu_require 1
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+
+PY=python3
+HF=$SRC/tests/gpu/llama_cuda_hf.py
+LLAMA=$BUILDDIR/bin/llama
+RUN="--data $TMP/c_train.bin --val $TMP/c_val.bin -b 8 -t 64 --lr 3e-3 --warmup 5"
+export PY HF LLAMA RUN
+
+$LLAMA --prepare "$SRC/examples/gpt2/data/corpus.txt" --out "$TMP/c" >/dev/null ||
+    echo "# could not make the corpus shards"
+
+# The step lines "N LOSS" of a run's output.
+losses() { sed -n 's/^0: step *\([0-9]*\)\/[0-9]* | loss \([0-9.]*\) .*/\1 \2/p' "$1"; }
+# The last validation loss a run printed.
+val_loss() { sed -n 's/^0: step *[0-9]*\/[0-9]* | val loss \([0-9.]*\)$/\1/p' "$1" | tail -1; }
+# close A B BOUND WHAT: |B - A| <= BOUND |A|, said either way.
+close() {
+    [ -n "$1" ] && [ -n "$2" ] || { echo "$4: no figure to compare ('$1', '$2')"; return 1; }
+    awk -v a="$1" -v b="$2" -v e="$3" -v w="$4" 'BEGIN {
+        r = (b - a) / a; r = r < 0 ? -r : r
+        printf "%s: %s and %s, relative difference %.2e (bound %s)\n", w, a, b, r, e
+        exit !(r <= e) }'
+}
+# curves A B BOUND: the same 20 steps, every loss of B within BOUND of A's.
+curves() {
+    losses "$1" >a.txt && losses "$2" >b.txt &&
+        paste -d" " a.txt b.txt | awk -v e="$3" -v f="$2" '{ r = ($4 - $2) / $2; r = r < 0 ? -r : r
+            if ($1 != $3) bad = 1; if (r > w) { w = r; s = $1 } n++ }
+            END { printf "%s, 20 steps: worst relative difference %.2e at step %s (bound %s)\n", f, w, s, e
+                  exit !(n == 20 && !bad && w <= e) }'
+}
+export -f losses val_loss close curves
+
+test_expect_success "the starting point: the tiny Llama's initial weights, saved by a cpu run (lr 0)" '
+    with_timeout 120 "$BMLAUNCH" --metrics-port 0 --device cpu -n 1 -- $LLAMA $RUN --lr 0 --steps 1 \
+        --save-dir "$TMP/init" >out 2>err || { tail -5 err; false; } &&
+    test -f "$TMP/init/step-00000001/config.json"
+'
+
+INIT=$TMP/init/step-00000001
+export INIT
+test_expect_success "cpu and cuda from the same weights: 20 steps within 3e-2 (step 1 within 2e-2), checkpointing on and off; the val loss; the loss falls" '
+    with_timeout 300 "$BMLAUNCH" --metrics-port 0 --device cpu -n 1 -- $LLAMA $RUN --init-from $INIT \
+        --steps 20 --eval-every 20 >cpu.out 2>err || { tail -5 err; false; } &&
+    { with_timeout 300 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- $LLAMA $RUN --init-from $INIT \
+        --steps 20 --eval-every 20 --save-dir "$TMP/cu" >cuda.out 2>err || { tail -20 cuda.out err; false; }; } &&
+    cp cuda.out "$TMP/cuda.out" &&
+    { with_timeout 300 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- $LLAMA $RUN --init-from $INIT \
+        --steps 20 --eval-every 20 --ckpt 0 >cuda0.out 2>err || { tail -20 cuda0.out err; false; }; } &&
+    grep -q "^0: llama: .* params (L 4, H 4, KV 2, C 64, F 176, V 256, maxT 256) | layout 1 x 1" cuda.out &&
+    close "$(losses cpu.out | sed -n 1p | cut -d" " -f2)" "$(losses cuda.out | sed -n 1p | cut -d" " -f2)" 2e-2 "loss of step 1, cpu and cuda" &&
+    curves cpu.out cuda.out 3e-2 && curves cpu.out cuda0.out 3e-2 &&
+    close "$(val_loss cpu.out)" "$(val_loss cuda.out)" 3e-2 "val loss after 20 steps, cpu and cuda" &&
+    first=$(losses cuda.out | sed -n 1p | cut -d" " -f2) &&
+    last=$(losses cuda.out | tail -5 | awk "{ s += \$2 } END { print s / NR }") &&
+    echo "cuda: loss $first -> $last (mean of the last 5)" &&
+    awk -v a=$first -v b=$last "BEGIN { exit !(b < a - 1) }"
+'
+
+test_expect_success "a cuda checkpoint is bf16 (files and config.json) and the cpu model reads it back: the cuda run's val loss" '
+    step=$TMP/cu/$(cat "$TMP/cu/latest") && cat $step/config.json &&
+    grep -q "\"torch_dtype\": \"bfloat16\"" $step/config.json &&
+    head -c 400 $step/model.layers.0.safetensors | grep -q "\"dtype\":\"BF16\"" &&
+    { with_timeout 120 "$BMLAUNCH" --metrics-port 0 --device cpu -n 1 -- $LLAMA $RUN --lr 0 \
+        --steps 1 --init-from $step >out 2>err || { tail -5 err; false; }; } &&
+    close "$(val_loss "$TMP/cuda.out")" "$(val_loss out)" 2e-2 "val loss of the cuda checkpoint: cuda, then cpu"
+'
+
+test_expect_success "--device cuda refuses a head size flash attention does not take, naming it" '
+    test_must_fail with_timeout 120 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- $LLAMA $RUN \
+        --heads 8 --embd 64 --steps 1 >out 2>err && cat err &&
+    grep -q "flash attention, which takes head sizes 16, 32, 64 and 128; this model.s head_dim is 8" err
+'
+
+test_expect_success "--device cuda refuses sizes whose stacked products would not be consecutive (C F not a multiple of 16)" '
+    mkdir m && printf "%s\n" "{\"model_type\": \"llama\", \"hidden_size\": 40, \"intermediate_size\": 99," \
+        "\"num_hidden_layers\": 1, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 16," \
+        "\"vocab_size\": 256, \"max_position_embeddings\": 256}" >m/config.json &&
+    test_must_fail with_timeout 120 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- $LLAMA $RUN \
+        --init-from m --steps 1 >out 2>err && cat err &&
+    grep -q "gate_proj (F x C) = 3960 elements is not a multiple of the block.s alignment 16" err
+'
+
+if ! $PY -c 'import transformers, torch, numpy, safetensors' 2>/dev/null; then
+    test_expect_success "$PY can import transformers, torch, numpy and safetensors (the HF oracle needs them)" 'false'
+    test_done
+    exit
+fi
+
+$PY "$HF" make "$TMP/g64" --layers 2 --embd 512 --heads 8 --kv 2 --head-dim 64 --ffn 1024 \
+    --vocab 1000 --max-pos 256 --llama3 1 --theta 500000 || echo "# the oracle could not make g64"
+$PY "$HF" make "$TMP/g128" --layers 2 --embd 768 --heads 8 --kv 1 --head-dim 128 --ffn 2048 \
+    --vocab 2000 --max-pos 256 --tied 1 || echo "# the oracle could not make g128"
+
+# hf MODEL LAYOUT [llama_check args]: llama_check on cuda in that layout
+# (B 2, T 100), then the oracle; its lines in check.txt, all 6 "ok".
+hf() {
+    local model=$1 g=${2%x*} n=${2#*x} rc=0 mask=0
+    shift 2
+    case " $* " in *" --mask "*) mask=$(echo " $* " | sed 's/.* --mask \([0-9]*\) .*/\1/') ;; esac
+    with_timeout 300 "$BMLAUNCH" --metrics-port 0 --device cuda -g $g -n $n -- "$PROGS/llama_check" \
+        --init "$TMP/$model" --data "$TMP/$model/data.bin" -b 2 -t 100 --out . "$@" >out 2>err || rc=$?
+    [ $rc -eq 0 ] || { echo "llama_check exit $rc"; tail -5 err; return 1; }
+    sed 's/^0: //' out >out.txt
+    rc=0
+    $PY "$HF" check "$TMP/$model" . $((g * n)) 2 100 out.txt --mask $mask >check.txt || rc=$?
+    cat check.txt
+    test $rc -eq 0 && test $(grep -c '^ok ' check.txt) -eq 6
+}
+export -f hf
+
+test_expect_success "head size 64, GQA 4:1, untied, Llama 3 RoPE, V 1000, 1x1, checkpointing (the head in chunks): against HF" '
+    hf g64 1x1
+'
+test_expect_success "the same without checkpointing, zero level 2" '
+    hf g64 1x1 --ckpt 0 --zero 2
+'
+test_expect_success "head size 128, GQA 8:1, tied, NH hd 1024 != C 768, every 5th target left out, 1x1: against HF" '
+    hf g128 1x1 --mask 5
+'
+if [ "$gpus" -ge 2 ]; then
+    test_expect_success "head size 64 at 1x2 (ZeRO over 2 GPUs): against HF" 'hf g64 1x2'
+    test_expect_success "head size 64 at 2x1 (2 replicas): against HF" 'hf g64 2x1'
+    test_expect_success "head size 128, tied, at 1x2 without checkpointing: against HF" 'hf g128 1x2 --ckpt 0'
+else
+    echo "# one GPU: the layouts 1x2 and 2x1 are not run"
+fi
+
+test_done
