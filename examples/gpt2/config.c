@@ -306,4 +306,3 @@ int gpt2_hf_config_json(const gpt2_config_t *cfg, bmt_dtype_t dtype, char **json
     *json = out;
     return 0;
 }
-

@@ -1,0 +1,88 @@
+/* nn/cuda_util.cuh — the small helpers every CUDA file of nn/ uses (internal):
+ * error text ("nn cuda: <what>: <why>"), launch checks, grid sizes, 16-byte
+ * alignment, warp reductions, and bf16 <-> f32 in 16-byte chunks. Everything
+ * is in an anonymous namespace: each file gets its own copy, nothing is
+ * exported from libnn.
+ */
+#ifndef NN_CUDA_UTIL_CUH
+#define NN_CUDA_UTIL_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "bmt/error.h"
+
+typedef __nv_bfloat16 bf16;
+
+namespace
+{
+
+int fail_text(bmt_error_t *err, const char *what, const char *why)
+{
+    if (err)
+        snprintf(err->text, sizeof(err->text), "nn cuda: %s: %s", what, why);
+    return -1;
+}
+
+int launched(bmt_error_t *err, const char *what)
+{
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : fail_text(err, what, cudaGetErrorString(e));
+}
+
+unsigned blocks_for(size_t n, unsigned threads)
+{
+    size_t b = (n + threads - 1) / threads;
+    return (unsigned)(b < 1 ? 1 : b > 65535u * 8 ? 65535u * 8 : b);
+}
+
+/* Whether every pointer is 16-byte aligned (NULL counts as aligned). */
+bool aligned16(const void *a, const void *b = NULL, const void *c = NULL, const void *d = NULL,
+               const void *e = NULL)
+{
+    return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d | (uintptr_t)e) & 15) == 0;
+}
+
+__device__ __forceinline__ float ld(const bf16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ bf16 bf(float x) { return __float2bfloat16(x); }
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* The 8 bf16 of a 16-byte chunk as floats, and back (round to nearest). */
+__device__ __forceinline__ void unpack8(float f[8], uint4 u)
+{
+    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const float2 t = __bfloat1622float2(h[k]);
+        f[2 * k] = t.x, f[2 * k + 1] = t.y;
+    }
+}
+
+__device__ __forceinline__ uint4 pack8(const float f[8])
+{
+    uint4 u;
+    __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&u);
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
+    return u;
+}
+
+} // namespace
+
+#endif
