@@ -213,55 +213,11 @@ static void set_wanted(wanted_t *w, const char *name, const char *alt, int64_t d
     w->dst = dst;
 }
 
-/* ------------------------------------------------------------ attention */
-
-/* out (n, NH, hd) for the n queries q (n, NH, hd) at positions pos0 .. pos0 +
- * n - 1: causal attention over the keys and values kc, vc (pos0 + n, NKV, hd)
- * of positions 0.., query head h reading kv head h / (NH / NKV), scores
- * scaled by 1/sqrt(hd). Scores, softmax and the weighted sum in double.
- * s: scratch (pos0 + n), acc: scratch (hd). */
-static void attend(float *out, const float *q, const float *kc, const float *vc, int pos0, int n,
-                   int NH, int NKV, int hd, double *s, double *acc)
-{
-    const size_t q_row = (size_t)NH * hd, kv_row = (size_t)NKV * hd;
-    const int rep = NH / NKV;
-    const double scale = 1.0 / sqrt(hd);
-    for (int i = 0; i < n; i++) {
-        const int P = pos0 + i + 1; /* keys 0..pos0+i */
-        for (int h = 0; h < NH; h++) {
-            const float *qh = q + i * q_row + (size_t)h * hd;
-            const float *kh = kc + (size_t)(h / rep) * hd, *vh = vc + (size_t)(h / rep) * hd;
-            double m = -INFINITY, sum = 0;
-            for (int j = 0; j < P; j++) {
-                const float *k = kh + j * kv_row;
-                double d = 0;
-                for (int e = 0; e < hd; e++)
-                    d += (double)qh[e] * k[e];
-                s[j] = d * scale;
-                m = s[j] > m ? s[j] : m;
-            }
-            for (int e = 0; e < hd; e++)
-                acc[e] = 0;
-            for (int j = 0; j < P; j++) {
-                const double p = exp(s[j] - m);
-                const float *v = vh + j * kv_row;
-                sum += p;
-                for (int e = 0; e < hd; e++)
-                    acc[e] += p * v[e];
-            }
-            float *o = out + i * q_row + (size_t)h * hd;
-            for (int e = 0; e < hd; e++)
-                o[e] = (float)(acc[e] / sum);
-        }
-    }
-}
-
 /* What every CPU decoder has: its cache and attention scratch. */
 typedef struct kv_cache {
-    int L, width;   /* layers; floats per position of k (and of v): NKV hd */
-    float **k, **v; /* (L) x (capacity, width) */
-    double *s;      /* (capacity): one query's scores */
-    double *acc;    /* (hd) */
+    int L, width;    /* layers; floats per position of k (and of v): NKV hd */
+    float **k, **v;  /* (L) x (capacity, width) */
+    double *scratch; /* (capacity + hd): nn_attention_cached's */
 } kv_cache_t;
 
 static int cache_alloc(kv_cache_t *c, int L, int capacity, int width, int hd, bmt_error_t *err)
@@ -270,9 +226,8 @@ static int cache_alloc(kv_cache_t *c, int L, int capacity, int width, int hd, bm
     c->width = width;
     c->k = calloc((size_t)L, sizeof(float *));
     c->v = calloc((size_t)L, sizeof(float *));
-    c->s = malloc((size_t)capacity * sizeof(double));
-    c->acc = malloc((size_t)hd * sizeof(double));
-    bool ok = c->k && c->v && c->s && c->acc;
+    c->scratch = malloc(((size_t)capacity + hd) * sizeof(double));
+    bool ok = c->k && c->v && c->scratch;
     for (int l = 0; ok && l < L; l++)
         ok = (c->k[l] = malloc((size_t)capacity * width * sizeof(float))) != NULL &&
              (c->v[l] = malloc((size_t)capacity * width * sizeof(float))) != NULL;
@@ -289,8 +244,7 @@ static void cache_free(kv_cache_t *c)
         free(c->v[l]);
     free(c->k);
     free(c->v);
-    free(c->s);
-    free(c->acc);
+    free(c->scratch);
 }
 
 /* ------------------------------------------------------------ GPT-2 */
@@ -318,8 +272,8 @@ typedef struct gpt2_dec {
     float *(*p)[G_LAYER_COUNT];       /* (L) layers */
     kv_cache_t cache;
     /* scratch, CHUNK rows */
-    float *x, *ln, *qkv, *q, *att, *proj, *fc; /* (R,C) (R,C) (R,3C) (R,C) (R,C) (R,C) (R,4C) */
-    float *mean, *rstd;                        /* (R) */
+    float *x, *ln, *qkv, *att, *proj, *fc; /* (R,C) (R,C) (R,3C) (R,C) (R,C) (R,4C) */
+    float *mean, *rstd;                    /* (R) */
 } gpt2_dec_t;
 
 static int gpt2_forward(gen_decoder_t *d, const int32_t *tokens, int n, float *logits,
@@ -338,11 +292,10 @@ static int gpt2_forward(gen_decoder_t *d, const int32_t *tokens, int n, float *l
             nn_conv1d_forward(g->qkv, g->ln, p[G_ATTN_W], p[G_ATTN_B], m, C, 3 * C, 0);
             for (int i = 0; i < m; i++) { /* [q | k | v]: k and v into the cache */
                 const float *row = g->qkv + (size_t)i * 3 * C;
-                memcpy(g->q + (size_t)i * C, row, (size_t)C * sizeof(float));
                 memcpy(kc + (size_t)(p0 + i) * C, row + C, (size_t)C * sizeof(float));
                 memcpy(vc + (size_t)(p0 + i) * C, row + 2 * C, (size_t)C * sizeof(float));
             }
-            attend(g->att, g->q, kc, vc, p0, m, NH, NH, hs, g->cache.s, g->cache.acc);
+            nn_attention_cached(g->att, g->qkv, 3 * C, kc, vc, p0, m, NH, NH, hs, g->cache.scratch);
             nn_conv1d_forward(g->proj, g->att, p[G_APROJ_W], p[G_APROJ_B], m, C, C, 0);
             nn_residual_forward(g->x, g->x, g->proj, m * C);
             nn_layernorm_forward(g->ln, g->mean, g->rstd, g->x, p[G_LN2_W], p[G_LN2_B], m, C);
@@ -374,7 +327,7 @@ static void gpt2_destroy(gen_decoder_t *d)
             free(g->p[l][j]);
     free(g->p);
     cache_free(&g->cache);
-    float *scratch[] = { g->x, g->ln, g->qkv, g->q, g->att, g->proj, g->fc, g->mean, g->rstd };
+    float *scratch[] = { g->x, g->ln, g->qkv, g->att, g->proj, g->fc, g->mean, g->rstd };
     for (size_t i = 0; i < sizeof(scratch) / sizeof(scratch[0]); i++)
         free(scratch[i]);
     free(g);
@@ -428,10 +381,9 @@ static int gpt2_open(gen_decoder_t *d, const char *dir, bmt_st_t *st, bmt_error_
     if (cache_alloc(&g->cache, L, d->capacity, C, C / g->cfg.n_head, err) < 0)
         return -1;
     const size_t rc_ = (size_t)R * C;
-    float **bufs[] = {
-        &g->x, &g->ln, &g->qkv, &g->q, &g->att, &g->proj, &g->fc, &g->mean, &g->rstd
-    };
-    const size_t n[] = { rc_, rc_, 3 * rc_, rc_, rc_, rc_, 4 * rc_, (size_t)R, (size_t)R };
+    float **bufs[] = { &g->x, &g->ln, &g->qkv, &g->att, &g->proj, &g->fc, &g->mean, &g->rstd };
+    const size_t n[] = { rc_, rc_, 3 * rc_, rc_, rc_, 4 * rc_, (size_t)R, (size_t)R };
+    _Static_assert(sizeof(n) / sizeof(n[0]) == sizeof(bufs) / sizeof(bufs[0]), "a size per buffer");
     for (size_t i = 0; i < sizeof(n) / sizeof(n[0]); i++)
         if ((*bufs[i] = malloc(n[i] * sizeof(float))) == NULL)
             return nn_fail(err, "out of memory");
@@ -487,8 +439,8 @@ static int llama_forward(gen_decoder_t *d, const int32_t *tokens, int n, float *
             nn_matmul_forward(v, m->ln, p[L_V], r, C, KV);
             nn_rope_forward_at(m->q, m->q, m->inv_freq, p0, 1, r, NH, hd);
             nn_rope_forward_at(k, k, m->inv_freq, p0, 1, r, NKV, hd);
-            attend(m->att, m->q, m->cache.k[l], m->cache.v[l], p0, r, NH, NKV, hd, m->cache.s,
-                   m->cache.acc);
+            nn_attention_cached(m->att, m->q, Q, m->cache.k[l], m->cache.v[l], p0, r, NH, NKV, hd,
+                                m->cache.scratch);
             nn_matmul_forward(m->o, m->att, p[L_O], r, Q, C);
             nn_residual_forward(m->x, m->x, m->o, r * C);
             nn_rmsnorm_forward(m->ln, m->rstd, m->x, p[L_POST_NORM], r, C, eps);
