@@ -153,9 +153,14 @@ GEN_BIN := $(if $(GEN_OBJ),$(BUILDDIR)/bin/generate)
 GEN_CUDA_OBJ := $(filter-out %/generate.o,$(GEN_OBJ)) $(BUILDDIR)/examples/generate/generate-cuda-main.o \
     $(BUILDDIR)/examples/generate/decode_cuda.o
 GEN_CUDA_BIN := $(if $(HAVE_CUDA),$(if $(GEN_OBJ),$(BUILDDIR)/bin/generate-cuda))
+# The same with tests/mock/nn_cuda_mock.c (the CUDA runtime calls and nn's
+# CUDA layers emulated on the CPU) for libcudart and nn's kernels: the CUDA
+# decoder's host code in make check, on machines without a GPU.
+GEN_MOCK_OBJ := $(BUILDDIR)/tests/mock/nn_cuda_mock.o
+GEN_MOCK_BIN := $(if $(GEN_CUDA_BIN),$(BUILDDIR)/tests/mock/generate-cuda-mock)
 
 ALL := $(LIBBMT_A) $(LIBBMT_SO) $(BMLAUNCH) $(PLUGIN_SO) $(PROBE_SO) $(FAILIO_SO) $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN) \
-    $(GPT2_BIN) $(LLAMA_BIN) $(GEN_BIN) $(GEN_CUDA_BIN)
+    $(GPT2_BIN) $(LLAMA_BIN) $(GEN_BIN) $(GEN_CUDA_BIN) $(GEN_MOCK_BIN)
 
 # Objects depend on the flags they were built with: switching DEBUG, ASAN, NO_CUDA
 # or CFLAGS in the same BUILDDIR rebuilds instead of mixing old and new objects.
@@ -308,6 +313,13 @@ $(GEN_CUDA_BIN): $(GEN_CUDA_OBJ) $(LLAMA_A) $(GPT2_A) $(NN_A) $(LIBBMT_A)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $(GEN_CUDA_OBJ) $(LLAMA_A) $(GPT2_A) $(NN_A) $(LIBBMT_A) $(NN_LIBS) $(LIB_LIBS)
+
+# No CUDA library: a call the mock does not emulate fails to link.
+$(GEN_MOCK_BIN): $(GEN_CUDA_OBJ) $(GEN_MOCK_OBJ) $(LLAMA_A) $(GPT2_A) $(NN_A) $(LIBBMT_A)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  LD      $@")
+	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $(GEN_CUDA_OBJ) $(GEN_MOCK_OBJ) $(LLAMA_A) $(GPT2_A) $(NN_A) $(LIBBMT_A) \
+	    $(PMIX_LIBS) $(JANSSON_LIBS) -ldl -lpthread -lrt -lm
 
 $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN): $(BUILDDIR)/%: $(BUILDDIR)/%.o $(LAUNCHER_A) $(PLUGIN_COMMON_A) $(LIBBMT_A) $(MODEL_LIBS)
 	@mkdir -p $(@D)

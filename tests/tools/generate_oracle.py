@@ -23,7 +23,7 @@
     generate_oracle.py batch FILE
         one line of results per line of FILE (one torch start for them all):
           NAME greedy DIR PROMPT N           -> NAME ids I I ... gap G
-          NAME path DIR PROMPT N             -> NAME ids I I ... gaps G G ...
+          NAME follows DIR PROMPT IDS M      -> NAME follows K of N [then ...] ok|FAIL
           NAME replay DIR PROMPT N T K SEED  -> NAME ids I I ...
           NAME topk DIR PROMPT IDS K         -> NAME outside X of Y first Z
           NAME logits DIR PROMPT IDS DUMP [B] -> NAME logits E ok|FAIL
@@ -31,9 +31,11 @@
         `generate --dump-logits`'s file: one row of V f32 logits per new token.
         greedy: the argmax continuation of N tokens (the lowest index among
         equal logits) and G, the smallest gap between a step's two largest
-        logits. path: the same continuation with every step's gap, in
-        order (tests/gpu/test_generate.sh compares a bf16 path up to its
-        first near tie). replay: the seeded draw that docs/generate.md describes
+        logits. follows: whether IDS (a bf16 decoder's greedy path) is the
+        oracle's greedy path up to its first step whose two largest logits
+        are within M, where it may leave it: K of the N ids are the oracle's,
+        then (if K < N) "then I for the oracle's J at a gap of G", ok when G
+        <= M. replay: the seeded draw that docs/generate.md describes
         (temperature, then top-k, then xoshiro256** seeded by splitmix64),
         here in Python on this oracle's logits. topk: how many of IDS (the C
         program's sampled path) are not among the K largest logits of their
@@ -432,7 +434,7 @@ def batch(path):
             models[d] = Model(d)
         m = models[d]
         prompt = ids_of(f[3])
-        if kind in ("greedy", "path", "replay"):
+        if kind in ("greedy", "replay"):
             n = int(f[4])
             T, k, rng = (float(f[5]), int(f[6]), Rng(int(f[7]))) if kind == "replay" else (0, 0, None)
             seq, gaps = list(prompt), []
@@ -442,11 +444,20 @@ def batch(path):
                 gaps.append(top[1] - top[0])
                 seq.append(draw(z, T, k, rng) if rng else argmax(z))
             out = "%s ids %s" % (name, " ".join(map(str, seq[len(prompt):])))
-            if kind == "greedy":
-                out += " gap %.3g" % min(gaps)
-            elif kind == "path":
-                out += " gaps " + " ".join("%.4g" % g for g in gaps)
-            print(out)
+            print(out + (" gap %.3g" % min(gaps) if kind == "greedy" else ""))
+        elif kind == "follows":
+            ids, margin, seq = ids_of(f[4]), float(f[5]), list(prompt)
+            for s, mine in enumerate(ids):
+                z = m.logits(seq)[-1].numpy()
+                top, best = np.sort(z)[-2:], argmax(z)
+                if best != mine:
+                    gap = top[1] - top[0]
+                    print("%s follows %d of %d, then %d for the oracle's %d at a gap of %.4g %s"
+                          % (name, s, len(ids), mine, best, gap, "ok" if gap <= margin else "FAIL"))
+                    break
+                seq.append(mine)
+            else:
+                print("%s follows %d of %d ok" % (name, len(ids), len(ids)))
         elif kind == "topk":
             ids, k = ids_of(f[4]), int(f[5])
             z = m.logits(prompt + ids[:-1])[len(prompt) - 1:].numpy()
