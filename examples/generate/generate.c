@@ -9,7 +9,8 @@
  * over the prompt (prefill), then per new token: choose it from the last
  * logits, and, unless it is the last, run it through the model at its
  * position (the cache holds the rest). --no-cache (a test's option) runs the
- * whole sequence again at every step instead, which must give the same bits.
+ * whole sequence again at every step instead, which must give the same bits
+ * on the CPU (on the GPU the same numbers to bf16 rounding: docs/generate.md).
  *
  * Devices: --device cpu (the default) runs the CPU decoders in this process;
  * --device cuda runs the CUDA decoder (decode_cuda.c), which lives in another
@@ -169,7 +170,8 @@ static double now_s(void)
 
 #ifndef GEN_CUDA_MAIN
 /* --device cuda: generate-cuda, in this binary's directory, with the same
- * arguments (see the note at the top). Returns only on failure, by dying. */
+ * arguments (see the note at the top). Does not return: it becomes that
+ * program, or prints one line and exits 1. */
 static _Noreturn void exec_cuda(char **argv)
 {
 #ifndef BMT_HAVE_CUDA
