@@ -104,6 +104,7 @@ struct llama_cu {
     float *losses;                   /* (N) f32 */
     float *loss_sum;                 /* (1) f32 */
     float *logits_f32, *logits_host; /* keep_logits: (N,V) device, host */
+    bool logits_ready, loss_ready;   /* a forward has filled them since they exist */
     /* backward */
     void *dres; /* (N,C) bf16: d loss / d the input of the block whose backward runs next */
     void *dxf;  /* (N,C) bf16: d loss / d xf */
@@ -466,7 +467,11 @@ static int head_forward(llama_cu_t *cu, void *const *p, bmt_error_t *err)
             return -1;
     if (cu->head_rows < N) /* the backward makes each chunk's logits again */
         drop(cu, &cu->logits);
-    return nn_cuda_sum(cu->h, cu->loss_sum, cu->losses, N, err);
+    if (nn_cuda_sum(cu->h, cu->loss_sum, cu->losses, N, err) < 0)
+        return -1;
+    cu->logits_ready = cu->logits_f32 != NULL;
+    cu->loss_ready = true;
+    return 0;
 }
 
 static int head_backward(llama_cu_t *cu, void *const *p, float *const *g, bmt_error_t *err)
@@ -553,6 +558,8 @@ int llama_cu_backward(llama_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *er
 int llama_cu_loss(llama_cu_t *cu, float *loss, bmt_error_t *err)
 {
     float sum;
+    if (!cu->loss_ready)
+        return fail(err, "model: no forward has computed a loss yet");
     if (bmt_mem_download(cu->ctx, &sum, cu->loss_sum, sizeof(sum), err) < 0)
         return -1;
     *loss = cu->counted ? sum / (float)cu->counted : 0.0f;
@@ -566,6 +573,7 @@ int llama_cu_keep_logits(llama_cu_t *cu, bmt_error_t *err)
         return 0;
     if (cu->logits_host == NULL && (cu->logits_host = malloc(n * sizeof(float))) == NULL)
         return fail(err, "model: rank %d: out of host memory for the logits", bmt_rank(cu->ctx));
+    cu->logits_ready = false; /* until the next forward fills them */
     return (cu->logits_f32 = cu_alloc(cu, n * sizeof(float), err)) ? 0 : -1;
 }
 
@@ -573,6 +581,10 @@ const float *llama_cu_logits(llama_cu_t *cu, bmt_error_t *err)
 {
     if (cu->logits_f32 == NULL) {
         fail(err, "model: logits are not kept on cuda (llama_model_keep_logits)");
+        return NULL;
+    }
+    if (!cu->logits_ready) {
+        fail(err, "model: no forward has run since the logits were kept");
         return NULL;
     }
     const size_t n = (size_t)cu->N * cu->cfg.vocab_size;
