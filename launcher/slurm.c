@@ -10,7 +10,10 @@
  * srun flags: --mpi=pmix (slurmd is the PMIx server), one task per rank with
  * --ntasks-per-node and --distribution=block (rank r on node r / gpus_per_node),
  * --job-name (the step's name, by which bmlaunch finds it to signal it), --label
- * (bmlaunch splits the output per rank), --unbuffered. Not --kill-on-bad-exit:
+ * (bmlaunch splits the output per rank and joins the pieces of long lines:
+ * supervise.c, SRUN_PIECE). Not --unbuffered: it gives each task a pseudo
+ * terminal for stdout (a pipe in local mode) and cuts lines wherever a read
+ * ends. Not --kill-on-bad-exit:
  * srun would SIGKILL the other tasks at the first failure; bmlaunch reads srun's
  * report of it and ends the step as it ends local ranks (SIGTERM, --grace,
  * SIGKILL), through scancel (slurm_step_signal: srun itself turns SIGINT into a
@@ -193,7 +196,6 @@ char **slurm_srun_argv(const slurm_alloc_t *a, const launch_opts_t *o, const bmt
     bad |= push(&v, &n, &cap, "--distribution=block");
     bad |= push(&v, &n, &cap, "--job-name=%s", step_name);
     bad |= push(&v, &n, &cap, "--label");
-    bad |= push(&v, &n, &cap, "--unbuffered");
     if (cuda) {
         bad |= push(&v, &n, &cap, "--gpu-bind=none");
         if (a->cpus_per_node >= l->gpus_per_node) {

@@ -420,7 +420,46 @@ static void srun_report(job_t *job, const char *line, size_t len)
     begin_end(job);
 }
 
-/* Slurm mode: "N: text" (srun --label) is rank N's line; the rest is srun's. */
+/* srun's pieces. slurmstepd (without --unbuffered) sends a task's output line by
+ * line, in messages of at most SRUN_PIECE bytes: a longer line arrives as pieces
+ * of exactly SRUN_PIECE bytes and a last piece holding the rest and the newline,
+ * and srun --label prints every piece as a line of its own. A line of 1023 bytes
+ * and its newline fill one message, so a piece of SRUN_PIECE bytes is always
+ * continued. The rank's stream (unused in Slurm mode: the pipes are srun's) holds
+ * the pieces until the last one; srun_flush emits what is pending when srun's
+ * stream ends. (With --unbuffered tasks write to a pseudo terminal and srun
+ * sends whatever one read returned, cutting lines anywhere: hence no -u.) */
+#define SRUN_PIECE 1024
+
+static bool piece_add(stream_t *s, const char *p, size_t n)
+{
+    if (s->len + n > s->cap) {
+        size_t cap = s->cap ? s->cap : 2 * SRUN_PIECE;
+        while (cap < s->len + n)
+            cap *= 2;
+        char *b = realloc(s->buf, cap);
+        if (b == NULL)
+            return false;
+        s->buf = b;
+        s->cap = cap;
+    }
+    memcpy(s->buf + s->len, p, n);
+    s->len += n;
+    return true;
+}
+
+static void srun_flush(job_t *job, bool is_err)
+{
+    for (int r = 0; r < job->o.world; r++) {
+        stream_t *s = is_err ? &job->ranks[r].err : &job->ranks[r].out;
+        if (s->len > 0)
+            emit_line(job, &job->ranks[r], is_err, s->buf, s->len);
+        s->len = 0;
+    }
+}
+
+/* Slurm mode: "N: text" (srun --label) is rank N's line, or a piece of it
+ * (SRUN_PIECE); the rest is srun's. */
 static void demux_line(job_t *job, bool is_err, const char *line, size_t len)
 {
     size_t i = 0;
@@ -432,11 +471,33 @@ static void demux_line(job_t *job, bool is_err, const char *line, size_t len)
         r = r * 10 + (line[i++] - '0');
     if (i > d && i < len && line[i] == ':' && r < job->o.world) {
         size_t start = i + 1 < len && line[i + 1] == ' ' ? i + 2 : i + 1;
-        emit_line(job, &job->ranks[r], is_err, line + start, len - start);
+        rank_proc_t *rp = &job->ranks[r];
+        stream_t *s = is_err ? &rp->err : &rp->out;
+        const char *p = line + start;
+        size_t plen = len - start;
+        if (plen == SRUN_PIECE || s->len > 0) {
+            if (s->len + plen > LINE_MAX_BYTES) { /* as a local rank's: cut at the limit */
+                emit_line(job, rp, is_err, s->buf, s->len);
+                s->len = 0;
+            }
+            if (!piece_add(s, p, plen)) { /* no memory: what is there, then the piece */
+                if (s->len > 0)
+                    emit_line(job, rp, is_err, s->buf, s->len);
+                s->len = 0;
+                emit_line(job, rp, is_err, p, plen);
+                return;
+            }
+            if (plen == SRUN_PIECE)
+                return;
+            p = s->buf;
+            plen = s->len;
+            s->len = 0;
+        }
+        emit_line(job, rp, is_err, p, plen);
         /* bmt_abort's line: srun reports the abort only as killed tasks. */
         char text[BMT_ERROR_TEXT_MAX + 100];
-        size_t n = len - start < sizeof(text) - 1 ? len - start : sizeof(text) - 1;
-        memcpy(text, line + start, n);
+        size_t n = plen < sizeof(text) - 1 ? plen : sizeof(text) - 1;
+        memcpy(text, p, n);
         text[n] = '\0';
         int status;
         const char *msg = strstr(text, "): ");
@@ -463,6 +524,8 @@ static void stream_close(job_t *job, rank_proc_t *rp, stream_t *s)
     if (s->len > 0)
         emit_line(job, rp, s->is_err, s->buf, s->len);
     s->len = 0;
+    if (rp->rank < 0)
+        srun_flush(job, s->is_err);
     close(s->fd);
     s->fd = -1;
     free(s->buf);

@@ -444,6 +444,8 @@ int rope(nn_cuda_t *h, void *qkv, const float *inv_freq, int B, int T, int NH, i
 {
     if (hd <= 0 || hd % 2 != 0 || NH < 0 || NKV < 0)
         return fail_text(err, what, "the head size must be even and positive");
+    if (B < 0 || T < 0 || pos0 < 0)
+        return fail_text(err, what, "B, T and pos0 must not be negative");
     const int N = B * T, nh = NH + NKV, row = (NH + 2 * NKV) * hd;
     if (N <= 0 || nh == 0)
         return 0;

@@ -817,8 +817,9 @@ int batched(nn_cuda_t *h, bool ta, bool tb, int m, int n, int k, const void *A, 
  * log(sum); the backward recomputes P = exp(scale S - LSE) and runs as two
  * kernels, one over key tiles (dK, dV) and one over query tiles (dQ), so that
  * nothing is accumulated with atomics: fixed order, the same bits every run.
- * Head sizes 16, 32 and 64 (GPT-2's is 64); others take the materialized path
- * above. (A first version with WMMA fragments, whose opaque layout forced the
+ * Head sizes 16, 32, 64 and 128 (nn_cuda_flash_*); GPT-2's attention
+ * (nn_cuda_attention_*) takes the materialized path above for sizes other
+ * than 16, 32 and 64. (A first version with WMMA fragments, whose opaque layout forced the
  * scores through shared memory, ran slower than the materialized path: see
  * bench/NOTES.md.)
  */
@@ -1763,6 +1764,8 @@ __global__ void __launch_bounds__(256, 2)
     }
     mfa_fwd_finish<64>(out + (size_t)(bh / NH) * T * C + (bh % NH) * 64, lse + (size_t)bh * T, o, m,
                        l, row0, T, t, C, sl2);
+#else
+    __trap(); /* a build whose image for this device lacks wgmma: fail, never return nothing */
 #endif
 }
 
@@ -1855,6 +1858,8 @@ __global__ void __launch_bounds__(128, 3)
     }
     mfa_store<64>(dqkv + (k - qkv), dk, key0, scale, scale, T, t, LDI);
     mfa_store<64>(dqkv + (v - qkv), dv, key0, 1.f, 1.f, T, t, LDI);
+#else
+    __trap(); /* a build whose image for this device lacks wgmma: fail, never return nothing */
 #endif
 }
 
@@ -1928,6 +1933,8 @@ __global__ void __launch_bounds__(256, 2)
         wg_stage_ready();
     }
     mfa_store<64>(dqkv + (q - qkv), dq, row0, scale, scale, T, t, LDI);
+#else
+    __trap(); /* a build whose image for this device lacks wgmma: fail, never return nothing */
 #endif
 }
 
@@ -2477,15 +2484,23 @@ extern "C" int nn_cuda_flash_ok(int hd) { return flash_ok(hd) || hd == 128; }
 
 /* The heads as nn_cuda_flash_* take them: NH a multiple of NKV, a supported
  * head size, rows of 16-byte multiples (cp.async's unit). */
-static int flash_args(int B, int T, int NH, int NKV, int hd, const char *what, bmt_error_t *err)
+static int flash_args(int B, int T, int NH, int NKV, int hd, const void *p0, const void *p1,
+                      const void *p2, const void *p3, const char *what, bmt_error_t *err)
 {
-    char why[160];
+    char why[200];
     if (!nn_cuda_flash_ok(hd))
         snprintf(why, sizeof why, "head size %d is not one of 16, 32, 64, 128", hd);
     else if (B < 1 || T < 1 || NH < 1 || NKV < 1 || NH % NKV != 0)
         snprintf(why, sizeof why,
                  "B %d, T %d, NH %d, NKV %d: every one must be >= 1 and NH a multiple of NKV", B, T,
                  NH, NKV);
+    else if ((long long)B * NH > 65535)
+        snprintf(why, sizeof why, "B %d x NH %d = %lld (batch, head) pairs; at most 65535", B, NH,
+                 (long long)B * NH);
+    else if (!aligned16(p0, p1, p2, p3))
+        snprintf(why, sizeof why,
+                 "a buffer is not 16-byte aligned (the kernels copy 16 bytes at a time): "
+                 "pass the start of an allocation, or an offset that is a multiple of 8 elements");
     else
         return 0;
     return fail_text(err, what, why);
@@ -2494,7 +2509,7 @@ static int flash_args(int B, int T, int NH, int NKV, int hd, const char *what, b
 extern "C" int nn_cuda_flash_forward(nn_cuda_t *h, void *out, float *lse, const void *qkv, int B,
                                      int T, int NH, int NKV, int hd, bmt_error_t *err)
 {
-    if (flash_args(B, T, NH, NKV, hd, "flash attention forward", err) < 0)
+    if (flash_args(B, T, NH, NKV, hd, out, qkv, NULL, NULL, "flash attention forward", err) < 0)
         return -1;
     const float scale = 1.0f / sqrtf((float)hd);
     const bf16 *x = (const bf16 *)qkv;
@@ -2516,7 +2531,7 @@ extern "C" int nn_cuda_flash_backward(nn_cuda_t *h, void *dqkv, float *Dd, const
                                       const void *out, const void *qkv, const float *lse, int B,
                                       int T, int NH, int NKV, int hd, bmt_error_t *err)
 {
-    if (flash_args(B, T, NH, NKV, hd, "flash attention backward", err) < 0)
+    if (flash_args(B, T, NH, NKV, hd, dqkv, dout, out, qkv, "flash attention backward", err) < 0)
         return -1;
     const float scale = 1.0f / sqrtf((float)hd);
     const bf16 *x = (const bf16 *)qkv, *o = (const bf16 *)out, *dy = (const bf16 *)dout;

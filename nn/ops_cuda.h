@@ -15,9 +15,11 @@
  *     and GELU for the MLP: nn_cuda_matmul_gelu_forward / _backward_dgelu),
  *     with cublasGemmEx as the fallback when cuBLASLt offers no algorithm.
  *   - Attention keeps q, k, v for the backward ("qkvr", 3 N C). GPT-2's head
- *     size runs flash attention (own mma.sync kernels, FlashAttention-2's
- *     algorithm) on qkv as it lies; other head sizes permute to (B,NH,T,hs)
- *     and run batched GEMMs over (T,T) scores.
+ *     size runs flash attention (own mma.sync and wgmma kernels,
+ *     FlashAttention-2's algorithm) on qkv as it lies; other head sizes
+ *     permute to (B,NH,T,hs) and run batched GEMMs over (T,T) scores. The
+ *     grouped-query entry points (nn_cuda_flash_*) run the same kernels on
+ *     the Llama family's packed rows, head sizes 16 to 128.
  *   - Cross-entropy is fused with its backward: one pass over each row of the
  *     logits gives the loss and overwrites the logits with the gradient, so no
  *     (N,V) f32 buffer exists.

@@ -323,6 +323,11 @@ int main(int argc, char **argv)
         die(2, "no prompt: give --prompt-ids or --prompt");
     if (text_arg && text_arg[0] == '\0')
         die(2, "--prompt is empty: give at least one byte");
+    if (smp.temperature == 0 && smp.top_k > 1)
+        die(2,
+            "--top-k %d samples, and temperature 0 (the default) is greedy: give "
+            "--temperature X > 0 as well, or drop --top-k",
+            smp.top_k);
 
     bmt_error_t err = { { 0 } };
     gen_model_info_t info;

@@ -120,11 +120,15 @@ int gen_sample(const float *logits, int V, const gen_sampling_t *s, gen_rng_t *r
         sum += exp((logits[k < V ? order[j] : j] - zmax) / s->temperature);
     const double u = gen_rng_uniform(r) * sum;
     double run = 0;
+    int last = -1; /* the last candidate with a weight: u may round up to sum */
     for (int j = 0; j < k; j++) {
         const int i = k < V ? order[j] : j;
-        run += exp((logits[i] - zmax) / s->temperature);
+        const double w = exp((logits[i] - zmax) / s->temperature);
+        run += w;
+        if (w > 0)
+            last = i;
         if (run > u)
             return i;
     }
-    return k < V ? order[k - 1] : V - 1;
+    return last >= 0 ? last : (k < V ? order[0] : gen_argmax(logits, V));
 }

@@ -23,16 +23,6 @@
 #include "gpt2/model.h"
 #include "nn/hfjson.h"
 
-static int fail(bmt_error_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(bmt_error_t *err, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->text, sizeof(err->text), fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 int gpt2_config_by_name(const char *name, gpt2_config_t *cfg, bmt_error_t *err)
 {
     static const struct {
@@ -48,8 +38,8 @@ int gpt2_config_by_name(const char *name, gpt2_config_t *cfg, bmt_error_t *err)
             *cfg = known[i].c;
             return 0;
         }
-    return fail(err, "unknown model '%.200s': use tiny, d12, d24, d36 or d48, or give the sizes",
-                name ? name : "(null)");
+    return nn_fail(err, "unknown model '%.200s': use tiny, d12, d24, d36 or d48, or give the sizes",
+                   name ? name : "(null)");
 }
 
 int gpt2_config_check(const gpt2_config_t *c, bmt_error_t *err)
@@ -66,10 +56,10 @@ int gpt2_config_check(const gpt2_config_t *c, bmt_error_t *err)
     };
     for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
         if (f[i].v < 1 || f[i].v > f[i].max)
-            return fail(err, "model: %s must be in 1..%d, not %d", f[i].what, f[i].max, f[i].v);
+            return nn_fail(err, "model: %s must be in 1..%d, not %d", f[i].what, f[i].max, f[i].v);
     if (c->n_embd % c->n_head != 0)
-        return fail(err, "model: the embedding size %d is not a multiple of the %d heads",
-                    c->n_embd, c->n_head);
+        return nn_fail(err, "model: the embedding size %d is not a multiple of the %d heads",
+                       c->n_embd, c->n_head);
     return 0;
 }
 
@@ -100,12 +90,13 @@ int gpt2_config_from_hf_json(const char *text, const char *file, int n_head, gpt
     json_error_t je;
     json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &je);
     if (root == NULL)
-        return fail(err, "%s: not valid JSON: %.60s (line %d)", file, je.text, je.line);
+        return nn_fail(err, "%s: not valid JSON: %.60s (line %d)", file, je.text, je.line);
     int rc = 0;
     gpt2_config_t c = *cfg;
     const json_t *v;
     if (!json_is_object(root))
-        rc = fail(err, "%s: malformed: a JSON object is needed, not %s", file, nn_json_kind(root));
+        rc = nn_fail(err, "%s: malformed: a JSON object is needed, not %s", file,
+                     nn_json_kind(root));
 
     /* What kind of model: GPT-2, as a causal LM or its body. */
     if (rc == 0 && (v = json_object_get(root, "model_type")) != NULL) {
@@ -149,20 +140,20 @@ int gpt2_config_from_hf_json(const char *text, const char *file, int n_head, gpt
         rc = nn_hf_int(root, file, sizes[i].key, sizes[i].alias, sizes[i].dflt, false, &x, &given,
                        err);
         if (rc == 0 && x != sizes[i].have)
-            rc = fail(err, "%s: %s is %lld%s but the weights have %d %s", file, sizes[i].key, x,
-                      given ? "" : " (absent: the default)", sizes[i].have, sizes[i].what);
+            rc = nn_fail(err, "%s: %s is %lld%s but the weights have %d %s", file, sizes[i].key, x,
+                         given ? "" : " (absent: the default)", sizes[i].have, sizes[i].what);
     }
     long long heads = 12;
     bool given = false;
     if (rc == 0)
         rc = nn_hf_int(root, file, "n_head", "num_attention_heads", 12, false, &heads, &given, err);
     if (rc == 0 && (heads < 1 || heads > 1024 || c.n_embd % heads != 0))
-        rc = fail(err, "%s: n_head is %lld%s: it must be in 1..1024 and divide n_embd %d", file,
-                  heads, given ? "" : " (absent: the default)", c.n_embd);
+        rc = nn_fail(err, "%s: n_head is %lld%s: it must be in 1..1024 and divide n_embd %d", file,
+                     heads, given ? "" : " (absent: the default)", c.n_embd);
     if (rc == 0 && n_head != 0 && n_head != heads)
-        rc = fail(err,
-                  "%s: n_head is %lld%s but --heads is %d: leave --heads out or make them agree",
-                  file, heads, given ? "" : " (absent: the default)", n_head);
+        rc = nn_fail(err,
+                     "%s: n_head is %lld%s but --heads is %d: leave --heads out or make them agree",
+                     file, heads, given ? "" : " (absent: the default)", n_head);
     if (rc == 0 && (v = json_object_get(root, "n_inner")) != NULL && !json_is_null(v)) {
         if (!json_is_integer(v))
             rc = nn_hf_wrong_type(err, file, "n_inner", "an integer or null", v);
@@ -214,8 +205,8 @@ int gpt2_config_from_hf_json(const char *text, const char *file, int n_head, gpt
         if ((v = json_object_get(root, dropouts[i])) != NULL &&
             !(json_is_number(v) && json_number_value(v) >= 0 && json_number_value(v) <= 1))
             rc = json_is_number(v)
-                     ? fail(err, "%s: malformed: %s is %s; a probability is in [0, 1]", file,
-                            dropouts[i], nn_json_show(v).s)
+                     ? nn_fail(err, "%s: malformed: %s is %s; a probability is in [0, 1]", file,
+                               dropouts[i], nn_json_show(v).s)
                      : nn_hf_wrong_type(err, file, dropouts[i], "a number", v);
     json_decref(root);
     if (rc == 0) {
@@ -235,12 +226,12 @@ int gpt2_config_from_file(const char *path, int n_head, gpt2_config_t *cfg, bmt_
     const bmt_st_tensor_t *wte = named(st, "wte.weight", "transformer.wte.weight");
     const bmt_st_tensor_t *wpe = named(st, "wpe.weight", "transformer.wpe.weight");
     if (rc == 0 && (wte == NULL || wpe == NULL || wte->ndim != 2 || wpe->ndim != 2))
-        rc = fail(err, "%.200s: no GPT-2 embeddings: need 2-D wte.weight and wpe.weight", path);
+        rc = nn_fail(err, "%.200s: no GPT-2 embeddings: need 2-D wte.weight and wpe.weight", path);
     if (rc == 0 && plan->nlayers < 1)
-        rc = fail(err, "%.200s: no transformer layers (h.<N>.*) found", path);
+        rc = nn_fail(err, "%.200s: no transformer layers (h.<N>.*) found", path);
     if (rc == 0 && wte->shape[1] != wpe->shape[1])
-        rc = fail(err, "%.200s: wte is %lld wide and wpe %lld: they must agree", path,
-                  (long long)wte->shape[1], (long long)wpe->shape[1]);
+        rc = nn_fail(err, "%.200s: wte is %lld wide and wpe %lld: they must agree", path,
+                     (long long)wte->shape[1], (long long)wpe->shape[1]);
     gpt2_config_t c = { 0 };
     if (rc == 0)
         c = (gpt2_config_t){ .max_seq_len = (int)wpe->shape[0],
@@ -259,8 +250,9 @@ int gpt2_config_from_file(const char *path, int n_head, gpt2_config_t *cfg, bmt_
     else if (rc == 0) {
         c.n_head = n_head ? n_head : c.n_embd % 64 == 0 ? c.n_embd / 64 : 0;
         if (c.n_head == 0)
-            rc = fail(err, "%.200s: the embedding size %d is not a multiple of 64: give the heads",
-                      path, c.n_embd);
+            rc = nn_fail(err,
+                         "%.200s: the embedding size %d is not a multiple of 64: give the heads",
+                         path, c.n_embd);
     }
     free(text);
     if (rc == 0)
@@ -275,8 +267,8 @@ int gpt2_hf_config_json(const gpt2_config_t *cfg, bmt_dtype_t dtype, char **json
     if (gpt2_config_check(cfg, err) < 0)
         return -1;
     if (dtype != BMT_F32 && dtype != BMT_BF16)
-        return fail(err, "gpt2: config.json for %s parameters: only f32 and bf16 are written",
-                    bmt_dtype_name(dtype));
+        return nn_fail(err, "gpt2: config.json for %s parameters: only f32 and bf16 are written",
+                       bmt_dtype_name(dtype));
     /* GPT-2's tokenizer has <|endoftext|> = 50256 as both; a smaller
      * vocabulary (bytes) has no such token, and GPT2Config's default 50256
      * would point outside it, so say null. */
@@ -299,7 +291,7 @@ int gpt2_hf_config_json(const gpt2_config_t *cfg, bmt_dtype_t dtype, char **json
     char *out = text ? malloc(strlen(text) + 2) : NULL;
     if (out == NULL) {
         free(text);
-        return fail(err, "gpt2: config.json: out of memory");
+        return nn_fail(err, "gpt2: config.json: out of memory");
     }
     snprintf(out, strlen(text) + 2, "%s\n", text);
     free(text);

@@ -62,6 +62,7 @@
 #ifdef BMT_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "nn/hfjson.h" /* nn_fail */
 #include "nn/llama_ops_cuda.h"
 #include "nn/ops_cuda.h"
 
@@ -104,6 +105,7 @@ struct llama_cu {
     float *losses;                   /* (N) f32 */
     float *loss_sum;                 /* (1) f32 */
     float *logits_f32, *logits_host; /* keep_logits: (N,V) device, host */
+    bool logits_ready, loss_ready;   /* a forward has filled them since they exist */
     /* backward */
     void *dres; /* (N,C) bf16: d loss / d the input of the block whose backward runs next */
     void *dxf;  /* (N,C) bf16: d loss / d xf */
@@ -116,16 +118,6 @@ struct llama_cu {
     void *stream;
     size_t U; /* bytes of one (N,C) bf16 buffer */
 };
-
-static int fail(bmt_error_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(bmt_error_t *err, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->text, sizeof(err->text), fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 static void *cu_alloc(llama_cu_t *cu, size_t bytes, bmt_error_t *err)
 {
@@ -156,10 +148,10 @@ static void drop_all(llama_cu_t *cu, void **const *bufs)
 static int check_sizes(const llama_config_t *c, bmt_error_t *err)
 {
     if (!nn_cuda_flash_ok(c->head_dim))
-        return fail(err,
-                    "model: the cuda model runs flash attention, which takes head sizes 16, 32, "
-                    "64 and 128; this model's head_dim is %d (use the cpu model: --device cpu)",
-                    c->head_dim);
+        return nn_fail(err,
+                       "model: the cuda model runs flash attention, which takes head sizes 16, 32, "
+                       "64 and 128; this model's head_dim is %d (use the cpu model: --device cpu)",
+                       c->head_dim);
     const int64_t C = c->n_embd, Q = (int64_t)c->n_head * c->head_dim,
                   KV = (int64_t)c->n_kv_head * c->head_dim, F = c->ffn;
     const struct {
@@ -174,14 +166,14 @@ static int check_sizes(const llama_config_t *c, bmt_error_t *err)
      * multiples of the alignment (v_proj and up_proj end their stacks). */
     for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
         if (parts[i].numel % BMT_BLOCK_ALIGN != 0)
-            return fail(err,
-                        "model: the cuda model takes q, k, v (and gate, up) in one product over "
-                        "the block's parameters as they lie back to back, which needs each to "
-                        "end where the next starts; %s = %lld elements is not a multiple of "
-                        "the block's alignment %d, so the next one is padded away from it "
-                        "(hidden_size %lld: a multiple of 16 avoids this; or use the cpu model: "
-                        "--device cpu)",
-                        parts[i].what, (long long)parts[i].numel, BMT_BLOCK_ALIGN, (long long)C);
+            return nn_fail(err,
+                           "model: the cuda model takes q, k, v (and gate, up) in one product over "
+                           "the block's parameters as they lie back to back, which needs each to "
+                           "end where the next starts; %s = %lld elements is not a multiple of "
+                           "the block's alignment %d, so the next one is padded away from it "
+                           "(hidden_size %lld: a multiple of 16 avoids this; or use the cpu model: "
+                           "--device cpu)",
+                           parts[i].what, (long long)parts[i].numel, BMT_BLOCK_ALIGN, (long long)C);
     return 0;
 }
 
@@ -204,12 +196,12 @@ static int check_stacked(const llama_cu_t *cu, const bmt_block_call_t *c, bmt_er
         const size_t es = sets[s].es;
         if (p[P_K] != p[P_Q] + qc * es || p[P_V] != p[P_K] + kc * es ||
             p[P_UP] != p[P_GATE] + fc * es)
-            return fail(err,
-                        "model: block %d's %s are not laid out back to back (q_proj, k_proj, "
-                        "v_proj at +%td, +%td bytes; gate_proj, up_proj at +%td; want +%zu, "
-                        "+%zu; +%zu): the stacked products would read the wrong numbers",
-                        c->index, sets[s].what, p[P_K] - p[P_Q], p[P_V] - p[P_Q],
-                        p[P_UP] - p[P_GATE], qc * es, (qc + kc) * es, fc * es);
+            return nn_fail(err,
+                           "model: block %d's %s are not laid out back to back (q_proj, k_proj, "
+                           "v_proj at +%td, +%td bytes; gate_proj, up_proj at +%td; want +%zu, "
+                           "+%zu; +%zu): the stacked products would read the wrong numbers",
+                           c->index, sets[s].what, p[P_K] - p[P_Q], p[P_V] - p[P_Q],
+                           p[P_UP] - p[P_GATE], qc * es, (qc + kc) * es, fc * es);
     }
     return 0;
 }
@@ -224,7 +216,7 @@ static int alloc_all(llama_cu_t *cu, const float *inv_freq, bmt_error_t *err)
     if ((cu->x = calloc((size_t)L + 1, sizeof(void *))) == NULL ||
         (cu->acts = calloc((size_t)sets, sizeof(cu_layer_t))) == NULL ||
         (cu->tokens_host = malloc((5 * N + 1) * sizeof(int32_t))) == NULL)
-        return fail(err, "model: rank %d: out of host memory", bmt_rank(cu->ctx));
+        return nn_fail(err, "model: rank %d: out of host memory", bmt_rank(cu->ctx));
     if (!(cu->tokens = cu_alloc(cu, (5 * N + 1) * 4, err)) ||
         !(cu->inv_freq = cu_alloc(cu, nf, err)) || !(cu->rstdf = cu_alloc(cu, N * 4, err)) ||
         !(cu->losses = cu_alloc(cu, N * 4, err)) || !(cu->loss_sum = cu_alloc(cu, 4, err)) ||
@@ -241,7 +233,7 @@ llama_cu_t *llama_cu_create(bmt_ctx_t *ctx, const llama_config_t *cfg, int B, in
         return NULL;
     llama_cu_t *cu = calloc(1, sizeof(*cu));
     if (cu == NULL) {
-        fail(err, "model: out of host memory");
+        nn_fail(err, "model: out of host memory");
         return NULL;
     }
     cu->ctx = ctx;
@@ -319,7 +311,7 @@ int llama_cu_set_batch(llama_cu_t *cu, const int32_t *inputs, const int32_t *tar
     memcpy(h + N, targets, N * 4);
     int U = nn_token_buckets(inputs, cu->N, cu->cfg.vocab_size, h + 2 * N);
     if (U < 0)
-        return fail(err, "model: rank %d: out of host memory", bmt_rank(cu->ctx));
+        return nn_fail(err, "model: rank %d: out of host memory", bmt_rank(cu->ctx));
     /* One upload (it waits for the context's streams first: the previous
      * micro-batch's backward may still read these buffers). */
     if (bmt_mem_upload(cu->ctx, cu->tokens, h, (2 * N + 2 * (size_t)U + 1 + N) * 4, err) < 0)
@@ -466,7 +458,11 @@ static int head_forward(llama_cu_t *cu, void *const *p, bmt_error_t *err)
             return -1;
     if (cu->head_rows < N) /* the backward makes each chunk's logits again */
         drop(cu, &cu->logits);
-    return nn_cuda_sum(cu->h, cu->loss_sum, cu->losses, N, err);
+    if (nn_cuda_sum(cu->h, cu->loss_sum, cu->losses, N, err) < 0)
+        return -1;
+    cu->logits_ready = cu->logits_f32 != NULL;
+    cu->loss_ready = true;
+    return 0;
 }
 
 static int head_backward(llama_cu_t *cu, void *const *p, float *const *g, bmt_error_t *err)
@@ -479,7 +475,7 @@ static int head_backward(llama_cu_t *cu, void *const *p, float *const *g, bmt_er
         drop(cu, &cu->logits, &cu->xf);
         return cudaMemsetAsync(cu->dxf, 0, cu->U, (cudaStream_t)cu->stream) == cudaSuccess
                    ? 0
-                   : fail(err, "model: cudaMemsetAsync failed");
+                   : nn_fail(err, "model: cudaMemsetAsync failed");
     }
     if (need(cu, &cu->logits, (size_t)cu->head_rows * cu->Vp * 2, err) < 0)
         return -1;
@@ -553,6 +549,8 @@ int llama_cu_backward(llama_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *er
 int llama_cu_loss(llama_cu_t *cu, float *loss, bmt_error_t *err)
 {
     float sum;
+    if (!cu->loss_ready)
+        return nn_fail(err, "model: no forward has computed a loss yet");
     if (bmt_mem_download(cu->ctx, &sum, cu->loss_sum, sizeof(sum), err) < 0)
         return -1;
     *loss = cu->counted ? sum / (float)cu->counted : 0.0f;
@@ -565,14 +563,19 @@ int llama_cu_keep_logits(llama_cu_t *cu, bmt_error_t *err)
     if (cu->logits_f32)
         return 0;
     if (cu->logits_host == NULL && (cu->logits_host = malloc(n * sizeof(float))) == NULL)
-        return fail(err, "model: rank %d: out of host memory for the logits", bmt_rank(cu->ctx));
+        return nn_fail(err, "model: rank %d: out of host memory for the logits", bmt_rank(cu->ctx));
+    cu->logits_ready = false; /* until the next forward fills them */
     return (cu->logits_f32 = cu_alloc(cu, n * sizeof(float), err)) ? 0 : -1;
 }
 
 const float *llama_cu_logits(llama_cu_t *cu, bmt_error_t *err)
 {
     if (cu->logits_f32 == NULL) {
-        fail(err, "model: logits are not kept on cuda (llama_model_keep_logits)");
+        nn_fail(err, "model: logits are not kept on cuda (llama_model_keep_logits)");
+        return NULL;
+    }
+    if (!cu->logits_ready) {
+        nn_fail(err, "model: no forward has run since the logits were kept");
         return NULL;
     }
     const size_t n = (size_t)cu->N * cu->cfg.vocab_size;

@@ -310,6 +310,7 @@ test_expect_success "bad input: one line on stderr, no ids, exit 2 (command line
 	2|--temperature needs a number >= 0, not '"'"'-1'"'"'|$M/g1 --prompt-ids 1 --temperature -1
 	2|--temperature needs a number >= 0, not '"'"'nan'"'"'|$M/g1 --prompt-ids 1 --temperature nan
 	2|--top-k needs an integer from 0 to 2147483647, not '"'"'-3'"'"'|$M/g1 --prompt-ids 1 --top-k -3
+	2|--top-k 5 samples, and temperature 0 (the default) is greedy: give --temperature X > 0 as well, or drop --top-k|$M/g1 --prompt-ids 1 --top-k 5
 	2|--seed needs an unsigned 64-bit integer, not '"'"'-1'"'"'|$M/g1 --prompt-ids 1 --seed -1
 	2|--seed needs an unsigned 64-bit integer, not '"'"'18446744073709551616'"'"'|$M/g1 --prompt-ids 1 --seed 18446744073709551616
 	2|--prompt-ids needs token ids separated by commas ("1,2,3"), not '"'"'1,,2'"'"'|$M/g1 --prompt-ids 1,,2

@@ -866,9 +866,12 @@ test_expect_success "1000 ranks (40 x 25) push to one collector: every token cou
     kill -INT $JOB_PID; wait $JOB_PID || true
     # rank r reports 1000 + r tokens in each of 10 steps
     want=$(( 10 * (1000 * 1000 + 999 * 1000 / 2) )) &&
-    grep -q "^bmt_tokens_total{job_id=\"[^\"]*\"} $want$" m.txt &&
-    grep -q "^bmt_step{job_id=\"[^\"]*\"} 10$" m.txt &&
-    grep -q "^bmt_push_dropped_total{job_id=\"[^\"]*\"} 0$" m.txt &&
+    { { grep -q "^bmt_tokens_total{job_id=\"[^\"]*\"} $want$" m.txt &&
+        grep -q "^bmt_step{job_id=\"[^\"]*\"} 10$" m.txt &&
+        grep -q "^bmt_push_dropped_total{job_id=\"[^\"]*\"} 0$" m.txt; } ||
+      { echo "want tokens $want, step 10, nothing dropped; the collector has:";
+        grep -E "^bmt_(tokens_total|step|push_dropped_total|push_.*)\{" m.txt | head -20;
+        head -c 400 s.json; echo; tail -5 job.err; false; }; } &&
     series=$(grep -vc "^#" m.txt) &&
     echo "$series series for 1000 ranks in 40 groups" &&
     test $series -lt 600 && test $(grep -c "^bmt_group_step{" m.txt) -eq 40 &&

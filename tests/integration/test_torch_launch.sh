@@ -55,7 +55,10 @@ test_expect_success "a Python exception on rank 1: exit 1, the summary names ran
     grep -q "^bmlaunch: job failed: rank 1 (pid [0-9]* on .*) exited with code 1\$" err &&
     grep -q "^    1: RuntimeError: torch_env: rank 1 fails on purpose\$" err &&
     grep -q "^    1: Traceback (most recent call last):\$" err &&
-    grep -q "ended on SIGTERM" err &&
+    # the others wait in gloo: the SIGTERM of bmlaunch usually ends them, but
+    # on a loaded machine gloo may see the socket of rank 1 close first (they
+    # then fail on their own); either way the summary accounts for them
+    grep -Eq "^bmlaunch: of the 3 other ranks still running: .*(ended on SIGTERM|failed on their own)" err &&
     grep -q "^RuntimeError: torch_env: rank 1 fails on purpose\$" logs/rank-1.log
 '
 

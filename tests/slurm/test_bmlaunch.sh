@@ -38,6 +38,24 @@ test_expect_success "each task gets the same BMT_ variables as a local rank" '
     grep -q "^0: BMT_JOB_ID=slurm\\." slurm.env
 '
 
+# slurmstepd sends output in messages of at most 1024 bytes; srun --label prints
+# each as a line. bmlaunch joins the pieces (supervise.c, SRUN_PIECE), so a
+# rank's lines are the same as under local bmlaunch: long lines, lines written
+# in pieces, lines cut by block-buffered writes, on stdout and stderr.
+test_expect_success "every line arrives whole and alone, as locally: 1022-70000 bytes, written in pieces or in blocks" '
+    with_timeout 60 salloc -N1 -n2 $BMLAUNCH -n 2 -- /usr/bin/python3 $SRC/tests/progs/lines.py >slurm.out 2>slurm.err &&
+    $BMLAUNCH -n 2 -- /usr/bin/python3 $SRC/tests/progs/lines.py >local.out 2>local.err &&
+    for r in 0 1; do
+        for s in out err; do
+            grep "^$r: " local.$s >l && grep "^$r: " slurm.$s >s &&
+            test $(wc -l <l) -ge 190 && cmp l s ||
+                { echo "rank $r std$s differs:"; diff l s | cut -c1-100 | head -20; false; }
+        done
+    done &&
+    grep -qx "0: 0 out tail without newline" slurm.out &&
+    grep -qx "1: pieces: RuntimeError: the message" slurm.err
+'
+
 test_expect_success "a rank exits 3: exit 3, the summary names it and its last lines, no rank left" '
     mkdir pids; export BEHAVE_PIDDIR=$PWD/pids
     { with_timeout 60 salloc -N1 -n4 $BMLAUNCH -g 2 -n 2 -- $PROGS/behave --rank 2 exit 3 >out 2>err; rc=$?; } &&
@@ -355,17 +373,13 @@ assert sorted({r[\"host\"] for r in s[\"ranks\"]}) == [\"node1\", \"node2\"], s[
                 { echo "rank $r:"; grep "^$r: " out; false; }
         done
     '
-    # Python writes a traceback's last line to stderr in pieces ("RuntimeError",
-    # ": ", the message, "\n") and srun --unbuffered labels each piece it happens
-    # to read alone as a line of its own (docs/torchrun.md): the summary holds
-    # the pieces, together or not.
     test_expect_success "two nodes, PyTorch: an exception on rank 3 (node2) ends the job: exit 1, rank 3 named with its traceback's last line" '
         { GLOO_SOCKET_IFNAME=eth0 with_timeout 240 salloc -N2 --ntasks-per-node=2 $BMLAUNCH -g 2 -n 2 -- \
             /usr/bin/python3 $SRC/tests/progs/torch_env.py --fail 3 >out 2>err; rc=$?; } &&
-        sed -n "/^bmlaunch: last [0-9]* lines of rank 3:\$/,\$p" err | sed -n "s/^    3: //p" | tr -d "\n" >last &&
         { test $rc -eq 1 &&
             grep -q "^bmlaunch: job failed: rank 3 (on node2) exited with code 1\$" err &&
-            grep -q "RuntimeError: torch_env: rank 3 fails on purpose\$" last ||
+            sed -n "/^bmlaunch: last [0-9]* lines of rank 3:\$/,\$p" err |
+                grep -qx "    3: RuntimeError: torch_env: rank 3 fails on purpose" ||
             { echo "exit $rc"; tail -25 err; false; }; }
     '
     test_expect_success "two nodes, PyTorch: --max-restarts 1 under srun: TORCHELASTIC_RESTART_COUNT 0 then 1, a new MASTER_PORT for the new run" '
