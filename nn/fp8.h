@@ -33,6 +33,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum nn_fp8_kind {
     NN_FP8_E4M3 = 0, /* forward: weights and activations */
     NN_FP8_E5M2 = 1, /* backward: gradients (range over precision) */
@@ -106,5 +110,9 @@ int nn_fp8_history_push(nn_fp8_history_t *h, float amax);
  * 0 while nothing is recorded: the first step takes its tensor's own amax
  * (current scaling). */
 float nn_fp8_history_scale(const nn_fp8_history_t *h, nn_fp8_kind_t kind, int margin);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
