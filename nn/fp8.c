@@ -1,0 +1,267 @@
+/* nn/fp8.c — FP8 conversions, scales and the scaled product in plain C (see fp8.h).
+ *
+ * Conversion works on values, not bits: for a finite x, the quantum of the FP8
+ * binade x falls in is 2^(e - mbits) with e = max(floor(log2 |x|), emin) (the
+ * subnormals share the smallest normal binade's quantum), and the nearest FP8
+ * value is rint(|x| / quantum) * quantum under the default rounding mode
+ * (nearest, ties to even: the even multiple of the quantum is the even
+ * mantissa). |x| / quantum and the product back are exact (powers of two, far
+ * from f32's limits), so the only rounding is rint's. A result one quantum past
+ * the binade's top is the next binade's first value, which encodes the same way.
+ * Saturation comes after rounding, as in CUDA's cvt.satfinite: a value that
+ * rounds to at most the largest finite value is not saturated.
+ * The independent check is tests/tools/fp8_oracle.py, which enumerates the 256
+ * codes from the format's definition and picks the nearest by search.
+ */
+#include "fp8.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops_cpu.h"
+
+typedef struct fmt {
+    int mbits;   /* mantissa bits */
+    int bias;    /* exponent bias */
+    int emin;    /* exponent of the smallest normal binade */
+    float max;   /* largest finite value */
+    uint8_t nan; /* a NaN code without sign */
+} fmt_t;
+
+static const fmt_t FMT[2] = {
+    [NN_FP8_E4M3] = { 3, 7, -6, 448.0f, 0x7f },
+    [NN_FP8_E5M2] = { 2, 15, -14, 57344.0f, 0x7f },
+};
+
+float nn_fp8_max(nn_fp8_kind_t kind) { return FMT[kind].max; }
+
+float nn_fp8_to_f32(uint8_t q, nn_fp8_kind_t kind)
+{
+    const fmt_t *f = &FMT[kind];
+    const int ebits = 7 - f->mbits;
+    const int ef = (q >> f->mbits) & ((1 << ebits) - 1);
+    const int m = q & ((1 << f->mbits) - 1);
+    const float sign = (q & 0x80) ? -1.0f : 1.0f;
+    if (kind == NN_FP8_E4M3 && ef == 15 && m == 7)
+        return NAN;
+    if (kind == NN_FP8_E5M2 && ef == 31)
+        return m == 0 ? sign * INFINITY : NAN;
+    if (ef == 0) /* subnormal: m * 2^(emin - mbits) */
+        return sign * ldexpf((float)m, f->emin - f->mbits);
+    return sign * ldexpf((float)((1 << f->mbits) + m), ef - f->bias - f->mbits);
+}
+
+/* |x| (finite, > 0) rounded to the format's precision, before saturation: may
+ * exceed the largest finite value. */
+static float round_mag(float a, const fmt_t *f)
+{
+    int e2;
+    (void)frexpf(a, &e2); /* a = frac 2^e2, frac in [0.5, 1): floor(log2 a) = e2 - 1 */
+    int e = e2 - 1 < f->emin ? f->emin : e2 - 1;
+    if (e > f->emin + 40) /* far above the largest binade: saturates anyway */
+        e = f->emin + 40;
+    const int qexp = e - f->mbits; /* the quantum is 2^qexp */
+    return ldexpf(rintf(ldexpf(a, -qexp)), qexp);
+}
+
+uint8_t nn_fp8_from_f32(float x, nn_fp8_kind_t kind)
+{
+    const fmt_t *f = &FMT[kind];
+    const uint8_t sign = signbit(x) ? 0x80 : 0;
+    if (isnan(x))
+        return sign | f->nan;
+    float a = fabsf(x);
+    if (a == 0.0f)
+        return sign;
+    float v = isinf(a) ? f->max : fminf(round_mag(a, f), f->max);
+    if (v == 0.0f) /* at most half the smallest subnormal */
+        return sign;
+    /* encode v: an FP8 value, so the fields below are exact */
+    int e2;
+    (void)frexpf(v, &e2);
+    const int ev = e2 - 1;
+    if (ev < f->emin) /* subnormal: v = m 2^(emin - mbits) */
+        return sign | (uint8_t)(int)ldexpf(v, f->mbits - f->emin);
+    const int mant = (int)ldexpf(v, f->mbits - ev) - (1 << f->mbits);
+    return sign | (uint8_t)(((ev + f->bias) << f->mbits) | mant);
+}
+
+float nn_fp8_scale(float amax, nn_fp8_kind_t kind, int margin)
+{
+    if (isnan(amax) || isinf(amax) || amax < 0.0f || margin < 0 || margin > 64)
+        return 0.0f;
+    if (amax == 0.0f)
+        return 1.0f;
+    volatile float s = FMT[kind].max / amax; /* one f32 division, not fused away */
+    float scaled = ldexpf(s, -margin);
+    return isfinite(scaled) && scaled > 0.0f ? scaled : 0.0f;
+}
+
+float nn_fp8_amax(const float *x, size_t n)
+{
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
+        if (isnan(a))
+            return NAN;
+        if (a > m)
+            m = a;
+    }
+    return m;
+}
+
+float nn_fp8_quantize(uint8_t *q, const float *x, size_t n, float scale, nn_fp8_kind_t kind,
+                      size_t *saturated)
+{
+    const fmt_t *f = &FMT[kind];
+    size_t sat = 0;
+    float m = 0.0f;
+    int nan = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float a = fabsf(x[i]);
+        if (isnan(a))
+            nan = 1;
+        else if (a > m)
+            m = a;
+        volatile float y = x[i] * scale; /* rounded to f32 alone, as on the GPU */
+        const float ya = fabsf(y);
+        if (isfinite(a) && ya > f->max && (isinf(ya) || round_mag(ya, f) > f->max))
+            sat++;
+        q[i] = nn_fp8_from_f32(y, kind);
+    }
+    if (saturated)
+        *saturated = sat;
+    return nan ? NAN : m;
+}
+
+void nn_fp8_dequantize(float *x, const uint8_t *q, size_t n, float scale, nn_fp8_kind_t kind)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = nn_fp8_to_f32(q[i], kind) / scale;
+}
+
+float nn_fp8_roundtrip(float *x, size_t n, nn_fp8_kind_t kind)
+{
+    const float scale = nn_fp8_scale(nn_fp8_amax(x, n), kind, 0);
+    if (scale == 0.0f)
+        return 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        volatile float y = x[i] * scale;
+        x[i] = nn_fp8_to_f32(nn_fp8_from_f32(y, kind), kind) / scale;
+    }
+    return scale;
+}
+
+void nn_fp8_matmul(float *out, const uint8_t *a, nn_fp8_kind_t ka, const uint8_t *b,
+                   nn_fp8_kind_t kb, float descale, int N, int K, int OC)
+{
+    float la[256], lb[256]; /* the codes' values */
+    for (int c = 0; c < 256; c++) {
+        la[c] = nn_fp8_to_f32((uint8_t)c, ka);
+        lb[c] = nn_fp8_to_f32((uint8_t)c, kb);
+    }
+    for (int n = 0; n < N; n++) {
+        const uint8_t *ar = a + (size_t)n * K;
+        for (int o = 0; o < OC; o++) {
+            const uint8_t *br = b + (size_t)o * K;
+            double acc = 0.0;
+            for (int k = 0; k < K; k++)
+                acc += (double)la[ar[k]] * (double)lb[br[k]];
+            out[(size_t)n * OC + o] = (float)(acc * (double)descale);
+        }
+    }
+}
+
+int nn_fp8_history_init(nn_fp8_history_t *h, int len)
+{
+    if (len < 1 || len > NN_FP8_HISTORY_MAX)
+        return -1;
+    h->len = len;
+    h->count = 0;
+    h->next = 0;
+    return 0;
+}
+
+int nn_fp8_history_push(nn_fp8_history_t *h, float amax)
+{
+    if (!isfinite(amax) || amax < 0.0f)
+        return -1;
+    h->amax[h->next] = amax;
+    h->next = (h->next + 1) % h->len;
+    if (h->count < h->len)
+        h->count++;
+    return 0;
+}
+
+float nn_fp8_history_scale(const nn_fp8_history_t *h, nn_fp8_kind_t kind, int margin)
+{
+    if (h->count == 0)
+        return 0.0f;
+    float m = 0.0f;
+    for (int i = 0; i < h->count; i++)
+        m = fmaxf(m, h->amax[i]);
+    return nn_fp8_scale(m, kind, margin);
+}
+
+/* A copy of x (n) passed through kind at its current scale, or NaN everywhere
+ * (*poisoned = 1) when x cannot be scaled; NULL when out of memory. */
+static float *through(const float *x, size_t n, nn_fp8_kind_t kind, int *poisoned)
+{
+    float *y = malloc(n * sizeof(float));
+    if (y == NULL)
+        return NULL;
+    memcpy(y, x, n * sizeof(float));
+    if (nn_fp8_roundtrip(y, n, kind) == 0.0f) {
+        for (size_t i = 0; i < n; i++)
+            y[i] = NAN;
+        *poisoned = 1;
+    }
+    return y;
+}
+
+int nn_fp8_conv1d_forward(float *out, const float *inp, const float *weight, const float *bias,
+                          int N, int IC, int OC, int wt)
+{
+    int poisoned = 0;
+    float *x = through(inp, (size_t)N * IC, NN_FP8_E4M3, &poisoned);
+    float *w = x ? through(weight, (size_t)IC * OC, NN_FP8_E4M3, &poisoned) : NULL;
+    if (w && poisoned) {
+        for (size_t i = 0; i < (size_t)N * OC; i++)
+            out[i] = NAN;
+    } else if (w) {
+        nn_conv1d_forward(out, x, w, bias, N, IC, OC, wt);
+    }
+    free(x);
+    free(w);
+    return w == NULL ? -1 : poisoned;
+}
+
+int nn_fp8_conv1d_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                           const float *inp, const float *weight, int N, int IC, int OC, int wt)
+{
+    int poisoned = 0;
+    float *d = through(dout, (size_t)N * OC, NN_FP8_E5M2, &poisoned);
+    float *x = d ? through(inp, (size_t)N * IC, NN_FP8_E4M3, &poisoned) : NULL;
+    float *w = x ? through(weight, (size_t)IC * OC, NN_FP8_E4M3, &poisoned) : NULL;
+    if (w) {
+        if (poisoned) {
+            for (size_t i = 0; dinp && i < (size_t)N * IC; i++)
+                dinp[i] += NAN;
+            for (size_t i = 0; i < (size_t)IC * OC; i++)
+                dweight[i] += NAN;
+        } else {
+            nn_conv1d_backward(dinp, dweight, NULL, d, x, w, N, IC, OC, wt);
+        }
+        for (int o = 0; dbias && o < OC; o++) { /* from the unrounded dout, as nn_conv1d's */
+            double sum = 0.0;
+            for (int n = 0; n < N; n++)
+                sum += dout[(size_t)n * OC + o];
+            dbias[o] += sum;
+        }
+    }
+    free(d);
+    free(x);
+    free(w);
+    return w == NULL ? -1 : poisoned;
+}
