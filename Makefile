@@ -144,11 +144,23 @@ LIBBMT_SO := $(BUILDDIR)/lib/libbmt.so.0
 BMLAUNCH := $(BUILDDIR)/bin/bmlaunch
 # bin/generate (examples/generate, docs/generate.md): sampling from a GPT-2 or
 # Llama directory in one process, with the models' config parsers and nn/.
-GEN_OBJ := $(patsubst %.c,$(BUILDDIR)/%.o,$(wildcard examples/generate/*.c))
+# It has the CPU decoders only and links no cuBLAS, whose libcublasLt runs
+# initializers at every start (0.5-0.8 s, 220 MB); bin/generate-cuda is the
+# same main (GEN_CUDA_MAIN) with the CUDA decoder, nn's CUDA layers and
+# cuBLAS, which generate --device cuda runs (execv) from its own directory.
+GEN_OBJ := $(patsubst %.c,$(BUILDDIR)/%.o,$(filter-out %/decode_cuda.c,$(wildcard examples/generate/*.c)))
 GEN_BIN := $(if $(GEN_OBJ),$(BUILDDIR)/bin/generate)
+GEN_CUDA_OBJ := $(filter-out %/generate.o,$(GEN_OBJ)) $(BUILDDIR)/examples/generate/generate-cuda-main.o \
+    $(BUILDDIR)/examples/generate/decode_cuda.o
+GEN_CUDA_BIN := $(if $(HAVE_CUDA),$(if $(GEN_OBJ),$(BUILDDIR)/bin/generate-cuda))
+# The same with tests/mock/nn_cuda_mock.c (the CUDA runtime calls and nn's
+# CUDA layers emulated on the CPU) for libcudart and nn's kernels: the CUDA
+# decoder's host code in make check, on machines without a GPU.
+GEN_MOCK_OBJ := $(BUILDDIR)/tests/mock/nn_cuda_mock.o
+GEN_MOCK_BIN := $(if $(GEN_CUDA_BIN),$(BUILDDIR)/tests/mock/generate-cuda-mock)
 
 ALL := $(LIBBMT_A) $(LIBBMT_SO) $(BMLAUNCH) $(PLUGIN_SO) $(PROBE_SO) $(FAILIO_SO) $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN) \
-    $(GPT2_BIN) $(LLAMA_BIN) $(GEN_BIN)
+    $(GPT2_BIN) $(LLAMA_BIN) $(GEN_BIN) $(GEN_CUDA_BIN) $(GEN_MOCK_BIN)
 
 # Objects depend on the flags they were built with: switching DEBUG, ASAN, NO_CUDA
 # or CFLAGS in the same BUILDDIR rebuilds instead of mixing old and new objects.
@@ -285,10 +297,29 @@ $(LLAMA_BIN): $(BUILDDIR)/examples/llama/train.o $(TRAINER_A) $(LLAMA_A) $(NN_A)
 	$(if $(Q),@echo "  LD      $@")
 	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $< $(TRAINER_A) $(LLAMA_A) $(NN_A) $(LIBBMT_A) $(NN_LIBS) $(LIB_LIBS)
 
+# Without $(NN_LIBS): an object of bin/generate that came to need nn's CUDA
+# layers (and so cuBLAS) fails to link instead of slowing every start.
 $(GEN_BIN): $(GEN_OBJ) $(LLAMA_A) $(GPT2_A) $(NN_A) $(LIBBMT_A)
 	@mkdir -p $(@D)
 	$(if $(Q),@echo "  LD      $@")
-	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $(GEN_OBJ) $(LLAMA_A) $(GPT2_A) $(NN_A) $(LIBBMT_A) $(NN_LIBS) $(LIB_LIBS)
+	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $(GEN_OBJ) $(LLAMA_A) $(GPT2_A) $(NN_A) $(LIBBMT_A) $(LIB_LIBS)
+
+$(BUILDDIR)/examples/generate/generate-cuda-main.o: examples/generate/generate.c $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  CC      $< (GEN_CUDA_MAIN)")
+	$(Q)$(CC) $(BMT_CFLAGS) -DGEN_CUDA_MAIN -Iexamples -I. $(JANSSON_CFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(GEN_CUDA_BIN): $(GEN_CUDA_OBJ) $(LLAMA_A) $(GPT2_A) $(NN_A) $(LIBBMT_A)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  LD      $@")
+	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $(GEN_CUDA_OBJ) $(LLAMA_A) $(GPT2_A) $(NN_A) $(LIBBMT_A) $(NN_LIBS) $(LIB_LIBS)
+
+# No CUDA library: a call the mock does not emulate fails to link.
+$(GEN_MOCK_BIN): $(GEN_CUDA_OBJ) $(GEN_MOCK_OBJ) $(LLAMA_A) $(GPT2_A) $(NN_A) $(LIBBMT_A)
+	@mkdir -p $(@D)
+	$(if $(Q),@echo "  LD      $@")
+	$(Q)$(CC) $(BMT_LDFLAGS) $(LDFLAGS) -o $@ $(GEN_CUDA_OBJ) $(GEN_MOCK_OBJ) $(LLAMA_A) $(GPT2_A) $(NN_A) $(LIBBMT_A) \
+	    $(PMIX_LIBS) $(JANSSON_LIBS) -ldl -lpthread -lrt -lm
 
 $(UNIT_BIN) $(PROG_BIN) $(BENCH_BIN): $(BUILDDIR)/%: $(BUILDDIR)/%.o $(LAUNCHER_A) $(PLUGIN_COMMON_A) $(LIBBMT_A) $(MODEL_LIBS)
 	@mkdir -p $(@D)

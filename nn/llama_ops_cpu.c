@@ -321,6 +321,41 @@ void nn_attention_backward(float *dq, float *dk, float *dv, const float *dout, c
     }
 }
 
+void nn_attention_cached(float *out, const float *q, int ldq, const float *kcache,
+                         const float *vcache, int pos0, int n, int NH, int NKV, int hd,
+                         double *scratch)
+{
+    const size_t q_row = (size_t)NH * hd, kv_row = (size_t)NKV * hd;
+    const int rep = NH / NKV;
+    const double scale = 1.0 / sqrt(hd);
+    double *s = scratch, *acc = scratch + pos0 + n; /* (pos0 + n) scores, (hd) sums */
+    for (int i = 0; i < n; i++) {
+        const int P = pos0 + i + 1; /* keys 0..pos0+i */
+        for (int h = 0; h < NH; h++) {
+            const float *qh = q + (size_t)i * ldq + (size_t)h * hd;
+            const float *kh = kcache + (size_t)(h / rep) * hd,
+                        *vh = vcache + (size_t)(h / rep) * hd;
+            double m = -INFINITY, sum = 0;
+            for (int j = 0; j < P; j++) {
+                s[j] = dot(qh, kh + j * kv_row, hd) * scale;
+                m = s[j] > m ? s[j] : m;
+            }
+            for (int e = 0; e < hd; e++)
+                acc[e] = 0;
+            for (int j = 0; j < P; j++) {
+                const double p = exp(s[j] - m);
+                const float *v = vh + j * kv_row;
+                sum += p;
+                for (int e = 0; e < hd; e++)
+                    acc[e] += p * v[e];
+            }
+            float *o = out + i * q_row + (size_t)h * hd;
+            for (int e = 0; e < hd; e++)
+                o[e] = (float)(acc[e] / sum);
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- products */
 
 /* nn.Linear without bias is nn/ops_cpu.c's product with the weight stored

@@ -113,6 +113,20 @@ void nn_attention_backward(float *dq, float *dk, float *dv, const float *dout, c
                            const float *lse, const float *q, const float *k, const float *v, int B,
                            int T, int NH, int NKV, int hd);
 
+/* Attention of n new queries over a KV cache (a decoder's step; the CPU twin
+ * of nn_cuda_attention_cached of nn/ops_cuda.h). q: n rows ldq >= NH hd apart
+ * (so the q part of packed qkv rows can be read where it lies), each NH heads
+ * of hd; query i is at position pos0 + i and attends causally to the cache's
+ * positions 0 .. pos0 + i: kcache, vcache (>= pos0 + n, NKV, hd), keys after
+ * RoPE; query head h reads kv head h / (NH/NKV). out (n, NH hd) =
+ * softmax(q k^T / sqrt(hd)) v. Scores, softmax and the weighted sum in double
+ * (scores kept, then one pass for the sum); scratch: pos0 + n + hd doubles.
+ * bin/generate's CPU decoders run it (checked there against a float64 oracle,
+ * tests/integration/test_generate.sh). */
+void nn_attention_cached(float *out, const float *q, int ldq, const float *kcache,
+                         const float *vcache, int pos0, int n, int NH, int NKV, int hd,
+                         double *scratch);
+
 /* ---------------------------------------------------------------- products */
 
 /* out (N,OC) = inp (N,IC) W^T, weight (OC,IC) as nn.Linear stores it, no bias.

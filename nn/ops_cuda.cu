@@ -2161,6 +2161,84 @@ __global__ void to_f32(float *dst, const bf16 *src, int rows, int cols, int ldv)
         dst[i] = ld(&src[(i / cols) * ldv + i % cols]);
 }
 
+/* ------------------------------------------------------------ attention over a KV cache */
+
+#define KVC_WARPS 4               /* warps of a block: one (query, head) */
+#define KVC_MAX_HD 256            /* head sizes nn_cuda_attention_cached takes */
+#define KVC_DPL (KVC_MAX_HD / 32) /* head dims per lane, at most */
+
+/* Block (query i, head h): warp w takes keys w, w + W, ... of 0..pos0+i and
+ * lane l the dims l, l + 32, ... < hd of the head. Each warp keeps an online
+ * softmax over its keys (running maximum m, sum of exp(s - m), and the
+ * weighted sum of v rows, rescaled when m grows); the warps' states are then
+ * combined through shared memory in warp order. Every sum has a fixed order
+ * (the warp's keys in order, the butterfly of warp_sum, the warps in order):
+ * the same inputs give the same bits. */
+__global__ void __launch_bounds__(KVC_WARPS * 32)
+    attention_cached(bf16 *out, const bf16 *q, int ldq, const bf16 *kc, const bf16 *vc, int pos0,
+                     int NH, int NKV, int hd, float scale)
+{
+    __shared__ float sm_m[KVC_WARPS], sm_l[KVC_WARPS], sm_acc[KVC_WARPS][KVC_MAX_HD];
+    const int h = (int)(blockIdx.x % (unsigned)NH), i = (int)(blockIdx.x / (unsigned)NH);
+    const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
+    const int P = pos0 + i + 1; /* keys 0..pos0+i */
+    const size_t kv_row = (size_t)NKV * hd;
+    const size_t kv0 = (size_t)(h / (NH / NKV)) * hd; /* the head's kv head in a cache row */
+    const bf16 *qh = q + (size_t)i * ldq + (size_t)h * hd;
+    float qr[KVC_DPL], acc[KVC_DPL];
+#pragma unroll
+    for (int k = 0; k < KVC_DPL; k++) {
+        const int e = lane + 32 * k;
+        qr[k] = e < hd ? ld(qh + e) : 0.0f;
+        acc[k] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int j = warp; j < P; j += KVC_WARPS) { /* the same trip count for the warp's lanes */
+        const bf16 *kj = kc + (size_t)j * kv_row + kv0, *vj = vc + (size_t)j * kv_row + kv0;
+        float d = 0.0f;
+#pragma unroll
+        for (int k = 0; k < KVC_DPL; k++) {
+            const int e = lane + 32 * k;
+            if (e < hd)
+                d += qr[k] * ld(kj + e);
+        }
+        const float s = warp_sum(d) * scale;
+        const float mn = fmaxf(m, s);
+        const float c = expf(m - mn), p = expf(s - mn); /* c = 0 at the first key (m = -inf) */
+        l = l * c + p;
+#pragma unroll
+        for (int k = 0; k < KVC_DPL; k++) {
+            const int e = lane + 32 * k;
+            if (e < hd)
+                acc[k] = acc[k] * c + p * ld(vj + e);
+        }
+        m = mn;
+    }
+    if (lane == 0)
+        sm_m[warp] = m, sm_l[warp] = l;
+#pragma unroll
+    for (int k = 0; k < KVC_DPL; k++) {
+        const int e = lane + 32 * k;
+        if (e < hd)
+            sm_acc[warp][e] = acc[k];
+    }
+    __syncthreads();
+    /* A warp without keys (P < KVC_WARPS) has m = -inf, l = 0, acc = 0: its
+     * weight exp(m - M) is 0. Warp 0 always has key 0, so M is finite. */
+    float M = sm_m[0], L = 0.0f;
+    for (int w = 1; w < KVC_WARPS; w++)
+        M = fmaxf(M, sm_m[w]);
+    for (int w = 0; w < KVC_WARPS; w++)
+        L += sm_l[w] * expf(sm_m[w] - M);
+    bf16 *o = out + ((size_t)i * NH + h) * hd;
+    for (int e = (int)threadIdx.x; e < hd; e += (int)blockDim.x) {
+        float y = 0.0f;
+        for (int w = 0; w < KVC_WARPS; w++)
+            y += sm_acc[w][e] * expf(sm_m[w] - M);
+        o[e] = bf(y / L);
+    }
+}
+
 } /* namespace */
 
 /* ------------------------------------------------------------ the C API */
@@ -2549,6 +2627,32 @@ extern "C" int nn_cuda_attention_backward(nn_cuda_t *h, void *dqkv, const void *
     permute_heads<false>
         <<<blocks_for(3 * one, 256), 256, 0, h->stream>>>((bf16 *)dqkv, dq, 3, B, T, NH, hs);
     return launched(err, "attention unpermute");
+}
+
+extern "C" int nn_cuda_attention_cached(nn_cuda_t *h, void *out, const void *q, int ldq,
+                                        const void *kcache, const void *vcache, int pos0, int n,
+                                        int NH, int NKV, int hd, bmt_error_t *err)
+{
+    char why[200];
+    if (hd < 1 || hd > KVC_MAX_HD)
+        snprintf(why, sizeof why, "head size %d: 1 to %d are taken", hd, KVC_MAX_HD);
+    else if (NH < 1 || NKV < 1 || NH % NKV != 0)
+        snprintf(why, sizeof why, "NH %d, NKV %d: both >= 1 and NH a multiple of NKV", NH, NKV);
+    else if (n < 0 || pos0 < 0 || (long long)n * NH > 0x7fffffffLL)
+        snprintf(why, sizeof why, "n %d, pos0 %d, NH %d: n >= 0, pos0 >= 0, n NH < 2^31", n, pos0,
+                 NH);
+    else if (ldq < NH * hd)
+        snprintf(why, sizeof why, "ldq %d is less than a row of queries (NH %d x hd %d)", ldq, NH,
+                 hd);
+    else if (n == 0)
+        return 0;
+    else {
+        attention_cached<<<(unsigned)(n * NH), KVC_WARPS * 32, 0, h->stream>>>(
+            (bf16 *)out, (const bf16 *)q, ldq, (const bf16 *)kcache, (const bf16 *)vcache, pos0, NH,
+            NKV, hd, 1.0f / sqrtf((float)hd));
+        return launched(err, "attention over the KV cache");
+    }
+    return fail_text(err, "attention over the KV cache", why);
 }
 
 extern "C" int nn_cuda_gelu_forward(nn_cuda_t *h, void *out, const void *inp, size_t n,

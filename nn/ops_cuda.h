@@ -184,6 +184,27 @@ int nn_cuda_flash_backward(nn_cuda_t *h, void *dqkv, float *Dd, const void *dout
                            const void *qkv, const float *lse, int B, int T, int NH, int NKV, int hd,
                            bmt_error_t *err);
 
+/* Attention of n new queries over a KV cache, a decoder's step (bin/generate's
+ * CUDA decoder; the CPU twin is nn_attention_cached of nn/llama_ops_cpu.h).
+ *   q       n rows ldq >= NH hd elements apart (bf16), each NH heads of hd:
+ *           the q part of packed qkv rows is read where it lies;
+ *   kcache, vcache  (>= pos0 + n, NKV, hd) bf16: keys (after RoPE) and values
+ *           of positions 0.., the n new ones included (the caller copies them
+ *           in first);
+ *   out     (n, NH hd) bf16, dense.
+ * Query i is at position pos0 + i and attends causally to positions
+ * 0..pos0 + i; query head h reads kv head h / (NH / NKV); scores scaled by
+ * 1/sqrt(hd). Scores, softmax and the weighted sum are f32: one block of 4
+ * warps per (query, head), each warp an online softmax over every 4th key,
+ * the warps combined in a fixed order (no atomics: the same bits every run).
+ * Bound by reading the cache once per query head; meant for decoding, where n
+ * is 1 or a prompt's chunk (flash attention is the training path).
+ * -1 and err for hd outside 1..256, NH not a multiple of NKV, n NH >= 2^31,
+ * ldq < NH hd; n 0 does nothing. */
+int nn_cuda_attention_cached(nn_cuda_t *h, void *out, const void *q, int ldq, const void *kcache,
+                             const void *vcache, int pos0, int n, int NH, int NKV, int hd,
+                             bmt_error_t *err);
+
 /* out (n) bf16 = GELU_tanh(inp (n) bf16); out may be inp. */
 int nn_cuda_gelu_forward(nn_cuda_t *h, void *out, const void *inp, size_t n, bmt_error_t *err);
 

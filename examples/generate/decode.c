@@ -4,11 +4,11 @@
  * Layer: an example above libbmt (the safetensors reader), nn/ (the layers)
  * and the models' configuration parsers (examples/gpt2/model.h,
  * examples/llama/config.h); it uses none of the engine: one process holds the
- * whole model in f32.
+ * whole model in f32. The tensors and their checks are weights.h's.
  *
  * A forward over n tokens runs in chunks of at most CHUNK rows, each through
  * every layer: a row's arithmetic does not depend on the other rows of its
- * chunk (the nn products and norms work row by row, the attention below
+ * chunk (the nn products and norms work row by row, nn_attention_cached
  * reads the cache), so the prompt in one prefill, in chunks, or token by
  * token, and a recompute without the cache (generate --no-cache), give the
  * same bits. Keys and values go into the cache as they are made (Llama's
@@ -33,6 +33,7 @@
 #include "nn/hfjson.h"
 #include "nn/llama_ops_cpu.h"
 #include "nn/ops_cpu.h"
+#include "weights.h"
 
 enum {
     CHUNK = 64 /* rows of a forward computed together */
@@ -138,130 +139,30 @@ int gen_model_info(const char *dir, gen_model_info_t *info, bmt_error_t *err)
 
 /* ------------------------------------------------------------ weights */
 
-/* A tensor the model needs: its name(s), shape and where it goes. */
-typedef struct wanted {
-    char name[128]; /* as the trainer writes it */
-    char alt[128];  /* another accepted name ("" none): GPT-2 without "transformer." */
-    int ndim;
-    int64_t shape[2];
-    float **dst; /* malloc'd f32 copy of the whole tensor */
-} wanted_t;
-
-static void shape_text(char *out, size_t len, int ndim, const int64_t *shape)
+/* Each wanted tensor of list (found by gen_tensors_find) read whole as f32
+ * into *dst[i], malloc'd; -1 and err at the first that fails. The buffers
+ * made so far are the caller's to free (every *dst starts NULL). */
+static int read_f32(bmt_st_t *st, const gen_tensor_t *list, int n, float **const *dst,
+                    bmt_error_t *err)
 {
-    out[0] = '\0';
-    for (int d = 0; d < ndim; d++)
-        snprintf(out + strlen(out), len - strlen(out), "%s%lld", d ? ", " : "",
-                 (long long)shape[d]);
-}
-
-/* Every wanted tensor of st found and checked (name, shape, a float dtype)
- * before any is read; then each read whole as f32. -1 and err at the first
- * that is missing or differs; the buffers made so far are the caller's to free
- * (every *dst starts NULL). */
-static int load_tensors(bmt_st_t *st, const char *dir, wanted_t *w, int n, bmt_error_t *err)
-{
-    int *idx = calloc((size_t)n, sizeof(int));
-    if (idx == NULL)
-        return nn_fail(err, "out of memory");
-    int rc = 0;
-    for (int j = 0; j < n && rc == 0; j++) {
-        idx[j] = bmt_st_find(st, w[j].name);
-        if (idx[j] < 0 && w[j].alt[0])
-            idx[j] = bmt_st_find(st, w[j].alt);
-        const bmt_st_tensor_t *t = bmt_st_tensor(st, idx[j]);
-        if (t == NULL) {
-            rc = w[j].alt[0]
-                     ? nn_fail(err, "%s has no tensor '%s' (nor '%s')", dir, w[j].name, w[j].alt)
-                     : nn_fail(err, "%s has no tensor '%s'", dir, w[j].name);
-            break;
-        }
-        bool same = t->ndim == w[j].ndim;
-        for (int d = 0; same && d < t->ndim; d++)
-            same = t->shape[d] == w[j].shape[d];
-        if (!same) {
-            char want[64], got[200];
-            shape_text(want, sizeof(want), w[j].ndim, w[j].shape);
-            shape_text(got, sizeof(got), t->ndim, t->shape);
-            rc = nn_fail(err, "%s: tensor '%s' is (%s); the model needs (%s)", t->file, t->name,
-                         got, want);
-        } else if (t->dtype != BMT_ST_F32 && t->dtype != BMT_ST_BF16 && t->dtype != BMT_ST_F16 &&
-                   t->dtype != BMT_ST_F64)
-            rc = nn_fail(err, "%s: tensor '%s' is %s; a float type is needed", t->file, t->name,
-                         bmt_st_dtype_name(t->dtype));
+    for (int j = 0; j < n; j++) {
+        if (list[j].name[0] == '\0') /* not wanted */
+            continue;
+        const bmt_st_tensor_t *t = bmt_st_tensor(st, list[j].index);
+        if ((*dst[j] = malloc((size_t)t->numel * sizeof(float))) == NULL)
+            return nn_fail(err, "out of memory for tensor '%s' (%lld floats)", t->name,
+                           (long long)t->numel);
+        if (bmt_st_read(st, list[j].index, 0, t->numel, *dst[j], BMT_F32, err) < 0)
+            return -1;
     }
-    for (int j = 0; j < n && rc == 0; j++) {
-        const bmt_st_tensor_t *t = bmt_st_tensor(st, idx[j]);
-        if ((*w[j].dst = malloc((size_t)t->numel * sizeof(float))) == NULL)
-            rc = nn_fail(err, "out of memory for tensor '%s' (%lld floats)", t->name,
-                         (long long)t->numel);
-        else
-            rc = bmt_st_read(st, idx[j], 0, t->numel, *w[j].dst, BMT_F32, err);
-    }
-    free(idx);
-    return rc;
-}
-
-static void set_wanted(wanted_t *w, const char *name, const char *alt, int64_t d0, int64_t d1,
-                       float **dst)
-{
-    snprintf(w->name, sizeof(w->name), "%s", name);
-    snprintf(w->alt, sizeof(w->alt), "%s", alt ? alt : "");
-    w->ndim = d1 ? 2 : 1;
-    w->shape[0] = d0;
-    w->shape[1] = d1;
-    w->dst = dst;
-}
-
-/* ------------------------------------------------------------ attention */
-
-/* out (n, NH, hd) for the n queries q (n, NH, hd) at positions pos0 .. pos0 +
- * n - 1: causal attention over the keys and values kc, vc (pos0 + n, NKV, hd)
- * of positions 0.., query head h reading kv head h / (NH / NKV), scores
- * scaled by 1/sqrt(hd). Scores, softmax and the weighted sum in double.
- * s: scratch (pos0 + n), acc: scratch (hd). */
-static void attend(float *out, const float *q, const float *kc, const float *vc, int pos0, int n,
-                   int NH, int NKV, int hd, double *s, double *acc)
-{
-    const size_t q_row = (size_t)NH * hd, kv_row = (size_t)NKV * hd;
-    const int rep = NH / NKV;
-    const double scale = 1.0 / sqrt(hd);
-    for (int i = 0; i < n; i++) {
-        const int P = pos0 + i + 1; /* keys 0..pos0+i */
-        for (int h = 0; h < NH; h++) {
-            const float *qh = q + i * q_row + (size_t)h * hd;
-            const float *kh = kc + (size_t)(h / rep) * hd, *vh = vc + (size_t)(h / rep) * hd;
-            double m = -INFINITY, sum = 0;
-            for (int j = 0; j < P; j++) {
-                const float *k = kh + j * kv_row;
-                double d = 0;
-                for (int e = 0; e < hd; e++)
-                    d += (double)qh[e] * k[e];
-                s[j] = d * scale;
-                m = s[j] > m ? s[j] : m;
-            }
-            for (int e = 0; e < hd; e++)
-                acc[e] = 0;
-            for (int j = 0; j < P; j++) {
-                const double p = exp(s[j] - m);
-                const float *v = vh + j * kv_row;
-                sum += p;
-                for (int e = 0; e < hd; e++)
-                    acc[e] += p * v[e];
-            }
-            float *o = out + i * q_row + (size_t)h * hd;
-            for (int e = 0; e < hd; e++)
-                o[e] = (float)(acc[e] / sum);
-        }
-    }
+    return 0;
 }
 
 /* What every CPU decoder has: its cache and attention scratch. */
 typedef struct kv_cache {
-    int L, width;   /* layers; floats per position of k (and of v): NKV hd */
-    float **k, **v; /* (L) x (capacity, width) */
-    double *s;      /* (capacity): one query's scores */
-    double *acc;    /* (hd) */
+    int L, width;    /* layers; floats per position of k (and of v): NKV hd */
+    float **k, **v;  /* (L) x (capacity, width) */
+    double *scratch; /* (capacity + hd): nn_attention_cached's */
 } kv_cache_t;
 
 static int cache_alloc(kv_cache_t *c, int L, int capacity, int width, int hd, bmt_error_t *err)
@@ -270,9 +171,8 @@ static int cache_alloc(kv_cache_t *c, int L, int capacity, int width, int hd, bm
     c->width = width;
     c->k = calloc((size_t)L, sizeof(float *));
     c->v = calloc((size_t)L, sizeof(float *));
-    c->s = malloc((size_t)capacity * sizeof(double));
-    c->acc = malloc((size_t)hd * sizeof(double));
-    bool ok = c->k && c->v && c->s && c->acc;
+    c->scratch = malloc(((size_t)capacity + hd) * sizeof(double));
+    bool ok = c->k && c->v && c->scratch;
     for (int l = 0; ok && l < L; l++)
         ok = (c->k[l] = malloc((size_t)capacity * width * sizeof(float))) != NULL &&
              (c->v[l] = malloc((size_t)capacity * width * sizeof(float))) != NULL;
@@ -289,37 +189,19 @@ static void cache_free(kv_cache_t *c)
         free(c->v[l]);
     free(c->k);
     free(c->v);
-    free(c->s);
-    free(c->acc);
+    free(c->scratch);
 }
 
 /* ------------------------------------------------------------ GPT-2 */
 
-/* Parameter order of a GPT-2 layer (HF names, Conv1D weights (in, out)). */
-enum {
-    G_LN1_W,
-    G_LN1_B,
-    G_ATTN_W, /* (C, 3C) */
-    G_ATTN_B, /* (3C) */
-    G_APROJ_W,
-    G_APROJ_B,
-    G_LN2_W,
-    G_LN2_B,
-    G_FC_W, /* (C, 4C) */
-    G_FC_B,
-    G_MPROJ_W, /* (4C, C) */
-    G_MPROJ_B,
-    G_LAYER_COUNT
-};
-
 typedef struct gpt2_dec {
     gpt2_config_t cfg;
     float *wte, *wpe, *lnf_w, *lnf_b; /* (V,C), (maxT,C), (C), (C) */
-    float *(*p)[G_LAYER_COUNT];       /* (L) layers */
+    float *(*p)[GEN_G_LAYER_COUNT];   /* (L) layers */
     kv_cache_t cache;
     /* scratch, CHUNK rows */
-    float *x, *ln, *qkv, *q, *att, *proj, *fc; /* (R,C) (R,C) (R,3C) (R,C) (R,C) (R,C) (R,4C) */
-    float *mean, *rstd;                        /* (R) */
+    float *x, *ln, *qkv, *att, *proj, *fc; /* (R,C) (R,C) (R,3C) (R,C) (R,C) (R,4C) */
+    float *mean, *rstd;                    /* (R) */
 } gpt2_dec_t;
 
 static int gpt2_forward(gen_decoder_t *d, const int32_t *tokens, int n, float *logits,
@@ -334,21 +216,22 @@ static int gpt2_forward(gen_decoder_t *d, const int32_t *tokens, int n, float *l
         for (int l = 0; l < g->cfg.n_layer; l++) {
             float *const *p = g->p[l];
             float *kc = g->cache.k[l], *vc = g->cache.v[l];
-            nn_layernorm_forward(g->ln, g->mean, g->rstd, g->x, p[G_LN1_W], p[G_LN1_B], m, C);
-            nn_conv1d_forward(g->qkv, g->ln, p[G_ATTN_W], p[G_ATTN_B], m, C, 3 * C, 0);
+            nn_layernorm_forward(g->ln, g->mean, g->rstd, g->x, p[GEN_G_LN1_W], p[GEN_G_LN1_B], m,
+                                 C);
+            nn_conv1d_forward(g->qkv, g->ln, p[GEN_G_ATTN_W], p[GEN_G_ATTN_B], m, C, 3 * C, 0);
             for (int i = 0; i < m; i++) { /* [q | k | v]: k and v into the cache */
                 const float *row = g->qkv + (size_t)i * 3 * C;
-                memcpy(g->q + (size_t)i * C, row, (size_t)C * sizeof(float));
                 memcpy(kc + (size_t)(p0 + i) * C, row + C, (size_t)C * sizeof(float));
                 memcpy(vc + (size_t)(p0 + i) * C, row + 2 * C, (size_t)C * sizeof(float));
             }
-            attend(g->att, g->q, kc, vc, p0, m, NH, NH, hs, g->cache.s, g->cache.acc);
-            nn_conv1d_forward(g->proj, g->att, p[G_APROJ_W], p[G_APROJ_B], m, C, C, 0);
+            nn_attention_cached(g->att, g->qkv, 3 * C, kc, vc, p0, m, NH, NH, hs, g->cache.scratch);
+            nn_conv1d_forward(g->proj, g->att, p[GEN_G_APROJ_W], p[GEN_G_APROJ_B], m, C, C, 0);
             nn_residual_forward(g->x, g->x, g->proj, m * C);
-            nn_layernorm_forward(g->ln, g->mean, g->rstd, g->x, p[G_LN2_W], p[G_LN2_B], m, C);
-            nn_conv1d_forward(g->fc, g->ln, p[G_FC_W], p[G_FC_B], m, C, 4 * C, 0);
+            nn_layernorm_forward(g->ln, g->mean, g->rstd, g->x, p[GEN_G_LN2_W], p[GEN_G_LN2_B], m,
+                                 C);
+            nn_conv1d_forward(g->fc, g->ln, p[GEN_G_FC_W], p[GEN_G_FC_B], m, C, 4 * C, 0);
             nn_gelu_forward(g->fc, g->fc, m * 4 * C);
-            nn_conv1d_forward(g->proj, g->fc, p[G_MPROJ_W], p[G_MPROJ_B], m, 4 * C, C, 0);
+            nn_conv1d_forward(g->proj, g->fc, p[GEN_G_MPROJ_W], p[GEN_G_MPROJ_B], m, 4 * C, C, 0);
             nn_residual_forward(g->x, g->x, g->proj, m * C);
         }
         if (c0 + m == n) { /* the head, on the last row: logits = ln_f(x) wte^T */
@@ -370,11 +253,11 @@ static void gpt2_destroy(gen_decoder_t *d)
     free(g->lnf_w);
     free(g->lnf_b);
     for (int l = 0; g->p && l < g->cfg.n_layer; l++)
-        for (int j = 0; j < G_LAYER_COUNT; j++)
+        for (int j = 0; j < GEN_G_LAYER_COUNT; j++)
             free(g->p[l][j]);
     free(g->p);
     cache_free(&g->cache);
-    float *scratch[] = { g->x, g->ln, g->qkv, g->q, g->att, g->proj, g->fc, g->mean, g->rstd };
+    float *scratch[] = { g->x, g->ln, g->qkv, g->att, g->proj, g->fc, g->mean, g->rstd };
     for (size_t i = 0; i < sizeof(scratch) / sizeof(scratch[0]); i++)
         free(scratch[i]);
     free(g);
@@ -391,47 +274,30 @@ static int gpt2_open(gen_decoder_t *d, const char *dir, bmt_st_t *st, bmt_error_
     if (gpt2_config_from_file(dir, 0, &g->cfg, err) < 0)
         return -1;
     const int L = g->cfg.n_layer, C = g->cfg.n_embd, R = d->capacity < CHUNK ? d->capacity : CHUNK;
-    const int64_t V = g->cfg.vocab_size, T = g->cfg.max_seq_len;
-    const int nw = 4 + L * G_LAYER_COUNT;
-    wanted_t *w = calloc((size_t)nw, sizeof(*w));
-    if (w == NULL || (g->p = calloc((size_t)L, sizeof(*g->p))) == NULL) {
+    int nw = 0;
+    gen_tensor_t *w = gen_gpt2_tensors(&g->cfg, &nw, err);
+    float ***dst = calloc((size_t)nw, sizeof(*dst));
+    if (w == NULL || dst == NULL || (g->p = calloc((size_t)L, sizeof(*g->p))) == NULL) {
         free(w);
-        return nn_fail(err, "out of memory");
+        free(dst);
+        return w ? nn_fail(err, "out of memory") : -1;
     }
-    set_wanted(&w[0], "transformer.wte.weight", "wte.weight", V, C, &g->wte);
-    set_wanted(&w[1], "transformer.wpe.weight", "wpe.weight", T, C, &g->wpe);
-    set_wanted(&w[2], "transformer.ln_f.weight", "ln_f.weight", C, 0, &g->lnf_w);
-    set_wanted(&w[3], "transformer.ln_f.bias", "ln_f.bias", C, 0, &g->lnf_b);
-    static const struct {
-        const char *name;
-        int d0, d1; /* multiples of C; 0: none */
-    } ps[G_LAYER_COUNT] = {
-        [G_LN1_W] = { "ln_1.weight", 1, 0 },          [G_LN1_B] = { "ln_1.bias", 1, 0 },
-        [G_ATTN_W] = { "attn.c_attn.weight", 1, 3 },  [G_ATTN_B] = { "attn.c_attn.bias", 3, 0 },
-        [G_APROJ_W] = { "attn.c_proj.weight", 1, 1 }, [G_APROJ_B] = { "attn.c_proj.bias", 1, 0 },
-        [G_LN2_W] = { "ln_2.weight", 1, 0 },          [G_LN2_B] = { "ln_2.bias", 1, 0 },
-        [G_FC_W] = { "mlp.c_fc.weight", 1, 4 },       [G_FC_B] = { "mlp.c_fc.bias", 4, 0 },
-        [G_MPROJ_W] = { "mlp.c_proj.weight", 4, 1 },  [G_MPROJ_B] = { "mlp.c_proj.bias", 1, 0 },
-    };
+    dst[GEN_G_WTE] = &g->wte, dst[GEN_G_WPE] = &g->wpe;
+    dst[GEN_G_LNF_W] = &g->lnf_w, dst[GEN_G_LNF_B] = &g->lnf_b;
     for (int l = 0; l < L; l++)
-        for (int j = 0; j < G_LAYER_COUNT; j++) {
-            char name[128], alt[100];
-            snprintf(alt, sizeof(alt), "h.%d.%s", l, ps[j].name);
-            snprintf(name, sizeof(name), "transformer.%s", alt);
-            set_wanted(&w[4 + l * G_LAYER_COUNT + j], name, alt, (int64_t)ps[j].d0 * C,
-                       (int64_t)ps[j].d1 * C, &g->p[l][j]);
-        }
-    int rc = load_tensors(st, dir, w, nw, err);
+        for (int j = 0; j < GEN_G_LAYER_COUNT; j++)
+            dst[GEN_G_GLOBALS + l * GEN_G_LAYER_COUNT + j] = &g->p[l][j];
+    int rc = gen_tensors_find(st, dir, w, nw, err) < 0 ? -1 : read_f32(st, w, nw, dst, err);
     free(w);
+    free(dst);
     if (rc < 0)
         return -1;
     if (cache_alloc(&g->cache, L, d->capacity, C, C / g->cfg.n_head, err) < 0)
         return -1;
     const size_t rc_ = (size_t)R * C;
-    float **bufs[] = {
-        &g->x, &g->ln, &g->qkv, &g->q, &g->att, &g->proj, &g->fc, &g->mean, &g->rstd
-    };
-    const size_t n[] = { rc_, rc_, 3 * rc_, rc_, rc_, rc_, 4 * rc_, (size_t)R, (size_t)R };
+    float **bufs[] = { &g->x, &g->ln, &g->qkv, &g->att, &g->proj, &g->fc, &g->mean, &g->rstd };
+    const size_t n[] = { rc_, rc_, 3 * rc_, rc_, rc_, 4 * rc_, (size_t)R, (size_t)R };
+    _Static_assert(sizeof(n) / sizeof(n[0]) == sizeof(bufs) / sizeof(bufs[0]), "a size per buffer");
     for (size_t i = 0; i < sizeof(n) / sizeof(n[0]); i++)
         if ((*bufs[i] = malloc(n[i] * sizeof(float))) == NULL)
             return nn_fail(err, "out of memory");
@@ -440,29 +306,15 @@ static int gpt2_open(gen_decoder_t *d, const char *dir, bmt_st_t *st, bmt_error_
 
 /* ------------------------------------------------------------ Llama */
 
-/* Parameter order of a Llama layer (HF names; nn.Linear weights (out, in)). */
-enum {
-    L_IN_NORM,
-    L_Q, /* (NH hd, C) */
-    L_K, /* (NKV hd, C) */
-    L_V,
-    L_O, /* (C, NH hd) */
-    L_POST_NORM,
-    L_GATE, /* (F, C) */
-    L_UP,
-    L_DOWN, /* (C, F) */
-    L_LAYER_COUNT
-};
-
 typedef struct llama_dec {
     llama_config_t cfg;
-    int Q, KV;                   /* NH hd, NKV hd */
-    float *embed, *norm, *head;  /* (V,C), (C), (V,C): head is embed when tied */
-    float *(*p)[L_LAYER_COUNT];  /* (L) layers */
-    float *inv_freq;             /* (hd/2) */
-    kv_cache_t cache;            /* keys after RoPE */
-    float *x, *ln, *q, *att, *o; /* scratch (R,C) (R,C) (R,Q) (R,Q) (R,C) */
-    float *gate, *up, *rstd;     /* (R,F) (R,F) (R) */
+    int Q, KV;                      /* NH hd, NKV hd */
+    float *embed, *norm, *head;     /* (V,C), (C), (V,C): head is embed when tied */
+    float *(*p)[GEN_L_LAYER_COUNT]; /* (L) layers */
+    float *inv_freq;                /* (hd/2) */
+    kv_cache_t cache;               /* keys after RoPE */
+    float *x, *ln, *q, *att, *o;    /* scratch (R,C) (R,C) (R,Q) (R,Q) (R,C) */
+    float *gate, *up, *rstd;        /* (R,F) (R,F) (R) */
 } llama_dec_t;
 
 static int llama_forward(gen_decoder_t *d, const int32_t *tokens, int n, float *logits,
@@ -481,21 +333,21 @@ static int llama_forward(gen_decoder_t *d, const int32_t *tokens, int n, float *
         for (int l = 0; l < m->cfg.n_layer; l++) {
             float *const *p = m->p[l];
             float *k = m->cache.k[l] + (size_t)p0 * KV, *v = m->cache.v[l] + (size_t)p0 * KV;
-            nn_rmsnorm_forward(m->ln, m->rstd, m->x, p[L_IN_NORM], r, C, eps);
-            nn_matmul_forward(m->q, m->ln, p[L_Q], r, C, Q);
-            nn_matmul_forward(k, m->ln, p[L_K], r, C, KV);
-            nn_matmul_forward(v, m->ln, p[L_V], r, C, KV);
+            nn_rmsnorm_forward(m->ln, m->rstd, m->x, p[GEN_L_IN_NORM], r, C, eps);
+            nn_matmul_forward(m->q, m->ln, p[GEN_L_Q], r, C, Q);
+            nn_matmul_forward(k, m->ln, p[GEN_L_K], r, C, KV);
+            nn_matmul_forward(v, m->ln, p[GEN_L_V], r, C, KV);
             nn_rope_forward_at(m->q, m->q, m->inv_freq, p0, 1, r, NH, hd);
             nn_rope_forward_at(k, k, m->inv_freq, p0, 1, r, NKV, hd);
-            attend(m->att, m->q, m->cache.k[l], m->cache.v[l], p0, r, NH, NKV, hd, m->cache.s,
-                   m->cache.acc);
-            nn_matmul_forward(m->o, m->att, p[L_O], r, Q, C);
+            nn_attention_cached(m->att, m->q, Q, m->cache.k[l], m->cache.v[l], p0, r, NH, NKV, hd,
+                                m->cache.scratch);
+            nn_matmul_forward(m->o, m->att, p[GEN_L_O], r, Q, C);
             nn_residual_forward(m->x, m->x, m->o, r * C);
-            nn_rmsnorm_forward(m->ln, m->rstd, m->x, p[L_POST_NORM], r, C, eps);
-            nn_matmul_forward(m->gate, m->ln, p[L_GATE], r, C, F);
-            nn_matmul_forward(m->up, m->ln, p[L_UP], r, C, F);
+            nn_rmsnorm_forward(m->ln, m->rstd, m->x, p[GEN_L_POST_NORM], r, C, eps);
+            nn_matmul_forward(m->gate, m->ln, p[GEN_L_GATE], r, C, F);
+            nn_matmul_forward(m->up, m->ln, p[GEN_L_UP], r, C, F);
             nn_swiglu_forward(m->gate, m->gate, m->up, r * F);
-            nn_matmul_forward(m->o, m->gate, p[L_DOWN], r, F, C);
+            nn_matmul_forward(m->o, m->gate, p[GEN_L_DOWN], r, F, C);
             nn_residual_forward(m->x, m->x, m->o, r * C);
         }
         if (c0 + r == n) { /* the head, on the last row: logits = norm(x) head^T */
@@ -516,7 +368,7 @@ static void llama_destroy(gen_decoder_t *d)
     free(m->embed);
     free(m->norm);
     for (int l = 0; m->p && l < m->cfg.n_layer; l++)
-        for (int j = 0; j < L_LAYER_COUNT; j++)
+        for (int j = 0; j < GEN_L_LAYER_COUNT; j++)
             free(m->p[l][j]);
     free(m->p);
     cache_free(&m->cache);
@@ -538,56 +390,24 @@ static int llama_open(gen_decoder_t *d, const char *dir, bmt_st_t *st, bmt_error
         return -1;
     const llama_config_t *c = &m->cfg;
     const int L = c->n_layer, R = d->capacity < CHUNK ? d->capacity : CHUNK;
-    const int64_t C = c->n_embd, F = c->ffn, V = c->vocab_size;
+    const int64_t C = c->n_embd, F = c->ffn;
     m->Q = c->n_head * c->head_dim;
     m->KV = c->n_kv_head * c->head_dim;
-
-    /* The file's layers must be the config's: more would be another model. */
-    bmt_st_plan_t *plan = NULL;
-    if (bmt_st_discover(st, &plan, err) < 0)
-        return -1;
-    const int nl = plan->nlayers;
-    char prefix[64];
-    snprintf(prefix, sizeof(prefix), "%s", plan->layer_prefix);
-    bmt_st_plan_free(plan);
-    if (nl != L)
-        return nn_fail(err, "%s holds %d layers (%s<N>); config.json has %d (num_hidden_layers)",
-                       dir, nl, prefix, L);
-
-    const int nw = 2 + (c->tied ? 0 : 1) + L * L_LAYER_COUNT;
-    wanted_t *w = calloc((size_t)nw, sizeof(*w));
-    if (w == NULL || (m->p = calloc((size_t)L, sizeof(*m->p))) == NULL) {
+    int nw = 0;
+    gen_tensor_t *w = gen_llama_tensors(st, dir, c, &nw, err);
+    float ***dst = calloc((size_t)nw, sizeof(*dst));
+    if (w == NULL || dst == NULL || (m->p = calloc((size_t)L, sizeof(*m->p))) == NULL) {
         free(w);
-        return nn_fail(err, "out of memory");
+        free(dst);
+        return w ? nn_fail(err, "out of memory") : -1;
     }
-    set_wanted(&w[0], "model.embed_tokens.weight", NULL, V, C, &m->embed);
-    set_wanted(&w[1], "model.norm.weight", NULL, C, 0, &m->norm);
-    if (!c->tied)
-        set_wanted(&w[2], "lm_head.weight", NULL, V, C, &m->head);
-    const struct {
-        const char *name;
-        int64_t d0, d1;
-    } ps[L_LAYER_COUNT] = {
-        [L_IN_NORM] = { "input_layernorm.weight", C, 0 },
-        [L_Q] = { "self_attn.q_proj.weight", m->Q, C },
-        [L_K] = { "self_attn.k_proj.weight", m->KV, C },
-        [L_V] = { "self_attn.v_proj.weight", m->KV, C },
-        [L_O] = { "self_attn.o_proj.weight", C, m->Q },
-        [L_POST_NORM] = { "post_attention_layernorm.weight", C, 0 },
-        [L_GATE] = { "mlp.gate_proj.weight", F, C },
-        [L_UP] = { "mlp.up_proj.weight", F, C },
-        [L_DOWN] = { "mlp.down_proj.weight", C, F },
-    };
-    const int base = c->tied ? 2 : 3;
+    dst[GEN_L_EMBED] = &m->embed, dst[GEN_L_NORM] = &m->norm, dst[GEN_L_HEAD] = &m->head;
     for (int l = 0; l < L; l++)
-        for (int j = 0; j < L_LAYER_COUNT; j++) {
-            char name[128];
-            snprintf(name, sizeof(name), "model.layers.%d.%s", l, ps[j].name);
-            set_wanted(&w[base + l * L_LAYER_COUNT + j], name, NULL, ps[j].d0, ps[j].d1,
-                       &m->p[l][j]);
-        }
-    int rc = load_tensors(st, dir, w, nw, err);
+        for (int j = 0; j < GEN_L_LAYER_COUNT; j++)
+            dst[GEN_L_GLOBALS + l * GEN_L_LAYER_COUNT + j] = &m->p[l][j];
+    int rc = gen_tensors_find(st, dir, w, nw, err) < 0 ? -1 : read_f32(st, w, nw, dst, err);
     free(w);
+    free(dst);
     if (rc < 0)
         return -1;
     if (c->tied)

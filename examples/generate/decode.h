@@ -6,8 +6,8 @@
  * sampler) is written once for every model and device. What exists: the CPU
  * decoders of GPT-2 and of the Llama family, which hold the whole model in
  * host memory in f32 and compute with the layers of nn/ (one process, no
- * engine). A CUDA decoder would be another constructor filling the same
- * struct (docs/generate.md, "Adding a decoder").
+ * engine), and their CUDA twins, which hold it on one GPU in bf16
+ * (docs/generate.md, "Adding a decoder").
  *
  * Errors: functions return 0 (or a pointer) or -1 (or NULL) with err, one
  * line naming the file, the tensor or the value that is wrong; nothing is
@@ -71,6 +71,16 @@ int gen_model_info(const char *dir, gen_model_info_t *info, bmt_error_t *err);
  * capacity: positions to reserve in the cache, 1 .. the model's positions (a
  * larger one is refused, naming both). NULL and err otherwise. */
 gen_decoder_t *gen_decoder_open_cpu(const char *dir, int capacity, bmt_error_t *err);
+
+/* The CUDA decoder of the same directories (examples/generate/decode_cuda.c):
+ * the whole model on the current device (device 0 of CUDA_VISIBLE_DEVICES) in
+ * bf16, with Llama's q, k, v and gate, up stacked into one product each, a
+ * bf16 KV cache on the device, and nn/'s CUDA layers; the logits come back to
+ * host memory as f32 at every forward. The files are checked as by
+ * gen_decoder_open_cpu, with the same messages. NULL and err also when the
+ * build has no CUDA, there is no device, the device memory does not hold the
+ * model and its cache (naming the sizes), or a head size is above 256. */
+gen_decoder_t *gen_decoder_open_cuda(const char *dir, int capacity, bmt_error_t *err);
 
 /* d->ops->forward after checking n >= 1, capacity and every token id (-1 and
  * err naming the first outside [0, vocab)). The logits are checked to be

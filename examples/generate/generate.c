@@ -9,7 +9,17 @@
  * over the prompt (prefill), then per new token: choose it from the last
  * logits, and, unless it is the last, run it through the model at its
  * position (the cache holds the rest). --no-cache (a test's option) runs the
- * whole sequence again at every step instead, which must give the same bits.
+ * whole sequence again at every step instead, which must give the same bits
+ * on the CPU (on the GPU the same numbers to bf16 rounding: docs/generate.md).
+ *
+ * Devices: --device cpu (the default) runs the CPU decoders in this process;
+ * --device cuda runs the CUDA decoder (decode_cuda.c), which lives in another
+ * binary, bin/generate-cuda: this file built with GEN_CUDA_MAIN and linked
+ * with nn's CUDA layers and cuBLAS. bin/generate runs it (execv, the same
+ * arguments) from its own directory once the command line is checked. Why two
+ * binaries: libcublasLt's initializers run at every start of a program that
+ * links it (0.5-0.8 s and 220 MB on this project's 2-core machine, before
+ * main), which the CPU path must not pay; one binary would need dlopen.
  *
  * Output: the new ids on one line, space separated; with --text, then their
  * bytes and a newline. Nothing is printed before the whole sequence exists,
@@ -48,6 +58,8 @@ static const char USAGE[] =
     "  --seed S              the sampler's seed, an unsigned 64-bit integer (default 1337)\n"
     "  --ignore-eos          do not stop at config.json's eos_token_id\n"
     "  --text                print the new tokens as bytes too, after the ids (vocab_size 256)\n"
+    "  --device cpu|cuda     cpu (default): f32 on the CPU; cuda: bf16 on GPU 0 (of\n"
+    "                        CUDA_VISIBLE_DEVICES), through bin/generate-cuda\n"
     "  -v, --verbose         the model and the time taken, on stderr\n"
     "  -h, --help            this text\n";
 
@@ -156,6 +168,32 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+#ifndef GEN_CUDA_MAIN
+/* --device cuda: generate-cuda, in this binary's directory, with the same
+ * arguments (see the note at the top). Does not return: it becomes that
+ * program, or prints one line and exits 1. */
+static _Noreturn void exec_cuda(char **argv)
+{
+#ifndef BMT_HAVE_CUDA
+    (void)argv;
+    die(1, "--device cuda: this bmt was built without CUDA (no nvcc or cuda_runtime.h under "
+           "CUDA_HOME, or NO_CUDA=1; docs/building.md)");
+#else
+    char self[4096], path[4096 + 16];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n < 0)
+        die(1, "--device cuda: /proc/self/exe: %s", strerror(errno));
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    *(slash ? slash : self) = '\0';
+    snprintf(path, sizeof(path), "%s/generate-cuda", slash ? self : ".");
+    fflush(NULL);
+    execv(path, argv);
+    die(1, "--device cuda runs in %s: %s", path, strerror(errno));
+#endif
+}
+#endif
+
 /* How to extend a sequence. */
 typedef struct run {
     int n_new;               /* tokens to add, at most */
@@ -221,7 +259,8 @@ enum {
     OPT_TEXT,
     OPT_NO_EOS,
     OPT_NO_CACHE,
-    OPT_DUMP
+    OPT_DUMP,
+    OPT_DEVICE
 };
 
 int main(int argc, char **argv)
@@ -235,6 +274,7 @@ int main(int argc, char **argv)
         { "seed", required_argument, NULL, OPT_SEED },
         { "ignore-eos", no_argument, NULL, OPT_NO_EOS },
         { "text", no_argument, NULL, OPT_TEXT },
+        { "device", required_argument, NULL, OPT_DEVICE },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         /* for tests (docs/generate.md): no KV cache; each step's logits to a file */
@@ -243,7 +283,7 @@ int main(int argc, char **argv)
         { NULL, 0, NULL, 0 },
     };
     const char *ids_arg = NULL, *text_arg = NULL, *dump = NULL;
-    int n_new = 32, text = 0, verbose = 0, no_cache = 0, ignore_eos = 0;
+    int n_new = 32, text = 0, verbose = 0, no_cache = 0, ignore_eos = 0, cuda = 0;
     gen_sampling_t smp = { 0, 0 };
     uint64_t seed = 1337;
     opterr = 0;
@@ -262,6 +302,11 @@ int main(int argc, char **argv)
         case 'h': fputs(USAGE, stdout); return 0;
         case OPT_NO_CACHE: no_cache = 1; break;
         case OPT_DUMP: dump = optarg; break;
+        case OPT_DEVICE:
+            if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0)
+                die(2, "--device needs cpu or cuda, not '%s'", optarg);
+            cuda = strcmp(optarg, "cuda") == 0;
+            break;
         case ':': die(2, "%s needs a value", argv[optind - 1]);
         default: die(2, "unknown option '%s' (generate --help)", argv[optind - 1]);
         }
@@ -318,8 +363,16 @@ int main(int argc, char **argv)
             n_new, (long long)np + n_new, info.max_positions,
             strcmp(info.model_type, "gpt2") == 0 ? "n_positions" : "max_position_embeddings");
 
+#ifdef GEN_CUDA_MAIN
+    gen_decoder_t *(*open_decoder)(const char *, int, bmt_error_t *) =
+        cuda ? gen_decoder_open_cuda : gen_decoder_open_cpu;
+#else
+    if (cuda) /* the command line is good: the rest runs in generate-cuda */
+        exec_cuda(argv);
+    gen_decoder_t *(*open_decoder)(const char *, int, bmt_error_t *) = gen_decoder_open_cpu;
+#endif
     double t0 = now_s();
-    gen_decoder_t *d = gen_decoder_open_cpu(dir, np + n_new, &err);
+    gen_decoder_t *d = open_decoder(dir, np + n_new, &err);
     if (d == NULL)
         die(1, "%s", err.text);
     double t1 = now_s();

@@ -1,6 +1,7 @@
 /* tests/gpu/llama_ops_check.c — the Llama layers on CUDA (nn/llama_ops_cuda.h:
- * RMSNorm, RoPE, SwiGLU) and the grouped-query flash attention of
- * nn/ops_cuda.h (nn_cuda_flash_*) against their CPU twins (nn/llama_ops_cpu.h,
+ * RMSNorm, RoPE, SwiGLU), the grouped-query flash attention of nn/ops_cuda.h
+ * (nn_cuda_flash_*) and its attention over a KV cache
+ * (nn_cuda_attention_cached) against their CPU twins (nn/llama_ops_cpu.h,
  * themselves checked against PyTorch in float64).
  *
  * Runs on a machine with a GPU (tests/gpu/test_llama_ops.sh). As
@@ -21,6 +22,10 @@
  *           sums of the same bf16 inputs against double ones).
  * Measured on an H200: one layer's bf16 outputs within 1.9e-3, attention's
  * within 2.7e-3, dweight 1.5e-7, rstd 8.5e-8, lse 1.0e-7.
+ * The attention over a KV cache (nn_cuda_attention_cached, a decoder's) is
+ * held to 1.5e-2 against nn_attention_cached: its products and softmax are
+ * f32 from the same bf16 inputs, so only the bf16 rounding of the output and
+ * the f32 sums differ (not measured yet).
  * The CPU's RoPE rotates positions 0..T-1: at pos0 > 0 its reference runs
  * each sequence with pos0 leading zero tokens and keeps the last T. The
  * GPU's angles are f32, as HF's (the CPU's double): at pos0 131000 they are
@@ -511,6 +516,65 @@ static void t_flash(int B, int T, int NH, int NKV, int hd)
     cudaFree(dqkv), cudaFree(dout), cudaFree(dl), cudaFree(ddy), cudaFree(ddqkv), cudaFree(Dd);
 }
 
+/* ------------------------------------------------------------ attention over a KV cache */
+
+/* nn_cuda_attention_cached against nn_attention_cached: n queries at
+ * positions pos0.. read from packed qkv rows (ldq = (NH + 2 NKV) hd, the q
+ * part where it lies), over a cache of pos0 + n + 5 positions (the rows past
+ * pos0 + n must not be read: they are NaN on both sides). qscale > 1 sharpens
+ * the softmax (scores of several units: the running maximum is rescaled). */
+static void t_attn_cached(int pos0, int n, int NH, int NKV, int hd, float qscale)
+{
+    bmt_error_t err;
+    char name[192], shape[128];
+    const int ldq = (NH + 2 * NKV) * hd, cap = pos0 + n + 5;
+    const size_t nq = (size_t)n * ldq, no = (size_t)n * NH * hd, nc = (size_t)cap * NKV * hd;
+    snprintf(shape, sizeof(shape), "pos0 %d, n %d, NH %d, NKV %d, hd %d, q x %g", pos0, n, NH, NKV,
+             hd, qscale);
+    float *q = rnd(nq, qscale), *kc = rnd(nc, 1.0f), *vc = rnd(nc, 1.0f), *ref = zeros(no);
+    for (size_t i = (size_t)(pos0 + n) * NKV * hd; i < nc; i++)
+        kc[i] = vc[i] = NAN; /* past the last query's position */
+    double *scratch = xmalloc(((size_t)cap + hd) * sizeof(double));
+    nn_attention_cached(ref, q, ldq, kc, vc, pos0, n, NH, NKV, hd, scratch);
+    void *dq = up_bf16(q, nq), *dk = up_bf16(kc, nc), *dv = up_bf16(vc, nc),
+         *dout = dmalloc(no * 2);
+    run(nn_cuda_attention_cached(h, dout, dq, ldq, dk, dv, pos0, n, NH, NKV, hd, &err),
+        "attention over the cache", &err);
+    float *got = down_bf16(dout, no);
+    snprintf(name, sizeof(name), "attention over a KV cache (%s)", shape);
+    check(name, got, ref, no, 1.5e-2);
+    poison(dout, no * 2);
+    run(nn_cuda_attention_cached(h, dout, dq, ldq, dk, dv, pos0, n, NH, NKV, hd, &err),
+        "attention over the cache", &err);
+    float *got2 = down_bf16(dout, no);
+    check_same("attention over a KV cache", got, got2, no);
+    free(q), free(kc), free(vc), free(ref), free(scratch), free(got), free(got2);
+    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dout);
+}
+
+/* What nn_cuda_attention_cached refuses: -1 and a text, nothing launched. */
+static void t_attn_cached_refused(void)
+{
+    bmt_error_t err;
+    const struct {
+        int ldq, n, NH, NKV, hd;
+        const char *what;
+    } bad[] = {
+        { 8 * 257, 1, 8, 8, 257, "head size 257" }, { 0, 1, 8, 8, 0, "head size 0" },
+        { 6 * 64, 1, 6, 4, 64, "NH 6 on NKV 4" },   { 7 * 64, 1, 8, 8, 64, "ldq < NH hd" },
+        { 8 * 64, -1, 8, 8, 64, "n -1" },
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char name[160];
+        err.text[0] = '\0';
+        const int rc = nn_cuda_attention_cached(h, NULL, NULL, bad[i].ldq, NULL, NULL, 0, bad[i].n,
+                                                bad[i].NH, bad[i].NKV, bad[i].hd, &err);
+        snprintf(name, sizeof(name), "attention over a KV cache refuses %s (%s)", bad[i].what,
+                 err.text);
+        check_true(rc == -1 && err.text[0] != '\0', name);
+    }
+}
+
 /* ------------------------------------------------------------ timing (--bench)
  *
  * Diagnostics, not tests: each op at one shape, the median of 20 runs timed
@@ -712,6 +776,23 @@ int main(int argc, char **argv)
     t_flash(2, 63, 9, 3, 64);
     t_flash(2, 1000, 6, 2, 64);
     nn_cuda_attention_mode(h, attn_mode_now = 0);
+
+    /* Attention over a KV cache (a decoder's step and prefill): head sizes of
+     * the tiny models (8, 12, 16), Llama's (64, 128), the largest (256) and an
+     * odd one; one query at positions 0 (a single key: three warps idle), 3
+     * and 1000; a chunk of 64 queries after 70 cached positions; GQA 4:1, 8:1,
+     * 3:1 and multi-head; sharp scores */
+    t_attn_cached(0, 1, 8, 2, 64, 1.0f);
+    t_attn_cached(3, 1, 8, 2, 64, 1.0f);
+    t_attn_cached(1000, 1, 32, 8, 64, 1.0f);
+    t_attn_cached(1000, 1, 16, 2, 128, 3.0f);
+    t_attn_cached(70, 64, 8, 4, 8, 2.0f);
+    t_attn_cached(0, 7, 4, 4, 12, 2.0f);
+    t_attn_cached(0, 70, 4, 4, 16, 2.0f);
+    t_attn_cached(100, 5, 9, 3, 64, 4.0f);
+    t_attn_cached(300, 3, 4, 1, 256, 1.0f);
+    t_attn_cached(17, 9, 6, 2, 100, 1.0f);
+    t_attn_cached_refused();
 
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
         bench(32, 8, 64, 2048); /* Llama 3.2 1B */

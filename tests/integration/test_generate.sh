@@ -12,7 +12,9 @@
 # a recompute without it (the same bits), top-k 1 is greedy at any
 # temperature, a seed repeats and another differs, the end-of-sequence token
 # stops, checkpoints of bin/llama and bin/gpt2 generate (and equal the
-# oracle), and bad input is refused with one line and its exit code.
+# oracle), the CUDA decoder's host code on a CPU emulation of nn's CUDA layers
+# follows the oracle within bf16 bounds (tests/gpu/test_generate.sh runs it on
+# a GPU), and bad input is refused with one line and its exit code.
 . "$(dirname "$0")/lib.sh"
 
 PY=/usr/bin/python3
@@ -247,6 +249,32 @@ test_expect_success "on the trainers' checkpoints: greedy equals the oracle toke
     same ck-llama && same ck-gpt2 && logits_ok ck-llama.sampled && logits_ok ck-gpt2.sampled
 '
 
+# ------------------------------------------------------------ the CUDA decoder
+
+MOCK=$BUILDDIR/tests/mock/generate-cuda-mock
+export MOCK
+if [ -x "$MOCK" ]; then
+    test_expect_success "the CUDA decoder's host code (decode_cuda.c) on a CPU emulation of nn's CUDA layers (tests/mock, bf16): logits along each greedy path within 8e-2 of the oracle's (3e-2 mean), ids the oracle's up to its first gap <= 0.5, a prefill of two chunks" '
+        for c in g1:$P:24 g2:$P:24 l1:$P:24 l2:$P:24 l1:$LONG:30; do
+            IFS=: read -r m prompt n <<<"$c"
+            $MOCK $M/$m --prompt-ids $prompt -n $n --device cuda --dump-logits $m.$n.dump \
+                >$m.$n.ids || exit 1
+            echo "$m.$n.logits logits $M/$m $prompt $(tr " " , <$m.$n.ids) $PWD/$m.$n.dump 8e-2"
+            echo "$m.$n.follows follows $M/$m $prompt $(tr " " , <$m.$n.ids) 0.5"
+        done >batch &&
+        with_timeout 120 $PY "$ORACLE" batch batch >res && cat res &&
+        test $(grep -c " ok\$" res) -eq 10 && awk "\$2 == \"logits\" && \$5 > 3e-2 { exit 1 }" res
+    '
+fi
+
+if ! nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then
+    test_expect_success "--device cuda without a GPU (or without CUDA): one line, no ids, exit 1" '
+        rc=0 && $GEN $M/l1 --prompt-ids $P -n 3 --device cuda >out 2>err || rc=$? &&
+        cat err && test $rc -eq 1 && test ! -s out && test $(wc -l <err) -eq 1 &&
+        grep -q "^generate: --device cuda: " err
+    '
+fi
+
 # ------------------------------------------------------------ bad input
 
 test_expect_success "bad input: one line on stderr, no ids, exit 2 (command line) or 1 (files, a non-finite logit)" '
@@ -290,6 +318,7 @@ test_expect_success "bad input: one line on stderr, no ids, exit 2 (command line
 	2|--prompt is empty: give at least one byte|$M/g2 --prompt ""
 	2|unknown option '"'"'--bogus'"'"' (generate --help)|$M/g1 --bogus
 	2|--top-k needs a value|$M/g1 --prompt-ids 1 --top-k
+	2|--device needs cpu or cuda, not '"'"'gpu'"'"'|$M/g1 --prompt-ids 1 --device gpu
 	2|one model directory, not several ('"'"'$M/g1'"'"' and '"'"'$M/g2'"'"')|$M/g1 $M/g2 --prompt-ids 1
 	2|--prompt-ids: token 97 (number 3) is outside the vocabulary [0, 97) of $M/g1|$M/g1 --prompt-ids 1,2,97
 	2|--prompt encodes bytes as tokens, for byte-level models (vocab_size 256); $M/l1 has vocab_size 101: use --prompt-ids|$M/l1 --prompt hello
