@@ -16,6 +16,10 @@
 #include "fp8.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops_cpu.h"
 
 typedef struct fmt {
     int mbits;   /* mantissa bits */
@@ -198,4 +202,66 @@ float nn_fp8_history_scale(const nn_fp8_history_t *h, nn_fp8_kind_t kind, int ma
     for (int i = 0; i < h->count; i++)
         m = fmaxf(m, h->amax[i]);
     return nn_fp8_scale(m, kind, margin);
+}
+
+/* A copy of x (n) passed through kind at its current scale, or NaN everywhere
+ * (*poisoned = 1) when x cannot be scaled; NULL when out of memory. */
+static float *through(const float *x, size_t n, nn_fp8_kind_t kind, int *poisoned)
+{
+    float *y = malloc(n * sizeof(float));
+    if (y == NULL)
+        return NULL;
+    memcpy(y, x, n * sizeof(float));
+    if (nn_fp8_roundtrip(y, n, kind) == 0.0f) {
+        for (size_t i = 0; i < n; i++)
+            y[i] = NAN;
+        *poisoned = 1;
+    }
+    return y;
+}
+
+int nn_fp8_conv1d_forward(float *out, const float *inp, const float *weight, const float *bias,
+                          int N, int IC, int OC, int wt)
+{
+    int poisoned = 0;
+    float *x = through(inp, (size_t)N * IC, NN_FP8_E4M3, &poisoned);
+    float *w = x ? through(weight, (size_t)IC * OC, NN_FP8_E4M3, &poisoned) : NULL;
+    if (w && poisoned) {
+        for (size_t i = 0; i < (size_t)N * OC; i++)
+            out[i] = NAN;
+    } else if (w) {
+        nn_conv1d_forward(out, x, w, bias, N, IC, OC, wt);
+    }
+    free(x);
+    free(w);
+    return w == NULL ? -1 : poisoned;
+}
+
+int nn_fp8_conv1d_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                           const float *inp, const float *weight, int N, int IC, int OC, int wt)
+{
+    int poisoned = 0;
+    float *d = through(dout, (size_t)N * OC, NN_FP8_E5M2, &poisoned);
+    float *x = d ? through(inp, (size_t)N * IC, NN_FP8_E4M3, &poisoned) : NULL;
+    float *w = x ? through(weight, (size_t)IC * OC, NN_FP8_E4M3, &poisoned) : NULL;
+    if (w) {
+        if (poisoned) {
+            for (size_t i = 0; dinp && i < (size_t)N * IC; i++)
+                dinp[i] += NAN;
+            for (size_t i = 0; i < (size_t)IC * OC; i++)
+                dweight[i] += NAN;
+        } else {
+            nn_conv1d_backward(dinp, dweight, NULL, d, x, w, N, IC, OC, wt);
+        }
+        for (int o = 0; dbias && o < OC; o++) { /* from the unrounded dout, as nn_conv1d's */
+            double sum = 0.0;
+            for (int n = 0; n < N; n++)
+                sum += dout[(size_t)n * OC + o];
+            dbias[o] += sum;
+        }
+    }
+    free(d);
+    free(x);
+    free(w);
+    return w == NULL ? -1 : poisoned;
 }

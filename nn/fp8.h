@@ -25,7 +25,8 @@
  *   delayed scaling: the largest amax of the last steps (nn_fp8_history_t), no
  *     extra pass, but a tensor that grew since saturates (counted).
  *
- * Nothing here allocates or fails except where said; sizes are the caller's.
+ * Nothing here allocates or fails except where said (the emulated layer
+ * products); sizes are the caller's.
  */
 #ifndef NN_FP8_H
 #define NN_FP8_H
@@ -88,6 +89,27 @@ float nn_fp8_roundtrip(float *x, size_t n, nn_fp8_kind_t kind);
  * descale = 1 / (scale_a scale_b). Overwrites out. */
 void nn_fp8_matmul(float *out, const uint8_t *a, nn_fp8_kind_t ka, const uint8_t *b,
                    nn_fp8_kind_t kb, float descale, int N, int K, int OC);
+
+/* A linear layer's products as the FP8 mode computes them on the GPU, emulated
+ * in f32 (the reference of that mode, and the CPU trainers' --fp8): the
+ * operands each pass through FP8 at their current scale (nn_fp8_roundtrip),
+ * then nn_conv1d_forward/backward (nn/ops_cpu.h, same arguments: wt 0 for
+ * HF's Conv1D weight (IC,OC), 1 for nn.Linear's (OC,IC)) computes with them.
+ *   forward:  inp and weight in E4M3; the bias added in f32;
+ *   backward: dout in E5M2, inp and weight in E4M3 as in the forward, for
+ *             dinp and dweight; dbias from dout itself (the GPU sums the bf16
+ *             gradient for it, not its FP8 copy).
+ * The copies are allocated per call. Returns 0; 1 when an operand cannot be
+ * scaled (it holds NaN or infinite values): then every output element is NaN
+ * (forward: out = NaN; backward: NaN added into dinp and dweight, dbias as
+ * usual), as on the GPU, whose scale for such a tensor is NaN, so that the
+ * step's non-finite loss or gradients are seen and handled as any other's
+ * (skipped, and counted against --max-skipped); -1 when out of memory
+ * (nothing written). */
+int nn_fp8_conv1d_forward(float *out, const float *inp, const float *weight, const float *bias,
+                          int N, int IC, int OC, int wt);
+int nn_fp8_conv1d_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                           const float *inp, const float *weight, int N, int IC, int OC, int wt);
 
 /* Delayed scaling: the amax of the last `len` steps (len <= NN_FP8_HISTORY_MAX),
  * a ring; the scale for the next step comes from their maximum. */

@@ -39,7 +39,8 @@ cudaStream_t stream_of(nn_cuda_t *h) { return (cudaStream_t)nn_cuda_stream(h); }
 
 template <int KIND> __device__ __forceinline__ uint8_t to_fp8(float y)
 {
-    return (uint8_t)__nv_cvt_float_to_fp8(y, __NV_SATFINITE, KIND == NN_FP8_E4M3 ? __NV_E4M3 : __NV_E5M2);
+    return (uint8_t)__nv_cvt_float_to_fp8(y, __NV_SATFINITE,
+                                          KIND == NN_FP8_E4M3 ? __NV_E4M3 : __NV_E5M2);
 }
 
 __device__ __forceinline__ void amax_add(unsigned *amax, unsigned m)
@@ -72,8 +73,11 @@ __global__ void scale_k(float *scale, float *descale, const float *amax, float f
                 s = 0.0f;
         }
     }
-    *scale = s;
-    *descale = s == 0.0f ? 0.0f : __fdiv_rn(1.0f, s);
+    /* A tensor that cannot be scaled gets NaN for both, so its codes and every
+     * product it enters are NaN: the step is seen as non-finite, never as a
+     * silent zero. */
+    *scale = s == 0.0f ? __int_as_float(0x7fc00000) : s;
+    *descale = s == 0.0f ? __int_as_float(0x7fc00000) : __fdiv_rn(1.0f, s);
     if (s == 0.0f)
         *bad = 1;
 }
@@ -145,14 +149,16 @@ extern "C" int nn_cuda_fp8_quantize(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const
     if (x == NULL || scale == NULL || (q == NULL && qt == NULL))
         return fail_text(err, "fp8 quantize", "x, scale, or both outputs are NULL");
     if (rows < 1 || cols < 1 || ld < cols || (rows + TILE - 1) / TILE > 65535) {
-        snprintf(why, sizeof(why), "rows %d, cols %d, ld %d: want rows 1..%d, cols >= 1, ld >= cols",
-                 rows, cols, ld, 65535 * TILE);
+        snprintf(why, sizeof(why),
+                 "rows %d, cols %d, ld %d: want rows 1..%d, cols >= 1, ld >= cols", rows, cols, ld,
+                 65535 * TILE);
         return fail_text(err, "fp8 quantize", why);
     }
     if ((q && cols % 16) || (qt && rows % 16) || !aligned16(q, qt)) {
         snprintf(why, sizeof(why),
                  "the FP8 products want rows of 16-byte multiples: cols %d (q), rows %d (qt), "
-                 "and 16-byte aligned outputs", cols, rows);
+                 "and 16-byte aligned outputs",
+                 cols, rows);
         return fail_text(err, "fp8 quantize", why);
     }
     cudaStream_t st = stream_of(h);

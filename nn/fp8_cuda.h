@@ -6,9 +6,9 @@
  * these against it bit for bit. Scales live in device memory (f32), so a step
  * never waits for the host: nn_cuda_fp8_amax measures a tensor,
  * nn_cuda_fp8_scale turns its amax into the scale the conversion multiplies
- * by and the descale the product multiplies by, and a tensor that cannot be
- * scaled (NaN or infinite amax) sets a device flag the caller reads at the
- * step's end (when it synchronizes anyway) and fails on.
+ * by and the descale the product multiplies by. A tensor that cannot be
+ * scaled (NaN or infinite amax) gets a NaN scale, so its products are NaN,
+ * as nn_fp8_conv1d_* give on the cpu, and sets a device flag.
  *
  * Functions run on the handle's stream (nn_cuda_stream) and return 0, or -1
  * with err (a bad argument, or the launch's CUDA error). Pointers are device
@@ -34,8 +34,10 @@ int nn_cuda_fp8_amax(nn_cuda_t *h, float *amax, const void *x, size_t n, bmt_err
 
 /* From *amax (f32): *scale = nn_fp8_scale(*amax, kind, margin) and *descale =
  * 1 / *scale (f32, IEEE division: the same bits as the host's 1.0f / scale).
- * A scale of 0 (amax NaN, infinite, negative or too small) writes 0 to both
- * and sets *bad = 1 (an int the caller zeroes and reads). margin 0..64. */
+ * Where nn_fp8_scale gives 0 (amax NaN, infinite, negative or too small), both
+ * are NaN, so the tensor's codes and every product it enters are NaN and the
+ * step is handled as any non-finite one, and *bad = 1 (an int the caller
+ * zeroes and may read to say which tensor). margin 0..64. */
 int nn_cuda_fp8_scale(nn_cuda_t *h, float *scale, float *descale, const float *amax,
                       nn_fp8_kind_t kind, int margin, int *bad, bmt_error_t *err);
 

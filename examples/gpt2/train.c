@@ -4,7 +4,7 @@
  *     gpt2 --prepare corpus.txt --out build/data/corpus     (tokenize, byte level)
  *
  * Only GPT-2's wiring: its options (--layers, --heads, --embd, --vocab,
- * --max-seq, --keep-attention, --gemm-tune) and the trainer_model_t that
+ * --max-seq, --keep-attention, --gemm-tune, --fp8) and the trainer_model_t that
  * hands the shared trainer (examples/common/trainer.h: options, schedule,
  * loop, evaluation, checkpoints, SIGUSR1, metrics, every line printed) the
  * model of gpt2/model.h.
@@ -19,7 +19,7 @@
 typedef struct gpt2_wiring {
     gpt2_config_t cfg;
     int layers, heads, embd, vocab, max_seq; /* overrides; 0: the model's */
-    int keep_attention, gemm_tune;
+    int keep_attention, gemm_tune, fp8;
 } gpt2_wiring_t;
 
 enum {
@@ -30,6 +30,7 @@ enum {
     O_MAXSEQ,
     O_KEEPATT,
     O_GEMM_TUNE,
+    O_FP8,
 };
 
 static const struct option gpt2_options[] = {
@@ -40,6 +41,7 @@ static const struct option gpt2_options[] = {
     { "max-seq", required_argument, NULL, O_MAXSEQ },
     { "keep-attention", required_argument, NULL, O_KEEPATT },
     { "gemm-tune", required_argument, NULL, O_GEMM_TUNE },
+    { "fp8", required_argument, NULL, O_FP8 },
     { NULL, 0, NULL, 0 },
 };
 
@@ -55,6 +57,7 @@ static int option(void *self, int code, const char *arg)
     case O_KEEPATT: return trainer_int_arg("--keep-attention", arg, 0, 1, &w->keep_attention);
     case O_GEMM_TUNE:
         return trainer_int_arg("--gemm-tune", arg, 0, NN_GEMM_TUNE_MAX, &w->gemm_tune);
+    case O_FP8: return trainer_int_arg("--fp8", arg, 0, 1, &w->fp8);
     }
     return trainer_bad("unknown option");
 }
@@ -116,7 +119,8 @@ static int after_create(void *self, void *m, bmt_error_t *err)
 {
     const gpt2_wiring_t *w = self;
     if (gpt2_model_gemm_tune(m, w->gemm_tune, err) < 0 ||
-        gpt2_model_keep_attention(m, w->keep_attention, err) < 0)
+        gpt2_model_keep_attention(m, w->keep_attention, err) < 0 ||
+        gpt2_model_fp8(m, w->fp8, err) < 0)
         return -1;
     return 0;
 }
@@ -175,7 +179,10 @@ int main(int argc, char **argv)
         .usage_run_end =
             "      --gemm-tune N       cuda: time N of cuBLASLt's candidates per product shape\n"
             "                          at its first use and keep the fastest (0, the default:\n"
-            "                          the heuristic's first, the same from run to run; <= 32)\n",
+            "                          the heuristic's first, the same from run to run; <= 32)\n"
+            "      --fp8 0|1           the layers' products with FP8 operands (docs/fp8.md);\n"
+            "                          cpu: emulated in f32, the reference of the GPU's (which\n"
+            "                          is not there yet)\n",
         .options = gpt2_options,
         .option = option,
         .configure = configure,

@@ -6,8 +6,10 @@
 # every tie between two FP8 values and its f32 neighbours, values beyond the
 # largest, inf, NaN, -0; a tensor quantized with six scales (saturation counted);
 # the current-scaling roundtrip; the scale for a dozen amax values (0, tiny,
-# NaN, inf, negative); and a scaled E4M3 x E5M2 product. Every comparison is bit
-# for bit but the product's (f32's rounding of the exact sum). Then the checker
+# NaN, inf, negative); a scaled E4M3 x E5M2 product; and a linear layer's
+# products emulated as the FP8 mode computes them (forward and backward, both
+# weight layouts; a NaN or inf operand refused). Every comparison is bit for
+# bit but the products' (f32's rounding of exact sums). Then the checker
 # is shown able to fail: ties rounded away from zero, one code changed, a
 # saturation count off by one, a product off by 4 ulp each fail their line.
 . "$(dirname "$0")/lib.sh"
@@ -26,12 +28,12 @@ fi
 test_expect_success "gen writes the inputs; fp8_check converts, quantizes and multiplies them" '
     with_timeout 120 $PY "$ORACLE" gen "$D" &&
     with_timeout 60 "$CHECK" "$D" >out &&
-    grep -q "^fp8_check: [0-9]* values, 6 x 4096 quantized, 37 x 300 x 29 product written to $D\$" out
+    grep -q "^fp8_check: [0-9]* values, 6 x 4096 quantized, 37 x 300 x 29 product, 45 x 96 x 40 layer written to $D\$" out
 '
 
-test_expect_success "every result equals the oracle's (23 comparisons)" '
+test_expect_success "every result equals the oracle's (28 comparisons)" '
     with_timeout 120 $PY "$ORACLE" compare "$D" >"$TMP/compare.out" &&
-    test $(grep -c "^ok " "$TMP/compare.out") -eq 23 && ! grep -q "^not ok" "$TMP/compare.out"
+    test $(grep -c "^ok " "$TMP/compare.out") -eq 28 && ! grep -q "^not ok" "$TMP/compare.out"
 '
 grep "ok \|^#" "$TMP/compare.out" | sed -e 's/^/#   /'
 

@@ -15,9 +15,17 @@
  *   DIR/rt_KIND.f32       nn_fp8_roundtrip of qx, and DIR/rt_KIND.txt its scale
  *   DIR/scale_KIND_M.f32  nn_fp8_scale of each amax with margin M (0, 3)
  *   DIR/mm.f32            nn_fp8_matmul
+ * and for the emulated layer products, from DIR/lin.txt ("N IC OC"),
+ * DIR/lin_{inp,w,b,dout}.f32, with WT 0 and 1 (the weight read as (IC,OC) or
+ * (OC,IC)):
+ *   DIR/lin_{out,dinp,dw,db}_WT.f32   nn_fp8_conv1d_forward/backward (gradients
+ *                                     into zeros)
+ *   DIR/lin_nan.txt       the return codes with a NaN in inp, then an inf in
+ *                         dout, and whether out, dinp and dweight became all NaN
  * Exit status 0, 1 on a missing or short file (named), 2 on usage.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,7 +137,58 @@ int main(int argc, char **argv)
     float *out = malloc((size_t)N * OC * sizeof(float));
     nn_fp8_matmul(out, a, (nn_fp8_kind_t)ka, b, (nn_fp8_kind_t)kb, descale, N, K, OC);
     save("mm.f32", out, (size_t)N * OC * sizeof(float));
-    printf("fp8_check: %zu values, %zu x %zu quantized, %d x %d x %d product written to %s\n", nx,
-           ns, nq, N, K, OC, dir);
+    size_t nl;
+    char *lin = load("lin.txt", 1, &nl);
+    lin = realloc(lin, nl + 1);
+    lin[nl] = '\0';
+    int LN, IC, LOC;
+    if (sscanf(lin, "%d %d %d", &LN, &IC, &LOC) != 3 || LN < 1 || IC < 1 || LOC < 1)
+        die("not \"N IC OC\"", "lin.txt");
+    size_t n_in, n_w, n_b, n_d;
+    float *inp = load("lin_inp.f32", 4, &n_in), *w = load("lin_w.f32", 4, &n_w);
+    const float *bias = load("lin_b.f32", 4, &n_b), *dout = load("lin_dout.f32", 4, &n_d);
+    if (n_in != (size_t)LN * IC || n_w != (size_t)IC * LOC || n_b != (size_t)LOC ||
+        n_d != (size_t)LN * LOC)
+        die("sizes differ from lin.txt", "lin_*.f32");
+    float *lo = calloc(n_d, 4), *ldi = calloc(n_in, 4), *ldw = calloc(n_w, 4),
+          *ldb = calloc(LOC, 4);
+    for (int wt = 0; wt <= 1; wt++) {
+        char name[64];
+        memset(ldi, 0, n_in * 4), memset(ldw, 0, n_w * 4), memset(ldb, 0, LOC * 4);
+        if (nn_fp8_conv1d_forward(lo, inp, w, bias, LN, IC, LOC, wt) != 0 ||
+            nn_fp8_conv1d_backward(ldi, ldw, ldb, dout, inp, w, LN, IC, LOC, wt) != 0)
+            die("the emulated products failed", "lin_*.f32");
+        snprintf(name, sizeof(name), "lin_out_%d.f32", wt);
+        save(name, lo, n_d * 4);
+        snprintf(name, sizeof(name), "lin_dinp_%d.f32", wt);
+        save(name, ldi, n_in * 4);
+        snprintf(name, sizeof(name), "lin_dw_%d.f32", wt);
+        save(name, ldw, n_w * 4);
+        snprintf(name, sizeof(name), "lin_db_%d.f32", wt);
+        save(name, ldb, LOC * 4);
+    }
+    /* A NaN in inp, then an inf in dout: 1, and NaN everywhere. */
+    inp[3] = NAN;
+    int rf = nn_fp8_conv1d_forward(lo, inp, w, bias, LN, IC, LOC, 0);
+    int rb = nn_fp8_conv1d_backward(ldi, ldw, ldb, dout, inp, w, LN, IC, LOC, 0);
+    inp[3] = 0.5f;
+    int poisoned = 1;
+    for (size_t i = 0; i < n_d; i++)
+        poisoned &= isnan(lo[i]);
+    float *dn = malloc(n_d * 4);
+    memcpy(dn, dout, n_d * 4);
+    dn[5] = INFINITY;
+    memset(ldi, 0, n_in * 4), memset(ldw, 0, n_w * 4);
+    int rd = nn_fp8_conv1d_backward(ldi, ldw, ldb, dn, inp, w, LN, IC, LOC, 0);
+    for (size_t i = 0; i < n_in; i++)
+        poisoned &= isnan(ldi[i]);
+    for (size_t i = 0; i < n_w; i++)
+        poisoned &= isnan(ldw[i]);
+    char txt[128];
+    snprintf(txt, sizeof(txt), "%d %d %d %d\n", rf, rb, rd, poisoned);
+    save("lin_nan.txt", txt, strlen(txt));
+    printf("fp8_check: %zu values, %zu x %zu quantized, %d x %d x %d product, %d x %d x %d layer "
+           "written to %s\n",
+           nx, ns, nq, N, K, OC, LN, IC, LOC, dir);
     return 0;
 }

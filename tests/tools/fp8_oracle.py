@@ -132,6 +132,21 @@ def gen(d):
     b.tofile(f"{d}/mm_b.u8")
     with open(f"{d}/mm.txt", "w") as f:
         f.write(f"{N} {K} {OC} 0 1 0.00123\n")
+    N, IC, OC = 45, 96, 40  # a layer: activations of some spread, small weights, gradients
+    (rng.standard_normal((N, IC)) * np.exp(rng.uniform(-2, 1, (N, IC)))).astype(np.float32) \
+        .tofile(f"{d}/lin_inp.f32")
+    (rng.standard_normal((IC, OC)) * 0.02).astype(np.float32).tofile(f"{d}/lin_w.f32")
+    rng.standard_normal(OC).astype(np.float32).tofile(f"{d}/lin_b.f32")
+    (rng.standard_normal((N, OC)) * 1e-4).astype(np.float32).tofile(f"{d}/lin_dout.f32")
+    with open(f"{d}/lin.txt", "w") as f:
+        f.write(f"{N} {IC} {OC}\n")
+
+
+def roundtrip(x, kind):
+    """x through kind at its current scale, float32, as the GPU's FP8 copy reads back"""
+    s = scale_of(np.max(np.abs(x)), kind, 0)
+    q = encode((x * s).astype(np.float32).astype(np.float64), kind)
+    return (decode_table(kind)[q].astype(np.float32) / s).astype(np.float32)
 
 
 class Tap:
@@ -228,6 +243,32 @@ def compare(d):
     tol = 2.0 ** -23 * np.abs(ref) + 1e-13 * sabs  # one ulp: numpy sums in another order
     t.ok((err <= tol).all(), f"the scaled product E4M3 x E5M2 ({N}x{K} by {OC}x{K}) within "
          "f32's rounding of the exact sum", f"largest error / bound {np.max(err / tol):.3g}")
+    N, IC, OC = (int(v) for v in read_text(f"{d}/lin.txt").split())
+    x = np.fromfile(f"{d}/lin_inp.f32", np.float32).reshape(N, IC)
+    w = np.fromfile(f"{d}/lin_w.f32", np.float32)
+    b = np.fromfile(f"{d}/lin_b.f32", np.float32).astype(np.float64)
+    g = np.fromfile(f"{d}/lin_dout.f32", np.float32).reshape(N, OC)
+    xr = roundtrip(x, "e4m3").astype(np.float64)
+    gr = roundtrip(g, "e5m2").astype(np.float64)
+    for wt in (0, 1):
+        W = roundtrip(w, "e4m3").astype(np.float64).reshape((IC, OC) if wt == 0 else (OC, IC))
+        Wio = W if wt == 0 else W.T  # (IC, OC)
+        want = {"out": xr @ Wio + b, "dinp": gr @ Wio.T,
+                "dw": xr.T @ gr if wt == 0 else gr.T @ xr, "db": g.astype(np.float64).sum(0)}
+        errs = {}
+        for k, v in want.items():
+            got = np.fromfile(f"{d}/lin_{k}_{wt}.f32", np.float32).astype(np.float64).reshape(v.shape)
+            errs[k] = np.linalg.norm(got - v) / np.linalg.norm(v)
+        layout = "Conv1D (IC,OC)" if wt == 0 else "Linear (OC,IC)"
+        t.ok(errs["out"] <= 1e-6, f"emulated layer, weight {layout}: out from inp and weight "
+             f"through E4M3 (rel err {errs['out']:.2g}, bound 1e-6)")
+        t.ok(max(errs["dinp"], errs["dw"], errs["db"]) <= 1e-6,
+             f"emulated layer, weight {layout}: dinp, dweight from dout through E5M2, dbias from "
+             f"dout (rel err {max(errs['dinp'], errs['dw'], errs['db']):.2g}, bound 1e-6)")
+    rf, rb, rd, untouched = (int(v) for v in read_text(f"{d}/lin_nan.txt").split())
+    t.ok((rf, rb, rd, untouched) == (1, 1, 1, 1),
+         "emulated layer: a NaN in inp or an inf in dout returns 1 and makes out, dinp and dweight "
+         "all NaN", f"forward {rf}, backward {rb}, with inf dout {rd}, all NaN {untouched}")
     print(f"1..{t.n}")
     return 1 if t.failed else 0
 
