@@ -48,31 +48,9 @@ int main(void)
 #include "nn/fp8_cuda.h"
 #include "nn/ops_cuda.h"
 
-static int tap_n, tap_failed;
-static nn_cuda_t *h;
-static cudaStream_t stream;
-static uint64_t rng = 0x2545f4914f6cdd1dull;
+#include "gpu_check.h"
+
 static const char *KN[2] = { "E4M3", "E5M2" };
-
-static void die(const char *what, const char *why)
-{
-    tap_n++;
-    printf("not ok %d - %s: %s\n1..%d\n", tap_n, what, why, tap_n);
-    exit(1);
-}
-
-static void ck(cudaError_t e, const char *what)
-{
-    if (e != cudaSuccess)
-        die(what, cudaGetErrorString(e));
-}
-
-static void run(int rc, const char *what, const bmt_error_t *err)
-{
-    if (rc < 0)
-        die(what, err->text);
-    ck(cudaStreamSynchronize(stream), what);
-}
 
 static void ok(bool good, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void ok(bool good, const char *fmt, ...)
@@ -87,25 +65,9 @@ static void ok(bool good, const char *fmt, ...)
     tap_failed += !good;
 }
 
-static void *xmalloc(size_t bytes)
-{
-    void *p = malloc(bytes ? bytes : 1);
-    if (p == NULL)
-        die("malloc", "out of memory");
-    return p;
-}
-
-static double uniform(void)
-{
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (double)(rng >> 11) / 9007199254740992.0;
-}
-
-static float bf16r(float x) { return bmt_bf16_to_f32(bmt_f32_to_bf16(x)); }
-
 /* n values, normal(0, scale) times e^u, u uniform in [-spread, spread],
  * rounded to bf16. */
-static float *rnd(size_t n, float scale, double spread)
+static float *rnd_spread(size_t n, float scale, double spread)
 {
     float *x = xmalloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) {
@@ -114,38 +76,6 @@ static float *rnd(size_t n, float scale, double spread)
         x[i] = bf16r((float)(g * scale * exp(spread * (2 * uniform() - 1))));
     }
     return x;
-}
-
-static void h2d(void *d, const void *x, size_t bytes)
-{
-    ck(cudaMemcpyAsync(d, x, bytes, cudaMemcpyHostToDevice, stream), "upload");
-    ck(cudaStreamSynchronize(stream), "upload");
-}
-
-static void d2h(void *x, const void *d, size_t bytes)
-{
-    ck(cudaMemcpyAsync(x, d, bytes, cudaMemcpyDeviceToHost, stream), "download");
-    ck(cudaStreamSynchronize(stream), "download");
-}
-
-static void *dmalloc(size_t bytes)
-{
-    void *p;
-    ck(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc");
-    ck(cudaMemsetAsync(p, 0xff, bytes, stream), "poison"); /* NaN, and code 0xff */
-    ck(cudaStreamSynchronize(stream), "poison");
-    return p;
-}
-
-static void *dbf16(const float *x, size_t n)
-{
-    uint16_t *t = xmalloc(n * 2);
-    for (size_t i = 0; i < n; i++)
-        t[i] = bmt_f32_to_bf16(x[i]);
-    void *d = dmalloc(n * 2);
-    h2d(d, t, n * 2);
-    free(t);
-    return d;
 }
 
 static float *dfloat(float v)
@@ -203,7 +133,7 @@ static void t_all_bf16(void)
     float *x = xmalloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++)
         x[i] = bmt_bf16_to_f32((uint16_t)i);
-    void *dx = dbf16(x, n);
+    void *dx = up_bf16(x, n);
     uint8_t *dq = dmalloc(n), *dqt = dmalloc(n);
     float *one = dfloat(1.0f), *amax = dfloat(0.0f);
     bmt_error_t err;
@@ -222,7 +152,7 @@ static void t_all_bf16(void)
         if (!isfinite(x[i]))
             x[i] = 0.0f;
     cudaFree(dx);
-    dx = dbf16(x, n);
+    dx = up_bf16(x, n);
     float *scale = dfloat(0), *descale = dfloat(0);
     int *bad;
     ck(cudaMalloc((void **)&bad, sizeof(int)), "cudaMalloc");
@@ -290,8 +220,8 @@ static void t_scales(void)
 static void t_pipeline(int rows, int cols, int margin)
 {
     const size_t n = (size_t)rows * cols;
-    float *x = rnd(n, 1.0f, 4.0);
-    void *dx = dbf16(x, n);
+    float *x = rnd_spread(n, 1.0f, 4.0);
+    void *dx = up_bf16(x, n);
     uint8_t *dq = dmalloc(n), *dqt = dmalloc(n);
     float *amax = dfloat(0), *scale = dfloat(0), *descale = dfloat(0), *amax2 = dfloat(0);
     int *bad;
@@ -321,7 +251,7 @@ static void t_pipeline(int rows, int cols, int margin)
 /* Random finite codes of kind k, the values spread as a scaled tensor's. */
 static uint8_t *codes(size_t n, nn_fp8_kind_t k)
 {
-    float *x = rnd(n, nn_fp8_max(k) / 8, 2.0);
+    float *x = rnd_spread(n, nn_fp8_max(k) / 8, 2.0);
     uint8_t *q = xmalloc(n);
     nn_fp8_quantize(q, x, n, 1.0f, k, NULL);
     free(x);
@@ -335,8 +265,8 @@ static void t_matmul(const char *what, nn_fp8_kind_t ka, nn_fp8_kind_t kb, int o
     uint8_t *a = codes(na, ka), *b = codes(nb, kb);
     const float ad = 1.0f / 37.5f, bd = 1.0f / 3.25f;
     float *want = xmalloc(no * sizeof(float)), *got = xmalloc(no * sizeof(float));
-    float *sabs = xmalloc(no * sizeof(float)), *prior = rnd(no, 1.0f, 0.0);
-    float *bv = bias ? rnd(OC, 1.0f, 0.0) : NULL;
+    float *sabs = xmalloc(no * sizeof(float)), *prior = rnd_spread(no, 1.0f, 0.0);
+    float *bv = bias ? rnd_spread(OC, 1.0f, 0.0) : NULL;
     nn_fp8_matmul(want, a, ka, b, kb, (float)((double)ad * bd), N, K, OC);
     /* sum |a b| descale, the accumulation bound's scale */
     uint8_t *aa = xmalloc(na), *ba = xmalloc(nb);
@@ -355,7 +285,7 @@ static void t_matmul(const char *what, nn_fp8_kind_t ka, nn_fp8_kind_t kb, int o
     h2d(da, a, na);
     h2d(db, b, nb);
     float *dad = dfloat(ad), *dbd = dfloat(bd);
-    void *dbias = bias ? dbf16(bv, OC) : NULL;
+    void *dbias = bias ? up_bf16(bv, OC) : NULL;
     void *dout = dmalloc(no * (out_f32 ? 4 : 2));
     bmt_error_t err;
     uint8_t *first = xmalloc(no * 4);
@@ -404,8 +334,8 @@ static void t_matmul(const char *what, nn_fp8_kind_t ka, nn_fp8_kind_t kb, int o
  * quantizes each with its current scale (x in kx, W in E4M3). */
 static void t_vs_bf16(nn_fp8_kind_t kx, int N, int K, int OC, double bound)
 {
-    float *x = rnd((size_t)N * K, 1.0f, 0.0), *w = rnd((size_t)OC * K, 0.02f, 0.0);
-    void *dx = dbf16(x, (size_t)N * K), *dw = dbf16(w, (size_t)OC * K);
+    float *x = rnd_spread((size_t)N * K, 1.0f, 0.0), *w = rnd_spread((size_t)OC * K, 0.02f, 0.0);
+    void *dx = up_bf16(x, (size_t)N * K), *dw = up_bf16(w, (size_t)OC * K);
     void *ref = dmalloc((size_t)N * OC * 2), *out = dmalloc((size_t)N * OC * 2);
     uint8_t *qx = dmalloc((size_t)N * K), *qw = dmalloc((size_t)OC * K);
     float *am = dfloat(0), *sx = dfloat(0), *dsx = dfloat(0), *sw = dfloat(0), *dsw = dfloat(0);
