@@ -32,12 +32,23 @@ _report() { # status description
         echo "not ok $test_count - $2"
         if [ -s "$TMP/.out" ]; then sed -e 's/^/#   /' "$TMP/.out" | tail -30; fi
     fi
+    # where a suite's time goes: a test body that took 10 s or more says so
+    if [ -n "${_body_ms:-}" ] && [ "$_body_ms" -ge 10000 ]; then
+        printf '#   took %d.%d s\n' $((_body_ms / 1000)) $((_body_ms % 1000 / 100))
+    fi
+    _body_ms=
 }
 
+_now_ms() { local t=${EPOCHREALTIME/[.,]/}; echo $((t / 1000)); }
+
 _run_body() { # body: runs in a fresh directory of its own
-    local dir=$TMP/t$((test_count + 1))
+    local dir=$TMP/t$((test_count + 1)) t0
     mkdir -p "$dir"
+    t0=$(_now_ms)
     (cd "$dir" && set -e && eval "$1") >"$TMP/.out" 2>&1
+    local rc=$?
+    _body_ms=$(($(_now_ms) - t0))
+    return $rc
 }
 
 # True when TEST_ONLY is set and does not list the next test (which is then

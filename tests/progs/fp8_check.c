@@ -190,5 +190,9 @@ int main(int argc, char **argv)
     printf("fp8_check: %zu values, %zu x %zu quantized, %d x %d x %d product, %d x %d x %d layer "
            "written to %s\n",
            nx, ns, nq, N, K, OC, LN, IC, LOC, dir);
+    free((void *)x), free((void *)qx), free((void *)scales), free((void *)amax), free(codes),
+        free(vals), free(mm), free((void *)a), free((void *)b), free(out), free(lin), free(inp),
+        free(w), free((void *)bias), free((void *)dout), free(lo), free(ldi), free(ldw), free(ldb),
+        free(dn);
     return 0;
 }
