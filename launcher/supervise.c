@@ -420,6 +420,23 @@ static void srun_report(job_t *job, const char *line, size_t len)
     begin_end(job);
 }
 
+/* Room for `need` bytes of a pending line (doubling from 256); false when out
+ * of memory, the buffer unchanged. */
+static bool stream_reserve(stream_t *s, size_t need)
+{
+    if (need <= s->cap)
+        return true;
+    size_t cap = s->cap ? s->cap : 256;
+    while (cap < need)
+        cap *= 2;
+    char *b = realloc(s->buf, cap);
+    if (b == NULL)
+        return false;
+    s->buf = b;
+    s->cap = cap;
+    return true;
+}
+
 /* srun's pieces. slurmstepd (without --unbuffered) sends a task's output line by
  * line, in messages of at most SRUN_PIECE bytes: a longer line arrives as pieces
  * of exactly SRUN_PIECE bytes and a last piece holding the rest and the newline,
@@ -433,16 +450,8 @@ static void srun_report(job_t *job, const char *line, size_t len)
 
 static bool piece_add(stream_t *s, const char *p, size_t n)
 {
-    if (s->len + n > s->cap) {
-        size_t cap = s->cap ? s->cap : 2 * SRUN_PIECE;
-        while (cap < s->len + n)
-            cap *= 2;
-        char *b = realloc(s->buf, cap);
-        if (b == NULL)
-            return false;
-        s->buf = b;
-        s->cap = cap;
-    }
+    if (!stream_reserve(s, s->len + n))
+        return false;
     memcpy(s->buf + s->len, p, n);
     s->len += n;
     return true;
@@ -554,14 +563,8 @@ static void stream_read(job_t *job, rank_proc_t *rp, stream_t *s)
                 if (c == '\n')
                     continue;
             }
-            if (s->len == s->cap) {
-                size_t cap = s->cap ? 2 * s->cap : 256;
-                char *b = realloc(s->buf, cap);
-                if (b == NULL)
-                    continue; /* drop a byte rather than the supervisor */
-                s->buf = b;
-                s->cap = cap;
-            }
+            if (!stream_reserve(s, s->len + 1))
+                continue; /* drop a byte rather than the supervisor */
             s->buf[s->len++] = c;
         }
     }

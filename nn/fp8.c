@@ -135,12 +135,6 @@ float nn_fp8_quantize(uint8_t *q, const float *x, size_t n, float scale, nn_fp8_
     return nan ? NAN : m;
 }
 
-void nn_fp8_dequantize(float *x, const uint8_t *q, size_t n, float scale, nn_fp8_kind_t kind)
-{
-    for (size_t i = 0; i < n; i++)
-        x[i] = nn_fp8_to_f32(q[i], kind) / scale;
-}
-
 float nn_fp8_roundtrip(float *x, size_t n, nn_fp8_kind_t kind)
 {
     const float scale = nn_fp8_scale(nn_fp8_amax(x, n), kind, 0);
@@ -253,12 +247,8 @@ int nn_fp8_conv1d_backward(float *dinp, float *dweight, float *dbias, const floa
         } else {
             nn_conv1d_backward(dinp, dweight, NULL, d, x, w, N, IC, OC, wt);
         }
-        for (int o = 0; dbias && o < OC; o++) { /* from the unrounded dout, as nn_conv1d's */
-            double sum = 0.0;
-            for (int n = 0; n < N; n++)
-                sum += dout[(size_t)n * OC + o];
-            dbias[o] += sum;
-        }
+        if (dbias) /* from the unrounded dout */
+            nn_conv1d_backward(NULL, NULL, dbias, dout, NULL, NULL, N, IC, OC, wt);
     }
     free(d);
     free(x);

@@ -70,9 +70,6 @@ float nn_fp8_scale(float amax, nn_fp8_kind_t kind, int margin);
 float nn_fp8_quantize(uint8_t *q, const float *x, size_t n, float scale, nn_fp8_kind_t kind,
                       size_t *saturated);
 
-/* x[i] = nn_fp8_to_f32(q[i]) / scale. */
-void nn_fp8_dequantize(float *x, const uint8_t *q, size_t n, float scale, nn_fp8_kind_t kind);
-
 /* The amax of x (NaN if any element is NaN). */
 float nn_fp8_amax(const float *x, size_t n);
 

@@ -246,14 +246,18 @@ void nn_conv1d_backward(float *dinp, float *dweight, float *dbias, const float *
         if (dinp != NULL) {
             mm_dots(dinp, dout, weight, NULL, N, OC, IC, 1);
         }
-        mm_rows(dweight, inp, 1, (size_t)IC, dout, NULL, IC, N, OC, 1);
+        if (dweight != NULL) {
+            mm_rows(dweight, inp, 1, (size_t)IC, dout, NULL, IC, N, OC, 1);
+        }
     } else {
         /* weight is W^T (OC,IC): dinp (N,IC) += dout (N,OC) x W^T (OC,IC);
          * dW^T (OC,IC) += dout^T (OC,N) x inp (N,IC) */
         if (dinp != NULL) {
             mm_rows(dinp, dout, (size_t)OC, 1, weight, NULL, N, OC, IC, 1);
         }
-        mm_rows(dweight, dout, 1, (size_t)OC, inp, NULL, OC, N, IC, 1);
+        if (dweight != NULL) {
+            mm_rows(dweight, dout, 1, (size_t)OC, inp, NULL, OC, N, IC, 1);
+        }
     }
     if (dbias != NULL) {
         for (int o = 0; o < OC; o++) {

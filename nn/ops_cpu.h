@@ -52,8 +52,9 @@ void nn_conv1d_forward(float *out, const float *inp, const float *weight, const 
                        int IC, int OC, int wt);
 
 /* dinp (N,IC), dweight (as weight: (IC,OC) or (OC,IC) by wt), dbias (OC) += the
- * gradients for dout (N,OC), from the forward's inp and weight. dinp and dbias may
- * be NULL (not wanted: the first layer's input, no bias). */
+ * gradients for dout (N,OC), from the forward's inp and weight. Each may be NULL
+ * (not wanted: the first layer's input, no bias, or dbias alone: then inp and
+ * weight are not read). */
 void nn_conv1d_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                         const float *inp, const float *weight, int N, int IC, int OC, int wt);
 

@@ -4,6 +4,7 @@
 #   test_expect_success "what it shows" 'commands && more commands'
 #   test_expect_code 3 "what" 'command'      # the body's exit status must be 3
 #   test_must_fail command args              # inside a body: fails unless command fails
+#   exits 1 command args                     # inside a body: command exits 1 (stderr in ./err)
 #   test_done                                # prints the plan; exit 1 if anything failed
 #
 # TEST_ONLY="3 7 12" runs only those tests (the others print "ok N # skip").
@@ -96,6 +97,15 @@ test_must_fail() { # command...
 }
 
 # Run a command with a deadline; its exit status, 124 on timeout.
+# exits CODE COMMAND...: COMMAND exits with status CODE (its stdout in ./stdout,
+# its stderr in ./err, shown when the status differs).
+exits() {
+    local want=$1 rc=0
+    shift
+    "$@" >stdout 2>err || rc=$?
+    [ "$rc" -eq "$want" ] || { echo "exit status $rc, expected $want: $*"; cat err; return 1; }
+}
+
 with_timeout() { # seconds command...
     local s=$1; shift
     timeout -k 5 "$s" "$@"

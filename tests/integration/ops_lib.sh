@@ -14,7 +14,6 @@
 #   perturbed CASE.TENSOR FACTOR
 #                             the checker's results with that output perturbed
 #                             (--perturb) fail the comparison of CASE on TENSOR alone
-#   exits CODE COMMAND...     COMMAND exits with status CODE (its stderr in ./err)
 # and show, after a test, prints the lines of its last compare_ops as "#" lines.
 
 if ! $PY -c 'import torch, numpy' 2>/dev/null; then
@@ -33,14 +32,6 @@ compare_ops() {
         ! grep -q "^not ok" "$TMP/compare.out" && grep -qx "1\\.\\.$want" "$TMP/compare.out"
 }
 show() { grep "ok " "$TMP/compare.out" | sed -e 's/^/#   /'; }
-
-# exits CODE COMMAND...: COMMAND exits with status CODE (its stderr in ./err).
-exits() {
-    local want=$1 rc=0
-    shift
-    "$@" >stdout 2>err || rc=$?
-    [ "$rc" -eq "$want" ] || { echo "exit status $rc, expected $want: $*"; cat err; return 1; }
-}
 
 # fails_only CASE TENSOR: the comparison of CASE, on the results in ./out, fails
 # on exactly one line, the one of TENSOR.

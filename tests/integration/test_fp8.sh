@@ -37,14 +37,6 @@ test_expect_success "every result equals the oracle's (28 comparisons)" '
 '
 grep "ok \|^#" "$TMP/compare.out" | sed -e 's/^/#   /'
 
-# test_expect_code_of CODE COMMAND...: COMMAND exits with CODE (its stderr in ./err).
-test_expect_code_of() {
-    local want=$1 rc=0
-    shift
-    "$@" >stdout 2>err || rc=$?
-    [ "$rc" -eq "$want" ] || { echo "exit status $rc, expected $want: $*"; cat err; return 1; }
-}
-
 # fails DIR PATTERN: the comparison of DIR fails on exactly one line, matching PATTERN.
 fails() {
     test_must_fail with_timeout 120 $PY "$ORACLE" compare "$1" >compare.out &&
@@ -88,10 +80,10 @@ m.tofile(\"p/mm.f32\")
 
 test_expect_success "a missing input is named; a bad mm.txt is named; no argument is a usage error" '
     cp -r "$D" d && rm d/qx.f32 &&
-    test_expect_code_of 1 "$CHECK" d && grep -q "^fp8_check: d/qx.f32: No such file or directory" err &&
+    exits 1 "$CHECK" d && grep -q "^fp8_check: d/qx.f32: No such file or directory" err &&
     cp -r "$D" e && echo "3 4" >e/mm.txt &&
-    test_expect_code_of 1 "$CHECK" e && grep -q "^fp8_check: e/mm.txt: not \"N K OC KA KB DESCALE\"" err &&
-    test_expect_code_of 2 "$CHECK"
+    exits 1 "$CHECK" e && grep -q "^fp8_check: e/mm.txt: not \"N K OC KA KB DESCALE\"" err &&
+    exits 2 "$CHECK"
 '
 
 test_done
