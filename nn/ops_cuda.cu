@@ -35,7 +35,16 @@ struct mm_key {
     int m, n, k, lda, ldb, ldd, epi;
     bool ta, tb, bias, beta0;
     cudaDataType_t dtD;
-    unsigned align; /* the pointers' common alignment, capped at 256 */
+    cudaDataType_t dtA, dtB; /* bf16, or FP8 (nn_cuda_fp8_matmul) */
+    bool fast;               /* FP8: CUBLASLT_MATMUL_DESC_FAST_ACCUM */
+    unsigned align;          /* the pointers' common alignment, capped at 256 */
+};
+
+/* An FP8 product's operand types and descales (device f32), for matmul_one. */
+struct fp8_args {
+    cudaDataType_t dtA, dtB;
+    const float *sa, *sb;
+    bool fast;
 };
 
 struct mm_plan {
@@ -474,7 +483,8 @@ bool key_eq(const mm_key *a, const mm_key *b)
 {
     return a->m == b->m && a->n == b->n && a->k == b->k && a->lda == b->lda && a->ldb == b->ldb &&
            a->ldd == b->ldd && a->epi == b->epi && a->ta == b->ta && a->tb == b->tb &&
-           a->bias == b->bias && a->beta0 == b->beta0 && a->dtD == b->dtD && a->align == b->align;
+           a->bias == b->bias && a->beta0 == b->beta0 && a->dtD == b->dtD && a->dtA == b->dtA &&
+           a->dtB == b->dtB && a->fast == b->fast && a->align == b->align;
 }
 
 /* Times each candidate algorithm (one warm-up, then the median of three runs)
@@ -544,7 +554,7 @@ out:
 /* Makes the plan of a product (descriptors, heuristic, tuning); 0 or a
  * cuBLAS status. */
 cublasStatus_t plan_make(nn_cuda_t *h, mm_plan *p, const void *A, const void *B, const void *bias,
-                         float beta, void *aux)
+                         float beta, void *aux, const fp8_args *f8)
 {
     const cublasOperation_t opa = p->key.ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                             opb = p->key.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -576,11 +586,22 @@ cublasStatus_t plan_make(nn_cuda_t *h, mm_plan *p, const void *A, const void *B,
             s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
                                                sizeof(ld));
     }
+    if (s == CUBLAS_STATUS_SUCCESS && f8) {
+        const int8_t fast = p->key.fast;
+        s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast,
+                                           sizeof(fast));
+        if (s == CUBLAS_STATUS_SUCCESS)
+            s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                               &f8->sa, sizeof(f8->sa));
+        if (s == CUBLAS_STATUS_SUCCESS)
+            s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                               &f8->sb, sizeof(f8->sb));
+    }
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, p->key.ta ? p->key.k : p->key.m,
+        s = cublasLtMatrixLayoutCreate(&p->la, p->key.dtA, p->key.ta ? p->key.k : p->key.m,
                                        p->key.ta ? p->key.m : p->key.k, p->key.lda);
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, p->key.tb ? p->key.n : p->key.k,
+        s = cublasLtMatrixLayoutCreate(&p->lb, p->key.dtB, p->key.tb ? p->key.n : p->key.k,
                                        p->key.tb ? p->key.k : p->key.n, p->key.ldb);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatrixLayoutCreate(&p->ldl, p->key.dtD, p->key.m, p->key.n, p->key.ldd);
@@ -609,13 +630,15 @@ cublasStatus_t plan_make(nn_cuda_t *h, mm_plan *p, const void *A, const void *B,
  * aux; A and B bf16; f32 compute. */
 int matmul_one(nn_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void *A, bool ta, int lda,
                const void *B, bool tb, int ldb, int m, int n, int k, const void *bias, float beta,
-               int epi, void *aux, bmt_error_t *err)
+               int epi, void *aux, bmt_error_t *err, const fp8_args *f8 = NULL)
 {
     const float one = 1.0f;
     mm_plan fresh = {};
     mm_key &key = fresh.key;
     key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldd = ldd, key.epi = epi;
     key.ta = ta, key.tb = tb, key.bias = bias != NULL, key.beta0 = beta == 0.0f, key.dtD = dtD;
+    key.dtA = f8 ? f8->dtA : CUDA_R_16BF, key.dtB = f8 ? f8->dtB : CUDA_R_16BF;
+    key.fast = f8 && f8->fast;
     key.align = ptrs_align(A, B, D);
     mm_plan *p = NULL;
     for (int i = 0; i < h->nplans && p == NULL; i++)
@@ -626,7 +649,7 @@ int matmul_one(nn_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void *A
     if (p == NULL) {
         p = cached ? &h->plans[h->nplans] : &fresh;
         *p = fresh;
-        s = plan_make(h, p, A, B, bias, beta, aux);
+        s = plan_make(h, p, A, B, bias, beta, aux, f8);
         if (s != CUBLAS_STATUS_SUCCESS) {
             plan_release(p);
             return blas_ok(s, err, "cublasLt plan");
@@ -640,6 +663,12 @@ int matmul_one(nn_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void *A
         if (s == CUBLAS_STATUS_SUCCESS && epi != EPI_NONE)
             s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                                &aux, sizeof(aux));
+        if (s == CUBLAS_STATUS_SUCCESS && f8)
+            s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                               &f8->sa, sizeof(f8->sa));
+        if (s == CUBLAS_STATUS_SUCCESS && f8)
+            s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                               &f8->sb, sizeof(f8->sb));
     }
     const int found = p->found;
     if (s == CUBLAS_STATUS_SUCCESS && found > 0)
@@ -651,6 +680,12 @@ int matmul_one(nn_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void *A
         return blas_ok(s, err, "cublasLtMatmul");
     if (found > 0)
         return launched(err, "cublasLtMatmul");
+    if (f8) { /* cuBLAS has no FP8 product to fall back on */
+        char why[160];
+        snprintf(why, sizeof(why), "no cuBLASLt FP8 algorithm for m %d, n %d, k %d (ld %d, %d, %d)",
+                 m, n, k, lda, ldb, ldd);
+        return fail_text(err, "fp8 matmul", why);
+    }
     /* No cuBLASLt algorithm for these sizes: cuBLAS, then the bias and the
      * GELU on their own (the forward's product goes to aux first). */
     void *P = epi == EPI_GELU ? aux : D;
@@ -2476,6 +2511,39 @@ extern "C" int nn_cuda_matmul_backward_dgelu(nn_cuda_t *h, void *dinp, float *dw
 {
     return matmul_backward(h, dinp, dweight, dbias, dout, ld_dout, inp, weight, N, IC, OC, 0,
                            EPI_DGELU, pre, err);
+}
+
+extern "C" int nn_cuda_fp8_matmul(nn_cuda_t *h, void *out, int out_f32, int ld_out,
+                                  const uint8_t *a, nn_fp8_kind_t ka, const float *a_descale,
+                                  const uint8_t *b, nn_fp8_kind_t kb, const float *b_descale,
+                                  const void *bias, float beta, int fast_accum, int N, int K,
+                                  int OC, bmt_error_t *err)
+{
+    char why[200];
+    const bool ka_ok = ka == NN_FP8_E4M3 || ka == NN_FP8_E5M2,
+               kb_ok = kb == NN_FP8_E4M3 || kb == NN_FP8_E5M2;
+    if (!ka_ok || !kb_ok || (ka == NN_FP8_E5M2 && kb == NN_FP8_E5M2))
+        return fail_text(err, "fp8 matmul",
+                         "the operands must be E4M3 x E4M3, E4M3 x E5M2 or E5M2 x E4M3 "
+                         "(Hopper has no E5M2 x E5M2 product)");
+    if (out == NULL || a == NULL || b == NULL || a_descale == NULL || b_descale == NULL)
+        return fail_text(err, "fp8 matmul", "a pointer is NULL");
+    if (N < 1 || OC < 1 || K < 16 || K % 16 || ld_out < OC || ld_out % (out_f32 ? 4 : 8) ||
+        !aligned16(out, a, b, bias)) {
+        snprintf(why, sizeof(why),
+                 "N %d, K %d, OC %d, ld_out %d: K must be a multiple of 16, ld_out >= OC with "
+                 "rows of 16-byte multiples, every pointer 16-byte aligned",
+                 N, K, OC, ld_out);
+        return fail_text(err, "fp8 matmul", why);
+    }
+    if (out_f32 && bias)
+        return fail_text(err, "fp8 matmul", "a bias only with a bf16 output");
+    /* col-major: out^T (OC,N) = b (K,OC)^T x a (K,N): b is cuBLASLt's A
+     * (transposed), a its B: the "TN" form FP8 products require. */
+    const cudaDataType_t dt[2] = { CUDA_R_8F_E4M3, CUDA_R_8F_E5M2 };
+    const fp8_args f8 = { dt[kb], dt[ka], b_descale, a_descale, fast_accum != 0 };
+    return matmul_one(h, out, out_f32 ? CUDA_R_32F : CUDA_R_16BF, ld_out, b, true, K, a, false, K,
+                      OC, N, K, bias, beta, EPI_NONE, NULL, err, &f8);
 }
 
 extern "C" int nn_cuda_attention_is_flash(int C, int NH) { return C % NH == 0 && flash_ok(C / NH); }

@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 #include "bmt/error.h"
+#include "nn/fp8.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -136,6 +137,22 @@ int nn_cuda_matmul_backward_dgelu(nn_cuda_t *h, void *dinp, float *dweight, floa
                                   const void *dout, int ld_dout, const void *inp,
                                   const void *weight, const void *pre, int N, int IC, int OC,
                                   bmt_error_t *err);
+
+/* FP8 product (docs/fp8.md): out (N,OC) = a (N,K) x b (OC,K)^T x *a_descale x
+ * *b_descale [+ bias (OC) bf16] [+ beta out], from FP8 codes (nn/fp8.h) with
+ * the reduced dimension K contiguous in both operands (nn_cuda_fp8_quantize
+ * writes either layout of a tensor), f32 sums; out bf16 (out_f32 0) or f32
+ * (out_f32 1, no bias: the weight gradients, beta 1 to add into them), rows
+ * ld_out apart. The descales are device f32 (nn_cuda_fp8_scale's). ka x kb:
+ * E4M3 x E4M3, E4M3 x E5M2 or E5M2 x E4M3. fast_accum != 0 lets the tensor
+ * cores keep partial sums in their own reduced precision (cuBLASLt's
+ * FAST_ACCUM): faster, less accurate (the forward's choice, not the
+ * backward's). Refused with a message: other kinds, K not a multiple of 16,
+ * pointers not 16-byte aligned, rows not 16-byte multiples. */
+int nn_cuda_fp8_matmul(nn_cuda_t *h, void *out, int out_f32, int ld_out, const uint8_t *a,
+                       nn_fp8_kind_t ka, const float *a_descale, const uint8_t *b, nn_fp8_kind_t kb,
+                       const float *b_descale, const void *bias, float beta, int fast_accum, int N,
+                       int K, int OC, bmt_error_t *err);
 
 /* Causal self-attention. Head sizes 16, 32 and 64 (GPT-2's is 64) take
  * flash attention (the scores never reach memory; `att` saves the softmax's

@@ -1,0 +1,58 @@
+/* nn/fp8_cuda.h — FP8 on CUDA: the conversions and scales of nn/fp8.h on the
+ * device (docs/fp8.md). The products are nn/ops_cuda.h's nn_cuda_fp8_matmul.
+ *
+ * The CUDA twins of nn/fp8.h, which is checked against the formats'
+ * definitions (tests/integration/test_fp8.sh); tests/gpu/fp8_check.c checks
+ * these against it bit for bit. Scales live in device memory (f32), so a step
+ * never waits for the host: nn_cuda_fp8_amax measures a tensor,
+ * nn_cuda_fp8_scale turns its amax into the scale the conversion multiplies
+ * by and the descale the product multiplies by. A tensor that cannot be
+ * scaled (NaN or infinite amax) gets a NaN scale, so its products are NaN,
+ * as nn_fp8_conv1d_* give on the cpu, and sets a device flag.
+ *
+ * Functions run on the handle's stream (nn_cuda_stream) and return 0, or -1
+ * with err (a bad argument, or the launch's CUDA error). Pointers are device
+ * memory; x is bf16.
+ */
+#ifndef NN_FP8_CUDA_H
+#define NN_FP8_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bmt/error.h"
+#include "nn/fp8.h"
+#include "nn/ops_cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* *amax (f32) = max |x[i]| over n bf16, NaN if any x[i] is NaN (nn_fp8_amax's).
+ * Overwrites *amax; order does not matter (max), so every run gives the same. */
+int nn_cuda_fp8_amax(nn_cuda_t *h, float *amax, const void *x, size_t n, bmt_error_t *err);
+
+/* From *amax (f32): *scale = nn_fp8_scale(*amax, kind, margin) and *descale =
+ * 1 / *scale (f32, IEEE division: the same bits as the host's 1.0f / scale).
+ * Where nn_fp8_scale gives 0 (amax NaN, infinite, negative or too small), both
+ * are NaN, so the tensor's codes and every product it enters are NaN and the
+ * step is handled as any non-finite one, and *bad = 1 (an int the caller
+ * zeroes and may read to say which tensor). margin 0..64. */
+int nn_cuda_fp8_scale(nn_cuda_t *h, float *scale, float *descale, const float *amax,
+                      nn_fp8_kind_t kind, int margin, int *bad, bmt_error_t *err);
+
+/* q (rows,cols) = nn_fp8_from_f32(x * *scale) of x (rows,cols) bf16 with rows
+ * ld elements apart, and qt (cols,rows) = its transpose (either may be NULL,
+ * not both): the two layouts the FP8 products read (nn_cuda_fp8_matmul wants
+ * the reduced dimension contiguous in both operands). amax, if not NULL, gets
+ * max |x| (f32) of this x, for delayed scaling. q, qt 16-byte aligned; cols
+ * (for q) and rows (for qt) multiples of 16. */
+int nn_cuda_fp8_quantize(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, int ld, int rows,
+                         int cols, const float *scale, nn_fp8_kind_t kind, float *amax,
+                         bmt_error_t *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

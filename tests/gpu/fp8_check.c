@@ -1,0 +1,427 @@
+/* tests/gpu/fp8_check.c — FP8 on CUDA (nn/fp8_cuda.h, nn_cuda_fp8_matmul of
+ * nn/ops_cuda.h) against nn/fp8.h, the plain-C reference checked against the
+ * formats' definitions (tests/integration/test_fp8.sh).
+ *
+ * Runs on a machine with a GPU (tests/gpu/test_fp8.sh). Prints TAP.
+ *   - conversions, bit for bit: every bf16 bit pattern (256 x 256) at scale 1,
+ *     so every FP8 value, every tie, the subnormals and the saturation are
+ *     met, in E4M3 and E5M2, row-major and transposed (NaN inputs: a NaN code);
+ *     the current-scaling pipeline (amax, scale, quantize) on random tensors
+ *     of odd sizes; the amax (NaN when a NaN is in the tensor) and the scale
+ *     and descale of a dozen amax values, and the flag a bad one sets;
+ *   - products against nn_fp8_matmul on the same codes: E4M3 x E4M3 to bf16
+ *     with fast accumulation, E5M2 x E4M3 to bf16 with a bias, E4M3 x E5M2 to
+ *     f32 added into (beta 1). Bound per element, |gpu - ref| <= 2^-8 |ref| +
+ *     c sum|a b| descale: the bf16 rounding of the output (2^-9) and the
+ *     tensor cores' accumulation, c = 2^-12 with cuBLASLt's promotion to f32
+ *     and 2^-9 with fast accumulation (first estimates from the accumulators'
+ *     precision; the measured largest c is printed to replace them);
+ *   - FP8 against bf16 on random data: x (N,K) and W (OC,K) normal, each
+ *     quantized with its current scale, the FP8 product against the bf16 one
+ *     (nn_cuda_matmul_forward): ||fp8 - bf16|| / ||bf16|| <= 0.08 (E4M3: each
+ *     operand rounded within 2^-4, about 0.036 RMS, so about 0.05 on the
+ *     product of two), <= 0.15 with the gradient-like operand in E5M2;
+ *   - the same bits on a second run; refusals named (E5M2 x E5M2, K not a
+ *     multiple of 16, a misaligned pointer, a bias with an f32 output).
+ * Not yet run on a GPU (written where none is): the first run's figures go
+ * into docs/fp8.md.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef BMT_HAVE_CUDA
+int main(void)
+{
+    printf("1..0 # SKIP built without CUDA\n");
+    return 0;
+}
+#else
+#include <cuda_runtime.h>
+
+#include "bmt/bmt.h"
+#include "nn/fp8.h"
+#include "nn/fp8_cuda.h"
+#include "nn/ops_cuda.h"
+
+#include "gpu_check.h"
+
+static const char *KN[2] = { "E4M3", "E5M2" };
+
+static void ok(bool good, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void ok(bool good, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%sok %d - ", good ? "" : "not ", ++tap_n);
+    vprintf(fmt, ap);
+    printf("\n");
+    fflush(stdout);
+    va_end(ap);
+    tap_failed += !good;
+}
+
+/* n values, normal(0, scale) times e^u, u uniform in [-spread, spread],
+ * rounded to bf16. */
+static float *rnd_spread(size_t n, float scale, double spread)
+{
+    float *x = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        double u1 = uniform() + 1e-12, u2 = uniform();
+        double g = sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2);
+        x[i] = bf16r((float)(g * scale * exp(spread * (2 * uniform() - 1))));
+    }
+    return x;
+}
+
+static float *dfloat(float v)
+{
+    float *d = dmalloc(sizeof(float));
+    h2d(d, &v, sizeof(float));
+    return d;
+}
+
+static float get(const float *d)
+{
+    float v;
+    d2h(&v, d, sizeof(v));
+    return v;
+}
+
+static bool same_bits(float a, float b) { return memcmp(&a, &b, sizeof(a)) == 0; }
+
+/* q (rows,cols) from the device, against the reference of x at scale: bit for
+ * bit, a NaN input needing only a NaN code; qt against q's transpose. */
+static void check_codes(const char *what, nn_fp8_kind_t k, const float *x, int rows, int cols,
+                        float scale, const uint8_t *dq, const uint8_t *dqt)
+{
+    const size_t n = (size_t)rows * cols;
+    uint8_t *want = xmalloc(n), *q = xmalloc(n), *qt = xmalloc(n);
+    nn_fp8_quantize(want, x, n, scale, k, NULL);
+    d2h(q, dq, n);
+    size_t bad = 0, first = n, tbad = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool good = isnan(x[i]) ? isnan(nn_fp8_to_f32(q[i], k)) : q[i] == want[i];
+        if (!good && bad++ == 0)
+            first = i;
+    }
+    if (dqt) {
+        d2h(qt, dqt, n);
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < cols; c++)
+                tbad += qt[(size_t)c * rows + r] != q[(size_t)r * cols + c];
+    }
+    ok(bad == 0 && tbad == 0, "%s %s: %zu codes bit for bit%s", what, KN[k], n,
+       dqt ? ", and the transposed copy" : "");
+    if (bad)
+        printf("#   %zu differ; first x = %a: got %#04x, want %#04x\n", bad, x[first], q[first],
+               want[first]);
+    if (tbad)
+        printf("#   %zu transposed codes differ\n", tbad);
+    free(want), free(q), free(qt);
+}
+
+/* Every bf16 pattern as a 256 x 256 tensor at scale 1. */
+static void t_all_bf16(void)
+{
+    const int rows = 256, cols = 256;
+    const size_t n = (size_t)rows * cols;
+    float *x = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        x[i] = bmt_bf16_to_f32((uint16_t)i);
+    void *dx = up_bf16(x, n);
+    uint8_t *dq = dmalloc(n), *dqt = dmalloc(n);
+    float *one = dfloat(1.0f), *amax = dfloat(0.0f);
+    bmt_error_t err;
+    for (int k = 0; k < 2; k++) {
+        run(nn_cuda_fp8_quantize(h, dq, dqt, dx, cols, rows, cols, one, (nn_fp8_kind_t)k, amax,
+                                 &err),
+            "quantize", &err);
+        check_codes("every bf16 pattern at scale 1:", (nn_fp8_kind_t)k, x, rows, cols, 1.0f, dq,
+                    dqt);
+        ok(isnan(get(amax)), "every bf16 pattern %s: amax is NaN (NaNs among them)", KN[k]);
+    }
+    /* The finite ones: amax, then scale and descale from the device, then the
+     * codes at that scale (most of the small ones underflow: that is the
+     * point of a scale from the largest). */
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            x[i] = 0.0f;
+    cudaFree(dx);
+    dx = up_bf16(x, n);
+    float *scale = dfloat(0), *descale = dfloat(0);
+    int *bad;
+    ck(cudaMalloc((void **)&bad, sizeof(int)), "cudaMalloc");
+    ck(cudaMemsetAsync(bad, 0, sizeof(int), stream), "memset");
+    for (int k = 0; k < 2; k++) {
+        run(nn_cuda_fp8_amax(h, amax, dx, n, &err), "amax", &err);
+        float want = nn_fp8_amax(x, n), got = get(amax);
+        ok(same_bits(got, want), "finite bf16 patterns %s: amax %g bit for bit", KN[k], want);
+        run(nn_cuda_fp8_scale(h, scale, descale, amax, (nn_fp8_kind_t)k, 0, bad, &err), "scale",
+            &err);
+        float s = nn_fp8_scale(want, (nn_fp8_kind_t)k, 0), gs = get(scale), gd = get(descale);
+        ok(same_bits(gs, s) && same_bits(gd, 1.0f / s), "%s: scale %g and descale bit for bit",
+           KN[k], s);
+        run(nn_cuda_fp8_quantize(h, dq, NULL, dx, cols, rows, cols, scale, (nn_fp8_kind_t)k, NULL,
+                                 &err),
+            "quantize", &err);
+        check_codes("finite bf16 patterns at their current scale:", (nn_fp8_kind_t)k, x, rows, cols,
+                    s, dq, NULL);
+    }
+    int b;
+    d2h(&b, bad, sizeof(b));
+    ok(b == 0, "no scale failed, no flag set");
+    cudaFree(dx), cudaFree(dq), cudaFree(dqt), cudaFree(one), cudaFree(amax), cudaFree(scale),
+        cudaFree(descale), cudaFree(bad);
+    free(x);
+}
+
+/* nn_cuda_fp8_scale of amax values on the edges, margins 0 and 3. */
+static void t_scales(void)
+{
+    const float am[] = { 1.0f,  448.0f, 57344.0f, 3e-36f,   1e-38f, 1e-45f,
+                         3e38f, 0.0f,   -1.0f,    INFINITY, NAN,    7.25e-3f };
+    const int na = sizeof(am) / sizeof(am[0]);
+    float *amax = dfloat(0), *scale = dfloat(0), *descale = dfloat(0);
+    int *bad;
+    ck(cudaMalloc((void **)&bad, sizeof(int)), "cudaMalloc");
+    bmt_error_t err;
+    for (int k = 0; k < 2; k++)
+        for (int margin = 0; margin <= 3; margin += 3) {
+            int wrong = 0, flags = 0, want_flags = 0;
+            for (int i = 0; i < na; i++) {
+                h2d(amax, &am[i], sizeof(float));
+                ck(cudaMemsetAsync(bad, 0, sizeof(int), stream), "memset");
+                run(nn_cuda_fp8_scale(h, scale, descale, amax, (nn_fp8_kind_t)k, margin, bad, &err),
+                    "scale", &err);
+                float s = nn_fp8_scale(am[i], (nn_fp8_kind_t)k, margin);
+                float d = s == 0.0f ? NAN : 1.0f / s;
+                int b;
+                d2h(&b, bad, sizeof(b));
+                const float gs = get(scale), gd = get(descale);
+                wrong +=
+                    s == 0.0f ? !(isnan(gs) && isnan(gd)) : !same_bits(gs, s) || !same_bits(gd, d);
+                flags += b;
+                want_flags += s == 0.0f;
+            }
+            ok(wrong == 0 && flags == want_flags,
+               "%s margin %d: scale and descale of %d amax values (0, tiny, NaN, inf, negative) "
+               "bit for bit; the %d that cannot be scaled get NaN and set the flag",
+               KN[k], margin, na, want_flags);
+        }
+    cudaFree(amax), cudaFree(scale), cudaFree(descale), cudaFree(bad);
+}
+
+/* Current scaling of a random tensor: amax, scale, both layouts. */
+static void t_pipeline(int rows, int cols, int margin)
+{
+    const size_t n = (size_t)rows * cols;
+    float *x = rnd_spread(n, 1.0f, 4.0);
+    void *dx = up_bf16(x, n);
+    uint8_t *dq = dmalloc(n), *dqt = dmalloc(n);
+    float *amax = dfloat(0), *scale = dfloat(0), *descale = dfloat(0), *amax2 = dfloat(0);
+    int *bad;
+    ck(cudaMalloc((void **)&bad, sizeof(int)), "cudaMalloc");
+    ck(cudaMemsetAsync(bad, 0, sizeof(int), stream), "memset");
+    bmt_error_t err;
+    char what[96];
+    for (int k = 0; k < 2; k++) {
+        run(nn_cuda_fp8_amax(h, amax, dx, n, &err), "amax", &err);
+        run(nn_cuda_fp8_scale(h, scale, descale, amax, (nn_fp8_kind_t)k, margin, bad, &err),
+            "scale", &err);
+        run(nn_cuda_fp8_quantize(h, dq, dqt, dx, cols, rows, cols, scale, (nn_fp8_kind_t)k, amax2,
+                                 &err),
+            "quantize", &err);
+        float s = nn_fp8_scale(nn_fp8_amax(x, n), (nn_fp8_kind_t)k, margin);
+        snprintf(what, sizeof(what), "random %d x %d, margin %d:", rows, cols, margin);
+        check_codes(what, (nn_fp8_kind_t)k, x, rows, cols, s, dq, dqt);
+        ok(same_bits(get(amax), get(amax2)) && same_bits(get(scale), s),
+           "%s %s: the conversion's amax equals nn_cuda_fp8_amax's; the scale is the host's", what,
+           KN[k]);
+    }
+    cudaFree(dx), cudaFree(dq), cudaFree(dqt), cudaFree(amax), cudaFree(scale), cudaFree(descale),
+        cudaFree(amax2), cudaFree(bad);
+    free(x);
+}
+
+/* Random finite codes of kind k, the values spread as a scaled tensor's. */
+static uint8_t *codes(size_t n, nn_fp8_kind_t k)
+{
+    float *x = rnd_spread(n, nn_fp8_max(k) / 8, 2.0);
+    uint8_t *q = xmalloc(n);
+    nn_fp8_quantize(q, x, n, 1.0f, k, NULL);
+    free(x);
+    return q;
+}
+
+static void t_matmul(const char *what, nn_fp8_kind_t ka, nn_fp8_kind_t kb, int out_f32, int bias,
+                     float beta, int fast, int N, int K, int OC)
+{
+    const size_t na = (size_t)N * K, nb = (size_t)OC * K, no = (size_t)N * OC;
+    uint8_t *a = codes(na, ka), *b = codes(nb, kb);
+    const float ad = 1.0f / 37.5f, bd = 1.0f / 3.25f;
+    float *want = xmalloc(no * sizeof(float)), *got = xmalloc(no * sizeof(float));
+    float *sabs = xmalloc(no * sizeof(float)), *prior = rnd_spread(no, 1.0f, 0.0);
+    float *bv = bias ? rnd_spread(OC, 1.0f, 0.0) : NULL;
+    nn_fp8_matmul(want, a, ka, b, kb, (float)((double)ad * bd), N, K, OC);
+    /* sum |a b| descale, the accumulation bound's scale */
+    uint8_t *aa = xmalloc(na), *ba = xmalloc(nb);
+    for (size_t i = 0; i < na; i++)
+        aa[i] = a[i] & 0x7f;
+    for (size_t i = 0; i < nb; i++)
+        ba[i] = b[i] & 0x7f;
+    nn_fp8_matmul(sabs, aa, ka, ba, kb, (float)((double)ad * bd), N, K, OC);
+    for (size_t i = 0; i < no; i++) {
+        if (bias)
+            want[i] += bv[i % OC];
+        if (beta != 0.0f)
+            want[i] += beta * prior[i];
+    }
+    uint8_t *da = dmalloc(na), *db = dmalloc(nb);
+    h2d(da, a, na);
+    h2d(db, b, nb);
+    float *dad = dfloat(ad), *dbd = dfloat(bd);
+    void *dbias = bias ? up_bf16(bv, OC) : NULL;
+    void *dout = dmalloc(no * (out_f32 ? 4 : 2));
+    bmt_error_t err;
+    uint8_t *first = xmalloc(no * 4);
+    for (int pass = 0; pass < 2; pass++) {
+        if (out_f32)
+            h2d(dout, prior, no * 4);
+        run(nn_cuda_fp8_matmul(h, dout, out_f32, OC, da, ka, dad, db, kb, dbd, dbias, beta, fast, N,
+                               K, OC, &err),
+            what, &err);
+        if (out_f32) {
+            d2h(got, dout, no * 4);
+        } else {
+            uint16_t *t = xmalloc(no * 2);
+            d2h(t, dout, no * 2);
+            for (size_t i = 0; i < no; i++)
+                got[i] = bmt_bf16_to_f32(t[i]);
+            free(t);
+        }
+        if (pass == 0)
+            memcpy(first, got, no * 4);
+    }
+    const double c = fast ? 0x1p-9 : 0x1p-12;
+    double worst = 0, cmax = 0;
+    size_t bad = 0;
+    for (size_t i = 0; i < no; i++) {
+        double e = fabs((double)got[i] - want[i]);
+        double bound = 0x1p-8 * fabs(want[i]) + c * sabs[i];
+        if (!(e <= bound))
+            bad++;
+        worst = fmax(worst, e / bound);
+        if (sabs[i] > 0)
+            cmax = fmax(cmax, fmax(0, e - 0x1p-8 * fabs(want[i])) / sabs[i]);
+    }
+    ok(bad == 0, "%s (%s x %s, %d x %d x %d): within 2^-8 |ref| + %s sum|ab| descale", what, KN[ka],
+       KN[kb], N, K, OC, fast ? "2^-9" : "2^-12");
+    printf("#   largest error / bound %.3g; largest c measured %.3g\n", worst, cmax);
+    ok(memcmp(first, got, no * 4) == 0, "%s: the same bits on a second run", what);
+    cudaFree(da), cudaFree(db), cudaFree(dad), cudaFree(dbd), cudaFree(dout);
+    if (dbias)
+        cudaFree(dbias);
+    free(a), free(b), free(want), free(got), free(sabs), free(prior), free(bv), free(aa), free(ba),
+        free(first);
+}
+
+/* FP8 against bf16 on random data: x (N,K), W (OC,K) normal; the FP8 side
+ * quantizes each with its current scale (x in kx, W in E4M3). */
+static void t_vs_bf16(nn_fp8_kind_t kx, int N, int K, int OC, double bound)
+{
+    float *x = rnd_spread((size_t)N * K, 1.0f, 0.0), *w = rnd_spread((size_t)OC * K, 0.02f, 0.0);
+    void *dx = up_bf16(x, (size_t)N * K), *dw = up_bf16(w, (size_t)OC * K);
+    void *ref = dmalloc((size_t)N * OC * 2), *out = dmalloc((size_t)N * OC * 2);
+    uint8_t *qx = dmalloc((size_t)N * K), *qw = dmalloc((size_t)OC * K);
+    float *am = dfloat(0), *sx = dfloat(0), *dsx = dfloat(0), *sw = dfloat(0), *dsw = dfloat(0);
+    int *bad;
+    ck(cudaMalloc((void **)&bad, sizeof(int)), "cudaMalloc");
+    ck(cudaMemsetAsync(bad, 0, sizeof(int), stream), "memset");
+    bmt_error_t err;
+    run(nn_cuda_matmul_forward(h, ref, OC, dx, dw, NULL, N, K, OC, 1, &err), "bf16 matmul", &err);
+    run(nn_cuda_fp8_amax(h, am, dx, (size_t)N * K, &err), "amax", &err);
+    run(nn_cuda_fp8_scale(h, sx, dsx, am, kx, 0, bad, &err), "scale", &err);
+    run(nn_cuda_fp8_quantize(h, qx, NULL, dx, K, N, K, sx, kx, NULL, &err), "quantize", &err);
+    run(nn_cuda_fp8_amax(h, am, dw, (size_t)OC * K, &err), "amax", &err);
+    run(nn_cuda_fp8_scale(h, sw, dsw, am, NN_FP8_E4M3, 0, bad, &err), "scale", &err);
+    run(nn_cuda_fp8_quantize(h, qw, NULL, dw, K, OC, K, sw, NN_FP8_E4M3, NULL, &err), "quantize",
+        &err);
+    run(nn_cuda_fp8_matmul(h, out, 0, OC, qx, kx, dsx, qw, NN_FP8_E4M3, dsw, NULL, 0.0f, 1, N, K,
+                           OC, &err),
+        "fp8 matmul", &err);
+    const size_t no = (size_t)N * OC;
+    uint16_t *a = xmalloc(no * 2), *b = xmalloc(no * 2);
+    d2h(a, out, no * 2);
+    d2h(b, ref, no * 2);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < no; i++) {
+        double g = bmt_bf16_to_f32(a[i]), r = bmt_bf16_to_f32(b[i]);
+        num += (g - r) * (g - r);
+        den += r * r;
+    }
+    double e = sqrt(num / den);
+    ok(e <= bound,
+       "FP8 (x %s, W E4M3, current scaling) against bf16 on random %d x %d x %d: "
+       "rel err %.3g (bound %.3g)",
+       KN[kx], N, K, OC, e, bound);
+    cudaFree(dx), cudaFree(dw), cudaFree(ref), cudaFree(out), cudaFree(qx), cudaFree(qw),
+        cudaFree(am), cudaFree(sx), cudaFree(dsx), cudaFree(sw), cudaFree(dsw), cudaFree(bad);
+    free(x), free(w), free(a), free(b);
+}
+
+static void t_refusals(void)
+{
+    uint8_t *q = dmalloc(4096);
+    float *s = dfloat(1.0f);
+    void *out = dmalloc(4096 * 4);
+    bmt_error_t err;
+    err.text[0] = '\0';
+    ok(nn_cuda_fp8_matmul(h, out, 0, 16, q, NN_FP8_E5M2, s, q, NN_FP8_E5M2, s, NULL, 0, 0, 16, 16,
+                          16, &err) < 0 &&
+           strstr(err.text, "no E5M2 x E5M2") != NULL,
+       "E5M2 x E5M2 refused: %s", err.text);
+    ok(nn_cuda_fp8_matmul(h, out, 0, 16, q, NN_FP8_E4M3, s, q, NN_FP8_E4M3, s, NULL, 0, 0, 16, 40,
+                          16, &err) < 0 &&
+           strstr(err.text, "K must be a multiple of 16") != NULL,
+       "K 40 refused: %s", err.text);
+    ok(nn_cuda_fp8_matmul(h, out, 0, 16, q + 1, NN_FP8_E4M3, s, q, NN_FP8_E4M3, s, NULL, 0, 0, 16,
+                          16, 16, &err) < 0,
+       "a misaligned operand refused: %s", err.text);
+    ok(nn_cuda_fp8_matmul(h, out, 1, 16, q, NN_FP8_E4M3, s, q, NN_FP8_E4M3, s, q, 0, 0, 16, 16, 16,
+                          &err) < 0,
+       "a bias with an f32 output refused: %s", err.text);
+    ok(nn_cuda_fp8_quantize(h, q, NULL, out, 24, 16, 24, s, NN_FP8_E4M3, NULL, &err) < 0,
+       "quantize to rows of 24 codes refused: %s", err.text);
+    cudaFree(q), cudaFree(s), cudaFree(out);
+}
+
+int main(void)
+{
+    bmt_error_t err;
+    void *ws;
+    ck(cudaSetDevice(0), "cudaSetDevice");
+    ck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    ck(cudaMalloc(&ws, nn_cuda_workspace_bytes(8192)), "cudaMalloc");
+    if ((h = nn_cuda_create(stream, ws, 8192, &err)) == NULL)
+        die("nn_cuda_create", err.text);
+    t_all_bf16();
+    t_scales();
+    t_pipeline(1008, 208, 0);
+    t_pipeline(64, 4112, 2);
+    t_matmul("forward-like, fast accumulation", NN_FP8_E4M3, NN_FP8_E4M3, 0, 0, 0.0f, 1, 1000, 768,
+             520);
+    t_matmul("dgrad-like, bias", NN_FP8_E5M2, NN_FP8_E4M3, 0, 1, 0.0f, 0, 512, 2048, 384);
+    t_matmul("wgrad-like, f32 added into", NN_FP8_E4M3, NN_FP8_E5M2, 1, 0, 1.0f, 0, 256, 4096, 192);
+    t_vs_bf16(NN_FP8_E4M3, 1024, 1024, 1024, 0.08);
+    t_vs_bf16(NN_FP8_E5M2, 1024, 1024, 1024, 0.15);
+    t_refusals();
+    nn_cuda_destroy(h);
+    printf("1..%d\n", tap_n);
+    return tap_failed ? 1 : 0;
+}
+#endif
