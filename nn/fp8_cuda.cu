@@ -175,3 +175,94 @@ extern "C" int nn_cuda_fp8_quantize(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const
         return fail_text(err, "fp8 quantize", "not an FP8 kind");
     return launched(err, "fp8 quantize");
 }
+
+extern "C" int nn_cuda_fp8_cast(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, int rows,
+                                int cols, nn_fp8_kind_t kind, float *s, int *bad, bmt_error_t *err)
+{
+    if (s == NULL)
+        return fail_text(err, "fp8 cast", "the scales are NULL");
+    if (rows < 1 || cols < 1)
+        return fail_text(err, "fp8 cast", "rows and cols must be >= 1");
+    if (nn_cuda_fp8_amax(h, &s[0], x, (size_t)rows * cols, err) < 0 ||
+        nn_cuda_fp8_scale(h, &s[1], &s[2], &s[0], kind, 0, bad, err) < 0)
+        return -1;
+    return nn_cuda_fp8_quantize(h, q, qt, x, cols, rows, cols, &s[1], kind, NULL, err);
+}
+
+/* Scratch: [a: N max(IC,OC)] [b: N OC] [c: IC OC], each rounded up to 256
+ * bytes. The forward puts the input's row-major codes in a and the weight's
+ * transposed codes in c; the backward puts dout's codes in a (row-major) and b
+ * (transposed), and the weight's row-major codes in c. */
+static size_t up256(size_t n) { return (n + 255) / 256 * 256; }
+
+extern "C" size_t nn_cuda_fp8_conv1d_scratch_bytes(int N, int IC, int OC)
+{
+    const size_t n = (size_t)N, ic = (size_t)IC, oc = (size_t)OC;
+    return up256(n * (ic > oc ? ic : oc)) + up256(n * oc) + up256(ic * oc);
+}
+
+static int conv1d_args(int N, int IC, int OC, const float *s, const void *scratch, const char *what,
+                       bmt_error_t *err)
+{
+    char why[200];
+    if (N < 16 || IC < 16 || OC < 16 || N % 16 || IC % 16 || OC % 16) {
+        snprintf(why, sizeof(why),
+                 "N %d, IC %d, OC %d: each must be a multiple of 16 (the FP8 products' reduced "
+                 "dimension and the transposed codes' rows)",
+                 N, IC, OC);
+        return fail_text(err, what, why);
+    }
+    if (s == NULL || scratch == NULL || (uintptr_t)scratch % 256)
+        return fail_text(err, what,
+                         "the scales or the scratch are NULL, or the scratch is not "
+                         "256-byte aligned");
+    return 0;
+}
+
+extern "C" int nn_cuda_fp8_conv1d_forward(nn_cuda_t *h, void *out, uint8_t *xqt, const void *inp,
+                                          const void *weight, const void *bias, int N, int IC,
+                                          int OC, int fast_accum, float *s, int *bad, void *scratch,
+                                          bmt_error_t *err)
+{
+    if (conv1d_args(N, IC, OC, s, scratch, "fp8 conv1d forward", err) < 0)
+        return -1;
+    uint8_t *xq = (uint8_t *)scratch;
+    uint8_t *wqt = xq + up256((size_t)N * (IC > OC ? IC : OC)) + up256((size_t)N * OC);
+    /* out (N,OC) = x (N,IC) x (W^T (OC,IC))^T: both with IC contiguous */
+    if (nn_cuda_fp8_cast(h, xq, xqt, inp, N, IC, NN_FP8_E4M3, &s[0], bad, err) < 0 ||
+        nn_cuda_fp8_cast(h, NULL, wqt, weight, IC, OC, NN_FP8_E4M3, &s[3], bad, err) < 0)
+        return -1;
+    return nn_cuda_fp8_matmul(h, out, 0, OC, xq, NN_FP8_E4M3, &s[2], wqt, NN_FP8_E4M3, &s[5], bias,
+                              0.0f, fast_accum, N, IC, OC, err);
+}
+
+extern "C" int nn_cuda_fp8_conv1d_backward(nn_cuda_t *h, void *dinp, float *dweight, float *dbias,
+                                           const void *dout, const uint8_t *xqt, const void *weight,
+                                           int N, int IC, int OC, float *s, int *bad, void *scratch,
+                                           bmt_error_t *err)
+{
+    if (conv1d_args(N, IC, OC, s, scratch, "fp8 conv1d backward", err) < 0)
+        return -1;
+    if (dweight && xqt == NULL)
+        return fail_text(err, "fp8 conv1d backward", "dweight wants the forward's xqt");
+    uint8_t *gq = (uint8_t *)scratch;
+    uint8_t *gqt = gq + up256((size_t)N * (IC > OC ? IC : OC));
+    uint8_t *wq = gqt + up256((size_t)N * OC);
+    if ((dinp || dweight) && nn_cuda_fp8_cast(h, dinp ? gq : NULL, dweight ? gqt : NULL, dout, N,
+                                              OC, NN_FP8_E5M2, &s[6], bad, err) < 0)
+        return -1;
+    /* dW (IC,OC) += x^T (IC,N) x (dout^T (OC,N))^T: both with N contiguous */
+    if (dweight && nn_cuda_fp8_matmul(h, dweight, 1, OC, xqt, NN_FP8_E4M3, &s[2], gqt, NN_FP8_E5M2,
+                                      &s[8], NULL, 1.0f, 0, IC, N, OC, err) < 0)
+        return -1;
+    /* dinp (N,IC) = dout (N,OC) x (W (IC,OC))^T: both with OC contiguous; the
+     * weight's codes again at the forward's scale (the same bits) */
+    if (dinp &&
+        (nn_cuda_fp8_quantize(h, wq, NULL, weight, OC, IC, OC, &s[4], NN_FP8_E4M3, NULL, err) < 0 ||
+         nn_cuda_fp8_matmul(h, dinp, 0, IC, gq, NN_FP8_E5M2, &s[8], wq, NN_FP8_E4M3, &s[5], NULL,
+                            0.0f, 0, N, OC, IC, err) < 0))
+        return -1;
+    return dbias ? nn_cuda_matmul_backward(h, NULL, NULL, dbias, dout, OC, NULL, NULL, N, IC, OC, 0,
+                                           err)
+                 : 0;
+}

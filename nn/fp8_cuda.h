@@ -51,6 +51,49 @@ int nn_cuda_fp8_quantize(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, i
                          int cols, const float *scale, nn_fp8_kind_t kind, float *amax,
                          bmt_error_t *err);
 
+/* Current scaling in one call, as nn/fp8.c's conversions do it: s[0] = the amax
+ * of x (rows,cols) bf16, contiguous; s[1] = its scale, s[2] = its descale
+ * (nn_cuda_fp8_scale, margin 0; NaN, and *bad = 1, when x holds NaN or inf);
+ * then q and/or qt as nn_cuda_fp8_quantize writes them. */
+int nn_cuda_fp8_cast(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, int rows, int cols,
+                     nn_fp8_kind_t kind, float *s, int *bad, bmt_error_t *err);
+
+/* A linear layer with FP8 operands: nn_fp8_conv1d_forward and _backward of
+ * nn/fp8.h (their exact f32 emulation, the reference) on the GPU, for HF's
+ * Conv1D weight (IC,OC) bf16. Current scaling for every operand; f32 sums.
+ *   s: NN_FP8_CONV1D_SCALES device f32, the layer's: amax, scale, descale of
+ *      the input (s[0..2]), of the weight (s[3..5]) and of the output's
+ *      gradient (s[6..8]). The forward writes the first six; the backward
+ *      reads them (the same layer's forward must have run with the same
+ *      weight) and writes the last three.
+ *   scratch: nn_cuda_fp8_conv1d_scratch_bytes(N, IC, OC), 256-byte aligned,
+ *      free between calls (stream-ordered: one buffer serves every layer).
+ *   bad: a device int set to 1 when an operand cannot be scaled (NaN or inf
+ *      in it); its products are then NaN (nn_cuda_fp8_scale).
+ * N, IC and OC must be multiples of 16 (the products' K and the transposed
+ * codes' rows); -1 and a message otherwise. */
+#define NN_FP8_CONV1D_SCALES 9
+size_t nn_cuda_fp8_conv1d_scratch_bytes(int N, int IC, int OC);
+
+/* out (N,OC) bf16 = E4M3(inp) x E4M3(weight) x descales + bias (OC bf16, or
+ * NULL). xqt (IC,N), if not NULL, gets the input's codes transposed: all the
+ * backward needs of the input (IC N bytes, half of the bf16 input).
+ * fast_accum: cuBLASLt's FAST_ACCUM (nn_cuda_fp8_matmul). */
+int nn_cuda_fp8_conv1d_forward(nn_cuda_t *h, void *out, uint8_t *xqt, const void *inp,
+                               const void *weight, const void *bias, int N, int IC, int OC,
+                               int fast_accum, float *s, int *bad, void *scratch, bmt_error_t *err);
+
+/* From dout (N,OC) bf16, through E5M2: dweight (IC,OC) f32 += from xqt (the
+ * forward's); dinp (N,IC) bf16 = (overwritten) from the weight's E4M3 codes at
+ * the forward's scale; dbias (OC) f32 += the column sums of dout itself, not
+ * of its codes. Any of the three NULL: not wanted (xqt is read only for
+ * dweight), so dweight may be taken first and the saved codes freed before
+ * dinp's buffer exists. */
+int nn_cuda_fp8_conv1d_backward(nn_cuda_t *h, void *dinp, float *dweight, float *dbias,
+                                const void *dout, const uint8_t *xqt, const void *weight, int N,
+                                int IC, int OC, float *s, int *bad, void *scratch,
+                                bmt_error_t *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -12,7 +12,7 @@
 #                            spaces, e.g. d48:8:1x2:1:--master-only,1
 #   STEPS=13                 steps per run; the median of the last STEPS-3 is kept
 #   SKIP_BUILD=1             reuse build/ (a warm machine)
-#   PEER_RUNS=1              runs of the peer per row; the row keeps its fastest
+#   PEER_RUNS=1              runs of the peer per row (0: none, ours alone); the row keeps its fastest
 #                            (FSDP2's step time moves by up to 50% between runs on
 #                            this machine kind: the best of several is in its favour).
 #                            Rows that differ only in our extra options share the
@@ -32,7 +32,7 @@ case $STEPS in '' | *[!0-9]*) STEPS=0 ;; esac
 [ "$STEPS" -ge 4 ] || { echo "gpt2.sh: STEPS must be a whole number >= 4 (the first 3 steps are warm-up), e.g. STEPS=13" >&2; exit 2; }
 case $PEER_RUNS in '' | *[!0-9]*) PEER_RUNS=0 ;; esac
 PEER_RUNS=$((10#$PEER_RUNS))
-[ "$PEER_RUNS" -ge 1 ] || { echo "gpt2.sh: PEER_RUNS must be a whole number >= 1, e.g. PEER_RUNS=2" >&2; exit 2; }
+[ "$PEER_RUNS" -ge 0 ] || { echo "gpt2.sh: PEER_RUNS must be a whole number >= 0 (0: no peer), e.g. PEER_RUNS=2" >&2; exit 2; }
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0

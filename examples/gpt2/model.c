@@ -492,12 +492,8 @@ int gpt2_model_keep_attention(gpt2_model_t *m, int mode, bmt_error_t *err)
 
 int gpt2_model_fp8(gpt2_model_t *m, int on, bmt_error_t *err)
 {
-    if (on && m->cu) {
-        snprintf(err->text, sizeof(err->text),
-                 "gpt2: --fp8 on cuda is not there yet (docs/fp8.md: the FP8 kernels are written "
-                 "but not yet checked on a GPU); on the cpu it emulates the FP8 products");
+    if (m->cu && gpt2_cu_fp8(m->cu, on, err) < 0)
         return -1;
-    }
     m->fp8 = on != 0;
     return 0;
 }

@@ -102,10 +102,11 @@ int gpt2_model_gemm_tune(gpt2_model_t *m, int candidates, bmt_error_t *err);
  * operands in FP8 (activations and weights E4M3, gradients E5M2, each at its
  * tensor's current scale), the head, norms, attention and update as before.
  * The cpu model emulates it exactly in f32 (nn/fp8.h: the reference of the
- * GPU's FP8 mode); the cuda model refuses it (-1 with err) until its kernels
- * have been checked on a GPU. An operand that holds NaN or infinite values
- * makes its product's results NaN, so the step is skipped as any non-finite
- * one (bmt_adamw_config_t.max_skipped). */
+ * GPU's FP8 mode); the cuda model runs it through cuBLASLt's FP8 products
+ * (nn_cuda_fp8_conv1d_*) and refuses it (-1 with err) when B x T or the width
+ * is not a multiple of 16. Call it before the first step. An operand that holds NaN or infinite
+ * values makes its product's results NaN, so the step is skipped as any non-finite one
+ * (bmt_adamw_config_t.max_skipped). */
 int gpt2_model_fp8(gpt2_model_t *m, int on, bmt_error_t *err);
 
 /* The sizes of the GPT-2 in a safetensors file, index or directory (HF names,

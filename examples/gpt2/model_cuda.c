@@ -31,6 +31,15 @@
  * forward to its backward, outside the scratch set, so the recomputation
  * skips the attention forward (LayerNorm and c_attn still run: the backward
  * needs qkv). N C bf16 and B H T f32 more per layer; the same bits.
+ *
+ * fp8 (gpt2_cu_fp8, docs/fp8.md): the four products of each layer take FP8
+ * operands (nn_cuda_fp8_conv1d_*, current scaling). A product's input is then
+ * saved as its transposed E4M3 codes (all its weight gradient reads) instead
+ * of bf16: LayerNorm's outputs and GELU's are gone as soon as their codes
+ * exist, and attention's output keeps its bf16 for the attention's backward.
+ * The codes' scales live per layer and product (fp8_s), so a recomputation
+ * makes the same codes again; the weights' are those of the layer's forward.
+ * GELU is a kernel of its own (the FP8 products have no GELU epilogue here).
  */
 #include "gpt2/model_cuda.h"
 
@@ -43,11 +52,13 @@
 #ifdef BMT_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "nn/fp8_cuda.h"
 #include "nn/ops_cuda.h"
 
 typedef struct cu_layer {
     void *ln1, *qkvr, *att, *atty, *res2, *ln2, *fch, *fch_gelu; /* bf16 */
     void *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;             /* f32 */
+    void *ln1_q, *atty_q, *ln2_q, *gelu_q; /* fp8: the products' inputs' transposed codes */
 } cu_layer_t;
 
 struct gpt2_cu {
@@ -80,6 +91,10 @@ struct gpt2_cu {
     void *proj; /* a recomputation's attention projection (x_{l+1} is kept) */
     void *stream;
     size_t U, att_bytes; /* one (N,C) bf16 buffer; attention's saved bytes */
+    bool fp8;            /* gpt2_cu_fp8 */
+    float *fp8_s;        /* (L, 4 products, NN_FP8_CONV1D_SCALES) */
+    int *fp8_bad;        /* set by a tensor FP8 cannot scale (its products are NaN) */
+    void *fp8_scratch;   /* nn_cuda_fp8_conv1d_scratch_bytes of the largest product */
 };
 
 static void *cu_alloc(gpt2_cu_t *cu, size_t bytes, bmt_error_t *err)
@@ -182,17 +197,18 @@ void gpt2_cu_destroy(gpt2_cu_t *cu)
     if (cu->acts)
         for (int s = 0; s < sets; s++) {
             cu_layer_t *a = &cu->acts[s];
-            void *all[] = {
-                a->ln1, a->qkvr,     a->att,      a->atty,     a->res2,     a->ln2,
-                a->fch, a->fch_gelu, a->ln1_mean, a->ln1_rstd, a->ln2_mean, a->ln2_rstd
-            };
+            void *all[] = { a->ln1,      a->qkvr,     a->att,      a->atty,
+                            a->res2,     a->ln2,      a->fch,      a->fch_gelu,
+                            a->ln1_mean, a->ln1_rstd, a->ln2_mean, a->ln2_rstd,
+                            a->ln1_q,    a->atty_q,   a->ln2_q,    a->gelu_q };
             for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
                 bmt_free(ctx, all[i]);
         }
-    void *rest[] = { cu->tokens,   cu->qkv,          cu->attn_y, cu->lnf,      cu->logits,
-                     cu->lnf_mean, cu->lnf_rstd,     cu->losses, cu->loss_sum, cu->logits_f32,
-                     cu->dres,     cu->dres2,        cu->dln,    cu->datty,    cu->dqkv,
-                     cu->datt,     cu->attn_scratch, cu->dfch,   cu->proj,     cu->workspace };
+    void *rest[] = { cu->tokens,   cu->qkv,          cu->attn_y,     cu->lnf,      cu->logits,
+                     cu->lnf_mean, cu->lnf_rstd,     cu->losses,     cu->loss_sum, cu->logits_f32,
+                     cu->dres,     cu->dres2,        cu->dln,        cu->datty,    cu->dqkv,
+                     cu->datt,     cu->attn_scratch, cu->dfch,       cu->proj,     cu->workspace,
+                     cu->fp8_s,    cu->fp8_bad,      cu->fp8_scratch };
     for (size_t i = 0; i < sizeof(rest) / sizeof(rest[0]); i++)
         bmt_free(ctx, rest[i]);
     if (cu->katty)
@@ -255,6 +271,38 @@ enum {
 
 static cu_layer_t *layer_of(gpt2_cu_t *cu, int l) { return &cu->acts[cu->ckpt ? 0 : l]; }
 
+/* The layer's products: k 0 c_attn, 1 attn.c_proj, 2 c_fc, 3 mlp.c_proj. */
+static float *fp8_scales(gpt2_cu_t *cu, int l, int k)
+{
+    return cu->fp8_s + ((size_t)l * 4 + k) * NN_FP8_CONV1D_SCALES;
+}
+
+/* out (N,OC) = inp x W + b, in bf16; or with FP8 operands, the input's codes
+ * saved in *xq for the backward (made here if need be). */
+static int linear_forward(gpt2_cu_t *cu, int l, int k, void *out, void **xq, const void *inp,
+                          const void *w, const void *b, int IC, int OC, bmt_error_t *err)
+{
+    if (!cu->fp8)
+        return nn_cuda_matmul_forward(cu->h, out, OC, inp, w, b, cu->N, IC, OC, 0, err);
+    return need(cu, xq, (size_t)cu->N * IC, err) < 0
+               ? -1
+               : nn_cuda_fp8_conv1d_forward(cu->h, out, *xq, inp, w, b, cu->N, IC, OC, 1,
+                                            fp8_scales(cu, l, k), cu->fp8_bad, cu->fp8_scratch,
+                                            err);
+}
+
+/* Its backward: from the bf16 input, or the FP8 codes linear_forward saved. */
+static int linear_backward(gpt2_cu_t *cu, int l, int k, void *dinp, float *dw, float *db,
+                           const void *dout, const void *xq, const void *inp, const void *w, int IC,
+                           int OC, bmt_error_t *err)
+{
+    if (!cu->fp8)
+        return nn_cuda_matmul_backward(cu->h, dinp, dw, db, dout, OC, inp, w, cu->N, IC, OC, 0,
+                                       err);
+    return nn_cuda_fp8_conv1d_backward(cu->h, dinp, dw, db, dout, xq, w, cu->N, IC, OC,
+                                       fp8_scales(cu, l, k), cu->fp8_bad, cu->fp8_scratch, err);
+}
+
 /* A recomputation (checkpointing) stops once the activations that the
  * backward reads exist: x_{l+1} is kept, so the MLP's projection and the
  * last residual are not taken again, and the attention's projection goes to
@@ -280,11 +328,13 @@ static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bool recompute, b
     void *qkv = cu->flash ? a->qkvr : cu->qkv, *proj = recompute ? cu->proj : out;
     if (nn_cuda_layernorm_forward(h, a->ln1, a->ln1_mean, a->ln1_rstd, x, p[LN1_W], p[LN1_B], N, C,
                                   err) < 0 ||
-        nn_cuda_matmul_forward(h, qkv, 3 * C, a->ln1, p[ATTN_W], p[ATTN_B], N, C, 3 * C, 0, err) <
-            0 ||
-        (attend && nn_cuda_attention_forward(h, *atty, a->qkvr, *att, qkv, cu->attn_y, cu->B, cu->T,
+        linear_forward(cu, l, 0, qkv, &a->ln1_q, a->ln1, p[ATTN_W], p[ATTN_B], C, 3 * C, err) < 0)
+        return -1;
+    if (cu->fp8) /* its codes are what the backward reads */
+        drop(cu, &a->ln1);
+    if ((attend && nn_cuda_attention_forward(h, *atty, a->qkvr, *att, qkv, cu->attn_y, cu->B, cu->T,
                                              C, cu->cfg.n_head, err) < 0) ||
-        nn_cuda_matmul_forward(h, proj, C, *atty, p[APROJ_W], p[APROJ_B], N, C, C, 0, err) < 0 ||
+        linear_forward(cu, l, 1, proj, &a->atty_q, *atty, p[APROJ_W], p[APROJ_B], C, C, err) < 0 ||
         nn_cuda_residual_forward(h, a->res2, x, proj, NC, err) < 0)
         return -1;
     if (recompute)
@@ -293,17 +343,33 @@ static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bool recompute, b
         need(cu, &a->ln2_rstd, S, err) < 0 || need(cu, &a->fch, 4 * U, err) < 0 ||
         need(cu, &a->fch_gelu, 4 * U, err) < 0 ||
         nn_cuda_layernorm_forward(h, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p[LN2_W], p[LN2_B],
-                                  N, C, err) < 0 ||
-        nn_cuda_matmul_gelu_forward(h, a->fch_gelu, a->fch, a->ln2, p[FC_W], p[FC_B], N, C, 4 * C,
-                                    err) < 0)
+                                  N, C, err) < 0)
         return -1;
+    if (!cu->fp8 && nn_cuda_matmul_gelu_forward(h, a->fch_gelu, a->fch, a->ln2, p[FC_W], p[FC_B], N,
+                                                C, 4 * C, err) < 0)
+        return -1;
+    if (cu->fp8 &&
+        (linear_forward(cu, l, 2, a->fch, &a->ln2_q, a->ln2, p[FC_W], p[FC_B], C, 4 * C, err) < 0 ||
+         nn_cuda_gelu_forward(h, a->fch_gelu, a->fch, 4 * NC, err) < 0))
+        return -1;
+    if (cu->fp8)
+        drop(cu, &a->ln2);
     cu->acts_of = l;
-    if (recompute)
+    if (recompute) { /* with FP8, GELU's codes are what the backward reads */
+        if (cu->fp8 && (need(cu, &a->gelu_q, 4 * NC, err) < 0 ||
+                        nn_cuda_fp8_cast(h, NULL, a->gelu_q, a->fch_gelu, N, 4 * C, NN_FP8_E4M3,
+                                         fp8_scales(cu, l, 3), cu->fp8_bad, err) < 0))
+            return -1;
+        if (cu->fp8)
+            drop(cu, &a->fch_gelu);
         return 0;
-    if (nn_cuda_matmul_forward(h, out, C, a->fch_gelu, p[FPROJ_W], p[FPROJ_B], N, 4 * C, C, 0,
-                               err) < 0 ||
+    }
+    if (linear_forward(cu, l, 3, out, &a->gelu_q, a->fch_gelu, p[FPROJ_W], p[FPROJ_B], 4 * C, C,
+                       err) < 0 ||
         nn_cuda_residual_forward(h, out, a->res2, out, NC, err) < 0)
         return -1;
+    if (cu->fp8)
+        drop(cu, &a->fch_gelu);
     return 0;
 }
 
@@ -321,38 +387,44 @@ static int layer_backward(gpt2_cu_t *cu, int l, void *const *p, float *const *g,
     cu->acts_of = -1; /* the set is consumed here */
     /* MLP projection: the weight's gradient first, then GELU's output is dead
      * and dfch can take its place. */
-    if (nn_cuda_matmul_backward(h, NULL, g[FPROJ_W], g[FPROJ_B], cu->dres, C, a->fch_gelu,
-                                p[FPROJ_W], N, 4 * C, C, 0, err) < 0)
+    if (linear_backward(cu, l, 3, NULL, g[FPROJ_W], g[FPROJ_B], cu->dres, a->gelu_q, a->fch_gelu,
+                        p[FPROJ_W], 4 * C, C, err) < 0)
         return -1;
-    drop(cu, &a->fch_gelu);
-    if (need(cu, &cu->dfch, 4 * U, err) < 0 ||
-        nn_cuda_matmul_backward_dgelu(h, cu->dfch, NULL, NULL, cu->dres, C, NULL, p[FPROJ_W],
-                                      a->fch, N, 4 * C, C, err) < 0)
+    drop(cu, &a->fch_gelu, &a->gelu_q);
+    if (need(cu, &cu->dfch, 4 * U, err) < 0)
+        return -1;
+    if (!cu->fp8 && nn_cuda_matmul_backward_dgelu(h, cu->dfch, NULL, NULL, cu->dres, C, NULL,
+                                                  p[FPROJ_W], a->fch, N, 4 * C, C, err) < 0)
+        return -1;
+    if (cu->fp8 &&
+        (linear_backward(cu, l, 3, cu->dfch, NULL, NULL, cu->dres, NULL, NULL, p[FPROJ_W], 4 * C, C,
+                         err) < 0 ||
+         nn_cuda_gelu_backward(h, cu->dfch, a->fch, cu->dfch, 4 * (size_t)N * C, err) < 0))
         return -1;
     drop(cu, &a->fch);
     if (need(cu, &cu->dln, U, err) < 0 ||
-        nn_cuda_matmul_backward(h, cu->dln, g[FC_W], g[FC_B], cu->dfch, 4 * C, a->ln2, p[FC_W], N,
-                                C, 4 * C, 0, err) < 0)
+        linear_backward(cu, l, 2, cu->dln, g[FC_W], g[FC_B], cu->dfch, a->ln2_q, a->ln2, p[FC_W], C,
+                        4 * C, err) < 0)
         return -1;
-    drop(cu, &cu->dfch, &a->ln2);
+    drop(cu, &cu->dfch, &a->ln2, &a->ln2_q);
     if (need(cu, &cu->dres2, U, err) < 0 ||
         nn_cuda_layernorm_backward(h, cu->dres2, cu->dres, g[LN2_W], g[LN2_B], cu->dln, a->res2,
                                    p[LN2_W], a->ln2_mean, a->ln2_rstd, N, C, err) < 0)
         return -1;
     drop(cu, &cu->dln, &a->res2, &a->ln2_mean, &a->ln2_rstd);
     if (need(cu, &cu->datty, U, err) < 0 ||
-        nn_cuda_matmul_backward(h, cu->datty, g[APROJ_W], g[APROJ_B], cu->dres2, C, *atty,
-                                p[APROJ_W], N, C, C, 0, err) < 0 ||
+        linear_backward(cu, l, 1, cu->datty, g[APROJ_W], g[APROJ_B], cu->dres2, a->atty_q, *atty,
+                        p[APROJ_W], C, C, err) < 0 ||
         need(cu, &cu->dqkv, 3 * U, err) < 0 || need(cu, &cu->datt, cu->att_bytes, err) < 0 ||
         nn_cuda_attention_backward(h, cu->dqkv, cu->datty, *atty, a->qkvr, *att, cu->datt,
                                    cu->attn_scratch, cu->B, cu->T, C, cu->cfg.n_head, err) < 0)
         return -1;
-    drop(cu, &cu->datty, &cu->datt, atty, &a->qkvr, att);
+    drop(cu, &cu->datty, &cu->datt, atty, &a->qkvr, att, &a->atty_q);
     if (need(cu, &cu->dln, U, err) < 0 ||
-        nn_cuda_matmul_backward(h, cu->dln, g[ATTN_W], g[ATTN_B], cu->dqkv, 3 * C, a->ln1,
-                                p[ATTN_W], N, C, 3 * C, 0, err) < 0)
+        linear_backward(cu, l, 0, cu->dln, g[ATTN_W], g[ATTN_B], cu->dqkv, a->ln1_q, a->ln1,
+                        p[ATTN_W], C, 3 * C, err) < 0)
         return -1;
-    drop(cu, &cu->dqkv, &a->ln1);
+    drop(cu, &cu->dqkv, &a->ln1, &a->ln1_q);
     if (nn_cuda_layernorm_backward(h, cu->dres, cu->dres2, g[LN1_W], g[LN1_B], cu->dln, cu->x[l],
                                    p[LN1_W], a->ln1_mean, a->ln1_rstd, N, C, err) < 0)
         return -1;
@@ -520,6 +592,40 @@ int gpt2_cu_keep_attention(gpt2_cu_t *cu, int mode, bmt_error_t *err)
     return 0;
 }
 
+int gpt2_cu_fp8(gpt2_cu_t *cu, int on, bmt_error_t *err)
+{
+    const int N = cu->N, C = cu->cfg.n_embd, L = cu->cfg.n_layer;
+    if (!on || cu->fp8)
+        return on || !cu->fp8 ? 0
+                              : (snprintf(err->text, sizeof(err->text),
+                                          "gpt2: FP8 cannot be turned off once on"),
+                                 -1);
+    if (N % 16 || C % 16) {
+        snprintf(err->text, sizeof(err->text),
+                 "gpt2: --fp8 1 on cuda wants batch x sequence (%d x %d = %d) and the width (%d) "
+                 "to be multiples of 16 (the FP8 products' reduced dimensions): change -b or -t",
+                 cu->B, cu->T, N, C);
+        return -1;
+    }
+    size_t scratch = 0;
+    const int shapes[4][2] = { { C, 3 * C }, { C, C }, { C, 4 * C }, { 4 * C, C } };
+    for (int k = 0; k < 4; k++) {
+        const size_t b = nn_cuda_fp8_conv1d_scratch_bytes(N, shapes[k][0], shapes[k][1]);
+        scratch = b > scratch ? b : scratch;
+    }
+    if ((cu->fp8_s = cu_alloc(cu, (size_t)L * 4 * NN_FP8_CONV1D_SCALES * sizeof(float), err)) ==
+            NULL ||
+        (cu->fp8_bad = cu_alloc(cu, sizeof(int), err)) == NULL ||
+        (cu->fp8_scratch = bmt_alloc(cu->ctx, BMT_MEM_WORKSPACE, scratch, err)) == NULL)
+        return -1;
+    if (cudaMemsetAsync(cu->fp8_bad, 0, sizeof(int), (cudaStream_t)cu->stream) != cudaSuccess) {
+        snprintf(err->text, sizeof(err->text), "gpt2: cudaMemsetAsync failed");
+        return -1;
+    }
+    cu->fp8 = true;
+    return 0;
+}
+
 int gpt2_cu_gemm_tune(gpt2_cu_t *cu, int candidates, bmt_error_t *err)
 {
     if (nn_cuda_gemm_tune(cu->h, candidates) == 0)
@@ -585,6 +691,11 @@ int gpt2_cu_gemm_tune(gpt2_cu_t *cu, int candidates, bmt_error_t *err)
 int gpt2_cu_keep_attention(gpt2_cu_t *cu, int mode, bmt_error_t *err)
 {
     (void)cu, (void)mode;
+    return no_cuda(err);
+}
+int gpt2_cu_fp8(gpt2_cu_t *cu, int on, bmt_error_t *err)
+{
+    (void)cu, (void)on;
     return no_cuda(err);
 }
 #endif

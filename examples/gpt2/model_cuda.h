@@ -49,6 +49,12 @@ const float *gpt2_cu_logits(gpt2_cu_t *cu, bmt_error_t *err);
  * Call it between micro-batches, not between a forward and its backward. */
 int gpt2_cu_keep_attention(gpt2_cu_t *cu, int mode, bmt_error_t *err);
 
+/* on != 0: the four products of each layer with FP8 operands from the next
+ * forward on (nn_cuda_fp8_conv1d_*, docs/fp8.md); their scales and scratch
+ * are made here. Call it before the first forward; -1 and err when B T or the
+ * width is not a multiple of 16, or to turn it off again. */
+int gpt2_cu_fp8(gpt2_cu_t *cu, int on, bmt_error_t *err);
+
 /* nn_cuda_gemm_tune on the handle; -1 and err when it refuses. */
 int gpt2_cu_gemm_tune(gpt2_cu_t *cu, int candidates, bmt_error_t *err);
 

@@ -374,6 +374,117 @@ static void t_vs_bf16(nn_fp8_kind_t kx, int N, int K, int OC, double bound)
     free(x), free(w), free(a), free(b);
 }
 
+/* |e| <= 2^-8 |ref| + c sabs per element; prints the largest c measured. */
+static void within(const char *what, const float *got, const float *want, const float *sabs,
+                   size_t n, double c)
+{
+    double worst = 0, cmax = 0;
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - want[i]), bound = 0x1p-8 * fabs(want[i]) + c * sabs[i];
+        bad += !(e <= bound);
+        worst = fmax(worst, e / bound);
+        if (sabs[i] > 0)
+            cmax = fmax(cmax, fmax(0, e - 0x1p-8 * fabs(want[i])) / sabs[i]);
+    }
+    ok(bad == 0, "%s: within 2^-8 |ref| + %s sum|ab| descale (%zu values)", what,
+       c > 0x1p-12 ? "2^-9" : "2^-12", n);
+    printf("#   largest error / bound %.3g; largest c measured %.3g\n", worst, cmax);
+}
+
+static float *absf(const float *x, size_t n)
+{
+    float *a = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        a[i] = fabsf(x[i]);
+    return a;
+}
+
+/* The FP8 linear layer (nn_cuda_fp8_conv1d_*) against its f32 emulation
+ * nn_fp8_conv1d_* (nn/fp8.h) on the same bf16 tensors: the codes are the
+ * same (same values, same scales), so the results differ only by the
+ * accumulation and the bf16 rounding of the outputs. dinp, dweight (added
+ * into a prior) and dbias (from the unrounded gradient, f32 sums). */
+static void t_conv1d(int N, int IC, int OC)
+{
+    const size_t nx = (size_t)N * IC, nw = (size_t)IC * OC, no = (size_t)N * OC;
+    float *x = rnd_spread(nx, 1.0f, 1.5), *w = rnd_spread(nw, 0.02f, 1.0),
+          *b = rnd_spread(OC, 0.1f, 0.0), *dout = rnd_spread(no, 1e-3f, 3.0),
+          *prior = rnd_spread(nw, 1e-2f, 0.0);
+    float *ax = absf(x, nx), *aw = absf(w, nw), *ad = absf(dout, no);
+    /* references: the emulation, and the same on magnitudes for the bound's sums */
+    float *out = xmalloc(no * 4), *sout = xmalloc(no * 4);
+    float *dinp = zeros(nx), *sdinp = zeros(nx), *dw = copy(prior, nw), *sdw = zeros(nw),
+          *db = zeros(OC);
+    nn_fp8_conv1d_forward(out, x, w, b, N, IC, OC, 0);
+    nn_fp8_conv1d_forward(sout, ax, aw, NULL, N, IC, OC, 0);
+    float *gdb = up_f32(db, OC);
+    nn_fp8_conv1d_backward(dinp, dw, db, dout, x, w, N, IC, OC, 0);
+    nn_fp8_conv1d_backward(sdinp, sdw, NULL, ad, ax, aw, N, IC, OC, 0);
+    void *gx = up_bf16(x, nx), *gw = up_bf16(w, nw), *gb = up_bf16(b, OC),
+         *gdout = up_bf16(dout, no), *gout = dmalloc(no * 2), *gdinp = dmalloc(nx * 2);
+    float *gdw = up_f32(prior, nw);
+    float *s = dmalloc(NN_FP8_CONV1D_SCALES * sizeof(float));
+    uint8_t *xqt = dmalloc(nx);
+    void *scratch = dmalloc(nn_cuda_fp8_conv1d_scratch_bytes(N, IC, OC));
+    int *bad;
+    ck(cudaMalloc((void **)&bad, sizeof(int)), "cudaMalloc");
+    ck(cudaMemsetAsync(bad, 0, sizeof(int), stream), "memset");
+    bmt_error_t err;
+    char what[160];
+    run(nn_cuda_fp8_conv1d_forward(h, gout, xqt, gx, gw, gb, N, IC, OC, 1, s, bad, scratch, &err),
+        "fp8 conv1d forward", &err);
+    /* dweight first, then dinp, as the trainer takes them */
+    run(nn_cuda_fp8_conv1d_backward(h, NULL, gdw, gdb, gdout, xqt, gw, N, IC, OC, s, bad, scratch,
+                                    &err),
+        "fp8 conv1d backward (dweight)", &err);
+    run(nn_cuda_fp8_conv1d_backward(h, gdinp, NULL, NULL, gdout, NULL, gw, N, IC, OC, s, bad,
+                                    scratch, &err),
+        "fp8 conv1d backward (dinp)", &err);
+    float *g_out = down_bf16(gout, no), *g_dinp = down_bf16(gdinp, nx), *g_dw = down_f32(gdw, nw),
+          *g_db = down_f32(gdb, OC);
+    snprintf(what, sizeof what, "conv1d %d x %d -> %d against nn_fp8_conv1d_*: forward (fast)", N,
+             IC, OC);
+    within(what, g_out, out, sout, no, 0x1p-9);
+    snprintf(what, sizeof what, "conv1d %d x %d -> %d: dinp", N, IC, OC);
+    within(what, g_dinp, dinp, sdinp, nx, 0x1p-12);
+    snprintf(what, sizeof what, "conv1d %d x %d -> %d: dweight added into a prior", N, IC, OC);
+    within(what, g_dw, dw, sdw, nw, 0x1p-12);
+    double dbe = 0;
+    for (int o = 0; o < OC; o++) {
+        double sa = 0;
+        for (int i = 0; i < N; i++)
+            sa += ad[(size_t)i * OC + o];
+        dbe = fmax(dbe, fabs((double)g_db[o] - db[o]) / (sa + 1e-30));
+    }
+    ok(dbe <= 1e-5,
+       "conv1d %d x %d -> %d: dbias from the unrounded gradient: within 1e-5 "
+       "sum|dout| (%.3g)",
+       N, IC, OC, dbe);
+    /* a NaN in the input: every output NaN, the flag set */
+    int flag = 0;
+    d2h(&flag, bad, sizeof(int));
+    ok(flag == 0, "conv1d %d x %d -> %d: no operand flagged", N, IC, OC);
+    x[N / 2 * IC + 3] = NAN;
+    put_bf16(gx, x, nx);
+    run(nn_cuda_fp8_conv1d_forward(h, gout, xqt, gx, gw, gb, N, IC, OC, 1, s, bad, scratch, &err),
+        "fp8 conv1d forward", &err);
+    float *nan_out = down_bf16(gout, no);
+    size_t finite = 0;
+    for (size_t i = 0; i < no; i++)
+        finite += isfinite(nan_out[i]) != 0;
+    d2h(&flag, bad, sizeof(int));
+    ok(finite == 0 && flag == 1,
+       "conv1d %d x %d -> %d: one NaN in the input makes every output NaN (%zu finite) and sets "
+       "the flag",
+       N, IC, OC, finite);
+    cudaFree(gx), cudaFree(gw), cudaFree(gb), cudaFree(gdout), cudaFree(gout), cudaFree(gdinp),
+        cudaFree(gdw), cudaFree(gdb), cudaFree(s), cudaFree(xqt), cudaFree(scratch), cudaFree(bad);
+    free(x), free(w), free(b), free(dout), free(prior), free(ax), free(aw), free(ad), free(out),
+        free(sout), free(dinp), free(sdinp), free(dw), free(sdw), free(db), free(g_out),
+        free(g_dinp), free(g_dw), free(g_db), free(nan_out);
+}
+
 static void t_refusals(void)
 {
     uint8_t *q = dmalloc(4096);
@@ -397,6 +508,10 @@ static void t_refusals(void)
        "a bias with an f32 output refused: %s", err.text);
     ok(nn_cuda_fp8_quantize(h, q, NULL, out, 24, 16, 24, s, NN_FP8_E4M3, NULL, &err) < 0,
        "quantize to rows of 24 codes refused: %s", err.text);
+    ok(nn_cuda_fp8_conv1d_forward(h, out, NULL, out, out, NULL, 24, 16, 16, 0, s, NULL, q, &err) <
+               0 &&
+           strstr(err.text, "multiple of 16") != NULL,
+       "a linear layer of 24 rows refused: %s", err.text);
     cudaFree(q), cudaFree(s), cudaFree(out);
 }
 
@@ -419,6 +534,8 @@ int main(void)
     t_matmul("wgrad-like, f32 added into", NN_FP8_E4M3, NN_FP8_E5M2, 1, 0, 1.0f, 0, 256, 4096, 192);
     t_vs_bf16(NN_FP8_E4M3, 1024, 1024, 1024, 0.08);
     t_vs_bf16(NN_FP8_E5M2, 1024, 1024, 1024, 0.15);
+    t_conv1d(512, 192, 576);
+    t_conv1d(256, 768, 192);
     t_refusals();
     nn_cuda_destroy(h);
     printf("1..%d\n", tap_n);

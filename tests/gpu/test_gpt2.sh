@@ -97,6 +97,47 @@ for layout in $layouts; do
     "
 done
 
+# --fp8 1 on cuda (nn_cuda_fp8_conv1d_*, checked op by op against the cpu's
+# emulation in test_fp8) against --fp8 1 on the cpu, from the same
+# bf16-representable weights: the GPU's FP8 run may differ from its emulation
+# no more than its bf16 run differs from the cpu's f32 run (the two differ
+# only by bf16 activations and the order of sums), with slack; and it differs
+# from the GPU's bf16 run, so FP8 is on. Checkpointing and kept attention
+# recompute the same codes: the same losses, bit for bit.
+$PY "$HF" make "$TMP/fp8" 4 64 4 256 256 2>/dev/null || mkdir -p "$TMP/fp8"
+fp8run() { # DEVICE FP8 TAG [options]: 20 steps of the tiny shape
+    with_timeout 300 "$BMLAUNCH" --metrics-port 0 --device $1 -n 1 -- "$GPT2" \
+        --init-from "$TMP/fp8/model.safetensors" --heads 4 --data "$TMP/corpus_train.bin" \
+        -b 8 -t 128 --steps 20 --lr 3e-3 --warmup 2 --fp8 $2 "${@:4}" >out.$3 2>&1 || { tail -20 out.$3; return 1; }
+    grep -o "^0: step *[0-9]*/20 | loss [0-9.]* | lr [0-9.e+-]* | norm [0-9.]*" out.$3 >steps.$3
+    test $(wc -l <steps.$3) -eq 20 || { echo "out.$3: not 20 steps"; tail -5 out.$3; return 1; }
+}
+test_expect_success "--fp8 1 on cuda: the cpu emulation's losses as closely as bf16 follows f32, not the bf16 run's; checkpointing and kept attention give the same bits" '
+    fp8run cpu 0 cpu32 && fp8run cpu 1 cpu8 && fp8run cuda 0 bf16 --ckpt 0 &&
+    fp8run cuda 1 fp8 --ckpt 0 && fp8run cuda 1 fp8ck --ckpt 1 --keep-attention 0 &&
+    fp8run cuda 1 fp8ka --ckpt 1 --keep-attention 1 &&
+    cmp steps.fp8 steps.fp8ck && cmp steps.fp8 steps.fp8ka &&
+    $PY - <<-EOF
+	import re
+	def losses(t): return [float(x) for x in re.findall(r"loss ([0-9.]+)", open("steps." + t).read())]
+	c32, c8, b16, f8 = (losses(t) for t in ("cpu32", "cpu8", "bf16", "fp8"))
+	def d(a, b): return max(abs(x - y) / y for x, y in zip(a, b))
+	ref, emu, vs16 = d(b16, c32), d(f8, c8), d(f8, b16)
+	print("# cpu f32 %.4f -> %.4f; cpu fp8 %.4f -> %.4f; cuda bf16 %.4f -> %.4f; cuda fp8 %.4f -> %.4f" % (c32[0], c32[-1], c8[0], c8[-1], b16[0], b16[-1], f8[0], f8[-1]))
+	print("# largest step difference: cuda bf16 / cpu f32 %.3g; cuda fp8 / cpu fp8 %.3g; cuda fp8 / cuda bf16 %.3g" % (ref, emu, vs16))
+	assert emu <= 2 * ref + 0.005, "cuda fp8 strays from its emulation"
+	assert f8 != b16, "cuda fp8 gives the bf16 losses: FP8 not applied"
+	assert vs16 < 0.02, "cuda fp8 more than 2% from cuda bf16"
+	assert sum(f8[-5:]) / 5 < f8[0] - 1.0, "the loss does not fall"
+	EOF
+'
+
+test_expect_success "--fp8 1 on cuda with B x T not a multiple of 16 is refused with what to change" '
+    { with_timeout 120 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- "$GPT2" --model tiny \
+        --data "$TMP/corpus_train.bin" -b 3 -t 5 --steps 1 --fp8 1 >out 2>&1; rc=$?; } &&
+    test $rc -ne 0 && grep -q "fp8 1 on cuda wants batch x sequence (3 x 5 = 15) .* multiples of 16" out
+'
+
 test_expect_success "the trainer on cuda: the loss falls, step lines with MFU" '
     with_timeout 300 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- "$GPT2" --model tiny \
         --data "$TMP/corpus_train.bin" --val "$TMP/corpus_val.bin" -b 16 -t 256 --steps 60 \
