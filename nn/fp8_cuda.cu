@@ -179,12 +179,12 @@ extern "C" int nn_cuda_fp8_quantize(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const
 extern "C" int nn_cuda_fp8_cast(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, int rows,
                                 int cols, nn_fp8_kind_t kind, float *s, int *bad, bmt_error_t *err)
 {
-    if (s == NULL)
-        return fail_text(err, "fp8 cast", "the scales are NULL");
+    if (s == NULL || (uintptr_t)s % 16)
+        return fail_text(err, "fp8 cast", "the scales are NULL or not 16-byte aligned");
     if (rows < 1 || cols < 1)
         return fail_text(err, "fp8 cast", "rows and cols must be >= 1");
-    if (nn_cuda_fp8_amax(h, &s[0], x, (size_t)rows * cols, err) < 0 ||
-        nn_cuda_fp8_scale(h, &s[1], &s[2], &s[0], kind, 0, bad, err) < 0)
+    if (nn_cuda_fp8_amax(h, &s[2], x, (size_t)rows * cols, err) < 0 ||
+        nn_cuda_fp8_scale(h, &s[1], &s[0], &s[2], kind, 0, bad, err) < 0)
         return -1;
     return nn_cuda_fp8_quantize(h, q, qt, x, cols, rows, cols, &s[1], kind, NULL, err);
 }
@@ -212,10 +212,10 @@ static int conv1d_args(int N, int IC, int OC, const float *s, const void *scratc
                  N, IC, OC);
         return fail_text(err, what, why);
     }
-    if (s == NULL || scratch == NULL || (uintptr_t)scratch % 256)
+    if (s == NULL || scratch == NULL || (uintptr_t)s % 16 || (uintptr_t)scratch % 256)
         return fail_text(err, what,
-                         "the scales or the scratch are NULL, or the scratch is not "
-                         "256-byte aligned");
+                         "the scales or the scratch are NULL, or not 16- and 256-byte "
+                         "aligned");
     return 0;
 }
 
@@ -230,9 +230,9 @@ extern "C" int nn_cuda_fp8_conv1d_forward(nn_cuda_t *h, void *out, uint8_t *xqt,
     uint8_t *wqt = xq + up256((size_t)N * (IC > OC ? IC : OC)) + up256((size_t)N * OC);
     /* out (N,OC) = x (N,IC) x (W^T (OC,IC))^T: both with IC contiguous */
     if (nn_cuda_fp8_cast(h, xq, xqt, inp, N, IC, NN_FP8_E4M3, &s[0], bad, err) < 0 ||
-        nn_cuda_fp8_cast(h, NULL, wqt, weight, IC, OC, NN_FP8_E4M3, &s[3], bad, err) < 0)
+        nn_cuda_fp8_cast(h, NULL, wqt, weight, IC, OC, NN_FP8_E4M3, &s[4], bad, err) < 0)
         return -1;
-    return nn_cuda_fp8_matmul(h, out, 0, OC, xq, NN_FP8_E4M3, &s[2], wqt, NN_FP8_E4M3, &s[5], bias,
+    return nn_cuda_fp8_matmul(h, out, 0, OC, xq, NN_FP8_E4M3, &s[0], wqt, NN_FP8_E4M3, &s[4], bias,
                               0.0f, fast_accum, N, IC, OC, err);
 }
 
@@ -249,17 +249,17 @@ extern "C" int nn_cuda_fp8_conv1d_backward(nn_cuda_t *h, void *dinp, float *dwei
     uint8_t *gqt = gq + up256((size_t)N * (IC > OC ? IC : OC));
     uint8_t *wq = gqt + up256((size_t)N * OC);
     if ((dinp || dweight) && nn_cuda_fp8_cast(h, dinp ? gq : NULL, dweight ? gqt : NULL, dout, N,
-                                              OC, NN_FP8_E5M2, &s[6], bad, err) < 0)
+                                              OC, NN_FP8_E5M2, &s[8], bad, err) < 0)
         return -1;
     /* dW (IC,OC) += x^T (IC,N) x (dout^T (OC,N))^T: both with N contiguous */
-    if (dweight && nn_cuda_fp8_matmul(h, dweight, 1, OC, xqt, NN_FP8_E4M3, &s[2], gqt, NN_FP8_E5M2,
+    if (dweight && nn_cuda_fp8_matmul(h, dweight, 1, OC, xqt, NN_FP8_E4M3, &s[0], gqt, NN_FP8_E5M2,
                                       &s[8], NULL, 1.0f, 0, IC, N, OC, err) < 0)
         return -1;
     /* dinp (N,IC) = dout (N,OC) x (W (IC,OC))^T: both with OC contiguous; the
      * weight's codes again at the forward's scale (the same bits) */
     if (dinp &&
-        (nn_cuda_fp8_quantize(h, wq, NULL, weight, OC, IC, OC, &s[4], NN_FP8_E4M3, NULL, err) < 0 ||
-         nn_cuda_fp8_matmul(h, dinp, 0, IC, gq, NN_FP8_E5M2, &s[8], wq, NN_FP8_E4M3, &s[5], NULL,
+        (nn_cuda_fp8_quantize(h, wq, NULL, weight, OC, IC, OC, &s[5], NN_FP8_E4M3, NULL, err) < 0 ||
+         nn_cuda_fp8_matmul(h, dinp, 0, IC, gq, NN_FP8_E5M2, &s[8], wq, NN_FP8_E4M3, &s[4], NULL,
                             0.0f, 0, N, OC, IC, err) < 0))
         return -1;
     return dbias ? nn_cuda_matmul_backward(h, NULL, NULL, dbias, dout, OC, NULL, NULL, N, IC, OC, 0,

@@ -51,28 +51,30 @@ int nn_cuda_fp8_quantize(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, i
                          int cols, const float *scale, nn_fp8_kind_t kind, float *amax,
                          bmt_error_t *err);
 
-/* Current scaling in one call, as nn/fp8.c's conversions do it: s[0] = the amax
- * of x (rows,cols) bf16, contiguous; s[1] = its scale, s[2] = its descale
- * (nn_cuda_fp8_scale, margin 0; NaN, and *bad = 1, when x holds NaN or inf);
- * then q and/or qt as nn_cuda_fp8_quantize writes them. */
+/* Current scaling in one call, as nn/fp8.c's conversions do it: from x
+ * (rows,cols) bf16, contiguous, s[0] = its descale, s[1] = its scale
+ * (nn_cuda_fp8_scale, margin 0; NaN, and *bad = 1, when x holds NaN or inf),
+ * s[2] = its amax (s[3] is not written); then q and/or qt as
+ * nn_cuda_fp8_quantize writes them. s 16-byte aligned: the descale is what
+ * the products read, and cuBLASLt wants its scale pointers so. */
 int nn_cuda_fp8_cast(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, int rows, int cols,
                      nn_fp8_kind_t kind, float *s, int *bad, bmt_error_t *err);
 
 /* A linear layer with FP8 operands: nn_fp8_conv1d_forward and _backward of
  * nn/fp8.h (their exact f32 emulation, the reference) on the GPU, for HF's
  * Conv1D weight (IC,OC) bf16. Current scaling for every operand; f32 sums.
- *   s: NN_FP8_CONV1D_SCALES device f32, the layer's: amax, scale, descale of
- *      the input (s[0..2]), of the weight (s[3..5]) and of the output's
- *      gradient (s[6..8]). The forward writes the first six; the backward
- *      reads them (the same layer's forward must have run with the same
- *      weight) and writes the last three.
+ *   s: NN_FP8_CONV1D_SCALES device f32, 16-byte aligned, the layer's: four
+ *      per operand as nn_cuda_fp8_cast writes them, for the input (s[0..3]),
+ *      the weight (s[4..7]) and the output's gradient (s[8..11]). The forward
+ *      writes the first two groups; the backward reads them (the same layer's
+ *      forward must have run with the same weight) and writes the third.
  *   scratch: nn_cuda_fp8_conv1d_scratch_bytes(N, IC, OC), 256-byte aligned,
  *      free between calls (stream-ordered: one buffer serves every layer).
  *   bad: a device int set to 1 when an operand cannot be scaled (NaN or inf
  *      in it); its products are then NaN (nn_cuda_fp8_scale).
  * N, IC and OC must be multiples of 16 (the products' K and the transposed
  * codes' rows); -1 and a message otherwise. */
-#define NN_FP8_CONV1D_SCALES 9
+#define NN_FP8_CONV1D_SCALES 12
 size_t nn_cuda_fp8_conv1d_scratch_bytes(int N, int IC, int OC);
 
 /* out (N,OC) bf16 = E4M3(inp) x E4M3(weight) x descales + bias (OC bf16, or

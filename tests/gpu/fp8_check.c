@@ -485,6 +485,42 @@ static void t_conv1d(int N, int IC, int OC)
         free(g_dinp), free(g_dw), free(g_db), free(nan_out);
 }
 
+/* What cuBLASLt takes, said in the log: descales 4 and 8 bytes off 16-byte
+ * alignment (the layers keep theirs aligned), and the forward's product
+ * (E4M3 x E4M3, a bias, fast accumulation) as a test. Each on a shape of its
+ * own, so that no plan made for one serves another. */
+static void t_probe(void)
+{
+    uint8_t *q = dmalloc(64 * 64);
+    float *sc = dmalloc(64), one[16];
+    void *out = dmalloc(64 * 64 * 2), *bias = dmalloc(64 * 2);
+    for (int i = 0; i < 16; i++)
+        one[i] = 1.0f;
+    h2d(sc, one, sizeof(one));
+    ck(cudaMemsetAsync(q, 0x38, 64 * 64, stream), "memset"); /* 1.0 in E4M3 */
+    ck(cudaMemsetAsync(bias, 0, 64 * 2, stream), "memset");
+    bmt_error_t err;
+    for (int off = 1; off <= 2; off++) {
+        err.text[0] = '\0';
+        int rc = nn_cuda_fp8_matmul(h, out, 0, 64, q, NN_FP8_E4M3, sc + off, q, NN_FP8_E4M3,
+                                    sc + off, NULL, 0.0f, 0, 16 * off, 64, 64, &err);
+        if (rc == 0)
+            rc = cudaStreamSynchronize(stream) == cudaSuccess ? 0 : -1;
+        printf("# cuBLASLt with descales %d bytes off 16-byte alignment: %s%s\n", 4 * off,
+               rc == 0 ? "runs" : "refused: ", rc == 0 ? "" : err.text);
+    }
+    err.text[0] = '\0';
+    int rc = nn_cuda_fp8_matmul(h, out, 0, 64, q, NN_FP8_E4M3, sc, q, NN_FP8_E4M3, sc + 4, bias,
+                                0.0f, 1, 48, 64, 64, &err);
+    uint16_t o = 0;
+    if (rc == 0)
+        d2h(&o, out, 2);
+    ok(rc == 0 && bmt_bf16_to_f32(o) == 64.0f,
+       "the forward's product (E4M3 x E4M3, a bias, fast accumulation) runs: %s%g",
+       rc == 0 ? "" : err.text, rc == 0 ? bmt_bf16_to_f32(o) : 0.0);
+    cudaFree(q), cudaFree(sc), cudaFree(out), cudaFree(bias);
+}
+
 static void t_refusals(void)
 {
     uint8_t *q = dmalloc(4096);
@@ -534,6 +570,7 @@ int main(void)
     t_matmul("wgrad-like, f32 added into", NN_FP8_E4M3, NN_FP8_E5M2, 1, 0, 1.0f, 0, 256, 4096, 192);
     t_vs_bf16(NN_FP8_E4M3, 1024, 1024, 1024, 0.08);
     t_vs_bf16(NN_FP8_E5M2, 1024, 1024, 1024, 0.15);
+    t_probe();
     t_conv1d(512, 192, 576);
     t_conv1d(256, 768, 192);
     t_refusals();
