@@ -2538,6 +2538,12 @@ extern "C" int nn_cuda_fp8_matmul(nn_cuda_t *h, void *out, int out_f32, int ld_o
     }
     if (out_f32 && bias)
         return fail_text(err, "fp8 matmul", "a bias only with a bf16 output");
+    /* cuBLASLt's heuristic takes them, then cublasLtMatmul says "not
+     * supported" (tests/gpu/fp8_check.c shows both) */
+    if (!aligned16(a_descale, b_descale))
+        return fail_text(err, "fp8 matmul",
+                         "the descales must be 16-byte aligned (cuBLASLt's "
+                         "scale pointers)");
     /* col-major: out^T (OC,N) = b (K,OC)^T x a (K,N): b is cuBLASLt's A
      * (transposed), a its B: the "TN" form FP8 products require. */
     const cudaDataType_t dt[2] = { CUDA_R_8F_E4M3, CUDA_R_8F_E5M2 };

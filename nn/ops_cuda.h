@@ -148,7 +148,8 @@ int nn_cuda_matmul_backward_dgelu(nn_cuda_t *h, void *dinp, float *dweight, floa
  * cores keep partial sums in their own reduced precision (cuBLASLt's
  * FAST_ACCUM): faster, less accurate (the forward's choice, not the
  * backward's). Refused with a message: other kinds, K not a multiple of 16,
- * pointers not 16-byte aligned, rows not 16-byte multiples. */
+ * pointers (the descales too) not 16-byte aligned, rows not 16-byte
+ * multiples. */
 int nn_cuda_fp8_matmul(nn_cuda_t *h, void *out, int out_f32, int ld_out, const uint8_t *a,
                        nn_fp8_kind_t ka, const float *a_descale, const uint8_t *b, nn_fp8_kind_t kb,
                        const float *b_descale, const void *bias, float beta, int fast_accum, int N,

@@ -3,6 +3,9 @@
 # call (docs/fp8.md, issue 24). STAGES picks what runs, in this order:
 #   test   tests/run gpu test_fp8 test_gpt2 (the kernels, the layer against the
 #          cpu emulation, the trainer's FP8 run against its cpu emulation)
+#          (GPT2_ONLY="6 7": only those tests of test_gpt2, TEST_ONLY)
+#   profile bench/gpu/profile.sh with --fp8 1 (PROF, default d48:8:0:4): the
+#          GPU time of one step by kernel
 #   speed  bench/gpu/gpt2.sh with RUNS (default: d48 b8 1x1, checkpointing 0
 #          and 1, each bf16 then --fp8 1; no peer unless PEER_RUNS >= 1): the
 #          table's rows side by side, then the FP8 / bf16 tokens/s ratios
@@ -26,12 +29,18 @@ summary=()
 if [[ " $STAGES " == *" test "* ]]; then
     for s in test_fp8 test_gpt2; do
         t=$SECONDS
-        tests/run gpu "$s" >"$OUT/$s.txt" 2>&1
+        only=
+        [ $s = test_gpt2 ] && only=${GPT2_ONLY:-}
+        TEST_ONLY=$only tests/run gpu "$s" >"$OUT/$s.txt" 2>&1
         cp build/test-logs/gpu_$s.log "$OUT/" 2>/dev/null
         summary+=("$(printf '%-12s %s  (%d s)' "$s" "$(tail -1 "$OUT/$s.txt")" $((SECONDS - t)))")
         echo "${summary[-1]}"
     done
     grep -h "largest c measured\|against bf16\|largest step difference\|cpu f32" "$OUT"/gpu_test_*.log | head -30
+fi
+if [[ " $STAGES " == *" profile "* ]]; then
+    PROF=${PROF:-$MODEL:8:0:4} PROF_ARGS="--fp8 1" PROF_TIMEOUT=150 bash bench/gpu/profile.sh >"$OUT/profile.txt" 2>&1
+    head -32 "$OUT/profile.txt"
 fi
 if [[ " $STAGES " == *" speed "* ]]; then
     RUNS=${RUNS:-"$MODEL:8:1x1:0 $MODEL:8:1x1:0:--fp8,1 $MODEL:8:1x1:1 $MODEL:8:1x1:1:--fp8,1"} \

@@ -7,6 +7,7 @@
 # the encoder on) are summed by name, largest first.
 #
 #   PROF="d48:8:1:4" bench/gpu/profile.sh     (model:micro-batch:ckpt:layers)
+#   PROF_ARGS="--fp8 1"                        more trainer options
 #
 # Fewer layers than the model's (4 here) keep the run short: the layers are
 # alike, so one layer's figures times the real count give the whole. Needs a
@@ -27,7 +28,7 @@ if [ -z "$NCU" ]; then
 fi
 mkdir -p "$OUT"
 . "$(dirname "$0")/tokens.sh" # DATA
-tag=$model-L$layers-b$b-ckpt$ck
+tag=$model-L$layers-b$b-ckpt$ck$(echo "${PROF_ARGS:-}" | tr -c 'a-zA-Z0-9\n' _)
 # The trainer runs as a job of one without bmlaunch (a PMIx singleton,
 # BMT_DEVICE=cuda): under ncu, bmlaunch did not end after its rank had (seen
 # on the GPU machine, seventh and eighth sessions: the trainer's 2 steps done
@@ -36,7 +37,7 @@ tag=$model-L$layers-b$b-ckpt$ck
 run() { # the trainer, 2 steps, under "$@"
     "$@" env BMT_DEVICE=cuda build/bin/gpt2 \
         --model "$model" --layers "$layers" -b "$b" -t 1024 --steps 2 --data $DATA --ckpt "$ck" \
-        --lr 3e-4 --warmup 0
+        --lr 3e-4 --warmup 0 ${PROF_ARGS:-}
 }
 # A time limit all the same, and the csv is read either way: it is whole once
 # both steps are in it.

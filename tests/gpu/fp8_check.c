@@ -13,18 +13,25 @@
  *     with fast accumulation, E5M2 x E4M3 to bf16 with a bias, E4M3 x E5M2 to
  *     f32 added into (beta 1). Bound per element, |gpu - ref| <= 2^-8 |ref| +
  *     c sum|a b| descale: the bf16 rounding of the output (2^-9) and the
- *     tensor cores' accumulation, c = 2^-12 with cuBLASLt's promotion to f32
- *     and 2^-9 with fast accumulation (first estimates from the accumulators'
- *     precision; the measured largest c is printed to replace them);
+ *     tensor cores' accumulation, c = 2^-10 with cuBLASLt's promotion to f32
+ *     and 2^-9 with fast accumulation. Measured on an H200 (the largest c
+ *     each check prints): 3.3e-5 to 4.1e-4 promoted, the largest with the
+ *     widely spread gradients of the layer checks (the tensor cores align a
+ *     chunk's products to its largest before they add, so small terms next
+ *     to large ones lose bits), 2.1e-4 to 4.8e-4 fast;
  *   - FP8 against bf16 on random data: x (N,K) and W (OC,K) normal, each
  *     quantized with its current scale, the FP8 product against the bf16 one
  *     (nn_cuda_matmul_forward): ||fp8 - bf16|| / ||bf16|| <= 0.08 (E4M3: each
  *     operand rounded within 2^-4, about 0.036 RMS, so about 0.05 on the
- *     product of two), <= 0.15 with the gradient-like operand in E5M2;
+ *     product of two; measured 0.0375), <= 0.15 with the gradient-like
+ *     operand in E5M2 (measured 0.0589);
+ *   - the FP8 linear layer (nn_cuda_fp8_conv1d_*) against its cpu emulation
+ *     nn_fp8_conv1d_* on the same bf16 tensors, forward, dinp, dweight and
+ *     dbias, the same bounds; a NaN input poisons every output and sets the
+ *     flag;
  *   - the same bits on a second run; refusals named (E5M2 x E5M2, K not a
- *     multiple of 16, a misaligned pointer, a bias with an f32 output).
- * Not yet run on a GPU (written where none is): the first run's figures go
- * into docs/fp8.md.
+ *     multiple of 16, a misaligned pointer or descale, a bias with an f32
+ *     output, a layer of 24 rows).
  */
 #include <math.h>
 #include <stdarg.h>
@@ -307,7 +314,7 @@ static void t_matmul(const char *what, nn_fp8_kind_t ka, nn_fp8_kind_t kb, int o
         if (pass == 0)
             memcpy(first, got, no * 4);
     }
-    const double c = fast ? 0x1p-9 : 0x1p-12;
+    const double c = fast ? 0x1p-9 : 0x1p-10;
     double worst = 0, cmax = 0;
     size_t bad = 0;
     for (size_t i = 0; i < no; i++) {
@@ -320,7 +327,7 @@ static void t_matmul(const char *what, nn_fp8_kind_t ka, nn_fp8_kind_t kb, int o
             cmax = fmax(cmax, fmax(0, e - 0x1p-8 * fabs(want[i])) / sabs[i]);
     }
     ok(bad == 0, "%s (%s x %s, %d x %d x %d): within 2^-8 |ref| + %s sum|ab| descale", what, KN[ka],
-       KN[kb], N, K, OC, fast ? "2^-9" : "2^-12");
+       KN[kb], N, K, OC, fast ? "2^-9" : "2^-10");
     printf("#   largest error / bound %.3g; largest c measured %.3g\n", worst, cmax);
     ok(memcmp(first, got, no * 4) == 0, "%s: the same bits on a second run", what);
     cudaFree(da), cudaFree(db), cudaFree(dad), cudaFree(dbd), cudaFree(dout);
@@ -388,7 +395,7 @@ static void within(const char *what, const float *got, const float *want, const 
             cmax = fmax(cmax, fmax(0, e - 0x1p-8 * fabs(want[i])) / sabs[i]);
     }
     ok(bad == 0, "%s: within 2^-8 |ref| + %s sum|ab| descale (%zu values)", what,
-       c > 0x1p-12 ? "2^-9" : "2^-12", n);
+       c > 0x1p-10 ? "2^-9" : "2^-10", n);
     printf("#   largest error / bound %.3g; largest c measured %.3g\n", worst, cmax);
 }
 
@@ -447,9 +454,9 @@ static void t_conv1d(int N, int IC, int OC)
              IC, OC);
     within(what, g_out, out, sout, no, 0x1p-9);
     snprintf(what, sizeof what, "conv1d %d x %d -> %d: dinp", N, IC, OC);
-    within(what, g_dinp, dinp, sdinp, nx, 0x1p-12);
+    within(what, g_dinp, dinp, sdinp, nx, 0x1p-10);
     snprintf(what, sizeof what, "conv1d %d x %d -> %d: dweight added into a prior", N, IC, OC);
-    within(what, g_dw, dw, sdw, nw, 0x1p-12);
+    within(what, g_dw, dw, sdw, nw, 0x1p-10);
     double dbe = 0;
     for (int o = 0; o < OC; o++) {
         double sa = 0;
@@ -485,10 +492,9 @@ static void t_conv1d(int N, int IC, int OC)
         free(g_dinp), free(g_dw), free(g_db), free(nan_out);
 }
 
-/* What cuBLASLt takes, said in the log: descales 4 and 8 bytes off 16-byte
- * alignment (the layers keep theirs aligned), and the forward's product
- * (E4M3 x E4M3, a bias, fast accumulation) as a test. Each on a shape of its
- * own, so that no plan made for one serves another. */
+/* The forward's product (E4M3 x E4M3, a bias, fast accumulation), and
+ * descales off 16-byte alignment refused by name (cuBLASLt's heuristic takes
+ * them, then cublasLtMatmul answers "not supported": seen on the H200). */
 static void t_probe(void)
 {
     uint8_t *q = dmalloc(64 * 64);
@@ -502,12 +508,10 @@ static void t_probe(void)
     bmt_error_t err;
     for (int off = 1; off <= 2; off++) {
         err.text[0] = '\0';
-        int rc = nn_cuda_fp8_matmul(h, out, 0, 64, q, NN_FP8_E4M3, sc + off, q, NN_FP8_E4M3,
-                                    sc + off, NULL, 0.0f, 0, 16 * off, 64, 64, &err);
-        if (rc == 0)
-            rc = cudaStreamSynchronize(stream) == cudaSuccess ? 0 : -1;
-        printf("# cuBLASLt with descales %d bytes off 16-byte alignment: %s%s\n", 4 * off,
-               rc == 0 ? "runs" : "refused: ", rc == 0 ? "" : err.text);
+        int rc = nn_cuda_fp8_matmul(h, out, 0, 64, q, NN_FP8_E4M3, sc + off, q, NN_FP8_E4M3, sc,
+                                    NULL, 0.0f, 0, 16 * off, 64, 64, &err);
+        ok(rc < 0 && strstr(err.text, "descales must be 16-byte aligned") != NULL,
+           "a descale %d bytes off 16-byte alignment refused by name: %s", 4 * off, err.text);
     }
     err.text[0] = '\0';
     int rc = nn_cuda_fp8_matmul(h, out, 0, 64, q, NN_FP8_E4M3, sc, q, NN_FP8_E4M3, sc + 4, bias,
