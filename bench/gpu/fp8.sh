@@ -10,7 +10,8 @@
 #          and 1, each bf16 then --fp8 1; no peer unless PEER_RUNS >= 1): the
 #          table's rows side by side, then the FP8 / bf16 tokens/s ratios
 #   curve  CURVE_STEPS (500) steps of real text, bf16 and --fp8 1 from the
-#          same seed and batches (MODEL d48, b 8, T 1024, no checkpointing):
+#          same seed and batches (MODEL d48, b 8, T 1024, no checkpointing;
+#          CURVE="0:1337 1:1337" the runs, fp8:seed, the first two compared):
 #          TEXT (default .bench-text/pydocs.txt.xz, Python 3.11's documentation
 #          sources, 11 MB, byte-level tokens by gpt2 --prepare: 500 steps of
 #          8192 tokens read 4.1M of its 10M, less than one epoch); the losses
@@ -54,15 +55,17 @@ fi
 if [[ " $STAGES " == *" curve "* ]]; then
     xz -dc "$TEXT" >/tmp/curve.txt && build/bin/gpt2 --prepare /tmp/curve.txt --out /tmp/curve \
         --val-fraction 0.02 >"$OUT/prepare.log" 2>&1 || { echo "fp8.sh: no text ($TEXT): carry .bench-text"; exit 1; }
-    for f in 0 1; do
-        t=$SECONDS
+    logs=()
+    for run in ${CURVE:-0:1337 1:1337}; do
+        f=${run%:*} seed=${run#*:} t=$SECONDS
         timeout 400 build/bin/bmlaunch --metrics-port 0 --device cuda -n 1 -- build/bin/gpt2 \
             --model "$MODEL" -b 8 -t 1024 --ckpt 0 --data /tmp/curve_train.bin --val /tmp/curve_val.bin \
             --steps "$CURVE_STEPS" --lr 3e-4 --warmup 50 --lr-min-frac 0.1 --eval-every 100 \
-            --eval-batches 8 --seed 1337 --fp8 $f >"$OUT/curve-fp8-$f.log" 2>&1
-        echo "curve --fp8 $f: exit $? in $((SECONDS - t)) s"
+            --eval-batches 8 --seed $seed --fp8 $f >"$OUT/curve-fp8-$f-seed$seed.log" 2>&1
+        echo "curve --fp8 $f --seed $seed: exit $? in $((SECONDS - t)) s"
+        logs+=("$OUT/curve-fp8-$f-seed$seed.log")
     done
-    python3 - "$OUT/curve-fp8-0.log" "$OUT/curve-fp8-1.log" <<'PY' | tee "$OUT/curve.txt"
+    [ ${#logs[@]} -ge 2 ] && python3 - "${logs[0]}" "${logs[1]}" <<'PY' | tee "$OUT/curve.txt"
 import re, sys
 def read(f):
     tr, va = {}, {}
@@ -73,7 +76,7 @@ def read(f):
         if m: va[int(m.group(1))] = float(m.group(2))
     return tr, va
 (t0, v0), (t1, v1) = read(sys.argv[1]), read(sys.argv[2])
-print("step | bf16 train (mean of 50) | fp8 train | diff | bf16 val | fp8 val | diff")
+print("step | %s train (mean of 50) | %s train | diff | val | val | diff" % tuple(a.split("/")[-1][6:-4] for a in sys.argv[1:3]))
 worst = 0.0
 for s in range(50, max(t0) + 1, 50):
     a = [t0[i] for i in range(s - 49, s + 1) if i in t0]; b = [t1[i] for i in range(s - 49, s + 1) if i in t1]

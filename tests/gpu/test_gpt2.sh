@@ -111,7 +111,7 @@ mkdir -p "$TMP/fp8" && $PY "$HF" make "$TMP/fp8" 4 64 4 256 256 || echo "# the o
 fp8run() { # DEVICE FP8 TAG [options]: 20 steps of the tiny shape
     with_timeout 300 "$BMLAUNCH" --metrics-port 0 --device $1 -n 1 -- "$GPT2" \
         --init-from "$TMP/fp8/model.safetensors" --heads 4 --data "$TMP/corpus_train.bin" \
-        -b 8 -t 128 --steps 20 --lr 3e-3 --warmup 2 --fp8 $2 "${@:4}" >out.$3 2>&1 || { tail -20 out.$3; return 1; }
+        -b 8 -t 128 --steps 20 --lr 1e-3 --warmup 5 --fp8 $2 "${@:4}" >out.$3 2>&1 || { tail -20 out.$3; return 1; }
     grep -o "^0: step *[0-9]*/20 | loss [0-9.]* | lr [0-9.e+-]* | norm [0-9.]*" out.$3 >steps.$3
     test $(wc -l <steps.$3) -eq 20 || { echo "out.$3: not 20 steps"; tail -5 out.$3; return 1; }
 }
@@ -125,13 +125,14 @@ test_expect_success "--fp8 1 on cuda: the cpu emulation's losses as closely as b
 	c32, c8, b16, f8, f8ck = (losses(t) for t in ("cpu32", "cpu8", "bf16", "fp8", "fp8ck"))
 	def d(a, b): return max(abs(x - y) / y for x, y in zip(a, b))
 	ref, emu, vs16, ck = d(b16, c32), d(f8, c8), d(f8, b16), d(f8ck, f8)
-	print("# cpu f32 %.4f -> %.4f; cpu fp8 %.4f -> %.4f; cuda bf16 %.4f -> %.4f; cuda fp8 %.4f -> %.4f" % (c32[0], c32[-1], c8[0], c8[-1], b16[0], b16[-1], f8[0], f8[-1]))
+	for name, l in (("cpu f32", c32), ("cpu fp8", c8), ("cuda bf16", b16), ("cuda fp8", f8), ("cuda fp8 ckpt", f8ck)):
+	    print("# %-13s %s" % (name, " ".join("%.4f" % x for x in l)))
 	print("# largest step difference: cuda bf16 / cpu f32 %.3g; cuda fp8 / cpu fp8 %.3g; cuda fp8 / cuda bf16 %.3g; checkpointing / not %.3g" % (ref, emu, vs16, ck))
 	assert emu <= 2 * ref + 0.005, "cuda fp8 strays from its emulation"
 	assert ck <= 2 * ref + 0.005, "cuda fp8 under checkpointing strays from cuda fp8 without"
 	assert f8 != b16, "cuda fp8 gives the bf16 losses: FP8 not applied"
 	assert vs16 < 0.02, "cuda fp8 more than 2% from cuda bf16"
-	assert sum(f8[-5:]) / 5 < f8[0] - 1.0, "the loss does not fall"
+	assert sum(f8[-5:]) / 5 < f8[0] - 0.5, "the loss does not fall"
 	EOF
 '
 
