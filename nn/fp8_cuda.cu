@@ -159,9 +159,9 @@ extern "C" int nn_cuda_fp8_amax(nn_cuda_t *h, float *amax, const void *x, size_t
     cudaStream_t st = stream_of(h);
     if (cudaMemsetAsync(amax, 0, sizeof(float), st) != cudaSuccess)
         return launched(err, "fp8 amax (clear)");
-    const unsigned blocks = blocks_for((n + 7) / 8, 256);
-    amax_k < <<blocks<2048 ? blocks : 2048, 256, 0, st>>>((unsigned *)amax, (const bf16 *)x, n,
-                                                          aligned16(x));
+    unsigned blocks = blocks_for((n + 7) / 8, 256);
+    blocks = blocks > 2048 ? 2048 : blocks;
+    amax_k<<<blocks, 256, 0, st>>>((unsigned *)amax, (const bf16 *)x, n, aligned16(x));
     return launched(err, "fp8 amax");
 }
 
