@@ -160,7 +160,7 @@ extern "C" int nn_cuda_fp8_amax(nn_cuda_t *h, float *amax, const void *x, size_t
     if (cudaMemsetAsync(amax, 0, sizeof(float), st) != cudaSuccess)
         return launched(err, "fp8 amax (clear)");
     unsigned blocks = blocks_for((n + 7) / 8, 256);
-    blocks = blocks > 2048 ? 2048 : blocks;
+    blocks = blocks > 2048 ? 2048 : blocks ? blocks : 1;
     amax_k<<<blocks, 256, 0, st>>>((unsigned *)amax, (const bf16 *)x, n, aligned16(x));
     return launched(err, "fp8 amax");
 }
