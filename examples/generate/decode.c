@@ -430,16 +430,21 @@ static int llama_open(gen_decoder_t *d, const char *dir, bmt_st_t *st, bmt_error
 
 /* ------------------------------------------------------------ the interface */
 
+int gen_model_info_cache(const char *dir, int capacity, gen_model_info_t *info, bmt_error_t *err)
+{
+    if (gen_model_info(dir, info, err) < 0)
+        return -1;
+    if (capacity < 1 || capacity > info->max_positions)
+        return nn_fail(err, "%s: a cache of %d positions; the model has 1 to %d", dir, capacity,
+                       info->max_positions);
+    return 0;
+}
+
 gen_decoder_t *gen_decoder_open_cpu(const char *dir, int capacity, bmt_error_t *err)
 {
     gen_model_info_t info;
-    if (gen_model_info(dir, &info, err) < 0)
+    if (gen_model_info_cache(dir, capacity, &info, err) < 0)
         return NULL;
-    if (capacity < 1 || capacity > info.max_positions) {
-        nn_fail(err, "%s: a cache of %d positions; the model has 1 to %d", dir, capacity,
-                info.max_positions);
-        return NULL;
-    }
     gen_decoder_t *d = calloc(1, sizeof(*d));
     bmt_st_t *st = d ? bmt_st_open(dir, err) : NULL;
     if (d == NULL)

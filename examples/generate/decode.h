@@ -61,6 +61,10 @@ struct gen_decoder {
  * describes a model the decoders do not compute. */
 int gen_model_info(const char *dir, gen_model_info_t *info, bmt_error_t *err);
 
+/* gen_model_info, and a cache of capacity positions checked against the
+ * model's (1 to max_positions): what both decoders ask first. */
+int gen_model_info_cache(const char *dir, int capacity, gen_model_info_t *info, bmt_error_t *err);
+
 /* The CPU decoder of the model in dir, an HF model directory as the trainers
  * write it and transformers saves it: config.json (model_type "gpt2", "llama"
  * or "mistral") and model.safetensors or model.safetensors.index.json with its

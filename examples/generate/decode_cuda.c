@@ -478,13 +478,8 @@ static int cu_open(gen_decoder_t *d, const char *dir, bmt_st_t *st, bmt_error_t 
 gen_decoder_t *gen_decoder_open_cuda(const char *dir, int capacity, bmt_error_t *err)
 {
     gen_model_info_t info;
-    if (gen_model_info(dir, &info, err) < 0)
+    if (gen_model_info_cache(dir, capacity, &info, err) < 0)
         return NULL;
-    if (capacity < 1 || capacity > info.max_positions) {
-        nn_fail(err, "%s: a cache of %d positions; the model has 1 to %d", dir, capacity,
-                info.max_positions);
-        return NULL;
-    }
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count < 1) {
