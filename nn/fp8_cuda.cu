@@ -15,12 +15,9 @@
  * reduce with __reduce_max_sync, then one atomicMax per warp; max does not
  * depend on the order, so every run gives the same bits.
  *
- * The transposed copy: a block converts a 64 x 64 tile in 8-element chunks
- * (16-byte loads, 8-byte stores), writes the row-major codes, and writes the
- * transposed codes from shared memory, so both layouts come from one read of
- * x. (The first version, a 32 x 32 tile of single elements, and an amax of
- * single loads, took more time than the FP8 products they fed: 37 and 36 us
- * per call on d48, bench/NOTES.md.)
+ * The transposed copy: a block converts a 32 x 32 tile (32 x 8 threads, four
+ * rows each), writes the row-major codes, and writes the transposed codes from
+ * shared memory, so both layouts come from one read of x.
  */
 #include "nn/fp8_cuda.h"
 
@@ -32,8 +29,8 @@
 
 #include "nn/cuda_util.cuh"
 
-#define VT 64          /* quantize_k's tile: VT x VT elements */
-#define VT_THREADS 256 /* its threads: two 8-element chunks each */
+#define TILE 32
+#define TILE_ROWS 8 /* threadIdx.y: each thread converts TILE / TILE_ROWS rows of a tile */
 
 namespace
 {
@@ -53,25 +50,13 @@ __device__ __forceinline__ void amax_add(unsigned *amax, unsigned m)
         atomicMax(amax, m);
 }
 
-/* |x| as bits, two bf16 at a time: (b & 0x7fff) orders non-negative bf16 by
- * value with every NaN above infinity, as the f32 pattern it widens to does;
- * the largest, shifted up 16, is the f32 pattern of the largest |x|. 16-byte
- * loads when x is 16-byte aligned (vec), then the tail one by one. */
-__global__ void amax_k(unsigned *amax, const bf16 *x, size_t n, bool vec)
+__global__ void amax_k(unsigned *amax, const bf16 *x, size_t n)
 {
-    unsigned m = 0; /* two 16-bit maxima */
-    const size_t nv = vec ? n / 8 : 0, stride = (size_t)gridDim.x * blockDim.x;
-    const size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    const uint4 *v = reinterpret_cast<const uint4 *>(x);
-    for (size_t i = t; i < nv; i += stride) {
-        const uint4 u = v[i];
-        m = __vmaxu2(m, __vmaxu2(u.x & 0x7fff7fffu, u.y & 0x7fff7fffu));
-        m = __vmaxu2(m, __vmaxu2(u.z & 0x7fff7fffu, u.w & 0x7fff7fffu));
-    }
-    const unsigned short *e = reinterpret_cast<const unsigned short *>(x);
-    for (size_t i = nv * 8 + t; i < n; i += stride)
-        m = __vmaxu2(m, e[i] & 0x7fffu);
-    amax_add(amax, max(m >> 16, m & 0xffffu) << 16);
+    unsigned m = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        m = max(m, __float_as_uint(ld(&x[i])) & 0x7fffffffu);
+    amax_add(amax, m);
 }
 
 __global__ void scale_k(float *scale, float *descale, const float *amax, float fmax, int margin,
@@ -97,54 +82,35 @@ __global__ void scale_k(float *scale, float *descale, const float *amax, float f
         *bad = 1;
 }
 
-/* A block converts a 64 x 64 tile in 8-element chunks: 16-byte loads of x,
- * 8-byte stores of the codes, and the transposed codes through shared memory,
- * 8 rows of a column per store. blockDim VT_THREADS; grid (cols / VT, rows /
- * VT) rounded up. cols and ld multiples of 8 and x 16-byte aligned (every
- * chunk whole and aligned); qt wants rows a multiple of 8 (its chunks). */
+/* blockDim (TILE, TILE_ROWS); grid (cols / TILE, rows / TILE) rounded up. */
 template <int KIND>
-__global__ void __launch_bounds__(VT_THREADS)
-    quantize_k(uint8_t *q, uint8_t *qt, const bf16 *x, int ldx, int rows, int cols,
-               const float *scale, unsigned *amax)
+__global__ void quantize_k(uint8_t *q, uint8_t *qt, const bf16 *x, int ldx, int rows, int cols,
+                           const float *scale, unsigned *amax)
 {
-    __shared__ __align__(16) uint8_t tile[VT][VT + 8];
+    __shared__ uint8_t tile[TILE][TILE + 1];
     const float s = *scale;
-    const int c0 = blockIdx.x * VT, r0 = blockIdx.y * VT;
+    const int c0 = blockIdx.x * TILE, r0 = blockIdx.y * TILE;
     unsigned m = 0;
-    for (int k = threadIdx.x; k < VT * VT / 8; k += VT_THREADS) {
-        const int i = k / (VT / 8), j = k % (VT / 8) * 8, r = r0 + i, c = c0 + j;
-        uint2 codes = make_uint2(0, 0);
+    for (int i = threadIdx.y; i < TILE; i += TILE_ROWS) {
+        const int r = r0 + i, c = c0 + threadIdx.x;
+        uint8_t v = 0;
         if (r < rows && c < cols) {
-            float f[8];
-            unpack8(f, *reinterpret_cast<const uint4 *>(x + (size_t)r * ldx + c));
-            unsigned b[8];
-#pragma unroll
-            for (int e = 0; e < 8; e++) {
-                m = max(m, __float_as_uint(f[e]) & 0x7fffffffu);
-                b[e] = to_fp8<KIND>(__fmul_rn(f[e], s));
-            }
-            codes.x = b[0] | b[1] << 8 | b[2] << 16 | b[3] << 24;
-            codes.y = b[4] | b[5] << 8 | b[6] << 16 | b[7] << 24;
+            const float f = ld(&x[(size_t)r * ldx + c]);
+            m = max(m, __float_as_uint(f) & 0x7fffffffu);
+            v = to_fp8<KIND>(__fmul_rn(f, s));
             if (q)
-                *reinterpret_cast<uint2 *>(q + (size_t)r * cols + c) = codes;
+                q[(size_t)r * cols + c] = v;
         }
-        if (qt)
-            *reinterpret_cast<uint2 *>(&tile[i][j]) = codes;
+        tile[i][threadIdx.x] = v;
     }
     if (amax)
         amax_add(amax, m);
-    if (qt == NULL)
-        return;
-    __syncthreads();
-    for (int k = threadIdx.x; k < VT * VT / 8; k += VT_THREADS) {
-        const int jc = k / (VT / 8), ir = k % (VT / 8) * 8, c = c0 + jc, r = r0 + ir;
-        if (c < cols && r < rows) {
-            uint2 codes;
-            codes.x = tile[ir][jc] | tile[ir + 1][jc] << 8 | tile[ir + 2][jc] << 16 |
-                      (unsigned)tile[ir + 3][jc] << 24;
-            codes.y = tile[ir + 4][jc] | tile[ir + 5][jc] << 8 | tile[ir + 6][jc] << 16 |
-                      (unsigned)tile[ir + 7][jc] << 24;
-            *reinterpret_cast<uint2 *>(qt + (size_t)c * rows + r) = codes;
+    if (qt) {
+        __syncthreads();
+        for (int i = threadIdx.y; i < TILE; i += TILE_ROWS) {
+            const int c = c0 + i, r = r0 + threadIdx.x;
+            if (c < cols && r < rows)
+                qt[(size_t)c * rows + r] = tile[threadIdx.x][i];
         }
     }
 }
@@ -159,9 +125,8 @@ extern "C" int nn_cuda_fp8_amax(nn_cuda_t *h, float *amax, const void *x, size_t
     cudaStream_t st = stream_of(h);
     if (cudaMemsetAsync(amax, 0, sizeof(float), st) != cudaSuccess)
         return launched(err, "fp8 amax (clear)");
-    unsigned blocks = blocks_for((n + 7) / 8, 256);
-    blocks = blocks > 2048 ? 2048 : blocks ? blocks : 1;
-    amax_k<<<blocks, 256, 0, st>>>((unsigned *)amax, (const bf16 *)x, n, aligned16(x));
+    amax_k<<<blocks_for(n, 256) < 1024 ? blocks_for(n, 256) : 1024, 256, 0, st>>>(
+        (unsigned *)amax, (const bf16 *)x, n);
     return launched(err, "fp8 amax");
 }
 
@@ -183,10 +148,10 @@ extern "C" int nn_cuda_fp8_quantize(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const
     char why[160];
     if (x == NULL || scale == NULL || (q == NULL && qt == NULL))
         return fail_text(err, "fp8 quantize", "x, scale, or both outputs are NULL");
-    if (rows < 1 || cols < 1 || ld < cols || (rows + VT - 1) / VT > 65535) {
+    if (rows < 1 || cols < 1 || ld < cols || (rows + TILE - 1) / TILE > 65535) {
         snprintf(why, sizeof(why),
                  "rows %d, cols %d, ld %d: want rows 1..%d, cols >= 1, ld >= cols", rows, cols, ld,
-                 65535 * VT);
+                 65535 * TILE);
         return fail_text(err, "fp8 quantize", why);
     }
     if ((q && cols % 16) || (qt && rows % 16) || !aligned16(q, qt)) {
@@ -196,23 +161,16 @@ extern "C" int nn_cuda_fp8_quantize(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const
                  cols, rows);
         return fail_text(err, "fp8 quantize", why);
     }
-    if (cols % 8 || ld % 8 || !aligned16(x)) {
-        snprintf(why, sizeof(why),
-                 "cols %d, ld %d: x is read 8 elements (16 bytes) at a time: both multiples of 8 "
-                 "and x 16-byte aligned",
-                 cols, ld);
-        return fail_text(err, "fp8 quantize", why);
-    }
     cudaStream_t st = stream_of(h);
     if (amax && cudaMemsetAsync(amax, 0, sizeof(float), st) != cudaSuccess)
         return launched(err, "fp8 quantize (clear amax)");
-    const dim3 grid((cols + VT - 1) / VT, (rows + VT - 1) / VT);
+    const dim3 grid((cols + TILE - 1) / TILE, (rows + TILE - 1) / TILE), block(TILE, TILE_ROWS);
     if (kind == NN_FP8_E4M3)
-        quantize_k<NN_FP8_E4M3><<<grid, VT_THREADS, 0, st>>>(q, qt, (const bf16 *)x, ld, rows, cols,
-                                                             scale, (unsigned *)amax);
+        quantize_k<NN_FP8_E4M3><<<grid, block, 0, st>>>(q, qt, (const bf16 *)x, ld, rows, cols,
+                                                        scale, (unsigned *)amax);
     else if (kind == NN_FP8_E5M2)
-        quantize_k<NN_FP8_E5M2><<<grid, VT_THREADS, 0, st>>>(q, qt, (const bf16 *)x, ld, rows, cols,
-                                                             scale, (unsigned *)amax);
+        quantize_k<NN_FP8_E5M2><<<grid, block, 0, st>>>(q, qt, (const bf16 *)x, ld, rows, cols,
+                                                        scale, (unsigned *)amax);
     else
         return fail_text(err, "fp8 quantize", "not an FP8 kind");
     return launched(err, "fp8 quantize");

@@ -46,8 +46,7 @@ int nn_cuda_fp8_scale(nn_cuda_t *h, float *scale, float *descale, const float *a
  * not both): the two layouts the FP8 products read (nn_cuda_fp8_matmul wants
  * the reduced dimension contiguous in both operands). amax, if not NULL, gets
  * max |x| (f32) of this x, for delayed scaling. q, qt 16-byte aligned; cols
- * (for q) and rows (for qt) multiples of 16; x is read 16 bytes at a time:
- * cols and ld multiples of 8, x 16-byte aligned. */
+ * (for q) and rows (for qt) multiples of 16. */
 int nn_cuda_fp8_quantize(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, int ld, int rows,
                          int cols, const float *scale, nn_fp8_kind_t kind, float *amax,
                          bmt_error_t *err);
