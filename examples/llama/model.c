@@ -36,6 +36,7 @@
 #include "bmt/device.h"
 #include "bmt/safetensors.h"
 #include "llama/model_cuda.h"
+#include "nn/fp8.h"
 #include "nn/llama_ops_cpu.h"
 
 /* A layer's activations, all f32, rows of the N = B T positions. */
@@ -55,6 +56,7 @@ struct llama_model {
     int B, T, N;        /* N = B T rows */
     int Q, KV;          /* NH hd and NKV hd: widths of q and of k, v */
     bool ckpt;          /* the list checkpoints activations */
+    bool fp8;           /* llama_model_fp8: the layers' products emulated in FP8 (cpu) */
     bmt_dtype_t pdtype; /* parameters: f32 on cpu, bf16 on cuda */
     llama_cu_t *cu;     /* the CUDA half (model_cuda.c), NULL on cpu */
     bmt_blocklist_t *list;
@@ -93,7 +95,40 @@ static int fail(bmt_error_t *err, const char *fmt, ...)
 
 static layer_acts_t *acts_of(llama_model_t *m, int l) { return &m->acts[m->ckpt ? 0 : l]; }
 
-static void layer_forward(llama_model_t *m, int l, const float *const *p)
+/* A layer's product out (N,OC) = inp (N,IC) W^T, W nn.Linear's (OC,IC): f32,
+ * or (llama_model_fp8) its operands through FP8 as nn_fp8_conv1d_forward
+ * takes them, each product at its own scales (q, k and v, gate and up, are
+ * separate products here). An operand FP8 cannot scale gives NaN results,
+ * so the step is skipped as any non-finite one. -1 only for memory. */
+static int linear_fwd(llama_model_t *m, float *out, const float *inp, const float *w, int IC,
+                      int OC)
+{
+    if (!m->fp8) {
+        nn_matmul_forward(out, inp, w, m->N, IC, OC);
+        return 0;
+    }
+    return nn_fp8_conv1d_forward(out, inp, w, NULL, m->N, IC, OC, 1) < 0 ? -1 : 0;
+}
+
+/* dinp (N,IC) and dw (OC,IC) += from dout (N,OC), as nn_matmul_backward. */
+static int linear_bwd(llama_model_t *m, float *dinp, float *dw, const float *dout, const float *inp,
+                      const float *w, int IC, int OC)
+{
+    if (!m->fp8) {
+        nn_matmul_backward(dinp, dw, dout, inp, w, m->N, IC, OC);
+        return 0;
+    }
+    return nn_fp8_conv1d_backward(dinp, dw, NULL, dout, inp, w, m->N, IC, OC, 1) < 0 ? -1 : 0;
+}
+
+static int fp8_oom(int l, const char *what, bmt_error_t *err)
+{
+    snprintf(err->text, sizeof(err->text),
+             "llama: layer %d %s: FP8: out of memory for its operands' copies", l, what);
+    return -1;
+}
+
+static int layer_forward(llama_model_t *m, int l, const float *const *p, bmt_error_t *err)
 {
     const int B = m->B, T = m->T, N = m->N, C = m->cfg.n_embd, F = m->cfg.ffn;
     const int NH = m->cfg.n_head, NKV = m->cfg.n_kv_head, hd = m->cfg.head_dim;
@@ -101,27 +136,33 @@ static void layer_forward(llama_model_t *m, int l, const float *const *p)
     const float *x = m->x[l];
     float *out = m->x[l + 1];
     nn_rmsnorm_forward(a->ln1, a->rstd1, x, p[P_IN_NORM], N, C, (float)m->cfg.rms_eps);
-    nn_matmul_forward(a->q, a->ln1, p[P_Q], N, C, m->Q);
-    nn_matmul_forward(a->k, a->ln1, p[P_K], N, C, m->KV);
-    nn_matmul_forward(a->v, a->ln1, p[P_V], N, C, m->KV);
+    if (linear_fwd(m, a->q, a->ln1, p[P_Q], C, m->Q) < 0 ||
+        linear_fwd(m, a->k, a->ln1, p[P_K], C, m->KV) < 0 ||
+        linear_fwd(m, a->v, a->ln1, p[P_V], C, m->KV) < 0)
+        return fp8_oom(l, "q, k, v", err);
     nn_rope_forward(a->q, a->q, m->inv_freq, B, T, NH, hd);
     nn_rope_forward(a->k, a->k, m->inv_freq, B, T, NKV, hd);
     nn_attention_forward(a->att, a->lse, a->q, a->k, a->v, B, T, NH, NKV, hd);
-    nn_matmul_forward(out, a->att, p[P_O], N, m->Q, C); /* out as a temporary */
+    if (linear_fwd(m, out, a->att, p[P_O], m->Q, C) < 0) /* out as a temporary */
+        return fp8_oom(l, "o_proj", err);
     for (size_t i = 0; i < (size_t)N * C; i++)
         a->res2[i] = x[i] + out[i];
     nn_rmsnorm_forward(a->ln2, a->rstd2, a->res2, p[P_POST_NORM], N, C, (float)m->cfg.rms_eps);
-    nn_matmul_forward(a->gate, a->ln2, p[P_GATE], N, C, F);
-    nn_matmul_forward(a->up, a->ln2, p[P_UP], N, C, F);
+    if (linear_fwd(m, a->gate, a->ln2, p[P_GATE], C, F) < 0 ||
+        linear_fwd(m, a->up, a->ln2, p[P_UP], C, F) < 0)
+        return fp8_oom(l, "gate, up", err);
     nn_swiglu_forward(a->h, a->gate, a->up, N * F);
-    nn_matmul_forward(out, a->h, p[P_DOWN], N, F, C);
+    if (linear_fwd(m, out, a->h, p[P_DOWN], F, C) < 0)
+        return fp8_oom(l, "down_proj", err);
     for (size_t i = 0; i < (size_t)N * C; i++)
         out[i] += a->res2[i];
+    return 0;
 }
 
 /* dres: in, the gradient w.r.t. x[l+1]; out, w.r.t. x[l]. The nn backward
  * functions add, so every scratch gradient is zeroed before its first use. */
-static void layer_backward(llama_model_t *m, int l, const float *const *p, float *const *g)
+static int layer_backward(llama_model_t *m, int l, const float *const *p, float *const *g,
+                          bmt_error_t *err)
 {
     const int B = m->B, T = m->T, N = m->N, C = m->cfg.n_embd, F = m->cfg.ffn;
     const int NH = m->cfg.n_head, NKV = m->cfg.n_kv_head, hd = m->cfg.head_dim;
@@ -132,19 +173,22 @@ static void layer_backward(llama_model_t *m, int l, const float *const *p, float
     /* The MLP branch: out = res2 + down(silu(gate(ln2)) up(ln2)). */
     memcpy(m->dres2, m->dres, nc); /* the residual path: d res2 = d out + ... */
     memset(m->dh, 0, nf);
-    nn_matmul_backward(m->dh, g[P_DOWN], m->dres, a->h, p[P_DOWN], N, F, C);
+    if (linear_bwd(m, m->dh, g[P_DOWN], m->dres, a->h, p[P_DOWN], F, C) < 0)
+        return fp8_oom(l, "down_proj backward", err);
     memset(m->dgate, 0, nf);
     memset(m->dup, 0, nf);
     nn_swiglu_backward(m->dgate, m->dup, m->dh, a->gate, a->up, N * F);
     memset(m->dln, 0, nc);
-    nn_matmul_backward(m->dln, g[P_GATE], m->dgate, a->ln2, p[P_GATE], N, C, F);
-    nn_matmul_backward(m->dln, g[P_UP], m->dup, a->ln2, p[P_UP], N, C, F);
+    if (linear_bwd(m, m->dln, g[P_GATE], m->dgate, a->ln2, p[P_GATE], C, F) < 0 ||
+        linear_bwd(m, m->dln, g[P_UP], m->dup, a->ln2, p[P_UP], C, F) < 0)
+        return fp8_oom(l, "gate, up backward", err);
     nn_rmsnorm_backward(m->dres2, g[P_POST_NORM], m->dln, a->res2, p[P_POST_NORM], a->rstd2, N, C);
 
     /* The attention branch: res2 = x + o(attn(rope(q(ln1)), rope(k(ln1)), v(ln1))). */
     memcpy(m->dres, m->dres2, nc); /* d x = d res2 + ... */
     memset(m->datt, 0, nq);
-    nn_matmul_backward(m->datt, g[P_O], m->dres2, a->att, p[P_O], N, m->Q, C);
+    if (linear_bwd(m, m->datt, g[P_O], m->dres2, a->att, p[P_O], m->Q, C) < 0)
+        return fp8_oom(l, "o_proj backward", err);
     memset(m->dq, 0, nq);
     memset(m->dk, 0, nkv);
     memset(m->dv, 0, nkv);
@@ -155,10 +199,12 @@ static void layer_backward(llama_model_t *m, int l, const float *const *p, float
     nn_rope_backward(m->dq_pre, m->dq, m->inv_freq, B, T, NH, hd);
     nn_rope_backward(m->dk_pre, m->dk, m->inv_freq, B, T, NKV, hd);
     memset(m->dln, 0, nc);
-    nn_matmul_backward(m->dln, g[P_Q], m->dq_pre, a->ln1, p[P_Q], N, C, m->Q);
-    nn_matmul_backward(m->dln, g[P_K], m->dk_pre, a->ln1, p[P_K], N, C, m->KV);
-    nn_matmul_backward(m->dln, g[P_V], m->dv, a->ln1, p[P_V], N, C, m->KV);
+    if (linear_bwd(m, m->dln, g[P_Q], m->dq_pre, a->ln1, p[P_Q], C, m->Q) < 0 ||
+        linear_bwd(m, m->dln, g[P_K], m->dk_pre, a->ln1, p[P_K], C, m->KV) < 0 ||
+        linear_bwd(m, m->dln, g[P_V], m->dv, a->ln1, p[P_V], C, m->KV) < 0)
+        return fp8_oom(l, "q, k, v backward", err);
     nn_rmsnorm_backward(m->dres, g[P_IN_NORM], m->dln, m->x[l], p[P_IN_NORM], a->rstd1, N, C);
+    return 0;
 }
 
 /* Use 0, "model.embed_tokens": x_0 = weight[inputs]. */
@@ -191,16 +237,13 @@ static int embed_bwd_cb(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
 /* Uses 1..L, "model.layers.<l>". */
 static int layer_fwd_cb(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
 {
-    (void)err;
-    layer_forward(mp, c->index - 1, (const float *const *)c->params);
-    return 0;
+    return layer_forward(mp, c->index - 1, (const float *const *)c->params, err);
 }
 
 static int layer_bwd_cb(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
 {
-    (void)err;
-    layer_backward(mp, c->index - 1, (const float *const *)c->params, (float *const *)c->grads);
-    return 0;
+    return layer_backward(mp, c->index - 1, (const float *const *)c->params,
+                          (float *const *)c->grads, err);
 }
 
 /* Use L+1, "model.norm": xf = rms(x_L) weight. */
@@ -585,6 +628,18 @@ const float *llama_model_logits(const llama_model_t *m)
 }
 
 bmt_dtype_t llama_model_param_dtype(const llama_model_t *m) { return m->pdtype; }
+
+int llama_model_fp8(llama_model_t *m, int on, bmt_error_t *err)
+{
+    if (on && m->cu) {
+        snprintf(err->text, sizeof(err->text),
+                 "llama: --fp8 1 on cuda is not there yet (docs/fp8.md, Llama); on the cpu it "
+                 "emulates the FP8 products");
+        return -1;
+    }
+    m->fp8 = on != 0;
+    return 0;
+}
 
 void llama_model_destroy(llama_model_t *m)
 {

@@ -116,6 +116,16 @@ int llama_model_load(llama_model_t *m, const char *path, bmt_error_t *err);
  * (llama_hf_config_json's dtype): BMT_F32 on cpu, BMT_BF16 on cuda. */
 bmt_dtype_t llama_model_param_dtype(const llama_model_t *m);
 
+/* FP8 (docs/fp8.md): on != 0 computes the layers' seven products (q, k, v,
+ * o, gate, up, down) with their operands through FP8, as GPT-2's --fp8 does:
+ * activations and weights E4M3, gradients E5M2, each product's operands at
+ * their own current scales; norms, RoPE, attention, the head and the update
+ * as before. The cpu model emulates it exactly in f32 (nn_fp8_conv1d_*); the
+ * cuda model refuses it (-1 with err): its stacked q|k|v and gate|up products
+ * need one scale per stacked weight, not yet written. An operand holding NaN
+ * or inf makes its product NaN, so the step is skipped as any non-finite one. */
+int llama_model_fp8(llama_model_t *m, int on, bmt_error_t *err);
+
 /* Destroy the list (and its blocks) and the activations. NULL: no-op. */
 void llama_model_destroy(llama_model_t *m);
 

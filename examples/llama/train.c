@@ -22,6 +22,7 @@
 typedef struct llama_wiring {
     llama_config_t cfg;
     int layers, heads, kv_heads, embd, ffn, vocab, max_seq; /* overrides; 0: the model's */
+    int fp8;                                                /* --fp8 */
 } llama_wiring_t;
 
 /* The presets: "tiny", byte-level (V 256) for the corpus the repository ships,
@@ -68,6 +69,7 @@ enum {
     O_FFN,
     O_VOCAB,
     O_MAXSEQ,
+    O_FP8,
 };
 
 static const struct option llama_options[] = {
@@ -78,6 +80,7 @@ static const struct option llama_options[] = {
     { "ffn", required_argument, NULL, O_FFN },
     { "vocab", required_argument, NULL, O_VOCAB },
     { "max-seq", required_argument, NULL, O_MAXSEQ },
+    { "fp8", required_argument, NULL, O_FP8 },
     { NULL, 0, NULL, 0 },
 };
 
@@ -92,6 +95,7 @@ static int option(void *self, int code, const char *arg)
     case O_FFN: return trainer_int_arg("--ffn", arg, 1, 1 << 20, &w->ffn);
     case O_VOCAB: return trainer_int_arg("--vocab", arg, 2, 1 << 24, &w->vocab);
     case O_MAXSEQ: return trainer_int_arg("--max-seq", arg, 1, 1 << 20, &w->max_seq);
+    case O_FP8: return trainer_int_arg("--fp8", arg, 0, 1, &w->fp8);
     }
     return trainer_bad("unknown option");
 }
@@ -161,6 +165,11 @@ static void *create(void *self, bmt_ctx_t *ctx, int B, int T, const bmt_blocklis
     return llama_model_create(ctx, &((llama_wiring_t *)self)->cfg, B, T, lc, seed, err);
 }
 
+static int after_create(void *self, void *m, bmt_error_t *err)
+{
+    return llama_model_fp8(m, ((const llama_wiring_t *)self)->fp8, err);
+}
+
 static int load(void *m, const char *path, bmt_error_t *err)
 {
     return llama_model_load(m, path, err);
@@ -210,7 +219,9 @@ int main(int argc, char **argv)
             "      --init-from DIR     start from an HF Llama directory (config.json and\n"
             "                          safetensors; a checkpoint's step directory is one)\n"
             "      --layers L --heads H --kv-heads K --embd C --ffn F --vocab V --max-seq N\n"
-            "                          override its sizes (--heads or --embd: head size C/H)\n",
+            "                          override its sizes (--heads or --embd: head size C/H)\n"
+            "      --fp8 0|1           the layers' products with FP8 operands (docs/fp8.md);\n"
+            "                          cpu only for now: the exact f32 emulation\n",
         .options = llama_options,
         .option = option,
         .configure = configure,
@@ -221,6 +232,7 @@ int main(int argc, char **argv)
         .num_params = num_params,
         .flops_per_token = flops_per_token,
         .create = create,
+        .after_create = after_create,
         .load = load,
         .list = list,
         .set_batch = set_batch,

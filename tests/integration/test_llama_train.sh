@@ -6,7 +6,8 @@
 # config.json names LlamaForCausalLM and reads back through llama_config_from_file
 # as the same model, and --init-from of it reproduces its validation loss);
 # bad options are refused with a message, and so is a resume with another
-# model, leaving the checkpoint as it was. (The cuda model: tests/gpu/test_llama.sh.)
+# model, leaving the checkpoint as it was; --fp8 1 emulates FP8 products close
+# to the f32 run. (The cuda model: tests/gpu/test_llama.sh.)
 . "$(dirname "$0")/lib.sh"
 
 PY=/usr/bin/python3
@@ -105,7 +106,29 @@ test_expect_success "bad options are refused with a message" '
     grep -q "^llama: unknown option .--keep-attention." err &&
     { $LLAMA --seq 300 --data x 2>err; rc=$?; } && test $rc -eq 2 &&
     grep -q "^llama: --seq 300 is longer than the model.s 256 positions" err &&
+    { $LLAMA --fp8 2 --data x 2>err; rc=$?; } && test $rc -eq 2 && grep -q "^llama: --fp8" err &&
     { $LLAMA 2>err; rc=$?; } && test $rc -eq 2 && grep -q "^llama: --data PATTERN is required" err
+'
+
+# --fp8 1 on the cpu: the seven products of each layer with their operands
+# through FP8 (nn_fp8_conv1d_*, checked op by op against the formats'
+# definitions in test_fp8): close to the f32 run from the same seed, not the
+# same. (A NaN operand's products are NaN: test_fp8, and test_gpt2's run.)
+test_expect_success "--fp8 1 (cpu, 2x2): 20 steps within 1% of the f32 run, not equal to it; the loss falls" '
+    for f in 0 1; do
+        with_timeout 300 $BMLAUNCH --metrics-port 0 -g 2 -n 2 --device cpu -- $LLAMA $RUN --steps 20 \
+            --seed 7 --fp8 $f >out.$f 2>&1 || { tail -5 out.$f; exit 1; }
+    done &&
+    $PY - <<-EOF
+	import re
+	loss = [[float(x) for x in re.findall(r"^0: step +\d+/20 \| loss ([0-9.]+)", open("out.%d" % f).read(), re.M)] for f in (0, 1)]
+	assert len(loss[0]) == len(loss[1]) == 20, loss
+	rel = [abs(a - b) / a for a, b in zip(*loss)]
+	print("f32 %.4f -> %.4f, fp8 %.4f -> %.4f, largest step difference %.2g" % (loss[0][0], loss[0][-1], loss[1][0], loss[1][-1], max(rel)))
+	assert max(rel) < 0.01, max(rel)
+	assert loss[0] != loss[1], "the same losses: FP8 not applied"
+	assert sum(loss[1][-5:]) / 5 < loss[1][0] - 1.0, loss[1]
+	EOF
 '
 
 test_expect_success "--init-from a GPT-2 checkpoint is refused, naming its model_type" '
