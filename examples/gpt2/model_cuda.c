@@ -595,11 +595,12 @@ int gpt2_cu_keep_attention(gpt2_cu_t *cu, int mode, bmt_error_t *err)
 int gpt2_cu_fp8(gpt2_cu_t *cu, int on, bmt_error_t *err)
 {
     const int N = cu->N, C = cu->cfg.n_embd, L = cu->cfg.n_layer;
-    if (!on || cu->fp8)
-        return on || !cu->fp8 ? 0
-                              : (snprintf(err->text, sizeof(err->text),
-                                          "gpt2: FP8 cannot be turned off once on"),
-                                 -1);
+    if (cu->fp8 == (on != 0))
+        return 0;
+    if (!on) {
+        snprintf(err->text, sizeof(err->text), "gpt2: FP8 cannot be turned off once on");
+        return -1;
+    }
     if (N % 16 || C % 16) {
         snprintf(err->text, sizeof(err->text),
                  "gpt2: --fp8 1 on cuda wants batch x sequence (%d x %d = %d) and the width (%d) "
