@@ -255,3 +255,23 @@ int nn_fp8_conv1d_backward(float *dinp, float *dweight, float *dbias, const floa
     free(w);
     return w == NULL ? -1 : poisoned;
 }
+
+int nn_linear_forward(int fp8, float *out, const float *inp, const float *weight, const float *bias,
+                      int N, int IC, int OC, int wt)
+{
+    if (fp8)
+        return nn_fp8_conv1d_forward(out, inp, weight, bias, N, IC, OC, wt) < 0 ? -1 : 0;
+    nn_conv1d_forward(out, inp, weight, bias, N, IC, OC, wt);
+    return 0;
+}
+
+int nn_linear_backward(int fp8, float *dinp, float *dweight, float *dbias, const float *dout,
+                       const float *inp, const float *weight, int N, int IC, int OC, int wt)
+{
+    if (fp8)
+        return nn_fp8_conv1d_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, wt) < 0
+                   ? -1
+                   : 0;
+    nn_conv1d_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, wt);
+    return 0;
+}

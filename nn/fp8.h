@@ -108,6 +108,13 @@ int nn_fp8_conv1d_forward(float *out, const float *inp, const float *weight, con
 int nn_fp8_conv1d_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                            const float *inp, const float *weight, int N, int IC, int OC, int wt);
 
+/* What a cpu model's --fp8 switches: with fp8 0, nn_conv1d_forward/backward
+ * (f32, returns 0); otherwise the two above. -1 only when out of memory. */
+int nn_linear_forward(int fp8, float *out, const float *inp, const float *weight, const float *bias,
+                      int N, int IC, int OC, int wt);
+int nn_linear_backward(int fp8, float *dinp, float *dweight, float *dbias, const float *dout,
+                       const float *inp, const float *weight, int N, int IC, int OC, int wt);
+
 /* Delayed scaling: the amax of the last `len` steps (len <= NN_FP8_HISTORY_MAX),
  * a ring; the scale for the next step comes from their maximum. */
 #define NN_FP8_HISTORY_MAX 1024

@@ -107,11 +107,7 @@ static layer_acts_t *acts_of(gpt2_model_t *m, int l) { return &m->acts[m->ckpt ?
 static int linear_fwd(gpt2_model_t *m, int l, const char *name, float *out, const float *inp,
                       const float *w, const float *b, int IC, int OC, bmt_error_t *err)
 {
-    if (!m->fp8) {
-        nn_conv1d_forward(out, inp, w, b, m->N, IC, OC, 0);
-        return 0;
-    }
-    if (nn_fp8_conv1d_forward(out, inp, w, b, m->N, IC, OC, 0) >= 0)
+    if (nn_linear_forward(m->fp8, out, inp, w, b, m->N, IC, OC, 0) == 0)
         return 0;
     snprintf(err->text, sizeof(err->text),
              "gpt2: layer %d %s: FP8: out of memory for its operands' copies", l, name);
@@ -122,11 +118,7 @@ static int linear_bwd(gpt2_model_t *m, int l, const char *name, float *dinp, flo
                       const float *dout, const float *inp, const float *w, int IC, int OC,
                       bmt_error_t *err)
 {
-    if (!m->fp8) {
-        nn_conv1d_backward(dinp, dw, db, dout, inp, w, m->N, IC, OC, 0);
-        return 0;
-    }
-    if (nn_fp8_conv1d_backward(dinp, dw, db, dout, inp, w, m->N, IC, OC, 0) >= 0)
+    if (nn_linear_backward(m->fp8, dinp, dw, db, dout, inp, w, m->N, IC, OC, 0) == 0)
         return 0;
     snprintf(err->text, sizeof(err->text),
              "gpt2: layer %d %s backward: FP8: out of memory for its operands' copies", l, name);

@@ -103,22 +103,14 @@ static layer_acts_t *acts_of(llama_model_t *m, int l) { return &m->acts[m->ckpt 
 static int linear_fwd(llama_model_t *m, float *out, const float *inp, const float *w, int IC,
                       int OC)
 {
-    if (!m->fp8) {
-        nn_matmul_forward(out, inp, w, m->N, IC, OC);
-        return 0;
-    }
-    return nn_fp8_conv1d_forward(out, inp, w, NULL, m->N, IC, OC, 1) < 0 ? -1 : 0;
+    return nn_linear_forward(m->fp8, out, inp, w, NULL, m->N, IC, OC, 1);
 }
 
 /* dinp (N,IC) and dw (OC,IC) += from dout (N,OC), as nn_matmul_backward. */
 static int linear_bwd(llama_model_t *m, float *dinp, float *dw, const float *dout, const float *inp,
                       const float *w, int IC, int OC)
 {
-    if (!m->fp8) {
-        nn_matmul_backward(dinp, dw, dout, inp, w, m->N, IC, OC);
-        return 0;
-    }
-    return nn_fp8_conv1d_backward(dinp, dw, NULL, dout, inp, w, m->N, IC, OC, 1) < 0 ? -1 : 0;
+    return nn_linear_backward(m->fp8, dinp, dw, NULL, dout, inp, w, m->N, IC, OC, 1);
 }
 
 static int fp8_oom(int l, const char *what, bmt_error_t *err)
