@@ -246,13 +246,12 @@ extern "C" int nn_cuda_fp8_amax(nn_cuda_t *h, float *amax, const void *x, size_t
     /* 16-byte chunks where x is aligned; single elements for the rest */
     const size_t n8 = aligned16(x) ? n / 8 : 0, rest = n - 8 * n8;
     if (n8) {
-        const unsigned b = blocks_for(n8, 256 * 4);
-        amax_chunks_k < <<b<1056 ? b : 1056, 256, 0, st>>>((unsigned *)amax, (const uint4 *)x, n8);
+        const unsigned b = blocks_for(n8, 256 * 4), grid = b < 1056 ? b : 1056;
+        amax_chunks_k<<<grid, 256, 0, st>>>((unsigned *)amax, (const uint4 *)x, n8);
     }
     if (rest) {
-        const unsigned b = blocks_for(rest, 256);
-        amax_k < <<b<1024 ? b : 1024, 256, 0, st>>>((unsigned *)amax, (const bf16 *)x + 8 * n8,
-                                                    rest);
+        const unsigned b = blocks_for(rest, 256), grid = b < 1024 ? b : 1024;
+        amax_k<<<grid, 256, 0, st>>>((unsigned *)amax, (const bf16 *)x + 8 * n8, rest);
     }
     return launched(err, "fp8 amax");
 }
