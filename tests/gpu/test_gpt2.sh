@@ -124,7 +124,7 @@ test_expect_success "--fp8 1 on cuda: the cpu emulation's losses as closely as b
     fp8run cuda 1 fp8 --ckpt 0 && fp8run cuda 1 fp8ck --ckpt 1 --keep-attention 0 &&
     fp8run cuda 1 fp8ka --ckpt 1 --keep-attention 1 && cmp steps.fp8ck steps.fp8ka &&
     head -5 steps.fp8 >first.fp8 && head -5 steps.fp8ck >first.fp8ck && cmp first.fp8 first.fp8ck &&
-    $PY - <<-EOF
+    $PY - <<-EOF | tee -a "$TMP/figures-fp8.txt"; test ${PIPESTATUS[0]} -eq 0
 	import re
 	def losses(t): return [float(x) for x in re.findall(r"loss ([0-9.]+)", open("steps." + t).read())]
 	c32, c8, b16, f8, f8ck = (losses(t) for t in ("cpu32", "cpu8", "bf16", "fp8", "fp8ck"))
@@ -144,7 +144,7 @@ test_expect_success "--fp8 1 on cuda: the cpu emulation's losses as closely as b
 # 1%; bench/gpu/fp8.sh measures that on d48).
 test_expect_success "--fp8 1 on cuda at lr 1e-3: within 2% of bf16 at every step" '
     fp8run cuda 0 bf16s --ckpt 0 --lr 1e-3 && fp8run cuda 1 fp8s --ckpt 0 --lr 1e-3 &&
-    $PY - <<-EOF
+    $PY - <<-EOF | tee -a "$TMP/figures-fp8.txt"; test ${PIPESTATUS[0]} -eq 0
 	import re
 	def losses(t): return [float(x) for x in re.findall(r"loss ([0-9.]+)", open("steps." + t).read())]
 	b16, f8 = losses("bf16s"), losses("fp8s")
@@ -176,7 +176,7 @@ test_expect_success "--fp8 1 on cuda on a trained checkpoint: loss within 1% of 
         done
     done >one.txt &&
     cat one.txt && test $(wc -l <one.txt) -eq 4 &&
-    $PY - <<-EOF
+    $PY - <<-EOF | tee -a "$TMP/figures-fp8.txt"; test ${PIPESTATUS[0]} -eq 0
 	import re
 	r = [tuple(float(x) for x in re.search(r"loss ([0-9.]+) .* norm ([0-9.]+)", l).groups()) for l in open("one.txt")]
 	(l0, n0), (l0f, n0f), (l1, n1), (l1f, n1f) = r
@@ -188,6 +188,9 @@ test_expect_success "--fp8 1 on cuda on a trained checkpoint: loss within 1% of 
 	assert dl <= 0.01 and dn <= 0.05
 	EOF
 '
+
+# The FP8 tests' figures (step differences, losses, norms) go to the log.
+[ -f "$TMP/figures-fp8.txt" ] && grep "^# " "$TMP/figures-fp8.txt"
 
 test_expect_success "--fp8 1 on cuda with B x T not a multiple of 16 is refused with what to change" '
     { with_timeout 120 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- "$GPT2" --model tiny \
