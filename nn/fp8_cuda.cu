@@ -374,10 +374,10 @@ static int conv1d_args(int N, int IC, int OC, const float *s, const void *scratc
     return 0;
 }
 
-/* The forward, through GELU where pre is not NULL (out = GELU(pre)). */
-static int conv1d_forward(nn_cuda_t *h, void *out, void *pre, uint8_t *xqt, const void *inp,
-                          const void *weight, const void *bias, int N, int IC, int OC,
-                          int fast_accum, float *s, int *bad, void *scratch, bmt_error_t *err)
+extern "C" int nn_cuda_fp8_conv1d_forward(nn_cuda_t *h, void *out, uint8_t *xqt, const void *inp,
+                                          const void *weight, const void *bias, int N, int IC,
+                                          int OC, int fast_accum, float *s, int *bad, void *scratch,
+                                          bmt_error_t *err)
 {
     if (conv1d_args(N, IC, OC, s, scratch, "fp8 conv1d forward", err) < 0)
         return -1;
@@ -387,37 +387,14 @@ static int conv1d_forward(nn_cuda_t *h, void *out, void *pre, uint8_t *xqt, cons
     if (nn_cuda_fp8_cast(h, xq, xqt, inp, N, IC, NN_FP8_E4M3, &s[0], bad, err) < 0 ||
         nn_cuda_fp8_cast(h, NULL, wqt, weight, IC, OC, NN_FP8_E4M3, &s[4], bad, err) < 0)
         return -1;
-    return pre ? nn_cuda_fp8_matmul_gelu(h, out, pre, 0, OC, xq, NN_FP8_E4M3, &s[0], wqt,
-                                         NN_FP8_E4M3, &s[4], bias, fast_accum, N, IC, OC, err)
-               : nn_cuda_fp8_matmul(h, out, 0, OC, xq, NN_FP8_E4M3, &s[0], wqt, NN_FP8_E4M3, &s[4],
-                                    bias, 0.0f, fast_accum, N, IC, OC, err);
+    return nn_cuda_fp8_matmul(h, out, 0, OC, xq, NN_FP8_E4M3, &s[0], wqt, NN_FP8_E4M3, &s[4], bias,
+                              0.0f, fast_accum, N, IC, OC, err);
 }
 
-extern "C" int nn_cuda_fp8_conv1d_forward(nn_cuda_t *h, void *out, uint8_t *xqt, const void *inp,
-                                          const void *weight, const void *bias, int N, int IC,
-                                          int OC, int fast_accum, float *s, int *bad, void *scratch,
-                                          bmt_error_t *err)
-{
-    return conv1d_forward(h, out, NULL, xqt, inp, weight, bias, N, IC, OC, fast_accum, s, bad,
-                          scratch, err);
-}
-
-extern "C" int nn_cuda_fp8_conv1d_gelu_forward(nn_cuda_t *h, void *out, void *pre, uint8_t *xqt,
-                                               const void *inp, const void *weight,
-                                               const void *bias, int N, int IC, int OC,
-                                               int fast_accum, float *s, int *bad, void *scratch,
-                                               bmt_error_t *err)
-{
-    if (pre == NULL)
-        return fail_text(err, "fp8 conv1d gelu forward", "pre is NULL");
-    return conv1d_forward(h, out, pre, xqt, inp, weight, bias, N, IC, OC, fast_accum, s, bad,
-                          scratch, err);
-}
-
-/* The backward, dinp through GELU' of pre where pre is not NULL. */
-static int conv1d_backward(nn_cuda_t *h, void *dinp, float *dweight, float *dbias, const void *dout,
-                           const uint8_t *xqt, const void *weight, const void *pre, int N, int IC,
-                           int OC, float *s, int *bad, void *scratch, bmt_error_t *err)
+extern "C" int nn_cuda_fp8_conv1d_backward(nn_cuda_t *h, void *dinp, float *dweight, float *dbias,
+                                           const void *dout, const uint8_t *xqt, const void *weight,
+                                           int N, int IC, int OC, float *s, int *bad, void *scratch,
+                                           bmt_error_t *err)
 {
     if (conv1d_args(N, IC, OC, s, scratch, "fp8 conv1d backward", err) < 0)
         return -1;
@@ -437,33 +414,10 @@ static int conv1d_backward(nn_cuda_t *h, void *dinp, float *dweight, float *dbia
      * weight's codes again at the forward's scale (the same bits) */
     if (dinp &&
         (nn_cuda_fp8_quantize(h, wq, NULL, weight, OC, IC, OC, &s[5], NN_FP8_E4M3, NULL, err) < 0 ||
-         (pre ? nn_cuda_fp8_matmul_gelu(h, dinp, (void *)pre, 1, IC, gq, NN_FP8_E5M2, &s[8], wq,
-                                        NN_FP8_E4M3, &s[4], NULL, 0, N, OC, IC, err)
-              : nn_cuda_fp8_matmul(h, dinp, 0, IC, gq, NN_FP8_E5M2, &s[8], wq, NN_FP8_E4M3, &s[4],
-                                   NULL, 0.0f, 0, N, OC, IC, err)) < 0))
+         nn_cuda_fp8_matmul(h, dinp, 0, IC, gq, NN_FP8_E5M2, &s[8], wq, NN_FP8_E4M3, &s[4], NULL,
+                            0.0f, 0, N, OC, IC, err) < 0))
         return -1;
     return dbias ? nn_cuda_matmul_backward(h, NULL, NULL, dbias, dout, OC, NULL, NULL, N, IC, OC, 0,
                                            err)
                  : 0;
-}
-
-extern "C" int nn_cuda_fp8_conv1d_backward(nn_cuda_t *h, void *dinp, float *dweight, float *dbias,
-                                           const void *dout, const uint8_t *xqt, const void *weight,
-                                           int N, int IC, int OC, float *s, int *bad, void *scratch,
-                                           bmt_error_t *err)
-{
-    return conv1d_backward(h, dinp, dweight, dbias, dout, xqt, weight, NULL, N, IC, OC, s, bad,
-                           scratch, err);
-}
-
-extern "C" int nn_cuda_fp8_conv1d_backward_dgelu(nn_cuda_t *h, void *dinp, float *dweight,
-                                                 float *dbias, const void *dout, const uint8_t *xqt,
-                                                 const void *weight, const void *pre, int N, int IC,
-                                                 int OC, float *s, int *bad, void *scratch,
-                                                 bmt_error_t *err)
-{
-    if (pre == NULL)
-        return fail_text(err, "fp8 conv1d backward dgelu", "pre is NULL");
-    return conv1d_backward(h, dinp, dweight, dbias, dout, xqt, weight, pre, N, IC, OC, s, bad,
-                           scratch, err);
 }

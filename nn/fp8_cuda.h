@@ -96,22 +96,6 @@ int nn_cuda_fp8_conv1d_backward(nn_cuda_t *h, void *dinp, float *dweight, float 
                                 int IC, int OC, float *s, int *bad, void *scratch,
                                 bmt_error_t *err);
 
-/* The layer with a GELU fused into its products' epilogues
- * (nn_cuda_fp8_matmul_gelu), as GPT-2's MLP takes them.
- * gelu_forward: pre (N,OC) bf16 = what nn_cuda_fp8_conv1d_forward gives as
- *   out (the product and bias), and out = GELU(pre) (the MLP's c_fc).
- * backward_dgelu: the layer's input was GELU(pre), pre (N,IC) bf16; dinp =
- *   what nn_cuda_fp8_conv1d_backward gives, times GELU'(pre): the gradient
- *   for GELU's input (the MLP's c_proj). dweight and dbias as there. */
-int nn_cuda_fp8_conv1d_gelu_forward(nn_cuda_t *h, void *out, void *pre, uint8_t *xqt,
-                                    const void *inp, const void *weight, const void *bias, int N,
-                                    int IC, int OC, int fast_accum, float *s, int *bad,
-                                    void *scratch, bmt_error_t *err);
-int nn_cuda_fp8_conv1d_backward_dgelu(nn_cuda_t *h, void *dinp, float *dweight, float *dbias,
-                                      const void *dout, const uint8_t *xqt, const void *weight,
-                                      const void *pre, int N, int IC, int OC, float *s, int *bad,
-                                      void *scratch, bmt_error_t *err);
-
 #ifdef __cplusplus
 }
 #endif

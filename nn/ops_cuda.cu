@@ -680,14 +680,6 @@ int matmul_one(nn_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void *A
         return blas_ok(s, err, "cublasLtMatmul");
     if (found > 0)
         return launched(err, "cublasLtMatmul");
-    if (f8 && epi != EPI_NONE) { /* no fused FP8 algorithm: the product, then the GELU */
-        if (matmul_one(h, epi == EPI_GELU ? aux : D, dtD, ldd, A, ta, lda, B, tb, ldb, m, n, k,
-                       bias, beta, EPI_NONE, NULL, err, f8) < 0)
-            return -1;
-        gelu_cols<<<blocks_for((size_t)m * n, 256), 256, 0, h->stream>>>(
-            (bf16 *)D, (const bf16 *)aux, ldd, m, n, epi == EPI_DGELU);
-        return launched(err, "fp8 gelu epilogue");
-    }
     if (f8) { /* cuBLAS has no FP8 product to fall back on */
         char why[160];
         snprintf(why, sizeof(why), "no cuBLASLt FP8 algorithm for m %d, n %d, k %d (ld %d, %d, %d)",
@@ -2521,10 +2513,11 @@ extern "C" int nn_cuda_matmul_backward_dgelu(nn_cuda_t *h, void *dinp, float *dw
                            EPI_DGELU, pre, err);
 }
 
-static int fp8_matmul(nn_cuda_t *h, void *out, int out_f32, int ld_out, const uint8_t *a,
-                      nn_fp8_kind_t ka, const float *a_descale, const uint8_t *b, nn_fp8_kind_t kb,
-                      const float *b_descale, const void *bias, float beta, int fast_accum, int N,
-                      int K, int OC, int epi, void *pre, bmt_error_t *err)
+extern "C" int nn_cuda_fp8_matmul(nn_cuda_t *h, void *out, int out_f32, int ld_out,
+                                  const uint8_t *a, nn_fp8_kind_t ka, const float *a_descale,
+                                  const uint8_t *b, nn_fp8_kind_t kb, const float *b_descale,
+                                  const void *bias, float beta, int fast_accum, int N, int K,
+                                  int OC, bmt_error_t *err)
 {
     char why[200];
     const bool ka_ok = ka == NN_FP8_E4M3 || ka == NN_FP8_E5M2,
@@ -2556,31 +2549,7 @@ static int fp8_matmul(nn_cuda_t *h, void *out, int out_f32, int ld_out, const ui
     const cudaDataType_t dt[2] = { CUDA_R_8F_E4M3, CUDA_R_8F_E5M2 };
     const fp8_args f8 = { dt[kb], dt[ka], b_descale, a_descale, fast_accum != 0 };
     return matmul_one(h, out, out_f32 ? CUDA_R_32F : CUDA_R_16BF, ld_out, b, true, K, a, false, K,
-                      OC, N, K, bias, beta, epi, pre, err, &f8);
-}
-
-extern "C" int nn_cuda_fp8_matmul(nn_cuda_t *h, void *out, int out_f32, int ld_out,
-                                  const uint8_t *a, nn_fp8_kind_t ka, const float *a_descale,
-                                  const uint8_t *b, nn_fp8_kind_t kb, const float *b_descale,
-                                  const void *bias, float beta, int fast_accum, int N, int K,
-                                  int OC, bmt_error_t *err)
-{
-    return fp8_matmul(h, out, out_f32, ld_out, a, ka, a_descale, b, kb, b_descale, bias, beta,
-                      fast_accum, N, K, OC, EPI_NONE, NULL, err);
-}
-
-extern "C" int nn_cuda_fp8_matmul_gelu(nn_cuda_t *h, void *out, void *pre, int backward, int ld_out,
-                                       const uint8_t *a, nn_fp8_kind_t ka, const float *a_descale,
-                                       const uint8_t *b, nn_fp8_kind_t kb, const float *b_descale,
-                                       const void *bias, int fast_accum, int N, int K, int OC,
-                                       bmt_error_t *err)
-{
-    if (pre == NULL || !aligned16(pre) || (backward && bias))
-        return fail_text(err, "fp8 matmul gelu",
-                         "pre must be 16-byte aligned device memory, and the backward takes no "
-                         "bias");
-    return fp8_matmul(h, out, 0, ld_out, a, ka, a_descale, b, kb, b_descale, bias, 0.0f, fast_accum,
-                      N, K, OC, backward ? EPI_DGELU : EPI_GELU, pre, err);
+                      OC, N, K, bias, beta, EPI_NONE, NULL, err, &f8);
 }
 
 extern "C" int nn_cuda_attention_is_flash(int C, int NH) { return C % NH == 0 && flash_ok(C / NH); }

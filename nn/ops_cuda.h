@@ -155,19 +155,6 @@ int nn_cuda_fp8_matmul(nn_cuda_t *h, void *out, int out_f32, int ld_out, const u
                        const float *b_descale, const void *bias, float beta, int fast_accum, int N,
                        int K, int OC, bmt_error_t *err);
 
-/* The same product (bf16 out, beta 0) through GELU, as nn_cuda_matmul_gelu_forward
- * and the dgelu backward do it in bf16: backward 0, pre (N,OC) = the product
- * + bias and out = GELU(pre), both bf16 (GELU of the f32 value, in cuBLASLt's
- * epilogue); backward 1 (no bias), out = the product x GELU'(pre), pre read.
- * pre has out's layout (ld_out). Where cuBLASLt has no fused FP8 kernel for
- * the shapes, the product and then the GELU run on their own (the same
- * results to a bf16 rounding). */
-int nn_cuda_fp8_matmul_gelu(nn_cuda_t *h, void *out, void *pre, int backward, int ld_out,
-                            const uint8_t *a, nn_fp8_kind_t ka, const float *a_descale,
-                            const uint8_t *b, nn_fp8_kind_t kb, const float *b_descale,
-                            const void *bias, int fast_accum, int N, int K, int OC,
-                            bmt_error_t *err);
-
 /* Causal self-attention. Head sizes 16, 32 and 64 (GPT-2's is 64) take
  * flash attention (the scores never reach memory; `att` saves the softmax's
  * log-sum-exp per row, (B,NH,T) f32); other head sizes materialize the scores

@@ -39,9 +39,9 @@
  * exist, and attention's output keeps its bf16 for the attention's backward.
  * The codes' scales live per layer and product (fp8_s), so a recomputation
  * makes the same codes again; the weights' are those of the layer's forward.
- * GELU runs in the epilogues of the MLP's products, as in bf16 (c_fc's
- * forward writes the pre-activation and GELU's output; c_proj's dinp comes
- * out times GELU').
+ * GELU is a kernel of its own: cuBLASLt's FP8 products with GELU in their
+ * epilogues (GELU_AUX_BIAS forward, DGELU backward) made the d48 step slower,
+ * 170.6 ms against 152.2 on an H200 (bench/NOTES.md, 2026-12-02 session 16).
  */
 #include "gpt2/model_cuda.h"
 
@@ -350,10 +350,9 @@ static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bool recompute, b
     if (!cu->fp8 && nn_cuda_matmul_gelu_forward(h, a->fch_gelu, a->fch, a->ln2, p[FC_W], p[FC_B], N,
                                                 C, 4 * C, err) < 0)
         return -1;
-    if (cu->fp8 && (need(cu, &a->ln2_q, NC, err) < 0 ||
-                    nn_cuda_fp8_conv1d_gelu_forward(
-                        h, a->fch_gelu, a->fch, a->ln2_q, a->ln2, p[FC_W], p[FC_B], N, C, 4 * C, 1,
-                        fp8_scales(cu, l, 2), cu->fp8_bad, cu->fp8_scratch, err) < 0))
+    if (cu->fp8 &&
+        (linear_forward(cu, l, 2, a->fch, &a->ln2_q, a->ln2, p[FC_W], p[FC_B], C, 4 * C, err) < 0 ||
+         nn_cuda_gelu_forward(h, a->fch_gelu, a->fch, 4 * NC, err) < 0))
         return -1;
     if (cu->fp8)
         drop(cu, &a->ln2);
@@ -399,9 +398,10 @@ static int layer_backward(gpt2_cu_t *cu, int l, void *const *p, float *const *g,
     if (!cu->fp8 && nn_cuda_matmul_backward_dgelu(h, cu->dfch, NULL, NULL, cu->dres, C, NULL,
                                                   p[FPROJ_W], a->fch, N, 4 * C, C, err) < 0)
         return -1;
-    if (cu->fp8 && nn_cuda_fp8_conv1d_backward_dgelu(
-                       h, cu->dfch, NULL, NULL, cu->dres, NULL, p[FPROJ_W], a->fch, N, 4 * C, C,
-                       fp8_scales(cu, l, 3), cu->fp8_bad, cu->fp8_scratch, err) < 0)
+    if (cu->fp8 &&
+        (linear_backward(cu, l, 3, cu->dfch, NULL, NULL, cu->dres, NULL, NULL, p[FPROJ_W], 4 * C, C,
+                         err) < 0 ||
+         nn_cuda_gelu_backward(h, cu->dfch, a->fch, cu->dfch, 4 * (size_t)N * C, err) < 0))
         return -1;
     drop(cu, &a->fch);
     if (need(cu, &cu->dln, U, err) < 0 ||
