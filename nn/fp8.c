@@ -242,7 +242,7 @@ int nn_fp8_conv1d_backward(float *dinp, float *dweight, float *dbias, const floa
         if (poisoned) {
             for (size_t i = 0; dinp && i < (size_t)N * IC; i++)
                 dinp[i] += NAN;
-            for (size_t i = 0; i < (size_t)IC * OC; i++)
+            for (size_t i = 0; dweight && i < (size_t)IC * OC; i++)
                 dweight[i] += NAN;
         } else {
             nn_conv1d_backward(dinp, dweight, NULL, d, x, w, N, IC, OC, wt);

@@ -39,7 +39,9 @@
  * exist, and attention's output keeps its bf16 for the attention's backward.
  * The codes' scales live per layer and product (fp8_s), so a recomputation
  * makes the same codes again; the weights' are those of the layer's forward.
- * GELU is a kernel of its own (the FP8 products have no GELU epilogue here).
+ * GELU is a kernel of its own: cuBLASLt's FP8 products with GELU in their
+ * epilogues (GELU_AUX_BIAS forward, DGELU backward) made the d48 step slower,
+ * 170.6 ms against 152.2 on an H200 (bench/NOTES.md, 2026-12-02 session 16).
  */
 #include "gpt2/model_cuda.h"
 

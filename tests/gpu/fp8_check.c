@@ -9,6 +9,8 @@
  *     the current-scaling pipeline (amax, scale, quantize) on random tensors
  *     of odd sizes; the amax (NaN when a NaN is in the tensor) and the scale
  *     and descale of a dozen amax values, and the flag a bad one sets;
+ *     nn_cuda_fp8_cast against them, with a NaN in the tensor too; the paths
+ *     of single elements (a misaligned start, a tail, rows ld apart);
  *   - products against nn_fp8_matmul on the same codes: E4M3 x E4M3 to bf16
  *     with fast accumulation, E5M2 x E4M3 to bf16 with a bias, E4M3 x E5M2 to
  *     f32 added into (beta 1). Bound per element, |gpu - ref| <= 2^-8 |ref| +
@@ -253,6 +255,88 @@ static void t_pipeline(int rows, int cols, int margin)
     cudaFree(dx), cudaFree(dq), cudaFree(dqt), cudaFree(amax), cudaFree(scale), cudaFree(descale),
         cudaFree(amax2), cudaFree(bad);
     free(x);
+}
+
+/* nn_cuda_fp8_cast (amax, then the conversion making the scale itself)
+ * against the three calls, and the paths the 16-byte kernels leave to single
+ * elements: x misaligned, n not a multiple of 8 (amax), rows ld apart with ld
+ * or cols not a multiple of 8 (quantize). Every result bit for bit against
+ * the host. */
+static void t_cast_and_edges(int rows, int cols)
+{
+    const size_t n = (size_t)rows * cols;
+    float *x = rnd_spread(n, 3.0f, 4.0);
+    void *dx = up_bf16(x, n);
+    uint8_t *dq = dmalloc(n), *dqt = dmalloc(n);
+    float *s = dmalloc(4 * sizeof(float));
+    int *bad;
+    ck(cudaMalloc((void **)&bad, sizeof(int)), "cudaMalloc");
+    ck(cudaMemsetAsync(bad, 0, sizeof(int), stream), "memset");
+    bmt_error_t err;
+    for (int k = 0; k < 2; k++) {
+        run(nn_cuda_fp8_cast(h, dq, dqt, dx, rows, cols, (nn_fp8_kind_t)k, s, bad, &err), "cast",
+            &err);
+        const float a = nn_fp8_amax(x, n), sc = nn_fp8_scale(a, (nn_fp8_kind_t)k, 0);
+        float got[3];
+        d2h(got, s, sizeof(got));
+        ok(same_bits(got[2], a) && same_bits(got[1], sc) && same_bits(got[0], 1.0f / sc),
+           "cast %d x %d %s: amax, scale and descale bit for bit", rows, cols, KN[k]);
+        char what[64];
+        snprintf(what, sizeof what, "cast %d x %d:", rows, cols);
+        check_codes(what, (nn_fp8_kind_t)k, x, rows, cols, sc, dq, dqt);
+    }
+    /* a NaN in it: NaN scale and descale, every code NaN, the flag set */
+    float *y = xmalloc(n * sizeof(float));
+    memcpy(y, x, n * sizeof(float));
+    y[n / 2 + 3] = NAN;
+    void *dy = up_bf16(y, n);
+    run(nn_cuda_fp8_cast(h, dq, NULL, dy, rows, cols, NN_FP8_E4M3, s, bad, &err), "cast", &err);
+    float got[3];
+    int b;
+    d2h(got, s, sizeof(got));
+    d2h(&b, bad, sizeof(b));
+    uint8_t *q = xmalloc(n);
+    d2h(q, dq, n);
+    size_t nan_codes = 0;
+    for (size_t i = 0; i < n; i++)
+        nan_codes += isnan(nn_fp8_to_f32(q[i], NN_FP8_E4M3));
+    ok(isnan(got[0]) && isnan(got[1]) && isnan(got[2]) && b == 1 && nan_codes == n,
+       "cast of a tensor with a NaN: amax, scale, descale NaN, %zu of %zu codes NaN, flag %d",
+       nan_codes, n, b);
+    /* amax over n - 5 values (16-byte chunks, then a tail of single ones), and
+     * from a misaligned start (single ones throughout) */
+    float *am = dfloat(0);
+    for (int off = 0; off <= 3; off += 3) {
+        run(nn_cuda_fp8_amax(h, am, (const uint16_t *)dx + off, n - 5 - off, &err), "amax", &err);
+        ok(same_bits(get(am), nn_fp8_amax(x + off, n - 5 - off)),
+           "amax of %zu values from element %d: bit for bit", n - 5 - off, off);
+    }
+    /* rows ld apart: ld = cols + 8 (16-byte chunks) and ld = cols + 3 (single) */
+    for (int pad = 8; pad >= 3; pad -= 5) {
+        const int ld = cols + pad;
+        float *w = xmalloc((size_t)rows * ld * sizeof(float));
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < ld; c++)
+                w[(size_t)r * ld + c] = c < cols ? x[(size_t)r * cols + c] : 1e30f;
+        void *dw = up_bf16(w, (size_t)rows * ld);
+        float *one = dfloat(0.5f);
+        for (int k = 0; k < 2; k++) {
+            run(nn_cuda_fp8_quantize(h, dq, dqt, dw, ld, rows, cols, one, (nn_fp8_kind_t)k, am,
+                                     &err),
+                "quantize", &err);
+            char what[64];
+            snprintf(what, sizeof what, "rows %d apart (%s):", ld,
+                     pad == 8 ? "16-byte chunks" : "single elements");
+            check_codes(what, (nn_fp8_kind_t)k, x, rows, cols, 0.5f, dq, dqt);
+            ok(same_bits(get(am), nn_fp8_amax(x, n)),
+               "%s %s: the conversion's amax leaves the padding out", what, KN[k]);
+        }
+        cudaFree(dw), cudaFree(one);
+        free(w);
+    }
+    cudaFree(dx), cudaFree(dy), cudaFree(dq), cudaFree(dqt), cudaFree(s), cudaFree(bad),
+        cudaFree(am);
+    free(x), free(y), free(q);
 }
 
 /* Random finite codes of kind k, the values spread as a scaled tensor's. */
@@ -568,6 +652,8 @@ int main(void)
     t_scales();
     t_pipeline(1008, 208, 0);
     t_pipeline(64, 4112, 2);
+    t_cast_and_edges(208, 1008);
+    t_cast_and_edges(48, 4096);
     t_matmul("forward-like, fast accumulation", NN_FP8_E4M3, NN_FP8_E4M3, 0, 0, 0.0f, 1, 1000, 768,
              520);
     t_matmul("dgrad-like, bias", NN_FP8_E5M2, NN_FP8_E4M3, 0, 1, 0.0f, 0, 512, 2048, 384);

@@ -124,7 +124,7 @@ test_expect_success "--fp8 1 on cuda: the cpu emulation's losses as closely as b
     fp8run cuda 1 fp8 --ckpt 0 && fp8run cuda 1 fp8ck --ckpt 1 --keep-attention 0 &&
     fp8run cuda 1 fp8ka --ckpt 1 --keep-attention 1 && cmp steps.fp8ck steps.fp8ka &&
     head -5 steps.fp8 >first.fp8 && head -5 steps.fp8ck >first.fp8ck && cmp first.fp8 first.fp8ck &&
-    $PY - <<-EOF
+    $PY - <<-EOF | tee -a "$TMP/figures-fp8.txt"; test ${PIPESTATUS[0]} -eq 0
 	import re
 	def losses(t): return [float(x) for x in re.findall(r"loss ([0-9.]+)", open("steps." + t).read())]
 	c32, c8, b16, f8, f8ck = (losses(t) for t in ("cpu32", "cpu8", "bf16", "fp8", "fp8ck"))
@@ -138,6 +138,59 @@ test_expect_success "--fp8 1 on cuda: the cpu emulation's losses as closely as b
 	assert sum(f8[-5:]) / 5 < f8[0] - 1.0, "the loss does not fall"
 	EOF
 '
+
+# At a gentler learning rate the runs do not part: FP8 follows bf16 within 2%
+# at every one of the 20 steps (the issue's bar for 500 steps of real text is
+# 1%; bench/gpu/fp8.sh measures that on d48).
+test_expect_success "--fp8 1 on cuda at lr 1e-3: within 2% of bf16 at every step" '
+    fp8run cuda 0 bf16s --ckpt 0 --lr 1e-3 && fp8run cuda 1 fp8s --ckpt 0 --lr 1e-3 &&
+    $PY - <<-EOF | tee -a "$TMP/figures-fp8.txt"; test ${PIPESTATUS[0]} -eq 0
+	import re
+	def losses(t): return [float(x) for x in re.findall(r"loss ([0-9.]+)", open("steps." + t).read())]
+	b16, f8 = losses("bf16s"), losses("fp8s")
+	d = max(abs(x - y) / y for x, y in zip(f8, b16))
+	print("# bf16 %s\n# fp8  %s\n# largest step difference %.4f" % (" ".join("%.4f" % x for x in b16), " ".join("%.4f" % x for x in f8), d))
+	assert f8 != b16 and d < 0.02
+	EOF
+'
+
+# The FP8 products on a trained checkpoint's activations: 6 layers of width
+# 384 trained 300 steps in bf16 (loss from 5.5 to about 2), then one step of
+# 8192 tokens from that checkpoint, bf16 and FP8: the forward's loss within 1%
+# and the gradient's norm within 5% (every product of every layer, forward
+# and backward, on the activations and gradients of a trained model; the
+# same figures at the untrained start are printed beside them).
+mkdir -p "$TMP/fp8t" && $PY "$HF" make "$TMP/fp8t" 6 384 6 256 256 || echo "# the oracle could not make the trained FP8 test's weights"
+test_expect_success "--fp8 1 on cuda on a trained checkpoint: loss within 1% of bf16, gradient norm within 5%" '
+    with_timeout 600 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- "$GPT2" \
+        --init-from "$TMP/fp8t/model.safetensors" --heads 6 --data "$TMP/corpus_train.bin" \
+        -b 16 -t 256 --steps 300 --lr 1e-3 --warmup 20 --save-dir "$TMP/fp8t/ck" >out.train 2>&1 ||
+        { tail -20 out.train; false; } &&
+    grep "step *300/300" out.train &&
+    for init in "$TMP/fp8t/model.safetensors" "$TMP/fp8t/ck/step-00000300"; do
+        for f in 0 1; do
+            with_timeout 300 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- "$GPT2" \
+                --init-from "$init" --heads 6 --data "$TMP/corpus_val.bin" -b 32 -t 256 \
+                --steps 1 --fp8 $f >out.one 2>&1 || { tail -20 out.one >&2; break 2; }
+            grep -o "^0: step *1/1 | loss [0-9.]* | lr [0-9.e+-]* | norm [0-9.]*" out.one
+        done
+    done >one.txt &&
+    cat one.txt && test $(wc -l <one.txt) -eq 4 &&
+    $PY - <<-EOF | tee -a "$TMP/figures-fp8.txt"; test ${PIPESTATUS[0]} -eq 0
+	import re
+	r = [tuple(float(x) for x in re.search(r"loss ([0-9.]+) .* norm ([0-9.]+)", l).groups()) for l in open("one.txt")]
+	(l0, n0), (l0f, n0f), (l1, n1), (l1f, n1f) = r
+	dl, dn = abs(l1f - l1) / l1, abs(n1f - n1) / n1
+	print("# untrained: loss bf16 %.4f fp8 %.4f (%.3f%%), norm %.4f %.4f (%.2f%%)" % (l0, l0f, 100 * abs(l0f - l0) / l0, n0, n0f, 100 * abs(n0f - n0) / n0))
+	print("# trained:   loss bf16 %.4f fp8 %.4f (%.3f%%), norm %.4f %.4f (%.2f%%)" % (l1, l1f, 100 * dl, n1, n1f, 100 * dn))
+	assert l1 < l0 - 1.0, "the checkpoint is not trained"
+	assert (l1f, n1f) != (l1, n1), "FP8 not applied"
+	assert dl <= 0.01 and dn <= 0.05
+	EOF
+'
+
+# The FP8 tests' figures (step differences, losses, norms) go to the log.
+[ -f "$TMP/figures-fp8.txt" ] && grep "^# " "$TMP/figures-fp8.txt"
 
 test_expect_success "--fp8 1 on cuda with B x T not a multiple of 16 is refused with what to change" '
     { with_timeout 120 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- "$GPT2" --model tiny \
