@@ -53,10 +53,12 @@ int nn_cuda_fp8_quantize(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, i
 
 /* Current scaling in one call, as nn/fp8.c's conversions do it: from x
  * (rows,cols) bf16, contiguous, s[0] = its descale, s[1] = its scale
- * (nn_cuda_fp8_scale, margin 0; NaN, and *bad = 1, when x holds NaN or inf),
- * s[2] = its amax (s[3] is not written); then q and/or qt as
- * nn_cuda_fp8_quantize writes them. s 16-byte aligned: the descale is what
- * the products read, and cuBLASLt wants its scale pointers so. */
+ * (nn_cuda_fp8_scale's, margin 0; NaN, and *bad = 1, when x holds NaN or
+ * inf), s[2] = its amax (s[3] is not written); then q and/or qt as
+ * nn_cuda_fp8_quantize writes them. Three launches: clear s[2], amax, and
+ * the conversion, which makes the scale from s[2] itself. s 16-byte aligned:
+ * the descale is what the products read, and cuBLASLt wants its scale
+ * pointers so; bad not NULL. */
 int nn_cuda_fp8_cast(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, int rows, int cols,
                      nn_fp8_kind_t kind, float *s, int *bad, bmt_error_t *err);
 

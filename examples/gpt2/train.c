@@ -181,8 +181,8 @@ int main(int argc, char **argv)
             "                          at its first use and keep the fastest (0, the default:\n"
             "                          the heuristic's first, the same from run to run; <= 32)\n"
             "      --fp8 0|1           the layers' products with FP8 operands (docs/fp8.md);\n"
-            "                          cpu: emulated in f32, the reference of the GPU's (which\n"
-            "                          is not there yet)\n",
+            "                          cpu: emulated in f32, the reference of the GPU's; cuda:\n"
+            "                          cuBLASLt's FP8 products (B x T, width multiples of 16)\n",
         .options = gpt2_options,
         .option = option,
         .configure = configure,
