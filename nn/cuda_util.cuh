@@ -1,6 +1,6 @@
 /* nn/cuda_util.cuh — the small helpers every CUDA file of nn/ uses (internal):
  * error text ("nn cuda: <what>: <why>"), launch checks, grid sizes, 16-byte
- * alignment, warp reductions, and bf16 <-> f32 in 16-byte chunks. Everything
+ * alignment, GELU, warp reductions, and bf16 <-> f32 in 16-byte chunks. Everything
  * is in an anonymous namespace: each file gets its own copy, nothing is
  * exported from libnn.
  */
@@ -47,6 +47,24 @@ bool aligned16(const void *a, const void *b = NULL, const void *c = NULL, const 
 
 __device__ __forceinline__ float ld(const bf16 *p) { return __bfloat162float(*p); }
 __device__ __forceinline__ bf16 bf(float x) { return __float2bfloat16(x); }
+
+/* GELU, tanh approximation (GPT-2's), and its derivative, in f32: the one
+ * definition the element-wise kernels and the FP8 conversions share, so a
+ * GELU fused into a conversion gives the bits nn_cuda_gelu_forward writes. */
+#define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
+
+__device__ __forceinline__ float gelu_f(float x)
+{
+    return 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
+}
+
+__device__ __forceinline__ float gelu_grad(float x)
+{
+    const float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+    const float th = tanhf(u);
+    return 0.5f * (1.0f + th) +
+           0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+}
 
 __device__ __forceinline__ float warp_sum(float v)
 {

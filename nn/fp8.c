@@ -36,6 +36,8 @@ static const fmt_t FMT[2] = {
 
 float nn_fp8_max(nn_fp8_kind_t kind) { return FMT[kind].max; }
 
+float nn_fp8_saturation(nn_fp8_kind_t kind) { return kind == NN_FP8_E5M2 ? 61440.0f : 464.0f; }
+
 float nn_fp8_to_f32(uint8_t q, nn_fp8_kind_t kind)
 {
     const fmt_t *f = &FMT[kind];
@@ -179,34 +181,56 @@ int nn_fp8_history_init(nn_fp8_history_t *h, int len)
 
 int nn_fp8_history_push(nn_fp8_history_t *h, float amax)
 {
-    if (!isfinite(amax) || amax < 0.0f)
-        return -1;
     h->amax[h->next] = amax;
     h->next = (h->next + 1) % h->len;
     if (h->count < h->len)
         h->count++;
-    return 0;
+    return isfinite(amax) && amax >= 0.0f ? 0 : -1;
 }
 
 float nn_fp8_history_scale(const nn_fp8_history_t *h, nn_fp8_kind_t kind, int margin)
 {
-    if (h->count == 0)
-        return 0.0f;
-    float m = 0.0f;
+    float m = -1.0f;
     for (int i = 0; i < h->count; i++)
-        m = fmaxf(m, h->amax[i]);
-    return nn_fp8_scale(m, kind, margin);
+        if (isfinite(h->amax[i]) && h->amax[i] > m)
+            m = h->amax[i];
+    return m < 0.0f ? 0.0f : nn_fp8_scale(m, kind, margin);
 }
 
-/* A copy of x (n) passed through kind at its current scale, or NaN everywhere
- * (*poisoned = 1) when x cannot be scaled; NULL when out of memory. */
-static float *through(const float *x, size_t n, nn_fp8_kind_t kind, int *poisoned)
+/* *rec = the larger of *rec and a, NaN once either is NaN (max otherwise,
+ * inf included): the GPU's atomicMax on the magnitudes' bit patterns. */
+static void record(float *rec, float a)
+{
+    if (isnan(*rec) || isnan(a))
+        *rec = NAN;
+    else if (a > *rec)
+        *rec = a;
+}
+
+/* A copy of x (n) passed through kind: at its current scale (delayed 0), or
+ * at scale with an infinity becoming NaN; NaN everywhere (*poisoned = 1)
+ * when x cannot be scaled; NULL when out of memory. *rec, if rec, gets x's
+ * amax (record). */
+static float *through(const float *x, size_t n, nn_fp8_kind_t kind, int delayed, float scale,
+                      float *rec, int *poisoned)
 {
     float *y = malloc(n * sizeof(float));
     if (y == NULL)
         return NULL;
     memcpy(y, x, n * sizeof(float));
-    if (nn_fp8_roundtrip(y, n, kind) == 0.0f) {
+    float amax = 0.0f;
+    for (size_t i = 0; i < n && !isnan(amax); i++) /* NaN wins, then inf, then the max */
+        amax = isnan(x[i]) ? NAN : fmaxf(amax, fabsf(x[i]));
+    if (rec)
+        record(rec, amax);
+    if (!delayed)
+        scale = nn_fp8_roundtrip(y, n, kind);
+    else if (scale != 0.0f)
+        for (size_t i = 0; i < n; i++) {
+            volatile float v = isinf(y[i]) ? NAN : y[i] * scale; /* f32, as on the GPU */
+            y[i] = nn_fp8_to_f32(nn_fp8_from_f32(v, kind), kind) / scale;
+        }
+    if (scale == 0.0f) {
         for (size_t i = 0; i < n; i++)
             y[i] = NAN;
         *poisoned = 1;
@@ -214,12 +238,21 @@ static float *through(const float *x, size_t n, nn_fp8_kind_t kind, int *poisone
     return y;
 }
 
-int nn_fp8_conv1d_forward(float *out, const float *inp, const float *weight, const float *bias,
-                          int N, int IC, int OC, int wt)
+/* through() for operand j (0 input, 1 weight: E4M3; 2 gradient: E5M2) as
+ * sc scales it (NULL: current scaling, no record). */
+static float *operand(nn_fp8_scaling_t *sc, int j, const float *x, size_t n, int *poisoned)
+{
+    const int d = sc && sc->delayed;
+    return through(x, n, j == 2 ? NN_FP8_E5M2 : NN_FP8_E4M3, d, d ? sc->scale[j] : 0.0f,
+                   sc ? &sc->amax[j] : NULL, poisoned);
+}
+
+int nn_fp8_linear_forward(nn_fp8_scaling_t *sc, float *out, const float *inp, const float *weight,
+                          const float *bias, int N, int IC, int OC, int wt)
 {
     int poisoned = 0;
-    float *x = through(inp, (size_t)N * IC, NN_FP8_E4M3, &poisoned);
-    float *w = x ? through(weight, (size_t)IC * OC, NN_FP8_E4M3, &poisoned) : NULL;
+    float *x = operand(sc, 0, inp, (size_t)N * IC, &poisoned);
+    float *w = x ? operand(sc, 1, weight, (size_t)IC * OC, &poisoned) : NULL;
     if (w && poisoned) {
         for (size_t i = 0; i < (size_t)N * OC; i++)
             out[i] = NAN;
@@ -231,13 +264,14 @@ int nn_fp8_conv1d_forward(float *out, const float *inp, const float *weight, con
     return w == NULL ? -1 : poisoned;
 }
 
-int nn_fp8_conv1d_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                           const float *inp, const float *weight, int N, int IC, int OC, int wt)
+int nn_fp8_linear_backward(nn_fp8_scaling_t *sc, float *dinp, float *dweight, float *dbias,
+                           const float *dout, const float *inp, const float *weight, int N, int IC,
+                           int OC, int wt)
 {
     int poisoned = 0;
-    float *d = through(dout, (size_t)N * OC, NN_FP8_E5M2, &poisoned);
-    float *x = d ? through(inp, (size_t)N * IC, NN_FP8_E4M3, &poisoned) : NULL;
-    float *w = x ? through(weight, (size_t)IC * OC, NN_FP8_E4M3, &poisoned) : NULL;
+    float *g = operand(sc, 2, dout, (size_t)N * OC, &poisoned);
+    float *x = g ? operand(sc, 0, inp, (size_t)N * IC, &poisoned) : NULL;
+    float *w = x ? operand(sc, 1, weight, (size_t)IC * OC, &poisoned) : NULL;
     if (w) {
         if (poisoned) {
             for (size_t i = 0; dinp && i < (size_t)N * IC; i++)
@@ -245,31 +279,116 @@ int nn_fp8_conv1d_backward(float *dinp, float *dweight, float *dbias, const floa
             for (size_t i = 0; dweight && i < (size_t)IC * OC; i++)
                 dweight[i] += NAN;
         } else {
-            nn_conv1d_backward(dinp, dweight, NULL, d, x, w, N, IC, OC, wt);
+            nn_conv1d_backward(dinp, dweight, NULL, g, x, w, N, IC, OC, wt);
         }
         if (dbias) /* from the unrounded dout */
             nn_conv1d_backward(NULL, NULL, dbias, dout, NULL, NULL, N, IC, OC, wt);
     }
-    free(d);
+    free(g);
     free(x);
     free(w);
     return w == NULL ? -1 : poisoned;
 }
 
-int nn_linear_forward(int fp8, float *out, const float *inp, const float *weight, const float *bias,
-                      int N, int IC, int OC, int wt)
+int nn_fp8_conv1d_forward(float *out, const float *inp, const float *weight, const float *bias,
+                          int N, int IC, int OC, int wt)
 {
-    if (fp8)
-        return nn_fp8_conv1d_forward(out, inp, weight, bias, N, IC, OC, wt) < 0 ? -1 : 0;
+    return nn_fp8_linear_forward(NULL, out, inp, weight, bias, N, IC, OC, wt);
+}
+
+int nn_fp8_conv1d_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                           const float *inp, const float *weight, int N, int IC, int OC, int wt)
+{
+    return nn_fp8_linear_backward(NULL, dinp, dweight, dbias, dout, inp, weight, N, IC, OC, wt);
+}
+
+struct nn_fp8_plan {
+    int n, history, ended;
+    nn_fp8_scaling_t *sc;   /* n */
+    nn_fp8_history_t *hist; /* 3 n, with delayed scaling */
+    nn_fp8_stats_t stats;
+};
+
+nn_fp8_plan_t *nn_fp8_plan_create(int n, int history)
+{
+    if (n < 1 || history < 0 || history > NN_FP8_HISTORY_MAX)
+        return NULL;
+    nn_fp8_plan_t *p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return NULL;
+    p->n = n, p->history = history;
+    p->sc = calloc((size_t)n, sizeof(*p->sc));
+    p->hist = history ? calloc((size_t)n * 3, sizeof(*p->hist)) : NULL;
+    if (p->sc == NULL || (history && p->hist == NULL)) {
+        nn_fp8_plan_destroy(p);
+        return NULL;
+    }
+    for (int i = 0; history && i < 3 * n; i++)
+        nn_fp8_history_init(&p->hist[i], history);
+    return p;
+}
+
+void nn_fp8_plan_destroy(nn_fp8_plan_t *p)
+{
+    if (p == NULL)
+        return;
+    free(p->sc);
+    free(p->hist);
+    free(p);
+}
+
+nn_fp8_scaling_t *nn_fp8_plan_at(nn_fp8_plan_t *p, int i) { return &p->sc[i]; }
+
+void nn_fp8_plan_begin(nn_fp8_plan_t *p)
+{
+    if (!p->ended)
+        return;
+    p->ended = 0;
+    p->stats.passes++;
+    for (int i = 0; i < p->n; i++) {
+        nn_fp8_scaling_t *sc = &p->sc[i];
+        for (int j = 0; j < 3; j++) {
+            const nn_fp8_kind_t kind = j == 2 ? NN_FP8_E5M2 : NN_FP8_E4M3;
+            const float rec = sc->amax[j];
+            if (!isfinite(rec))
+                p->stats.unscalable++;
+            else if (sc->delayed) {
+                volatile float top = rec * sc->scale[j]; /* f32, as on the GPU */
+                if (top > nn_fp8_saturation(kind))
+                    p->stats.saturated++;
+            }
+            sc->amax[j] = 0.0f;
+            if (p->history == 0)
+                continue;
+            nn_fp8_history_push(&p->hist[3 * i + j], rec);
+            sc->scale[j] = nn_fp8_history_scale(&p->hist[3 * i + j], kind, 0);
+            if (sc->scale[j] == 0.0f)
+                p->stats.unscalable++;
+        }
+        sc->delayed = p->history > 0;
+    }
+}
+
+void nn_fp8_plan_end(nn_fp8_plan_t *p) { p->ended = 1; }
+
+nn_fp8_stats_t nn_fp8_plan_stats(const nn_fp8_plan_t *p) { return p->stats; }
+
+int nn_linear_forward(nn_fp8_scaling_t *sc, float *out, const float *inp, const float *weight,
+                      const float *bias, int N, int IC, int OC, int wt)
+{
+    if (sc)
+        return nn_fp8_linear_forward(sc, out, inp, weight, bias, N, IC, OC, wt) < 0 ? -1 : 0;
     nn_conv1d_forward(out, inp, weight, bias, N, IC, OC, wt);
     return 0;
 }
 
-int nn_linear_backward(int fp8, float *dinp, float *dweight, float *dbias, const float *dout,
-                       const float *inp, const float *weight, int N, int IC, int OC, int wt)
+int nn_linear_backward(nn_fp8_scaling_t *sc, float *dinp, float *dweight, float *dbias,
+                       const float *dout, const float *inp, const float *weight, int N, int IC,
+                       int OC, int wt)
 {
-    if (fp8)
-        return nn_fp8_conv1d_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, wt) < 0
+    if (sc)
+        return nn_fp8_linear_backward(sc, dinp, dweight, dbias, dout, inp, weight, N, IC, OC, wt) <
+                       0
                    ? -1
                    : 0;
     nn_conv1d_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, wt);

@@ -22,8 +22,9 @@
  * saturates and the small values keep as much of the range as they can:
  *   current scaling: the amax of the tensor being converted (one more pass
  *     over it);
- *   delayed scaling: the largest amax of the last steps (nn_fp8_history_t), no
- *     extra pass, but a tensor that grew since saturates (counted).
+ *   delayed scaling: the largest amax of the last passes (nn_fp8_history_t,
+ *     nn_fp8_plan_t), recorded by the conversions themselves, so no extra
+ *     pass, but a tensor that grew since saturates (counted).
  *
  * Nothing here allocates or fails except where said (the emulated layer
  * products); sizes are the caller's.
@@ -45,6 +46,13 @@ typedef enum nn_fp8_kind {
 
 /* The largest finite value of kind: 448 or 57344. */
 float nn_fp8_max(nn_fp8_kind_t kind);
+
+/* Where a scaled value loses more than rounding to saturation: the largest
+ * finite value plus half the step below it, 464 (E4M3) or 61440 (E5M2). A
+ * value up to it ends at the largest value as rounding would put it there;
+ * delayed scaling's statistics count a tensor as saturated when its amax
+ * times its scale exceeds it. */
+float nn_fp8_saturation(nn_fp8_kind_t kind);
 
 /* The f32 value of code q of kind (NaN codes give NaN, E5M2's infinities
  * infinity). Exact: every FP8 value is an f32. */
@@ -108,34 +116,106 @@ int nn_fp8_conv1d_forward(float *out, const float *inp, const float *weight, con
 int nn_fp8_conv1d_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                            const float *inp, const float *weight, int N, int IC, int OC, int wt);
 
-/* What a cpu model's --fp8 switches: with fp8 0, nn_conv1d_forward/backward
- * (f32, returns 0); otherwise the two above. -1 only when out of memory. */
-int nn_linear_forward(int fp8, float *out, const float *inp, const float *weight, const float *bias,
-                      int N, int IC, int OC, int wt);
-int nn_linear_backward(int fp8, float *dinp, float *dweight, float *dbias, const float *dout,
-                       const float *inp, const float *weight, int N, int IC, int OC, int wt);
-
-/* Delayed scaling: the amax of the last `len` steps (len <= NN_FP8_HISTORY_MAX),
- * a ring; the scale for the next step comes from their maximum. */
+/* Delayed scaling: the amax records of the last `len` passes
+ * (len <= NN_FP8_HISTORY_MAX), a ring; the scale for the next pass comes from
+ * the largest finite one. A non-finite record (the pass held NaN or inf: its
+ * products were NaN and its step skipped) takes its place in the ring but no
+ * part in the scale. */
 #define NN_FP8_HISTORY_MAX 1024
 typedef struct nn_fp8_history {
     float amax[NN_FP8_HISTORY_MAX];
     int len;   /* window length (1..NN_FP8_HISTORY_MAX) */
-    int count; /* steps recorded, up to len */
+    int count; /* passes recorded, up to len */
     int next;  /* ring position of the next record */
 } nn_fp8_history_t;
 
 /* Empty history with window len; returns -1 if len is out of range. */
 int nn_fp8_history_init(nn_fp8_history_t *h, int len);
 
-/* Records one step's amax (the oldest falls out). Returns -1, recording
- * nothing, when amax is NaN or infinite: the step overflowed and must fail. */
+/* Records one pass's amax (the oldest falls out), non-finite ones too.
+ * Returns 0, or -1 when amax is NaN, infinite or negative (recorded anyway,
+ * as the GPU records it; nn_fp8_history_scale passes over it). */
 int nn_fp8_history_push(nn_fp8_history_t *h, float amax);
 
-/* The scale for the next step: nn_fp8_scale(max of the window, kind, margin).
- * 0 while nothing is recorded: the first step takes its tensor's own amax
- * (current scaling). */
+/* The scale for the next pass: nn_fp8_scale(largest finite record of the
+ * window, kind, margin). 0 when there is none: nothing recorded yet (the
+ * first pass takes its tensors' own amax: current scaling), or every record
+ * non-finite (the tensor cannot be scaled: its products are NaN). */
 float nn_fp8_history_scale(const nn_fp8_history_t *h, nn_fp8_kind_t kind, int margin);
+
+/* One linear product's FP8 scales for a pass, its three operands j: 0 the
+ * input and 1 the weight (E4M3), 2 the output's gradient (E5M2). */
+typedef struct nn_fp8_scaling {
+    int delayed;    /* 1: scale[] holds the pass's scales; 0: current scaling */
+    float scale[3]; /* delayed: each operand's scale; 0: it cannot be scaled (NaN products) */
+    float amax[3];  /* the pass's records: the largest amax of the operand's conversions in
+                     * it (NaN once one held NaN, inf once one held inf; max otherwise) */
+} nn_fp8_scaling_t;
+
+/* nn_fp8_conv1d_forward/_backward with sc's scales, and its records kept:
+ * current scaling (sc->delayed 0) as those two; delayed, each operand passes
+ * through FP8 at sc->scale[j], an infinity in it becoming NaN (not the
+ * largest value: a tensor that overflowed fails its step, as under current
+ * scaling), and a finite value beyond the range saturating. Either way each
+ * conversion's amax goes into sc->amax[j] (the backward converts the input
+ * and the weight again: the same records). The backward's input and weight
+ * are the forward's, so under either scaling their codes are the forward's.
+ * Returns as those two. */
+int nn_fp8_linear_forward(nn_fp8_scaling_t *sc, float *out, const float *inp, const float *weight,
+                          const float *bias, int N, int IC, int OC, int wt);
+int nn_fp8_linear_backward(nn_fp8_scaling_t *sc, float *dinp, float *dweight, float *dbias,
+                           const float *dout, const float *inp, const float *weight, int N, int IC,
+                           int OC, int wt);
+
+/* What a cpu model's --fp8 switches: sc NULL, nn_conv1d_forward/backward
+ * (f32, returns 0); otherwise nn_fp8_linear_forward/backward with sc (a
+ * product of an nn_fp8_plan_t). -1 only when out of memory. */
+int nn_linear_forward(nn_fp8_scaling_t *sc, float *out, const float *inp, const float *weight,
+                      const float *bias, int N, int IC, int OC, int wt);
+int nn_linear_backward(nn_fp8_scaling_t *sc, float *dinp, float *dweight, float *dbias,
+                       const float *dout, const float *inp, const float *weight, int N, int IC,
+                       int OC, int wt);
+
+/* A model's FP8 scales (docs/fp8.md, "Delayed scaling"): n products, each an
+ * nn_fp8_scaling_t, and with delayed scaling a history per operand. A pass
+ * is one micro-batch's forward and backward (a recomputation under
+ * checkpointing is part of its pass; a forward without a backward, as a
+ * validation's, records into the pass that follows). The GPU trainer keeps
+ * the same bookkeeping on the device (nn_cuda_fp8_advance), so the cpu one
+ * is its reference. */
+typedef struct nn_fp8_plan nn_fp8_plan_t;
+
+/* history 0: current scaling in every pass; 1..NN_FP8_HISTORY_MAX: delayed
+ * scaling over that many passes, the first pass (until a backward has ended)
+ * with current scaling. NULL when n < 1, history out of range, or out of
+ * memory. */
+nn_fp8_plan_t *nn_fp8_plan_create(int n, int history);
+void nn_fp8_plan_destroy(nn_fp8_plan_t *p);
+
+/* Product i's scales (0 <= i < n). */
+nn_fp8_scaling_t *nn_fp8_plan_at(nn_fp8_plan_t *p, int i);
+
+/* A forward begins (the model calls it first thing in every forward). When a
+ * backward ended since the last begin, the records close: each goes into its
+ * operand's history and is cleared, and with delayed scaling every operand
+ * gets its scale for this pass from its history (delayed becomes 1). */
+void nn_fp8_plan_begin(nn_fp8_plan_t *p);
+
+/* A backward ended (the model calls it last thing in every backward). */
+void nn_fp8_plan_end(nn_fp8_plan_t *p);
+
+/* What the closed records said, counted over operands and passes:
+ * saturated, a finite record times the delayed scale it was converted at
+ * above nn_fp8_saturation (its largest elements lost more than rounding: the
+ * tensor grew past its history's largest by more than half a step of the
+ * format's top binade, 3.6% E4M3, 7.1% E5M2); unscalable, a delayed scale of
+ * 0 (no finite record in the window) or a non-finite record. */
+typedef struct nn_fp8_stats {
+    long passes;     /* passes closed */
+    long saturated;  /* operand-passes */
+    long unscalable; /* operand-passes */
+} nn_fp8_stats_t;
+nn_fp8_stats_t nn_fp8_plan_stats(const nn_fp8_plan_t *p);
 
 #ifdef __cplusplus
 }

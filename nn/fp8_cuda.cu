@@ -53,24 +53,66 @@ template <int KIND> __device__ __forceinline__ uint8_t to_fp8(float y)
                                           KIND == NN_FP8_E4M3 ? __NV_E4M3 : __NV_E5M2);
 }
 
-__device__ __forceinline__ void amax_add(unsigned *amax, unsigned m)
+/* max into *amax and, if rec, into *rec (a pass's record) */
+__device__ __forceinline__ void amax_add(unsigned *amax, unsigned *rec, unsigned m)
 {
     m = __reduce_max_sync(0xffffffffu, m);
-    if ((threadIdx.x & 31) == 0)
+    if ((threadIdx.x & 31) == 0) {
         atomicMax(amax, m);
+        if (rec)
+            atomicMax(rec, m);
+    }
 }
 
-__global__ void amax_k(unsigned *amax, const bf16 *x, size_t n)
+/* The block's max (blockDim.x * blockDim.y threads, a multiple of 32, at most
+ * 1024) into *amax with one atomic per block: a large tensor's conversion
+ * has thousands of blocks, all on one address. */
+__device__ __forceinline__ void amax_block(unsigned *amax, unsigned m)
+{
+    __shared__ unsigned red[32];
+    const int t = threadIdx.y * blockDim.x + threadIdx.x, nw = blockDim.x * blockDim.y / 32;
+    m = __reduce_max_sync(0xffffffffu, m);
+    if ((t & 31) == 0)
+        red[t >> 5] = m;
+    __syncthreads();
+    if (t < 32) {
+        m = t < nw ? red[t] : 0u;
+        m = __reduce_max_sync(0xffffffffu, m);
+        if (t == 0 && m)
+            atomicMax(amax, m);
+    }
+}
+
+/* GELU: the conversions of a GELU's output can read its input instead and
+ * apply it on the way (nn_cuda_fp8_codes' gelu), each value rounded to bf16
+ * as nn_cuda_gelu_forward writes it, so the codes are the same bits. */
+template <bool GELU> __device__ __forceinline__ float act1(float f)
+{
+    return GELU ? __bfloat162float(bf(gelu_f(f))) : f;
+}
+
+/* act1 on the two bf16 of a word */
+template <bool GELU> __device__ __forceinline__ uint32_t act2(uint32_t w)
+{
+    if (!GELU)
+        return w;
+    const uint32_t lo = __float_as_uint(act1<true>(__uint_as_float(w << 16))) >> 16,
+                   hi = __float_as_uint(act1<true>(__uint_as_float(w & 0xffff0000u)));
+    return lo | hi;
+}
+
+template <bool GELU> __global__ void amax_k(unsigned *amax, unsigned *rec, const bf16 *x, size_t n)
 {
     unsigned m = 0;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        m = max(m, __float_as_uint(ld(&x[i])) & 0x7fffffffu);
-    amax_add(amax, m);
+        m = max(m, __float_as_uint(act1<GELU>(ld(&x[i]))) & 0x7fffffffu);
+    amax_add(amax, rec, m);
 }
 
 /* x 16-byte aligned, n8 chunks of 8 bf16; two 16-bit |x| patterns per word. */
-__global__ void amax_chunks_k(unsigned *amax, const uint4 *x, size_t n8)
+template <bool GELU>
+__global__ void amax_chunks_k(unsigned *amax, unsigned *rec, const uint4 *x, size_t n8)
 {
     unsigned m = 0;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -81,16 +123,22 @@ __global__ void amax_chunks_k(unsigned *amax, const uint4 *x, size_t n8)
         for (int k = 0; k < 4; k++)
             u[k] = __ldg(&x[i + k * stride]);
 #pragma unroll
+        for (int k = 0; k < 4; k++) {
+            u[k].x = act2<GELU>(u[k].x), u[k].y = act2<GELU>(u[k].y);
+            u[k].z = act2<GELU>(u[k].z), u[k].w = act2<GELU>(u[k].w);
+        }
+#pragma unroll
         for (int k = 0; k < 4; k++)
             m = __vmaxu2(m, __vmaxu2(__vmaxu2(u[k].x & 0x7fff7fffu, u[k].y & 0x7fff7fffu),
                                      __vmaxu2(u[k].z & 0x7fff7fffu, u[k].w & 0x7fff7fffu)));
     }
     for (; i < n8; i += stride) {
-        const uint4 u = __ldg(&x[i]);
+        uint4 u = __ldg(&x[i]);
+        u.x = act2<GELU>(u.x), u.y = act2<GELU>(u.y), u.z = act2<GELU>(u.z), u.w = act2<GELU>(u.w);
         m = __vmaxu2(m, __vmaxu2(__vmaxu2(u.x & 0x7fff7fffu, u.y & 0x7fff7fffu),
                                  __vmaxu2(u.z & 0x7fff7fffu, u.w & 0x7fff7fffu)));
     }
-    amax_add(amax, max(m & 0xffffu, m >> 16) << 16); /* the bf16 pattern as an f32's */
+    amax_add(amax, rec, max(m & 0xffffu, m >> 16) << 16); /* the bf16 pattern as an f32's */
 }
 
 /* nn_fp8_scale's arithmetic: 0 where the tensor cannot be scaled. */
@@ -130,7 +178,14 @@ struct scale_src {
     float *scale_out, *descale_out;
     int *bad;
     float fmax;
+    bool inf_nan; /* an infinity in x becomes NaN (delayed scaling), not the largest value */
+    bool gelu;    /* the values converted are GELU(x) (act1) */
 };
+
+__device__ __forceinline__ float nan_if_inf(const scale_src &src, float f)
+{
+    return src.inf_nan && isinf(f) ? __int_as_float(0x7fc00000) : f;
+}
 
 __device__ __forceinline__ float scale_get(const scale_src &src)
 {
@@ -143,7 +198,7 @@ __device__ __forceinline__ float scale_get(const scale_src &src)
 }
 
 /* blockDim (TILE, TILE_ROWS); grid (cols / TILE, rows / TILE) rounded up. */
-template <int KIND>
+template <int KIND, bool GELU>
 __global__ void quantize_k(uint8_t *q, uint8_t *qt, const bf16 *x, int ldx, int rows, int cols,
                            scale_src src, unsigned *amax)
 {
@@ -155,16 +210,16 @@ __global__ void quantize_k(uint8_t *q, uint8_t *qt, const bf16 *x, int ldx, int 
         const int r = r0 + i, c = c0 + threadIdx.x;
         uint8_t v = 0;
         if (r < rows && c < cols) {
-            const float f = ld(&x[(size_t)r * ldx + c]);
+            const float f = act1<GELU>(ld(&x[(size_t)r * ldx + c]));
             m = max(m, __float_as_uint(f) & 0x7fffffffu);
-            v = to_fp8<KIND>(__fmul_rn(f, s));
+            v = to_fp8<KIND>(__fmul_rn(nan_if_inf(src, f), s));
             if (q)
                 q[(size_t)r * cols + c] = v;
         }
         tile[i][threadIdx.x] = v;
     }
     if (amax)
-        amax_add(amax, m);
+        amax_block(amax, m);
     if (qt) {
         __syncthreads();
         for (int i = threadIdx.y; i < TILE; i += TILE_ROWS) {
@@ -180,7 +235,7 @@ __global__ void quantize_k(uint8_t *q, uint8_t *qt, const bf16 *x, int ldx, int 
  * out; for qt, rows a multiple of 16, so a transposed chunk is too. */
 #define CT 64
 #define CT_PITCH 68 /* bytes per shared row: 17 words, few bank conflicts */
-template <int KIND>
+template <int KIND, bool GELU>
 __global__ void __launch_bounds__(256)
     quantize_chunks_k(uint8_t *q, uint8_t *qt, const bf16 *x, int ldx, int rows, int cols,
                       scale_src src, unsigned *amax)
@@ -196,12 +251,15 @@ __global__ void __launch_bounds__(256)
         uint32_t lo = 0, hi = 0;
         if (r < rows && c < cols) {
             const uint4 u = __ldg(reinterpret_cast<const uint4 *>(&x[(size_t)r * ldx + c]));
-            const uint32_t w[4] = { u.x, u.y, u.z, u.w };
+            const uint32_t w[4] = { act2<GELU>(u.x), act2<GELU>(u.y), act2<GELU>(u.z),
+                                    act2<GELU>(u.w) };
 #pragma unroll
             for (int k = 0; k < 4; k++) {
                 m = __vmaxu2(m, w[k] & 0x7fff7fffu);
-                const uint32_t a = to_fp8<KIND>(__fmul_rn(__uint_as_float(w[k] << 16), s)),
-                               b = to_fp8<KIND>(__fmul_rn(__uint_as_float(w[k] & 0xffff0000u), s));
+                const float f0 = nan_if_inf(src, __uint_as_float(w[k] << 16)),
+                            f1 = nan_if_inf(src, __uint_as_float(w[k] & 0xffff0000u));
+                const uint32_t a = to_fp8<KIND>(__fmul_rn(f0, s)),
+                               b = to_fp8<KIND>(__fmul_rn(f1, s));
                 const uint32_t two = a | b << 8;
                 if (k < 2)
                     lo |= two << (16 * k);
@@ -215,7 +273,7 @@ __global__ void __launch_bounds__(256)
         row[0] = lo, row[1] = hi;
     }
     if (amax)
-        amax_add(amax, max(m & 0xffffu, m >> 16) << 16);
+        amax_block(amax, max(m & 0xffffu, m >> 16) << 16); /* its __syncthreads serves qt */
     if (qt) {
         __syncthreads();
         const int j = t >> 2, i0 = (t & 3) * 16, c = c0 + j, r = r0 + i0;
@@ -235,8 +293,26 @@ __global__ void __launch_bounds__(256)
 
 } // namespace
 
-extern "C" int nn_cuda_fp8_amax(nn_cuda_t *h, float *amax, const void *x, size_t n,
-                                bmt_error_t *err)
+/* *amax = max |x| (of GELU(x) if gelu; cleared first); rec, if not NULL,
+ * gets it max'ed in. */
+template <bool GELU>
+static void amax_launch(cudaStream_t st, float *amax, float *rec, const void *x, size_t n8,
+                        size_t rest)
+{
+    if (n8) {
+        const unsigned b = blocks_for(n8, 256 * 4), grid = b < 1056 ? b : 1056;
+        amax_chunks_k<GELU>
+            <<<grid, 256, 0, st>>>((unsigned *)amax, (unsigned *)rec, (const uint4 *)x, n8);
+    }
+    if (rest) {
+        const unsigned b = blocks_for(rest, 256), grid = b < 1024 ? b : 1024;
+        amax_k<GELU><<<grid, 256, 0, st>>>((unsigned *)amax, (unsigned *)rec,
+                                           (const bf16 *)x + 8 * n8, rest);
+    }
+}
+
+static int amax_to(nn_cuda_t *h, float *amax, float *rec, const void *x, size_t n, bool gelu,
+                   bmt_error_t *err)
 {
     if (amax == NULL || x == NULL)
         return fail_text(err, "fp8 amax", "a pointer is NULL");
@@ -245,15 +321,17 @@ extern "C" int nn_cuda_fp8_amax(nn_cuda_t *h, float *amax, const void *x, size_t
         return launched(err, "fp8 amax (clear)");
     /* 16-byte chunks where x is aligned; single elements for the rest */
     const size_t n8 = aligned16(x) ? n / 8 : 0, rest = n - 8 * n8;
-    if (n8) {
-        const unsigned b = blocks_for(n8, 256 * 4), grid = b < 1056 ? b : 1056;
-        amax_chunks_k<<<grid, 256, 0, st>>>((unsigned *)amax, (const uint4 *)x, n8);
-    }
-    if (rest) {
-        const unsigned b = blocks_for(rest, 256), grid = b < 1024 ? b : 1024;
-        amax_k<<<grid, 256, 0, st>>>((unsigned *)amax, (const bf16 *)x + 8 * n8, rest);
-    }
+    if (gelu)
+        amax_launch<true>(st, amax, rec, x, n8, rest);
+    else
+        amax_launch<false>(st, amax, rec, x, n8, rest);
     return launched(err, "fp8 amax");
+}
+
+extern "C" int nn_cuda_fp8_amax(nn_cuda_t *h, float *amax, const void *x, size_t n,
+                                bmt_error_t *err)
+{
+    return amax_to(h, amax, NULL, x, n, false, err);
 }
 
 extern "C" int nn_cuda_fp8_scale(nn_cuda_t *h, float *scale, float *descale, const float *amax,
@@ -267,22 +345,23 @@ extern "C" int nn_cuda_fp8_scale(nn_cuda_t *h, float *scale, float *descale, con
     return launched(err, "fp8 scale");
 }
 
-template <int KIND>
+template <int KIND, bool GELU>
 static void quantize_launch(cudaStream_t st, uint8_t *q, uint8_t *qt, const bf16 *x, int ld,
                             int rows, int cols, const scale_src &src, unsigned *amax)
 {
     if (aligned16(x) && ld % 8 == 0 && cols % 8 == 0) {
         const dim3 grid((cols + CT - 1) / CT, (rows + CT - 1) / CT);
-        quantize_chunks_k<KIND><<<grid, 256, 0, st>>>(q, qt, x, ld, rows, cols, src, amax);
+        quantize_chunks_k<KIND, GELU><<<grid, 256, 0, st>>>(q, qt, x, ld, rows, cols, src, amax);
     } else {
         const dim3 grid((cols + TILE - 1) / TILE, (rows + TILE - 1) / TILE), block(TILE, TILE_ROWS);
-        quantize_k<KIND><<<grid, block, 0, st>>>(q, qt, x, ld, rows, cols, src, amax);
+        quantize_k<KIND, GELU><<<grid, block, 0, st>>>(q, qt, x, ld, rows, cols, src, amax);
     }
 }
 
+/* clear_amax: *amax = this x's max; else max'ed into *amax (a record). */
 static int quantize(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, int ld, int rows,
                     int cols, const scale_src &src, nn_fp8_kind_t kind, float *amax,
-                    bmt_error_t *err)
+                    bool clear_amax, bmt_error_t *err)
 {
     char why[160];
     if (x == NULL || (q == NULL && qt == NULL))
@@ -303,14 +382,18 @@ static int quantize(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, int ld
     if (kind != NN_FP8_E4M3 && kind != NN_FP8_E5M2)
         return fail_text(err, "fp8 quantize", "not an FP8 kind");
     cudaStream_t st = stream_of(h);
-    if (amax && cudaMemsetAsync(amax, 0, sizeof(float), st) != cudaSuccess)
+    if (amax && clear_amax && cudaMemsetAsync(amax, 0, sizeof(float), st) != cudaSuccess)
         return launched(err, "fp8 quantize (clear amax)");
-    if (kind == NN_FP8_E4M3)
-        quantize_launch<NN_FP8_E4M3>(st, q, qt, (const bf16 *)x, ld, rows, cols, src,
-                                     (unsigned *)amax);
+    const bf16 *xb = (const bf16 *)x;
+    unsigned *am = (unsigned *)amax;
+    if (kind == NN_FP8_E4M3 && src.gelu)
+        quantize_launch<NN_FP8_E4M3, true>(st, q, qt, xb, ld, rows, cols, src, am);
+    else if (kind == NN_FP8_E4M3)
+        quantize_launch<NN_FP8_E4M3, false>(st, q, qt, xb, ld, rows, cols, src, am);
+    else if (src.gelu)
+        quantize_launch<NN_FP8_E5M2, true>(st, q, qt, xb, ld, rows, cols, src, am);
     else
-        quantize_launch<NN_FP8_E5M2>(st, q, qt, (const bf16 *)x, ld, rows, cols, src,
-                                     (unsigned *)amax);
+        quantize_launch<NN_FP8_E5M2, false>(st, q, qt, xb, ld, rows, cols, src, am);
     return launched(err, "fp8 quantize");
 }
 
@@ -322,7 +405,45 @@ extern "C" int nn_cuda_fp8_quantize(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const
         return fail_text(err, "fp8 quantize", "scale is NULL");
     scale_src src = {};
     src.scale = scale;
-    return quantize(h, q, qt, x, ld, rows, cols, src, kind, amax, err);
+    return quantize(h, q, qt, x, ld, rows, cols, src, kind, amax, true, err);
+}
+
+/* x's (or GELU(x)'s) codes under sc's scaling, operand j's scales at
+ * s = &sc->s[4 j] and record at sc->rec[j]: current, amax (into s[2] and the
+ * record), then the conversion making s[1] and s[0] from s[2]; delayed, the
+ * conversion at s[1], infinities to NaN, its amax max'ed into the record. */
+static int convert(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, int rows, int cols,
+                   nn_fp8_kind_t kind, const nn_cuda_fp8_scales_t *sc, int j, bool gelu,
+                   bmt_error_t *err)
+{
+    float *s = &sc->s[4 * j], *rec = sc->rec ? &sc->rec[j] : NULL;
+    scale_src src = {};
+    src.gelu = gelu;
+    if (sc->delayed) {
+        src.scale = &s[1], src.inf_nan = true;
+        return quantize(h, q, qt, x, cols, rows, cols, src, kind, rec, false, err);
+    }
+    if (amax_to(h, &s[2], rec, x, (size_t)rows * cols, gelu, err) < 0)
+        return -1;
+    /* the conversion makes s[1] and s[0] from s[2] (scale_get) */
+    src.amax = &s[2], src.scale_out = &s[1], src.descale_out = &s[0], src.bad = sc->bad;
+    src.fmax = nn_fp8_max(kind);
+    return quantize(h, q, qt, x, cols, rows, cols, src, kind, NULL, false, err);
+}
+
+extern "C" int nn_cuda_fp8_codes(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, int gelu,
+                                 int rows, int cols, nn_fp8_kind_t kind,
+                                 const nn_cuda_fp8_scales_t *sc, int j, bmt_error_t *err)
+{
+    if (sc == NULL || sc->s == NULL || (uintptr_t)sc->s % 16 || sc->bad == NULL || j < 0 || j > 2)
+        return fail_text(err, "fp8 codes",
+                         "the scales are NULL or not 16-byte aligned, bad is NULL, or the "
+                         "operand is not 0..2");
+    if (rows < 1 || cols < 1)
+        return fail_text(err, "fp8 codes", "rows and cols must be >= 1");
+    if (kind != NN_FP8_E4M3 && kind != NN_FP8_E5M2)
+        return fail_text(err, "fp8 codes", "not an FP8 kind");
+    return convert(h, q, qt, x, rows, cols, kind, sc, j, gelu != 0, err);
 }
 
 extern "C" int nn_cuda_fp8_cast(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, int rows,
@@ -335,13 +456,8 @@ extern "C" int nn_cuda_fp8_cast(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const voi
         return fail_text(err, "fp8 cast", "rows and cols must be >= 1");
     if (kind != NN_FP8_E4M3 && kind != NN_FP8_E5M2)
         return fail_text(err, "fp8 cast", "not an FP8 kind");
-    if (nn_cuda_fp8_amax(h, &s[2], x, (size_t)rows * cols, err) < 0)
-        return -1;
-    /* the conversion makes s[1] and s[0] from s[2] (scale_get) */
-    scale_src src = {};
-    src.amax = &s[2], src.scale_out = &s[1], src.descale_out = &s[0], src.bad = bad;
-    src.fmax = nn_fp8_max(kind);
-    return quantize(h, q, qt, x, cols, rows, cols, src, kind, NULL, err);
+    const nn_cuda_fp8_scales_t sc = { s, NULL, 0, bad };
+    return convert(h, q, qt, x, rows, cols, kind, &sc, 0, false, err);
 }
 
 /* Scratch: [a: N max(IC,OC)] [b: N OC] [c: IC OC], each rounded up to 256
@@ -356,8 +472,8 @@ extern "C" size_t nn_cuda_fp8_conv1d_scratch_bytes(int N, int IC, int OC)
     return up256(n * (ic > oc ? ic : oc)) + up256(n * oc) + up256(ic * oc);
 }
 
-static int conv1d_args(int N, int IC, int OC, const float *s, const void *scratch, const char *what,
-                       bmt_error_t *err)
+static int conv1d_args(int N, int IC, int OC, const nn_cuda_fp8_scales_t *sc, const void *scratch,
+                       const char *what, bmt_error_t *err)
 {
     char why[200];
     if (N < 16 || IC < 16 || OC < 16 || N % 16 || IC % 16 || OC % 16) {
@@ -367,25 +483,28 @@ static int conv1d_args(int N, int IC, int OC, const float *s, const void *scratc
                  N, IC, OC);
         return fail_text(err, what, why);
     }
-    if (s == NULL || scratch == NULL || (uintptr_t)s % 16 || (uintptr_t)scratch % 256)
+    if (sc == NULL || sc->s == NULL || sc->bad == NULL || scratch == NULL ||
+        (uintptr_t)sc->s % 16 || (uintptr_t)scratch % 256)
         return fail_text(err, what,
-                         "the scales or the scratch are NULL, or not 16- and 256-byte "
-                         "aligned");
+                         "the scales, bad or the scratch are NULL, or the scales and the scratch "
+                         "not 16- and 256-byte aligned");
     return 0;
 }
 
 extern "C" int nn_cuda_fp8_conv1d_forward(nn_cuda_t *h, void *out, uint8_t *xqt, const void *inp,
-                                          const void *weight, const void *bias, int N, int IC,
-                                          int OC, int fast_accum, float *s, int *bad, void *scratch,
+                                          int gelu, const void *weight, const void *bias, int N,
+                                          int IC, int OC, int fast_accum,
+                                          const nn_cuda_fp8_scales_t *sc, void *scratch,
                                           bmt_error_t *err)
 {
-    if (conv1d_args(N, IC, OC, s, scratch, "fp8 conv1d forward", err) < 0)
+    if (conv1d_args(N, IC, OC, sc, scratch, "fp8 conv1d forward", err) < 0)
         return -1;
     uint8_t *xq = (uint8_t *)scratch;
     uint8_t *wqt = xq + up256((size_t)N * (IC > OC ? IC : OC)) + up256((size_t)N * OC);
+    float *s = sc->s;
     /* out (N,OC) = x (N,IC) x (W^T (OC,IC))^T: both with IC contiguous */
-    if (nn_cuda_fp8_cast(h, xq, xqt, inp, N, IC, NN_FP8_E4M3, &s[0], bad, err) < 0 ||
-        nn_cuda_fp8_cast(h, NULL, wqt, weight, IC, OC, NN_FP8_E4M3, &s[4], bad, err) < 0)
+    if (convert(h, xq, xqt, inp, N, IC, NN_FP8_E4M3, sc, 0, gelu != 0, err) < 0 ||
+        convert(h, NULL, wqt, weight, IC, OC, NN_FP8_E4M3, sc, 1, false, err) < 0)
         return -1;
     return nn_cuda_fp8_matmul(h, out, 0, OC, xq, NN_FP8_E4M3, &s[0], wqt, NN_FP8_E4M3, &s[4], bias,
                               0.0f, fast_accum, N, IC, OC, err);
@@ -393,31 +512,82 @@ extern "C" int nn_cuda_fp8_conv1d_forward(nn_cuda_t *h, void *out, uint8_t *xqt,
 
 extern "C" int nn_cuda_fp8_conv1d_backward(nn_cuda_t *h, void *dinp, float *dweight, float *dbias,
                                            const void *dout, const uint8_t *xqt, const void *weight,
-                                           int N, int IC, int OC, float *s, int *bad, void *scratch,
-                                           bmt_error_t *err)
+                                           int N, int IC, int OC, const nn_cuda_fp8_scales_t *sc,
+                                           void *scratch, bmt_error_t *err)
 {
-    if (conv1d_args(N, IC, OC, s, scratch, "fp8 conv1d backward", err) < 0)
+    if (conv1d_args(N, IC, OC, sc, scratch, "fp8 conv1d backward", err) < 0)
         return -1;
     if (dweight && xqt == NULL)
         return fail_text(err, "fp8 conv1d backward", "dweight wants the forward's xqt");
     uint8_t *gq = (uint8_t *)scratch;
     uint8_t *gqt = gq + up256((size_t)N * (IC > OC ? IC : OC));
     uint8_t *wq = gqt + up256((size_t)N * OC);
-    if ((dinp || dweight) && nn_cuda_fp8_cast(h, dinp ? gq : NULL, dweight ? gqt : NULL, dout, N,
-                                              OC, NN_FP8_E5M2, &s[8], bad, err) < 0)
+    float *s = sc->s;
+    if ((dinp || dweight) && convert(h, dinp ? gq : NULL, dweight ? gqt : NULL, dout, N, OC,
+                                     NN_FP8_E5M2, sc, 2, false, err) < 0)
         return -1;
     /* dW (IC,OC) += x^T (IC,N) x (dout^T (OC,N))^T: both with N contiguous */
     if (dweight && nn_cuda_fp8_matmul(h, dweight, 1, OC, xqt, NN_FP8_E4M3, &s[0], gqt, NN_FP8_E5M2,
                                       &s[8], NULL, 1.0f, 0, IC, N, OC, err) < 0)
         return -1;
     /* dinp (N,IC) = dout (N,OC) x (W (IC,OC))^T: both with OC contiguous; the
-     * weight's codes again at the forward's scale (the same bits) */
-    if (dinp &&
-        (nn_cuda_fp8_quantize(h, wq, NULL, weight, OC, IC, OC, &s[5], NN_FP8_E4M3, NULL, err) < 0 ||
-         nn_cuda_fp8_matmul(h, dinp, 0, IC, gq, NN_FP8_E5M2, &s[8], wq, NN_FP8_E4M3, &s[4], NULL,
-                            0.0f, 0, N, OC, IC, err) < 0))
+     * weight's codes again at the forward's scale (the same bits; an infinity
+     * NaN, as the forward's conversion made it under either scaling) */
+    scale_src ws = {};
+    ws.scale = &s[5], ws.inf_nan = true;
+    if (dinp && (quantize(h, wq, NULL, weight, OC, IC, OC, ws, NN_FP8_E4M3, NULL, false, err) < 0 ||
+                 nn_cuda_fp8_matmul(h, dinp, 0, IC, gq, NN_FP8_E5M2, &s[8], wq, NN_FP8_E4M3, &s[4],
+                                    NULL, 0.0f, 0, N, OC, IC, err) < 0))
         return -1;
     return dbias ? nn_cuda_matmul_backward(h, NULL, NULL, dbias, dout, OC, NULL, NULL, N, IC, OC, 0,
                                            err)
                  : 0;
+}
+
+/* One thread per operand t of n layers (nn_cuda_fp8_advance). */
+static __global__ void advance_k(float *s, unsigned *rec, float *hist, int n3, int len, int slot,
+                                 int count, int was_delayed, int *bad, unsigned long long *stats)
+{
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n3)
+        return;
+    const int j = t % 3;
+    const float fmax = j == 2 ? 57344.0f : 448.0f;                  /* nn_fp8_max: E5M2, E4M3 */
+    const float fsat = j == 2 ? 61440.0f : 464.0f;                  /* nn_fp8_saturation */
+    float *st = s + (size_t)(t / 3) * NN_FP8_CONV1D_SCALES + 4 * j; /* descale, scale */
+    const float r = __uint_as_float(rec[t]);
+    if (!isfinite(r))
+        atomicAdd(&stats[1], 1ull);
+    else if (was_delayed && __fmul_rn(r, st[1]) > fsat)
+        atomicAdd(&stats[0], 1ull);
+    rec[t] = 0u;
+    if (len == 0)
+        return;
+    hist[(size_t)slot * n3 + t] = r;
+    float m = -1.0f;
+    for (int i = 0; i < count; i++) {
+        const float v = hist[(size_t)i * n3 + t];
+        if (isfinite(v) && v > m)
+            m = v;
+    }
+    const float sc = m < 0.0f ? 0.0f : scale_of(m, fmax, 0);
+    if (sc == 0.0f)
+        atomicAdd(&stats[1], 1ull);
+    store_scale(&st[1], &st[0], bad, sc);
+}
+
+extern "C" int nn_cuda_fp8_advance(nn_cuda_t *h, float *s, float *rec, float *hist, int n, int len,
+                                   int slot, int count, int was_delayed, int *bad,
+                                   unsigned long long *stats, bmt_error_t *err)
+{
+    if (s == NULL || rec == NULL || bad == NULL || stats == NULL || (len > 0 && hist == NULL) ||
+        (uintptr_t)s % 16 || n < 1 || len < 0 || len > NN_FP8_HISTORY_MAX ||
+        (len > 0 && (slot < 0 || slot >= len || count < 1 || count > len)))
+        return fail_text(err, "fp8 advance",
+                         "want s (16-byte aligned), rec, bad, stats and (len > 0) hist, n >= 1, "
+                         "len 0..NN_FP8_HISTORY_MAX, slot in 0..len-1, count in 1..len");
+    const int n3 = 3 * n;
+    advance_k<<<blocks_for((size_t)n3, 128), 128, 0, stream_of(h)>>>(
+        s, (unsigned *)rec, hist, n3, len, slot, count, was_delayed, bad, stats);
+    return launched(err, "fp8 advance");
 }

@@ -62,18 +62,49 @@ int nn_cuda_fp8_quantize(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, i
 int nn_cuda_fp8_cast(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, int rows, int cols,
                      nn_fp8_kind_t kind, float *s, int *bad, bmt_error_t *err);
 
-/* A linear layer with FP8 operands: nn_fp8_conv1d_forward and _backward of
+/* How nn_cuda_fp8_conv1d_* scale a layer's three operands (the input and
+ * the weight in E4M3, the output's gradient in E5M2), as nn_fp8_scaling_t
+ * does on the cpu (docs/fp8.md, "Delayed scaling"):
+ *   s:   NN_FP8_CONV1D_SCALES device f32, 16-byte aligned, four per operand:
+ *        descale, scale, amax (current scaling), unused; the input's s[0..3],
+ *        the weight's s[4..7], the gradient's s[8..11]. The products read the
+ *        descales.
+ *   rec: NULL, or 3 device f32 (input, weight, gradient): the pass's records,
+ *        each conversion's amax max'ed in (atomicMax of the magnitudes' bit
+ *        patterns: NaN beats inf beats every finite value); cleared by
+ *        nn_cuda_fp8_advance.
+ *   delayed: 0, current scaling: each operand's amax measured first, its
+ *        scale and descale written into s (one more pass over it); 1: s
+ *        holds the pass's scales (nn_cuda_fp8_advance made them), the
+ *        conversion measures as it goes, and an infinity in an operand
+ *        becomes a NaN code (a finite value beyond the range saturates).
+ *   bad: a device int set to 1 when an operand cannot be scaled (NaN or inf
+ *        in it under current scaling); its products are then NaN. */
+typedef struct nn_cuda_fp8_scales {
+    float *s;
+    float *rec;
+    int delayed;
+    int *bad;
+} nn_cuda_fp8_scales_t;
+
+/* Operand j's codes (0 input, 1 weight: E4M3; 2 gradient: E5M2, as kind
+ * says) of x (rows,cols) bf16 contiguous under sc, as nn_cuda_fp8_conv1d_*
+ * make them: q row-major and/or qt transposed (nn_cuda_fp8_quantize's
+ * layouts), scales and record as sc says. gelu 1: the codes of GELU(x)
+ * instead, as nn_cuda_fp8_conv1d_forward's gelu makes them. For a
+ * recomputation that stops between a product's input and the product. */
+int nn_cuda_fp8_codes(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, int gelu, int rows,
+                      int cols, nn_fp8_kind_t kind, const nn_cuda_fp8_scales_t *sc, int j,
+                      bmt_error_t *err);
+
+/* A linear layer with FP8 operands: nn_fp8_linear_forward and _backward of
  * nn/fp8.h (their exact f32 emulation, the reference) on the GPU, for HF's
- * Conv1D weight (IC,OC) bf16. Current scaling for every operand; f32 sums.
- *   s: NN_FP8_CONV1D_SCALES device f32, 16-byte aligned, the layer's: four
- *      per operand as nn_cuda_fp8_cast writes them, for the input (s[0..3]),
- *      the weight (s[4..7]) and the output's gradient (s[8..11]). The forward
- *      writes the first two groups; the backward reads them (the same layer's
- *      forward must have run with the same weight) and writes the third.
+ * Conv1D weight (IC,OC) bf16; f32 sums. sc as above: the forward writes (or,
+ * delayed, reads) the first two operands' scales, the backward reads them
+ * (the same layer's forward must have run with the same weight and sc) and
+ * writes or reads the third.
  *   scratch: nn_cuda_fp8_conv1d_scratch_bytes(N, IC, OC), 256-byte aligned,
  *      free between calls (stream-ordered: one buffer serves every layer).
- *   bad: a device int set to 1 when an operand cannot be scaled (NaN or inf
- *      in it); its products are then NaN (nn_cuda_fp8_scale).
  * N, IC and OC must be multiples of 16 (the products' K and the transposed
  * codes' rows); -1 and a message otherwise. */
 #define NN_FP8_CONV1D_SCALES 12
@@ -82,21 +113,45 @@ size_t nn_cuda_fp8_conv1d_scratch_bytes(int N, int IC, int OC);
 /* out (N,OC) bf16 = E4M3(inp) x E4M3(weight) x descales + bias (OC bf16, or
  * NULL). xqt (IC,N), if not NULL, gets the input's codes transposed: all the
  * backward needs of the input (IC N bytes, half of the bf16 input).
+ * gelu 1: the product's input is GELU(inp) (tanh approximation), each value
+ * rounded to bf16 as nn_cuda_gelu_forward writes it and made inside the
+ * conversion (amax and record too): the same bits as converting
+ * nn_cuda_gelu_forward's output, without writing or reading it.
  * fast_accum: cuBLASLt's FAST_ACCUM (nn_cuda_fp8_matmul). */
-int nn_cuda_fp8_conv1d_forward(nn_cuda_t *h, void *out, uint8_t *xqt, const void *inp,
+int nn_cuda_fp8_conv1d_forward(nn_cuda_t *h, void *out, uint8_t *xqt, const void *inp, int gelu,
                                const void *weight, const void *bias, int N, int IC, int OC,
-                               int fast_accum, float *s, int *bad, void *scratch, bmt_error_t *err);
+                               int fast_accum, const nn_cuda_fp8_scales_t *sc, void *scratch,
+                               bmt_error_t *err);
 
 /* From dout (N,OC) bf16, through E5M2: dweight (IC,OC) f32 += from xqt (the
  * forward's); dinp (N,IC) bf16 = (overwritten) from the weight's E4M3 codes at
  * the forward's scale; dbias (OC) f32 += the column sums of dout itself, not
  * of its codes. Any of the three NULL: not wanted (xqt is read only for
- * dweight), so dweight may be taken first and the saved codes freed before
- * dinp's buffer exists. */
+ * dweight). dout is converted once per call: asking for dinp and dweight in
+ * one call saves a conversion. */
 int nn_cuda_fp8_conv1d_backward(nn_cuda_t *h, void *dinp, float *dweight, float *dbias,
                                 const void *dout, const uint8_t *xqt, const void *weight, int N,
-                                int IC, int OC, float *s, int *bad, void *scratch,
+                                int IC, int OC, const nn_cuda_fp8_scales_t *sc, void *scratch,
                                 bmt_error_t *err);
+
+/* Delayed scaling's step on the device, the twin of nn_fp8_plan_begin's: for
+ * n layers whose scales lie in s (n, NN_FP8_CONV1D_SCALES) and records in rec
+ * (n, 3), with hist (len, n, 3) device f32, one launch does for every
+ * operand t:
+ *   - stats[0] += 1 when its record is finite and record x the scale in s
+ *     (f32 product) exceeds nn_fp8_saturation, if was_delayed (the pass
+ *     just closed ran at those scales: its largest elements saturated);
+ *     stats[1] += 1 when the record is NaN or inf;
+ *   - len > 0: hist[slot][t] = the record, then the scale and descale in s
+ *     from the largest finite record of hist[0..count)[t] (count after this
+ *     one), nn_cuda_fp8_scale's arithmetic (margin 0); none finite: NaN for
+ *     both, *bad = 1 and stats[1] += 1;
+ *   - the record cleared.
+ * stats: 2 device unsigned long long. -1 and err for a bad argument (slot
+ * outside 0..len-1, count outside 1..len, s not 16-byte aligned). */
+int nn_cuda_fp8_advance(nn_cuda_t *h, float *s, float *rec, float *hist, int n, int len, int slot,
+                        int count, int was_delayed, int *bad, unsigned long long *stats,
+                        bmt_error_t *err);
 
 #ifdef __cplusplus
 }

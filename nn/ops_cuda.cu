@@ -2036,20 +2036,7 @@ cudaError_t mfa_backward(cudaStream_t st, bf16 *dqkv, const bf16 *qkv, const bf1
 
 /* ------------------------------------------------------------ element-wise */
 
-#define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
-
-__device__ __forceinline__ float gelu_f(float x)
-{
-    return 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
-}
-
-__device__ __forceinline__ float gelu_grad(float x)
-{
-    const float u = GELU_SCALE * (x + 0.044715f * x * x * x);
-    const float th = tanhf(u);
-    return 0.5f * (1.0f + th) +
-           0.5f * x * (1.0f - th * th) * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-}
+/* gelu_f and gelu_grad: nn/cuda_util.cuh (the FP8 conversions use gelu_f too) */
 
 __global__ void gelu_cols(bf16 *D, const bf16 *aux, int ldd, int m, int n, bool bwd)
 {

@@ -734,6 +734,8 @@ static int train(const trainer_model_t *md, const opts_t *o)
         if (rank == 0)
             printf("%s: the last checkpoint is complete\n", prog);
     }
+    if (md->finish && md->finish(md->self, m, rank, &err) < 0)
+        goto out;
     if (rank == 0) { /* where the memory went: each kind's peak, and the whole's */
         bmt_mem_stats_t ms;
         bmt_mem_get_stats(ctx, &ms);
@@ -794,4 +796,49 @@ int trainer_main(const trainer_model_t *md, int argc, char **argv)
         return 0;
     }
     return train(md, &o);
+}
+
+int trainer_fp8_option(trainer_fp8_t *f, int which, const char *arg)
+{
+    switch (which) {
+    case 0: return trainer_int_arg("--fp8", arg, 0, 1, &f->on);
+    case 1:
+        f->given = "--fp8-scaling";
+        if (strcmp(arg, "delayed") == 0 || strcmp(arg, "current") == 0) {
+            f->delayed = arg[0] == 'd';
+            return 0;
+        }
+        return trainer_bad("--fp8-scaling: '%s': give delayed or current", arg);
+    case 2:
+        f->given = "--fp8-history";
+        f->history_given = 1;
+        return trainer_int_arg("--fp8-history", arg, 1, NN_FP8_HISTORY_MAX, &f->history);
+    }
+    return trainer_bad("unknown option");
+}
+
+int trainer_fp8_check(const trainer_fp8_t *f)
+{
+    if (f->given && !f->on)
+        return trainer_bad("%s without --fp8 1 changes nothing: add --fp8 1, or leave it out",
+                           f->given);
+    if (f->history_given && !f->delayed)
+        return trainer_bad("--fp8-history is delayed scaling's: leave it out with --fp8-scaling "
+                           "current");
+    return 0;
+}
+
+int trainer_fp8_history(const trainer_fp8_t *f) { return f->delayed ? f->history : 0; }
+
+void trainer_fp8_report(const trainer_fp8_t *f, int rank, const nn_fp8_stats_t *st)
+{
+    if (!f->on || (rank != 0 && st->saturated == 0 && st->unscalable == 0))
+        return;
+    char how[64] = "current scaling";
+    if (f->delayed)
+        snprintf(how, sizeof how, "delayed scaling over %d passes", f->history);
+    printf("%s: rank %d: fp8: %s; %ld passes; %ld operand-passes saturated, %ld unscalable "
+           "(docs/fp8.md)\n",
+           trainer_name(), rank, how, st->passes, st->saturated, st->unscalable);
+    fflush(stdout);
 }

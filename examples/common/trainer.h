@@ -23,6 +23,7 @@
 
 #include "bmt/block.h"
 #include "bmt/bmt.h"
+#include "nn/fp8.h"
 
 /* A model's own long options take getopt values from here up. */
 #define TRAINER_OPT_MODEL 1024
@@ -77,6 +78,10 @@ typedef struct trainer_model {
     bmt_dtype_t (*param_dtype)(const void *m);
     void (*destroy)(void *m);
 
+    /* Optional: at the end of a run that trained, on every rank (GPT-2's FP8
+     * statistics): 0, or -1 with err (the run then fails). */
+    int (*finish)(void *self, void *m, int rank, bmt_error_t *err);
+
     /* A checkpoint's config.json (malloc'd text) for the model, parameters as dtype. */
     int (*hf_config_json)(const void *self, bmt_dtype_t dtype, char **json, bmt_error_t *err);
     /* The "model" object of the trainer's state in a checkpoint (new reference):
@@ -99,5 +104,52 @@ int trainer_int_arg(const char *name, const char *s, int lo, int hi, int *out);
 
 /* The program's name, as trainer_main was given it (for messages). */
 const char *trainer_name(void);
+
+/* FP8's options, the same in every trainer that has them (docs/fp8.md):
+ * --fp8 0|1, --fp8-scaling delayed|current, --fp8-history N. A model puts
+ * TRAINER_FP8_OPTIONS(code) in its option list (codes code..code+2) and
+ * TRAINER_FP8_USAGE in its usage text, hands those codes to
+ * trainer_fp8_option, calls trainer_fp8_check from configure(), gives its
+ * model trainer_fp8_history's window, and prints trainer_fp8_report's line
+ * from finish(). */
+typedef struct trainer_fp8 {
+    int on;            /* --fp8 (0) */
+    int delayed;       /* --fp8-scaling: 1 delayed (the default), 0 current */
+    int history;       /* --fp8-history (16) */
+    const char *given; /* the last scaling option given, for trainer_fp8_check */
+    int history_given;
+} trainer_fp8_t;
+#define TRAINER_FP8_INIT                                                                           \
+    {                                                                                              \
+        0, 1, 16, NULL, 0                                                                          \
+    }
+#define TRAINER_FP8_OPTIONS(code)                                                                  \
+    { "fp8", required_argument, NULL, (code) },                                                    \
+        { "fp8-scaling", required_argument, NULL, (code) + 1 },                                    \
+    {                                                                                              \
+        "fp8-history", required_argument, NULL, (code) + 2                                         \
+    }
+#define TRAINER_FP8_USAGE                                                                          \
+    "      --fp8-scaling delayed|current  with --fp8 1: each tensor's scale from the\n"            \
+    "                          largest amax of its last passes (delayed, the default:\n"           \
+    "                          no extra read of it) or from its own amax (current)\n"              \
+    "      --fp8-history N     delayed scaling's passes (micro-batches; default 16,\n"             \
+    "                          1..1024); the first pass is current\n"
+
+/* Option `which` (0 --fp8, 1 --fp8-scaling, 2 --fp8-history) with its
+ * argument: 0, or trainer_bad's 2. */
+int trainer_fp8_option(trainer_fp8_t *f, int which, const char *arg);
+
+/* After parsing: 0, or trainer_bad's 2 for a scaling option without --fp8 1
+ * or --fp8-history with current scaling (either would change nothing). */
+int trainer_fp8_check(const trainer_fp8_t *f);
+
+/* The model's history argument: 0 for current scaling, else the window. */
+int trainer_fp8_history(const trainer_fp8_t *f);
+
+/* With --fp8 1, on rank 0 and on any rank with a count: "NAME: rank R: fp8:
+ * delayed scaling over H passes; P passes; S operand-passes saturated, U
+ * unscalable (docs/fp8.md)" ("current scaling; ..."), on stdout. */
+void trainer_fp8_report(const trainer_fp8_t *f, int rank, const nn_fp8_stats_t *st);
 
 #endif

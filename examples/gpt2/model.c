@@ -43,7 +43,8 @@ struct gpt2_model {
     gpt2_config_t cfg;
     int B, T, N; /* N = B T rows */
     bool ckpt;
-    bool fp8;           /* gpt2_model_fp8: the layers' products emulated in FP8 (cpu) */
+    nn_fp8_plan_t *fp8; /* gpt2_model_fp8: the layers' products emulated in FP8 (cpu), or NULL */
+    int fp8_history;    /* its history (0: current scaling) */
     bmt_dtype_t pdtype; /* parameters: f32 on cpu, bf16 on cuda */
     gpt2_cu_t *cu;      /* the CUDA half (model_cuda.c), NULL on cpu */
     bmt_blocklist_t *list;
@@ -104,25 +105,36 @@ static layer_acts_t *acts_of(gpt2_model_t *m, int l) { return &m->acts[m->ckpt ?
 /* A layer's product: f32, or (gpt2_model_fp8) its operands through FP8 as on
  * the GPU (nn/fp8.h). An operand FP8 cannot scale (NaN or infinite values)
  * gives NaN results, so the step is handled as any non-finite one (skipped). */
-static int linear_fwd(gpt2_model_t *m, int l, const char *name, float *out, const float *inp,
-                      const float *w, const float *b, int IC, int OC, bmt_error_t *err)
+static const char *const PRODUCT[4] = { "c_attn", "attn.c_proj", "c_fc", "mlp.c_proj" };
+
+static nn_fp8_scaling_t *scaling(gpt2_model_t *m, int l, int k)
 {
-    if (nn_linear_forward(m->fp8, out, inp, w, b, m->N, IC, OC, 0) == 0)
-        return 0;
+    return m->fp8 ? nn_fp8_plan_at(m->fp8, 4 * l + k) : NULL;
+}
+
+static int fp8_oom(int l, int k, const char *what, bmt_error_t *err)
+{
     snprintf(err->text, sizeof(err->text),
-             "gpt2: layer %d %s: FP8: out of memory for its operands' copies", l, name);
+             "gpt2: layer %d %s%s: FP8: out of memory for its operands' copies", l, PRODUCT[k],
+             what);
     return -1;
 }
 
-static int linear_bwd(gpt2_model_t *m, int l, const char *name, float *dinp, float *dw, float *db,
+static int linear_fwd(gpt2_model_t *m, int l, int k, float *out, const float *inp, const float *w,
+                      const float *b, int IC, int OC, bmt_error_t *err)
+{
+    return nn_linear_forward(scaling(m, l, k), out, inp, w, b, m->N, IC, OC, 0) < 0
+               ? fp8_oom(l, k, "", err)
+               : 0;
+}
+
+static int linear_bwd(gpt2_model_t *m, int l, int k, float *dinp, float *dw, float *db,
                       const float *dout, const float *inp, const float *w, int IC, int OC,
                       bmt_error_t *err)
 {
-    if (nn_linear_backward(m->fp8, dinp, dw, db, dout, inp, w, m->N, IC, OC, 0) == 0)
-        return 0;
-    snprintf(err->text, sizeof(err->text),
-             "gpt2: layer %d %s backward: FP8: out of memory for its operands' copies", l, name);
-    return -1;
+    return nn_linear_backward(scaling(m, l, k), dinp, dw, db, dout, inp, w, m->N, IC, OC, 0) < 0
+               ? fp8_oom(l, k, " backward", err)
+               : 0;
 }
 
 static int layer_forward(gpt2_model_t *m, int l, const float *const *p, bmt_error_t *err)
@@ -132,19 +144,18 @@ static int layer_forward(gpt2_model_t *m, int l, const float *const *p, bmt_erro
     const float *x = m->x[l];
     float *out = m->x[l + 1];
     nn_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p[P_LN1_W], p[P_LN1_B], N, C);
-    if (linear_fwd(m, l, "c_attn", a->qkv, a->ln1, p[P_ATTN_W], p[P_ATTN_B], C, 3 * C, err) < 0)
+    if (linear_fwd(m, l, 0, a->qkv, a->ln1, p[P_ATTN_W], p[P_ATTN_B], C, 3 * C, err) < 0)
         return -1;
     nn_attention_qkv_forward(a->atty, a->preatt, a->att, a->qkv, m->B, m->T, C, m->cfg.n_head);
     /* out as a temporary */
-    if (linear_fwd(m, l, "attn.c_proj", out, a->atty, p[P_APROJ_W], p[P_APROJ_B], C, C, err) < 0)
+    if (linear_fwd(m, l, 1, out, a->atty, p[P_APROJ_W], p[P_APROJ_B], C, C, err) < 0)
         return -1;
     nn_residual_forward(a->res2, x, out, N * C);
     nn_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p[P_LN2_W], p[P_LN2_B], N, C);
-    if (linear_fwd(m, l, "c_fc", a->fch, a->ln2, p[P_FC_W], p[P_FC_B], C, 4 * C, err) < 0)
+    if (linear_fwd(m, l, 2, a->fch, a->ln2, p[P_FC_W], p[P_FC_B], C, 4 * C, err) < 0)
         return -1;
     nn_gelu_forward(a->fch_gelu, a->fch, N * 4 * C);
-    if (linear_fwd(m, l, "mlp.c_proj", out, a->fch_gelu, p[P_FPROJ_W], p[P_FPROJ_B], 4 * C, C,
-                   err) < 0)
+    if (linear_fwd(m, l, 3, out, a->fch_gelu, p[P_FPROJ_W], p[P_FPROJ_B], 4 * C, C, err) < 0)
         return -1;
     nn_residual_forward(out, a->res2, out, N * C);
     return 0;
@@ -159,28 +170,28 @@ static int layer_backward(gpt2_model_t *m, int l, const float *const *p, float *
     const size_t nc = (size_t)N * C * sizeof(float);
     memcpy(m->dres2, m->dres, nc); /* the residual path: d res2 = d out + ... */
     memset(m->dfch_gelu, 0, (size_t)N * 4 * C * sizeof(float));
-    if (linear_bwd(m, l, "mlp.c_proj", m->dfch_gelu, g[P_FPROJ_W], g[P_FPROJ_B], m->dres,
-                   a->fch_gelu, p[P_FPROJ_W], 4 * C, C, err) < 0)
+    if (linear_bwd(m, l, 3, m->dfch_gelu, g[P_FPROJ_W], g[P_FPROJ_B], m->dres, a->fch_gelu,
+                   p[P_FPROJ_W], 4 * C, C, err) < 0)
         return -1;
     memset(m->dfch, 0, (size_t)N * 4 * C * sizeof(float));
     nn_gelu_backward(m->dfch, a->fch, m->dfch_gelu, N * 4 * C);
     memset(m->dln, 0, nc);
-    if (linear_bwd(m, l, "c_fc", m->dln, g[P_FC_W], g[P_FC_B], m->dfch, a->ln2, p[P_FC_W], C, 4 * C,
+    if (linear_bwd(m, l, 2, m->dln, g[P_FC_W], g[P_FC_B], m->dfch, a->ln2, p[P_FC_W], C, 4 * C,
                    err) < 0)
         return -1;
     nn_layernorm_backward(m->dres2, g[P_LN2_W], g[P_LN2_B], m->dln, a->res2, p[P_LN2_W],
                           a->ln2_mean, a->ln2_rstd, N, C);
     memcpy(m->dres, m->dres2, nc); /* d x = d res2 + ... */
     memset(m->datty, 0, nc);
-    if (linear_bwd(m, l, "attn.c_proj", m->datty, g[P_APROJ_W], g[P_APROJ_B], m->dres2, a->atty,
-                   p[P_APROJ_W], C, C, err) < 0)
+    if (linear_bwd(m, l, 1, m->datty, g[P_APROJ_W], g[P_APROJ_B], m->dres2, a->atty, p[P_APROJ_W],
+                   C, C, err) < 0)
         return -1;
     memset(m->dqkv, 0, (size_t)N * 3 * C * sizeof(float));
     nn_attention_qkv_backward(m->dqkv, m->dpreatt, m->datt, m->datty, a->qkv, a->att, m->B, m->T, C,
                               m->cfg.n_head);
     memset(m->dln, 0, nc);
-    if (linear_bwd(m, l, "c_attn", m->dln, g[P_ATTN_W], g[P_ATTN_B], m->dqkv, a->ln1, p[P_ATTN_W],
-                   C, 3 * C, err) < 0)
+    if (linear_bwd(m, l, 0, m->dln, g[P_ATTN_W], g[P_ATTN_B], m->dqkv, a->ln1, p[P_ATTN_W], C,
+                   3 * C, err) < 0)
         return -1;
     nn_layernorm_backward(m->dres, g[P_LN1_W], g[P_LN1_B], m->dln, m->x[l], p[P_LN1_W], a->ln1_mean,
                           a->ln1_rstd, N, C);
@@ -222,6 +233,8 @@ static int top_forward(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
     if (m->cu)
         return gpt2_cu_forward(m->cu, c, err);
     const float *const *p = (const float *const *)c->params;
+    if (c->index == 0 && m->fp8 && !c->recompute)
+        nn_fp8_plan_begin(m->fp8); /* a pass begins (nn_fp8_plan_t) */
     if (c->index == 0)
         nn_encoder_forward(m->x[0], m->inputs, p[P_WTE], p[P_WPE], m->B, m->T, m->cfg.n_embd);
     else
@@ -236,9 +249,11 @@ static int top_backward(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
         return gpt2_cu_backward(m->cu, c, err);
     const float *const *p = (const float *const *)c->params;
     float *const *g = (float *const *)c->grads;
-    if (c->index == 0)
+    if (c->index == 0) {
         nn_encoder_backward(g[P_WTE], g[P_WPE], m->dres, m->inputs, m->B, m->T, m->cfg.n_embd);
-    else
+        if (m->fp8)
+            nn_fp8_plan_end(m->fp8);
+    } else
         head_backward(m, p, g);
     return 0;
 }
@@ -482,11 +497,30 @@ int gpt2_model_keep_attention(gpt2_model_t *m, int mode, bmt_error_t *err)
     return m->cu ? gpt2_cu_keep_attention(m->cu, mode, err) : 0;
 }
 
-int gpt2_model_fp8(gpt2_model_t *m, int on, bmt_error_t *err)
+int gpt2_model_fp8(gpt2_model_t *m, int on, int history, bmt_error_t *err)
 {
-    if (m->cu && gpt2_cu_fp8(m->cu, on, err) < 0)
-        return -1;
-    m->fp8 = on != 0;
+    if (history < 0 || history > NN_FP8_HISTORY_MAX)
+        return fail(err, "gpt2: an FP8 history of %d passes: give 0 (current scaling) to %d",
+                    history, NN_FP8_HISTORY_MAX);
+    if (m->cu)
+        return gpt2_cu_fp8(m->cu, on, history, err);
+    if (m->fp8 && (!on || history != m->fp8_history))
+        return fail(err, "gpt2: FP8 cannot be turned off or its scaling changed once on");
+    if (!on || m->fp8)
+        return 0;
+    if ((m->fp8 = nn_fp8_plan_create(m->cfg.n_layer * 4, history)) == NULL)
+        return fail(err, "gpt2: out of memory for the FP8 scales");
+    m->fp8_history = history;
+    return 0;
+}
+
+int gpt2_model_fp8_stats(gpt2_model_t *m, nn_fp8_stats_t *st, bmt_error_t *err)
+{
+    if (m->cu)
+        return gpt2_cu_fp8_stats(m->cu, st, err);
+    if (m->fp8)
+        nn_fp8_plan_begin(m->fp8); /* closes the last pass, as a forward would */
+    *st = m->fp8 ? nn_fp8_plan_stats(m->fp8) : (nn_fp8_stats_t){ 0, 0, 0 };
     return 0;
 }
 
@@ -521,6 +555,7 @@ void gpt2_model_destroy(gpt2_model_t *m)
         return;
     bmt_blocklist_destroy(m->list);
     gpt2_cu_destroy(m->cu);
+    nn_fp8_plan_destroy(m->fp8);
     bmt_ctx_t *ctx = m->ctx;
     const int L = m->cfg.n_layer, sets = m->ckpt ? 1 : L;
     if (m->x)

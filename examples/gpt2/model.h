@@ -30,6 +30,7 @@
 
 #include "bmt/block.h"
 #include "bmt/bmt.h"
+#include "nn/fp8.h"
 
 typedef struct gpt2_config {
     int max_seq_len; /* maxT: rows of wpe */
@@ -99,15 +100,27 @@ int gpt2_model_keep_attention(gpt2_model_t *m, int mode, bmt_error_t *err);
 int gpt2_model_gemm_tune(gpt2_model_t *m, int candidates, bmt_error_t *err);
 
 /* FP8 (docs/fp8.md): on != 0 computes the layers' four products with their
- * operands in FP8 (activations and weights E4M3, gradients E5M2, each at its
- * tensor's current scale), the head, norms, attention and update as before.
- * The cpu model emulates it exactly in f32 (nn/fp8.h: the reference of the
- * GPU's FP8 mode); the cuda model runs it through cuBLASLt's FP8 products
- * (nn_cuda_fp8_conv1d_*) and refuses it (-1 with err) when B x T or the width
- * is not a multiple of 16. Call it before the first step. An operand that holds NaN or infinite
- * values makes its product's results NaN, so the step is skipped as any non-finite one
+ * operands in FP8 (activations and weights E4M3, gradients E5M2, one scale
+ * per tensor), the head, norms, attention and update as before. history 0:
+ * current scaling (each tensor's scale from its own amax); 1..1024
+ * (NN_FP8_HISTORY_MAX): delayed scaling, each tensor's scale from the
+ * largest amax its conversions recorded in the last `history` passes (a pass
+ * is a micro-batch's forward and backward; the first pass current), the
+ * bookkeeping of nn_fp8_plan_t. The cpu model emulates it exactly in f32
+ * (nn/fp8.h: the reference of the GPU's FP8 mode); the cuda model runs it
+ * through cuBLASLt's FP8 products (nn_cuda_fp8_conv1d_*) and refuses it (-1
+ * with err) when B x T or the width is not a multiple of 16. Call it before
+ * the first step; turning it off or changing history later is refused. An
+ * operand that holds NaN or infinite values makes its product's results NaN,
+ * so the step is skipped as any non-finite one
  * (bmt_adamw_config_t.max_skipped). */
-int gpt2_model_fp8(gpt2_model_t *m, int on, bmt_error_t *err);
+int gpt2_model_fp8(gpt2_model_t *m, int on, int history, bmt_error_t *err);
+
+/* What FP8's scale records said so far (nn_fp8_stats_t: passes closed,
+ * operand-passes saturated or unscalable); all 0 without FP8. It closes a
+ * pass whose backward ended first, as the next forward would: call it when
+ * the training is done. On cuda it waits for the stream. */
+int gpt2_model_fp8_stats(gpt2_model_t *m, nn_fp8_stats_t *st, bmt_error_t *err);
 
 /* The sizes of the GPT-2 in a safetensors file, index or directory (HF names,
  * with or without the "transformer." prefix), found by block discovery: L from

@@ -92,11 +92,19 @@ struct gpt2_cu {
     void *dres, *dres2, *dln, *datty, *dqkv, *datt, *attn_scratch, *dfch;
     void *proj; /* a recomputation's attention projection (x_{l+1} is kept) */
     void *stream;
-    size_t U, att_bytes; /* one (N,C) bf16 buffer; attention's saved bytes */
-    bool fp8;            /* gpt2_cu_fp8 */
-    float *fp8_s;        /* (L, 4 products, NN_FP8_CONV1D_SCALES) */
-    int *fp8_bad;        /* set by a tensor FP8 cannot scale (its products are NaN) */
-    void *fp8_scratch;   /* nn_cuda_fp8_conv1d_scratch_bytes of the largest product */
+    size_t U, att_bytes;           /* one (N,C) bf16 buffer; attention's saved bytes */
+    bool fp8;                      /* gpt2_cu_fp8 */
+    float *fp8_s;                  /* (L, 4 products, NN_FP8_CONV1D_SCALES) */
+    float *fp8_rec;                /* (L, 4, 3): the pass's amax records (nn_cuda_fp8_scales_t) */
+    float *fp8_hist;               /* (history, L, 4, 3): delayed scaling's closed records */
+    unsigned long long *fp8_stats; /* nn_cuda_fp8_advance's: saturated, unscalable */
+    int *fp8_bad;                  /* set by a tensor FP8 cannot scale (its products are NaN) */
+    void *fp8_scratch;             /* nn_cuda_fp8_conv1d_scratch_bytes of the largest product */
+    int fp8_history;               /* 0: current scaling; else delayed over that many passes */
+    int fp8_slot, fp8_count;       /* the history ring's next slot, records in it */
+    bool fp8_ended;                /* a backward ended since the last forward began */
+    bool fp8_delayed;              /* this pass runs at the history's scales */
+    long fp8_passes;               /* passes closed */
 };
 
 static void *cu_alloc(gpt2_cu_t *cu, size_t bytes, bmt_error_t *err)
@@ -206,11 +214,11 @@ void gpt2_cu_destroy(gpt2_cu_t *cu)
             for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
                 bmt_free(ctx, all[i]);
         }
-    void *rest[] = { cu->tokens,   cu->qkv,          cu->attn_y,     cu->lnf,      cu->logits,
-                     cu->lnf_mean, cu->lnf_rstd,     cu->losses,     cu->loss_sum, cu->logits_f32,
-                     cu->dres,     cu->dres2,        cu->dln,        cu->datty,    cu->dqkv,
-                     cu->datt,     cu->attn_scratch, cu->dfch,       cu->proj,     cu->workspace,
-                     cu->fp8_s,    cu->fp8_bad,      cu->fp8_scratch };
+    void *rest[] = { cu->tokens,   cu->qkv,          cu->attn_y, cu->lnf,      cu->logits,
+                     cu->lnf_mean, cu->lnf_rstd,     cu->losses, cu->loss_sum, cu->logits_f32,
+                     cu->dres,     cu->dres2,        cu->dln,    cu->datty,    cu->dqkv,
+                     cu->datt,     cu->attn_scratch, cu->dfch,   cu->proj,     cu->workspace,
+                     cu->fp8_s,    cu->fp8_scratch };
     for (size_t i = 0; i < sizeof(rest) / sizeof(rest[0]); i++)
         bmt_free(ctx, rest[i]);
     if (cu->katty)
@@ -274,23 +282,46 @@ enum {
 static cu_layer_t *layer_of(gpt2_cu_t *cu, int l) { return &cu->acts[cu->ckpt ? 0 : l]; }
 
 /* The layer's products: k 0 c_attn, 1 attn.c_proj, 2 c_fc, 3 mlp.c_proj. */
-static float *fp8_scales(gpt2_cu_t *cu, int l, int k)
+static nn_cuda_fp8_scales_t fp8_scales(gpt2_cu_t *cu, int l, int k)
 {
-    return cu->fp8_s + ((size_t)l * 4 + k) * NN_FP8_CONV1D_SCALES;
+    const size_t i = (size_t)l * 4 + k;
+    return (nn_cuda_fp8_scales_t){ cu->fp8_s + i * NN_FP8_CONV1D_SCALES, cu->fp8_rec + i * 3,
+                                   cu->fp8_delayed, cu->fp8_bad };
+}
+
+/* A forward begins: with FP8, when a backward ended since, the pass's
+ * records close (nn_fp8_plan_begin's bookkeeping, on the device). */
+static int fp8_begin(gpt2_cu_t *cu, bmt_error_t *err)
+{
+    if (!cu->fp8 || !cu->fp8_ended)
+        return 0;
+    const int H = cu->fp8_history, n = cu->cfg.n_layer * 4;
+    const int count = H && cu->fp8_count < H ? cu->fp8_count + 1 : cu->fp8_count;
+    if (nn_cuda_fp8_advance(cu->h, cu->fp8_s, cu->fp8_rec, cu->fp8_hist, n, H, cu->fp8_slot, count,
+                            cu->fp8_delayed, cu->fp8_bad, cu->fp8_stats, err) < 0)
+        return -1;
+    if (H)
+        cu->fp8_slot = (cu->fp8_slot + 1) % H, cu->fp8_count = count;
+    cu->fp8_delayed = H > 0;
+    cu->fp8_ended = false;
+    cu->fp8_passes++;
+    return 0;
 }
 
 /* out (N,OC) = inp x W + b, in bf16; or with FP8 operands, the input's codes
- * saved in *xq for the backward (made here if need be). */
+ * saved in *xq for the backward (made here if need be). gelu (FP8 only): the
+ * product's input is GELU(inp), made inside the conversion (the bf16 path
+ * takes GELU's output from nn_cuda_matmul_gelu_forward instead). */
 static int linear_forward(gpt2_cu_t *cu, int l, int k, void *out, void **xq, const void *inp,
-                          const void *w, const void *b, int IC, int OC, bmt_error_t *err)
+                          bool gelu, const void *w, const void *b, int IC, int OC, bmt_error_t *err)
 {
     if (!cu->fp8)
         return nn_cuda_matmul_forward(cu->h, out, OC, inp, w, b, cu->N, IC, OC, 0, err);
+    const nn_cuda_fp8_scales_t sc = fp8_scales(cu, l, k);
     return need(cu, xq, (size_t)cu->N * IC, err) < 0
                ? -1
-               : nn_cuda_fp8_conv1d_forward(cu->h, out, *xq, inp, w, b, cu->N, IC, OC, 1,
-                                            fp8_scales(cu, l, k), cu->fp8_bad, cu->fp8_scratch,
-                                            err);
+               : nn_cuda_fp8_conv1d_forward(cu->h, out, *xq, inp, gelu, w, b, cu->N, IC, OC, 1, &sc,
+                                            cu->fp8_scratch, err);
 }
 
 /* Its backward: from the bf16 input, or the FP8 codes linear_forward saved. */
@@ -301,8 +332,18 @@ static int linear_backward(gpt2_cu_t *cu, int l, int k, void *dinp, float *dw, f
     if (!cu->fp8)
         return nn_cuda_matmul_backward(cu->h, dinp, dw, db, dout, OC, inp, w, cu->N, IC, OC, 0,
                                        err);
-    return nn_cuda_fp8_conv1d_backward(cu->h, dinp, dw, db, dout, xq, w, cu->N, IC, OC,
-                                       fp8_scales(cu, l, k), cu->fp8_bad, cu->fp8_scratch, err);
+    const nn_cuda_fp8_scales_t sc = fp8_scales(cu, l, k);
+    return nn_cuda_fp8_conv1d_backward(cu->h, dinp, dw, db, dout, xq, w, cu->N, IC, OC, &sc,
+                                       cu->fp8_scratch, err);
+}
+
+/* The input's transposed codes of product k, as its forward saves them (a
+ * recomputation that stops before the product). */
+static int linear_codes(gpt2_cu_t *cu, int l, int k, void *xqt, const void *inp, bool gelu, int IC,
+                        bmt_error_t *err)
+{
+    const nn_cuda_fp8_scales_t sc = fp8_scales(cu, l, k);
+    return nn_cuda_fp8_codes(cu->h, NULL, xqt, inp, gelu, cu->N, IC, NN_FP8_E4M3, &sc, 0, err);
 }
 
 /* A recomputation (checkpointing) stops once the activations that the
@@ -330,48 +371,45 @@ static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bool recompute, b
     void *qkv = cu->flash ? a->qkvr : cu->qkv, *proj = recompute ? cu->proj : out;
     if (nn_cuda_layernorm_forward(h, a->ln1, a->ln1_mean, a->ln1_rstd, x, p[LN1_W], p[LN1_B], N, C,
                                   err) < 0 ||
-        linear_forward(cu, l, 0, qkv, &a->ln1_q, a->ln1, p[ATTN_W], p[ATTN_B], C, 3 * C, err) < 0)
+        linear_forward(cu, l, 0, qkv, &a->ln1_q, a->ln1, false, p[ATTN_W], p[ATTN_B], C, 3 * C,
+                       err) < 0)
         return -1;
     if (cu->fp8) /* its codes are what the backward reads */
         drop(cu, &a->ln1);
     if ((attend && nn_cuda_attention_forward(h, *atty, a->qkvr, *att, qkv, cu->attn_y, cu->B, cu->T,
                                              C, cu->cfg.n_head, err) < 0) ||
-        linear_forward(cu, l, 1, proj, &a->atty_q, *atty, p[APROJ_W], p[APROJ_B], C, C, err) < 0 ||
+        linear_forward(cu, l, 1, proj, &a->atty_q, *atty, false, p[APROJ_W], p[APROJ_B], C, C,
+                       err) < 0 ||
         nn_cuda_residual_forward(h, a->res2, x, proj, NC, err) < 0)
         return -1;
     if (recompute)
         drop(cu, &cu->proj);
+    /* FP8: GELU's output exists only as its codes, made from c_fc's output by
+     * mlp.c_proj's conversion (no bf16 copy written or read). */
     if (need(cu, &a->ln2, U, err) < 0 || need(cu, &a->ln2_mean, S, err) < 0 ||
         need(cu, &a->ln2_rstd, S, err) < 0 || need(cu, &a->fch, 4 * U, err) < 0 ||
-        need(cu, &a->fch_gelu, 4 * U, err) < 0 ||
+        (!cu->fp8 && need(cu, &a->fch_gelu, 4 * U, err) < 0) ||
         nn_cuda_layernorm_forward(h, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p[LN2_W], p[LN2_B],
                                   N, C, err) < 0)
         return -1;
     if (!cu->fp8 && nn_cuda_matmul_gelu_forward(h, a->fch_gelu, a->fch, a->ln2, p[FC_W], p[FC_B], N,
                                                 C, 4 * C, err) < 0)
         return -1;
-    if (cu->fp8 &&
-        (linear_forward(cu, l, 2, a->fch, &a->ln2_q, a->ln2, p[FC_W], p[FC_B], C, 4 * C, err) < 0 ||
-         nn_cuda_gelu_forward(h, a->fch_gelu, a->fch, 4 * NC, err) < 0))
+    if (cu->fp8 && linear_forward(cu, l, 2, a->fch, &a->ln2_q, a->ln2, false, p[FC_W], p[FC_B], C,
+                                  4 * C, err) < 0)
         return -1;
     if (cu->fp8)
         drop(cu, &a->ln2);
     cu->acts_of = l;
-    if (recompute) { /* with FP8, GELU's codes are what the backward reads */
-        if (cu->fp8 && (need(cu, &a->gelu_q, 4 * NC, err) < 0 ||
-                        nn_cuda_fp8_cast(h, NULL, a->gelu_q, a->fch_gelu, N, 4 * C, NN_FP8_E4M3,
-                                         fp8_scales(cu, l, 3), cu->fp8_bad, err) < 0))
-            return -1;
-        if (cu->fp8)
-            drop(cu, &a->fch_gelu);
-        return 0;
-    }
-    if (linear_forward(cu, l, 3, out, &a->gelu_q, a->fch_gelu, p[FPROJ_W], p[FPROJ_B], 4 * C, C,
-                       err) < 0 ||
+    if (recompute) /* with FP8, GELU's codes are what the backward reads */
+        return cu->fp8 && (need(cu, &a->gelu_q, 4 * NC, err) < 0 ||
+                           linear_codes(cu, l, 3, a->gelu_q, a->fch, true, 4 * C, err) < 0)
+                   ? -1
+                   : 0;
+    if (linear_forward(cu, l, 3, out, &a->gelu_q, cu->fp8 ? a->fch : a->fch_gelu, cu->fp8,
+                       p[FPROJ_W], p[FPROJ_B], 4 * C, C, err) < 0 ||
         nn_cuda_residual_forward(h, out, a->res2, out, NC, err) < 0)
         return -1;
-    if (cu->fp8)
-        drop(cu, &a->fch_gelu);
     return 0;
 }
 
@@ -387,22 +425,27 @@ static int layer_backward(gpt2_cu_t *cu, int l, void *const *p, float *const *g,
     void **atty = cu->keep_attn ? &cu->katty[l] : &a->atty,
          **att = cu->keep_attn ? &cu->katt[l] : &a->att;
     cu->acts_of = -1; /* the set is consumed here */
-    /* MLP projection: the weight's gradient first, then GELU's output is dead
-     * and dfch can take its place. */
-    if (linear_backward(cu, l, 3, NULL, g[FPROJ_W], g[FPROJ_B], cu->dres, a->gelu_q, a->fch_gelu,
-                        p[FPROJ_W], 4 * C, C, err) < 0)
-        return -1;
-    drop(cu, &a->fch_gelu, &a->gelu_q);
-    if (need(cu, &cu->dfch, 4 * U, err) < 0)
-        return -1;
-    if (!cu->fp8 && nn_cuda_matmul_backward_dgelu(h, cu->dfch, NULL, NULL, cu->dres, C, NULL,
-                                                  p[FPROJ_W], a->fch, N, 4 * C, C, err) < 0)
-        return -1;
-    if (cu->fp8 &&
-        (linear_backward(cu, l, 3, cu->dfch, NULL, NULL, cu->dres, NULL, NULL, p[FPROJ_W], 4 * C, C,
-                         err) < 0 ||
-         nn_cuda_gelu_backward(h, cu->dfch, a->fch, cu->dfch, 4 * (size_t)N * C, err) < 0))
-        return -1;
+    /* MLP projection. bf16: the weight's gradient first, then GELU's output is
+     * dead and dfch can take its place. FP8: GELU's output is gone already
+     * (its codes are half its size), so one call takes both and converts the
+     * gradient once. */
+    if (cu->fp8) {
+        if (need(cu, &cu->dfch, 4 * U, err) < 0 ||
+            linear_backward(cu, l, 3, cu->dfch, g[FPROJ_W], g[FPROJ_B], cu->dres, a->gelu_q, NULL,
+                            p[FPROJ_W], 4 * C, C, err) < 0 ||
+            nn_cuda_gelu_backward(h, cu->dfch, a->fch, cu->dfch, 4 * (size_t)N * C, err) < 0)
+            return -1;
+        drop(cu, &a->gelu_q);
+    } else {
+        if (linear_backward(cu, l, 3, NULL, g[FPROJ_W], g[FPROJ_B], cu->dres, NULL, a->fch_gelu,
+                            p[FPROJ_W], 4 * C, C, err) < 0)
+            return -1;
+        drop(cu, &a->fch_gelu);
+        if (need(cu, &cu->dfch, 4 * U, err) < 0 ||
+            nn_cuda_matmul_backward_dgelu(h, cu->dfch, NULL, NULL, cu->dres, C, NULL, p[FPROJ_W],
+                                          a->fch, N, 4 * C, C, err) < 0)
+            return -1;
+    }
     drop(cu, &a->fch);
     if (need(cu, &cu->dln, U, err) < 0 ||
         linear_backward(cu, l, 2, cu->dln, g[FC_W], g[FC_B], cu->dfch, a->ln2_q, a->ln2, p[FC_W], C,
@@ -511,7 +554,7 @@ int gpt2_cu_forward(gpt2_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *err)
         (c->index == 0 || c->index == cu->cfg.n_layer + 1 || cu->acts_of == c->index - 1))
         return 0;
     if (c->index == 0)
-        return need(cu, &cu->x[0], cu->U, err) < 0
+        return fp8_begin(cu, err) < 0 || need(cu, &cu->x[0], cu->U, err) < 0
                    ? -1
                    : nn_cuda_encoder_forward(cu->h, cu->x[0], cu->inputs, p[WTE], p[WPE], cu->B,
                                              cu->T, cu->cfg.n_embd, err);
@@ -529,6 +572,7 @@ int gpt2_cu_backward(gpt2_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *err)
                                      cu->B, cu->T, cu->cfg.n_embd, err) < 0)
             return -1;
         drop(cu, &cu->dres);
+        cu->fp8_ended = cu->fp8; /* the pass's records close when the next forward begins */
         return 0;
     }
     if (c->index == cu->cfg.n_layer + 1)
@@ -594,9 +638,21 @@ int gpt2_cu_keep_attention(gpt2_cu_t *cu, int mode, bmt_error_t *err)
     return 0;
 }
 
-int gpt2_cu_fp8(gpt2_cu_t *cu, int on, bmt_error_t *err)
+int gpt2_cu_fp8(gpt2_cu_t *cu, int on, int history, bmt_error_t *err)
 {
     const int N = cu->N, C = cu->cfg.n_embd, L = cu->cfg.n_layer;
+    if (history < 0 || history > NN_FP8_HISTORY_MAX) {
+        snprintf(err->text, sizeof(err->text),
+                 "gpt2: an FP8 history of %d passes: give 0 (current scaling) to %d", history,
+                 NN_FP8_HISTORY_MAX);
+        return -1;
+    }
+    if (cu->fp8 && on && history != cu->fp8_history) {
+        snprintf(err->text, sizeof(err->text),
+                 "gpt2: FP8's scaling cannot change once on (history %d, asked %d)",
+                 cu->fp8_history, history);
+        return -1;
+    }
     if (cu->fp8 == (on != 0))
         return 0;
     if (!on) {
@@ -616,16 +672,33 @@ int gpt2_cu_fp8(gpt2_cu_t *cu, int on, bmt_error_t *err)
         const size_t b = nn_cuda_fp8_conv1d_scratch_bytes(N, shapes[k][0], shapes[k][1]);
         scratch = b > scratch ? b : scratch;
     }
-    if ((cu->fp8_s = cu_alloc(cu, (size_t)L * 4 * NN_FP8_CONV1D_SCALES * sizeof(float), err)) ==
-            NULL ||
-        (cu->fp8_bad = cu_alloc(cu, sizeof(int), err)) == NULL ||
+    /* one buffer: the scales (16-byte aligned blocks of 12), the records, the
+     * statistics (two u64) and bad (16 bytes), then the history */
+    const size_t P = (size_t)L * 4, ns = P * NN_FP8_CONV1D_SCALES, nr = P * 3;
+    const size_t bytes = (ns + nr + 4 + 4 + (size_t)history * nr) * sizeof(float);
+    if ((cu->fp8_s = cu_alloc(cu, bytes, err)) == NULL ||
         (cu->fp8_scratch = bmt_alloc(cu->ctx, BMT_MEM_WORKSPACE, scratch, err)) == NULL)
         return -1;
-    if (cudaMemsetAsync(cu->fp8_bad, 0, sizeof(int), (cudaStream_t)cu->stream) != cudaSuccess) {
+    cu->fp8_rec = cu->fp8_s + ns;
+    cu->fp8_stats = (unsigned long long *)(cu->fp8_rec + nr);
+    cu->fp8_bad = (int *)(cu->fp8_rec + nr + 4);
+    cu->fp8_hist = history ? cu->fp8_rec + nr + 8 : NULL;
+    if (cudaMemsetAsync(cu->fp8_s, 0, bytes, (cudaStream_t)cu->stream) != cudaSuccess) {
         snprintf(err->text, sizeof(err->text), "gpt2: cudaMemsetAsync failed");
         return -1;
     }
     cu->fp8 = true;
+    cu->fp8_history = history;
+    return 0;
+}
+
+int gpt2_cu_fp8_stats(gpt2_cu_t *cu, nn_fp8_stats_t *st, bmt_error_t *err)
+{
+    unsigned long long d[2] = { 0, 0 };
+    if (cu->fp8 && (fp8_begin(cu, err) < 0 || /* closes the last pass, as a forward would */
+                    bmt_mem_download(cu->ctx, d, cu->fp8_stats, sizeof(d), err) < 0))
+        return -1;
+    st->passes = cu->fp8_passes, st->saturated = (long)d[0], st->unscalable = (long)d[1];
     return 0;
 }
 
@@ -696,9 +769,14 @@ int gpt2_cu_keep_attention(gpt2_cu_t *cu, int mode, bmt_error_t *err)
     (void)cu, (void)mode;
     return no_cuda(err);
 }
-int gpt2_cu_fp8(gpt2_cu_t *cu, int on, bmt_error_t *err)
+int gpt2_cu_fp8(gpt2_cu_t *cu, int on, int history, bmt_error_t *err)
 {
-    (void)cu, (void)on;
+    (void)cu, (void)on, (void)history;
+    return no_cuda(err);
+}
+int gpt2_cu_fp8_stats(gpt2_cu_t *cu, nn_fp8_stats_t *st, bmt_error_t *err)
+{
+    (void)cu, (void)st;
     return no_cuda(err);
 }
 #endif

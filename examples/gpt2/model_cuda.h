@@ -15,6 +15,7 @@
 
 #include "bmt/block.h"
 #include "gpt2/model.h"
+#include "nn/fp8.h"
 
 typedef struct gpt2_cu gpt2_cu_t;
 
@@ -51,9 +52,16 @@ int gpt2_cu_keep_attention(gpt2_cu_t *cu, int mode, bmt_error_t *err);
 
 /* on != 0: the four products of each layer with FP8 operands from the next
  * forward on (nn_cuda_fp8_conv1d_*, docs/fp8.md); their scales and scratch
- * are made here. Call it before the first forward; -1 and err when B T or the
- * width is not a multiple of 16, or to turn it off again. */
-int gpt2_cu_fp8(gpt2_cu_t *cu, int on, bmt_error_t *err);
+ * are made here. history 0: current scaling; 1..NN_FP8_HISTORY_MAX: delayed
+ * scaling over that many passes (nn_cuda_fp8_advance at each forward that
+ * follows a backward; the first pass current). Call it before the first
+ * forward; -1 and err when B T or the width is not a multiple of 16, history
+ * is out of range, or to turn it off or change its history. */
+int gpt2_cu_fp8(gpt2_cu_t *cu, int on, int history, bmt_error_t *err);
+
+/* What the FP8 scales' records said so far (nn_fp8_stats_t; waits for the
+ * stream). All 0 without FP8. */
+int gpt2_cu_fp8_stats(gpt2_cu_t *cu, nn_fp8_stats_t *st, bmt_error_t *err);
 
 /* nn_cuda_gemm_tune on the handle; -1 and err when it refuses. */
 int gpt2_cu_gemm_tune(gpt2_cu_t *cu, int candidates, bmt_error_t *err);

@@ -11,6 +11,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/trainer.h"
 #include "gpt2/model.h"
@@ -19,7 +20,8 @@
 typedef struct gpt2_wiring {
     gpt2_config_t cfg;
     int layers, heads, embd, vocab, max_seq; /* overrides; 0: the model's */
-    int keep_attention, gemm_tune, fp8;
+    int keep_attention, gemm_tune;
+    trainer_fp8_t fp8; /* --fp8, --fp8-scaling, --fp8-history */
 } gpt2_wiring_t;
 
 enum {
@@ -30,7 +32,7 @@ enum {
     O_MAXSEQ,
     O_KEEPATT,
     O_GEMM_TUNE,
-    O_FP8,
+    O_FP8, /* and the two after it (TRAINER_FP8_OPTIONS) */
 };
 
 static const struct option gpt2_options[] = {
@@ -41,7 +43,7 @@ static const struct option gpt2_options[] = {
     { "max-seq", required_argument, NULL, O_MAXSEQ },
     { "keep-attention", required_argument, NULL, O_KEEPATT },
     { "gemm-tune", required_argument, NULL, O_GEMM_TUNE },
-    { "fp8", required_argument, NULL, O_FP8 },
+    TRAINER_FP8_OPTIONS(O_FP8),
     { NULL, 0, NULL, 0 },
 };
 
@@ -57,8 +59,9 @@ static int option(void *self, int code, const char *arg)
     case O_KEEPATT: return trainer_int_arg("--keep-attention", arg, 0, 1, &w->keep_attention);
     case O_GEMM_TUNE:
         return trainer_int_arg("--gemm-tune", arg, 0, NN_GEMM_TUNE_MAX, &w->gemm_tune);
-    case O_FP8: return trainer_int_arg("--fp8", arg, 0, 1, &w->fp8);
     }
+    if (code >= O_FP8 && code <= O_FP8 + 2)
+        return trainer_fp8_option(&w->fp8, code - O_FP8, arg);
     return trainer_bad("unknown option");
 }
 
@@ -66,6 +69,9 @@ static int configure(void *self, const trainer_choice_t *c)
 {
     gpt2_wiring_t *w = self;
     bmt_error_t err;
+    const int rc = trainer_fp8_check(&w->fp8);
+    if (rc)
+        return rc;
     if (c->init_from) {
         if (gpt2_config_from_file(c->init_from, w->heads, &w->cfg, &err) < 0) {
             fprintf(stderr, "gpt2: %s\n", err.text);
@@ -120,8 +126,22 @@ static int after_create(void *self, void *m, bmt_error_t *err)
     const gpt2_wiring_t *w = self;
     if (gpt2_model_gemm_tune(m, w->gemm_tune, err) < 0 ||
         gpt2_model_keep_attention(m, w->keep_attention, err) < 0 ||
-        gpt2_model_fp8(m, w->fp8, err) < 0)
+        gpt2_model_fp8(m, w->fp8.on, trainer_fp8_history(&w->fp8), err) < 0)
         return -1;
+    return 0;
+}
+
+/* FP8's statistics: a line on rank 0, and on any rank whose tensors
+ * saturated or could not be scaled. */
+static int finish(void *self, void *m, int rank, bmt_error_t *err)
+{
+    const gpt2_wiring_t *w = self;
+    nn_fp8_stats_t st;
+    if (!w->fp8.on)
+        return 0;
+    if (gpt2_model_fp8_stats(m, &st, err) < 0)
+        return -1;
+    trainer_fp8_report(&w->fp8, rank, &st);
     return 0;
 }
 
@@ -159,7 +179,7 @@ static json_t *state(const void *self)
 
 int main(int argc, char **argv)
 {
-    gpt2_wiring_t w = { .keep_attention = -1 };
+    gpt2_wiring_t w = { .keep_attention = -1, .fp8 = TRAINER_FP8_INIT };
     const trainer_model_t model = {
         .name = "gpt2",
         .default_model = "tiny",
@@ -182,7 +202,8 @@ int main(int argc, char **argv)
             "                          the heuristic's first, the same from run to run; <= 32)\n"
             "      --fp8 0|1           the layers' products with FP8 operands (docs/fp8.md);\n"
             "                          cpu: emulated in f32, the reference of the GPU's; cuda:\n"
-            "                          cuBLASLt's FP8 products (B x T, width multiples of 16)\n",
+            "                          cuBLASLt's FP8 products (B x T, width multiples of "
+            "16)\n" TRAINER_FP8_USAGE,
         .options = gpt2_options,
         .option = option,
         .configure = configure,
@@ -194,6 +215,7 @@ int main(int argc, char **argv)
         .flops_per_token = flops_per_token,
         .create = create,
         .after_create = after_create,
+        .finish = finish,
         .load = load,
         .list = list,
         .set_batch = set_batch,

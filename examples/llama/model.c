@@ -56,7 +56,8 @@ struct llama_model {
     int B, T, N;        /* N = B T rows */
     int Q, KV;          /* NH hd and NKV hd: widths of q and of k, v */
     bool ckpt;          /* the list checkpoints activations */
-    bool fp8;           /* llama_model_fp8: the layers' products emulated in FP8 (cpu) */
+    nn_fp8_plan_t *fp8; /* llama_model_fp8: the layers' products emulated in FP8 (cpu), or NULL */
+    int fp8_history;    /* its history (0: current scaling) */
     bmt_dtype_t pdtype; /* parameters: f32 on cpu, bf16 on cuda */
     llama_cu_t *cu;     /* the CUDA half (model_cuda.c), NULL on cpu */
     bmt_blocklist_t *list;
@@ -96,28 +97,50 @@ static int fail(bmt_error_t *err, const char *fmt, ...)
 static layer_acts_t *acts_of(llama_model_t *m, int l) { return &m->acts[m->ckpt ? 0 : l]; }
 
 /* A layer's product out (N,OC) = inp (N,IC) W^T, W nn.Linear's (OC,IC): f32,
- * or (llama_model_fp8) its operands through FP8 as nn_fp8_conv1d_forward
- * takes them, each product at its own scales (q, k and v, gate and up, are
- * separate products here). An operand FP8 cannot scale gives NaN results,
- * so the step is skipped as any non-finite one. -1 only for memory. */
-static int linear_fwd(llama_model_t *m, float *out, const float *inp, const float *w, int IC,
-                      int OC)
+ * or (llama_model_fp8) its operands through FP8, product k of layer l (k as
+ * PRODUCT: q, k and v, gate and up, are separate products here) with its own
+ * scales in the plan. An operand FP8 cannot scale gives NaN results, so the
+ * step is skipped as any non-finite one. -1 only for memory. */
+static const char *const PRODUCT[7] = { "q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                        "gate_proj", "up_proj", "down_proj" };
+enum {
+    K_Q,
+    K_K,
+    K_V,
+    K_O,
+    K_GATE,
+    K_UP,
+    K_DOWN
+};
+
+static nn_fp8_scaling_t *scaling(llama_model_t *m, int l, int k)
 {
-    return nn_linear_forward(m->fp8, out, inp, w, NULL, m->N, IC, OC, 1);
+    return m->fp8 ? nn_fp8_plan_at(m->fp8, 7 * l + k) : NULL;
+}
+
+static int fp8_oom(int l, int k, const char *what, bmt_error_t *err)
+{
+    snprintf(err->text, sizeof(err->text),
+             "llama: layer %d %s%s: FP8: out of memory for its operands' copies", l, PRODUCT[k],
+             what);
+    return -1;
+}
+
+static int linear_fwd(llama_model_t *m, int l, int k, float *out, const float *inp, const float *w,
+                      int IC, int OC, bmt_error_t *err)
+{
+    return nn_linear_forward(scaling(m, l, k), out, inp, w, NULL, m->N, IC, OC, 1) < 0
+               ? fp8_oom(l, k, "", err)
+               : 0;
 }
 
 /* dinp (N,IC) and dw (OC,IC) += from dout (N,OC), as nn_matmul_backward. */
-static int linear_bwd(llama_model_t *m, float *dinp, float *dw, const float *dout, const float *inp,
-                      const float *w, int IC, int OC)
+static int linear_bwd(llama_model_t *m, int l, int k, float *dinp, float *dw, const float *dout,
+                      const float *inp, const float *w, int IC, int OC, bmt_error_t *err)
 {
-    return nn_linear_backward(m->fp8, dinp, dw, NULL, dout, inp, w, m->N, IC, OC, 1);
-}
-
-static int fp8_oom(int l, const char *what, bmt_error_t *err)
-{
-    snprintf(err->text, sizeof(err->text),
-             "llama: layer %d %s: FP8: out of memory for its operands' copies", l, what);
-    return -1;
+    return nn_linear_backward(scaling(m, l, k), dinp, dw, NULL, dout, inp, w, m->N, IC, OC, 1) < 0
+               ? fp8_oom(l, k, " backward", err)
+               : 0;
 }
 
 static int layer_forward(llama_model_t *m, int l, const float *const *p, bmt_error_t *err)
@@ -128,24 +151,24 @@ static int layer_forward(llama_model_t *m, int l, const float *const *p, bmt_err
     const float *x = m->x[l];
     float *out = m->x[l + 1];
     nn_rmsnorm_forward(a->ln1, a->rstd1, x, p[P_IN_NORM], N, C, (float)m->cfg.rms_eps);
-    if (linear_fwd(m, a->q, a->ln1, p[P_Q], C, m->Q) < 0 ||
-        linear_fwd(m, a->k, a->ln1, p[P_K], C, m->KV) < 0 ||
-        linear_fwd(m, a->v, a->ln1, p[P_V], C, m->KV) < 0)
-        return fp8_oom(l, "q, k, v", err);
+    if (linear_fwd(m, l, K_Q, a->q, a->ln1, p[P_Q], C, m->Q, err) < 0 ||
+        linear_fwd(m, l, K_K, a->k, a->ln1, p[P_K], C, m->KV, err) < 0 ||
+        linear_fwd(m, l, K_V, a->v, a->ln1, p[P_V], C, m->KV, err) < 0)
+        return -1;
     nn_rope_forward(a->q, a->q, m->inv_freq, B, T, NH, hd);
     nn_rope_forward(a->k, a->k, m->inv_freq, B, T, NKV, hd);
     nn_attention_forward(a->att, a->lse, a->q, a->k, a->v, B, T, NH, NKV, hd);
-    if (linear_fwd(m, out, a->att, p[P_O], m->Q, C) < 0) /* out as a temporary */
-        return fp8_oom(l, "o_proj", err);
+    if (linear_fwd(m, l, K_O, out, a->att, p[P_O], m->Q, C, err) < 0) /* out as a temporary */
+        return -1;
     for (size_t i = 0; i < (size_t)N * C; i++)
         a->res2[i] = x[i] + out[i];
     nn_rmsnorm_forward(a->ln2, a->rstd2, a->res2, p[P_POST_NORM], N, C, (float)m->cfg.rms_eps);
-    if (linear_fwd(m, a->gate, a->ln2, p[P_GATE], C, F) < 0 ||
-        linear_fwd(m, a->up, a->ln2, p[P_UP], C, F) < 0)
-        return fp8_oom(l, "gate, up", err);
+    if (linear_fwd(m, l, K_GATE, a->gate, a->ln2, p[P_GATE], C, F, err) < 0 ||
+        linear_fwd(m, l, K_UP, a->up, a->ln2, p[P_UP], C, F, err) < 0)
+        return -1;
     nn_swiglu_forward(a->h, a->gate, a->up, N * F);
-    if (linear_fwd(m, out, a->h, p[P_DOWN], F, C) < 0)
-        return fp8_oom(l, "down_proj", err);
+    if (linear_fwd(m, l, K_DOWN, out, a->h, p[P_DOWN], F, C, err) < 0)
+        return -1;
     for (size_t i = 0; i < (size_t)N * C; i++)
         out[i] += a->res2[i];
     return 0;
@@ -165,22 +188,22 @@ static int layer_backward(llama_model_t *m, int l, const float *const *p, float 
     /* The MLP branch: out = res2 + down(silu(gate(ln2)) up(ln2)). */
     memcpy(m->dres2, m->dres, nc); /* the residual path: d res2 = d out + ... */
     memset(m->dh, 0, nf);
-    if (linear_bwd(m, m->dh, g[P_DOWN], m->dres, a->h, p[P_DOWN], F, C) < 0)
-        return fp8_oom(l, "down_proj backward", err);
+    if (linear_bwd(m, l, K_DOWN, m->dh, g[P_DOWN], m->dres, a->h, p[P_DOWN], F, C, err) < 0)
+        return -1;
     memset(m->dgate, 0, nf);
     memset(m->dup, 0, nf);
     nn_swiglu_backward(m->dgate, m->dup, m->dh, a->gate, a->up, N * F);
     memset(m->dln, 0, nc);
-    if (linear_bwd(m, m->dln, g[P_GATE], m->dgate, a->ln2, p[P_GATE], C, F) < 0 ||
-        linear_bwd(m, m->dln, g[P_UP], m->dup, a->ln2, p[P_UP], C, F) < 0)
-        return fp8_oom(l, "gate, up backward", err);
+    if (linear_bwd(m, l, K_GATE, m->dln, g[P_GATE], m->dgate, a->ln2, p[P_GATE], C, F, err) < 0 ||
+        linear_bwd(m, l, K_UP, m->dln, g[P_UP], m->dup, a->ln2, p[P_UP], C, F, err) < 0)
+        return -1;
     nn_rmsnorm_backward(m->dres2, g[P_POST_NORM], m->dln, a->res2, p[P_POST_NORM], a->rstd2, N, C);
 
     /* The attention branch: res2 = x + o(attn(rope(q(ln1)), rope(k(ln1)), v(ln1))). */
     memcpy(m->dres, m->dres2, nc); /* d x = d res2 + ... */
     memset(m->datt, 0, nq);
-    if (linear_bwd(m, m->datt, g[P_O], m->dres2, a->att, p[P_O], m->Q, C) < 0)
-        return fp8_oom(l, "o_proj backward", err);
+    if (linear_bwd(m, l, K_O, m->datt, g[P_O], m->dres2, a->att, p[P_O], m->Q, C, err) < 0)
+        return -1;
     memset(m->dq, 0, nq);
     memset(m->dk, 0, nkv);
     memset(m->dv, 0, nkv);
@@ -191,10 +214,10 @@ static int layer_backward(llama_model_t *m, int l, const float *const *p, float 
     nn_rope_backward(m->dq_pre, m->dq, m->inv_freq, B, T, NH, hd);
     nn_rope_backward(m->dk_pre, m->dk, m->inv_freq, B, T, NKV, hd);
     memset(m->dln, 0, nc);
-    if (linear_bwd(m, m->dln, g[P_Q], m->dq_pre, a->ln1, p[P_Q], C, m->Q) < 0 ||
-        linear_bwd(m, m->dln, g[P_K], m->dk_pre, a->ln1, p[P_K], C, m->KV) < 0 ||
-        linear_bwd(m, m->dln, g[P_V], m->dv, a->ln1, p[P_V], C, m->KV) < 0)
-        return fp8_oom(l, "q, k, v backward", err);
+    if (linear_bwd(m, l, K_Q, m->dln, g[P_Q], m->dq_pre, a->ln1, p[P_Q], C, m->Q, err) < 0 ||
+        linear_bwd(m, l, K_K, m->dln, g[P_K], m->dk_pre, a->ln1, p[P_K], C, m->KV, err) < 0 ||
+        linear_bwd(m, l, K_V, m->dln, g[P_V], m->dv, a->ln1, p[P_V], C, m->KV, err) < 0)
+        return -1;
     nn_rmsnorm_backward(m->dres, g[P_IN_NORM], m->dln, m->x[l], p[P_IN_NORM], a->rstd1, N, C);
     return 0;
 }
@@ -206,6 +229,8 @@ static int embed_fwd_cb(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
     llama_model_t *m = mp;
     const float *w = c->params[0]; /* (V,C) */
     const size_t C = (size_t)m->cfg.n_embd;
+    if (m->fp8 && !c->recompute)
+        nn_fp8_plan_begin(m->fp8); /* a pass begins (nn_fp8_plan_t) */
     for (int i = 0; i < m->N; i++)
         memcpy(m->x[0] + i * C, w + (size_t)m->inputs[i] * C, C * sizeof(float));
     return 0;
@@ -223,6 +248,8 @@ static int embed_bwd_cb(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
         for (size_t j = 0; j < C; j++)
             row[j] += d[j];
     }
+    if (m->fp8)
+        nn_fp8_plan_end(m->fp8);
     return 0;
 }
 
@@ -621,7 +648,7 @@ const float *llama_model_logits(const llama_model_t *m)
 
 bmt_dtype_t llama_model_param_dtype(const llama_model_t *m) { return m->pdtype; }
 
-int llama_model_fp8(llama_model_t *m, int on, bmt_error_t *err)
+int llama_model_fp8(llama_model_t *m, int on, int history, bmt_error_t *err)
 {
     if (on && m->cu) {
         snprintf(err->text, sizeof(err->text),
@@ -629,7 +656,31 @@ int llama_model_fp8(llama_model_t *m, int on, bmt_error_t *err)
                  "emulates the FP8 products");
         return -1;
     }
-    m->fp8 = on != 0;
+    if (history < 0 || history > NN_FP8_HISTORY_MAX) {
+        snprintf(err->text, sizeof(err->text),
+                 "llama: an FP8 history of %d passes: give 0 (current scaling) to %d", history,
+                 NN_FP8_HISTORY_MAX);
+        return -1;
+    }
+    if (m->fp8 && (!on || history != m->fp8_history)) {
+        snprintf(err->text, sizeof(err->text), "llama: FP8 and its scaling cannot change once on");
+        return -1;
+    }
+    if (!on || m->fp8)
+        return 0;
+    if ((m->fp8 = nn_fp8_plan_create(m->cfg.n_layer * 7, history)) == NULL) {
+        snprintf(err->text, sizeof(err->text), "llama: FP8: out of memory for the scales");
+        return -1;
+    }
+    m->fp8_history = history;
+    return 0;
+}
+
+int llama_model_fp8_stats(llama_model_t *m, nn_fp8_stats_t *st)
+{
+    if (m->fp8)
+        nn_fp8_plan_begin(m->fp8); /* closes the last pass, as a forward would */
+    *st = m->fp8 ? nn_fp8_plan_stats(m->fp8) : (nn_fp8_stats_t){ 0, 0, 0 };
     return 0;
 }
 
@@ -639,6 +690,7 @@ void llama_model_destroy(llama_model_t *m)
         return;
     bmt_blocklist_destroy(m->list);
     llama_cu_destroy(m->cu);
+    nn_fp8_plan_destroy(m->fp8);
     free_acts(m);
     free(m->x);
     free(m->acts);

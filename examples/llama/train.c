@@ -22,7 +22,7 @@
 typedef struct llama_wiring {
     llama_config_t cfg;
     int layers, heads, kv_heads, embd, ffn, vocab, max_seq; /* overrides; 0: the model's */
-    int fp8;                                                /* --fp8 */
+    trainer_fp8_t fp8; /* --fp8, --fp8-scaling, --fp8-history */
 } llama_wiring_t;
 
 /* The presets: "tiny", byte-level (V 256) for the corpus the repository ships,
@@ -69,7 +69,7 @@ enum {
     O_FFN,
     O_VOCAB,
     O_MAXSEQ,
-    O_FP8,
+    O_FP8, /* and the two after it (TRAINER_FP8_OPTIONS) */
 };
 
 static const struct option llama_options[] = {
@@ -80,7 +80,7 @@ static const struct option llama_options[] = {
     { "ffn", required_argument, NULL, O_FFN },
     { "vocab", required_argument, NULL, O_VOCAB },
     { "max-seq", required_argument, NULL, O_MAXSEQ },
-    { "fp8", required_argument, NULL, O_FP8 },
+    TRAINER_FP8_OPTIONS(O_FP8),
     { NULL, 0, NULL, 0 },
 };
 
@@ -95,8 +95,9 @@ static int option(void *self, int code, const char *arg)
     case O_FFN: return trainer_int_arg("--ffn", arg, 1, 1 << 20, &w->ffn);
     case O_VOCAB: return trainer_int_arg("--vocab", arg, 2, 1 << 24, &w->vocab);
     case O_MAXSEQ: return trainer_int_arg("--max-seq", arg, 1, 1 << 20, &w->max_seq);
-    case O_FP8: return trainer_int_arg("--fp8", arg, 0, 1, &w->fp8);
     }
+    if (code >= O_FP8 && code <= O_FP8 + 2)
+        return trainer_fp8_option(&w->fp8, code - O_FP8, arg);
     return trainer_bad("unknown option");
 }
 
@@ -104,6 +105,9 @@ static int configure(void *self, const trainer_choice_t *c)
 {
     llama_wiring_t *w = self;
     bmt_error_t err;
+    const int rc = trainer_fp8_check(&w->fp8);
+    if (rc)
+        return rc;
     if (c->init_from) {
         if (llama_config_from_file(c->init_from, &w->cfg, &err) < 0) {
             fprintf(stderr, "llama: %s\n", err.text);
@@ -167,7 +171,19 @@ static void *create(void *self, bmt_ctx_t *ctx, int B, int T, const bmt_blocklis
 
 static int after_create(void *self, void *m, bmt_error_t *err)
 {
-    return llama_model_fp8(m, ((const llama_wiring_t *)self)->fp8, err);
+    const trainer_fp8_t *f = &((const llama_wiring_t *)self)->fp8;
+    return llama_model_fp8(m, f->on, trainer_fp8_history(f), err);
+}
+
+/* FP8's statistics (trainer_fp8_report). */
+static int finish(void *self, void *m, int rank, bmt_error_t *err)
+{
+    (void)err;
+    const trainer_fp8_t *f = &((const llama_wiring_t *)self)->fp8;
+    nn_fp8_stats_t st;
+    if (f->on && llama_model_fp8_stats(m, &st) == 0)
+        trainer_fp8_report(f, rank, &st);
+    return 0;
 }
 
 static int load(void *m, const char *path, bmt_error_t *err)
@@ -206,7 +222,7 @@ static json_t *state(const void *self)
 
 int main(int argc, char **argv)
 {
-    llama_wiring_t w = { 0 };
+    llama_wiring_t w = { .fp8 = TRAINER_FP8_INIT };
     const trainer_model_t model = {
         .name = "llama",
         .default_model = "tiny",
@@ -221,7 +237,8 @@ int main(int argc, char **argv)
             "      --layers L --heads H --kv-heads K --embd C --ffn F --vocab V --max-seq N\n"
             "                          override its sizes (--heads or --embd: head size C/H)\n"
             "      --fp8 0|1           the layers' products with FP8 operands (docs/fp8.md);\n"
-            "                          cpu only for now: the exact f32 emulation\n",
+            "                          cpu only for now: the exact f32 "
+            "emulation\n" TRAINER_FP8_USAGE,
         .options = llama_options,
         .option = option,
         .configure = configure,
@@ -233,6 +250,7 @@ int main(int argc, char **argv)
         .flops_per_token = flops_per_token,
         .create = create,
         .after_create = after_create,
+        .finish = finish,
         .load = load,
         .list = list,
         .set_batch = set_batch,

@@ -28,9 +28,13 @@
  *     product of two; measured 0.0375), <= 0.15 with the gradient-like
  *     operand in E5M2 (measured 0.0589);
  *   - the FP8 linear layer (nn_cuda_fp8_conv1d_*) against its cpu emulation
- *     nn_fp8_conv1d_* on the same bf16 tensors, forward, dinp, dweight and
- *     dbias, the same bounds; a NaN input poisons every output and sets the
- *     flag;
+ *     nn_fp8_linear_* on the same bf16 tensors, forward, dinp, dweight and
+ *     dbias, the same bounds, the operands' records bit for bit, under
+ *     current scaling and delayed (given scales, one saturating); a NaN
+ *     input poisons every output and sets the flag (current), an inf makes
+ *     NaN of what it enters and an inf record (delayed);
+ *   - delayed scaling's step (nn_cuda_fp8_advance) against nn_fp8_plan_begin
+ *     over 12 passes: scales bit for bit, the statistics;
  *   - the same bits on a second run; refusals named (E5M2 x E5M2, K not a
  *     multiple of 16, a misaligned pointer or descale, a bias with an f32
  *     output, a layer of 24 rows).
@@ -91,6 +95,14 @@ static float *dfloat(float v)
 {
     float *d = dmalloc(sizeof(float));
     h2d(d, &v, sizeof(float));
+    return d;
+}
+
+/* n device floats, 0. */
+static float *zeros_dev(size_t n)
+{
+    float *d = dmalloc(n * sizeof(float));
+    ck(cudaMemsetAsync(d, 0, n * sizeof(float), stream), "memset");
     return d;
 }
 
@@ -492,54 +504,69 @@ static float *absf(const float *x, size_t n)
 }
 
 /* The FP8 linear layer (nn_cuda_fp8_conv1d_*) against its f32 emulation
- * nn_fp8_conv1d_* (nn/fp8.h) on the same bf16 tensors: the codes are the
+ * nn_fp8_linear_* (nn/fp8.h) on the same bf16 tensors: the codes are the
  * same (same values, same scales), so the results differ only by the
- * accumulation and the bf16 rounding of the outputs. dinp, dweight (added
- * into a prior) and dbias (from the unrounded gradient, f32 sums). */
-static void t_conv1d(int N, int IC, int OC)
+ * accumulation and the bf16 rounding of the outputs. dinp and dweight (added
+ * into a prior) from one backward call, dbias (from the unrounded gradient,
+ * f32 sums), the records of the three operands bit for bit. Current scaling,
+ * or delayed at given scales: the input's at half its amax (its largest
+ * values saturate), the weight's at twice, the gradient's at its own. */
+static void t_conv1d(int N, int IC, int OC, int delayed)
 {
     const size_t nx = (size_t)N * IC, nw = (size_t)IC * OC, no = (size_t)N * OC;
     float *x = rnd_spread(nx, 1.0f, 1.5), *w = rnd_spread(nw, 0.02f, 1.0),
           *b = rnd_spread(OC, 0.1f, 0.0), *dout = rnd_spread(no, 1e-3f, 3.0),
           *prior = rnd_spread(nw, 1e-2f, 0.0);
     float *ax = absf(x, nx), *aw = absf(w, nw), *ad = absf(dout, no);
+    const char *how = delayed ? "delayed" : "current";
+    nn_fp8_scaling_t sc = { 0 }, ssc;
+    if (delayed) {
+        sc.delayed = 1;
+        sc.scale[0] = nn_fp8_scale(nn_fp8_amax(x, nx) * 0.5f, NN_FP8_E4M3, 0);
+        sc.scale[1] = nn_fp8_scale(nn_fp8_amax(w, nw) * 2.0f, NN_FP8_E4M3, 0);
+        sc.scale[2] = nn_fp8_scale(nn_fp8_amax(dout, no), NN_FP8_E5M2, 0);
+    }
+    ssc = sc;
     /* references: the emulation, and the same on magnitudes for the bound's sums */
     float *out = xmalloc(no * 4), *sout = xmalloc(no * 4);
     float *dinp = zeros(nx), *sdinp = zeros(nx), *dw = copy(prior, nw), *sdw = zeros(nw),
           *db = zeros(OC);
-    nn_fp8_conv1d_forward(out, x, w, b, N, IC, OC, 0);
-    nn_fp8_conv1d_forward(sout, ax, aw, NULL, N, IC, OC, 0);
+    nn_fp8_linear_forward(&sc, out, x, w, b, N, IC, OC, 0);
+    nn_fp8_linear_forward(&ssc, sout, ax, aw, NULL, N, IC, OC, 0);
     float *gdb = up_f32(db, OC);
-    nn_fp8_conv1d_backward(dinp, dw, db, dout, x, w, N, IC, OC, 0);
-    nn_fp8_conv1d_backward(sdinp, sdw, NULL, ad, ax, aw, N, IC, OC, 0);
+    nn_fp8_linear_backward(&sc, dinp, dw, db, dout, x, w, N, IC, OC, 0);
+    nn_fp8_linear_backward(&ssc, sdinp, sdw, NULL, ad, ax, aw, N, IC, OC, 0);
     void *gx = up_bf16(x, nx), *gw = up_bf16(w, nw), *gb = up_bf16(b, OC),
          *gdout = up_bf16(dout, no), *gout = dmalloc(no * 2), *gdinp = dmalloc(nx * 2);
     float *gdw = up_f32(prior, nw);
-    float *s = dmalloc(NN_FP8_CONV1D_SCALES * sizeof(float));
+    float hs[NN_FP8_CONV1D_SCALES] = { 0 };
+    for (int j = 0; j < 3 && delayed; j++)
+        hs[4 * j + 1] = sc.scale[j], hs[4 * j] = 1.0f / sc.scale[j];
+    float *s = dmalloc(NN_FP8_CONV1D_SCALES * sizeof(float)), *rec = zeros_dev(3);
+    h2d(s, hs, sizeof hs);
     uint8_t *xqt = dmalloc(nx);
     void *scratch = dmalloc(nn_cuda_fp8_conv1d_scratch_bytes(N, IC, OC));
     int *bad;
     ck(cudaMalloc((void **)&bad, sizeof(int)), "cudaMalloc");
     ck(cudaMemsetAsync(bad, 0, sizeof(int), stream), "memset");
+    const nn_cuda_fp8_scales_t gsc = { s, rec, delayed, bad };
     bmt_error_t err;
     char what[160];
-    run(nn_cuda_fp8_conv1d_forward(h, gout, xqt, gx, gw, gb, N, IC, OC, 1, s, bad, scratch, &err),
+    run(nn_cuda_fp8_conv1d_forward(h, gout, xqt, gx, 0, gw, gb, N, IC, OC, 1, &gsc, scratch, &err),
         "fp8 conv1d forward", &err);
-    /* dweight first, then dinp, as the trainer takes them */
-    run(nn_cuda_fp8_conv1d_backward(h, NULL, gdw, gdb, gdout, xqt, gw, N, IC, OC, s, bad, scratch,
+    run(nn_cuda_fp8_conv1d_backward(h, gdinp, gdw, gdb, gdout, xqt, gw, N, IC, OC, &gsc, scratch,
                                     &err),
-        "fp8 conv1d backward (dweight)", &err);
-    run(nn_cuda_fp8_conv1d_backward(h, gdinp, NULL, NULL, gdout, NULL, gw, N, IC, OC, s, bad,
-                                    scratch, &err),
-        "fp8 conv1d backward (dinp)", &err);
+        "fp8 conv1d backward", &err);
     float *g_out = down_bf16(gout, no), *g_dinp = down_bf16(gdinp, nx), *g_dw = down_f32(gdw, nw),
-          *g_db = down_f32(gdb, OC);
-    snprintf(what, sizeof what, "conv1d %d x %d -> %d against nn_fp8_conv1d_*: forward (fast)", N,
-             IC, OC);
+          *g_db = down_f32(gdb, OC), *g_rec = down_f32(rec, 3);
+    snprintf(what, sizeof what,
+             "conv1d %d x %d -> %d, %s scaling, against nn_fp8_linear_*: forward (fast)", N, IC, OC,
+             how);
     within(what, g_out, out, sout, no, 0x1p-9);
-    snprintf(what, sizeof what, "conv1d %d x %d -> %d: dinp", N, IC, OC);
+    snprintf(what, sizeof what, "conv1d %d x %d -> %d, %s: dinp", N, IC, OC, how);
     within(what, g_dinp, dinp, sdinp, nx, 0x1p-10);
-    snprintf(what, sizeof what, "conv1d %d x %d -> %d: dweight added into a prior", N, IC, OC);
+    snprintf(what, sizeof what, "conv1d %d x %d -> %d, %s: dweight added into a prior", N, IC, OC,
+             how);
     within(what, g_dw, dw, sdw, nw, 0x1p-10);
     double dbe = 0;
     for (int o = 0; o < OC; o++) {
@@ -549,31 +576,212 @@ static void t_conv1d(int N, int IC, int OC)
         dbe = fmax(dbe, fabs((double)g_db[o] - db[o]) / (sa + 1e-30));
     }
     ok(dbe <= 1e-5,
-       "conv1d %d x %d -> %d: dbias from the unrounded gradient: within 1e-5 "
-       "sum|dout| (%.3g)",
-       N, IC, OC, dbe);
-    /* a NaN in the input: every output NaN, the flag set */
+       "conv1d %d x %d -> %d, %s: dbias from the unrounded gradient: within 1e-5 sum|dout| (%.3g)",
+       N, IC, OC, how, dbe);
+    ok(same_bits(g_rec[0], sc.amax[0]) && same_bits(g_rec[1], sc.amax[1]) &&
+           same_bits(g_rec[2], sc.amax[2]),
+       "conv1d %d x %d -> %d, %s: the records (input, weight, gradient) equal the emulation's: "
+       "%g %g %g",
+       N, IC, OC, how, g_rec[0], g_rec[1], g_rec[2]);
+    if (delayed) { /* the input's largest values saturated: the scale was set so */
+        size_t sat = 0;
+        uint8_t *q = xmalloc(nx);
+        nn_fp8_quantize(q, x, nx, sc.scale[0], NN_FP8_E4M3, &sat);
+        ok(sat > 0 && g_rec[0] * sc.scale[0] > 448.0f,
+           "conv1d, delayed: the input at half its amax's scale saturated %zu values, and its "
+           "record says so",
+           sat);
+        free(q);
+    }
+    /* a NaN (current) or an inf (delayed) in the input: under current scaling
+     * every output NaN and the flag set; delayed, NaN where it enters (its
+     * row of out), as the emulation, and the record inf */
     int flag = 0;
     d2h(&flag, bad, sizeof(int));
-    ok(flag == 0, "conv1d %d x %d -> %d: no operand flagged", N, IC, OC);
-    x[N / 2 * IC + 3] = NAN;
+    ok(flag == 0, "conv1d %d x %d -> %d, %s: no operand flagged", N, IC, OC, how);
+    const size_t at = (size_t)(N / 2) * IC + 3;
+    x[at] = delayed ? INFINITY : NAN;
     put_bf16(gx, x, nx);
-    run(nn_cuda_fp8_conv1d_forward(h, gout, xqt, gx, gw, gb, N, IC, OC, 1, s, bad, scratch, &err),
+    nn_fp8_linear_forward(&sc, out, x, w, b, N, IC, OC, 0);
+    run(nn_cuda_fp8_conv1d_forward(h, gout, xqt, gx, 0, gw, gb, N, IC, OC, 1, &gsc, scratch, &err),
         "fp8 conv1d forward", &err);
     float *nan_out = down_bf16(gout, no);
-    size_t finite = 0;
-    for (size_t i = 0; i < no; i++)
+    size_t finite = 0, differ = 0, cpu_nan = 0;
+    for (size_t i = 0; i < no; i++) {
         finite += isfinite(nan_out[i]) != 0;
+        cpu_nan += isnan(out[i]) != 0;
+        differ += (isnan(nan_out[i]) != 0) != (isnan(out[i]) != 0);
+    }
     d2h(&flag, bad, sizeof(int));
-    ok(finite == 0 && flag == 1,
-       "conv1d %d x %d -> %d: one NaN in the input makes every output NaN (%zu finite) and sets "
-       "the flag",
-       N, IC, OC, finite);
+    free(g_rec);
+    g_rec = down_f32(rec, 3);
+    if (!delayed)
+        ok(finite == 0 && flag == 1,
+           "conv1d %d x %d -> %d, current: one NaN in the input makes every output NaN (%zu "
+           "finite) and sets the flag",
+           N, IC, OC, finite);
+    else
+        ok(differ == 0 && cpu_nan == (size_t)OC && isinf(g_rec[0]) && flag == 0,
+           "conv1d %d x %d -> %d, delayed: an inf in the input makes NaN of its row of out (%zu, "
+           "as the emulation), its record inf (%g), no flag (%d)",
+           N, IC, OC, no - finite, g_rec[0], flag);
     cudaFree(gx), cudaFree(gw), cudaFree(gb), cudaFree(gdout), cudaFree(gout), cudaFree(gdinp),
-        cudaFree(gdw), cudaFree(gdb), cudaFree(s), cudaFree(xqt), cudaFree(scratch), cudaFree(bad);
+        cudaFree(gdw), cudaFree(gdb), cudaFree(s), cudaFree(rec), cudaFree(xqt), cudaFree(scratch),
+        cudaFree(bad);
     free(x), free(w), free(b), free(dout), free(prior), free(ax), free(aw), free(ad), free(out),
         free(sout), free(dinp), free(sdinp), free(dw), free(sdw), free(db), free(g_out),
-        free(g_dinp), free(g_dw), free(g_db), free(nan_out);
+        free(g_dinp), free(g_dw), free(g_db), free(nan_out), free(g_rec);
+}
+
+/* GELU made inside the conversion (nn_cuda_fp8_conv1d_forward's and
+ * nn_cuda_fp8_codes' gelu) against nn_cuda_gelu_forward's output converted:
+ * the same codes, scales, records and product, bit for bit, under current
+ * and delayed scaling; and on a shape and offset that take the
+ * single-element kernels (amax and conversion). */
+static void t_gelu(int N, int IC, int OC, int delayed)
+{
+    const size_t nx = (size_t)N * IC, nw = (size_t)IC * OC, no = (size_t)N * OC;
+    const char *how = delayed ? "delayed" : "current";
+    float *x = rnd_spread(nx, 1.5f, 1.0), *w = rnd_spread(nw, 0.02f, 1.0);
+    x[7] = -INFINITY, x[8] = 30.0f, x[9] = -30.0f; /* GELU(-inf) is NaN: delayed records it */
+    if (!delayed)
+        x[7] = -4.0f;
+    void *gx = up_bf16(x, nx), *gw = up_bf16(w, nw), *gg = dmalloc(nx * 2),
+         *out_a = dmalloc(no * 2), *out_b = dmalloc(no * 2);
+    uint8_t *qt_a = dmalloc(nx), *qt_b = dmalloc(nx), *q_a = dmalloc(nx), *q_b = dmalloc(nx);
+    void *scratch = dmalloc(nn_cuda_fp8_conv1d_scratch_bytes(N, IC, OC));
+    float hs[NN_FP8_CONV1D_SCALES] = { 0 };
+    for (int j = 0; j < 3 && delayed; j++)
+        hs[4 * j + 1] = 64.0f, hs[4 * j] = 1.0f / 64.0f;
+    float *s_a = dmalloc(sizeof hs), *s_b = dmalloc(sizeof hs), *rec_a = zeros_dev(3),
+          *rec_b = zeros_dev(3);
+    h2d(s_a, hs, sizeof hs), h2d(s_b, hs, sizeof hs);
+    int *bad;
+    ck(cudaMalloc((void **)&bad, sizeof(int)), "cudaMalloc");
+    ck(cudaMemsetAsync(bad, 0, sizeof(int), stream), "memset");
+    const nn_cuda_fp8_scales_t a = { s_a, rec_a, delayed, bad }, b = { s_b, rec_b, delayed, bad };
+    bmt_error_t err;
+    run(nn_cuda_gelu_forward(h, gg, gx, nx, &err), "gelu forward", &err);
+    run(nn_cuda_fp8_conv1d_forward(h, out_a, qt_a, gg, 0, gw, NULL, N, IC, OC, 1, &a, scratch,
+                                   &err),
+        "fp8 conv1d forward of GELU's output", &err);
+    run(nn_cuda_fp8_conv1d_forward(h, out_b, qt_b, gx, 1, gw, NULL, N, IC, OC, 1, &b, scratch,
+                                   &err),
+        "fp8 conv1d forward, GELU in the conversion", &err);
+    run(nn_cuda_fp8_codes(h, q_a, NULL, gg, 0, N, IC, NN_FP8_E4M3, &a, 0, &err), "codes", &err);
+    run(nn_cuda_fp8_codes(h, q_b, NULL, gx, 1, N, IC, NN_FP8_E4M3, &b, 0, &err), "codes, GELU",
+        &err);
+    uint8_t *h_qa = xmalloc(nx), *h_qb = xmalloc(nx), *h_ta = xmalloc(nx), *h_tb = xmalloc(nx);
+    uint16_t *h_oa = xmalloc(no * 2), *h_ob = xmalloc(no * 2);
+    float h_sa[NN_FP8_CONV1D_SCALES + 3], h_sb[NN_FP8_CONV1D_SCALES + 3];
+    d2h(h_qa, q_a, nx), d2h(h_qb, q_b, nx), d2h(h_ta, qt_a, nx), d2h(h_tb, qt_b, nx);
+    d2h(h_oa, out_a, no * 2), d2h(h_ob, out_b, no * 2);
+    d2h(h_sa, s_a, sizeof hs), d2h(h_sb, s_b, sizeof hs);
+    d2h(h_sa + NN_FP8_CONV1D_SCALES, rec_a, 12), d2h(h_sb + NN_FP8_CONV1D_SCALES, rec_b, 12);
+    ok(memcmp(h_ta, h_tb, nx) == 0 && memcmp(h_qa, h_qb, nx) == 0,
+       "GELU in the conversion, %d x %d, %s: the codes (row-major and transposed) equal those of "
+       "nn_cuda_gelu_forward's output",
+       N, IC, how);
+    ok(memcmp(h_oa, h_ob, no * 2) == 0,
+       "GELU in the conversion, %d x %d -> %d, %s: the product the same bits", N, IC, OC, how);
+    ok(memcmp(h_sa, h_sb, sizeof h_sa) == 0 && (delayed ? isnan(h_sa[12]) : h_sa[12] > 0),
+       "GELU in the conversion, %s: the scales and records the same bits (input's record %g)", how,
+       h_sa[12]);
+    /* the single-element kernels: rows of 24 values (not a multiple of 8) at
+     * an odd element offset, transposed codes only */
+    const nn_cuda_fp8_scales_t c = { s_a, NULL, 0, bad }, d = { s_b, NULL, 0, bad };
+    const int R = 32, Cn = 24;
+    run(nn_cuda_fp8_codes(h, NULL, qt_a, (uint16_t *)gg + 3, 0, R, Cn, NN_FP8_E5M2, &c, 2, &err),
+        "codes, single elements", &err);
+    run(nn_cuda_fp8_codes(h, NULL, qt_b, (uint16_t *)gx + 3, 1, R, Cn, NN_FP8_E5M2, &d, 2, &err),
+        "codes, single elements, GELU", &err);
+    d2h(h_ta, qt_a, (size_t)R * Cn), d2h(h_tb, qt_b, (size_t)R * Cn);
+    d2h(h_sa, s_a, sizeof hs), d2h(h_sb, s_b, sizeof hs);
+    ok(memcmp(h_ta, h_tb, (size_t)R * Cn) == 0 && memcmp(h_sa, h_sb, sizeof hs) == 0,
+       "GELU in the single-element conversion (E5M2, current, amax %g): the same codes and scales",
+       h_sa[10]);
+    cudaFree(gx), cudaFree(gw), cudaFree(gg), cudaFree(out_a), cudaFree(out_b), cudaFree(qt_a),
+        cudaFree(qt_b), cudaFree(q_a), cudaFree(q_b), cudaFree(scratch), cudaFree(s_a),
+        cudaFree(s_b), cudaFree(rec_a), cudaFree(rec_b), cudaFree(bad);
+    free(x), free(w), free(h_qa), free(h_qb), free(h_ta), free(h_tb), free(h_oa), free(h_ob);
+}
+
+/* nn_cuda_fp8_advance against nn_fp8_plan_begin over 12 passes of 5 layers
+ * with a history of 4: the records random (spread over 2^-20..2^20), some
+ * growing 8x (saturation counted), a few NaN or inf, one operand with every
+ * record of its window non-finite; the scales and descales bit for bit, the
+ * statistics equal. The host's bookkeeping is the trainer's (fp8_begin). */
+static void t_advance(void)
+{
+    enum {
+        NP = 5,
+        H = 4,
+        PASSES = 12
+    };
+    nn_fp8_plan_t *plan = nn_fp8_plan_create(NP, H);
+    float *s = zeros_dev(NP * NN_FP8_CONV1D_SCALES), *rec = zeros_dev(NP * 3),
+          *hist = zeros_dev(H * NP * 3);
+    unsigned long long *stats;
+    int *bad;
+    ck(cudaMalloc((void **)&stats, 16), "cudaMalloc");
+    ck(cudaMalloc((void **)&bad, sizeof(int)), "cudaMalloc");
+    ck(cudaMemsetAsync(stats, 0, 16, stream), "memset");
+    ck(cudaMemsetAsync(bad, 0, sizeof(int), stream), "memset");
+    int slot = 0, count = 0, delayed = 0, mismatch = 0;
+    bmt_error_t err;
+    float last[NP * 3];
+    for (int i = 0; i < NP * 3; i++)
+        last[i] = 1.0f;
+    for (int pass = 0; pass < PASSES; pass++) {
+        float r[NP * 3];
+        for (int i = 0; i < NP * 3; i++) {
+            const double u = uniform();
+            r[i] = bf16r((float)ldexp(1.0 + uniform(), (int)(40 * uniform()) - 20));
+            if (u < 0.15)
+                r[i] = last[i] * 8.0f; /* grew past the window */
+            else if (u < 0.2)
+                r[i] = u < 0.175 ? NAN : INFINITY;
+            if (i == 7 && pass >= 5 && pass <= 9) /* a window of non-finite records */
+                r[i] = NAN;
+            last[i] = isfinite(r[i]) ? r[i] : last[i];
+            nn_fp8_plan_at(plan, i / 3)->amax[i % 3] = r[i];
+        }
+        h2d(rec, r, sizeof r);
+        nn_fp8_plan_end(plan);
+        nn_fp8_plan_begin(plan);
+        count = count < H ? count + 1 : count;
+        run(nn_cuda_fp8_advance(h, s, rec, hist, NP, H, slot, count, delayed, bad, stats, &err),
+            "fp8 advance", &err);
+        slot = (slot + 1) % H, delayed = 1;
+        float gs[NP * NN_FP8_CONV1D_SCALES];
+        d2h(gs, s, sizeof gs);
+        for (int i = 0; i < NP * 3; i++) {
+            const float want = nn_fp8_plan_at(plan, i / 3)->scale[i % 3];
+            const float ws = want == 0.0f ? NAN : want, wd = want == 0.0f ? NAN : 1.0f / want;
+            const float *g = &gs[(i / 3) * NN_FP8_CONV1D_SCALES + 4 * (i % 3)];
+            if (!(isnan(ws) ? isnan(g[1]) && isnan(g[0])
+                            : same_bits(g[1], ws) && same_bits(g[0], wd)))
+                mismatch++;
+        }
+    }
+    unsigned long long gst[2];
+    int flag;
+    d2h(gst, stats, sizeof gst);
+    d2h(&flag, bad, sizeof flag);
+    float left[NP * 3];
+    d2h(left, rec, sizeof left);
+    bool cleared = true;
+    for (int i = 0; i < NP * 3; i++)
+        cleared &= left[i] == 0.0f;
+    const nn_fp8_stats_t st = nn_fp8_plan_stats(plan);
+    ok(mismatch == 0 && (long)gst[0] == st.saturated && (long)gst[1] == st.unscalable &&
+           st.saturated > 0 && st.unscalable > 0 && flag == 1 && cleared,
+       "nn_cuda_fp8_advance against nn_fp8_plan_begin, %d passes of %d layers, history %d: every "
+       "scale and descale bit for bit (%d differ), saturated %llu (cpu %ld), unscalable %llu (cpu "
+       "%ld), the flag set by the window of NaN, the records cleared",
+       PASSES, NP, H, mismatch, gst[0], st.saturated, gst[1], st.unscalable);
+    cudaFree(s), cudaFree(rec), cudaFree(hist), cudaFree(stats), cudaFree(bad);
+    nn_fp8_plan_destroy(plan);
 }
 
 /* The forward's product (E4M3 x E4M3, a bias, fast accumulation), and
@@ -632,7 +840,8 @@ static void t_refusals(void)
        "a bias with an f32 output refused: %s", err.text);
     ok(nn_cuda_fp8_quantize(h, q, NULL, out, 24, 16, 24, s, NN_FP8_E4M3, NULL, &err) < 0,
        "quantize to rows of 24 codes refused: %s", err.text);
-    ok(nn_cuda_fp8_conv1d_forward(h, out, NULL, out, out, NULL, 24, 16, 16, 0, s, NULL, q, &err) <
+    const nn_cuda_fp8_scales_t sc = { s, NULL, 0, (int *)q };
+    ok(nn_cuda_fp8_conv1d_forward(h, out, NULL, out, 0, out, NULL, 24, 16, 16, 0, &sc, q, &err) <
                0 &&
            strstr(err.text, "multiple of 16") != NULL,
        "a linear layer of 24 rows refused: %s", err.text);
@@ -661,8 +870,13 @@ int main(void)
     t_vs_bf16(NN_FP8_E4M3, 1024, 1024, 1024, 0.08);
     t_vs_bf16(NN_FP8_E5M2, 1024, 1024, 1024, 0.15);
     t_probe();
-    t_conv1d(512, 192, 576);
-    t_conv1d(256, 768, 192);
+    t_conv1d(512, 192, 576, 0);
+    t_conv1d(256, 768, 192, 0);
+    t_conv1d(512, 192, 576, 1);
+    t_conv1d(256, 768, 192, 1);
+    t_gelu(512, 768, 192, 0);
+    t_gelu(512, 768, 192, 1);
+    t_advance();
     t_refusals();
     nn_cuda_destroy(h);
     printf("1..%d\n", tap_n);

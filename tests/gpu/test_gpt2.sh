@@ -99,18 +99,24 @@ done
 
 # --fp8 1 on cuda (nn_cuda_fp8_conv1d_*, checked op by op against the cpu's
 # emulation in test_fp8) against --fp8 1 on the cpu, from the same
-# bf16-representable weights: the GPU's FP8 run may differ from its emulation
-# no more than its bf16 run differs from the cpu's f32 run (the two differ
-# only by bf16 activations and the order of sums), with slack; and it differs
-# from the GPU's bf16 run, so FP8 is on. Under checkpointing, a layer's
-# recomputation makes the same codes whether it runs the attention again or
-# kept its output: the same losses, bit for bit; and the first five steps
-# print what they print without checkpointing (checkpointing itself moves the
-# bits a little, FP8 or not: the head then runs in chunks, other shapes for
-# cuBLASLt; at this learning rate the runs then part, as runs do: on an H200
-# the largest step differences were 4.4% between cuda bf16 and cpu f32, 36%
-# between checkpointing and not, 55% between FP8 and bf16 at one step, with
-# the first and last losses within 0.6%; they are printed, not bounded).
+# bf16-representable weights, at delayed and at current scaling: over the
+# first 16 steps the GPU's FP8 run may differ from its emulation no more than
+# its bf16 run differs from the cpu's f32 run (the two differ only by bf16
+# activations and the order of sums), with slack; and it differs from the
+# GPU's bf16 run, so FP8 is on. At this learning rate every run, f32 too,
+# meets an instability at step 17 or 18, and which of the two spikes is
+# chance: the last steps are printed, not bounded (on an H200: cuda bf16 /
+# cpu f32 4.4% at one step there; 0.024% over steps 1-16, FP8 delayed against
+# its emulation 0.072%, current 0.22%). Delayed scaling's first step runs at
+# current scaling: the same loss as the current run, then its own. Under
+# checkpointing, a layer's recomputation makes the same codes whether it runs
+# the attention again or kept its output: the same losses, bit for bit; the
+# first step's loss is the same as without checkpointing and the first five
+# within 0.2% (checkpointing moves the last bits, FP8 or not: the head runs in
+# chunks, other shapes for cuBLASLt; with current scaling the first five steps
+# printed the same, while delayed scaling carries each step's amax into the
+# next steps' scales: on an H200 the fourth step's norm differed, the losses
+# by 2.1e-5).
 mkdir -p "$TMP/fp8" && $PY "$HF" make "$TMP/fp8" 4 64 4 256 256 || echo "# the oracle could not make the FP8 test's weights"
 fp8run() { # DEVICE FP8 TAG [options]: 20 steps of the tiny shape
     with_timeout 300 "$BMLAUNCH" --metrics-port 0 --device $1 -n 1 -- "$GPT2" \
@@ -119,22 +125,34 @@ fp8run() { # DEVICE FP8 TAG [options]: 20 steps of the tiny shape
     grep -o "^0: step *[0-9]*/20 | loss [0-9.]* | lr [0-9.e+-]* | norm [0-9.]*" out.$3 >steps.$3
     test $(wc -l <steps.$3) -eq 20 || { echo "out.$3: not 20 steps"; tail -5 out.$3; return 1; }
 }
-test_expect_success "--fp8 1 on cuda: the cpu emulation's losses as closely as bf16 follows f32, not the bf16 run's; recomputed or kept attention give the same bits" '
+test_expect_success "--fp8 1 on cuda, delayed and current scaling: the cpu emulation's losses as closely as bf16 follows f32, not the bf16 run's; recomputed or kept attention give the same bits; the scaling's counts printed" '
     fp8run cpu 0 cpu32 && fp8run cpu 1 cpu8 && fp8run cuda 0 bf16 --ckpt 0 &&
     fp8run cuda 1 fp8 --ckpt 0 && fp8run cuda 1 fp8ck --ckpt 1 --keep-attention 0 &&
     fp8run cuda 1 fp8ka --ckpt 1 --keep-attention 1 && cmp steps.fp8ck steps.fp8ka &&
-    head -5 steps.fp8 >first.fp8 && head -5 steps.fp8ck >first.fp8ck && cmp first.fp8 first.fp8ck &&
+    fp8run cpu "1 --fp8-scaling current" cpu8c && fp8run cuda "1 --fp8-scaling current" fp8c --ckpt 0 &&
+    for t in cpu8 fp8 fp8ck; do
+        grep "^0: gpt2: rank 0: fp8: delayed scaling over 16 passes; 20 passes; [0-9]* operand-passes saturated, 0 unscalable" out.$t || exit 1
+    done &&
+    grep "^0: gpt2: rank 0: fp8: current scaling; 20 passes; 0 operand-passes saturated, 0 unscalable" out.fp8c &&
     $PY - <<-EOF | tee -a "$TMP/figures-fp8.txt"; test ${PIPESTATUS[0]} -eq 0
 	import re
 	def losses(t): return [float(x) for x in re.findall(r"loss ([0-9.]+)", open("steps." + t).read())]
-	c32, c8, b16, f8, f8ck = (losses(t) for t in ("cpu32", "cpu8", "bf16", "fp8", "fp8ck"))
+	c32, c8, b16, f8, f8ck, c8c, f8c = (losses(t) for t in ("cpu32", "cpu8", "bf16", "fp8", "fp8ck", "cpu8c", "fp8c"))
 	def d(a, b): return max(abs(x - y) / y for x, y in zip(a, b))
-	ref, emu, vs16, ck = d(b16, c32), d(f8, c8), d(f8, b16), d(f8ck, f8)
-	for name, l in (("cpu f32", c32), ("cpu fp8", c8), ("cuda bf16", b16), ("cuda fp8", f8), ("cuda fp8 ckpt", f8ck)):
+	# Bounded over the first 16 steps: at this learning rate every run, f32
+	# included, meets an instability near step 17 or 18 and which of the two
+	# steps spikes is chance (the figures of all 20 steps are printed)
+	K = 16
+	ref, emu, emuc, vs16, ck = d(b16[:K], c32[:K]), d(f8[:K], c8[:K]), d(f8c[:K], c8c[:K]), d(f8, b16), d(f8ck, f8)
+	ck5 = d(f8ck[:5], f8[:5])
+	for name, l in (("cpu f32", c32), ("cpu fp8", c8), ("cpu fp8 cur", c8c), ("cuda bf16", b16), ("cuda fp8", f8), ("cuda fp8 cur", f8c), ("cuda fp8 ckpt", f8ck)):
 	    print("# %-13s %s" % (name, " ".join("%.4f" % x for x in l)))
-	print("# largest step difference: cuda bf16 / cpu f32 %.3g; cuda fp8 / cpu fp8 %.3g; cuda fp8 / cuda bf16 %.3g; checkpointing / not %.3g" % (ref, emu, vs16, ck))
-	assert emu <= 2 * ref + 0.005, "cuda fp8 strays from its emulation"
-	assert f8 != b16, "cuda fp8 gives the bf16 losses: FP8 not applied"
+	print("# largest step difference: steps 1-16: cuda bf16 / cpu f32 %.3g; cuda fp8 / cpu fp8 %.3g (delayed), %.3g (current); all 20: cuda bf16 / cpu f32 %.3g, cuda fp8 / cpu fp8 %.3g (delayed), %.3g (current), cuda fp8 / cuda bf16 %.3g; checkpointing / not %.3g (%.3g in the first five steps)" % (ref, emu, emuc, d(b16, c32), d(f8, c8), d(f8c, c8c), vs16, ck, ck5))
+	assert emu <= 2 * ref + 0.005, "cuda fp8 (delayed) strays from its emulation"
+	assert emuc <= 2 * ref + 0.005, "cuda fp8 (current) strays from its emulation"
+	assert f8 != b16 and f8c != b16, "cuda fp8 gives the bf16 losses: FP8 not applied"
+	assert f8[0] == f8c[0] and f8 != f8c, "delayed: the first step at current scaling, then its own"
+	assert f8[0] == f8ck[0] and ck5 <= 2e-3, "checkpointing moves the first FP8 steps more than bf16 rounding"
 	assert sum(f8[-5:]) / 5 < f8[0] - 1.0, "the loss does not fall"
 	EOF
 '

@@ -31,9 +31,9 @@ test_expect_success "gen writes the inputs; fp8_check converts, quantizes and mu
     grep -q "^fp8_check: [0-9]* values, 6 x 4096 quantized, 37 x 300 x 29 product, 45 x 96 x 40 layer written to $D\$" out
 '
 
-test_expect_success "every result equals the oracle's (28 comparisons)" '
+test_expect_success "every result equals the oracle's (29 comparisons)" '
     with_timeout 120 $PY "$ORACLE" compare "$D" >"$TMP/compare.out" &&
-    test $(grep -c "^ok " "$TMP/compare.out") -eq 28 && ! grep -q "^not ok" "$TMP/compare.out"
+    test $(grep -c "^ok " "$TMP/compare.out") -eq 29 && ! grep -q "^not ok" "$TMP/compare.out"
 '
 grep "ok \|^#" "$TMP/compare.out" | sed -e 's/^/#   /'
 
@@ -76,6 +76,23 @@ i = int(np.argmax(np.abs(m)))
 m.view(np.uint32)[i] += 4
 m.tofile(\"p/mm.f32\")
 " && fails p "the scaled product"
+'
+
+test_expect_success "...and delayed scaling with one pass computed at the current scale, or a saturation not counted" '
+    cp -r "$D" dl && $PY -c "
+import numpy as np, sys
+sys.path.insert(0, \"$SRC/tests/tools\")
+import fp8_oracle as o
+x = np.fromfile(\"dl/lin_inp.f32\", np.float32)
+x[3] = 0.5
+w = np.fromfile(\"dl/lin_w.f32\", np.float32)
+N, IC, OC = 45, 96, 40
+xr = o.roundtrip((x * np.float32(4)).astype(np.float32), \"e4m3\").reshape(N, IC).astype(np.float64)
+wr = o.roundtrip(w, \"e4m3\").reshape(IC, OC).astype(np.float64)
+b = np.fromfile(\"dl/lin_b.f32\", np.float32).astype(np.float64)
+(xr @ wr + b).astype(np.float32).tofile(\"dl/dl_out_4.f32\")
+" && fails dl "delayed scaling over 6 passes" &&
+    cp -r "$D" ds && echo "6 1 1" >ds/dl_stats.txt && fails ds "delayed scaling over 6 passes"
 '
 
 test_expect_success "a missing input is named; a bad mm.txt is named; no argument is a usage error" '

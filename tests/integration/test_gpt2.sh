@@ -124,7 +124,9 @@ test_expect_success "a file that does not fit the model is refused, naming the f
 test_expect_success "bad arguments exit 2 with what is wrong" '
     for args in "--steps x" "--model d99" "--zero 1" "--heads 5 --embd 64" "--seq 300" \
                 "--lr -1" "--bogus" "--prepare x" "--gemm-tune 33" "--gemm-tune -1" \
-                "--overlap-step 2" "--keep-attention -1" "--fp8 2"; do
+                "--overlap-step 2" "--keep-attention -1" "--fp8 2" "--fp8 1 --fp8-scaling sometimes" \
+                "--fp8 1 --fp8-history 0" "--fp8 1 --fp8-history 1025" "--fp8-scaling current" "--fp8 0 --fp8-history 4" \
+                "--fp8 1 --fp8-scaling current --fp8-history 4"; do
         { $GPT2 --data $TMP/corpus_train.bin $args >out 2>&1; rc=$?; }
         test $rc -eq 2 || { echo "$args: exit $rc"; cat out; exit 1; }
         grep -q "^gpt2: " out || { echo "$args:"; cat out; exit 1; }
@@ -150,21 +152,29 @@ test_expect_success "--keep-attention on the cpu model is refused, saying it is 
 
 # --fp8 1 on the cpu: the layers' four products with their operands through
 # FP8 (nn/fp8.h, checked op by op against the formats' definitions in
-# test_fp8): close to the f32 run from the same seed, but not the same.
-test_expect_success "--fp8 1 (cpu, 2x2): 20 steps within 1% of the f32 run, not equal to it; the loss falls" '
-    for f in 0 1; do
+# test_fp8): close to the f32 run from the same seed, but not the same; with
+# delayed scaling (the default) and with current scaling, which share their
+# first step (the first pass is current) and then part.
+test_expect_success "--fp8 1 (cpu, 2x2), delayed and current scaling: 20 steps within 1% of the f32 run, not equal to it; the loss falls" '
+    for f in "0" "1 --fp8-scaling current" "1"; do
         with_timeout 300 $BMLAUNCH --metrics-port 0 -g 2 -n 2 -- $GPT2 --data $TMP/corpus_train.bin \
-            --steps 20 --lr 3e-3 --seed 7 --fp8 $f >out.$f 2>&1 || { cat out.$f; exit 1; }
+            --steps 20 --lr 3e-3 --seed 7 --fp8 $f >"out.$f" 2>&1 || { cat "out.$f"; exit 1; }
     done &&
+    grep -q "^0: gpt2: rank 0: fp8: delayed scaling over 16 passes; 20 passes; [0-9]* operand-passes saturated, 0 unscalable" out.1 &&
+    grep -q "^0: gpt2: rank 0: fp8: current scaling; 20 passes; 0 operand-passes saturated, 0 unscalable" "out.1 --fp8-scaling current" &&
+    ! grep -q "fp8:" out.0 &&
     $PY - <<-EOF
 	import re
-	loss = [[float(x) for x in re.findall(r"^0: step +\d+/20 \| loss ([0-9.]+)", open("out.%d" % f).read(), re.M)] for f in (0, 1)]
-	assert len(loss[0]) == len(loss[1]) == 20, loss
-	rel = [abs(a - b) / a for a, b in zip(*loss)]
-	assert max(rel) < 0.01, max(rel)
-	assert loss[0] != loss[1], "the same losses: FP8 not applied"
-	assert sum(loss[1][-5:]) / 5 < loss[1][0] - 1.0, loss[1]
-	print("f32 %.4f -> %.4f, fp8 %.4f -> %.4f, largest step difference %.2g" % (loss[0][0], loss[0][-1], loss[1][0], loss[1][-1], max(rel)))
+	runs = ("0", "1 --fp8-scaling current", "1")
+	loss = [[float(x) for x in re.findall(r"^0: step +\d+/20 \| loss ([0-9.]+)", open("out." + f).read(), re.M)] for f in runs]
+	assert all(len(l) == 20 for l in loss), loss
+	for fp8 in loss[1:]:
+	    rel = [abs(a - b) / a for a, b in zip(loss[0], fp8)]
+	    assert max(rel) < 0.01, max(rel)
+	    assert loss[0] != fp8, "the same losses: FP8 not applied"
+	    assert sum(fp8[-5:]) / 5 < fp8[0] - 1.0, fp8
+	    print("f32 %.4f -> %.4f, fp8 %.4f -> %.4f, largest step difference %.2g" % (loss[0][0], loss[0][-1], fp8[0], fp8[-1], max(rel)))
+	assert loss[1][0] == loss[2][0] and loss[1] != loss[2], "delayed: the first step current, then its own"
 	EOF
 '
 

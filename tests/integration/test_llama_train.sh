@@ -107,27 +107,43 @@ test_expect_success "bad options are refused with a message" '
     { $LLAMA --seq 300 --data x 2>err; rc=$?; } && test $rc -eq 2 &&
     grep -q "^llama: --seq 300 is longer than the model.s 256 positions" err &&
     { $LLAMA --fp8 2 --data x 2>err; rc=$?; } && test $rc -eq 2 && grep -q "^llama: --fp8" err &&
+    { $LLAMA --fp8-scaling current --data x 2>err; rc=$?; } && test $rc -eq 2 &&
+    grep -q "^llama: --fp8-scaling without --fp8 1 changes nothing" err &&
+    { $LLAMA --fp8 1 --fp8-scaling sometimes --data x 2>err; rc=$?; } && test $rc -eq 2 &&
+    grep -q "^llama: --fp8-scaling: .sometimes.: give delayed or current" err &&
+    { $LLAMA --fp8 1 --fp8-history 0 --data x 2>err; rc=$?; } && test $rc -eq 2 &&
+    { $LLAMA --fp8 1 --fp8-scaling current --fp8-history 4 --data x 2>err; rc=$?; } &&
+    test $rc -eq 2 && grep -q "^llama: --fp8-history is delayed scaling.s" err &&
     { $LLAMA 2>err; rc=$?; } && test $rc -eq 2 && grep -q "^llama: --data PATTERN is required" err
 '
 
 # --fp8 1 on the cpu: the seven products of each layer with their operands
-# through FP8 (nn_fp8_conv1d_*, checked op by op against the formats'
+# through FP8 (nn_fp8_linear_*, checked op by op against the formats'
 # definitions in test_fp8): close to the f32 run from the same seed, not the
-# same. (A NaN operand's products are NaN: test_fp8, and test_gpt2's run.)
-test_expect_success "--fp8 1 (cpu, 2x2): 20 steps within 1% of the f32 run, not equal to it; the loss falls" '
-    for f in 0 1; do
+# same, under delayed scaling (the default) and current scaling, which share
+# their first step and then part; the scaling's counts printed at the end.
+# (A NaN operand's products are NaN: test_fp8, and test_gpt2's run.)
+test_expect_success "--fp8 1 (cpu, 2x2), delayed and current scaling: 20 steps within 1% of the f32 run, not equal to it; the loss falls" '
+    for f in 0 1 c; do
+        o="--fp8 $f"
+        test $f = c && o="--fp8 1 --fp8-scaling current"
         with_timeout 300 $BMLAUNCH --metrics-port 0 -g 2 -n 2 --device cpu -- $LLAMA $RUN --steps 20 \
-            --seed 7 --fp8 $f >out.$f 2>&1 || { tail -5 out.$f; exit 1; }
+            --seed 7 $o >out.$f 2>&1 || { tail -5 out.$f; exit 1; }
     done &&
+    grep -q "^0: llama: rank 0: fp8: delayed scaling over 16 passes; 20 passes; [0-9]* operand-passes saturated, 0 unscalable" out.1 &&
+    grep -q "^0: llama: rank 0: fp8: current scaling; 20 passes; 0 operand-passes saturated, 0 unscalable" out.c &&
+    ! grep -q "fp8:" out.0 &&
     $PY - <<-EOF
 	import re
-	loss = [[float(x) for x in re.findall(r"^0: step +\d+/20 \| loss ([0-9.]+)", open("out.%d" % f).read(), re.M)] for f in (0, 1)]
-	assert len(loss[0]) == len(loss[1]) == 20, loss
-	rel = [abs(a - b) / a for a, b in zip(*loss)]
-	print("f32 %.4f -> %.4f, fp8 %.4f -> %.4f, largest step difference %.2g" % (loss[0][0], loss[0][-1], loss[1][0], loss[1][-1], max(rel)))
-	assert max(rel) < 0.01, max(rel)
-	assert loss[0] != loss[1], "the same losses: FP8 not applied"
-	assert sum(loss[1][-5:]) / 5 < loss[1][0] - 1.0, loss[1]
+	loss = [[float(x) for x in re.findall(r"^0: step +\d+/20 \| loss ([0-9.]+)", open("out." + f).read(), re.M)] for f in ("0", "1", "c")]
+	assert all(len(l) == 20 for l in loss), loss
+	for fp8 in loss[1:]:
+	    rel = [abs(a - b) / a for a, b in zip(loss[0], fp8)]
+	    print("f32 %.4f -> %.4f, fp8 %.4f -> %.4f, largest step difference %.2g" % (loss[0][0], loss[0][-1], fp8[0], fp8[-1], max(rel)))
+	    assert max(rel) < 0.01, max(rel)
+	    assert loss[0] != fp8, "the same losses: FP8 not applied"
+	    assert sum(fp8[-5:]) / 5 < fp8[0] - 1.0, fp8
+	assert loss[1][0] == loss[2][0] and loss[1] != loss[2], "delayed: the first step current, then its own"
 	EOF
 '
 

@@ -69,6 +69,21 @@ static void save(const char *name, const void *p, size_t bytes)
         die("cannot write", name);
 }
 
+/* The layer's four results as PREFIX_{out,dinp,dw,db}_TAG.f32. */
+static void save_layer(const char *prefix, int tag, const float *out, size_t n_out,
+                       const float *dinp, size_t n_in, const float *dw, size_t n_w, const float *db,
+                       size_t n_b)
+{
+    const char *what[4] = { "out", "dinp", "dw", "db" };
+    const float *v[4] = { out, dinp, dw, db };
+    const size_t n[4] = { n_out, n_in, n_w, n_b };
+    for (int k = 0; k < 4; k++) {
+        char name[64];
+        snprintf(name, sizeof(name), "%s_%s_%d.f32", prefix, what[k], tag);
+        save(name, v[k], n[k] * 4);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -153,19 +168,11 @@ int main(int argc, char **argv)
     float *lo = calloc(n_d, 4), *ldi = calloc(n_in, 4), *ldw = calloc(n_w, 4),
           *ldb = calloc(LOC, 4);
     for (int wt = 0; wt <= 1; wt++) {
-        char name[64];
         memset(ldi, 0, n_in * 4), memset(ldw, 0, n_w * 4), memset(ldb, 0, LOC * 4);
         if (nn_fp8_conv1d_forward(lo, inp, w, bias, LN, IC, LOC, wt) != 0 ||
             nn_fp8_conv1d_backward(ldi, ldw, ldb, dout, inp, w, LN, IC, LOC, wt) != 0)
             die("the emulated products failed", "lin_*.f32");
-        snprintf(name, sizeof(name), "lin_out_%d.f32", wt);
-        save(name, lo, n_d * 4);
-        snprintf(name, sizeof(name), "lin_dinp_%d.f32", wt);
-        save(name, ldi, n_in * 4);
-        snprintf(name, sizeof(name), "lin_dw_%d.f32", wt);
-        save(name, ldw, n_w * 4);
-        snprintf(name, sizeof(name), "lin_db_%d.f32", wt);
-        save(name, ldb, LOC * 4);
+        save_layer("lin", wt, lo, n_d, ldi, n_in, ldw, n_w, ldb, LOC);
     }
     /* A NaN in inp, then an inf in dout: 1, and NaN everywhere. */
     inp[3] = NAN;
@@ -187,6 +194,35 @@ int main(int argc, char **argv)
     char txt[128];
     snprintf(txt, sizeof(txt), "%d %d %d %d\n", rf, rb, rd, poisoned);
     save("lin_nan.txt", txt, strlen(txt));
+    /* Delayed scaling (nn_fp8_plan_t, history 3) over six passes of the same
+     * layer, the input times DL_FACTOR[p], an infinity in it in pass 3:
+     * pass 0 current, then each from the window; pass 4 grows past the
+     * window's largest (saturates, as pass 1 does), pass 3's inf record takes no part. */
+    static const float DL_FACTOR[6] = { 1.0f, 2.0f, 0.5f, 1.0f, 4.0f, 1.0f };
+    nn_fp8_plan_t *plan = nn_fp8_plan_create(1, 3);
+    float *xp = malloc(n_in * 4);
+    if (plan == NULL || xp == NULL)
+        die("out of memory", "plan");
+    for (int pass = 0; pass < 6; pass++) {
+        for (size_t i = 0; i < n_in; i++)
+            xp[i] = inp[i] * DL_FACTOR[pass];
+        if (pass == 3)
+            xp[5] = INFINITY;
+        memset(ldi, 0, n_in * 4), memset(ldw, 0, n_w * 4), memset(ldb, 0, LOC * 4);
+        nn_fp8_plan_begin(plan);
+        nn_fp8_scaling_t *sc = nn_fp8_plan_at(plan, 0);
+        if (nn_fp8_linear_forward(sc, lo, xp, w, bias, LN, IC, LOC, 0) < 0 ||
+            nn_fp8_linear_backward(sc, ldi, ldw, ldb, dout, xp, w, LN, IC, LOC, 0) < 0)
+            die("the emulated products failed", "delayed");
+        nn_fp8_plan_end(plan);
+        save_layer("dl", pass, lo, n_d, ldi, n_in, ldw, n_w, ldb, LOC);
+    }
+    nn_fp8_plan_begin(plan); /* closes pass 5 */
+    const nn_fp8_stats_t st = nn_fp8_plan_stats(plan);
+    snprintf(txt, sizeof(txt), "%ld %ld %ld\n", st.passes, st.saturated, st.unscalable);
+    save("dl_stats.txt", txt, strlen(txt));
+    nn_fp8_plan_destroy(plan);
+    free(xp);
     printf("fp8_check: %zu values, %zu x %zu quantized, %d x %d x %d product, %d x %d x %d layer "
            "written to %s\n",
            nx, ns, nq, N, K, OC, LN, IC, LOC, dir);

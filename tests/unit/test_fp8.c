@@ -103,14 +103,17 @@ static void history(void)
     nn_fp8_history_push(&h, 4.0f);
     nn_fp8_history_push(&h, 1.0f);
     ok(nn_fp8_history_scale(&h, NN_FP8_E4M3, 0) == 112.0f, "history: max of the window (4)");
-    ok(nn_fp8_history_push(&h, NAN) == -1 && nn_fp8_history_push(&h, INFINITY) == -1 &&
-           h.count == 2,
-       "history: NaN and inf refused, nothing recorded");
-    nn_fp8_history_push(&h, 2.0f);
-    nn_fp8_history_push(&h, 0.5f); /* 4 falls out */
+    ok(nn_fp8_history_push(&h, NAN) == -1 && h.count == 3 &&
+           nn_fp8_history_scale(&h, NN_FP8_E4M3, 0) == 112.0f,
+       "history: a NaN is flagged and takes its slot; the scale comes from the finite ones");
+    nn_fp8_history_push(&h, 2.0f); /* 4 falls out */
     ok(nn_fp8_history_scale(&h, NN_FP8_E4M3, 1) == 112.0f,
        "history: the window slides (max 2), margin 1");
     is_int(h.count, 3, "history: count stays at the window");
+    ok(nn_fp8_history_push(&h, INFINITY) == -1 && nn_fp8_history_push(&h, NAN) == -1 &&
+           nn_fp8_history_push(&h, INFINITY) == -1 &&
+           nn_fp8_history_scale(&h, NN_FP8_E4M3, 0) == 0.0f,
+       "history: a window of only inf and NaN gives 0 (nothing to scale by)");
 }
 
 int main(void)
