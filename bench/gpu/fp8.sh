@@ -6,8 +6,9 @@
 #          (GPT2_ONLY="6 7": only those tests of test_gpt2, TEST_ONLY)
 #   profile bench/gpu/profile.sh with --fp8 1 (PROF, default d48:8:0:4): the
 #          GPU time of one step by kernel
-#   speed  bench/gpu/gpt2.sh with RUNS (default: d48 b8 1x1, checkpointing 0
-#          and 1, each bf16 then --fp8 1; no peer unless PEER_RUNS >= 1): the
+#   speed  bench/gpu/gpt2.sh with RUNS (default: d48 b8 1x1, checkpointing 0:
+#          bf16, --fp8 1 (delayed scaling), --fp8 1 --fp8-scaling current;
+#          checkpointing 1: bf16, --fp8 1; no peer unless PEER_RUNS >= 1): the
 #          table's rows side by side, then the FP8 / bf16 tokens/s ratios
 #   curve  CURVE_STEPS (500) steps of real text, bf16 and --fp8 1 from the
 #          same seed and batches (MODEL d48, b 8, T 1024, no checkpointing;
@@ -44,12 +45,14 @@ if [[ " $STAGES " == *" profile "* ]]; then
     head -32 "$OUT/profile.txt"
 fi
 if [[ " $STAGES " == *" speed "* ]]; then
-    RUNS=${RUNS:-"$MODEL:8:1x1:0 $MODEL:8:1x1:0:--fp8,1 $MODEL:8:1x1:1 $MODEL:8:1x1:1:--fp8,1"} \
+    RUNS=${RUNS:-"$MODEL:8:1x1:0 $MODEL:8:1x1:0:--fp8,1 $MODEL:8:1x1:0:--fp8,1,--fp8-scaling,current $MODEL:8:1x1:1 $MODEL:8:1x1:1:--fp8,1"} \
         PEER_RUNS=${PEER_RUNS:-0} SKIP_BUILD=1 STEPS=${STEPS:-13} bash bench/gpu/gpt2.sh >"$OUT/speed.txt" 2>&1
     sed -n '/^== GPT-2/,$p' "$OUT/speed.txt"
-    # FP8 / bf16 per configuration: a row with --fp8 1 against the row before it
+    # FP8 / bf16 per configuration: a row with --fp8 1 against the last bf16 row before it
     awk '/ours/ { match($0, /[0-9.]+ tok\/s/); tok = substr($0, RSTART, RLENGTH) + 0
-                  if ($0 ~ /--fp8 1/) printf "fp8 / bf16 (%s %s): x%.3f\n", $1, $4 " " $5, tok / prev; prev = tok }' \
+                  if ($0 !~ /--fp8 1/) { prev = tok; next }
+                  how = $0 ~ /--fp8-scaling current/ ? "current" : "delayed"
+                  printf "fp8 (%s) / bf16 (%s %s): x%.3f\n", how, $1, $4 " " $5, tok / prev }' \
         "$OUT/gpt2-table.txt" | tee "$OUT/ratio.txt"
 fi
 if [[ " $STAGES " == *" curve "* ]]; then
@@ -63,6 +66,7 @@ if [[ " $STAGES " == *" curve "* ]]; then
             --steps "$CURVE_STEPS" --lr 3e-4 --warmup 50 --lr-min-frac 0.1 --eval-every 100 \
             --eval-batches 8 --seed $seed --fp8 $f >"$OUT/curve-fp8-$f-seed$seed.log" 2>&1
         echo "curve --fp8 $f --seed $seed: exit $? in $((SECONDS - t)) s"
+        grep "fp8:" "$OUT/curve-fp8-$f-seed$seed.log" | tee -a "$OUT/curve-fp8-stats.txt"
         logs+=("$OUT/curve-fp8-$f-seed$seed.log")
     done
     [ ${#logs[@]} -ge 2 ] && python3 - "${logs[0]}" "${logs[1]}" <<'PY' | tee "$OUT/curve.txt"
@@ -94,4 +98,5 @@ echo "== fp8.sh $(nvidia-smi -L | head -1 | sed 's/ (UUID.*//'): $((SECONDS - t0
 printf '%s\n' "${summary[@]}"
 cat "$OUT/ratio.txt" 2>/dev/null
 tail -1 "$OUT/curve.txt" 2>/dev/null
+cat "$OUT/curve-fp8-stats.txt" 2>/dev/null
 python3 -c "import torchao; print('torchao', torchao.__version__)" 2>/dev/null || echo "torchao: not installed on this machine"

@@ -33,15 +33,18 @@
  * needs qkv). N C bf16 and B H T f32 more per layer; the same bits.
  *
  * fp8 (gpt2_cu_fp8, docs/fp8.md): the four products of each layer take FP8
- * operands (nn_cuda_fp8_conv1d_*, current scaling). A product's input is then
- * saved as its transposed E4M3 codes (all its weight gradient reads) instead
- * of bf16: LayerNorm's outputs and GELU's are gone as soon as their codes
- * exist, and attention's output keeps its bf16 for the attention's backward.
- * The codes' scales live per layer and product (fp8_s), so a recomputation
- * makes the same codes again; the weights' are those of the layer's forward.
- * GELU is a kernel of its own: cuBLASLt's FP8 products with GELU in their
- * epilogues (GELU_AUX_BIAS forward, DGELU backward) made the d48 step slower,
- * 170.6 ms against 152.2 on an H200 (bench/NOTES.md, 2026-12-02 session 16).
+ * operands (nn_cuda_fp8_conv1d_*, delayed or current scaling: --fp8-scaling).
+ * A product's input is then saved as its transposed E4M3 codes (all its
+ * weight gradient reads) instead of bf16: LayerNorm's outputs are gone as soon
+ * as their codes exist, and attention's output keeps its bf16 for the
+ * attention's backward. GELU's output never exists in bf16: mlp.c_proj's
+ * conversion computes GELU from c_fc's output as it makes the codes, and the
+ * backward's GELU gradient reads c_fc's output. The codes' scales live per
+ * layer and product (fp8_s), so a recomputation makes the same codes again;
+ * the weights' are those of the layer's forward. GELU inside cuBLASLt's FP8
+ * products' epilogues (GELU_AUX_BIAS forward, DGELU backward) made the d48
+ * step slower, 170.6 ms against 152.2 on an H200 (bench/NOTES.md, 2026-12-02
+ * session 16); inside the conversion it pays about 1.9 ms (session 17).
  */
 #include "gpt2/model_cuda.h"
 
