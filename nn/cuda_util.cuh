@@ -1,6 +1,7 @@
 /* nn/cuda_util.cuh — the small helpers every CUDA file of nn/ uses (internal):
  * error text ("nn cuda: <what>: <why>"), launch checks, grid sizes, 16-byte
- * alignment, GELU, warp reductions, and bf16 <-> f32 in 16-byte chunks. Everything
+ * alignment, GELU, warp reductions, bf16 <-> f32 in 16-byte chunks, and the
+ * last step of a column sum (colsum_final). Everything
  * is in an anonymous namespace: each file gets its own copy, nothing is
  * exported from libnn.
  */
@@ -99,6 +100,34 @@ __device__ __forceinline__ uint4 pack8(const float f[8])
     for (int k = 0; k < 4; k++)
         h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
     return u;
+}
+
+/* dst_k[col] += sum over chunks of partial[k][chunk][col]: grid (ceil(cols /
+ * 32)), block (32, 8); thread (x, y) adds chunks y, y + 8, ... of column x (8
+ * independent loads in flight, not one chunk at a time), then the block adds
+ * the 8 sums in y order: a fixed order, so the same bits on every run. */
+__global__ void colsum_final(float *dst0, float *dst1, const float *partial, int cols, int chunks)
+{
+    __shared__ float s[2][8][33];
+    const int col = blockIdx.x * 32 + threadIdx.x, y = threadIdx.y, K = dst1 ? 2 : 1;
+    for (int k = 0; k < K; k++) {
+        float t = 0;
+        if (col < cols) {
+            const float *p = partial + (size_t)k * chunks * cols + col;
+#pragma unroll 8
+            for (int c = y; c < chunks; c += 8)
+                t += p[(size_t)c * cols];
+        }
+        s[k][y][threadIdx.x] = t;
+    }
+    __syncthreads();
+    if (y < K && col < cols) {
+        float t = 0;
+        for (int i = 0; i < 8; i++)
+            t += s[y][i][threadIdx.x];
+        float *d = y ? dst1 : dst0;
+        d[col] += t;
+    }
 }
 
 } // namespace

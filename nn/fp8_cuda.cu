@@ -25,6 +25,14 @@
  * are not whole chunks (cols or ld not a multiple of 8, or x not 16-byte
  * aligned) a 32 x 32 tile of single elements does the same.
  *
+ * A conversion can convert a function of x instead of x (act1): GELU(x), or
+ * GELU's input gradient from x and GELU's input, each value rounded to bf16
+ * as the element-wise kernel would write it, so the GELU kernels' outputs
+ * need not exist. A backward's conversion also takes the column sums of what
+ * it converts (the bias gradient): each block sums its tile's columns in a
+ * fixed order into partial sums, and colsum_final adds those in a fixed
+ * order, so the bits are the same on every run.
+ *
  * nn_cuda_fp8_cast takes three launches: clear amax, amax, and the conversion,
  * whose blocks each make the scale from amax (one division) and the first of
  * them stores it, so no kernel of one thread runs in between.
@@ -83,36 +91,66 @@ __device__ __forceinline__ void amax_block(unsigned *amax, unsigned m)
     }
 }
 
-/* GELU: the conversions of a GELU's output can read its input instead and
- * apply it on the way (nn_cuda_fp8_codes' gelu), each value rounded to bf16
- * as nn_cuda_gelu_forward writes it, so the codes are the same bits. */
-template <bool GELU> __device__ __forceinline__ float act1(float f)
+/* What a conversion converts (ACT): x itself; GELU(x), for a GELU's output
+ * read from its input (nn_cuda_fp8_codes' gelu), each value rounded to bf16
+ * as nn_cuda_gelu_forward writes it; or GELU'(pre) x, for GELU's input
+ * gradient read from its output gradient x and its input pre
+ * (nn_cuda_fp8_conv1d_backward's dgelu_pre), rounded as nn_cuda_gelu_backward
+ * writes it. Either way the codes are the same bits as converting the
+ * element-wise kernel's output. */
+enum {
+    ACT_NONE,
+    ACT_GELU,
+    ACT_DGELU
+};
+
+template <int ACT> __device__ __forceinline__ float act1(float f, float p)
 {
-    return GELU ? __bfloat162float(bf(gelu_f(f))) : f;
+    if (ACT == ACT_GELU)
+        return __bfloat162float(bf(gelu_f(f)));
+    if (ACT == ACT_DGELU)
+        return __bfloat162float(bf(gelu_grad(p) * f));
+    return f;
 }
 
-/* act1 on the two bf16 of a word */
-template <bool GELU> __device__ __forceinline__ uint32_t act2(uint32_t w)
+/* act1 on the two bf16 of a word (and of pre's word) */
+template <int ACT> __device__ __forceinline__ uint32_t act2(uint32_t w, uint32_t wp)
 {
-    if (!GELU)
+    if (ACT == ACT_NONE)
         return w;
-    const uint32_t lo = __float_as_uint(act1<true>(__uint_as_float(w << 16))) >> 16,
-                   hi = __float_as_uint(act1<true>(__uint_as_float(w & 0xffff0000u)));
+    const uint32_t lo = __float_as_uint(
+                            act1<ACT>(__uint_as_float(w << 16), __uint_as_float(wp << 16))) >>
+                        16,
+                   hi = __float_as_uint(act1<ACT>(__uint_as_float(w & 0xffff0000u),
+                                                  __uint_as_float(wp & 0xffff0000u)));
     return lo | hi;
 }
 
-template <bool GELU> __global__ void amax_k(unsigned *amax, unsigned *rec, const bf16 *x, size_t n)
+template <int ACT> __device__ __forceinline__ uint4 act4(uint4 u, const uint4 *pre, size_t i)
+{
+    if (ACT == ACT_NONE)
+        return u;
+    const uint4 p = ACT == ACT_DGELU ? __ldg(&pre[i]) : u;
+    return make_uint4(act2<ACT>(u.x, p.x), act2<ACT>(u.y, p.y), act2<ACT>(u.z, p.z),
+                      act2<ACT>(u.w, p.w));
+}
+
+template <int ACT>
+__global__ void amax_k(unsigned *amax, unsigned *rec, const bf16 *x, const bf16 *pre, size_t n)
 {
     unsigned m = 0;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        m = max(m, __float_as_uint(act1<GELU>(ld(&x[i]))) & 0x7fffffffu);
+        m = max(m, __float_as_uint(act1<ACT>(ld(&x[i]), ACT == ACT_DGELU ? ld(&pre[i]) : 0.0f)) &
+                       0x7fffffffu);
     amax_add(amax, rec, m);
 }
 
-/* x 16-byte aligned, n8 chunks of 8 bf16; two 16-bit |x| patterns per word. */
-template <bool GELU>
-__global__ void amax_chunks_k(unsigned *amax, unsigned *rec, const uint4 *x, size_t n8)
+/* x (and pre) 16-byte aligned, n8 chunks of 8 bf16; two 16-bit |x| patterns
+ * per word. */
+template <int ACT>
+__global__ void amax_chunks_k(unsigned *amax, unsigned *rec, const uint4 *x, const uint4 *pre,
+                              size_t n8)
 {
     unsigned m = 0;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -123,18 +161,15 @@ __global__ void amax_chunks_k(unsigned *amax, unsigned *rec, const uint4 *x, siz
         for (int k = 0; k < 4; k++)
             u[k] = __ldg(&x[i + k * stride]);
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            u[k].x = act2<GELU>(u[k].x), u[k].y = act2<GELU>(u[k].y);
-            u[k].z = act2<GELU>(u[k].z), u[k].w = act2<GELU>(u[k].w);
-        }
+        for (int k = 0; k < 4; k++)
+            u[k] = act4<ACT>(u[k], pre, i + k * stride);
 #pragma unroll
         for (int k = 0; k < 4; k++)
             m = __vmaxu2(m, __vmaxu2(__vmaxu2(u[k].x & 0x7fff7fffu, u[k].y & 0x7fff7fffu),
                                      __vmaxu2(u[k].z & 0x7fff7fffu, u[k].w & 0x7fff7fffu)));
     }
     for (; i < n8; i += stride) {
-        uint4 u = __ldg(&x[i]);
-        u.x = act2<GELU>(u.x), u.y = act2<GELU>(u.y), u.z = act2<GELU>(u.z), u.w = act2<GELU>(u.w);
+        const uint4 u = act4<ACT>(__ldg(&x[i]), pre, i);
         m = __vmaxu2(m, __vmaxu2(__vmaxu2(u.x & 0x7fff7fffu, u.y & 0x7fff7fffu),
                                  __vmaxu2(u.z & 0x7fff7fffu, u.w & 0x7fff7fffu)));
     }
@@ -179,7 +214,7 @@ struct scale_src {
     int *bad;
     float fmax;
     bool inf_nan; /* an infinity in x becomes NaN (delayed scaling), not the largest value */
-    bool gelu;    /* the values converted are GELU(x) (act1) */
+    int act;      /* what is converted: ACT_NONE, ACT_GELU or ACT_DGELU (act1) */
 };
 
 __device__ __forceinline__ float nan_if_inf(const scale_src &src, float f)
@@ -197,21 +232,27 @@ __device__ __forceinline__ float scale_get(const scale_src &src)
     return s == 0.0f ? __int_as_float(0x7fc00000) : s;
 }
 
-/* blockDim (TILE, TILE_ROWS); grid (cols / TILE, rows / TILE) rounded up. */
-template <int KIND, bool GELU>
-__global__ void quantize_k(uint8_t *q, uint8_t *qt, const bf16 *x, int ldx, int rows, int cols,
-                           scale_src src, unsigned *amax)
+/* blockDim (TILE, TILE_ROWS); grid (cols / TILE, rows / TILE) rounded up.
+ * part, if not NULL: part[blockIdx.y][c] = the sum of the tile's converted
+ * values (before the scale) in column c, rows in a fixed order. */
+template <int KIND, int ACT>
+__global__ void quantize_k(uint8_t *q, uint8_t *qt, const bf16 *x, const bf16 *pre, int ldx,
+                           int rows, int cols, scale_src src, unsigned *amax, float *part)
 {
     __shared__ uint8_t tile[TILE][TILE + 1];
+    __shared__ float sums[TILE_ROWS][TILE];
     const float s = scale_get(src);
     const int c0 = blockIdx.x * TILE, r0 = blockIdx.y * TILE;
     unsigned m = 0;
+    float cs = 0.0f;
     for (int i = threadIdx.y; i < TILE; i += TILE_ROWS) {
         const int r = r0 + i, c = c0 + threadIdx.x;
         uint8_t v = 0;
         if (r < rows && c < cols) {
-            const float f = act1<GELU>(ld(&x[(size_t)r * ldx + c]));
+            const size_t at = (size_t)r * ldx + c;
+            const float f = act1<ACT>(ld(&x[at]), ACT == ACT_DGELU ? ld(&pre[at]) : 0.0f);
             m = max(m, __float_as_uint(f) & 0x7fffffffu);
+            cs += f;
             v = to_fp8<KIND>(__fmul_rn(nan_if_inf(src, f), s));
             if (q)
                 q[(size_t)r * cols + c] = v;
@@ -220,6 +261,17 @@ __global__ void quantize_k(uint8_t *q, uint8_t *qt, const bf16 *x, int ldx, int 
     }
     if (amax)
         amax_block(amax, m);
+    if (part) {
+        sums[threadIdx.y][threadIdx.x] = cs;
+        __syncthreads();
+        const int c = c0 + threadIdx.x;
+        if (threadIdx.y == 0 && c < cols) {
+            float t = 0.0f;
+            for (int y = 0; y < TILE_ROWS; y++)
+                t += sums[y][threadIdx.x];
+            part[(size_t)blockIdx.y * cols + c] = t;
+        }
+    }
     if (qt) {
         __syncthreads();
         for (int i = threadIdx.y; i < TILE; i += TILE_ROWS) {
@@ -231,35 +283,42 @@ __global__ void quantize_k(uint8_t *q, uint8_t *qt, const bf16 *x, int ldx, int 
 }
 
 /* The 16-byte path: blockDim 256, grid (cols / CT, rows / CT) rounded up; x
- * 16-byte aligned, ld and cols multiples of 8, so a chunk is wholly in or
- * out; for qt, rows a multiple of 16, so a transposed chunk is too. */
+ * (and pre) 16-byte aligned, ld and cols multiples of 8, so a chunk is wholly
+ * in or out; for qt, rows a multiple of 16, so a transposed chunk is too.
+ * part as quantize_k's: a thread sums its chunk's 8 columns over its two
+ * rows, the warp's four threads of a chunk add theirs (xor 8, 16), and the
+ * block adds its 8 warps' sums in warp order. */
 #define CT 64
 #define CT_PITCH 68 /* bytes per shared row: 17 words, few bank conflicts */
-template <int KIND, bool GELU>
+template <int KIND, int ACT>
 __global__ void __launch_bounds__(256)
-    quantize_chunks_k(uint8_t *q, uint8_t *qt, const bf16 *x, int ldx, int rows, int cols,
-                      scale_src src, unsigned *amax)
+    quantize_chunks_k(uint8_t *q, uint8_t *qt, const bf16 *x, const bf16 *pre, int ldx, int rows,
+                      int cols, scale_src src, unsigned *amax, float *part)
 {
     __shared__ __align__(16) uint8_t tile[CT * CT_PITCH];
+    __shared__ float sums[8][CT];
     const float s = scale_get(src);
     const int c0 = blockIdx.x * CT, r0 = blockIdx.y * CT, t = threadIdx.x;
     const int cc = (t & 7) * 8; /* this thread's chunk of a row */
     unsigned m = 0;
+    float cs[8] = {};
 #pragma unroll
     for (int p = 0; p < 2; p++) {
         const int i = (t >> 3) + 32 * p, r = r0 + i, c = c0 + cc;
         uint32_t lo = 0, hi = 0;
         if (r < rows && c < cols) {
-            const uint4 u = __ldg(reinterpret_cast<const uint4 *>(&x[(size_t)r * ldx + c]));
-            const uint32_t w[4] = { act2<GELU>(u.x), act2<GELU>(u.y), act2<GELU>(u.z),
-                                    act2<GELU>(u.w) };
+            const size_t at = ((size_t)r * ldx + c) / 8;
+            const uint4 u = act4<ACT>(__ldg(reinterpret_cast<const uint4 *>(x) + at),
+                                      reinterpret_cast<const uint4 *>(pre), at);
+            const uint32_t w[4] = { u.x, u.y, u.z, u.w };
 #pragma unroll
             for (int k = 0; k < 4; k++) {
                 m = __vmaxu2(m, w[k] & 0x7fff7fffu);
-                const float f0 = nan_if_inf(src, __uint_as_float(w[k] << 16)),
-                            f1 = nan_if_inf(src, __uint_as_float(w[k] & 0xffff0000u));
-                const uint32_t a = to_fp8<KIND>(__fmul_rn(f0, s)),
-                               b = to_fp8<KIND>(__fmul_rn(f1, s));
+                const float g0 = __uint_as_float(w[k] << 16),
+                            g1 = __uint_as_float(w[k] & 0xffff0000u);
+                cs[2 * k] += g0, cs[2 * k + 1] += g1;
+                const uint32_t a = to_fp8<KIND>(__fmul_rn(nan_if_inf(src, g0), s)),
+                               b = to_fp8<KIND>(__fmul_rn(nan_if_inf(src, g1), s));
                 const uint32_t two = a | b << 8;
                 if (k < 2)
                     lo |= two << (16 * k);
@@ -274,6 +333,25 @@ __global__ void __launch_bounds__(256)
     }
     if (amax)
         amax_block(amax, max(m & 0xffffu, m >> 16) << 16); /* its __syncthreads serves qt */
+    if (part) {
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            cs[e] += __shfl_xor_sync(0xffffffffu, cs[e], 8);
+            cs[e] += __shfl_xor_sync(0xffffffffu, cs[e], 16);
+        }
+        if ((t & 31) < 8)
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                sums[t >> 5][cc + e] = cs[e];
+        __syncthreads();
+        if (t < CT && c0 + t < cols) {
+            float v = 0.0f;
+#pragma unroll
+            for (int y = 0; y < 8; y++)
+                v += sums[y][t];
+            part[(size_t)blockIdx.y * cols + c0 + t] = v;
+        }
+    }
     if (qt) {
         __syncthreads();
         const int j = t >> 2, i0 = (t & 3) * 16, c = c0 + j, r = r0 + i0;
@@ -293,45 +371,48 @@ __global__ void __launch_bounds__(256)
 
 } // namespace
 
-/* *amax = max |x| (of GELU(x) if gelu; cleared first); rec, if not NULL,
- * gets it max'ed in. */
-template <bool GELU>
-static void amax_launch(cudaStream_t st, float *amax, float *rec, const void *x, size_t n8,
-                        size_t rest)
+/* *amax = max |x| (of act's values; cleared first); rec, if not NULL, gets
+ * it max'ed in. */
+template <int ACT>
+static void amax_launch(cudaStream_t st, float *amax, float *rec, const void *x, const void *pre,
+                        size_t n8, size_t rest)
 {
     if (n8) {
         const unsigned b = blocks_for(n8, 256 * 4), grid = b < 1056 ? b : 1056;
-        amax_chunks_k<GELU>
-            <<<grid, 256, 0, st>>>((unsigned *)amax, (unsigned *)rec, (const uint4 *)x, n8);
+        amax_chunks_k<ACT><<<grid, 256, 0, st>>>((unsigned *)amax, (unsigned *)rec,
+                                                 (const uint4 *)x, (const uint4 *)pre, n8);
     }
     if (rest) {
         const unsigned b = blocks_for(rest, 256), grid = b < 1024 ? b : 1024;
-        amax_k<GELU><<<grid, 256, 0, st>>>((unsigned *)amax, (unsigned *)rec,
-                                           (const bf16 *)x + 8 * n8, rest);
+        amax_k<ACT><<<grid, 256, 0, st>>>((unsigned *)amax, (unsigned *)rec,
+                                          (const bf16 *)x + 8 * n8,
+                                          pre ? (const bf16 *)pre + 8 * n8 : NULL, rest);
     }
 }
 
-static int amax_to(nn_cuda_t *h, float *amax, float *rec, const void *x, size_t n, bool gelu,
-                   bmt_error_t *err)
+static int amax_to(nn_cuda_t *h, float *amax, float *rec, const void *x, const void *pre, size_t n,
+                   int act, bmt_error_t *err)
 {
-    if (amax == NULL || x == NULL)
+    if (amax == NULL || x == NULL || (act == ACT_DGELU && pre == NULL))
         return fail_text(err, "fp8 amax", "a pointer is NULL");
     cudaStream_t st = stream_of(h);
     if (cudaMemsetAsync(amax, 0, sizeof(float), st) != cudaSuccess)
         return launched(err, "fp8 amax (clear)");
-    /* 16-byte chunks where x is aligned; single elements for the rest */
-    const size_t n8 = aligned16(x) ? n / 8 : 0, rest = n - 8 * n8;
-    if (gelu)
-        amax_launch<true>(st, amax, rec, x, n8, rest);
+    /* 16-byte chunks where x (and pre) are aligned; single elements for the rest */
+    const size_t n8 = aligned16(x, pre) ? n / 8 : 0, rest = n - 8 * n8;
+    if (act == ACT_GELU)
+        amax_launch<ACT_GELU>(st, amax, rec, x, pre, n8, rest);
+    else if (act == ACT_DGELU)
+        amax_launch<ACT_DGELU>(st, amax, rec, x, pre, n8, rest);
     else
-        amax_launch<false>(st, amax, rec, x, n8, rest);
+        amax_launch<ACT_NONE>(st, amax, rec, x, pre, n8, rest);
     return launched(err, "fp8 amax");
 }
 
 extern "C" int nn_cuda_fp8_amax(nn_cuda_t *h, float *amax, const void *x, size_t n,
                                 bmt_error_t *err)
 {
-    return amax_to(h, amax, NULL, x, n, false, err);
+    return amax_to(h, amax, NULL, x, NULL, n, ACT_NONE, err);
 }
 
 extern "C" int nn_cuda_fp8_scale(nn_cuda_t *h, float *scale, float *descale, const float *amax,
@@ -345,27 +426,41 @@ extern "C" int nn_cuda_fp8_scale(nn_cuda_t *h, float *scale, float *descale, con
     return launched(err, "fp8 scale");
 }
 
-template <int KIND, bool GELU>
-static void quantize_launch(cudaStream_t st, uint8_t *q, uint8_t *qt, const bf16 *x, int ld,
-                            int rows, int cols, const scale_src &src, unsigned *amax)
+/* Launches the conversion; returns its row blocks (the partial sums' count). */
+template <int KIND, int ACT>
+static int quantize_launch(cudaStream_t st, uint8_t *q, uint8_t *qt, const bf16 *x, const bf16 *pre,
+                           int ld, int rows, int cols, const scale_src &src, unsigned *amax,
+                           float *part)
 {
-    if (aligned16(x) && ld % 8 == 0 && cols % 8 == 0) {
+    if (aligned16(x, pre) && ld % 8 == 0 && cols % 8 == 0) {
         const dim3 grid((cols + CT - 1) / CT, (rows + CT - 1) / CT);
-        quantize_chunks_k<KIND, GELU><<<grid, 256, 0, st>>>(q, qt, x, ld, rows, cols, src, amax);
-    } else {
-        const dim3 grid((cols + TILE - 1) / TILE, (rows + TILE - 1) / TILE), block(TILE, TILE_ROWS);
-        quantize_k<KIND, GELU><<<grid, block, 0, st>>>(q, qt, x, ld, rows, cols, src, amax);
+        quantize_chunks_k<KIND, ACT>
+            <<<grid, 256, 0, st>>>(q, qt, x, pre, ld, rows, cols, src, amax, part);
+        return (int)grid.y;
     }
+    const dim3 grid((cols + TILE - 1) / TILE, (rows + TILE - 1) / TILE), block(TILE, TILE_ROWS);
+    quantize_k<KIND, ACT><<<grid, block, 0, st>>>(q, qt, x, pre, ld, rows, cols, src, amax, part);
+    return (int)grid.y;
 }
 
-/* clear_amax: *amax = this x's max; else max'ed into *amax (a record). */
-static int quantize(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, int ld, int rows,
-                    int cols, const scale_src &src, nn_fp8_kind_t kind, float *amax,
-                    bool clear_amax, bmt_error_t *err)
+/* The partial sums' floats a conversion of rows x cols may write (the
+ * single-element kernel's row blocks are the smaller). */
+static size_t part_floats(int rows, int cols) { return (size_t)((rows + TILE - 1) / TILE) * cols; }
+
+/* clear_amax: *amax = this x's max; else max'ed into *amax (a record).
+ * pre: GELU's input for src.act ACT_DGELU (same layout as x), else NULL.
+ * dbias, if not NULL: += the column sums of the converted values (before the
+ * scale), through part (part_floats(rows, cols) device f32): a fixed order,
+ * the same bits on every run. q and qt may then both be NULL. */
+static int quantize(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, const void *pre, int ld,
+                    int rows, int cols, const scale_src &src, nn_fp8_kind_t kind, float *amax,
+                    bool clear_amax, float *dbias, float *part, bmt_error_t *err)
 {
     char why[160];
-    if (x == NULL || (q == NULL && qt == NULL))
-        return fail_text(err, "fp8 quantize", "x, or both outputs, are NULL");
+    if (x == NULL || (q == NULL && qt == NULL && dbias == NULL) ||
+        (src.act == ACT_DGELU && pre == NULL) || (dbias && part == NULL))
+        return fail_text(err, "fp8 quantize",
+                         "x, GELU's input, the partial sums, or every output is NULL");
     if (rows < 1 || cols < 1 || ld < cols || (rows + TILE - 1) / TILE > 65535) {
         snprintf(why, sizeof(why),
                  "rows %d, cols %d, ld %d: want rows 1..%d, cols >= 1, ld >= cols", rows, cols, ld,
@@ -384,16 +479,23 @@ static int quantize(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, int ld
     cudaStream_t st = stream_of(h);
     if (amax && clear_amax && cudaMemsetAsync(amax, 0, sizeof(float), st) != cudaSuccess)
         return launched(err, "fp8 quantize (clear amax)");
-    const bf16 *xb = (const bf16 *)x;
+    const bf16 *xb = (const bf16 *)x, *pb = (const bf16 *)pre;
     unsigned *am = (unsigned *)amax;
-    if (kind == NN_FP8_E4M3 && src.gelu)
-        quantize_launch<NN_FP8_E4M3, true>(st, q, qt, xb, ld, rows, cols, src, am);
-    else if (kind == NN_FP8_E4M3)
-        quantize_launch<NN_FP8_E4M3, false>(st, q, qt, xb, ld, rows, cols, src, am);
-    else if (src.gelu)
-        quantize_launch<NN_FP8_E5M2, true>(st, q, qt, xb, ld, rows, cols, src, am);
+    float *pt = dbias ? part : NULL;
+    int chunks;
+#define QL(K, A) quantize_launch<K, A>(st, q, qt, xb, pb, ld, rows, cols, src, am, pt)
+    if (kind == NN_FP8_E4M3)
+        chunks = src.act == ACT_GELU    ? QL(NN_FP8_E4M3, ACT_GELU)
+                 : src.act == ACT_DGELU ? QL(NN_FP8_E4M3, ACT_DGELU)
+                                        : QL(NN_FP8_E4M3, ACT_NONE);
     else
-        quantize_launch<NN_FP8_E5M2, false>(st, q, qt, xb, ld, rows, cols, src, am);
+        chunks = src.act == ACT_GELU    ? QL(NN_FP8_E5M2, ACT_GELU)
+                 : src.act == ACT_DGELU ? QL(NN_FP8_E5M2, ACT_DGELU)
+                                        : QL(NN_FP8_E5M2, ACT_NONE);
+#undef QL
+    if (dbias)
+        colsum_final<<<(unsigned)(cols + 31) / 32, dim3(32, 8), 0, st>>>(dbias, NULL, part, cols,
+                                                                         chunks);
     return launched(err, "fp8 quantize");
 }
 
@@ -403,32 +505,37 @@ extern "C" int nn_cuda_fp8_quantize(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const
 {
     if (scale == NULL)
         return fail_text(err, "fp8 quantize", "scale is NULL");
+    if (q == NULL && qt == NULL)
+        return fail_text(err, "fp8 quantize", "x, or both outputs, are NULL");
     scale_src src = {};
     src.scale = scale;
-    return quantize(h, q, qt, x, ld, rows, cols, src, kind, amax, true, err);
+    return quantize(h, q, qt, x, NULL, ld, rows, cols, src, kind, amax, true, NULL, NULL, err);
 }
 
-/* x's (or GELU(x)'s) codes under sc's scaling, operand j's scales at
- * s = &sc->s[4 j] and record at sc->rec[j]: current, amax (into s[2] and the
- * record), then the conversion making s[1] and s[0] from s[2]; delayed, the
- * conversion at s[1], infinities to NaN, its amax max'ed into the record. */
-static int convert(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, int rows, int cols,
-                   nn_fp8_kind_t kind, const nn_cuda_fp8_scales_t *sc, int j, bool gelu,
-                   bmt_error_t *err)
+/* The codes of act's values of x (x itself, GELU(x), or GELU'(pre) x) under
+ * sc's scaling, operand j's scales at s = &sc->s[4 j] and record at
+ * sc->rec[j]: current, amax (into s[2] and the record), then the conversion
+ * making s[1] and s[0] from s[2]; delayed, the conversion at s[1],
+ * infinities to NaN, its amax max'ed into the record. dbias and part as
+ * quantize's. */
+static int convert(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, const void *pre, int rows,
+                   int cols, nn_fp8_kind_t kind, const nn_cuda_fp8_scales_t *sc, int j, int act,
+                   float *dbias, float *part, bmt_error_t *err)
 {
     float *s = &sc->s[4 * j], *rec = sc->rec ? &sc->rec[j] : NULL;
     scale_src src = {};
-    src.gelu = gelu;
+    src.act = act;
     if (sc->delayed) {
         src.scale = &s[1], src.inf_nan = true;
-        return quantize(h, q, qt, x, cols, rows, cols, src, kind, rec, false, err);
+        return quantize(h, q, qt, x, pre, cols, rows, cols, src, kind, rec, false, dbias, part,
+                        err);
     }
-    if (amax_to(h, &s[2], rec, x, (size_t)rows * cols, gelu, err) < 0)
+    if (amax_to(h, &s[2], rec, x, pre, (size_t)rows * cols, act, err) < 0)
         return -1;
     /* the conversion makes s[1] and s[0] from s[2] (scale_get) */
     src.amax = &s[2], src.scale_out = &s[1], src.descale_out = &s[0], src.bad = sc->bad;
     src.fmax = nn_fp8_max(kind);
-    return quantize(h, q, qt, x, cols, rows, cols, src, kind, NULL, false, err);
+    return quantize(h, q, qt, x, pre, cols, rows, cols, src, kind, NULL, false, dbias, part, err);
 }
 
 extern "C" int nn_cuda_fp8_codes(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, int gelu,
@@ -443,7 +550,10 @@ extern "C" int nn_cuda_fp8_codes(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const vo
         return fail_text(err, "fp8 codes", "rows and cols must be >= 1");
     if (kind != NN_FP8_E4M3 && kind != NN_FP8_E5M2)
         return fail_text(err, "fp8 codes", "not an FP8 kind");
-    return convert(h, q, qt, x, rows, cols, kind, sc, j, gelu != 0, err);
+    if (q == NULL && qt == NULL)
+        return fail_text(err, "fp8 codes", "both outputs are NULL");
+    return convert(h, q, qt, x, NULL, rows, cols, kind, sc, j, gelu ? ACT_GELU : ACT_NONE, NULL,
+                   NULL, err);
 }
 
 extern "C" int nn_cuda_fp8_cast(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, int rows,
@@ -457,19 +567,23 @@ extern "C" int nn_cuda_fp8_cast(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const voi
     if (kind != NN_FP8_E4M3 && kind != NN_FP8_E5M2)
         return fail_text(err, "fp8 cast", "not an FP8 kind");
     const nn_cuda_fp8_scales_t sc = { s, NULL, 0, bad };
-    return convert(h, q, qt, x, rows, cols, kind, &sc, 0, false, err);
+    if (q == NULL && qt == NULL)
+        return fail_text(err, "fp8 cast", "both outputs are NULL");
+    return convert(h, q, qt, x, NULL, rows, cols, kind, &sc, 0, ACT_NONE, NULL, NULL, err);
 }
 
-/* Scratch: [a: N max(IC,OC)] [b: N OC] [c: IC OC], each rounded up to 256
- * bytes. The forward puts the input's row-major codes in a and the weight's
- * transposed codes in c; the backward puts dout's codes in a (row-major) and b
- * (transposed), and the weight's row-major codes in c. */
+/* Scratch: [a: N max(IC,OC)] [b: N OC] [c: IC OC] [d: the bias sums' partial
+ * sums, part_floats(N, OC) f32], each rounded up to 256 bytes. The forward
+ * puts the input's row-major codes in a and the weight's transposed codes in
+ * c; the backward puts dout's codes in a (row-major) and b (transposed), the
+ * weight's row-major codes in c, and dbias's partial sums in d. */
 static size_t up256(size_t n) { return (n + 255) / 256 * 256; }
 
 extern "C" size_t nn_cuda_fp8_conv1d_scratch_bytes(int N, int IC, int OC)
 {
     const size_t n = (size_t)N, ic = (size_t)IC, oc = (size_t)OC;
-    return up256(n * (ic > oc ? ic : oc)) + up256(n * oc) + up256(ic * oc);
+    return up256(n * (ic > oc ? ic : oc)) + up256(n * oc) + up256(ic * oc) +
+           up256(part_floats(N, OC) * sizeof(float));
 }
 
 static int conv1d_args(int N, int IC, int OC, const nn_cuda_fp8_scales_t *sc, const void *scratch,
@@ -503,28 +617,37 @@ extern "C" int nn_cuda_fp8_conv1d_forward(nn_cuda_t *h, void *out, uint8_t *xqt,
     uint8_t *wqt = xq + up256((size_t)N * (IC > OC ? IC : OC)) + up256((size_t)N * OC);
     float *s = sc->s;
     /* out (N,OC) = x (N,IC) x (W^T (OC,IC))^T: both with IC contiguous */
-    if (convert(h, xq, xqt, inp, N, IC, NN_FP8_E4M3, sc, 0, gelu != 0, err) < 0 ||
-        convert(h, NULL, wqt, weight, IC, OC, NN_FP8_E4M3, sc, 1, false, err) < 0)
+    if (convert(h, xq, xqt, inp, NULL, N, IC, NN_FP8_E4M3, sc, 0, gelu ? ACT_GELU : ACT_NONE, NULL,
+                NULL, err) < 0 ||
+        convert(h, NULL, wqt, weight, NULL, IC, OC, NN_FP8_E4M3, sc, 1, ACT_NONE, NULL, NULL, err) <
+            0)
         return -1;
     return nn_cuda_fp8_matmul(h, out, 0, OC, xq, NN_FP8_E4M3, &s[0], wqt, NN_FP8_E4M3, &s[4], bias,
                               0.0f, fast_accum, N, IC, OC, err);
 }
 
 extern "C" int nn_cuda_fp8_conv1d_backward(nn_cuda_t *h, void *dinp, float *dweight, float *dbias,
-                                           const void *dout, const uint8_t *xqt, const void *weight,
-                                           int N, int IC, int OC, const nn_cuda_fp8_scales_t *sc,
-                                           void *scratch, bmt_error_t *err)
+                                           const void *dout, const void *dgelu_pre,
+                                           const uint8_t *xqt, const void *weight, int N, int IC,
+                                           int OC, const nn_cuda_fp8_scales_t *sc, void *scratch,
+                                           bmt_error_t *err)
 {
     if (conv1d_args(N, IC, OC, sc, scratch, "fp8 conv1d backward", err) < 0)
         return -1;
     if (dweight && xqt == NULL)
         return fail_text(err, "fp8 conv1d backward", "dweight wants the forward's xqt");
+    if (dout == NULL)
+        return fail_text(err, "fp8 conv1d backward", "dout is NULL");
     uint8_t *gq = (uint8_t *)scratch;
     uint8_t *gqt = gq + up256((size_t)N * (IC > OC ? IC : OC));
     uint8_t *wq = gqt + up256((size_t)N * OC);
+    float *part = (float *)(wq + up256((size_t)IC * OC));
     float *s = sc->s;
-    if ((dinp || dweight) && convert(h, dinp ? gq : NULL, dweight ? gqt : NULL, dout, N, OC,
-                                     NN_FP8_E5M2, sc, 2, false, err) < 0)
+    /* one pass over dout (and GELU's input): the row-major codes for dinp, the
+     * transposed ones for dweight, dbias's column sums */
+    if ((dinp || dweight || dbias) &&
+        convert(h, dinp ? gq : NULL, dweight ? gqt : NULL, dout, dgelu_pre, N, OC, NN_FP8_E5M2, sc,
+                2, dgelu_pre ? ACT_DGELU : ACT_NONE, dbias, part, err) < 0)
         return -1;
     /* dW (IC,OC) += x^T (IC,N) x (dout^T (OC,N))^T: both with N contiguous */
     if (dweight && nn_cuda_fp8_matmul(h, dweight, 1, OC, xqt, NN_FP8_E4M3, &s[0], gqt, NN_FP8_E5M2,
@@ -535,13 +658,12 @@ extern "C" int nn_cuda_fp8_conv1d_backward(nn_cuda_t *h, void *dinp, float *dwei
      * NaN, as the forward's conversion made it under either scaling) */
     scale_src ws = {};
     ws.scale = &s[5], ws.inf_nan = true;
-    if (dinp && (quantize(h, wq, NULL, weight, OC, IC, OC, ws, NN_FP8_E4M3, NULL, false, err) < 0 ||
-                 nn_cuda_fp8_matmul(h, dinp, 0, IC, gq, NN_FP8_E5M2, &s[8], wq, NN_FP8_E4M3, &s[4],
-                                    NULL, 0.0f, 0, N, OC, IC, err) < 0))
-        return -1;
-    return dbias ? nn_cuda_matmul_backward(h, NULL, NULL, dbias, dout, OC, NULL, NULL, N, IC, OC, 0,
-                                           err)
-                 : 0;
+    return dinp && (quantize(h, wq, NULL, weight, NULL, OC, IC, OC, ws, NN_FP8_E4M3, NULL, false,
+                             NULL, NULL, err) < 0 ||
+                    nn_cuda_fp8_matmul(h, dinp, 0, IC, gq, NN_FP8_E5M2, &s[8], wq, NN_FP8_E4M3,
+                                       &s[4], NULL, 0.0f, 0, N, OC, IC, err) < 0)
+               ? -1
+               : 0;
 }
 
 /* One thread per operand t of n layers (nn_cuda_fp8_advance). */

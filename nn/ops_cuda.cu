@@ -190,33 +190,7 @@ template <int K, class F> __global__ void colsum_partial(float *partial, int N, 
     }
 }
 
-/* dst_k[col] += sum over chunks of partial[k][chunk][col]: grid (ceil(cols /
- * 32)), block (32, 8); thread (x, y) adds chunks y, y + 8, ... of column x (8
- * independent loads in flight, not one chunk at a time), then the block adds
- * the 8 sums in y order: a fixed order, so the same bits on every run. */
-__global__ void colsum_final(float *dst0, float *dst1, const float *partial, int cols, int chunks)
-{
-    __shared__ float s[2][8][33];
-    const int col = blockIdx.x * 32 + threadIdx.x, y = threadIdx.y, K = dst1 ? 2 : 1;
-    for (int k = 0; k < K; k++) {
-        float t = 0;
-        if (col < cols) {
-            const float *p = partial + (size_t)k * chunks * cols + col;
-#pragma unroll 8
-            for (int c = y; c < chunks; c += 8)
-                t += p[(size_t)c * cols];
-        }
-        s[k][y][threadIdx.x] = t;
-    }
-    __syncthreads();
-    if (y < K && col < cols) {
-        float t = 0;
-        for (int i = 0; i < 8; i++)
-            t += s[y][i][threadIdx.x];
-        float *d = y ? dst1 : dst0;
-        d[col] += t;
-    }
-}
+/* colsum_final: nn/cuda_util.cuh (the FP8 conversions' bias sums use it too) */
 
 /* The same partial sums 8 columns (16 bytes) per thread: grid (ceil(cols /
  * 256), chunks), 256 threads; lane l of warp w takes columns 8 (32 x + l) ..

@@ -37,9 +37,11 @@
  * A product's input is then saved as its transposed E4M3 codes (all its
  * weight gradient reads) instead of bf16: LayerNorm's outputs are gone as soon
  * as their codes exist, and attention's output keeps its bf16 for the
- * attention's backward. GELU's output never exists in bf16: mlp.c_proj's
- * conversion computes GELU from c_fc's output as it makes the codes, and the
- * backward's GELU gradient reads c_fc's output. The codes' scales live per
+ * attention's backward. GELU never runs as a kernel of its own: mlp.c_proj's
+ * conversion computes GELU from c_fc's output as it makes the codes, and
+ * c_fc's backward conversion GELU's gradient from mlp.c_proj's input
+ * gradient and c_fc's output (with the bias gradient's column sums, as every
+ * FP8 backward conversion takes them). The codes' scales live per
  * layer and product (fp8_s), so a recomputation makes the same codes again;
  * the weights' are those of the layer's forward. GELU inside cuBLASLt's FP8
  * products' epilogues (GELU_AUX_BIAS forward, DGELU backward) made the d48
@@ -327,16 +329,19 @@ static int linear_forward(gpt2_cu_t *cu, int l, int k, void *out, void **xq, con
                                             cu->fp8_scratch, err);
 }
 
-/* Its backward: from the bf16 input, or the FP8 codes linear_forward saved. */
+/* Its backward: from the bf16 input, or the FP8 codes linear_forward saved.
+ * pre (FP8 only): dout is GELU's output gradient and pre GELU's input, the
+ * product's output gradient made from both inside the conversion (the bf16
+ * path takes it from nn_cuda_matmul_backward_dgelu's epilogue instead). */
 static int linear_backward(gpt2_cu_t *cu, int l, int k, void *dinp, float *dw, float *db,
-                           const void *dout, const void *xq, const void *inp, const void *w, int IC,
-                           int OC, bmt_error_t *err)
+                           const void *dout, const void *pre, const void *xq, const void *inp,
+                           const void *w, int IC, int OC, bmt_error_t *err)
 {
     if (!cu->fp8)
         return nn_cuda_matmul_backward(cu->h, dinp, dw, db, dout, OC, inp, w, cu->N, IC, OC, 0,
                                        err);
     const nn_cuda_fp8_scales_t sc = fp8_scales(cu, l, k);
-    return nn_cuda_fp8_conv1d_backward(cu->h, dinp, dw, db, dout, xq, w, cu->N, IC, OC, &sc,
+    return nn_cuda_fp8_conv1d_backward(cu->h, dinp, dw, db, dout, pre, xq, w, cu->N, IC, OC, &sc,
                                        cu->fp8_scratch, err);
 }
 
@@ -429,47 +434,48 @@ static int layer_backward(gpt2_cu_t *cu, int l, void *const *p, float *const *g,
          **att = cu->keep_attn ? &cu->katt[l] : &a->att;
     cu->acts_of = -1; /* the set is consumed here */
     /* MLP projection. bf16: the weight's gradient first, then GELU's output is
-     * dead and dfch can take its place. FP8: GELU's output is gone already
-     * (its codes are half its size), so one call takes both and converts the
-     * gradient once. */
+     * dead and dfch can take its place, GELU's gradient made by the product's
+     * epilogue. FP8: GELU's output is gone already (its codes are half its
+     * size), so one call takes both and converts the gradient once; dfch then
+     * holds GELU's output gradient, and c_fc's backward conversion makes its
+     * input gradient from it and c_fc's output (no GELU kernel). */
     if (cu->fp8) {
         if (need(cu, &cu->dfch, 4 * U, err) < 0 ||
-            linear_backward(cu, l, 3, cu->dfch, g[FPROJ_W], g[FPROJ_B], cu->dres, a->gelu_q, NULL,
-                            p[FPROJ_W], 4 * C, C, err) < 0 ||
-            nn_cuda_gelu_backward(h, cu->dfch, a->fch, cu->dfch, 4 * (size_t)N * C, err) < 0)
+            linear_backward(cu, l, 3, cu->dfch, g[FPROJ_W], g[FPROJ_B], cu->dres, NULL, a->gelu_q,
+                            NULL, p[FPROJ_W], 4 * C, C, err) < 0)
             return -1;
         drop(cu, &a->gelu_q);
     } else {
-        if (linear_backward(cu, l, 3, NULL, g[FPROJ_W], g[FPROJ_B], cu->dres, NULL, a->fch_gelu,
-                            p[FPROJ_W], 4 * C, C, err) < 0)
+        if (linear_backward(cu, l, 3, NULL, g[FPROJ_W], g[FPROJ_B], cu->dres, NULL, NULL,
+                            a->fch_gelu, p[FPROJ_W], 4 * C, C, err) < 0)
             return -1;
         drop(cu, &a->fch_gelu);
         if (need(cu, &cu->dfch, 4 * U, err) < 0 ||
             nn_cuda_matmul_backward_dgelu(h, cu->dfch, NULL, NULL, cu->dres, C, NULL, p[FPROJ_W],
                                           a->fch, N, 4 * C, C, err) < 0)
             return -1;
+        drop(cu, &a->fch);
     }
-    drop(cu, &a->fch);
     if (need(cu, &cu->dln, U, err) < 0 ||
-        linear_backward(cu, l, 2, cu->dln, g[FC_W], g[FC_B], cu->dfch, a->ln2_q, a->ln2, p[FC_W], C,
-                        4 * C, err) < 0)
+        linear_backward(cu, l, 2, cu->dln, g[FC_W], g[FC_B], cu->dfch, cu->fp8 ? a->fch : NULL,
+                        a->ln2_q, a->ln2, p[FC_W], C, 4 * C, err) < 0)
         return -1;
-    drop(cu, &cu->dfch, &a->ln2, &a->ln2_q);
+    drop(cu, &cu->dfch, &a->fch, &a->ln2, &a->ln2_q);
     if (need(cu, &cu->dres2, U, err) < 0 ||
         nn_cuda_layernorm_backward(h, cu->dres2, cu->dres, g[LN2_W], g[LN2_B], cu->dln, a->res2,
                                    p[LN2_W], a->ln2_mean, a->ln2_rstd, N, C, err) < 0)
         return -1;
     drop(cu, &cu->dln, &a->res2, &a->ln2_mean, &a->ln2_rstd);
     if (need(cu, &cu->datty, U, err) < 0 ||
-        linear_backward(cu, l, 1, cu->datty, g[APROJ_W], g[APROJ_B], cu->dres2, a->atty_q, *atty,
-                        p[APROJ_W], C, C, err) < 0 ||
+        linear_backward(cu, l, 1, cu->datty, g[APROJ_W], g[APROJ_B], cu->dres2, NULL, a->atty_q,
+                        *atty, p[APROJ_W], C, C, err) < 0 ||
         need(cu, &cu->dqkv, 3 * U, err) < 0 || need(cu, &cu->datt, cu->att_bytes, err) < 0 ||
         nn_cuda_attention_backward(h, cu->dqkv, cu->datty, *atty, a->qkvr, *att, cu->datt,
                                    cu->attn_scratch, cu->B, cu->T, C, cu->cfg.n_head, err) < 0)
         return -1;
     drop(cu, &cu->datty, &cu->datt, atty, &a->qkvr, att, &a->atty_q);
     if (need(cu, &cu->dln, U, err) < 0 ||
-        linear_backward(cu, l, 0, cu->dln, g[ATTN_W], g[ATTN_B], cu->dqkv, a->ln1_q, a->ln1,
+        linear_backward(cu, l, 0, cu->dln, g[ATTN_W], g[ATTN_B], cu->dqkv, NULL, a->ln1_q, a->ln1,
                         p[ATTN_W], C, 3 * C, err) < 0)
         return -1;
     drop(cu, &cu->dqkv, &a->ln1, &a->ln1_q);

@@ -33,6 +33,10 @@
  *     current scaling and delayed (given scales, one saturating); a NaN
  *     input poisons every output and sets the flag (current), an inf makes
  *     NaN of what it enters and an inf record (delayed);
+ *   - GELU made inside the forward's conversion and GELU's gradient inside
+ *     the backward's (dgelu_pre) against the GELU kernels' outputs converted:
+ *     the same bits (dbias, summed by the conversion, within 1e-6 of the
+ *     column's sum of magnitudes where the single-element kernel sums it);
  *   - delayed scaling's step (nn_cuda_fp8_advance) against nn_fp8_plan_begin
  *     over 12 passes: scales bit for bit, the statistics;
  *   - the same bits on a second run; refusals named (E5M2 x E5M2, K not a
@@ -554,8 +558,8 @@ static void t_conv1d(int N, int IC, int OC, int delayed)
     char what[160];
     run(nn_cuda_fp8_conv1d_forward(h, gout, xqt, gx, 0, gw, gb, N, IC, OC, 1, &gsc, scratch, &err),
         "fp8 conv1d forward", &err);
-    run(nn_cuda_fp8_conv1d_backward(h, gdinp, gdw, gdb, gdout, xqt, gw, N, IC, OC, &gsc, scratch,
-                                    &err),
+    run(nn_cuda_fp8_conv1d_backward(h, gdinp, gdw, gdb, gdout, NULL, xqt, gw, N, IC, OC, &gsc,
+                                    scratch, &err),
         "fp8 conv1d backward", &err);
     float *g_out = down_bf16(gout, no), *g_dinp = down_bf16(gdinp, nx), *g_dw = down_f32(gdw, nw),
           *g_db = down_f32(gdb, OC), *g_rec = down_f32(rec, 3);
@@ -704,6 +708,104 @@ static void t_gelu(int N, int IC, int OC, int delayed)
         cudaFree(qt_b), cudaFree(q_a), cudaFree(q_b), cudaFree(scratch), cudaFree(s_a),
         cudaFree(s_b), cudaFree(rec_a), cudaFree(rec_b), cudaFree(bad);
     free(x), free(w), free(h_qa), free(h_qb), free(h_ta), free(h_tb), free(h_oa), free(h_ob);
+}
+
+/* GELU's input gradient made inside the backward's conversion
+ * (nn_cuda_fp8_conv1d_backward's dgelu_pre) against nn_cuda_gelu_backward's
+ * output passed as dout: dinp, dweight (added into a prior), the gradient's
+ * scales and record, bit for bit; dbias (the conversion's column sums) bit
+ * for bit where both take the 16-byte kernel, within 1e-6 of the column's
+ * sum of magnitudes where pre is misaligned (the single-element kernel sums
+ * 32-row blocks, not 64); a call for dbias alone gives the same bits as the
+ * full call. Current scaling, or delayed at the gradient's own scale. */
+static void t_dgelu(int N, int IC, int OC, int delayed, int misaligned)
+{
+    const size_t nx = (size_t)N * IC, nw = (size_t)IC * OC, no = (size_t)N * OC;
+    const char *how = delayed ? "delayed" : "current";
+    float *x = rnd_spread(nx, 1.0f, 1.0), *w = rnd_spread(nw, 0.02f, 1.0),
+          *pre = rnd_spread(no, 1.5f, 1.0), *dout = rnd_spread(no, 1e-3f, 2.0),
+          *prior = rnd_spread(nw, 1e-2f, 0.0), *bprior = rnd_spread(OC, 1e-2f, 0.0);
+    pre[5] = 30.0f, pre[6] = -30.0f, pre[7] = 0.0f;
+    void *gx = up_bf16(x, nx), *gw = up_bf16(w, nw), *gdout = up_bf16(dout, no),
+         *gpre_buf = dmalloc((no + 8) * 2), *gg = dmalloc(no * 2), *out = dmalloc(no * 2);
+    void *gpre = (uint16_t *)gpre_buf + (misaligned ? 1 : 0);
+    put_bf16(gpre, pre, no);
+    void *dinp_a = dmalloc(nx * 2), *dinp_b = dmalloc(nx * 2);
+    float *dw_a = up_f32(prior, nw), *dw_b = up_f32(prior, nw), *db_a = up_f32(bprior, OC),
+          *db_b = up_f32(bprior, OC), *db_c = up_f32(bprior, OC);
+    uint8_t *xqt = dmalloc(nx);
+    void *scratch = dmalloc(nn_cuda_fp8_conv1d_scratch_bytes(N, IC, OC));
+    float hs[NN_FP8_CONV1D_SCALES] = { 0 };
+    for (int j = 0; j < 3 && delayed; j++)
+        hs[4 * j + 1] = j == 2 ? 8192.0f : 64.0f, hs[4 * j] = 1.0f / hs[4 * j + 1];
+    float *s_a = dmalloc(sizeof hs), *s_b = dmalloc(sizeof hs), *s_c = dmalloc(sizeof hs),
+          *rec_a = zeros_dev(3), *rec_b = zeros_dev(3);
+    h2d(s_a, hs, sizeof hs), h2d(s_b, hs, sizeof hs), h2d(s_c, hs, sizeof hs);
+    int *bad;
+    ck(cudaMalloc((void **)&bad, sizeof(int)), "cudaMalloc");
+    ck(cudaMemsetAsync(bad, 0, sizeof(int), stream), "memset");
+    const nn_cuda_fp8_scales_t a = { s_a, rec_a, delayed, bad }, b = { s_b, rec_b, delayed, bad },
+                               c = { s_c, NULL, delayed, bad };
+    bmt_error_t err;
+    /* the forward of each: the input's transposed codes and the weight's scale */
+    run(nn_cuda_fp8_conv1d_forward(h, out, xqt, gx, 0, gw, NULL, N, IC, OC, 1, &a, scratch, &err),
+        "fp8 conv1d forward", &err);
+    run(nn_cuda_fp8_conv1d_forward(h, out, xqt, gx, 0, gw, NULL, N, IC, OC, 1, &b, scratch, &err),
+        "fp8 conv1d forward", &err);
+    run(nn_cuda_fp8_conv1d_forward(h, out, xqt, gx, 0, gw, NULL, N, IC, OC, 1, &c, scratch, &err),
+        "fp8 conv1d forward", &err);
+    run(nn_cuda_gelu_backward(h, gg, gpre, gdout, no, &err), "gelu backward", &err);
+    run(nn_cuda_fp8_conv1d_backward(h, dinp_a, dw_a, db_a, gg, NULL, xqt, gw, N, IC, OC, &a,
+                                    scratch, &err),
+        "fp8 conv1d backward of GELU's input gradient", &err);
+    run(nn_cuda_fp8_conv1d_backward(h, dinp_b, dw_b, db_b, gdout, gpre, xqt, gw, N, IC, OC, &b,
+                                    scratch, &err),
+        "fp8 conv1d backward, GELU's gradient in the conversion", &err);
+    run(nn_cuda_fp8_conv1d_backward(h, NULL, NULL, db_c, gdout, gpre, NULL, gw, N, IC, OC, &c,
+                                    scratch, &err),
+        "fp8 conv1d backward, dbias alone", &err);
+    uint16_t *h_ia = xmalloc(nx * 2), *h_ib = xmalloc(nx * 2);
+    d2h(h_ia, dinp_a, nx * 2), d2h(h_ib, dinp_b, nx * 2);
+    float *h_wa = down_f32(dw_a, nw), *h_wb = down_f32(dw_b, nw), *h_ba = down_f32(db_a, OC),
+          *h_bb = down_f32(db_b, OC), *h_bc = down_f32(db_c, OC), *g = down_bf16(gg, no);
+    float h_sa[NN_FP8_CONV1D_SCALES + 3], h_sb[NN_FP8_CONV1D_SCALES + 3];
+    d2h(h_sa, s_a, sizeof hs), d2h(h_sb, s_b, sizeof hs);
+    d2h(h_sa + NN_FP8_CONV1D_SCALES, rec_a, 12), d2h(h_sb + NN_FP8_CONV1D_SCALES, rec_b, 12);
+    const char *path = misaligned ? "single-element kernel" : "16-byte kernel";
+    ok(memcmp(h_ia, h_ib, nx * 2) == 0 && memcmp(h_wa, h_wb, nw * 4) == 0,
+       "GELU's gradient in the conversion, %d x %d -> %d, %s, %s: dinp and dweight the same bits "
+       "as from nn_cuda_gelu_backward's output",
+       N, IC, OC, how, path);
+    ok(memcmp(h_sa, h_sb, sizeof h_sa) == 0 && h_sa[12 + 2] > 0,
+       "GELU's gradient in the conversion, %s, %s: the scales and records the same bits "
+       "(gradient's record %g)",
+       how, path, h_sa[12 + 2]);
+    double worst = 0;
+    size_t differ = 0;
+    for (int o = 0; o < OC; o++) {
+        double sa = 0;
+        for (int i = 0; i < N; i++)
+            sa += fabs(g[(size_t)i * OC + o]);
+        worst = fmax(worst, fabs((double)h_bb[o] - h_ba[o]) / (sa + 1e-30));
+        differ += !same_bits(h_ba[o], h_bb[o]);
+    }
+    if (misaligned)
+        ok(worst <= 1e-6,
+           "GELU's gradient in the conversion, %s, %s: dbias within 1e-6 sum|dgelu| of the "
+           "aligned kernel's (%.3g; %zu of %d differ in bits)",
+           how, path, worst, differ, OC);
+    else
+        ok(differ == 0, "GELU's gradient in the conversion, %s, %s: dbias the same bits", how,
+           path);
+    ok(memcmp(h_bb, h_bc, OC * 4) == 0,
+       "GELU's gradient in the conversion, %s, %s: a call for dbias alone gives the same bits", how,
+       path);
+    cudaFree(gx), cudaFree(gw), cudaFree(gdout), cudaFree(gpre_buf), cudaFree(gg), cudaFree(out),
+        cudaFree(dinp_a), cudaFree(dinp_b), cudaFree(dw_a), cudaFree(dw_b), cudaFree(db_a),
+        cudaFree(db_b), cudaFree(db_c), cudaFree(xqt), cudaFree(scratch), cudaFree(s_a),
+        cudaFree(s_b), cudaFree(s_c), cudaFree(rec_a), cudaFree(rec_b), cudaFree(bad);
+    free(x), free(w), free(pre), free(dout), free(prior), free(bprior), free(h_ia), free(h_ib),
+        free(h_wa), free(h_wb), free(h_ba), free(h_bb), free(h_bc), free(g);
 }
 
 /* nn_cuda_fp8_advance against nn_fp8_plan_begin over 12 passes of 5 layers
@@ -876,6 +978,10 @@ int main(void)
     t_conv1d(256, 768, 192, 1);
     t_gelu(512, 768, 192, 0);
     t_gelu(512, 768, 192, 1);
+    t_dgelu(512, 192, 768, 0, 0);
+    t_dgelu(512, 192, 768, 1, 0);
+    t_dgelu(256, 96, 384, 0, 1);
+    t_dgelu(256, 96, 384, 1, 1);
     t_advance();
     t_refusals();
     nn_cuda_destroy(h);
