@@ -605,9 +605,9 @@ static int conv1d_args(int N, int IC, int OC, const nn_cuda_fp8_scales_t *sc, co
     return 0;
 }
 
-extern "C" int nn_cuda_fp8_conv1d_forward(nn_cuda_t *h, void *out, uint8_t *xqt, const void *inp,
-                                          int gelu, const void *weight, const void *bias, int N,
-                                          int IC, int OC, int fast_accum,
+extern "C" int nn_cuda_fp8_conv1d_forward(nn_cuda_t *h, void *out, uint8_t *xqt, uint8_t *wq,
+                                          const void *inp, int gelu, const void *weight,
+                                          const void *bias, int N, int IC, int OC, int fast_accum,
                                           const nn_cuda_fp8_scales_t *sc, void *scratch,
                                           bmt_error_t *err)
 {
@@ -619,7 +619,7 @@ extern "C" int nn_cuda_fp8_conv1d_forward(nn_cuda_t *h, void *out, uint8_t *xqt,
     /* out (N,OC) = x (N,IC) x (W^T (OC,IC))^T: both with IC contiguous */
     if (convert(h, xq, xqt, inp, NULL, N, IC, NN_FP8_E4M3, sc, 0, gelu ? ACT_GELU : ACT_NONE, NULL,
                 NULL, err) < 0 ||
-        convert(h, NULL, wqt, weight, NULL, IC, OC, NN_FP8_E4M3, sc, 1, ACT_NONE, NULL, NULL, err) <
+        convert(h, wq, wqt, weight, NULL, IC, OC, NN_FP8_E4M3, sc, 1, ACT_NONE, NULL, NULL, err) <
             0)
         return -1;
     return nn_cuda_fp8_matmul(h, out, 0, OC, xq, NN_FP8_E4M3, &s[0], wqt, NN_FP8_E4M3, &s[4], bias,
@@ -628,16 +628,18 @@ extern "C" int nn_cuda_fp8_conv1d_forward(nn_cuda_t *h, void *out, uint8_t *xqt,
 
 extern "C" int nn_cuda_fp8_conv1d_backward(nn_cuda_t *h, void *dinp, float *dweight, float *dbias,
                                            const void *dout, const void *dgelu_pre,
-                                           const uint8_t *xqt, const void *weight, int N, int IC,
-                                           int OC, const nn_cuda_fp8_scales_t *sc, void *scratch,
+                                           const uint8_t *xqt, const uint8_t *wq_kept,
+                                           const void *weight, int N, int IC, int OC,
+                                           const nn_cuda_fp8_scales_t *sc, void *scratch,
                                            bmt_error_t *err)
 {
     if (conv1d_args(N, IC, OC, sc, scratch, "fp8 conv1d backward", err) < 0)
         return -1;
     if (dweight && xqt == NULL)
         return fail_text(err, "fp8 conv1d backward", "dweight wants the forward's xqt");
-    if (dout == NULL)
-        return fail_text(err, "fp8 conv1d backward", "dout is NULL");
+    if (dout == NULL || (dinp && weight == NULL && wq_kept == NULL))
+        return fail_text(err, "fp8 conv1d backward",
+                         "dout is NULL, or dinp is wanted without the weight or its kept codes");
     uint8_t *gq = (uint8_t *)scratch;
     uint8_t *gqt = gq + up256((size_t)N * (IC > OC ? IC : OC));
     uint8_t *wq = gqt + up256((size_t)N * OC);
@@ -654,13 +656,15 @@ extern "C" int nn_cuda_fp8_conv1d_backward(nn_cuda_t *h, void *dinp, float *dwei
                                       &s[8], NULL, 1.0f, 0, IC, N, OC, err) < 0)
         return -1;
     /* dinp (N,IC) = dout (N,OC) x (W (IC,OC))^T: both with OC contiguous; the
-     * weight's codes again at the forward's scale (the same bits; an infinity
-     * NaN, as the forward's conversion made it under either scaling) */
+     * weight's codes the forward kept, or made again at the forward's scale
+     * (the same bits; an infinity NaN, as the forward's conversion made it
+     * under either scaling) */
     scale_src ws = {};
     ws.scale = &s[5], ws.inf_nan = true;
-    return dinp && (quantize(h, wq, NULL, weight, NULL, OC, IC, OC, ws, NN_FP8_E4M3, NULL, false,
-                             NULL, NULL, err) < 0 ||
-                    nn_cuda_fp8_matmul(h, dinp, 0, IC, gq, NN_FP8_E5M2, &s[8], wq, NN_FP8_E4M3,
+    const uint8_t *wc = wq_kept ? wq_kept : wq;
+    return dinp && ((!wq_kept && quantize(h, wq, NULL, weight, NULL, OC, IC, OC, ws, NN_FP8_E4M3,
+                                          NULL, false, NULL, NULL, err) < 0) ||
+                    nn_cuda_fp8_matmul(h, dinp, 0, IC, gq, NN_FP8_E5M2, &s[8], wc, NN_FP8_E4M3,
                                        &s[4], NULL, 0.0f, 0, N, OC, IC, err) < 0)
                ? -1
                : 0;

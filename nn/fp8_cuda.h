@@ -112,24 +112,27 @@ size_t nn_cuda_fp8_conv1d_scratch_bytes(int N, int IC, int OC);
 
 /* out (N,OC) bf16 = E4M3(inp) x E4M3(weight) x descales + bias (OC bf16, or
  * NULL). xqt (IC,N), if not NULL, gets the input's codes transposed: all the
- * backward needs of the input (IC N bytes, half of the bf16 input).
+ * backward needs of the input (IC N bytes, half of the bf16 input). wq
+ * (IC,OC), if not NULL, gets the weight's codes row-major, in the same pass
+ * as the transposed ones the product reads: what the backward's dinp reads
+ * of the weight (IC OC bytes), so the backward need not convert it again.
  * gelu 1: the product's input is GELU(inp) (tanh approximation), each value
  * rounded to bf16 as nn_cuda_gelu_forward writes it and made inside the
  * conversion (amax and record too): the same bits as converting
  * nn_cuda_gelu_forward's output, without writing or reading it.
  * fast_accum: cuBLASLt's FAST_ACCUM (nn_cuda_fp8_matmul). */
-int nn_cuda_fp8_conv1d_forward(nn_cuda_t *h, void *out, uint8_t *xqt, const void *inp, int gelu,
-                               const void *weight, const void *bias, int N, int IC, int OC,
-                               int fast_accum, const nn_cuda_fp8_scales_t *sc, void *scratch,
-                               bmt_error_t *err);
+int nn_cuda_fp8_conv1d_forward(nn_cuda_t *h, void *out, uint8_t *xqt, uint8_t *wq, const void *inp,
+                               int gelu, const void *weight, const void *bias, int N, int IC,
+                               int OC, int fast_accum, const nn_cuda_fp8_scales_t *sc,
+                               void *scratch, bmt_error_t *err);
 
 /* From dout (N,OC) bf16, through E5M2: dweight (IC,OC) f32 += from xqt (the
  * forward's); dinp (N,IC) bf16 = (overwritten) from the weight's E4M3 codes at
- * the forward's scale; dbias (OC) f32 += the column sums of the gradient
- * itself, not of its codes (f32 sums in a fixed order, taken by the
- * conversion as it reads the gradient). Any of the three NULL: not wanted
- * (xqt is read only for dweight). The gradient is converted once per call:
- * asking for dinp and dweight in one call saves a conversion.
+ * the forward's scale: wq_kept, the forward's wq of the same weight at the
+ * same scale, or, if NULL, made again from weight (the same bits); dbias (OC) f32 += the column
+ * sums of the gradient itself, not of its codes (f32 sums in a fixed order, taken by the conversion
+ * as it reads the gradient). Any of the three NULL: not wanted (xqt is read only for dweight). The
+ * gradient is converted once per call: asking for dinp and dweight in one call saves a conversion.
  * dgelu_pre: NULL, or GELU's input (N,OC) bf16 when this layer's input is
  * GELU's output: the layer's output gradient is then GELU'(dgelu_pre) x dout,
  * each value rounded to bf16 as nn_cuda_gelu_backward writes it, made inside
@@ -138,7 +141,7 @@ int nn_cuda_fp8_conv1d_forward(nn_cuda_t *h, void *out, uint8_t *xqt, const void
  * it. */
 int nn_cuda_fp8_conv1d_backward(nn_cuda_t *h, void *dinp, float *dweight, float *dbias,
                                 const void *dout, const void *dgelu_pre, const uint8_t *xqt,
-                                const void *weight, int N, int IC, int OC,
+                                const uint8_t *wq_kept, const void *weight, int N, int IC, int OC,
                                 const nn_cuda_fp8_scales_t *sc, void *scratch, bmt_error_t *err);
 
 /* Delayed scaling's step on the device, the twin of nn_fp8_plan_begin's: for

@@ -43,7 +43,10 @@
  * gradient and c_fc's output (with the bias gradient's column sums, as every
  * FP8 backward conversion takes them). The codes' scales live per
  * layer and product (fp8_s), so a recomputation makes the same codes again;
- * the weights' are those of the layer's forward. GELU inside cuBLASLt's FP8
+ * the weights' are those of the layer's forward, which keeps their row-major
+ * codes (a->wq, 12 C^2 bytes a layer) for the backward's input gradients
+ * instead of converting the weights again (under checkpointing, but for
+ * mlp.c_proj, which the recomputation does not reach). GELU inside cuBLASLt's FP8
  * products' epilogues (GELU_AUX_BIAS forward, DGELU backward) made the d48
  * step slower, 170.6 ms against 152.2 on an H200 (bench/NOTES.md, 2026-12-02
  * session 16); inside the conversion it pays about 1.9 ms (session 17).
@@ -66,6 +69,8 @@ typedef struct cu_layer {
     void *ln1, *qkvr, *att, *atty, *res2, *ln2, *fch, *fch_gelu; /* bf16 */
     void *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;             /* f32 */
     void *ln1_q, *atty_q, *ln2_q, *gelu_q; /* fp8: the products' inputs' transposed codes */
+    void
+        *wq; /* fp8: the four weights' row-major codes (12 C^2 bytes; wq_at), forward to backward */
 } cu_layer_t;
 
 struct gpt2_cu {
@@ -212,10 +217,10 @@ void gpt2_cu_destroy(gpt2_cu_t *cu)
     if (cu->acts)
         for (int s = 0; s < sets; s++) {
             cu_layer_t *a = &cu->acts[s];
-            void *all[] = { a->ln1,      a->qkvr,     a->att,      a->atty,
-                            a->res2,     a->ln2,      a->fch,      a->fch_gelu,
-                            a->ln1_mean, a->ln1_rstd, a->ln2_mean, a->ln2_rstd,
-                            a->ln1_q,    a->atty_q,   a->ln2_q,    a->gelu_q };
+            void *all[] = { a->ln1,      a->qkvr,     a->att,      a->atty,     a->res2,
+                            a->ln2,      a->fch,      a->fch_gelu, a->ln1_mean, a->ln1_rstd,
+                            a->ln2_mean, a->ln2_rstd, a->ln1_q,    a->atty_q,   a->ln2_q,
+                            a->gelu_q,   a->wq };
             for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
                 bmt_free(ctx, all[i]);
         }
@@ -313,10 +318,22 @@ static int fp8_begin(gpt2_cu_t *cu, bmt_error_t *err)
     return 0;
 }
 
+/* FP8: product k's weight codes kept in the layer's set (a->wq: c_attn's,
+ * attn.c_proj's, c_fc's, mlp.c_proj's, one after another), or NULL where the
+ * set does not keep them: under checkpointing the recomputation stops before
+ * mlp.c_proj, so its backward converts the weight again. */
+static uint8_t *wq_at(gpt2_cu_t *cu, const cu_layer_t *a, int k)
+{
+    static const size_t at[4] = { 0, 3, 4, 8 }; /* in C^2 */
+    const size_t C = (size_t)cu->cfg.n_embd;
+    return a->wq == NULL || (cu->ckpt && k == 3) ? NULL : (uint8_t *)a->wq + at[k] * C * C;
+}
+
 /* out (N,OC) = inp x W + b, in bf16; or with FP8 operands, the input's codes
- * saved in *xq for the backward (made here if need be). gelu (FP8 only): the
- * product's input is GELU(inp), made inside the conversion (the bf16 path
- * takes GELU's output from nn_cuda_matmul_gelu_forward instead). */
+ * saved in *xq for the backward (made here if need be), the weight's in
+ * wq_at. gelu (FP8 only): the product's input is GELU(inp), made inside the
+ * conversion (the bf16 path takes GELU's output from
+ * nn_cuda_matmul_gelu_forward instead). */
 static int linear_forward(gpt2_cu_t *cu, int l, int k, void *out, void **xq, const void *inp,
                           bool gelu, const void *w, const void *b, int IC, int OC, bmt_error_t *err)
 {
@@ -325,8 +342,9 @@ static int linear_forward(gpt2_cu_t *cu, int l, int k, void *out, void **xq, con
     const nn_cuda_fp8_scales_t sc = fp8_scales(cu, l, k);
     return need(cu, xq, (size_t)cu->N * IC, err) < 0
                ? -1
-               : nn_cuda_fp8_conv1d_forward(cu->h, out, *xq, inp, gelu, w, b, cu->N, IC, OC, 1, &sc,
-                                            cu->fp8_scratch, err);
+               : nn_cuda_fp8_conv1d_forward(cu->h, out, *xq, wq_at(cu, layer_of(cu, l), k), inp,
+                                            gelu, w, b, cu->N, IC, OC, 1, &sc, cu->fp8_scratch,
+                                            err);
 }
 
 /* Its backward: from the bf16 input, or the FP8 codes linear_forward saved.
@@ -341,7 +359,8 @@ static int linear_backward(gpt2_cu_t *cu, int l, int k, void *dinp, float *dw, f
         return nn_cuda_matmul_backward(cu->h, dinp, dw, db, dout, OC, inp, w, cu->N, IC, OC, 0,
                                        err);
     const nn_cuda_fp8_scales_t sc = fp8_scales(cu, l, k);
-    return nn_cuda_fp8_conv1d_backward(cu->h, dinp, dw, db, dout, pre, xq, w, cu->N, IC, OC, &sc,
+    return nn_cuda_fp8_conv1d_backward(cu->h, dinp, dw, db, dout, pre, xq,
+                                       wq_at(cu, layer_of(cu, l), k), w, cu->N, IC, OC, &sc,
                                        cu->fp8_scratch, err);
 }
 
@@ -373,7 +392,8 @@ static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bool recompute, b
         (recompute && need(cu, &cu->proj, U, err) < 0) || need(cu, &a->ln1, U, err) < 0 ||
         need(cu, &a->ln1_mean, S, err) < 0 || need(cu, &a->ln1_rstd, S, err) < 0 ||
         need(cu, &a->qkvr, 3 * U, err) < 0 || need(cu, att, cu->att_bytes, err) < 0 ||
-        need(cu, atty, U, err) < 0 || need(cu, &a->res2, U, err) < 0)
+        need(cu, atty, U, err) < 0 || need(cu, &a->res2, U, err) < 0 ||
+        (cu->fp8 && need(cu, &a->wq, 12 * (size_t)C * C, err) < 0))
         return -1;
     void *out = cu->x[l + 1];
     void *qkv = cu->flash ? a->qkvr : cu->qkv, *proj = recompute ? cu->proj : out;
@@ -478,7 +498,7 @@ static int layer_backward(gpt2_cu_t *cu, int l, void *const *p, float *const *g,
         linear_backward(cu, l, 0, cu->dln, g[ATTN_W], g[ATTN_B], cu->dqkv, NULL, a->ln1_q, a->ln1,
                         p[ATTN_W], C, 3 * C, err) < 0)
         return -1;
-    drop(cu, &cu->dqkv, &a->ln1, &a->ln1_q);
+    drop(cu, &cu->dqkv, &a->ln1, &a->ln1_q, &a->wq);
     if (nn_cuda_layernorm_backward(h, cu->dres, cu->dres2, g[LN1_W], g[LN1_B], cu->dln, cu->x[l],
                                    p[LN1_W], a->ln1_mean, a->ln1_rstd, N, C, err) < 0)
         return -1;

@@ -29,7 +29,9 @@
  *     operand in E5M2 (measured 0.0589);
  *   - the FP8 linear layer (nn_cuda_fp8_conv1d_*) against its cpu emulation
  *     nn_fp8_linear_* on the same bf16 tensors, forward, dinp, dweight and
- *     dbias, the same bounds, the operands' records bit for bit, under
+ *     dbias, the same bounds, the operands' records bit for bit (dinp from
+ *     the weight's codes the forward kept the same bits as from the weight
+ *     converted again), under
  *     current scaling and delayed (given scales, one saturating); a NaN
  *     input poisons every output and sets the flag (current), an inf makes
  *     NaN of what it enters and an inf record (delayed);
@@ -548,7 +550,7 @@ static void t_conv1d(int N, int IC, int OC, int delayed)
         hs[4 * j + 1] = sc.scale[j], hs[4 * j] = 1.0f / sc.scale[j];
     float *s = dmalloc(NN_FP8_CONV1D_SCALES * sizeof(float)), *rec = zeros_dev(3);
     h2d(s, hs, sizeof hs);
-    uint8_t *xqt = dmalloc(nx);
+    uint8_t *xqt = dmalloc(nx), *gwq = dmalloc(nw);
     void *scratch = dmalloc(nn_cuda_fp8_conv1d_scratch_bytes(N, IC, OC));
     int *bad;
     ck(cudaMalloc((void **)&bad, sizeof(int)), "cudaMalloc");
@@ -556,13 +558,24 @@ static void t_conv1d(int N, int IC, int OC, int delayed)
     const nn_cuda_fp8_scales_t gsc = { s, rec, delayed, bad };
     bmt_error_t err;
     char what[160];
-    run(nn_cuda_fp8_conv1d_forward(h, gout, xqt, gx, 0, gw, gb, N, IC, OC, 1, &gsc, scratch, &err),
+    run(nn_cuda_fp8_conv1d_forward(h, gout, xqt, gwq, gx, 0, gw, gb, N, IC, OC, 1, &gsc, scratch,
+                                   &err),
         "fp8 conv1d forward", &err);
-    run(nn_cuda_fp8_conv1d_backward(h, gdinp, gdw, gdb, gdout, NULL, xqt, gw, N, IC, OC, &gsc,
+    run(nn_cuda_fp8_conv1d_backward(h, gdinp, gdw, gdb, gdout, NULL, xqt, gwq, gw, N, IC, OC, &gsc,
                                     scratch, &err),
         "fp8 conv1d backward", &err);
     float *g_out = down_bf16(gout, no), *g_dinp = down_bf16(gdinp, nx), *g_dw = down_f32(gdw, nw),
           *g_db = down_f32(gdb, OC), *g_rec = down_f32(rec, 3);
+    /* dinp again from the weight itself, not the codes the forward kept */
+    run(nn_cuda_fp8_conv1d_backward(h, gdinp, NULL, NULL, gdout, NULL, NULL, NULL, gw, N, IC, OC,
+                                    &gsc, scratch, &err),
+        "fp8 conv1d backward, the weight converted again", &err);
+    float *g_dinp2 = down_bf16(gdinp, nx);
+    ok(memcmp(g_dinp, g_dinp2, nx * sizeof(float)) == 0,
+       "conv1d %d x %d -> %d, %s: dinp from the weight's codes the forward kept, the same bits as "
+       "from the weight converted again",
+       N, IC, OC, how);
+    free(g_dinp2);
     snprintf(what, sizeof what,
              "conv1d %d x %d -> %d, %s scaling, against nn_fp8_linear_*: forward (fast)", N, IC, OC,
              how);
@@ -607,7 +620,8 @@ static void t_conv1d(int N, int IC, int OC, int delayed)
     x[at] = delayed ? INFINITY : NAN;
     put_bf16(gx, x, nx);
     nn_fp8_linear_forward(&sc, out, x, w, b, N, IC, OC, 0);
-    run(nn_cuda_fp8_conv1d_forward(h, gout, xqt, gx, 0, gw, gb, N, IC, OC, 1, &gsc, scratch, &err),
+    run(nn_cuda_fp8_conv1d_forward(h, gout, xqt, NULL, gx, 0, gw, gb, N, IC, OC, 1, &gsc, scratch,
+                                   &err),
         "fp8 conv1d forward", &err);
     float *nan_out = down_bf16(gout, no);
     size_t finite = 0, differ = 0, cpu_nan = 0;
@@ -630,8 +644,8 @@ static void t_conv1d(int N, int IC, int OC, int delayed)
            "as the emulation), its record inf (%g), no flag (%d)",
            N, IC, OC, no - finite, g_rec[0], flag);
     cudaFree(gx), cudaFree(gw), cudaFree(gb), cudaFree(gdout), cudaFree(gout), cudaFree(gdinp),
-        cudaFree(gdw), cudaFree(gdb), cudaFree(s), cudaFree(rec), cudaFree(xqt), cudaFree(scratch),
-        cudaFree(bad);
+        cudaFree(gdw), cudaFree(gdb), cudaFree(s), cudaFree(rec), cudaFree(xqt), cudaFree(gwq),
+        cudaFree(scratch), cudaFree(bad);
     free(x), free(w), free(b), free(dout), free(prior), free(ax), free(aw), free(ad), free(out),
         free(sout), free(dinp), free(sdinp), free(dw), free(sdw), free(db), free(g_out),
         free(g_dinp), free(g_dw), free(g_db), free(nan_out), free(g_rec);
@@ -666,10 +680,10 @@ static void t_gelu(int N, int IC, int OC, int delayed)
     const nn_cuda_fp8_scales_t a = { s_a, rec_a, delayed, bad }, b = { s_b, rec_b, delayed, bad };
     bmt_error_t err;
     run(nn_cuda_gelu_forward(h, gg, gx, nx, &err), "gelu forward", &err);
-    run(nn_cuda_fp8_conv1d_forward(h, out_a, qt_a, gg, 0, gw, NULL, N, IC, OC, 1, &a, scratch,
+    run(nn_cuda_fp8_conv1d_forward(h, out_a, qt_a, NULL, gg, 0, gw, NULL, N, IC, OC, 1, &a, scratch,
                                    &err),
         "fp8 conv1d forward of GELU's output", &err);
-    run(nn_cuda_fp8_conv1d_forward(h, out_b, qt_b, gx, 1, gw, NULL, N, IC, OC, 1, &b, scratch,
+    run(nn_cuda_fp8_conv1d_forward(h, out_b, qt_b, NULL, gx, 1, gw, NULL, N, IC, OC, 1, &b, scratch,
                                    &err),
         "fp8 conv1d forward, GELU in the conversion", &err);
     run(nn_cuda_fp8_codes(h, q_a, NULL, gg, 0, N, IC, NN_FP8_E4M3, &a, 0, &err), "codes", &err);
@@ -748,20 +762,23 @@ static void t_dgelu(int N, int IC, int OC, int delayed, int misaligned)
                                c = { s_c, NULL, delayed, bad };
     bmt_error_t err;
     /* the forward of each: the input's transposed codes and the weight's scale */
-    run(nn_cuda_fp8_conv1d_forward(h, out, xqt, gx, 0, gw, NULL, N, IC, OC, 1, &a, scratch, &err),
+    run(nn_cuda_fp8_conv1d_forward(h, out, xqt, NULL, gx, 0, gw, NULL, N, IC, OC, 1, &a, scratch,
+                                   &err),
         "fp8 conv1d forward", &err);
-    run(nn_cuda_fp8_conv1d_forward(h, out, xqt, gx, 0, gw, NULL, N, IC, OC, 1, &b, scratch, &err),
+    run(nn_cuda_fp8_conv1d_forward(h, out, xqt, NULL, gx, 0, gw, NULL, N, IC, OC, 1, &b, scratch,
+                                   &err),
         "fp8 conv1d forward", &err);
-    run(nn_cuda_fp8_conv1d_forward(h, out, xqt, gx, 0, gw, NULL, N, IC, OC, 1, &c, scratch, &err),
+    run(nn_cuda_fp8_conv1d_forward(h, out, xqt, NULL, gx, 0, gw, NULL, N, IC, OC, 1, &c, scratch,
+                                   &err),
         "fp8 conv1d forward", &err);
     run(nn_cuda_gelu_backward(h, gg, gpre, gdout, no, &err), "gelu backward", &err);
-    run(nn_cuda_fp8_conv1d_backward(h, dinp_a, dw_a, db_a, gg, NULL, xqt, gw, N, IC, OC, &a,
+    run(nn_cuda_fp8_conv1d_backward(h, dinp_a, dw_a, db_a, gg, NULL, xqt, NULL, gw, N, IC, OC, &a,
                                     scratch, &err),
         "fp8 conv1d backward of GELU's input gradient", &err);
-    run(nn_cuda_fp8_conv1d_backward(h, dinp_b, dw_b, db_b, gdout, gpre, xqt, gw, N, IC, OC, &b,
-                                    scratch, &err),
+    run(nn_cuda_fp8_conv1d_backward(h, dinp_b, dw_b, db_b, gdout, gpre, xqt, NULL, gw, N, IC, OC,
+                                    &b, scratch, &err),
         "fp8 conv1d backward, GELU's gradient in the conversion", &err);
-    run(nn_cuda_fp8_conv1d_backward(h, NULL, NULL, db_c, gdout, gpre, NULL, gw, N, IC, OC, &c,
+    run(nn_cuda_fp8_conv1d_backward(h, NULL, NULL, db_c, gdout, gpre, NULL, NULL, gw, N, IC, OC, &c,
                                     scratch, &err),
         "fp8 conv1d backward, dbias alone", &err);
     uint16_t *h_ia = xmalloc(nx * 2), *h_ib = xmalloc(nx * 2);
@@ -943,8 +960,8 @@ static void t_refusals(void)
     ok(nn_cuda_fp8_quantize(h, q, NULL, out, 24, 16, 24, s, NN_FP8_E4M3, NULL, &err) < 0,
        "quantize to rows of 24 codes refused: %s", err.text);
     const nn_cuda_fp8_scales_t sc = { s, NULL, 0, (int *)q };
-    ok(nn_cuda_fp8_conv1d_forward(h, out, NULL, out, 0, out, NULL, 24, 16, 16, 0, &sc, q, &err) <
-               0 &&
+    ok(nn_cuda_fp8_conv1d_forward(h, out, NULL, NULL, out, 0, out, NULL, 24, 16, 16, 0, &sc, q,
+                                  &err) < 0 &&
            strstr(err.text, "multiple of 16") != NULL,
        "a linear layer of 24 rows refused: %s", err.text);
     cudaFree(q), cudaFree(s), cudaFree(out);
