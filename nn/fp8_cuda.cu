@@ -505,8 +505,6 @@ extern "C" int nn_cuda_fp8_quantize(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const
 {
     if (scale == NULL)
         return fail_text(err, "fp8 quantize", "scale is NULL");
-    if (q == NULL && qt == NULL)
-        return fail_text(err, "fp8 quantize", "x, or both outputs, are NULL");
     scale_src src = {};
     src.scale = scale;
     return quantize(h, q, qt, x, NULL, ld, rows, cols, src, kind, amax, true, NULL, NULL, err);
@@ -661,13 +659,13 @@ extern "C" int nn_cuda_fp8_conv1d_backward(nn_cuda_t *h, void *dinp, float *dwei
      * under either scaling) */
     scale_src ws = {};
     ws.scale = &s[5], ws.inf_nan = true;
-    const uint8_t *wc = wq_kept ? wq_kept : wq;
-    return dinp && ((!wq_kept && quantize(h, wq, NULL, weight, NULL, OC, IC, OC, ws, NN_FP8_E4M3,
-                                          NULL, false, NULL, NULL, err) < 0) ||
-                    nn_cuda_fp8_matmul(h, dinp, 0, IC, gq, NN_FP8_E5M2, &s[8], wc, NN_FP8_E4M3,
-                                       &s[4], NULL, 0.0f, 0, N, OC, IC, err) < 0)
-               ? -1
-               : 0;
+    if (dinp == NULL)
+        return 0;
+    if (wq_kept == NULL && quantize(h, wq, NULL, weight, NULL, OC, IC, OC, ws, NN_FP8_E4M3, NULL,
+                                    false, NULL, NULL, err) < 0)
+        return -1;
+    return nn_cuda_fp8_matmul(h, dinp, 0, IC, gq, NN_FP8_E5M2, &s[8], wq_kept ? wq_kept : wq,
+                              NN_FP8_E4M3, &s[4], NULL, 0.0f, 0, N, OC, IC, err);
 }
 
 /* One thread per operand t of n layers (nn_cuda_fp8_advance). */

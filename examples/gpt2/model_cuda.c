@@ -69,8 +69,8 @@ typedef struct cu_layer {
     void *ln1, *qkvr, *att, *atty, *res2, *ln2, *fch, *fch_gelu; /* bf16 */
     void *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;             /* f32 */
     void *ln1_q, *atty_q, *ln2_q, *gelu_q; /* fp8: the products' inputs' transposed codes */
-    void
-        *wq; /* fp8: the four weights' row-major codes (12 C^2 bytes; wq_at), forward to backward */
+    /* fp8: the four weights' row-major codes (12 C^2 bytes; wq_at), forward to backward */
+    void *wq;
 } cu_layer_t;
 
 struct gpt2_cu {
