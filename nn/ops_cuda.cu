@@ -1575,8 +1575,7 @@ cudaError_t mfa_forward(cudaStream_t st, bf16 *out, float *lse, const bf16 *qkv,
  * MN-major (the instruction's transpose of B). bench/NOTES.md has the
  * figures (d48: forward 0.183 -> 0.152 ms, backward 0.470 -> 0.282). */
 #if defined(NN_WGMMA)
-#define WG_Q 128                                        /* query rows per block: two warpgroups */
-#define WG_SMEM (WG_Q * 128 + 4 * FA_ROWS * 128 + 1024) /* Q, 2 stages of K and V, alignment */
+#define WG_Q 128 /* query rows per block: two warpgroups */
 
 /* A shared-memory matrix descriptor, 128-byte swizzle: start address, leading
  * and stride byte offsets (each in 16-byte units). */
@@ -1670,24 +1669,65 @@ __device__ __forceinline__ void wg_load(unsigned char *dst, const bf16 *src, int
     }
 }
 
+/* Head size D as D / 64 column halves: a (ROWS, D) tile lies in shared memory
+ * as D / 64 swizzled (ROWS, 64) tiles, half h at h ROWS 128 bytes, so that
+ * every product over D is the head size 64 product once per half (the
+ * K-major operands' 16-column steps kc: half kc / 4, 32 bytes kc % 4 in; the
+ * MN-major ones: one 64-column accumulator per half). */
+template <int D, int ROWS, int NT = 256>
+__device__ __forceinline__ void wg_load_d(unsigned char *dst, const bf16 *src, int r0, int T,
+                                          int ld)
+{
+#pragma unroll
+    for (int h = 0; h < D / 64; h++)
+        wg_load<ROWS, NT>(dst + h * ROWS * 128, src + h * 64, r0, T, ld);
+}
+
+/* The descriptor of 16-column step kc of a K-major (ROWS, D) tile at p. */
+template <int ROWS> __device__ __forceinline__ uint64_t wg_kstep(const unsigned char *p, int kc)
+{
+    return wg_desc(p + (kc >> 2) * ROWS * 128, 16, 1024) + 2 * (kc & 3);
+}
+
+/* d (64 x D, D / 64 accumulators of 64 columns) += A x B: A from registers
+ * (16 keys' or queries' P, dS), B 16 rows of an MN-major (FA_ROWS, D) tile. */
+template <int D>
+__device__ __forceinline__ void wg_rs_d(float (*d)[4], const uint32_t a[4], const unsigned char *B,
+                                        int kc)
+{
+#pragma unroll
+    for (int h = 0; h < D / 64; h++)
+        wg_rs_t(d + 8 * h, a, wg_desc(B + h * FA_ROWS * 128 + kc * 2048, 1024, 1024));
+}
+
+template <int D> __device__ __forceinline__ void wg_hold_d(float (*d)[4])
+{
+#pragma unroll
+    for (int h = 0; h < D / 64; h++)
+        wg_hold(d + 8 * h);
+}
+
 /* Starts the copies of the K/V tile from row r0 into the stage at KV (K, then
- * V 64 rows after it, swizzled) and commits them; 256 threads. */
+ * V after it, swizzled) and commits them; 256 threads. */
+template <int D>
 __device__ __forceinline__ void wg_kv_load(unsigned char *KV, const bf16 *k, const bf16 *v, int r0,
                                            int T, int ld)
 {
-    wg_load<FA_ROWS>(KV, k, r0, T, ld);
-    wg_load<FA_ROWS>(KV + FA_ROWS * 128, v, r0, T, ld);
+    wg_load_d<D, FA_ROWS>(KV, k, r0, T, ld);
+    wg_load_d<D, FA_ROWS>(KV + D / 64 * FA_ROWS * 128, v, r0, T, ld);
     cp_commit();
 }
 
 /* Tile j's stage of the two-stage K/V ring at KV (a K tile, then a V tile),
  * after starting to copy tile j + 1 into the other stage (none after jmax). */
+template <int D>
 __device__ __forceinline__ unsigned char *wg_kv_stage(unsigned char *KV, const bf16 *k,
                                                       const bf16 *v, int j, int jmax, int T, int ld)
 {
+    constexpr int STAGE = 2 * (D / 64) * FA_ROWS * 128;
     if (j < jmax)
-        wg_kv_load(KV + ((j + 1) & 1) * 2 * FA_ROWS * 128, k, v, (j + 1) * FA_ROWS, T, ld);
-    return KV + (j & 1) * 2 * FA_ROWS * 128;
+        wg_kv_load<D>(KV + ((j + 1) & 1) * STAGE, k, v, (j + 1) * FA_ROWS, T, ld);
+    return KV + (j & 1) * STAGE;
 }
 
 /* The copies started so far have landed and the warpgroups' products (the
@@ -1701,12 +1741,13 @@ __device__ __forceinline__ void wg_stage_ready()
 
 /* Starts copying a query tile's Q and dO rows (swizzled) and its LSE and D
  * values into one stage; 128 threads. */
+template <int D>
 __device__ __forceinline__ void wg_load_qtile(unsigned char *Qs, float *ls, const bf16 *q,
                                               const bf16 *dout, const float *lse, const float *Dd,
                                               int r0, int T, int ldq, int ldo)
 {
-    wg_load<FA_ROWS, 128>(Qs, q, r0, T, ldq);
-    wg_load<FA_ROWS, 128>(Qs + FA_ROWS * 128, dout, r0, T, ldo);
+    wg_load_d<D, FA_ROWS, 128>(Qs, q, r0, T, ldq);
+    wg_load_d<D, FA_ROWS, 128>(Qs + D / 64 * FA_ROWS * 128, dout, r0, T, ldo);
     const int x = threadIdx.x & (FA_ROWS - 1);
     const bool in = r0 + x < T;
     if (threadIdx.x < FA_ROWS)
@@ -1715,64 +1756,69 @@ __device__ __forceinline__ void wg_load_qtile(unsigned char *Qs, float *ls, cons
         cp_async4(ls + FA_ROWS + x, Dd + (in ? r0 + x : 0), in);
 }
 
+/* Q (WG_Q rows), two stages of K and V, alignment */
+#define WG_SMEM(D) ((D) / 64 * (WG_Q * 128 + 4 * FA_ROWS * 128) + 1024)
+
 /* Blocks of two warpgroups own 128 query rows and walk 64-key tiles, two
  * stages deep, as mfa_fwd does; a warpgroup skips the products of a tile that
- * lies wholly after its 64 rows. */
-__global__ void __launch_bounds__(256, 2)
+ * lies wholly after its 64 rows. Head size 128 holds twice the accumulators
+ * (64 more registers): one block per SM. */
+template <int D>
+__global__ void __launch_bounds__(256, D == 64 ? 2 : 1)
     mfa_fwd_wg(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int NKV, float scale)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(128) unsigned char wg_raw[];
     const uint32_t sa = (uint32_t)__cvta_generic_to_shared(wg_raw);
-    unsigned char *Qs = wg_raw + ((1024 - (sa & 1023)) & 1023), *KV = Qs + WG_Q * 128;
+    unsigned char *Qs = wg_raw + ((1024 - (sa & 1023)) & 1023), *KV = Qs + D / 64 * WG_Q * 128;
     const int tile = gridDim.x - 1 - blockIdx.x; /* the longest rows first */
     const int bh = blockIdx.y, wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, r0 = tile * WG_Q;
     const int wr0 = r0 + wg * 64, row0 = wr0 + warp * 16 + g;
-    const int C = NH * 64, LDI = (NH + 2 * NKV) * 64;
-    const mfa_heads hp = mfa_locate(qkv, bh / NH, bh % NH, T, NH, NKV, 64);
+    const int C = NH * D, LDI = (NH + 2 * NKV) * D;
+    const mfa_heads hp = mfa_locate(qkv, bh / NH, bh % NH, T, NH, NKV, D);
     const bf16 *q = hp.q, *k = hp.k, *v = hp.v;
     const float sl2 = scale * LOG2E_F;
     const int jmax = min(r0 + WG_Q - 1, T - 1) / FA_ROWS;
-    wg_load<WG_Q>(Qs, q, r0, T, LDI);
-    wg_kv_load(KV, k, v, 0, T, LDI);
+    wg_load_d<D, WG_Q>(Qs, q, r0, T, LDI);
+    wg_kv_load<D>(KV, k, v, 0, T, LDI);
     wg_stage_ready();
-    const uint64_t dq = wg_desc(Qs + wg * 64 * 128, 16, 1024);
-    float o[8][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.f, 0.f };
+    const unsigned char *Qw = Qs + wg * 64 * 128; /* this warpgroup's rows in each half */
+    float o[D / 8][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.f, 0.f };
 #pragma unroll
-    for (int dn = 0; dn < 8; dn++)
+    for (int dn = 0; dn < D / 8; dn++)
         o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.f;
     for (int j = 0; j <= jmax; j++) {
         const int c0 = j * FA_ROWS;
-        unsigned char *Ks = wg_kv_stage(KV, k, v, j, jmax, T, LDI), *Vs = Ks + FA_ROWS * 128;
+        unsigned char *Ks = wg_kv_stage<D>(KV, k, v, j, jmax, T, LDI);
+        unsigned char *Vs = Ks + D / 64 * FA_ROWS * 128;
         if (wr0 + 63 >= c0 && wr0 < T) { /* the same for the whole warpgroup */
             float s[8][4] = {};
             uint32_t p[4][4];
-            const uint64_t dk = wg_desc(Ks, 16, 1024);
             wg_fence();
 #pragma unroll
-            for (int kc = 0; kc < 4; kc++) /* 16 columns (32 bytes) of Q and K per product */
-                wg_ss(s, dq + 2 * kc, dk + 2 * kc, kc);
+            for (int kc = 0; kc < D / 16; kc++) /* 16 columns (32 bytes) of Q and K per product */
+                wg_ss(s, wg_kstep<WG_Q>(Qw, kc), wg_kstep<FA_ROWS>(Ks, kc), kc);
             wg_commit();
             wg_wait0();
             wg_hold(s);
             const int w0 = wr0 + warp * 16;
             if (!(c0 + FA_ROWS - 1 <= w0 && w0 + 15 < T)) /* masked: p = ex2(-inf) = 0 */
                 mfa_mask(s, c0 + 2 * t, row0, T);
-            mfa_online_softmax<64>(s, m, l, o, p, sl2);
-            wg_hold(o);
+            mfa_online_softmax<D>(s, m, l, o, p, sl2);
+            wg_hold_d<D>(o);
             wg_fence();
 #pragma unroll
             for (int kc = 0; kc < 4; kc++) /* 16 keys (two 8-row groups, 2048 bytes) of V each */
-                wg_rs_t(o, p[kc], wg_desc(Vs + kc * 2048, 1024, 1024));
+                wg_rs_d<D>(o, p[kc], Vs, kc);
             wg_commit();
             wg_wait0();
-            wg_hold(o);
+            wg_hold_d<D>(o);
         }
         wg_stage_ready();
     }
-    mfa_fwd_finish<64>(out + (size_t)(bh / NH) * T * C + (bh % NH) * 64, lse + (size_t)bh * T, o, m,
-                       l, row0, T, t, C, sl2);
+    mfa_fwd_finish<D>(out + (size_t)(bh / NH) * T * C + (bh % NH) * D, lse + (size_t)bh * T, o, m,
+                      l, row0, T, t, C, sl2);
 #else
     __trap(); /* a build whose image for this device lacks wgmma: fail, never return nothing */
 #endif
@@ -1782,26 +1828,29 @@ __global__ void __launch_bounds__(256, 2)
  * the 64-query tiles at or below them: S^T = K Q^T and dP^T = V dO^T with K
  * and V as A from shared memory (K-major, Q and dO as B likewise), then dV +=
  * P^T dO and dK += dS^T Q with P^T and dS^T from registers and dO, Q read
- * across their rows (MN-major). Three blocks per SM (168 registers, no
- * spill): 0.299 -> 0.282 ms at d48 against two (188 registers). */
+ * across their rows (MN-major). Head size 64: three blocks per SM (168
+ * registers, no spill): 0.299 -> 0.282 ms at d48 against two (188
+ * registers). Head size 128 (dK and dV 128 accumulators): two. */
 /* K and V (2 tiles), two stages of Q and dO (4 tiles), two of LSE and D, alignment */
-#define WG_DKDV_SMEM (2 * FA_ROWS * 128 + 4 * FA_ROWS * 128 + 4 * FA_ROWS * 4 + 1024)
-__global__ void __launch_bounds__(128, 3)
+#define WG_DKDV_SMEM(D) ((D) / 64 * 6 * FA_ROWS * 128 + 4 * FA_ROWS * 4 + 1024)
+template <int D>
+__global__ void __launch_bounds__(128, D == 64 ? 3 : 2)
     mfa_bwd_dkdv_wg(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse,
                     const float *Dd, int T, int NH, int NKV, float scale)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int TILE = D / 64 * FA_ROWS * 128; /* one (FA_ROWS, D) tile */
     extern __shared__ __align__(128) unsigned char wg_raw[];
     const uint32_t sa = (uint32_t)__cvta_generic_to_shared(wg_raw);
     /* K and V rows, two stages of (Q tile, dO tile), two stages of (LSE, D) */
-    unsigned char *Kr = wg_raw + ((1024 - (sa & 1023)) & 1023), *Vr = Kr + FA_ROWS * 128;
-    unsigned char *QD = Vr + FA_ROWS * 128;
-    float *LD = (float *)(QD + 4 * FA_ROWS * 128);
+    unsigned char *Kr = wg_raw + ((1024 - (sa & 1023)) & 1023), *Vr = Kr + TILE;
+    unsigned char *QD = Vr + TILE;
+    float *LD = (float *)(QD + 4 * TILE);
     const int tile = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int b = blockIdx.y / NKV, hk = blockIdx.y % NKV, G = NH / NKV;
     const int g = lane >> 2, t = lane & 3, c0 = tile * FA_ROWS, key0 = c0 + warp * 16 + g;
-    const int C = NH * 64, LDI = (NH + 2 * NKV) * 64;
-    const mfa_heads hp = mfa_locate(qkv, b, hk * G, T, NH, NKV, 64);
+    const int C = NH * D, LDI = (NH + 2 * NKV) * D;
+    const mfa_heads hp = mfa_locate(qkv, b, hk * G, T, NH, NKV, D);
     const bf16 *k = hp.k, *v = hp.v;
     const int i0 = c0 / FA_ROWS, qtiles = (T + FA_ROWS - 1) / FA_ROWS, n = qtiles - i0;
     const float sl2 = scale * LOG2E_F;
@@ -1809,36 +1858,34 @@ __global__ void __launch_bounds__(128, 3)
     auto load_step = [&](int it, unsigned char *Qst, float *Lst) {
         const int hq = hk * G + it / n;
         const size_t lb = ((size_t)b * NH + hq) * T;
-        wg_load_qtile(Qst, Lst, hp.q + (size_t)(it / n) * 64,
-                      dout + (size_t)b * T * C + (size_t)hq * 64, lse + lb, Dd + lb,
-                      (i0 + it % n) * FA_ROWS, T, LDI, C);
+        wg_load_qtile<D>(Qst, Lst, hp.q + (size_t)(it / n) * D,
+                         dout + (size_t)b * T * C + (size_t)hq * D, lse + lb, Dd + lb,
+                         (i0 + it % n) * FA_ROWS, T, LDI, C);
     };
-    wg_load<FA_ROWS, 128>(Kr, k, c0, T, LDI);
-    wg_load<FA_ROWS, 128>(Vr, v, c0, T, LDI);
+    wg_load_d<D, FA_ROWS, 128>(Kr, k, c0, T, LDI);
+    wg_load_d<D, FA_ROWS, 128>(Vr, v, c0, T, LDI);
     load_step(0, QD, LD);
     cp_commit();
     wg_stage_ready();
-    const uint64_t kd = wg_desc(Kr, 16, 1024), vd = wg_desc(Vr, 16, 1024);
-    float dk[8][4] = {}, dv[8][4] = {};
+    float dk[D / 8][4] = {}, dv[D / 8][4] = {};
     for (int it = 0; it < G * n; it++) {
         const int r0 = (i0 + it % n) * FA_ROWS, st = it & 1;
-        unsigned char *Qs = QD + st * 2 * FA_ROWS * 128, *dOs = Qs + FA_ROWS * 128;
+        unsigned char *Qs = QD + st * 2 * TILE, *dOs = Qs + TILE;
         const float *lse2 = LD + st * 2 * FA_ROWS, *Ds = lse2 + FA_ROWS;
         if (it + 1 < G * n) {
-            load_step(it + 1, QD + (st ^ 1) * 2 * FA_ROWS * 128, LD + (st ^ 1) * 2 * FA_ROWS);
+            load_step(it + 1, QD + (st ^ 1) * 2 * TILE, LD + (st ^ 1) * 2 * FA_ROWS);
             cp_commit();
         }
         float s[8][4] = {}, dp[8][4] = {};
         uint32_t p[4][4], ds[4][4];
-        const uint64_t qd = wg_desc(Qs, 16, 1024), dod = wg_desc(dOs, 16, 1024);
         wg_fence();
 #pragma unroll
-        for (int kc = 0; kc < 4; kc++) /* S^T = K Q^T */
-            wg_ss(s, kd + 2 * kc, qd + 2 * kc, kc);
+        for (int kc = 0; kc < D / 16; kc++) /* S^T = K Q^T */
+            wg_ss(s, wg_kstep<FA_ROWS>(Kr, kc), wg_kstep<FA_ROWS>(Qs, kc), kc);
         wg_commit();
 #pragma unroll
-        for (int kc = 0; kc < 4; kc++) /* dP^T = V dO^T, under P^T's exps */
-            wg_ss(dp, vd + 2 * kc, dod + 2 * kc, kc);
+        for (int kc = 0; kc < D / 16; kc++) /* dP^T = V dO^T, under P^T's exps */
+            wg_ss(dp, wg_kstep<FA_ROWS>(Vr, kc), wg_kstep<FA_ROWS>(dOs, kc), kc);
         wg_commit();
         wg_wait1();
         wg_hold(s);
@@ -1849,7 +1896,7 @@ __global__ void __launch_bounds__(128, 3)
         wg_fence();
 #pragma unroll
         for (int kc = 0; kc < 4; kc++) /* dV += P^T dO: 16 queries (2048 bytes) of dO each */
-            wg_rs_t(dv, p[kc], wg_desc(dOs + kc * 2048, 1024, 1024));
+            wg_rs_d<D>(dv, p[kc], dOs, kc);
         wg_commit();
         wg_wait1(); /* dP^T; dV's products run under dS^T */
         wg_hold(dp);
@@ -1858,15 +1905,15 @@ __global__ void __launch_bounds__(128, 3)
         wg_fence();
 #pragma unroll
         for (int kc = 0; kc < 4; kc++) /* dK += dS^T Q */
-            wg_rs_t(dk, ds[kc], wg_desc(Qs + kc * 2048, 1024, 1024));
+            wg_rs_d<D>(dk, ds[kc], Qs, kc);
         wg_commit();
         wg_wait0();
-        wg_hold(dv);
-        wg_hold(dk);
+        wg_hold_d<D>(dv);
+        wg_hold_d<D>(dk);
         wg_stage_ready();
     }
-    mfa_store<64>(dqkv + (k - qkv), dk, key0, scale, scale, T, t, LDI);
-    mfa_store<64>(dqkv + (v - qkv), dv, key0, 1.f, 1.f, T, t, LDI);
+    mfa_store<D>(dqkv + (k - qkv), dk, key0, scale, scale, T, t, LDI);
+    mfa_store<D>(dqkv + (v - qkv), dv, key0, 1.f, 1.f, T, t, LDI);
 #else
     __trap(); /* a build whose image for this device lacks wgmma: fail, never return nothing */
 #endif
@@ -1874,9 +1921,11 @@ __global__ void __launch_bounds__(128, 3)
 
 /* dQ of 128 queries (two warpgroups of 64) over the 64-key tiles at or below
  * them: S = Q K^T and dP = dO V^T (Q, dO as A from shared memory), then dQ +=
- * dS K with dS from registers and K read across its rows. */
-#define WG_DQ_SMEM (2 * WG_Q * 128 + 4 * FA_ROWS * 128 + 1024)
-__global__ void __launch_bounds__(256, 2)
+ * dS K with dS from registers and K read across its rows. Head size 128: one
+ * block per SM (its Q, dO and K/V stages take 129 KiB). */
+#define WG_DQ_SMEM(D) ((D) / 64 * (2 * WG_Q * 128 + 4 * FA_ROWS * 128) + 1024)
+template <int D>
+__global__ void __launch_bounds__(256, D == 64 ? 2 : 1)
     mfa_bwd_dq_wg(bf16 *dqkv, const bf16 *qkv, const bf16 *dout, const float *lse, const float *Dd,
                   int T, int NH, int NKV, float scale)
 {
@@ -1884,43 +1933,42 @@ __global__ void __launch_bounds__(256, 2)
     extern __shared__ __align__(128) unsigned char wg_raw[];
     const uint32_t sa = (uint32_t)__cvta_generic_to_shared(wg_raw);
     /* the block's Q and dO rows, then two stages of (K tile, V tile) */
-    unsigned char *Qr = wg_raw + ((1024 - (sa & 1023)) & 1023), *Dr = Qr + WG_Q * 128;
-    unsigned char *KV = Dr + WG_Q * 128;
+    unsigned char *Qr = wg_raw + ((1024 - (sa & 1023)) & 1023), *Dr = Qr + D / 64 * WG_Q * 128;
+    unsigned char *KV = Dr + D / 64 * WG_Q * 128;
     const int tile = gridDim.x - 1 - blockIdx.x;
     const int bh = blockIdx.y, wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, r0 = tile * WG_Q;
     const int wr0 = r0 + wg * 64, w0 = wr0 + warp * 16, row0 = w0 + g, row1 = row0 + 8;
-    const int C = NH * 64, LDI = (NH + 2 * NKV) * 64;
-    const mfa_heads hp = mfa_locate(qkv, bh / NH, bh % NH, T, NH, NKV, 64);
+    const int C = NH * D, LDI = (NH + 2 * NKV) * D;
+    const mfa_heads hp = mfa_locate(qkv, bh / NH, bh % NH, T, NH, NKV, D);
     const bf16 *q = hp.q, *k = hp.k, *v = hp.v;
     const float sl2 = scale * LOG2E_F;
     const int jmax = min(r0 + WG_Q - 1, T - 1) / FA_ROWS;
-    wg_load<WG_Q>(Qr, q, r0, T, LDI);
-    wg_load<WG_Q>(Dr, dout + (size_t)(bh / NH) * T * C + (bh % NH) * 64, r0, T, C);
-    wg_kv_load(KV, k, v, 0, T, LDI);
+    wg_load_d<D, WG_Q>(Qr, q, r0, T, LDI);
+    wg_load_d<D, WG_Q>(Dr, dout + (size_t)(bh / NH) * T * C + (bh % NH) * D, r0, T, C);
+    wg_kv_load<D>(KV, k, v, 0, T, LDI);
     wg_stage_ready();
-    const uint64_t qd = wg_desc(Qr + wg * 64 * 128, 16, 1024);
-    const uint64_t dod = wg_desc(Dr + wg * 64 * 128, 16, 1024);
+    const unsigned char *Qw = Qr + wg * 64 * 128, *Dw = Dr + wg * 64 * 128;
     const float ls0 = row0 < T ? lse[(size_t)bh * T + row0] * LOG2E_F : 0.f;
     const float ls1 = row1 < T ? lse[(size_t)bh * T + row1] * LOG2E_F : 0.f;
     const float D0 = row0 < T ? Dd[(size_t)bh * T + row0] : 0.f;
     const float D1 = row1 < T ? Dd[(size_t)bh * T + row1] : 0.f;
-    float dq[8][4] = {};
+    float dq[D / 8][4] = {};
     for (int j = 0; j <= jmax; j++) {
         const int c0 = j * FA_ROWS;
-        unsigned char *Ks = wg_kv_stage(KV, k, v, j, jmax, T, LDI), *Vs = Ks + FA_ROWS * 128;
+        unsigned char *Ks = wg_kv_stage<D>(KV, k, v, j, jmax, T, LDI);
+        unsigned char *Vs = Ks + D / 64 * FA_ROWS * 128;
         if (wr0 + 63 >= c0 && wr0 < T) { /* the same for the whole warpgroup */
             float s[8][4] = {}, dp[8][4] = {};
             uint32_t ds[4][4];
-            const uint64_t kd = wg_desc(Ks, 16, 1024), vd = wg_desc(Vs, 16, 1024);
             wg_fence();
 #pragma unroll
-            for (int kc = 0; kc < 4; kc++) /* S = Q K^T */
-                wg_ss(s, qd + 2 * kc, kd + 2 * kc, kc);
+            for (int kc = 0; kc < D / 16; kc++) /* S = Q K^T */
+                wg_ss(s, wg_kstep<WG_Q>(Qw, kc), wg_kstep<FA_ROWS>(Ks, kc), kc);
             wg_commit();
 #pragma unroll
-            for (int kc = 0; kc < 4; kc++) /* dP = dO V^T, under P's exps */
-                wg_ss(dp, dod + 2 * kc, vd + 2 * kc, kc);
+            for (int kc = 0; kc < D / 16; kc++) /* dP = dO V^T, under P's exps */
+                wg_ss(dp, wg_kstep<WG_Q>(Dw, kc), wg_kstep<FA_ROWS>(Vs, kc), kc);
             wg_commit();
             wg_wait1();
             wg_hold(s);
@@ -1934,49 +1982,53 @@ __global__ void __launch_bounds__(256, 2)
             wg_fence();
 #pragma unroll
             for (int kc = 0; kc < 4; kc++) /* dQ += dS K: 16 keys (2048 bytes) of K each */
-                wg_rs_t(dq, ds[kc], wg_desc(Ks + kc * 2048, 1024, 1024));
+                wg_rs_d<D>(dq, ds[kc], Ks, kc);
             wg_commit();
             wg_wait0();
-            wg_hold(dq);
+            wg_hold_d<D>(dq);
         }
         wg_stage_ready();
     }
-    mfa_store<64>(dqkv + (q - qkv), dq, row0, scale, scale, T, t, LDI);
+    mfa_store<D>(dqkv + (q - qkv), dq, row0, scale, scale, T, t, LDI);
 #else
     __trap(); /* a build whose image for this device lacks wgmma: fail, never return nothing */
 #endif
 }
 
+template <int D>
 cudaError_t mfa_backward_wg(cudaStream_t st, bf16 *dqkv, const bf16 *qkv, const bf16 *out,
                             const bf16 *dout, const float *lse, float *Dd, int B, int NH, int NKV,
                             int T, float scale)
 {
-    cudaError_t e = cudaFuncSetAttribute(mfa_bwd_dkdv_wg,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, WG_DKDV_SMEM);
+    cudaError_t e = cudaFuncSetAttribute(
+        mfa_bwd_dkdv_wg<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_DKDV_SMEM(D));
     if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(mfa_bwd_dq_wg, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 WG_DQ_SMEM);
+        e = cudaFuncSetAttribute(mfa_bwd_dq_wg<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 WG_DQ_SMEM(D));
     if (e != cudaSuccess)
         return e;
-    const size_t chunks = (size_t)B * T * NH * 64 / 8;
-    flash_bwd_dot<64>
+    const size_t chunks = (size_t)B * T * NH * D / 8;
+    flash_bwd_dot<D>
         <<<(unsigned)((chunks + 255) / 256), 256, 0, st>>>(Dd, dout, out, chunks, T, NH);
-    mfa_bwd_dkdv_wg<<<dim3((unsigned)(T + FA_ROWS - 1) / FA_ROWS, (unsigned)(B * NKV)), 128,
-                      WG_DKDV_SMEM, st>>>(dqkv, qkv, dout, lse, Dd, T, NH, NKV, scale);
-    mfa_bwd_dq_wg<<<dim3((unsigned)(T + WG_Q - 1) / WG_Q, (unsigned)(B * NH)), 256, WG_DQ_SMEM,
-                    st>>>(dqkv, qkv, dout, lse, Dd, T, NH, NKV, scale);
+    mfa_bwd_dkdv_wg<D><<<dim3((unsigned)(T + FA_ROWS - 1) / FA_ROWS, (unsigned)(B * NKV)), 128,
+                         WG_DKDV_SMEM(D), st>>>(dqkv, qkv, dout, lse, Dd, T, NH, NKV, scale);
+    mfa_bwd_dq_wg<D>
+        <<<dim3((unsigned)(T + WG_Q - 1) / WG_Q, (unsigned)(B * NH)), 256, WG_DQ_SMEM(D), st>>>(
+            dqkv, qkv, dout, lse, Dd, T, NH, NKV, scale);
     return cudaGetLastError();
 }
 
+template <int D>
 cudaError_t mfa_forward_wg(cudaStream_t st, bf16 *out, float *lse, const bf16 *qkv, int B, int NH,
                            int NKV, int T, float scale)
 {
-    cudaError_t e =
-        cudaFuncSetAttribute(mfa_fwd_wg, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM);
+    cudaError_t e = cudaFuncSetAttribute(mfa_fwd_wg<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         WG_SMEM(D));
     if (e != cudaSuccess)
         return e;
-    mfa_fwd_wg<<<dim3((unsigned)(T + WG_Q - 1) / WG_Q, (unsigned)(B * NH)), 256, WG_SMEM, st>>>(
-        out, lse, qkv, T, NH, NKV, scale);
+    mfa_fwd_wg<D>
+        <<<dim3((unsigned)(T + WG_Q - 1) / WG_Q, (unsigned)(B * NH)), 256, WG_SMEM(D), st>>>(
+            out, lse, qkv, T, NH, NKV, scale);
     return cudaGetLastError();
 }
 #endif
@@ -2517,6 +2569,13 @@ extern "C" int nn_cuda_attention_is_flash(int C, int NH) { return C % NH == 0 &&
 
 extern "C" int nn_cuda_flash_ok(int hd) { return flash_ok(hd) || hd == 128; }
 
+/* Whether head size hd runs the wgmma kernels (64 and 128, on a device
+ * that has them, unless nn_cuda_attention_mode picked mma.sync). */
+static bool wgmma_ok(const nn_cuda_t *h, int hd)
+{
+    return h->wgmma && h->attn_mode == 0 && (hd == 64 || hd == 128);
+}
+
 /* The heads as nn_cuda_flash_* take them: NH a multiple of NKV, a supported
  * head size, rows of 16-byte multiples (cp.async's unit). */
 static int flash_args(int B, int T, int NH, int NKV, int hd, const void *p0, const void *p1,
@@ -2549,14 +2608,16 @@ extern "C" int nn_cuda_flash_forward(nn_cuda_t *h, void *out, float *lse, const 
     const float scale = 1.0f / sqrtf((float)hd);
     const bf16 *x = (const bf16 *)qkv;
     bf16 *y = (bf16 *)out;
-    cudaError_t e = hd == 16    ? mfa_forward<16>(h->stream, y, lse, x, B, NH, NKV, T, scale)
-                    : hd == 32  ? mfa_forward<32>(h->stream, y, lse, x, B, NH, NKV, T, scale)
-                    : hd == 128 ? mfa_forward<128>(h->stream, y, lse, x, B, NH, NKV, T, scale)
+    const bool wg = wgmma_ok(h, hd);
+    cudaError_t e = hd == 16   ? mfa_forward<16>(h->stream, y, lse, x, B, NH, NKV, T, scale)
+                    : hd == 32 ? mfa_forward<32>(h->stream, y, lse, x, B, NH, NKV, T, scale)
 #if defined(NN_WGMMA)
-                    : h->wgmma && h->attn_mode == 0
-                        ? mfa_forward_wg(h->stream, y, lse, x, B, NH, NKV, T, scale)
+                    : wg && hd == 64
+                        ? mfa_forward_wg<64>(h->stream, y, lse, x, B, NH, NKV, T, scale)
+                    : wg ? mfa_forward_wg<128>(h->stream, y, lse, x, B, NH, NKV, T, scale)
 #endif
-                        : mfa_forward<64>(h->stream, y, lse, x, B, NH, NKV, T, scale);
+                    : hd == 128 ? mfa_forward<128>(h->stream, y, lse, x, B, NH, NKV, T, scale)
+                                : mfa_forward<64>(h->stream, y, lse, x, B, NH, NKV, T, scale);
     if (e != cudaSuccess)
         return fail_text(err, "flash attention forward", cudaGetErrorString(e));
     return 0;
@@ -2572,14 +2633,16 @@ extern "C" int nn_cuda_flash_backward(nn_cuda_t *h, void *dqkv, float *Dd, const
     const bf16 *x = (const bf16 *)qkv, *o = (const bf16 *)out, *dy = (const bf16 *)dout;
     bf16 *dx = (bf16 *)dqkv;
     cudaStream_t st = h->stream;
-    cudaError_t e = hd == 16    ? mfa_backward<16>(st, dx, x, o, dy, lse, Dd, B, NH, NKV, T, scale)
-                    : hd == 32  ? mfa_backward<32>(st, dx, x, o, dy, lse, Dd, B, NH, NKV, T, scale)
-                    : hd == 128 ? mfa_backward<128>(st, dx, x, o, dy, lse, Dd, B, NH, NKV, T, scale)
+    const bool wg = wgmma_ok(h, hd);
+    cudaError_t e = hd == 16   ? mfa_backward<16>(st, dx, x, o, dy, lse, Dd, B, NH, NKV, T, scale)
+                    : hd == 32 ? mfa_backward<32>(st, dx, x, o, dy, lse, Dd, B, NH, NKV, T, scale)
 #if defined(NN_WGMMA)
-                    : h->wgmma && h->attn_mode == 0
-                        ? mfa_backward_wg(st, dx, x, o, dy, lse, Dd, B, NH, NKV, T, scale)
+                    : wg && hd == 64
+                        ? mfa_backward_wg<64>(st, dx, x, o, dy, lse, Dd, B, NH, NKV, T, scale)
+                    : wg ? mfa_backward_wg<128>(st, dx, x, o, dy, lse, Dd, B, NH, NKV, T, scale)
 #endif
-                        : mfa_backward<64>(st, dx, x, o, dy, lse, Dd, B, NH, NKV, T, scale);
+                    : hd == 128 ? mfa_backward<128>(st, dx, x, o, dy, lse, Dd, B, NH, NKV, T, scale)
+                                : mfa_backward<64>(st, dx, x, o, dy, lse, Dd, B, NH, NKV, T, scale);
     if (e != cudaSuccess)
         return fail_text(err, "flash attention backward", cudaGetErrorString(e));
     return 0;

@@ -56,15 +56,16 @@ nn_cuda_t *nn_cuda_create(void *stream, void *workspace, int max_cols, bmt_error
 void nn_cuda_destroy(nn_cuda_t *h);
 
 /* Attention where flash attention applies (tests and benchmarks): 0 (the
- * default) flash attention, forward and backward for head size 64 through
+ * default) flash attention, forward and backward for head sizes 64 and 128 through
  * Hopper's wgmma where the build has it (NN_WGMMA: CUDA_ARCH sm_90a) and the
  * device is compute capability 9.0; 1 the materialized scores (`att` and
  * `datt` must then hold B NH T T bf16); 2 flash attention with mma.sync
  * kernels only. */
 void nn_cuda_attention_mode(nn_cuda_t *h, int mode);
 
-/* The flash kernels mode 0 runs for head size 64 on this handle's device:
- * "wgmma" or "mma.sync" (tests and benchmarks name them). */
+/* The flash kernels mode 0 runs for head sizes 64 and 128 on this handle's
+ * device: "wgmma" or "mma.sync" (tests and benchmarks name them; 16 and 32
+ * always run mma.sync). */
 const char *nn_cuda_attention_kernel(const nn_cuda_t *h);
 
 /* Products keep a cuBLASLt plan per shape (descriptors and algorithm, made on

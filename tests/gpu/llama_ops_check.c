@@ -289,7 +289,8 @@ static void t_flash(int B, int T, int NH, int NKV, int hd)
     char name[192], shape[128];
     const size_t N = (size_t)B * T, nq = N * NH * hd, nk = N * NKV * hd, n = nq + 2 * nk;
     const size_t nl = (size_t)B * NH * T;
-    const char *kind = hd == 64 && attn_mode_now == 0 ? nn_cuda_attention_kernel(h) : "mma.sync";
+    const char *kind =
+        (hd == 64 || hd == 128) && attn_mode_now == 0 ? nn_cuda_attention_kernel(h) : "mma.sync";
     snprintf(shape, sizeof(shape), "B %d, T %d, NH %d, NKV %d, hd %d, %s", B, T, NH, NKV, hd, kind);
     if (!nn_cuda_flash_ok(hd)) {
         snprintf(name, sizeof(name), "nn_cuda_flash_ok(%d) (%s)", hd, shape);
@@ -507,10 +508,8 @@ static void bench(int NH, int NKV, int hd, int C)
     const double flop_fwd = 2.0 * 2.0 * z.B * NH * (double)z.T * z.T * hd / 2;
     printf("# timing at B %d, T %d, C %d, NH %d, NKV %d, hd %d, F %d, median of 20%s\n", z.B, z.T,
            C, NH, NKV, hd, z.F,
-           hd == 64 ? (strcmp(nn_cuda_attention_kernel(h), "wgmma") == 0
-                           ? " (head size 64: wgmma kernels where flash has them)"
-                           : " (head size 64: mma.sync kernels)")
-                    : "");
+           strcmp(nn_cuda_attention_kernel(h), "wgmma") == 0 ? " (flash: wgmma kernels)"
+                                                             : " (flash: mma.sync kernels)");
     for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
         if (ops[i].op >= 6 && !nn_cuda_flash_ok(hd)) {
             printf("#   %-24s not run: nn_cuda_flash_ok(%d) is 0\n", ops[i].name, hd);
@@ -526,7 +525,7 @@ static void bench(int NH, int NKV, int hd, int C)
                    ops[i].bytes / (ms * 1e-3) / 1e9);
         }
     }
-    if (hd == 64 && nn_cuda_flash_ok(hd) && strcmp(nn_cuda_attention_kernel(h), "wgmma") == 0) {
+    if (nn_cuda_flash_ok(hd) && strcmp(nn_cuda_attention_kernel(h), "wgmma") == 0) {
         nn_cuda_attention_mode(h, 2);
         z.op = 6;
         const float mf = time_ms(bench_op, &z);
@@ -595,10 +594,12 @@ int main(int argc, char **argv)
     t_flash(2, 1, 8, 1, 128);
     t_flash(2, 1000, 6, 2, 64); /* many tiles, the last one partial */
     t_flash(2, 1000, 4, 1, 128);
-    nn_cuda_attention_mode(h, attn_mode_now = 2); /* head size 64 on the mma.sync kernels too */
+    nn_cuda_attention_mode(h, attn_mode_now = 2); /* 64 and 128 on the mma.sync kernels too */
     t_flash(2, 257, 32, 8, 64);
     t_flash(2, 63, 9, 3, 64);
     t_flash(2, 1000, 6, 2, 64);
+    t_flash(2, 257, 24, 8, 128);
+    t_flash(2, 1000, 4, 1, 128);
     nn_cuda_attention_mode(h, attn_mode_now = 0);
 
     /* Attention over a KV cache (a decoder's step and prefill): head sizes of
