@@ -179,6 +179,14 @@ $(shell echo '$(KNOBS_NOW)' | cmp -s - $(BUILDDIR)/.knobs || echo '$(KNOBS_NOW)'
 .PHONY: all deps check check-unit check-integration check-gpu check-sanitize demo demo-llama install clean format notice
 all: notice $(ALL)
 
+# bench/gpu/trace.c: a CUPTI kernel timeline that the CUDA driver loads into
+# any program (CUDA_INJECTION64_PATH, bench/gpu/timeline.sh); diagnostics for
+# the GPU machine, not part of all.
+$(BUILDDIR)/bench/libbmt_trace.so: bench/gpu/trace.c
+	@mkdir -p $(@D)
+	$(Q)$(CC) -O2 -shared -fPIC $(WARN) -isystem $(CUDA_HOME)/include $< -L$(CUDA_HOME)/lib64 \
+	    -Wl,-rpath,$(CUDA_HOME)/lib64 -lcupti -o $@
+
 notice:
 ifneq ($(HAVE_CUDA),1)
 	@echo "bmt: CUDA not found under $(CUDA_HOME) (or NO_CUDA=1): building the CPU parts only"

@@ -1,0 +1,60 @@
+#!/bin/bash
+# The GPU benchmarks' analysis tools on this machine: bench/gpu/timeline.py
+# (what a step's GPU time is made of, from bench/gpu/trace.c's CUPTI records)
+# on a made-up trace whose every figure is known, and its refusals; trace.c
+# builds where CUDA's CUPTI is installed.
+. "$(dirname "$0")/lib.sh"
+PY=/usr/bin/python3
+TL=$SRC/bench/gpu/timeline.py
+
+# Times in ns. Step 0 runs from the first encoder_fwd (1 ms) to the second
+# (10 ms): 9 ms. Compute stream 13: encoder 1-2 ms, gemm 2.1-5 (queued at
+# 1.5: before the encoder ended), ln 9-9.5 (queued at 8.8: the host was late
+# by 3.8 ms of the 4 ms gap), a memset 9.6-9.7 (no queued time); busy 4.5 ms,
+# idle 4.5 (3 gaps: 0.1, 4 and 0.1 ms, and the 0.3 ms before the next step).
+# Stream 15: adamw 2.5-4 (beside the gemm) and 6-8 (inside the 4 ms gap):
+# busy 3.5 ms, 1.5 of it beside compute, 2 of the idle time.
+cat >"$TMP/t.tsv" <<'TSV'
+K	1000000	2000000	900000	13	1,1,1	encoder_fwd
+K	2100000	5000000	1500000	13	2,66,1	gemm
+K	2500000	4000000	2400000	15	8192,1,1	adamw
+K	6000000	8000000	5900000	15	8192,1,1	adamw
+K	9000000	9500000	8800000	13	1024,1,1	ln
+S	9600000	9700000	0	13	4	memset
+K	10000000	11000000	9900000	13	1,1,1	encoder_fwd
+K	11100000	12000000	11000000	13	2,66,1	gemm
+K	20000000	21000000	19000000	13	1,1,1	encoder_fwd
+TSV
+
+test_expect_success "timeline.py: a step's length, busy and idle time, what the host delayed, what ran beside" '
+    $PY "$TL" "$TMP/t.tsv" 0 >out && cat out &&
+    grep -q "^step 0: 9.00 ms; compute stream 13: busy 4.50 ms (50.0%), idle 4.50 ms in 3 gaps$" out &&
+    grep -q "^  of the idle time, 3.80 ms with the next kernel not yet enqueued by the host$" out &&
+    grep -q "^  of the idle time, 2.00 ms with other streams. work running" out &&
+    grep -q "^  stream  15: busy     3.50 ms,     1.50 ms of it beside the compute stream.s kernels, 2 records$" out &&
+    grep -q "^     2.900 ms  32.2%     1 x  gemm$" out &&
+    grep -q "4000.0 us after gemm, before ln (host late); beside: 1 x adamw" out
+'
+
+test_expect_success "timeline.py: the default step is the second last complete one" '
+    $PY "$TL" "$TMP/t.tsv" >out &&
+    grep -q "^step 1: 10.00 ms; compute stream 13: busy 1.90 ms" out
+'
+
+test_expect_success "timeline.py refuses a step that is not there, a file that is not a trace, a trace without two steps" '
+    test_must_fail $PY "$TL" "$TMP/t.tsv" 2 2>err && grep -q "STEP must be 0..1" err &&
+    test_must_fail $PY "$TL" "$TMP/t.tsv" x 2>err && grep -q "STEP must be 0..1" err &&
+    echo "hello" >bad.tsv &&
+    test_must_fail $PY "$TL" bad.tsv 2>err && grep -q "bad.tsv line 1 is not a bench/gpu/trace.c record" err &&
+    head -3 "$TMP/t.tsv" >one.tsv &&
+    test_must_fail $PY "$TL" one.tsv 2>err && grep -q "want two launches of encoder_fwd" err &&
+    test_must_fail $PY "$TL" missing.tsv 2>err && grep -q "No such file" err
+'
+
+if [ -f /usr/local/cuda/include/cupti.h ]; then
+    test_expect_success "bench/gpu/trace.c builds (CUPTI) into a library with the driver entry point" '
+        make -s -C "$SRC" BUILDDIR="$TMP/b" "$TMP/b/bench/libbmt_trace.so" &&
+        nm -D "$TMP/b/bench/libbmt_trace.so" | grep -q " T InitializeInjection$"
+    '
+fi
+test_done
