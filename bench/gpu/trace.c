@@ -36,7 +36,8 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
     (void)ctx, (void)stream, (void)size;
     CUpti_Activity *r = NULL;
     while (out && cuptiActivityGetNextRecord(buffer, valid, &r) == CUPTI_SUCCESS) {
-        if (r->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || r->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
+        if (r->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL ||
+            r->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
             const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)r;
             fprintf(out, "K\t%llu\t%llu\t%llu\t%u\t%d,%d,%d\t%s\n", (unsigned long long)k->start,
                     (unsigned long long)k->end, (unsigned long long)k->queued, k->streamId,
