@@ -1560,7 +1560,7 @@ cudaError_t mfa_forward(cudaStream_t st, bf16 *out, float *lse, const bf16 *qkv,
 
 /* ------------------------------------------------- attention: Hopper's wgmma
  *
- * Flash attention for head size 64 on sm_90a (built with NN_WGMMA, run
+ * Flash attention for head sizes 64 and 128 on sm_90a (built with NN_WGMMA, run
  * where the device is compute capability 9.0), the mma.sync kernels'
  * arrangement with warpgroup products: a warpgroup (4 warps) owns 64 rows
  * (queries; keys in dK/dV) and takes S = Q K^T, O += P V and the backward's
@@ -1572,8 +1572,10 @@ cudaError_t mfa_forward(cudaStream_t st, bf16 *out, float *lse, const bf16 *qkv,
  * bytes), 16-byte chunk c of row r at chunk c ^ (r % 8), each tile 1024-byte
  * aligned, 8-row groups 1024 bytes apart. An operand read along its rows is
  * K-major (Q and K in S = Q K^T); one read across them, as V in P V, is
- * MN-major (the instruction's transpose of B). bench/NOTES.md has the
- * figures (d48: forward 0.183 -> 0.152 ms, backward 0.470 -> 0.282). */
+ * MN-major (the instruction's transpose of B). Head size 128 keeps each tile
+ * as two such 64-column halves (wg_load_d). bench/NOTES.md has the figures
+ * (d48: forward 0.183 -> 0.152 ms, backward 0.470 -> 0.282; head 128 at the
+ * Llama 3B shape: 1.36x and 1.80x the mma.sync kernels). */
 #if defined(NN_WGMMA)
 #define WG_Q 128 /* query rows per block: two warpgroups */
 
