@@ -25,8 +25,16 @@ test_expect_success "make install in the same BUILDDIR with its own knobs keeps 
     ! grep -qE "^  (CC|NVCC|LD) " log
 '
 
+# One installed tree for the tests below (each make install to a new PREFIX
+# recompiles monitor.c and relinks: ~10 s a test on a 2-core machine).
+P=$TMP/prefix
+make -s -C "$SRC" install $KNOBS BUILDDIR="$BUILDDIR" PREFIX="$P" >"$TMP/install.log" 2>&1
+install_rc=$?
+export P install_rc
+
 test_expect_success "make install PREFIX=... installs every part" '
-    make -s -C "$SRC" install $KNOBS BUILDDIR="$BUILDDIR" PREFIX="$PWD/prefix" >log 2>&1 &&
+    { test $install_rc -eq 0 || { tail -20 "$TMP/install.log"; false; }; } &&
+    ln -s "$P" prefix &&
     test -x prefix/bin/bmlaunch &&
     test -f prefix/include/bmt/bmt.h && test -f prefix/include/bmt/layout.h &&
     test -f prefix/include/bmt/error.h &&
@@ -42,20 +50,20 @@ test_expect_success "make install PREFIX=... installs every part" '
 '
 
 test_expect_success "the Python package installs under PREFIX/lib/python3/dist-packages and imports from there under the installed bmlaunch" '
-    make -s -C "$SRC" install $KNOBS BUILDDIR="$BUILDDIR" PREFIX="$PWD/prefix" >log 2>&1 &&
+    test $install_rc -eq 0 && ln -s "$P" prefix &&
     test -f prefix/lib/python3/dist-packages/bmt/__init__.py &&
     test -f prefix/lib/python3/dist-packages/bmt/torch.py &&
     test -f prefix/share/bmt/examples/torch/train.py &&
-    PYTHONPATH=$PWD/prefix/lib/python3/dist-packages prefix/bin/bmlaunch --metrics-port 0 -g 2 -n 1 -- \
+    PYTHONPATH=$P/lib/python3/dist-packages prefix/bin/bmlaunch --metrics-port 0 -g 2 -n 1 -- \
         /usr/bin/python3 -c "import bmt, sys; l = bmt.layout(); assert \"torch\" not in sys.modules
 print(l.rank, l.groups, l.group, l.replica, bmt.__file__)" >out 2>err &&
-    grep -qx "0: 0 2 0 0 $PWD/prefix/lib/python3/dist-packages/bmt/__init__.py" out &&
-    grep -qx "1: 1 2 1 0 $PWD/prefix/lib/python3/dist-packages/bmt/__init__.py" out
+    grep -qx "0: 0 2 0 0 $P/lib/python3/dist-packages/bmt/__init__.py" out &&
+    grep -qx "1: 1 2 1 0 $P/lib/python3/dist-packages/bmt/__init__.py" out
 '
 
 test_expect_success "the installed bmlaunch finds the installed plugins; a plugin built with pkg-config loads" '
-    make -s -C "$SRC" install $KNOBS BUILDDIR="$BUILDDIR" PREFIX="$PWD/prefix" >log 2>&1 &&
-    export PKG_CONFIG_PATH=$PWD/prefix/lib/pkgconfig &&
+    test $install_rc -eq 0 && ln -s "$P" prefix &&
+    export PKG_CONFIG_PATH=$P/lib/pkgconfig &&
     cat >mine.c <<-EOF &&
 	#include <stdio.h>
 	#include <bmt/plugin.h>
@@ -97,8 +105,8 @@ test_expect_success "the installed bmlaunch finds the installed plugins; a plugi
 '
 
 test_expect_success "a program built with pkg-config against the installed bmt runs under bmlaunch" '
-    make -s -C "$SRC" install $KNOBS BUILDDIR="$BUILDDIR" PREFIX="$PWD/prefix" >log 2>&1 &&
-    export PKG_CONFIG_PATH=$PWD/prefix/lib/pkgconfig &&
+    test $install_rc -eq 0 && ln -s "$P" prefix &&
+    export PKG_CONFIG_PATH=$P/lib/pkgconfig &&
     test "$(pkg-config --modversion bmt)" = "$(sed -n "s/^#define BMT_VERSION_STRING \"\(.*\)\"/\1/p" "$SRC/include/bmt/bmt.h")" &&
     cat >user.c <<-EOF &&
 	#include <stdio.h>
@@ -115,7 +123,7 @@ test_expect_success "a program built with pkg-config against the installed bmt r
 	}
 	EOF
     cc -std=c11 $SANCC user.c -o user $(pkg-config --cflags --libs bmt) &&
-    ldd ./user | grep -q "libbmt.so.0 => $PWD/prefix/lib/libbmt.so.0" &&
+    ldd ./user | grep -q "libbmt.so.0 => $P/lib/libbmt.so.0" &&
     prefix/bin/bmlaunch -n 3 -- ./user >out &&
     grep -qx "2: user program: rank 2 sum 6" out
 '
