@@ -14,6 +14,8 @@ last complete one). Prints, for that step:
   - every stream's busy time and how much of it ran beside the compute stream;
   - the compute stream's kernels by name (count, time), largest first;
   - the largest gaps with the kernels around them and what other streams ran.
+Environment: MARK (the step's first kernel, default encoder_fwd), TOP (kernel
+rows, default 30), GAPS (gap rows, default 15).
 """
 import collections
 import os
@@ -71,6 +73,13 @@ def overlap(a, b):
     return tot
 
 
+def env_count(name, default):
+    v = os.environ.get(name, str(default))
+    if not v.isdigit():
+        sys.exit("timeline.py: %s must be a whole number, not '%s'" % (name, v))
+    return int(v)
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit("usage: timeline.py TRACE.tsv [STEP]")
@@ -89,6 +98,7 @@ def main():
     ms = lambda ns: ns / 1e6
     L = t1 - t0
     comp = [r for r in step if r["stream"] == cs]
+    other = [r for r in step if r["stream"] != cs]
     busy, merged = union([(max(r["start"], t0), min(r["end"], t1)) for r in comp])
     # gaps on the compute stream, each with whether the host was late
     gaps = []
@@ -102,7 +112,7 @@ def main():
     print("step %d: %.2f ms; compute stream %d: busy %.2f ms (%.1f%%), idle %.2f ms in %d gaps"
           % (k, ms(L), cs, ms(busy), 100.0 * busy / L, ms(idle), len(gaps)))
     print("  of the idle time, %.2f ms with the next kernel not yet enqueued by the host" % ms(host_idle))
-    _, others = union([(r["start"], r["end"]) for r in step if r["stream"] != cs])
+    _, others = union([(r["start"], r["end"]) for r in other])
     beside_gaps = overlap([[a["end"], b["start"]] for g, a, b, h in gaps], others)
     print("  of the idle time, %.2f ms with other streams' work running (the compute stream waits"
           " for SMs, or for an event on that work)" % ms(beside_gaps))
@@ -126,11 +136,10 @@ def main():
         t = tot[r["name"]]
         t[0] += r["end"] - r["start"]
         t[1] += 1
-    for name, (t, n) in sorted(tot.items(), key=lambda x: -x[1][0])[:int(os.environ.get("TOP", "30"))]:
+    for name, (t, n) in sorted(tot.items(), key=lambda x: -x[1][0])[:env_count("TOP", 30)]:
         print("  %8.3f ms %5.1f%% %5d x  %s" % (ms(t), 100.0 * t / L, n, short(name)))
-    other = [r for r in step if r["stream"] != cs]
     print("largest gaps on the compute stream:")
-    for g, a, b, host in sorted(gaps, key=lambda x: -x[0])[:int(os.environ.get("GAPS", "15"))]:
+    for g, a, b, host in sorted(gaps, key=lambda x: -x[0])[:env_count("GAPS", 15)]:
         beside = [r for r in other if r["end"] > a["end"] and r["start"] < b["start"]]
         names = collections.Counter(short(r["name"], 30) for r in beside)
         print("  %7.1f us after %s, before %s%s; beside: %s"

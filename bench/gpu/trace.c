@@ -1,6 +1,7 @@
 /* bench/gpu/trace.c — a kernel timeline of any CUDA program, through CUPTI's
  * activity API: every kernel, memset and memcpy with its start, end, the time
- * its launch reached the GPU (submitted), its stream and its name, written as
+ * the host enqueued a kernel's launch (queued; 0 for memsets and copies), its
+ * stream and its name, written as
  * tab-separated lines to $BMT_TRACE_OUT (default trace.tsv) when the program
  * ends. Unlike Nsight Compute (bench/gpu/profile.sh), kernels run as they do
  * in a real step: concurrently across streams, at their real gaps; so the
@@ -36,8 +37,7 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
     (void)ctx, (void)stream, (void)size;
     CUpti_Activity *r = NULL;
     while (out && cuptiActivityGetNextRecord(buffer, valid, &r) == CUPTI_SUCCESS) {
-        if (r->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL ||
-            r->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
+        if (r->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) { /* the kind enabled below */
             const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)r;
             fprintf(out, "K\t%llu\t%llu\t%llu\t%u\t%d,%d,%d\t%s\n", (unsigned long long)k->start,
                     (unsigned long long)k->end, (unsigned long long)k->queued, k->streamId,
