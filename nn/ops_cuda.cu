@@ -65,6 +65,7 @@ struct nn_cuda {
     int attn_mode; /* nn_cuda_attention_mode: 0 the fastest, 1 materialized, 2 mma.sync flash */
     bool wgmma;    /* built with NN_WGMMA and the device is compute capability 9.0 */
     int gemm_tune; /* nn_cuda_gemm_tune: candidates timed per product shape, 0/1 none */
+    bool lt_off;   /* nn_cuda_lt_off: bf16 products through cuBLAS and the epilogue kernels */
     int nplans;
     mm_plan *plans; /* NN_MM_PLANS of them */
 };
@@ -599,12 +600,14 @@ cublasStatus_t plan_make(nn_cuda_t *h, mm_plan *p, const void *A, const void *B,
     return s;
 }
 
-/* D (m,n) col-major, ldd, of type dtD = op(A) (m,k) x op(B) (k,n) [+ beta D]
+/* D (m,n) col-major, ldd, of type dtD = op(A) (m,k) x op(B) (k,n) [+ beta C]
  * [+ bias (m) bf16 broadcast over columns], then the GELU epilogue `epi` with
- * aux; A and B bf16; f32 compute. */
+ * aux; A and B bf16; f32 compute. C is res (of D's type and layout) where
+ * given, else D itself. */
 int matmul_one(nn_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void *A, bool ta, int lda,
                const void *B, bool tb, int ldb, int m, int n, int k, const void *bias, float beta,
-               int epi, void *aux, bmt_error_t *err, const fp8_args *f8 = NULL)
+               int epi, void *aux, bmt_error_t *err, const fp8_args *f8 = NULL,
+               const void *res = NULL)
 {
     const float one = 1.0f;
     mm_plan fresh = {};
@@ -613,7 +616,7 @@ int matmul_one(nn_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void *A
     key.ta = ta, key.tb = tb, key.bias = bias != NULL, key.beta0 = beta == 0.0f, key.dtD = dtD;
     key.dtA = f8 ? f8->dtA : CUDA_R_16BF, key.dtB = f8 ? f8->dtB : CUDA_R_16BF;
     key.fast = f8 && f8->fast;
-    key.align = ptrs_align(A, B, D);
+    key.align = ptrs_align(A, B, D) & ptrs_align(res ? res : D, D, D); /* C's too */
     mm_plan *p = NULL;
     for (int i = 0; i < h->nplans && p == NULL; i++)
         if (key_eq(&h->plans[i].key, &key))
@@ -644,10 +647,10 @@ int matmul_one(nn_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void *A
             s = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
                                                &f8->sb, sizeof(f8->sb));
     }
-    const int found = p->found;
+    const int found = h->lt_off && !f8 ? 0 : p->found;
     if (s == CUBLAS_STATUS_SUCCESS && found > 0)
-        s = cublasLtMatmul(h->lt, p->desc, &one, A, p->la, B, p->lb, &beta, D, p->ldl, D, p->ldl,
-                           &p->algo, h->lt_ws, LT_WORKSPACE, h->stream);
+        s = cublasLtMatmul(h->lt, p->desc, &one, A, p->la, B, p->lb, &beta, res ? res : D, p->ldl,
+                           D, p->ldl, &p->algo, h->lt_ws, LT_WORKSPACE, h->stream);
     if (!cached)
         plan_release(p);
     if (s != CUBLAS_STATUS_SUCCESS)
@@ -663,6 +666,12 @@ int matmul_one(nn_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void *A
     /* No cuBLASLt algorithm for these sizes: cuBLAS, then the bias and the
      * GELU on their own (the forward's product goes to aux first). */
     void *P = epi == EPI_GELU ? aux : D;
+    if (res && res != D && beta != 0.0f && /* C in D's place first */
+        cudaMemcpy2DAsync(D, (size_t)ldd * (dtD == CUDA_R_32F ? 4 : 2), res,
+                          (size_t)ldd * (dtD == CUDA_R_32F ? 4 : 2),
+                          (size_t)m * (dtD == CUDA_R_32F ? 4 : 2), n, cudaMemcpyDeviceToDevice,
+                          h->stream) != cudaSuccess)
+        return launched(err, "residual (copy)");
     if (epi == EPI_GELU && beta != 0.0f &&
         cudaMemcpy2DAsync(aux, (size_t)ldd * 2, D, (size_t)ldd * 2, (size_t)m * 2, n,
                           cudaMemcpyDeviceToDevice, h->stream) != cudaSuccess)
@@ -695,51 +704,54 @@ int matmul_one(nn_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void *A
  * adds the remainder's product into D (beta 1), one more rounding of D. */
 int matmul(nn_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void *A, bool ta, int lda,
            const void *B, bool tb, int ldb, int m, int n, int k, const void *bias, float beta,
-           int epi, void *aux, bmt_error_t *err)
+           int epi, void *aux, bmt_error_t *err, const void *res = NULL)
 {
     const size_t ds = dtD == CUDA_R_32F ? 4 : 2;
-    const char *a = (const char *)A, *b = (const char *)B;
-    char *d = (char *)D, *x = (char *)aux; /* aux: bf16, ld ldd */
+    const char *a = (const char *)A, *b = (const char *)B, *r = (const char *)res;
+    char *d = (char *)D, *x = (char *)aux; /* aux: bf16, ld ldd; res: D's type, ld ldd */
     if (m > 64 && m % 64) {
         const int m1 = m / 64 * 64;
-        return matmul(h, D, dtD, ldd, A, ta, lda, B, tb, ldb, m1, n, k, bias, beta, epi, aux, err) <
-                           0 ||
+        return matmul(h, D, dtD, ldd, A, ta, lda, B, tb, ldb, m1, n, k, bias, beta, epi, aux, err,
+                      res) < 0 ||
                        matmul(h, d + m1 * ds, dtD, ldd, a + (ta ? (size_t)m1 * lda : m1) * 2, ta,
                               lda, B, tb, ldb, m - m1, n, k,
                               bias ? (const char *)bias + (size_t)m1 * 2 : NULL, beta, epi,
-                              x ? x + (size_t)m1 * 2 : NULL, err) < 0
+                              x ? x + (size_t)m1 * 2 : NULL, err, r ? r + m1 * ds : NULL) < 0
                    ? -1
                    : 0;
     }
     if (n > 64 && n % 64) {
         const int n1 = n / 64 * 64;
-        return matmul(h, D, dtD, ldd, A, ta, lda, B, tb, ldb, m, n1, k, bias, beta, epi, aux, err) <
-                           0 ||
+        return matmul(h, D, dtD, ldd, A, ta, lda, B, tb, ldb, m, n1, k, bias, beta, epi, aux, err,
+                      res) < 0 ||
                        matmul(h, d + (size_t)n1 * ldd * ds, dtD, ldd, A, ta, lda,
                               b + (tb ? n1 : (size_t)n1 * ldb) * 2, tb, ldb, m, n - n1, k, bias,
-                              beta, epi, x ? x + (size_t)n1 * ldd * 2 : NULL, err) < 0
+                              beta, epi, x ? x + (size_t)n1 * ldd * 2 : NULL, err,
+                              r ? r + (size_t)n1 * ldd * ds : NULL) < 0
                    ? -1
                    : 0;
     }
-    if (k > 64 && k % 64) { /* the epilogue on the last partial product, which completes D */
+    if (k > 64 && k % 64) { /* the epilogue on the last partial product, which completes D; res
+                             * (beta C) goes into the first, the second adds to D */
         const int k1 = k / 64 * 64;
         if (epi == EPI_GELU) /* the bias once, on the last */
             return matmul(h, D, dtD, ldd, A, ta, lda, B, tb, ldb, m, n, k1, NULL, beta, EPI_NONE,
-                          NULL, err) < 0 ||
+                          NULL, err, res) < 0 ||
                            matmul(h, D, dtD, ldd, a + (ta ? k1 : (size_t)k1 * lda) * 2, ta, lda,
                                   b + (tb ? (size_t)k1 * ldb : k1) * 2, tb, ldb, m, n, k - k1, bias,
                                   1.0f, epi, aux, err) < 0
                        ? -1
                        : 0;
         return matmul(h, D, dtD, ldd, A, ta, lda, B, tb, ldb, m, n, k1, bias, beta, EPI_NONE, NULL,
-                      err) < 0 ||
+                      err, res) < 0 ||
                        matmul(h, D, dtD, ldd, a + (ta ? k1 : (size_t)k1 * lda) * 2, ta, lda,
                               b + (tb ? (size_t)k1 * ldb : k1) * 2, tb, ldb, m, n, k - k1, NULL,
                               1.0f, epi, aux, err) < 0
                    ? -1
                    : 0;
     }
-    return matmul_one(h, D, dtD, ldd, A, ta, lda, B, tb, ldb, m, n, k, bias, beta, epi, aux, err);
+    return matmul_one(h, D, dtD, ldd, A, ta, lda, B, tb, ldb, m, n, k, bias, beta, epi, aux, err,
+                      NULL, res);
 }
 
 /* ------------------------------------------------------------ attention */
@@ -2348,6 +2360,8 @@ extern "C" void *nn_cuda_workspace(nn_cuda_t *h, size_t *bytes)
 
 extern "C" void nn_cuda_attention_mode(nn_cuda_t *h, int mode) { h->attn_mode = mode; }
 
+extern "C" void nn_cuda_lt_off(nn_cuda_t *h, int off) { h->lt_off = off != 0; }
+
 extern "C" const char *nn_cuda_attention_kernel(const nn_cuda_t *h)
 {
     return h->wgmma ? "wgmma" : "mma.sync";
@@ -2474,6 +2488,17 @@ extern "C" int nn_cuda_matmul_forward(nn_cuda_t *h, void *out, int ld_out, const
      * col-major (no transpose, ld OC), or the head's (OC,IC) transposed. */
     return matmul(h, out, CUDA_R_16BF, ld_out, weight, wt != 0, wt ? IC : OC, inp, false, IC, OC, N,
                   IC, bias, 0.0f, EPI_NONE, NULL, err);
+}
+
+extern "C" int nn_cuda_matmul_residual_forward(nn_cuda_t *h, void *out, const void *res,
+                                               const void *inp, const void *weight,
+                                               const void *bias, int N, int IC, int OC, int wt,
+                                               bmt_error_t *err)
+{
+    if (res == NULL)
+        return fail_text(err, "matmul residual forward", "res is NULL");
+    return matmul(h, out, CUDA_R_16BF, OC, weight, wt != 0, wt ? IC : OC, inp, false, IC, OC, N, IC,
+                  bias, 1.0f, EPI_NONE, NULL, err, res);
 }
 
 extern "C" int nn_cuda_matmul_gelu_forward(nn_cuda_t *h, void *out, void *pre, const void *inp,

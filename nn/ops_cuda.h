@@ -63,6 +63,12 @@ void nn_cuda_destroy(nn_cuda_t *h);
  * kernels only. */
 void nn_cuda_attention_mode(nn_cuda_t *h, int mode);
 
+/* Tests: off 1 takes every bf16 product through cuBLAS (cublasGemmEx) and
+ * the epilogues (bias, GELU, residual) through kernels of their own, the
+ * path of a shape for which cuBLASLt has no algorithm; 0 (the default) goes
+ * back to cuBLASLt. FP8 products always use cuBLASLt. */
+void nn_cuda_lt_off(nn_cuda_t *h, int off);
+
 /* The flash kernels mode 0 runs for head sizes 64 and 128 on this handle's
  * device: "wgmma" or "mma.sync" (tests and benchmarks name them; 16 and 32
  * always run mma.sync). */
@@ -114,6 +120,16 @@ int nn_cuda_layernorm_backward(nn_cuda_t *h, void *dinp, const void *dres, float
  * NULL); W is (IC,OC) when wt == 0 (Conv1D), (OC,IC) when wt != 0 (tied head). */
 int nn_cuda_matmul_forward(nn_cuda_t *h, void *out, int ld_out, const void *inp, const void *weight,
                            const void *bias, int N, int IC, int OC, int wt, bmt_error_t *err);
+
+/* out (N,OC) bf16 = res (N,OC) bf16 + inp x W + bias (OC, or NULL) in one
+ * product: cuBLASLt reads res as its C input (beta 1), so the residual add
+ * is no separate pass and the sum is rounded to bf16 once (after it, in
+ * f32). Rows OC apart; out may be res (in place: cuBLASLt may then take
+ * another kernel, so the bits may differ from out != res, within bf16's
+ * rounding); W as in nn_cuda_matmul_forward. */
+int nn_cuda_matmul_residual_forward(nn_cuda_t *h, void *out, const void *res, const void *inp,
+                                    const void *weight, const void *bias, int N, int IC, int OC,
+                                    int wt, bmt_error_t *err);
 
 /* The MLP's first product with GELU fused into cuBLASLt's epilogue (W Conv1D,
  * rows OC apart): out (N,OC) bf16 = GELU_tanh(x), pre (N,OC) bf16 = x, with x =

@@ -347,6 +347,21 @@ static int linear_forward(gpt2_cu_t *cu, int l, int k, void *out, void **xq, con
                                             err);
 }
 
+/* out = res + inp x W + b. bf16: one product, the residual read by its
+ * epilogue. FP8: the product into tmp (which may be out, never res), then
+ * the residual add. */
+static int linear_residual_forward(gpt2_cu_t *cu, int l, int k, void *out, void *tmp, void **xq,
+                                   const void *res, const void *inp, bool gelu, const void *w,
+                                   const void *b, int IC, int OC, bmt_error_t *err)
+{
+    if (!cu->fp8)
+        return nn_cuda_matmul_residual_forward(cu->h, out, res, inp, w, b, cu->N, IC, OC, 0, err);
+    return linear_forward(cu, l, k, tmp, xq, inp, gelu, w, b, IC, OC, err) < 0 ||
+                   nn_cuda_residual_forward(cu->h, out, res, tmp, (size_t)cu->N * OC, err) < 0
+               ? -1
+               : 0;
+}
+
 /* Its backward: from the bf16 input, or the FP8 codes linear_forward saved.
  * pre (FP8 only): dout is GELU's output gradient and pre GELU's input, the
  * product's output gradient made from both inside the conversion (the bf16
@@ -375,9 +390,11 @@ static int linear_codes(gpt2_cu_t *cu, int l, int k, void *xqt, const void *inp,
 
 /* A recomputation (checkpointing) stops once the activations that the
  * backward reads exist: x_{l+1} is kept, so the MLP's projection and the
- * last residual are not taken again, and the attention's projection goes to
- * a buffer of its own that lives until the residual. Each buffer is made just
- * before its first writer, so the projection's is gone before the MLP's. */
+ * last residual are not taken again. The attention's projection writes
+ * res2 = x + its output in one product (bf16); with FP8 it goes to a buffer
+ * of its own that lives until the residual (x_{l+1} outside a
+ * recomputation). Each buffer is made just before its first writer, so the
+ * projection's is gone before the MLP's. */
 static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bool recompute, bmt_error_t *err)
 {
     nn_cuda_t *h = cu->h;
@@ -389,10 +406,11 @@ static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bool recompute, b
          **att = cu->keep_attn ? &cu->katt[l] : &a->att;
     const bool attend = !(recompute && cu->keep_attn); /* else kept from the forward */
     if ((!recompute && need(cu, &cu->x[l + 1], U, err) < 0) ||
-        (recompute && need(cu, &cu->proj, U, err) < 0) || need(cu, &a->ln1, U, err) < 0 ||
-        need(cu, &a->ln1_mean, S, err) < 0 || need(cu, &a->ln1_rstd, S, err) < 0 ||
-        need(cu, &a->qkvr, 3 * U, err) < 0 || need(cu, att, cu->att_bytes, err) < 0 ||
-        need(cu, atty, U, err) < 0 || need(cu, &a->res2, U, err) < 0 ||
+        (recompute && cu->fp8 && need(cu, &cu->proj, U, err) < 0) ||
+        need(cu, &a->ln1, U, err) < 0 || need(cu, &a->ln1_mean, S, err) < 0 ||
+        need(cu, &a->ln1_rstd, S, err) < 0 || need(cu, &a->qkvr, 3 * U, err) < 0 ||
+        need(cu, att, cu->att_bytes, err) < 0 || need(cu, atty, U, err) < 0 ||
+        need(cu, &a->res2, U, err) < 0 ||
         (cu->fp8 && need(cu, &a->wq, 12 * (size_t)C * C, err) < 0))
         return -1;
     void *out = cu->x[l + 1];
@@ -406,11 +424,10 @@ static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bool recompute, b
         drop(cu, &a->ln1);
     if ((attend && nn_cuda_attention_forward(h, *atty, a->qkvr, *att, qkv, cu->attn_y, cu->B, cu->T,
                                              C, cu->cfg.n_head, err) < 0) ||
-        linear_forward(cu, l, 1, proj, &a->atty_q, *atty, false, p[APROJ_W], p[APROJ_B], C, C,
-                       err) < 0 ||
-        nn_cuda_residual_forward(h, a->res2, x, proj, NC, err) < 0)
+        linear_residual_forward(cu, l, 1, a->res2, proj, &a->atty_q, x, *atty, false, p[APROJ_W],
+                                p[APROJ_B], C, C, err) < 0)
         return -1;
-    if (recompute)
+    if (recompute && cu->fp8)
         drop(cu, &cu->proj);
     /* FP8: GELU's output exists only as its codes, made from c_fc's output by
      * mlp.c_proj's conversion (no bf16 copy written or read). */
@@ -434,11 +451,9 @@ static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bool recompute, b
                            linear_codes(cu, l, 3, a->gelu_q, a->fch, true, 4 * C, err) < 0)
                    ? -1
                    : 0;
-    if (linear_forward(cu, l, 3, out, &a->gelu_q, cu->fp8 ? a->fch : a->fch_gelu, cu->fp8,
-                       p[FPROJ_W], p[FPROJ_B], 4 * C, C, err) < 0 ||
-        nn_cuda_residual_forward(h, out, a->res2, out, NC, err) < 0)
-        return -1;
-    return 0;
+    return linear_residual_forward(cu, l, 3, out, out, &a->gelu_q, a->res2,
+                                   cu->fp8 ? a->fch : a->fch_gelu, cu->fp8, p[FPROJ_W], p[FPROJ_B],
+                                   4 * C, C, err);
 }
 
 /* cu->dres: in, the gradient w.r.t. x[l+1]; out, w.r.t. x[l]. Every buffer

@@ -332,7 +332,7 @@ static int layer_forward(llama_cu_t *cu, int l, void *const *p, bool recompute, 
     const llama_config_t *g = &cu->cfg;
     const int B = cu->B, T = cu->T, N = cu->N, C = g->n_embd, F = g->ffn;
     const int NH = g->n_head, NKV = g->n_kv_head, hd = g->head_dim;
-    const size_t NC = (size_t)N * C, U = cu->U, S = (size_t)N * 4;
+    const size_t U = cu->U, S = (size_t)N * 4;
     const float eps = (float)g->rms_eps;
     cu_layer_t *a = layer_of(cu, l);
     const void *x = cu->x[l];
@@ -347,8 +347,8 @@ static int layer_forward(llama_cu_t *cu, int l, void *const *p, bool recompute, 
             0 ||
         nn_cuda_rope_forward(h, a->qkv, cu->inv_freq, B, T, NH, NKV, hd, 0, err) < 0 ||
         nn_cuda_flash_forward(h, a->att, a->lse, a->qkv, B, T, NH, NKV, hd, err) < 0 ||
-        nn_cuda_matmul_forward(h, a->res2, C, a->att, p[P_O], NULL, N, cu->Q, C, 1, err) < 0 ||
-        nn_cuda_residual_forward(h, a->res2, x, a->res2, NC, err) < 0)
+        nn_cuda_matmul_residual_forward(h, a->res2, x, a->att, p[P_O], NULL, N, cu->Q, C, 1, err) <
+            0)
         return -1;
     /* MLP: x' = res2 + down_proj(silu(gate) up) */
     if (need(cu, &a->ln2, U, err) < 0 || need(cu, &a->rstd2, S, err) < 0 ||
@@ -362,10 +362,7 @@ static int layer_forward(llama_cu_t *cu, int l, void *const *p, bool recompute, 
     if (recompute) /* x[l+1] is kept: the backward has all it reads */
         return 0;
     void *out = cu->x[l + 1];
-    if (nn_cuda_matmul_forward(h, out, C, a->h, p[P_DOWN], NULL, N, F, C, 1, err) < 0 ||
-        nn_cuda_residual_forward(h, out, a->res2, out, NC, err) < 0)
-        return -1;
-    return 0;
+    return nn_cuda_matmul_residual_forward(h, out, a->res2, a->h, p[P_DOWN], NULL, N, F, C, 1, err);
 }
 
 /* cu->dres: in, the gradient w.r.t. x[l+1]; out, w.r.t. x[l] (accumulated in

@@ -185,6 +185,48 @@ static void t_matmul(int N, int IC, int OC, int wt, int ld)
     cudaFree(dgw), cudaFree(dgb);
 }
 
+/* out = res + inp x W (+ bias) in one product (cuBLASLt's C input), against
+ * the CPU's product and residual add; into a fresh buffer and in place
+ * (out == res). Shapes that split the product (m, n or k not a multiple of
+ * 64) take the residual into their first part only. */
+static void t_matmul_residual(int N, int IC, int OC, int wt)
+{
+    bmt_error_t err;
+    char name[160];
+    const size_t nw = (size_t)IC * OC, no = (size_t)N * OC;
+    float *x = rnd((size_t)N * IC, 1.0f), *w = rnd(nw, 0.05f), *b = wt ? NULL : rnd(OC, 0.5f);
+    float *r = rnd(no, 1.0f), *prod = zeros(no), *ref = zeros(no);
+    nn_conv1d_forward(prod, x, w, b, N, IC, OC, wt);
+    nn_residual_forward(ref, r, prod, (int)no);
+    void *dx = up_bf16(x, (size_t)N * IC), *dw = up_bf16(w, nw), *db = b ? up_bf16(b, OC) : NULL;
+    void *dr = up_bf16(r, no), *dout = dmalloc(no * 2);
+    poison(dout, no * 2);
+    run(nn_cuda_matmul_residual_forward(h, dout, dr, dx, dw, db, N, IC, OC, wt, &err),
+        "matmul residual forward", &err);
+    float *got = down_bf16(dout, no);
+    snprintf(name, sizeof(name), "matmul + residual in one product (N %d, IC %d, OC %d, %s)", N, IC,
+             OC, wt ? "W (OC,IC)" : "W (IC,OC) + bias");
+    check(name, got, ref, no, 1.5e-2);
+    float *r0 = down_bf16(dr, no);
+    check_same("matmul + residual: res untouched", r0, r, no);
+    /* In place (out == res): cuBLASLt may take another kernel when C is D,
+     * so against the CPU again, and the same bits on a second in-place run. */
+    run(nn_cuda_matmul_residual_forward(h, dr, dr, dx, dw, db, N, IC, OC, wt, &err),
+        "matmul residual forward in place", &err);
+    float *got2 = down_bf16(dr, no);
+    snprintf(name, sizeof(name), "matmul + residual in place (out == res, N %d, IC %d, OC %d)", N,
+             IC, OC);
+    check(name, got2, ref, no, 1.5e-2);
+    put_bf16(dr, r, no);
+    run(nn_cuda_matmul_residual_forward(h, dr, dr, dx, dw, db, N, IC, OC, wt, &err),
+        "matmul residual forward in place", &err);
+    float *got3 = down_bf16(dr, no);
+    check_same("matmul + residual in place: the same bits on a second run", got3, got2, no);
+    free(x), free(w), free(b), free(r), free(prod), free(ref), free(got), free(r0), free(got2),
+        free(got3);
+    cudaFree(dx), cudaFree(dw), cudaFree(db), cudaFree(dr), cudaFree(dout);
+}
+
 /* The MLP's products with GELU in cuBLASLt's epilogue: forward out = GELU(x W1
  * + b1) with the pre-activation saved, backward dinp = (dout W2^T) GELU'(pre),
  * against the CPU's product and GELU (the backward's reference reads the
@@ -645,14 +687,22 @@ int main(int argc, char **argv)
     t_encoder(4, 64, 768, 1000);
     t_layernorm(512, 768);
     t_layernorm(300, 1600);
-    t_layernorm(64, 100); /* C % 8 != 0: the scalar kernels (the others take 16-byte chunks) */
-    t_matmul(256, 768, 2304, 0, 2304); /* c_attn */
-    t_matmul(256, 3072, 768, 0, 768);  /* mlp c_proj */
-    t_matmul(100, 200, 136, 0, 136);   /* no dimension a multiple of 64 (split products) */
-    t_matmul(50, 64, 100, 0, 100);     /* OC % 8 != 0: the bias's scalar column sums */
-    t_matmul_gelu(256, 768, 3072);     /* c_fc and the MLP's projection, as GPT-2 runs them */
-    t_matmul_gelu(100, 200, 136);      /* no dimension a multiple of 64 (split products) */
-    t_matmul(128, 768, 1000, 1, 1024); /* tied head, padded rows */
+    t_layernorm(64, 100);   /* C % 8 != 0: the scalar kernels (the others take 16-byte chunks) */
+    t_layernorm(4100, 768); /* the backward's row chunks: 9 rows each, the last one short */
+    t_layernorm(200, 3072); /* two 16-byte units per thread */
+    t_layernorm(16, 4160);  /* more than 512 units: the backward's two-pass kernels */
+    t_matmul(256, 768, 2304, 0, 2304);    /* c_attn */
+    t_matmul(256, 3072, 768, 0, 768);     /* mlp c_proj */
+    t_matmul(100, 200, 136, 0, 136);      /* no dimension a multiple of 64 (split products) */
+    t_matmul(128, 200, 128, 0, 128);      /* the bias gradient by the epilogue, n split */
+    t_matmul(50, 64, 100, 0, 100);        /* OC % 8 != 0: the bias's scalar column sums */
+    t_matmul_residual(256, 768, 768, 0);  /* attn c_proj */
+    t_matmul_residual(256, 3072, 768, 0); /* mlp c_proj */
+    t_matmul_residual(256, 2048, 576, 1); /* Llama's down_proj: W (OC,IC), no bias */
+    t_matmul_residual(100, 200, 136, 0);  /* m, n and k split */
+    t_matmul_gelu(256, 768, 3072);        /* c_fc and the MLP's projection, as GPT-2 runs them */
+    t_matmul_gelu(100, 200, 136);         /* no dimension a multiple of 64 (split products) */
+    t_matmul(128, 768, 1000, 1, 1024);    /* tied head, padded rows */
     t_matmul(16, 768, 50257, 1, 50304);
     /* The same with tuned plans: every candidate runs on scratch outputs, so
      * the products that add (dweight +=, dbias +=) must still add once. */
@@ -666,6 +716,16 @@ int main(int argc, char **argv)
     t_matmul_gelu(100, 200, 136);
     t_matmul(16, 768, 50257, 1, 50304);
     nn_cuda_gemm_tune(h, 0);
+    /* Where cuBLASLt has no algorithm: cuBLAS and the epilogue kernels. */
+    nn_cuda_lt_off(h, 1);
+    check_tag = " (cuBLAS, epilogues apart)";
+    t_matmul(256, 768, 2304, 0, 2304);
+    t_matmul(128, 200, 128, 0, 128);
+    t_matmul_residual(256, 768, 768, 0);
+    t_matmul_residual(100, 200, 136, 0);
+    t_matmul_gelu(256, 768, 3072);
+    t_matmul(16, 768, 50257, 1, 50304);
+    nn_cuda_lt_off(h, 0);
     check_tag = "";
     t_attention(2, 128, 768, 12); /* GPT-2's head size 64: flash */
     t_attention(1, 200, 256, 4);  /* T not a multiple of the 128-row block */
