@@ -79,6 +79,12 @@ struct bmt_block {
      * still to be enqueued; updated: the last enqueued update is done. */
     bool update_pending;
     void *updated;
+    /* Set by the schedule only around the flush of a forward's gather in a
+     * group of one whose every dtype group lives in a master_only optimizer
+     * (schedule.c, update_into_slot): the full buffer (a pool slot) that the
+     * update writes its bf16 rounding into, at the gathered positions, in the
+     * same pass as the master; NULL otherwise. */
+    void *update_dst;
 };
 
 /* The part of parameter p in this rank's shard of its group d: elements

@@ -10,7 +10,10 @@
  * master_only (bmt/optim.h): for a bf16 group the master is then the only copy
  * of the values: the block's shard is freed at creation (d->param NULL,
  * d->master set; gathers round the master, block.c) and made again from the
- * master by bmt_optim_destroy, unless the list went first (optim_orphan).
+ * master by bmt_optim_destroy, unless the list went first (optim_orphan). In
+ * a group of one the forward's deferred update of such a block writes the
+ * rounding itself, into the block's gathered buffer (bmt_block.update_dst,
+ * set by the schedule around the flush): one pass over the master, not two.
  *
  * The gradient norm is summed per shard on the device (kern_sumsq, in double,
  * deterministic), read by the host (the step's one synchronization point: it
@@ -392,9 +395,18 @@ static int update_state(bmt_optim_t *o, struct ostate *s, kern_adamw_args_t a, v
         const struct segment *g = &s->seg[k];
         a.weight_decay = g->decay ? (float)o->cfg.weight_decay : 0.0f;
         /* the master alone when it is the only copy (f32, master_only) */
-        const bool alone = s->d->param == NULL || s->d->dtype == BMT_F32;
+        bool alone = s->d->param == NULL || s->d->dtype == BMT_F32;
         void *param = alone ? (void *)(s->master + g->first)
                             : (char *)s->d->param + dsize(s->d->dtype, g->first);
+        if (s->d->param == NULL && s->d->dtype != BMT_F32 && s->block->update_dst != NULL) {
+            /* master_only in a group of one: the rounding goes straight into
+             * the gathered slot, where block_gather_into would have cast the
+             * master (the same position, the same bits), so the master is
+             * read once per step instead of twice. */
+            alone = false;
+            param = (char *)s->block->update_dst + s->d->full_off +
+                    dsize(s->d->dtype, s->d->shard_first + g->first);
+        }
         if (kern_adamw(o->ctx, stream, s->master + g->first, s->m + g->first, s->v + g->first,
                        s->d->grad + g->first, param, alone ? BMT_F32 : s->d->dtype, g->n, &a,
                        err) < 0)

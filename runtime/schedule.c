@@ -35,7 +35,8 @@
  * A group of one rank (gpus_per_group 1) has nothing to gather or reduce
  * inside it: its shard is the whole padded buffer. The callbacks read the
  * parameter shards in place (no gathered buffer, no copy; except under a
- * master_only optimizer, whose f32 masters are rounded into one) and add
+ * master_only optimizer, whose f32 masters are rounded into one, by the
+ * deferred update itself when one is pending: update_into_slot) and add
  * straight into the f32 gradient shards (zeroed by the optimizer's step, and
  * they accumulate the micro-batches themselves), so no full gradient buffers,
  * reduce-scatter output or bf16 staging exist (grad_dtype has no wire to
@@ -338,6 +339,55 @@ static struct slot *pslot_get(bmt_blocklist_t *l, bmt_error_t *err)
     return s;
 }
 
+/* Can block b's deferred update write its values straight into its slot?
+ * In a group of one whose every dtype group lives only in a master_only
+ * optimizer's f32 master (bf16: the one rounding kern_adamw writes besides
+ * f32), the gather is just the master rounded into the slot, no all-gather:
+ * AdamW, which has the new master in hand, writes that rounding itself
+ * (update_dst) and the master is read once instead of twice. */
+static bool update_into_slot(const bmt_blocklist_t *l, const bmt_block_t *b)
+{
+    if (!b->update_pending || l->ctx->layout.gpus_per_group != 1 || b->ngroups == 0)
+        return false;
+    for (int g = 0; g < b->ngroups; g++) {
+        const struct dgroup *d = &b->groups[g];
+        if (d->param != NULL || d->master == NULL || d->dtype != BMT_BF16)
+            return false;
+    }
+    return true;
+}
+
+/* The fused gather of update_into_slot: block b's deferred AdamW, on the
+ * replica stream, writes the master, the moments and the bf16 values into
+ * slot s (made on the comm stream, after the wait for its last reader); the
+ * comm stream then waits for it. The slot's gaps and padding are left as the
+ * pool had them: AdamW writes the parameters' segments only. Nothing reads
+ * them in a group of one: there is no all-gather, the callbacks get each
+ * parameter at its own offset (block_bind_full) and a model that spans two
+ * parameters with one pointer may do so only where they lie back to back
+ * (examples/llama checks it), bmt_block_gather fills a buffer of its own, and
+ * checkpoints read the masters, never b->full. */
+static int update_into(bmt_blocklist_t *l, bmt_block_t *b, struct slot *s, bmt_error_t *err)
+{
+    bmt_ctx_t *ctx = l->ctx;
+    void *comm = device_stream(ctx, DEVICE_COMM);
+    /* The replica stream writes the slot only once it exists and its last
+     * reader is done: both are behind this point of the comm stream. (ready
+     * is recorded again once the update is in.) */
+    if (device_event_record(ctx, s->ready, comm, err) < 0 ||
+        device_stream_wait(ctx, device_stream(ctx, DEVICE_REPLICA), s->ready, err) < 0)
+        return -1;
+    b->update_dst = s->mem;
+    const int rc = blocklist_flush(l, b, false, err);
+    b->update_dst = NULL;
+    if (rc < 0)
+        return -1;
+    if (b->update_pending) /* the slot would hold no values at all */
+        return errprintf(err, "rank %d: internal: block %.200s's deferred update did not run",
+                         ctx->rank, b->name);
+    return device_stream_wait(ctx, comm, b->updated, err);
+}
+
 /* Gather block i into a slot, on the comm stream. A slot's memory is the
  * size of the block it holds (stream-ordered on the comm stream): when the
  * next block's size differs it is given back and made anew there, after the
@@ -379,7 +429,10 @@ static int gather(bmt_blocklist_t *l, int i, bmt_error_t *err)
     if (s == NULL)
         return -1;
     void *comm = device_stream(l->ctx, DEVICE_COMM);
-    if (b->update_pending) { /* the optimizer's deferred update of b goes first */
+    /* The optimizer's deferred update of b goes first, or writes the slot
+     * itself (update_into_slot, below). */
+    const bool fused = update_into_slot(l, b);
+    if (b->update_pending && !fused) {
         if (blocklist_flush(l, b, false, err) < 0 ||
             device_stream_wait(l->ctx, comm, b->updated, err) < 0)
             return -1;
@@ -394,8 +447,14 @@ static int gather(bmt_blocklist_t *l, int i, bmt_error_t *err)
             return -1;
         s->bytes = b->full_bytes;
     }
-    if (block_gather_into(b, s->mem, comm, err) < 0 ||
-        device_event_record(l->ctx, s->ready, comm, err) < 0)
+    if (fused) {
+        if (update_into(l, b, s, err) < 0)
+            return -1;
+        e->after_update = true;
+    } else if (block_gather_into(b, s->mem, comm, err) < 0) {
+        return -1;
+    }
+    if (device_event_record(l->ctx, s->ready, comm, err) < 0)
         return -1;
     s->owner = b;
     s->users = 1;
