@@ -53,7 +53,9 @@ typedef struct bmt_adamw_config {
                       * size). Each shard is freed as soon as its master
                       * exists, so creation never holds all of them next to
                       * the optimizer's state. The results are the same bits
-                      * either way.
+                      * either way. In a group of one with overlap, the
+                      * forward's deferred update writes the rounding into
+                      * the gathered buffer itself (one pass over the master).
                       * bmt_optim_destroy gives the blocks their shards back.
                       * 0 (default): keep both. */
     int overlap;     /* 1 (default): a step computes the norm, the clipping and the
