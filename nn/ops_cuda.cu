@@ -666,11 +666,10 @@ int matmul_one(nn_cuda_t *h, void *D, cudaDataType_t dtD, int ldd, const void *A
     /* No cuBLASLt algorithm for these sizes: cuBLAS, then the bias and the
      * GELU on their own (the forward's product goes to aux first). */
     void *P = epi == EPI_GELU ? aux : D;
+    const size_t ds = dtD == CUDA_R_32F ? 4 : 2;
     if (res && res != D && beta != 0.0f && /* C in D's place first */
-        cudaMemcpy2DAsync(D, (size_t)ldd * (dtD == CUDA_R_32F ? 4 : 2), res,
-                          (size_t)ldd * (dtD == CUDA_R_32F ? 4 : 2),
-                          (size_t)m * (dtD == CUDA_R_32F ? 4 : 2), n, cudaMemcpyDeviceToDevice,
-                          h->stream) != cudaSuccess)
+        cudaMemcpy2DAsync(D, (size_t)ldd * ds, res, (size_t)ldd * ds, (size_t)m * ds, n,
+                          cudaMemcpyDeviceToDevice, h->stream) != cudaSuccess)
         return launched(err, "residual (copy)");
     if (epi == EPI_GELU && beta != 0.0f &&
         cudaMemcpy2DAsync(aux, (size_t)ldd * 2, D, (size_t)ldd * 2, (size_t)m * 2, n,

@@ -305,7 +305,7 @@ int block_gather_into(bmt_block_t *b, void *base, void *stream, bmt_error_t *err
         if (send == NULL) {
             /* master_only: round the master into this rank's own slot of the
              * full buffer, on the gather's stream, and gather in place. */
-            char *mine = full + dsize(d->dtype, d->shard_first);
+            char *mine = block_own_part(d, base);
             if (block_shard_values(b->ctx, d, mine, stream, err) < 0)
                 return errprefix(err, "gathering block %.200s: ", b->name);
             send = mine;

@@ -122,6 +122,13 @@ void block_bind_grads(bmt_block_t *b, void *base, bmt_dtype_t gt);
  * of one rank, whose shard is the whole (padded) buffer. */
 void block_bind_shard_grads(bmt_block_t *b);
 
+/* Where this rank's shard of dtype group d lies in a full buffer at base (in
+ * d's dtype): what an all-gather in place sends. */
+static inline char *block_own_part(const struct dgroup *d, void *base)
+{
+    return (char *)base + d->full_off + dsize(d->dtype, d->shard_first);
+}
+
 /* Enqueue the all-gather of every dtype group into the full buffer at base, on
  * stream (comm stream in a list, NULL otherwise). */
 int block_gather_into(bmt_block_t *b, void *base, void *stream, bmt_error_t *err);

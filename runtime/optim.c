@@ -394,19 +394,16 @@ static int update_state(bmt_optim_t *o, struct ostate *s, kern_adamw_args_t a, v
     for (int k = 0; k < s->nseg; k++) {
         const struct segment *g = &s->seg[k];
         a.weight_decay = g->decay ? (float)o->cfg.weight_decay : 0.0f;
+        /* master_only in a group of one (update_dst set): the rounding goes
+         * straight into the gathered slot, where block_gather_into would have
+         * cast the master (the same position, the same bits), so the master
+         * is read once per step instead of twice. */
+        char *shard = s->d->param                    ? (char *)s->d->param
+                      : s->block->update_dst != NULL ? block_own_part(s->d, s->block->update_dst)
+                                                     : NULL;
         /* the master alone when it is the only copy (f32, master_only) */
-        bool alone = s->d->param == NULL || s->d->dtype == BMT_F32;
-        void *param = alone ? (void *)(s->master + g->first)
-                            : (char *)s->d->param + dsize(s->d->dtype, g->first);
-        if (s->d->param == NULL && s->d->dtype != BMT_F32 && s->block->update_dst != NULL) {
-            /* master_only in a group of one: the rounding goes straight into
-             * the gathered slot, where block_gather_into would have cast the
-             * master (the same position, the same bits), so the master is
-             * read once per step instead of twice. */
-            alone = false;
-            param = (char *)s->block->update_dst + s->d->full_off +
-                    dsize(s->d->dtype, s->d->shard_first + g->first);
-        }
+        const bool alone = shard == NULL || s->d->dtype == BMT_F32;
+        void *param = alone ? (void *)(s->master + g->first) : shard + dsize(s->d->dtype, g->first);
         if (kern_adamw(o->ctx, stream, s->master + g->first, s->m + g->first, s->v + g->first,
                        s->d->grad + g->first, param, alone ? BMT_F32 : s->d->dtype, g->n, &a,
                        err) < 0)
