@@ -897,6 +897,14 @@ bool flash_ok(int hs) { return hs == 16 || hs == 32 || hs == 64; }
  * the ALU work per score was what bounded these kernels (ncu, bench/NOTES.md).
  * bench/NOTES.md has what each of these bought.
  *
+ * The grids are (columns, tiles): blockIdx.x a (batch, head) pair, blockIdx.y
+ * the tile. The device dispatches blocks in the order of their linear index,
+ * so every column's longest block starts first, then every column's next
+ * longest, and so on (longest processing time first), and the last blocks to
+ * start are short ones. Tile-major grids started each column's short blocks
+ * before the next column's long ones and ended on a tail of long blocks:
+ * 10-15% of each kernel at the Llama shapes (bench/NOTES.md, session 21).
+ *
  * Grouped-query attention (nn_cuda_flash_*: the Llama family) reads the same
  * packed rows with NH query heads, then NKV key and NKV value heads
  * (mfa_locate); GPT-2's qkv is the case NKV = NH. The forward and dQ blocks
@@ -1263,8 +1271,8 @@ __global__ void __launch_bounds__(W * 32, MINB)
     constexpr int LDH = D + 8, WR = 16 * RB, QR = W * WR, NT = W * 32, TILE = FA_ROWS * LDH;
     extern __shared__ __align__(128) unsigned char fa_sh[];
     bf16 *Qs = (bf16 *)fa_sh, *KV = Qs + QR * LDH; /* stage s: K at KV + 2s TILE, V after it */
-    const int tile = gridDim.x - 1 - blockIdx.x;   /* the longest rows first */
-    const int bh = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int tile = gridDim.y - 1 - blockIdx.y;   /* the longest rows first (the grids) */
+    const int bh = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane >> 2, t = lane & 3, r0 = tile * QR, wr = warp * WR;
     const int C = NH * D, LDI = (NH + 2 * NKV) * D;
     const mfa_heads hp = mfa_locate(qkv, bh / NH, bh % NH, T, NH, NKV, D);
@@ -1406,8 +1414,8 @@ __global__ void __launch_bounds__(W * 32, MINB)
      * two stages of (LSE, D) */
     bf16 *Kr = (bf16 *)fa_sh, *Vr = Kr + KR * LDH, *QD = Vr + KR * LDH;
     float *LD = (float *)(QD + 4 * TILE);
-    const int tile = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int b = blockIdx.y / NKV, hk = blockIdx.y % NKV, G = NH / NKV;
+    const int tile = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int b = blockIdx.x / NKV, hk = blockIdx.x % NKV, G = NH / NKV;
     const int g = lane >> 2, t = lane & 3, c0 = tile * KR, wr = warp * 16;
     const int C = NH * D, LDI = (NH + 2 * NKV) * D;
     const mfa_heads hp = mfa_locate(qkv, b, hk * G, T, NH, NKV, D);
@@ -1490,8 +1498,8 @@ __global__ void __launch_bounds__(W * 32, MINB)
     extern __shared__ __align__(128) unsigned char fa_sh[];
     /* the block's Q and dO rows, then two stages of (K tile, V tile) */
     bf16 *Qr = (bf16 *)fa_sh, *Dr = Qr + QR * LDH, *KV = Dr + QR * LDH;
-    const int tile = gridDim.x - 1 - blockIdx.x;
-    const int bh = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int tile = gridDim.y - 1 - blockIdx.y;
+    const int bh = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane >> 2, t = lane & 3, r0 = tile * QR, wr = warp * 16;
     const int C = NH * D, LDI = (NH + 2 * NKV) * D;
     const mfa_heads hp = mfa_locate(qkv, bh / NH, bh % NH, T, NH, NKV, D);
@@ -1564,7 +1572,7 @@ cudaError_t mfa_forward(cudaStream_t st, bf16 *out, float *lse, const bf16 *qkv,
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
     if (e != cudaSuccess)
         return e;
-    kern<<<dim3((unsigned)(T + QR - 1) / QR, (unsigned)(B * NH)), K::W_FWD * 32, sm, st>>>(
+    kern<<<dim3((unsigned)(B * NH), (unsigned)(T + QR - 1) / QR), K::W_FWD * 32, sm, st>>>(
         out, lse, qkv, T, NH, NKV, scale);
     return cudaGetLastError();
 }
@@ -1784,8 +1792,8 @@ __global__ void __launch_bounds__(256, D == 64 ? 2 : 1)
     extern __shared__ __align__(128) unsigned char wg_raw[];
     const uint32_t sa = (uint32_t)__cvta_generic_to_shared(wg_raw);
     unsigned char *Qs = wg_raw + ((1024 - (sa & 1023)) & 1023), *KV = Qs + D / 64 * WG_Q * 128;
-    const int tile = gridDim.x - 1 - blockIdx.x; /* the longest rows first */
-    const int bh = blockIdx.y, wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
+    const int tile = gridDim.y - 1 - blockIdx.y; /* the longest rows first (the grids) */
+    const int bh = blockIdx.x, wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, r0 = tile * WG_Q;
     const int wr0 = r0 + wg * 64, row0 = wr0 + warp * 16 + g;
     const int C = NH * D, LDI = (NH + 2 * NKV) * D;
@@ -1859,8 +1867,8 @@ __global__ void __launch_bounds__(128, D == 64 ? 3 : 2)
     unsigned char *Kr = wg_raw + ((1024 - (sa & 1023)) & 1023), *Vr = Kr + TILE;
     unsigned char *QD = Vr + TILE;
     float *LD = (float *)(QD + 4 * TILE);
-    const int tile = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int b = blockIdx.y / NKV, hk = blockIdx.y % NKV, G = NH / NKV;
+    const int tile = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int b = blockIdx.x / NKV, hk = blockIdx.x % NKV, G = NH / NKV;
     const int g = lane >> 2, t = lane & 3, c0 = tile * FA_ROWS, key0 = c0 + warp * 16 + g;
     const int C = NH * D, LDI = (NH + 2 * NKV) * D;
     const mfa_heads hp = mfa_locate(qkv, b, hk * G, T, NH, NKV, D);
@@ -1948,8 +1956,8 @@ __global__ void __launch_bounds__(256, D == 64 ? 2 : 1)
     /* the block's Q and dO rows, then two stages of (K tile, V tile) */
     unsigned char *Qr = wg_raw + ((1024 - (sa & 1023)) & 1023), *Dr = Qr + D / 64 * WG_Q * 128;
     unsigned char *KV = Dr + D / 64 * WG_Q * 128;
-    const int tile = gridDim.x - 1 - blockIdx.x;
-    const int bh = blockIdx.y, wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
+    const int tile = gridDim.y - 1 - blockIdx.y;
+    const int bh = blockIdx.x, wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, r0 = tile * WG_Q;
     const int wr0 = r0 + wg * 64, w0 = wr0 + warp * 16, row0 = w0 + g, row1 = row0 + 8;
     const int C = NH * D, LDI = (NH + 2 * NKV) * D;
@@ -2023,10 +2031,10 @@ cudaError_t mfa_backward_wg(cudaStream_t st, bf16 *dqkv, const bf16 *qkv, const 
     const size_t chunks = (size_t)B * T * NH * D / 8;
     flash_bwd_dot<D>
         <<<(unsigned)((chunks + 255) / 256), 256, 0, st>>>(Dd, dout, out, chunks, T, NH);
-    mfa_bwd_dkdv_wg<D><<<dim3((unsigned)(T + FA_ROWS - 1) / FA_ROWS, (unsigned)(B * NKV)), 128,
+    mfa_bwd_dkdv_wg<D><<<dim3((unsigned)(B * NKV), (unsigned)(T + FA_ROWS - 1) / FA_ROWS), 128,
                          WG_DKDV_SMEM(D), st>>>(dqkv, qkv, dout, lse, Dd, T, NH, NKV, scale);
     mfa_bwd_dq_wg<D>
-        <<<dim3((unsigned)(T + WG_Q - 1) / WG_Q, (unsigned)(B * NH)), 256, WG_DQ_SMEM(D), st>>>(
+        <<<dim3((unsigned)(B * NH), (unsigned)(T + WG_Q - 1) / WG_Q), 256, WG_DQ_SMEM(D), st>>>(
             dqkv, qkv, dout, lse, Dd, T, NH, NKV, scale);
     return cudaGetLastError();
 }
@@ -2040,7 +2048,7 @@ cudaError_t mfa_forward_wg(cudaStream_t st, bf16 *out, float *lse, const bf16 *q
     if (e != cudaSuccess)
         return e;
     mfa_fwd_wg<D>
-        <<<dim3((unsigned)(T + WG_Q - 1) / WG_Q, (unsigned)(B * NH)), 256, WG_SMEM(D), st>>>(
+        <<<dim3((unsigned)(B * NH), (unsigned)(T + WG_Q - 1) / WG_Q), 256, WG_SMEM(D), st>>>(
             out, lse, qkv, T, NH, NKV, scale);
     return cudaGetLastError();
 }
@@ -2066,9 +2074,9 @@ cudaError_t mfa_backward(cudaStream_t st, bf16 *dqkv, const bf16 *qkv, const bf1
     const size_t chunks = (size_t)B * T * NH * D / 8;
     flash_bwd_dot<D>
         <<<(unsigned)((chunks + 255) / 256), 256, 0, st>>>(Dd, dout, out, chunks, T, NH);
-    dkdv<<<dim3((unsigned)(T + KR - 1) / KR, (unsigned)(B * NKV)), K::W_DKDV * 32, s1, st>>>(
+    dkdv<<<dim3((unsigned)(B * NKV), (unsigned)(T + KR - 1) / KR), K::W_DKDV * 32, s1, st>>>(
         dqkv, qkv, dout, lse, Dd, T, NH, NKV, scale);
-    dq<<<dim3((unsigned)(T + QR - 1) / QR, (unsigned)(B * NH)), K::W_DQ * 32, s2, st>>>(
+    dq<<<dim3((unsigned)(B * NH), (unsigned)(T + QR - 1) / QR), K::W_DQ * 32, s2, st>>>(
         dqkv, qkv, dout, lse, Dd, T, NH, NKV, scale);
     return cudaGetLastError();
 }
@@ -2614,9 +2622,9 @@ static int flash_args(int B, int T, int NH, int NKV, int hd, const void *p0, con
         snprintf(why, sizeof why,
                  "B %d, T %d, NH %d, NKV %d: every one must be >= 1 and NH a multiple of NKV", B, T,
                  NH, NKV);
-    else if ((long long)B * NH > 65535)
-        snprintf(why, sizeof why, "B %d x NH %d = %lld (batch, head) pairs; at most 65535", B, NH,
-                 (long long)B * NH);
+    else if ((T + FA_ROWS - 1) / FA_ROWS > 65535) /* the grids' y: tiles of 64 rows */
+        snprintf(why, sizeof why, "T %d: at most %d (65535 tiles of %d rows)", T, 65535 * FA_ROWS,
+                 FA_ROWS);
     else if (!aligned16(p0, p1, p2, p3))
         snprintf(why, sizeof why,
                  "a buffer is not 16-byte aligned (the kernels copy 16 bytes at a time): "

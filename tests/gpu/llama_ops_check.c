@@ -341,6 +341,31 @@ static void t_flash(int B, int T, int NH, int NKV, int hd)
     cudaFree(dqkv), cudaFree(dout), cudaFree(dl), cudaFree(ddy), cudaFree(ddqkv), cudaFree(Dd);
 }
 
+/* Shapes the flash kernels cannot take are refused before any launch: T past
+ * 65535 tiles of 64 rows (the grids' y), NH not a multiple of NKV, a head
+ * size they lack. */
+static void t_flash_refused(void)
+{
+    bmt_error_t err;
+    const struct {
+        int T, NH, NKV, hd;
+        const char *what;
+    } bad[] = {
+        { 65535 * 64 + 1, 4, 4, 64, "T 4194241" },
+        { 64, 6, 4, 64, "NH 6 on NKV 4" },
+        { 64, 4, 4, 96, "head size 96" },
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char name[240];
+        err.text[0] = '\0';
+        const int rc = nn_cuda_flash_forward(h, NULL, NULL, NULL, 1, bad[i].T, bad[i].NH,
+                                             bad[i].NKV, bad[i].hd, &err);
+        snprintf(name, sizeof(name), "flash attention forward refuses %s (%s)", bad[i].what,
+                 err.text);
+        check_true(rc == -1 && err.text[0] != '\0', name);
+    }
+}
+
 /* ------------------------------------------------------------ attention over a KV cache */
 
 /* nn_cuda_attention_cached against nn_attention_cached: n queries at
@@ -594,6 +619,8 @@ int main(int argc, char **argv)
     t_flash(2, 1, 8, 1, 128);
     t_flash(2, 1000, 6, 2, 64); /* many tiles, the last one partial */
     t_flash(2, 1000, 4, 1, 128);
+    t_flash(1, 2, 70000, 70000, 16); /* more (batch, head) pairs than a grid's y takes */
+    t_flash_refused();
     nn_cuda_attention_mode(h, attn_mode_now = 2); /* 64 and 128 on the mma.sync kernels too */
     t_flash(2, 257, 32, 8, 64);
     t_flash(2, 63, 9, 3, 64);
