@@ -2622,9 +2622,12 @@ static int flash_args(int B, int T, int NH, int NKV, int hd, const void *p0, con
         snprintf(why, sizeof why,
                  "B %d, T %d, NH %d, NKV %d: every one must be >= 1 and NH a multiple of NKV", B, T,
                  NH, NKV);
-    else if ((T + FA_ROWS - 1) / FA_ROWS > 65535) /* the grids' y: tiles of 64 rows */
+    else if (((long long)T + FA_ROWS - 1) / FA_ROWS > 65535) /* the grids' y: 64-row tiles */
         snprintf(why, sizeof why, "T %d: at most %d (65535 tiles of %d rows)", T, 65535 * FA_ROWS,
                  FA_ROWS);
+    else if ((long long)B * NH > 0x7fffffff) /* the grids' x */
+        snprintf(why, sizeof why, "B %d x NH %d = %lld (batch, head) pairs; at most 2^31 - 1", B,
+                 NH, (long long)B * NH);
     else if (!aligned16(p0, p1, p2, p3))
         snprintf(why, sizeof why,
                  "a buffer is not 16-byte aligned (the kernels copy 16 bytes at a time): "

@@ -342,23 +342,25 @@ static void t_flash(int B, int T, int NH, int NKV, int hd)
 }
 
 /* Shapes the flash kernels cannot take are refused before any launch: T past
- * 65535 tiles of 64 rows (the grids' y), NH not a multiple of NKV, a head
- * size they lack. */
+ * 65535 tiles of 64 rows (the grids' y), more than 2^31 - 1 (batch, head)
+ * pairs (the grids' x), NH not a multiple of NKV, a head size they lack. */
 static void t_flash_refused(void)
 {
     bmt_error_t err;
     const struct {
-        int T, NH, NKV, hd;
+        int B, T, NH, NKV, hd;
         const char *what;
     } bad[] = {
-        { 65535 * 64 + 1, 4, 4, 64, "T 4194241" },
-        { 64, 6, 4, 64, "NH 6 on NKV 4" },
-        { 64, 4, 4, 96, "head size 96" },
+        { 1, 65535 * 64 + 1, 4, 4, 64, "T 4194241" },
+        { 1, 0x7fffffff, 4, 4, 64, "T 2^31 - 1" },
+        { 65536, 64, 32768, 8, 64, "B 65536 x NH 32768 pairs" },
+        { 1, 64, 6, 4, 64, "NH 6 on NKV 4" },
+        { 1, 64, 4, 4, 96, "head size 96" },
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char name[240];
         err.text[0] = '\0';
-        const int rc = nn_cuda_flash_forward(h, NULL, NULL, NULL, 1, bad[i].T, bad[i].NH,
+        const int rc = nn_cuda_flash_forward(h, NULL, NULL, NULL, bad[i].B, bad[i].T, bad[i].NH,
                                              bad[i].NKV, bad[i].hd, &err);
         snprintf(name, sizeof(name), "flash attention forward refuses %s (%s)", bad[i].what,
                  err.text);
