@@ -904,6 +904,7 @@ bool flash_ok(int hs) { return hs == 16 || hs == 32 || hs == 64; }
  * start are short ones. Tile-major grids started each column's short blocks
  * before the next column's long ones and ended on a tail of long blocks:
  * 10-15% of each kernel at the Llama shapes (bench/NOTES.md, session 21).
+ * mfa_grid makes every such grid.
  *
  * Grouped-query attention (nn_cuda_flash_*: the Llama family) reads the same
  * packed rows with NH query heads, then NKV key and NKV value heads
@@ -918,6 +919,13 @@ bool flash_ok(int hs) { return hs == 16 || hs == 32 || hs == 64; }
  */
 #define LOG2E_F 1.4426950408889634f
 #define LN2_F 0.6931471805599453f
+
+/* The grid of a flash kernel: cols (batch, head) columns in x, the tiles of
+ * `rows` rows that cover T in y (the order is the comment's above). */
+static inline dim3 mfa_grid(int cols, int T, int rows)
+{
+    return dim3((unsigned)cols, (unsigned)((T + rows - 1) / rows));
+}
 
 __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
 {
@@ -1271,7 +1279,7 @@ __global__ void __launch_bounds__(W * 32, MINB)
     constexpr int LDH = D + 8, WR = 16 * RB, QR = W * WR, NT = W * 32, TILE = FA_ROWS * LDH;
     extern __shared__ __align__(128) unsigned char fa_sh[];
     bf16 *Qs = (bf16 *)fa_sh, *KV = Qs + QR * LDH; /* stage s: K at KV + 2s TILE, V after it */
-    const int tile = gridDim.y - 1 - blockIdx.y;   /* the longest rows first (the grids) */
+    const int tile = gridDim.y - 1 - blockIdx.y;   /* the longest rows first (mfa_grid) */
     const int bh = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane >> 2, t = lane & 3, r0 = tile * QR, wr = warp * WR;
     const int C = NH * D, LDI = (NH + 2 * NKV) * D;
@@ -1572,8 +1580,7 @@ cudaError_t mfa_forward(cudaStream_t st, bf16 *out, float *lse, const bf16 *qkv,
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
     if (e != cudaSuccess)
         return e;
-    kern<<<dim3((unsigned)(B * NH), (unsigned)(T + QR - 1) / QR), K::W_FWD * 32, sm, st>>>(
-        out, lse, qkv, T, NH, NKV, scale);
+    kern<<<mfa_grid(B * NH, T, QR), K::W_FWD * 32, sm, st>>>(out, lse, qkv, T, NH, NKV, scale);
     return cudaGetLastError();
 }
 
@@ -1792,7 +1799,7 @@ __global__ void __launch_bounds__(256, D == 64 ? 2 : 1)
     extern __shared__ __align__(128) unsigned char wg_raw[];
     const uint32_t sa = (uint32_t)__cvta_generic_to_shared(wg_raw);
     unsigned char *Qs = wg_raw + ((1024 - (sa & 1023)) & 1023), *KV = Qs + D / 64 * WG_Q * 128;
-    const int tile = gridDim.y - 1 - blockIdx.y; /* the longest rows first (the grids) */
+    const int tile = gridDim.y - 1 - blockIdx.y; /* the longest rows first (mfa_grid) */
     const int bh = blockIdx.x, wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, r0 = tile * WG_Q;
     const int wr0 = r0 + wg * 64, row0 = wr0 + warp * 16 + g;
@@ -2031,11 +2038,10 @@ cudaError_t mfa_backward_wg(cudaStream_t st, bf16 *dqkv, const bf16 *qkv, const 
     const size_t chunks = (size_t)B * T * NH * D / 8;
     flash_bwd_dot<D>
         <<<(unsigned)((chunks + 255) / 256), 256, 0, st>>>(Dd, dout, out, chunks, T, NH);
-    mfa_bwd_dkdv_wg<D><<<dim3((unsigned)(B * NKV), (unsigned)(T + FA_ROWS - 1) / FA_ROWS), 128,
-                         WG_DKDV_SMEM(D), st>>>(dqkv, qkv, dout, lse, Dd, T, NH, NKV, scale);
-    mfa_bwd_dq_wg<D>
-        <<<dim3((unsigned)(B * NH), (unsigned)(T + WG_Q - 1) / WG_Q), 256, WG_DQ_SMEM(D), st>>>(
-            dqkv, qkv, dout, lse, Dd, T, NH, NKV, scale);
+    mfa_bwd_dkdv_wg<D><<<mfa_grid(B * NKV, T, FA_ROWS), 128, WG_DKDV_SMEM(D), st>>>(
+        dqkv, qkv, dout, lse, Dd, T, NH, NKV, scale);
+    mfa_bwd_dq_wg<D><<<mfa_grid(B * NH, T, WG_Q), 256, WG_DQ_SMEM(D), st>>>(dqkv, qkv, dout, lse,
+                                                                            Dd, T, NH, NKV, scale);
     return cudaGetLastError();
 }
 
@@ -2048,8 +2054,7 @@ cudaError_t mfa_forward_wg(cudaStream_t st, bf16 *out, float *lse, const bf16 *q
     if (e != cudaSuccess)
         return e;
     mfa_fwd_wg<D>
-        <<<dim3((unsigned)(B * NH), (unsigned)(T + WG_Q - 1) / WG_Q), 256, WG_SMEM(D), st>>>(
-            out, lse, qkv, T, NH, NKV, scale);
+        <<<mfa_grid(B * NH, T, WG_Q), 256, WG_SMEM(D), st>>>(out, lse, qkv, T, NH, NKV, scale);
     return cudaGetLastError();
 }
 #endif
@@ -2074,10 +2079,10 @@ cudaError_t mfa_backward(cudaStream_t st, bf16 *dqkv, const bf16 *qkv, const bf1
     const size_t chunks = (size_t)B * T * NH * D / 8;
     flash_bwd_dot<D>
         <<<(unsigned)((chunks + 255) / 256), 256, 0, st>>>(Dd, dout, out, chunks, T, NH);
-    dkdv<<<dim3((unsigned)(B * NKV), (unsigned)(T + KR - 1) / KR), K::W_DKDV * 32, s1, st>>>(
-        dqkv, qkv, dout, lse, Dd, T, NH, NKV, scale);
-    dq<<<dim3((unsigned)(B * NH), (unsigned)(T + QR - 1) / QR), K::W_DQ * 32, s2, st>>>(
-        dqkv, qkv, dout, lse, Dd, T, NH, NKV, scale);
+    dkdv<<<mfa_grid(B * NKV, T, KR), K::W_DKDV * 32, s1, st>>>(dqkv, qkv, dout, lse, Dd, T, NH, NKV,
+                                                               scale);
+    dq<<<mfa_grid(B * NH, T, QR), K::W_DQ * 32, s2, st>>>(dqkv, qkv, dout, lse, Dd, T, NH, NKV,
+                                                          scale);
     return cudaGetLastError();
 }
 
