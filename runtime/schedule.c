@@ -82,6 +82,8 @@ struct entry {
     void *model;
     struct slot *slot; /* parameter slot while gathered */
     bool after_update; /* its gather follows a deferred update: compute waits for that first */
+    bool recompute;    /* activation checkpointing of this use: the config's, or
+                        * bmt_blocklist_set_checkpointing's */
 };
 
 enum phase {
@@ -211,7 +213,9 @@ int bmt_blocklist_append(bmt_blocklist_t *l, bmt_block_t *b, const bmt_block_ops
         device_event_create(ctx, &b->updated, err) < 0)
         return errprefix(err, "block %.200s: ", b->name);
     b->grad_fresh = true; /* its gradient shards come with its first backward */
-    l->e[l->n] = (struct entry){ .block = b, .ops = *ops, .model = model };
+    l->e[l->n] = (struct entry){
+        .block = b, .ops = *ops, .model = model, .recompute = l->cfg.checkpointing != 0
+    };
     b->list = l;
     b->settle = settle;
     b->index = l->n++;
@@ -241,8 +245,33 @@ int bmt_blocklist_append_tied(bmt_blocklist_t *l, bmt_block_t *b, const bmt_bloc
                              ctx->rank, b->name);
     if (grow(l, err) < 0)
         return -1;
-    l->e[l->n++] = (struct entry){ .block = b, .ops = *ops, .model = model };
+    l->e[l->n++] = (struct entry){
+        .block = b, .ops = *ops, .model = model, .recompute = l->cfg.checkpointing != 0
+    };
     return 0;
+}
+
+int bmt_blocklist_set_checkpointing(bmt_blocklist_t *l, int i, bool recompute, bmt_error_t *err)
+{
+    if (l == NULL)
+        return errprintf(err, "bmt_blocklist_set_checkpointing: list is NULL");
+    if (i < 0 || i >= l->n)
+        return errprintf(err,
+                         "rank %d: bmt_blocklist_set_checkpointing: use %d is not in the list "
+                         "(it holds uses 0..%d)",
+                         l->ctx->rank, i, l->n - 1);
+    if (l->checked)
+        return errprintf(err,
+                         "rank %d: bmt_blocklist_set_checkpointing: use %d (%.200s): "
+                         "checkpointing is chosen before the first forward, not after",
+                         l->ctx->rank, i, l->e[i].block->name);
+    l->e[i].recompute = recompute;
+    return 0;
+}
+
+bool bmt_blocklist_checkpointing(const bmt_blocklist_t *l, int i)
+{
+    return l && i >= 0 && i < l->n && l->e[i].recompute;
 }
 
 int bmt_blocklist_size(const bmt_blocklist_t *l) { return l ? l->n : 0; }
@@ -604,6 +633,15 @@ static int fingerprint(const bmt_blocklist_t *l, int i, enum aspect a, double *o
     return 0;
 }
 
+/* Uses recomputed inside backward (activation checkpointing). */
+static int recomputed(const bmt_blocklist_t *l)
+{
+    int n = 0;
+    for (int i = 0; i < l->n; i++)
+        n += l->e[i].recompute;
+    return n;
+}
+
 static int check_same_everywhere(bmt_blocklist_t *l, bmt_error_t *err)
 {
     bmt_ctx_t *ctx = l->ctx;
@@ -616,6 +654,8 @@ static int check_same_everywhere(bmt_blocklist_t *l, bmt_error_t *err)
     fp_u64(h, (uint64_t)l->cfg.checkpointing);
     fp_u64(h, (uint64_t)l->cfg.prefetch);
     fp_u64(h, (uint64_t)l->cfg.grad_dtype);
+    for (int i = 0; i < l->n; i++)
+        fp_u64(h, (uint64_t)l->e[i].recompute);
     double cfg_fp = 0;
     for (int i = 0; i < l->n; i++)
         for (int a = 0; a < ASPECTS; a++) {
@@ -654,6 +694,8 @@ static int check_same_everywhere(bmt_blocklist_t *l, bmt_error_t *err)
         fp_u64(c, (uint64_t)l->cfg.checkpointing);
         fp_u64(c, (uint64_t)l->cfg.prefetch);
         fp_u64(c, (uint64_t)l->cfg.grad_dtype);
+        for (int i = 0; i < l->n; i++)
+            fp_u64(c, (uint64_t)l->e[i].recompute);
         cfg_fp = (double)(ck_end(c) >> 12);
     }
     f[n - 1] = cfg_fp;
@@ -668,10 +710,10 @@ static int check_same_everywhere(bmt_blocklist_t *l, bmt_error_t *err)
         free(f);
         return errprintf(err,
                          "rank %d: the ranks' block lists differ in their configuration: every "
-                         "rank needs the same zero level, checkpointing, prefetch and grad dtype "
-                         "(this rank: %d, %d, %d, %s)",
-                         ctx->rank, l->cfg.zero_level, l->cfg.checkpointing, l->cfg.prefetch,
-                         bmt_dtype_name(l->cfg.grad_dtype));
+                         "rank needs the same zero level, checkpointing (of every use), prefetch "
+                         "and grad dtype (this rank: %d, %d with %d of %d uses recomputed, %d, %s)",
+                         ctx->rank, l->cfg.zero_level, l->cfg.checkpointing, recomputed(l), l->n,
+                         l->cfg.prefetch, bmt_dtype_name(l->cfg.grad_dtype));
     }
     for (int i = 0; i < l->n; i++)
         for (int a = 0; a < ASPECTS; a++) {
@@ -751,13 +793,12 @@ int bmt_blocklist_forward(bmt_blocklist_t *l, bmt_error_t *err)
     for (int i = 0; i < l->n; i++)
         if (release(l, i, err) < 0)
             return broken(l, err);
-    const bool keep = !l->cfg.checkpointing;
     if (gather(l, 0, err) < 0)
         return broken(l, err);
     for (int i = 0; i < l->n; i++) {
         if (l->cfg.prefetch && i + 1 < l->n && gather(l, i + 1, err) < 0)
             return broken(l, err);
-        if (await_params(l, i, err) < 0 || call(l, i, false, keep, false, err) < 0)
+        if (await_params(l, i, err) < 0 || call(l, i, false, !l->e[i].recompute, false, err) < 0)
             return broken(l, err);
         if (l->cfg.zero_level == 3 && release(l, i, err) < 0)
             return broken(l, err);
@@ -943,7 +984,7 @@ int bmt_blocklist_backward(bmt_blocklist_t *l, bool last, bmt_error_t *err)
             return broken(l, err);
         if (await_params(l, i, err) < 0)
             return broken(l, err);
-        if (l->cfg.checkpointing && call(l, i, false, true, true, err) < 0)
+        if (l->e[i].recompute && call(l, i, false, true, true, err) < 0)
             return broken(l, err);
         struct slot *g = NULL;
         if (b->nparams > 0 && block_need_grads(b, compute, err) < 0)

@@ -177,7 +177,9 @@ typedef struct bmt_blocklist_config {
                              * backward; 2: keep forward's full parameters until the
                              * block's backward (no second gather, more memory) */
     int checkpointing;      /* 1 (default): keep only block inputs and recompute a
-                             * block's forward inside backward; 0: keep activations */
+                             * block's forward inside backward; 0: keep activations.
+                             * Each use starts with it; bmt_blocklist_set_checkpointing
+                             * changes single uses */
     bmt_dtype_t grad_dtype; /* dtype of the gradient reduce-scatter: BMT_F32
                              * (default) or BMT_BF16 (gradients rounded to bf16
                              * for the wire: half the traffic, plus one bf16
@@ -219,6 +221,22 @@ BMT_API int bmt_blocklist_append(bmt_blocklist_t *list, bmt_block_t *block,
  * list has run. */
 BMT_API int bmt_blocklist_append_tied(bmt_blocklist_t *list, bmt_block_t *block,
                                       const bmt_block_ops_t *ops, void *model, bmt_error_t *err);
+
+/* Selective activation checkpointing: whether use i recomputes its forward
+ * inside backward (recompute true: its first forward gets keep_activations
+ * false, and a recomputing forward runs just before its backward) or keeps
+ * what its forward saved until its backward (false: no recomputation). Every
+ * use starts with the config's checkpointing; this overrides it for use i
+ * alone, e.g. so that a model's last layers keep their activations where the
+ * memory allows (the example trainers' --ckpt-budget). Call it before the
+ * first forward, on every rank alike (the first forward checks that the ranks
+ * agree, use by use). Errors: list NULL, i out of range, or after the first
+ * forward; nothing changes then. */
+BMT_API int bmt_blocklist_set_checkpointing(bmt_blocklist_t *list, int i, bool recompute,
+                                            bmt_error_t *err);
+
+/* Whether use i is recomputed inside backward (false when out of range). */
+BMT_API bool bmt_blocklist_checkpointing(const bmt_blocklist_t *list, int i);
 
 /* Run every block's forward in order. */
 BMT_API int bmt_blocklist_forward(bmt_blocklist_t *list, bmt_error_t *err);

@@ -30,7 +30,7 @@ for layout in 1x1 1x4 2x2 4x1 2x4; do
     test_expect_success "engine ${g}x${n}: init, 20 steps x 2 micro-batches match the reference, memory, misuse" "
         ec $((g * n)) -g $g -n $n --timeout 60 -- \$EC --init-dump \$TMP/init.$layout &&
         grep -q '^0: ok train (zero 3, ckpt 1): head.out.weight .* within 1e-05 of the reference after 20 steps' out &&
-        test \$(grep -c '^0: ok bad use' out) -eq 16 &&
+        test \$(grep -c '^0: ok bad use' out) -eq 20 &&
         if [ $n -eq 1 ]; then
             grep -q '^0: ok memory (zero 3, ckpt 1): a group of one computes on its shards in place: no gathered buffer (peak 0)' out &&
             grep -q '^0: ok memory (zero 3, ckpt 1): no full gradient buffers in a group of one (peak 0)' out
@@ -47,9 +47,12 @@ test_expect_success "initial parameters are bitwise identical in layouts 1x1, 1x
     for l in 1x4 2x2 4x1 2x4; do cmp $TMP/init.1x1 $TMP/init.$l; done
 '
 
-test_expect_success "zero level 2 and 3, checkpointing on and off, the update deferred or not give the same parameters (2x2)" '
+test_expect_success "zero level 2 and 3, checkpointing on, off and per use, the update deferred or not give the same parameters (2x2)" '
     ec 4 -g 2 -n 2 --timeout 60 -- $EC --variants &&
-    test $(grep -c "^0: ok variants: " out) -eq 4 &&
+    test $(grep -c "^0: ok variants: " out) -eq 5 &&
+    grep -q "^0: ok variants: zero 3 ckpt 2 agrees with zero 3 ckpt 1: .*(bitwise equal)" out &&
+    grep -q "^0: ok protocol (zero 3, ckpt 2): [0-9]* callback calls" out &&
+    test $(grep -c "^0: ok ckpt 2: use [0-5].s checkpointing reads back [01]" out) -eq 6 &&
     grep -q "^0: ok variants: overlap 0 gives the same parameters as overlap 1, bitwise" out &&
     grep -q "^0: ok memory (zero 3, ckpt 1, overlap 0): grad bytes 0 after the step (none: given back)" out &&
     grep -q "^0: ok memory (zero 3, ckpt 1): grad bytes [1-9][0-9]* after the step (all: the update is deferred to the next gather)" out &&
@@ -68,10 +71,11 @@ test_expect_success "gradients reduce-scattered in bf16 (2x2): within a bf16 bou
     grep -q "^0: ok train (zero 3, ckpt 1): head.out.weight .* within 3e-02 of the reference" out
 '
 
-test_expect_success "ranks whose block lists differ are refused at the first forward, on every rank (1x4)" '
+test_expect_success "ranks whose block lists (or one use's checkpointing) differ are refused at the first forward, on every rank (1x4)" '
     with_timeout 60 $BMLAUNCH -g 1 -n 4 --timeout 30 -- $EC --mismatch >out 2>err &&
     test $(grep -c "engine_check: mismatch: [1-9][0-9]* passed, 0 failed on rank" out) -eq 4 &&
-    grep -q "^0: ok mismatch: .*the ranks. block lists differ" out
+    grep -q "^0: ok mismatch: ranks with different prefetch settings .*the ranks. block lists differ" out &&
+    grep -q "^0: ok mismatch: ranks with different checkpointing of one use .*the ranks. block lists differ" out
 '
 
 test_expect_success "a step whose gradients are NaN is skipped and counted (1x4, zero 2)" '

@@ -84,7 +84,8 @@ typedef struct opts {
     const char *init_dump;
     bool variants, kernel_check, verbose;
     bool master_only;     /* the optimizer's master_only: no bf16 shards while it lives */
-    bool mismatch;        /* odd ranks take another prefetch setting: the first forward must fail */
+    bool mismatch;        /* odd ranks take another prefetch setting, then another checkpointing of
+                           * one use: each list's first forward must fail */
     double bound;         /* relative bound on parameters, loss and grad norm; 0: by dtype */
     double pace_ms;       /* sleep this long in every step (monitoring tests want a steady run) */
     int event_every;      /* report a checkpoint_saved event every N steps (0: none) */
@@ -769,11 +770,11 @@ typedef struct saved {
 typedef struct model {
     bmt_ctx_t *ctx;
     const ec_ops_t *ops;
-    void *dev;      /* ec_cuda_t on cuda, NULL on cpu */
-    bmt_dtype_t pt; /* parameter dtype */
-    bmt_dtype_t cd; /* matmul operands: f32, or bf16 for bf16 parameters */
-    bool ckpt;      /* the list's checkpointing: what keep_activations must say */
-    bool host;      /* buffers are host memory (cpu) */
+    void *dev;          /* ec_cuda_t on cuda, NULL on cpu */
+    bmt_dtype_t pt;     /* parameter dtype */
+    bmt_dtype_t cd;     /* matmul operands: f32, or bf16 for bf16 parameters */
+    bool ckpt[NBLOCKS]; /* each use's checkpointing: what keep_activations must say */
+    bool host;          /* buffers are host memory (cpu) */
     bmt_block_t *blocks[NBLOCKS];
     int mb;                       /* micro-batch of the step now running */
     bool overlap;                 /* the optimizer's overlap */
@@ -826,7 +827,7 @@ static int verify_call(model_t *m, const bmt_block_call_t *call, int kind, bool 
             complain(m, "block %d: backward without grads", b);
         if (m->nbwd[b]++ != 0)
             complain(m, "block %d: second backward in one micro-batch", b);
-        if (m->nfwd[b] != 1 || m->nrec[b] != (m->ckpt ? 1 : 0))
+        if (m->nfwd[b] != 1 || m->nrec[b] != (m->ckpt[b] ? 1 : 0))
             complain(m, "block %d: backward after %d forwards and %d recomputations", b, m->nfwd[b],
                      m->nrec[b]);
         /* The runtime zeroes full gradients before the call; a group of one
@@ -842,7 +843,7 @@ static int verify_call(model_t *m, const bmt_block_call_t *call, int kind, bool 
         if (call->grads != NULL)
             complain(m, "block %d: forward with grads", b);
         if (call->recompute) {
-            if (!m->ckpt)
+            if (!m->ckpt[b])
                 complain(m, "block %d: recompute without checkpointing", b);
             if (m->nrec[b]++ != 0 || m->nfwd[b] != 1 || m->nbwd[b] != 0)
                 complain(m, "block %d: recompute out of order", b);
@@ -861,9 +862,9 @@ static int verify_call(model_t *m, const bmt_block_call_t *call, int kind, bool 
                          "forward, want %llu (they live from the backward to the optimizer's "
                          "step, or with a deferred update to the block's gather)",
                          b, (unsigned long long)st.current[BMT_MEM_GRAD], (unsigned long long)want);
-            if (call->keep_activations != !m->ckpt)
+            if (call->keep_activations != !m->ckpt[b])
                 complain(m, "block %d: keep_activations %d with checkpointing %d", b,
-                         (int)call->keep_activations, (int)m->ckpt);
+                         (int)call->keep_activations, (int)m->ckpt[b]);
         }
     }
     return b;
@@ -1049,8 +1050,14 @@ static const bmt_block_ops_t kind_ops[4] = {
     { head_forward, head_backward },
 };
 
+/* Whether block b is recomputed under --ckpt c: 0 none, 1 every block, 2
+ * selective (bmt_blocklist_set_checkpointing on a list made with 0): the
+ * odd-numbered blocks, so that a kept block's backward follows a recomputed
+ * one's and the other way round. */
+static bool ckpt_of(int c, int b) { return c == 1 || (c == 2 && b % 2 == 1); }
+
 /* Activations: one allocation (BMT_MEM_ACTIVATION), carved in 256-byte pieces. */
-static model_t *model_create(bmt_ctx_t *c, const ec_ops_t *ops, void *dev, bool ckpt,
+static model_t *model_create(bmt_ctx_t *c, const ec_ops_t *ops, void *dev, int ckpt,
                              bmt_error_t *err)
 {
     model_t *m = calloc(1, sizeof(*m));
@@ -1063,7 +1070,8 @@ static model_t *model_create(bmt_ctx_t *c, const ec_ops_t *ops, void *dev, bool 
     m->dev = dev;
     m->pt = O.dtype;
     m->cd = O.dtype == BMT_BF16 ? BMT_BF16 : BMT_F32;
-    m->ckpt = ckpt;
+    for (int b = 0; b < NBLOCKS; b++)
+        m->ckpt[b] = ckpt_of(ckpt, b);
     m->host = bmt_device(c) == BMT_DEVICE_CPU;
     enum {
         RC = EC_ROWS * EC_C,
@@ -1279,6 +1287,24 @@ static void misuse_list(bmt_blocklist_t *list, bmt_optim_t *opt, const char *whe
           "bad use (%s): bmt_blocklist_backward without a forward fails: "
           "\"%s\"",
           when, rc == -1 ? e.text : "it returned 0");
+    /* Checkpointing is chosen before the first forward (so after training
+     * it is refused); a use out of range never. Neither changes what the
+     * list does (its runs are checked after). */
+    const bool was = bmt_blocklist_checkpointing(list, 1), trained = strstr(when, "after") != NULL;
+    memset(&e, 0, sizeof(e));
+    rc = bmt_blocklist_set_checkpointing(list, 1, trained ? !was : was, &e);
+    check(trained ? rc == -1 && e.text[0] && bmt_blocklist_checkpointing(list, 1) == was
+                  : rc == 0 && bmt_blocklist_checkpointing(list, 1) == was,
+          "bad use (%s): bmt_blocklist_set_checkpointing %s: \"%s\"", when,
+          trained ? "after the first forward fails and changes nothing"
+                  : "before the first forward succeeds (the same value again)",
+          rc == -1 ? e.text : "it returned 0");
+    memset(&e, 0, sizeof(e));
+    rc = bmt_blocklist_set_checkpointing(list, NBLOCKS, true, &e);
+    check(rc == -1 && e.text[0] && !bmt_blocklist_checkpointing(list, NBLOCKS) &&
+              !bmt_blocklist_checkpointing(list, -1),
+          "bad use (%s): bmt_blocklist_set_checkpointing of use %d (out of range) fails: \"%s\"",
+          when, NBLOCKS, rc == -1 ? e.text : "it returned 0");
 }
 
 /* Check 4, on blocks of their own. */
@@ -1952,12 +1978,12 @@ static int engine_run(const run_cfg_t *rc, const ref_t *R, const ec_ops_t *ops, 
         return -1;
 
     /* The list and the optimizer. */
-    model_t *m = model_create(ctx, ops, dev, rc->ckpt != 0, err);
+    model_t *m = model_create(ctx, ops, dev, rc->ckpt, err);
     if (m == NULL)
         return -1;
     bmt_blocklist_config_t lc = BMT_BLOCKLIST_CONFIG_INITIALIZER;
     lc.zero_level = rc->zero;
-    lc.checkpointing = rc->ckpt;
+    lc.checkpointing = rc->ckpt == 1;
     lc.prefetch = O.prefetch;
     lc.grad_dtype = O.reduce;
     bmt_blocklist_t *list = bmt_blocklist_create(ctx, &lc, err);
@@ -1968,6 +1994,13 @@ static int engine_run(const run_cfg_t *rc, const ref_t *R, const ec_ops_t *ops, 
             return -1;
         m->blocks[b] = blocks[b];
     }
+    /* --ckpt 2: selective, each use as ckpt_of says, set on top of lc's 0. */
+    for (int b = 0; rc->ckpt == 2 && b < NBLOCKS; b++)
+        if (m->ckpt[b] && bmt_blocklist_set_checkpointing(list, b, true, err) < 0)
+            return -1;
+    for (int b = 0; b < NBLOCKS; b++)
+        check(bmt_blocklist_checkpointing(list, b) == m->ckpt[b],
+              "ckpt %d: use %d's checkpointing reads back %d", rc->ckpt, b, (int)m->ckpt[b]);
     bmt_adamw_config_t ac = BMT_ADAMW_CONFIG_INITIALIZER;
     ac.lr = O.lr;
     ac.beta1 = 0.9;
@@ -2220,7 +2253,7 @@ static int kernel_check(const ec_ops_t *cu, void *dev, bmt_error_t *err)
 static int usage(void)
 {
     fprintf(stderr,
-            "usage: engine_check [--steps N] [--accum A] [--zero 3|2] [--ckpt 1|0] [--prefetch "
+            "usage: engine_check [--steps N] [--accum A] [--zero 3|2] [--ckpt 1|0|2] [--prefetch "
             "1|0]\n"
             "                    [--clip X] [--lr X] [--warmup N] [--nan-step S] [--seed N]\n"
             "                    [--dtype f32|bf16] [--reduce-dtype f32|bf16] [--bound X]\n"
@@ -2317,8 +2350,8 @@ static int parse(int argc, char **argv)
         if (end == NULL || *end != '\0')
             return usage();
     }
-    if (O.steps < 1 || O.accum < 1 || (O.zero != 2 && O.zero != 3) ||
-        (O.ckpt != 0 && O.ckpt != 1) || (O.prefetch != 0 && O.prefetch != 1) || O.nan_step < 0 ||
+    if (O.steps < 1 || O.accum < 1 || (O.zero != 2 && O.zero != 3) || O.ckpt < 0 || O.ckpt > 2 ||
+        (O.prefetch != 0 && O.prefetch != 1) || O.nan_step < 0 ||
         (O.overlap != 0 && O.overlap != 1) || O.nan_step > O.steps || O.clip < 0 || O.warmup < 0 ||
         !(O.pace_ms >= 0) || O.event_every < 0 || O.val_every < 0 || O.abort_at < 0 ||
         (O.ckpt_dir && (O.ckpt_at < 1 || O.ckpt_at >= O.steps)))
@@ -2391,31 +2424,34 @@ int main(int argc, char **argv)
         /* Ranks that disagree on the schedule would pair different collectives.
          * The engine must refuse at the first forward, on every rank, before
          * any collective of the schedule runs. */
-        bmt_blocklist_config_t lc = BMT_BLOCKLIST_CONFIG_INITIALIZER;
-        lc.prefetch = my_rank % 2 ? 0 : 1;
-        bmt_blocklist_t *l = bmt_blocklist_create(ctx, &lc, &err);
-        const int64_t shape[1] = { 40 };
-        for (int b = 0; l && b < 2; b++) {
-            char name[16];
-            snprintf(name, sizeof(name), "mm.%d", b);
-            bmt_block_t *blk = bmt_block_create(ctx, name, &err);
-            if (blk == NULL ||
-                bmt_block_add_param(blk, "w", 1, shape, O.dtype,
-                                    (bmt_init_t){ BMT_INIT_ONES, 0, 0, 1 }, 0, &err) < 0 ||
-                bmt_block_build(blk, O.seed, &err) < 0 ||
-                bmt_blocklist_append(l, blk, &kind_ops[K_MIX], NULL, &err) < 0)
+        for (int kind = 0; kind < 2; kind++) { /* 0: prefetch, 1: one use's checkpointing */
+            bmt_blocklist_config_t lc = BMT_BLOCKLIST_CONFIG_INITIALIZER;
+            lc.prefetch = kind == 0 && my_rank % 2 ? 0 : 1;
+            bmt_blocklist_t *l = bmt_blocklist_create(ctx, &lc, &err);
+            const int64_t shape[1] = { 40 };
+            for (int b = 0; l && b < 2; b++) {
+                char name[16];
+                snprintf(name, sizeof(name), "mm.%d", b);
+                bmt_block_t *blk = bmt_block_create(ctx, name, &err);
+                if (blk == NULL ||
+                    bmt_block_add_param(blk, "w", 1, shape, O.dtype,
+                                        (bmt_init_t){ BMT_INIT_ONES, 0, 0, 1 }, 0, &err) < 0 ||
+                    bmt_block_build(blk, O.seed, &err) < 0 ||
+                    bmt_blocklist_append(l, blk, &kind_ops[K_MIX], NULL, &err) < 0)
+                    goto fatal;
+            }
+            if (l == NULL || (kind == 1 && my_rank % 2 &&
+                              bmt_blocklist_set_checkpointing(l, 1, false, &err) < 0))
                 goto fatal;
+            bmt_error_t e;
+            memset(&e, 0, sizeof(e));
+            int frc = bmt_blocklist_forward(l, &e);
+            check(frc == -1 && strstr(e.text, "block lists differ"),
+                  "mismatch: ranks with different %s are refused at the first forward: \"%s\"",
+                  kind == 0 ? "prefetch settings" : "checkpointing of one use",
+                  frc == -1 ? e.text : "it returned 0");
+            bmt_blocklist_destroy(l);
         }
-        if (l == NULL)
-            goto fatal;
-        bmt_error_t e;
-        memset(&e, 0, sizeof(e));
-        int frc = bmt_blocklist_forward(l, &e);
-        check(frc == -1 && strstr(e.text, "block lists differ"),
-              "mismatch: ranks with different prefetch settings are refused at the first "
-              "forward: \"%s\"",
-              frc == -1 ? e.text : "it returned 0");
-        bmt_blocklist_destroy(l);
         printf("engine_check: mismatch: %ld passed, %ld failed on rank %d\n", (long)n_passed,
                (long)n_failed, my_rank);
         return ec_end(ctx, &R, final, other, dev, n_failed ? 1 : 0);
@@ -2426,8 +2462,8 @@ int main(int argc, char **argv)
     if (misuse_blocks(&err) < 0)
         goto fatal;
     if (O.variants) {
-        static const int cfgs[4][2] = { { 3, 1 }, { 2, 1 }, { 3, 0 }, { 2, 0 } };
-        for (int v = 0; v < 4; v++) {
+        static const int cfgs[5][2] = { { 3, 1 }, { 2, 1 }, { 3, 0 }, { 2, 0 }, { 3, 2 } };
+        for (int v = 0; v < 5; v++) {
             if (cfgs[v][0] == O.zero && cfgs[v][1] == O.ckpt)
                 continue;
             run_cfg_t vc = { cfgs[v][0], cfgs[v][1], O.overlap, false };
