@@ -8,9 +8,11 @@
 # GPU memory per rank, and the ratio of tokens/s to the peer's. MFU counts
 # 6 N + 6 L C T FLOPs per token for both (N all parameters, the tied
 # embedding once: llama_flops_per_token), so the two columns compare.
-#   RUNS="llama3.2-1b:2:4096:1x1:0 ..."  model:micro-batch:T:layout:checkpointing
+#   RUNS="llama3.2-1b:2:4096:1x1:0 ..."  model:micro-batch:T:layout:checkpointing[:budget]
 #                            (default below: Llama 3.2 1B and 3B at T 2048 and
-#                            4096, with and without checkpointing, one GPU)
+#                            4096, with and without checkpointing, one GPU);
+#                            budget: ours with --ckpt-budget MIB (selective
+#                            checkpointing; the peer checkpoints every layer)
 #   STEPS=13                 steps per run; the median of the last STEPS-3 is kept
 #   SKIP_BUILD=1             reuse build/
 #   PEER_COMPILE=0           the peer without torch.compile
@@ -45,14 +47,14 @@ PY
 }
 rows=()
 for run in $RUNS; do
-    IFS=: read -r model b T layout ck <<<"$run"
+    IFS=: read -r model b T layout ck budget <<<"$run"
     g=${layout%x*} n=${layout#*x}
     w=$((g * n))
-    tag=$model-b$b-t$T-$layout-ckpt$ck
+    tag=$model-b$b-t$T-$layout-ckpt$ck${budget:+-budget$budget}
     fpt=$(flops "$model" "$T")
     timeout 500 build/bin/bmlaunch --metrics-port 0 --device cuda -g $g -n $n -- build/bin/llama \
         --model $model -b $b -t $T --steps $STEPS --data $DATA32 --ckpt $ck --lr 3e-4 --warmup 0 \
-        >"$OUT/ours-$tag.log" 2>&1
+        ${budget:+--ckpt-budget $budget} >"$OUT/ours-$tag.log" 2>&1
     rc=$?
     ours=$(python3 - "$OUT/ours-$tag.log" $b $T $w "$fpt" "${CEIL:-0}" <<'PY'
 import re, statistics, sys
@@ -71,16 +73,18 @@ mc = "%.1f" % (100 * tok * fpt / w / (ceil * 1e12)) if ceil > 0 else "-"
 print("%.1f %.0f %.1f %s %.2f" % (s, tok, mfu, mc, peak / 1024))
 PY
 )
-    timeout 600 python3 -m torch.distributed.run --standalone --nproc_per_node $w bench/gpu/fsdp2_llama.py \
-        --model $model -b $b -t $T --steps $STEPS --groups $g $([ "$ck" = 1 ] && echo --ckpt) \
-        $([ "${PEER_COMPILE:-1}" = 0 ] && echo --no-compile) >"$OUT/fsdp2-$tag.log" 2>&1
-    peer=$(sed -n 's/.*step_ms=\([0-9.]*\) tok_s=\([0-9]*\) mem_gib=\([0-9.]*\) held_gib=\([0-9.]*\).*/\1 \2 \3 \4/p' "$OUT/fsdp2-$tag.log")
+    ptag=$model-b$b-t$T-$layout-ckpt$ck # the peer's run, once per call for every budget of ours
+    [ -f "$OUT/fsdp2-$ptag.log" ] ||
+        timeout 600 python3 -m torch.distributed.run --standalone --nproc_per_node $w bench/gpu/fsdp2_llama.py \
+            --model $model -b $b -t $T --steps $STEPS --groups $g $([ "$ck" = 1 ] && echo --ckpt) \
+            $([ "${PEER_COMPILE:-1}" = 0 ] && echo --no-compile) >"$OUT/fsdp2-$ptag.log" 2>&1
+    peer=$(sed -n 's/.*step_ms=\([0-9.]*\) tok_s=\([0-9]*\) mem_gib=\([0-9.]*\) held_gib=\([0-9.]*\).*/\1 \2 \3 \4/p' "$OUT/fsdp2-$ptag.log")
     read -r oms otok omfu omfuc omem <<<"$ours"
     read -r pms ptok pmem pheld <<<"${peer:-- - - -}"
     pmfu=$(awk -v t="$ptok" -v f="$fpt" -v w="$w" 'BEGIN { if (t+0 > 0) printf "%.1f", 100 * t * f / w / 989e12; else print "-" }')
     ratio=$(awk -v a="$otok" -v b="$ptok" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.2f", a / b; else print "-" }')
     rows+=("$(printf '%-11s b%-2s T%-5s %-4s ckpt %s | ours %8s ms %8s tok/s MFU %5s%% (ceiling %5s%%) mem %6s GiB | fsdp2 %8s ms %8s tok/s MFU %5s%% mem %6s GiB | x%s (rc %s)' \
-        $model $b $T $layout $ck "$oms" "$otok" "$omfu" "$omfuc" "$omem" "$pms" "$ptok" "$pmfu" "$pmem" "$ratio" $rc)")
+        $model $b $T $layout "$ck${budget:+ budget $budget MiB}" "$oms" "$otok" "$omfu" "$omfuc" "$omem" "$pms" "$ptok" "$pmfu" "$pmem" "$ratio" $rc)")
     echo "${rows[-1]}"
 done
 echo

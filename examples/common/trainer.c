@@ -43,6 +43,7 @@ typedef struct opts {
     int save_every, keep, resume, save_async, max_skipped;
     int accum_given; /* -a was on the command line (a resume may not derive it) */
     int B, T, accum, steps, warmup, eval_every, eval_batches, zero, ckpt, prefetch, master_only;
+    double ckpt_budget; /* --ckpt-budget MiB, or -1: not given */
     int overlap_step;
     double lr, lr_min_frac, weight_decay, clip, val_fraction;
     unsigned long long seed;
@@ -97,6 +98,9 @@ static void usage(const trainer_model_t *md, FILE *f)
           "      --zero 2|3          keep gathered parameters from forward to backward (2) or "
           "not (3, default)\n"
           "      --ckpt 0|1          activation checkpointing per block (default 1)\n"
+          "      --ckpt-budget MIB   with --ckpt 1: the last layers keep their activations\n"
+          "                          (not recomputed) while their sets fit in MIB, then the\n"
+          "                          head its whole logits (default: every layer recomputed)\n"
           "      --prefetch 0|1      gather block i+1 while block i computes (default 1)\n"
           "      --master-only 0|1   bf16 parameters (cuda): keep only the optimizer's f32\n"
           "                          masters, rounded at each gather (default 1)\n",
@@ -151,6 +155,7 @@ enum {
     O_EVALB,
     O_ZERO,
     O_CKPT,
+    O_CKPT_BUDGET,
     O_PREFETCH,
     O_MASTER_ONLY,
     O_PREPARE,
@@ -186,6 +191,7 @@ static const struct option common_options[] = {
     { "eval-batches", required_argument, NULL, O_EVALB },
     { "zero", required_argument, NULL, O_ZERO },
     { "ckpt", required_argument, NULL, O_CKPT },
+    { "ckpt-budget", required_argument, NULL, O_CKPT_BUDGET },
     { "prefetch", required_argument, NULL, O_PREFETCH },
     { "master-only", required_argument, NULL, O_MASTER_ONLY },
     { "overlap-step", required_argument, NULL, O_OVERLAP },
@@ -229,6 +235,7 @@ static int parse(const trainer_model_t *md, int argc, char **argv, opts_t *o)
                    .eval_batches = 4,
                    .zero = 3,
                    .ckpt = 1,
+                   .ckpt_budget = -1,
                    .prefetch = 1,
                    .master_only = 1,
                    .overlap_step = 1,
@@ -277,6 +284,9 @@ static int parse(const trainer_model_t *md, int argc, char **argv, opts_t *o)
             break;
         case O_ZERO: rc = trainer_int_arg("--zero", optarg, 2, 3, &o->zero); break;
         case O_CKPT: rc = trainer_int_arg("--ckpt", optarg, 0, 1, &o->ckpt); break;
+        case O_CKPT_BUDGET:
+            rc = real_arg("--ckpt-budget", optarg, 0, 1 << 30, &o->ckpt_budget);
+            break;
         case O_PREFETCH: rc = trainer_int_arg("--prefetch", optarg, 0, 1, &o->prefetch); break;
         case O_MASTER_ONLY:
             rc = trainer_int_arg("--master-only", optarg, 0, 1, &o->master_only);
@@ -328,6 +338,11 @@ static int parse(const trainer_model_t *md, int argc, char **argv, opts_t *o)
                            md->max_seq_len(md->self));
     if (o->data == NULL)
         return trainer_bad("--data PATTERN is required (token shards; make them with --prepare)");
+    if (o->ckpt_budget >= 0 && !o->ckpt)
+        return trainer_bad("--ckpt-budget chooses which layers checkpointing spares: it needs "
+                           "--ckpt 1 (with --ckpt 0 every layer keeps its activations)");
+    if (o->ckpt_budget >= 0 && md->keep_layers == NULL)
+        return trainer_bad("--ckpt-budget: this model has no selective checkpointing");
     if ((o->save_every || o->resume || o->save_async) && o->save_dir == NULL)
         return trainer_bad("--save-every, --save-async and --resume need --save-dir DIR");
     if (md->max_vocab && md->vocab_size(md->self) > md->max_vocab)
@@ -559,6 +574,44 @@ static int save(const trainer_model_t *md, const opts_t *o, void *m, bmt_optim_t
     return rc;
 }
 
+/* --ckpt-budget: the last layers keep their activations while their sets fit
+ * in budget MiB, then (every layer kept) the head its whole logits if the
+ * rest fits; rank 0 says what was chosen. The same choice on every rank: the
+ * sizes are the model's. */
+static int ckpt_budget(const trainer_model_t *md, void *m, double budget_mib, int rank,
+                       bmt_error_t *err)
+{
+    int64_t layer = 0, head = 0;
+    const int L = md->act_bytes(m, &layer, &head);
+    const double budget = budget_mib * 1048576.0;
+    int k = layer > 0 ? (int)(budget / (double)layer < L ? budget / (double)layer : L) : L;
+    const bool keep_head = k == L && budget - (double)k * layer >= (double)head;
+    if (md->keep_layers(m, k, keep_head, err) < 0)
+        return -1;
+    if (rank == 0) {
+        const double mib = (double)layer / 1048576.0;
+        char what[256];
+        if (k == 0)
+            snprintf(what, sizeof(what),
+                     "every layer is recomputed (one layer's activations take %.1f MiB)", mib);
+        else if (k == L)
+            snprintf(what, sizeof(what), "every layer keeps its activations (%d x %.1f MiB)", L,
+                     mib);
+        else
+            snprintf(what, sizeof(what),
+                     "layers %d..%d keep their activations (%d x %.1f MiB), layers 0..%d are "
+                     "recomputed",
+                     L - k, L - 1, k, mib, L - k - 1);
+        printf("%s: checkpointing within %.1f MiB: %s; the head %s\n", trainer_name(), budget_mib,
+               what,
+               head == 0   ? "keeps its logits (nothing to recompute)"
+               : keep_head ? "keeps its logits whole"
+                           : "recomputes its logits chunk by chunk");
+        fflush(stdout);
+    }
+    return 0;
+}
+
 /* NAME --verify DIR: the whole checkpoint, without a job. */
 static int verify(const char *path)
 {
@@ -616,6 +669,7 @@ static int train(const trainer_model_t *md, const opts_t *o)
         (o->val && (val_ld = data_loader_open(o->val, o->B, o->T, rank, world, &err)) == NULL) ||
         (m = md->create(md->self, ctx, o->B, o->T, &lc, o->seed, &err)) == NULL ||
         (md->after_create && md->after_create(md->self, m, &err) < 0) ||
+        (o->ckpt_budget >= 0 && ckpt_budget(md, m, o->ckpt_budget, rank, &err) < 0) ||
         (o->choice.init_from && md->load(m, o->choice.init_from, &err) < 0) ||
         (opt = bmt_adamw_create(md->list(m), &oc, &err)) == NULL)
         goto out;

@@ -71,6 +71,13 @@ typedef struct trainer_model {
                     uint64_t seed, bmt_error_t *err);
     /* Optional: called right after create (GPT-2's --gemm-tune, --keep-attention). */
     int (*after_create)(void *self, void *m, bmt_error_t *err);
+    /* Optional (--ckpt-budget), both or neither: act_bytes gives the bytes one
+     * layer's kept activations take and those the head's whole logits take
+     * beyond its chunks, and returns the number of layers; keep_layers makes
+     * the last `layers` layers (and with head, the head) keep their
+     * activations instead of being recomputed, before the first forward. */
+    int (*act_bytes)(const void *m, int64_t *layer, int64_t *head);
+    int (*keep_layers)(void *m, int layers, bool head, bmt_error_t *err);
     int (*load)(void *m, const char *path, bmt_error_t *err);
     bmt_blocklist_t *(*list)(void *m);
     int (*set_batch)(void *m, const int32_t *in, const int32_t *tg, bmt_error_t *err);

@@ -43,6 +43,9 @@ struct gpt2_model {
     gpt2_config_t cfg;
     int B, T, N; /* N = B T rows */
     bool ckpt;
+    int keep_from;      /* layers >= keep_from keep their activations (set l), the others
+                         * are recomputed in set L: 0, or L under checkpointing, less after
+                         * gpt2_model_keep_layers */
     nn_fp8_plan_t *fp8; /* gpt2_model_fp8: the layers' products emulated in FP8 (cpu), or NULL */
     int fp8_history;    /* its history (0: current scaling) */
     bmt_dtype_t pdtype; /* parameters: f32 on cpu, bf16 on cuda */
@@ -51,7 +54,7 @@ struct gpt2_model {
     int32_t *inputs, *targets; /* (B,T) of the current micro-batch */
     int counted;               /* targets >= 0 */
     float **x;                 /* (L+1) x (N,C): the residual stream, block inputs */
-    layer_acts_t *acts;        /* L sets, or 1 shared with checkpointing */
+    layer_acts_t *acts;        /* L + 1 sets, those in use allocated (keep_from) */
     /* head */
     float *lnf, *lnf_mean, *lnf_rstd; /* (N,C), (N), (N) */
     float *logits, *probs, *losses;   /* (N,V), (N,V), (N) */
@@ -100,7 +103,10 @@ enum {
     P_LNF_B
 };
 
-static layer_acts_t *acts_of(gpt2_model_t *m, int l) { return &m->acts[m->ckpt ? 0 : l]; }
+static layer_acts_t *acts_of(gpt2_model_t *m, int l)
+{
+    return &m->acts[l >= m->keep_from ? l : m->cfg.n_layer];
+}
 
 /* A layer's product: f32, or (gpt2_model_fp8) its operands through FP8 as on
  * the GPU (nn/fp8.h). An operand FP8 cannot scale (NaN or infinite values)
@@ -343,29 +349,58 @@ static float *act(gpt2_model_t *m, size_t n, bmt_error_t *err)
     return bmt_alloc(m->ctx, BMT_MEM_ACTIVATION, n * sizeof(float), err);
 }
 
+/* Whether set i is in use when layers keep_from.. keep theirs: a kept
+ * layer's (i < L), or the scratch (i == L) when some layer is recomputed. */
+static bool set_used(const gpt2_model_t *m, int keep_from, int i)
+{
+    return i < m->cfg.n_layer ? i >= keep_from : keep_from > 0;
+}
+
+/* A set's buffers with their floats: allocated (alloc), freed, or counted
+ * (the return value, with neither). */
+static size_t set_bufs(gpt2_model_t *m, layer_acts_t *a, bool alloc, bool release, int *rc,
+                       bmt_error_t *err)
+{
+    const size_t N = (size_t)m->N, C = (size_t)m->cfg.n_embd;
+    const size_t att = (size_t)m->B * m->cfg.n_head * m->T * m->T;
+    float **bufs[] = { &a->ln1,      &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->preatt,
+                       &a->att,      &a->atty,     &a->res2,     &a->ln2, &a->ln2_mean,
+                       &a->ln2_rstd, &a->fch,      &a->fch_gelu };
+    const size_t n[] = { N * C, N,     N, N * 3 * C, att,       att,      N * C,
+                         N * C, N * C, N, N,         N * 4 * C, N * 4 * C };
+    _Static_assert(sizeof(bufs) / sizeof(bufs[0]) == sizeof(n) / sizeof(n[0]),
+                   "a size for every buffer");
+    size_t total = 0;
+    for (size_t j = 0; j < sizeof(n) / sizeof(n[0]); j++) {
+        total += n[j];
+        if (alloc && *rc == 0 && (*bufs[j] = act(m, n[j], err)) == NULL)
+            *rc = -1;
+        if (release) {
+            bmt_free(m->ctx, *bufs[j]);
+            *bufs[j] = NULL;
+        }
+    }
+    return total;
+}
+
 static int alloc_acts(gpt2_model_t *m, bmt_error_t *err)
 {
     const size_t N = (size_t)m->N, C = (size_t)m->cfg.n_embd, V = (size_t)m->cfg.vocab_size;
     const size_t att = (size_t)m->B * m->cfg.n_head * m->T * m->T;
-    const int L = m->cfg.n_layer, sets = m->ckpt ? 1 : L;
+    const int L = m->cfg.n_layer;
     m->x = calloc((size_t)L + 1, sizeof(float *));
-    m->acts = calloc((size_t)sets, sizeof(layer_acts_t));
+    m->acts = calloc((size_t)L + 1, sizeof(layer_acts_t));
     if (!m->x || !m->acts)
         return fail(err, "rank %d: out of memory for the model's activations", bmt_rank(m->ctx));
     for (int l = 0; l <= L; l++)
         if ((m->x[l] = act(m, N * C, err)) == NULL)
             return -1;
-    for (int s = 0; s < sets; s++) {
-        layer_acts_t *a = &m->acts[s];
-        if (!(a->ln1 = act(m, N * C, err)) || !(a->ln1_mean = act(m, N, err)) ||
-            !(a->ln1_rstd = act(m, N, err)) || !(a->qkv = act(m, N * 3 * C, err)) ||
-            !(a->preatt = act(m, att, err)) || !(a->att = act(m, att, err)) ||
-            !(a->atty = act(m, N * C, err)) || !(a->res2 = act(m, N * C, err)) ||
-            !(a->ln2 = act(m, N * C, err)) || !(a->ln2_mean = act(m, N, err)) ||
-            !(a->ln2_rstd = act(m, N, err)) || !(a->fch = act(m, N * 4 * C, err)) ||
-            !(a->fch_gelu = act(m, N * 4 * C, err)))
-            return -1;
-    }
+    int rc = 0;
+    for (int s = 0; s <= L && rc == 0; s++)
+        if (set_used(m, m->keep_from, s))
+            set_bufs(m, &m->acts[s], true, false, &rc, err);
+    if (rc < 0)
+        return -1;
     if (!(m->lnf = act(m, N * C, err)) || !(m->lnf_mean = act(m, N, err)) ||
         !(m->lnf_rstd = act(m, N, err)) || !(m->logits = act(m, N * V, err)) ||
         !(m->probs = act(m, N * V, err)) || !(m->losses = act(m, N, err)) ||
@@ -411,6 +446,7 @@ gpt2_model_t *gpt2_model_create(bmt_ctx_t *ctx, const gpt2_config_t *cfg, int B,
     if (list_cfg)
         lc = *list_cfg;
     m->ckpt = lc.checkpointing != 0;
+    m->keep_from = m->ckpt ? cfg->n_layer : 0;
     static const bmt_block_ops_t top_ops = { top_forward, top_backward };
     static const bmt_block_ops_t layer_ops = { layer_fwd_cb, layer_bwd_cb };
     bmt_block_t *top = NULL;
@@ -497,6 +533,49 @@ int gpt2_model_keep_attention(gpt2_model_t *m, int mode, bmt_error_t *err)
     return m->cu ? gpt2_cu_keep_attention(m->cu, mode, err) : 0;
 }
 
+int gpt2_model_act_bytes(const gpt2_model_t *m, int64_t *layer, int64_t *head)
+{
+    if (m->cu) {
+        gpt2_cu_act_bytes(m->cu, layer, head);
+    } else { /* a set's floats; the cpu head keeps its logits whole always */
+        layer_acts_t a = { 0 };
+        *layer =
+            (int64_t)(set_bufs((gpt2_model_t *)m, &a, false, false, NULL, NULL) * sizeof(float));
+        *head = 0;
+    }
+    return m->cfg.n_layer;
+}
+
+int gpt2_model_keep_layers(gpt2_model_t *m, int layers, bool head, bmt_error_t *err)
+{
+    const int L = m->cfg.n_layer;
+    if (!m->ckpt)
+        return fail(err, "keeping layers' activations is selective checkpointing: the model was "
+                         "made without checkpointing (every layer keeps them already)");
+    if (layers < 0 || layers > L)
+        return fail(err, "%d layers cannot keep their activations: the model has %d", layers, L);
+    /* The list first (it refuses after the first forward): layer l is use
+     * l + 1, the head (the embedding's tied use) the last. */
+    for (int l = 0; l < L; l++)
+        if (bmt_blocklist_set_checkpointing(m->list, l + 1, l < L - layers, err) < 0)
+            return -1;
+    if (bmt_blocklist_set_checkpointing(m->list, L + 1, !head, err) < 0)
+        return -1;
+    if (m->cu)
+        return gpt2_cu_keep_layers(m->cu, L - layers, head, err);
+    /* The sets that go out of use first, then those that come into it. */
+    const int was = m->keep_from, now = L - layers;
+    int rc = 0;
+    for (int i = 0; i <= L; i++)
+        if (set_used(m, was, i) && !set_used(m, now, i))
+            set_bufs(m, &m->acts[i], false, true, NULL, NULL);
+    m->keep_from = now;
+    for (int i = 0; i <= L && rc == 0; i++)
+        if (!set_used(m, was, i) && set_used(m, now, i))
+            set_bufs(m, &m->acts[i], true, false, &rc, err);
+    return rc;
+}
+
 int gpt2_model_fp8(gpt2_model_t *m, int on, int history, bmt_error_t *err)
 {
     if (history < 0 || history > NN_FP8_HISTORY_MAX)
@@ -557,19 +636,13 @@ void gpt2_model_destroy(gpt2_model_t *m)
     gpt2_cu_destroy(m->cu);
     nn_fp8_plan_destroy(m->fp8);
     bmt_ctx_t *ctx = m->ctx;
-    const int L = m->cfg.n_layer, sets = m->ckpt ? 1 : L;
+    const int L = m->cfg.n_layer;
     if (m->x)
         for (int l = 0; l <= L; l++)
             bmt_free(ctx, m->x[l]);
     if (m->acts)
-        for (int s = 0; s < sets; s++) {
-            layer_acts_t *a = &m->acts[s];
-            float *all[] = { a->ln1,      a->ln1_mean, a->ln1_rstd, a->qkv, a->preatt,
-                             a->att,      a->atty,     a->res2,     a->ln2, a->ln2_mean,
-                             a->ln2_rstd, a->fch,      a->fch_gelu };
-            for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-                bmt_free(ctx, all[i]);
-        }
+        for (int s = 0; s <= L; s++)
+            set_bufs(m, &m->acts[s], false, true, NULL, NULL);
     float *rest[] = { m->lnf,  m->lnf_mean, m->lnf_rstd,  m->logits, m->probs, m->losses,
                       m->dres, m->dres2,    m->dln,       m->datty,  m->dqkv,  m->dpreatt,
                       m->datt, m->dfch,     m->dfch_gelu, m->dlogits };

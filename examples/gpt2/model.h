@@ -201,6 +201,18 @@ int gpt2_model_load(gpt2_model_t *m, const char *path, bmt_error_t *err);
 bmt_dtype_t gpt2_model_param_dtype(const gpt2_model_t *m);
 
 /* Destroy the list (and its blocks) and the activations. NULL: no-op. */
+/* Selective activation checkpointing (the trainer's --ckpt-budget), as
+ * llama_model_keep_layers: in a model made with checkpointing, the last
+ * `layers` layers keep their activations (not recomputed), and with `head`
+ * the head keeps its logits whole (cuda); the same numbers. Before the first
+ * forward, on every rank alike. -1 with err: no checkpointing, layers outside
+ * 0..L, after the first forward, out of memory. */
+int gpt2_model_keep_layers(gpt2_model_t *m, int layers, bool head, bmt_error_t *err);
+
+/* *layer: the bytes of one layer's kept activations; *head: those of the
+ * whole logits beyond one chunk's (0 on cpu). Returns the number of layers. */
+int gpt2_model_act_bytes(const gpt2_model_t *m, int64_t *layer, int64_t *head);
+
 void gpt2_model_destroy(gpt2_model_t *m);
 
 #endif

@@ -78,7 +78,9 @@ struct gpt2_cu {
     gpt2_config_t cfg;
     int B, T, N, Vp; /* Vp: V rounded up to 64, the logits' row stride */
     int head_rows;   /* rows of logits that exist at once: N, or a chunk under checkpointing */
-    int acts_of;     /* under checkpointing: the layer whose activations the scratch set holds */
+    int chunk_rows;  /* a chunk's rows under checkpointing (head_rows unless the head keeps all) */
+    int acts_of;     /* the layer whose activations the scratch set holds, or -1 */
+    int keep_from;   /* layers >= keep_from have their own set: 0, or L under checkpointing */
     bool ckpt;
     bool keep_attn;       /* checkpointing keeps each layer's attention output (katty, katt) */
     void **katty, **katt; /* (L) when keep_attn: a layer's atty and att, forward to backward */
@@ -89,7 +91,7 @@ struct gpt2_cu {
     int32_t *tokens_host;                /* the same on the host */
     int nbuckets, counted;
     void **x;         /* L + 1 residual stream buffers (N,C) */
-    cu_layer_t *acts; /* L sets, or 1 */
+    cu_layer_t *acts; /* L + 1: a set per layer, the last the scratch (keep_from) */
     /* forward scratch (materialized attention only: flash attention reads the
      * heads where they lie, so c_attn writes straight into the saved qkvr) */
     bool flash;
@@ -146,9 +148,9 @@ static void drop_all(gpt2_cu_t *cu, void **const *bufs)
 static int alloc_all(gpt2_cu_t *cu, bmt_error_t *err)
 {
     const size_t N = (size_t)cu->N, C = (size_t)cu->cfg.n_embd, h = 2; /* bf16 bytes */
-    const int L = cu->cfg.n_layer, sets = cu->ckpt ? 1 : L;
+    const int L = cu->cfg.n_layer;
     if ((cu->x = calloc((size_t)L + 1, sizeof(void *))) == NULL ||
-        (cu->acts = calloc((size_t)sets, sizeof(cu_layer_t))) == NULL ||
+        (cu->acts = calloc((size_t)L + 1, sizeof(cu_layer_t))) == NULL ||
         (cu->tokens_host = malloc((5 * N + 1) * sizeof(int32_t))) == NULL) {
         snprintf(err->text, sizeof(err->text), "gpt2: out of host memory");
         return -1;
@@ -185,8 +187,10 @@ gpt2_cu_t *gpt2_cu_create(bmt_ctx_t *ctx, const gpt2_config_t *cfg, int B, int T
         const int rows = (int)(((size_t)cu->N + chunks - 1) / chunks + 63) / 64 * 64;
         cu->head_rows = rows < cu->N ? rows : cu->N;
     }
+    cu->chunk_rows = cu->head_rows;
     cu->acts_of = -1;
     cu->ckpt = ckpt;
+    cu->keep_from = ckpt ? cfg->n_layer : 0;
     cu->flash = nn_cuda_attention_is_flash(cfg->n_embd, cfg->n_head) != 0;
     cu->stream = bmt_compute_stream(ctx);
     cu->U = (size_t)cu->N * cfg->n_embd * 2;
@@ -210,12 +214,12 @@ void gpt2_cu_destroy(gpt2_cu_t *cu)
     bmt_error_t e;
     bmt_device_synchronize(ctx, &e); /* nothing may still run on what is freed */
     nn_cuda_destroy(cu->h);
-    const int L = cu->cfg.n_layer, sets = cu->ckpt ? 1 : L;
+    const int L = cu->cfg.n_layer;
     if (cu->x)
         for (int l = 0; l <= L; l++)
             bmt_free(ctx, cu->x[l]);
     if (cu->acts)
-        for (int s = 0; s < sets; s++) {
+        for (int s = 0; s <= L; s++) {
             cu_layer_t *a = &cu->acts[s];
             void *all[] = { a->ln1,      a->qkvr,     a->att,      a->atty,     a->res2,
                             a->ln2,      a->fch,      a->fch_gelu, a->ln1_mean, a->ln1_rstd,
@@ -289,7 +293,10 @@ enum {
     LNF_B
 };
 
-static cu_layer_t *layer_of(gpt2_cu_t *cu, int l) { return &cu->acts[cu->ckpt ? 0 : l]; }
+static cu_layer_t *layer_of(gpt2_cu_t *cu, int l)
+{
+    return &cu->acts[l >= cu->keep_from ? l : cu->cfg.n_layer];
+}
 
 /* The layer's products: k 0 c_attn, 1 attn.c_proj, 2 c_fc, 3 mlp.c_proj. */
 static nn_cuda_fp8_scales_t fp8_scales(gpt2_cu_t *cu, int l, int k)
@@ -318,15 +325,16 @@ static int fp8_begin(gpt2_cu_t *cu, bmt_error_t *err)
     return 0;
 }
 
-/* FP8: product k's weight codes kept in the layer's set (a->wq: c_attn's,
+/* FP8: product k's weight codes kept in layer l's set (a->wq: c_attn's,
  * attn.c_proj's, c_fc's, mlp.c_proj's, one after another), or NULL where the
- * set does not keep them: under checkpointing the recomputation stops before
- * mlp.c_proj, so its backward converts the weight again. */
-static uint8_t *wq_at(gpt2_cu_t *cu, const cu_layer_t *a, int k)
+ * set does not keep them: in a recomputed layer the recomputation stops
+ * before mlp.c_proj, so its backward converts the weight again. */
+static uint8_t *wq_at(gpt2_cu_t *cu, int l, int k)
 {
     static const size_t at[4] = { 0, 3, 4, 8 }; /* in C^2 */
     const size_t C = (size_t)cu->cfg.n_embd;
-    return a->wq == NULL || (cu->ckpt && k == 3) ? NULL : (uint8_t *)a->wq + at[k] * C * C;
+    const cu_layer_t *a = layer_of(cu, l);
+    return a->wq == NULL || (l < cu->keep_from && k == 3) ? NULL : (uint8_t *)a->wq + at[k] * C * C;
 }
 
 /* out (N,OC) = inp x W + b, in bf16; or with FP8 operands, the input's codes
@@ -342,9 +350,8 @@ static int linear_forward(gpt2_cu_t *cu, int l, int k, void *out, void **xq, con
     const nn_cuda_fp8_scales_t sc = fp8_scales(cu, l, k);
     return need(cu, xq, (size_t)cu->N * IC, err) < 0
                ? -1
-               : nn_cuda_fp8_conv1d_forward(cu->h, out, *xq, wq_at(cu, layer_of(cu, l), k), inp,
-                                            gelu, w, b, cu->N, IC, OC, 1, &sc, cu->fp8_scratch,
-                                            err);
+               : nn_cuda_fp8_conv1d_forward(cu->h, out, *xq, wq_at(cu, l, k), inp, gelu, w, b,
+                                            cu->N, IC, OC, 1, &sc, cu->fp8_scratch, err);
 }
 
 /* out = res + inp x W + b. bf16: one product, the residual read by its
@@ -374,9 +381,8 @@ static int linear_backward(gpt2_cu_t *cu, int l, int k, void *dinp, float *dw, f
         return nn_cuda_matmul_backward(cu->h, dinp, dw, db, dout, OC, inp, w, cu->N, IC, OC, 0,
                                        err);
     const nn_cuda_fp8_scales_t sc = fp8_scales(cu, l, k);
-    return nn_cuda_fp8_conv1d_backward(cu->h, dinp, dw, db, dout, pre, xq,
-                                       wq_at(cu, layer_of(cu, l), k), w, cu->N, IC, OC, &sc,
-                                       cu->fp8_scratch, err);
+    return nn_cuda_fp8_conv1d_backward(cu->h, dinp, dw, db, dout, pre, xq, wq_at(cu, l, k), w,
+                                       cu->N, IC, OC, &sc, cu->fp8_scratch, err);
 }
 
 /* The input's transposed codes of product k, as its forward saves them (a
@@ -445,8 +451,9 @@ static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bool recompute, b
         return -1;
     if (cu->fp8)
         drop(cu, &a->ln2);
-    cu->acts_of = l;
-    if (recompute) /* with FP8, GELU's codes are what the backward reads */
+    if (l < cu->keep_from)
+        cu->acts_of = l; /* the scratch set holds layer l's */
+    if (recompute)       /* with FP8, GELU's codes are what the backward reads */
         return cu->fp8 && (need(cu, &a->gelu_q, 4 * NC, err) < 0 ||
                            linear_codes(cu, l, 3, a->gelu_q, a->fch, true, 4 * C, err) < 0)
                    ? -1
@@ -467,7 +474,8 @@ static int layer_backward(gpt2_cu_t *cu, int l, void *const *p, float *const *g,
     cu_layer_t *a = layer_of(cu, l);
     void **atty = cu->keep_attn ? &cu->katty[l] : &a->atty,
          **att = cu->keep_attn ? &cu->katt[l] : &a->att;
-    cu->acts_of = -1; /* the set is consumed here */
+    if (l < cu->keep_from)
+        cu->acts_of = -1; /* the scratch set is consumed here */
     /* MLP projection. bf16: the weight's gradient first, then GELU's output is
      * dead and dfch can take its place, GELU's gradient made by the product's
      * epilogue. FP8: GELU's output is gone already (its codes are half its
@@ -658,6 +666,37 @@ const float *gpt2_cu_logits(gpt2_cu_t *cu, bmt_error_t *err)
                : cu->logits_host;
 }
 
+int gpt2_cu_keep_layers(gpt2_cu_t *cu, int keep_from, bool head, bmt_error_t *err)
+{
+    if (cu->logits || cu->x[0]) {
+        snprintf(err->text, sizeof(err->text),
+                 "gpt2: layers keep their activations from before the first forward on, not "
+                 "after it");
+        return -1;
+    }
+    cu->keep_from = keep_from;
+    cu->head_rows = head ? cu->N : cu->chunk_rows;
+    return 0;
+}
+
+void gpt2_cu_act_bytes(const gpt2_cu_t *cu, int64_t *layer, int64_t *head)
+{
+    const int64_t U = (int64_t)cu->U, S = (int64_t)cu->N * 4, C = cu->cfg.n_embd;
+    /* layer_forward's set, (N,C) bf16 buffers in U: qkvr 3, res2 1, fch 4,
+     * atty 1, and bf16 ln1, ln2 1 each and fch_gelu 4; or with FP8 the codes
+     * of ln1, atty, ln2 (U/2 each) and GELU's (2 U) instead, and the weights'
+     * (12 C^2 bytes). Then att and the four statistics. keep_attn's atty and
+     * att live outside the set, kept for every layer anyway. */
+    int64_t b = cu->fp8 ? 9 * U + 3 * U / 2 + 2 * U + 12 * C * C : 15 * U;
+    b += 4 * S;
+    if (cu->keep_attn)
+        b -= U;
+    else
+        b += (int64_t)cu->att_bytes;
+    *layer = b;
+    *head = 2 * (int64_t)cu->Vp * (cu->N - cu->chunk_rows);
+}
+
 int gpt2_cu_keep_attention(gpt2_cu_t *cu, int mode, bmt_error_t *err)
 {
     const bool on = mode < 0 ? cu->flash : mode != 0;
@@ -807,6 +846,16 @@ int gpt2_cu_gemm_tune(gpt2_cu_t *cu, int candidates, bmt_error_t *err)
 {
     (void)cu, (void)candidates;
     return no_cuda(err);
+}
+int gpt2_cu_keep_layers(gpt2_cu_t *cu, int keep_from, bool head, bmt_error_t *err)
+{
+    (void)cu, (void)keep_from, (void)head;
+    return no_cuda(err);
+}
+void gpt2_cu_act_bytes(const gpt2_cu_t *cu, int64_t *layer, int64_t *head)
+{
+    (void)cu;
+    *layer = *head = 0;
 }
 int gpt2_cu_keep_attention(gpt2_cu_t *cu, int mode, bmt_error_t *err)
 {

@@ -50,6 +50,15 @@ const float *gpt2_cu_logits(gpt2_cu_t *cu, bmt_error_t *err);
  * Call it between micro-batches, not between a forward and its backward. */
 int gpt2_cu_keep_attention(gpt2_cu_t *cu, int mode, bmt_error_t *err);
 
+/* Selective checkpointing (gpt2_model_keep_layers): layers keep_from..L-1
+ * keep their own activation sets, the others share the scratch set; with
+ * head the logits are kept whole. Before the first forward. */
+int gpt2_cu_keep_layers(gpt2_cu_t *cu, int keep_from, bool head, bmt_error_t *err);
+
+/* Bytes of one kept layer's set (as keep_attn and FP8 stand now), and of the
+ * whole logits beyond one chunk's. */
+void gpt2_cu_act_bytes(const gpt2_cu_t *cu, int64_t *layer, int64_t *head);
+
 /* on != 0: the four products of each layer with FP8 operands from the next
  * forward on (nn_cuda_fp8_conv1d_*, docs/fp8.md); their scales and scratch
  * are made here. history 0: current scaling; 1..NN_FP8_HISTORY_MAX: delayed

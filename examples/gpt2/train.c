@@ -131,6 +131,16 @@ static int after_create(void *self, void *m, bmt_error_t *err)
     return 0;
 }
 
+static int act_bytes(const void *m, int64_t *layer, int64_t *head)
+{
+    return gpt2_model_act_bytes(m, layer, head);
+}
+
+static int keep_layers(void *m, int layers, bool head, bmt_error_t *err)
+{
+    return gpt2_model_keep_layers(m, layers, head, err);
+}
+
 /* FP8's statistics: a line on rank 0, and on any rank whose tensors
  * saturated or could not be scaled. */
 static int finish(void *self, void *m, int rank, bmt_error_t *err)
@@ -215,6 +225,8 @@ int main(int argc, char **argv)
         .flops_per_token = flops_per_token,
         .create = create,
         .after_create = after_create,
+        .act_bytes = act_bytes,
+        .keep_layers = keep_layers,
         .finish = finish,
         .load = load,
         .list = list,

@@ -56,6 +56,9 @@ struct llama_model {
     int B, T, N;        /* N = B T rows */
     int Q, KV;          /* NH hd and NKV hd: widths of q and of k, v */
     bool ckpt;          /* the list checkpoints activations */
+    int keep_from;      /* layers l >= keep_from keep their activations (set l); the others
+                         * are recomputed in set L, the scratch: 0 without checkpointing,
+                         * L with it, less after llama_model_keep_layers */
     nn_fp8_plan_t *fp8; /* llama_model_fp8: the layers' products emulated in FP8 (cpu), or NULL */
     int fp8_history;    /* its history (0: current scaling) */
     bmt_dtype_t pdtype; /* parameters: f32 on cpu, bf16 on cuda */
@@ -65,7 +68,7 @@ struct llama_model {
     int counted;               /* targets >= 0 */
     float *inv_freq;           /* (hd/2): RoPE's frequencies, scaled as the config says */
     float **x;                 /* (L+1) x (N,C): the residual stream, the layers' inputs */
-    layer_acts_t *acts;        /* L sets, or 1 shared with checkpointing */
+    layer_acts_t *acts;        /* L + 1 sets, those in use allocated (keep_from) */
     /* final norm and head */
     float *xf, *rstdf; /* (N,C), (N): model.norm's output (the head's input), 1/rms */
     float *logits;     /* (N,V) */
@@ -94,7 +97,10 @@ static int fail(bmt_error_t *err, const char *fmt, ...)
 /* A layer block's parameters are indexed by model_cuda.h's P_* (the order
  * build_blocks adds them in). */
 
-static layer_acts_t *acts_of(llama_model_t *m, int l) { return &m->acts[m->ckpt ? 0 : l]; }
+static layer_acts_t *acts_of(llama_model_t *m, int l)
+{
+    return &m->acts[l >= m->keep_from ? l : m->cfg.n_layer];
+}
 
 /* A layer's product out (N,OC) = inp (N,IC) W^T, W nn.Linear's (OC,IC): f32,
  * or (llama_model_fp8) its operands through FP8, product k of layer l (k as
@@ -442,14 +448,40 @@ static int build_blocks(llama_model_t *m, uint64_t seed, bmt_error_t *err)
     return append_block(m, "lm_head", emb, 1, &ops->head, seed, err) ? 0 : -1;
 }
 
-/* What each_act does with one buffer: allocate it (alloc_one) or free it
- * (free_one). *p is where the buffer's pointer lives, n its floats. */
+/* What each_act does with one buffer: allocate it (alloc_one), free it
+ * (free_one) or count its floats (count_one). *p is where the buffer's
+ * pointer lives, n its floats. */
 typedef struct act_visit {
     void (*fn)(struct act_visit *v, float **p, size_t n);
     llama_model_t *m;
     bmt_error_t *err;
-    int rc; /* alloc_one: -1 after the first failure (the rest are left NULL) */
+    int rc;       /* alloc_one: -1 after the first failure (the rest are left NULL) */
+    size_t count; /* count_one: floats so far */
 } act_visit_t;
+
+/* Whether set i is in use when layers keep_from.. keep theirs: a kept
+ * layer's (i < L), or the scratch (i == L) when some layer is recomputed. */
+static bool set_used(const llama_model_t *m, int keep_from, int i)
+{
+    return i < m->cfg.n_layer ? i >= keep_from : keep_from > 0;
+}
+
+/* Set i's buffers with their sizes. */
+static void each_set_buf(llama_model_t *m, int i, act_visit_t *v)
+{
+    const size_t N = (size_t)m->N, C = (size_t)m->cfg.n_embd;
+    const size_t F = (size_t)m->cfg.ffn, Q = (size_t)m->Q, KV = (size_t)m->KV;
+    const size_t lse = (size_t)m->B * m->cfg.n_head * m->T;
+    layer_acts_t *a = &m->acts[i];
+    float **bufs[] = { &a->ln1,  &a->rstd1, &a->q,     &a->k,    &a->v,  &a->att, &a->lse,
+                       &a->res2, &a->ln2,   &a->rstd2, &a->gate, &a->up, &a->h };
+    const size_t n[] = { N * C, N,     N * Q, N * KV, N * KV, N * Q, lse,
+                         N * C, N * C, N,     N * F,  N * F,  N * F };
+    _Static_assert(sizeof(bufs) / sizeof(bufs[0]) == sizeof(n) / sizeof(n[0]),
+                   "a size for every buffer");
+    for (size_t j = 0; j < sizeof(n) / sizeof(n[0]); j++)
+        v->fn(v, bufs[j], n[j]);
+}
 
 /* Every activation buffer with its size, in one place, so that allocation and
  * freeing cannot disagree. Needs m->x and m->acts. */
@@ -457,21 +489,12 @@ static void each_act(llama_model_t *m, act_visit_t *v)
 {
     const size_t N = (size_t)m->N, C = (size_t)m->cfg.n_embd, V = (size_t)m->cfg.vocab_size;
     const size_t F = (size_t)m->cfg.ffn, Q = (size_t)m->Q, KV = (size_t)m->KV;
-    const size_t lse = (size_t)m->B * m->cfg.n_head * m->T;
-    const int L = m->cfg.n_layer, sets = m->ckpt ? 1 : L;
+    const int L = m->cfg.n_layer;
     for (int l = 0; l <= L; l++)
         v->fn(v, &m->x[l], N * C);
-    for (int i = 0; i < sets; i++) {
-        layer_acts_t *a = &m->acts[i];
-        float **bufs[] = { &a->ln1,  &a->rstd1, &a->q,     &a->k,    &a->v,  &a->att, &a->lse,
-                           &a->res2, &a->ln2,   &a->rstd2, &a->gate, &a->up, &a->h };
-        const size_t n[] = { N * C, N,     N * Q, N * KV, N * KV, N * Q, lse,
-                             N * C, N * C, N,     N * F,  N * F,  N * F };
-        _Static_assert(sizeof(bufs) / sizeof(bufs[0]) == sizeof(n) / sizeof(n[0]),
-                       "a size for every buffer");
-        for (size_t j = 0; j < sizeof(n) / sizeof(n[0]); j++)
-            v->fn(v, bufs[j], n[j]);
-    }
+    for (int i = 0; i <= L; i++)
+        if (set_used(m, m->keep_from, i))
+            each_set_buf(m, i, v);
     float **bufs[] = { &m->xf,    &m->dres,   &m->dres2, &m->dln,    &m->dxf,     &m->datt,
                        &m->dq,    &m->dq_pre, &m->dk,    &m->dk_pre, &m->dv,      &m->dh,
                        &m->dgate, &m->dup,    &m->rstdf, &m->logits, &m->dlogits, &m->inv_freq };
@@ -491,6 +514,12 @@ static void alloc_one(act_visit_t *v, float **p, size_t n)
         v->rc = -1;
 }
 
+static void count_one(act_visit_t *v, float **p, size_t n)
+{
+    (void)p;
+    v->count += n;
+}
+
 static void free_one(act_visit_t *v, float **p, size_t n)
 {
     (void)n;
@@ -500,13 +529,13 @@ static void free_one(act_visit_t *v, float **p, size_t n)
 
 static int alloc_acts(llama_model_t *m, bmt_error_t *err)
 {
-    const int L = m->cfg.n_layer, sets = m->ckpt ? 1 : L;
+    const int L = m->cfg.n_layer;
     m->x = calloc((size_t)L + 1, sizeof(float *));
-    m->acts = calloc((size_t)sets, sizeof(layer_acts_t));
+    m->acts = calloc((size_t)L + 1, sizeof(layer_acts_t));
     if (!m->x || !m->acts)
         return fail(err, "model: rank %d: out of memory for the model's activations",
                     bmt_rank(m->ctx));
-    act_visit_t v = { alloc_one, m, err, 0 };
+    act_visit_t v = { .fn = alloc_one, .m = m, .err = err };
     each_act(m, &v);
     if (v.rc == 0 && (m->row_lse = bmt_alloc(m->ctx, BMT_MEM_ACTIVATION,
                                              (size_t)m->N * sizeof(double), err)) == NULL)
@@ -517,7 +546,7 @@ static int alloc_acts(llama_model_t *m, bmt_error_t *err)
 static void free_acts(llama_model_t *m)
 {
     if (m->x && m->acts) {
-        act_visit_t v = { free_one, m, NULL, 0 };
+        act_visit_t v = { .fn = free_one, .m = m };
         each_act(m, &v);
     }
     bmt_free(m->ctx, m->row_lse);
@@ -557,6 +586,7 @@ llama_model_t *llama_model_create(bmt_ctx_t *ctx, const llama_config_t *cfg, int
     if (list_cfg)
         lc = *list_cfg;
     m->ckpt = lc.checkpointing != 0;
+    m->keep_from = m->ckpt ? cfg->n_layer : 0;
     const nn_rope_scaling_t s = { cfg->rope_factor, cfg->rope_low_freq_factor,
                                   cfg->rope_high_freq_factor, cfg->rope_original_max };
     m->inputs = calloc((size_t)m->N, sizeof(int32_t));
@@ -682,6 +712,50 @@ int llama_model_fp8_stats(llama_model_t *m, nn_fp8_stats_t *st)
         nn_fp8_plan_begin(m->fp8); /* closes the last pass, as a forward would */
     *st = m->fp8 ? nn_fp8_plan_stats(m->fp8) : (nn_fp8_stats_t){ 0, 0, 0 };
     return 0;
+}
+
+int llama_model_act_bytes(const llama_model_t *m, int64_t *layer, int64_t *head)
+{
+    if (m->cu) {
+        llama_cu_act_bytes(m->cu, layer, head);
+    } else { /* a set's floats; the cpu head keeps its logits whole always */
+        act_visit_t v = { .fn = count_one, .m = (llama_model_t *)m };
+        each_set_buf(v.m, m->cfg.n_layer, &v);
+        *layer = (int64_t)(v.count * sizeof(float)), *head = 0;
+    }
+    return m->cfg.n_layer;
+}
+
+int llama_model_keep_layers(llama_model_t *m, int layers, bool head, bmt_error_t *err)
+{
+    const int L = m->cfg.n_layer;
+    if (!m->ckpt)
+        return fail(err, "model: keeping layers' activations is selective checkpointing: the "
+                         "model was made without checkpointing (every layer keeps them already)");
+    if (layers < 0 || layers > L)
+        return fail(err, "model: %d layers cannot keep their activations: the model has %d", layers,
+                    L);
+    /* The list first (it refuses after the first forward): layer l is use
+     * l + 1, the head the last use. */
+    const int n = bmt_blocklist_size(m->list);
+    for (int l = 0; l < L; l++)
+        if (bmt_blocklist_set_checkpointing(m->list, l + 1, l < L - layers, err) < 0)
+            return -1;
+    if (bmt_blocklist_set_checkpointing(m->list, n - 1, !head, err) < 0)
+        return -1;
+    if (m->cu)
+        return llama_cu_keep_layers(m->cu, L - layers, head, err);
+    /* The sets that go out of use first, then those that come into it. */
+    const int was = m->keep_from, now = L - layers;
+    act_visit_t fv = { .fn = free_one, .m = m }, av = { .fn = alloc_one, .m = m, .err = err };
+    for (int i = 0; i <= L; i++)
+        if (set_used(m, was, i) && !set_used(m, now, i))
+            each_set_buf(m, i, &fv);
+    m->keep_from = now;
+    for (int i = 0; i <= L; i++)
+        if (!set_used(m, was, i) && set_used(m, now, i))
+            each_set_buf(m, i, &av);
+    return av.rc;
 }
 
 void llama_model_destroy(llama_model_t *m)

@@ -134,6 +134,23 @@ int llama_model_fp8(llama_model_t *m, int on, int history, bmt_error_t *err);
  * closed first); zeros without FP8. 0. */
 int llama_model_fp8_stats(llama_model_t *m, nn_fp8_stats_t *st);
 
+/* Selective activation checkpointing (the trainer's --ckpt-budget): in a model
+ * made with checkpointing, the last `layers` layers keep their activations
+ * from the forward to their backward instead of being recomputed, and with
+ * `head` the head keeps its logits whole (cuda: the backward then takes its
+ * products from them, as without checkpointing, where it recomputes them
+ * chunk by chunk); every other layer is recomputed as before. The same
+ * numbers either way. Sets each block's bmt_blocklist_set_checkpointing, so
+ * before the first forward, on every rank alike. -1 with err: a model without
+ * checkpointing, layers outside 0..L, after the first forward, or out of
+ * memory (cpu: the sets are allocated here; cuda: as they are used). */
+int llama_model_keep_layers(llama_model_t *m, int layers, bool head, bmt_error_t *err);
+
+/* What keeping costs: *layer the bytes of one layer's kept activations (its
+ * saved set), *head those the head's whole logits take beyond its chunks (0
+ * on cpu, which keeps them whole always). Returns the number of layers. */
+int llama_model_act_bytes(const llama_model_t *m, int64_t *layer, int64_t *head);
+
 /* Destroy the list (and its blocks) and the activations. NULL: no-op. */
 void llama_model_destroy(llama_model_t *m);
 

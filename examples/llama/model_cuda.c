@@ -40,7 +40,10 @@
  * residual is added in place), so no buffer beyond the set is needed. The
  * forward of the embedding, the final norm and the head are not recomputed
  * (their outputs are kept), and neither is the last layer when the scratch
- * set still holds its activations.
+ * set still holds its activations. Selective checkpointing
+ * (llama_cu_keep_layers): layers keep_from.. keep a set of their own, as
+ * without checkpointing, and the engine does not recompute them; the others
+ * share the scratch set.
  *
  * The head overwrites its logits with their gradient (fused cross-entropy,
  * rows Vp = V rounded up to 64 apart). Without checkpointing the forward does
@@ -87,7 +90,9 @@ struct llama_cu {
     int Q, KV, QKV; /* NH hd, NKV hd, Q + 2 KV: widths of q, of k and v, of qkv */
     int Vp;         /* V rounded up to 64: the logits' row stride */
     int head_rows;  /* rows of logits that exist at once: N, or a chunk under checkpointing */
-    int acts_of;    /* under checkpointing: the layer whose activations the scratch set holds */
+    int chunk_rows; /* a chunk's rows under checkpointing (head_rows unless the head keeps all) */
+    int acts_of;    /* the layer whose activations the scratch set holds, or -1 */
+    int keep_from;  /* layers >= keep_from have their own set: 0, or L under checkpointing */
     bool ckpt;
     nn_cuda_t *h;
     void *workspace;
@@ -97,7 +102,7 @@ struct llama_cu {
     int32_t *tokens_host;                /* the same on the host */
     int nbuckets, counted;
     void **x;         /* L + 1 residual stream buffers (N,C) bf16, the layers' inputs */
-    cu_layer_t *acts; /* L sets, or 1 */
+    cu_layer_t *acts; /* L + 1: a set per layer, the last the scratch (keep_from) */
     /* final norm and head */
     void *xf;                        /* (N,C) bf16: model.norm's output, the head's input */
     float *rstdf;                    /* (N) f32 */
@@ -211,10 +216,10 @@ static int check_stacked(const llama_cu_t *cu, const bmt_block_call_t *c, bmt_er
 static int alloc_all(llama_cu_t *cu, const float *inv_freq, bmt_error_t *err)
 {
     const size_t N = (size_t)cu->N;
-    const int L = cu->cfg.n_layer, sets = cu->ckpt ? 1 : L;
+    const int L = cu->cfg.n_layer;
     const size_t nf = (size_t)cu->cfg.head_dim / 2 * sizeof(float);
     if ((cu->x = calloc((size_t)L + 1, sizeof(void *))) == NULL ||
-        (cu->acts = calloc((size_t)sets, sizeof(cu_layer_t))) == NULL ||
+        (cu->acts = calloc((size_t)L + 1, sizeof(cu_layer_t))) == NULL ||
         (cu->tokens_host = malloc((5 * N + 1) * sizeof(int32_t))) == NULL)
         return nn_fail(err, "model: rank %d: out of host memory", bmt_rank(cu->ctx));
     if (!(cu->tokens = cu_alloc(cu, (5 * N + 1) * 4, err)) ||
@@ -251,8 +256,10 @@ llama_cu_t *llama_cu_create(bmt_ctx_t *ctx, const llama_config_t *cfg, int B, in
         const int rows = (int)(((size_t)cu->N + chunks - 1) / chunks + 63) / 64 * 64;
         cu->head_rows = rows < cu->N ? rows : cu->N;
     }
+    cu->chunk_rows = cu->head_rows;
     cu->acts_of = -1;
     cu->ckpt = ckpt;
+    cu->keep_from = ckpt ? cfg->n_layer : 0;
     cu->stream = bmt_compute_stream(ctx);
     cu->U = (size_t)cu->N * cfg->n_embd * 2;
     /* The widest layer: the column sums (RMSNorm weights) take C, the
@@ -278,12 +285,12 @@ void llama_cu_destroy(llama_cu_t *cu)
     bmt_error_t e;
     bmt_device_synchronize(ctx, &e); /* nothing may still run on what is freed */
     nn_cuda_destroy(cu->h);
-    const int L = cu->cfg.n_layer, sets = cu->ckpt ? 1 : L;
+    const int L = cu->cfg.n_layer;
     if (cu->x)
         for (int l = 0; l <= L; l++)
             bmt_free(ctx, cu->x[l]);
     if (cu->acts)
-        for (int s = 0; s < sets; s++) {
+        for (int s = 0; s <= L; s++) {
             cu_layer_t *a = &cu->acts[s];
             void *all[] = { a->ln1,  a->rstd1, a->qkv,   a->att, a->lse,
                             a->res2, a->ln2,   a->rstd2, a->gu,  a->h };
@@ -300,6 +307,26 @@ void llama_cu_destroy(llama_cu_t *cu)
     free(cu->tokens_host);
     free(cu->logits_host);
     free(cu);
+}
+
+int llama_cu_keep_layers(llama_cu_t *cu, int keep_from, bool head, bmt_error_t *err)
+{
+    if (cu->logits || cu->x[0])
+        return nn_fail(err, "model: layers keep their activations from before the first forward "
+                            "on, not after it");
+    cu->keep_from = keep_from;
+    cu->head_rows = head ? cu->N : cu->chunk_rows;
+    return 0;
+}
+
+void llama_cu_act_bytes(const llama_cu_t *cu, int64_t *layer, int64_t *head)
+{
+    const int64_t N = cu->N, C = cu->cfg.n_embd, F = cu->cfg.ffn;
+    const int64_t lse = (int64_t)cu->B * cu->cfg.n_head * cu->T;
+    /* layer_forward's set: ln1, res2, ln2 (N,C), qkv, att, gu, h bf16; the
+     * statistics and lse f32 */
+    *layer = 2 * (3 * N * C + N * cu->QKV + N * cu->Q + N * 2 * F + N * F) + 4 * (2 * N + lse);
+    *head = 2 * (int64_t)cu->Vp * (N - cu->chunk_rows);
 }
 
 int llama_cu_set_batch(llama_cu_t *cu, const int32_t *inputs, const int32_t *targets, int counted,
@@ -322,7 +349,10 @@ int llama_cu_set_batch(llama_cu_t *cu, const int32_t *inputs, const int32_t *tar
     return 0;
 }
 
-static cu_layer_t *layer_of(llama_cu_t *cu, int l) { return &cu->acts[cu->ckpt ? 0 : l]; }
+static cu_layer_t *layer_of(llama_cu_t *cu, int l)
+{
+    return &cu->acts[l >= cu->keep_from ? l : cu->cfg.n_layer];
+}
 
 /* x[l+1] = layer(x[l]); under recompute only the set is made again (see the
  * note at the top). Each buffer is made just before its first writer. */
@@ -358,8 +388,9 @@ static int layer_forward(llama_cu_t *cu, int l, void *const *p, bool recompute, 
         nn_cuda_matmul_forward(h, a->gu, 2 * F, a->ln2, p[P_GATE], NULL, N, C, 2 * F, 1, err) < 0 ||
         nn_cuda_swiglu_forward(h, a->h, a->gu, N, F, err) < 0)
         return -1;
-    cu->acts_of = l;
-    if (recompute) /* x[l+1] is kept: the backward has all it reads */
+    if (l < cu->keep_from)
+        cu->acts_of = l; /* the scratch set holds layer l's */
+    if (recompute)       /* x[l+1] is kept: the backward has all it reads */
         return 0;
     void *out = cu->x[l + 1];
     return nn_cuda_matmul_residual_forward(h, out, a->res2, a->h, p[P_DOWN], NULL, N, F, C, 1, err);
@@ -378,7 +409,8 @@ static int layer_backward(llama_cu_t *cu, int l, void *const *p, float *const *g
     const int NH = cf->n_head, NKV = cf->n_kv_head, hd = cf->head_dim;
     const size_t U = cu->U;
     cu_layer_t *a = layer_of(cu, l);
-    cu->acts_of = -1; /* the set is consumed here */
+    if (l < cu->keep_from)
+        cu->acts_of = -1; /* the scratch set is consumed here */
 
     /* down_proj: the weight's gradient first, then h is dead and dh can take
      * its place. */
@@ -598,6 +630,16 @@ llama_cu_t *llama_cu_create(bmt_ctx_t *ctx, const llama_config_t *cfg, int B, in
     return NULL;
 }
 void llama_cu_destroy(llama_cu_t *cu) { (void)cu; }
+int llama_cu_keep_layers(llama_cu_t *cu, int keep_from, bool head, bmt_error_t *err)
+{
+    (void)cu, (void)keep_from, (void)head;
+    return no_cuda(err);
+}
+void llama_cu_act_bytes(const llama_cu_t *cu, int64_t *layer, int64_t *head)
+{
+    (void)cu;
+    *layer = *head = 0;
+}
 int llama_cu_set_batch(llama_cu_t *cu, const int32_t *i, const int32_t *t, int n, bmt_error_t *err)
 {
     (void)cu, (void)i, (void)t, (void)n;

@@ -53,6 +53,14 @@ llama_cu_t *llama_cu_create(bmt_ctx_t *ctx, const llama_config_t *cfg, int B, in
                             const float *inv_freq, bmt_error_t *err);
 void llama_cu_destroy(llama_cu_t *cu);
 
+/* Selective checkpointing (llama_model_keep_layers): layers keep_from..L-1
+ * keep their own activation sets, the others share the scratch set; with
+ * head the logits are kept whole. Before the first forward. */
+int llama_cu_keep_layers(llama_cu_t *cu, int keep_from, bool head, bmt_error_t *err);
+
+/* Bytes of one layer's set, and of the whole logits beyond one chunk's. */
+void llama_cu_act_bytes(const llama_cu_t *cu, int64_t *layer, int64_t *head);
+
 /* Copy the batch (host, validated by the caller; counted targets >= 0) to the
  * device, after the work that still reads the previous one. */
 int llama_cu_set_batch(llama_cu_t *cu, const int32_t *inputs, const int32_t *targets, int counted,

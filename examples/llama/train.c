@@ -191,6 +191,16 @@ static int load(void *m, const char *path, bmt_error_t *err)
     return llama_model_load(m, path, err);
 }
 
+static int act_bytes(const void *m, int64_t *layer, int64_t *head)
+{
+    return llama_model_act_bytes(m, layer, head);
+}
+
+static int keep_layers(void *m, int layers, bool head, bmt_error_t *err)
+{
+    return llama_model_keep_layers(m, layers, head, err);
+}
+
 static bmt_blocklist_t *list(void *m) { return llama_model_list(m); }
 
 static int set_batch(void *m, const int32_t *in, const int32_t *tg, bmt_error_t *err)
@@ -251,6 +261,8 @@ int main(int argc, char **argv)
         .create = create,
         .after_create = after_create,
         .finish = finish,
+        .act_bytes = act_bytes,
+        .keep_layers = keep_layers,
         .load = load,
         .list = list,
         .set_batch = set_batch,

@@ -97,6 +97,35 @@ for layout in $layouts; do
     "
 done
 
+# Selective checkpointing on cuda (--ckpt-budget), bf16 and FP8: a run whose
+# budget keeps every layer and the head's whole logits has --ckpt 0's tensors
+# bit for bit, one that keeps layers 2..3 --ckpt 1's (their kept sets hold
+# what a recomputation would make again: with FP8 the same codes, and the
+# mlp.c_proj weight's codes from the forward); the activations' peak between.
+test_expect_success "--ckpt-budget on cuda, bf16 and --fp8 1: layers 2..3 kept: --ckpt 1's tensors bit for bit; every layer and the head kept: --ckpt 0's" '
+    for fp8 in 0 1; do
+        sel() { # TAG CKPT-OPTIONS...
+            with_timeout 300 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- "$GPT2" --model tiny \
+                --data "$TMP/corpus_train.bin" -b 8 -t 128 --steps 4 --fp8 $fp8 --ckpt "${@:2}" \
+                --save-dir $TMP/sel$fp8-$1 >$TMP/sel$fp8-$1.out 2>&1 || { tail -20 $TMP/sel$fp8-$1.out; return 1; }
+        }
+        sel full 1 --ckpt-budget 100000 && sel all 1 && sel none 0 &&
+        grep "checkpointing within" $TMP/sel$fp8-full.out &&
+        x=$(sed -n "s/^0: gpt2: checkpointing within .*: every layer keeps its activations (4 x \([0-9.]*\) MiB); the head keeps its logits whole\$/\1/p" $TMP/sel$fp8-full.out) &&
+        test -n "$x" && sel sel 1 --ckpt-budget $(awk -v x=$x "BEGIN { print 2.5 * x }") &&
+        grep "checkpointing within" $TMP/sel$fp8-sel.out &&
+        grep -q "^0: gpt2: checkpointing within .*: layers 2..3 keep their activations (2 x $x MiB), layers 0..1 are recomputed; the head recomputes its logits chunk by chunk\$" $TMP/sel$fp8-sel.out &&
+        n=0 && for f in $TMP/sel$fp8-all/step-00000004/*.safetensors; do
+            g=${f##*/} && cmp $f $TMP/sel$fp8-sel/step-00000004/$g &&
+            cmp $TMP/sel$fp8-none/step-00000004/$g $TMP/sel$fp8-full/step-00000004/$g && n=$((n + 1)) || return 1
+        done && echo "fp8 $fp8: $n files the same" && test $n -eq 10 &&
+        peak() { sed -n "s/^0: gpt2: peak memory by kind (MiB): .*activation \([0-9.]*\),.*/\1/p" "$1"; } &&
+        a1=$(peak $TMP/sel$fp8-all.out) && ab=$(peak $TMP/sel$fp8-sel.out) && a0=$(peak $TMP/sel$fp8-none.out) &&
+        echo "fp8 $fp8: activation peaks (MiB): every layer recomputed $a1, 2 of 4 kept $ab, none $a0" &&
+        awk -v a=$a1 -v b=$ab -v c=$a0 "BEGIN { exit !(a < b && b < c) }" || return 1
+    done
+'
+
 # --fp8 1 on cuda (nn_cuda_fp8_conv1d_*, checked op by op against the cpu's
 # emulation in test_fp8) against --fp8 1 on the cpu, from the same
 # bf16-representable weights, at delayed and at current scaling: over the

@@ -14,6 +14,9 @@
 #   scaling, V 1000: padded logit rows) and 128 (GQA 8:1, tied, NH hd != C),
 #   T 100 (not a multiple of 64), checkpointing on (the head in chunks) and off,
 #   zero levels 3 and 2, targets left out of the loss; 1x2 and 2x1 with 2 GPUs;
+# - selective checkpointing (--ckpt-budget): the same tensors bit for bit as
+#   checkpointing every layer (some layers kept) or none (every layer and the
+#   head kept), the activations' peak between;
 # - sizes the cuda model cannot compute are refused with what to change.
 # About 3 minutes on one H200.
 . "$(dirname "$0")/../integration/lib.sh"
@@ -76,6 +79,31 @@ test_expect_success "cpu and cuda from the same weights: 20 steps within 3e-2 (s
     last=$(losses cuda.out | tail -5 | awk "{ s += \$2 } END { print s / NR }") &&
     echo "cuda: loss $first -> $last (mean of the last 5)" &&
     awk -v a=$first -v b=$last "BEGIN { exit !(b < a - 1) }"
+'
+
+# Selective checkpointing on cuda (--ckpt-budget): layers 2..3 keep their sets
+# (0.9 MiB each here), or every layer and the head its whole logits. The kept
+# layers run the same kernels on the same shapes: the tensors of a run that
+# keeps some layers are those of --ckpt 1 bit for bit, and a run that keeps
+# everything is --ckpt 0's (the head's products over all rows, not chunks).
+act_peak() { sed -n "s/^0: llama: peak memory by kind (MiB): .*activation \([0-9.]*\),.*/\1/p" "$1"; }
+export -f act_peak
+test_expect_success "--ckpt-budget on cuda: 2 layers kept: --ckpt 1's tensors bit for bit; every layer and the head kept: --ckpt 0's; the activations' peak between" '
+    for run in all:1 sel:"1 --ckpt-budget 2" full:"1 --ckpt-budget 4" none:0; do
+        with_timeout 300 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- $LLAMA $RUN --init-from $INIT \
+            --steps 6 --ckpt ${run#*:} --save-dir $TMP/sel-${run%%:*} >$TMP/sel-${run%%:*}.out 2>err ||
+            { tail -20 $TMP/sel-${run%%:*}.out err; return 1; }
+    done &&
+    grep "checkpointing within" $TMP/sel-sel.out $TMP/sel-full.out &&
+    grep -q "^0: llama: checkpointing within 2.0 MiB: layers 2..3 keep their activations (2 x 0.9 MiB), layers 0..1 are recomputed; the head recomputes its logits chunk by chunk\$" $TMP/sel-sel.out &&
+    grep -q "^0: llama: checkpointing within 4.0 MiB: every layer keeps its activations (4 x 0.9 MiB); the head keeps its logits whole\$" $TMP/sel-full.out &&
+    n=0 && for f in $TMP/sel-all/step-00000006/*.safetensors; do
+        g=${f##*/} && cmp $f $TMP/sel-sel/step-00000006/$g && cmp $TMP/sel-none/step-00000006/$g $TMP/sel-full/step-00000006/$g &&
+        n=$((n + 1)) || return 1
+    done && echo "$n files the same" && test $n -eq 14 &&
+    a1=$(act_peak $TMP/sel-all.out) && ab=$(act_peak $TMP/sel-sel.out) && af=$(act_peak $TMP/sel-full.out) && a0=$(act_peak $TMP/sel-none.out) &&
+    echo "activation peaks (MiB): every layer recomputed $a1, 2 of 4 kept $ab, all kept $af, --ckpt 0 $a0" &&
+    awk -v a=$a1 -v b=$ab -v c=$a0 -v d=$af "BEGIN { exit !(a < b && b < c && d == c) }"
 '
 
 test_expect_success "a cuda checkpoint is bf16 (files and config.json) and the cpu model reads it back: the cuda run's val loss" '

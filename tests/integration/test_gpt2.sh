@@ -144,6 +144,27 @@ test_expect_success "the optimizer's update in the step or under the next forwar
     test $(wc -l <steps.1) -eq 6 && cmp steps.0 steps.1
 '
 
+# Selective checkpointing (--ckpt-budget): the last layer keeps its
+# activations, the others are recomputed: the tensors of a step directory bit
+# for bit those of --ckpt 1 and --ckpt 0, the activations' peak between.
+test_expect_success "--ckpt-budget (2x2): layer 3 keeps its activations; the same tensors bit for bit as --ckpt 1 and --ckpt 0, the activations' peak between" '
+    for run in all:1 sel:"1 --ckpt-budget 2" none:0; do
+        with_timeout 120 $BMLAUNCH --metrics-port 0 -g 2 -n 2 -- $GPT2 --model tiny \
+            --data $TMP/corpus_train.bin -b 4 -t 64 --steps 4 --ckpt ${run#*:} \
+            --save-dir $TMP/sel-${run%%:*} >$TMP/sel-${run%%:*}.out 2>err || { tail -5 err; return 1; }
+    done &&
+    grep "checkpointing within" $TMP/sel-sel.out &&
+    grep -q "^0: gpt2: checkpointing within 2.0 MiB: layers 3..3 keep their activations (1 x 1.4 MiB), layers 0..2 are recomputed; the head keeps its logits (nothing to recompute)\$" $TMP/sel-sel.out &&
+    n=0 && for f in $TMP/sel-all/step-00000004/*.safetensors; do
+        cmp $f $TMP/sel-sel/step-00000004/${f##*/} && cmp $f $TMP/sel-none/step-00000004/${f##*/} &&
+        n=$((n + 1)) || return 1
+    done && echo "$n files the same" && test $n -eq 10 &&
+    peak() { sed -n "s/^0: gpt2: peak memory by kind (MiB): .*activation \([0-9.]*\),.*/\1/p" "$1"; } &&
+    a1=$(peak $TMP/sel-all.out) && ab=$(peak $TMP/sel-sel.out) && a0=$(peak $TMP/sel-none.out) &&
+    echo "activation peaks: every layer recomputed $a1, 1 of 4 kept $ab, none recomputed $a0 MiB" &&
+    awk -v a=$a1 -v b=$ab -v c=$a0 "BEGIN { exit !(a < b && b < c) }"
+'
+
 test_expect_success "--keep-attention on the cpu model is refused, saying it is for cuda" '
     { with_timeout 60 $BMLAUNCH --metrics-port 0 -n 1 -- $GPT2 --model tiny \
         --data $TMP/corpus_train.bin -b 2 -t 32 --steps 1 --keep-attention 1 >out 2>&1; rc=$?; } &&

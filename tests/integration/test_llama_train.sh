@@ -117,6 +117,40 @@ test_expect_success "bad options are refused with a message" '
     { $LLAMA 2>err; rc=$?; } && test $rc -eq 2 && grep -q "^llama: --data PATTERN is required" err
 '
 
+# Selective checkpointing (--ckpt-budget, bmt_blocklist_set_checkpointing): the
+# last layers keep their activations, the others are recomputed. The same
+# numbers as recomputing every layer and as recomputing none: the step
+# directories' tensors bit for bit; the activations' peak between the two.
+# act_peak FILE: rank 0's activation peak in MiB.
+act_peak() { sed -n "s/^0: llama: peak memory by kind (MiB): .*activation \([0-9.]*\),.*/\1/p" "$1"; }
+export -f act_peak
+test_expect_success "--ckpt-budget (2x2): layers 2..3 keep their activations; the same tensors bit for bit as --ckpt 1 and --ckpt 0, the activations' peak between" '
+    for run in all:1 sel:"1 --ckpt-budget 2" none:0; do
+        with_timeout 120 $BMLAUNCH --metrics-port 0 -g 2 -n 2 --device cpu -- $LLAMA $RUN --steps 6 \
+            --ckpt ${run#*:} --save-dir $TMP/sel-${run%%:*} >$TMP/sel-${run%%:*}.out 2>err ||
+            { tail -5 err; return 1; }
+    done &&
+    grep "checkpointing within" $TMP/sel-sel.out &&
+    grep -q "^0: llama: checkpointing within 2.0 MiB: layers 2..3 keep their activations (2 x 0.[0-9] MiB), layers 0..1 are recomputed; the head keeps its logits (nothing to recompute)\$" $TMP/sel-sel.out &&
+    ! grep -q "checkpointing within" $TMP/sel-all.out &&
+    n=0 && for f in $TMP/sel-all/step-00000006/*.safetensors; do
+        cmp $f $TMP/sel-sel/step-00000006/${f##*/} && cmp $f $TMP/sel-none/step-00000006/${f##*/} &&
+        n=$((n + 1)) || return 1
+    done && echo "$n files the same" && test $n -eq 14 &&
+    a1=$(act_peak $TMP/sel-all.out) && ab=$(act_peak $TMP/sel-sel.out) && a0=$(act_peak $TMP/sel-none.out) &&
+    echo "activation peaks: every layer recomputed $a1, 2 of 4 kept $ab, none recomputed $a0 MiB" &&
+    awk -v a=$a1 -v b=$ab -v c=$a0 "BEGIN { exit !(a < b && b < c) }"
+'
+
+test_expect_success "--ckpt-budget: refused without checkpointing, below 0, and not a number" '
+    { $LLAMA --data x --ckpt 0 --ckpt-budget 5 2>err; rc=$?; } && test $rc -eq 2 &&
+    grep -q "^llama: --ckpt-budget chooses which layers checkpointing spares: it needs --ckpt 1" err &&
+    { $LLAMA --data x --ckpt-budget -1 2>err; rc=$?; } && test $rc -eq 2 &&
+    grep -q "^llama: --ckpt-budget needs a number from 0 to" err &&
+    { $LLAMA --data x --ckpt-budget lots 2>err; rc=$?; } && test $rc -eq 2 &&
+    grep -q "^llama: --ckpt-budget needs a number" err
+'
+
 # --fp8 1 on the cpu: the seven products of each layer with their operands
 # through FP8 (nn_fp8_linear_*, checked op by op against the formats'
 # definitions in test_fp8): close to the f32 run from the same seed, not the
