@@ -554,26 +554,37 @@ int gpt2_model_keep_layers(gpt2_model_t *m, int layers, bool head, bmt_error_t *
                          "made without checkpointing (every layer keeps them already)");
     if (layers < 0 || layers > L)
         return fail(err, "%d layers cannot keep their activations: the model has %d", layers, L);
-    /* The list first (it refuses after the first forward): layer l is use
-     * l + 1, the head (the embedding's tied use) the last. */
+    /* Refused after the first forward before anything changes (setting use
+     * 1 to what it is), then this model's sets (cpu: the new ones first, so
+     * that running out of memory leaves everything as it was), then the list:
+     * layer l is use l + 1, the head (the embedding's tied use) the last. */
+    if (bmt_blocklist_set_checkpointing(m->list, 1, bmt_blocklist_checkpointing(m->list, 1), err) <
+        0)
+        return -1;
+    if (m->cu) {
+        if (gpt2_cu_keep_layers(m->cu, L - layers, head, err) < 0)
+            return -1;
+    } else {
+        const int was = m->keep_from, now = L - layers;
+        int rc = 0;
+        for (int i = 0; i <= L && rc == 0; i++)
+            if (!set_used(m, was, i) && set_used(m, now, i))
+                set_bufs(m, &m->acts[i], true, false, &rc, err);
+        if (rc < 0) { /* give back what came, keep what was */
+            for (int i = 0; i <= L; i++)
+                if (!set_used(m, was, i) && set_used(m, now, i))
+                    set_bufs(m, &m->acts[i], false, true, NULL, NULL);
+            return -1;
+        }
+        for (int i = 0; i <= L; i++)
+            if (set_used(m, was, i) && !set_used(m, now, i))
+                set_bufs(m, &m->acts[i], false, true, NULL, NULL);
+        m->keep_from = now;
+    }
     for (int l = 0; l < L; l++)
         if (bmt_blocklist_set_checkpointing(m->list, l + 1, l < L - layers, err) < 0)
             return -1;
-    if (bmt_blocklist_set_checkpointing(m->list, L + 1, !head, err) < 0)
-        return -1;
-    if (m->cu)
-        return gpt2_cu_keep_layers(m->cu, L - layers, head, err);
-    /* The sets that go out of use first, then those that come into it. */
-    const int was = m->keep_from, now = L - layers;
-    int rc = 0;
-    for (int i = 0; i <= L; i++)
-        if (set_used(m, was, i) && !set_used(m, now, i))
-            set_bufs(m, &m->acts[i], false, true, NULL, NULL);
-    m->keep_from = now;
-    for (int i = 0; i <= L && rc == 0; i++)
-        if (!set_used(m, was, i) && set_used(m, now, i))
-            set_bufs(m, &m->acts[i], true, false, &rc, err);
-    return rc;
+    return bmt_blocklist_set_checkpointing(m->list, L + 1, !head, err);
 }
 
 int gpt2_model_fp8(gpt2_model_t *m, int on, int history, bmt_error_t *err)

@@ -735,27 +735,38 @@ int llama_model_keep_layers(llama_model_t *m, int layers, bool head, bmt_error_t
     if (layers < 0 || layers > L)
         return fail(err, "model: %d layers cannot keep their activations: the model has %d", layers,
                     L);
-    /* The list first (it refuses after the first forward): layer l is use
-     * l + 1, the head the last use. */
+    /* Refused after the first forward before anything changes (setting use
+     * 1 to what it is), then this model's sets (cpu: the new ones first, so
+     * that running out of memory leaves everything as it was), then the list:
+     * layer l is use l + 1, the head the last use. */
     const int n = bmt_blocklist_size(m->list);
+    if (bmt_blocklist_set_checkpointing(m->list, 1, bmt_blocklist_checkpointing(m->list, 1), err) <
+        0)
+        return -1;
+    if (m->cu) {
+        if (llama_cu_keep_layers(m->cu, L - layers, head, err) < 0)
+            return -1;
+    } else {
+        const int was = m->keep_from, now = L - layers;
+        act_visit_t fv = { .fn = free_one, .m = m }, av = { .fn = alloc_one, .m = m, .err = err };
+        for (int i = 0; i <= L; i++)
+            if (!set_used(m, was, i) && set_used(m, now, i))
+                each_set_buf(m, i, &av);
+        if (av.rc < 0) { /* give back what came, keep what was */
+            for (int i = 0; i <= L; i++)
+                if (!set_used(m, was, i) && set_used(m, now, i))
+                    each_set_buf(m, i, &fv);
+            return -1;
+        }
+        for (int i = 0; i <= L; i++)
+            if (set_used(m, was, i) && !set_used(m, now, i))
+                each_set_buf(m, i, &fv);
+        m->keep_from = now;
+    }
     for (int l = 0; l < L; l++)
         if (bmt_blocklist_set_checkpointing(m->list, l + 1, l < L - layers, err) < 0)
             return -1;
-    if (bmt_blocklist_set_checkpointing(m->list, n - 1, !head, err) < 0)
-        return -1;
-    if (m->cu)
-        return llama_cu_keep_layers(m->cu, L - layers, head, err);
-    /* The sets that go out of use first, then those that come into it. */
-    const int was = m->keep_from, now = L - layers;
-    act_visit_t fv = { .fn = free_one, .m = m }, av = { .fn = alloc_one, .m = m, .err = err };
-    for (int i = 0; i <= L; i++)
-        if (set_used(m, was, i) && !set_used(m, now, i))
-            each_set_buf(m, i, &fv);
-    m->keep_from = now;
-    for (int i = 0; i <= L; i++)
-        if (!set_used(m, was, i) && set_used(m, now, i))
-            each_set_buf(m, i, &av);
-    return av.rc;
+    return bmt_blocklist_set_checkpointing(m->list, n - 1, !head, err);
 }
 
 void llama_model_destroy(llama_model_t *m)
