@@ -584,7 +584,8 @@ static int ckpt_budget(const trainer_model_t *md, void *m, double budget_mib, in
     int64_t layer = 0, head = 0;
     const int L = md->act_bytes(m, &layer, &head);
     const double budget = budget_mib * 1048576.0;
-    int k = layer > 0 ? (int)(budget / (double)layer < L ? budget / (double)layer : L) : L;
+    const double fit = layer > 0 ? budget / (double)layer : L;
+    const int k = fit < L ? (int)fit : L;
     const bool keep_head = k == L && budget - (double)k * layer >= (double)head;
     if (md->keep_layers(m, k, keep_head, err) < 0)
         return -1;

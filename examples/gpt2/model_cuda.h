@@ -52,7 +52,8 @@ int gpt2_cu_keep_attention(gpt2_cu_t *cu, int mode, bmt_error_t *err);
 
 /* Selective checkpointing (gpt2_model_keep_layers): layers keep_from..L-1
  * keep their own activation sets, the others share the scratch set; with
- * head the logits are kept whole. Before the first forward. */
+ * head the logits are kept whole. Before the first forward (gpt2_model_keep_layers checks
+ * that on the block list first); -1 only in a build without CUDA. */
 int gpt2_cu_keep_layers(gpt2_cu_t *cu, int keep_from, bool head, bmt_error_t *err);
 
 /* Bytes of one kept layer's set (as keep_attn and FP8 stand now), and of the

@@ -93,7 +93,6 @@ struct llama_cu {
     int chunk_rows; /* a chunk's rows under checkpointing (head_rows unless the head keeps all) */
     int acts_of;    /* the layer whose activations the scratch set holds, or -1 */
     int keep_from;  /* layers >= keep_from have their own set: 0, or L under checkpointing */
-    bool ckpt;
     nn_cuda_t *h;
     void *workspace;
     float *inv_freq; /* (hd/2) f32: RoPE's frequencies, uploaded once */
@@ -258,7 +257,6 @@ llama_cu_t *llama_cu_create(bmt_ctx_t *ctx, const llama_config_t *cfg, int B, in
     }
     cu->chunk_rows = cu->head_rows;
     cu->acts_of = -1;
-    cu->ckpt = ckpt;
     cu->keep_from = ckpt ? cfg->n_layer : 0;
     cu->stream = bmt_compute_stream(ctx);
     cu->U = (size_t)cu->N * cfg->n_embd * 2;
@@ -311,9 +309,7 @@ void llama_cu_destroy(llama_cu_t *cu)
 
 int llama_cu_keep_layers(llama_cu_t *cu, int keep_from, bool head, bmt_error_t *err)
 {
-    if (cu->logits || cu->x[0])
-        return nn_fail(err, "model: layers keep their activations from before the first forward "
-                            "on, not after it");
+    (void)err; /* llama_model_keep_layers has made sure that no forward ran */
     cu->keep_from = keep_from;
     cu->head_rows = head ? cu->N : cu->chunk_rows;
     return 0;

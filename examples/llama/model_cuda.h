@@ -55,7 +55,8 @@ void llama_cu_destroy(llama_cu_t *cu);
 
 /* Selective checkpointing (llama_model_keep_layers): layers keep_from..L-1
  * keep their own activation sets, the others share the scratch set; with
- * head the logits are kept whole. Before the first forward. */
+ * head the logits are kept whole. Before the first forward (llama_model_keep_layers checks
+ * that on the block list first); -1 only in a build without CUDA. */
 int llama_cu_keep_layers(llama_cu_t *cu, int keep_from, bool head, bmt_error_t *err);
 
 /* Bytes of one layer's set, and of the whole logits beyond one chunk's. */
