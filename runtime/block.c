@@ -316,17 +316,52 @@ int block_gather_into(bmt_block_t *b, void *base, void *stream, bmt_error_t *err
     return 0;
 }
 
-int block_need_grads(bmt_block_t *b, void *stream, bmt_error_t *err)
+/* The elements of dtype group g's layout that no parameter covers (alignment
+ * gaps, padding) at base, zeroed: the optimizer's sums of squares read them. */
+static int zero_gaps(bmt_block_t *b, int g, float *base, void *stream, bmt_error_t *err)
 {
+    size_t at = 0;
+    for (int i = 0; i <= b->nparams; i++) {
+        const struct param *p = i < b->nparams ? &b->params[i] : NULL;
+        if (p && p->group != g)
+            continue;
+        const size_t end = p ? p->offset : b->groups[g].padded;
+        if (end > at && kern_zero(b->ctx, stream, base + at, dsize(BMT_F32, end - at), err) < 0)
+            return -1;
+        if (p)
+            at = p->offset + (size_t)p->numel;
+    }
+    return 0;
+}
+
+int block_fresh_grads(bmt_block_t *b, int g, float *base, enum fresh_mode mode, void *stream,
+                      bmt_error_t *err)
+{
+    const size_t bytes = dsize(BMT_F32, b->groups[g].padded);
+    if (mode == FRESH_ZERO)
+        return kern_zero(b->ctx, stream, base, bytes, err);
+    if (mode == FRESH_POISON && kern_fill(b->ctx, stream, base, 0xff, bytes, err) < 0)
+        return -1;
+    return zero_gaps(b, g, base, stream, err);
+}
+
+int block_need_grads(bmt_block_t *b, void *stream, enum fresh_mode mode, bool *made,
+                     bmt_error_t *err)
+{
+    *made = false;
     for (int g = 0; g < b->ngroups; g++) {
         struct dgroup *d = &b->groups[g];
         if (d->grad)
             continue;
         const size_t bytes = dsize(BMT_F32, d->shard);
         d->grad = bmt_alloc_async(b->ctx, BMT_MEM_GRAD, bytes, stream, err);
-        if (d->grad == NULL || kern_zero(b->ctx, stream, d->grad, bytes, err) < 0)
+        const int rc = d->grad == NULL         ? -1
+                       : d->shard == d->padded ? block_fresh_grads(b, g, d->grad, mode, stream, err)
+                                               : kern_zero(b->ctx, stream, d->grad, bytes, err);
+        if (rc < 0)
             return errprefix(err, "gradient shard of block %.200s: ", b->name);
         b->grad_fresh = true;
+        *made = true;
     }
     return 0;
 }

@@ -133,12 +133,33 @@ static inline char *block_own_part(const struct dgroup *d, void *base)
  * stream (comm stream in a list, NULL otherwise). */
 int block_gather_into(bmt_block_t *b, void *base, void *stream, bmt_error_t *err);
 
+/* How gradients that hold nothing yet are made ready for the callbacks:
+ * zeroed (FRESH_ZERO: the callbacks add), or left to callbacks that overwrite
+ * every element (bmt_blocklist_set_grad_overwrite), with only the alignment
+ * gaps and the padding zeroed (FRESH_LEAVE), after a fill with NaN under
+ * BMT_CHECK_OVERWRITE=1 (FRESH_POISON), so that a callback that adds to them
+ * or misses an element makes NaN instead of a plausible wrong number. */
+enum fresh_mode {
+    FRESH_ZERO,
+    FRESH_LEAVE,
+    FRESH_POISON
+};
+
+/* Make dtype group g's f32 gradients at base (its padded elements, laid out
+ * as the flat buffer) ready as mode says, on stream. */
+int block_fresh_grads(bmt_block_t *b, int g, float *base, enum fresh_mode mode, void *stream,
+                      bmt_error_t *err);
+
 /* Gradient shards (f32, BMT_MEM_GRAD) live from the first backward of a step
  * that writes them to the optimizer's step that consumes them: between steps
  * (the forward's peak) they take no memory. block_need_grads allocates the
- * missing ones in stream order on stream, zeroed there; block_drop_grads gives
- * them back on stream once what is enqueued before it is done. */
-int block_need_grads(bmt_block_t *b, void *stream, bmt_error_t *err);
+ * missing ones in stream order on stream, ready there as mode says (a mode
+ * other than FRESH_ZERO only where a shard is the whole padded buffer, a
+ * group of one; elsewhere they are zeroed), and sets *made when it allocated
+ * them (they hold nothing yet); block_drop_grads gives them back on stream
+ * once what is enqueued before it is done. */
+int block_need_grads(bmt_block_t *b, void *stream, enum fresh_mode mode, bool *made,
+                     bmt_error_t *err);
 void block_drop_grads(bmt_block_t *b, int group, void *stream);
 
 /* What the optimizer needs of a list. */

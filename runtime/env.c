@@ -40,6 +40,10 @@ static const env_knob_t knobs[] = {
     { "BMT_CHECK_COLLECTIVES", "0",
       "1: every collective first checks that all ranks of its communicator issued the same "
       "call (kind, count, dtype, op, root), and fails naming the first that did not" },
+    { "BMT_CHECK_OVERWRITE", "0",
+      "1: gradients a block list leaves to callbacks that overwrite them "
+      "(bmt_blocklist_set_grad_overwrite) are filled with NaN first, so a callback that adds "
+      "to them or misses an element makes NaN (tests)" },
     { "BMT_SHM_CHUNK", "1M",
       "bytes each rank stages per step in the shm backend (K/M/G suffix); "
       "each shm communicator reserves (2*size+2) times this in /dev/shm" },

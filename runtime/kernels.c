@@ -108,20 +108,25 @@ int kern_init(bmt_ctx_t *ctx, void *stream, void *dst, bmt_dtype_t dtype, size_t
 
 /* ------------------------------------------------------------ zero, cast, accumulate */
 
-int kern_zero(bmt_ctx_t *ctx, void *stream, void *dst, size_t bytes, bmt_error_t *err)
+int kern_fill(bmt_ctx_t *ctx, void *stream, void *dst, int value, size_t bytes, bmt_error_t *err)
 {
-    if (check_ctx(ctx, "kern_zero", err) < 0)
+    if (check_ctx(ctx, "kern_fill", err) < 0)
         return -1;
     if (bytes == 0)
         return 0;
     if (dst == NULL)
-        return errprintf(err, "rank %d: kern_zero: dst is NULL", ctx->rank);
+        return errprintf(err, "rank %d: kern_fill: dst is NULL", ctx->rank);
 #ifdef BMT_HAVE_CUDA
     if (ctx->device == BMT_DEVICE_CUDA)
-        return cuda_result(ctx, "kern_zero", kern_cuda_zero(stream, dst, bytes), err);
+        return cuda_result(ctx, "kern_fill", kern_cuda_fill(stream, dst, value & 0xff, bytes), err);
 #endif
-    memset(dst, 0, bytes);
+    memset(dst, value & 0xff, bytes);
     return 0;
+}
+
+int kern_zero(bmt_ctx_t *ctx, void *stream, void *dst, size_t bytes, bmt_error_t *err)
+{
+    return kern_fill(ctx, stream, dst, 0, bytes, err);
 }
 
 /* Element i of src as a double: exact for every dtype. */

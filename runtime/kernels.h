@@ -27,6 +27,9 @@ int kern_init(bmt_ctx_t *ctx, void *stream, void *dst, bmt_dtype_t dtype, size_t
 /* dst[i] = 0 for bytes bytes. */
 int kern_zero(bmt_ctx_t *ctx, void *stream, void *dst, size_t bytes, bmt_error_t *err);
 
+/* Every byte of dst = value (0..255) for bytes bytes (0xff: f32 and bf16 NaNs). */
+int kern_fill(bmt_ctx_t *ctx, void *stream, void *dst, int value, size_t bytes, bmt_error_t *err);
+
 /* dst[i] = (dst dtype) src[i]; f32 <-> bf16 (round to nearest even), or a copy. */
 int kern_cast(bmt_ctx_t *ctx, void *stream, void *dst, bmt_dtype_t dst_dtype, const void *src,
               bmt_dtype_t src_dtype, size_t n, bmt_error_t *err);

@@ -63,6 +63,7 @@
 #include "checksum.h"
 #include "comm.h"
 #include "ctx.h"
+#include "env.h"
 #include "error.h"
 #include "kernels.h"
 
@@ -103,7 +104,9 @@ struct bmt_blocklist {
     int gnext;
     struct list_state st;
     enum phase phase;
-    bool checked; /* the ranks agreed on the list's configuration and blocks */
+    bool checked;          /* the ranks agreed on the list's configuration and blocks */
+    enum fresh_mode fresh; /* how gradients that hold nothing yet reach the callbacks */
+    bool poison;           /* BMT_CHECK_OVERWRITE: FRESH_POISON where FRESH_LEAVE */
 };
 
 /* A group of one: gradients go straight into the shards (see the top). */
@@ -142,6 +145,11 @@ bmt_blocklist_t *bmt_blocklist_create(bmt_ctx_t *ctx, const bmt_blocklist_config
                   cfg->prefetch);
         return NULL;
     }
+    bool poison = false;
+    if (env_get_flag("BMT_CHECK_OVERWRITE", &poison, err) < 0) {
+        errprefix(err, "rank %d: bmt_blocklist_create: ", ctx->rank);
+        return NULL;
+    }
     bmt_blocklist_t *l = calloc(1, sizeof(*l));
     if (l == NULL) {
         errprintf(err, "rank %d: out of memory", ctx->rank);
@@ -149,6 +157,8 @@ bmt_blocklist_t *bmt_blocklist_create(bmt_ctx_t *ctx, const bmt_blocklist_config
     }
     l->ctx = ctx;
     l->cfg = *cfg;
+    l->fresh = FRESH_ZERO;
+    l->poison = poison;
     for (int k = 0; k < 2; k++)
         if (device_event_create(ctx, &l->gslots[k].ready, err) < 0 ||
             device_event_create(ctx, &l->gslots[k].free, err) < 0) {
@@ -274,6 +284,21 @@ bool bmt_blocklist_checkpointing(const bmt_blocklist_t *l, int i)
     return l && i >= 0 && i < l->n && l->e[i].recompute;
 }
 
+int bmt_blocklist_set_grad_overwrite(bmt_blocklist_t *l, bool overwrite, bmt_error_t *err)
+{
+    if (l == NULL)
+        return errprintf(err, "bmt_blocklist_set_grad_overwrite: list is NULL");
+    if (l->st.forward_pending)
+        return errprintf(err,
+                         "rank %d: bmt_blocklist_set_grad_overwrite: between a forward and its "
+                         "backward; change it before the forward",
+                         l->ctx->rank);
+    l->fresh = !overwrite ? FRESH_ZERO : l->poison ? FRESH_POISON : FRESH_LEAVE;
+    return 0;
+}
+
+bool bmt_blocklist_grad_overwrite(const bmt_blocklist_t *l) { return l && l->fresh != FRESH_ZERO; }
+
 int bmt_blocklist_size(const bmt_blocklist_t *l) { return l ? l->n : 0; }
 
 bmt_block_t *bmt_blocklist_block(const bmt_blocklist_t *l, int i)
@@ -304,7 +329,8 @@ bmt_ctx_t *blocklist_ctx(bmt_blocklist_t *l) { return l->ctx; }
 
 /* The next full gradient buffer, for block b, on the compute stream: after the
  * reduce-scatter that drained it (its `free`), given back there and made anew
- * when its size differs from b's, then zeroed. */
+ * when its size differs from b's, then made ready for the callback (zeroed,
+ * or as the list's fresh mode says: each dtype group's padded elements). */
 static struct slot *grad_slot(bmt_blocklist_t *l, bmt_block_t *b, bmt_error_t *err)
 {
     bmt_ctx_t *ctx = l->ctx;
@@ -323,7 +349,13 @@ static struct slot *grad_slot(bmt_blocklist_t *l, bmt_block_t *b, bmt_error_t *e
             return NULL;
         g->bytes = b->grad_bytes;
     }
-    return kern_zero(ctx, compute, g->mem, b->grad_bytes, err) < 0 ? NULL : g;
+    if (l->fresh == FRESH_ZERO)
+        return kern_zero(ctx, compute, g->mem, b->grad_bytes, err) < 0 ? NULL : g;
+    for (int k = 0; k < b->ngroups; k++)
+        if (block_fresh_grads(b, k, (float *)((char *)g->mem + b->groups[k].grad_off), l->fresh,
+                              compute, err) < 0)
+            return NULL;
+    return g;
 }
 
 /* After a backward: the full gradient buffers go back on the comm stream, behind
@@ -532,7 +564,7 @@ static int release(bmt_blocklist_t *l, int i, bmt_error_t *err)
     return 0;
 }
 
-static int call(bmt_blocklist_t *l, int i, bool backward, bool keep, bool recompute,
+static int call(bmt_blocklist_t *l, int i, bool backward, bool keep, bool recompute, bool fresh,
                 bmt_error_t *err)
 {
     struct entry *e = &l->e[i];
@@ -546,6 +578,7 @@ static int call(bmt_blocklist_t *l, int i, bool backward, bool keep, bool recomp
         .keep_activations = keep,
         .recompute = recompute,
         .microbatch = l->st.microbatches,
+        .grads_fresh = backward && fresh,
     };
     int rc = backward ? e->ops.backward(e->model, &c, err) : e->ops.forward(e->model, &c, err);
     if (rc < 0)
@@ -798,7 +831,8 @@ int bmt_blocklist_forward(bmt_blocklist_t *l, bmt_error_t *err)
     for (int i = 0; i < l->n; i++) {
         if (l->cfg.prefetch && i + 1 < l->n && gather(l, i + 1, err) < 0)
             return broken(l, err);
-        if (await_params(l, i, err) < 0 || call(l, i, false, !l->e[i].recompute, false, err) < 0)
+        if (await_params(l, i, err) < 0 ||
+            call(l, i, false, !l->e[i].recompute, false, false, err) < 0)
             return broken(l, err);
         if (l->cfg.zero_level == 3 && release(l, i, err) < 0)
             return broken(l, err);
@@ -984,10 +1018,14 @@ int bmt_blocklist_backward(bmt_blocklist_t *l, bool last, bmt_error_t *err)
             return broken(l, err);
         if (await_params(l, i, err) < 0)
             return broken(l, err);
-        if (l->e[i].recompute && call(l, i, false, true, true, err) < 0)
+        if (l->e[i].recompute && call(l, i, false, true, true, false, err) < 0)
             return broken(l, err);
         struct slot *g = NULL;
-        if (b->nparams > 0 && block_need_grads(b, compute, err) < 0)
+        /* fresh: the gradients hold nothing yet (a full buffer per call; in a
+         * group of one, shards made just now: no earlier micro-batch or use) */
+        bool made = false;
+        if (b->nparams > 0 &&
+            block_need_grads(b, compute, direct ? l->fresh : FRESH_ZERO, &made, err) < 0)
             return broken(l, err);
         if (b->nparams > 0 && direct) {
             block_bind_shard_grads(b);
@@ -996,7 +1034,8 @@ int bmt_blocklist_backward(bmt_blocklist_t *l, bool last, bmt_error_t *err)
                 return broken(l, err);
             block_bind_grads(b, g->mem, gt);
         }
-        if (call(l, i, true, true, false, err) < 0)
+        const bool fresh = b->nparams > 0 && (!direct || made);
+        if (call(l, i, true, true, false, fresh, err) < 0)
             return broken(l, err);
         if (release(l, i, err) < 0)
             return broken(l, err);

@@ -152,16 +152,28 @@ typedef struct bmt_block_call {
     bmt_block_t *block;
     void *const *params;   /* (num params) full parameters, device memory, param dtype */
     void *const *grads;    /* backward: (num params) full gradients, f32 whatever
-                            * the parameter dtype: ADD into them, never overwrite.
-                            * Zeroed before the call, except in a group of one
-                            * rank: there they are the gradient shards themselves,
-                            * holding the sum so far (earlier micro-batches of the
-                            * step, a tied block's other use). forward: NULL */
+                            * the parameter dtype: ADD into them, unless
+                            * grads_fresh says they hold nothing yet. Zeroed
+                            * before the call (unless the list lets its callbacks
+                            * overwrite: bmt_blocklist_set_grad_overwrite), except
+                            * in a group of one rank: there they are the gradient
+                            * shards themselves, holding the sum so far (earlier
+                            * micro-batches of the step, a tied block's other use)
+                            * when grads_fresh is false. forward: NULL */
     void *stream;          /* cudaStream_t of the compute stream, NULL on cpu */
     bool keep_activations; /* forward: keep what backward needs (false in the first
                             * forward under activation checkpointing) */
     bool recompute;        /* forward: this is the recomputation inside backward */
     int microbatch;        /* micro-batches since the last optimizer step, from 0 */
+    bool grads_fresh;      /* backward: the gradients hold nothing of this step yet
+                            * (a group of two or more: always; a group of one: the
+                            * step's first micro-batch, at a tied block's first
+                            * use in backward order). Writing (=) into them is then
+                            * right, and adding (+=) too unless the list lets its
+                            * callbacks overwrite, where their contents are
+                            * undefined and the callback must write every element
+                            * of every gradient of the block. false in forwards
+                            * and for blocks without parameters */
 } bmt_block_call_t;
 
 typedef struct bmt_block_ops {
@@ -237,6 +249,21 @@ BMT_API int bmt_blocklist_set_checkpointing(bmt_blocklist_t *list, int i, bool r
 
 /* Whether use i is recomputed inside backward (false when out of range). */
 BMT_API bool bmt_blocklist_checkpointing(const bmt_blocklist_t *list, int i);
+
+/* Fresh gradients left to the callbacks (overwrite true): where a backward
+ * call's gradients hold nothing yet (call->grads_fresh), the list no longer
+ * zeroes them first, and the callbacks must write every element of every
+ * gradient of the block (a product with beta 0, say, instead of beta 1 into
+ * zeros): one pass over the gradients fewer per step, and no read of zeros.
+ * Alignment gaps and padding are still zeroed by the list. Under
+ * BMT_CHECK_OVERWRITE=1 the list fills those gradients with NaN first, so a
+ * callback that adds to them or misses an element makes NaN (tests).
+ * Default false: zeroed, the callbacks may add. May differ between ranks
+ * (the values do not). Errors: list NULL, or between a forward and its
+ * backward; nothing changes then. */
+BMT_API int bmt_blocklist_set_grad_overwrite(bmt_blocklist_t *list, bool overwrite,
+                                             bmt_error_t *err);
+BMT_API bool bmt_blocklist_grad_overwrite(const bmt_blocklist_t *list);
 
 /* Run every block's forward in order. */
 BMT_API int bmt_blocklist_forward(bmt_blocklist_t *list, bmt_error_t *err);

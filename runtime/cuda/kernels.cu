@@ -332,11 +332,11 @@ extern "C" cudaError_t kern_cuda_init(void *stream, void *dst, bmt_dtype_t dtype
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t kern_cuda_zero(void *stream, void *dst, size_t bytes)
+extern "C" cudaError_t kern_cuda_fill(void *stream, void *dst, int value, size_t bytes)
 {
     if (bytes == 0)
         return cudaSuccess;
-    return cudaMemsetAsync(dst, 0, bytes, static_cast<cudaStream_t>(stream));
+    return cudaMemsetAsync(dst, value, bytes, static_cast<cudaStream_t>(stream));
 }
 
 extern "C" cudaError_t kern_cuda_cast(void *stream, void *dst, bmt_dtype_t dst_dtype,

@@ -91,8 +91,8 @@ cudaError_t kern_cuda_init(void *stream, void *dst, bmt_dtype_t dtype, size_t n,
                            uint32_t key0, uint32_t key1, int kind, double a, double b,
                            double scale);
 
-/* dst = 0 for bytes bytes. */
-cudaError_t kern_cuda_zero(void *stream, void *dst, size_t bytes);
+/* Every byte of dst = value for bytes bytes. */
+cudaError_t kern_cuda_fill(void *stream, void *dst, int value, size_t bytes);
 
 /* dst (n, dst_dtype) = src (n, src_dtype), dtypes f32|bf16|f64; equal dtypes copy. */
 cudaError_t kern_cuda_cast(void *stream, void *dst, bmt_dtype_t dst_dtype, const void *src,

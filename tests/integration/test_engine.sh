@@ -30,7 +30,7 @@ for layout in 1x1 1x4 2x2 4x1 2x4; do
     test_expect_success "engine ${g}x${n}: init, 20 steps x 2 micro-batches match the reference, memory, misuse" "
         ec $((g * n)) -g $g -n $n --timeout 60 -- \$EC --init-dump \$TMP/init.$layout &&
         grep -q '^0: ok train (zero 3, ckpt 1): head.out.weight .* within 1e-05 of the reference after 20 steps' out &&
-        test \$(grep -c '^0: ok bad use' out) -eq 20 &&
+        test \$(grep -c '^0: ok bad use' out) -eq 22 &&
         if [ $n -eq 1 ]; then
             grep -q '^0: ok memory (zero 3, ckpt 1): a group of one computes on its shards in place: no gathered buffer (peak 0)' out &&
             grep -q '^0: ok memory (zero 3, ckpt 1): no full gradient buffers in a group of one (peak 0)' out
@@ -49,7 +49,8 @@ test_expect_success "initial parameters are bitwise identical in layouts 1x1, 1x
 
 test_expect_success "zero level 2 and 3, checkpointing on, off and per use, the update deferred or not give the same parameters (2x2)" '
     ec 4 -g 2 -n 2 --timeout 60 -- $EC --variants &&
-    test $(grep -c "^0: ok variants: " out) -eq 5 &&
+    test $(grep -c "^0: ok variants: " out) -eq 6 &&
+    grep -q "^0: ok variants: overwrite 1 gives the same parameters as overwrite 0, bitwise" out &&
     grep -q "^0: ok variants: zero 3 ckpt 2 agrees with zero 3 ckpt 1: .*(bitwise equal)" out &&
     grep -q "^0: ok protocol (zero 3, ckpt 2): [0-9]* callback calls" out &&
     test $(grep -c "^0: ok ckpt 2: use [0-5].s checkpointing reads back [01]" out) -eq 6 &&
@@ -58,6 +59,31 @@ test_expect_success "zero level 2 and 3, checkpointing on, off and per use, the 
     grep -q "^0: ok memory (zero 3, ckpt 1): grad bytes [1-9][0-9]* after the step (all: the update is deferred to the next gather)" out &&
     grep -q "^0: ok protocol (zero 3, ckpt 0): 480 callback calls" out &&
     grep -q "^0: ok memory (zero 2, ckpt 1): peak of gathered buffers in training [0-9]* <= every block" out
+'
+
+# bmt_blocklist_set_grad_overwrite: fresh gradients are not zeroed but left to
+# callbacks that write them; BMT_CHECK_OVERWRITE=1 fills them with NaN first.
+for layout in 1x1 2x2; do
+    g=${layout%x*} n=${layout#*x}
+    test_expect_success "fresh gradients overwritten by the callbacks, NaN-filled first ($layout): the reference's numbers, every variant bitwise" "
+        BMT_CHECK_OVERWRITE=1 ec $((g * n)) -g $g -n $n --timeout 60 -- \$EC --overwrite 1 --variants &&
+        grep -q '^0: ok protocol (zero 3, ckpt 1): 720 callback calls as the header describes' out &&
+        grep -q '^0: ok train (zero 3, ckpt 1): head.out.weight .* within 1e-05 of the reference after 20 steps' out &&
+        grep -q '^0: ok variants: overwrite 0 gives the same parameters as overwrite 1, bitwise' out &&
+        test \$(grep -c '^0: ok variants: ' out) -eq 6
+    "
+done
+
+test_expect_success "a model that adds into gradients the list left to it is caught by BMT_CHECK_OVERWRITE=1 (1x1, 2x2)" '
+    ! BMT_CHECK_OVERWRITE=1 with_timeout 60 $BMLAUNCH -g 1 -n 1 --timeout 30 -- $EC --overwrite 2 >out 2>err &&
+    grep -q "^0: FAIL .*gradient norm -\{0,1\}nan, not finite" out &&
+    ! BMT_CHECK_OVERWRITE=1 with_timeout 60 $BMLAUNCH -g 2 -n 2 --timeout 30 -- $EC --overwrite 2 >out 2>err &&
+    grep -q "^0: FAIL .*gradient norm -\{0,1\}nan, not finite" out
+'
+
+test_expect_success "BMT_CHECK_OVERWRITE other than 0 or 1 fails the list's creation, naming the value" '
+    ! BMT_CHECK_OVERWRITE=yes with_timeout 60 $BMLAUNCH -g 1 -n 1 --timeout 30 -- $EC --overwrite 1 >out 2>err &&
+    grep -q "bmt_blocklist_create: BMT_CHECK_OVERWRITE=.yes. is not 0 or 1" out
 '
 
 test_expect_success "gradient clipping and a warm-up schedule (2x4)" '
@@ -122,7 +148,11 @@ for layout in 1x1 1x2 2x1 2x2; do
         done; done; done &&
         with_timeout 60 \$BMLAUNCH --metrics-port 0 -g $g -n $n --timeout 30 -- \$PROGS/tied_check \
             --accum 3 >out 2>err || { cat out err; exit 1; }
-        grep -q '^0: tied_check: all checks passed on $((g * n)) ranks (zero 3, ckpt 1, prefetch 1, accum 3)' out
+        grep -q '^0: tied_check: all checks passed on $((g * n)) ranks (zero 3, ckpt 1, prefetch 1, accum 3)' out &&
+        grep -q '^0: ok (rank 0) every backward call.s grads_fresh as the header says (0 calls not; overwrite 0)' out &&
+        BMT_CHECK_OVERWRITE=1 with_timeout 60 \$BMLAUNCH --metrics-port 0 -g $g -n $n --timeout 30 -- \$PROGS/tied_check \
+            --accum 3 --overwrite 1 >out 2>err || { cat out err; exit 1; }
+        grep -q '^0: tied_check: all checks passed on $((g * n)) ranks (zero 3, ckpt 1, prefetch 1, accum 3, overwrite)' out
     "
 done
 

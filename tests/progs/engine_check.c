@@ -39,7 +39,8 @@
  *   train     after --steps steps of --accum micro-batches every parameter is within
  *             the bound of the reference, and so are each step's loss and grad norm;
  *   protocol  what the callbacks were given (index, block, stream, micro-batch,
- *             keep_activations/recompute, zeroed gradients on cpu);
+ *             keep_activations/recompute, grads_fresh, zeroed gradients on cpu, or
+ *             under --overwrite with BMT_CHECK_OVERWRITE=1 NaN-filled ones);
  *   memory    param/grad/optim bytes equal this rank's shards; the peak of gathered
  *             buffers stays within K = 2 blocks under zero level 3; nothing is left
  *             after the list is destroyed;
@@ -48,7 +49,8 @@
  *             unbuilt block or one twice, a step without a backward, a backward
  *             without a forward), and changes nothing;
  *   variants  (--variants) zero level 2/3 and checkpointing on/off agree (1e-6), and
- *             the optimizer's update in the step or deferred (overlap) bitwise;
+ *             the optimizer's update in the step or deferred (overlap) bitwise, and
+ *             so do fresh gradients overwritten by the callbacks (--overwrite 1 or 0);
  *   kernel    (--kernel-check, cuda) every cuda op against its cpu function.
  * Bounds: see bound(). Options: see usage(); --init-dump FILE writes one hash per
  * initial parameter (rank 0) for comparing layouts, --nan-step S poisons one
@@ -76,7 +78,10 @@
 
 typedef struct opts {
     int steps, accum, zero, ckpt, prefetch, warmup, nan_step;
-    int overlap; /* bmt_adamw_config_t.overlap: the step's update deferred to the next forward */
+    int overlap;   /* bmt_adamw_config_t.overlap: the step's update deferred to the next forward */
+    int overwrite; /* bmt_blocklist_set_grad_overwrite: 0 off; 1 on, the callbacks write fresh
+                    * gradients (beta 0, or zeros before an adding op); 2 on, but the callbacks
+                    * add anyway (a careless model: BMT_CHECK_OVERWRITE=1 must expose it) */
     double clip, lr, weight_decay;
     uint64_t seed;
     bmt_dtype_t dtype;
@@ -778,6 +783,8 @@ typedef struct model {
     bmt_block_t *blocks[NBLOCKS];
     int mb;                       /* micro-batch of the step now running */
     bool overlap;                 /* the optimizer's overlap */
+    int overwrite;                /* opts_t.overwrite of this run */
+    bool poison;                  /* BMT_CHECK_OVERWRITE=1: fresh gradients are NaN */
     bool pending;                 /* the last step's update is deferred (overlap): each block's
                                    * gradient shards live until just before its gather */
     uint64_t grad_after[NBLOCKS]; /* this rank's gradient shard bytes of blocks > b */
@@ -827,20 +834,30 @@ static int verify_call(model_t *m, const bmt_block_call_t *call, int kind, bool 
             complain(m, "block %d: backward without grads", b);
         if (m->nbwd[b]++ != 0)
             complain(m, "block %d: second backward in one micro-batch", b);
+        /* No tied uses here: fresh when nothing of the step is in them yet. */
+        const bool fresh =
+            gp_count[b] > 0 && (bmt_layout(m->ctx)->gpus_per_group > 1 || m->mb == 0);
+        if (call->grads_fresh != fresh)
+            complain(m, "block %d: grads_fresh %d in micro-batch %d, want %d", b,
+                     (int)call->grads_fresh, m->mb, (int)fresh);
         if (m->nfwd[b] != 1 || m->nrec[b] != (m->ckpt[b] ? 1 : 0))
             complain(m, "block %d: backward after %d forwards and %d recomputations", b, m->nfwd[b],
                      m->nrec[b]);
         /* The runtime zeroes full gradients before the call; a group of one
-         * adds into the shards, zero at a step's first micro-batch. */
-        if (m->host && (bmt_layout(ctx)->gpus_per_group > 1 || m->mb == 0))
+         * adds into the shards, zero at a step's first micro-batch. Left to
+         * the callbacks (overwrite), they are NaN under BMT_CHECK_OVERWRITE. */
+        if (m->host && fresh && (m->overwrite == 0 || m->poison))
             for (int k = 0; k < gp_count[b]; k++)
-                for (int i = 0; i < gp[gp_first[b] + k].numel; i++)
-                    if (((const float *)call->grads[k])[i] != 0.0f) {
-                        complain(m, "block %d: gradient %d not zeroed before backward", b, k);
+                for (int i = 0; i < gp[gp_first[b] + k].numel; i++) {
+                    const float g = ((const float *)call->grads[k])[i];
+                    if (m->overwrite == 0 ? g != 0.0f : g == g) {
+                        complain(m, "block %d: gradient %d not %s before backward", b, k,
+                                 m->overwrite == 0 ? "zeroed" : "NaN-filled");
                         break;
                     }
+                }
     } else {
-        if (call->grads != NULL)
+        if (call->grads != NULL || call->grads_fresh)
             complain(m, "block %d: forward with grads", b);
         if (call->recompute) {
             if (!m->ckpt[b])
@@ -892,6 +909,21 @@ static int need_saved(model_t *m, int b, bmt_error_t *err)
 
 #define OPS (m->ops)
 
+/* The beta of a product into gradient g: 0 where the callbacks overwrite a
+ * fresh gradient (--overwrite 1), else 1 (add). */
+static float gbeta(const model_t *m, const bmt_block_call_t *call)
+{
+    return m->overwrite == 1 && call->grads_fresh ? 0.0f : 1.0f;
+}
+
+/* Before an op that adds into gradient g (n elements): zeros, where the
+ * callbacks must write a fresh one (--overwrite 1). */
+static int fresh_zero(model_t *m, const bmt_block_call_t *call, float *g, int n, bmt_error_t *err)
+{
+    return m->overwrite == 1 && call->grads_fresh ? OPS->copy(m->dev, call->stream, n, NULL, g, err)
+                                                  : 0;
+}
+
 static int embed_forward(void *model, const bmt_block_call_t *call, bmt_error_t *err)
 {
     model_t *m = model;
@@ -914,7 +946,7 @@ static int embed_backward(void *model, const bmt_block_call_t *call, bmt_error_t
         return 0;
     const float *in = m->data + (size_t)m->mb * EC_ROWS * EC_DIN;
     return OPS->gemm(m->dev, call->stream, 1, 0, EC_C, EC_DIN, EC_ROWS, m->dx[b + 1], BMT_F32, in,
-                     BMT_F32, 1, call->grads[0], m->cd, err);
+                     BMT_F32, gbeta(m, call), call->grads[0], m->cd, err);
 }
 
 static int resid_forward(void *model, const bmt_block_call_t *call, bmt_error_t *err)
@@ -958,15 +990,21 @@ static int resid_backward(void *model, const bmt_block_call_t *call, bmt_error_t
     float *const *G = (float *const *)call->grads;
     const float *dy = m->dx[b + 1];
     s->valid = false;
+    const float beta = gbeta(m, call);
+    if (fresh_zero(m, call, G[R_PRB], EC_C, err) < 0 ||
+        fresh_zero(m, call, G[R_FCB], EC_H, err) < 0 ||
+        fresh_zero(m, call, G[R_LNW], EC_C, err) < 0 ||
+        fresh_zero(m, call, G[R_LNB], EC_C, err) < 0)
+        return -1;
     if (OPS->bias_grad(dev, st, EC_ROWS, EC_C, dy, G[R_PRB], err) < 0 ||
-        OPS->gemm(dev, st, 1, 0, EC_H, EC_C, EC_ROWS, s->act, BMT_F32, dy, BMT_F32, 1, G[R_PRW],
+        OPS->gemm(dev, st, 1, 0, EC_H, EC_C, EC_ROWS, s->act, BMT_F32, dy, BMT_F32, beta, G[R_PRW],
                   m->cd, err) < 0 ||
         OPS->gemm(dev, st, 0, 1, EC_ROWS, EC_H, EC_C, dy, BMT_F32, P[R_PRW], m->pt, 0, m->dact,
                   m->cd, err) < 0 ||
         OPS->gelu_bwd(dev, st, EC_ROWS * EC_H, s->pre, m->dact, m->dpre, err) < 0 ||
         OPS->bias_grad(dev, st, EC_ROWS, EC_H, m->dpre, G[R_FCB], err) < 0 ||
-        OPS->gemm(dev, st, 1, 0, EC_C, EC_H, EC_ROWS, s->ln, BMT_F32, m->dpre, BMT_F32, 1, G[R_FCW],
-                  m->cd, err) < 0 ||
+        OPS->gemm(dev, st, 1, 0, EC_C, EC_H, EC_ROWS, s->ln, BMT_F32, m->dpre, BMT_F32, beta,
+                  G[R_FCW], m->cd, err) < 0 ||
         OPS->gemm(dev, st, 0, 1, EC_ROWS, EC_C, EC_H, m->dpre, BMT_F32, P[R_FCW], m->pt, 0, m->dln,
                   m->cd, err) < 0 ||
         OPS->copy(dev, st, EC_ROWS * EC_C, dy, m->dx[b], err) < 0 ||
@@ -1031,9 +1069,12 @@ static int head_backward(void *model, const bmt_block_call_t *call, bmt_error_t 
     float *const *G = (float *const *)call->grads;
     const float *tgt = m->target + (size_t)m->mb * EC_ROWS * EC_DOUT;
     s->valid = false;
+    if (fresh_zero(m, call, G[H_LNW], EC_C, err) < 0 ||
+        fresh_zero(m, call, G[H_LNB], EC_C, err) < 0)
+        return -1;
     if (OPS->mse(dev, st, EC_ROWS, EC_DOUT, s->out, tgt, NULL, m->dout, err) < 0 ||
-        OPS->gemm(dev, st, 1, 0, EC_C, EC_DOUT, EC_ROWS, s->ln, BMT_F32, m->dout, BMT_F32, 1,
-                  G[H_OUTW], m->cd, err) < 0 ||
+        OPS->gemm(dev, st, 1, 0, EC_C, EC_DOUT, EC_ROWS, s->ln, BMT_F32, m->dout, BMT_F32,
+                  gbeta(m, call), G[H_OUTW], m->cd, err) < 0 ||
         OPS->gemm(dev, st, 0, 1, EC_ROWS, EC_C, EC_DOUT, m->dout, BMT_F32, P[H_OUTW], m->pt, 0,
                   m->dln, m->cd, err) < 0 ||
         OPS->copy(dev, st, EC_ROWS * EC_C, NULL, m->dx[b], err) < 0 ||
@@ -1127,7 +1168,7 @@ static void model_destroy(model_t *m)
 /* ------------------------------------------------------------ engine runs */
 
 typedef struct run_cfg {
-    int zero, ckpt, overlap;
+    int zero, ckpt, overlap, overwrite;
     bool first; /* the run that also checks init, dumps it and tries misuse */
 } run_cfg_t;
 
@@ -1370,6 +1411,28 @@ static void misuse_order(bmt_blocklist_t *list, bmt_optim_t *opt, bmt_block_t *b
           fw == -1     ? e2.text
           : e1.text[0] ? e1.text
                        : "the forward returned 0");
+
+    /* Overwriting fresh gradients is the backward's business: not changed
+     * between a forward and its backward, which then runs as it would have. */
+    memset(&e1, 0, sizeof(e1));
+    memset(&e2, 0, sizeof(e2));
+    const bool ow = bmt_blocklist_grad_overwrite(list);
+    rc = bmt_blocklist_forward(list, &e1);
+    int set = rc ? 0 : bmt_blocklist_set_grad_overwrite(list, !ow, &e2);
+    const bool kept = bmt_blocklist_grad_overwrite(list) == ow;
+    ok = rc == 0 && bmt_blocklist_backward(list, true, &e1) == 0 &&
+         bmt_optim_step(opt, &info, &e1) == 0;
+    check(rc == 0 && set == -1 && strstr(e2.text, "before the forward") && kept && ok,
+          "bad use: bmt_blocklist_set_grad_overwrite between a forward and its backward fails and "
+          "changes nothing: \"%s\"",
+          set == -1    ? e2.text
+          : e1.text[0] ? e1.text
+                       : "it returned 0");
+    memset(&e1, 0, sizeof(e1));
+    rc = bmt_blocklist_set_grad_overwrite(NULL, true, &e1);
+    check(rc == -1 && e1.text[0] && !bmt_blocklist_grad_overwrite(NULL),
+          "bad use: bmt_blocklist_set_grad_overwrite of no list fails: \"%s\"",
+          rc == -1 ? e1.text : "it returned 0");
 }
 
 static int misuse_blocks(bmt_error_t *err)
@@ -1994,6 +2057,12 @@ static int engine_run(const run_cfg_t *rc, const ref_t *R, const ec_ops_t *ops, 
             return -1;
         m->blocks[b] = blocks[b];
     }
+    m->overwrite = rc->overwrite;
+    m->poison = getenv("BMT_CHECK_OVERWRITE") && strcmp(getenv("BMT_CHECK_OVERWRITE"), "1") == 0;
+    if (rc->overwrite && bmt_blocklist_set_grad_overwrite(list, true, err) < 0)
+        return -1;
+    check(bmt_blocklist_grad_overwrite(list) == (rc->overwrite != 0),
+          "overwrite %d: the list's setting reads back", rc->overwrite);
     /* --ckpt 2: selective, each use as ckpt_of says, set on top of lc's 0. */
     for (int b = 0; rc->ckpt == 2 && b < NBLOCKS; b++)
         if (m->ckpt[b] && bmt_blocklist_set_checkpointing(list, b, true, err) < 0)
@@ -2258,7 +2327,7 @@ static int usage(void)
             "                    [--clip X] [--lr X] [--warmup N] [--nan-step S] [--seed N]\n"
             "                    [--dtype f32|bf16] [--reduce-dtype f32|bf16] [--bound X]\n"
             "                    [--init-dump FILE] [--variants] [--master-only] [--overlap 1|0]\n"
-            "                    [--kernel-check] [--verbose]\n"
+            "                    [--kernel-check] [--verbose] [--overwrite 0|1|2]\n"
             "                    [--pace MS] [--event-every N] [--val-every N] [--abort-at S]\n");
     return 2;
 }
@@ -2303,6 +2372,8 @@ static int parse(int argc, char **argv)
             O.prefetch = (int)strtol(v, &end, 10);
         else if (strcmp(a, "--overlap") == 0)
             O.overlap = (int)strtol(v, &end, 10);
+        else if (strcmp(a, "--overwrite") == 0)
+            O.overwrite = (int)strtol(v, &end, 10);
         else if (strcmp(a, "--warmup") == 0)
             O.warmup = (int)strtol(v, &end, 10);
         else if (strcmp(a, "--nan-step") == 0)
@@ -2352,8 +2423,9 @@ static int parse(int argc, char **argv)
     }
     if (O.steps < 1 || O.accum < 1 || (O.zero != 2 && O.zero != 3) || O.ckpt < 0 || O.ckpt > 2 ||
         (O.prefetch != 0 && O.prefetch != 1) || O.nan_step < 0 ||
-        (O.overlap != 0 && O.overlap != 1) || O.nan_step > O.steps || O.clip < 0 || O.warmup < 0 ||
-        !(O.pace_ms >= 0) || O.event_every < 0 || O.val_every < 0 || O.abort_at < 0 ||
+        (O.overlap != 0 && O.overlap != 1) || O.overwrite < 0 || O.overwrite > 2 ||
+        O.nan_step > O.steps || O.clip < 0 || O.warmup < 0 || !(O.pace_ms >= 0) ||
+        O.event_every < 0 || O.val_every < 0 || O.abort_at < 0 ||
         (O.ckpt_dir && (O.ckpt_at < 1 || O.ckpt_at >= O.steps)))
         return usage();
     return 0;
@@ -2456,7 +2528,7 @@ int main(int argc, char **argv)
                (long)n_failed, my_rank);
         return ec_end(ctx, &R, final, other, dev, n_failed ? 1 : 0);
     }
-    run_cfg_t main_cfg = { O.zero, O.ckpt, O.overlap, true };
+    run_cfg_t main_cfg = { O.zero, O.ckpt, O.overlap, O.overwrite, true };
     if (engine_run(&main_cfg, &R, ops, dev, final, &err) < 0)
         goto fatal;
     if (misuse_blocks(&err) < 0)
@@ -2466,7 +2538,7 @@ int main(int argc, char **argv)
         for (int v = 0; v < 5; v++) {
             if (cfgs[v][0] == O.zero && cfgs[v][1] == O.ckpt)
                 continue;
-            run_cfg_t vc = { cfgs[v][0], cfgs[v][1], O.overlap, false };
+            run_cfg_t vc = { cfgs[v][0], cfgs[v][1], O.overlap, O.overwrite, false };
             if (engine_run(&vc, &R, ops, dev, other, &err) < 0)
                 goto fatal;
             double worst = 0;
@@ -2484,12 +2556,21 @@ int main(int argc, char **argv)
         }
         /* The update deferred to the next forward or done in the step: the
          * same arguments on the same values, so the same bits. */
-        run_cfg_t oc = { O.zero, O.ckpt, !O.overlap, false };
+        run_cfg_t oc = { O.zero, O.ckpt, !O.overlap, O.overwrite, false };
         if (engine_run(&oc, &R, ops, dev, other, &err) < 0)
             goto fatal;
         check(memcmp(other, final, ntot * sizeof(double)) == 0,
               "variants: overlap %d gives the same parameters as overlap %d, bitwise", oc.overlap,
               O.overlap);
+        /* Fresh gradients written (beta 0) or added into zeros: x + 0 = x. */
+        if (O.overwrite != 2) {
+            run_cfg_t wc = { O.zero, O.ckpt, O.overlap, !O.overwrite, false };
+            if (engine_run(&wc, &R, ops, dev, other, &err) < 0)
+                goto fatal;
+            check(memcmp(other, final, ntot * sizeof(double)) == 0,
+                  "variants: overwrite %d gives the same parameters as overwrite %d, bitwise",
+                  wc.overwrite, O.overwrite);
+        }
     }
 
     /* The summary over every rank. */

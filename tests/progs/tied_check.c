@@ -2,6 +2,7 @@
  * fp64 reference, under any layout.
  *
  *     bmlaunch -g G -n P -- tied_check [--zero 2|3] [--ckpt 0|1] [--prefetch 0|1] [--accum A]
+ *                                      [--overwrite 0|1]
  *
  * The model is GPT-2's tying in miniature: block "emb" holds wte (V x D); its
  * first use embeds tokens (h0 = wte[x]), block "mid" is h1 = tanh(h0 W + b),
@@ -21,7 +22,13 @@
  * mid under zero 3 with prefetch, emb without; one per block under zero 2),
  * that the full gradient buffers of a group of more than one peak at emb +
  * mid (sized per block) and are gone after the backward, and that two more
- * steps run.
+ * steps run. Every backward call's grads_fresh is checked: in a group of one
+ * the head's use and mid are fresh at a step's first micro-batch only, the
+ * embedding's use never (the head's contribution is in the shard already);
+ * in larger groups every call is. With --overwrite 1 the list leaves fresh
+ * gradients to the callbacks (bmt_blocklist_set_grad_overwrite), which then
+ * zero them first; run it under BMT_CHECK_OVERWRITE=1, where they arrive as
+ * NaN, so a wrong grads_fresh loses a use's contribution or makes NaN.
  * Data: rank r's a-th micro-batch of step s is global micro-batch a x world + r;
  * its tokens and targets are hashes of (s, global index, row).
  * Output: "ok ..." lines on rank 0, "FAIL ..." on any rank; exit 1 on failure.
@@ -93,7 +100,25 @@ typedef struct model {
     float h0[B * D], h1[B * D], probs[B * V]; /* activations of the current micro-batch */
     float dh1[B * D], dh0[B * D];             /* gradients passed down */
     float loss;
+    bool overwrite; /* --overwrite 1: fresh gradients are this model's to write */
+    int bad_fresh;  /* backward calls whose grads_fresh was not what the header says */
+    int gpg;        /* the layout's gpus per group */
 } model_t;
+
+/* Count a backward call whose grads_fresh is wrong (use 0 the embedding, 1
+ * mid, 2 the head). */
+static void check_fresh(model_t *m, const bmt_block_call_t *c)
+{
+    m->bad_fresh += c->grads_fresh != (m->gpg > 1 || (c->index != 0 && c->microbatch == 0));
+}
+
+/* With --overwrite, a fresh gradient (n floats at g) is zeroed before the
+ * callback adds into it: the callback writes every element. */
+static void zero_fresh(const model_t *m, const bmt_block_call_t *c, float *g, int n)
+{
+    if (m->overwrite && c->grads_fresh)
+        memset(g, 0, (size_t)n * sizeof(float));
+}
 
 /* Parameters arrive on the device; this test runs on cpu, where device memory is
  * host memory, and refuses cuda in main. */
@@ -136,6 +161,8 @@ static int emb_backward(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
     model_t *m = mp;
     const float *wte = c->params[0];
     float *dwte = c->grads[0]; /* (V, D) full, f32: add into it */
+    check_fresh(m, c);
+    zero_fresh(m, c, dwte, V * D);
     if (c->index == 0) {
         for (int i = 0; i < B; i++)
             for (int k = 0; k < D; k++)
@@ -177,6 +204,9 @@ static int mid_backward(void *mp, const bmt_block_call_t *c, bmt_error_t *err)
     model_t *m = mp;
     const float *W = c->params[0];
     float *dW = c->grads[0], *db = c->grads[1];
+    check_fresh(m, c);
+    zero_fresh(m, c, dW, D * D);
+    zero_fresh(m, c, db, D);
     for (int i = 0; i < B * D; i++)
         m->dh0[i] = 0;
     for (int i = 0; i < B; i++)
@@ -282,7 +312,8 @@ static double move_error(const double *p0, const float *p1, const double *g, int
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: tied_check [--zero 2|3] [--ckpt 0|1] [--prefetch 0|1] [--accum A]\n");
+    fprintf(stderr, "usage: tied_check [--zero 2|3] [--ckpt 0|1] [--prefetch 0|1] [--accum A] "
+                    "[--overwrite 0|1]\n");
     return 2;
 }
 
@@ -296,7 +327,7 @@ static int usage(void)
 int main(int argc, char **argv)
 {
     bmt_blocklist_config_t lc = BMT_BLOCKLIST_CONFIG_INITIALIZER;
-    int accum = 2;
+    int accum = 2, overwrite = 0;
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc)
             return usage();
@@ -309,6 +340,8 @@ int main(int argc, char **argv)
             lc.prefetch = v;
         else if (strcmp(argv[i], "--accum") == 0 && v >= 1 && v <= 8)
             accum = v;
+        else if (strcmp(argv[i], "--overwrite") == 0 && (v == 0 || v == 1))
+            overwrite = v;
         else
             return usage();
         i++;
@@ -324,6 +357,8 @@ int main(int argc, char **argv)
     m->ctx = ctx;
     m->world = bmt_world_size(ctx);
     m->rank = my_rank;
+    m->overwrite = overwrite != 0;
+    m->gpg = bmt_layout(ctx)->gpus_per_group;
 
     bmt_block_t *emb = bmt_block_create(ctx, "emb", &err), *mid = NULL;
     const int64_t swte[2] = { V, D }, sW[2] = { D, D }, sb[1] = { D };
@@ -339,7 +374,8 @@ int main(int argc, char **argv)
     const bmt_block_ops_t eops = { emb_forward, emb_backward },
                           mops = { mid_forward, mid_backward };
     if (list == NULL || bmt_blocklist_append(list, emb, &eops, m, &err) < 0 ||
-        bmt_blocklist_append(list, mid, &mops, m, &err) < 0)
+        bmt_blocklist_append(list, mid, &mops, m, &err) < 0 ||
+        bmt_blocklist_set_grad_overwrite(list, m->overwrite, &err) < 0)
         DIE("tied_check: %s", err.text);
 
     /* Misuse first: each refused, the list unchanged. */
@@ -475,15 +511,18 @@ int main(int argc, char **argv)
     }
     check(!info.skipped && info.step == 3 && isfinite(info.grad_norm),
           "three steps ran (step %lld, grad norm %g)", (long long)info.step, info.grad_norm);
+    check(m->bad_fresh == 0,
+          "every backward call's grads_fresh as the header says (%d calls not; overwrite %d)",
+          m->bad_fresh, (int)m->overwrite);
     bmt_optim_destroy(opt);
     bmt_blocklist_destroy(list);
     double all = failures; /* on cpu, device memory is host memory */
     if (bmt_all_reduce_host_f64(bmt_comm_world(ctx), &all, 1, BMT_SUM, &err) < 0)
         DIE("tied_check: %s", err.text);
     if (my_rank == 0)
-        printf("tied_check: %s on %d ranks (zero %d, ckpt %d, prefetch %d, accum %d)\n",
+        printf("tied_check: %s on %d ranks (zero %d, ckpt %d, prefetch %d, accum %d%s)\n",
                all ? "FAILED" : "all checks passed", m->world, lc.zero_level, lc.checkpointing,
-               lc.prefetch, accum);
+               lc.prefetch, accum, m->overwrite ? ", overwrite" : "");
     free(wte0), free(W0), free(gu[0]), free(gu[1]), free(gwte), free(gW), free(m);
     bmt_finalize(ctx);
     return all ? 1 : 0;
