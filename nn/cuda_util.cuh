@@ -105,8 +105,10 @@ __device__ __forceinline__ uint4 pack8(const float f[8])
 /* dst_k[col] += sum over chunks of partial[k][chunk][col]: grid (ceil(cols /
  * 32)), block (32, 8); thread (x, y) adds chunks y, y + 8, ... of column x (8
  * independent loads in flight, not one chunk at a time), then the block adds
- * the 8 sums in y order: a fixed order, so the same bits on every run. */
-__global__ void colsum_final(float *dst0, float *dst1, const float *partial, int cols, int chunks)
+ * the 8 sums in y order: a fixed order, so the same bits on every run. add:
+ * dst += the sums, else dst = them (a fresh gradient). */
+__global__ void colsum_final(float *dst0, float *dst1, const float *partial, int cols, int chunks,
+                             bool add)
 {
     __shared__ float s[2][8][33];
     const int col = blockIdx.x * 32 + threadIdx.x, y = threadIdx.y, K = dst1 ? 2 : 1;
@@ -126,7 +128,7 @@ __global__ void colsum_final(float *dst0, float *dst1, const float *partial, int
         for (int i = 0; i < 8; i++)
             t += s[y][i][threadIdx.x];
         float *d = y ? dst1 : dst0;
-        d[col] += t;
+        d[col] = add ? d[col] + t : t;
     }
 }
 

@@ -449,12 +449,13 @@ static size_t part_floats(int rows, int cols) { return (size_t)((rows + TILE - 1
 
 /* clear_amax: *amax = this x's max; else max'ed into *amax (a record).
  * pre: GELU's input for src.act ACT_DGELU (same layout as x), else NULL.
- * dbias, if not NULL: += the column sums of the converted values (before the
- * scale), through part (part_floats(rows, cols) device f32): a fixed order,
- * the same bits on every run. q and qt may then both be NULL. */
+ * dbias, if not NULL: += (dbias_add) or = the column sums of the converted
+ * values (before the scale), through part (part_floats(rows, cols) device
+ * f32): a fixed order, the same bits on every run. q and qt may then both be
+ * NULL. */
 static int quantize(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, const void *pre, int ld,
                     int rows, int cols, const scale_src &src, nn_fp8_kind_t kind, float *amax,
-                    bool clear_amax, float *dbias, float *part, bmt_error_t *err)
+                    bool clear_amax, float *dbias, float *part, bool dbias_add, bmt_error_t *err)
 {
     char why[160];
     if (x == NULL || (q == NULL && qt == NULL && dbias == NULL) ||
@@ -495,7 +496,7 @@ static int quantize(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, const 
 #undef QL
     if (dbias)
         colsum_final<<<(unsigned)(cols + 31) / 32, dim3(32, 8), 0, st>>>(dbias, NULL, part, cols,
-                                                                         chunks);
+                                                                         chunks, dbias_add);
     return launched(err, "fp8 quantize");
 }
 
@@ -507,7 +508,8 @@ extern "C" int nn_cuda_fp8_quantize(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const
         return fail_text(err, "fp8 quantize", "scale is NULL");
     scale_src src = {};
     src.scale = scale;
-    return quantize(h, q, qt, x, NULL, ld, rows, cols, src, kind, amax, true, NULL, NULL, err);
+    return quantize(h, q, qt, x, NULL, ld, rows, cols, src, kind, amax, true, NULL, NULL, false,
+                    err);
 }
 
 /* The codes of act's values of x (x itself, GELU(x), or GELU'(pre) x) under
@@ -518,7 +520,7 @@ extern "C" int nn_cuda_fp8_quantize(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const
  * quantize's. */
 static int convert(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, const void *pre, int rows,
                    int cols, nn_fp8_kind_t kind, const nn_cuda_fp8_scales_t *sc, int j, int act,
-                   float *dbias, float *part, bmt_error_t *err)
+                   float *dbias, float *part, bool dbias_add, bmt_error_t *err)
 {
     float *s = &sc->s[4 * j], *rec = sc->rec ? &sc->rec[j] : NULL;
     scale_src src = {};
@@ -526,14 +528,15 @@ static int convert(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, const v
     if (sc->delayed) {
         src.scale = &s[1], src.inf_nan = true;
         return quantize(h, q, qt, x, pre, cols, rows, cols, src, kind, rec, false, dbias, part,
-                        err);
+                        dbias_add, err);
     }
     if (amax_to(h, &s[2], rec, x, pre, (size_t)rows * cols, act, err) < 0)
         return -1;
     /* the conversion makes s[1] and s[0] from s[2] (scale_get) */
     src.amax = &s[2], src.scale_out = &s[1], src.descale_out = &s[0], src.bad = sc->bad;
     src.fmax = nn_fp8_max(kind);
-    return quantize(h, q, qt, x, pre, cols, rows, cols, src, kind, NULL, false, dbias, part, err);
+    return quantize(h, q, qt, x, pre, cols, rows, cols, src, kind, NULL, false, dbias, part,
+                    dbias_add, err);
 }
 
 extern "C" int nn_cuda_fp8_codes(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, int gelu,
@@ -551,7 +554,7 @@ extern "C" int nn_cuda_fp8_codes(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const vo
     if (q == NULL && qt == NULL)
         return fail_text(err, "fp8 codes", "both outputs are NULL");
     return convert(h, q, qt, x, NULL, rows, cols, kind, sc, j, gelu ? ACT_GELU : ACT_NONE, NULL,
-                   NULL, err);
+                   NULL, false, err);
 }
 
 extern "C" int nn_cuda_fp8_cast(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const void *x, int rows,
@@ -567,7 +570,7 @@ extern "C" int nn_cuda_fp8_cast(nn_cuda_t *h, uint8_t *q, uint8_t *qt, const voi
     const nn_cuda_fp8_scales_t sc = { s, NULL, 0, bad };
     if (q == NULL && qt == NULL)
         return fail_text(err, "fp8 cast", "both outputs are NULL");
-    return convert(h, q, qt, x, NULL, rows, cols, kind, &sc, 0, ACT_NONE, NULL, NULL, err);
+    return convert(h, q, qt, x, NULL, rows, cols, kind, &sc, 0, ACT_NONE, NULL, NULL, false, err);
 }
 
 /* Scratch: [a: N max(IC,OC)] [b: N OC] [c: IC OC] [d: the bias sums' partial
@@ -616,9 +619,9 @@ extern "C" int nn_cuda_fp8_conv1d_forward(nn_cuda_t *h, void *out, uint8_t *xqt,
     float *s = sc->s;
     /* out (N,OC) = x (N,IC) x (W^T (OC,IC))^T: both with IC contiguous */
     if (convert(h, xq, xqt, inp, NULL, N, IC, NN_FP8_E4M3, sc, 0, gelu ? ACT_GELU : ACT_NONE, NULL,
-                NULL, err) < 0 ||
-        convert(h, wq, wqt, weight, NULL, IC, OC, NN_FP8_E4M3, sc, 1, ACT_NONE, NULL, NULL, err) <
-            0)
+                NULL, false, err) < 0 ||
+        convert(h, wq, wqt, weight, NULL, IC, OC, NN_FP8_E4M3, sc, 1, ACT_NONE, NULL, NULL, false,
+                err) < 0)
         return -1;
     return nn_cuda_fp8_matmul(h, out, 0, OC, xq, NN_FP8_E4M3, &s[0], wqt, NN_FP8_E4M3, &s[4], bias,
                               0.0f, fast_accum, N, IC, OC, err);
@@ -628,7 +631,7 @@ extern "C" int nn_cuda_fp8_conv1d_backward(nn_cuda_t *h, void *dinp, float *dwei
                                            const void *dout, const void *dgelu_pre,
                                            const uint8_t *xqt, const uint8_t *wq_kept,
                                            const void *weight, int N, int IC, int OC,
-                                           const nn_cuda_fp8_scales_t *sc, void *scratch,
+                                           const nn_cuda_fp8_scales_t *sc, void *scratch, int add,
                                            bmt_error_t *err)
 {
     if (conv1d_args(N, IC, OC, sc, scratch, "fp8 conv1d backward", err) < 0)
@@ -647,11 +650,12 @@ extern "C" int nn_cuda_fp8_conv1d_backward(nn_cuda_t *h, void *dinp, float *dwei
      * transposed ones for dweight, dbias's column sums */
     if ((dinp || dweight || dbias) &&
         convert(h, dinp ? gq : NULL, dweight ? gqt : NULL, dout, dgelu_pre, N, OC, NN_FP8_E5M2, sc,
-                2, dgelu_pre ? ACT_DGELU : ACT_NONE, dbias, part, err) < 0)
+                2, dgelu_pre ? ACT_DGELU : ACT_NONE, dbias, part, add != 0, err) < 0)
         return -1;
-    /* dW (IC,OC) += x^T (IC,N) x (dout^T (OC,N))^T: both with N contiguous */
+    /* dW (IC,OC) += (add) or = x^T (IC,N) x (dout^T (OC,N))^T: both with N
+     * contiguous */
     if (dweight && nn_cuda_fp8_matmul(h, dweight, 1, OC, xqt, NN_FP8_E4M3, &s[0], gqt, NN_FP8_E5M2,
-                                      &s[8], NULL, 1.0f, 0, IC, N, OC, err) < 0)
+                                      &s[8], NULL, add ? 1.0f : 0.0f, 0, IC, N, OC, err) < 0)
         return -1;
     /* dinp (N,IC) = dout (N,OC) x (W (IC,OC))^T: both with OC contiguous; the
      * weight's codes the forward kept, or made again at the forward's scale
@@ -662,7 +666,7 @@ extern "C" int nn_cuda_fp8_conv1d_backward(nn_cuda_t *h, void *dinp, float *dwei
     if (dinp == NULL)
         return 0;
     if (wq_kept == NULL && quantize(h, wq, NULL, weight, NULL, OC, IC, OC, ws, NN_FP8_E4M3, NULL,
-                                    false, NULL, NULL, err) < 0)
+                                    false, NULL, NULL, false, err) < 0)
         return -1;
     return nn_cuda_fp8_matmul(h, dinp, 0, IC, gq, NN_FP8_E5M2, &s[8], wq_kept ? wq_kept : wq,
                               NN_FP8_E4M3, &s[4], NULL, 0.0f, 0, N, OC, IC, err);

@@ -126,23 +126,23 @@ int nn_cuda_fp8_conv1d_forward(nn_cuda_t *h, void *out, uint8_t *xqt, uint8_t *w
                                int OC, int fast_accum, const nn_cuda_fp8_scales_t *sc,
                                void *scratch, bmt_error_t *err);
 
-/* From dout (N,OC) bf16, through E5M2: dweight (IC,OC) f32 += from xqt (the
+/* From dout (N,OC) bf16, through E5M2: dweight (IC,OC) f32 += (add; = when
+ * add is 0: a fresh gradient, bmt_block_call_t.grads_fresh) from xqt (the
  * forward's); dinp (N,IC) bf16 = (overwritten) from the weight's E4M3 codes at
  * the forward's scale: wq_kept, the forward's wq of the same weight at the
- * same scale, or, if NULL, made again from weight (the same bits); dbias (OC) f32 += the column
- * sums of the gradient itself, not of its codes (f32 sums in a fixed order, taken by the conversion
- * as it reads the gradient). Any of the three NULL: not wanted (xqt is read only for dweight). The
- * gradient is converted once per call: asking for dinp and dweight in one call saves a conversion.
- * dgelu_pre: NULL, or GELU's input (N,OC) bf16 when this layer's input is
- * GELU's output: the layer's output gradient is then GELU'(dgelu_pre) x dout,
- * each value rounded to bf16 as nn_cuda_gelu_backward writes it, made inside
- * the conversion (codes, amax, record and dbias): the same bits as
- * nn_cuda_gelu_backward's output passed as dout, without writing or reading
- * it. */
+ * same scale, or, if NULL, made again from weight (the same bits); dbias (OC) f32 += (or =) the
+ * column sums of the gradient itself, not of its codes (f32 sums in a fixed order, taken by the
+ * conversion as it reads the gradient). Any of the three NULL: not wanted (xqt is read only for
+ * dweight). The gradient is converted once per call: asking for dinp and dweight in one call saves
+ * a conversion. dgelu_pre: NULL, or GELU's input (N,OC) bf16 when this layer's input is GELU's
+ * output: the layer's output gradient is then GELU'(dgelu_pre) x dout, each value rounded to bf16
+ * as nn_cuda_gelu_backward writes it, made inside the conversion (codes, amax, record and dbias):
+ * the same bits as nn_cuda_gelu_backward's output passed as dout, without writing or reading it. */
 int nn_cuda_fp8_conv1d_backward(nn_cuda_t *h, void *dinp, float *dweight, float *dbias,
                                 const void *dout, const void *dgelu_pre, const uint8_t *xqt,
                                 const uint8_t *wq_kept, const void *weight, int N, int IC, int OC,
-                                const nn_cuda_fp8_scales_t *sc, void *scratch, bmt_error_t *err);
+                                const nn_cuda_fp8_scales_t *sc, void *scratch, int add,
+                                bmt_error_t *err);
 
 /* Delayed scaling's step on the device, the twin of nn_fp8_plan_begin's: for
  * n layers whose scales lie in s (n, NN_FP8_CONV1D_SCALES) and records in rec

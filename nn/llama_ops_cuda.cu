@@ -274,7 +274,7 @@ __global__ void __launch_bounds__(THREADS)
 /* dst[col] += the sum over chunks of partial[chunk][col]: grid ceil(cols /
  * 32), block (32, 32); thread (x, y) adds chunks y, y + 32, ... of column x
  * (8 loads in flight), then thread (x, 0) adds the 32 sums in y order. */
-__global__ void colsum_chunks(float *dst, const float *partial, int cols, int chunks)
+__global__ void colsum_chunks(float *dst, const float *partial, int cols, int chunks, bool add)
 {
     __shared__ float s[32][33];
     const int col = blockIdx.x * 32 + threadIdx.x, y = threadIdx.y;
@@ -291,7 +291,7 @@ __global__ void colsum_chunks(float *dst, const float *partial, int cols, int ch
         float u = 0.f;
         for (int i = 0; i < 32; i++)
             u += s[i][threadIdx.x];
-        dst[col] += u;
+        dst[col] = add ? dst[col] + u : u;
     }
 }
 
@@ -540,7 +540,7 @@ extern "C" int nn_cuda_rmsnorm_forward(nn_cuda_t *h, void *out, float *rstd, con
 
 extern "C" int nn_cuda_rmsnorm_backward(nn_cuda_t *h, void *dinp, const void *dres, float *dweight,
                                         const void *dout, const void *inp, const void *weight,
-                                        const float *rstd, int N, int C, bmt_error_t *err)
+                                        const float *rstd, int N, int C, int add, bmt_error_t *err)
 {
     const char *what = "rmsnorm backward";
     rms_shape s;
@@ -566,7 +566,7 @@ extern "C" int nn_cuda_rmsnorm_backward(nn_cuda_t *h, void *dinp, const void *dr
     RMS_BWD_CASES(RMS_BWD)
 #undef RMS_BWD
     colsum_chunks<<<(unsigned)(C + 31) / 32, dim3(32, 32), 0, stream_of(h)>>>(dweight, partial, C,
-                                                                              chunks);
+                                                                              chunks, add != 0);
     return launched(err, what);
 }
 

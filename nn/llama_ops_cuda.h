@@ -44,12 +44,13 @@ int nn_cuda_rmsnorm_forward(nn_cuda_t *h, void *out, float *rstd, const void *in
 
 /* dinp (N,C) bf16 = dres (N,C) bf16 + the input gradient (dres may be dinp:
  * the residual stream's gradient accumulated in place; NULL: 0); dweight (C)
- * f32 += its gradient (summed over the rows in a fixed order: partial sums
- * per chunk of rows in the handle's workspace, then per column). From dout
- * (N,C) bf16 and the forward's inp, weight, rstd. C as in the forward. */
+ * f32 += its gradient (= when add is 0: a fresh gradient, bmt_block_call_t's
+ * grads_fresh; summed over the rows in a fixed order: partial sums per chunk
+ * of rows in the handle's workspace, then per column). From dout (N,C) bf16
+ * and the forward's inp, weight, rstd. C as in the forward. */
 int nn_cuda_rmsnorm_backward(nn_cuda_t *h, void *dinp, const void *dres, float *dweight,
                              const void *dout, const void *inp, const void *weight,
-                             const float *rstd, int N, int C, bmt_error_t *err);
+                             const float *rstd, int N, int C, int add, bmt_error_t *err);
 
 /* RoPE in place on the query and key heads of qkv (the first NH + NKV heads of
  * each token's row; the value heads are not touched): token t of each

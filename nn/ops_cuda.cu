@@ -226,7 +226,7 @@ template <int K, class F> __global__ void colsum_partial8(float *partial, int N,
 }
 
 template <int K, class F>
-int colsum(nn_cuda_t *h, float *dst0, float *dst1, int N, int cols, F f, bmt_error_t *err)
+int colsum(nn_cuda_t *h, float *dst0, float *dst1, int N, int cols, F f, bool add, bmt_error_t *err)
 {
     if (cols > h->max_cols)
         return fail_text(err, "column sum", "more columns than the handle was made for");
@@ -240,7 +240,7 @@ int colsum(nn_cuda_t *h, float *dst0, float *dst1, int N, int cols, F f, bmt_err
             <<<dim3((unsigned)(cols + 31) / 32, (unsigned)chunks), dim3(32, 8), 0, h->stream>>>(
                 h->partial, N, cols, f);
     colsum_final<<<(unsigned)(cols + 31) / 32, dim3(32, 8), 0, h->stream>>>(dst0, dst1, h->partial,
-                                                                            cols, chunks);
+                                                                            cols, chunks, add);
     return launched(err, "column sum");
 }
 
@@ -2472,12 +2472,13 @@ extern "C" int nn_cuda_layernorm_forward(nn_cuda_t *h, void *out, float *mean, f
 extern "C" int nn_cuda_layernorm_backward(nn_cuda_t *h, void *dinp, const void *dres,
                                           float *dweight, float *dbias, const void *dout,
                                           const void *inp, const void *weight, const float *mean,
-                                          const float *rstd, int N, int C, bmt_error_t *err)
+                                          const float *rstd, int N, int C, int add,
+                                          bmt_error_t *err)
 {
     /* The parameter sums first: dinp may alias nothing they read, but keep the
      * order that reads inp and dout before anything is written. */
     ln_term f = { (const bf16 *)dout, (const bf16 *)inp, mean, rstd, C };
-    if (colsum<2>(h, dweight, dbias, N, C, f, err) < 0)
+    if (colsum<2>(h, dweight, dbias, N, C, f, add != 0, err) < 0)
         return -1;
     const unsigned grid = (unsigned)(N + 7) / 8;
     bf16 *di = (bf16 *)dinp;
@@ -2524,45 +2525,47 @@ extern "C" int nn_cuda_matmul_gelu_forward(nn_cuda_t *h, void *out, void *pre, c
 /* nn_cuda_matmul_backward with dinp's product through the epilogue epi (aux: pre) */
 static int matmul_backward(nn_cuda_t *h, void *dinp, float *dweight, float *dbias, const void *dout,
                            int ld_dout, const void *inp, const void *weight, int N, int IC, int OC,
-                           int wt, int epi, const void *pre, bmt_error_t *err)
+                           int wt, int epi, const void *pre, int add, bmt_error_t *err)
 {
     /* dinp^T (IC,N) = W'^T (IC,OC) x dout^T (OC,N) */
     if (dinp && matmul(h, dinp, CUDA_R_16BF, IC, weight, wt == 0, wt ? IC : OC, dout, false,
                        ld_dout, IC, N, OC, NULL, 0.0f, epi, (void *)pre, err) < 0)
         return -1;
     /* Conv1D: dW^T (OC,IC) += dout^T (OC,N) x inp (N,IC);
-     * head:   dW^T (IC,OC) += inp^T (IC,N) x dout (N,OC). */
+     * head:   dW^T (IC,OC) += inp^T (IC,N) x dout (N,OC);
+     * = instead of += (beta 0) when not add. */
+    const float beta = add ? 1.0f : 0.0f;
     if (dweight && wt == 0 &&
         matmul(h, dweight, CUDA_R_32F, OC, dout, false, ld_dout, inp, true, IC, OC, IC, N, NULL,
-               1.0f, EPI_NONE, NULL, err) < 0)
+               beta, EPI_NONE, NULL, err) < 0)
         return -1;
     if (dweight && wt != 0 &&
         matmul(h, dweight, CUDA_R_32F, IC, inp, false, IC, dout, true, ld_dout, IC, OC, N, NULL,
-               1.0f, EPI_NONE, NULL, err) < 0)
+               beta, EPI_NONE, NULL, err) < 0)
         return -1;
     if (dbias) {
         bias_term f = { (const bf16 *)dout, ld_dout };
-        return colsum<1>(h, dbias, NULL, N, OC, f, err);
+        return colsum<1>(h, dbias, NULL, N, OC, f, add != 0, err);
     }
     return 0;
 }
 
 extern "C" int nn_cuda_matmul_backward(nn_cuda_t *h, void *dinp, float *dweight, float *dbias,
                                        const void *dout, int ld_dout, const void *inp,
-                                       const void *weight, int N, int IC, int OC, int wt,
+                                       const void *weight, int N, int IC, int OC, int wt, int add,
                                        bmt_error_t *err)
 {
     return matmul_backward(h, dinp, dweight, dbias, dout, ld_dout, inp, weight, N, IC, OC, wt,
-                           EPI_NONE, NULL, err);
+                           EPI_NONE, NULL, add, err);
 }
 
 extern "C" int nn_cuda_matmul_backward_dgelu(nn_cuda_t *h, void *dinp, float *dweight, float *dbias,
                                              const void *dout, int ld_dout, const void *inp,
                                              const void *weight, const void *pre, int N, int IC,
-                                             int OC, bmt_error_t *err)
+                                             int OC, int add, bmt_error_t *err)
 {
     return matmul_backward(h, dinp, dweight, dbias, dout, ld_dout, inp, weight, N, IC, OC, 0,
-                           EPI_DGELU, pre, err);
+                           EPI_DGELU, pre, add, err);
 }
 
 extern "C" int nn_cuda_fp8_matmul(nn_cuda_t *h, void *out, int out_f32, int ld_out,

@@ -110,10 +110,11 @@ int nn_cuda_layernorm_forward(nn_cuda_t *h, void *out, float *mean, float *rstd,
 
 /* dinp (N,C) bf16 = dres (N,C) bf16 + the input gradient (dres may be dinp:
  * the residual stream's gradient, accumulated in place; NULL: 0); dweight, dbias (C)
- * f32 += theirs. From dout (N,C) bf16 and the forward's inp, weight, mean, rstd. */
+ * f32 += theirs (add; = when add is 0: fresh gradients, bmt_block_call_t's
+ * grads_fresh). From dout (N,C) bf16 and the forward's inp, weight, mean, rstd. */
 int nn_cuda_layernorm_backward(nn_cuda_t *h, void *dinp, const void *dres, float *dweight,
                                float *dbias, const void *dout, const void *inp, const void *weight,
-                               const float *mean, const float *rstd, int N, int C,
+                               const float *mean, const float *rstd, int N, int C, int add,
                                bmt_error_t *err);
 
 /* out (N,OC) bf16, rows ld_out >= OC apart, = inp (N,IC) x W + bias (OC, or
@@ -140,20 +141,22 @@ int nn_cuda_matmul_gelu_forward(nn_cuda_t *h, void *out, void *pre, const void *
 
 /* From dout (N,OC) bf16 with rows ld_dout apart: dinp (N,IC) bf16 = dout x W^T
  * (overwritten; NULL: not wanted), dweight (shaped as W) f32 += (NULL: not
- * wanted, and inp is not read), dbias (OC) f32 += (NULL: no bias). inp and
- * weight as in the forward. Taking dweight and dinp in two calls lets a caller
- * free inp before dinp exists. */
+ * wanted, and inp is not read), dbias (OC) f32 += (NULL: no bias); with add
+ * 0, dweight and dbias = instead of += (fresh gradients, bmt_block_call_t's
+ * grads_fresh: the weight's product with beta 0, no read of what they held).
+ * inp and weight as in the forward. Taking dweight and dinp in two calls lets
+ * a caller free inp before dinp exists. */
 int nn_cuda_matmul_backward(nn_cuda_t *h, void *dinp, float *dweight, float *dbias,
                             const void *dout, int ld_dout, const void *inp, const void *weight,
-                            int N, int IC, int OC, int wt, bmt_error_t *err);
+                            int N, int IC, int OC, int wt, int add, bmt_error_t *err);
 
 /* The same for W Conv1D with the GELU's backward fused into dinp's product:
  * dinp (N,IC) bf16 = (dout x W^T) * GELU_tanh'(pre), pre (N,IC) the
- * pre-activation of nn_cuda_matmul_gelu_forward; dweight and dbias as above. */
+ * pre-activation of nn_cuda_matmul_gelu_forward; dweight, dbias and add as above. */
 int nn_cuda_matmul_backward_dgelu(nn_cuda_t *h, void *dinp, float *dweight, float *dbias,
                                   const void *dout, int ld_dout, const void *inp,
                                   const void *weight, const void *pre, int N, int IC, int OC,
-                                  bmt_error_t *err);
+                                  int add, bmt_error_t *err);
 
 /* FP8 product (docs/fp8.md): out (N,OC) = a (N,K) x b (OC,K)^T x *a_descale x
  * *b_descale [+ bias (OC) bf16] [+ beta out], from FP8 codes (nn/fp8.h) with

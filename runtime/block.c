@@ -366,6 +366,23 @@ int block_need_grads(bmt_block_t *b, void *stream, enum fresh_mode mode, bool *m
     return 0;
 }
 
+int bmt_block_call_zero_grad(const bmt_block_call_t *c, int i, bmt_error_t *err)
+{
+    if (c == NULL || c->block == NULL || c->grads == NULL)
+        return errprintf(err, "bmt_block_call_zero_grad: not a backward call (no gradients)");
+    bmt_block_t *b = c->block;
+    if (i < -1 || i >= b->nparams)
+        return errprintf(err,
+                         "rank %d: bmt_block_call_zero_grad: block %.200s has parameters 0..%d, "
+                         "not %d (-1: all)",
+                         b->ctx->rank, b->name, b->nparams - 1, i);
+    for (int k = i < 0 ? 0 : i; k < (i < 0 ? b->nparams : i + 1); k++)
+        if (kern_zero(b->ctx, c->stream, c->grads[k], dsize(BMT_F32, (size_t)b->params[k].numel),
+                      err) < 0)
+            return errprefix(err, "gradient %d of block %.200s: ", k, b->name);
+    return 0;
+}
+
 void block_drop_grads(bmt_block_t *b, int group, void *stream)
 {
     bmt_free_async(b->ctx, b->groups[group].grad, stream);

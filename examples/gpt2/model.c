@@ -471,6 +471,10 @@ gpt2_model_t *gpt2_model_create(bmt_ctx_t *ctx, const gpt2_config_t *cfg, int B,
     if (m->pdtype == BMT_BF16 ? (m->cu = gpt2_cu_create(ctx, cfg, B, T, m->ckpt, err)) == NULL
                               : alloc_acts(m, err) < 0)
         goto fail;
+    /* The CUDA callbacks write fresh gradients (products with beta 0): the
+     * list need not zero them first. */
+    if (m->cu && bmt_blocklist_set_grad_overwrite(m->list, true, err) < 0)
+        goto fail;
     return m;
 fail:
     gpt2_model_destroy(m);

@@ -375,14 +375,14 @@ static int linear_residual_forward(gpt2_cu_t *cu, int l, int k, void *out, void 
  * path takes it from nn_cuda_matmul_backward_dgelu's epilogue instead). */
 static int linear_backward(gpt2_cu_t *cu, int l, int k, void *dinp, float *dw, float *db,
                            const void *dout, const void *pre, const void *xq, const void *inp,
-                           const void *w, int IC, int OC, bmt_error_t *err)
+                           const void *w, int IC, int OC, int add, bmt_error_t *err)
 {
     if (!cu->fp8)
-        return nn_cuda_matmul_backward(cu->h, dinp, dw, db, dout, OC, inp, w, cu->N, IC, OC, 0,
+        return nn_cuda_matmul_backward(cu->h, dinp, dw, db, dout, OC, inp, w, cu->N, IC, OC, 0, add,
                                        err);
     const nn_cuda_fp8_scales_t sc = fp8_scales(cu, l, k);
     return nn_cuda_fp8_conv1d_backward(cu->h, dinp, dw, db, dout, pre, xq, wq_at(cu, l, k), w,
-                                       cu->N, IC, OC, &sc, cu->fp8_scratch, err);
+                                       cu->N, IC, OC, &sc, cu->fp8_scratch, add, err);
 }
 
 /* The input's transposed codes of product k, as its forward saves them (a
@@ -465,8 +465,11 @@ static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bool recompute, b
 
 /* cu->dres: in, the gradient w.r.t. x[l+1]; out, w.r.t. x[l]. Every buffer
  * goes back as soon as its last reader is enqueued: the layer's saved set
- * (a recomputation or the next forward makes it again) and x[l]. */
-static int layer_backward(gpt2_cu_t *cu, int l, void *const *p, float *const *g, bmt_error_t *err)
+ * (a recomputation or the next forward makes it again) and x[l]. Each of
+ * the layer's gradients is written by one call: added into (add), or
+ * written (add 0: fresh gradients, bmt_block_call_t.grads_fresh). */
+static int layer_backward(gpt2_cu_t *cu, int l, void *const *p, float *const *g, int add,
+                          bmt_error_t *err)
 {
     nn_cuda_t *h = cu->h;
     const int N = cu->N, C = cu->cfg.n_embd;
@@ -485,33 +488,33 @@ static int layer_backward(gpt2_cu_t *cu, int l, void *const *p, float *const *g,
     if (cu->fp8) {
         if (need(cu, &cu->dfch, 4 * U, err) < 0 ||
             linear_backward(cu, l, 3, cu->dfch, g[FPROJ_W], g[FPROJ_B], cu->dres, NULL, a->gelu_q,
-                            NULL, p[FPROJ_W], 4 * C, C, err) < 0)
+                            NULL, p[FPROJ_W], 4 * C, C, add, err) < 0)
             return -1;
         drop(cu, &a->gelu_q);
     } else {
         if (linear_backward(cu, l, 3, NULL, g[FPROJ_W], g[FPROJ_B], cu->dres, NULL, NULL,
-                            a->fch_gelu, p[FPROJ_W], 4 * C, C, err) < 0)
+                            a->fch_gelu, p[FPROJ_W], 4 * C, C, add, err) < 0)
             return -1;
         drop(cu, &a->fch_gelu);
         if (need(cu, &cu->dfch, 4 * U, err) < 0 ||
             nn_cuda_matmul_backward_dgelu(h, cu->dfch, NULL, NULL, cu->dres, C, NULL, p[FPROJ_W],
-                                          a->fch, N, 4 * C, C, err) < 0)
+                                          a->fch, N, 4 * C, C, add, err) < 0)
             return -1;
         drop(cu, &a->fch);
     }
     if (need(cu, &cu->dln, U, err) < 0 ||
         linear_backward(cu, l, 2, cu->dln, g[FC_W], g[FC_B], cu->dfch, cu->fp8 ? a->fch : NULL,
-                        a->ln2_q, a->ln2, p[FC_W], C, 4 * C, err) < 0)
+                        a->ln2_q, a->ln2, p[FC_W], C, 4 * C, add, err) < 0)
         return -1;
     drop(cu, &cu->dfch, &a->fch, &a->ln2, &a->ln2_q);
     if (need(cu, &cu->dres2, U, err) < 0 ||
         nn_cuda_layernorm_backward(h, cu->dres2, cu->dres, g[LN2_W], g[LN2_B], cu->dln, a->res2,
-                                   p[LN2_W], a->ln2_mean, a->ln2_rstd, N, C, err) < 0)
+                                   p[LN2_W], a->ln2_mean, a->ln2_rstd, N, C, add, err) < 0)
         return -1;
     drop(cu, &cu->dln, &a->res2, &a->ln2_mean, &a->ln2_rstd);
     if (need(cu, &cu->datty, U, err) < 0 ||
         linear_backward(cu, l, 1, cu->datty, g[APROJ_W], g[APROJ_B], cu->dres2, NULL, a->atty_q,
-                        *atty, p[APROJ_W], C, C, err) < 0 ||
+                        *atty, p[APROJ_W], C, C, add, err) < 0 ||
         need(cu, &cu->dqkv, 3 * U, err) < 0 || need(cu, &cu->datt, cu->att_bytes, err) < 0 ||
         nn_cuda_attention_backward(h, cu->dqkv, cu->datty, *atty, a->qkvr, *att, cu->datt,
                                    cu->attn_scratch, cu->B, cu->T, C, cu->cfg.n_head, err) < 0)
@@ -519,11 +522,11 @@ static int layer_backward(gpt2_cu_t *cu, int l, void *const *p, float *const *g,
     drop(cu, &cu->datty, &cu->datt, atty, &a->qkvr, att, &a->atty_q);
     if (need(cu, &cu->dln, U, err) < 0 ||
         linear_backward(cu, l, 0, cu->dln, g[ATTN_W], g[ATTN_B], cu->dqkv, NULL, a->ln1_q, a->ln1,
-                        p[ATTN_W], C, 3 * C, err) < 0)
+                        p[ATTN_W], C, 3 * C, add, err) < 0)
         return -1;
     drop(cu, &cu->dqkv, &a->ln1, &a->ln1_q, &a->wq);
     if (nn_cuda_layernorm_backward(h, cu->dres, cu->dres2, g[LN1_W], g[LN1_B], cu->dln, cu->x[l],
-                                   p[LN1_W], a->ln1_mean, a->ln1_rstd, N, C, err) < 0)
+                                   p[LN1_W], a->ln1_mean, a->ln1_rstd, N, C, add, err) < 0)
         return -1;
     drop(cu, &cu->dln, &cu->dres2, &a->ln1_mean, &a->ln1_rstd, &cu->x[l]);
     return 0;
@@ -564,12 +567,20 @@ static int head_forward(gpt2_cu_t *cu, void *const *p, bmt_error_t *err)
     return nn_cuda_sum(h, cu->loss_sum, cu->losses, N, err);
 }
 
-static int head_backward(gpt2_cu_t *cu, void *const *p, float *const *g, bmt_error_t *err)
+/* The head's use of the top block (wte, wpe, lnf): fresh gradients (the
+ * first use in backward order) are written: wte's by the first chunk's
+ * product, lnf's by the norm, wpe's (the embedding's alone) zeroed. */
+static int head_backward(gpt2_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *err)
 {
     nn_cuda_t *h = cu->h;
+    void *const *p = c->params;
+    float *const *g = (float *const *)c->grads;
     const int N = cu->N, C = cu->cfg.n_embd, V = cu->cfg.vocab_size;
-    const int L = cu->cfg.n_layer;
+    const int L = cu->cfg.n_layer, add = !c->grads_fresh;
     if (need(cu, &cu->dres, cu->U, err) < 0)
+        return -1;
+    if (c->grads_fresh &&
+        bmt_block_call_zero_grad(c, cu->counted == 0 ? -1 : WPE, err) < 0) /* -1: all */
         return -1;
     if (cu->counted == 0) { /* no position counts: the loss does not depend on anything */
         drop(cu, &cu->logits, &cu->lnf, &cu->x[L]);
@@ -587,11 +598,12 @@ static int head_backward(gpt2_cu_t *cu, void *const *p, float *const *g, bmt_err
         const size_t off = (size_t)r0 * C * 2;
         if ((cu->head_rows < N && head_chunk(cu, p, r0, n, err) < 0) ||
             nn_cuda_matmul_backward(h, (char *)cu->dln + off, g[WTE], NULL, cu->logits, cu->Vp,
-                                    (const char *)cu->lnf + off, p[WTE], n, C, V, 1, err) < 0)
+                                    (const char *)cu->lnf + off, p[WTE], n, C, V, 1, add || r0 > 0,
+                                    err) < 0)
             return -1;
     }
     if (nn_cuda_layernorm_backward(h, cu->dres, NULL, g[LNF_W], g[LNF_B], cu->dln, cu->x[L],
-                                   p[LNF_W], cu->lnf_mean, cu->lnf_rstd, N, C, err) < 0)
+                                   p[LNF_W], cu->lnf_mean, cu->lnf_rstd, N, C, add, err) < 0)
         return -1;
     drop(cu, &cu->dln, &cu->logits, &cu->lnf, &cu->x[L]);
     return 0;
@@ -619,8 +631,9 @@ int gpt2_cu_backward(gpt2_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *err)
 {
     void *const *p = c->params;
     float *const *g = (float *const *)c->grads;
-    if (c->index == 0) {
-        if (nn_cuda_encoder_backward(cu->h, g[WTE], g[WPE], cu->dres, cu->buckets, cu->nbuckets,
+    if (c->index == 0) { /* fresh (a group of two or more): zeros to add into */
+        if ((c->grads_fresh && bmt_block_call_zero_grad(c, -1, err) < 0) ||
+            nn_cuda_encoder_backward(cu->h, g[WTE], g[WPE], cu->dres, cu->buckets, cu->nbuckets,
                                      cu->B, cu->T, cu->cfg.n_embd, err) < 0)
             return -1;
         drop(cu, &cu->dres);
@@ -628,8 +641,8 @@ int gpt2_cu_backward(gpt2_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *err)
         return 0;
     }
     if (c->index == cu->cfg.n_layer + 1)
-        return head_backward(cu, p, g, err);
-    return layer_backward(cu, c->index - 1, p, g, err);
+        return head_backward(cu, c, err);
+    return layer_backward(cu, c->index - 1, p, g, !c->grads_fresh, err);
 }
 
 int gpt2_cu_loss(gpt2_cu_t *cu, float *loss, bmt_error_t *err)

@@ -607,6 +607,10 @@ llama_model_t *llama_model_create(bmt_ctx_t *ctx, const llama_config_t *cfg, int
     if ((m->list = bmt_blocklist_create(ctx, &lc, err)) == NULL || build_blocks(m, seed, err) < 0 ||
         (!cuda && alloc_acts(m, err) < 0))
         goto fail;
+    /* The CUDA callbacks write fresh gradients (products with beta 0): the
+     * list need not zero them first. */
+    if (cuda && bmt_blocklist_set_grad_overwrite(m->list, true, err) < 0)
+        goto fail;
     if (!cuda)
         nn_rope_freqs(m->inv_freq, cfg->head_dim, cfg->rope_theta, cfg->rope_llama3 ? &s : NULL);
     return m;

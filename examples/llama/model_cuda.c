@@ -396,8 +396,11 @@ static int layer_forward(llama_cu_t *cu, int l, void *const *p, bool recompute, 
  * place through both norms: d res2 = d x' + rms2's input gradient, d x = d
  * res2 + rms1's). Every buffer goes back as soon as its last reader is
  * enqueued: the layer's saved set (a recomputation or the next forward makes
- * it again) and x[l]. */
-static int layer_backward(llama_cu_t *cu, int l, void *const *p, float *const *g, bmt_error_t *err)
+ * it again) and x[l]. Each gradient is written by one call: added into
+ * (add), or written (add 0: fresh gradients, bmt_block_call_t.grads_fresh;
+ * q, k and v's as one, gate and up's as one: check_stacked). */
+static int layer_backward(llama_cu_t *cu, int l, void *const *p, float *const *g, int add,
+                          bmt_error_t *err)
 {
     nn_cuda_t *h = cu->h;
     const llama_config_t *cf = &cu->cfg;
@@ -411,12 +414,12 @@ static int layer_backward(llama_cu_t *cu, int l, void *const *p, float *const *g
     /* down_proj: the weight's gradient first, then h is dead and dh can take
      * its place. */
     if (nn_cuda_matmul_backward(h, NULL, g[P_DOWN], NULL, cu->dres, C, a->h, p[P_DOWN], N, F, C, 1,
-                                err) < 0)
+                                add, err) < 0)
         return -1;
     drop(cu, &a->h);
     if (need(cu, &cu->dh, (size_t)N * F * 2, err) < 0 ||
         nn_cuda_matmul_backward(h, cu->dh, NULL, NULL, cu->dres, C, NULL, p[P_DOWN], N, F, C, 1,
-                                err) < 0)
+                                add, err) < 0)
         return -1;
     /* SwiGLU, then gate_proj and up_proj as one (2F, C) product */
     if (need(cu, &cu->dgu, (size_t)N * 2 * F * 2, err) < 0 ||
@@ -425,18 +428,18 @@ static int layer_backward(llama_cu_t *cu, int l, void *const *p, float *const *g
     drop(cu, &cu->dh, &a->gu);
     if (need(cu, &cu->dln, U, err) < 0 ||
         nn_cuda_matmul_backward(h, cu->dln, g[P_GATE], NULL, cu->dgu, 2 * F, a->ln2, p[P_GATE], N,
-                                C, 2 * F, 1, err) < 0)
+                                C, 2 * F, 1, add, err) < 0)
         return -1;
     drop(cu, &cu->dgu, &a->ln2);
     if (nn_cuda_rmsnorm_backward(h, cu->dres, cu->dres, g[P_POST_NORM], cu->dln, a->res2,
-                                 p[P_POST_NORM], a->rstd2, N, C, err) < 0)
+                                 p[P_POST_NORM], a->rstd2, N, C, add, err) < 0)
         return -1;
     drop(cu, &cu->dln, &a->res2, &a->rstd2);
 
     /* o_proj, attention, RoPE (in place), then q, k, v as one (QKV, C) product */
     if (need(cu, &cu->datt, (size_t)N * cu->Q * 2, err) < 0 ||
         nn_cuda_matmul_backward(h, cu->datt, g[P_O], NULL, cu->dres, C, a->att, p[P_O], N, cu->Q, C,
-                                1, err) < 0 ||
+                                1, add, err) < 0 ||
         need(cu, &cu->dqkv, (size_t)N * cu->QKV * 2, err) < 0 ||
         need(cu, &cu->Dd, (size_t)B * NH * T * 4, err) < 0 ||
         nn_cuda_flash_backward(h, cu->dqkv, cu->Dd, cu->datt, a->att, a->qkv, a->lse, B, T, NH, NKV,
@@ -446,11 +449,11 @@ static int layer_backward(llama_cu_t *cu, int l, void *const *p, float *const *g
     drop(cu, &cu->datt, &cu->Dd, &a->att, &a->lse, &a->qkv);
     if (need(cu, &cu->dln, U, err) < 0 ||
         nn_cuda_matmul_backward(h, cu->dln, g[P_Q], NULL, cu->dqkv, cu->QKV, a->ln1, p[P_Q], N, C,
-                                cu->QKV, 1, err) < 0)
+                                cu->QKV, 1, add, err) < 0)
         return -1;
     drop(cu, &cu->dqkv, &a->ln1);
     if (nn_cuda_rmsnorm_backward(h, cu->dres, cu->dres, g[P_IN_NORM], cu->dln, cu->x[l],
-                                 p[P_IN_NORM], a->rstd1, N, C, err) < 0)
+                                 p[P_IN_NORM], a->rstd1, N, C, add, err) < 0)
         return -1;
     drop(cu, &cu->dln, &a->rstd1, &cu->x[l]);
     return 0;
@@ -490,11 +493,18 @@ static int head_forward(llama_cu_t *cu, void *const *p, bmt_error_t *err)
     return 0;
 }
 
-static int head_backward(llama_cu_t *cu, void *const *p, float *const *g, bmt_error_t *err)
+/* Fresh gradients (the head's own block, or the tied embedding's first use
+ * in backward order) are written by the first chunk's product, or zeroed
+ * when no position counts. */
+static int head_backward(llama_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *err)
 {
     nn_cuda_t *h = cu->h;
-    const int N = cu->N, C = cu->cfg.n_embd, V = cu->cfg.vocab_size;
+    void *const *p = c->params;
+    float *const *g = (float *const *)c->grads;
+    const int N = cu->N, C = cu->cfg.n_embd, V = cu->cfg.vocab_size, add = !c->grads_fresh;
     if (need(cu, &cu->dxf, cu->U, err) < 0)
+        return -1;
+    if (cu->counted == 0 && c->grads_fresh && bmt_block_call_zero_grad(c, -1, err) < 0)
         return -1;
     if (cu->counted == 0) { /* no position counts: the loss does not depend on anything */
         drop(cu, &cu->logits, &cu->xf);
@@ -511,7 +521,8 @@ static int head_backward(llama_cu_t *cu, void *const *p, float *const *g, bmt_er
         const size_t off = (size_t)r0 * C * 2;
         if ((cu->head_rows < N && head_chunk(cu, p, r0, n, err) < 0) ||
             nn_cuda_matmul_backward(h, (char *)cu->dxf + off, g[0], NULL, cu->logits, cu->Vp,
-                                    (const char *)cu->xf + off, p[0], n, C, V, 1, err) < 0)
+                                    (const char *)cu->xf + off, p[0], n, C, V, 1, add || r0 > 0,
+                                    err) < 0)
             return -1;
     }
     drop(cu, &cu->logits, &cu->xf);
@@ -549,8 +560,9 @@ int llama_cu_backward(llama_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *er
     void *const *p = c->params;
     float *const *g = (float *const *)c->grads;
     const int L = cu->cfg.n_layer, N = cu->N, C = cu->cfg.n_embd;
-    if (c->index == 0) {
-        if (nn_cuda_encoder_backward(cu->h, g[0], NULL, cu->dres, cu->buckets, cu->nbuckets, cu->B,
+    if (c->index == 0) { /* fresh (untied, or a group of two or more): zeros to add into */
+        if ((c->grads_fresh && bmt_block_call_zero_grad(c, -1, err) < 0) ||
+            nn_cuda_encoder_backward(cu->h, g[0], NULL, cu->dres, cu->buckets, cu->nbuckets, cu->B,
                                      cu->T, C, err) < 0)
             return -1;
         drop(cu, &cu->dres);
@@ -559,16 +571,16 @@ int llama_cu_backward(llama_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *er
     if (c->index == L + 1) { /* xf = rms(x_L): d x_L from d xf */
         if (need(cu, &cu->dres, cu->U, err) < 0 ||
             nn_cuda_rmsnorm_backward(cu->h, cu->dres, NULL, g[0], cu->dxf, cu->x[L], p[0],
-                                     cu->rstdf, N, C, err) < 0)
+                                     cu->rstdf, N, C, !c->grads_fresh, err) < 0)
             return -1;
         drop(cu, &cu->dxf, &cu->x[L]);
         return 0;
     }
     if (c->index == L + 2)
-        return head_backward(cu, p, g, err);
+        return head_backward(cu, c, err);
     if (check_stacked(cu, c, err) < 0)
         return -1;
-    return layer_backward(cu, c->index - 1, p, g, err);
+    return layer_backward(cu, c->index - 1, p, g, !c->grads_fresh, err);
 }
 
 int llama_cu_loss(llama_cu_t *cu, float *loss, bmt_error_t *err)

@@ -265,6 +265,13 @@ BMT_API int bmt_blocklist_set_grad_overwrite(bmt_blocklist_t *list, bool overwri
                                              bmt_error_t *err);
 BMT_API bool bmt_blocklist_grad_overwrite(const bmt_blocklist_t *list);
 
+/* Zero gradient i of a backward call (every gradient when i is -1), on the
+ * call's stream: for a callback given fresh gradients (call->grads_fresh)
+ * under bmt_blocklist_set_grad_overwrite that does not write one of them, or
+ * that writes it with a kernel that can only add. Errors: call NULL or not
+ * a backward, i out of range. */
+BMT_API int bmt_block_call_zero_grad(const bmt_block_call_t *call, int i, bmt_error_t *err);
+
 /* Run every block's forward in order. */
 BMT_API int bmt_blocklist_forward(bmt_blocklist_t *list, bmt_error_t *err);
 

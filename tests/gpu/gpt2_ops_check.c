@@ -121,15 +121,26 @@ static void t_layernorm(int N, int C)
     void *ddy = up_bf16(dy, (size_t)N * C), *ddres = up_bf16(dres, (size_t)N * C);
     void *ddx = dmalloc((size_t)N * C * 2);
     float *dgw = up_f32(gw, C), *dgb = up_f32(gb, C), *dcm = up_f32(rm, N), *dcr = up_f32(rr, N);
-    run(nn_cuda_layernorm_backward(h, ddx, ddres, dgw, dgb, ddy, dx, dw, dcm, dcr, N, C, &err),
+    run(nn_cuda_layernorm_backward(h, ddx, ddres, dgw, dgb, ddy, dx, dw, dcm, dcr, N, C, 1, &err),
         "layernorm backward", &err);
     float *gdx = down_bf16(ddx, (size_t)N * C), *ggw = down_f32(dgw, C), *ggb = down_f32(dgb, C);
     snprintf(name, sizeof(name), "layernorm backward dinp = dres + ... (C %d)", C);
     check(name, gdx, rdx, (size_t)N * C, 1.5e-2);
     check("layernorm backward dweight (+=)", ggw, rgw, C, 1e-3);
     check("layernorm backward dbias (+=)", ggb, rgb, C, 1e-3);
+    /* add 0 (fresh gradients): = into NaN-filled (dmalloc's poison) buffers */
+    float *rgw0 = zeros(C), *rgb0 = zeros(C), *rdx0 = copy(dres, (size_t)N * C);
+    nn_layernorm_backward(rdx0, rgw0, rgb0, dy, x, w, rm, rr, N, C);
+    float *dgw0 = dmalloc((size_t)C * 4), *dgb0 = dmalloc((size_t)C * 4);
+    run(nn_cuda_layernorm_backward(h, ddx, ddres, dgw0, dgb0, ddy, dx, dw, dcm, dcr, N, C, 0, &err),
+        "layernorm backward", &err);
+    float *ggw0 = down_f32(dgw0, C), *ggb0 = down_f32(dgb0, C);
+    check("layernorm backward dweight (=, into NaN)", ggw0, rgw0, C, 1e-3);
+    check("layernorm backward dbias (=, into NaN)", ggb0, rgb0, C, 1e-3);
+    free(rgw0), free(rgb0), free(rdx0), free(ggw0), free(ggb0);
+    cudaFree(dgw0), cudaFree(dgb0);
     /* in place: dres == dinp, as the layers use it */
-    run(nn_cuda_layernorm_backward(h, ddres, ddres, dgw, dgb, ddy, dx, dw, dcm, dcr, N, C, &err),
+    run(nn_cuda_layernorm_backward(h, ddres, ddres, dgw, dgb, ddy, dx, dw, dcm, dcr, N, C, 1, &err),
         "layernorm backward", &err);
     float *gip = down_bf16(ddres, (size_t)N * C);
     check("layernorm backward in place (dinp == dres)", gip, rdx, (size_t)N * C, 1.5e-2);
@@ -170,7 +181,8 @@ static void t_matmul(int N, int IC, int OC, int wt, int ld)
         memcpy(dyp + (size_t)n * ld, dy + (size_t)n * OC, (size_t)OC * 4);
     void *ddy = up_bf16(dyp, (size_t)N * ld), *ddx = dmalloc((size_t)N * IC * 2);
     float *dgw = up_f32(gw, nw), *dgb = up_f32(gb, OC);
-    run(nn_cuda_matmul_backward(h, ddx, dgw, wt ? NULL : dgb, ddy, ld, dx, dw, N, IC, OC, wt, &err),
+    run(nn_cuda_matmul_backward(h, ddx, dgw, wt ? NULL : dgb, ddy, ld, dx, dw, N, IC, OC, wt, 1,
+                                &err),
         "matmul backward", &err);
     float *gdx = down_bf16(ddx, (size_t)N * IC), *ggw = down_f32(dgw, nw), *ggb = down_f32(dgb, OC);
     snprintf(name, sizeof(name), "matmul backward dinp (IC %d, OC %d, wt %d)", IC, OC, wt);
@@ -179,6 +191,21 @@ static void t_matmul(int N, int IC, int OC, int wt, int ld)
     check(name, ggw, rgw, nw, 1e-3);
     if (!wt)
         check("matmul backward dbias (+=)", ggb, rgb, OC, 1e-3);
+    /* add 0 (fresh gradients): = into NaN-filled (dmalloc's poison) buffers */
+    float *rgw0 = zeros(nw), *rgb0 = zeros(OC), *rdx0 = zeros((size_t)N * IC);
+    nn_conv1d_backward(rdx0, rgw0, wt ? NULL : rgb0, dy, x, w, N, IC, OC, wt);
+    float *dgw0 = dmalloc(nw * 4), *dgb0 = dmalloc((size_t)OC * 4);
+    run(nn_cuda_matmul_backward(h, NULL, dgw0, wt ? NULL : dgb0, ddy, ld, dx, dw, N, IC, OC, wt, 0,
+                                &err),
+        "matmul backward", &err);
+    float *ggw0 = down_f32(dgw0, nw), *ggb0 = down_f32(dgb0, OC);
+    snprintf(name, sizeof(name), "matmul backward dweight = (into NaN; IC %d, OC %d, wt %d)", IC,
+             OC, wt);
+    check(name, ggw0, rgw0, nw, 1e-3);
+    if (!wt)
+        check("matmul backward dbias (=, into NaN)", ggb0, rgb0, OC, 1e-3);
+    free(rgw0), free(rgb0), free(rdx0), free(ggw0), free(ggb0);
+    cudaFree(dgw0), cudaFree(dgb0);
     free(x), free(w), free(b), free(ref), free(raw), free(got), free(dy), free(gw), free(gb);
     free(rdx), free(rgw), free(rgb), free(dyp), free(gdx), free(ggw), free(ggb);
     cudaFree(dx), cudaFree(dw), cudaFree(db), cudaFree(dout), cudaFree(ddy), cudaFree(ddx);
@@ -257,7 +284,8 @@ static void t_matmul_gelu(int N, int IC, int OC)
     nn_gelu_backward(rdx, gpre, t, (int)n1);
     void *dw2 = up_bf16(w2, nw), *ddy = up_bf16(dy, (size_t)N * IC), *ddx = dmalloc(n1 * 2);
     float *dgw = up_f32(gw, nw), *dgb = up_f32(gb, IC);
-    run(nn_cuda_matmul_backward_dgelu(h, ddx, dgw, dgb, ddy, IC, dout, dw2, dpre, N, OC, IC, &err),
+    run(nn_cuda_matmul_backward_dgelu(h, ddx, dgw, dgb, ddy, IC, dout, dw2, dpre, N, OC, IC, 1,
+                                      &err),
         "matmul backward + dgelu", &err);
     float *gdx = down_bf16(ddx, n1), *ggw = down_f32(dgw, nw), *ggb = down_f32(dgb, IC);
     snprintf(name, sizeof(name), "matmul backward, GELU' epilogue: dinp (N %d, IC %d, OC %d)", N,
@@ -265,6 +293,17 @@ static void t_matmul_gelu(int N, int IC, int OC)
     check(name, gdx, rdx, n1, 1.5e-2);
     check("matmul backward, GELU' epilogue: dweight (+=)", ggw, rgw, nw, 1e-3);
     check("matmul backward, GELU' epilogue: dbias (+=)", ggb, rgb, IC, 1e-3);
+    float *rgw0 = zeros(nw), *rgb0 = zeros(IC), *t0 = zeros(n1);
+    nn_conv1d_backward(t0, rgw0, rgb0, dy, gout, w2, N, OC, IC, 0);
+    float *dgw0 = dmalloc(nw * 4), *dgb0 = dmalloc((size_t)IC * 4);
+    run(nn_cuda_matmul_backward_dgelu(h, ddx, dgw0, dgb0, ddy, IC, dout, dw2, dpre, N, OC, IC, 0,
+                                      &err),
+        "matmul backward + dgelu", &err);
+    float *ggw0 = down_f32(dgw0, nw), *ggb0 = down_f32(dgb0, IC);
+    check("matmul backward, GELU' epilogue: dweight (=, into NaN)", ggw0, rgw0, nw, 1e-3);
+    check("matmul backward, GELU' epilogue: dbias (=, into NaN)", ggb0, rgb0, IC, 1e-3);
+    free(rgw0), free(rgb0), free(t0), free(ggw0), free(ggb0);
+    cudaFree(dgw0), cudaFree(dgb0);
     free(x), free(w), free(b), free(rpre), free(rout), free(gout), free(gpre), free(w2), free(b2);
     free(dy), free(gw), free(gb), free(rgw), free(rgb), free(t), free(rdx), free(gdx), free(ggw);
     free(ggb);
@@ -491,32 +530,32 @@ static void bench_op(void *arg)
         break;
     case 1:
         rc = nn_cuda_layernorm_backward(h, z->y, z->y, z->gw, z->gb, z->x, z->x, z->w, z->mean,
-                                        z->rstd, N, C, &err);
+                                        z->rstd, N, C, 1, &err);
         break;
     case 2:
         rc = nn_cuda_matmul_forward(h, z->qkv, 3 * C, z->x, z->w, z->bias, N, C, 3 * C, 0, &err);
         break;
     case 3:
         rc = nn_cuda_matmul_backward(h, z->x, z->gwbig, z->gb, z->qkv, 3 * C, z->y, z->w, N, C,
-                                     3 * C, 0, &err);
+                                     3 * C, 0, 1, &err);
         break;
     case 4:
         rc = nn_cuda_matmul_forward(h, z->big, 4 * C, z->x, z->w, z->bias, N, C, 4 * C, 0, &err);
         break;
     case 5:
         rc = nn_cuda_matmul_backward(h, z->x, z->gwbig, z->gb, z->big, 4 * C, z->y, z->w, N, C,
-                                     4 * C, 0, &err);
+                                     4 * C, 0, 1, &err);
         break;
     case 6:
         rc = nn_cuda_matmul_forward(h, z->y, C, z->big, z->w, z->bias, N, 4 * C, C, 0, &err);
         break;
     case 7:
         rc = nn_cuda_matmul_backward(h, z->dbig, z->gwbig, z->gb, z->y, C, z->big, z->w, N, 4 * C,
-                                     C, 0, &err);
+                                     C, 0, 1, &err);
         break;
     case 8: rc = nn_cuda_matmul_forward(h, z->y, C, z->x, z->w, z->bias, N, C, C, 0, &err); break;
     case 9:
-        rc = nn_cuda_matmul_backward(h, z->x, z->gwbig, z->gb, z->y, C, z->x, z->w, N, C, C, 0,
+        rc = nn_cuda_matmul_backward(h, z->x, z->gwbig, z->gb, z->y, C, z->x, z->w, N, C, C, 0, 1,
                                      &err);
         break;
     case 10: /* as the trainer calls it: the flash kernels' saved input is qkv itself (no copy) */
@@ -540,7 +579,7 @@ static void bench_op(void *arg)
         break;
     case 17:
         rc = nn_cuda_matmul_backward(h, z->x, z->gwbig, NULL, z->logits, z->Vp, z->y, z->w, N, C,
-                                     z->V, 1, &err);
+                                     z->V, 1, 1, &err);
         break;
     }
     if (rc < 0)

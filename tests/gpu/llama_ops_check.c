@@ -98,7 +98,7 @@ static void t_rmsnorm(int N, int C)
     nn_rmsnorm_backward(rdx0, rgw0, dy, x, w, rr, N, C); /* dres NULL */
     void *ddy = up_bf16(dy, n), *ddres = up_bf16(dres, n), *ddx = dmalloc(n * 2);
     float *dgw = up_f32(gw, C), *dcr = up_f32(rr, N);
-    run(nn_cuda_rmsnorm_backward(h, ddx, ddres, dgw, ddy, dx, dw, dcr, N, C, &err),
+    run(nn_cuda_rmsnorm_backward(h, ddx, ddres, dgw, ddy, dx, dw, dcr, N, C, 1, &err),
         "rmsnorm backward", &err);
     float *gdx = down_bf16(ddx, n), *ggw = down_f32(dgw, C);
     snprintf(name, sizeof(name), "rmsnorm backward dinp = dres + ... (N %d, C %d)", N, C);
@@ -108,25 +108,35 @@ static void t_rmsnorm(int N, int C)
     /* again from the same start: the same bits */
     h2d(dgw, gw, (size_t)C * 4);
     poison(ddx, n * 2);
-    run(nn_cuda_rmsnorm_backward(h, ddx, ddres, dgw, ddy, dx, dw, dcr, N, C, &err),
+    run(nn_cuda_rmsnorm_backward(h, ddx, ddres, dgw, ddy, dx, dw, dcr, N, C, 1, &err),
         "rmsnorm backward", &err);
     float *gdx2 = down_bf16(ddx, n), *ggw2 = down_f32(dgw, C);
     check_same("rmsnorm backward dinp", gdx, gdx2, n);
     check_same("rmsnorm backward dweight", ggw, ggw2, C);
     /* in place (dres == dinp), as the layers use it */
     h2d(dgw, gw, (size_t)C * 4);
-    run(nn_cuda_rmsnorm_backward(h, ddres, ddres, dgw, ddy, dx, dw, dcr, N, C, &err),
+    run(nn_cuda_rmsnorm_backward(h, ddres, ddres, dgw, ddy, dx, dw, dcr, N, C, 1, &err),
         "rmsnorm backward", &err);
     float *gip = down_bf16(ddres, n);
     check("rmsnorm backward in place (dinp == dres)", gip, rdx, n, 1.5e-2);
     /* dres NULL: dinp is the input gradient alone */
     h2d(dgw, gw, (size_t)C * 4);
     poison(ddx, n * 2);
-    run(nn_cuda_rmsnorm_backward(h, ddx, NULL, dgw, ddy, dx, dw, dcr, N, C, &err),
+    run(nn_cuda_rmsnorm_backward(h, ddx, NULL, dgw, ddy, dx, dw, dcr, N, C, 1, &err),
         "rmsnorm backward", &err);
     float *g0 = down_bf16(ddx, n), *ggw0 = down_f32(dgw, C);
     check("rmsnorm backward, dres NULL: dinp", g0, rdx0, n, 1.5e-2);
     check("rmsnorm backward, dres NULL: dweight (+=)", ggw0, rgw0, C, 1e-3);
+    /* add 0 (a fresh gradient): dweight written into a NaN-filled buffer */
+    float *rgwz = zeros(C), *rdxz = zeros(n);
+    nn_rmsnorm_backward(rdxz, rgwz, dy, x, w, rr, N, C);
+    float *dgwz = dmalloc((size_t)C * 4);
+    run(nn_cuda_rmsnorm_backward(h, ddx, ddres, dgwz, ddy, dx, dw, dcr, N, C, 0, &err),
+        "rmsnorm backward", &err);
+    float *ggwz = down_f32(dgwz, C);
+    check("rmsnorm backward dweight (=, into NaN)", ggwz, rgwz, C, 1e-3);
+    free(rgwz), free(rdxz), free(ggwz);
+    cudaFree(dgwz);
     free(x), free(w), free(ref), free(rr), free(got), free(grs), free(got2), free(grs2), free(dy);
     free(dres), free(gw), free(rdx), free(rdx0), free(rgw), free(rgw0), free(gdx), free(ggw);
     free(gdx2), free(ggw2), free(gip), free(g0), free(ggw0);
@@ -479,7 +489,7 @@ static void bench_op(void *arg)
         break;
     case 1: /* into the residual stream's gradient in place, as the model runs it */
         rc = nn_cuda_rmsnorm_backward(h, z->dres, z->dres, z->gw, z->y, z->x, z->w, z->rstd, z->N,
-                                      z->C, &err);
+                                      z->C, 1, &err);
         break;
     case 2:
         rc = nn_cuda_rope_forward(h, z->qkv, z->inv, z->B, z->T, z->NH, z->NKV, z->hd, 0, &err);

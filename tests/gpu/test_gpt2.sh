@@ -8,7 +8,9 @@
 # - the trainer on cuda through bmlaunch: the loss falls, MFU is reported;
 # - its checkpoint directory is HF-loadable as written: transformers'
 #   GPT2LMHeadModel.from_pretrained(step dir), unchanged, with no warning, gives
-#   the trainer's loss (gpt2_hf.py pretrained).
+#   the trainer's loss (gpt2_hf.py pretrained);
+# - fresh gradients filled with NaN before the callbacks write them
+#   (BMT_CHECK_OVERWRITE=1): the same tensors bit for bit as without.
 # GPT2_CURVES=DIR keeps each layout's loss curves (ours, HF) there (made if missing).
 . "$(dirname "$0")/../integration/lib.sh"
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} BMT_TIMEOUT=120
@@ -124,6 +126,27 @@ test_expect_success "--ckpt-budget on cuda, bf16 and --fp8 1: layers 2..3 kept: 
         echo "fp8 $fp8: activation peaks (MiB): every layer recomputed $a1, 2 of 4 kept $ab, none $a0" &&
         awk -v a=$a1 -v b=$ab -v c=$a0 "BEGIN { exit !(a < b && b < c) }" || return 1
     done
+'
+
+# Fresh gradients are the CUDA model's to write (bmt_blocklist_set_grad_overwrite):
+# the list does not zero them. Under BMT_CHECK_OVERWRITE=1 it fills them with
+# NaN first, so a kernel that added into one, or left an element unwritten
+# (wpe's in the head's use of the tied block), would give NaN there and other
+# tensors than the run without it. bf16 and --fp8 1, two micro-batches,
+# checkpointing on and off.
+test_expect_success "fresh gradients NaN-filled first (BMT_CHECK_OVERWRITE=1), bf16 and --fp8 1: the same tensors bit for bit, 2 micro-batches, checkpointing on and off" '
+    for fp8 in 0 1; do for ck in 0 1; do
+        for poison in 0 1; do
+            BMT_CHECK_OVERWRITE=$poison with_timeout 300 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- \
+                "$GPT2" --model tiny --data "$TMP/corpus_train.bin" -b 8 -t 128 -a 2 --steps 4 --fp8 $fp8 \
+                --ckpt $ck --save-dir $TMP/ow$fp8$ck$poison >$TMP/ow$fp8$ck$poison.out 2>&1 ||
+                { tail -20 $TMP/ow$fp8$ck$poison.out; return 1; }
+        done &&
+        ! grep -qi "skipped\|norm -\{0,1\}nan" $TMP/ow$fp8${ck}1.out &&
+        n=0 && for f in $TMP/ow$fp8${ck}0/step-00000004/*.safetensors; do
+            cmp $f $TMP/ow$fp8${ck}1/step-00000004/${f##*/} && n=$((n + 1)) || return 1
+        done && echo "fp8 $fp8, ckpt $ck: $n files the same" && test $n -eq 10 || return 1
+    done; done
 '
 
 # --fp8 1 on cuda (nn_cuda_fp8_conv1d_*, checked op by op against the cpu's

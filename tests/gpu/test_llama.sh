@@ -17,6 +17,8 @@
 # - selective checkpointing (--ckpt-budget): the same tensors bit for bit as
 #   checkpointing every layer (some layers kept) or none (every layer and the
 #   head kept), the activations' peak between;
+# - fresh gradients filled with NaN before the callbacks write them
+#   (BMT_CHECK_OVERWRITE=1): the same tensors bit for bit as without;
 # - sizes the cuda model cannot compute are refused with what to change.
 # About 3 minutes on one H200.
 . "$(dirname "$0")/../integration/lib.sh"
@@ -104,6 +106,25 @@ test_expect_success "--ckpt-budget on cuda: 2 layers kept: --ckpt 1's tensors bi
     a1=$(act_peak $TMP/sel-all.out) && ab=$(act_peak $TMP/sel-sel.out) && af=$(act_peak $TMP/sel-full.out) && a0=$(act_peak $TMP/sel-none.out) &&
     echo "activation peaks (MiB): every layer recomputed $a1, 2 of 4 kept $ab, all kept $af, --ckpt 0 $a0" &&
     awk -v a=$a1 -v b=$ab -v c=$a0 -v d=$af "BEGIN { exit !(a < b && b < c && d == c) }"
+'
+
+# Fresh gradients are the CUDA model's to write (bmt_blocklist_set_grad_overwrite):
+# the list does not zero them. Under BMT_CHECK_OVERWRITE=1 it fills them with
+# NaN first, so a kernel that added into one, or left an element unwritten,
+# would give NaN there and other tensors than the run without it. Two
+# micro-batches (the second adds into the first's), checkpointing on and off.
+test_expect_success "fresh gradients NaN-filled first (BMT_CHECK_OVERWRITE=1): the same tensors bit for bit, 2 micro-batches, checkpointing on and off" '
+    for ck in 0 1; do
+        for poison in 0 1; do
+            BMT_CHECK_OVERWRITE=$poison with_timeout 300 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- \
+                $LLAMA $RUN --init-from $INIT --steps 4 -a 2 --ckpt $ck --save-dir $TMP/ow$ck$poison \
+                >$TMP/ow$ck$poison.out 2>err || { tail -20 $TMP/ow$ck$poison.out err; return 1; }
+        done &&
+        ! grep -qi "skipped\|norm -\{0,1\}nan" $TMP/ow${ck}1.out &&
+        n=0 && for f in $TMP/ow${ck}0/step-00000004/*.safetensors; do
+            cmp $f $TMP/ow${ck}1/step-00000004/${f##*/} && n=$((n + 1)) || return 1
+        done && echo "ckpt $ck: $n files the same" && test $n -eq 14 || return 1
+    done
 '
 
 test_expect_success "a cuda checkpoint is bf16 (files and config.json) and the cpu model reads it back: the cuda run's val loss" '

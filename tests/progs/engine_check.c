@@ -916,12 +916,11 @@ static float gbeta(const model_t *m, const bmt_block_call_t *call)
     return m->overwrite == 1 && call->grads_fresh ? 0.0f : 1.0f;
 }
 
-/* Before an op that adds into gradient g (n elements): zeros, where the
- * callbacks must write a fresh one (--overwrite 1). */
-static int fresh_zero(model_t *m, const bmt_block_call_t *call, float *g, int n, bmt_error_t *err)
+/* Before an op that adds into gradient k: zeros (bmt_block_call_zero_grad),
+ * where the callbacks must write a fresh one (--overwrite 1). */
+static int fresh_zero(const model_t *m, const bmt_block_call_t *call, int k, bmt_error_t *err)
 {
-    return m->overwrite == 1 && call->grads_fresh ? OPS->copy(m->dev, call->stream, n, NULL, g, err)
-                                                  : 0;
+    return m->overwrite == 1 && call->grads_fresh ? bmt_block_call_zero_grad(call, k, err) : 0;
 }
 
 static int embed_forward(void *model, const bmt_block_call_t *call, bmt_error_t *err)
@@ -991,10 +990,8 @@ static int resid_backward(void *model, const bmt_block_call_t *call, bmt_error_t
     const float *dy = m->dx[b + 1];
     s->valid = false;
     const float beta = gbeta(m, call);
-    if (fresh_zero(m, call, G[R_PRB], EC_C, err) < 0 ||
-        fresh_zero(m, call, G[R_FCB], EC_H, err) < 0 ||
-        fresh_zero(m, call, G[R_LNW], EC_C, err) < 0 ||
-        fresh_zero(m, call, G[R_LNB], EC_C, err) < 0)
+    if (fresh_zero(m, call, R_PRB, err) < 0 || fresh_zero(m, call, R_FCB, err) < 0 ||
+        fresh_zero(m, call, R_LNW, err) < 0 || fresh_zero(m, call, R_LNB, err) < 0)
         return -1;
     if (OPS->bias_grad(dev, st, EC_ROWS, EC_C, dy, G[R_PRB], err) < 0 ||
         OPS->gemm(dev, st, 1, 0, EC_H, EC_C, EC_ROWS, s->act, BMT_F32, dy, BMT_F32, beta, G[R_PRW],
@@ -1069,8 +1066,7 @@ static int head_backward(void *model, const bmt_block_call_t *call, bmt_error_t 
     float *const *G = (float *const *)call->grads;
     const float *tgt = m->target + (size_t)m->mb * EC_ROWS * EC_DOUT;
     s->valid = false;
-    if (fresh_zero(m, call, G[H_LNW], EC_C, err) < 0 ||
-        fresh_zero(m, call, G[H_LNB], EC_C, err) < 0)
+    if (fresh_zero(m, call, H_LNW, err) < 0 || fresh_zero(m, call, H_LNB, err) < 0)
         return -1;
     if (OPS->mse(dev, st, EC_ROWS, EC_DOUT, s->out, tgt, NULL, m->dout, err) < 0 ||
         OPS->gemm(dev, st, 1, 0, EC_C, EC_DOUT, EC_ROWS, s->ln, BMT_F32, m->dout, BMT_F32,
@@ -1433,6 +1429,20 @@ static void misuse_order(bmt_blocklist_t *list, bmt_optim_t *opt, bmt_block_t *b
     check(rc == -1 && e1.text[0] && !bmt_blocklist_grad_overwrite(NULL),
           "bad use: bmt_blocklist_set_grad_overwrite of no list fails: \"%s\"",
           rc == -1 ? e1.text : "it returned 0");
+    /* bmt_block_call_zero_grad: a forward's call (no gradients) and a
+     * parameter out of range are refused before anything is written. */
+    void *none[1] = { NULL };
+    const bmt_block_call_t fwd = { .index = 0, .block = b0 },
+                           bwd = { .index = 0, .block = b0, .grads = none };
+    memset(&e1, 0, sizeof(e1));
+    memset(&e2, 0, sizeof(e2));
+    rc = bmt_block_call_zero_grad(&fwd, 0, &e1);
+    int oor = bmt_block_call_zero_grad(&bwd, gp_count[0], &e2);
+    check(rc == -1 && strstr(e1.text, "not a backward call") && oor == -1 &&
+              strstr(e2.text, "has parameters 0..0"),
+          "bad use: bmt_block_call_zero_grad of a forward's call or of a parameter out of range "
+          "fails: \"%s\", \"%s\"",
+          e1.text, e2.text);
 }
 
 static int misuse_blocks(bmt_error_t *err)
