@@ -127,6 +127,12 @@ test_expect_success "fresh gradients NaN-filled first (BMT_CHECK_OVERWRITE=1): t
     done
 '
 
+test_expect_success "--ckpt-budget's arithmetic on cuda: each kept layer holds llama_cu_act_bytes' layer exactly, the whole logits at least its head (keep_check)" '
+    with_timeout 120 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- "$PROGS/keep_check" --model llama >out 2>err ||
+        { cat out err; return 1; }
+    cat out && grep -q "^0: keep_check: 5 passed, 0 failed" out
+'
+
 test_expect_success "a cuda checkpoint is bf16 (files and config.json) and the cpu model reads it back: the cuda run's val loss" '
     step=$TMP/cu/$(cat "$TMP/cu/latest") && cat $step/config.json &&
     grep -q "\"torch_dtype\": \"bfloat16\"" $step/config.json &&

@@ -165,6 +165,14 @@ test_expect_success "--ckpt-budget (2x2): layer 3 keeps its activations; the sam
     awk -v a=$a1 -v b=$ab -v c=$a0 "BEGIN { exit !(a < b && b < c) }"
 '
 
+# keep_check: what the budget counts per kept layer (gpt2_model_act_bytes) is
+# what keeping a layer holds, byte for byte, after a forward.
+test_expect_success "--ckpt-budget's arithmetic: each kept layer holds act_bytes' layer exactly (keep_check, cpu)" '
+    with_timeout 120 "$BMLAUNCH" --metrics-port 0 -n 1 -- "$PROGS/keep_check" --model gpt2 >out 2>err &&
+    grep -q "^0: keep_check: 5 passed, 0 failed" out &&
+    grep -q "^0: ok 3 - gpt2: 3 of 4 layers kept hold 3 x act_bytes. layer more: [1-9][0-9]* bytes" out
+'
+
 test_expect_success "--keep-attention on the cpu model is refused, saying it is for cuda" '
     { with_timeout 60 $BMLAUNCH --metrics-port 0 -n 1 -- $GPT2 --model tiny \
         --data $TMP/corpus_train.bin -b 2 -t 32 --steps 1 --keep-attention 1 >out 2>&1; rc=$?; } &&

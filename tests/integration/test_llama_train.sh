@@ -142,6 +142,14 @@ test_expect_success "--ckpt-budget (2x2): layers 2..3 keep their activations; th
     awk -v a=$a1 -v b=$ab -v c=$a0 "BEGIN { exit !(a < b && b < c) }"
 '
 
+# keep_check: what the budget counts per kept layer (llama_model_act_bytes) is
+# what keeping a layer holds, byte for byte, after a forward.
+test_expect_success "--ckpt-budget's arithmetic: each kept layer holds act_bytes' layer exactly (keep_check, cpu)" '
+    with_timeout 120 "$BMLAUNCH" --metrics-port 0 -n 1 -- "$PROGS/keep_check" --model llama >out 2>err &&
+    grep -q "^0: keep_check: 5 passed, 0 failed" out &&
+    grep -q "^0: ok 3 - llama: 3 of 4 layers kept hold 3 x act_bytes. layer more: [1-9][0-9]* bytes" out
+'
+
 test_expect_success "--ckpt-budget: refused without checkpointing, below 0, and not a number" '
     { $LLAMA --data x --ckpt 0 --ckpt-budget 5 2>err; rc=$?; } && test $rc -eq 2 &&
     grep -q "^llama: --ckpt-budget chooses which layers checkpointing spares: it needs --ckpt 1" err &&
