@@ -58,6 +58,7 @@ enum {
     OPT_MICRO_BATCH,
     OPT_ACCUM,
     OPT_CKPT,
+    OPT_CKPT_BUDGET,
     OPT_MFU,
     OPT_GPU,
     OPT_GPU_MEM,
@@ -115,6 +116,7 @@ static const struct option long_opts[] = {
     { "micro-batch", required_argument, NULL, OPT_MICRO_BATCH },
     { "accum", required_argument, NULL, OPT_ACCUM },
     { "ckpt", required_argument, NULL, OPT_CKPT },
+    { "ckpt-budget", required_argument, NULL, OPT_CKPT_BUDGET },
     { "mfu", required_argument, NULL, OPT_MFU },
     { "gpu", required_argument, NULL, OPT_GPU },
     { "gpu-mem", required_argument, NULL, OPT_GPU_MEM },
@@ -162,6 +164,8 @@ void cli_usage(FILE *out)
           "      --micro-batch B     sequences per GPU per micro-batch (default 1)\n"
           "      --accum M           micro-batches per step (default 1)\n"
           "      --ckpt 0|1          activation checkpointing per block (default 1)\n"
+          "      --ckpt-budget MIB   with --ckpt 1: the last layers whose activations fit in\n"
+          "                          MIB are kept, not recomputed (as the trainers choose)\n"
           "      --zero 2|3          parameters gathered once or twice a step (default 3)\n"
           "      --grad-dtype bf16|f32  gradient reduce-scatter dtype (default f32)\n"
           "      --gpu KIND          h200 (default), h100, a100, b200: peak, memory, NVLink\n"
@@ -465,6 +469,11 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
             if (strcmp(optarg, "0") != 0 && strcmp(optarg, "1") != 0)
                 return errprintf(err, "--ckpt must be 0 or 1, got '%.200s'", optarg);
             o->cost.ckpt = optarg[0] == '1';
+            o->comm_opts = true;
+            break;
+        case OPT_CKPT_BUDGET:
+            if (costmodel_parse_mib(optarg, "--ckpt-budget", &o->cost.ckpt_budget_mib, err) < 0)
+                return -1;
             o->comm_opts = true;
             break;
         case OPT_MFU:

@@ -365,6 +365,45 @@ costmodel_span_t costmodel_span(const bmt_layout_t *l, costmodel_comm_t which)
 
 /* ---------------------------------------------------------------- inputs */
 
+static double dmax(double a, double b) { return a > b ? a : b; }
+
+/* The bytes one layer's saved activations take for `tokens` tokens (bf16):
+ * the residual stream, the norms' outputs, q, k, v, the attention's output,
+ * the MLP's products (GELU: 2, SwiGLU: 3). */
+static double layer_act_bytes(const costmodel_model_t *m, double tokens)
+{
+    const double mlp = m->arch == COSTMODEL_LLAMA ? 3 : 2;
+    return tokens * 2 * (6 * m->hidden + 2 * m->kv_dim + mlp * m->ffn);
+}
+
+/* The logits, bf16: all of them (*whole), and what the head holds at once
+ * under checkpointing, a chunk at a time: at most 256 MiB and at most a
+ * quarter (*chunk). */
+static void logits_bytes(const costmodel_model_t *m, double tokens, double *whole, double *chunk)
+{
+    *whole = tokens * m->vocab * 2;
+    *chunk = *whole > 0 ? *whole / dmax(4, ceil(*whole / (256.0 * 1048576))) : 0;
+}
+
+/* --ckpt-budget: the trainers' choice (examples/common/trainer.c): the last
+ * layers keep their activations while their sets fit in the budget, then,
+ * every layer kept, the head its whole logits if the rest holds them. */
+static void budget_layers(costmodel_in_t *in)
+{
+    in->kept = 0;
+    in->head_whole = false;
+    if (!in->ckpt || in->ckpt_budget < 0)
+        return;
+    const double tokens = (double)in->micro_batch * in->seq;
+    const double layer = layer_act_bytes(&in->model, tokens);
+    const double fit = layer > 0 ? floor(in->ckpt_budget / layer) : in->model.layers;
+    in->kept = fit < in->model.layers ? (int)fit : in->model.layers;
+    double whole, chunk;
+    logits_bytes(&in->model, tokens, &whole, &chunk);
+    in->head_whole =
+        in->kept == in->model.layers && in->ckpt_budget - in->kept * layer >= whole - chunk;
+}
+
 int costmodel_setup(const costmodel_opts_t *o, costmodel_in_t *in, bmt_error_t *err)
 {
     costmodel_in_t r = { 0 };
@@ -392,6 +431,10 @@ int costmodel_setup(const costmodel_opts_t *o, costmodel_in_t *in, bmt_error_t *
         return errprintf(err, "--seq-len, --micro-batch and --accum must be positive and sane "
                               "(at most 1e7, 1e6, 1e5)");
     r.ckpt = o->ckpt != 0;
+    if (o->ckpt_budget_mib >= 0 && !r.ckpt)
+        return errprintf(err, "--ckpt-budget chooses which layers checkpointing spares: it needs "
+                              "--ckpt 1");
+    r.ckpt_budget = o->ckpt_budget_mib >= 0 ? o->ckpt_budget_mib * 1048576.0 : -1;
     r.zero_level = o->zero_level ? o->zero_level : 3;
     r.gather_bytes = 2;
     r.reduce_bytes = o->grad_bytes ? o->grad_bytes : 4;
@@ -414,6 +457,7 @@ int costmodel_setup(const costmodel_opts_t *o, costmodel_in_t *in, bmt_error_t *
     r.busbw_group = o->busbw_group;
     r.busbw_replica = o->busbw_replica;
     r.busbw_world = o->busbw_world;
+    budget_layers(&r);
     *in = r;
     return 0;
 }
@@ -429,6 +473,9 @@ static int check_in(const costmodel_in_t *in, bmt_error_t *err)
                               "be at least 1");
     if (in->zero_level != 2 && in->zero_level != 3)
         return errprintf(err, "cost model: ZeRO level must be 2 or 3, got %d", in->zero_level);
+    if (in->kept < 0 || in->kept > m->layers || (in->kept > 0 && !in->ckpt))
+        return errprintf(err, "cost model: %d kept layers of %d (checkpointing %s)", in->kept,
+                         m->layers, in->ckpt ? "on" : "off");
     if (in->gather_bytes < 1 || in->gather_bytes > 8 || in->reduce_bytes < 1 ||
         in->reduce_bytes > 8 || in->shard_bytes < 1 || in->shard_bytes > 8)
         return errprintf(err, "cost model: bytes per element must be 1 to 8");
@@ -461,8 +508,9 @@ struct entry {
     bool layer;    /* recomputed under checkpointing */
 };
 
-/* The block list: [embedding,] L layers[, head]. Returns the count (<= L + 2). */
-static int entries(const costmodel_model_t *m, int T, struct entry *e)
+/* The block list: [embedding,] L layers[, head]. Returns the count (<= L + 2).
+ * The last `kept` layers keep their activations (not recomputed). */
+static int entries(const costmodel_model_t *m, int T, int kept, struct entry *e)
 {
     int n = 0;
     const double C = m->hidden, lp = costmodel_layer_params(m);
@@ -471,7 +519,7 @@ static int entries(const costmodel_model_t *m, int T, struct entry *e)
         e[n++] = (struct entry){ emb, emb, 0, false };
     for (int i = 0; i < m->layers; i++)
         /* 2 FLOPs per parameter and token, and attention's 2 C T (6 L C T a step). */
-        e[n++] = (struct entry){ lp, lp, 2 * lp + 2 * C * T, true };
+        e[n++] = (struct entry){ lp, lp, 2 * lp + 2 * C * T, i < m->layers - kept };
     if (m->arch != COSTMODEL_GENERIC)
         e[n++] = (struct entry){ head + (m->tied ? emb : 0), head, 2 * m->vocab * C, false };
     return n;
@@ -497,8 +545,6 @@ struct times {
 struct sim {
     double step, busy_x, busy_c, busy_r;
 };
-
-static double dmax(double a, double b) { return a > b ? a : b; }
 
 /* Per-entry scratch of simulate. */
 struct scratch {
@@ -599,22 +645,19 @@ static costmodel_mem_t memory(const struct entry *e, int n, const costmodel_in_t
     r.gathered = (in->zero_level == 3 ? 2 * gmax : m->params) * in->gather_bytes;
     if (G > 1)
         r.grad_full = (big + big2) * 4 + (in->reduce_bytes == 2 ? big * 2 : 0);
-    /* Saved per token and layer, bf16: the residual stream, the norms' outputs,
-     * q, k, v, the attention's output, the MLP's products (GELU: 2, SwiGLU: 3). */
-    const double mlp = m->arch == COSTMODEL_LLAMA ? 3 : 2;
-    const double per_layer = 2 * (6 * m->hidden + 2 * m->kv_dim + mlp * m->ffn);
+    const double per_layer = layer_act_bytes(m, tokens);
     if (in->ckpt) {
-        r.activations = m->layers * tokens * m->hidden * 2; /* each block's input */
-        r.transient = tokens * per_layer;                   /* one block recomputed */
+        /* each block's input, and the kept layers' sets (--ckpt-budget) */
+        r.activations = m->layers * tokens * m->hidden * 2 + in->kept * per_layer;
+        r.transient = in->kept < m->layers ? per_layer : 0; /* one block recomputed */
     } else {
-        r.activations = m->layers * tokens * per_layer;
+        r.activations = m->layers * per_layer;
     }
-    /* The logits, bf16: all of them; under checkpointing the GPT-2 trainer makes
-     * them a chunk at a time, at most 256 MiB and at most a quarter. */
-    double logits = tokens * m->vocab * 2;
-    if (in->ckpt && logits > 0)
-        logits /= dmax(4, ceil(logits / (256.0 * 1048576)));
-    r.transient += logits;
+    /* The logits: all of them, or under checkpointing a chunk at a time
+     * unless the budget keeps them whole. */
+    double whole, chunk;
+    logits_bytes(m, tokens, &whole, &chunk);
+    r.transient += in->ckpt && !in->head_whole ? chunk : whole;
     r.workspace = COSTMODEL_WORKSPACE_GIB * GIB;
     double live = in->accum > 1 ? r.grads + r.activations : dmax(r.grads, r.activations);
     r.peak = r.states + live + r.transient + r.gathered + r.grad_full + r.workspace;
@@ -665,7 +708,7 @@ int costmodel_eval(const bmt_layout_t *l, const costmodel_in_t *in, costmodel_re
         free(idx);
         return errprintf(err, "cost model: out of memory");
     }
-    const int n = entries(m, in->seq, e);
+    const int n = entries(m, in->seq, in->kept, e);
     double *f = buf, *g = buf + cap, *rs = buf + 2 * cap, *ar = buf + 3 * cap;
     double *noar = buf + 4 * cap;
     memset(noar, 0, sizeof(double) * (size_t)cap);
@@ -963,6 +1006,11 @@ int costmodel_parse_us(const char *text, const char *what, double *out, bmt_erro
     return parse_real(text, what, "microseconds", true, 1e6, out, err);
 }
 
+int costmodel_parse_mib(const char *text, const char *what, double *out, bmt_error_t *err)
+{
+    return parse_real(text, what, "MiB", true, 1073741824.0, out, err);
+}
+
 int costmodel_parse_zero(const char *text, const char *what, int *out, bmt_error_t *err)
 {
     if (text && strcmp(text, "2") == 0)
@@ -1170,14 +1218,18 @@ static void print_layout(FILE *out, const costmodel_in_t *in, const costmodel_re
             "MFU %.1f%%\n",
             r->comm_busy * 1e3, r->replica_busy * 1e3, r->tokens_per_s, 100 * r->mfu);
     const costmodel_mem_t *m = &r->mem;
+    char acts[64];
+    if (in->ckpt && in->kept > 0)
+        snprintf(acts, sizeof(acts), "checkpointed, %d layers kept", in->kept);
+    else
+        snprintf(acts, sizeof(acts), "%s", in->ckpt ? "checkpointed" : "all kept");
     fprintf(out,
             "  memory per GPU (GiB): states %.2f, gradient shards %.2f, activations %.2f "
             "(%s), transient %.2f,\n    gathered %.2f, full gradients %.2f, workspace %.2f: "
             "peak %.2f of %.2f usable: %s\n",
-            m->states / GIB, m->grads / GIB, m->activations / GIB,
-            in->ckpt ? "checkpointed" : "all kept", m->transient / GIB, m->gathered / GIB,
-            m->grad_full / GIB, m->workspace / GIB, m->peak / GIB, m->usable / GIB,
-            m->fits ? "fits" : "DOES NOT FIT");
+            m->states / GIB, m->grads / GIB, m->activations / GIB, acts, m->transient / GIB,
+            m->gathered / GIB, m->grad_full / GIB, m->workspace / GIB, m->peak / GIB,
+            m->usable / GIB, m->fits ? "fits" : "DOES NOT FIT");
 }
 
 int costmodel_print_text(FILE *out, const costmodel_in_t *in, const costmodel_candidate_t *cand,
@@ -1199,12 +1251,25 @@ int costmodel_print_text(FILE *out, const costmodel_in_t *in, const costmodel_ca
     else
         fprintf(out, ", FFN %.0f, KV width %.0f, vocabulary %.0f%s\n", m->ffn, m->kv_dim, m->vocab,
                 m->tied ? ", tied" : "");
+    const bool budget = in->ckpt && in->ckpt_budget >= 0;
+    char ck[64];
+    if (budget)
+        snprintf(ck, sizeof(ck), "on within %.1f MiB", in->ckpt_budget / 1048576.0);
+    else
+        snprintf(ck, sizeof(ck), "%s", in->ckpt ? "on" : "off");
     fprintf(out,
             "    per GPU: micro-batch %d x %d tokens, %d micro-batch%s a step; checkpointing "
             "%s; ZeRO-%d;\n    %s gathers, %s gradients, %s shards across groups\n",
-            in->micro_batch, in->seq, in->accum, in->accum == 1 ? "" : "es",
-            in->ckpt ? "on" : "off", in->zero_level, dtype_name(in->gather_bytes),
-            dtype_name(in->reduce_bytes), dtype_name(in->shard_bytes));
+            in->micro_batch, in->seq, in->accum, in->accum == 1 ? "" : "es", ck, in->zero_level,
+            dtype_name(in->gather_bytes), dtype_name(in->reduce_bytes),
+            dtype_name(in->shard_bytes));
+    if (budget)
+        fprintf(
+            out,
+            "    --ckpt-budget: the last %d of %d layers keep their activations (%.1f MiB "
+            "each), the head %s\n",
+            in->kept, m->layers, layer_act_bytes(m, (double)in->micro_batch * in->seq) / 1048576.0,
+            in->head_whole ? "keeps its logits whole" : "recomputes its logits a chunk at a time");
     fprintf(out,
             "    GPU: %.0f TFLOP/s bf16 at MFU %.2f, %.1f GiB; NVLink busbw %.1f / %.1f / %.1f "
             "GB/s\n    (all-gather / reduce-scatter / all-reduce), NIC %.1f GB/s per GPU; a call "
@@ -1331,10 +1396,12 @@ json_t *costmodel_json(const costmodel_in_t *in, const costmodel_candidate_t *ca
         json_pack("{s:s?, s:s, s:f, s:i, s:f, s:f, s:f, s:f, s:b}", "name", m->name, "arch",
                   arch_name(m->arch), "params", m->params, "layers", m->layers, "hidden", m->hidden,
                   "ffn", m->ffn, "kv_dim", m->kv_dim, "vocab", m->vocab, "tied", m->tied);
-    json_t *train = json_pack("{s:i, s:i, s:i, s:b, s:i, s:i, s:i, s:i}", "seq", in->seq,
-                              "micro_batch", in->micro_batch, "accum", in->accum, "ckpt", in->ckpt,
-                              "zero_level", in->zero_level, "gather_bytes", in->gather_bytes,
-                              "reduce_bytes", in->reduce_bytes, "shard_bytes", in->shard_bytes);
+    json_t *train = json_pack(
+        "{s:i, s:i, s:i, s:b, s:o, s:i, s:b, s:i, s:i, s:i, s:i}", "seq", in->seq, "micro_batch",
+        in->micro_batch, "accum", in->accum, "ckpt", in->ckpt, "ckpt_budget_mib",
+        in->ckpt_budget >= 0 ? json_real(in->ckpt_budget / 1048576.0) : json_null(), "kept_layers",
+        in->kept, "head_whole", in->head_whole, "zero_level", in->zero_level, "gather_bytes",
+        in->gather_bytes, "reduce_bytes", in->reduce_bytes, "shard_bytes", in->shard_bytes);
     json_t *links = json_pack(
         "{s:{s:f, s:f, s:f}, s:f, s:{s:f, s:f, s:f}, s:o}", "nvlink_busbw_gbps", "all_gather",
         in->links.nvlink_gbps[0], "reduce_scatter", in->links.nvlink_gbps[1], "all_reduce",

@@ -190,15 +190,19 @@ const costmodel_gpu_t *costmodel_gpu(const char *text);
 
 typedef struct costmodel_in {
     costmodel_model_t model;
-    int seq;          /* T: tokens per sequence */
-    int micro_batch;  /* B: sequences per GPU per micro-batch */
-    int accum;        /* M: micro-batches per step (gradient accumulation) */
-    bool ckpt;        /* activation checkpointing per block */
-    int zero_level;   /* 3: gathered in forward and again in backward; 2: once */
-    int gather_bytes; /* bytes per gathered parameter (bf16: 2) */
-    int reduce_bytes; /* bytes per gradient element in the reduce-scatter (f32: 4) */
-    int shard_bytes;  /* bytes per element of the cross-group all-reduce (f32: 4) */
-    double mfu;       /* compute runs at this fraction of peak_tflops */
+    int seq;            /* T: tokens per sequence */
+    int micro_batch;    /* B: sequences per GPU per micro-batch */
+    int accum;          /* M: micro-batches per step (gradient accumulation) */
+    bool ckpt;          /* activation checkpointing per block */
+    double ckpt_budget; /* --ckpt-budget in bytes (< 0: none): the last layers that fit keep
+                         * their activations, as the trainers choose */
+    int kept;           /* layers that keep their activations under checkpointing (the last) */
+    bool head_whole;    /* every layer kept and the budget holds the head's whole logits */
+    int zero_level;     /* 3: gathered in forward and again in backward; 2: once */
+    int gather_bytes;   /* bytes per gathered parameter (bf16: 2) */
+    int reduce_bytes;   /* bytes per gradient element in the reduce-scatter (f32: 4) */
+    int shard_bytes;    /* bytes per element of the cross-group all-reduce (f32: 4) */
+    double mfu;         /* compute runs at this fraction of peak_tflops */
     double peak_tflops;
     double gpu_mem_gib;
     costmodel_links_t links;
@@ -211,9 +215,10 @@ typedef struct costmodel_opts {
     const char *model; /* --model NAME|COUNT (required) */
     int layers;        /* --layers, with a count */
     int seq, micro_batch, accum;
-    int ckpt;        /* --ckpt 0|1; -1: 1 */
-    double mfu;      /* --mfu; 0: COSTMODEL_DEFAULT_MFU */
-    const char *gpu; /* --gpu; NULL: h200 */
+    int ckpt;               /* --ckpt 0|1; -1: 1 */
+    double ckpt_budget_mib; /* --ckpt-budget MIB; < 0: not given */
+    double mfu;             /* --mfu; 0: COSTMODEL_DEFAULT_MFU */
+    const char *gpu;        /* --gpu; NULL: h200 */
     double gpu_mem_gib;
     double nvlink_gbps, nic_gbps; /* one busbw for all three collectives */
     double call_us;               /* >= 0: every protocol's call cost; < 0: fitted */
@@ -225,7 +230,7 @@ typedef struct costmodel_opts {
 
 #define COSTMODEL_OPTS_INITIALIZER                                                                 \
     {                                                                                              \
-        .ckpt = -1, .latency_us = -1, .call_us = -1                                                \
+        .ckpt = -1, .ckpt_budget_mib = -1, .latency_us = -1, .call_us = -1                         \
     }
 
 /* The MFU our engine measured on one H200 without checkpointing (bench/NOTES.md:
@@ -335,6 +340,9 @@ int costmodel_parse_fraction(const char *text, const char *what, double *out, bm
 
 /* A memory size in GiB: > 0 and <= 1e6. */
 int costmodel_parse_gib(const char *text, const char *what, double *out, bmt_error_t *err);
+
+/* A memory size in MiB: >= 0 and <= 2^30 (--ckpt-budget, the trainers' range). */
+int costmodel_parse_mib(const char *text, const char *what, double *out, bmt_error_t *err);
 
 /* A ZeRO level: "2" or "3". */
 int costmodel_parse_zero(const char *text, const char *what, int *out, bmt_error_t *err);

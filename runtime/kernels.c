@@ -108,25 +108,32 @@ int kern_init(bmt_ctx_t *ctx, void *stream, void *dst, bmt_dtype_t dtype, size_t
 
 /* ------------------------------------------------------------ zero, cast, accumulate */
 
-int kern_fill(bmt_ctx_t *ctx, void *stream, void *dst, int value, size_t bytes, bmt_error_t *err)
+/* kern_fill and kern_zero, errors under the caller's name (what). */
+static int fill(bmt_ctx_t *ctx, void *stream, void *dst, int value, size_t bytes, const char *what,
+                bmt_error_t *err)
 {
-    if (check_ctx(ctx, "kern_fill", err) < 0)
+    if (check_ctx(ctx, what, err) < 0)
         return -1;
     if (bytes == 0)
         return 0;
     if (dst == NULL)
-        return errprintf(err, "rank %d: kern_fill: dst is NULL", ctx->rank);
+        return errprintf(err, "rank %d: %s: dst is NULL", ctx->rank, what);
 #ifdef BMT_HAVE_CUDA
     if (ctx->device == BMT_DEVICE_CUDA)
-        return cuda_result(ctx, "kern_fill", kern_cuda_fill(stream, dst, value & 0xff, bytes), err);
+        return cuda_result(ctx, what, kern_cuda_fill(stream, dst, value & 0xff, bytes), err);
 #endif
     memset(dst, value & 0xff, bytes);
     return 0;
 }
 
+int kern_fill(bmt_ctx_t *ctx, void *stream, void *dst, int value, size_t bytes, bmt_error_t *err)
+{
+    return fill(ctx, stream, dst, value, bytes, "kern_fill", err);
+}
+
 int kern_zero(bmt_ctx_t *ctx, void *stream, void *dst, size_t bytes, bmt_error_t *err)
 {
-    return kern_fill(ctx, stream, dst, 0, bytes, err);
+    return fill(ctx, stream, dst, 0, bytes, "kern_zero", err);
 }
 
 /* Element i of src as a double: exact for every dtype. */

@@ -108,6 +108,47 @@ test_expect_success "the options move the figures the way they must" '
 	PY
 '
 
+# --ckpt-budget: the trainers' choice (the last layers whose sets fit are
+# kept, then the head's whole logits): no layer kept is --ckpt 1, every layer
+# kept is --ckpt 0's compute; between, the step and the memory between.
+# Llama 3.2 1B at B 2 x T 4096: a layer's set is 2 x 8192 tokens x (6 C + 2
+# kv + 3 F) = 620,756,992 bytes (592.0 MiB), so 3000 MiB keep 5 layers.
+test_expect_success "--ckpt-budget: 0 is --ckpt 1, every layer kept is --ckpt 0's compute, 5 of 16 layers between; refused without --ckpt 1, negative, not a number" '
+    j() { $BMLAUNCH --plan --json -g 1 -n 1 --model llama3.2-1b --seq-len 4096 --micro-batch 2 "$@"; } &&
+    j >ck1.json && j --ckpt 0 >ck0.json && j --ckpt-budget 0 >b0.json && j --ckpt-budget 3000 >b3000.json &&
+    j --ckpt-budget 100000 >ball.json &&
+    /usr/bin/python3 - <<-PY &&
+	import json
+	def y(f):
+	    c = json.load(open(f))["cost_model"]
+	    return c["train"], [l for l in c["layouts"] if l["yours"]][0]
+	t1, c1 = y("ck1.json"); t0, c0 = y("ck0.json")
+	tb0, b0 = y("b0.json"); tb, b = y("b3000.json"); ta, a = y("ball.json")
+	assert t1["ckpt_budget_mib"] is None and t1["kept_layers"] == 0 and not t1["head_whole"], t1
+	assert tb0["ckpt_budget_mib"] == 0 and tb0["kept_layers"] == 0
+	assert b0["compute_s"] == c1["compute_s"] and b0["memory_bytes"] == c1["memory_bytes"]
+	assert tb["ckpt_budget_mib"] == 3000 and tb["kept_layers"] == 5 and not tb["head_whole"], tb
+	assert c0["compute_s"] < b["compute_s"] < c1["compute_s"]
+	layer = 620756992
+	assert b["memory_bytes"]["activations"] - c1["memory_bytes"]["activations"] == 5 * layer
+	# each kept layer saves one forward of a layer: a sixteenth of the recomputation
+	assert abs((c1["compute_s"] - b["compute_s"]) / (c1["compute_s"] - c0["compute_s"]) - 5 / 16) < 1e-9
+	assert ta["kept_layers"] == 16 and ta["head_whole"], ta
+	assert abs(a["compute_s"] - c0["compute_s"]) < 1e-12
+	assert a["memory_bytes"]["transient"] == c0["memory_bytes"]["transient"]  # whole logits, no block recomputed
+	PY
+    $BMLAUNCH --plan -g 1 -n 1 --model llama3.2-1b --seq-len 4096 --micro-batch 2 --ckpt-budget 3000 >out &&
+    grep -q "checkpointing on within 3000.0 MiB; ZeRO-3" out &&
+    grep -q "^    --ckpt-budget: the last 5 of 16 layers keep their activations (592.0 MiB each), the head recomputes its logits a chunk at a time" out &&
+    grep -q "activations [0-9.]* (checkpointed, 5 layers kept)" out &&
+    test_must_fail $BMLAUNCH --plan -g 1 -n 1 --model d48 --ckpt 0 --ckpt-budget 5 2>err &&
+    grep -q "^bmlaunch: --ckpt-budget chooses which layers checkpointing spares: it needs --ckpt 1" err &&
+    test_must_fail $BMLAUNCH --plan -g 1 -n 1 --model d48 --ckpt-budget -1 2>err &&
+    grep -q "^bmlaunch: --ckpt-budget needs a non-negative number of MiB, got .-1." err &&
+    test_must_fail $BMLAUNCH --plan -g 1 -n 1 --model d48 --ckpt-budget lots 2>err &&
+    grep -q "^bmlaunch: --ckpt-budget needs a non-negative number of MiB, got .lots." err
+'
+
 test_expect_success "the issue's question: 20x50 on 8-GPU nodes is not recommended, and why" '
     $BMLAUNCH --plan --model 70B -g 20 -n 50 --gpus-per-node 8 >out &&
     grep -qE "^  \* +[0-9]+  20 x 50 +1000 " out &&

@@ -555,6 +555,16 @@ static void test_zero(void)
         good &= b[i] == 0;
     ok(good, "kern_zero clears exactly its bytes");
     ok(kern_zero(ctx, NULL, NULL, 0, &err) == 0, "kern_zero of 0 bytes is a no-op");
+    /* kern_fill 0xff: every f32 a NaN (BMT_CHECK_OVERWRITE's poison) */
+    float f[7] = { 1, 2, 3, 4, 5, 6, 7 };
+    rc = kern_fill(ctx, NULL, f + 1, 0xff, 5 * sizeof(float), &err);
+    good = rc == 0 && f[0] == 1 && f[6] == 7;
+    for (int i = 1; i <= 5; i++)
+        good &= isnan(f[i]);
+    ok(good, "kern_fill 0xff makes exactly its floats NaN");
+    ok(kern_fill(ctx, NULL, NULL, 0xff, 4, &err) == -1 && strstr(err.text, "kern_fill") &&
+           strstr(err.text, "NULL"),
+       "kern_fill into NULL: an error (%s)", err.text);
 }
 
 /* Round to nearest even into bf16, from the definition: the two bf16 neighbours
