@@ -271,9 +271,10 @@ __global__ void __launch_bounds__(THREADS)
     }
 }
 
-/* dst[col] += the sum over chunks of partial[chunk][col]: grid ceil(cols /
- * 32), block (32, 32); thread (x, y) adds chunks y, y + 32, ... of column x
- * (8 loads in flight), then thread (x, 0) adds the 32 sums in y order. */
+/* dst[col] += (add; = otherwise) the sum over chunks of partial[chunk][col]:
+ * grid ceil(cols / 32), block (32, 32); thread (x, y) adds chunks y, y + 32,
+ * ... of column x (8 loads in flight), then thread (x, 0) adds the 32 sums
+ * in y order. */
 __global__ void colsum_chunks(float *dst, const float *partial, int cols, int chunks, bool add)
 {
     __shared__ float s[32][33];
@@ -546,8 +547,11 @@ extern "C" int nn_cuda_rmsnorm_backward(nn_cuda_t *h, void *dinp, const void *dr
     rms_shape s;
     if (rms_shape_for(&s, C, C % 8 == 0 && aligned16(dinp, dres, dout, inp, weight), what, err) < 0)
         return -1;
-    if (N <= 0)
-        return 0;
+    if (N <= 0) /* no rows: dweight's gradient is 0 (written when not added to) */
+        return add || cudaMemsetAsync(dweight, 0, (size_t)C * sizeof(float), stream_of(h)) ==
+                           cudaSuccess
+                   ? 0
+                   : launched(err, what);
     size_t bytes = 0;
     float *partial = (float *)nn_cuda_workspace(h, &bytes);
     const size_t fit = bytes / ((size_t)C * sizeof(float)); /* rows of partial sums */

@@ -379,7 +379,7 @@ static void plant_nan(bmt_optim_t *o)
 
 /* The step has consumed the gradient shards: they go back to the pool in
  * stream order after the step's kernels, and the next backward makes them
- * anew (zeroed). */
+ * anew (zeroed, or left to callbacks that overwrite them: block_need_grads). */
 static void drop_grads(bmt_optim_t *o)
 {
     void *compute = device_stream(o->ctx, DEVICE_COMPUTE);

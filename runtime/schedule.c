@@ -4,7 +4,8 @@
  * Streams (cuda; on cpu every step is synchronous and the events are NULL):
  *   comm     gathers block parameters into pool slots, reduce-scatters full
  *            gradients into f32 shards (and accumulates micro-batches there);
- *   compute  the model's callbacks, zeroing of full gradient buffers;
+ *   compute  the model's callbacks, zeroing of full gradient buffers (unless
+ *            the callbacks overwrite fresh ones: bmt_blocklist_set_grad_overwrite);
  *   replica  on the last micro-batch, the all-reduce of each block's gradient
  *            shard across groups, as soon as that block's reduce-scatter is done.
  * Dependencies are CUDA events on pool slots: a slot's `ready` is recorded after
@@ -28,7 +29,8 @@
  * Forward (zero 3):  gather(0); for i: gather(i+1) | wait ready(i), forward(i),
  *                    record free, release(i).
  * Backward:          for i = n-1..0: [gather(i)] gather(i-1) | wait ready(i),
- *                    [recompute forward(i)], zero a gradient buffer, backward(i),
+ *                    [recompute forward(i)], a gradient buffer (zeroed, or
+ *                    left to the callbacks to overwrite), backward(i),
  *                    release(i) | comm: reduce-scatter -> shard (+= if not the
  *                    first micro-batch) | replica (last micro-batch): all-reduce.
  *
@@ -37,11 +39,11 @@
  * parameter shards in place (no gathered buffer, no copy; except under a
  * master_only optimizer, whose f32 masters are rounded into one, by the
  * deferred update itself when one is pending: update_into_slot) and add
- * straight into the f32 gradient shards (zeroed by the optimizer's step, and
- * they accumulate the micro-batches themselves), so no full gradient buffers,
- * reduce-scatter output or bf16 staging exist (grad_dtype has no wire to
- * apply to), and the replica all-reduce follows the block's backward on the
- * compute stream.
+ * straight into the f32 gradient shards (made at the step's first backward,
+ * zeroed or, under bmt_blocklist_set_grad_overwrite, written by that first
+ * call: grads_fresh; later micro-batches and a tied block's second use add), so no full gradient
+ * buffers, reduce-scatter output or bf16 staging exist (grad_dtype has no wire to apply to), and
+ * the replica all-reduce follows the block's backward on the compute stream.
  *
  * Memory bound (invariant 1; docs/engine.md has the numbers): with zero level
  * 3 and prefetch, at most two gathered parameter buffers exist at any time,
@@ -1034,6 +1036,9 @@ int bmt_blocklist_backward(bmt_blocklist_t *l, bool last, bmt_error_t *err)
                 return broken(l, err);
             block_bind_grads(b, g->mem, gt);
         }
+        /* made covers the whole block: its dtype groups' shards are made and
+         * given back together (block_need_grads, block_drop_grads' callers
+         * drop every group), never some kept and some new. */
         const bool fresh = b->nparams > 0 && (!direct || made);
         if (call(l, i, true, true, false, fresh, err) < 0)
             return broken(l, err);

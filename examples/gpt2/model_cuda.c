@@ -2,7 +2,8 @@
  *
  * The same dataflow as model.c's CPU layers, with nn/ops_cuda.h's kernels:
  * activations bf16, LayerNorm statistics and losses f32, parameter gradients
- * f32 (added into the list's buffers). The residual stream x_0..x_L is kept
+ * f32 (added into the list's buffers, or written where they are fresh:
+ * bmt_block_call_t.grads_fresh). The residual stream x_0..x_L is kept
  * (the blocks' inputs); a layer's internals live in one scratch set under
  * activation checkpointing, else one set per layer.
  *

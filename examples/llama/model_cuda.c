@@ -5,7 +5,8 @@
  *
  * The same dataflow as model.c's CPU layers, with bf16 activations, f32
  * RMSNorm statistics (rstd), log-sum-exps and losses, and f32 parameter
- * gradients added into the list's buffers. Per layer, N = B T rows:
+ * gradients added into the list's buffers (written where they are fresh:
+ * bmt_block_call_t.grads_fresh). Per layer, N = B T rows:
  *   ln1 = rms(x)                     rstd1 (N) f32
  *   qkv = ln1 [Wq; Wk; Wv]^T         (N, (NH + 2 NKV) hd): ONE product
  *   rope(qkv) in place               q and k heads, positions 0..T-1

@@ -14,6 +14,10 @@
 # GPT2_CURVES=DIR keeps each layout's loss curves (ours, HF) there (made if missing).
 . "$(dirname "$0")/../integration/lib.sh"
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} BMT_TIMEOUT=120
+# Every run fills the gradients that the CUDA model overwrites with NaN first
+# (docs/engine.md#fresh-gradients): a kernel that read one would show in the
+# oracles' bounds as well as in the bit-for-bit test below that sets it itself.
+export BMT_CHECK_OVERWRITE=${BMT_CHECK_OVERWRITE:-1}
 gpu_require 1
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 
