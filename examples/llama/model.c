@@ -730,6 +730,14 @@ int llama_model_act_bytes(const llama_model_t *m, int64_t *layer, int64_t *head)
     return m->cfg.n_layer;
 }
 
+int llama_model_keep_attention(llama_model_t *m, int mode, bmt_error_t *err)
+{
+    if (mode > 0 && m->cu == NULL)
+        return fail(err, "model: keeping the attention outputs through checkpointing is for the "
+                         "cuda model (--device cuda); the cpu model recomputes its layers whole");
+    return m->cu ? llama_cu_keep_attention(m->cu, mode, err) : 0;
+}
+
 int llama_model_keep_layers(llama_model_t *m, int layers, bool head, bmt_error_t *err)
 {
     const int L = m->cfg.n_layer;

@@ -146,6 +146,15 @@ int llama_model_fp8_stats(llama_model_t *m, nn_fp8_stats_t *st);
  * memory (cpu: the sets are allocated here; cuda: as they are used). */
 int llama_model_keep_layers(llama_model_t *m, int layers, bool head, bmt_error_t *err);
 
+/* Under checkpointing on cuda, keep each layer's attention output and
+ * log-sum-exps from its forward to its backward, so that a recomputation
+ * skips the flash forward (mode 1, or -1: the default, on where it applies;
+ * 0: off, the least memory): N x NH hd bf16 and B x NH x T f32 more per layer,
+ * the same numbers. No effect without checkpointing; on cpu mode 1 is refused
+ * (its layers are recomputed whole) and -1 or 0 do nothing. Call it before
+ * llama_model_keep_layers (act_bytes counts what it leaves in the sets). */
+int llama_model_keep_attention(llama_model_t *m, int mode, bmt_error_t *err);
+
 /* What keeping costs: *layer the bytes of one layer's kept activations (its
  * saved set), *head those the head's whole logits take beyond its chunks (0
  * on cpu, which keeps them whole always). Returns the number of layers. */

@@ -121,7 +121,10 @@ struct llama_cu {
     void *dqkv; /* (N,QKV) bf16 */
     void *Dd;   /* (B,NH,T) f32: the flash backward's scratch */
     void *stream;
-    size_t U; /* bytes of one (N,C) bf16 buffer */
+    size_t U;            /* bytes of one (N,C) bf16 buffer */
+    bool ckpt;           /* made with checkpointing */
+    bool keep_attn;      /* checkpointing keeps each layer's att and lse (katt, klse) */
+    void **katt, **klse; /* (L) when keep_attn: a layer's att and lse, forward to backward */
 };
 
 static void *cu_alloc(llama_cu_t *cu, size_t bytes, bmt_error_t *err)
@@ -243,6 +246,7 @@ llama_cu_t *llama_cu_create(bmt_ctx_t *ctx, const llama_config_t *cfg, int B, in
     }
     cu->ctx = ctx;
     cu->cfg = *cfg;
+    cu->ckpt = ckpt;
     cu->B = B, cu->T = T, cu->N = B * T;
     cu->Q = cfg->n_head * cfg->head_dim;
     cu->KV = cfg->n_kv_head * cfg->head_dim;
@@ -301,6 +305,12 @@ void llama_cu_destroy(llama_cu_t *cu)
                      cu->dgu,      cu->datt,       cu->dqkv, cu->Dd,    cu->workspace };
     for (size_t i = 0; i < sizeof(rest) / sizeof(rest[0]); i++)
         bmt_free(ctx, rest[i]);
+    for (int l = 0; cu->katt && l < L; l++) {
+        bmt_free(ctx, cu->katt[l]);
+        bmt_free(ctx, cu->klse[l]);
+    }
+    free(cu->katt);
+    free(cu->klse);
     free(cu->x);
     free(cu->acts);
     free(cu->tokens_host);
@@ -321,9 +331,27 @@ void llama_cu_act_bytes(const llama_cu_t *cu, int64_t *layer, int64_t *head)
     const int64_t N = cu->N, C = cu->cfg.n_embd, F = cu->cfg.ffn;
     const int64_t lse = (int64_t)cu->B * cu->cfg.n_head * cu->T;
     /* layer_forward's set: ln1, res2, ln2 (N,C), qkv, att, gu, h bf16; the
-     * statistics and lse f32 */
-    *layer = 2 * (3 * N * C + N * cu->QKV + N * cu->Q + N * 2 * F + N * F) + 4 * (2 * N + lse);
+     * statistics and lse f32. keep_attn's att and lse live outside the set,
+     * kept for every layer anyway. */
+    *layer = 2 * (3 * N * C + N * cu->QKV + N * 2 * F + N * F) + 4 * 2 * N;
+    if (!cu->keep_attn)
+        *layer += 2 * N * cu->Q + 4 * lse;
     *head = 2 * (int64_t)cu->Vp * (N - cu->chunk_rows);
+}
+
+int llama_cu_keep_attention(llama_cu_t *cu, int mode, bmt_error_t *err)
+{
+    const bool on = mode != 0 && cu->ckpt; /* without checkpointing every layer keeps its set */
+    const int L = cu->cfg.n_layer;
+    if (on && cu->katt == NULL &&
+        ((cu->katt = calloc((size_t)L, sizeof(void *))) == NULL ||
+         (cu->klse = calloc((size_t)L, sizeof(void *))) == NULL))
+        return nn_fail(err, "model: out of host memory");
+    if (!on && cu->katt) /* what a forward kept goes back; the sets take over */
+        for (int l = 0; l < L; l++)
+            drop(cu, &cu->katt[l], &cu->klse[l]);
+    cu->keep_attn = on;
+    return 0;
 }
 
 int llama_cu_set_batch(llama_cu_t *cu, const int32_t *inputs, const int32_t *targets, int counted,
@@ -363,19 +391,21 @@ static int layer_forward(llama_cu_t *cu, int l, void *const *p, bool recompute, 
     const float eps = (float)g->rms_eps;
     cu_layer_t *a = layer_of(cu, l);
     const void *x = cu->x[l];
+    void **att = cu->keep_attn ? &cu->katt[l] : &a->att,
+         **lse = cu->keep_attn ? &cu->klse[l] : &a->lse;
+    const bool attend = !(recompute && cu->keep_attn); /* else kept from the forward */
     /* Attention: res2 = x + o_proj(attn(rope(qkv))) */
     if ((!recompute && need(cu, &cu->x[l + 1], U, err) < 0) || need(cu, &a->ln1, U, err) < 0 ||
         need(cu, &a->rstd1, S, err) < 0 || need(cu, &a->qkv, (size_t)N * cu->QKV * 2, err) < 0 ||
-        need(cu, &a->att, (size_t)N * cu->Q * 2, err) < 0 ||
-        need(cu, &a->lse, (size_t)B * NH * T * 4, err) < 0 || need(cu, &a->res2, U, err) < 0)
+        need(cu, att, (size_t)N * cu->Q * 2, err) < 0 ||
+        need(cu, lse, (size_t)B * NH * T * 4, err) < 0 || need(cu, &a->res2, U, err) < 0)
         return -1;
     if (nn_cuda_rmsnorm_forward(h, a->ln1, a->rstd1, x, p[P_IN_NORM], N, C, eps, err) < 0 ||
         nn_cuda_matmul_forward(h, a->qkv, cu->QKV, a->ln1, p[P_Q], NULL, N, C, cu->QKV, 1, err) <
             0 ||
         nn_cuda_rope_forward(h, a->qkv, cu->inv_freq, B, T, NH, NKV, hd, 0, err) < 0 ||
-        nn_cuda_flash_forward(h, a->att, a->lse, a->qkv, B, T, NH, NKV, hd, err) < 0 ||
-        nn_cuda_matmul_residual_forward(h, a->res2, x, a->att, p[P_O], NULL, N, cu->Q, C, 1, err) <
-            0)
+        (attend && nn_cuda_flash_forward(h, *att, *lse, a->qkv, B, T, NH, NKV, hd, err) < 0) ||
+        nn_cuda_matmul_residual_forward(h, a->res2, x, *att, p[P_O], NULL, N, cu->Q, C, 1, err) < 0)
         return -1;
     /* MLP: x' = res2 + down_proj(silu(gate) up) */
     if (need(cu, &a->ln2, U, err) < 0 || need(cu, &a->rstd2, S, err) < 0 ||
@@ -409,6 +439,8 @@ static int layer_backward(llama_cu_t *cu, int l, void *const *p, float *const *g
     const int NH = cf->n_head, NKV = cf->n_kv_head, hd = cf->head_dim;
     const size_t U = cu->U;
     cu_layer_t *a = layer_of(cu, l);
+    void **att = cu->keep_attn ? &cu->katt[l] : &a->att,
+         **lse = cu->keep_attn ? &cu->klse[l] : &a->lse;
     if (l < cu->keep_from)
         cu->acts_of = -1; /* the scratch set is consumed here */
 
@@ -439,15 +471,15 @@ static int layer_backward(llama_cu_t *cu, int l, void *const *p, float *const *g
 
     /* o_proj, attention, RoPE (in place), then q, k, v as one (QKV, C) product */
     if (need(cu, &cu->datt, (size_t)N * cu->Q * 2, err) < 0 ||
-        nn_cuda_matmul_backward(h, cu->datt, g[P_O], NULL, cu->dres, C, a->att, p[P_O], N, cu->Q, C,
+        nn_cuda_matmul_backward(h, cu->datt, g[P_O], NULL, cu->dres, C, *att, p[P_O], N, cu->Q, C,
                                 1, add, err) < 0 ||
         need(cu, &cu->dqkv, (size_t)N * cu->QKV * 2, err) < 0 ||
         need(cu, &cu->Dd, (size_t)B * NH * T * 4, err) < 0 ||
-        nn_cuda_flash_backward(h, cu->dqkv, cu->Dd, cu->datt, a->att, a->qkv, a->lse, B, T, NH, NKV,
-                               hd, err) < 0 ||
+        nn_cuda_flash_backward(h, cu->dqkv, cu->Dd, cu->datt, *att, a->qkv, *lse, B, T, NH, NKV, hd,
+                               err) < 0 ||
         nn_cuda_rope_backward(h, cu->dqkv, cu->inv_freq, B, T, NH, NKV, hd, 0, err) < 0)
         return -1;
-    drop(cu, &cu->datt, &cu->Dd, &a->att, &a->lse, &a->qkv);
+    drop(cu, &cu->datt, &cu->Dd, att, lse, &a->qkv);
     if (need(cu, &cu->dln, U, err) < 0 ||
         nn_cuda_matmul_backward(h, cu->dln, g[P_Q], NULL, cu->dqkv, cu->QKV, a->ln1, p[P_Q], N, C,
                                 cu->QKV, 1, add, err) < 0)
@@ -648,6 +680,11 @@ void llama_cu_act_bytes(const llama_cu_t *cu, int64_t *layer, int64_t *head)
 {
     (void)cu;
     *layer = *head = 0;
+}
+int llama_cu_keep_attention(llama_cu_t *cu, int mode, bmt_error_t *err)
+{
+    (void)cu, (void)mode;
+    return no_cuda(err);
 }
 int llama_cu_set_batch(llama_cu_t *cu, const int32_t *i, const int32_t *t, int n, bmt_error_t *err)
 {

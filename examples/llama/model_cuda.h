@@ -62,6 +62,13 @@ int llama_cu_keep_layers(llama_cu_t *cu, int keep_from, bool head, bmt_error_t *
 /* Bytes of one layer's set, and of the whole logits beyond one chunk's. */
 void llama_cu_act_bytes(const llama_cu_t *cu, int64_t *layer, int64_t *head);
 
+/* Under checkpointing, keep each layer's attention output and log-sum-exps
+ * from its forward to its backward (mode 1; -1: the default, on; 0: off), so
+ * that a recomputation runs the norm, the qkv product and RoPE again but not
+ * the flash forward: N x NH hd bf16 and B x NH x T f32 more per layer, the
+ * same results. No effect without checkpointing (every layer keeps them). */
+int llama_cu_keep_attention(llama_cu_t *cu, int mode, bmt_error_t *err);
+
 /* Copy the batch (host, validated by the caller; counted targets >= 0) to the
  * device, after the work that still reads the previous one. */
 int llama_cu_set_batch(llama_cu_t *cu, const int32_t *inputs, const int32_t *targets, int counted,

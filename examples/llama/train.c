@@ -22,6 +22,7 @@
 typedef struct llama_wiring {
     llama_config_t cfg;
     int layers, heads, kv_heads, embd, ffn, vocab, max_seq; /* overrides; 0: the model's */
+    int keep_attention;                                     /* --keep-attention; -1: the default */
     trainer_fp8_t fp8; /* --fp8, --fp8-scaling, --fp8-history */
 } llama_wiring_t;
 
@@ -69,6 +70,7 @@ enum {
     O_FFN,
     O_VOCAB,
     O_MAXSEQ,
+    O_KEEPATT,
     O_FP8, /* and the two after it (TRAINER_FP8_OPTIONS) */
 };
 
@@ -80,6 +82,7 @@ static const struct option llama_options[] = {
     { "ffn", required_argument, NULL, O_FFN },
     { "vocab", required_argument, NULL, O_VOCAB },
     { "max-seq", required_argument, NULL, O_MAXSEQ },
+    { "keep-attention", required_argument, NULL, O_KEEPATT },
     TRAINER_FP8_OPTIONS(O_FP8),
     { NULL, 0, NULL, 0 },
 };
@@ -95,6 +98,7 @@ static int option(void *self, int code, const char *arg)
     case O_FFN: return trainer_int_arg("--ffn", arg, 1, 1 << 20, &w->ffn);
     case O_VOCAB: return trainer_int_arg("--vocab", arg, 2, 1 << 24, &w->vocab);
     case O_MAXSEQ: return trainer_int_arg("--max-seq", arg, 1, 1 << 20, &w->max_seq);
+    case O_KEEPATT: return trainer_int_arg("--keep-attention", arg, 0, 1, &w->keep_attention);
     }
     if (code >= O_FP8 && code <= O_FP8 + 2)
         return trainer_fp8_option(&w->fp8, code - O_FP8, arg);
@@ -171,8 +175,11 @@ static void *create(void *self, bmt_ctx_t *ctx, int B, int T, const bmt_blocklis
 
 static int after_create(void *self, void *m, bmt_error_t *err)
 {
-    const trainer_fp8_t *f = &((const llama_wiring_t *)self)->fp8;
-    return llama_model_fp8(m, f->on, trainer_fp8_history(f), err);
+    const llama_wiring_t *w = self;
+    return llama_model_keep_attention(m, w->keep_attention, err) < 0 ||
+                   llama_model_fp8(m, w->fp8.on, trainer_fp8_history(&w->fp8), err) < 0
+               ? -1
+               : 0;
 }
 
 /* FP8's statistics (trainer_fp8_report). */
@@ -232,7 +239,7 @@ static json_t *state(const void *self)
 
 int main(int argc, char **argv)
 {
-    llama_wiring_t w = { .fp8 = TRAINER_FP8_INIT };
+    llama_wiring_t w = { .keep_attention = -1, .fp8 = TRAINER_FP8_INIT };
     const trainer_model_t model = {
         .name = "llama",
         .default_model = "tiny",
@@ -249,6 +256,11 @@ int main(int argc, char **argv)
             "      --fp8 0|1           the layers' products with FP8 operands (docs/fp8.md);\n"
             "                          cpu only for now: the exact f32 "
             "emulation\n" TRAINER_FP8_USAGE,
+        .usage_run_mid =
+            "      --keep-attention 0|1  cuda, with --ckpt 1: keep each layer's attention output\n"
+            "                          and log-sum-exps so that the recomputation skips the\n"
+            "                          flash forward (default: 1; N x NH hd bf16 and B NH T\n"
+            "                          f32 more per layer, the same results; 0: least memory)\n",
         .options = llama_options,
         .option = option,
         .configure = configure,

@@ -153,12 +153,12 @@ test_expect_success "fresh gradients NaN-filled first (BMT_CHECK_OVERWRITE=1), b
     done; done
 '
 
-test_expect_success "--ckpt-budget's arithmetic on cuda, bf16 and --fp8 1: each kept layer holds gpt2_cu_act_bytes' layer exactly, the whole logits at least its head (keep_check)" '
-    for fp8 in 0 1; do
+test_expect_success "--ckpt-budget's arithmetic on cuda, bf16 and --fp8 1, attention kept or not: each kept layer holds gpt2_cu_act_bytes' layer exactly, the whole logits at least its head (keep_check)" '
+    for fp8 in 0 1; do for ka in 0 1; do
         with_timeout 120 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- "$PROGS/keep_check" --model gpt2 \
-            --fp8 $fp8 >out 2>err || { cat out err; return 1; }
+            --fp8 $fp8 --keep-attention $ka >out 2>err || { cat out err; return 1; }
         cat out && grep -q "^0: keep_check: 5 passed, 0 failed" out || return 1
-    done
+    done; done
 '
 
 # --fp8 1 on cuda (nn_cuda_fp8_conv1d_*, checked op by op against the cpu's

@@ -14,6 +14,7 @@
 #   scaling, V 1000: padded logit rows) and 128 (GQA 8:1, tied, NH hd != C),
 #   T 100 (not a multiple of 64), checkpointing on (the head in chunks) and off,
 #   zero levels 3 and 2, targets left out of the loss; 1x2 and 2x1 with 2 GPUs;
+# - --keep-attention 1 and 0: the same tensors bit for bit;
 # - selective checkpointing (--ckpt-budget): the same tensors bit for bit as
 #   checkpointing every layer (some layers kept) or none (every layer and the
 #   head kept), the activations' peak between;
@@ -88,7 +89,7 @@ test_expect_success "cpu and cuda from the same weights: 20 steps within 3e-2 (s
 '
 
 # Selective checkpointing on cuda (--ckpt-budget): layers 2..3 keep their sets
-# (0.9 MiB each here), or every layer and the head its whole logits. The kept
+# (0.8 MiB each here, the attention outputs kept outside them), or every layer and the head its whole logits. The kept
 # layers run the same kernels on the same shapes: the tensors of a run that
 # keeps some layers are those of --ckpt 1 bit for bit, and a run that keeps
 # everything is --ckpt 0's (the head's products over all rows, not chunks).
@@ -101,8 +102,8 @@ test_expect_success "--ckpt-budget on cuda: 2 layers kept: --ckpt 1's tensors bi
             { tail -20 $TMP/sel-${run%%:*}.out err; return 1; }
     done &&
     grep "checkpointing within" $TMP/sel-sel.out $TMP/sel-full.out &&
-    grep -q "^0: llama: checkpointing within 2.0 MiB: layers 2..3 keep their activations (2 x 0.9 MiB), layers 0..1 are recomputed; the head recomputes its logits chunk by chunk\$" $TMP/sel-sel.out &&
-    grep -q "^0: llama: checkpointing within 4.0 MiB: every layer keeps its activations (4 x 0.9 MiB); the head keeps its logits whole\$" $TMP/sel-full.out &&
+    grep -q "^0: llama: checkpointing within 2.0 MiB: layers 2..3 keep their activations (2 x 0.8 MiB), layers 0..1 are recomputed; the head recomputes its logits chunk by chunk\$" $TMP/sel-sel.out &&
+    grep -q "^0: llama: checkpointing within 4.0 MiB: every layer keeps its activations (4 x 0.8 MiB); the head keeps its logits whole\$" $TMP/sel-full.out &&
     n=0 && for f in $TMP/sel-all/step-00000006/*.safetensors; do
         g=${f##*/} && cmp $f $TMP/sel-sel/step-00000006/$g && cmp $TMP/sel-none/step-00000006/$g $TMP/sel-full/step-00000006/$g &&
         n=$((n + 1)) || return 1
@@ -110,6 +111,27 @@ test_expect_success "--ckpt-budget on cuda: 2 layers kept: --ckpt 1's tensors bi
     a1=$(act_peak $TMP/sel-all.out) && ab=$(act_peak $TMP/sel-sel.out) && af=$(act_peak $TMP/sel-full.out) && a0=$(act_peak $TMP/sel-none.out) &&
     echo "activation peaks (MiB): every layer recomputed $a1, 2 of 4 kept $ab, all kept $af, --ckpt 0 $a0" &&
     awk -v a=$a1 -v b=$ab -v c=$a0 -v d=$af "BEGIN { exit !(a < b && b < c && d == c) }"
+'
+
+# --keep-attention (on by default under checkpointing): each layer's attention
+# output and log-sum-exps are kept from the forward, so a recomputation runs
+# the norm, the qkv product and RoPE again but not the flash forward. The
+# flash forward is deterministic: the same tensors bit for bit as
+# recomputing it, also beside a --ckpt-budget; the activations' peak with it
+# at least as high.
+test_expect_success "--keep-attention 1 (the default) and 0 under checkpointing: the same tensors bit for bit, with and without --ckpt-budget" '
+    for run in ka0:"--keep-attention 0" ka1:"--keep-attention 1" kadef:"" kab:"--keep-attention 1 --ckpt-budget 2"; do
+        with_timeout 300 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- $LLAMA $RUN --init-from $INIT \
+            --steps 6 --ckpt 1 ${run#*:} --save-dir $TMP/ka-${run%%:*} >$TMP/ka-${run%%:*}.out 2>err ||
+            { tail -20 $TMP/ka-${run%%:*}.out err; return 1; }
+    done &&
+    n=0 && for f in $TMP/ka-ka0/step-00000006/*.safetensors; do
+        g=${f##*/} && cmp $f $TMP/ka-ka1/step-00000006/$g && cmp $f $TMP/ka-kadef/step-00000006/$g &&
+        cmp $f $TMP/ka-kab/step-00000006/$g && n=$((n + 1)) || return 1
+    done && echo "$n files the same" && test $n -eq 14 &&
+    a0=$(act_peak $TMP/ka-ka0.out) && a1=$(act_peak $TMP/ka-ka1.out) &&
+    echo "activation peaks (MiB): attention recomputed $a0, kept $a1" &&
+    awk -v a=$a0 -v b=$a1 "BEGIN { exit !(a <= b) }"
 '
 
 # Fresh gradients are the CUDA model's to write (bmt_blocklist_set_grad_overwrite):
@@ -131,10 +153,12 @@ test_expect_success "fresh gradients NaN-filled first (BMT_CHECK_OVERWRITE=1): t
     done
 '
 
-test_expect_success "--ckpt-budget's arithmetic on cuda: each kept layer holds llama_cu_act_bytes' layer exactly, the whole logits at least its head (keep_check)" '
-    with_timeout 120 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- "$PROGS/keep_check" --model llama >out 2>err ||
-        { cat out err; return 1; }
-    cat out && grep -q "^0: keep_check: 5 passed, 0 failed" out
+test_expect_success "--ckpt-budget's arithmetic on cuda, attention kept or not: each kept layer holds llama_cu_act_bytes' layer exactly, the whole logits at least its head (keep_check)" '
+    for ka in 0 1; do
+        with_timeout 120 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- "$PROGS/keep_check" --model llama \
+            --keep-attention $ka >out 2>err || { cat out err; return 1; }
+        cat out && grep -q "^0: keep_check: 5 passed, 0 failed" out || return 1
+    done
 '
 
 test_expect_success "a cuda checkpoint is bf16 (files and config.json) and the cpu model reads it back: the cuda run's val loss" '

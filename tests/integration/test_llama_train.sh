@@ -102,8 +102,6 @@ test_expect_success "bad options are refused with a message" '
     grep -q "^llama: unknown model .nope.: use tiny, smollm-135m, llama3.2-1b or llama3.2-3b" err &&
     { $LLAMA --kv-heads 3 --data x 2>err; rc=$?; } && test $rc -eq 2 &&
     grep -q "^llama: num_attention_heads 4 is not a multiple of num_key_value_heads 3" err &&
-    { $LLAMA --keep-attention 1 --data x 2>err; rc=$?; } && test $rc -eq 2 &&
-    grep -q "^llama: unknown option .--keep-attention." err &&
     { $LLAMA --seq 300 --data x 2>err; rc=$?; } && test $rc -eq 2 &&
     grep -q "^llama: --seq 300 is longer than the model.s 256 positions" err &&
     { $LLAMA --fp8 2 --data x 2>err; rc=$?; } && test $rc -eq 2 && grep -q "^llama: --fp8" err &&
@@ -148,6 +146,15 @@ test_expect_success "--ckpt-budget's arithmetic: each kept layer holds act_bytes
     with_timeout 120 "$BMLAUNCH" --metrics-port 0 -n 1 -- "$PROGS/keep_check" --model llama >out 2>err &&
     grep -q "^0: keep_check: 5 passed, 0 failed" out &&
     grep -q "^0: ok 3 - llama: 3 of 4 layers kept hold 3 x act_bytes. layer more: [1-9][0-9]* bytes" out
+'
+
+test_expect_success "--keep-attention 1 on the cpu model is refused, saying it is for cuda; 0 and 2" '
+    { with_timeout 60 "$BMLAUNCH" --metrics-port 0 -n 1 -- $LLAMA $RUN --steps 1 --keep-attention 1 \
+        >out 2>&1; rc=$?; } &&
+    test $rc -ne 0 && grep -q "keeping the attention outputs .* is for the cuda model (--device cuda)" out &&
+    with_timeout 60 "$BMLAUNCH" --metrics-port 0 -n 1 -- $LLAMA $RUN --steps 1 --keep-attention 0 >out 2>&1 &&
+    { $LLAMA --data x --keep-attention 2 2>err; rc=$?; } && test $rc -eq 2 &&
+    grep -q "^llama: --keep-attention" err
 '
 
 test_expect_success "--ckpt-budget: refused without checkpointing, below 0, and not a number" '

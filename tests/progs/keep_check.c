@@ -3,11 +3,14 @@
  * the head's whole logits add) against what keeping layers really holds.
  *
  *     bmlaunch -n 1 [--device cuda] -- keep_check --model gpt2|llama [--fp8 1]
+ *                                             [--keep-attention 1]
  *
  * For k = 0, 1, 2, L-1 and L kept layers (llama_model_keep_layers /
  * gpt2_model_keep_layers, the head chunked), then L with the head's logits
  * whole: a fresh model of the trainers' "tiny" shape (B 4, T 64) with
- * checkpointing, one batch, one forward (nothing of the backward), and the
+ * checkpointing (and, with --keep-attention 1, each layer's attention output
+ * kept outside the sets: *_model_keep_attention), one batch, one forward
+ * (nothing of the backward), and the
  * activation memory the context counts afterwards (bmt_mem_get_stats: the
  * bytes asked for, stream-ordered ones as enqueued). A(k) is that count.
  * Checks, exact (the counters count requested bytes):
@@ -57,6 +60,8 @@ typedef struct model {
     void *m;
 } model_t;
 
+static int keep_attention; /* --keep-attention */
+
 static int model_make(bmt_ctx_t *ctx, bool llama, int fp8, model_t *out, bmt_error_t *err)
 {
     bmt_blocklist_config_t lc = BMT_BLOCKLIST_CONFIG_INITIALIZER; /* checkpointing on */
@@ -74,13 +79,19 @@ static int model_make(bmt_ctx_t *ctx, bool llama, int fp8, model_t *out, bmt_err
                                    .rope_theta = 10000,
                                    .bos_token_id = -1 };
         out->m = llama_model_create(ctx, &c, B, T, &lc, 1, err);
-        return out->m && (!fp8 || llama_model_fp8(out->m, 1, 0, err) == 0) ? 0 : -1;
+        return out->m && llama_model_keep_attention(out->m, keep_attention, err) == 0 &&
+                       (!fp8 || llama_model_fp8(out->m, 1, 0, err) == 0)
+                   ? 0
+                   : -1;
     }
     gpt2_config_t c;
     if (gpt2_config_by_name("tiny", &c, err) < 0)
         return -1;
     out->m = gpt2_model_create(ctx, &c, B, T, &lc, 1, err);
-    return out->m && (!fp8 || gpt2_model_fp8(out->m, 1, 0, err) == 0) ? 0 : -1;
+    return out->m && gpt2_model_keep_attention(out->m, keep_attention, err) == 0 &&
+                   (!fp8 || gpt2_model_fp8(out->m, 1, 0, err) == 0)
+               ? 0
+               : -1;
 }
 
 static int keep(model_t *m, int k, bool head, bmt_error_t *err)
@@ -149,8 +160,11 @@ int main(int argc, char **argv)
             llama = strcmp(argv[++i], "llama") == 0;
         else if (strcmp(argv[i], "--fp8") == 0 && i + 1 < argc)
             fp8 = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--keep-attention") == 0 && i + 1 < argc)
+            keep_attention = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: keep_check --model gpt2|llama [--fp8 0|1]\n");
+            fprintf(stderr,
+                    "usage: keep_check --model gpt2|llama [--fp8 0|1] [--keep-attention 0|1]\n");
             return 2;
         }
     }
@@ -162,9 +176,9 @@ int main(int argc, char **argv)
     int64_t layer = 0, head = 0;
     int L = 0;
     const long long a0 = held(ctx, llama, fp8, 0, false, &layer, &head, &L);
-    printf("# %s on %s%s: L %d, act_bytes: a layer %lld, the head %lld; A(0) = %lld\n", name,
-           bmt_device(ctx) == BMT_DEVICE_CUDA ? "cuda" : "cpu", fp8 ? ", FP8" : "", L,
-           (long long)layer, (long long)head, a0);
+    printf("# %s on %s%s%s: L %d, act_bytes: a layer %lld, the head %lld; A(0) = %lld\n", name,
+           bmt_device(ctx) == BMT_DEVICE_CUDA ? "cuda" : "cpu", fp8 ? ", FP8" : "",
+           keep_attention ? ", attention kept" : "", L, (long long)layer, (long long)head, a0);
     char what[160];
     const int ks[] = { 1, 2, -2 };
     for (int i = 0; i < 3; i++) {
