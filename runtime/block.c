@@ -345,10 +345,8 @@ int block_fresh_grads(bmt_block_t *b, int g, float *base, enum fresh_mode mode, 
     return zero_gaps(b, g, base, stream, err);
 }
 
-int block_need_grads(bmt_block_t *b, void *stream, enum fresh_mode mode, bool *made,
-                     bmt_error_t *err)
+int block_need_grads(bmt_block_t *b, void *stream, enum fresh_mode mode, bmt_error_t *err)
 {
-    *made = false;
     for (int g = 0; g < b->ngroups; g++) {
         struct dgroup *d = &b->groups[g];
         if (d->grad)
@@ -361,7 +359,6 @@ int block_need_grads(bmt_block_t *b, void *stream, enum fresh_mode mode, bool *m
         if (rc < 0)
             return errprefix(err, "gradient shard of block %.200s: ", b->name);
         b->grad_fresh = true;
-        *made = true;
     }
     return 0;
 }

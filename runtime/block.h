@@ -73,7 +73,8 @@ struct bmt_block {
     void **param_ptrs; /* (nparams) into full */
     void **grad_ptrs;  /* (nparams) into the full gradient buffer in backward */
     /* Gradient state (schedule.c, optim.c). */
-    bool grad_fresh; /* grad shards hold nothing yet (or none exist): reduce-scatter overwrites */
+    bool grad_fresh; /* grad shards hold nothing yet (or none exist): reduce-scatter overwrites;
+                      * in a group of one the next backward call writes them (grads_fresh) */
     void *rs_done;   /* event: this block's gradient shard is reduced in the group */
     /* Deferred optimizer update (optim.c): the step's update of this block is
      * still to be enqueued; updated: the last enqueued update is done. */
@@ -155,11 +156,10 @@ int block_fresh_grads(bmt_block_t *b, int g, float *base, enum fresh_mode mode, 
  * (the forward's peak) they take no memory. block_need_grads allocates the
  * missing ones in stream order on stream, ready there as mode says (a mode
  * other than FRESH_ZERO only where a shard is the whole padded buffer, a
- * group of one; elsewhere they are zeroed), and sets *made when it allocated
- * them (they hold nothing yet); block_drop_grads gives them back on stream
- * once what is enqueued before it is done. */
-int block_need_grads(bmt_block_t *b, void *stream, enum fresh_mode mode, bool *made,
-                     bmt_error_t *err);
+ * group of one; elsewhere they are zeroed), and sets b->grad_fresh when it
+ * allocated them (they hold nothing yet); block_drop_grads gives them back on
+ * stream once what is enqueued before it is done. */
+int block_need_grads(bmt_block_t *b, void *stream, enum fresh_mode mode, bmt_error_t *err);
 void block_drop_grads(bmt_block_t *b, int group, void *stream);
 
 /* What the optimizer needs of a list. */

@@ -1023,11 +1023,7 @@ int bmt_blocklist_backward(bmt_blocklist_t *l, bool last, bmt_error_t *err)
         if (l->e[i].recompute && call(l, i, false, true, true, false, err) < 0)
             return broken(l, err);
         struct slot *g = NULL;
-        /* fresh: the gradients hold nothing yet (a full buffer per call; in a
-         * group of one, shards made just now: no earlier micro-batch or use) */
-        bool made = false;
-        if (b->nparams > 0 &&
-            block_need_grads(b, compute, direct ? l->fresh : FRESH_ZERO, &made, err) < 0)
+        if (b->nparams > 0 && block_need_grads(b, compute, direct ? l->fresh : FRESH_ZERO, err) < 0)
             return broken(l, err);
         if (b->nparams > 0 && direct) {
             block_bind_shard_grads(b);
@@ -1036,12 +1032,15 @@ int bmt_blocklist_backward(bmt_blocklist_t *l, bool last, bmt_error_t *err)
                 return broken(l, err);
             block_bind_grads(b, g->mem, gt);
         }
-        /* made covers the whole block: its dtype groups' shards are made and
-         * given back together (block_need_grads, block_drop_grads' callers
-         * drop every group), never some kept and some new. */
-        const bool fresh = b->nparams > 0 && (!direct || made);
+        /* fresh: the gradients hold nothing yet. A full buffer per call; in a
+         * group of one the shards themselves, fresh from block_need_grads
+         * (which makes and block_drop_grads' callers give back every dtype
+         * group of a block together) until this call writes them. */
+        const bool fresh = b->nparams > 0 && (!direct || b->grad_fresh);
         if (call(l, i, true, true, false, fresh, err) < 0)
             return broken(l, err);
+        if (direct)
+            b->grad_fresh = false; /* a later micro-batch or use adds */
         if (release(l, i, err) < 0)
             return broken(l, err);
         /* A tied block is reduced at each use; its shard crosses the groups
