@@ -51,6 +51,22 @@ test_expect_success "timeline.py refuses a step that is not there, a file that i
     test_must_fail $PY "$TL" missing.tsv 2>err && grep -q "No such file" err
 '
 
+# tests/run's NAME words, on made-up unit tests in a BUILDDIR of their own.
+mkdir -p "$TMP/fake/tests/unit"
+for n in test_aa test_aa_ops test_bb; do
+    printf '#!/bin/sh\necho "1..1"\necho "ok 1 - %s ran"\n' "$n" >"$TMP/fake/tests/unit/$n"
+    chmod +x "$TMP/fake/tests/unit/$n"
+done
+test_expect_success "tests/run: a whole test name runs that test only, a part of one every test it is in" '
+    BUILDDIR="$TMP/fake" "$SRC/tests/run" unit test_aa >out && cat out &&
+    grep -q "^unit/test_aa  *1 passed" out && ! grep -q test_aa_ops out && ! grep -q test_bb out &&
+    grep -q "^1 passed, 0 failed$" out &&
+    BUILDDIR="$TMP/fake" "$SRC/tests/run" unit aa >out &&
+    grep -q "^unit/test_aa  *1" out && grep -q "^unit/test_aa_ops  *1" out && ! grep -q test_bb out &&
+    BUILDDIR="$TMP/fake" "$SRC/tests/run" unit test_bb test_aa_ops >out &&
+    grep -q "^2 passed, 0 failed$" out && ! grep -q "^unit/test_aa " out
+'
+
 if [ -f /usr/local/cuda/include/cupti.h ]; then
     test_expect_success "bench/gpu/trace.c builds (CUPTI) into a library with the driver entry point" '
         make -s -C "$SRC" BUILDDIR="$TMP/b" "$TMP/b/bench/libbmt_trace.so" &&
