@@ -59,6 +59,7 @@ enum {
     OPT_ACCUM,
     OPT_CKPT,
     OPT_CKPT_BUDGET,
+    OPT_KEEP_ATTENTION,
     OPT_MFU,
     OPT_GPU,
     OPT_GPU_MEM,
@@ -117,6 +118,7 @@ static const struct option long_opts[] = {
     { "accum", required_argument, NULL, OPT_ACCUM },
     { "ckpt", required_argument, NULL, OPT_CKPT },
     { "ckpt-budget", required_argument, NULL, OPT_CKPT_BUDGET },
+    { "keep-attention", required_argument, NULL, OPT_KEEP_ATTENTION },
     { "mfu", required_argument, NULL, OPT_MFU },
     { "gpu", required_argument, NULL, OPT_GPU },
     { "gpu-mem", required_argument, NULL, OPT_GPU_MEM },
@@ -166,6 +168,8 @@ void cli_usage(FILE *out)
           "      --ckpt 0|1          activation checkpointing per block (default 1)\n"
           "      --ckpt-budget MIB   with --ckpt 1: the last layers whose activations fit in\n"
           "                          MIB are kept, not recomputed (as the trainers choose)\n"
+          "      --keep-attention 0|1  with --ckpt 1: every layer keeps its attention's\n"
+          "                          output, recomputations skip it (default 1, the trainers')\n"
           "      --zero 2|3          parameters gathered once or twice a step (default 3)\n"
           "      --grad-dtype bf16|f32  gradient reduce-scatter dtype (default f32)\n"
           "      --gpu KIND          h200 (default), h100, a100, b200: peak, memory, NVLink\n"
@@ -469,6 +473,12 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
             if (strcmp(optarg, "0") != 0 && strcmp(optarg, "1") != 0)
                 return errprintf(err, "--ckpt must be 0 or 1, got '%.200s'", optarg);
             o->cost.ckpt = optarg[0] == '1';
+            o->comm_opts = true;
+            break;
+        case OPT_KEEP_ATTENTION:
+            if (strcmp(optarg, "0") != 0 && strcmp(optarg, "1") != 0)
+                return errprintf(err, "--keep-attention must be 0 or 1, got '%.200s'", optarg);
+            o->cost.keep_attention = optarg[0] == '1';
             o->comm_opts = true;
             break;
         case OPT_CKPT_BUDGET:

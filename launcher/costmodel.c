@@ -37,19 +37,20 @@
 
 static const costmodel_model_t presets[] = {
     /* GPT-2 (HF): vocabulary 50257, context 1024, tied embeddings. */
-    { "d12", "gpt2", COSTMODEL_GPT2, 12, 768, 3072, 768, 50257, 1024, true, 0 },
-    { "d24", "gpt2-medium", COSTMODEL_GPT2, 24, 1024, 4096, 1024, 50257, 1024, true, 0 },
-    { "d36", "gpt2-large", COSTMODEL_GPT2, 36, 1280, 5120, 1280, 50257, 1024, true, 0 },
-    { "d48", "gpt2-xl", COSTMODEL_GPT2, 48, 1600, 6400, 1600, 50257, 1024, true, 0 },
+    { "d12", "gpt2", COSTMODEL_GPT2, 12, 768, 3072, 768, 12, 50257, 1024, true, 0 },
+    { "d24", "gpt2-medium", COSTMODEL_GPT2, 24, 1024, 4096, 1024, 16, 50257, 1024, true, 0 },
+    { "d36", "gpt2-large", COSTMODEL_GPT2, 36, 1280, 5120, 1280, 20, 50257, 1024, true, 0 },
+    { "d48", "gpt2-xl", COSTMODEL_GPT2, 48, 1600, 6400, 1600, 25, 50257, 1024, true, 0 },
     /* Llama 3 (config.json of meta-llama): kv_dim = num_key_value_heads x head_dim. */
-    { "llama3.2-1b", NULL, COSTMODEL_LLAMA, 16, 2048, 8192, 512, 128256, 4096, true, 0 },
-    { "llama3.2-3b", NULL, COSTMODEL_LLAMA, 28, 3072, 8192, 1024, 128256, 4096, true, 0 },
-    { "llama3-8b", "llama3.1-8b", COSTMODEL_LLAMA, 32, 4096, 14336, 1024, 128256, 4096, false, 0 },
-    { "llama3-70b", "llama3.1-70b", COSTMODEL_LLAMA, 80, 8192, 28672, 1024, 128256, 4096, false,
+    { "llama3.2-1b", NULL, COSTMODEL_LLAMA, 16, 2048, 8192, 512, 32, 128256, 4096, true, 0 },
+    { "llama3.2-3b", NULL, COSTMODEL_LLAMA, 28, 3072, 8192, 1024, 24, 128256, 4096, true, 0 },
+    { "llama3-8b", "llama3.1-8b", COSTMODEL_LLAMA, 32, 4096, 14336, 1024, 32, 128256, 4096, false,
       0 },
-    { "llama3-405b", "llama3.1-405b", COSTMODEL_LLAMA, 126, 16384, 53248, 1024, 128256, 4096, false,
+    { "llama3-70b", "llama3.1-70b", COSTMODEL_LLAMA, 80, 8192, 28672, 1024, 64, 128256, 4096, false,
       0 },
-    { NULL, NULL, COSTMODEL_GENERIC, 0, 0, 0, 0, 0, 0, false, 0 },
+    { "llama3-405b", "llama3.1-405b", COSTMODEL_LLAMA, 126, 16384, 53248, 1024, 128, 128256, 4096,
+      false, 0 },
+    { NULL, NULL, COSTMODEL_GENERIC, 0, 0, 0, 0, 0, 0, 0, false, 0 },
 };
 
 double costmodel_layer_params(const costmodel_model_t *m)
@@ -125,8 +126,10 @@ int costmodel_model_from_count(double params, int layers, costmodel_model_t *out
             layers = COSTMODEL_MAX_LAYERS;
     }
     double C = sqrt(params / (12.0 * layers));
-    *out = (costmodel_model_t){ NULL,  NULL,  COSTMODEL_GENERIC, layers, C, 4 * C, C, 0, 4096,
-                                false, params };
+    const int heads = C >= 192 ? (int)lround(C / 128) : 1; /* heads of about 128 */
+    *out =
+        (costmodel_model_t){ NULL,  NULL,  COSTMODEL_GENERIC, layers, C, 4 * C, C, heads, 0, 4096,
+                             false, params };
     return 0;
 }
 
@@ -367,13 +370,41 @@ costmodel_span_t costmodel_span(const bmt_layout_t *l, costmodel_comm_t which)
 
 static double dmax(double a, double b) { return a > b ? a : b; }
 
-/* The bytes one layer's saved activations take for `tokens` tokens (bf16):
- * the residual stream, the norms' outputs, q, k, v, the attention's output,
- * the MLP's products (GELU: 2, SwiGLU: 3). */
-static double layer_act_bytes(const costmodel_model_t *m, double tokens)
+/* What the trainers' CUDA models hold for one layer's backward, for `tokens`
+ * tokens (examples/gpt2/model_cuda.c and examples/llama/model_cuda.c,
+ * *_cu_act_bytes; tests/progs/keep_check.c checks those against the
+ * allocations a forward makes), bf16 unless said:
+ * - *input: the layer's input (C), which the engine keeps in either mode;
+ * - *attn: the attention's output (C) and its log-sum-exps (f32, one a head):
+ *   under checkpointing kept for every layer (the trainers' --keep-attention,
+ *   on by default), so a recomputation skips the attention;
+ * - *set: everything else the layer keeps, what --ckpt-budget divides the
+ *   budget by. GPT-2 (and a bare count): the two LayerNorms' outputs and the
+ *   residual after attention (3 C), q k v (C + 2 kv), the MLP's product and
+ *   its GELU (2 F), four f32 statistics. Llama: the two RMSNorms' outputs and
+ *   the residual (3 C), q k v, the gate and up products and their SwiGLU
+ *   (3 F), two f32 statistics. */
+static void layer_act(const costmodel_model_t *m, bool keep_attention, double tokens, double *input,
+                      double *attn, double *set)
 {
-    const double mlp = m->arch == COSTMODEL_LLAMA ? 3 : 2;
-    return tokens * 2 * (6 * m->hidden + 2 * m->kv_dim + mlp * m->ffn);
+    const double C = m->hidden, kv = m->kv_dim, F = m->ffn;
+    const bool llama = m->arch == COSTMODEL_LLAMA;
+    *input = tokens * 2 * C;
+    *attn = tokens * (2 * C + 4.0 * m->heads);
+    *set = tokens * (2 * (4 * C + 2 * kv + (llama ? 3 : 2) * F) + 4 * (llama ? 2 : 4));
+    if (!keep_attention) { /* the attention belongs to the set, recomputed with it */
+        *set += *attn;
+        *attn = 0;
+    }
+}
+
+/* the set of layer_act: what one kept layer costs under --ckpt-budget */
+static double layer_act_bytes(const costmodel_in_t *in)
+{
+    double input, attn, set;
+    layer_act(&in->model, in->keep_attention, (double)in->micro_batch * in->seq, &input, &attn,
+              &set);
+    return set;
 }
 
 /* The logits, bf16: all of them (*whole), and what the head holds at once
@@ -395,7 +426,7 @@ static void budget_layers(costmodel_in_t *in)
     if (!in->ckpt || in->ckpt_budget < 0)
         return;
     const double tokens = (double)in->micro_batch * in->seq;
-    const double layer = layer_act_bytes(&in->model, tokens);
+    const double layer = layer_act_bytes(in);
     const double fit = layer > 0 ? floor(in->ckpt_budget / layer) : in->model.layers;
     in->kept = fit < in->model.layers ? (int)fit : in->model.layers;
     double whole, chunk;
@@ -431,6 +462,7 @@ int costmodel_setup(const costmodel_opts_t *o, costmodel_in_t *in, bmt_error_t *
         return errprintf(err, "--seq-len, --micro-batch and --accum must be positive and sane "
                               "(at most 1e7, 1e6, 1e5)");
     r.ckpt = o->ckpt != 0;
+    r.keep_attention = o->keep_attention != 0;
     if (o->ckpt_budget_mib >= 0 && !r.ckpt)
         return errprintf(err, "--ckpt-budget chooses which layers checkpointing spares: it needs "
                               "--ckpt 1");
@@ -505,23 +537,29 @@ struct entry {
     double gather; /* parameters gathered for it (a tied head gathers the embedding) */
     double own;    /* parameters whose gradients it reduces */
     double fwd;    /* forward FLOPs per token */
-    bool layer;    /* recomputed under checkpointing */
+    double refwd;  /* FLOPs per token its recomputation repeats under checkpointing (0: none) */
 };
 
 /* The block list: [embedding,] L layers[, head]. Returns the count (<= L + 2).
- * The last `kept` layers keep their activations (not recomputed). */
-static int entries(const costmodel_model_t *m, int T, int kept, struct entry *e)
+ * Under checkpointing the last `kept` layers keep their activations (not
+ * recomputed); the others repeat their forward, without the attention where
+ * in->keep_attention keeps its output. */
+static int entries(const costmodel_in_t *in, struct entry *e)
 {
     int n = 0;
-    const double C = m->hidden, lp = costmodel_layer_params(m);
+    const costmodel_model_t *m = &in->model;
+    const double C = m->hidden, lp = costmodel_layer_params(m), T = in->seq;
     const double emb = embed_params(m), head = head_own_params(m);
     if (m->arch != COSTMODEL_GENERIC)
-        e[n++] = (struct entry){ emb, emb, 0, false };
-    for (int i = 0; i < m->layers; i++)
+        e[n++] = (struct entry){ emb, emb, 0, 0 };
+    for (int i = 0; i < m->layers; i++) {
         /* 2 FLOPs per parameter and token, and attention's 2 C T (6 L C T a step). */
-        e[n++] = (struct entry){ lp, lp, 2 * lp + 2 * C * T, i < m->layers - kept };
+        const double fwd = 2 * lp + 2 * C * T;
+        const bool re = in->ckpt && i < m->layers - in->kept;
+        e[n++] = (struct entry){ lp, lp, fwd, re ? (in->keep_attention ? 2 * lp : fwd) : 0 };
+    }
     if (m->arch != COSTMODEL_GENERIC)
-        e[n++] = (struct entry){ head + (m->tied ? emb : 0), head, 2 * m->vocab * C, false };
+        e[n++] = (struct entry){ head + (m->tied ? emb : 0), head, 2 * m->vocab * C, 0 };
     return n;
 }
 
@@ -600,7 +638,7 @@ static struct sim simulate(const struct entry *e, int n, const costmodel_in_t *i
             double start = dmax(X, grouped ? w->gdone[i] : 0);
             if (grouped && i + 2 < n)
                 start = dmax(start, w->rs_done[i + 2]);
-            double d = 2 * t->f[i] + (in->ckpt && e[i].layer ? t->f[i] : 0);
+            double d = 2 * t->f[i] + (e[i].fwd > 0 ? t->f[i] * e[i].refwd / e[i].fwd : 0);
             X = start + d;
             s.busy_x += d;
             if (grouped) {
@@ -645,19 +683,23 @@ static costmodel_mem_t memory(const struct entry *e, int n, const costmodel_in_t
     r.gathered = (in->zero_level == 3 ? 2 * gmax : m->params) * in->gather_bytes;
     if (G > 1)
         r.grad_full = (big + big2) * 4 + (in->reduce_bytes == 2 ? big * 2 : 0);
-    const double per_layer = layer_act_bytes(m, tokens);
+    double input, attn, set;
+    layer_act(m, in->keep_attention, tokens, &input, &attn, &set);
     if (in->ckpt) {
-        /* each block's input, and the kept layers' sets (--ckpt-budget) */
-        r.activations = m->layers * tokens * m->hidden * 2 + in->kept * per_layer;
-        r.transient = in->kept < m->layers ? per_layer : 0; /* one block recomputed */
+        /* each layer's input and attention, and the kept layers' sets (--ckpt-budget) */
+        r.activations = m->layers * (input + attn) + in->kept * set;
+        r.transient = in->kept < m->layers ? set : 0; /* one layer recomputed */
     } else {
-        r.activations = m->layers * per_layer;
+        r.activations = m->layers * (input + attn + set);
     }
     /* The logits: all of them, or under checkpointing a chunk at a time
-     * unless the budget keeps them whole. */
+     * unless the budget keeps them whole. The head's backward is done (its
+     * logits freed) before the first layer is recomputed: the larger of the
+     * two, not both. */
     double whole, chunk;
     logits_bytes(m, tokens, &whole, &chunk);
-    r.transient += in->ckpt && !in->head_whole ? chunk : whole;
+    const double logits = in->ckpt && !in->head_whole ? chunk : whole;
+    r.transient = in->ckpt ? dmax(r.transient, logits) : logits;
     r.workspace = COSTMODEL_WORKSPACE_GIB * GIB;
     double live = in->accum > 1 ? r.grads + r.activations : dmax(r.grads, r.activations);
     r.peak = r.states + live + r.transient + r.gathered + r.grad_full + r.workspace;
@@ -708,7 +750,7 @@ int costmodel_eval(const bmt_layout_t *l, const costmodel_in_t *in, costmodel_re
         free(idx);
         return errprintf(err, "cost model: out of memory");
     }
-    const int n = entries(m, in->seq, in->kept, e);
+    const int n = entries(in, e);
     double *f = buf, *g = buf + cap, *rs = buf + 2 * cap, *ar = buf + 3 * cap;
     double *noar = buf + 4 * cap;
     memset(noar, 0, sizeof(double) * (size_t)cap);
@@ -1264,12 +1306,12 @@ int costmodel_print_text(FILE *out, const costmodel_in_t *in, const costmodel_ca
             dtype_name(in->gather_bytes), dtype_name(in->reduce_bytes),
             dtype_name(in->shard_bytes));
     if (budget)
-        fprintf(
-            out,
-            "    --ckpt-budget: the last %d of %d layers keep their activations (%.1f MiB "
-            "each), the head %s\n",
-            in->kept, m->layers, layer_act_bytes(m, (double)in->micro_batch * in->seq) / 1048576.0,
-            in->head_whole ? "keeps its logits whole" : "recomputes its logits a chunk at a time");
+        fprintf(out,
+                "    --ckpt-budget: the last %d of %d layers keep their activations (%.1f MiB "
+                "each), the head %s\n",
+                in->kept, m->layers, layer_act_bytes(in) / 1048576.0,
+                in->head_whole ? "keeps its logits whole"
+                               : "recomputes its logits a chunk at a time");
     fprintf(out,
             "    GPU: %.0f TFLOP/s bf16 at MFU %.2f, %.1f GiB; NVLink busbw %.1f / %.1f / %.1f "
             "GB/s\n    (all-gather / reduce-scatter / all-reduce), NIC %.1f GB/s per GPU; a call "
@@ -1392,16 +1434,17 @@ static json_t *result_json(const costmodel_candidate_t *c, size_t rank)
 json_t *costmodel_json(const costmodel_in_t *in, const costmodel_candidate_t *cand, size_t n)
 {
     const costmodel_model_t *m = &in->model;
-    json_t *model =
-        json_pack("{s:s?, s:s, s:f, s:i, s:f, s:f, s:f, s:f, s:b}", "name", m->name, "arch",
-                  arch_name(m->arch), "params", m->params, "layers", m->layers, "hidden", m->hidden,
-                  "ffn", m->ffn, "kv_dim", m->kv_dim, "vocab", m->vocab, "tied", m->tied);
+    json_t *model = json_pack("{s:s?, s:s, s:f, s:i, s:f, s:f, s:f, s:i, s:f, s:b}", "name",
+                              m->name, "arch", arch_name(m->arch), "params", m->params, "layers",
+                              m->layers, "hidden", m->hidden, "ffn", m->ffn, "kv_dim", m->kv_dim,
+                              "heads", m->heads, "vocab", m->vocab, "tied", m->tied);
     json_t *train = json_pack(
-        "{s:i, s:i, s:i, s:b, s:o, s:i, s:b, s:i, s:i, s:i, s:i}", "seq", in->seq, "micro_batch",
-        in->micro_batch, "accum", in->accum, "ckpt", in->ckpt, "ckpt_budget_mib",
+        "{s:i, s:i, s:i, s:b, s:o, s:i, s:b, s:b, s:i, s:i, s:i, s:i}", "seq", in->seq,
+        "micro_batch", in->micro_batch, "accum", in->accum, "ckpt", in->ckpt, "ckpt_budget_mib",
         in->ckpt_budget >= 0 ? json_real(in->ckpt_budget / 1048576.0) : json_null(), "kept_layers",
-        in->kept, "head_whole", in->head_whole, "zero_level", in->zero_level, "gather_bytes",
-        in->gather_bytes, "reduce_bytes", in->reduce_bytes, "shard_bytes", in->shard_bytes);
+        in->kept, "head_whole", in->head_whole, "keep_attention", in->keep_attention, "zero_level",
+        in->zero_level, "gather_bytes", in->gather_bytes, "reduce_bytes", in->reduce_bytes,
+        "shard_bytes", in->shard_bytes);
     json_t *links = json_pack(
         "{s:{s:f, s:f, s:f}, s:f, s:{s:f, s:f, s:f}, s:o}", "nvlink_busbw_gbps", "all_gather",
         in->links.nvlink_gbps[0], "reduce_scatter", in->links.nvlink_gbps[1], "all_reduce",

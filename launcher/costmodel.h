@@ -152,6 +152,7 @@ typedef struct costmodel_model {
     double hidden; /* C */
     double ffn;    /* F: the MLP's inner width */
     double kv_dim; /* width of K (and of V): C with full attention */
+    int heads;     /* query heads (the attention's log-sum-exps: one a head and token) */
     double vocab;  /* 0 for a bare count */
     int context;   /* the default sequence length */
     bool tied;     /* the head is the embedding */
@@ -190,19 +191,22 @@ const costmodel_gpu_t *costmodel_gpu(const char *text);
 
 typedef struct costmodel_in {
     costmodel_model_t model;
-    int seq;            /* T: tokens per sequence */
-    int micro_batch;    /* B: sequences per GPU per micro-batch */
-    int accum;          /* M: micro-batches per step (gradient accumulation) */
-    bool ckpt;          /* activation checkpointing per block */
-    double ckpt_budget; /* --ckpt-budget in bytes (< 0: none): the last layers that fit keep
-                         * their activations, as the trainers choose */
-    int kept;           /* layers that keep their activations under checkpointing (the last) */
-    bool head_whole;    /* every layer kept and the budget holds the head's whole logits */
-    int zero_level;     /* 3: gathered in forward and again in backward; 2: once */
-    int gather_bytes;   /* bytes per gathered parameter (bf16: 2) */
-    int reduce_bytes;   /* bytes per gradient element in the reduce-scatter (f32: 4) */
-    int shard_bytes;    /* bytes per element of the cross-group all-reduce (f32: 4) */
-    double mfu;         /* compute runs at this fraction of peak_tflops */
+    int seq;             /* T: tokens per sequence */
+    int micro_batch;     /* B: sequences per GPU per micro-batch */
+    int accum;           /* M: micro-batches per step (gradient accumulation) */
+    bool ckpt;           /* activation checkpointing per block */
+    double ckpt_budget;  /* --ckpt-budget in bytes (< 0: none): the last layers that fit keep
+                          * their activations, as the trainers choose */
+    int kept;            /* layers that keep their activations under checkpointing (the last) */
+    bool head_whole;     /* every layer kept and the budget holds the head's whole logits */
+    bool keep_attention; /* under checkpointing every layer keeps its attention's output and
+                          * log-sum-exps, so a recomputation skips the attention (the
+                          * trainers' --keep-attention, on by default) */
+    int zero_level;      /* 3: gathered in forward and again in backward; 2: once */
+    int gather_bytes;    /* bytes per gathered parameter (bf16: 2) */
+    int reduce_bytes;    /* bytes per gradient element in the reduce-scatter (f32: 4) */
+    int shard_bytes;     /* bytes per element of the cross-group all-reduce (f32: 4) */
+    double mfu;          /* compute runs at this fraction of peak_tflops */
     double peak_tflops;
     double gpu_mem_gib;
     costmodel_links_t links;
@@ -217,6 +221,7 @@ typedef struct costmodel_opts {
     int seq, micro_batch, accum;
     int ckpt;               /* --ckpt 0|1; -1: 1 */
     double ckpt_budget_mib; /* --ckpt-budget MIB; < 0: not given */
+    int keep_attention;     /* --keep-attention 0|1; -1: 1 */
     double mfu;             /* --mfu; 0: COSTMODEL_DEFAULT_MFU */
     const char *gpu;        /* --gpu; NULL: h200 */
     double gpu_mem_gib;
@@ -230,7 +235,7 @@ typedef struct costmodel_opts {
 
 #define COSTMODEL_OPTS_INITIALIZER                                                                 \
     {                                                                                              \
-        .ckpt = -1, .ckpt_budget_mib = -1, .latency_us = -1, .call_us = -1                         \
+        .ckpt = -1, .ckpt_budget_mib = -1, .keep_attention = -1, .latency_us = -1, .call_us = -1   \
     }
 
 /* The MFU our engine measured on one H200 without checkpointing (bench/NOTES.md:

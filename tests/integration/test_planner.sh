@@ -89,13 +89,18 @@ test_expect_success "the options move the figures the way they must" '
     j --model 70B --mfu 0.9 >mfu.json &&
     j --model 70B --gpu h100 >h100.json &&
     j --model 70B --accum 4 >accum.json &&
+    j --model 70B --keep-attention 0 >nokeep.json &&
     /usr/bin/python3 - <<-PY
 	import json
 	def y(f):
 	    return [l for l in json.load(open(f))["cost_model"]["layouts"] if l["yours"]][0]
 	b = y("base.json")
-	assert y("nockpt.json")["memory_bytes"]["activations"] > 10 * b["memory_bytes"]["activations"]
-	assert y("nockpt.json")["compute_s"] < b["compute_s"]          # no recomputation
+	# checkpointed, every layer keeps its input and (--keep-attention 1) its
+	# attention output: about twice the input alone, a fraction of everything
+	nk = y("nokeep.json")
+	assert y("nockpt.json")["memory_bytes"]["activations"] > 10 * nk["memory_bytes"]["activations"]
+	assert 1.9 < b["memory_bytes"]["activations"] / nk["memory_bytes"]["activations"] < 2.1
+	assert y("nockpt.json")["compute_s"] < b["compute_s"] < nk["compute_s"]  # the recomputation, less the attention
 	assert abs(y("b4.json")["compute_s"] / b["compute_s"] - 4) < 0.01
 	assert y("fastnic.json")["exposed_group_s"] < b["exposed_group_s"] / 5
 	assert y("fastgroup.json")["exposed_group_s"] < b["exposed_group_s"] / 5
@@ -111,12 +116,14 @@ test_expect_success "the options move the figures the way they must" '
 # --ckpt-budget: the trainers' choice (the last layers whose sets fit are
 # kept, then the head's whole logits): no layer kept is --ckpt 1, every layer
 # kept is --ckpt 0's compute; between, the step and the memory between.
-# Llama 3.2 1B at B 2 x T 4096: a layer's set is 2 x 8192 tokens x (6 C + 2
-# kv + 3 F) = 620,756,992 bytes (592.0 MiB), so 3000 MiB keep 5 layers.
+# Llama 3.2 1B at B 2 x T 4096: a layer's set is the trainer's
+# (llama_cu_act_bytes), 8192 tokens x (2 x (4 C + 2 kv + 3 F) + 8) =
+# 553,713,664 bytes (528.1 MiB, what the trainer prints on an H200), so 3000
+# MiB keep 5 layers, 3168 MiB (6 x 528.06) 5 and 3169 MiB 6.
 test_expect_success "--ckpt-budget: 0 is --ckpt 1, every layer kept is --ckpt 0's compute, 5 of 16 layers between; refused without --ckpt 1, negative, not a number" '
     j() { $BMLAUNCH --plan --json -g 1 -n 1 --model llama3.2-1b --seq-len 4096 --micro-batch 2 "$@"; } &&
     j >ck1.json && j --ckpt 0 >ck0.json && j --ckpt-budget 0 >b0.json && j --ckpt-budget 3000 >b3000.json &&
-    j --ckpt-budget 100000 >ball.json &&
+    j --ckpt-budget 100000 >ball.json && j --ckpt-budget 3168 >b3168.json && j --ckpt-budget 3169 >b3169.json &&
     /usr/bin/python3 - <<-PY &&
 	import json
 	def y(f):
@@ -128,8 +135,9 @@ test_expect_success "--ckpt-budget: 0 is --ckpt 1, every layer kept is --ckpt 0'
 	assert tb0["ckpt_budget_mib"] == 0 and tb0["kept_layers"] == 0
 	assert b0["compute_s"] == c1["compute_s"] and b0["memory_bytes"] == c1["memory_bytes"]
 	assert tb["ckpt_budget_mib"] == 3000 and tb["kept_layers"] == 5 and not tb["head_whole"], tb
+	assert y("b3168.json")[0]["kept_layers"] == 5 and y("b3169.json")[0]["kept_layers"] == 6
 	assert c0["compute_s"] < b["compute_s"] < c1["compute_s"]
-	layer = 620756992
+	layer = 553713664
 	assert b["memory_bytes"]["activations"] - c1["memory_bytes"]["activations"] == 5 * layer
 	# each kept layer saves one forward of a layer: a sixteenth of the recomputation
 	assert abs((c1["compute_s"] - b["compute_s"]) / (c1["compute_s"] - c0["compute_s"]) - 5 / 16) < 1e-9
@@ -139,10 +147,14 @@ test_expect_success "--ckpt-budget: 0 is --ckpt 1, every layer kept is --ckpt 0'
 	PY
     $BMLAUNCH --plan -g 1 -n 1 --model llama3.2-1b --seq-len 4096 --micro-batch 2 --ckpt-budget 3000 >out &&
     grep -q "checkpointing on within 3000.0 MiB; ZeRO-3" out &&
-    grep -q "^    --ckpt-budget: the last 5 of 16 layers keep their activations (592.0 MiB each), the head recomputes its logits a chunk at a time" out &&
+    grep -q "^    --ckpt-budget: the last 5 of 16 layers keep their activations (528.1 MiB each), the head recomputes its logits a chunk at a time" out &&
     grep -q "activations [0-9.]* (checkpointed, 5 layers kept)" out &&
     test_must_fail $BMLAUNCH --plan -g 1 -n 1 --model d48 --ckpt 0 --ckpt-budget 5 2>err &&
     grep -q "^bmlaunch: --ckpt-budget chooses which layers checkpointing spares: it needs --ckpt 1" err &&
+    test_must_fail $BMLAUNCH --plan -g 1 -n 1 --model d48 --keep-attention 2 2>err &&
+    grep -q "^bmlaunch: --keep-attention must be 0 or 1, got .2." err &&
+    $BMLAUNCH --plan -g 1 -n 1 --model llama3.2-1b --seq-len 4096 --micro-batch 2 --ckpt-budget 3000 --keep-attention 0 >out &&
+    grep -q "^    --ckpt-budget: the last 5 of 16 layers keep their activations (561.1 MiB each)" out &&
     test_must_fail $BMLAUNCH --plan -g 1 -n 1 --model d48 --ckpt-budget -1 2>err &&
     grep -q "^bmlaunch: --ckpt-budget needs a non-negative number of MiB, got .-1." err &&
     test_must_fail $BMLAUNCH --plan -g 1 -n 1 --model d48 --ckpt-budget lots 2>err &&

@@ -323,7 +323,14 @@ static void check_step(void)
     is_real(r.tokens_per_s, tokens / r.step, "tokens/s for the world = 2 x 64 x 4096 / step");
     in = two_layers(P, 4096, 64, true, 3);
     ok(costmodel_eval(&l, &in, &r, NULL) == 0, "with checkpointing");
-    is_real(r.step, g + 8 * f + rs + nrm, "checkpointing: step = g + 8f + r + norm");
+    /* each layer's recomputation repeats its products, not its attention
+     * (kept, as the trainers keep it): f less the attention's 2 C T a token */
+    const double att = 2 * sqrt(P / 24) * 4096 * 4096 * 64 / (989e12 * 0.45);
+    is_real(r.step, g + 8 * f - 2 * att + rs + nrm,
+            "checkpointing: step = g + 8f - 2 x attention + r + norm");
+    in.keep_attention = false;
+    ok(costmodel_eval(&l, &in, &r, NULL) == 0, "with checkpointing, --keep-attention 0");
+    is_real(r.step, g + 8 * f + rs + nrm, "--keep-attention 0: step = g + 8f + r + norm");
 
     /* A group of one (2x1): no gathers or reduces; each block's shard (1e8 f32)
      * all-reduced across the two groups on the replica stream after its backward:
@@ -358,37 +365,49 @@ static void check_memory(void)
     costmodel_result_t r;
     const double P = 1557611200, GIB = 1073741824.0;
     /* d48, 8 x 1024 tokens, 1x1, no checkpointing: 12 P of states; the saved
-     * activations (48 layers x 8192 tokens x 2 (6 C + 2 C + 2 x 4C) bytes) exceed
+     * activations exceed
      * the gradient shards (4 P), so they count; all logits (8192 x 50257 bf16);
      * two slots of the largest gathered block (the tied head: the embedding
      * (50257 + 1024) x 1600 and ln_f 3200, bf16); no full gradient buffers in a
-     * group of one; 0.1875 GiB of workspace. */
+     * group of one; 0.1875 GiB of workspace. A layer's activations are the
+     * GPT-2 trainer's (gpt2_cu_act_bytes): the input (2 C bytes a token), the
+     * attention's output and log-sum-exps (2 C + 4 x 25 heads), and the set:
+     * LayerNorms' outputs and the residual (3 C), q k v (3 C), the MLP's
+     * product and GELU (2 x 4 C), bf16, and four f32 statistics:
+     * 2 x 14 C + 16 = 44,816 bytes (350.1 MiB at 8192 tokens, as the
+     * trainer's --ckpt-budget divides by). */
     costmodel_in_t in = defaults("d48");
     in.micro_batch = 8;
     in.ckpt = false;
     bmt_layout_t l = layout(1, 1, 0);
     ok(costmodel_eval(&l, &in, &r, NULL) == 0, "d48 1x1 evaluates");
-    double acts = 48.0 * 8192 * 2 * (6 * 1600 + 2 * 1600 + 2 * 6400);
+    const double input = 2 * 1600, attn = 2 * 1600 + 4 * 25, set = 2 * 14 * 1600 + 16;
+    double acts = 48.0 * 8192 * (input + attn + set);
     double logits = 8192.0 * 50257 * 2, slots = 2.0 * (82049600 + 3200) * 2;
     is_real(r.mem.states, 12 * P, "states 12 P");
     is_real(r.mem.grads, 4 * P, "gradient shards 4 P");
-    is_real(r.mem.activations, acts, "activations, all kept: 48 x 8192 x 51200 bytes");
+    is_real(r.mem.activations, acts, "activations, all kept: 48 x 8192 x 51,316 bytes");
     is_real(r.mem.peak, 12 * P + acts + logits + slots + 0.1875 * GIB,
             "peak 12 P + activations + logits + 2 slots + workspace = 37.42 GiB (measured "
             "37.62)");
     ok(r.mem.fits && close_rel(r.mem.usable, 138.4 * GIB, 1e-12), "fits in 140.4 - 2 GiB");
 
-    /* 1x2 with checkpointing: the shards (4 P / 2) outweigh the checkpoints (48 x
-     * 8192 x 1600 bf16); one block recomputed; a quarter of the logits; the full
-     * gradient buffers of the two largest blocks (embedding and a layer, f32). */
+    /* 1x2 with checkpointing: the shards (4 P / 2) outweigh what every layer
+     * keeps (its input and its attention: 48 x 8192 x 6500 bytes); one layer's
+     * set recomputed, which outweighs a quarter of the logits (the head's
+     * backward frees them before the first recomputation); the full gradient
+     * buffers of the two largest blocks (embedding and a layer, f32). */
     in.ckpt = true;
     l = layout(1, 2, 2);
     ok(costmodel_eval(&l, &in, &r, NULL) == 0, "d48 1x2 with checkpointing evaluates");
     double layer = 12.0 * 1600 * 1600 + 13 * 1600;
-    double want = 12 * P / 2 + 4 * P / 2 + 8192.0 * 51200 + logits / 4 + slots +
-                  (82049600 + layer) * 4 + 0.1875 * GIB;
-    is_real(r.mem.activations, 48.0 * 8192 * 1600 * 2, "checkpoints: 48 x 8192 x 1600 bf16");
-    is_real(r.mem.peak, want, "peak = 13.10 GiB by hand (measured 12.49)");
+    double want =
+        12 * P / 2 + 4 * P / 2 + 8192.0 * set + slots + (82049600 + layer) * 4 + 0.1875 * GIB;
+    is_real(r.mem.activations, 48.0 * 8192 * (input + attn),
+            "checkpointed: 48 x 8192 x (the input, the attention's output and log-sum-exps)");
+    is_real(r.mem.transient, 8192.0 * set,
+            "transient: one layer's set (350.1 MiB), more than a quarter of the logits");
+    is_real(r.mem.peak, want, "peak = 12.86 GiB by hand (measured 12.49)");
 
     /* ZeRO-2 keeps every block gathered: each parameter once in bf16 (the tied
      * head shares the embedding's slot). */
@@ -617,8 +636,9 @@ static void check_json(void)
     ok(strcmp(json_string_value(json_object_get(m, "name")), "llama3-70b") == 0 &&
            strcmp(json_string_value(json_object_get(m, "arch")), "llama") == 0 &&
            num_is(m, "params", 70553706496.0) && num_is(m, "layers", 80) &&
-           num_is(m, "kv_dim", 1024) && json_is_false(json_object_get(m, "tied")),
-       "JSON model: name, arch, params, layers, kv_dim, tied");
+           num_is(m, "kv_dim", 1024) && num_is(m, "heads", 64) &&
+           json_is_false(json_object_get(m, "tied")),
+       "JSON model: name, arch, params, layers, kv_dim, heads, tied");
     ok(num_is(t, "seq", 4096) && num_is(t, "micro_batch", 1) && num_is(t, "accum", 1) &&
            json_is_true(json_object_get(t, "ckpt")) && num_is(t, "zero_level", 3) &&
            num_is(t, "reduce_bytes", 4),
