@@ -5,8 +5,10 @@
  *
  * Each rank builds a small model (blocks "b.0", "b.1", ... of a few f32
  * parameters, no-op callbacks) and then does what MODE says. When the call
- * that should refuse does, rank 0 prints "trust_check: refused: <error>" and
- * every rank exits 3; when it goes through, "trust_check: accepted" and 0.
+ * that should refuse does, every rank prints "trust_check: refused: <its
+ * error>" and exits 3 (every rank: the first to exit ends the job, so only its
+ * line is sure to be there); when it goes through, rank 0 prints
+ * "trust_check: accepted" and every rank exits 0.
  *
  *   same          every rank alike: the first forward is accepted
  *   seed-rank     rank r builds with seed 7 + r: the first forward refuses
@@ -22,7 +24,8 @@
  *   adamw-twice   a second bmt_adamw_create on the list while the first lives
  *   save-fails    a save that must fail (under tests/plugins/failio.so: an fsync
  *                 or a malloc made to fail): refused, and the process holds as
- *                 many open files after it as before ("trust_check: fds N N")
+ *                 many open files after it as before ("trust_check: fds N N",
+ *                 every rank)
  *   long-name     like save, with one parameter named by 997 'q's (so that its
  *                 names have sizes no other allocation has)
  *   adamw-v1      a config of bmt_adamw_config_t version 1 (before max_skipped) is
@@ -64,13 +67,11 @@ static int rank;
 
 static int done(bool refused, const bmt_error_t *err)
 {
-    if (rank == 0) {
-        if (refused)
-            printf("trust_check: refused: %s\n", err->text);
-        else
-            printf("trust_check: accepted\n");
-        fflush(stdout);
-    }
+    if (refused)
+        printf("trust_check: refused: %s\n", err->text);
+    else if (rank == 0)
+        printf("trust_check: accepted\n");
+    fflush(stdout);
     return refused ? 3 : 0;
 }
 
@@ -186,8 +187,7 @@ int main(int argc, char **argv)
         const int after = count_fds();
         if (!fails && s < 0)
             die("the save", &err);
-        if (rank == 0)
-            printf("trust_check: fds %d %d\n", before, after);
+        printf("trust_check: fds %d %d\n", before, after); /* before done(): the same rank's */
         rc = done(s < 0, &err);
         bmt_optim_destroy(o);
         bmt_blocklist_destroy(l);
