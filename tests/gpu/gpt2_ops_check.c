@@ -91,6 +91,21 @@ static void t_encoder(int B, int T, int C, int V)
     cudaFree(dgw), cudaFree(dgp);
 }
 
+/* A backward op's weight and bias gradients written with add 0 (fresh
+ * gradients) into dmalloc's NaN-filled buffers: downloaded, checked against
+ * the CPU's written into zeros (the bias only when bname is given), and freed
+ * with their device buffers. */
+static void check_fresh_grads(const char *wname, void *dgw, const float *rgw, size_t nw,
+                              const char *bname, void *dgb, const float *rgb, size_t nb)
+{
+    float *gw = down_f32(dgw, nw), *gb = down_f32(dgb, nb);
+    check(wname, gw, rgw, nw, 1e-3);
+    if (bname)
+        check(bname, gb, rgb, nb, 1e-3);
+    free(gw), free(gb);
+    cudaFree(dgw), cudaFree(dgb);
+}
+
 static void t_layernorm(int N, int C)
 {
     bmt_error_t err;
@@ -134,11 +149,9 @@ static void t_layernorm(int N, int C)
     float *dgw0 = dmalloc((size_t)C * 4), *dgb0 = dmalloc((size_t)C * 4);
     run(nn_cuda_layernorm_backward(h, ddx, ddres, dgw0, dgb0, ddy, dx, dw, dcm, dcr, N, C, 0, &err),
         "layernorm backward", &err);
-    float *ggw0 = down_f32(dgw0, C), *ggb0 = down_f32(dgb0, C);
-    check("layernorm backward dweight (=, into NaN)", ggw0, rgw0, C, 1e-3);
-    check("layernorm backward dbias (=, into NaN)", ggb0, rgb0, C, 1e-3);
-    free(rgw0), free(rgb0), free(rdx0), free(ggw0), free(ggb0);
-    cudaFree(dgw0), cudaFree(dgb0);
+    check_fresh_grads("layernorm backward dweight (=, into NaN)", dgw0, rgw0, C,
+                      "layernorm backward dbias (=, into NaN)", dgb0, rgb0, C);
+    free(rgw0), free(rgb0), free(rdx0);
     /* in place: dres == dinp, as the layers use it */
     run(nn_cuda_layernorm_backward(h, ddres, ddres, dgw, dgb, ddy, dx, dw, dcm, dcr, N, C, 1, &err),
         "layernorm backward", &err);
@@ -198,14 +211,11 @@ static void t_matmul(int N, int IC, int OC, int wt, int ld)
     run(nn_cuda_matmul_backward(h, NULL, dgw0, wt ? NULL : dgb0, ddy, ld, dx, dw, N, IC, OC, wt, 0,
                                 &err),
         "matmul backward", &err);
-    float *ggw0 = down_f32(dgw0, nw), *ggb0 = down_f32(dgb0, OC);
     snprintf(name, sizeof(name), "matmul backward dweight = (into NaN; IC %d, OC %d, wt %d)", IC,
              OC, wt);
-    check(name, ggw0, rgw0, nw, 1e-3);
-    if (!wt)
-        check("matmul backward dbias (=, into NaN)", ggb0, rgb0, OC, 1e-3);
-    free(rgw0), free(rgb0), free(rdx0), free(ggw0), free(ggb0);
-    cudaFree(dgw0), cudaFree(dgb0);
+    check_fresh_grads(name, dgw0, rgw0, nw, wt ? NULL : "matmul backward dbias (=, into NaN)", dgb0,
+                      rgb0, OC);
+    free(rgw0), free(rgb0), free(rdx0);
     free(x), free(w), free(b), free(ref), free(raw), free(got), free(dy), free(gw), free(gb);
     free(rdx), free(rgw), free(rgb), free(dyp), free(gdx), free(ggw), free(ggb);
     cudaFree(dx), cudaFree(dw), cudaFree(db), cudaFree(dout), cudaFree(ddy), cudaFree(ddx);
@@ -299,11 +309,9 @@ static void t_matmul_gelu(int N, int IC, int OC)
     run(nn_cuda_matmul_backward_dgelu(h, ddx, dgw0, dgb0, ddy, IC, dout, dw2, dpre, N, OC, IC, 0,
                                       &err),
         "matmul backward + dgelu", &err);
-    float *ggw0 = down_f32(dgw0, nw), *ggb0 = down_f32(dgb0, IC);
-    check("matmul backward, GELU' epilogue: dweight (=, into NaN)", ggw0, rgw0, nw, 1e-3);
-    check("matmul backward, GELU' epilogue: dbias (=, into NaN)", ggb0, rgb0, IC, 1e-3);
-    free(rgw0), free(rgb0), free(t0), free(ggw0), free(ggb0);
-    cudaFree(dgw0), cudaFree(dgb0);
+    check_fresh_grads("matmul backward, GELU' epilogue: dweight (=, into NaN)", dgw0, rgw0, nw,
+                      "matmul backward, GELU' epilogue: dbias (=, into NaN)", dgb0, rgb0, IC);
+    free(rgw0), free(rgb0), free(t0);
     free(x), free(w), free(b), free(rpre), free(rout), free(gout), free(gpre), free(w2), free(b2);
     free(dy), free(gw), free(gb), free(rgw), free(rgb), free(t), free(rdx), free(gdx), free(ggw);
     free(ggb);
