@@ -102,51 +102,116 @@ static layer_acts_t *acts_of(llama_model_t *m, int l)
     return &m->acts[l >= m->keep_from ? l : m->cfg.n_layer];
 }
 
-/* A layer's product out (N,OC) = inp (N,IC) W^T, W nn.Linear's (OC,IC): f32,
- * or (llama_model_fp8) its operands through FP8, product k of layer l (k as
- * PRODUCT: q, k and v, gate and up, are separate products here) with its own
- * scales in the plan. An operand FP8 cannot scale gives NaN results, so the
- * step is skipped as any non-finite one. -1 only for memory. */
-static const char *const PRODUCT[7] = { "q_proj",    "k_proj",  "v_proj",   "o_proj",
-                                        "gate_proj", "up_proj", "down_proj" };
+/* A layer's products, out (N,OC) = inp (N,IC) W^T with W nn.Linear's
+ * (OC,IC): f32, or (llama_model_fp8) with their operands through FP8 as the
+ * cuda model computes them. q, k and v are one product there, and gate and up
+ * another (model_cuda.c stacks their weights), so under FP8 each stack has
+ * one scale per operand, as Transformer Engine's fused QKV linear has: the
+ * four products k (PRODUCT) of layer l are plan entry 4 l + k. A stack is
+ * emulated as one product over the stacked weight (copies: the cpu model
+ * keeps q, k, v and gate, up apart); in f32 each part is its own product, as
+ * before. An operand FP8 cannot scale gives NaN results, so the step is
+ * skipped as any non-finite one. -1 only for memory. */
+static const char *const PRODUCT[4] = { "q_proj|k_proj|v_proj", "o_proj", "gate_proj|up_proj",
+                                        "down_proj" };
 enum {
-    K_Q,
-    K_K,
-    K_V,
+    K_QKV,
     K_O,
-    K_GATE,
-    K_UP,
+    K_GU,
     K_DOWN
 };
 
+/* One part of a stack: its output (forward) or output gradient (backward),
+ * weight (width, IC), weight gradient (backward), width. */
+typedef struct part {
+    float *out;
+    const float *w;
+    float *dw;
+    int width;
+} part_t;
+
 static nn_fp8_scaling_t *scaling(llama_model_t *m, int l, int k)
 {
-    return m->fp8 ? nn_fp8_plan_at(m->fp8, 7 * l + k) : NULL;
+    return m->fp8 ? nn_fp8_plan_at(m->fp8, 4 * l + k) : NULL;
 }
 
 static int fp8_oom(int l, int k, const char *what, bmt_error_t *err)
 {
-    snprintf(err->text, sizeof(err->text),
-             "llama: layer %d %s%s: FP8: out of memory for its operands' copies", l, PRODUCT[k],
-             what);
-    return -1;
+    return fail(err, "llama: layer %d %s%s: FP8: out of memory for its operands' copies", l,
+                PRODUCT[k], what);
 }
 
-static int linear_fwd(llama_model_t *m, int l, int k, float *out, const float *inp, const float *w,
-                      int IC, int OC, bmt_error_t *err)
+/* The stack's weights one after another, (OC, IC); NULL when out of memory. */
+static float *stack_weights(const part_t *pt, int n, int IC, int OC)
 {
-    return nn_linear_forward(scaling(m, l, k), out, inp, w, NULL, m->N, IC, OC, 1) < 0
-               ? fp8_oom(l, k, "", err)
-               : 0;
+    float *w = malloc((size_t)OC * IC * sizeof(float));
+    for (int i = 0, r = 0; w && i < n; r += pt[i++].width)
+        memcpy(w + (size_t)r * IC, pt[i].w, (size_t)pt[i].width * IC * sizeof(float));
+    return w;
 }
 
-/* dinp (N,IC) and dw (OC,IC) += from dout (N,OC), as nn_matmul_backward. */
-static int linear_bwd(llama_model_t *m, int l, int k, float *dinp, float *dw, const float *dout,
-                      const float *inp, const float *w, int IC, int OC, bmt_error_t *err)
+/* Rows of (N, OC) to or from the parts' (N, width) buffers. */
+static void stack_rows(float *all, const part_t *pt, int n, int N, int OC, bool gather)
 {
-    return nn_linear_backward(scaling(m, l, k), dinp, dw, NULL, dout, inp, w, m->N, IC, OC, 1) < 0
-               ? fp8_oom(l, k, " backward", err)
-               : 0;
+    for (int i = 0, c = 0; i < n; c += pt[i++].width)
+        for (size_t r = 0; r < (size_t)N; r++) {
+            float *s = all + r * OC + c, *d = pt[i].out + r * pt[i].width;
+            memcpy(gather ? s : d, gather ? d : s, (size_t)pt[i].width * sizeof(float));
+        }
+}
+
+static int linear_fwd(llama_model_t *m, int l, int k, const part_t *pt, int n, const float *inp,
+                      int IC, bmt_error_t *err)
+{
+    nn_fp8_scaling_t *sc = scaling(m, l, k);
+    if (sc == NULL || n == 1) {
+        for (int i = 0; i < n; i++)
+            if (nn_linear_forward(sc, pt[i].out, inp, pt[i].w, NULL, m->N, IC, pt[i].width, 1) < 0)
+                return fp8_oom(l, k, "", err);
+        return 0;
+    }
+    int OC = 0;
+    for (int i = 0; i < n; i++)
+        OC += pt[i].width;
+    float *w = stack_weights(pt, n, IC, OC), *out = malloc((size_t)m->N * OC * sizeof(float));
+    const int rc = w && out ? nn_linear_forward(sc, out, inp, w, NULL, m->N, IC, OC, 1) : -1;
+    if (rc >= 0)
+        stack_rows(out, pt, n, m->N, OC, false);
+    free(w);
+    free(out);
+    return rc < 0 ? fp8_oom(l, k, "", err) : 0;
+}
+
+/* dinp (N,IC) and each part's dw (width,IC) += from its dout (pt.out), as
+ * nn_matmul_backward. */
+static int linear_bwd(llama_model_t *m, int l, int k, float *dinp, const part_t *pt, int n,
+                      const float *inp, int IC, bmt_error_t *err)
+{
+    nn_fp8_scaling_t *sc = scaling(m, l, k);
+    if (sc == NULL || n == 1) {
+        for (int i = 0; i < n; i++)
+            if (nn_linear_backward(sc, dinp, pt[i].dw, NULL, pt[i].out, inp, pt[i].w, m->N, IC,
+                                   pt[i].width, 1) < 0)
+                return fp8_oom(l, k, " backward", err);
+        return 0;
+    }
+    int OC = 0;
+    for (int i = 0; i < n; i++)
+        OC += pt[i].width;
+    float *w = stack_weights(pt, n, IC, OC), *dout = malloc((size_t)m->N * OC * sizeof(float)),
+          *dw = calloc((size_t)OC * IC, sizeof(float));
+    int rc = -1;
+    if (w && dout && dw) {
+        stack_rows(dout, pt, n, m->N, OC, true);
+        rc = nn_linear_backward(sc, dinp, dw, NULL, dout, inp, w, m->N, IC, OC, 1);
+        for (int i = 0, r = 0; rc >= 0 && i < n; r += pt[i++].width)
+            for (size_t j = 0; j < (size_t)pt[i].width * IC; j++)
+                pt[i].dw[j] += dw[(size_t)r * IC + j];
+    }
+    free(w);
+    free(dout);
+    free(dw);
+    return rc < 0 ? fp8_oom(l, k, " backward", err) : 0;
 }
 
 static int layer_forward(llama_model_t *m, int l, const float *const *p, bmt_error_t *err)
@@ -157,23 +222,25 @@ static int layer_forward(llama_model_t *m, int l, const float *const *p, bmt_err
     const float *x = m->x[l];
     float *out = m->x[l + 1];
     nn_rmsnorm_forward(a->ln1, a->rstd1, x, p[P_IN_NORM], N, C, (float)m->cfg.rms_eps);
-    if (linear_fwd(m, l, K_Q, a->q, a->ln1, p[P_Q], C, m->Q, err) < 0 ||
-        linear_fwd(m, l, K_K, a->k, a->ln1, p[P_K], C, m->KV, err) < 0 ||
-        linear_fwd(m, l, K_V, a->v, a->ln1, p[P_V], C, m->KV, err) < 0)
+    const part_t qkv[3] = { { a->q, p[P_Q], NULL, m->Q },
+                            { a->k, p[P_K], NULL, m->KV },
+                            { a->v, p[P_V], NULL, m->KV } };
+    if (linear_fwd(m, l, K_QKV, qkv, 3, a->ln1, C, err) < 0)
         return -1;
     nn_rope_forward(a->q, a->q, m->inv_freq, B, T, NH, hd);
     nn_rope_forward(a->k, a->k, m->inv_freq, B, T, NKV, hd);
     nn_attention_forward(a->att, a->lse, a->q, a->k, a->v, B, T, NH, NKV, hd);
-    if (linear_fwd(m, l, K_O, out, a->att, p[P_O], m->Q, C, err) < 0) /* out as a temporary */
+    if (linear_fwd(m, l, K_O, &(part_t){ out, p[P_O], NULL, C }, 1, a->att, m->Q, err) <
+        0) /* out as a temporary */
         return -1;
     for (size_t i = 0; i < (size_t)N * C; i++)
         a->res2[i] = x[i] + out[i];
     nn_rmsnorm_forward(a->ln2, a->rstd2, a->res2, p[P_POST_NORM], N, C, (float)m->cfg.rms_eps);
-    if (linear_fwd(m, l, K_GATE, a->gate, a->ln2, p[P_GATE], C, F, err) < 0 ||
-        linear_fwd(m, l, K_UP, a->up, a->ln2, p[P_UP], C, F, err) < 0)
+    const part_t gu[2] = { { a->gate, p[P_GATE], NULL, F }, { a->up, p[P_UP], NULL, F } };
+    if (linear_fwd(m, l, K_GU, gu, 2, a->ln2, C, err) < 0)
         return -1;
     nn_swiglu_forward(a->h, a->gate, a->up, N * F);
-    if (linear_fwd(m, l, K_DOWN, out, a->h, p[P_DOWN], F, C, err) < 0)
+    if (linear_fwd(m, l, K_DOWN, &(part_t){ out, p[P_DOWN], NULL, C }, 1, a->h, F, err) < 0)
         return -1;
     for (size_t i = 0; i < (size_t)N * C; i++)
         out[i] += a->res2[i];
@@ -194,21 +261,23 @@ static int layer_backward(llama_model_t *m, int l, const float *const *p, float 
     /* The MLP branch: out = res2 + down(silu(gate(ln2)) up(ln2)). */
     memcpy(m->dres2, m->dres, nc); /* the residual path: d res2 = d out + ... */
     memset(m->dh, 0, nf);
-    if (linear_bwd(m, l, K_DOWN, m->dh, g[P_DOWN], m->dres, a->h, p[P_DOWN], F, C, err) < 0)
+    if (linear_bwd(m, l, K_DOWN, m->dh, &(part_t){ m->dres, p[P_DOWN], g[P_DOWN], C }, 1, a->h, F,
+                   err) < 0)
         return -1;
     memset(m->dgate, 0, nf);
     memset(m->dup, 0, nf);
     nn_swiglu_backward(m->dgate, m->dup, m->dh, a->gate, a->up, N * F);
     memset(m->dln, 0, nc);
-    if (linear_bwd(m, l, K_GATE, m->dln, g[P_GATE], m->dgate, a->ln2, p[P_GATE], C, F, err) < 0 ||
-        linear_bwd(m, l, K_UP, m->dln, g[P_UP], m->dup, a->ln2, p[P_UP], C, F, err) < 0)
+    const part_t gu[2] = { { m->dgate, p[P_GATE], g[P_GATE], F }, { m->dup, p[P_UP], g[P_UP], F } };
+    if (linear_bwd(m, l, K_GU, m->dln, gu, 2, a->ln2, C, err) < 0)
         return -1;
     nn_rmsnorm_backward(m->dres2, g[P_POST_NORM], m->dln, a->res2, p[P_POST_NORM], a->rstd2, N, C);
 
     /* The attention branch: res2 = x + o(attn(rope(q(ln1)), rope(k(ln1)), v(ln1))). */
     memcpy(m->dres, m->dres2, nc); /* d x = d res2 + ... */
     memset(m->datt, 0, nq);
-    if (linear_bwd(m, l, K_O, m->datt, g[P_O], m->dres2, a->att, p[P_O], m->Q, C, err) < 0)
+    if (linear_bwd(m, l, K_O, m->datt, &(part_t){ m->dres2, p[P_O], g[P_O], C }, 1, a->att, m->Q,
+                   err) < 0)
         return -1;
     memset(m->dq, 0, nq);
     memset(m->dk, 0, nkv);
@@ -220,9 +289,10 @@ static int layer_backward(llama_model_t *m, int l, const float *const *p, float 
     nn_rope_backward(m->dq_pre, m->dq, m->inv_freq, B, T, NH, hd);
     nn_rope_backward(m->dk_pre, m->dk, m->inv_freq, B, T, NKV, hd);
     memset(m->dln, 0, nc);
-    if (linear_bwd(m, l, K_Q, m->dln, g[P_Q], m->dq_pre, a->ln1, p[P_Q], C, m->Q, err) < 0 ||
-        linear_bwd(m, l, K_K, m->dln, g[P_K], m->dk_pre, a->ln1, p[P_K], C, m->KV, err) < 0 ||
-        linear_bwd(m, l, K_V, m->dln, g[P_V], m->dv, a->ln1, p[P_V], C, m->KV, err) < 0)
+    const part_t qkv[3] = { { m->dq_pre, p[P_Q], g[P_Q], m->Q },
+                            { m->dk_pre, p[P_K], g[P_K], m->KV },
+                            { m->dv, p[P_V], g[P_V], m->KV } };
+    if (linear_bwd(m, l, K_QKV, m->dln, qkv, 3, a->ln1, C, err) < 0)
         return -1;
     nn_rmsnorm_backward(m->dres, g[P_IN_NORM], m->dln, m->x[l], p[P_IN_NORM], a->rstd1, N, C);
     return 0;
@@ -702,7 +772,7 @@ int llama_model_fp8(llama_model_t *m, int on, int history, bmt_error_t *err)
     }
     if (!on || m->fp8)
         return 0;
-    if ((m->fp8 = nn_fp8_plan_create(m->cfg.n_layer * 7, history)) == NULL) {
+    if ((m->fp8 = nn_fp8_plan_create(m->cfg.n_layer * 4, history)) == NULL) {
         snprintf(err->text, sizeof(err->text), "llama: FP8: out of memory for the scales");
         return -1;
     }

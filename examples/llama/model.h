@@ -117,17 +117,18 @@ int llama_model_load(llama_model_t *m, const char *path, bmt_error_t *err);
  * (llama_hf_config_json's dtype): BMT_F32 on cpu, BMT_BF16 on cuda. */
 bmt_dtype_t llama_model_param_dtype(const llama_model_t *m);
 
-/* FP8 (docs/fp8.md): on != 0 computes the layers' seven products (q, k, v,
- * o, gate, up, down) with their operands through FP8, as GPT-2's --fp8 does:
- * activations and weights E4M3, gradients E5M2, each product's operands at
- * their own scales, delayed over `history` passes (1..NN_FP8_HISTORY_MAX;
- * nn_fp8_plan_t) or current (history 0); norms, RoPE, attention, the head and
- * the update as before. The cpu model emulates it exactly in f32
- * (nn_fp8_linear_*); the cuda model refuses it (-1 with err): its stacked
- * q|k|v and gate|up products need one scale per stacked weight, not yet
- * written. An operand holding NaN or inf makes its product NaN (its row of
- * it, under delayed scaling), so the step is skipped as any non-finite one.
- * Once on, FP8 and its scaling stay (-1 with err on a change). */
+/* FP8 (docs/fp8.md): on != 0 computes the layers' four products (q|k|v as
+ * one product over the stacked weight [Wq; Wk; Wv], o, gate|up over [Wg; Wu],
+ * down) with their operands through FP8, as GPT-2's --fp8 does: activations
+ * and weights E4M3, gradients E5M2, each product's operands at their own
+ * scales (a stack's weight, input and output gradient one scale each),
+ * delayed over `history` passes (1..NN_FP8_HISTORY_MAX; nn_fp8_plan_t) or
+ * current (history 0); norms, RoPE, attention, the head and the update as
+ * before. The cpu model emulates it exactly in f32 (nn_fp8_linear_*); the
+ * cuda model refuses it for now (-1 with err). An operand holding NaN or inf
+ * makes its product NaN (its row of it, under delayed scaling), so the step
+ * is skipped as any non-finite one. Once on, FP8 and its scaling stay (-1
+ * with err on a change). */
 int llama_model_fp8(llama_model_t *m, int on, int history, bmt_error_t *err);
 
 /* The FP8 scaling's counts so far (nn_fp8_plan_stats; the pass in progress

@@ -11,7 +11,9 @@
 # Then: HF's initialization in two layouts, the oracle shown able to fail (a
 # reference with another RoPE layout, no Llama 3 scaling, another kv-head
 # mapping or LayerNorm instead of RMSNorm; a perturbed gradient), and files
-# or tokens that do not fit refused with what is wrong.
+# or tokens that do not fit refused with what is wrong. --fp8 1 against the
+# same reference with its products through FP8 (q|k|v and gate|up stacked,
+# one scale each), and shown to fail per-part scales.
 . "$(dirname "$0")/lib.sh"
 
 PY=/usr/bin/python3
@@ -37,12 +39,14 @@ run() {
     sed 's/^0: //' out >out.txt
 }
 
-# [MASK=K] oracle MODEL W LAYOUT-ARGS -- extra args: run (with --mask K),
-# then the comparison (its lines in check.txt, all 7 "ok").
+# [MASK=K] [FP8=stacked] oracle MODEL W LAYOUT-ARGS -- extra args: run
+# (with --mask K; with --fp8 1), then the comparison (its lines in check.txt,
+# all 7 "ok"; the reference's products through FP8 with q|k|v and gate|up
+# stacked).
 oracle() {
     local model=$1 w=$2
-    run "$@" --mask ${MASK:-0} || return 1
-    $PY "$ORACLE" check "$TMP/$model" . $w 2 16 out.txt --mask ${MASK:-0} >check.txt || {
+    run "$@" --mask ${MASK:-0} ${FP8:+--fp8 1} || return 1
+    $PY "$ORACLE" check "$TMP/$model" . $w 2 16 out.txt --mask ${MASK:-0} ${FP8:+--fp8 $FP8} >check.txt || {
         cat check.txt
         return 1
     }
@@ -82,6 +86,20 @@ test_expect_success "MHA, tied 1x4 (checkpointing, zero level 3) against PyTorch
     oracle mha 4 -g 1 -n 4 -- $PROGS/llama_check
 '
 
+# --fp8 1 (current scaling) against the same reference with its products
+# through FP8 (fp8_oracle.py's conversions): q, k, v as one product with one
+# scale per operand, and gate, up as another, as the cuda model computes
+# them. The 2x2 run crosses an FP8 rounding boundary in its first step's
+# gradients, which the FP8 bounds allow (llama_oracle.py, --fp8).
+test_expect_success "GQA 1x1 --fp8 1 against PyTorch with FP8 products, q|k|v and gate|up stacked" '
+    FP8=stacked oracle gqa 1 -n 1 -- $PROGS/llama_check &&
+    mkdir -p "$TMP/gqa-fp8" && cp -r out.txt after logits.f32 "$TMP/gqa-fp8/"
+'
+
+test_expect_success "MHA, tied 2x2 --fp8 1 without checkpointing against PyTorch with FP8 products" '
+    FP8=stacked oracle mha 4 -g 2 -n 2 -- $PROGS/llama_check --ckpt 0
+'
+
 # ------------------------------------------------------------ the check can fail
 
 for v in interleaved noscale kvmod layernorm; do
@@ -91,6 +109,12 @@ for v in interleaved noscale kvmod layernorm; do
         grep -q '^FAIL logits of rank 0' check.txt && grep -q '^FAIL loss of step 1' check.txt
     "
 done
+
+test_expect_success "the FP8 oracle fails --fp8 1 against per-part scales (q, k, v, gate, up each its own)" '
+    ! $PY "$ORACLE" check "$TMP/gqa" "$TMP/gqa-fp8" 1 2 16 "$TMP/gqa-fp8/out.txt" --fp8 perpart >check.txt &&
+    cat check.txt && grep -q "^FAIL logits of rank 0" check.txt && grep -q "^FAIL loss of step 1" check.txt &&
+    grep -q "^FAIL gradient of model.layers.0.self_attn.k_proj.weight" check.txt
+'
 
 test_expect_success "the oracle catches a wrong gradient (one element of one parameter moved by 1e-5, 3e-4 of its largest)" '
     cp -r "$TMP/gqa-1x1"/* . &&

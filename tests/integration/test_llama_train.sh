@@ -166,7 +166,8 @@ test_expect_success "--ckpt-budget: refused without checkpointing, below 0, and 
     grep -q "^llama: --ckpt-budget needs a number" err
 '
 
-# --fp8 1 on the cpu: the seven products of each layer with their operands
+# --fp8 1 on the cpu: the four products of each layer (q|k|v and gate|up
+# stacked, one scale each) with their operands
 # through FP8 (nn_fp8_linear_*, checked op by op against the formats'
 # definitions in test_fp8): close to the f32 run from the same seed, not the
 # same, under delayed scaling (the default) and current scaling, which share
