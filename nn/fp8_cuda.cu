@@ -606,40 +606,64 @@ static int conv1d_args(int N, int IC, int OC, const nn_cuda_fp8_scales_t *sc, co
     return 0;
 }
 
+/* The forward of either weight layout: linear 0, HF's Conv1D weight (IC,OC),
+ * its transposed codes for the product and row-major ones kept (wkept);
+ * linear 1, nn.Linear's (OC,IC), its row-major codes for the product and the
+ * transposed ones kept. The same codes either way, laid out for the product
+ * out (N,OC) = x (N,IC) x (W as (OC,IC))^T, both with IC contiguous. */
+static int forward(nn_cuda_t *h, void *out, uint8_t *xqt, uint8_t *wkept, const void *inp, int gelu,
+                   const void *weight, const void *bias, int N, int IC, int OC, int fast_accum,
+                   const nn_cuda_fp8_scales_t *sc, void *scratch, int linear, const char *what,
+                   bmt_error_t *err)
+{
+    if (conv1d_args(N, IC, OC, sc, scratch, what, err) < 0)
+        return -1;
+    uint8_t *xq = (uint8_t *)scratch;
+    uint8_t *wp = xq + up256((size_t)N * (IC > OC ? IC : OC)) + up256((size_t)N * OC);
+    float *s = sc->s;
+    if (convert(h, xq, xqt, inp, NULL, N, IC, NN_FP8_E4M3, sc, 0, gelu ? ACT_GELU : ACT_NONE, NULL,
+                NULL, false, err) < 0 ||
+        (linear ? convert(h, wp, wkept, weight, NULL, OC, IC, NN_FP8_E4M3, sc, 1, ACT_NONE, NULL,
+                          NULL, false, err)
+                : convert(h, wkept, wp, weight, NULL, IC, OC, NN_FP8_E4M3, sc, 1, ACT_NONE, NULL,
+                          NULL, false, err)) < 0)
+        return -1;
+    return nn_cuda_fp8_matmul(h, out, 0, OC, xq, NN_FP8_E4M3, &s[0], wp, NN_FP8_E4M3, &s[4], bias,
+                              0.0f, fast_accum, N, IC, OC, err);
+}
+
 extern "C" int nn_cuda_fp8_conv1d_forward(nn_cuda_t *h, void *out, uint8_t *xqt, uint8_t *wq,
                                           const void *inp, int gelu, const void *weight,
                                           const void *bias, int N, int IC, int OC, int fast_accum,
                                           const nn_cuda_fp8_scales_t *sc, void *scratch,
                                           bmt_error_t *err)
 {
-    if (conv1d_args(N, IC, OC, sc, scratch, "fp8 conv1d forward", err) < 0)
-        return -1;
-    uint8_t *xq = (uint8_t *)scratch;
-    uint8_t *wqt = xq + up256((size_t)N * (IC > OC ? IC : OC)) + up256((size_t)N * OC);
-    float *s = sc->s;
-    /* out (N,OC) = x (N,IC) x (W^T (OC,IC))^T: both with IC contiguous */
-    if (convert(h, xq, xqt, inp, NULL, N, IC, NN_FP8_E4M3, sc, 0, gelu ? ACT_GELU : ACT_NONE, NULL,
-                NULL, false, err) < 0 ||
-        convert(h, wq, wqt, weight, NULL, IC, OC, NN_FP8_E4M3, sc, 1, ACT_NONE, NULL, NULL, false,
-                err) < 0)
-        return -1;
-    return nn_cuda_fp8_matmul(h, out, 0, OC, xq, NN_FP8_E4M3, &s[0], wqt, NN_FP8_E4M3, &s[4], bias,
-                              0.0f, fast_accum, N, IC, OC, err);
+    return forward(h, out, xqt, wq, inp, gelu, weight, bias, N, IC, OC, fast_accum, sc, scratch, 0,
+                   "fp8 conv1d forward", err);
 }
 
-extern "C" int nn_cuda_fp8_conv1d_backward(nn_cuda_t *h, void *dinp, float *dweight, float *dbias,
-                                           const void *dout, const void *dgelu_pre,
-                                           const uint8_t *xqt, const uint8_t *wq_kept,
-                                           const void *weight, int N, int IC, int OC,
-                                           const nn_cuda_fp8_scales_t *sc, void *scratch, int add,
-                                           bmt_error_t *err)
+extern "C" int nn_cuda_fp8_linear_forward(nn_cuda_t *h, void *out, uint8_t *xqt, uint8_t *wqt,
+                                          const void *inp, const void *weight, const void *bias,
+                                          int N, int IC, int OC, int fast_accum,
+                                          const nn_cuda_fp8_scales_t *sc, void *scratch,
+                                          bmt_error_t *err)
 {
-    if (conv1d_args(N, IC, OC, sc, scratch, "fp8 conv1d backward", err) < 0)
+    return forward(h, out, xqt, wqt, inp, 0, weight, bias, N, IC, OC, fast_accum, sc, scratch, 1,
+                   "fp8 linear forward", err);
+}
+
+/* The backward of either layout (forward's linear). */
+static int backward(nn_cuda_t *h, void *dinp, float *dweight, float *dbias, const void *dout,
+                    const void *dgelu_pre, const uint8_t *xqt, const uint8_t *wkept,
+                    const void *weight, int N, int IC, int OC, const nn_cuda_fp8_scales_t *sc,
+                    void *scratch, int add, int linear, const char *what, bmt_error_t *err)
+{
+    if (conv1d_args(N, IC, OC, sc, scratch, what, err) < 0)
         return -1;
     if (dweight && xqt == NULL)
-        return fail_text(err, "fp8 conv1d backward", "dweight wants the forward's xqt");
-    if (dout == NULL || (dinp && weight == NULL && wq_kept == NULL))
-        return fail_text(err, "fp8 conv1d backward",
+        return fail_text(err, what, "dweight wants the forward's xqt");
+    if (dout == NULL || (dinp && weight == NULL && wkept == NULL))
+        return fail_text(err, what,
                          "dout is NULL, or dinp is wanted without the weight or its kept codes");
     uint8_t *gq = (uint8_t *)scratch;
     uint8_t *gqt = gq + up256((size_t)N * (IC > OC ? IC : OC));
@@ -652,24 +676,51 @@ extern "C" int nn_cuda_fp8_conv1d_backward(nn_cuda_t *h, void *dinp, float *dwei
         convert(h, dinp ? gq : NULL, dweight ? gqt : NULL, dout, dgelu_pre, N, OC, NN_FP8_E5M2, sc,
                 2, dgelu_pre ? ACT_DGELU : ACT_NONE, dbias, part, add != 0, err) < 0)
         return -1;
-    /* dW (IC,OC) += (add) or = x^T (IC,N) x (dout^T (OC,N))^T: both with N
-     * contiguous */
-    if (dweight && nn_cuda_fp8_matmul(h, dweight, 1, OC, xqt, NN_FP8_E4M3, &s[0], gqt, NN_FP8_E5M2,
-                                      &s[8], NULL, add ? 1.0f : 0.0f, 0, IC, N, OC, err) < 0)
+    /* Conv1D: dW (IC,OC) += (add) or = x^T (IC,N) x (dout^T (OC,N))^T; Linear:
+     * dW (OC,IC) = dout^T (OC,N) x (x^T (IC,N))^T. Both operands with N
+     * contiguous. */
+    if (dweight &&
+        (linear ? nn_cuda_fp8_matmul(h, dweight, 1, IC, gqt, NN_FP8_E5M2, &s[8], xqt, NN_FP8_E4M3,
+                                     &s[0], NULL, add ? 1.0f : 0.0f, 0, OC, N, IC, err)
+                : nn_cuda_fp8_matmul(h, dweight, 1, OC, xqt, NN_FP8_E4M3, &s[0], gqt, NN_FP8_E5M2,
+                                     &s[8], NULL, add ? 1.0f : 0.0f, 0, IC, N, OC, err)) < 0)
         return -1;
-    /* dinp (N,IC) = dout (N,OC) x (W (IC,OC))^T: both with OC contiguous; the
-     * weight's codes the forward kept, or made again at the forward's scale
-     * (the same bits; an infinity NaN, as the forward's conversion made it
-     * under either scaling) */
+    /* dinp (N,IC) = dout (N,OC) x (W as (IC,OC))^T: both with OC contiguous;
+     * the weight's codes the forward kept, or made again at the forward's
+     * scale (the same bits; an infinity NaN, as the forward's conversion made
+     * it under either scaling): Conv1D's row-major, Linear's transposed */
     scale_src ws = {};
     ws.scale = &s[5], ws.inf_nan = true;
     if (dinp == NULL)
         return 0;
-    if (wq_kept == NULL && quantize(h, wq, NULL, weight, NULL, OC, IC, OC, ws, NN_FP8_E4M3, NULL,
-                                    false, NULL, NULL, false, err) < 0)
+    if (wkept == NULL && (linear ? quantize(h, NULL, wq, weight, NULL, IC, OC, IC, ws, NN_FP8_E4M3,
+                                            NULL, false, NULL, NULL, false, err)
+                                 : quantize(h, wq, NULL, weight, NULL, OC, IC, OC, ws, NN_FP8_E4M3,
+                                            NULL, false, NULL, NULL, false, err)) < 0)
         return -1;
-    return nn_cuda_fp8_matmul(h, dinp, 0, IC, gq, NN_FP8_E5M2, &s[8], wq_kept ? wq_kept : wq,
+    return nn_cuda_fp8_matmul(h, dinp, 0, IC, gq, NN_FP8_E5M2, &s[8], wkept ? wkept : wq,
                               NN_FP8_E4M3, &s[4], NULL, 0.0f, 0, N, OC, IC, err);
+}
+
+extern "C" int nn_cuda_fp8_conv1d_backward(nn_cuda_t *h, void *dinp, float *dweight, float *dbias,
+                                           const void *dout, const void *dgelu_pre,
+                                           const uint8_t *xqt, const uint8_t *wq_kept,
+                                           const void *weight, int N, int IC, int OC,
+                                           const nn_cuda_fp8_scales_t *sc, void *scratch, int add,
+                                           bmt_error_t *err)
+{
+    return backward(h, dinp, dweight, dbias, dout, dgelu_pre, xqt, wq_kept, weight, N, IC, OC, sc,
+                    scratch, add, 0, "fp8 conv1d backward", err);
+}
+
+extern "C" int nn_cuda_fp8_linear_backward(nn_cuda_t *h, void *dinp, float *dweight, float *dbias,
+                                           const void *dout, const uint8_t *xqt,
+                                           const uint8_t *wqt_kept, const void *weight, int N,
+                                           int IC, int OC, const nn_cuda_fp8_scales_t *sc,
+                                           void *scratch, int add, bmt_error_t *err)
+{
+    return backward(h, dinp, dweight, dbias, dout, NULL, xqt, wqt_kept, weight, N, IC, OC, sc,
+                    scratch, add, 1, "fp8 linear backward", err);
 }
 
 /* One thread per operand t of n layers (nn_cuda_fp8_advance). */

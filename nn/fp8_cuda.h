@@ -144,6 +144,27 @@ int nn_cuda_fp8_conv1d_backward(nn_cuda_t *h, void *dinp, float *dweight, float 
                                 const nn_cuda_fp8_scales_t *sc, void *scratch, int add,
                                 bmt_error_t *err);
 
+/* The same for nn.Linear's weight (OC,IC) bf16 (Llama's layers): the twins
+ * of nn_fp8_linear_forward/_backward with wt 1, the same scales, scratch
+ * (nn_cuda_fp8_conv1d_scratch_bytes(N, IC, OC)), records and refusals, the
+ * same codes of the weight laid out for this layout's products. The forward
+ * writes out (N,OC) = E4M3(inp) x E4M3(weight)^T x descales + bias (OC bf16,
+ * or NULL), xqt (IC,N) as above and wqt (IC,OC), if not NULL, the weight's
+ * codes transposed (IC OC bytes: what dinp's product reads, so the backward
+ * need not convert the weight again). The backward: dweight (OC,IC) f32 +=
+ * (add; = when add is 0) dout^T x from xqt; dinp (N,IC) bf16 = dout x W from
+ * wqt_kept (the forward's wqt of the same weight at the same scale) or, if
+ * NULL, the weight converted again (the same bits); dbias as above; no GELU. */
+int nn_cuda_fp8_linear_forward(nn_cuda_t *h, void *out, uint8_t *xqt, uint8_t *wqt, const void *inp,
+                               const void *weight, const void *bias, int N, int IC, int OC,
+                               int fast_accum, const nn_cuda_fp8_scales_t *sc, void *scratch,
+                               bmt_error_t *err);
+int nn_cuda_fp8_linear_backward(nn_cuda_t *h, void *dinp, float *dweight, float *dbias,
+                                const void *dout, const uint8_t *xqt, const uint8_t *wqt_kept,
+                                const void *weight, int N, int IC, int OC,
+                                const nn_cuda_fp8_scales_t *sc, void *scratch, int add,
+                                bmt_error_t *err);
+
 /* Delayed scaling's step on the device, the twin of nn_fp8_plan_begin's: for
  * n layers whose scales lie in s (n, NN_FP8_CONV1D_SCALES) and records in rec
  * (n, 3), with hist (len, n, 3) device f32, one launch does for every

@@ -8,11 +8,14 @@
 # GPU memory per rank, and the ratio of tokens/s to the peer's. MFU counts
 # 6 N + 6 L C T FLOPs per token for both (N all parameters, the tied
 # embedding once: llama_flops_per_token), so the two columns compare.
-#   RUNS="llama3.2-1b:2:4096:1x1:0 ..."  model:micro-batch:T:layout:checkpointing[:budget]
+#   RUNS="llama3.2-1b:2:4096:1x1:0 ..."  model:micro-batch:T:layout:checkpointing[:budget[:args]]
 #                            (default below: Llama 3.2 1B and 3B at T 2048 and
 #                            4096, with and without checkpointing, one GPU);
 #                            budget: ours with --ckpt-budget MIB (selective
-#                            checkpointing; the peer checkpoints every layer)
+#                            checkpointing; the peer checkpoints every layer);
+#                            args: more options of ours, commas for spaces
+#                            (e.g. llama3.2-1b:2:4096:1x1:0::--fp8,1; the
+#                            peer runs as without them)
 #   STEPS=13                 steps per run; the median of the last STEPS-3 is kept
 #   SKIP_BUILD=1             reuse build/
 #   PEER_COMPILE=0           the peer without torch.compile
@@ -47,14 +50,15 @@ PY
 }
 rows=()
 for run in $RUNS; do
-    IFS=: read -r model b T layout ck budget <<<"$run"
+    IFS=: read -r model b T layout ck budget args <<<"$run"
+    args=${args//,/ }
     g=${layout%x*} n=${layout#*x}
     w=$((g * n))
-    tag=$model-b$b-t$T-$layout-ckpt$ck${budget:+-budget$budget}
+    tag=$model-b$b-t$T-$layout-ckpt$ck${budget:+-budget$budget}${args:+-$(echo $args | tr -c 'a-zA-Z0-9.\n' _)}
     fpt=$(flops "$model" "$T")
     timeout 500 build/bin/bmlaunch --metrics-port 0 --device cuda -g $g -n $n -- build/bin/llama \
         --model $model -b $b -t $T --steps $STEPS --data $DATA32 --ckpt $ck --lr 3e-4 --warmup 0 \
-        ${budget:+--ckpt-budget $budget} >"$OUT/ours-$tag.log" 2>&1
+        ${budget:+--ckpt-budget $budget} $args >"$OUT/ours-$tag.log" 2>&1
     rc=$?
     ours=$(python3 - "$OUT/ours-$tag.log" $b $T $w "$fpt" "${CEIL:-0}" <<'PY'
 import re, statistics, sys
@@ -84,7 +88,7 @@ PY
     pmfu=$(awk -v t="$ptok" -v f="$fpt" -v w="$w" 'BEGIN { if (t+0 > 0) printf "%.1f", 100 * t * f / w / 989e12; else print "-" }')
     ratio=$(awk -v a="$otok" -v b="$ptok" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.2f", a / b; else print "-" }')
     rows+=("$(printf '%-11s b%-2s T%-5s %-4s ckpt %s | ours %8s ms %8s tok/s MFU %5s%% (ceiling %5s%%) mem %6s GiB | fsdp2 %8s ms %8s tok/s MFU %5s%% mem %6s GiB | x%s (rc %s)' \
-        $model $b $T $layout "$ck${budget:+ budget $budget MiB}" "$oms" "$otok" "$omfu" "$omfuc" "$omem" "$pms" "$ptok" "$pmfu" "$pmem" "$ratio" $rc)")
+        $model $b $T $layout "$ck${budget:+ budget $budget MiB}${args:+ $args}" "$oms" "$otok" "$omfu" "$omfuc" "$omem" "$pms" "$ptok" "$pmfu" "$pmem" "$ratio" $rc)")
     echo "${rows[-1]}"
 done
 echo

@@ -754,34 +754,32 @@ bmt_dtype_t llama_model_param_dtype(const llama_model_t *m) { return m->pdtype; 
 
 int llama_model_fp8(llama_model_t *m, int on, int history, bmt_error_t *err)
 {
-    if (on && m->cu) {
-        snprintf(err->text, sizeof(err->text),
-                 "llama: --fp8 1 on cuda is not there yet (docs/fp8.md, Llama); on the cpu it "
-                 "emulates the FP8 products");
-        return -1;
-    }
-    if (history < 0 || history > NN_FP8_HISTORY_MAX) {
-        snprintf(err->text, sizeof(err->text),
-                 "llama: an FP8 history of %d passes: give 0 (current scaling) to %d", history,
-                 NN_FP8_HISTORY_MAX);
-        return -1;
-    }
-    if (m->fp8 && (!on || history != m->fp8_history)) {
-        snprintf(err->text, sizeof(err->text), "llama: FP8 and its scaling cannot change once on");
-        return -1;
-    }
+    const char *unchecked = getenv("BMT_UNCHECKED_LLAMA_FP8");
+    if (on && m->cu && !(unchecked && strcmp(unchecked, "1") == 0))
+        return fail(err,
+                    "llama: --fp8 1 on cuda is built but has not passed its check on a GPU yet "
+                    "(tests/gpu/test_llama.sh against the cpu emulation); until it has, it runs "
+                    "only with BMT_UNCHECKED_LLAMA_FP8=1 (docs/fp8.md, Llama). On the cpu it "
+                    "emulates the FP8 products");
+    if (history < 0 || history > NN_FP8_HISTORY_MAX)
+        return fail(err, "llama: an FP8 history of %d passes: give 0 (current scaling) to %d",
+                    history, NN_FP8_HISTORY_MAX);
+    if (m->cu)
+        return llama_cu_fp8(m->cu, on, history, err);
+    if (m->fp8 && (!on || history != m->fp8_history))
+        return fail(err, "llama: FP8 and its scaling cannot change once on");
     if (!on || m->fp8)
         return 0;
-    if ((m->fp8 = nn_fp8_plan_create(m->cfg.n_layer * 4, history)) == NULL) {
-        snprintf(err->text, sizeof(err->text), "llama: FP8: out of memory for the scales");
-        return -1;
-    }
+    if ((m->fp8 = nn_fp8_plan_create(m->cfg.n_layer * 4, history)) == NULL)
+        return fail(err, "llama: FP8: out of memory for the scales");
     m->fp8_history = history;
     return 0;
 }
 
-int llama_model_fp8_stats(llama_model_t *m, nn_fp8_stats_t *st)
+int llama_model_fp8_stats(llama_model_t *m, nn_fp8_stats_t *st, bmt_error_t *err)
 {
+    if (m->cu)
+        return llama_cu_fp8_stats(m->cu, st, err);
     if (m->fp8)
         nn_fp8_plan_begin(m->fp8); /* closes the last pass, as a forward would */
     *st = m->fp8 ? nn_fp8_plan_stats(m->fp8) : (nn_fp8_stats_t){ 0, 0, 0 };

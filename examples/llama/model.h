@@ -124,16 +124,20 @@ bmt_dtype_t llama_model_param_dtype(const llama_model_t *m);
  * scales (a stack's weight, input and output gradient one scale each),
  * delayed over `history` passes (1..NN_FP8_HISTORY_MAX; nn_fp8_plan_t) or
  * current (history 0); norms, RoPE, attention, the head and the update as
- * before. The cpu model emulates it exactly in f32 (nn_fp8_linear_*); the
- * cuda model refuses it for now (-1 with err). An operand holding NaN or inf
+ * before. The cpu model emulates it exactly in f32 (nn_fp8_linear_*), the
+ * cuda model computes it (llama_cu_fp8: nn_cuda_fp8_linear_*), B T, C and F
+ * multiples of 16 there; until that path has passed its GPU check it is
+ * refused on cuda (-1 with err) unless BMT_UNCHECKED_LLAMA_FP8=1 (docs/env.md).
+ * Before the first forward. An operand holding NaN or inf
  * makes its product NaN (its row of it, under delayed scaling), so the step
  * is skipped as any non-finite one. Once on, FP8 and its scaling stay (-1
  * with err on a change). */
 int llama_model_fp8(llama_model_t *m, int on, int history, bmt_error_t *err);
 
-/* The FP8 scaling's counts so far (nn_fp8_plan_stats; the pass in progress
- * closed first); zeros without FP8. 0. */
-int llama_model_fp8_stats(llama_model_t *m, nn_fp8_stats_t *st);
+/* The FP8 scaling's counts so far (nn_fp8_plan_stats, or the cuda model's
+ * on the device; the pass in progress closed first); zeros without FP8. 0,
+ * or -1 with err (cuda: the download failed). */
+int llama_model_fp8_stats(llama_model_t *m, nn_fp8_stats_t *st, bmt_error_t *err);
 
 /* Selective activation checkpointing (the trainer's --ckpt-budget): in a model
  * made with checkpointing, the last `layers` layers keep their activations

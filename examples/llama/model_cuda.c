@@ -66,6 +66,7 @@
 #ifdef BMT_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "nn/fp8_cuda.h"
 #include "nn/hfjson.h" /* nn_fail */
 #include "nn/llama_ops_cuda.h"
 #include "nn/ops_cuda.h"
@@ -82,6 +83,12 @@ typedef struct cu_layer {
     void *rstd2; /* (N) f32 */
     void *gu;    /* (N, 2F) bf16: gate | up */
     void *h;     /* (N, F) bf16: silu(gate) up, down_proj's input */
+    /* fp8: the products' inputs' transposed codes, ln1_q (C,N), att_q (Q,N),
+     * ln2_q (C,N), h_q (F,N): what the weight gradients read (ln1, ln2 and h
+     * are dropped once converted) */
+    void *ln1_q, *att_q, *ln2_q, *h_q;
+    /* fp8: the four weights' transposed codes (wq_at), forward to backward */
+    void *wq;
 } cu_layer_t;
 
 struct llama_cu {
@@ -125,7 +132,23 @@ struct llama_cu {
     bool ckpt;           /* made with checkpointing */
     bool keep_attn;      /* checkpointing keeps each layer's att and lse (katt, klse) */
     void **katt, **klse; /* (L) when keep_attn: a layer's att and lse, forward to backward */
+    /* FP8 (llama_cu_fp8): the four products of each layer, k 0 q|k|v, 1 o,
+     * 2 gate|up, 3 down, as GPT-2's (examples/gpt2/model_cuda.c) */
+    bool fp8;
+    float *fp8_s;                  /* (L, 4 products, NN_FP8_CONV1D_SCALES) */
+    float *fp8_rec;                /* (L, 4, 3): the pass's amax records (nn_cuda_fp8_scales_t) */
+    float *fp8_hist;               /* (history, L, 4, 3): delayed scaling's closed records */
+    unsigned long long *fp8_stats; /* nn_cuda_fp8_advance's: saturated, unscalable */
+    int *fp8_bad;                  /* set by a tensor FP8 cannot scale (its products are NaN) */
+    void *fp8_scratch;             /* nn_cuda_fp8_conv1d_scratch_bytes of the largest product */
+    int fp8_history;               /* 0: current scaling; else delayed over that many passes */
+    int fp8_slot, fp8_count;       /* the history ring's next slot, records in it */
+    bool fp8_ended;                /* a backward ended since the last forward began */
+    bool fp8_delayed;              /* this pass runs at the history's scales */
+    long fp8_passes;               /* passes closed */
 };
+
+static size_t wq_bytes(const llama_cu_t *cu);
 
 static void *cu_alloc(llama_cu_t *cu, size_t bytes, bmt_error_t *err)
 {
@@ -295,14 +318,16 @@ void llama_cu_destroy(llama_cu_t *cu)
     if (cu->acts)
         for (int s = 0; s <= L; s++) {
             cu_layer_t *a = &cu->acts[s];
-            void *all[] = { a->ln1,  a->rstd1, a->qkv,   a->att, a->lse,
-                            a->res2, a->ln2,   a->rstd2, a->gu,  a->h };
+            void *all[] = { a->ln1,   a->rstd1, a->qkv,   a->att, a->lse,
+                            a->res2,  a->ln2,   a->rstd2, a->gu,  a->h,
+                            a->ln1_q, a->att_q, a->ln2_q, a->h_q, a->wq };
             for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
                 bmt_free(ctx, all[i]);
         }
-    void *rest[] = { cu->tokens,   cu->inv_freq,   cu->xf,   cu->rstdf, cu->logits,   cu->losses,
-                     cu->loss_sum, cu->logits_f32, cu->dres, cu->dxf,   cu->dln,      cu->dh,
-                     cu->dgu,      cu->datt,       cu->dqkv, cu->Dd,    cu->workspace };
+    void *rest[] = { cu->tokens, cu->inv_freq,  cu->xf,         cu->rstdf,      cu->logits,
+                     cu->losses, cu->loss_sum,  cu->logits_f32, cu->dres,       cu->dxf,
+                     cu->dln,    cu->dh,        cu->dgu,        cu->datt,       cu->dqkv,
+                     cu->Dd,     cu->workspace, cu->fp8_s,      cu->fp8_scratch };
     for (size_t i = 0; i < sizeof(rest) / sizeof(rest[0]); i++)
         bmt_free(ctx, rest[i]);
     for (int l = 0; cu->katt && l < L; l++) {
@@ -330,10 +355,14 @@ void llama_cu_act_bytes(const llama_cu_t *cu, int64_t *layer, int64_t *head)
 {
     const int64_t N = cu->N, C = cu->cfg.n_embd, F = cu->cfg.ffn;
     const int64_t lse = (int64_t)cu->B * cu->cfg.n_head * cu->T;
-    /* layer_forward's set: ln1, res2, ln2 (N,C), qkv, att, gu, h bf16; the
+    /* layer_forward's set: ln1, res2, ln2 (N,C), qkv, att, gu, h bf16; or with
+     * FP8 res2, qkv, att, gu bf16, the codes of ln1, att, ln2 and h (a byte
+     * each) and the weights' (wq_bytes) instead of ln1, ln2 and h; the
      * statistics and lse f32. keep_attn's att and lse live outside the set,
      * kept for every layer anyway. */
-    *layer = 2 * (3 * N * C + N * cu->QKV + N * 2 * F + N * F) + 4 * 2 * N;
+    *layer = cu->fp8 ? 2 * (N * C + N * cu->QKV + N * 2 * F) + 2 * N * C + N * F + N * cu->Q +
+                           (int64_t)wq_bytes(cu) + 4 * 2 * N
+                     : 2 * (3 * N * C + N * cu->QKV + N * 2 * F + N * F) + 4 * 2 * N;
     if (!cu->keep_attn)
         *layer += 2 * N * cu->Q + 4 * lse;
     *head = 2 * (int64_t)cu->Vp * (N - cu->chunk_rows);
@@ -379,6 +408,119 @@ static cu_layer_t *layer_of(llama_cu_t *cu, int l)
     return &cu->acts[l >= cu->keep_from ? l : cu->cfg.n_layer];
 }
 
+/* ------------------------------------------------------------------ FP8 */
+
+/* Product k of layer l (0 q|k|v, 1 o, 2 gate|up, 3 down): its scales. */
+static nn_cuda_fp8_scales_t fp8_scales(llama_cu_t *cu, int l, int k)
+{
+    const size_t i = (size_t)l * 4 + k;
+    return (nn_cuda_fp8_scales_t){ cu->fp8_s + i * NN_FP8_CONV1D_SCALES, cu->fp8_rec + i * 3,
+                                   cu->fp8_delayed, cu->fp8_bad };
+}
+
+/* A forward begins: with FP8, when a backward ended since, the pass's
+ * records close (nn_fp8_plan_begin's bookkeeping, on the device). */
+static int fp8_begin(llama_cu_t *cu, bmt_error_t *err)
+{
+    if (!cu->fp8 || !cu->fp8_ended)
+        return 0;
+    const int H = cu->fp8_history, n = cu->cfg.n_layer * 4;
+    const int count = H && cu->fp8_count < H ? cu->fp8_count + 1 : cu->fp8_count;
+    if (nn_cuda_fp8_advance(cu->h, cu->fp8_s, cu->fp8_rec, cu->fp8_hist, n, H, cu->fp8_slot, count,
+                            cu->fp8_delayed, cu->fp8_bad, cu->fp8_stats, err) < 0)
+        return -1;
+    if (H)
+        cu->fp8_slot = (cu->fp8_slot + 1) % H, cu->fp8_count = count;
+    cu->fp8_delayed = H > 0;
+    cu->fp8_ended = false;
+    cu->fp8_passes++;
+    return 0;
+}
+
+/* Product k's (IC, OC): q|k|v (C, QKV), o (Q, C), gate|up (C, 2F), down (F, C). */
+static void shape_of(const llama_cu_t *cu, int k, int *IC, int *OC)
+{
+    const int C = cu->cfg.n_embd, F = cu->cfg.ffn;
+    const int ic[4] = { C, cu->Q, C, F }, oc[4] = { cu->QKV, C, 2 * F, C };
+    *IC = ic[k], *OC = oc[k];
+}
+
+/* The bytes of the four weights' codes a set keeps, and product k's offset. */
+static size_t wq_off(const llama_cu_t *cu, int k)
+{
+    size_t at = 0;
+    for (int j = 0; j < k; j++) {
+        int IC, OC;
+        shape_of(cu, j, &IC, &OC);
+        at += (size_t)IC * OC;
+    }
+    return at;
+}
+static size_t wq_bytes(const llama_cu_t *cu) { return wq_off(cu, 4); }
+
+/* FP8: product k's weight codes kept in layer l's set, or NULL where the
+ * set does not keep them: in a recomputed layer the recomputation stops
+ * before down_proj, so its backward converts the weight again. */
+static uint8_t *wq_at(llama_cu_t *cu, int l, int k)
+{
+    const cu_layer_t *a = layer_of(cu, l);
+    return a->wq == NULL || (l < cu->keep_from && k == 3) ? NULL : (uint8_t *)a->wq + wq_off(cu, k);
+}
+
+/* out (N,OC) = inp W^T for product k, rows OC apart: bf16, or with FP8
+ * operands, the input's codes saved in *xq for the backward (made here if
+ * need be), the weight's in wq_at. w is the first weight of a stack (the
+ * stack's weights lie back to back: check_stacked). */
+static int linear_forward(llama_cu_t *cu, int l, int k, void *out, void **xq, const void *inp,
+                          const void *w, bmt_error_t *err)
+{
+    int IC, OC;
+    shape_of(cu, k, &IC, &OC);
+    if (!cu->fp8)
+        return nn_cuda_matmul_forward(cu->h, out, OC, inp, w, NULL, cu->N, IC, OC, 1, err);
+    const nn_cuda_fp8_scales_t sc = fp8_scales(cu, l, k);
+    return need(cu, xq, (size_t)cu->N * IC, err) < 0
+               ? -1
+               : nn_cuda_fp8_linear_forward(cu->h, out, *xq, wq_at(cu, l, k), inp, w, NULL, cu->N,
+                                            IC, OC, 1, &sc, cu->fp8_scratch, err);
+}
+
+/* out = res + inp W^T (o and down). bf16: one product, the residual read by
+ * its epilogue. FP8: the product into out (never res), then the residual
+ * added in place. */
+static int linear_residual_forward(llama_cu_t *cu, int l, int k, void *out, void **xq,
+                                   const void *res, const void *inp, const void *w,
+                                   bmt_error_t *err)
+{
+    int IC, OC;
+    shape_of(cu, k, &IC, &OC);
+    if (!cu->fp8)
+        return nn_cuda_matmul_residual_forward(cu->h, out, res, inp, w, NULL, cu->N, IC, OC, 1,
+                                               err);
+    return linear_forward(cu, l, k, out, xq, inp, w, err) < 0 ||
+                   nn_cuda_residual_forward(cu->h, out, res, out, (size_t)cu->N * OC, err) < 0
+               ? -1
+               : 0;
+}
+
+/* Its backward: dinp (N,IC) and/or dw (OC,IC) f32 (added into: add) from dout
+ * (N,OC), from the bf16 input or the FP8 codes linear_forward saved. In one
+ * call with FP8 (the gradient converted once); bf16 takes dw first, since the
+ * caller may free the input before dinp's product. */
+static int linear_backward(llama_cu_t *cu, int l, int k, void *dinp, float *dw, const void *dout,
+                           const void *xq, const void *inp, const void *w, int add,
+                           bmt_error_t *err)
+{
+    int IC, OC;
+    shape_of(cu, k, &IC, &OC);
+    if (!cu->fp8)
+        return nn_cuda_matmul_backward(cu->h, dinp, dw, NULL, dout, OC, inp, w, cu->N, IC, OC, 1,
+                                       add, err);
+    const nn_cuda_fp8_scales_t sc = fp8_scales(cu, l, k);
+    return nn_cuda_fp8_linear_backward(cu->h, dinp, dw, NULL, dout, xq, wq_at(cu, l, k), w, cu->N,
+                                       IC, OC, &sc, cu->fp8_scratch, add, err);
+}
+
 /* x[l+1] = layer(x[l]); under recompute only the set is made again (see the
  * note at the top). Each buffer is made just before its first writer. */
 static int layer_forward(llama_cu_t *cu, int l, void *const *p, bool recompute, bmt_error_t *err)
@@ -394,33 +536,52 @@ static int layer_forward(llama_cu_t *cu, int l, void *const *p, bool recompute, 
     void **att = cu->keep_attn ? &cu->katt[l] : &a->att,
          **lse = cu->keep_attn ? &cu->klse[l] : &a->lse;
     const bool attend = !(recompute && cu->keep_attn); /* else kept from the forward */
-    /* Attention: res2 = x + o_proj(attn(rope(qkv))) */
+    /* Attention: res2 = x + o_proj(attn(rope(qkv))). With FP8 the norms'
+     * outputs (and h) go once their product has their codes, which are all
+     * the backward reads of them. */
     if ((!recompute && need(cu, &cu->x[l + 1], U, err) < 0) || need(cu, &a->ln1, U, err) < 0 ||
         need(cu, &a->rstd1, S, err) < 0 || need(cu, &a->qkv, (size_t)N * cu->QKV * 2, err) < 0 ||
         need(cu, att, (size_t)N * cu->Q * 2, err) < 0 ||
-        need(cu, lse, (size_t)B * NH * T * 4, err) < 0 || need(cu, &a->res2, U, err) < 0)
+        need(cu, lse, (size_t)B * NH * T * 4, err) < 0 || need(cu, &a->res2, U, err) < 0 ||
+        (cu->fp8 && need(cu, &a->wq, wq_bytes(cu), err) < 0))
         return -1;
     if (nn_cuda_rmsnorm_forward(h, a->ln1, a->rstd1, x, p[P_IN_NORM], N, C, eps, err) < 0 ||
-        nn_cuda_matmul_forward(h, a->qkv, cu->QKV, a->ln1, p[P_Q], NULL, N, C, cu->QKV, 1, err) <
-            0 ||
-        nn_cuda_rope_forward(h, a->qkv, cu->inv_freq, B, T, NH, NKV, hd, 0, err) < 0 ||
+        linear_forward(cu, l, 0, a->qkv, &a->ln1_q, a->ln1, p[P_Q], err) < 0)
+        return -1;
+    if (cu->fp8)
+        drop(cu, &a->ln1);
+    if (nn_cuda_rope_forward(h, a->qkv, cu->inv_freq, B, T, NH, NKV, hd, 0, err) < 0 ||
         (attend && nn_cuda_flash_forward(h, *att, *lse, a->qkv, B, T, NH, NKV, hd, err) < 0) ||
-        nn_cuda_matmul_residual_forward(h, a->res2, x, *att, p[P_O], NULL, N, cu->Q, C, 1, err) < 0)
+        linear_residual_forward(cu, l, 1, a->res2, &a->att_q, x, *att, p[P_O], err) < 0)
         return -1;
     /* MLP: x' = res2 + down_proj(silu(gate) up) */
     if (need(cu, &a->ln2, U, err) < 0 || need(cu, &a->rstd2, S, err) < 0 ||
         need(cu, &a->gu, (size_t)N * 2 * F * 2, err) < 0 ||
-        need(cu, &a->h, (size_t)N * F * 2, err) < 0 ||
         nn_cuda_rmsnorm_forward(h, a->ln2, a->rstd2, a->res2, p[P_POST_NORM], N, C, eps, err) < 0 ||
-        nn_cuda_matmul_forward(h, a->gu, 2 * F, a->ln2, p[P_GATE], NULL, N, C, 2 * F, 1, err) < 0 ||
+        linear_forward(cu, l, 2, a->gu, &a->ln2_q, a->ln2, p[P_GATE], err) < 0)
+        return -1;
+    if (cu->fp8)
+        drop(cu, &a->ln2);
+    if (need(cu, &a->h, (size_t)N * F * 2, err) < 0 ||
         nn_cuda_swiglu_forward(h, a->h, a->gu, N, F, err) < 0)
         return -1;
     if (l < cu->keep_from)
         cu->acts_of = l; /* the scratch set holds layer l's */
-    if (recompute)       /* x[l+1] is kept: the backward has all it reads */
+    if (recompute) {     /* x[l+1] is kept: the backward has all it reads (FP8: h's codes) */
+        if (!cu->fp8)
+            return 0;
+        const nn_cuda_fp8_scales_t sc = fp8_scales(cu, l, 3);
+        if (need(cu, &a->h_q, (size_t)N * F, err) < 0 ||
+            nn_cuda_fp8_codes(h, NULL, a->h_q, a->h, 0, N, F, NN_FP8_E4M3, &sc, 0, err) < 0)
+            return -1;
+        drop(cu, &a->h);
         return 0;
-    void *out = cu->x[l + 1];
-    return nn_cuda_matmul_residual_forward(h, out, a->res2, a->h, p[P_DOWN], NULL, N, F, C, 1, err);
+    }
+    if (linear_residual_forward(cu, l, 3, cu->x[l + 1], &a->h_q, a->res2, a->h, p[P_DOWN], err) < 0)
+        return -1;
+    if (cu->fp8)
+        drop(cu, &a->h);
+    return 0;
 }
 
 /* cu->dres: in, the gradient w.r.t. x[l+1]; out, w.r.t. x[l] (accumulated in
@@ -444,26 +605,34 @@ static int layer_backward(llama_cu_t *cu, int l, void *const *p, float *const *g
     if (l < cu->keep_from)
         cu->acts_of = -1; /* the scratch set is consumed here */
 
-    /* down_proj: the weight's gradient first, then h is dead and dh can take
-     * its place. */
-    if (nn_cuda_matmul_backward(h, NULL, g[P_DOWN], NULL, cu->dres, C, a->h, p[P_DOWN], N, F, C, 1,
-                                add, err) < 0)
-        return -1;
-    drop(cu, &a->h);
-    if (need(cu, &cu->dh, (size_t)N * F * 2, err) < 0 ||
-        nn_cuda_matmul_backward(h, cu->dh, NULL, NULL, cu->dres, C, NULL, p[P_DOWN], N, F, C, 1,
-                                add, err) < 0)
-        return -1;
+    /* down_proj. bf16: the weight's gradient first, then h is dead and dh can
+     * take its place. FP8: h is gone already (its codes are half its size), so
+     * one call takes both and converts the gradient once. */
+    if (cu->fp8) {
+        if (need(cu, &cu->dh, (size_t)N * F * 2, err) < 0 ||
+            linear_backward(cu, l, 3, cu->dh, g[P_DOWN], cu->dres, a->h_q, NULL, p[P_DOWN], add,
+                            err) < 0)
+            return -1;
+        drop(cu, &a->h_q);
+    } else {
+        if (linear_backward(cu, l, 3, NULL, g[P_DOWN], cu->dres, NULL, a->h, p[P_DOWN], add, err) <
+            0)
+            return -1;
+        drop(cu, &a->h);
+        if (need(cu, &cu->dh, (size_t)N * F * 2, err) < 0 ||
+            linear_backward(cu, l, 3, cu->dh, NULL, cu->dres, NULL, NULL, p[P_DOWN], add, err) < 0)
+            return -1;
+    }
     /* SwiGLU, then gate_proj and up_proj as one (2F, C) product */
     if (need(cu, &cu->dgu, (size_t)N * 2 * F * 2, err) < 0 ||
         nn_cuda_swiglu_backward(h, cu->dgu, cu->dh, a->gu, N, F, err) < 0)
         return -1;
     drop(cu, &cu->dh, &a->gu);
     if (need(cu, &cu->dln, U, err) < 0 ||
-        nn_cuda_matmul_backward(h, cu->dln, g[P_GATE], NULL, cu->dgu, 2 * F, a->ln2, p[P_GATE], N,
-                                C, 2 * F, 1, add, err) < 0)
+        linear_backward(cu, l, 2, cu->dln, g[P_GATE], cu->dgu, a->ln2_q, a->ln2, p[P_GATE], add,
+                        err) < 0)
         return -1;
-    drop(cu, &cu->dgu, &a->ln2);
+    drop(cu, &cu->dgu, &a->ln2, &a->ln2_q);
     if (nn_cuda_rmsnorm_backward(h, cu->dres, cu->dres, g[P_POST_NORM], cu->dln, a->res2,
                                  p[P_POST_NORM], a->rstd2, N, C, add, err) < 0)
         return -1;
@@ -471,20 +640,19 @@ static int layer_backward(llama_cu_t *cu, int l, void *const *p, float *const *g
 
     /* o_proj, attention, RoPE (in place), then q, k, v as one (QKV, C) product */
     if (need(cu, &cu->datt, (size_t)N * cu->Q * 2, err) < 0 ||
-        nn_cuda_matmul_backward(h, cu->datt, g[P_O], NULL, cu->dres, C, *att, p[P_O], N, cu->Q, C,
-                                1, add, err) < 0 ||
+        linear_backward(cu, l, 1, cu->datt, g[P_O], cu->dres, a->att_q, *att, p[P_O], add, err) <
+            0 ||
         need(cu, &cu->dqkv, (size_t)N * cu->QKV * 2, err) < 0 ||
         need(cu, &cu->Dd, (size_t)B * NH * T * 4, err) < 0 ||
         nn_cuda_flash_backward(h, cu->dqkv, cu->Dd, cu->datt, *att, a->qkv, *lse, B, T, NH, NKV, hd,
                                err) < 0 ||
         nn_cuda_rope_backward(h, cu->dqkv, cu->inv_freq, B, T, NH, NKV, hd, 0, err) < 0)
         return -1;
-    drop(cu, &cu->datt, &cu->Dd, att, lse, &a->qkv);
-    if (need(cu, &cu->dln, U, err) < 0 ||
-        nn_cuda_matmul_backward(h, cu->dln, g[P_Q], NULL, cu->dqkv, cu->QKV, a->ln1, p[P_Q], N, C,
-                                cu->QKV, 1, add, err) < 0)
+    drop(cu, &cu->datt, &cu->Dd, att, lse, &a->qkv, &a->att_q);
+    if (need(cu, &cu->dln, U, err) < 0 || linear_backward(cu, l, 0, cu->dln, g[P_Q], cu->dqkv,
+                                                          a->ln1_q, a->ln1, p[P_Q], add, err) < 0)
         return -1;
-    drop(cu, &cu->dqkv, &a->ln1);
+    drop(cu, &cu->dqkv, &a->ln1, &a->ln1_q, &a->wq);
     if (nn_cuda_rmsnorm_backward(h, cu->dres, cu->dres, g[P_IN_NORM], cu->dln, cu->x[l],
                                  p[P_IN_NORM], a->rstd1, N, C, add, err) < 0)
         return -1;
@@ -572,7 +740,7 @@ int llama_cu_forward(llama_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *err
     if (c->recompute && (c->index == 0 || c->index > L || cu->acts_of == c->index - 1))
         return 0;
     if (c->index == 0)
-        return need(cu, &cu->x[0], cu->U, err) < 0
+        return fp8_begin(cu, err) < 0 || need(cu, &cu->x[0], cu->U, err) < 0
                    ? -1
                    : nn_cuda_encoder_forward(cu->h, cu->x[0], cu->inputs, p[0], NULL, cu->B, cu->T,
                                              C, err);
@@ -599,6 +767,7 @@ int llama_cu_backward(llama_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *er
                                      cu->T, C, err) < 0)
             return -1;
         drop(cu, &cu->dres);
+        cu->fp8_ended = cu->fp8; /* the pass's records close when the next forward begins */
         return 0;
     }
     if (c->index == L + 1) { /* xf = rms(x_L): d x_L from d xf */
@@ -652,6 +821,66 @@ const float *llama_cu_logits(llama_cu_t *cu, bmt_error_t *err)
     return bmt_mem_download(cu->ctx, cu->logits_host, cu->logits_f32, n * sizeof(float), err) < 0
                ? NULL
                : cu->logits_host;
+}
+
+int llama_cu_fp8(llama_cu_t *cu, int on, int history, bmt_error_t *err)
+{
+    const int C = cu->cfg.n_embd, F = cu->cfg.ffn, L = cu->cfg.n_layer;
+    if (history < 0 || history > NN_FP8_HISTORY_MAX)
+        return nn_fail(err, "llama: an FP8 history of %d passes: give 0 (current scaling) to %d",
+                       history, NN_FP8_HISTORY_MAX);
+    if (cu->fp8 && on && history != cu->fp8_history)
+        return nn_fail(err, "llama: FP8's scaling cannot change once on (history %d, asked %d)",
+                       cu->fp8_history, history);
+    if (cu->fp8 == (on != 0))
+        return 0;
+    if (!on)
+        return nn_fail(err, "llama: FP8 cannot be turned off once on");
+    if (cu->acts_of >= 0 || cu->loss_ready)
+        return nn_fail(err, "llama: FP8 must be turned on before the first forward");
+    /* Q and KV are multiples of 16 already (head sizes 16..128) */
+    if (cu->N % 16 || C % 16 || F % 16)
+        return nn_fail(err,
+                       "llama: --fp8 1 on cuda wants batch x sequence (%d x %d = %d), hidden_size "
+                       "(%d) and intermediate_size (%d) to be multiples of 16 (the FP8 products' "
+                       "reduced dimensions): change -b or -t, or use --fp8 0",
+                       cu->B, cu->T, cu->N, C, F);
+    size_t scratch = 0;
+    for (int k = 0; k < 4; k++) {
+        int IC, OC;
+        shape_of(cu, k, &IC, &OC);
+        const size_t b = nn_cuda_fp8_conv1d_scratch_bytes(cu->N, IC, OC);
+        scratch = b > scratch ? b : scratch;
+    }
+    /* one buffer: the scales (16-byte aligned blocks of 12), the records, the
+     * statistics (two u64) and bad (16 bytes), then the history */
+    const size_t P = (size_t)L * 4, ns = P * NN_FP8_CONV1D_SCALES, nr = P * 3;
+    const size_t bytes = (ns + nr + 4 + 4 + (size_t)history * nr) * sizeof(float);
+    if ((cu->fp8_s = cu_alloc(cu, bytes, err)) == NULL ||
+        (cu->fp8_scratch = bmt_alloc(cu->ctx, BMT_MEM_WORKSPACE, scratch, err)) == NULL) {
+        bmt_free(cu->ctx, cu->fp8_s);
+        cu->fp8_s = NULL;
+        return -1;
+    }
+    cu->fp8_rec = cu->fp8_s + ns;
+    cu->fp8_stats = (unsigned long long *)(cu->fp8_rec + nr);
+    cu->fp8_bad = (int *)(cu->fp8_rec + nr + 4);
+    cu->fp8_hist = history ? cu->fp8_rec + nr + 8 : NULL;
+    if (cudaMemsetAsync(cu->fp8_s, 0, bytes, (cudaStream_t)cu->stream) != cudaSuccess)
+        return nn_fail(err, "llama: cudaMemsetAsync failed");
+    cu->fp8 = true;
+    cu->fp8_history = history;
+    return 0;
+}
+
+int llama_cu_fp8_stats(llama_cu_t *cu, nn_fp8_stats_t *st, bmt_error_t *err)
+{
+    unsigned long long d[2] = { 0, 0 };
+    if (cu->fp8 && (fp8_begin(cu, err) < 0 || /* closes the last pass, as a forward would */
+                    bmt_mem_download(cu->ctx, d, cu->fp8_stats, sizeof(d), err) < 0))
+        return -1;
+    st->passes = cu->fp8_passes, st->saturated = (long)d[0], st->unscalable = (long)d[1];
+    return 0;
 }
 
 #else /* no CUDA */
@@ -709,6 +938,16 @@ int llama_cu_loss(llama_cu_t *cu, float *loss, bmt_error_t *err)
 int llama_cu_keep_logits(llama_cu_t *cu, bmt_error_t *err)
 {
     (void)cu;
+    return no_cuda(err);
+}
+int llama_cu_fp8(llama_cu_t *cu, int on, int history, bmt_error_t *err)
+{
+    (void)cu, (void)on, (void)history;
+    return no_cuda(err);
+}
+int llama_cu_fp8_stats(llama_cu_t *cu, nn_fp8_stats_t *st, bmt_error_t *err)
+{
+    (void)cu, (void)st;
     return no_cuda(err);
 }
 const float *llama_cu_logits(llama_cu_t *cu, bmt_error_t *err)

@@ -17,6 +17,7 @@
 
 #include "bmt/block.h"
 #include "llama/config.h"
+#include "nn/fp8.h"
 
 /* The order in which model.c's build_blocks adds a layer's parameters; both
  * halves index call->params and call->grads with it. The CUDA half relies on
@@ -80,6 +81,17 @@ int llama_cu_set_batch(llama_cu_t *cu, const int32_t *inputs, const int32_t *tar
  * product. */
 int llama_cu_forward(llama_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *err);
 int llama_cu_backward(llama_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *err);
+
+/* FP8 (llama_model_fp8, docs/fp8.md): the four products of each layer (q|k|v
+ * and gate|up each one product over the stacked weights, o, down) with their
+ * operands through FP8 (nn_cuda_fp8_linear_*), delayed over `history` passes
+ * or current (0), the bookkeeping of GPT-2's cuda model. Before the first
+ * forward; refused (-1 and err) when B T, C or F is not a multiple of 16,
+ * and once on it stays, at the same scaling. */
+int llama_cu_fp8(llama_cu_t *cu, int on, int history, bmt_error_t *err);
+
+/* Its counts so far (the pass in progress closed first, as a forward would). */
+int llama_cu_fp8_stats(llama_cu_t *cu, nn_fp8_stats_t *st, bmt_error_t *err);
 
 /* Mean loss of the last forward (waits for the compute stream). */
 int llama_cu_loss(llama_cu_t *cu, float *loss, bmt_error_t *err);

@@ -185,11 +185,13 @@ static int after_create(void *self, void *m, bmt_error_t *err)
 /* FP8's statistics (trainer_fp8_report). */
 static int finish(void *self, void *m, int rank, bmt_error_t *err)
 {
-    (void)err;
     const trainer_fp8_t *f = &((const llama_wiring_t *)self)->fp8;
     nn_fp8_stats_t st;
-    if (f->on && llama_model_fp8_stats(m, &st) == 0)
-        trainer_fp8_report(f, rank, &st);
+    if (!f->on)
+        return 0;
+    if (llama_model_fp8_stats(m, &st, err) < 0)
+        return -1;
+    trainer_fp8_report(f, rank, &st);
     return 0;
 }
 
@@ -254,8 +256,9 @@ int main(int argc, char **argv)
             "      --layers L --heads H --kv-heads K --embd C --ffn F --vocab V --max-seq N\n"
             "                          override its sizes (--heads or --embd: head size C/H)\n"
             "      --fp8 0|1           the layers' products with FP8 operands (docs/fp8.md);\n"
-            "                          cpu only for now: the exact f32 "
-            "emulation\n" TRAINER_FP8_USAGE,
+            "                          cpu: the exact f32 emulation; cuda: not yet checked\n"
+            "                          on a GPU, refused unless "
+            "BMT_UNCHECKED_LLAMA_FP8=1\n" TRAINER_FP8_USAGE,
         .usage_run_mid =
             "      --keep-attention 0|1  cuda, with --ckpt 1: keep each layer's attention output\n"
             "                          and log-sum-exps so that the recomputation skips the\n"

@@ -509,16 +509,40 @@ static float *absf(const float *x, size_t n)
     return a;
 }
 
-/* The FP8 linear layer (nn_cuda_fp8_conv1d_*) against its f32 emulation
- * nn_fp8_linear_* (nn/fp8.h) on the same bf16 tensors: the codes are the
+/* Layer forward and backward of either weight layout: wt 0, HF's Conv1D
+ * (nn_cuda_fp8_conv1d_*, no GELU), wt 1, nn.Linear (nn_cuda_fp8_linear_*). */
+static int layer_fwd(int wt, void *out, uint8_t *xqt, uint8_t *wk, const void *x, const void *w,
+                     const void *b, int N, int IC, int OC, const nn_cuda_fp8_scales_t *sc,
+                     void *scratch, bmt_error_t *err)
+{
+    return wt ? nn_cuda_fp8_linear_forward(h, out, xqt, wk, x, w, b, N, IC, OC, 1, sc, scratch, err)
+              : nn_cuda_fp8_conv1d_forward(h, out, xqt, wk, x, 0, w, b, N, IC, OC, 1, sc, scratch,
+                                           err);
+}
+
+static int layer_bwd(int wt, void *dinp, float *dw, float *db, const void *dout, const uint8_t *xqt,
+                     const uint8_t *wk, const void *w, int N, int IC, int OC,
+                     const nn_cuda_fp8_scales_t *sc, void *scratch, int add, bmt_error_t *err)
+{
+    return wt ? nn_cuda_fp8_linear_backward(h, dinp, dw, db, dout, xqt, wk, w, N, IC, OC, sc,
+                                            scratch, add, err)
+              : nn_cuda_fp8_conv1d_backward(h, dinp, dw, db, dout, NULL, xqt, wk, w, N, IC, OC, sc,
+                                            scratch, add, err);
+}
+
+/* The FP8 linear layer (nn_cuda_fp8_conv1d_* for wt 0, HF's Conv1D weight
+ * (IC,OC); nn_cuda_fp8_linear_* for wt 1, nn.Linear's (OC,IC)) against its
+ * f32 emulation nn_fp8_linear_* (nn/fp8.h) with the same wt on the same bf16
+ * tensors: the codes are the
  * same (same values, same scales), so the results differ only by the
  * accumulation and the bf16 rounding of the outputs. dinp and dweight (added
  * into a prior) from one backward call, dbias (from the unrounded gradient,
  * f32 sums), the records of the three operands bit for bit. Current scaling,
  * or delayed at given scales: the input's at half its amax (its largest
  * values saturate), the weight's at twice, the gradient's at its own. */
-static void t_conv1d(int N, int IC, int OC, int delayed)
+static void t_layer(int N, int IC, int OC, int delayed, int wt)
 {
+    const char *lay = wt ? "linear" : "conv1d";
     const size_t nx = (size_t)N * IC, nw = (size_t)IC * OC, no = (size_t)N * OC;
     float *x = rnd_spread(nx, 1.0f, 1.5), *w = rnd_spread(nw, 0.02f, 1.0),
           *b = rnd_spread(OC, 0.1f, 0.0), *dout = rnd_spread(no, 1e-3f, 3.0),
@@ -537,11 +561,11 @@ static void t_conv1d(int N, int IC, int OC, int delayed)
     float *out = xmalloc(no * 4), *sout = xmalloc(no * 4);
     float *dinp = zeros(nx), *sdinp = zeros(nx), *dw = copy(prior, nw), *sdw = zeros(nw),
           *db = zeros(OC);
-    nn_fp8_linear_forward(&sc, out, x, w, b, N, IC, OC, 0);
-    nn_fp8_linear_forward(&ssc, sout, ax, aw, NULL, N, IC, OC, 0);
+    nn_fp8_linear_forward(&sc, out, x, w, b, N, IC, OC, wt);
+    nn_fp8_linear_forward(&ssc, sout, ax, aw, NULL, N, IC, OC, wt);
     float *gdb = up_f32(db, OC);
-    nn_fp8_linear_backward(&sc, dinp, dw, db, dout, x, w, N, IC, OC, 0);
-    nn_fp8_linear_backward(&ssc, sdinp, sdw, NULL, ad, ax, aw, N, IC, OC, 0);
+    nn_fp8_linear_backward(&sc, dinp, dw, db, dout, x, w, N, IC, OC, wt);
+    nn_fp8_linear_backward(&ssc, sdinp, sdw, NULL, ad, ax, aw, N, IC, OC, wt);
     void *gx = up_bf16(x, nx), *gw = up_bf16(w, nw), *gb = up_bf16(b, OC),
          *gdout = up_bf16(dout, no), *gout = dmalloc(no * 2), *gdinp = dmalloc(nx * 2);
     float *gdw = up_f32(prior, nw);
@@ -558,50 +582,45 @@ static void t_conv1d(int N, int IC, int OC, int delayed)
     const nn_cuda_fp8_scales_t gsc = { s, rec, delayed, bad };
     bmt_error_t err;
     char what[160];
-    run(nn_cuda_fp8_conv1d_forward(h, gout, xqt, gwq, gx, 0, gw, gb, N, IC, OC, 1, &gsc, scratch,
-                                   &err),
-        "fp8 conv1d forward", &err);
-    run(nn_cuda_fp8_conv1d_backward(h, gdinp, gdw, gdb, gdout, NULL, xqt, gwq, gw, N, IC, OC, &gsc,
-                                    scratch, 1, &err),
-        "fp8 conv1d backward", &err);
+    run(layer_fwd(wt, gout, xqt, gwq, gx, gw, gb, N, IC, OC, &gsc, scratch, &err), lay, &err);
+    run(layer_bwd(wt, gdinp, gdw, gdb, gdout, xqt, gwq, gw, N, IC, OC, &gsc, scratch, 1, &err), lay,
+        &err);
     float *g_out = down_bf16(gout, no), *g_dinp = down_bf16(gdinp, nx), *g_dw = down_f32(gdw, nw),
           *g_db = down_f32(gdb, OC), *g_rec = down_f32(rec, 3);
     /* add 0 (fresh gradients): dweight and dbias written into NaN-filled
      * buffers (dmalloc's poison); the record is restored after (a second
      * conversion of the same gradient max's the same amax into it) */
     float *gdw0 = dmalloc(nw * 4), *gdb0 = dmalloc((size_t)OC * 4);
-    run(nn_cuda_fp8_conv1d_backward(h, NULL, gdw0, gdb0, gdout, NULL, xqt, NULL, gw, N, IC, OC,
-                                    &gsc, scratch, 0, &err),
-        "fp8 conv1d backward (add 0)", &err);
+    run(layer_bwd(wt, NULL, gdw0, gdb0, gdout, xqt, NULL, gw, N, IC, OC, &gsc, scratch, 0, &err),
+        "backward (add 0)", &err);
     float *g_dw0 = down_f32(gdw0, nw), *g_db0 = down_f32(gdb0, OC), *dw0 = xmalloc(nw * 4);
     for (size_t i = 0; i < nw; i++)
         dw0[i] = dw[i] - prior[i];
-    snprintf(what, sizeof what, "conv1d %d x %d -> %d, %s: dweight written (add 0) into NaN", N, IC,
-             OC, how);
+    snprintf(what, sizeof what, "%s %d x %d -> %d, %s: dweight written (add 0) into NaN", lay, N,
+             IC, OC, how);
     within(what, g_dw0, dw0, sdw, nw, 0x1p-10);
     ok(memcmp(g_db0, g_db, (size_t)OC * 4) == 0,
-       "conv1d %d x %d -> %d, %s: dbias written (add 0) into NaN: the bits added into zeros", N, IC,
-       OC, how);
+       "%s %d x %d -> %d, %s: dbias written (add 0) into NaN: the bits added into zeros", lay, N,
+       IC, OC, how);
     h2d(rec, g_rec, 12);
     free(g_dw0), free(g_db0), free(dw0);
     cudaFree(gdw0), cudaFree(gdb0);
     /* dinp again from the weight itself, not the codes the forward kept */
-    run(nn_cuda_fp8_conv1d_backward(h, gdinp, NULL, NULL, gdout, NULL, NULL, NULL, gw, N, IC, OC,
-                                    &gsc, scratch, 1, &err),
-        "fp8 conv1d backward, the weight converted again", &err);
+    run(layer_bwd(wt, gdinp, NULL, NULL, gdout, NULL, NULL, gw, N, IC, OC, &gsc, scratch, 1, &err),
+        "backward, the weight converted again", &err);
     float *g_dinp2 = down_bf16(gdinp, nx);
     ok(memcmp(g_dinp, g_dinp2, nx * sizeof(float)) == 0,
-       "conv1d %d x %d -> %d, %s: dinp from the weight's codes the forward kept, the same bits as "
+       "%s %d x %d -> %d, %s: dinp from the weight's codes the forward kept, the same bits as "
        "from the weight converted again",
-       N, IC, OC, how);
+       lay, N, IC, OC, how);
     free(g_dinp2);
     snprintf(what, sizeof what,
-             "conv1d %d x %d -> %d, %s scaling, against nn_fp8_linear_*: forward (fast)", N, IC, OC,
-             how);
+             "%s %d x %d -> %d, %s scaling, against nn_fp8_linear_*: forward (fast)", lay, N, IC,
+             OC, how);
     within(what, g_out, out, sout, no, 0x1p-9);
-    snprintf(what, sizeof what, "conv1d %d x %d -> %d, %s: dinp", N, IC, OC, how);
+    snprintf(what, sizeof what, "%s %d x %d -> %d, %s: dinp", lay, N, IC, OC, how);
     within(what, g_dinp, dinp, sdinp, nx, 0x1p-10);
-    snprintf(what, sizeof what, "conv1d %d x %d -> %d, %s: dweight added into a prior", N, IC, OC,
+    snprintf(what, sizeof what, "%s %d x %d -> %d, %s: dweight added into a prior", lay, N, IC, OC,
              how);
     within(what, g_dw, dw, sdw, nw, 0x1p-10);
     double dbe = 0;
@@ -612,21 +631,21 @@ static void t_conv1d(int N, int IC, int OC, int delayed)
         dbe = fmax(dbe, fabs((double)g_db[o] - db[o]) / (sa + 1e-30));
     }
     ok(dbe <= 1e-5,
-       "conv1d %d x %d -> %d, %s: dbias from the unrounded gradient: within 1e-5 sum|dout| (%.3g)",
+       "%s %d x %d -> %d, %s: dbias from the unrounded gradient: within 1e-5 sum|dout| (%.3g)", lay,
        N, IC, OC, how, dbe);
     ok(same_bits(g_rec[0], sc.amax[0]) && same_bits(g_rec[1], sc.amax[1]) &&
            same_bits(g_rec[2], sc.amax[2]),
-       "conv1d %d x %d -> %d, %s: the records (input, weight, gradient) equal the emulation's: "
+       "%s %d x %d -> %d, %s: the records (input, weight, gradient) equal the emulation's: "
        "%g %g %g",
-       N, IC, OC, how, g_rec[0], g_rec[1], g_rec[2]);
+       lay, N, IC, OC, how, g_rec[0], g_rec[1], g_rec[2]);
     if (delayed) { /* the input's largest values saturated: the scale was set so */
         size_t sat = 0;
         uint8_t *q = xmalloc(nx);
         nn_fp8_quantize(q, x, nx, sc.scale[0], NN_FP8_E4M3, &sat);
         ok(sat > 0 && g_rec[0] * sc.scale[0] > 448.0f,
-           "conv1d, delayed: the input at half its amax's scale saturated %zu values, and its "
+           "%s, delayed: the input at half its amax's scale saturated %zu values, and its "
            "record says so",
-           sat);
+           lay, sat);
         free(q);
     }
     /* a NaN (current) or an inf (delayed) in the input: under current scaling
@@ -634,14 +653,12 @@ static void t_conv1d(int N, int IC, int OC, int delayed)
      * row of out), as the emulation, and the record inf */
     int flag = 0;
     d2h(&flag, bad, sizeof(int));
-    ok(flag == 0, "conv1d %d x %d -> %d, %s: no operand flagged", N, IC, OC, how);
+    ok(flag == 0, "%s %d x %d -> %d, %s: no operand flagged", lay, N, IC, OC, how);
     const size_t at = (size_t)(N / 2) * IC + 3;
     x[at] = delayed ? INFINITY : NAN;
     put_bf16(gx, x, nx);
-    nn_fp8_linear_forward(&sc, out, x, w, b, N, IC, OC, 0);
-    run(nn_cuda_fp8_conv1d_forward(h, gout, xqt, NULL, gx, 0, gw, gb, N, IC, OC, 1, &gsc, scratch,
-                                   &err),
-        "fp8 conv1d forward", &err);
+    nn_fp8_linear_forward(&sc, out, x, w, b, N, IC, OC, wt);
+    run(layer_fwd(wt, gout, xqt, NULL, gx, gw, gb, N, IC, OC, &gsc, scratch, &err), lay, &err);
     float *nan_out = down_bf16(gout, no);
     size_t finite = 0, differ = 0, cpu_nan = 0;
     for (size_t i = 0; i < no; i++) {
@@ -654,14 +671,14 @@ static void t_conv1d(int N, int IC, int OC, int delayed)
     g_rec = down_f32(rec, 3);
     if (!delayed)
         ok(finite == 0 && flag == 1,
-           "conv1d %d x %d -> %d, current: one NaN in the input makes every output NaN (%zu "
+           "%s %d x %d -> %d, current: one NaN in the input makes every output NaN (%zu "
            "finite) and sets the flag",
-           N, IC, OC, finite);
+           lay, N, IC, OC, finite);
     else
         ok(differ == 0 && cpu_nan == (size_t)OC && isinf(g_rec[0]) && flag == 0,
-           "conv1d %d x %d -> %d, delayed: an inf in the input makes NaN of its row of out (%zu, "
+           "%s %d x %d -> %d, delayed: an inf in the input makes NaN of its row of out (%zu, "
            "as the emulation), its record inf (%g), no flag (%d)",
-           N, IC, OC, no - finite, g_rec[0], flag);
+           lay, N, IC, OC, no - finite, g_rec[0], flag);
     cudaFree(gx), cudaFree(gw), cudaFree(gb), cudaFree(gdout), cudaFree(gout), cudaFree(gdinp),
         cudaFree(gdw), cudaFree(gdb), cudaFree(s), cudaFree(rec), cudaFree(xqt), cudaFree(gwq),
         cudaFree(scratch), cudaFree(bad);
@@ -1008,10 +1025,12 @@ int main(void)
     t_vs_bf16(NN_FP8_E4M3, 1024, 1024, 1024, 0.08);
     t_vs_bf16(NN_FP8_E5M2, 1024, 1024, 1024, 0.15);
     t_probe();
-    t_conv1d(512, 192, 576, 0);
-    t_conv1d(256, 768, 192, 0);
-    t_conv1d(512, 192, 576, 1);
-    t_conv1d(256, 768, 192, 1);
+    for (int wt = 0; wt < 2; wt++) {
+        t_layer(512, 192, 576, 0, wt);
+        t_layer(256, 768, 192, 0, wt);
+        t_layer(512, 192, 576, 1, wt);
+        t_layer(256, 768, 192, 1, wt);
+    }
     t_gelu(512, 768, 192, 0);
     t_gelu(512, 768, 192, 1);
     t_dgelu(512, 192, 768, 0, 0);

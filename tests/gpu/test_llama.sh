@@ -20,6 +20,10 @@
 #   head kept), the activations' peak between;
 # - fresh gradients filled with NaN before the callbacks write them
 #   (BMT_CHECK_OVERWRITE=1): the same tensors bit for bit as without;
+# - --fp8 1 (BMT_UNCHECKED_LLAMA_FP8=1 until this passes on a GPU) against
+#   the cpu emulation from the same weights, delayed and current scaling,
+#   checkpointing and kept attention; at lr 1e-3 within 2% of bf16; NaN-filled
+#   fresh gradients and keep_check's arithmetic with FP8;
 # - sizes the cuda model cannot compute are refused with what to change.
 # About 3 minutes on one H200.
 . "$(dirname "$0")/../integration/lib.sh"
@@ -160,6 +164,90 @@ test_expect_success "--ckpt-budget's arithmetic on cuda, attention kept or not: 
         cat out && grep -q "^0: keep_check: 5 passed, 0 failed" out || return 1
     done
 '
+
+# --fp8 1 on cuda (nn_cuda_fp8_linear_*, checked op by op against the cpu's
+# emulation in test_fp8; q|k|v and gate|up one product each, one scale per
+# operand) against --fp8 1 on the cpu (checked against a float64 PyTorch
+# Llama with FP8 products in test_llama), from the same weights, at delayed
+# and current scaling, as GPT-2's test_gpt2.sh does: the GPU's FP8 run may
+# differ from its emulation no more than its bf16 run differs from the cpu's
+# f32 run, with slack, and differs from the GPU's bf16 run; delayed
+# scaling's first step is the current run's; a recomputation makes the same
+# codes whether it runs the attention again or kept it (the same bits); the
+# first step under checkpointing is the step without it. Until these pass
+# on a GPU, cuda FP8 runs only with BMT_UNCHECKED_LLAMA_FP8=1.
+test_expect_success "--fp8 1 on cuda is refused without BMT_UNCHECKED_LLAMA_FP8=1 (not yet checked on a GPU), naming it" '
+    test_must_fail with_timeout 120 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- $LLAMA $RUN \
+        --init-from $INIT --steps 1 --fp8 1 >out 2>err && cat err &&
+    grep -q "only with BMT_UNCHECKED_LLAMA_FP8=1" err
+'
+
+export BMT_UNCHECKED_LLAMA_FP8=1
+fp8run() { # DEVICE FP8 TAG [options]: 20 steps from INIT
+    with_timeout 300 "$BMLAUNCH" --metrics-port 0 --device $1 -n 1 -- $LLAMA $RUN --init-from $INIT \
+        --steps 20 --fp8 $2 "${@:4}" >out.$3 2>&1 || { tail -20 out.$3; return 1; }
+    grep -o "^0: step *[0-9]*/20 | loss [0-9.]* | lr [0-9.e+-]* | norm [0-9.]*" out.$3 >steps.$3
+    test $(wc -l <steps.$3) -eq 20 || { echo "out.$3: not 20 steps"; tail -5 out.$3; return 1; }
+}
+export -f fp8run
+test_expect_success "--fp8 1 on cuda, delayed and current scaling: the cpu emulation's losses as closely as bf16 follows f32, not the bf16 run's; recomputed or kept attention give the same bits; the scaling's counts printed" '
+    fp8run cpu 0 cpu32 && fp8run cpu 1 cpu8 && fp8run cuda 0 bf16 --ckpt 0 &&
+    fp8run cuda 1 fp8 --ckpt 0 && fp8run cuda 1 fp8ck --ckpt 1 --keep-attention 0 &&
+    fp8run cuda 1 fp8ka --ckpt 1 --keep-attention 1 && cmp steps.fp8ck steps.fp8ka &&
+    fp8run cpu "1 --fp8-scaling current" cpu8c && fp8run cuda "1 --fp8-scaling current" fp8c --ckpt 0 &&
+    for t in cpu8 fp8 fp8ck; do
+        grep "^0: llama: rank 0: fp8: delayed scaling over 16 passes; 20 passes; [0-9]* operand-passes saturated, 0 unscalable" out.$t || exit 1
+    done &&
+    grep "^0: llama: rank 0: fp8: current scaling; 20 passes; 0 operand-passes saturated, 0 unscalable" out.fp8c &&
+    $PY - <<-EOF | tee -a "$TMP/figures-fp8.txt"; test ${PIPESTATUS[0]} -eq 0
+	import re
+	def losses(t): return [float(x) for x in re.findall(r"loss ([0-9.]+)", open("steps." + t).read())]
+	c32, c8, b16, f8, f8ck, c8c, f8c = (losses(t) for t in ("cpu32", "cpu8", "bf16", "fp8", "fp8ck", "cpu8c", "fp8c"))
+	def d(a, b): return max(abs(x - y) / y for x, y in zip(a, b))
+	ref, emu, emuc, vs16, ck, ck5 = d(b16, c32), d(f8, c8), d(f8c, c8c), d(f8, b16), d(f8ck, f8), d(f8ck[:5], f8[:5])
+	for name, l in (("cpu f32", c32), ("cpu fp8", c8), ("cpu fp8 cur", c8c), ("cuda bf16", b16), ("cuda fp8", f8), ("cuda fp8 cur", f8c), ("cuda fp8 ckpt", f8ck)):
+	    print("# %-13s %s" % (name, " ".join("%.4f" % x for x in l)))
+	print("# largest step difference: cuda bf16 / cpu f32 %.3g; cuda fp8 / cpu fp8 %.3g (delayed), %.3g (current); cuda fp8 / cuda bf16 %.3g; checkpointing / not %.3g (%.3g in the first five steps)" % (ref, emu, emuc, vs16, ck, ck5))
+	assert emu <= 2 * ref + 0.005, "cuda fp8 (delayed) strays from its emulation"
+	assert emuc <= 2 * ref + 0.005, "cuda fp8 (current) strays from its emulation"
+	assert f8 != b16 and f8c != b16, "cuda fp8 gives the bf16 losses: FP8 not applied"
+	assert f8[0] == f8c[0] and f8 != f8c, "delayed: the first step at current scaling, then its own"
+	assert f8[0] == f8ck[0] and ck5 <= 2e-3, "checkpointing moves the first FP8 steps more than bf16 rounding"
+	assert sum(f8[-5:]) / 5 < f8[0] - 1.0, "the loss does not fall"
+	EOF
+'
+
+test_expect_success "--fp8 1 on cuda at lr 1e-3: within 2% of bf16 at every step" '
+    fp8run cuda 0 bf16s --ckpt 0 --lr 1e-3 && fp8run cuda 1 fp8s --ckpt 0 --lr 1e-3 &&
+    $PY - <<-EOF | tee -a "$TMP/figures-fp8.txt"; test ${PIPESTATUS[0]} -eq 0
+	import re
+	def losses(t): return [float(x) for x in re.findall(r"loss ([0-9.]+)", open("steps." + t).read())]
+	b16, f8 = losses("bf16s"), losses("fp8s")
+	d = max(abs(x - y) / y for x, y in zip(f8, b16))
+	print("# bf16 %s\n# fp8  %s\n# largest step difference %.4f" % (" ".join("%.4f" % x for x in b16), " ".join("%.4f" % x for x in f8), d))
+	assert f8 != b16 and d < 0.02
+	EOF
+'
+
+test_expect_success "--fp8 1 on cuda: fresh gradients NaN-filled first give the same tensors bit for bit; --ckpt-budget's arithmetic (keep_check, attention kept or not)" '
+    for ck in 0 1; do
+        for poison in 0 1; do
+            BMT_CHECK_OVERWRITE=$poison with_timeout 300 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- \
+                $LLAMA $RUN --init-from $INIT --steps 4 -a 2 --ckpt $ck --fp8 1 --save-dir $TMP/ow8$ck$poison \
+                >$TMP/ow8$ck$poison.out 2>err || { tail -20 $TMP/ow8$ck$poison.out err; return 1; }
+        done &&
+        ! grep -qi "skipped\|norm -\{0,1\}nan" $TMP/ow8${ck}1.out &&
+        n=0 && for f in $TMP/ow8${ck}0/step-00000004/*.safetensors; do
+            cmp $f $TMP/ow8${ck}1/step-00000004/${f##*/} && n=$((n + 1)) || return 1
+        done && echo "fp8, ckpt $ck: $n files the same" && test $n -eq 14 || return 1
+    done &&
+    for ka in 0 1; do
+        with_timeout 120 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- "$PROGS/keep_check" --model llama \
+            --fp8 1 --keep-attention $ka >out 2>err || { cat out err; return 1; }
+        cat out && grep -q "^0: keep_check: 5 passed, 0 failed" out || return 1
+    done
+'
+unset BMT_UNCHECKED_LLAMA_FP8
 
 test_expect_success "a cuda checkpoint is bf16 (files and config.json) and the cpu model reads it back: the cuda run's val loss" '
     step=$TMP/cu/$(cat "$TMP/cu/latest") && cat $step/config.json &&
