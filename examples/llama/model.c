@@ -38,6 +38,7 @@
 #include "llama/model_cuda.h"
 #include "nn/fp8.h"
 #include "nn/llama_ops_cpu.h"
+#include "nn/ops_cuda.h" /* NN_GEMM_TUNE_MAX */
 
 /* A layer's activations, all f32, rows of the N = B T positions. */
 typedef struct layer_acts {
@@ -774,6 +775,14 @@ int llama_model_fp8(llama_model_t *m, int on, int history, bmt_error_t *err)
         return fail(err, "llama: FP8: out of memory for the scales");
     m->fp8_history = history;
     return 0;
+}
+
+int llama_model_gemm_tune(llama_model_t *m, int candidates, bmt_error_t *err)
+{
+    if (candidates < 0 || candidates > NN_GEMM_TUNE_MAX)
+        return fail(err, "llama: %d product candidates to time: give 0 (no timing) to %d",
+                    candidates, NN_GEMM_TUNE_MAX);
+    return m->cu ? llama_cu_gemm_tune(m->cu, candidates, err) : 0;
 }
 
 int llama_model_fp8_stats(llama_model_t *m, nn_fp8_stats_t *st, bmt_error_t *err)

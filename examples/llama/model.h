@@ -134,6 +134,12 @@ bmt_dtype_t llama_model_param_dtype(const llama_model_t *m);
  * with err on a change). */
 int llama_model_fp8(llama_model_t *m, int on, int history, bmt_error_t *err);
 
+/* cuda: each product shape's first use times `candidates` of cuBLASLt's
+ * heuristic candidates and keeps the fastest (nn_cuda_gemm_tune; 0 or 1: the
+ * heuristic's first, the same bits from run to run). -1 with err outside 0..
+ * NN_GEMM_TUNE_MAX; no effect on the cpu model. */
+int llama_model_gemm_tune(llama_model_t *m, int candidates, bmt_error_t *err);
+
 /* The FP8 scaling's counts so far (nn_fp8_plan_stats, or the cuda model's
  * on the device; the pass in progress closed first); zeros without FP8. 0,
  * or -1 with err (cuda: the download failed). */

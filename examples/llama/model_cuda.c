@@ -873,6 +873,14 @@ int llama_cu_fp8(llama_cu_t *cu, int on, int history, bmt_error_t *err)
     return 0;
 }
 
+int llama_cu_gemm_tune(llama_cu_t *cu, int candidates, bmt_error_t *err)
+{
+    return nn_cuda_gemm_tune(cu->h, candidates) == 0
+               ? 0
+               : nn_fail(err, "llama: %d product candidates to time: give 0 to %d", candidates,
+                         NN_GEMM_TUNE_MAX);
+}
+
 int llama_cu_fp8_stats(llama_cu_t *cu, nn_fp8_stats_t *st, bmt_error_t *err)
 {
     unsigned long long d[2] = { 0, 0 };
@@ -948,6 +956,11 @@ int llama_cu_fp8(llama_cu_t *cu, int on, int history, bmt_error_t *err)
 int llama_cu_fp8_stats(llama_cu_t *cu, nn_fp8_stats_t *st, bmt_error_t *err)
 {
     (void)cu, (void)st;
+    return no_cuda(err);
+}
+int llama_cu_gemm_tune(llama_cu_t *cu, int candidates, bmt_error_t *err)
+{
+    (void)cu, (void)candidates;
     return no_cuda(err);
 }
 const float *llama_cu_logits(llama_cu_t *cu, bmt_error_t *err)

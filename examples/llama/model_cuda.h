@@ -90,6 +90,9 @@ int llama_cu_backward(llama_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *er
  * and once on it stays, at the same scaling. */
 int llama_cu_fp8(llama_cu_t *cu, int on, int history, bmt_error_t *err);
 
+/* nn_cuda_gemm_tune on the handle; -1 and err when it refuses. */
+int llama_cu_gemm_tune(llama_cu_t *cu, int candidates, bmt_error_t *err);
+
 /* Its counts so far (the pass in progress closed first, as a forward would). */
 int llama_cu_fp8_stats(llama_cu_t *cu, nn_fp8_stats_t *st, bmt_error_t *err);
 

@@ -18,11 +18,13 @@
 #include "common/trainer.h"
 #include "llama/config.h"
 #include "llama/model.h"
+#include "nn/ops_cuda.h" /* NN_GEMM_TUNE_MAX */
 
 typedef struct llama_wiring {
     llama_config_t cfg;
     int layers, heads, kv_heads, embd, ffn, vocab, max_seq; /* overrides; 0: the model's */
     int keep_attention;                                     /* --keep-attention; -1: the default */
+    int gemm_tune;                                          /* --gemm-tune */
     trainer_fp8_t fp8; /* --fp8, --fp8-scaling, --fp8-history */
 } llama_wiring_t;
 
@@ -71,6 +73,7 @@ enum {
     O_VOCAB,
     O_MAXSEQ,
     O_KEEPATT,
+    O_GEMM_TUNE,
     O_FP8, /* and the two after it (TRAINER_FP8_OPTIONS) */
 };
 
@@ -83,6 +86,7 @@ static const struct option llama_options[] = {
     { "vocab", required_argument, NULL, O_VOCAB },
     { "max-seq", required_argument, NULL, O_MAXSEQ },
     { "keep-attention", required_argument, NULL, O_KEEPATT },
+    { "gemm-tune", required_argument, NULL, O_GEMM_TUNE },
     TRAINER_FP8_OPTIONS(O_FP8),
     { NULL, 0, NULL, 0 },
 };
@@ -99,6 +103,8 @@ static int option(void *self, int code, const char *arg)
     case O_VOCAB: return trainer_int_arg("--vocab", arg, 2, 1 << 24, &w->vocab);
     case O_MAXSEQ: return trainer_int_arg("--max-seq", arg, 1, 1 << 20, &w->max_seq);
     case O_KEEPATT: return trainer_int_arg("--keep-attention", arg, 0, 1, &w->keep_attention);
+    case O_GEMM_TUNE:
+        return trainer_int_arg("--gemm-tune", arg, 0, NN_GEMM_TUNE_MAX, &w->gemm_tune);
     }
     if (code >= O_FP8 && code <= O_FP8 + 2)
         return trainer_fp8_option(&w->fp8, code - O_FP8, arg);
@@ -177,6 +183,7 @@ static int after_create(void *self, void *m, bmt_error_t *err)
 {
     const llama_wiring_t *w = self;
     return llama_model_keep_attention(m, w->keep_attention, err) < 0 ||
+                   llama_model_gemm_tune(m, w->gemm_tune, err) < 0 ||
                    llama_model_fp8(m, w->fp8.on, trainer_fp8_history(&w->fp8), err) < 0
                ? -1
                : 0;
@@ -263,7 +270,10 @@ int main(int argc, char **argv)
             "      --keep-attention 0|1  cuda, with --ckpt 1: keep each layer's attention output\n"
             "                          and log-sum-exps so that the recomputation skips the\n"
             "                          flash forward (default: 1; N x NH hd bf16 and B NH T\n"
-            "                          f32 more per layer, the same results; 0: least memory)\n",
+            "                          f32 more per layer, the same results; 0: least memory)\n"
+            "      --gemm-tune N       cuda: time N of cuBLASLt's candidates per product shape\n"
+            "                          at its first use and keep the fastest (0, the default:\n"
+            "                          the heuristic's first, the same from run to run; <= 32)\n",
         .options = llama_options,
         .option = option,
         .configure = configure,

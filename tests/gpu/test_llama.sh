@@ -92,6 +92,15 @@ test_expect_success "cpu and cuda from the same weights: 20 steps within 3e-2 (s
     awk -v a=$first -v b=$last "BEGIN { exit !(b < a - 1) }"
 '
 
+# --gemm-tune: each product shape's first use times 4 of cuBLASLt's
+# candidates and keeps the fastest; other algorithms sum in another order, so
+# the run is close to the untuned one, not equal.
+test_expect_success "--gemm-tune 4 on cuda: 20 steps within 2e-2 of the untuned run" '
+    with_timeout 300 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- $LLAMA $RUN --init-from $INIT \
+        --steps 20 --eval-every 20 --gemm-tune 4 >gt.out 2>err || { tail -20 gt.out err; false; } &&
+    curves "$TMP/cuda.out" gt.out 2e-2
+'
+
 # Selective checkpointing on cuda (--ckpt-budget): layers 2..3 keep their sets
 # (0.8 MiB each here, the attention outputs kept outside them), or every layer and the head its whole logits. The kept
 # layers run the same kernels on the same shapes: the tensors of a run that

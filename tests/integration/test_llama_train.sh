@@ -112,6 +112,9 @@ test_expect_success "bad options are refused with a message" '
     { $LLAMA --fp8 1 --fp8-history 0 --data x 2>err; rc=$?; } && test $rc -eq 2 &&
     { $LLAMA --fp8 1 --fp8-scaling current --fp8-history 4 --data x 2>err; rc=$?; } &&
     test $rc -eq 2 && grep -q "^llama: --fp8-history is delayed scaling.s" err &&
+    for n in 33 -1 x; do
+        { $LLAMA --gemm-tune $n --data x 2>err; rc=$?; } && test $rc -eq 2 && grep -q "^llama: --gemm-tune" err || return 1
+    done &&
     { $LLAMA 2>err; rc=$?; } && test $rc -eq 2 && grep -q "^llama: --data PATTERN is required" err
 '
 
@@ -195,6 +198,14 @@ test_expect_success "--fp8 1 (cpu, 2x2), delayed and current scaling: 20 steps w
 	    assert sum(fp8[-5:]) / 5 < fp8[0] - 1.0, fp8
 	assert loss[1][0] == loss[2][0] and loss[1] != loss[2], "delayed: the first step current, then its own"
 	EOF
+'
+
+test_expect_success "--gemm-tune 4 on the cpu changes nothing: the same losses as without" '
+    for g in 0 4; do
+        with_timeout 120 $BMLAUNCH --metrics-port 0 -n 1 --device cpu -- $LLAMA $RUN --steps 3 \
+            --gemm-tune $g >out.$g 2>err || { tail -5 err; return 1; }
+        losses out.$g 1 3 >l.$g
+    done && test $(wc -l <l.0) -eq 3 && cmp l.0 l.4
 '
 
 test_expect_success "--init-from a GPT-2 checkpoint is refused, naming its model_type" '
