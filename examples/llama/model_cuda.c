@@ -46,6 +46,18 @@
  * without checkpointing, and the engine does not recompute them; the others
  * share the scratch set.
  *
+ * FP8 (llama_cu_fp8, docs/fp8.md#llama): the four products (q|k|v, o,
+ * gate|up, down) take FP8 operands through nn_cuda_fp8_linear_*, with GPT-2's
+ * bookkeeping of scales and records. Each product's input is kept as its
+ * transposed codes (ln1_q, att_q, ln2_q, h_q: what the weight gradient
+ * reads), so ln1, ln2 and h are given back as soon as their product has
+ * converted them, and the weights' codes (wq) go from the forward to the
+ * backward; a recomputation that stops before down_proj makes h's codes and
+ * gives h back, and down_proj's weight is converted again in the backward.
+ * The o and down products write their output, then the residual is added in
+ * place (bf16: in cuBLASLt's epilogue). down_proj's backward takes dh and the
+ * weight gradient in one call (the gradient converted once), h being gone.
+ *
  * The head overwrites its logits with their gradient (fused cross-entropy,
  * rows Vp = V rounded up to 64 apart). Without checkpointing the forward does
  * that for all N rows and the backward reads them from there. Under
