@@ -661,6 +661,64 @@ static int copy_bytes(int fd, const char *text_path, int64_t off, int64_t len, s
     return 0;
 }
 
+/* The folders of path that do not exist yet, made (mode 0777 & ~umask),
+ * outermost first; their paths in *made (malloc'ed, *nmade of them) so that a
+ * failure later can take them away again (unmake). -1 with err when one
+ * cannot be made (those made before it are taken away). */
+#define MAX_MADE 64
+static void unmake(char **made, int n)
+{
+    while (n > 0) {
+        rmdir(made[--n]);
+        free(made[n]);
+    }
+}
+
+static int make_parents(const char *path, char **made, int *nmade, bmt_error_t *err)
+{
+    *nmade = 0;
+    char *dir = strdup(path);
+    if (dir == NULL)
+        return data_err(err, "%s: out of memory", shown(path).s);
+    char *slash = strrchr(dir, '/');
+    if (slash == NULL || slash == dir) { /* in the working directory, or in / */
+        free(dir);
+        return 0;
+    }
+    *slash = '\0';
+    for (char *p = dir + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        const char c = *p;
+        *p = '\0';
+        struct stat st;
+        if (stat(dir, &st) != 0) {
+            if (errno != ENOENT || *nmade == MAX_MADE || mkdir(dir, 0777) != 0 ||
+                (made[*nmade] = strdup(dir)) == NULL) {
+                int e = *nmade == MAX_MADE ? ENAMETOOLONG : errno;
+                data_err(err, "%s: cannot make its folder %s: %s", shown(path).s, shown(dir).s,
+                         strerror(e));
+                unmake(made, *nmade);
+                *nmade = 0;
+                free(dir);
+                return -1;
+            }
+            (*nmade)++;
+        } else if (!S_ISDIR(st.st_mode)) {
+            data_err(err, "%s: %s is not a folder", shown(path).s, shown(dir).s);
+            unmake(made, *nmade);
+            *nmade = 0;
+            free(dir);
+            return -1;
+        }
+        *p = c;
+        if (c == '\0')
+            break;
+    }
+    free(dir);
+    return 0;
+}
+
 int data_tokenize_file(const char *text_path, const char *out_prefix, double val_fraction,
                        bmt_error_t *err)
 {
@@ -706,9 +764,11 @@ int data_tokenize_file(const char *text_path, const char *out_prefix, double val
     snprintf(train_path, plen, "%s_train.bin", out_prefix);
     snprintf(val_path, plen, "%s_val.bin", out_prefix);
 
-    int rc = -1;
+    int rc = -1, nmade = 0;
+    char *made[MAX_MADE];
     shard_out_t train, val;
-    if (out_begin(&train, train_path, n_train, 2, err) != 0)
+    if (make_parents(train_path, made, &nmade, err) != 0 ||
+        out_begin(&train, train_path, n_train, 2, err) != 0)
         goto out;
     if (copy_bytes(fd, text_path, 0, n_train, &train, err) != 0 || out_finish(&train, err) != 0)
         goto out;
@@ -731,6 +791,11 @@ int data_tokenize_file(const char *text_path, const char *out_prefix, double val
     }
     rc = 0;
 out:
+    if (rc != 0)
+        unmake(made, nmade); /* nothing new is left behind, folders included */
+    else
+        while (nmade > 0)
+            free(made[--nmade]);
     close(fd);
     free(train_path);
     free(val_path);

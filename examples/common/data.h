@@ -151,7 +151,9 @@ int data_loader_token_bytes(const data_loader_t *loader, int i);
  * the split is at a byte boundary. Both files are written atomically as
  * data_write_shard does, and both are renamed into place only once both are
  * complete; if the second rename fails the first output is removed again, so on
- * failure neither output is new and no temporary file is left.
+ * failure neither output is new and no temporary file is left. The folders of
+ * out_prefix that do not exist are made first (and taken away again on a
+ * failure).
  * Errors: val_fraction outside [0, 1), an unreadable or non-regular file, a text
  * of 2^31 bytes or more, an empty train part, any write failure.
  * (val_fraction 0 writes a val shard of 0 tokens, which the reader refuses.) */

@@ -47,7 +47,7 @@
 
 static const char USAGE[] =
     "usage: generate DIR (--prompt-ids ID,ID,... | --prompt TEXT) [options]\n"
-    "  DIR                   an HF model directory (config.json: model_type gpt2 or llama;\n"
+    "  DIR                   an HF model directory (config.json: model_type gpt2, llama or mistral;\n"
     "                        model.safetensors or model.safetensors.index.json), or a\n"
     "                        trainer's --save-dir (the step its `latest` names)\n"
     "  --prompt-ids LIST     the prompt's token ids, comma separated\n"

@@ -69,6 +69,15 @@ for part in (\"train\", \"val\"):
 "
 '
 
+test_expect_success "--prepare makes the folders of --out that do not exist; a file in the way is refused, nothing made" '
+    $GPT2 --prepare "$SRC/examples/gpt2/data/corpus.txt" --out new/deeper/corpus >out &&
+    cmp new/deeper/corpus_train.bin $TMP/corpus_train.bin && cmp new/deeper/corpus_val.bin $TMP/corpus_val.bin &&
+    : >file && { $GPT2 --prepare "$SRC/examples/gpt2/data/corpus.txt" --out file/sub/corpus 2>err; rc=$?; } &&
+    test $rc -eq 1 && cat err && grep -q "^gpt2: file/sub/corpus_train.bin: file is not a folder" err &&
+    test ! -e file/sub && test -f file && test ! -s file &&
+    { $GPT2 --prepare /nonexistent.txt --out other/corpus 2>err; rc=$?; } && test $rc -eq 1 && test ! -e other
+'
+
 test_expect_success "the tiny GPT-2 trains 2 x 2 on the corpus: the loss falls, val loss (printed and as a scalar) and metrics reported" '
     BMT_PLUGINS=jsonl BMT_JSONL=$PWD/m-%r.jsonl with_timeout 300 $BMLAUNCH --metrics-port 0 -g 2 -n 2 -- \
         $GPT2 --data $TMP/corpus_train.bin --val $TMP/corpus_val.bin --steps 40 --lr 3e-3 \
