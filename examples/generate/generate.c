@@ -47,9 +47,9 @@
 
 static const char USAGE[] =
     "usage: generate DIR (--prompt-ids ID,ID,... | --prompt TEXT) [options]\n"
-    "  DIR                   an HF model directory (config.json: model_type gpt2, llama or mistral;\n"
-    "                        model.safetensors or model.safetensors.index.json), or a\n"
-    "                        trainer's --save-dir (the step its `latest` names)\n"
+    "  DIR                   an HF model directory (config.json: model_type gpt2, llama\n"
+    "                        or mistral; model.safetensors or model.safetensors.index.json),\n"
+    "                        or a trainer's --save-dir (the step its `latest` names)\n"
     "  --prompt-ids LIST     the prompt's token ids, comma separated\n"
     "  --prompt TEXT         the prompt's bytes as tokens (byte-level models: vocab_size 256)\n"
     "  -n, --new-tokens N    tokens to generate (default 32); prompt + N <= the model's positions\n"
