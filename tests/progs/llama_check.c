@@ -5,7 +5,7 @@
  *
  *     bmlaunch -g G -n P -- llama_check --init DIR --data SHARD -b B -t T --out OUT
  *                             [--steps N] [--zero 2|3] [--ckpt 0|1] [--mask K]
- *                             [--dump-init 0|1] [--fp8 0|1]
+ *                             [--dump-init 0|1] [--fp8 0|1] [--fp8-history H]
  *
  * DIR is an HF model directory: config.json (llama_config_from_file) and
  * model.safetensors or a sharded index (llama_model_load: each rank reads its
@@ -13,7 +13,10 @@
  * positions K-1, 2K-1, ...) out of the loss (target -1).
  * --fp8 1: the layers' products with their operands through FP8 at current
  *   scaling (llama_model_fp8 with history 0), every step standing alone, so
- *   that the oracle can do the same (llama_oracle.py check --fp8).
+ *   that the oracle can do the same (llama_oracle.py check --fp8); with
+ *   --fp8-history H > 0, delayed scaling over H passes (the gradient step is
+ *   the model's first pass, at current scaling either way; the 10 steps
+ *   carry their records from step to step, as the oracle's Plan does).
  * Phase 0 (--dump-init 1): the model built from seed 1 without loading, every
  *   parameter written to OUT/init/<name>.f32 (HF's _init_weights, checked by
  *   the oracle's `init` command).
@@ -59,7 +62,7 @@
 
 typedef struct args {
     const char *init, *data, *out;
-    int B, T, steps, zero, ckpt, mask, dump_init, fp8;
+    int B, T, steps, zero, ckpt, mask, dump_init, fp8, fp8_history;
 } args_t;
 
 static void write_file(const char *path, const void *p, size_t bytes)
@@ -79,7 +82,7 @@ static llama_model_t *build(bmt_ctx_t *ctx, const args_t *a, bool load, bmt_erro
         return NULL;
     llama_model_t *m = llama_model_create(ctx, &cfg, a->B, a->T, &lc, 1, err);
     if (m && ((load && llama_model_load(m, a->init, err) < 0) ||
-              llama_model_fp8(m, a->fp8, 0, err) < 0)) {
+              llama_model_fp8(m, a->fp8, a->fp8_history, err) < 0)) {
         llama_model_destroy(m);
         return NULL;
     }
@@ -181,12 +184,15 @@ int main(int argc, char **argv)
             a.dump_init = atoi(v);
         else if (strcmp(k, "--fp8") == 0)
             a.fp8 = atoi(v);
+        else if (strcmp(k, "--fp8-history") == 0)
+            a.fp8_history = atoi(v);
         else
             DIE("unknown option %s", k);
     }
     if (!a.init || !a.data || !a.out || a.B < 1 || a.T < 1)
         DIE("usage: llama_check --init DIR --data SHARD -b B -t T --out OUT [--steps N] "
-            "[--zero 2|3] [--ckpt 0|1] [--mask K] [--dump-init 0|1] [--fp8 0|1]");
+            "[--zero 2|3] [--ckpt 0|1] [--mask K] [--dump-init 0|1] [--fp8 0|1] "
+            "[--fp8-history H]");
     bmt_ctx_t *ctx;
     bmt_error_t err;
     if (bmt_init(&ctx, NULL, &err) < 0)
