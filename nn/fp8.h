@@ -49,7 +49,8 @@ float nn_fp8_max(nn_fp8_kind_t kind);
 
 /* Where a scaled value loses more than rounding to saturation: the largest
  * finite value plus half the step below it, 464 (E4M3) or 61440 (E5M2). A
- * value up to it ends at the largest value as rounding would put it there;
+ * value below it ends at the largest value as rounding would put it there (at
+ * exactly 61440 E5M2's tie rounds to the even 65536, which saturates);
  * delayed scaling's statistics count a tensor as saturated when its amax
  * times its scale exceeds it. */
 float nn_fp8_saturation(nn_fp8_kind_t kind);
@@ -66,15 +67,20 @@ uint8_t nn_fp8_from_f32(float x, nn_fp8_kind_t kind);
  * amax rounded to f32 (one IEEE division, as the kernels compute it), divided
  * by 2^margin (margin >= 0 keeps headroom for delayed scaling). amax 0 (an all
  * zero tensor) gives 1. Returns 0 when amax is NaN, infinite or negative, or
- * when the scale would not be a finite positive f32 (amax below about 1e-36):
- * a caller must treat 0 as "this tensor cannot be scaled" and fail loudly. */
+ * when the scale would not be a finite positive f32 (amax below max / FLT_MAX:
+ * about 1.3e-36 for E4M3, 1.7e-34 for E5M2): a caller must treat 0 as "this
+ * tensor cannot be scaled" and fail loudly (a finite tensor that small gives
+ * NaN products too; no trained tensor is). */
 float nn_fp8_scale(float amax, nn_fp8_kind_t kind, int margin);
 
 /* q[i] = nn_fp8_from_f32(x[i] * scale) for i < n (the product rounded to f32
  * first, as a kernel computes it). Returns the amax of x (max |x[i]|; NaN if
  * any x[i] is NaN, as the kernels report it), so that one pass both converts
  * and measures for delayed scaling. *saturated, if not NULL, gets the number of
- * finite x[i] whose x[i] * scale exceeded the largest finite value. */
+ * finite x[i] whose x[i] * scale rounds beyond the largest finite value (E4M3:
+ * above 464; E5M2: from 61440) or overflows to infinity: the values that lost
+ * more than rounding (a value between the largest and the threshold rounds to
+ * the largest, as it would anyway). */
 float nn_fp8_quantize(uint8_t *q, const float *x, size_t n, float scale, nn_fp8_kind_t kind,
                       size_t *saturated);
 
@@ -208,8 +214,12 @@ void nn_fp8_plan_end(nn_fp8_plan_t *p);
  * saturated, a finite record times the delayed scale it was converted at
  * above nn_fp8_saturation (its largest elements lost more than rounding: the
  * tensor grew past its history's largest by more than half a step of the
- * format's top binade, 3.6% E4M3, 7.1% E5M2); unscalable, a delayed scale of
- * 0 (no finite record in the window) or a non-finite record. */
+ * format's top binade, 3.6% E4M3, 7.1% E5M2); unscalable, two counts added:
+ * each non-finite record as its pass closes, and each delayed scale of 0
+ * (no finite record in the window) as a pass begins with it, the pass that
+ * the stats call's own begin opens included. So an operand whose window holds
+ * only non-finite records counts twice a pass: U is a count of events, not
+ * of operand-passes, and any U > 0 says a tensor could not be scaled. */
 typedef struct nn_fp8_stats {
     long passes;     /* passes closed */
     long saturated;  /* operand-passes */

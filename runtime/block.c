@@ -42,7 +42,7 @@ bmt_block_t *bmt_block_create(bmt_ctx_t *ctx, const char *name, bmt_error_t *err
     bmt_block_t *b = calloc(1, sizeof(*b));
     if (b == NULL || (b->name = strdup(name)) == NULL) {
         free(b);
-        errprintf(err, "rank %d: out of memory creating block %.200s", ctx->rank, name);
+        errprintf(err, "rank %d: out of memory creating block %.900s", ctx->rank, name);
         return NULL;
     }
     b->ctx = ctx;
@@ -59,34 +59,34 @@ int bmt_block_add_param(bmt_block_t *b, const char *name, int ndim, const int64_
     int rank = b->ctx->rank;
     if (b->built)
         return errprintf(err,
-                         "rank %d: block %.200s: parameter %.200s added after bmt_block_build; "
+                         "rank %d: block %.900s: parameter %.900s added after bmt_block_build; "
                          "add every parameter first",
                          rank, b->name, name ? name : "(null)");
     if (name == NULL || *name == '\0')
-        return errprintf(err, "rank %d: block %.200s: a parameter needs a name", rank, b->name);
+        return errprintf(err, "rank %d: block %.900s: a parameter needs a name", rank, b->name);
     if (shape == NULL)
-        return errprintf(err, "rank %d: %.200s.%.200s: the shape is NULL (give ndim sizes)", rank,
+        return errprintf(err, "rank %d: %.900s.%.900s: the shape is NULL (give ndim sizes)", rank,
                          b->name, name);
     if (ndim < 1 || ndim > BMT_MAX_DIMS)
-        return errprintf(err, "rank %d: %.200s.%.200s: ndim must be 1..%d, got %d", rank, b->name,
+        return errprintf(err, "rank %d: %.900s.%.900s: ndim must be 1..%d, got %d", rank, b->name,
                          name, BMT_MAX_DIMS, ndim);
     if (bmt_dtype_size(dtype) == 0)
-        return errprintf(err, "rank %d: %.200s.%.200s: invalid dtype %d", rank, b->name, name,
+        return errprintf(err, "rank %d: %.900s.%.900s: invalid dtype %d", rank, b->name, name,
                          (int)dtype);
     if ((unsigned)init.kind > BMT_INIT_TRUNC_NORMAL)
-        return errprintf(err, "rank %d: %.200s.%.200s: invalid init kind %d", rank, b->name, name,
+        return errprintf(err, "rank %d: %.900s.%.900s: invalid init kind %d", rank, b->name, name,
                          (int)init.kind);
     int64_t numel = 1;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] < 1 || numel > INT64_MAX / shape[d] / 16)
-            return errprintf(err, "rank %d: %.200s.%.200s: dimension %d is %lld", rank, b->name,
+            return errprintf(err, "rank %d: %.900s.%.900s: dimension %d is %lld", rank, b->name,
                              name, d, (long long)shape[d]);
         numel *= shape[d];
     }
     for (int i = 0; i < b->nparams; i++) {
         const char *short_name = b->params[i].name + strlen(b->name) + 1;
         if (strcmp(short_name, name) == 0)
-            return errprintf(err, "rank %d: block %.200s already has a parameter %.200s", rank,
+            return errprintf(err, "rank %d: block %.900s already has a parameter %.900s", rank,
                              b->name, name);
     }
     if (b->nparams == b->cap) {
@@ -120,7 +120,7 @@ int bmt_block_build(bmt_block_t *b, uint64_t seed, bmt_error_t *err)
         return errprintf(err, "bmt_block_build: block is NULL");
     bmt_ctx_t *ctx = b->ctx;
     if (b->built)
-        return errprintf(err, "rank %d: block %.200s is already built", ctx->rank, b->name);
+        return errprintf(err, "rank %d: block %.900s is already built", ctx->rank, b->name);
     const int gpg = ctx->layout.gpus_per_group, grank = ctx->self.group_rank;
 
     /* One dtype group per dtype in use, in order of first appearance. */
@@ -181,7 +181,7 @@ int bmt_block_build(bmt_block_t *b, uint64_t seed, bmt_error_t *err)
     b->built = true;
     return 0;
 fail:
-    errprefix(err, "block %.200s: ", b->name);
+    errprefix(err, "block %.900s: ", b->name);
     for (int g = 0; g < b->ngroups; g++) {
         bmt_free(ctx, b->groups[g].param);
         b->groups[g].param = NULL;
@@ -307,11 +307,11 @@ int block_gather_into(bmt_block_t *b, void *base, void *stream, bmt_error_t *err
              * full buffer, on the gather's stream, and gather in place. */
             char *mine = block_own_part(d, base);
             if (block_shard_values(b->ctx, d, mine, stream, err) < 0)
-                return errprefix(err, "gathering block %.200s: ", b->name);
+                return errprefix(err, "gathering block %.900s: ", b->name);
             send = mine;
         }
         if (comm_all_gather_on(group, send, full, d->shard, d->dtype, stream, err) < 0)
-            return errprefix(err, "gathering block %.200s: ", b->name);
+            return errprefix(err, "gathering block %.900s: ", b->name);
     }
     return 0;
 }
@@ -357,7 +357,7 @@ int block_need_grads(bmt_block_t *b, void *stream, enum fresh_mode mode, bmt_err
                        : d->shard == d->padded ? block_fresh_grads(b, g, d->grad, mode, stream, err)
                                                : kern_zero(b->ctx, stream, d->grad, bytes, err);
         if (rc < 0)
-            return errprefix(err, "gradient shard of block %.200s: ", b->name);
+            return errprefix(err, "gradient shard of block %.900s: ", b->name);
         b->grad_fresh = true;
     }
     return 0;
@@ -370,13 +370,13 @@ int bmt_block_call_zero_grad(const bmt_block_call_t *c, int i, bmt_error_t *err)
     bmt_block_t *b = c->block;
     if (i < -1 || i >= b->nparams)
         return errprintf(err,
-                         "rank %d: bmt_block_call_zero_grad: block %.200s has parameters 0..%d, "
+                         "rank %d: bmt_block_call_zero_grad: block %.900s has parameters 0..%d, "
                          "not %d (-1: all)",
                          b->ctx->rank, b->name, b->nparams - 1, i);
     for (int k = i < 0 ? 0 : i; k < (i < 0 ? b->nparams : i + 1); k++)
         if (kern_zero(b->ctx, c->stream, c->grads[k], dsize(BMT_F32, (size_t)b->params[k].numel),
                       err) < 0)
-            return errprefix(err, "gradient %d of block %.200s: ", k, b->name);
+            return errprefix(err, "gradient %d of block %.900s: ", k, b->name);
     return 0;
 }
 
@@ -393,10 +393,10 @@ int bmt_block_gather(bmt_block_t *b, bmt_error_t *err)
         return errprintf(err, "bmt_block_gather: block is NULL");
     bmt_ctx_t *ctx = b->ctx;
     if (!b->built)
-        return errprintf(err, "rank %d: block %.200s: gather before bmt_block_build", ctx->rank,
+        return errprintf(err, "rank %d: block %.900s: gather before bmt_block_build", ctx->rank,
                          b->name);
     if (b->full)
-        return errprintf(err, "rank %d: block %.200s is already gathered", ctx->rank, b->name);
+        return errprintf(err, "rank %d: block %.900s is already gathered", ctx->rank, b->name);
     if (b->settle && b->settle(b, err) < 0) /* the optimizer's deferred update */
         return -1;
     void *full = bmt_alloc(ctx, BMT_MEM_GATHERED, b->full_bytes, err);
@@ -427,7 +427,7 @@ int bmt_block_release(bmt_block_t *b, bmt_error_t *err)
         return errprintf(err, "bmt_block_release: block is NULL");
     if (b->full == NULL || !b->own_full)
         return errprintf(err,
-                         "rank %d: block %.200s: release of a block that is not gathered "
+                         "rank %d: block %.900s: release of a block that is not gathered "
                          "(by bmt_block_gather)",
                          b->ctx->rank, b->name);
     if (bmt_device_synchronize(b->ctx, err) < 0)
@@ -447,7 +447,7 @@ int bmt_block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bmt_error
         return errprintf(err, "bmt_block_load: block and source are required");
     if (b->sealed)
         return errprintf(err,
-                         "rank %d: block %.200s: load parameters before bmt_adamw_create and the "
+                         "rank %d: block %.900s: load parameters before bmt_adamw_create and the "
                          "first forward",
                          b->ctx->rank, b->name);
     return block_load(b, fn, user, false, err);
@@ -457,10 +457,10 @@ int block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bool direct, 
 {
     bmt_ctx_t *ctx = b->ctx;
     if (!b->built)
-        return errprintf(err, "rank %d: block %.200s: load before bmt_block_build", ctx->rank,
+        return errprintf(err, "rank %d: block %.900s: load before bmt_block_build", ctx->rank,
                          b->name);
     if (b->full)
-        return errprintf(err, "rank %d: block %.200s is gathered; release it first", ctx->rank,
+        return errprintf(err, "rank %d: block %.900s is gathered; release it first", ctx->rank,
                          b->name);
     /* Stage every group's shard on the host (O(shard)) and upload only when
      * every source call succeeded: a failed load changes nothing. direct (on
@@ -480,7 +480,7 @@ int block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bool direct, 
         /* Zeros, not a download: alignment gaps and padding hold zeros always
          * (optim.c never touches them), and every parameter piece is read. */
         if ((stage[g] = calloc(1, bytes ? bytes : 1)) == NULL)
-            rc = errprintf(err, "rank %d: out of memory staging block %.200s", ctx->rank, b->name);
+            rc = errprintf(err, "rank %d: out of memory staging block %.900s", ctx->rank, b->name);
     }
     for (int i = 0; i < b->nparams && rc == 0; i++) {
         const struct param *p = &b->params[i];
@@ -491,7 +491,7 @@ int block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bool direct, 
         char *dst =
             (char *)(direct ? d->param : stage[p->group]) + dsize(d->dtype, lo - d->shard_first);
         if (fn(user, b, i, (int64_t)(lo - p->offset), (int64_t)(hi - lo), dst, d->dtype, err) < 0)
-            rc = errprefix(err, "rank %d: loading %.200s: ", ctx->rank, p->name);
+            rc = errprefix(err, "rank %d: loading %.900s: ", ctx->rank, p->name);
     }
     for (int g = 0; g < b->ngroups && rc == 0 && !direct; g++) {
         struct dgroup *d = &b->groups[g];

@@ -110,7 +110,7 @@ static int flayout_make(const bmt_block_t *b, bool optim, struct flayout *f, bmt
             if ((t->name = malloc(len)) == NULL) {
                 json_decref(h);
                 flayout_free(f);
-                return errprintf(err, "out of memory naming the tensors of block %.200s", b->name);
+                return errprintf(err, "out of memory naming the tensors of block %.900s", b->name);
             }
             f->n++;
             snprintf(t->name, len, "%s%s", p->name, suffix[k]);
@@ -292,6 +292,7 @@ struct bmt_ckpt_pending {
     bool started;
     int64_t step, skipped; /* the optimizer's counters when the save began */
     bool copy;             /* stage host copies (async, or device memory); else write the shards */
+    bool made_dir;         /* rank 0: this save created dir (a failed save takes it away again) */
     json_t *headers;       /* rank 0: {file: XXH3 of its header} */
     int rc;                /* the writer's: 0 or -1 with err */
     bmt_error_t err;
@@ -463,7 +464,7 @@ static int master_values(bmt_ctx_t *ctx, bmt_ckpt_pending_t *p, const struct dgr
     const size_t bytes = dsize(d->dtype, d->shard);
     void *h = keep_buf(p, bytes);
     if (h == NULL)
-        return errprintf(err, "out of memory staging block %.200s", block);
+        return errprintf(err, "out of memory staging block %.900s", block);
     *out = h;
     if (bmt_device(ctx) == BMT_DEVICE_CPU)
         return block_shard_values(ctx, d, h, NULL, err);
@@ -522,7 +523,7 @@ static int stage_shards(bmt_ckpt_pending_t *p, const bmt_block_t *b, bmt_error_t
             ov.d = NULL;
         }
         if (opt && ov.d == NULL) {
-            rc = errprintf(err, "block %.200s is not this optimizer's", b->name);
+            rc = errprintf(err, "block %.900s is not this optimizer's", b->name);
             break;
         }
         /* Host copies of the shards: parameter (its dtype), then f32 state. */
@@ -537,7 +538,7 @@ static int stage_shards(bmt_ckpt_pending_t *p, const bmt_block_t *b, bmt_error_t
             else if (!p->copy)
                 stage[k] = (void *)src[k]; /* cpu, synchronous: write from the shard */
             else if ((stage[k] = keep_buf(p, d->shard * isz[k])) == NULL)
-                rc = errprintf(err, "out of memory staging block %.200s", b->name);
+                rc = errprintf(err, "out of memory staging block %.900s", b->name);
             else
                 rc = bmt_mem_download(ctx, stage[k], src[k], d->shard * isz[k], err);
         }
@@ -903,6 +904,8 @@ static int save_start(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, 
 int bmt_ckpt_save_async(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, const char *name,
                         const char *user_json, int keep, bmt_ckpt_pending_t **out, bmt_error_t *err)
 {
+    if (out == NULL)
+        return errprintf(err, "bmt_ckpt_save_async: needs a pending pointer (out)");
     bmt_ckpt_config_t c = BMT_CKPT_CONFIG_INITIALIZER;
     c.user_json = user_json;
     c.keep = keep;
@@ -917,8 +920,11 @@ int bmt_ckpt_save_async(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir
 static void cleanup_failed(bmt_ckpt_pending_t *p)
 {
     bmt_error_t ignored;
-    if (p->ctx->rank == 0)
+    if (p->ctx->rank == 0) {
         remove_tree(p->tmpdir);
+        if (p->made_dir)
+            rmdir(p->dir); /* only if nothing else came into it meanwhile */
+    }
     inflight_remove(p->tmpdir);
     bmt_barrier(p->ctx->world_comm, &ignored);
 }
@@ -947,7 +953,7 @@ static int save_start(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, 
                          ctx->rank, strlen(dir));
     if (!good_name(name))
         return errprintf(err,
-                         "rank %d: checkpoint name '%.200s': use letters, digits, '.', '-' and "
+                         "rank %d: checkpoint name '%.900s': use letters, digits, '.', '-' and "
                          "'_' (not starting with '.')",
                          ctx->rank, name ? name : "(null)");
     if (opt && optim_list(opt) != list)
@@ -983,7 +989,8 @@ static int save_start(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, 
     if (blocklist_flush(list, NULL, true, err) < 0 || bmt_device_synchronize(ctx, err) < 0)
         failed = 1;
     if (!failed && ctx->rank == 0) {
-        if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        p->made_dir = mkdir(dir, 0755) == 0;
+        if (!p->made_dir && errno != EEXIST) {
             errprintf(err, "cannot create %s: %s", dir, strerror(errno));
             failed = 1;
         } else if (sweep_stale(dir), remove_tree(p->tmpdir) != 0 || mkdir(p->tmpdir, 0755) != 0) {
@@ -1105,11 +1112,15 @@ int bmt_ckpt_resolve(const char *path, char *out, size_t len, bmt_error_t *err)
 {
     if (path == NULL || strlen(path) > 3000)
         return errprintf(err, "bmt_ckpt_resolve: no path, or one too long");
+    if (out == NULL || len == 0)
+        return errprintf(err, "bmt_ckpt_resolve: no output buffer");
     char p[4200];
     struct stat st;
     snprintf(p, sizeof(p), "%s/train_state.json", path);
     if (stat(p, &st) == 0) {
-        snprintf(out, len, "%s", path);
+        if ((size_t)snprintf(out, len, "%s", path) >= len)
+            return errprintf(err, "bmt_ckpt_resolve: %s does not fit the %zu bytes given", path,
+                             len);
         return 0;
     }
     snprintf(p, sizeof(p), "%s/latest", path);
@@ -1124,11 +1135,14 @@ int bmt_ckpt_resolve(const char *path, char *out, size_t len, bmt_error_t *err)
     fclose(f);
     name[strcspn(name, "\r\n")] = '\0';
     if (got == NULL || !good_name(name))
-        return errprintf(err, "%s does not name a checkpoint ('%.200s')", p, name);
-    snprintf(out, len, "%s/%s", path, name);
-    snprintf(p, sizeof(p), "%s/train_state.json", out);
+        return errprintf(err, "%s does not name a checkpoint ('%.900s')", p, name);
+    snprintf(p, sizeof(p), "%s/%s/train_state.json", path, name);
     if (stat(p, &st) != 0)
-        return errprintf(err, "%s/latest names %s, which has no train_state.json", path, out);
+        return errprintf(err, "%s/latest names %s/%s, which has no train_state.json", path, path,
+                         name);
+    if ((size_t)snprintf(out, len, "%s/%s", path, name) >= len)
+        return errprintf(err, "bmt_ckpt_resolve: %s/%s does not fit the %zu bytes given", path,
+                         name, len);
     return 0;
 }
 
@@ -1557,7 +1571,7 @@ int bmt_ckpt_load(bmt_blocklist_t *list, bmt_optim_t *opt, const char *path, cha
         for (int g = 0; g < blocks[i]->ngroups && rc == 0; g++)
             if (blocks[i]->groups[g].param == NULL && opt == NULL)
                 rc = errprintf(err,
-                               "block %.200s keeps its parameters in its optimizer (master_only): "
+                               "block %.900s keeps its parameters in its optimizer (master_only): "
                                "pass that optimizer to bmt_ckpt_load",
                                blocks[i]->name);
     for (int i = 0; i < nb && rc == 0; i++) {

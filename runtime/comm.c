@@ -456,6 +456,8 @@ static int check_count(bmt_comm_t *c, const char *op, size_t count, bmt_dtype_t 
 
 static int failed(bmt_comm_t *c, const char *op, bmt_error_t *err)
 {
+    if (c->be == &comm_backend_none) /* a refusal, nothing started: the communicator stays */
+        return errprefix(err, COMM_WHERE_FMT ": %s: ", c->ctx->rank, c->name, op);
     c->aborted = true;
     c->ctx->comm_failed = true;
     c->be->abort(c);
@@ -672,6 +674,10 @@ int bmt_barrier(bmt_comm_t *c, bmt_error_t *err)
 
 int bmt_all_reduce_host_f64(bmt_comm_t *c, double *v, size_t n, bmt_op_t op, bmt_error_t *err)
 {
+    if (c == NULL || (n > 0 && v == NULL))
+        return errprintf(err, "bmt_all_reduce_host_f64: the communicator or the buffer is NULL");
+    if (n > SIZE_MAX / sizeof(double))
+        return errprintf(err, "bmt_all_reduce_host_f64: %zu doubles overflow a size", n);
     bmt_ctx_t *ctx = c->ctx;
     double *d = bmt_alloc(ctx, BMT_MEM_WORKSPACE, n * sizeof(double), err);
     if (d == NULL)

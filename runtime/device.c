@@ -398,8 +398,8 @@ static void *device_alloc(bmt_ctx_t *ctx, bmt_mem_kind_t kind, size_t real, void
     void *p = NULL;
     if (ctx->device == BMT_DEVICE_CPU) {
         /* 64-byte alignment, like cudaMalloc's 256: vector loads, no false sharing. */
-        if (posix_memalign(&p, 64, (real + 63) & ~(size_t)63) != 0)
-            p = NULL;
+        if (real > SIZE_MAX - 63 || posix_memalign(&p, 64, (real + 63) & ~(size_t)63) != 0)
+            p = NULL; /* (rounding up SIZE_MAX would wrap to a tiny block) */
         if (p == NULL)
             errprintf(err, "rank %d: out of host memory allocating %zu bytes (%s)", ctx->rank, real,
                       bmt_mem_kind_name(kind));

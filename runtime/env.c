@@ -106,7 +106,7 @@ int env_get_seconds(const char *name, double *out, bmt_error_t *err)
     char *end = NULL;
     double d = strtod(v, &end);
     if (end == v || *end != '\0' || errno == ERANGE || !isfinite(d) || d <= 0)
-        return errprintf(err, "%s='%.200s' is not a positive number of seconds", name, v);
+        return errprintf(err, "%s='%.900s' is not a positive number of seconds", name, v);
     *out = d;
     return 0;
 }
@@ -127,7 +127,7 @@ int env_get_flag(const char *name, bool *out, bmt_error_t *err)
     if (v == NULL)
         return errprintf(err, "%s is not set", name);
     if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
-        return errprintf(err, "%s='%.200s' is not 0 or 1", name, v);
+        return errprintf(err, "%s='%.900s' is not 0 or 1", name, v);
     *out = v[0] == '1';
     return 0;
 }
@@ -153,7 +153,7 @@ int env_get_bytes(const char *name, size_t *out, bmt_error_t *err)
     }
     if (end == v || v[0] == '-' || mult == 0 || errno == ERANGE || n == 0 ||
         n > (unsigned long long)SIZE_MAX / mult)
-        return errprintf(err, "%s='%.200s' is not a byte count (e.g. 4096, 64K, 1M)", name, v);
+        return errprintf(err, "%s='%.900s' is not a byte count (e.g. 4096, 64K, 1M)", name, v);
     *out = (size_t)(n * mult);
     return 0;
 }

@@ -24,7 +24,7 @@ int fault_init(bmt_ctx_t *ctx, bmt_error_t *err)
         (strcmp(where, "step") != 0 && strcmp(where, "save") != 0 && strcmp(where, "nan") != 0) ||
         rank < 0 || step < 1)
         return errprintf(err,
-                         "rank %d: BMT_FAULT='%.200s': use step:RANK:STEP, save:RANK:STEP or "
+                         "rank %d: BMT_FAULT='%.900s': use step:RANK:STEP, save:RANK:STEP or "
                          "nan:RANK:STEP (RANK >= 0, STEP >= 1)",
                          ctx->rank, v);
     const char *restart = getenv("BMT_RESTART");

@@ -90,7 +90,7 @@ static int setup_device(bmt_ctx_t *ctx, const char *device, bmt_error_t *err)
         return 0;
     }
     if (strcmp(device, "cuda") != 0)
-        return errprintf(err, "rank %d: unknown device '%.200s' (BMT_DEVICE): use cpu or cuda",
+        return errprintf(err, "rank %d: unknown device '%.900s' (BMT_DEVICE): use cpu or cuda",
                          ctx->rank, device);
 #ifdef BMT_HAVE_CUDA
     int n = 0;
@@ -128,7 +128,7 @@ static int setup_backend(bmt_ctx_t *ctx, const char *name, bmt_error_t *err)
         const char *known = "shm or none (this libbmt was built without NCCL)";
 #endif
         return errprintf(err,
-                         "rank %d: unknown communication backend '%.200s' (BMT_BACKEND): use %s",
+                         "rank %d: unknown communication backend '%.900s' (BMT_BACKEND): use %s",
                          ctx->rank, name, known);
     }
     if (ctx->backend == &comm_backend_shm) {

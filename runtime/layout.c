@@ -20,14 +20,14 @@ int bmt_parse_positive(const char *text, const char *what, int *out, bmt_error_t
         return errprintf(err, "%s needs a positive whole number, got nothing", what);
     for (const char *p = text; *p; p++)
         if (*p < '0' || *p > '9')
-            return errprintf(err, "%s needs a positive whole number, got '%.200s'", what, text);
+            return errprintf(err, "%s needs a positive whole number, got '%.900s'", what, text);
     errno = 0;
     char *end = NULL;
     long v = strtol(text, &end, 10);
     if (errno == ERANGE || v > INT_MAX)
-        return errprintf(err, "%s: '%.200s' is too large (at most %d)", what, text, INT_MAX);
+        return errprintf(err, "%s: '%.900s' is too large (at most %d)", what, text, INT_MAX);
     if (v < 1)
-        return errprintf(err, "%s must be at least 1, got '%.200s'", what, text);
+        return errprintf(err, "%s must be at least 1, got '%.900s'", what, text);
     *out = (int)v;
     return 0;
 }

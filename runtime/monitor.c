@@ -225,7 +225,7 @@ int monitor_init(bmt_ctx_t *ctx, bmt_error_t *err)
     bool warn = strcmp(errors, "warn") == 0;
     if (!warn && strcmp(errors, "fail") != 0) {
         free(m);
-        return errprintf(err, "rank %d: BMT_PLUGIN_ERRORS='%.200s': use fail or warn", ctx->rank,
+        return errprintf(err, "rank %d: BMT_PLUGIN_ERRORS='%.900s': use fail or warn", ctx->rank,
                          errors);
     }
     double flush_s;
@@ -241,7 +241,7 @@ int monitor_init(bmt_ctx_t *ctx, bmt_error_t *err)
         if (end == peak || *end != '\0' || errno || !isfinite(t) || t <= 0) {
             free(m);
             return errprintf(err,
-                             "rank %d: BMT_PEAK_TFLOPS='%.200s' is not a positive number "
+                             "rank %d: BMT_PEAK_TFLOPS='%.900s' is not a positive number "
                              "(peak TFLOP/s of one rank)",
                              ctx->rank, peak);
         }

@@ -317,7 +317,7 @@ static int grad_sumsq(bmt_optim_t *o, double *total, bmt_error_t *err)
     st->sums_ready = false;
     for (int i = 0; i < o->ns && !ready; i++) {
         if (o->s[i].d->grad == NULL) /* every block's backward makes its shards */
-            return errprintf(err, "rank %d: internal: block %.200s has no gradient shard",
+            return errprintf(err, "rank %d: internal: block %.900s has no gradient shard",
                              ctx->rank, o->s[i].block->name);
         if (kern_sumsq(ctx, compute, o->s[i].d->grad, o->s[i].d->shard, o->sums, i, err) < 0)
             return -1;
@@ -479,17 +479,18 @@ int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
     double norm = sqrt(sumsq) * scale;
     bmt_step_info_t out = { .grad_norm = norm, .microbatches = micro };
     if (!isfinite(norm)) {
-        o->skipped++;
-        o->skipped_run++;
-        out.skipped = true;
-        /* Every rank has the same norm, so all stop here together. */
-        if (o->cfg.max_skipped > 0 && o->skipped_run > o->cfg.max_skipped)
+        /* Every rank has the same norm, so all stop here together, before any
+         * counter moves (a failed call changes nothing). */
+        if (o->cfg.max_skipped > 0 && o->skipped_run + 1 > o->cfg.max_skipped)
             return errprintf(err,
                              "rank %d: %lld optimizer steps in a row were skipped (gradient "
                              "norm %g, not finite), more than max_skipped %d: the run has "
                              "diverged or its parameters hold non-finite values; resume from "
                              "the last checkpoint, perhaps with a lower learning rate",
-                             ctx->rank, (long long)o->skipped_run, norm, o->cfg.max_skipped);
+                             ctx->rank, (long long)o->skipped_run + 1, norm, o->cfg.max_skipped);
+        o->skipped++;
+        o->skipped_run++;
+        out.skipped = true;
     } else {
         o->skipped_run = 0;
         if (o->cfg.clip_norm > 0) {

@@ -291,7 +291,7 @@ static int meta_add(bmt_st_t *st, const char *key, const char *value, const char
         int cap = st->metacap ? 2 * st->metacap : 8;
         meta_t *m = realloc(st->meta, (size_t)cap * sizeof(*m));
         if (m == NULL)
-            return errprintf(err, "%.200s: out of memory", label);
+            return errprintf(err, "%.900s: out of memory", label);
         st->meta = m;
         st->metacap = cap;
     }
@@ -301,7 +301,7 @@ static int meta_add(bmt_st_t *st, const char *key, const char *value, const char
     if (!m->key || !m->value) {
         free(m->key);
         free(m->value);
-        return errprintf(err, "%.200s: out of memory", label);
+        return errprintf(err, "%.900s: out of memory", label);
     }
     st->nmeta++;
     return 0;
@@ -331,7 +331,7 @@ static int tensor_err(bmt_error_t *err, const char *file, const char *name, cons
     va_start(ap, fmt);
     vsnprintf(cause, sizeof(cause), fmt, ap);
     va_end(ap);
-    return errprintf(err, "%.200s: tensor '%.200s': %s", file, name, cause);
+    return errprintf(err, "%.900s: tensor '%.900s': %s", file, name, cause);
 }
 
 /* Errors are one printable line (bmt/error.h), yet they quote the file: a
@@ -424,12 +424,12 @@ static int parse_tensor(bmt_st_t *st, const char *name, json_t *v, uint64_t data
         int cap = st->cap ? 2 * st->cap : 64;
         entry_t *p = realloc(st->ent, (size_t)cap * sizeof(*p));
         if (p == NULL)
-            return errprintf(err, "%.200s: out of memory", label);
+            return errprintf(err, "%.900s: out of memory", label);
         st->ent = p;
         st->cap = cap;
     }
     if ((e.name = strdup(name)) == NULL)
-        return errprintf(err, "%.200s: out of memory", label);
+        return errprintf(err, "%.900s: out of memory", label);
     st->ent[st->count++] = e;
     return 0;
 }
@@ -451,7 +451,7 @@ static int check_tiling(bmt_st_t *st, int first, uint64_t data_len, const char *
     int n = st->count - first;
     entry_t **v = malloc((size_t)(n ? n : 1) * sizeof(*v));
     if (v == NULL)
-        return errprintf(err, "%.200s: out of memory", label);
+        return errprintf(err, "%.900s: out of memory", label);
     for (int i = 0; i < n; i++)
         v[i] = &st->ent[first + i];
     qsort(v, (size_t)n, sizeof(*v), by_offsets);
@@ -460,21 +460,21 @@ static int check_tiling(bmt_st_t *st, int first, uint64_t data_len, const char *
     for (int i = 0; i < n && rc == 0; i++) {
         if (v[i]->begin < pos)
             rc = errprintf(
-                err, "%.200s: tensors '%.200s' [%llu, %llu] and '%.200s' [%llu, %llu] overlap",
+                err, "%.900s: tensors '%.900s' [%llu, %llu] and '%.900s' [%llu, %llu] overlap",
                 label, v[i - 1]->name, (unsigned long long)v[i - 1]->begin,
                 (unsigned long long)v[i - 1]->end, v[i]->name, (unsigned long long)v[i]->begin,
                 (unsigned long long)v[i]->end);
         else if (v[i]->begin > pos)
             rc = errprintf(err,
-                           "%.200s: bytes [%llu, %llu) of the data section belong to no tensor "
-                           "(a hole before '%.200s')",
+                           "%.900s: bytes [%llu, %llu) of the data section belong to no tensor "
+                           "(a hole before '%.900s')",
                            label, (unsigned long long)pos, (unsigned long long)v[i]->begin,
                            v[i]->name);
         pos = v[i]->end;
     }
     if (rc == 0 && pos != data_len)
         rc = errprintf(err,
-                       "%.200s: bytes [%llu, %llu) at the end of the data section belong to no "
+                       "%.900s: bytes [%llu, %llu) at the end of the data section belong to no "
                        "tensor",
                        label, (unsigned long long)pos, (unsigned long long)data_len);
     free(v);
@@ -488,19 +488,19 @@ static int parse_header(bmt_st_t *st, const char *hdr, size_t len, uint64_t data
 {
     const char *label = st->files[file].label;
     if (len == 0)
-        return errprintf(err, "%.200s: header is empty, not a JSON object", label);
+        return errprintf(err, "%.900s: header is empty, not a JSON object", label);
     if (hdr[0] != '{') {
         unsigned char c = (unsigned char)hdr[0];
         if (c >= 0x21 && c < 0x7f)
-            return errprintf(err, "%.200s: header is not a JSON object (it starts with '%c')",
+            return errprintf(err, "%.900s: header is not a JSON object (it starts with '%c')",
                              label, c);
-        return errprintf(err, "%.200s: header is not a JSON object (it starts with byte 0x%02x)",
+        return errprintf(err, "%.900s: header is not a JSON object (it starts with byte 0x%02x)",
                          label, c);
     }
     json_error_t jerr;
     json_t *root = json_loadb(hdr, len, JSON_REJECT_DUPLICATES, &jerr);
     if (root == NULL)
-        return errprintf(err, "%.200s: header is not valid JSON: %.200s (at byte %d)", label,
+        return errprintf(err, "%.900s: header is not valid JSON: %.900s (at byte %d)", label,
                          jerr.text, jerr.position);
     int first = st->count, rc = 0;
     const char *key;
@@ -515,14 +515,14 @@ static int parse_header(bmt_st_t *st, const char *hdr, size_t len, uint64_t data
             json_object_foreach(v, mk, mv)
             {
                 if (!json_is_string(mv)) {
-                    rc = errprintf(err, "%.200s: __metadata__ '%.200s' is not a string", label, mk);
+                    rc = errprintf(err, "%.900s: __metadata__ '%.900s' is not a string", label, mk);
                     break;
                 }
                 if ((rc = meta_add(st, mk, json_string_value(mv), label, err)) < 0)
                     break;
             }
         } else if (!json_is_null(v)) {
-            rc = errprintf(err, "%.200s: __metadata__ is not an object of strings", label);
+            rc = errprintf(err, "%.900s: __metadata__ is not an object of strings", label);
         }
         if (rc < 0)
             break;
@@ -547,14 +547,14 @@ static int finish(bmt_st_t *st, bmt_error_t *err)
     for (int i = 1; i < st->count; i++) {
         if (strcmp(st->ent[i - 1].name, st->ent[i].name) == 0) {
             int f1 = st->ent[i - 1].file, f2 = st->ent[i].file; /* in file order: a stable text */
-            return tensor_err(err, st->label, st->ent[i].name, "is in both '%.200s' and '%.200s'",
+            return tensor_err(err, st->label, st->ent[i].name, "is in both '%.900s' and '%.900s'",
                               st->files[f1 < f2 ? f1 : f2].label,
                               st->files[f1 < f2 ? f2 : f1].label);
         }
     }
     st->tensors = calloc((size_t)(st->count ? st->count : 1), sizeof(*st->tensors));
     if (st->tensors == NULL)
-        return errprintf(err, "%.200s: out of memory", st->label);
+        return errprintf(err, "%.900s: out of memory", st->label);
     for (int i = 0; i < st->count; i++) {
         const entry_t *e = &st->ent[i];
         const st_file_t *f = &st->files[e->file];
@@ -586,7 +586,7 @@ bmt_st_t *bmt_st_parse(const char *header, size_t len, uint64_t data_len, const 
     st_file_t *f = &st->files[0];
     if ((f->path = strdup(file)) == NULL) {
         bmt_st_close(st);
-        errprintf(err, "%.200s: out of memory", file);
+        errprintf(err, "%.900s: out of memory", file);
         return NULL;
     }
     f->label = base_name(f->path);
@@ -635,35 +635,35 @@ static int open_file(bmt_st_t *st, int file, bmt_error_t *err)
     uint64_t size = (uint64_t)sb.st_size;
     unsigned char n8[8];
     if (size < 8)
-        return errprintf(err, "%.200s: file is %llu bytes, too short for the 8-byte header length",
+        return errprintf(err, "%.900s: file is %llu bytes, too short for the 8-byte header length",
                          label, (unsigned long long)size);
     if (pread_full(f->fd, n8, 8, 0) != 8)
-        return errprintf(err, "%.200s: reading the header length: %s", label,
+        return errprintf(err, "%.900s: reading the header length: %s", label,
                          errno ? strerror(errno) : "short read");
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--)
         n = n << 8 | n8[i];
     if (n > BMT_ST_MAX_HEADER)
-        return errprintf(err, "%.200s: header length %llu is over the limit of %llu bytes", label,
+        return errprintf(err, "%.900s: header length %llu is over the limit of %llu bytes", label,
                          (unsigned long long)n, BMT_ST_MAX_HEADER);
     if (n > size - 8)
         return errprintf(err,
-                         "%.200s: header length %llu runs past the end of the file (%llu bytes)",
+                         "%.900s: header length %llu runs past the end of the file (%llu bytes)",
                          label, (unsigned long long)n, (unsigned long long)size);
     char *hdr = malloc(n ? n : 1); /* n bytes of JSON, freed once parsed */
     if (hdr == NULL)
-        return errprintf(err, "%.200s: out of memory for a %llu-byte header", label,
+        return errprintf(err, "%.900s: out of memory for a %llu-byte header", label,
                          (unsigned long long)n);
     ssize_t got = pread_full(f->fd, hdr, n, 8);
     int rc;
     if (got != (ssize_t)n) {
-        rc = errprintf(err, "%.200s: reading the header: %s", label,
+        rc = errprintf(err, "%.900s: reading the header: %s", label,
                        got < 0 ? strerror(errno) : "short read");
     } else {
         ck_stream_t *h = ck_begin(); /* for bmt_st_set_checksums: the header as read */
         if (h == NULL) {
             free(hdr);
-            return errprintf(err, "%.200s: out of memory", label);
+            return errprintf(err, "%.900s: out of memory", label);
         }
         ck_update(h, n8, 8);
         ck_update(h, hdr, n);
@@ -729,13 +729,13 @@ static int index_files(bmt_st_t *st, json_t *root, const char *path, load_fn loa
     const char *label = st->label;
     json_t *wm = json_object_get(root, "weight_map");
     if (!json_is_object(wm))
-        return errprintf(err, "%.200s: no \"weight_map\" object", label);
+        return errprintf(err, "%.900s: no \"weight_map\" object", label);
     size_t nmap = json_object_size(wm);
     if (nmap == 0)
-        return errprintf(err, "%.200s: weight_map names no tensors", label);
+        return errprintf(err, "%.900s: weight_map names no tensors", label);
     const char **names = malloc(nmap * sizeof(*names));
     if (names == NULL)
-        return errprintf(err, "%.200s: out of memory", label);
+        return errprintf(err, "%.900s: out of memory", label);
     size_t k = 0;
     const char *key;
     json_t *v;
@@ -746,7 +746,7 @@ static int index_files(bmt_st_t *st, json_t *root, const char *path, load_fn loa
         if (fn == NULL || *fn == '\0')
             rc = tensor_err(err, label, key, "weight_map gives no file name");
         else if (name_escapes(fn))
-            rc = tensor_err(err, label, key, "file '%.200s' is outside the index's directory", fn);
+            rc = tensor_err(err, label, key, "file '%.900s' is outside the index's directory", fn);
         if (rc < 0)
             break;
         names[k++] = fn;
@@ -759,7 +759,7 @@ static int index_files(bmt_st_t *st, json_t *root, const char *path, load_fn loa
                 names[nfiles++] = names[i];
         st_file_t *files = calloc((size_t)nfiles, sizeof(*files));
         if (files == NULL)
-            rc = errprintf(err, "%.200s: out of memory", label);
+            rc = errprintf(err, "%.900s: out of memory", label);
         else {
             free(st->files);
             st->files = files;
@@ -773,7 +773,7 @@ static int index_files(bmt_st_t *st, json_t *root, const char *path, load_fn loa
         st_file_t *sf = &st->files[f];
         size_t flen = strlen(names[f]);
         if ((sf->path = malloc(dirlen + flen + 1)) == NULL) {
-            rc = errprintf(err, "%.200s: out of memory", label);
+            rc = errprintf(err, "%.900s: out of memory", label);
             break;
         }
         memcpy(sf->path, path, dirlen);
@@ -790,16 +790,16 @@ static int index_files(bmt_st_t *st, json_t *root, const char *path, load_fn loa
         const char *fn = json_string_value(json_object_get(wm, st->ent[i].name));
         const char *in = st->files[st->ent[i].file].label;
         if (fn == NULL)
-            return tensor_err(err, in, st->ent[i].name, "not in %.200s's weight_map", label);
+            return tensor_err(err, in, st->ent[i].name, "not in %.900s's weight_map", label);
         if (strcmp(fn, in) != 0)
             return tensor_err(err, label, st->ent[i].name,
-                              "is in '%.200s', but weight_map says '%.200s'", in, fn);
+                              "is in '%.900s', but weight_map says '%.900s'", in, fn);
     }
     json_object_foreach(wm, key, v)
     {
         if (bmt_st_find(st, key) < 0)
             return tensor_err(err, json_string_value(v), key,
-                              "not in the file, but %.200s's weight_map puts it there", label);
+                              "not in the file, but %.900s's weight_map puts it there", label);
     }
     return 0;
 }
@@ -820,14 +820,14 @@ static char *read_small_file(const char *path, size_t *len, bmt_error_t *err)
     else if (!S_ISREG(sb.st_mode))
         errprintf(err, "%.1200s: not a regular file", path);
     else if ((uint64_t)sb.st_size > BMT_ST_MAX_HEADER)
-        errprintf(err, "%.200s: %llu bytes, over the limit of %llu for an index", label,
+        errprintf(err, "%.900s: %llu bytes, over the limit of %llu for an index", label,
                   (unsigned long long)sb.st_size, BMT_ST_MAX_HEADER);
     else if ((text = malloc((size_t)sb.st_size + 1)) == NULL)
-        errprintf(err, "%.200s: out of memory", label);
+        errprintf(err, "%.900s: out of memory", label);
     else {
         ssize_t got = pread_full(fd, text, (size_t)sb.st_size, 0);
         if (got != (ssize_t)sb.st_size) {
-            errprintf(err, "%.200s: cannot read: %s", label,
+            errprintf(err, "%.900s: cannot read: %s", label,
                       got < 0 ? strerror(errno) : "short read");
             free(text);
             text = NULL;
@@ -849,18 +849,18 @@ static bmt_st_t *parse_index(const char *text, size_t len, const char *path, loa
     json_error_t jerr;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (root == NULL) {
-        errprintf(err, "%.200s: not valid JSON: %.200s (at byte %d)", label, jerr.text,
+        errprintf(err, "%.900s: not valid JSON: %.900s (at byte %d)", label, jerr.text,
                   jerr.position);
         return NULL;
     }
     bmt_st_t *st = NULL;
     if (!json_is_object(root)) {
-        errprintf(err, "%.200s: not a JSON object", label);
+        errprintf(err, "%.900s: not a JSON object", label);
     } else if ((st = st_new(path, 0, err)) != NULL) {
         int rc = 0;
         json_t *md = json_object_get(root, "metadata");
         if (md != NULL && !json_is_object(md) && !json_is_null(md))
-            rc = errprintf(err, "%.200s: \"metadata\" is not an object", label);
+            rc = errprintf(err, "%.900s: \"metadata\" is not an object", label);
         const char *mk;
         json_t *mv;
         json_object_foreach(md, mk, mv)
@@ -917,7 +917,7 @@ static int load_memory(bmt_st_t *st, int file, const void *arg, bmt_error_t *err
         if (s->file == NULL || strcmp(s->file, f->label) != 0)
             continue;
         if (s->header == NULL && s->len > 0)
-            return errprintf(err, "%.200s: header is NULL", f->label);
+            return errprintf(err, "%.900s: header is NULL", f->label);
         f->data_start = 8 + (uint64_t)s->len;
         f->data_len = s->data_len;
         return parse_header(st, s->header ? s->header : "", s->len, s->data_len, file, err);
@@ -1165,7 +1165,7 @@ static int read_range(bmt_st_t *st, int i, int64_t first, int64_t count, void *d
     if (st == NULL)
         return errprintf(err, "bmt_st_read: the handle is NULL");
     if (i < 0 || i >= st->count)
-        return errprintf(err, "%.200s: bmt_st_read: no tensor %d (the checkpoint has %d)",
+        return errprintf(err, "%.900s: bmt_st_read: no tensor %d (the checkpoint has %d)",
                          st->label, i, st->count);
     const entry_t *e = &st->ent[i];
     const st_file_t *f = &st->files[e->file];
@@ -1244,23 +1244,23 @@ static int set_checksums(bmt_st_t *st, const char *file, uint64_t header_xxh3,
         if (strcmp(st->files[k].path, file) == 0 || strcmp(st->files[k].label, file) == 0)
             fi = k;
     if (fi < 0)
-        return errprintf(err, "%.200s: bmt_st_set_checksums: no file '%.200s' in it", st->label,
+        return errprintf(err, "%.900s: bmt_st_set_checksums: no file '%.900s' in it", st->label,
                          file);
     st_file_t *f = &st->files[fi];
     if (f->fd < 0)
-        return errprintf(err, "%.200s: no file behind this header (bmt_st_parse)", f->label);
+        return errprintf(err, "%.900s: no file behind this header (bmt_st_parse)", f->label);
     if (header_xxh3 != f->header_hash) {
         char want[17], have[17];
         ck_hex(header_xxh3, want);
         ck_hex(f->header_hash, have);
         return errprintf(err,
-                         "%.200s: checksum mismatch in its header, bytes [0, %llu) (recorded %s, "
+                         "%.900s: checksum mismatch in its header, bytes [0, %llu) (recorded %s, "
                          "read %s): the file is damaged",
                          f->label, (unsigned long long)f->data_start, want, have);
     }
     bmt_st_sum_t *v = malloc(sizeof(*v) * (n ? n : 1));
     if (v == NULL)
-        return errprintf(err, "%.200s: out of memory", f->label);
+        return errprintf(err, "%.900s: out of memory", f->label);
     if (n)
         memcpy(v, sums, sizeof(*v) * n);
     qsort(v, n, sizeof(*v), by_sum_offset);
@@ -1270,7 +1270,7 @@ static int set_checksums(bmt_st_t *st, const char *file, uint64_t header_xxh3,
         if (v[k].offset != at || v[k].len == 0 || v[k].len > BMT_ST_SUM_MAX_UNIT ||
             v[k].offset + v[k].len > end) {
             errprintf(err,
-                      "%.200s: the checksums do not tile its data section [%llu, %llu): a unit "
+                      "%.900s: the checksums do not tile its data section [%llu, %llu): a unit "
                       "[%llu, +%llu) where byte %llu should start one (units are 1 to %llu bytes)",
                       f->label, (unsigned long long)f->data_start, (unsigned long long)end,
                       (unsigned long long)v[k].offset, (unsigned long long)v[k].len,
@@ -1283,7 +1283,7 @@ static int set_checksums(bmt_st_t *st, const char *file, uint64_t header_xxh3,
     if (at != end) {
         free(v);
         return errprintf(err,
-                         "%.200s: the checksums end at byte %llu; its data section ends at %llu "
+                         "%.900s: the checksums end at byte %llu; its data section ends at %llu "
                          "(the file is %s)",
                          f->label, (unsigned long long)at, (unsigned long long)end,
                          at < end ? "longer than when it was written" : "truncated");
@@ -1310,7 +1310,7 @@ int bmt_st_verify(bmt_st_t *st, uint64_t *bytes, bmt_error_t *err)
     for (int k = 0; k < st->nfiles && rc == 0; k++) {
         const st_file_t *f = &st->files[k];
         if (f->sums == NULL) {
-            rc = errprintf(err, "%.200s: no checksums recorded for it", f->label);
+            rc = errprintf(err, "%.900s: no checksums recorded for it", f->label);
             break;
         }
         size_t maxlen = 0;
@@ -1318,7 +1318,7 @@ int bmt_st_verify(bmt_st_t *st, uint64_t *bytes, bmt_error_t *err)
             maxlen = f->sums[u].len > maxlen ? (size_t)f->sums[u].len : maxlen;
         unsigned char *buf = malloc(maxlen + 1);
         if (buf == NULL) {
-            rc = errprintf(err, "%.200s: out of memory", f->label);
+            rc = errprintf(err, "%.900s: out of memory", f->label);
             break;
         }
         for (size_t u = 0; u < f->nsums && rc == 0; u++) {
@@ -1417,15 +1417,15 @@ static int compare_layers(const bmt_st_t *st, const bmt_st_block_t *a, const bmt
         int c = i == a->count ? 1 : j == b->count ? -1 : strcmp(a->names[i], b->names[j]);
         if (c < 0)
             return errprintf(err,
-                             "%.200s: layer '%.200s' has no tensor '%.200s' (layer '%.200s' has)",
+                             "%.900s: layer '%.900s' has no tensor '%.900s' (layer '%.900s' has)",
                              st->label, b->name, a->names[i], a->name);
         if (c > 0)
             return errprintf(
-                err, "%.200s: layer '%.200s' has tensor '%.200s', which layer '%.200s' lacks",
+                err, "%.900s: layer '%.900s' has tensor '%.900s', which layer '%.900s' lacks",
                 st->label, b->name, b->names[j], a->name);
         const bmt_st_tensor_t *x = &st->tensors[a->tensors[i]], *y = &st->tensors[b->tensors[j]];
         if (x->ndim != y->ndim || memcmp(x->shape, y->shape, sizeof(x->shape)) != 0)
-            return tensor_err(err, st->label, y->name, "shape %s differs from %s in layer '%.200s'",
+            return tensor_err(err, st->label, y->name, "shape %s differs from %s in layer '%.900s'",
                               shape_str(s1, sizeof(s1), y->ndim, y->shape),
                               shape_str(s2, sizeof(s2), x->ndim, x->shape), a->name);
         i++;
@@ -1441,7 +1441,7 @@ static int discover(const bmt_st_t *st, bmt_st_plan_t **out, bmt_error_t *err)
     int n = st->count;
     layer_match_t *m = calloc((size_t)(n ? n : 1), sizeof(*m));
     if (m == NULL)
-        return errprintf(err, "%.200s: out of memory", st->label);
+        return errprintf(err, "%.900s: out of memory", st->label);
     int nlayers = 0, ref = -1; /* ref: the first layer tensor, whose stack all must share */
     for (int i = 0; i < n; i++) {
         const char *name = st->ent[i].name;
@@ -1459,7 +1459,7 @@ static int discover(const bmt_st_t *st, bmt_st_plan_t **out, bmt_error_t *err)
         } else if (m[i].stack_len != m[ref].stack_len ||
                    memcmp(name, st->ent[ref].name, m[i].stack_len) != 0) {
             int rc = errprintf(err,
-                               "%.200s: tensors '%.200s' and '%.200s' are in two layer stacks "
+                               "%.900s: tensors '%.900s' and '%.900s' are in two layer stacks "
                                "('%.*s' and '%.*s'); bmt discovers one",
                                st->label, st->ent[ref].name, name, (int)m[ref].stack_len - 1,
                                st->ent[ref].name, (int)m[i].stack_len - 1, name);
@@ -1479,20 +1479,21 @@ static int discover(const bmt_st_t *st, bmt_st_plan_t **out, bmt_error_t *err)
     int *per = calloc((size_t)nlayers + 1, sizeof(*per)); /* at most BMT_ST_MAX_LAYERS */
     if (per == NULL) {
         free(m);
-        return errprintf(err, "%.200s: out of memory", st->label);
+        return errprintf(err, "%.900s: out of memory", st->label);
     }
     for (int i = 0; i < n; i++)
         if (m[i].layer >= 0)
             per[m[i].layer]++;
     for (int l = 0; l < nlayers; l++) {
         if (per[l] == 0) {
-            char a[256], b[256]; /* the names of blocks l and L-1, as the plan calls them */
+            char a[601], b[601]; /* the names of blocks l and L-1, as the plan calls them
+                                  * (two of 600 bytes leave room for the message) */
             snprintf(a, sizeof(a), "%.*s%d", (int)stack_len, st->ent[ref].name, l);
             snprintf(b, sizeof(b), "%.*s%d", (int)stack_len, st->ent[ref].name, nlayers - 1);
             free(per);
             free(m);
             return errprintf(err,
-                             "%.200s: layer '%.200s' is missing: the stack goes up to '%.200s' "
+                             "%.900s: layer '%.900s' is missing: the stack goes up to '%.900s' "
                              "but has no tensor of layer %d",
                              st->label, a, b, l);
         }
@@ -1512,7 +1513,7 @@ static int discover(const bmt_st_t *st, bmt_st_plan_t **out, bmt_error_t *err)
         free(bnames);
         free(prefix);
         free(m);
-        return errprintf(err, "%.200s: out of memory", st->label);
+        return errprintf(err, "%.900s: out of memory", st->label);
     }
     plan->nlayers = nlayers;
     plan->nblocks = nlayers + 2;

@@ -202,20 +202,20 @@ int bmt_blocklist_append(bmt_blocklist_t *l, bmt_block_t *b, const bmt_block_ops
         return errprintf(err, "bmt_blocklist_append: list, block and both callbacks are required");
     bmt_ctx_t *ctx = l->ctx;
     if (b->ctx != ctx)
-        return errprintf(err, "rank %d: block %.200s belongs to another context", ctx->rank,
+        return errprintf(err, "rank %d: block %.900s belongs to another context", ctx->rank,
                          b->name);
     if (!b->built)
-        return errprintf(err, "rank %d: block %.200s is not built (bmt_block_build first)",
+        return errprintf(err, "rank %d: block %.900s is not built (bmt_block_build first)",
                          ctx->rank, b->name);
     if (b->list)
-        return errprintf(err, "rank %d: block %.200s is already in a block list", ctx->rank,
+        return errprintf(err, "rank %d: block %.900s is already in a block list", ctx->rank,
                          b->name);
     if (b->full)
-        return errprintf(err, "rank %d: block %.200s is gathered; release it first", ctx->rank,
+        return errprintf(err, "rank %d: block %.900s is gathered; release it first", ctx->rank,
                          b->name);
     if (l->st.sealed)
         return errprintf(err,
-                         "rank %d: block %.200s: blocks can only be appended before the first "
+                         "rank %d: block %.900s: blocks can only be appended before the first "
                          "forward and before bmt_adamw_create",
                          ctx->rank, b->name);
     if (grow(l, err) < 0)
@@ -223,7 +223,7 @@ int bmt_blocklist_append(bmt_blocklist_t *l, bmt_block_t *b, const bmt_block_ops
     block_layout_grads(b, BMT_F32); /* the model always writes f32 gradients */
     if (device_event_create(ctx, &b->rs_done, err) < 0 ||
         device_event_create(ctx, &b->updated, err) < 0)
-        return errprefix(err, "block %.200s: ", b->name);
+        return errprefix(err, "block %.900s: ", b->name);
     b->grad_fresh = true; /* its gradient shards come with its first backward */
     l->e[l->n] = (struct entry){
         .block = b, .ops = *ops, .model = model, .recompute = l->cfg.checkpointing != 0
@@ -243,17 +243,17 @@ int bmt_blocklist_append_tied(bmt_blocklist_t *l, bmt_block_t *b, const bmt_bloc
     bmt_ctx_t *ctx = l->ctx;
     if (b->list != l)
         return errprintf(err,
-                         "rank %d: block %.200s is not in this block list; append it first, then "
+                         "rank %d: block %.900s is not in this block list; append it first, then "
                          "append its tied use",
                          ctx->rank, b->name);
     if (l->st.sealed)
         return errprintf(err,
-                         "rank %d: block %.200s: blocks can only be appended before the first "
+                         "rank %d: block %.900s: blocks can only be appended before the first "
                          "forward and before bmt_adamw_create",
                          ctx->rank, b->name);
     for (int i = b->index + 1; i < l->n; i++)
         if (l->e[i].block == b)
-            return errprintf(err, "rank %d: block %.200s is already tied (one second use at most)",
+            return errprintf(err, "rank %d: block %.900s is already tied (one second use at most)",
                              ctx->rank, b->name);
     if (grow(l, err) < 0)
         return -1;
@@ -274,7 +274,7 @@ int bmt_blocklist_set_checkpointing(bmt_blocklist_t *l, int i, bool recompute, b
                          l->ctx->rank, i, l->n - 1);
     if (l->checked)
         return errprintf(err,
-                         "rank %d: bmt_blocklist_set_checkpointing: use %d (%.200s): "
+                         "rank %d: bmt_blocklist_set_checkpointing: use %d (%.900s): "
                          "checkpointing is chosen before the first forward, not after",
                          l->ctx->rank, i, l->e[i].block->name);
     l->e[i].recompute = recompute;
@@ -446,7 +446,7 @@ static int update_into(bmt_blocklist_t *l, bmt_block_t *b, struct slot *s, bmt_e
     if (rc < 0)
         return -1;
     if (b->update_pending) /* the slot would hold no values at all */
-        return errprintf(err, "rank %d: internal: block %.200s's deferred update did not run",
+        return errprintf(err, "rank %d: internal: block %.900s's deferred update did not run",
                          ctx->rank, b->name);
     return device_stream_wait(ctx, comm, b->updated, err);
 }
@@ -485,7 +485,7 @@ static int gather(bmt_blocklist_t *l, int i, bmt_error_t *err)
         }
     if (b->own_full)
         return errprintf(err,
-                         "rank %d: block %.200s is gathered by bmt_block_gather; release it "
+                         "rank %d: block %.900s is gathered by bmt_block_gather; release it "
                          "before the block list runs",
                          l->ctx->rank, b->name);
     struct slot *s = pslot_get(l, err);
@@ -584,7 +584,7 @@ static int call(bmt_blocklist_t *l, int i, bool backward, bool keep, bool recomp
     };
     int rc = backward ? e->ops.backward(e->model, &c, err) : e->ops.forward(e->model, &c, err);
     if (rc < 0)
-        return errprefix(err, "rank %d: %s of block %d (%.200s): ", l->ctx->rank,
+        return errprefix(err, "rank %d: %s of block %d (%.900s): ", l->ctx->rank,
                          backward    ? "backward"
                          : recompute ? "recomputed forward"
                                      : "forward",
@@ -767,7 +767,7 @@ static int check_same_everywhere(bmt_blocklist_t *l, bmt_error_t *err)
                          b->params[0].name);
             free(f);
             return errprintf(err,
-                             "rank %d: the ranks' block lists differ: block %d ('%.200s') was "
+                             "rank %d: the ranks' block lists differ: block %d ('%.900s') was "
                              "built differently, its %s differ across ranks%s. Every rank must "
                              "build the same blocks with the same names, shapes, initializations "
                              "and seed (layout-invariant initialization: the seed must not "
@@ -785,7 +785,7 @@ static int none_held(const bmt_blocklist_t *l, bmt_error_t *err)
     for (int i = 0; i < l->n; i++)
         if (l->e[i].block->own_full)
             return errprintf(err,
-                             "rank %d: block %.200s is gathered by bmt_block_gather; release it "
+                             "rank %d: block %.900s is gathered by bmt_block_gather; release it "
                              "before the block list runs",
                              l->ctx->rank, l->e[i].block->name);
     return 0;

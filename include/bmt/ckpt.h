@@ -74,8 +74,9 @@ BMT_API int bmt_ckpt_save(bmt_blocklist_t *list, bmt_optim_t *opt, const char *d
  * save, before bmt_finalize, and before the program exits; in between, the
  * program may run any steps. On failure either returns -1 on every rank and
  * latest is unchanged; a failed save_async leaves nothing pending (*pending
- * NULL). bmt_ckpt_finish(NULL) returns 0. Every committed save, synchronous or
- * not, tells the monitor plugins once: rank 0 reports BMT_EVENT_CHECKPOINT_SAVED
+ * NULL; a NULL pending pointer is refused, -1 with err). A directory that a
+ * failed save created is taken away again. bmt_ckpt_finish(NULL) returns 0. Every committed save,
+ * synchronous or not, tells the monitor plugins once: rank 0 reports BMT_EVENT_CHECKPOINT_SAVED
  * with "DIR/NAME" as its detail (bmt_report_event), so the collector's
  * bmt_events_total{kind="checkpoint_saved"} counts checkpoints. */
 typedef struct bmt_ckpt_pending bmt_ckpt_pending_t;
@@ -117,7 +118,8 @@ BMT_API int bmt_ckpt_save_ex(bmt_blocklist_t *list, bmt_optim_t *opt, const char
 /* The checkpoint directory path names: path itself when it holds a
  * train_state.json, else path/<the name in path/latest>. Writes it to out
  * (len bytes). Returns 0, 1 when there is no checkpoint there yet (no latest),
- * or -1 with err (latest names something that is not there). Local. */
+ * or -1 with err (latest names something that is not there, or the path does
+ * not fit len bytes: never a path cut short). Local. */
 BMT_API int bmt_ckpt_resolve(const char *path, char *out, size_t len, bmt_error_t *err);
 
 /* Load a checkpoint (bmt_ckpt_resolve's rules) into the list and, when opt is

@@ -45,7 +45,8 @@ typedef struct bmt_rank_info {
 } bmt_rank_info_t;
 
 /* Build a layout and check it.
- *   gpus_per_node: 0 means "all ranks on one node" (gpus_per_node = world).
+ *   gpus_per_node: 0 means "derived": all ranks on one node (gpus_per_node =
+ *          world), or with nodes > 0, ceil(world / nodes) per node.
  *   nodes: 0 means "derived" (world / gpus_per_node); otherwise the allocation
  *          has exactly this many nodes and the world must fill them.
  * Errors (return -1, *out untouched, err says what is wrong and what to do):

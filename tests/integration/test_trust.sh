@@ -16,7 +16,8 @@
 # - ranks that run different numbers of micro-batches, or build their blocks
 #   differently (seed + rank, names, shapes, init), are refused; so are a second
 #   optimizer on a list, a NULL shape, and a checkpoint with an extra block or
-#   tensor (tests/progs/trust_check.c).
+#   tensor (tests/progs/trust_check.c);
+# - the public API's edge cases (tests/progs/api_check.c).
 . "$(dirname "$0")/lib.sh"
 
 PY=/usr/bin/python3
@@ -244,6 +245,22 @@ test_expect_success "a checkpoint with an extra block, a missing block or an ext
     { run x -n 1 -- $TC null-shape .; rc=$?; } && test $rc -eq 3 && grep -q "b.0.w: the shape is NULL" x.out &&
     { run x -n 1 -- $TC adamw-v1 .; rc=$?; } && test $rc -eq 3 &&
     grep -q "the config was not set up with BMT_ADAMW_CONFIG_INITIALIZER of this bmt" x.out
+'
+
+# Edge cases of the public API (tests/progs/api_check.c, one rank without
+# bmlaunch): a SIZE_MAX allocation, NULLs into bmt_all_reduce_host_f64 and
+# bmt_ckpt_save_async, a checkpoint path that does not fit its buffer, a
+# refused save that leaves no directory behind, a failed optimizer step that
+# counts nothing, a long name in an error; and the none backend's refusal
+# that leaves the communicator usable.
+test_expect_success "the public API's edge cases: -1 with a message and nothing changed (api_check)" '
+    with_timeout 60 "$PROGS/api_check" >out 2>&1 || { cat out; false; } &&
+    cat out && grep -q "^api_check: 15 passed, 0 failed" out
+'
+
+test_expect_success "BMT_BACKEND=none: a refused collective does not abort the communicator (api_check none)" '
+    BMT_BACKEND=none with_timeout 60 "$PROGS/api_check" none >out 2>&1 || { cat out; false; } &&
+    cat out && grep -q "^api_check: 3 passed, 0 failed" out
 '
 
 test_done

@@ -601,8 +601,8 @@ static void test_tokenizer(void)
         { "text.txt", "b3", NAN, "val_fraction must be in [0, 1)" },
         { "missing.txt", "b4", 0.1, "missing.txt: No such file" },
         { "empty.txt", "b5", 0.1, "nothing for the train part" },
-        { "text.txt", "nodir/b6", 0.1, "nodir/b6_train.bin: cannot create a temporary file" },
-        { "text.txt", "text.txt/b7", 0.1, "Not a directory" },
+        { "text.txt", "text.txt/b7", 0.1, "text.txt is not a folder" },
+        { "text.txt", "text.txt/sub/b7", 0.1, "text.txt is not a folder" },
         { "ds", "b8", 0.1, "ds: not a regular file" },
     };
     write_bytes(path_in("empty.txt"), "", 0);
@@ -620,6 +620,17 @@ static void test_tokenizer(void)
         if (!strstr(err.text, bad[i].want))
             diag("message: '%s'", err.text);
     }
+
+    /* Folders of the prefix that do not exist are made, once the text has been
+     * opened and checked. */
+    ok(data_tokenize_file(path_in("text.txt"), path_in("newdir/deeper/b9"), 0.1, &err) == 0 &&
+           exists(path_in("newdir/deeper/b9_train.bin")) &&
+           exists(path_in("newdir/deeper/b9_val.bin")),
+       "tokenize makes the folders of its prefix that do not exist");
+    ok(!exists(path_in("nodir")) &&
+           data_tokenize_file(path_in("missing.txt"), path_in("nodir/b6"), 0.1, &err) == -1 &&
+           !exists(path_in("nodir")),
+       "a tokenize refused before writing makes no folder");
 
     /* The second rename fails (the val name is a directory): the pair is
      * published whole or not at all. */

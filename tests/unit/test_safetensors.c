@@ -835,13 +835,13 @@ static void test_discover(void)
     bmt_st_t *st = bmt_st_parse(json, len, 1, "model.safetensors", &err);
     bmt_st_plan_t *plan = NULL;
     int rc = st ? bmt_st_discover(st, &plan, &err) : -2;
-    char a200[201], want[600]; /* names are quoted up to 200 bytes */
-    memset(a200, 'a', 200);
-    a200[200] = '\0';
+    char a600[601], want[2048]; /* block names are quoted up to 600 bytes here */
+    memset(a600, 'a', 600);
+    a600[600] = '\0';
     snprintf(want, sizeof(want),
              "model.safetensors: layer '%s' is missing: the stack goes up to '%s' but has no "
              "tensor of layer 0",
-             a200, a200);
+             a600, a600);
     ok(rc == -1 && plan == NULL && strcmp(err.text, want) == 0,
        "discover: layer 99999 under an 8 MB prefix: the gap is refused, nothing allocated per "
        "layer");

@@ -1,0 +1,253 @@
+/* tests/progs/api_check.c — edge cases of the public API that the headers
+ * promise (tests/integration/test_api.sh): on a failure, -1 with a message
+ * and nothing changed; no crash on a NULL where a caller may pass one.
+ *
+ *     api_check [none]              one rank; "none" under BMT_BACKEND=none
+ *
+ * Default (a CPU rank, any backend that moves data):
+ *   - bmt_mem_alloc of SIZE_MAX: NULL and a message, the counters unchanged
+ *     (rounding it up to the 64-byte alignment wrapped to a tiny block);
+ *   - bmt_all_reduce_host_f64 with a NULL communicator or buffer: -1 and a
+ *     message (it dereferenced the communicator); 0 doubles: 0;
+ *   - bmt_ckpt_save_async without a pending pointer: -1, nothing made;
+ *   - bmt_ckpt_save of a list holding a NaN: refused, naming the tensor, and
+ *     the directory it would have created does not exist after;
+ *   - bmt_ckpt_resolve into a buffer too small: -1, not a cut path;
+ *   - bmt_optim_step over max_skipped: -1, and a second call gives the same
+ *     message (the failed call counted nothing);
+ *   - a 300-character parameter name in an error: whole, not cut at 200.
+ * "none": the first data collective is refused with "the 'none' backend moves
+ * no data", and so is a barrier after it (not "aborted by an earlier error");
+ * the world still splits.
+ * Output: "ok N - ..." / "not ok N - ..." and "api_check: P passed, F failed";
+ * exit 1 on any failure.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "bmt/block.h"
+#include "bmt/bmt.h"
+#include "bmt/ckpt.h"
+#include "bmt/device.h"
+#include "bmt/optim.h"
+
+static int tap_n, tap_failed;
+
+static void ok(int good, const char *what, const bmt_error_t *err)
+{
+    printf("%sok %d - %s%s%s\n", good ? "" : "not ", ++tap_n, what, err ? ": " : "",
+           err ? err->text : "");
+    tap_failed += !good;
+}
+
+static void die(const char *what, const bmt_error_t *err)
+{
+    fprintf(stderr, "api_check: %s: %s\n", what, err->text);
+    exit(1);
+}
+
+static int exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* Backward: a NaN into the first gradient when nan_grads is set. */
+static int nan_grads;
+static int nop(void *model, const bmt_block_call_t *call, bmt_error_t *err)
+{
+    (void)model, (void)call, (void)err;
+    return 0;
+}
+static int bwd(void *model, const bmt_block_call_t *call, bmt_error_t *err)
+{
+    (void)model, (void)err;
+    if (nan_grads)
+        ((float *)call->grads[0])[0] += NAN;
+    return 0;
+}
+static const bmt_block_ops_t ops = { nop, bwd };
+
+/* Values for bmt_block_load: NaN at element 5 of parameter 0, else 0.5. */
+static int nan_source(void *user, const bmt_block_t *block, int param, int64_t first,
+                      int64_t count, void *dst, bmt_dtype_t dtype, bmt_error_t *err)
+{
+    (void)user, (void)block, (void)dtype, (void)err;
+    float *d = dst;
+    for (int64_t i = 0; i < count; i++)
+        d[i] = param == 0 && first + i == 5 ? NAN : 0.5f;
+    return 0;
+}
+
+/* Two blocks of w (8 x 5) and v (13). */
+static bmt_blocklist_t *build(bmt_ctx_t *ctx)
+{
+    bmt_error_t err;
+    bmt_blocklist_t *l = bmt_blocklist_create(ctx, NULL, &err);
+    if (l == NULL)
+        die("bmt_blocklist_create", &err);
+    for (int i = 0; i < 2; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "b.%d", i);
+        bmt_block_t *b = bmt_block_create(ctx, name, &err);
+        int64_t w[2] = { 8, 5 }, v[1] = { 13 };
+        if (b == NULL ||
+            bmt_block_add_param(b, "w", 2, w, BMT_F32, BMT_INIT_NORMAL_V(0, 0.02), 0, &err) < 0 ||
+            bmt_block_add_param(b, "v", 1, v, BMT_F32, BMT_INIT_ZEROS_V, 0, &err) < 0 ||
+            bmt_block_build(b, 7, &err) < 0 || bmt_blocklist_append(l, b, &ops, NULL, &err) < 0)
+            die("building the model", &err);
+    }
+    return l;
+}
+
+static void memory(bmt_ctx_t *ctx)
+{
+    bmt_error_t err = { { 0 } };
+    bmt_mem_stats_t a, b;
+    bmt_mem_get_stats(ctx, &a);
+    void *p = bmt_mem_alloc(ctx, SIZE_MAX, &err);
+    bmt_mem_get_stats(ctx, &b);
+    ok(p == NULL && strstr(err.text, "out of host memory") != NULL,
+       "bmt_mem_alloc of SIZE_MAX bytes: NULL and a message", &err);
+    ok(memcmp(&a, &b, sizeof(a)) == 0, "bmt_mem_alloc of SIZE_MAX bytes: the counters unchanged",
+       NULL);
+    bmt_mem_free(ctx, p);
+}
+
+static void host_f64(bmt_ctx_t *ctx)
+{
+    bmt_error_t err = { { 0 } };
+    double v = 1;
+    ok(bmt_all_reduce_host_f64(NULL, &v, 1, BMT_SUM, &err) < 0 && err.text[0],
+       "bmt_all_reduce_host_f64 with a NULL communicator: -1", &err);
+    err.text[0] = '\0';
+    ok(bmt_all_reduce_host_f64(bmt_comm_world(ctx), NULL, 1, BMT_SUM, &err) < 0 && err.text[0],
+       "bmt_all_reduce_host_f64 with a NULL buffer: -1", &err);
+    ok(bmt_all_reduce_host_f64(bmt_comm_world(ctx), NULL, 0, BMT_SUM, &err) == 0,
+       "bmt_all_reduce_host_f64 of 0 doubles: 0", NULL);
+    ok(bmt_all_reduce_host_f64(bmt_comm_world(ctx), &v, 1, BMT_SUM, &err) == 0 && v == 1,
+       "bmt_all_reduce_host_f64 of 1 double over one rank: the same value", NULL);
+}
+
+static void checkpoints(bmt_ctx_t *ctx)
+{
+    bmt_error_t err = { { 0 } };
+    bmt_blocklist_t *l = build(ctx);
+    ok(bmt_ckpt_save_async(l, NULL, "async-dir", "ck", NULL, 0, NULL, &err) < 0 &&
+           strstr(err.text, "pending") && !exists("async-dir"),
+       "bmt_ckpt_save_async without a pending pointer: -1, nothing made", &err);
+
+    /* a good save, then resolve into buffers too small and large enough */
+    if (bmt_ckpt_save(l, NULL, "good", "ck", NULL, 0, &err) < 0)
+        die("a save", &err);
+    char out[4096];
+    err.text[0] = '\0';
+    int r = bmt_ckpt_resolve("good", out, 7, &err); /* "good/ck" needs 8 */
+    ok(r < 0 && strstr(err.text, "does not fit"),
+       "bmt_ckpt_resolve through latest into 7 bytes: -1, not a path cut short", &err);
+    ok(bmt_ckpt_resolve("good", out, sizeof(out), &err) == 0 && strcmp(out, "good/ck") == 0,
+       "bmt_ckpt_resolve into a large buffer: good/ck", NULL);
+    ok(bmt_ckpt_resolve("good/ck", out, 7, &err) < 0 && strstr(err.text, "does not fit"),
+       "bmt_ckpt_resolve of a step directory into 7 bytes: -1", &err);
+
+    /* a NaN in a parameter: the save is refused, and the directory it made
+     * first is gone again */
+    if (bmt_block_load(bmt_blocklist_block(l, 1), nan_source, NULL, &err) < 0)
+        die("bmt_block_load", &err);
+    ok(bmt_ckpt_save(l, NULL, "nan-dir", "ck", NULL, 0, &err) < 0 &&
+           strstr(err.text, "holds nan") && !exists("nan-dir"),
+       "bmt_ckpt_save of a NaN: refused, the directory it made taken away", &err);
+    bmt_blocklist_destroy(l);
+}
+
+static void skipped(bmt_ctx_t *ctx)
+{
+    bmt_error_t err = { { 0 } }, first = { { 0 } };
+    bmt_blocklist_t *l = build(ctx);
+    bmt_adamw_config_t c = BMT_ADAMW_CONFIG_INITIALIZER;
+    c.max_skipped = 1;
+    bmt_optim_t *o = bmt_adamw_create(l, &c, &err);
+    if (o == NULL)
+        die("bmt_adamw_create", &err);
+    nan_grads = 1;
+    bmt_step_info_t info;
+    if (bmt_blocklist_forward(l, &err) < 0 || bmt_blocklist_backward(l, true, &err) < 0 ||
+        bmt_optim_step(o, &info, &err) < 0)
+        die("the first skipped step", &err);
+    ok(info.skipped, "a non-finite gradient: the step is skipped", NULL);
+    if (bmt_blocklist_forward(l, &err) < 0 || bmt_blocklist_backward(l, true, &err) < 0)
+        die("the second step's forward and backward", &err);
+    const int r1 = bmt_optim_step(o, &info, &first);
+    const int r2 = bmt_optim_step(o, &info, &err);
+    ok(r1 < 0 && strstr(first.text, "2 optimizer steps in a row were skipped"),
+       "the second skip in a row, over max_skipped 1: -1", &first);
+    ok(r2 < 0 && strcmp(first.text, err.text) == 0,
+       "the same call again: the same message (the failed call counted nothing)", &err);
+    nan_grads = 0;
+    bmt_optim_destroy(o);
+    bmt_blocklist_destroy(l);
+}
+
+static void long_name(bmt_ctx_t *ctx)
+{
+    bmt_error_t err = { { 0 } };
+    char name[301];
+    memset(name, 't', 300);
+    name[300] = '\0';
+    bmt_block_t *b = bmt_block_create(ctx, "b", &err);
+    int64_t shape[1] = { 4 };
+    int r = b ? bmt_block_add_param(b, name, 1, shape, (bmt_dtype_t)99, BMT_INIT_ZEROS_V, 0, &err)
+              : -1;
+    ok(r < 0 && strstr(err.text, name) != NULL && strstr(err.text, "invalid dtype"),
+       "a 300-character parameter name is in its error whole", NULL);
+    bmt_block_destroy(b);
+}
+
+static void none_backend(bmt_ctx_t *ctx)
+{
+    bmt_error_t err = { { 0 } };
+    float *d = bmt_mem_alloc(ctx, 4, &err);
+    if (d == NULL)
+        die("bmt_mem_alloc", &err);
+    ok(bmt_all_reduce(bmt_comm_world(ctx), d, d, 1, BMT_F32, BMT_SUM, &err) < 0 &&
+           strstr(err.text, "moves no data"),
+       "none: an all-reduce is refused", &err);
+    ok(bmt_barrier(bmt_comm_world(ctx), &err) < 0 && strstr(err.text, "moves no data") &&
+           !strstr(err.text, "abort"),
+       "none: a barrier after it is refused the same way, the communicator not aborted", &err);
+    bmt_comm_t *sub = NULL;
+    const int r = bmt_comm_split(bmt_comm_world(ctx), 0, 0, "sub", &sub, &err);
+    ok(r == 0 && sub != NULL, "none: the world still splits", r == 0 ? NULL : &err);
+    bmt_comm_destroy(sub);
+    bmt_mem_free(ctx, d);
+}
+
+int main(int argc, char **argv)
+{
+    const int none = argc > 1 && strcmp(argv[1], "none") == 0;
+    if (argc > 2 || (argc == 2 && !none)) {
+        fprintf(stderr, "usage: api_check [none]\n");
+        return 2;
+    }
+    bmt_ctx_t *ctx;
+    bmt_error_t err;
+    if (bmt_init(&ctx, NULL, &err) < 0)
+        die("bmt_init", &err);
+    if (none) {
+        none_backend(ctx);
+    } else {
+        memory(ctx);
+        host_f64(ctx);
+        checkpoints(ctx);
+        skipped(ctx);
+        long_name(ctx);
+    }
+    bmt_finalize(ctx);
+    printf("api_check: %d passed, %d failed\n", tap_n - tap_failed, tap_failed);
+    return tap_failed ? 1 : 0;
+}
