@@ -693,9 +693,12 @@ static int make_parents(const char *path, char **made, int *nmade, bmt_error_t *
         *p = '\0';
         struct stat st;
         if (stat(dir, &st) != 0) {
-            if (errno != ENOENT || *nmade == MAX_MADE || mkdir(dir, 0777) != 0 ||
+            bool mine = false;
+            if (errno != ENOENT || *nmade == MAX_MADE || !(mine = mkdir(dir, 0777) == 0) ||
                 (made[*nmade] = strdup(dir)) == NULL) {
                 int e = *nmade == MAX_MADE ? ENAMETOOLONG : errno;
+                if (mine) /* made, but its name could not be kept: take it away now */
+                    rmdir(dir);
                 data_err(err, "%s: cannot make its folder %s: %s", shown(path).s, shown(dir).s,
                          strerror(e));
                 unmake(made, *nmade);

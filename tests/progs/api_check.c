@@ -74,8 +74,8 @@ static int bwd(void *model, const bmt_block_call_t *call, bmt_error_t *err)
 static const bmt_block_ops_t ops = { nop, bwd };
 
 /* Values for bmt_block_load: NaN at element 5 of parameter 0, else 0.5. */
-static int nan_source(void *user, const bmt_block_t *block, int param, int64_t first,
-                      int64_t count, void *dst, bmt_dtype_t dtype, bmt_error_t *err)
+static int nan_source(void *user, const bmt_block_t *block, int param, int64_t first, int64_t count,
+                      void *dst, bmt_dtype_t dtype, bmt_error_t *err)
 {
     (void)user, (void)block, (void)dtype, (void)err;
     float *d = dst;
@@ -201,8 +201,8 @@ static void long_name(bmt_ctx_t *ctx)
     name[300] = '\0';
     bmt_block_t *b = bmt_block_create(ctx, "b", &err);
     int64_t shape[1] = { 4 };
-    int r = b ? bmt_block_add_param(b, name, 1, shape, (bmt_dtype_t)99, BMT_INIT_ZEROS_V, 0, &err)
-              : -1;
+    int r =
+        b ? bmt_block_add_param(b, name, 1, shape, (bmt_dtype_t)99, BMT_INIT_ZEROS_V, 0, &err) : -1;
     ok(r < 0 && strstr(err.text, name) != NULL && strstr(err.text, "invalid dtype"),
        "a 300-character parameter name is in its error whole", NULL);
     bmt_block_destroy(b);
