@@ -770,3 +770,58 @@ extern "C" int nn_cuda_fp8_advance(nn_cuda_t *h, float *s, float *rec, float *hi
         s, (unsigned *)rec, hist, n3, len, slot, count, was_delayed, bad, stats);
     return launched(err, "fp8 advance");
 }
+
+/* The model's bookkeeping around nn_cuda_fp8_advance (nn_cuda_fp8_plan_t). */
+extern "C" size_t nn_cuda_fp8_plan_bytes(int n, int history)
+{
+    const size_t ns = (size_t)n * NN_FP8_CONV1D_SCALES, nr = (size_t)n * 3;
+    return (ns + nr + 4 + 4 + (size_t)history * nr) * sizeof(float);
+}
+
+extern "C" int nn_cuda_fp8_plan_init(nn_cuda_t *h, nn_cuda_fp8_plan_t *p, void *buf, int n,
+                                     int history, bmt_error_t *err)
+{
+    if (p == NULL || buf == NULL || (uintptr_t)buf % 16 || n < 1 || history < 0 ||
+        history > NN_FP8_HISTORY_MAX)
+        return fail_text(err, "fp8 plan",
+                         "want a plan, a 16-byte aligned buffer, n >= 1 and a history of 0.."
+                         "NN_FP8_HISTORY_MAX");
+    /* the scales (16-byte aligned blocks of 12), the records, the statistics
+     * (two u64) and bad (16 bytes), then the history */
+    const size_t ns = (size_t)n * NN_FP8_CONV1D_SCALES, nr = (size_t)n * 3;
+    *p = nn_cuda_fp8_plan_t{};
+    p->s = (float *)buf;
+    p->rec = p->s + ns;
+    p->stats = (unsigned long long *)(p->rec + nr);
+    p->bad = (int *)(p->rec + nr + 4);
+    p->hist = history ? p->rec + nr + 8 : NULL;
+    p->n = n, p->history = history;
+    if (cudaMemsetAsync(buf, 0, nn_cuda_fp8_plan_bytes(n, history), stream_of(h)) != cudaSuccess)
+        return launched(err, "fp8 plan (zeroing)");
+    return 0;
+}
+
+extern "C" nn_cuda_fp8_scales_t nn_cuda_fp8_plan_at(const nn_cuda_fp8_plan_t *p, int i)
+{
+    return nn_cuda_fp8_scales_t{ p->s + (size_t)i * NN_FP8_CONV1D_SCALES, p->rec + (size_t)i * 3,
+                                 p->delayed, p->bad };
+}
+
+extern "C" int nn_cuda_fp8_plan_begin(nn_cuda_t *h, nn_cuda_fp8_plan_t *p, bmt_error_t *err)
+{
+    if (!p->ended)
+        return 0;
+    const int H = p->history;
+    const int count = H && p->count < H ? p->count + 1 : p->count;
+    if (nn_cuda_fp8_advance(h, p->s, p->rec, p->hist, p->n, H, p->slot, count, p->delayed, p->bad,
+                            p->stats, err) < 0)
+        return -1;
+    if (H)
+        p->slot = (p->slot + 1) % H, p->count = count;
+    p->delayed = H > 0;
+    p->ended = 0;
+    p->passes++;
+    return 0;
+}
+
+extern "C" void nn_cuda_fp8_plan_end(nn_cuda_fp8_plan_t *p) { p->ended = 1; }

@@ -184,6 +184,43 @@ int nn_cuda_fp8_advance(nn_cuda_t *h, float *s, float *rec, float *hist, int n, 
                         int count, int was_delayed, int *bad, unsigned long long *stats,
                         bmt_error_t *err);
 
+/* A model's FP8 scales on the device, the twin of nn/fp8.h's nn_fp8_plan_t
+ * (docs/fp8.md, "Delayed scaling"): n products, each with an
+ * nn_cuda_fp8_scales_t, in one device buffer of nn_cuda_fp8_plan_bytes(n,
+ * history) the model allocates (and frees: it is p->s). The model calls
+ * nn_cuda_fp8_plan_begin first thing in every forward (a no-op unless a
+ * backward ended since: then the records close through one
+ * nn_cuda_fp8_advance and, with a history, every operand gets its delayed
+ * scale for the new pass) and nn_cuda_fp8_plan_end last thing in every
+ * backward. stats (2 device u64: saturated, unscalable) and passes are what
+ * nn_fp8_plan_stats counts; the pass in progress closes at the next begin. */
+typedef struct nn_cuda_fp8_plan {
+    float *s;                  /* (n, NN_FP8_CONV1D_SCALES) */
+    float *rec;                /* (n, 3): the pass's amax records */
+    float *hist;               /* (history, n, 3): delayed scaling's closed records, or NULL */
+    unsigned long long *stats; /* nn_cuda_fp8_advance's: saturated, unscalable */
+    int *bad;                  /* set by a tensor FP8 cannot scale (its products are NaN) */
+    int n, history;            /* products; 0: current scaling, else delayed over that many */
+    int slot, count;           /* the history ring's next slot, records in it */
+    int delayed;               /* this pass runs at the history's scales */
+    int ended;                 /* a backward ended since the last forward began */
+    long passes;               /* passes closed */
+} nn_cuda_fp8_plan_t;
+
+size_t nn_cuda_fp8_plan_bytes(int n, int history);
+
+/* Lays the plan out in buf (16-byte aligned, nn_cuda_fp8_plan_bytes) and
+ * zeroes it on the handle's stream: current scaling until a backward ends.
+ * -1 and err for a bad argument or a failed memset. */
+int nn_cuda_fp8_plan_init(nn_cuda_t *h, nn_cuda_fp8_plan_t *p, void *buf, int n, int history,
+                          bmt_error_t *err);
+
+/* Product i's scales for nn_cuda_fp8_conv1d_* / _linear_* (0 <= i < n). */
+nn_cuda_fp8_scales_t nn_cuda_fp8_plan_at(const nn_cuda_fp8_plan_t *p, int i);
+
+int nn_cuda_fp8_plan_begin(nn_cuda_t *h, nn_cuda_fp8_plan_t *p, bmt_error_t *err);
+void nn_cuda_fp8_plan_end(nn_cuda_fp8_plan_t *p);
+
 #ifdef __cplusplus
 }
 #endif

@@ -43,7 +43,7 @@
  * c_fc's backward conversion GELU's gradient from mlp.c_proj's input
  * gradient and c_fc's output (with the bias gradient's column sums, as every
  * FP8 backward conversion takes them). The codes' scales live per
- * layer and product (fp8_s), so a recomputation makes the same codes again;
+ * layer and product (fp8p), so a recomputation makes the same codes again;
  * the weights' are those of the layer's forward, which keeps their row-major
  * codes (a->wq, 12 C^2 bytes a layer) for the backward's input gradients
  * instead of converting the weights again (under checkpointing, but for
@@ -105,19 +105,10 @@ struct gpt2_cu {
     void *dres, *dres2, *dln, *datty, *dqkv, *datt, *attn_scratch, *dfch;
     void *proj; /* a recomputation's attention projection (x_{l+1} is kept) */
     void *stream;
-    size_t U, att_bytes;           /* one (N,C) bf16 buffer; attention's saved bytes */
-    bool fp8;                      /* gpt2_cu_fp8 */
-    float *fp8_s;                  /* (L, 4 products, NN_FP8_CONV1D_SCALES) */
-    float *fp8_rec;                /* (L, 4, 3): the pass's amax records (nn_cuda_fp8_scales_t) */
-    float *fp8_hist;               /* (history, L, 4, 3): delayed scaling's closed records */
-    unsigned long long *fp8_stats; /* nn_cuda_fp8_advance's: saturated, unscalable */
-    int *fp8_bad;                  /* set by a tensor FP8 cannot scale (its products are NaN) */
-    void *fp8_scratch;             /* nn_cuda_fp8_conv1d_scratch_bytes of the largest product */
-    int fp8_history;               /* 0: current scaling; else delayed over that many passes */
-    int fp8_slot, fp8_count;       /* the history ring's next slot, records in it */
-    bool fp8_ended;                /* a backward ended since the last forward began */
-    bool fp8_delayed;              /* this pass runs at the history's scales */
-    long fp8_passes;               /* passes closed */
+    size_t U, att_bytes;     /* one (N,C) bf16 buffer; attention's saved bytes */
+    bool fp8;                /* gpt2_cu_fp8 */
+    nn_cuda_fp8_plan_t fp8p; /* the scales, records and history: product 4 l + k */
+    void *fp8_scratch;       /* nn_cuda_fp8_conv1d_scratch_bytes of the largest product */
 };
 
 static void *cu_alloc(gpt2_cu_t *cu, size_t bytes, bmt_error_t *err)
@@ -233,7 +224,7 @@ void gpt2_cu_destroy(gpt2_cu_t *cu)
                      cu->lnf_mean, cu->lnf_rstd,     cu->losses, cu->loss_sum, cu->logits_f32,
                      cu->dres,     cu->dres2,        cu->dln,    cu->datty,    cu->dqkv,
                      cu->datt,     cu->attn_scratch, cu->dfch,   cu->proj,     cu->workspace,
-                     cu->fp8_s,    cu->fp8_scratch };
+                     cu->fp8p.s,   cu->fp8_scratch };
     for (size_t i = 0; i < sizeof(rest) / sizeof(rest[0]); i++)
         bmt_free(ctx, rest[i]);
     if (cu->katty)
@@ -302,28 +293,14 @@ static cu_layer_t *layer_of(gpt2_cu_t *cu, int l)
 /* The layer's products: k 0 c_attn, 1 attn.c_proj, 2 c_fc, 3 mlp.c_proj. */
 static nn_cuda_fp8_scales_t fp8_scales(gpt2_cu_t *cu, int l, int k)
 {
-    const size_t i = (size_t)l * 4 + k;
-    return (nn_cuda_fp8_scales_t){ cu->fp8_s + i * NN_FP8_CONV1D_SCALES, cu->fp8_rec + i * 3,
-                                   cu->fp8_delayed, cu->fp8_bad };
+    return nn_cuda_fp8_plan_at(&cu->fp8p, 4 * l + k);
 }
 
 /* A forward begins: with FP8, when a backward ended since, the pass's
  * records close (nn_fp8_plan_begin's bookkeeping, on the device). */
 static int fp8_begin(gpt2_cu_t *cu, bmt_error_t *err)
 {
-    if (!cu->fp8 || !cu->fp8_ended)
-        return 0;
-    const int H = cu->fp8_history, n = cu->cfg.n_layer * 4;
-    const int count = H && cu->fp8_count < H ? cu->fp8_count + 1 : cu->fp8_count;
-    if (nn_cuda_fp8_advance(cu->h, cu->fp8_s, cu->fp8_rec, cu->fp8_hist, n, H, cu->fp8_slot, count,
-                            cu->fp8_delayed, cu->fp8_bad, cu->fp8_stats, err) < 0)
-        return -1;
-    if (H)
-        cu->fp8_slot = (cu->fp8_slot + 1) % H, cu->fp8_count = count;
-    cu->fp8_delayed = H > 0;
-    cu->fp8_ended = false;
-    cu->fp8_passes++;
-    return 0;
+    return cu->fp8 ? nn_cuda_fp8_plan_begin(cu->h, &cu->fp8p, err) : 0;
 }
 
 /* FP8: product k's weight codes kept in layer l's set (a->wq: c_attn's,
@@ -638,7 +615,8 @@ int gpt2_cu_backward(gpt2_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *err)
                                      cu->B, cu->T, cu->cfg.n_embd, err) < 0)
             return -1;
         drop(cu, &cu->dres);
-        cu->fp8_ended = cu->fp8; /* the pass's records close when the next forward begins */
+        if (cu->fp8) /* the pass's records close when the next forward begins */
+            nn_cuda_fp8_plan_end(&cu->fp8p);
         return 0;
     }
     if (c->index == cu->cfg.n_layer + 1)
@@ -739,10 +717,10 @@ int gpt2_cu_fp8(gpt2_cu_t *cu, int on, int history, bmt_error_t *err)
                  NN_FP8_HISTORY_MAX);
         return -1;
     }
-    if (cu->fp8 && on && history != cu->fp8_history) {
+    if (cu->fp8 && on && history != cu->fp8p.history) {
         snprintf(err->text, sizeof(err->text),
                  "gpt2: FP8's scaling cannot change once on (history %d, asked %d)",
-                 cu->fp8_history, history);
+                 cu->fp8p.history, history);
         return -1;
     }
     if (cu->fp8 == (on != 0))
@@ -764,23 +742,15 @@ int gpt2_cu_fp8(gpt2_cu_t *cu, int on, int history, bmt_error_t *err)
         const size_t b = nn_cuda_fp8_conv1d_scratch_bytes(N, shapes[k][0], shapes[k][1]);
         scratch = b > scratch ? b : scratch;
     }
-    /* one buffer: the scales (16-byte aligned blocks of 12), the records, the
-     * statistics (two u64) and bad (16 bytes), then the history */
-    const size_t P = (size_t)L * 4, ns = P * NN_FP8_CONV1D_SCALES, nr = P * 3;
-    const size_t bytes = (ns + nr + 4 + 4 + (size_t)history * nr) * sizeof(float);
-    if ((cu->fp8_s = cu_alloc(cu, bytes, err)) == NULL ||
-        (cu->fp8_scratch = bmt_alloc(cu->ctx, BMT_MEM_WORKSPACE, scratch, err)) == NULL)
-        return -1;
-    cu->fp8_rec = cu->fp8_s + ns;
-    cu->fp8_stats = (unsigned long long *)(cu->fp8_rec + nr);
-    cu->fp8_bad = (int *)(cu->fp8_rec + nr + 4);
-    cu->fp8_hist = history ? cu->fp8_rec + nr + 8 : NULL;
-    if (cudaMemsetAsync(cu->fp8_s, 0, bytes, (cudaStream_t)cu->stream) != cudaSuccess) {
-        snprintf(err->text, sizeof(err->text), "gpt2: cudaMemsetAsync failed");
+    const size_t bytes = nn_cuda_fp8_plan_bytes(L * 4, history);
+    void *buf = cu_alloc(cu, bytes, err);
+    if (buf == NULL || nn_cuda_fp8_plan_init(cu->h, &cu->fp8p, buf, L * 4, history, err) < 0 ||
+        (cu->fp8_scratch = bmt_alloc(cu->ctx, BMT_MEM_WORKSPACE, scratch, err)) == NULL) {
+        bmt_free(cu->ctx, buf);
+        cu->fp8p.s = NULL;
         return -1;
     }
     cu->fp8 = true;
-    cu->fp8_history = history;
     return 0;
 }
 
@@ -788,9 +758,9 @@ int gpt2_cu_fp8_stats(gpt2_cu_t *cu, nn_fp8_stats_t *st, bmt_error_t *err)
 {
     unsigned long long d[2] = { 0, 0 };
     if (cu->fp8 && (fp8_begin(cu, err) < 0 || /* closes the last pass, as a forward would */
-                    bmt_mem_download(cu->ctx, d, cu->fp8_stats, sizeof(d), err) < 0))
+                    bmt_mem_download(cu->ctx, d, cu->fp8p.stats, sizeof(d), err) < 0))
         return -1;
-    st->passes = cu->fp8_passes, st->saturated = (long)d[0], st->unscalable = (long)d[1];
+    st->passes = cu->fp8p.passes, st->saturated = (long)d[0], st->unscalable = (long)d[1];
     return 0;
 }
 

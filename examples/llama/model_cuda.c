@@ -147,17 +147,8 @@ struct llama_cu {
     /* FP8 (llama_cu_fp8): the four products of each layer, k 0 q|k|v, 1 o,
      * 2 gate|up, 3 down, as GPT-2's (examples/gpt2/model_cuda.c) */
     bool fp8;
-    float *fp8_s;                  /* (L, 4 products, NN_FP8_CONV1D_SCALES) */
-    float *fp8_rec;                /* (L, 4, 3): the pass's amax records (nn_cuda_fp8_scales_t) */
-    float *fp8_hist;               /* (history, L, 4, 3): delayed scaling's closed records */
-    unsigned long long *fp8_stats; /* nn_cuda_fp8_advance's: saturated, unscalable */
-    int *fp8_bad;                  /* set by a tensor FP8 cannot scale (its products are NaN) */
-    void *fp8_scratch;             /* nn_cuda_fp8_conv1d_scratch_bytes of the largest product */
-    int fp8_history;               /* 0: current scaling; else delayed over that many passes */
-    int fp8_slot, fp8_count;       /* the history ring's next slot, records in it */
-    bool fp8_ended;                /* a backward ended since the last forward began */
-    bool fp8_delayed;              /* this pass runs at the history's scales */
-    long fp8_passes;               /* passes closed */
+    nn_cuda_fp8_plan_t fp8p; /* the scales, records and history: product 4 l + k */
+    void *fp8_scratch;       /* nn_cuda_fp8_conv1d_scratch_bytes of the largest product */
 };
 
 static size_t wq_bytes(const llama_cu_t *cu);
@@ -339,7 +330,7 @@ void llama_cu_destroy(llama_cu_t *cu)
     void *rest[] = { cu->tokens, cu->inv_freq,  cu->xf,         cu->rstdf,      cu->logits,
                      cu->losses, cu->loss_sum,  cu->logits_f32, cu->dres,       cu->dxf,
                      cu->dln,    cu->dh,        cu->dgu,        cu->datt,       cu->dqkv,
-                     cu->Dd,     cu->workspace, cu->fp8_s,      cu->fp8_scratch };
+                     cu->Dd,     cu->workspace, cu->fp8p.s,     cu->fp8_scratch };
     for (size_t i = 0; i < sizeof(rest) / sizeof(rest[0]); i++)
         bmt_free(ctx, rest[i]);
     for (int l = 0; cu->katt && l < L; l++) {
@@ -425,28 +416,14 @@ static cu_layer_t *layer_of(llama_cu_t *cu, int l)
 /* Product k of layer l (0 q|k|v, 1 o, 2 gate|up, 3 down): its scales. */
 static nn_cuda_fp8_scales_t fp8_scales(llama_cu_t *cu, int l, int k)
 {
-    const size_t i = (size_t)l * 4 + k;
-    return (nn_cuda_fp8_scales_t){ cu->fp8_s + i * NN_FP8_CONV1D_SCALES, cu->fp8_rec + i * 3,
-                                   cu->fp8_delayed, cu->fp8_bad };
+    return nn_cuda_fp8_plan_at(&cu->fp8p, 4 * l + k);
 }
 
 /* A forward begins: with FP8, when a backward ended since, the pass's
  * records close (nn_fp8_plan_begin's bookkeeping, on the device). */
 static int fp8_begin(llama_cu_t *cu, bmt_error_t *err)
 {
-    if (!cu->fp8 || !cu->fp8_ended)
-        return 0;
-    const int H = cu->fp8_history, n = cu->cfg.n_layer * 4;
-    const int count = H && cu->fp8_count < H ? cu->fp8_count + 1 : cu->fp8_count;
-    if (nn_cuda_fp8_advance(cu->h, cu->fp8_s, cu->fp8_rec, cu->fp8_hist, n, H, cu->fp8_slot, count,
-                            cu->fp8_delayed, cu->fp8_bad, cu->fp8_stats, err) < 0)
-        return -1;
-    if (H)
-        cu->fp8_slot = (cu->fp8_slot + 1) % H, cu->fp8_count = count;
-    cu->fp8_delayed = H > 0;
-    cu->fp8_ended = false;
-    cu->fp8_passes++;
-    return 0;
+    return cu->fp8 ? nn_cuda_fp8_plan_begin(cu->h, &cu->fp8p, err) : 0;
 }
 
 /* Product k's (IC, OC): q|k|v (C, QKV), o (Q, C), gate|up (C, 2F), down (F, C). */
@@ -779,7 +756,8 @@ int llama_cu_backward(llama_cu_t *cu, const bmt_block_call_t *c, bmt_error_t *er
                                      cu->T, C, err) < 0)
             return -1;
         drop(cu, &cu->dres);
-        cu->fp8_ended = cu->fp8; /* the pass's records close when the next forward begins */
+        if (cu->fp8) /* the pass's records close when the next forward begins */
+            nn_cuda_fp8_plan_end(&cu->fp8p);
         return 0;
     }
     if (c->index == L + 1) { /* xf = rms(x_L): d x_L from d xf */
@@ -841,9 +819,9 @@ int llama_cu_fp8(llama_cu_t *cu, int on, int history, bmt_error_t *err)
     if (history < 0 || history > NN_FP8_HISTORY_MAX)
         return nn_fail(err, "llama: an FP8 history of %d passes: give 0 (current scaling) to %d",
                        history, NN_FP8_HISTORY_MAX);
-    if (cu->fp8 && on && history != cu->fp8_history)
+    if (cu->fp8 && on && history != cu->fp8p.history)
         return nn_fail(err, "llama: FP8's scaling cannot change once on (history %d, asked %d)",
-                       cu->fp8_history, history);
+                       cu->fp8p.history, history);
     if (cu->fp8 == (on != 0))
         return 0;
     if (!on)
@@ -864,24 +842,15 @@ int llama_cu_fp8(llama_cu_t *cu, int on, int history, bmt_error_t *err)
         const size_t b = nn_cuda_fp8_conv1d_scratch_bytes(cu->N, IC, OC);
         scratch = b > scratch ? b : scratch;
     }
-    /* one buffer: the scales (16-byte aligned blocks of 12), the records, the
-     * statistics (two u64) and bad (16 bytes), then the history */
-    const size_t P = (size_t)L * 4, ns = P * NN_FP8_CONV1D_SCALES, nr = P * 3;
-    const size_t bytes = (ns + nr + 4 + 4 + (size_t)history * nr) * sizeof(float);
-    if ((cu->fp8_s = cu_alloc(cu, bytes, err)) == NULL ||
+    const size_t bytes = nn_cuda_fp8_plan_bytes(L * 4, history);
+    void *buf = cu_alloc(cu, bytes, err);
+    if (buf == NULL || nn_cuda_fp8_plan_init(cu->h, &cu->fp8p, buf, L * 4, history, err) < 0 ||
         (cu->fp8_scratch = bmt_alloc(cu->ctx, BMT_MEM_WORKSPACE, scratch, err)) == NULL) {
-        bmt_free(cu->ctx, cu->fp8_s);
-        cu->fp8_s = NULL;
+        bmt_free(cu->ctx, buf);
+        cu->fp8p.s = NULL;
         return -1;
     }
-    cu->fp8_rec = cu->fp8_s + ns;
-    cu->fp8_stats = (unsigned long long *)(cu->fp8_rec + nr);
-    cu->fp8_bad = (int *)(cu->fp8_rec + nr + 4);
-    cu->fp8_hist = history ? cu->fp8_rec + nr + 8 : NULL;
-    if (cudaMemsetAsync(cu->fp8_s, 0, bytes, (cudaStream_t)cu->stream) != cudaSuccess)
-        return nn_fail(err, "llama: cudaMemsetAsync failed");
     cu->fp8 = true;
-    cu->fp8_history = history;
     return 0;
 }
 
@@ -897,9 +866,9 @@ int llama_cu_fp8_stats(llama_cu_t *cu, nn_fp8_stats_t *st, bmt_error_t *err)
 {
     unsigned long long d[2] = { 0, 0 };
     if (cu->fp8 && (fp8_begin(cu, err) < 0 || /* closes the last pass, as a forward would */
-                    bmt_mem_download(cu->ctx, d, cu->fp8_stats, sizeof(d), err) < 0))
+                    bmt_mem_download(cu->ctx, d, cu->fp8p.stats, sizeof(d), err) < 0))
         return -1;
-    st->passes = cu->fp8_passes, st->saturated = (long)d[0], st->unscalable = (long)d[1];
+    st->passes = cu->fp8p.passes, st->saturated = (long)d[0], st->unscalable = (long)d[1];
     return 0;
 }
 
