@@ -66,6 +66,19 @@ double costmodel_layer_params(const costmodel_model_t *m)
     return m->params / m->layers;
 }
 
+/* The weights of one layer's linear products: what --fp8 runs in FP8 and keeps
+ * as 1-byte codes (no norms, no biases). */
+static double layer_product_params(const costmodel_model_t *m)
+{
+    const double C = m->hidden, F = m->ffn;
+    switch (m->arch) {
+    case COSTMODEL_GPT2: return 4 * C * C + 2 * C * F;
+    case COSTMODEL_LLAMA: return 2 * C * C + 2 * C * m->kv_dim + 3 * C * F;
+    case COSTMODEL_GENERIC: break;
+    }
+    return m->params / m->layers;
+}
+
 /* The embedding (with GPT-2's learned positions) and the head's own parameters
  * (final norm, and the projection when untied). */
 static double embed_params(const costmodel_model_t *m)
@@ -369,6 +382,7 @@ costmodel_span_t costmodel_span(const bmt_layout_t *l, costmodel_comm_t which)
 /* ---------------------------------------------------------------- inputs */
 
 static double dmax(double a, double b) { return a > b ? a : b; }
+static double dmin(double a, double b) { return a < b ? a : b; }
 
 /* What the trainers' CUDA models hold for one layer's backward, for `tokens`
  * tokens (examples/gpt2/model_cuda.c and examples/llama/model_cuda.c,
@@ -383,15 +397,21 @@ static double dmax(double a, double b) { return a > b ? a : b; }
  *   residual after attention (3 C), q k v (C + 2 kv), the MLP's product and
  *   its GELU (2 F), four f32 statistics. Llama: the two RMSNorms' outputs and
  *   the residual (3 C), q k v, the gate and up products and their SwiGLU
- *   (3 F), two f32 statistics. */
-static void layer_act(const costmodel_model_t *m, bool keep_attention, double tokens, double *input,
-                      double *attn, double *set)
+ *   (3 F), two f32 statistics.
+ *   With fp8 the set holds 1-byte codes of the products' inputs instead of
+ *   the two norms' bf16 outputs and the MLP's activation (GELU's or
+ *   SwiGLU's), plus codes of the attention's output (C + C + C + F bytes for
+ *   4 C + 2 F: C + F less a token), and the codes of the layer's weights. */
+static void layer_act(const costmodel_model_t *m, bool keep_attention, bool fp8, double tokens,
+                      double *input, double *attn, double *set)
 {
     const double C = m->hidden, kv = m->kv_dim, F = m->ffn;
     const bool llama = m->arch == COSTMODEL_LLAMA;
     *input = tokens * 2 * C;
     *attn = tokens * (2 * C + 4.0 * m->heads);
     *set = tokens * (2 * (4 * C + 2 * kv + (llama ? 3 : 2) * F) + 4 * (llama ? 2 : 4));
+    if (fp8)
+        *set += layer_product_params(m) - tokens * (C + F);
     if (!keep_attention) { /* the attention belongs to the set, recomputed with it */
         *set += *attn;
         *attn = 0;
@@ -402,8 +422,8 @@ static void layer_act(const costmodel_model_t *m, bool keep_attention, double to
 static double layer_act_bytes(const costmodel_in_t *in)
 {
     double input, attn, set;
-    layer_act(&in->model, in->keep_attention, (double)in->micro_batch * in->seq, &input, &attn,
-              &set);
+    layer_act(&in->model, in->keep_attention, in->fp8, (double)in->micro_batch * in->seq, &input,
+              &attn, &set);
     return set;
 }
 
@@ -467,6 +487,11 @@ int costmodel_setup(const costmodel_opts_t *o, costmodel_in_t *in, bmt_error_t *
         return errprintf(err, "--ckpt-budget chooses which layers checkpointing spares: it needs "
                               "--ckpt 1");
     r.ckpt_budget = o->ckpt_budget_mib >= 0 ? o->ckpt_budget_mib * 1048576.0 : -1;
+    r.fp8 = o->fp8 == 1;
+    if (o->fp8_speedup > 0 && !r.fp8)
+        return errprintf(err, "--fp8-speedup is how much faster the products run in FP8: it "
+                              "needs --fp8 1");
+    r.fp8_speedup = o->fp8_speedup > 0 ? o->fp8_speedup : COSTMODEL_FP8_SPEEDUP;
     r.zero_level = o->zero_level ? o->zero_level : 3;
     r.gather_bytes = 2;
     r.reduce_bytes = o->grad_bytes ? o->grad_bytes : 4;
@@ -513,6 +538,8 @@ static int check_in(const costmodel_in_t *in, bmt_error_t *err)
         return errprintf(err, "cost model: bytes per element must be 1 to 8");
     if (!(in->mfu > 0 && in->mfu <= 1) || !(in->peak_tflops > 0) || !(in->gpu_mem_gib > 0))
         return errprintf(err, "cost model: MFU must be in (0, 1], peak and memory positive");
+    if (in->fp8 && !(in->fp8_speedup > 0 && in->fp8_speedup <= 4))
+        return errprintf(err, "cost model: the FP8 speed-up must be in (0, 4]");
     for (int c = 0; c < 3; c++)
         if (!(in->links.nvlink_gbps[c] > 0 && isfinite(in->links.nvlink_gbps[c])))
             return errprintf(err, "cost model: NVLink busbw must be a positive GB/s");
@@ -534,10 +561,11 @@ static int check_in(const costmodel_in_t *in, bmt_error_t *err)
 
 /* One entry of the engine's block list, in forward order. */
 struct entry {
-    double gather; /* parameters gathered for it (a tied head gathers the embedding) */
-    double own;    /* parameters whose gradients it reduces */
-    double fwd;    /* forward FLOPs per token */
-    double refwd;  /* FLOPs per token its recomputation repeats under checkpointing (0: none) */
+    double gather;  /* parameters gathered for it (a tied head gathers the embedding) */
+    double own;     /* parameters whose gradients it reduces */
+    double fwd;     /* forward FLOPs per token */
+    double refwd;   /* FLOPs per token its recomputation repeats under checkpointing (0: none) */
+    double product; /* of fwd, the layer's linear products' (what --fp8 runs in FP8) */
 };
 
 /* The block list: [embedding,] L layers[, head]. Returns the count (<= L + 2).
@@ -550,16 +578,18 @@ static int entries(const costmodel_in_t *in, struct entry *e)
     const costmodel_model_t *m = &in->model;
     const double C = m->hidden, lp = costmodel_layer_params(m), T = in->seq;
     const double emb = embed_params(m), head = head_own_params(m);
+    const double product = 2 * layer_product_params(m);
     if (m->arch != COSTMODEL_GENERIC)
-        e[n++] = (struct entry){ emb, emb, 0, 0 };
+        e[n++] = (struct entry){ emb, emb, 0, 0, 0 };
     for (int i = 0; i < m->layers; i++) {
         /* 2 FLOPs per parameter and token, and attention's 2 C T (6 L C T a step). */
         const double fwd = 2 * lp + 2 * C * T;
         const bool re = in->ckpt && i < m->layers - in->kept;
-        e[n++] = (struct entry){ lp, lp, fwd, re ? (in->keep_attention ? 2 * lp : fwd) : 0 };
+        e[n++] =
+            (struct entry){ lp, lp, fwd, re ? (in->keep_attention ? 2 * lp : fwd) : 0, product };
     }
     if (m->arch != COSTMODEL_GENERIC)
-        e[n++] = (struct entry){ head + (m->tied ? emb : 0), head, 2 * m->vocab * C, 0 };
+        e[n++] = (struct entry){ head + (m->tied ? emb : 0), head, 2 * m->vocab * C, 0, 0 };
     return n;
 }
 
@@ -573,6 +603,7 @@ static double model_flops_per_token(const costmodel_model_t *m, int T)
 
 struct times {
     const double *f;      /* forward seconds per entry */
+    const double *re;     /* its recomputation's seconds (checkpointing; 0: none) */
     const double *gather; /* all-gather seconds per entry (0 in a group of one) */
     const double *rs;     /* reduce-scatter seconds per entry */
     const double *ar;     /* replica all-reduce seconds per entry (0: none) */
@@ -638,7 +669,7 @@ static struct sim simulate(const struct entry *e, int n, const costmodel_in_t *i
             double start = dmax(X, grouped ? w->gdone[i] : 0);
             if (grouped && i + 2 < n)
                 start = dmax(start, w->rs_done[i + 2]);
-            double d = 2 * t->f[i] + (e[i].fwd > 0 ? t->f[i] * e[i].refwd / e[i].fwd : 0);
+            double d = 2 * t->f[i] + t->re[i];
             X = start + d;
             s.busy_x += d;
             if (grouped) {
@@ -684,7 +715,7 @@ static costmodel_mem_t memory(const struct entry *e, int n, const costmodel_in_t
     if (G > 1)
         r.grad_full = (big + big2) * 4 + (in->reduce_bytes == 2 ? big * 2 : 0);
     double input, attn, set;
-    layer_act(m, in->keep_attention, tokens, &input, &attn, &set);
+    layer_act(m, in->keep_attention, in->fp8, tokens, &input, &attn, &set);
     if (in->ckpt) {
         /* each layer's input and attention, and the kept layers' sets (--ckpt-budget) */
         r.activations = m->layers * (input + attn) + in->kept * set;
@@ -742,7 +773,7 @@ int costmodel_eval(const bmt_layout_t *l, const costmodel_in_t *in, costmodel_re
     const int G = l->gpus_per_group, R = l->groups, W = l->world;
     const int cap = m->layers + 2;
     struct entry *e = malloc(sizeof(*e) * (size_t)cap);
-    double *buf = malloc(sizeof(double) * (size_t)(7 * cap));
+    double *buf = malloc(sizeof(double) * (size_t)(8 * cap));
     int *idx = malloc(sizeof(int) * (size_t)cap);
     if (e == NULL || buf == NULL || idx == NULL) {
         free(e);
@@ -752,7 +783,7 @@ int costmodel_eval(const bmt_layout_t *l, const costmodel_in_t *in, costmodel_re
     }
     const int n = entries(in, e);
     double *f = buf, *g = buf + cap, *rs = buf + 2 * cap, *ar = buf + 3 * cap;
-    double *noar = buf + 4 * cap;
+    double *noar = buf + 4 * cap, *re = buf + 7 * cap;
     memset(noar, 0, sizeof(double) * (size_t)cap);
     const struct scratch w = { buf + 5 * cap, buf + 6 * cap, idx };
 
@@ -768,10 +799,14 @@ int costmodel_eval(const bmt_layout_t *l, const costmodel_in_t *in, costmodel_re
 
     const double tokens = (double)in->micro_batch * in->seq;
     const double flops_s = in->peak_tflops * 1e12 * in->mfu;
+    /* FP8 takes this fraction off the products' time; a recomputation repeats
+     * the products first (with the attention too when it is not kept). */
+    const double cut = in->fp8 ? 1 - 1 / in->fp8_speedup : 0;
     double gmax = 0, rsmax = 0, armax = 0, gbytes = 0, rsbytes = 0, arbytes = 0;
     double gsec = 0, rssec = 0, arsec = 0;
     for (int i = 0; i < n; i++) {
-        f[i] = e[i].fwd * tokens / flops_s;
+        f[i] = (e[i].fwd - cut * e[i].product) * tokens / flops_s;
+        re[i] = (e[i].refwd - cut * dmin(e[i].refwd, e[i].product)) * tokens / flops_s;
         double gb = e[i].gather * in->gather_bytes, rb = e[i].own * in->reduce_bytes;
         double ab = ceil(e[i].own / G) * in->shard_bytes;
         g[i] = G > 1 ? costmodel_collective(COSTMODEL_ALL_GATHER, &sg, gb, &in->links, NULL) : 0;
@@ -788,7 +823,7 @@ int costmodel_eval(const bmt_layout_t *l, const costmodel_in_t *in, costmodel_re
         rssec += rs[i];
         arsec += ar[i];
     }
-    struct times t = { f, g, rs, ar, 0, 0 };
+    struct times t = { f, re, g, rs, ar, 0, 0 };
     t.agree = W > 1 ? costmodel_collective(COSTMODEL_ALL_REDUCE, &sw, 32, &in->links, NULL) : 0;
     t.norm = G > 1 ? costmodel_collective(COSTMODEL_ALL_REDUCE, &sg, 8, &in->links, NULL) : 0;
     const bool zero3 = in->zero_level == 3;
@@ -1090,6 +1125,17 @@ int costmodel_parse_fraction(const char *text, const char *what, double *out, bm
     return 0;
 }
 
+int costmodel_parse_speedup(const char *text, const char *what, double *out, bmt_error_t *err)
+{
+    const char *end = text ? scan_decimal(text) : NULL;
+    double v = end && *end == '\0' ? decimal_value(text, (size_t)(end - text)) : NAN;
+    if (!(v > 0 && v <= 4))
+        return errprintf(err, "%s needs a speed-up factor in (0, 4] such as 1.3, got '%.200s'",
+                         what, text ? text : "");
+    *out = v;
+    return 0;
+}
+
 int costmodel_parse_gib(const char *text, const char *what, double *out, bmt_error_t *err)
 {
     return parse_real(text, what, "GiB", false, 1e6, out, err);
@@ -1305,6 +1351,11 @@ int costmodel_print_text(FILE *out, const costmodel_in_t *in, const costmodel_ca
             in->micro_batch, in->seq, in->accum, in->accum == 1 ? "" : "es", ck, in->zero_level,
             dtype_name(in->gather_bytes), dtype_name(in->reduce_bytes),
             dtype_name(in->shard_bytes));
+    if (in->fp8)
+        fprintf(out,
+                "    --fp8 1: the layers' linear products in FP8 at %.2fx their bf16 speed, "
+                "1-byte codes\n    of their inputs and weights in each layer's activations\n",
+                in->fp8_speedup);
     if (budget)
         fprintf(out,
                 "    --ckpt-budget: the last %d of %d layers keep their activations (%.1f MiB "
@@ -1439,10 +1490,11 @@ json_t *costmodel_json(const costmodel_in_t *in, const costmodel_candidate_t *ca
                               m->layers, "hidden", m->hidden, "ffn", m->ffn, "kv_dim", m->kv_dim,
                               "heads", m->heads, "vocab", m->vocab, "tied", m->tied);
     json_t *train = json_pack(
-        "{s:i, s:i, s:i, s:b, s:o, s:i, s:b, s:b, s:i, s:i, s:i, s:i}", "seq", in->seq,
+        "{s:i, s:i, s:i, s:b, s:o, s:i, s:b, s:b, s:b, s:o, s:i, s:i, s:i, s:i}", "seq", in->seq,
         "micro_batch", in->micro_batch, "accum", in->accum, "ckpt", in->ckpt, "ckpt_budget_mib",
         in->ckpt_budget >= 0 ? json_real(in->ckpt_budget / 1048576.0) : json_null(), "kept_layers",
-        in->kept, "head_whole", in->head_whole, "keep_attention", in->keep_attention, "zero_level",
+        in->kept, "head_whole", in->head_whole, "keep_attention", in->keep_attention, "fp8",
+        in->fp8, "fp8_speedup", in->fp8 ? json_real(in->fp8_speedup) : json_null(), "zero_level",
         in->zero_level, "gather_bytes", in->gather_bytes, "reduce_bytes", in->reduce_bytes,
         "shard_bytes", in->shard_bytes);
     json_t *links = json_pack(

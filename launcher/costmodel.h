@@ -202,6 +202,10 @@ typedef struct costmodel_in {
     bool keep_attention; /* under checkpointing every layer keeps its attention's output and
                           * log-sum-exps, so a recomputation skips the attention (the
                           * trainers' --keep-attention, on by default) */
+    bool fp8;            /* the trainers' --fp8 1: the layers' linear products take FP8
+                          * operands (the head, attention and norms stay bf16), each layer
+                          * keeps 1-byte codes of its products' inputs and weights */
+    double fp8_speedup;  /* with fp8: those products run this many times faster */
     int zero_level;      /* 3: gathered in forward and again in backward; 2: once */
     int gather_bytes;    /* bytes per gathered parameter (bf16: 2) */
     int reduce_bytes;    /* bytes per gradient element in the reduce-scatter (f32: 4) */
@@ -222,6 +226,8 @@ typedef struct costmodel_opts {
     int ckpt;               /* --ckpt 0|1; -1: 1 */
     double ckpt_budget_mib; /* --ckpt-budget MIB; < 0: not given */
     int keep_attention;     /* --keep-attention 0|1; -1: 1 */
+    int fp8;                /* --fp8 0|1; -1: 0 */
+    double fp8_speedup;     /* --fp8-speedup; 0: COSTMODEL_FP8_SPEEDUP */
     double mfu;             /* --mfu; 0: COSTMODEL_DEFAULT_MFU */
     const char *gpu;        /* --gpu; NULL: h200 */
     double gpu_mem_gib;
@@ -235,12 +241,21 @@ typedef struct costmodel_opts {
 
 #define COSTMODEL_OPTS_INITIALIZER                                                                 \
     {                                                                                              \
-        .ckpt = -1, .ckpt_budget_mib = -1, .keep_attention = -1, .latency_us = -1, .call_us = -1   \
+        .ckpt = -1, .ckpt_budget_mib = -1, .keep_attention = -1, .fp8 = -1, .latency_us = -1,      \
+        .call_us = -1                                                                              \
     }
 
 /* The MFU our engine measured on one H200 without checkpointing (bench/NOTES.md:
  * d48 47.2%, d12 42.2%), used when --mfu is not given. */
 #define COSTMODEL_DEFAULT_MFU 0.45
+
+/* With --fp8 1: how many times faster the layers' linear products run with FP8
+ * operands than in bf16, conversions included (--fp8-speedup). Fitted to GPT-2
+ * d48 on one H200 without checkpointing, FP8 against bf16 in one call: 142.6
+ * against 180.1 ms (bench/NOTES.md, eighteenth session), the products being
+ * 90.3% of the model's FLOPs there. Hopper's FP8 peak is twice bf16's; the
+ * conversions and the amax reductions take the rest. */
+#define COSTMODEL_FP8_SPEEDUP 1.30
 
 /* Fill *in from *o (defaults where not given). Returns 0, or -1 with err naming
  * the option: an unknown model or GPU kind, --layers with a preset, a value out of
@@ -342,6 +357,9 @@ int costmodel_parse_us(const char *text, const char *what, double *out, bmt_erro
 
 /* A fraction in (0, 1] (--mfu). */
 int costmodel_parse_fraction(const char *text, const char *what, double *out, bmt_error_t *err);
+
+/* A speed-up factor: a finite decimal number > 0 and <= 4 (--fp8-speedup). */
+int costmodel_parse_speedup(const char *text, const char *what, double *out, bmt_error_t *err);
 
 /* A memory size in GiB: > 0 and <= 1e6. */
 int costmodel_parse_gib(const char *text, const char *what, double *out, bmt_error_t *err);

@@ -161,6 +161,66 @@ test_expect_success "--ckpt-budget: 0 is --ckpt 1, every layer kept is --ckpt 0'
     grep -q "^bmlaunch: --ckpt-budget needs a non-negative number of MiB, got .lots." err
 '
 
+# --fp8 1: the layers' products (Llama 3.2 1B: 2 (2 C^2 + 2 C kv + 3 C F) =
+# 121,634,816 FLOPs a token) at 1/1.30 of their bf16 time, forward, backward
+# and recomputation; each layer's set holds codes: C + F = 10,240 bytes a
+# token less, its 60,817,408 weight codes more, so the set is 530,644,992
+# bytes (506.1 MiB) and 3037 MiB keep 6 layers where bf16 keeps 5.
+test_expect_success "--fp8: the products faster by --fp8-speedup, the sets as the trainers hold them, refusals" '
+    j() { $BMLAUNCH --plan --json -g 1 -n 1 --model llama3.2-1b --seq-len 4096 --micro-batch 2 "$@"; } &&
+    j --ckpt 0 >b0.json && j --ckpt 0 --fp8 1 >f0.json && j --ckpt 1 >b1.json && j --ckpt 1 --fp8 1 >f1.json &&
+    j --ckpt 0 --fp8 1 --fp8-speedup 1 >s1.json && j --ckpt 0 --fp8 1 --fp8-speedup 2 >s2.json &&
+    j --ckpt-budget 3037 >bb.json && j --ckpt-budget 3037 --fp8 1 >fb.json &&
+    /usr/bin/python3 - <<-PY &&
+	import json
+	def y(f):
+	    c = json.load(open(f))["cost_model"]
+	    return c["train"], [l for l in c["layouts"] if l["yours"]][0]
+	C, kv, F, L, tokens = 2048, 512, 8192, 16, 8192
+	product = 2 * (2 * C * C + 2 * C * kv + 3 * C * F)
+	assert product == 121634816
+	flops_s = 989e12 * 0.45
+	def close(a, b):
+	    return abs(a - b) <= 1e-9 * max(abs(a), abs(b))
+	tb0, b0 = y("b0.json"); tf0, f0 = y("f0.json")
+	assert tb0["fp8"] is False and tb0["fp8_speedup"] is None, tb0
+	assert tf0["fp8"] is True and tf0["fp8_speedup"] == 1.3, tf0
+	# without checkpointing: forward and backward, 3 passes of the products
+	cut = 1 - 1 / 1.3
+	assert close(b0["compute_s"] - f0["compute_s"], 3 * L * product * tokens * cut / flops_s)
+	# checkpointed: a fourth pass, the recomputation (the attention kept)
+	_, b1 = y("b1.json"); _, f1 = y("f1.json")
+	assert close(b1["compute_s"] - f1["compute_s"], 4 * L * product * tokens * cut / flops_s)
+	# a speed-up of 1 is bf16 time, 2 halves the products
+	_, s1 = y("s1.json"); _, s2 = y("s2.json")
+	assert s1["compute_s"] == b0["compute_s"]
+	assert close(b0["compute_s"] - s2["compute_s"], 3 * L * product * tokens * 0.5 / flops_s)
+	# memory: every layer keeps its set, codes instead of bf16
+	d = L * (product / 2 - tokens * (C + F))
+	assert f0["memory_bytes"]["activations"] - b0["memory_bytes"]["activations"] == d, d
+	# checkpointed without a budget: only the input and attention stay
+	assert f1["memory_bytes"]["activations"] == b1["memory_bytes"]["activations"]
+	# the transient is one recomputed set (larger than a 256 MiB chunk of logits)
+	assert (b1["memory_bytes"]["transient"], f1["memory_bytes"]["transient"]) == (553713664, 530644992)
+	tbb, _ = y("bb.json"); tfb, fb = y("fb.json")
+	assert tbb["kept_layers"] == 5 and tfb["kept_layers"] == 6, (tbb, tfb)
+	assert fb["memory_bytes"]["activations"] - f1["memory_bytes"]["activations"] == 6 * 530644992
+	PY
+    $BMLAUNCH --plan -g 1 -n 1 --model llama3.2-1b --seq-len 4096 --micro-batch 2 --ckpt-budget 3037 --fp8 1 >out &&
+    grep -q "^    --fp8 1: the layers.* linear products in FP8 at 1.30x their bf16 speed" out &&
+    grep -q "^    --ckpt-budget: the last 6 of 16 layers keep their activations (506.1 MiB each)" out &&
+    test_must_fail $BMLAUNCH --plan -g 1 -n 1 --model d48 --fp8 2 2>err &&
+    grep -q "^bmlaunch: --fp8 must be 0 or 1, got .2." err &&
+    test_must_fail $BMLAUNCH --plan -g 1 -n 1 --model d48 --fp8-speedup 1.5 2>err &&
+    grep -q "^bmlaunch: --fp8-speedup is how much faster the products run in FP8: it needs --fp8 1" err &&
+    test_must_fail $BMLAUNCH --plan -g 1 -n 1 --model d48 --fp8 0 --fp8-speedup 1.5 2>err &&
+    grep -q "it needs --fp8 1" err &&
+    test_must_fail $BMLAUNCH --plan -g 1 -n 1 --model d48 --fp8 1 --fp8-speedup 5 2>err &&
+    grep -q "^bmlaunch: --fp8-speedup needs a speed-up factor in (0, 4\] such as 1.3, got .5." err &&
+    test_must_fail $BMLAUNCH --plan -g 1 -n 1 --fp8 1 2>err &&
+    grep -q "go with --model" err
+'
+
 test_expect_success "the issue's question: 20x50 on 8-GPU nodes is not recommended, and why" '
     $BMLAUNCH --plan --model 70B -g 20 -n 50 --gpus-per-node 8 >out &&
     grep -qE "^  \* +[0-9]+  20 x 50 +1000 " out &&
@@ -183,7 +243,7 @@ test_expect_success "docs/planner.md: the worked example and the predicted-vs-me
     $BMLAUNCH --plan --model d48 --micro-batch 8 -g 1 -n 2 --gpus-per-node 2 | sed -n "/^  cost model:/,\$p" >actual &&
     diff -u quoted actual &&
     "$SRC/bench/planner_check.sh" "$BMLAUNCH" >table &&
-    grep -c "^| d" table >rows && test "$(cat rows)" = 10 &&
+    grep -c "^| d" table >rows && test "$(cat rows)" = 12 &&
     while read -r line; do grep -qxF -- "$line" "$SRC/docs/planner.md" || { echo "missing: $line"; exit 1; }; done <table
 '
 

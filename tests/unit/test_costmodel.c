@@ -868,7 +868,7 @@ static void check_parse_params(void)
 static void check_parse_other(void)
 {
     static const struct {
-        int kind; /* 0 gbps, 1 us, 2 zero, 3 dtype */
+        int kind; /* 0 gbps, 1 us, 2 zero, 3 dtype, 4 speedup */
         const char *text;
         double value;
         const char *want; /* NULL: accepted */
@@ -904,6 +904,15 @@ static void check_parse_other(void)
         { 3, "fp32", 4, NULL },
         { 3, "f64", 0, "--x must be bf16, fp16 or f32, got 'f64'" },
         { 3, "", 0, "must be bf16, fp16 or f32, got ''" },
+        { 4, "1.3", 1.3, NULL },
+        { 4, "4", 4, NULL },
+        { 4, "0.5", 0.5, NULL },
+        { 4, "0", 0, "--x needs a speed-up factor in (0, 4] such as 1.3, got '0'" },
+        { 4, "4.01", 0, "needs a speed-up factor in (0, 4]" },
+        { 4, "-1", 0, "needs a speed-up factor in (0, 4]" },
+        { 4, "1.3x", 0, "needs a speed-up factor in (0, 4]" },
+        { 4, "nan", 0, "needs a speed-up factor in (0, 4]" },
+        { 4, "", 0, "needs a speed-up factor in (0, 4] such as 1.3, got ''" },
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         double d = -7;
@@ -914,10 +923,11 @@ static void check_parse_other(void)
         case 0: rc = costmodel_parse_gbps(cases[i].text, "--x", &d, &err); break;
         case 1: rc = costmodel_parse_us(cases[i].text, "--x", &d, &err); break;
         case 2: rc = costmodel_parse_zero(cases[i].text, "--x", &n, &err); break;
-        default: rc = costmodel_parse_dtype(cases[i].text, "--x", &n, &err); break;
+        case 3: rc = costmodel_parse_dtype(cases[i].text, "--x", &n, &err); break;
+        default: rc = costmodel_parse_speedup(cases[i].text, "--x", &d, &err); break;
         }
-        double got = cases[i].kind < 2 ? d : n;
-        static const char *kinds[] = { "GB/s", "us", "zero", "dtype" };
+        double got = cases[i].kind < 2 || cases[i].kind == 4 ? d : n;
+        static const char *kinds[] = { "GB/s", "us", "zero", "dtype", "speed-up" };
         if (cases[i].want == NULL)
             ok(rc == 0 && got == cases[i].value, "%s '%s' = %g", kinds[cases[i].kind],
                cases[i].text, cases[i].value);
@@ -933,7 +943,8 @@ static void check_parse_other(void)
     ok(costmodel_parse_gbps(NULL, "--x", &d, NULL) == -1 &&
            costmodel_parse_us(NULL, "--x", &d, NULL) == -1 &&
            costmodel_parse_zero(NULL, "--x", &n, NULL) == -1 &&
-           costmodel_parse_dtype(NULL, "--x", &n, NULL) == -1 && d == -7 && n == -7,
+           costmodel_parse_dtype(NULL, "--x", &n, NULL) == -1 &&
+           costmodel_parse_speedup(NULL, "--x", &d, NULL) == -1 && d == -7 && n == -7,
        "NULL text refused by every parser");
 }
 

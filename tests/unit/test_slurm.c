@@ -260,7 +260,7 @@ static void check_sbatch_options(void)
 {
     /* A new launch_opts_t field must be rendered by sbatch_script (or be a
      * batch-script one) and compared below; then update this size. */
-    _Static_assert(sizeof(launch_opts_t) == 368, "launch_opts_t changed: render the new option "
+    _Static_assert(sizeof(launch_opts_t) == 376, "launch_opts_t changed: render the new option "
                                                  "in sbatch.c and compare it here");
     static const char *cases[][58] = {
         { "--sbatch",
