@@ -44,9 +44,6 @@ static const env_knob_t knobs[] = {
       "1: gradients a block list leaves to callbacks that overwrite them "
       "(bmt_blocklist_set_grad_overwrite) are filled with NaN first, so a callback that adds "
       "to them or misses an element makes NaN (tests)" },
-    { "BMT_UNCHECKED_LLAMA_FP8", NULL,
-      "1: the Llama trainer's --fp8 1 on cuda runs, which it refuses until that path has "
-      "passed its GPU check (tests)" },
     { "BMT_SHM_CHUNK", "1M",
       "bytes each rank stages per step in the shm backend (K/M/G suffix); "
       "each shm communicator reserves (2*size+2) times this in /dev/shm" },

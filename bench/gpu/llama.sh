@@ -15,9 +15,7 @@
 #                            checkpointing; the peer checkpoints every layer);
 #                            args: more options of ours, commas for spaces
 #                            (e.g. llama3.2-1b:2:4096:1x1:0::--fp8,1; the
-#                            peer runs as without them; --fp8 1 on cuda needs
-#                            BMT_UNCHECKED_LLAMA_FP8=1 in the environment
-#                            until its GPU check has passed, docs/fp8.md)
+#                            peer runs as without them)
 #   STEPS=13                 steps per run; the median of the last STEPS-3 is kept
 #   SKIP_BUILD=1             reuse build/
 #   PEER_COMPILE=0           the peer without torch.compile

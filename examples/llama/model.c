@@ -755,13 +755,6 @@ bmt_dtype_t llama_model_param_dtype(const llama_model_t *m) { return m->pdtype; 
 
 int llama_model_fp8(llama_model_t *m, int on, int history, bmt_error_t *err)
 {
-    const char *unchecked = getenv("BMT_UNCHECKED_LLAMA_FP8");
-    if (on && m->cu && !(unchecked && strcmp(unchecked, "1") == 0))
-        return fail(err,
-                    "llama: --fp8 1 on cuda is built but has not passed its check on a GPU yet "
-                    "(tests/gpu/test_llama.sh against the cpu emulation); until it has, it runs "
-                    "only with BMT_UNCHECKED_LLAMA_FP8=1 (docs/fp8.md, Llama). On the cpu it "
-                    "emulates the FP8 products");
     if (history < 0 || history > NN_FP8_HISTORY_MAX)
         return fail(err, "llama: an FP8 history of %d passes: give 0 (current scaling) to %d",
                     history, NN_FP8_HISTORY_MAX);

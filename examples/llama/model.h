@@ -126,9 +126,8 @@ bmt_dtype_t llama_model_param_dtype(const llama_model_t *m);
  * current (history 0); norms, RoPE, attention, the head and the update as
  * before. The cpu model emulates it exactly in f32 (nn_fp8_linear_*), the
  * cuda model computes it (llama_cu_fp8: nn_cuda_fp8_linear_*), B T, C and F
- * multiples of 16 there; until that path has passed its GPU check it is
- * refused on cuda (-1 with err) unless BMT_UNCHECKED_LLAMA_FP8=1 (docs/env.md).
- * Before the first forward. An operand holding NaN or inf
+ * multiples of 16 there (checked against the emulation by
+ * tests/gpu/test_llama.sh). Before the first forward. An operand holding NaN or inf
  * makes its product NaN (its row of it, under delayed scaling), so the step
  * is skipped as any non-finite one. Once on, FP8 and its scaling stay (-1
  * with err on a change). */

@@ -263,9 +263,8 @@ int main(int argc, char **argv)
             "      --layers L --heads H --kv-heads K --embd C --ffn F --vocab V --max-seq N\n"
             "                          override its sizes (--heads or --embd: head size C/H)\n"
             "      --fp8 0|1           the layers' products with FP8 operands (docs/fp8.md);\n"
-            "                          cpu: the exact f32 emulation; cuda: not yet checked\n"
-            "                          on a GPU, refused unless "
-            "BMT_UNCHECKED_LLAMA_FP8=1\n" TRAINER_FP8_USAGE,
+            "                          cpu: the exact f32 emulation; cuda: Hopper's FP8\n"
+            "                          products (B T, C and F multiples of 16)\n" TRAINER_FP8_USAGE,
         .usage_run_mid =
             "      --keep-attention 0|1  cuda, with --ckpt 1: keep each layer's attention output\n"
             "                          and log-sum-exps so that the recomputation skips the\n"

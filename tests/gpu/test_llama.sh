@@ -20,8 +20,7 @@
 #   head kept), the activations' peak between;
 # - fresh gradients filled with NaN before the callbacks write them
 #   (BMT_CHECK_OVERWRITE=1): the same tensors bit for bit as without;
-# - --fp8 1 (BMT_UNCHECKED_LLAMA_FP8=1 until this passes on a GPU) against
-#   the cpu emulation from the same weights, delayed and current scaling,
+# - --fp8 1 against the cpu emulation from the same weights, delayed and current scaling,
 #   checkpointing and kept attention, the first gradient norm; at lr 1e-3
 #   within 2% of bf16; NaN-filled fresh gradients, --ckpt-budget's kept
 #   layers bit for bit and keep_check's arithmetic with FP8;
@@ -185,15 +184,7 @@ test_expect_success "--ckpt-budget's arithmetic on cuda, attention kept or not: 
 # f32 run, with slack, and differs from the GPU's bf16 run; delayed
 # scaling's first step is the current run's; a recomputation makes the same
 # codes whether it runs the attention again or kept it (the same bits); the
-# first step under checkpointing is the step without it. Until these pass
-# on a GPU, cuda FP8 runs only with BMT_UNCHECKED_LLAMA_FP8=1.
-test_expect_success "--fp8 1 on cuda is refused without BMT_UNCHECKED_LLAMA_FP8=1 (not yet checked on a GPU), naming it" '
-    test_must_fail env -u BMT_UNCHECKED_LLAMA_FP8 timeout -k 5 120 "$BMLAUNCH" --metrics-port 0 --device cuda -n 1 -- $LLAMA $RUN \
-        --init-from $INIT --steps 1 --fp8 1 >out 2>err && cat err &&
-    grep -q "only with BMT_UNCHECKED_LLAMA_FP8=1" err
-'
-
-export BMT_UNCHECKED_LLAMA_FP8=1
+# first step under checkpointing is the step without it.
 fp8run() { # DEVICE FP8 TAG [options]: 20 steps from INIT
     with_timeout 300 "$BMLAUNCH" --metrics-port 0 --device $1 -n 1 -- $LLAMA $RUN --init-from $INIT \
         --steps 20 --fp8 $2 "${@:4}" >out.$3 2>&1 || { tail -20 out.$3; return 1; }
@@ -274,7 +265,6 @@ test_expect_success "--fp8 1 on cuda: fresh gradients NaN-filled first give the 
         cat out && grep -q "^0: keep_check: 5 passed, 0 failed" out || return 1
     done
 '
-unset BMT_UNCHECKED_LLAMA_FP8
 
 test_expect_success "a cuda checkpoint is bf16 (files and config.json) and the cpu model reads it back: the cuda run's val loss" '
     step=$TMP/cu/$(cat "$TMP/cu/latest") && cat $step/config.json &&
