@@ -1173,17 +1173,17 @@ __device__ __forceinline__ void mfa_kv_load(bf16 *KV, const bf16 *k, const bf16 
 }
 
 /* One tile's step of the online softmax for a warp's 16 rows (rows g and
- * g + 8 of the mma fragments; s: the raw scores of 64 keys, masked): the
+ * g + 8 of the mma fragments; s: the raw scores of NT x 8 keys, masked): the
  * running maxima m of the raw scores (scale > 0 keeps the order) and sums l
- * move on, the accumulator o is rescaled, and p gets the probabilities
- * ex2(s sl2 - m sl2) packed as mma A fragments (mfa_pack_p). */
-template <int D>
-__device__ __forceinline__ void mfa_online_softmax(float s[8][4], float m[2], float l[2],
-                                                   float o[D / 8][4], uint32_t p[4][4], float sl2)
+ * move on, s becomes the probabilities ex2(s sl2 - m sl2), and a gets the
+ * factors that rescale what was accumulated before (row g, row g + 8). */
+template <int NT>
+__device__ __forceinline__ void mfa_softmax_step(float s[NT][4], float m[2], float l[2], float a[2],
+                                                 float sl2)
 {
     float mx0 = m[0], mx1 = m[1];
 #pragma unroll
-    for (int nt = 0; nt < 8; nt++) {
+    for (int nt = 0; nt < NT; nt++) {
         mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
         mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
     }
@@ -1197,7 +1197,7 @@ __device__ __forceinline__ void mfa_online_softmax(float s[8][4], float m[2], fl
     const float a0 = ex2f(fmaf(m[0], sl2, f0)), a1 = ex2f(fmaf(m[1], sl2, f1));
     float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
-    for (int nt = 0; nt < 8; nt++) {
+    for (int nt = 0; nt < NT; nt++) {
         s[nt][0] = ex2f(fmaf(s[nt][0], sl2, f0));
         s[nt][1] = ex2f(fmaf(s[nt][1], sl2, f0));
         s[nt][2] = ex2f(fmaf(s[nt][2], sl2, f1));
@@ -1211,11 +1211,28 @@ __device__ __forceinline__ void mfa_online_softmax(float s[8][4], float m[2], fl
     sum1 += __shfl_xor_sync(0xffffffffu, sum1, 2);
     l[0] = l[0] * a0 + sum0, l[1] = l[1] * a1 + sum1;
     m[0] = mx0, m[1] = mx1;
+    a[0] = a0, a[1] = a1;
+}
+
+/* o's rows g (factor a[0]) and g + 8 (a[1]) rescaled */
+template <int D> __device__ __forceinline__ void mfa_rescale(float o[D / 8][4], const float a[2])
+{
 #pragma unroll
     for (int dn = 0; dn < D / 8; dn++) {
-        o[dn][0] *= a0, o[dn][1] *= a0;
-        o[dn][2] *= a1, o[dn][3] *= a1;
+        o[dn][0] *= a[0], o[dn][1] *= a[0];
+        o[dn][2] *= a[1], o[dn][3] *= a[1];
     }
+}
+
+/* One 64-key tile's step (mfa_softmax_step), the accumulator o rescaled,
+ * and p gets the probabilities packed as mma A fragments (mfa_pack_p). */
+template <int D>
+__device__ __forceinline__ void mfa_online_softmax(float s[8][4], float m[2], float l[2],
+                                                   float o[D / 8][4], uint32_t p[4][4], float sl2)
+{
+    float a[2];
+    mfa_softmax_step<8>(s, m, l, a, sl2);
+    mfa_rescale<D>(o, a);
     mfa_pack_p(p, s); /* the f32 scores die here */
 }
 
@@ -1790,7 +1807,8 @@ __device__ __forceinline__ void wg_load_qtile(unsigned char *Qs, float *ls, cons
 /* Blocks of two warpgroups own 128 query rows and walk 64-key tiles, two
  * stages deep, as mfa_fwd does; a warpgroup skips the products of a tile that
  * lies wholly after its 64 rows. Head size 128 holds twice the accumulators
- * (64 more registers): one block per SM. */
+ * (64 more registers): one block per SM; its launcher runs mfa_fwd_wg_k128
+ * (128 keys a step) instead. */
 template <int D>
 __global__ void __launch_bounds__(256, D == 64 ? 2 : 1)
     mfa_fwd_wg(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int NKV, float scale)
@@ -1839,6 +1857,147 @@ __global__ void __launch_bounds__(256, D == 64 ? 2 : 1)
 #pragma unroll
             for (int kc = 0; kc < 4; kc++) /* 16 keys (two 8-row groups, 2048 bytes) of V each */
                 wg_rs_d<D>(o, p[kc], Vs, kc);
+            wg_commit();
+            wg_wait0();
+            wg_hold_d<D>(o);
+        }
+        wg_stage_ready();
+    }
+    mfa_fwd_finish<D>(out + (size_t)(bh / NH) * T * C + (bh % NH) * D, lse + (size_t)bh * T, o, m,
+                      l, row0, T, t, C, sl2);
+#else
+    __trap(); /* a build whose image for this device lacks wgmma: fail, never return nothing */
+#endif
+}
+
+/* ------------------------------------------------ head 128: 128 keys a step
+ *
+ * The head-128 forward takes 128 keys a step: S = Q K^T as m64n128k16 (a
+ * warpgroup's 64 rows against 128 keys, 64 accumulators), P V over those 128
+ * keys as eight 16-key steps of one m64n128k16 over the whole head (V read
+ * MN-major across both swizzled halves: LBO is the distance between them).
+ * Twice the work per instruction and per barrier of mfa_fwd_wg's 64-key
+ * steps; 202 registers, one block per SM as mfa_fwd_wg<128>. Measured in the
+ * twenty-seventh session (bench/NOTES.md): the Llama 3B shape's forward 0.561
+ * -> 0.487 ms on an H100, the step -1.2%. At head 64 the same arrangement
+ * (one block per SM, or two at 128 registers) did not pay, so head 64 keeps
+ * mfa_fwd_wg. */
+#define KT128 128
+#define WG_ACC128_REGS                                                                             \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "  \
+    "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "   \
+    "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "   \
+    "%56, %57, %58, %59, %60, %61, %62, %63}"
+#define WG_ACC128_OUTS(d)                                                                          \
+    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),      \
+        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),  \
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),  \
+        "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),  \
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),  \
+        "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),  \
+        "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]),                \
+        "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]),            \
+        "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]),            \
+        "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),            \
+        "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]),            \
+        "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+
+__device__ __forceinline__ void wg_ss128(float d[16][4], uint64_t da, uint64_t db, int acc)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WG_ACC128_REGS
+                 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : WG_ACC128_OUTS(d)
+                 : "l"(da), "l"(db), "r"(acc));
+}
+
+__device__ __forceinline__ void wg_rs128_t(float d[16][4], const uint32_t a[4], uint64_t db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WG_ACC128_REGS
+                 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                 : WG_ACC128_OUTS(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+__device__ __forceinline__ void wg_hold16(float d[16][4])
+{
+    wg_hold(d);
+    wg_hold(d + 8);
+}
+
+/* mfa_mask over 16 n8 blocks (128 columns) */
+__device__ __forceinline__ void mfa_mask16(float s[16][4], int col0, int row0, int T)
+{
+    mfa_mask(s, col0, row0, T);
+    mfa_mask(s + 8, col0 + 64, row0, T);
+}
+
+/* Q (WG_Q rows), two stages of K and V tiles of KT128 rows, alignment: 161 KiB */
+#define WG_SMEM_K128(D) ((D) / 64 * (WG_Q * 128 + 4 * KT128 * 128) + 1024)
+template <int D>
+__global__ void __launch_bounds__(256, 1)
+    mfa_fwd_wg_k128(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int NKV, float scale)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(D == 128, "one n128 P V spans a head of 128");
+    constexpr int TILE = D / 64 * KT128 * 128, STAGE = 2 * TILE; /* a (KT128, D) tile: 32 KiB */
+    extern __shared__ __align__(128) unsigned char wg_raw[];
+    const uint32_t sa = (uint32_t)__cvta_generic_to_shared(wg_raw);
+    unsigned char *Qs = wg_raw + ((1024 - (sa & 1023)) & 1023), *KV = Qs + D / 64 * WG_Q * 128;
+    const int tile = gridDim.y - 1 - blockIdx.y; /* the longest rows first (mfa_grid) */
+    const int bh = blockIdx.x, wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, r0 = tile * WG_Q;
+    const int wr0 = r0 + wg * 64, w0 = wr0 + warp * 16, row0 = w0 + g;
+    const int C = NH * D, LDI = (NH + 2 * NKV) * D;
+    const mfa_heads hp = mfa_locate(qkv, bh / NH, bh % NH, T, NH, NKV, D);
+    const bf16 *q = hp.q, *k = hp.k, *v = hp.v;
+    const float sl2 = scale * LOG2E_F;
+    /* WG_Q = KT128: the diagonal tile is the block's own; the first warpgroup's
+     * rows see only its first 64 keys (the rest masked) */
+    const int jmax = min(r0 + WG_Q - 1, T - 1) / KT128;
+    const bool active = wr0 < T; /* the same for the whole warpgroup */
+    wg_load_d<D, WG_Q>(Qs, q, r0, T, LDI);
+    wg_load_d<D, KT128>(KV, k, 0, T, LDI);
+    wg_load_d<D, KT128>(KV + TILE, v, 0, T, LDI);
+    cp_commit();
+    wg_stage_ready();
+    const unsigned char *Qw = Qs + wg * 64 * 128;
+    float o[D / 8][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.f, 0.f };
+#pragma unroll
+    for (int dn = 0; dn < D / 8; dn++)
+        o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.f;
+    for (int j = 0; j <= jmax; j++) {
+        const int c0 = j * KT128;
+        const unsigned char *Ks = KV + (j & 1) * STAGE, *Vs = Ks + TILE;
+        if (j < jmax) {
+            unsigned char *nx = KV + ((j + 1) & 1) * STAGE;
+            wg_load_d<D, KT128>(nx, k, (j + 1) * KT128, T, LDI);
+            wg_load_d<D, KT128>(nx + TILE, v, (j + 1) * KT128, T, LDI);
+            cp_commit();
+        }
+        if (active) {
+            float s[16][4] = {};
+            uint32_t p[8][4];
+            wg_fence();
+#pragma unroll
+            for (int kc = 0; kc < D / 16; kc++)
+                wg_ss128(s, wg_kstep<WG_Q>(Qw, kc), wg_kstep<KT128>(Ks, kc), kc);
+            wg_commit();
+            wg_wait0();
+            wg_hold16(s);
+            if (!(c0 + KT128 - 1 <= w0 && w0 + 15 < T)) /* masked: p = ex2(-inf) = 0 */
+                mfa_mask16(s, c0 + 2 * t, row0, T);
+            float a[2];
+            mfa_softmax_step<16>(s, m, l, a, sl2);
+            mfa_rescale<D>(o, a);
+            mfa_pack_p(p, s);
+            mfa_pack_p(p + 4, s + 8);
+            wg_hold_d<D>(o);
+            wg_fence();
+#pragma unroll
+            for (int kc = 0; kc < 8; kc++) /* 16 keys (2048 bytes of each half) of V each */
+                wg_rs128_t(o, p[kc], wg_desc(Vs + kc * 2048, KT128 * 128, 1024));
             wg_commit();
             wg_wait0();
             wg_hold_d<D>(o);
@@ -2049,12 +2208,21 @@ template <int D>
 cudaError_t mfa_forward_wg(cudaStream_t st, bf16 *out, float *lse, const bf16 *qkv, int B, int NH,
                            int NKV, int T, float scale)
 {
-    cudaError_t e = cudaFuncSetAttribute(mfa_fwd_wg<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         WG_SMEM(D));
-    if (e != cudaSuccess)
-        return e;
-    mfa_fwd_wg<D>
-        <<<mfa_grid(B * NH, T, WG_Q), 256, WG_SMEM(D), st>>>(out, lse, qkv, T, NH, NKV, scale);
+    if constexpr (D == 128) { /* 128 keys a step (mfa_fwd_wg_k128) */
+        cudaError_t e = cudaFuncSetAttribute(
+            mfa_fwd_wg_k128<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM_K128(D));
+        if (e != cudaSuccess)
+            return e;
+        mfa_fwd_wg_k128<D><<<mfa_grid(B * NH, T, WG_Q), 256, WG_SMEM_K128(D), st>>>(
+            out, lse, qkv, T, NH, NKV, scale);
+    } else {
+        cudaError_t e = cudaFuncSetAttribute(
+            mfa_fwd_wg<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM(D));
+        if (e != cudaSuccess)
+            return e;
+        mfa_fwd_wg<D>
+            <<<mfa_grid(B * NH, T, WG_Q), 256, WG_SMEM(D), st>>>(out, lse, qkv, T, NH, NKV, scale);
+    }
     return cudaGetLastError();
 }
 #endif
