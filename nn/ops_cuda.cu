@@ -1888,20 +1888,10 @@ __global__ void __launch_bounds__(256, D == 64 ? 2 : 1)
     "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "   \
     "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "   \
     "%56, %57, %58, %59, %60, %61, %62, %63}"
-#define WG_ACC128_OUTS(d)                                                                          \
-    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),      \
-        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),  \
-        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),  \
-        "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),  \
-        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),  \
-        "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),  \
-        "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]),                \
-        "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]),            \
-        "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]),            \
-        "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),            \
-        "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]),            \
-        "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+/* the 64 accumulators of an n128 product: two n64 ones' (d[0..7], d[8..15]) */
+#define WG_ACC128_OUTS(d) WG_ACC_OUTS(d), WG_ACC_OUTS((d + 8))
 
+/* wg_ss over 128 columns of B: d (64 x 128 per warpgroup) (+)= A x B^T */
 __device__ __forceinline__ void wg_ss128(float d[16][4], uint64_t da, uint64_t db, int acc)
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
@@ -1911,6 +1901,7 @@ __device__ __forceinline__ void wg_ss128(float d[16][4], uint64_t da, uint64_t d
                  : "l"(da), "l"(db), "r"(acc));
 }
 
+/* wg_rs_t over 128 columns of B: d (64 x 128) += A x B, B (16 x 128) MN-major */
 __device__ __forceinline__ void wg_rs128_t(float d[16][4], const uint32_t a[4], uint64_t db)
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
@@ -1920,6 +1911,7 @@ __device__ __forceinline__ void wg_rs128_t(float d[16][4], const uint32_t a[4], 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 
+/* wg_hold over an n128 product's 64 accumulators */
 __device__ __forceinline__ void wg_hold16(float d[16][4])
 {
     wg_hold(d);
