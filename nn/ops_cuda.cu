@@ -1752,26 +1752,27 @@ template <int D> __device__ __forceinline__ void wg_hold_d(float (*d)[4])
         wg_hold(d + 8 * h);
 }
 
-/* Starts the copies of the K/V tile from row r0 into the stage at KV (K, then
- * V after it, swizzled) and commits them; 256 threads. */
-template <int D>
+/* Starts the copies of the K/V tile of ROWS rows from row r0 into the stage
+ * at KV (K, then V after it, swizzled) and commits them; 256 threads. */
+template <int D, int ROWS = FA_ROWS>
 __device__ __forceinline__ void wg_kv_load(unsigned char *KV, const bf16 *k, const bf16 *v, int r0,
                                            int T, int ld)
 {
-    wg_load_d<D, FA_ROWS>(KV, k, r0, T, ld);
-    wg_load_d<D, FA_ROWS>(KV + D / 64 * FA_ROWS * 128, v, r0, T, ld);
+    wg_load_d<D, ROWS>(KV, k, r0, T, ld);
+    wg_load_d<D, ROWS>(KV + D / 64 * ROWS * 128, v, r0, T, ld);
     cp_commit();
 }
 
-/* Tile j's stage of the two-stage K/V ring at KV (a K tile, then a V tile),
- * after starting to copy tile j + 1 into the other stage (none after jmax). */
-template <int D>
+/* Tile j's stage of the two-stage K/V ring at KV (a K tile, then a V tile,
+ * ROWS rows each), after starting to copy tile j + 1 into the other stage
+ * (none after jmax). */
+template <int D, int ROWS = FA_ROWS>
 __device__ __forceinline__ unsigned char *wg_kv_stage(unsigned char *KV, const bf16 *k,
                                                       const bf16 *v, int j, int jmax, int T, int ld)
 {
-    constexpr int STAGE = 2 * (D / 64) * FA_ROWS * 128;
+    constexpr int STAGE = 2 * (D / 64) * ROWS * 128;
     if (j < jmax)
-        wg_kv_load<D>(KV + ((j + 1) & 1) * STAGE, k, v, (j + 1) * FA_ROWS, T, ld);
+        wg_kv_load<D, ROWS>(KV + ((j + 1) & 1) * STAGE, k, v, (j + 1) * ROWS, T, ld);
     return KV + (j & 1) * STAGE;
 }
 
@@ -1950,9 +1951,7 @@ __global__ void __launch_bounds__(256, 1)
     const int jmax = min(r0 + WG_Q - 1, T - 1) / KT128;
     const bool active = wr0 < T; /* the same for the whole warpgroup */
     wg_load_d<D, WG_Q>(Qs, q, r0, T, LDI);
-    wg_load_d<D, KT128>(KV, k, 0, T, LDI);
-    wg_load_d<D, KT128>(KV + TILE, v, 0, T, LDI);
-    cp_commit();
+    wg_kv_load<D, KT128>(KV, k, v, 0, T, LDI);
     wg_stage_ready();
     const unsigned char *Qw = Qs + wg * 64 * 128;
     float o[D / 8][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.f, 0.f };
@@ -1962,12 +1961,8 @@ __global__ void __launch_bounds__(256, 1)
     for (int j = 0; j <= jmax; j++) {
         const int c0 = j * KT128;
         const unsigned char *Ks = KV + (j & 1) * STAGE, *Vs = Ks + TILE;
-        if (j < jmax) {
-            unsigned char *nx = KV + ((j + 1) & 1) * STAGE;
-            wg_load_d<D, KT128>(nx, k, (j + 1) * KT128, T, LDI);
-            wg_load_d<D, KT128>(nx + TILE, v, (j + 1) * KT128, T, LDI);
-            cp_commit();
-        }
+        if (j < jmax)
+            wg_kv_load<D, KT128>(KV + ((j + 1) & 1) * STAGE, k, v, (j + 1) * KT128, T, LDI);
         if (active) {
             float s[16][4] = {};
             uint32_t p[8][4];
