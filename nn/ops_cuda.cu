@@ -1763,16 +1763,15 @@ __device__ __forceinline__ void wg_kv_load(unsigned char *KV, const bf16 *k, con
     cp_commit();
 }
 
-/* Tile j's stage of the two-stage K/V ring at KV (a K tile, then a V tile,
- * ROWS rows each), after starting to copy tile j + 1 into the other stage
- * (none after jmax). */
-template <int D, int ROWS = FA_ROWS>
+/* Tile j's stage of the two-stage K/V ring at KV (a K tile, then a V tile),
+ * after starting to copy tile j + 1 into the other stage (none after jmax). */
+template <int D>
 __device__ __forceinline__ unsigned char *wg_kv_stage(unsigned char *KV, const bf16 *k,
                                                       const bf16 *v, int j, int jmax, int T, int ld)
 {
-    constexpr int STAGE = 2 * (D / 64) * ROWS * 128;
+    constexpr int STAGE = 2 * (D / 64) * FA_ROWS * 128;
     if (j < jmax)
-        wg_kv_load<D, ROWS>(KV + ((j + 1) & 1) * STAGE, k, v, (j + 1) * ROWS, T, ld);
+        wg_kv_load<D>(KV + ((j + 1) & 1) * STAGE, k, v, (j + 1) * FA_ROWS, T, ld);
     return KV + (j & 1) * STAGE;
 }
 
