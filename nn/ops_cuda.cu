@@ -12,6 +12,7 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
+#include <cuda.h> /* CUtensorMap (the head-64 forward's TMA copies) */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -1801,73 +1802,257 @@ __device__ __forceinline__ void wg_load_qtile(unsigned char *Qs, float *ls, cons
         cp_async4(ls + FA_ROWS + x, Dd + (in ? r0 + x : 0), in);
 }
 
-/* Q (WG_Q rows), two stages of K and V, alignment */
-#define WG_SMEM(D) ((D) / 64 * (WG_Q * 128 + 4 * FA_ROWS * 128) + 1024)
+/* ------------------------------------------------ head 64: TMA, mbarriers
+ *
+ * The head-64 forward (GPT-2's and Llama 1B's heads): blocks of two
+ * warpgroups own 128 query rows (64 each) and walk 64-key tiles; a warpgroup
+ * skips the tiles that lie wholly after its rows. The K/V tiles come through
+ * a ring of TMA_NS stages filled by the TMA unit: thread 0 issues every copy
+ * (a (64 rows, 64 columns) box of the (B, T, (NH + 2 NKV) 64) qkv tensor, in
+ * the 128-byte swizzle the products read, rows past T zero-filled) TMA_DIST
+ * tiles ahead, and mbarriers hand each stage over (full[s]: its bytes have
+ * landed; empty[s]: the 8 warps are done with it), so no block-wide barrier
+ * keeps the two warpgroups in step. Within a warpgroup, FlashAttention-3's
+ * overlap: tile j's S = Q K_j^T and tile j - 1's O += P V_{j-1} are issued
+ * together, and S_j's softmax runs while the tensor cores do P V_{j-1}.
+ * 127 registers, 2 blocks per SM (83 KB of shared memory each). Measured
+ * (twenty-eighth session, bench/NOTES.md, one H100): the Llama 1B shape's
+ * forward 0.378 -> 0.350 ms, d48's 0.115 -> 0.100, against the cp.async
+ * kernel with a barrier a tile it replaced. */
+#define TMA_NS 4
+#define TMA_DIST 2
+#define WG_SMEM_TMA (WG_Q * 128 + TMA_NS * 2 * FA_ROWS * 128 + 1024 + 256)
 
-/* Blocks of two warpgroups own 128 query rows and walk 64-key tiles, two
- * stages deep, as mfa_fwd does; a warpgroup skips the products of a tile that
- * lies wholly after its 64 rows. Head size 128 holds twice the accumulators
- * (64 more registers): one block per SM; its launcher runs mfa_fwd_wg_k128
- * (128 keys a step) instead. */
-template <int D>
-__global__ void __launch_bounds__(256, D == 64 ? 2 : 1)
-    mfa_fwd_wg(bf16 *out, float *lse, const bf16 *qkv, int T, int NH, int NKV, float scale)
+__device__ __forceinline__ void mb_init(uint64_t *b, int count)
+{
+    asm volatile(
+        "mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"((uint32_t)__cvta_generic_to_shared(b)),
+        "r"(count)
+        : "memory");
+}
+__device__ __forceinline__ void mb_expect_tx(uint64_t *b, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
+                     (uint32_t)__cvta_generic_to_shared(b)),
+                 "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mb_arrive(uint64_t *b)
+{
+    asm volatile(
+        "mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"((uint32_t)__cvta_generic_to_shared(b))
+        : "memory");
+}
+/* waits until the barrier's phase with this parity has completed */
+__device__ __forceinline__ void mb_wait(uint64_t *b, uint32_t parity)
+{
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(b);
+    asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WAIT_%=;\n}\n" ::"r"(a),
+                 "r"(parity)
+                 : "memory");
+}
+/* one (64, 64) box at (column c, row r, batch b) of the map into dst, its
+ * bytes counted on bar */
+__device__ __forceinline__ void tma_box(unsigned char *dst, const CUtensorMap *map, int c, int r,
+                                        int b, uint64_t *bar)
+{
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)),
+        "l"(map), "r"(c), "r"(r), "r"(b), "r"((uint32_t)__cvta_generic_to_shared(bar))
+        : "memory");
+}
+
+/* mfa_mask through selects, no branch (it runs inside a product's window) */
+__device__ __forceinline__ void mfa_mask_sel(float s[8][4], int col0, int row0, int T)
+{
+    const int lim0 = row0 < T ? row0 : -(1 << 30), lim1 = row0 + 8 < T ? row0 + 8 : -(1 << 30);
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int col = col0 + nt * 8 + (e & 1);
+            s[nt][e] = col <= (e < 2 ? lim0 : lim1) ? s[nt][e] : -INFINITY;
+        }
+}
+/* wg_hold for P's A fragments: an RS product reads them while in flight */
+__device__ __forceinline__ void wg_hold_p(uint32_t p[4][4])
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            asm volatile("" : "+r"(p[i][j])::"memory");
+}
+
+__global__ void __launch_bounds__(256, 2)
+    mfa_fwd_wg_tma(const __grid_constant__ CUtensorMap map, bf16 *out, float *lse, int T, int NH,
+                   int NKV, float scale)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int D = 64, TILE = FA_ROWS * 128, STAGE = 2 * TILE, BOX = FA_ROWS * 128;
     extern __shared__ __align__(128) unsigned char wg_raw[];
     const uint32_t sa = (uint32_t)__cvta_generic_to_shared(wg_raw);
-    unsigned char *Qs = wg_raw + ((1024 - (sa & 1023)) & 1023), *KV = Qs + D / 64 * WG_Q * 128;
+    unsigned char *Qs = wg_raw + ((1024 - (sa & 1023)) & 1023), *KV = Qs + WG_Q * 128;
+    uint64_t *full = (uint64_t *)(KV + TMA_NS * STAGE), *empty = full + TMA_NS,
+             *qbar = empty + TMA_NS;
     const int tile = gridDim.y - 1 - blockIdx.y; /* the longest rows first (mfa_grid) */
     const int bh = blockIdx.x, wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, r0 = tile * WG_Q;
     const int wr0 = r0 + wg * 64, row0 = wr0 + warp * 16 + g;
-    const int C = NH * D, LDI = (NH + 2 * NKV) * D;
-    const mfa_heads hp = mfa_locate(qkv, bh / NH, bh % NH, T, NH, NKV, D);
-    const bf16 *q = hp.q, *k = hp.k, *v = hp.v;
+    const int C = NH * D, b = bh / NH, hq = bh % NH, kh = hq / (NH / NKV);
+    const int kcol = (NH + kh) * D, vcol = (NH + NKV + kh) * D;
     const float sl2 = scale * LOG2E_F;
     const int jmax = min(r0 + WG_Q - 1, T - 1) / FA_ROWS;
-    wg_load_d<D, WG_Q>(Qs, q, r0, T, LDI);
-    wg_kv_load<D>(KV, k, v, 0, T, LDI);
-    wg_stage_ready();
-    const unsigned char *Qw = Qs + wg * 64 * 128; /* this warpgroup's rows in each half */
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < TMA_NS; s++)
+            mb_init(full + s, 1), mb_init(empty + s, 8);
+        mb_init(qbar, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const bool q2 = r0 + 64 < T;
+        mb_expect_tx(qbar, (q2 ? 2 : 1) * BOX);
+        tma_box(Qs, &map, hq * D, r0, b, qbar);
+        if (q2)
+            tma_box(Qs + BOX, &map, hq * D, r0 + 64, b, qbar);
+        for (int j = 0; j <= min(TMA_DIST - 1, jmax); j++) {
+            mb_expect_tx(full + j, 2 * BOX);
+            tma_box(KV + j * STAGE, &map, kcol, j * FA_ROWS, b, full + j);
+            tma_box(KV + j * STAGE + TILE, &map, vcol, j * FA_ROWS, b, full + j);
+        }
+    }
+    const unsigned char *Qw = Qs + wg * 64 * 128;
     float o[D / 8][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.f, 0.f };
+    uint32_t p[4][4]; /* tile j - 1's probabilities, in flight in its P V */
 #pragma unroll
     for (int dn = 0; dn < D / 8; dn++)
         o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.f;
-    for (int j = 0; j <= jmax; j++) {
-        const int c0 = j * FA_ROWS;
-        unsigned char *Ks = wg_kv_stage<D>(KV, k, v, j, jmax, T, LDI);
-        unsigned char *Vs = Ks + D / 64 * FA_ROWS * 128;
-        if (wr0 + 63 >= c0 && wr0 < T) { /* the same for the whole warpgroup */
-            float s[8][4] = {};
-            uint32_t p[4][4];
-            wg_fence();
-#pragma unroll
-            for (int kc = 0; kc < D / 16; kc++) /* 16 columns (32 bytes) of Q and K per product */
-                wg_ss(s, wg_kstep<WG_Q>(Qw, kc), wg_kstep<FA_ROWS>(Ks, kc), kc);
-            wg_commit();
-            wg_wait0();
-            wg_hold(s);
-            const int w0 = wr0 + warp * 16;
-            if (!(c0 + FA_ROWS - 1 <= w0 && w0 + 15 < T)) /* masked: p = ex2(-inf) = 0 */
-                mfa_mask(s, c0 + 2 * t, row0, T);
-            mfa_online_softmax<D>(s, m, l, o, p, sl2);
-            wg_hold_d<D>(o);
-            wg_fence();
-#pragma unroll
-            for (int kc = 0; kc < 4; kc++) /* 16 keys (two 8-row groups, 2048 bytes) of V each */
-                wg_rs_d<D>(o, p[kc], Vs, kc);
-            wg_commit();
-            wg_wait0();
-            wg_hold_d<D>(o);
+    mb_wait(qbar, 0);
+    /* Tile j's stage, once landed, after thread 0 has started tile j + DIST's
+     * copies. Nothing of this warpgroup's is in flight here: the branches on
+     * threadIdx stay outside the products' windows (ptxas serializes every
+     * wgmma of a kernel with a branch inside one). */
+    auto stage = [&](int j) -> const unsigned char * {
+        if (threadIdx.x == 0 && j + TMA_DIST <= jmax) {
+            const int n = j + TMA_DIST, sn = n % TMA_NS;
+            if (n >= TMA_NS) /* tile n - NS given back by both warpgroups */
+                mb_wait(empty + sn, ((n - TMA_NS) / TMA_NS) & 1);
+            mb_expect_tx(full + sn, 2 * BOX);
+            tma_box(KV + sn * STAGE, &map, kcol, n * FA_ROWS, b, full + sn);
+            tma_box(KV + sn * STAGE + TILE, &map, vcol, n * FA_ROWS, b, full + sn);
         }
-        wg_stage_ready();
+        __syncwarp();
+        mb_wait(full + j % TMA_NS, (j / TMA_NS) & 1); /* every warp, also one that skips it */
+        __syncwarp();
+        return KV + (j % TMA_NS) * STAGE;
+    };
+    /* Tiles j >= 1: S_j and P V_{j-1} issued together, S_j's softmax under
+     * P V_{j-1}, then o rescaled and tile j - 1's stage given back. MASK: the
+     * causal / T mask (tiles from jn on); the others have no branch inside. */
+    auto step = [&](int j, auto maskc) {
+        constexpr bool MASK = decltype(maskc)::value;
+        const unsigned char *Ks = stage(j), *Vp = KV + ((j - 1) % TMA_NS) * STAGE + TILE;
+        float s[8][4] = {}, a[2];
+        wg_fence();
+#pragma unroll
+        for (int kc = 0; kc < D / 16; kc++)
+            wg_ss(s, wg_kstep<WG_Q>(Qw, kc), wg_kstep<FA_ROWS>(Ks, kc), kc);
+        wg_commit();
+#pragma unroll
+        for (int kc = 0; kc < 4; kc++)
+            wg_rs_d<D>(o, p[kc], Vp, kc);
+        wg_commit();
+        wg_wait1(); /* S_j is done; P V_{j-1} may still run */
+        wg_hold(s);
+        if constexpr (MASK)
+            mfa_mask_sel(s, j * FA_ROWS + 2 * t, row0, T);
+        mfa_softmax_step<8>(s, m, l, a, sl2);
+        wg_wait0(); /* P V_{j-1} done: o and p are the threads' again */
+        wg_hold_d<D>(o);
+        wg_hold_p(p);
+        mfa_rescale<D>(o, a);
+        mfa_pack_p(p, s);
+        __syncwarp();
+        if (lane == 0) /* V_{j-1}'s stage read */
+            mb_arrive(empty + (j - 1) % TMA_NS);
+    };
+    /* this warpgroup's last tile (the one with its last row; -1: no rows) and
+     * its first masked one */
+    const int jw = wr0 < T ? min(wr0 + 63, T - 1) / FA_ROWS : -1;
+    const int jn = wr0 + 63 < T ? wr0 / FA_ROWS : 0;
+    if (jw >= 0) {
+        const unsigned char *Ks = stage(0);
+        float s[8][4] = {}, a[2];
+        wg_fence();
+#pragma unroll
+        for (int kc = 0; kc < D / 16; kc++)
+            wg_ss(s, wg_kstep<WG_Q>(Qw, kc), wg_kstep<FA_ROWS>(Ks, kc), kc);
+        wg_commit();
+        wg_wait0();
+        wg_hold(s);
+        if (jn == 0)
+            mfa_mask(s, 2 * t, row0, T);
+        mfa_softmax_step<8>(s, m, l, a, sl2); /* o is 0: nothing to rescale */
+        mfa_pack_p(p, s);
+        int j = 1;
+        for (; j < jn; j++)
+            step(j, std::false_type());
+        for (; j <= jw; j++)
+            step(j, std::true_type());
+        const unsigned char *Vl = KV + (jw % TMA_NS) * STAGE + TILE; /* the last P V */
+        wg_fence();
+#pragma unroll
+        for (int kc = 0; kc < 4; kc++)
+            wg_rs_d<D>(o, p[kc], Vl, kc);
+        wg_commit();
+        wg_wait0();
+        wg_hold_d<D>(o);
+        __syncwarp();
+        if (lane == 0)
+            mb_arrive(empty + jw % TMA_NS);
     }
-    mfa_fwd_finish<D>(out + (size_t)(bh / NH) * T * C + (bh % NH) * D, lse + (size_t)bh * T, o, m,
-                      l, row0, T, t, C, sl2);
+    for (int j = jw + 1; j <= jmax; j++) { /* after this warpgroup's rows: given back unread */
+        stage(j);
+        if (lane == 0)
+            mb_arrive(empty + j % TMA_NS);
+    }
+    mfa_fwd_finish<D>(out + (size_t)b * T * C + hq * D, lse + (size_t)bh * T, o, m, l, row0, T, t,
+                      C, sl2);
 #else
     __trap(); /* a build whose image for this device lacks wgmma: fail, never return nothing */
 #endif
+}
+
+/* The qkv tensor's map for mfa_fwd_wg_tma: (B, T, (NH + 2 NKV) 64) bf16,
+ * (64, 64) boxes, 128-byte swizzle, rows past T read as zeros. */
+static cudaError_t mfa_tma_map(CUtensorMap *map, const bf16 *qkv, int B, int T, int NH, int NKV)
+{
+    typedef CUresult (*encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                  const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                  const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                  CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+    static encode_fn encode = NULL;
+    if (encode == NULL) {
+        void *f = NULL;
+        cudaDriverEntryPointQueryResult q;
+        cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
+                                                         cudaEnableDefault, &q);
+        if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || f == NULL)
+            return e != cudaSuccess ? e : cudaErrorNotSupported;
+        encode = (encode_fn)f;
+    }
+    const cuuint64_t ldi = (cuuint64_t)(NH + 2 * NKV) * 64;
+    const cuuint64_t dims[3] = { ldi, (cuuint64_t)T, (cuuint64_t)B };
+    const cuuint64_t strides[2] = { ldi * 2, ldi * 2 * (cuuint64_t)T };
+    const cuuint32_t box[3] = { 64, FA_ROWS, 1 }, estr[3] = { 1, 1, 1 };
+    CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)qkv, dims, strides, box,
+                        estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
 /* ------------------------------------------------ head 128: 128 keys a step
@@ -1876,12 +2061,13 @@ __global__ void __launch_bounds__(256, D == 64 ? 2 : 1)
  * warpgroup's 64 rows against 128 keys, 64 accumulators), P V over those 128
  * keys as eight 16-key steps of one m64n128k16 over the whole head (V read
  * MN-major across both swizzled halves: LBO is the distance between them).
- * Twice the work per instruction and per barrier of mfa_fwd_wg's 64-key
- * steps; 202 registers, one block per SM as mfa_fwd_wg<128>. Measured in the
- * twenty-seventh session (bench/NOTES.md): the Llama 3B shape's forward 0.561
- * -> 0.487 ms on an H100, the step -1.2%. At head 64 the same arrangement
- * (one block per SM, or two at 128 registers) did not pay, so head 64 keeps
- * mfa_fwd_wg. */
+ * Twice the work per instruction and per barrier of 64-key steps; 202
+ * registers, one block per SM. Its K/V tiles come by cp.async into two stages
+ * with a block barrier a tile (wg_kv_stage). Measured in the twenty-seventh
+ * session (bench/NOTES.md): the Llama 3B shape's forward 0.561 -> 0.487 ms on
+ * an H100 against 64-key steps, the step -1.2%. At head 64 the same
+ * arrangement (one block per SM, or two at 128 registers) did not pay: head 64
+ * takes mfa_fwd_wg_tma. */
 #define KT128 128
 #define WG_ACC128_REGS                                                                             \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "  \
@@ -2201,13 +2387,17 @@ cudaError_t mfa_forward_wg(cudaStream_t st, bf16 *out, float *lse, const bf16 *q
             return e;
         mfa_fwd_wg_k128<D><<<mfa_grid(B * NH, T, WG_Q), 256, WG_SMEM_K128(D), st>>>(
             out, lse, qkv, T, NH, NKV, scale);
-    } else {
-        cudaError_t e = cudaFuncSetAttribute(
-            mfa_fwd_wg<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM(D));
+    } else { /* head 64: the TMA ring (mfa_fwd_wg_tma) */
+        static_assert(D == 64, "the TMA forward's boxes are 64 columns wide");
+        CUtensorMap map;
+        cudaError_t e = mfa_tma_map(&map, qkv, B, T, NH, NKV);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(mfa_fwd_wg_tma, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     WG_SMEM_TMA);
         if (e != cudaSuccess)
             return e;
-        mfa_fwd_wg<D>
-            <<<mfa_grid(B * NH, T, WG_Q), 256, WG_SMEM(D), st>>>(out, lse, qkv, T, NH, NKV, scale);
+        mfa_fwd_wg_tma<<<mfa_grid(B * NH, T, WG_Q), 256, WG_SMEM_TMA, st>>>(map, out, lse, T, NH,
+                                                                            NKV, scale);
     }
     return cudaGetLastError();
 }

@@ -776,6 +776,7 @@ int main(int argc, char **argv)
     check_tag = "";
     t_attention(2, 128, 768, 12); /* GPT-2's head size 64: flash */
     t_attention(1, 200, 256, 4);  /* T not a multiple of the 128-row block */
+    t_attention(1, 560, 256, 4);  /* a last block with one warpgroup's rows */
     printf("# attention forward kernel for head size 64 on this GPU: %s\n",
            nn_cuda_attention_kernel(h));
     nn_cuda_attention_mode(h, attn_mode_now = 2); /* the same with mma.sync kernels only */

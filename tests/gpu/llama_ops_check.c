@@ -634,6 +634,7 @@ int main(int argc, char **argv)
     t_flash(2, 1, 8, 2, 64); /* one token */
     t_flash(2, 1, 8, 1, 128);
     t_flash(2, 1000, 6, 2, 64); /* many tiles, the last one partial */
+    t_flash(2, 560, 4, 2, 64);  /* a last block with one warpgroup's rows */
     t_flash(2, 1000, 4, 1, 128);
     t_flash(1, 2, 70000, 70000, 16); /* more (batch, head) pairs than a grid's y takes */
     t_flash_refused();
