@@ -2035,16 +2035,19 @@ static cudaError_t mfa_tma_map(CUtensorMap *map, const bf16 *qkv, int B, int T, 
                                   const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
                                   const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-    static encode_fn encode = NULL;
-    if (encode == NULL) {
+    /* looked up once, by whichever thread comes first (a local static's
+     * initialization is thread-safe); NULL where the driver lacks it */
+    static const encode_fn encode = [] {
         void *f = NULL;
         cudaDriverEntryPointQueryResult q;
-        cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
-                                                         cudaEnableDefault, &q);
-        if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || f == NULL)
-            return e != cudaSuccess ? e : cudaErrorNotSupported;
-        encode = (encode_fn)f;
-    }
+        return cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
+                                                cudaEnableDefault, &q) == cudaSuccess &&
+                       q == cudaDriverEntryPointSuccess
+                   ? (encode_fn)f
+                   : (encode_fn)NULL;
+    }();
+    if (encode == NULL)
+        return cudaErrorNotSupported;
     const cuuint64_t ldi = (cuuint64_t)(NH + 2 * NKV) * 64;
     const cuuint64_t dims[3] = { ldi, (cuuint64_t)T, (cuuint64_t)B };
     const cuuint64_t strides[2] = { ldi * 2, ldi * 2 * (cuuint64_t)T };
