@@ -187,6 +187,15 @@ $(BUILDDIR)/bench/libbmt_trace.so: bench/gpu/trace.c
 	$(Q)$(CC) -O2 -shared -fPIC $(WARN) -isystem $(CUDA_HOME)/include $< -L$(CUDA_HOME)/lib64 \
 	    -Wl,-rpath,$(CUDA_HOME)/lib64 -lcupti -o $@
 
+# bench/gpu/side_update.cu: whether the optimizer's update can run on SMs of
+# its own beside the products (bench/NOTES.md, thirtieth session); a
+# diagnostic for the GPU machine, built for sm_90a (its bulk copies), not
+# part of all.
+$(BUILDDIR)/bench/side_update: bench/gpu/side_update.cu
+	@mkdir -p $(@D)
+	$(Q)$(NVCC) -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a $< -o $@ \
+	    -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64 -lcublasLt
+
 notice:
 ifneq ($(HAVE_CUDA),1)
 	@echo "bmt: CUDA not found under $(CUDA_HOME) (or NO_CUDA=1): building the CPU parts only"

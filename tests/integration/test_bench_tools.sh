@@ -73,4 +73,16 @@ if [ -f /usr/local/cuda/include/cupti.h ]; then
         nm -D "$TMP/b/bench/libbmt_trace.so" | grep -q " T InitializeInjection$"
     '
 fi
+if [ -x /usr/local/cuda/bin/nvcc ]; then
+    make -s -C "$SRC" BUILDDIR="$TMP/b" "$TMP/b/bench/side_update" >/dev/null 2>&1
+    test_expect_success "bench/gpu/side_update.cu builds and refuses bad arguments before touching a device" '
+        SU="$TMP/b/bench/side_update" && test -x "$SU" &&
+        { "$SU" bogus 2>err; test $? = 2; } && grep -q "the model is d48 or 1b, not .bogus." err &&
+        { "$SU" d48 0 2>err; test $? = 2; } && grep -q "LAYERS is a whole number from 1 to 256, not .0." err &&
+        { "$SU" 1b 12x 2>err; test $? = 2; } && grep -q "not .12x." err &&
+        { "$SU" d48 8 sideways 2>err; test $? = 2; } && grep -q "is ldg, tma or tma2, not .sideways." err &&
+        { "$SU" d48 8 tma extra 2>err; test $? = 2; } && grep -q "at most three arguments" err &&
+        grep -q "^usage: side_update" err
+    '
+fi
 test_done
