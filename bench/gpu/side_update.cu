@@ -64,20 +64,26 @@ __device__ __forceinline__ void elem(float *p, float *m, float *v, float g, cons
     *p = *p - s.lr * (mh / (sqrtf(vh) + s.eps) + s.wd * *p);
 }
 
+/* One float4 of each: the update in place, the bf16 copy returned. */
+__device__ __forceinline__ uint2 upd4(float4 &pp, float4 &mm, float4 &vv, float4 gg, const scal &s)
+{
+    elem(&pp.x, &mm.x, &vv.x, gg.x, s);
+    elem(&pp.y, &mm.y, &vv.y, gg.y, s);
+    elem(&pp.z, &mm.z, &vv.z, gg.z, s);
+    elem(&pp.w, &mm.w, &vv.w, gg.w, s);
+    __nv_bfloat162 a = __floats2bfloat162_rn(pp.x, pp.y), b = __floats2bfloat162_rn(pp.z, pp.w);
+    return make_uint2(*(unsigned *)&a, *(unsigned *)&b);
+}
+
 /* The engine's AdamW (runtime/cuda/kernels.cu, bf16 copy, four at a time). */
 __global__ void adamw(float4 *p, float4 *m, float4 *v, const float4 *g, uint2 *out, size_t n4,
                       scal s)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4;
          i += (size_t)gridDim.x * blockDim.x) {
-        float4 pp = p[i], mm = m[i], vv = v[i], gg = g[i];
-        elem(&pp.x, &mm.x, &vv.x, gg.x, s);
-        elem(&pp.y, &mm.y, &vv.y, gg.y, s);
-        elem(&pp.z, &mm.z, &vv.z, gg.z, s);
-        elem(&pp.w, &mm.w, &vv.w, gg.w, s);
+        float4 pp = p[i], mm = m[i], vv = v[i];
+        out[i] = upd4(pp, mm, vv, g[i], s);
         p[i] = pp, m[i] = mm, v[i] = vv;
-        __nv_bfloat162 a = __floats2bfloat162_rn(pp.x, pp.y), b = __floats2bfloat162_rn(pp.z, pp.w);
-        out[i] = make_uint2(*(unsigned *)&a, *(unsigned *)&b);
     }
 }
 
@@ -98,43 +104,38 @@ __global__ void adamw2(float4 *p, float4 *m, float4 *v, const float4 *g, uint2 *
             gg[u] = g[i + u * stride];
 #pragma unroll
         for (int u = 0; u < 2; u++) {
-            elem(&pp[u].x, &mm[u].x, &vv[u].x, gg[u].x, s);
-            elem(&pp[u].y, &mm[u].y, &vv[u].y, gg[u].y, s);
-            elem(&pp[u].z, &mm[u].z, &vv[u].z, gg[u].z, s);
-            elem(&pp[u].w, &mm[u].w, &vv[u].w, gg[u].w, s);
-            size_t j = i + u * stride;
+            const size_t j = i + u * stride;
+            out[j] = upd4(pp[u], mm[u], vv[u], gg[u], s);
             p[j] = pp[u], m[j] = mm[u], v[j] = vv[u];
-            __nv_bfloat162 a = __floats2bfloat162_rn(pp[u].x, pp[u].y),
-                           b = __floats2bfloat162_rn(pp[u].z, pp[u].w);
-            out[j] = make_uint2(*(unsigned *)&a, *(unsigned *)&b);
         }
     }
     for (; i < n4; i += stride) {
-        float4 pp = p[i], mm = m[i], vv = v[i], gg = g[i];
-        elem(&pp.x, &mm.x, &vv.x, gg.x, s);
-        elem(&pp.y, &mm.y, &vv.y, gg.y, s);
-        elem(&pp.z, &mm.z, &vv.z, gg.z, s);
-        elem(&pp.w, &mm.w, &vv.w, gg.w, s);
+        float4 pp = p[i], mm = m[i], vv = v[i];
+        out[i] = upd4(pp, mm, vv, g[i], s);
         p[i] = pp, m[i] = mm, v[i] = vv;
-        __nv_bfloat162 a = __floats2bfloat162_rn(pp.x, pp.y), b = __floats2bfloat162_rn(pp.z, pp.w);
-        out[i] = make_uint2(*(unsigned *)&a, *(unsigned *)&b);
     }
 }
 
 /* The same on the TMA unit: each block (one an SM) streams chunks of CH
  * elements of the four f32 inputs into NS shared-memory stages with 1-D bulk
  * copies (cp.async.bulk, completion on an mbarrier), so that an SM's loads in
- * flight are bounded by its shared memory, not by its threads' registers. */
+ * flight are bounded by its shared memory, not by its threads' registers.
+ * STORES: the writes on the TMA unit too; the results go back into the stage
+ * (the bf16 copy into a staging row of its own) and leave by bulk stores, and
+ * a stage is refilled one iteration later, once its stores have read it. */
 constexpr int CH = 2048, NS = 6, TT = 512;
 __device__ __forceinline__ unsigned saddr(const void *p)
 {
     return (unsigned)__cvta_generic_to_shared(p);
 }
+
+template <bool STORES>
 __global__ void __launch_bounds__(TT)
     adamw_tma(float *P, float *M, float *V, const float *G, uint16_t *O, size_t n, scal s)
 {
-    extern __shared__ __align__(128) float sm[]; /* NS stages of 4 x CH */
+    extern __shared__ __align__(128) float sm[]; /* NS stages of 4 x CH f32 [, NS x CH bf16] */
     __shared__ __align__(8) unsigned long long bar[NS];
+    uint16_t *so = (uint16_t *)(sm + NS * 4 * CH);
     const size_t nch = (n + CH - 1) / CH;
     if (threadIdx.x == 0) {
         for (int i = 0; i < NS; i++)
@@ -144,8 +145,7 @@ __global__ void __launch_bounds__(TT)
     __syncthreads();
     auto issue = [&](size_t c, int st) {
         const size_t first = c * CH;
-        const unsigned cnt = (unsigned)(n - first < (size_t)CH ? n - first : CH);
-        const unsigned bytes = cnt * 4;
+        const unsigned bytes = 4u * (unsigned)(n - first < (size_t)CH ? n - first : CH);
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         asm volatile(
             "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(saddr(&bar[st])),
@@ -158,84 +158,12 @@ __global__ void __launch_bounds__(TT)
                          "l"(src[a]), "r"(bytes), "r"(saddr(&bar[st]))
                          : "memory");
     };
-    size_t c = blockIdx.x;
     if (threadIdx.x == 0)
-        for (int i = 0; i < NS && c + (size_t)i * gridDim.x < nch; i++)
-            issue(c + (size_t)i * gridDim.x, i);
-    unsigned phase = 0;
-    for (int it = 0; c < nch; c += gridDim.x, it++) {
-        const int st = it % NS;
-        if (it > 0 && st == 0)
-            phase ^= 1;
-        unsigned done = 0;
-        while (!done)
-            asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
-                         "selp.u32 %0, 1, 0, p; }"
-                         : "=r"(done)
-                         : "r"(saddr(&bar[st])), "r"(phase)
-                         : "memory");
-        const size_t first = c * CH;
-        const int cnt = (int)(n - first < (size_t)CH ? n - first : CH);
-        float *sp = sm + (st * 4) * CH, *smm = sp + CH, *sv = smm + CH, *sg = sv + CH;
-        for (int j = threadIdx.x * 4; j < cnt; j += TT * 4) {
-            float4 pp = *(float4 *)(sp + j), mm = *(float4 *)(smm + j), vv = *(float4 *)(sv + j),
-                   gg = *(float4 *)(sg + j);
-            elem(&pp.x, &mm.x, &vv.x, gg.x, s);
-            elem(&pp.y, &mm.y, &vv.y, gg.y, s);
-            elem(&pp.z, &mm.z, &vv.z, gg.z, s);
-            elem(&pp.w, &mm.w, &vv.w, gg.w, s);
-            *(float4 *)(P + first + j) = pp;
-            *(float4 *)(M + first + j) = mm;
-            *(float4 *)(V + first + j) = vv;
-            __nv_bfloat162 a = __floats2bfloat162_rn(pp.x, pp.y),
-                           b = __floats2bfloat162_rn(pp.z, pp.w);
-            *(uint2 *)(O + first + j) = make_uint2(*(unsigned *)&a, *(unsigned *)&b);
-        }
-        __syncthreads(); /* the stage is read: it may be refilled */
-        const size_t next = c + (size_t)NS * gridDim.x;
-        if (threadIdx.x == 0 && next < nch)
-            issue(next, st);
-    }
-}
-
-/* adamw_tma with the writes on the TMA unit too: the results go back into
- * the stage (bf16 copy into its own staging row) and leave by bulk stores;
- * a stage is refilled one iteration later, once its stores have read it. */
-__global__ void __launch_bounds__(TT)
-    adamw_tma2(float *P, float *M, float *V, const float *G, uint16_t *O, size_t n, scal s)
-{
-    extern __shared__ __align__(128) float sm[]; /* NS stages of 4 x CH f32, then NS x CH bf16 */
-    __shared__ __align__(8) unsigned long long bar[NS];
-    uint16_t *so = (uint16_t *)(sm + NS * 4 * CH);
-    const size_t nch = (n + CH - 1) / CH;
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < NS; i++)
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(saddr(&bar[i])));
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    auto issue = [&](size_t c, int st) {
-        const size_t first = c * CH;
-        const unsigned cnt = (unsigned)(n - first < (size_t)CH ? n - first : CH);
-        const unsigned bytes = cnt * 4;
-        asm volatile(
-            "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(saddr(&bar[st])),
-            "r"(4 * bytes)
-            : "memory");
-        const float *src[4] = { P + first, M + first, V + first, G + first };
-        for (int a = 0; a < 4; a++)
-            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], "
-                         "[%1], %2, [%3];" ::"r"(saddr(sm + (st * 4 + a) * CH)),
-                         "l"(src[a]), "r"(bytes), "r"(saddr(&bar[st]))
-                         : "memory");
-    };
-    size_t c0 = blockIdx.x;
-    if (threadIdx.x == 0)
-        for (int i = 0; i < NS && c0 + (size_t)i * gridDim.x < nch; i++)
-            issue(c0 + (size_t)i * gridDim.x, i);
+        for (int i = 0; i < NS && blockIdx.x + (size_t)i * gridDim.x < nch; i++)
+            issue(blockIdx.x + (size_t)i * gridDim.x, i);
     unsigned phase = 0;
     int it = 0;
-    for (size_t c = c0; c < nch; c += gridDim.x, it++) {
+    for (size_t c = blockIdx.x; c < nch; c += gridDim.x, it++) {
         const int st = it % NS;
         if (it > 0 && st == 0)
             phase ^= 1;
@@ -251,18 +179,21 @@ __global__ void __launch_bounds__(TT)
         float *sp = sm + (st * 4) * CH, *smm = sp + CH, *sv = smm + CH, *sg = sv + CH;
         uint16_t *sob = so + st * CH;
         for (int j = threadIdx.x * 4; j < cnt; j += TT * 4) {
-            float4 pp = *(float4 *)(sp + j), mm = *(float4 *)(smm + j), vv = *(float4 *)(sv + j),
-                   gg = *(float4 *)(sg + j);
-            elem(&pp.x, &mm.x, &vv.x, gg.x, s);
-            elem(&pp.y, &mm.y, &vv.y, gg.y, s);
-            elem(&pp.z, &mm.z, &vv.z, gg.z, s);
-            elem(&pp.w, &mm.w, &vv.w, gg.w, s);
-            *(float4 *)(sp + j) = pp;
-            *(float4 *)(smm + j) = mm;
-            *(float4 *)(sv + j) = vv;
-            __nv_bfloat162 a = __floats2bfloat162_rn(pp.x, pp.y),
-                           b = __floats2bfloat162_rn(pp.z, pp.w);
-            *(uint2 *)(sob + j) = make_uint2(*(unsigned *)&a, *(unsigned *)&b);
+            float4 pp = *(float4 *)(sp + j), mm = *(float4 *)(smm + j), vv = *(float4 *)(sv + j);
+            const uint2 h = upd4(pp, mm, vv, *(float4 *)(sg + j), s);
+            float *dp = STORES ? sp : P + first, *dm = STORES ? smm : M + first,
+                  *dv = STORES ? sv : V + first;
+            *(float4 *)(dp + j) = pp;
+            *(float4 *)(dm + j) = mm;
+            *(float4 *)(dv + j) = vv;
+            *(uint2 *)((STORES ? sob : O + first) + j) = h;
+        }
+        if (!STORES) {
+            __syncthreads(); /* the stage is read: it may be refilled */
+            const size_t next = c + (size_t)NS * gridDim.x;
+            if (threadIdx.x == 0 && next < nch)
+                issue(next, st);
+            continue;
         }
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         __syncthreads();
@@ -286,7 +217,7 @@ __global__ void __launch_bounds__(TT)
             }
         }
     }
-    if (threadIdx.x == 0)
+    if (STORES && threadIdx.x == 0)
         asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
@@ -488,9 +419,11 @@ int main(int argc, char **argv)
     const int pin_smem = 120 * 1024; /* > half an SM's: one block an SM */
     CK(cudaFuncSetAttribute(adamw2, cudaFuncAttributeMaxDynamicSharedMemorySize, pin_smem));
     const int tma_smem = NS * 4 * CH * 4;
-    CK(cudaFuncSetAttribute(adamw_tma, cudaFuncAttributeMaxDynamicSharedMemorySize, tma_smem));
+    CK(cudaFuncSetAttribute(adamw_tma<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            tma_smem));
     const int tma2_smem = NS * 4 * CH * 4 + NS * CH * 2;
-    CK(cudaFuncSetAttribute(adamw_tma2, cudaFuncAttributeMaxDynamicSharedMemorySize, tma2_smem));
+    CK(cudaFuncSetAttribute(adamw_tma<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            tma2_smem));
     cudaEvent_t ev[256], t0, t1, t2;
     for (int i = 0; i < L && i < 256; i++)
         CK(cudaEventCreateWithFlags(&ev[i], cudaEventDisableTiming));
@@ -507,9 +440,9 @@ int main(int argc, char **argv)
                 (float4 *)(P + o), (float4 *)(M + o), (float4 *)(V + o), (const float4 *)(G + o),
                 (uint2 *)(O + o), n4, sc);
         } else if (use_tma == 2) {
-            adamw_tma2<<<k, TT, tma2_smem, us>>>(P + o, M + o, V + o, G + o, O + o, np, sc);
+            adamw_tma<true><<<k, TT, tma2_smem, us>>>(P + o, M + o, V + o, G + o, O + o, np, sc);
         } else if (use_tma) {
-            adamw_tma<<<k, TT, tma_smem, us>>>(P + o, M + o, V + o, G + o, O + o, np, sc);
+            adamw_tma<false><<<k, TT, tma_smem, us>>>(P + o, M + o, V + o, G + o, O + o, np, sc);
         } else {
             adamw2<<<k, 1024, pin_smem, us>>>((float4 *)(P + o), (float4 *)(M + o),
                                               (float4 *)(V + o), (const float4 *)(G + o),
