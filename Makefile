@@ -191,10 +191,12 @@ $(BUILDDIR)/bench/libbmt_trace.so: bench/gpu/trace.c
 # its own beside the products (bench/NOTES.md, thirtieth session); a
 # diagnostic for the GPU machine, built for sm_90a (its bulk copies), not
 # part of all.
-$(BUILDDIR)/bench/side_update: bench/gpu/side_update.cu
+# It times the engine's own AdamW (runtime/cuda/kernels.o) as main's grid.
+$(BUILDDIR)/bench/side_update: bench/gpu/side_update.cu $(BUILDDIR)/runtime/cuda/kernels.o \
+    $(BUILDDIR)/runtime/dtype.o
 	@mkdir -p $(@D)
-	$(Q)$(NVCC) -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a $< -o $@ \
-	    -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64 -lcublasLt
+	$(Q)$(NVCC) -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Iruntime $< \
+	    $(filter %.o,$^) -o $@ -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64 -lcublasLt
 
 notice:
 ifneq ($(HAVE_CUDA),1)

@@ -35,6 +35,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/kernels_cuda.h" /* the engine's AdamW: element function and launcher */
+
 #define CK(x)                                                                                      \
     do {                                                                                           \
         cudaError_t e_ = (x);                                                                      \
@@ -52,43 +54,23 @@
         }                                                                                          \
     } while (0)
 
-struct scal {
-    float lr, b1, b2, eps, wd, bc1, bc2;
-};
+typedef kern_adamw_scalars_t scal;
 
-__device__ __forceinline__ void elem(float *p, float *m, float *v, float g, const scal &s)
-{
-    *m = s.b1 * *m + (1.0f - s.b1) * g;
-    *v = s.b2 * *v + (1.0f - s.b2) * g * g;
-    float mh = *m / s.bc1, vh = *v / s.bc2;
-    *p = *p - s.lr * (mh / (sqrtf(vh) + s.eps) + s.wd * *p);
-}
-
-/* One float4 of each: the update in place, the bf16 copy returned. */
+/* One float4 of each through the engine's element function
+ * (runtime/cuda/kernels_cuda.h): the update in place, the bf16 copy returned. */
 __device__ __forceinline__ uint2 upd4(float4 &pp, float4 &mm, float4 &vv, float4 gg, const scal &s)
 {
-    elem(&pp.x, &mm.x, &vv.x, gg.x, s);
-    elem(&pp.y, &mm.y, &vv.y, gg.y, s);
-    elem(&pp.z, &mm.z, &vv.z, gg.z, s);
-    elem(&pp.w, &mm.w, &vv.w, gg.w, s);
+    kern_adamw_elem(&pp.x, &mm.x, &vv.x, gg.x, &s);
+    kern_adamw_elem(&pp.y, &mm.y, &vv.y, gg.y, &s);
+    kern_adamw_elem(&pp.z, &mm.z, &vv.z, gg.z, &s);
+    kern_adamw_elem(&pp.w, &mm.w, &vv.w, gg.w, &s);
     __nv_bfloat162 a = __floats2bfloat162_rn(pp.x, pp.y), b = __floats2bfloat162_rn(pp.z, pp.w);
     return make_uint2(*(unsigned *)&a, *(unsigned *)&b);
 }
 
-/* The engine's AdamW (runtime/cuda/kernels.cu, bf16 copy, four at a time). */
-__global__ void adamw(float4 *p, float4 *m, float4 *v, const float4 *g, uint2 *out, size_t n4,
-                      scal s)
-{
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float4 pp = p[i], mm = m[i], vv = v[i];
-        out[i] = upd4(pp, mm, vv, g[i], s);
-        p[i] = pp, m[i] = mm, v[i] = vv;
-    }
-}
-
-/* The same with more loads in flight a thread (two rows of four), for a
- * grid of few blocks. */
+/* The engine's AdamW (kern_cuda_adamw, runtime/cuda/kernels.cu) on its own
+ * grid is "main's grid" below; this is the same update with more loads in
+ * flight a thread (two rows of four), for a grid of few blocks. */
 __global__ void adamw2(float4 *p, float4 *m, float4 *v, const float4 *g, uint2 *out, size_t n4,
                        scal s)
 {
@@ -411,7 +393,10 @@ int main(int argc, char **argv)
     CK(cudaMemset(M, 0, (size_t)L * np * 4));
     CK(cudaMemset(V, 0, (size_t)L * np * 4));
     CK(cudaMemset(G, 0, (size_t)L * np * 4));
-    const scal sc = { 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 0.5f };
+    /* lr 3e-4, betas 0.9 and 0.95, eps 1e-8, weight decay 0.1, both bias
+     * corrections 0.5, as runtime/kernels.c derives them */
+    const scal sc = { 1.0f,         0.9f,       0.1f, 0.95f, 0.05f, 1e-8f, 1.0f - 3e-4f * 0.1f,
+                      3e-4f / 0.5f, sqrtf(0.5f) };
 
     cudaStream_t cs, us;
     CK(cudaStreamCreateWithPriority(&cs, cudaStreamNonBlocking, plo));
@@ -431,14 +416,11 @@ int main(int argc, char **argv)
     CK(cudaEventCreate(&t1));
     CK(cudaEventCreate(&t2));
 
-    /* k = 0: the full grid (main's: 256 threads, up to 8192 blocks). */
+    /* k = 0: main's grid (the engine's launcher, kern_cuda_adamw). */
     auto upd = [&](int layer, int k) {
         size_t o = (size_t)layer * np;
         if (k == 0) {
-            size_t b = (n4 + 255) / 256;
-            adamw<<<(unsigned)(b < 8192 ? b : 8192), 256, 0, us>>>(
-                (float4 *)(P + o), (float4 *)(M + o), (float4 *)(V + o), (const float4 *)(G + o),
-                (uint2 *)(O + o), n4, sc);
+            CK(kern_cuda_adamw(us, P + o, M + o, V + o, G + o, O + o, BMT_BF16, np, &sc));
         } else if (use_tma == 2) {
             adamw_tma<true><<<k, TT, tma2_smem, us>>>(P + o, M + o, V + o, G + o, O + o, np, sc);
         } else if (use_tma) {
