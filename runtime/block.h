@@ -195,12 +195,17 @@ int block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bool direct, 
 typedef struct optim_view {
     bmt_block_t *block;
     struct dgroup *d;
-    float *master; /* (shard) f32; d->param itself when the group is f32 */
+    float *master; /* (shard) f32; d->param itself when the group is f32; NULL when split */
     float *m, *v;  /* (shard) f32 */
+    uint16_t *lo;  /* (shard) master_only 2: the master's low half, d->param its high
+                    * (kern_split_*, runtime/kernels.h); NULL otherwise */
 } optim_view_t;
 int optim_count(const bmt_optim_t *o);
 void optim_get(const bmt_optim_t *o, int i, optim_view_t *out);
 bmt_blocklist_t *optim_list(const bmt_optim_t *o);
+/* Does o keep any master split (master_only 2)? Its low halves then belong
+ * with the shards: a checkpoint load must pass o. */
+bool optim_splits(const bmt_optim_t *o);
 /* The values of a group's shard in its dtype, into dst (device memory of
  * shard elements): a copy of param, or the master rounded when param is NULL. */
 int block_shard_values(bmt_ctx_t *ctx, const struct dgroup *d, void *dst, void *stream,

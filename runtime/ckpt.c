@@ -47,6 +47,7 @@
 #include "ctx.h"
 #include "error.h"
 #include "fault.h"
+#include "kernels.h"
 
 #define TRAIN_STATE_VERSION 2 /* 2: checksums and the finite check; 1 had neither */
 #define SUMS_FORMAT "bmt-checksums"
@@ -478,6 +479,32 @@ static int master_values(bmt_ctx_t *ctx, bmt_ckpt_pending_t *p, const struct dgr
     return rc;
 }
 
+/* A split master (master_only 2): the f32 master joined from the bf16 shard
+ * (hi) and the optimizer's low halves, in a host buffer the save keeps. */
+static int joined_master(bmt_ctx_t *ctx, bmt_ckpt_pending_t *p, const struct dgroup *d,
+                         const uint16_t *lo, void **out, const char *block, bmt_error_t *err)
+{
+    float *h = keep_buf(p, dsize(BMT_F32, d->shard));
+    if (h == NULL)
+        return errprintf(err, "out of memory staging block %.900s", block);
+    *out = h;
+    if (bmt_device(ctx) == BMT_DEVICE_CPU) {
+        kern_join_host(d->param, lo, h, d->shard);
+        return 0;
+    }
+    const size_t half = dsize(BMT_BF16, d->shard);
+    uint16_t *two = malloc(2 * half + 1);
+    if (two == NULL)
+        return errprintf(err, "out of memory staging block %.900s", block);
+    int rc = bmt_mem_download(ctx, two, d->param, half, err);
+    if (rc == 0)
+        rc = bmt_mem_download(ctx, two + d->shard, lo, half, err);
+    if (rc == 0)
+        kern_join_host(two, two + d->shard, h, d->shard);
+    free(two);
+    return rc;
+}
+
 static int add_op(bmt_ckpt_pending_t *p, int file, uint64_t off, const void *src, size_t n)
 {
     if (p->nops == p->capops) {
@@ -535,6 +562,8 @@ static int stage_shards(bmt_ckpt_pending_t *p, const bmt_block_t *b, bmt_error_t
                 continue;
             if (k == T_PARAM && d->param == NULL)
                 rc = master_values(ctx, p, d, &stage[k], b->name, err); /* master_only */
+            else if (k == T_MASTER && ov.lo != NULL)
+                rc = joined_master(ctx, p, d, ov.lo, &stage[k], b->name, err); /* split */
             else if (!p->copy)
                 stage[k] = (void *)src[k]; /* cpu, synchronous: write from the shard */
             else if ((stage[k] = keep_buf(p, d->shard * isz[k])) == NULL)
@@ -1417,6 +1446,27 @@ static int same_blocks(const char *dir, json_t *ts, bmt_block_t **blocks, int nb
     return 0;
 }
 
+/* The f32 master h (host, shard elements) into a split master: its high
+ * halves into the bf16 shard, its low halves into lo. */
+static int split_master(bmt_ctx_t *ctx, const struct dgroup *d, uint16_t *lo, const float *h,
+                        bmt_error_t *err)
+{
+    if (bmt_device(ctx) == BMT_DEVICE_CPU) {
+        kern_split_host(h, d->param, lo, d->shard);
+        return 0;
+    }
+    const size_t half = dsize(BMT_BF16, d->shard);
+    uint16_t *two = malloc(2 * half + 1);
+    if (two == NULL)
+        return errprintf(err, "out of memory");
+    kern_split_host(h, two, two + d->shard, d->shard);
+    int rc = bmt_mem_upload(ctx, d->param, two, half, err);
+    if (rc == 0)
+        rc = bmt_mem_upload(ctx, lo, two + d->shard, half, err);
+    free(two);
+    return rc;
+}
+
 /* Read this rank's pieces of the optimizer tensors of one dtype group into the
  * device shards (f32). */
 static int load_state(bmt_ctx_t *ctx, const bmt_block_t *b, const optim_view_t *ov, bmt_st_t *st,
@@ -1424,13 +1474,16 @@ static int load_state(bmt_ctx_t *ctx, const bmt_block_t *b, const optim_view_t *
 {
     const struct dgroup *d = ov->d;
     float *dst[4] = { NULL, ov->m, ov->v, d->dtype == BMT_F32 ? NULL : ov->master };
+    const bool split = ov->lo != NULL && d->dtype != BMT_F32;
     int rc = 0;
     for (int k = T_EXP_AVG; k <= T_MASTER && rc == 0; k++) {
-        if (dst[k] == NULL)
+        if (dst[k] == NULL && !(k == T_MASTER && split))
             continue;
         /* On cpu straight into the state (names and shapes are checked already);
-         * else through a host buffer of zeros (gaps and padding stay zero). */
-        const bool direct = bmt_device(ctx) == BMT_DEVICE_CPU;
+         * else through a host buffer of zeros (gaps and padding stay zero). A
+         * split master goes through one too, and is split into the shard (its
+         * high half, replacing what block_load put there) and the low halves. */
+        const bool direct = bmt_device(ctx) == BMT_DEVICE_CPU && dst[k] != NULL;
         float *h = direct ? dst[k] : calloc(d->shard + 1, sizeof(float));
         if (h == NULL)
             return errprintf(err, "out of memory");
@@ -1448,7 +1501,9 @@ static int load_state(bmt_ctx_t *ctx, const bmt_block_t *b, const optim_view_t *
                 rc = refuse_nonfinite(st, idx[k][j], (int64_t)(lo - p->offset), at, BMT_F32,
                                       (int64_t)(hi - lo), err);
         }
-        if (rc == 0 && !direct)
+        if (rc == 0 && dst[k] == NULL) /* the split master */
+            rc = split_master(ctx, d, ov->lo, h, err);
+        else if (rc == 0 && !direct)
             rc = bmt_mem_upload(ctx, dst[k], h, d->shard * sizeof(float), err);
         if (!direct)
             free(h);
@@ -1566,7 +1621,13 @@ int bmt_ckpt_load(bmt_blocklist_t *list, bmt_optim_t *opt, const char *path, cha
                 rc = no_extra(sts[2 * i + f], p, b, &idx[8 * i], k0, k1, err);
         }
     }
-    /* A group whose values live in a master_only optimizer loads through it. */
+    /* A group whose values live in a master_only optimizer loads through it,
+     * and so does one whose master is split (master_only 2): its parameters
+     * are half of the master, whose other half only the optimizer holds. */
+    if (rc == 0 && opt == NULL && ls->optim && optim_splits(ls->optim))
+        rc = errprintf(err, "this block list's optimizer keeps each bf16 master split with the "
+                            "parameters (master_only 2): pass that optimizer to bmt_ckpt_load, "
+                            "or destroy it before loading parameters alone");
     for (int i = 0; i < nb && rc == 0; i++)
         for (int g = 0; g < blocks[i]->ngroups && rc == 0; g++)
             if (blocks[i]->groups[g].param == NULL && opt == NULL)

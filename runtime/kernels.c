@@ -248,29 +248,9 @@ int kern_sumsq(bmt_ctx_t *ctx, void *stream, const float *x, size_t n, double *o
     return 0;
 }
 
-int kern_adamw(bmt_ctx_t *ctx, void *stream, float *master, float *m, float *v, const float *grad,
-               void *param, bmt_dtype_t param_dtype, size_t n, const kern_adamw_args_t *a,
-               bmt_error_t *err)
+/* The scalars of an AdamW call, once, in f32, for both devices. */
+static kern_adamw_scalars_t adamw_scalars(const kern_adamw_args_t *a)
 {
-    if (check_ctx(ctx, "kern_adamw", err) < 0)
-        return -1;
-    if (a == NULL)
-        return errprintf(err, "rank %d: kern_adamw: no arguments", ctx->rank);
-    if (param_dtype != BMT_F32 && param_dtype != BMT_BF16)
-        return errprintf(err, "rank %d: kern_adamw: parameter dtype %s (want f32 or bf16)",
-                         ctx->rank, bmt_dtype_name(param_dtype));
-    if (param == (void *)master && param_dtype != BMT_F32)
-        return errprintf(err, "rank %d: kern_adamw: param is the master but its dtype is %s",
-                         ctx->rank, bmt_dtype_name(param_dtype));
-    if (!(a->bc1 > 0.0f) || !(a->bc2 > 0.0f))
-        return errprintf(err, "rank %d: kern_adamw: bias corrections must be > 0 (bc1 %g, bc2 %g)",
-                         ctx->rank, (double)a->bc1, (double)a->bc2);
-    if (n == 0)
-        return 0;
-    if (master == NULL || m == NULL || v == NULL || grad == NULL || param == NULL)
-        return errprintf(err, "rank %d: kern_adamw: NULL buffer", ctx->rank);
-
-    /* The scalars, once, in f32, for both devices. */
     kern_adamw_scalars_t s;
     s.grad_scale = a->grad_scale;
     s.beta1 = a->beta1;
@@ -281,6 +261,41 @@ int kern_adamw(bmt_ctx_t *ctx, void *stream, float *master, float *m, float *v, 
     s.decay = 1.0f - a->lr * a->weight_decay;
     s.step_size = a->lr / a->bc1;
     s.bc2_sqrt = sqrtf(a->bc2);
+    return s;
+}
+
+/* What every AdamW call checks first. */
+static int adamw_args_ok(bmt_ctx_t *ctx, const char *fn, const kern_adamw_args_t *a,
+                         bmt_error_t *err)
+{
+    if (check_ctx(ctx, fn, err) < 0)
+        return -1;
+    if (a == NULL)
+        return errprintf(err, "rank %d: %s: no arguments", ctx->rank, fn);
+    if (!(a->bc1 > 0.0f) || !(a->bc2 > 0.0f))
+        return errprintf(err, "rank %d: %s: bias corrections must be > 0 (bc1 %g, bc2 %g)",
+                         ctx->rank, fn, (double)a->bc1, (double)a->bc2);
+    return 0;
+}
+
+int kern_adamw(bmt_ctx_t *ctx, void *stream, float *master, float *m, float *v, const float *grad,
+               void *param, bmt_dtype_t param_dtype, size_t n, const kern_adamw_args_t *a,
+               bmt_error_t *err)
+{
+    if (adamw_args_ok(ctx, "kern_adamw", a, err) < 0)
+        return -1;
+    if (param_dtype != BMT_F32 && param_dtype != BMT_BF16)
+        return errprintf(err, "rank %d: kern_adamw: parameter dtype %s (want f32 or bf16)",
+                         ctx->rank, bmt_dtype_name(param_dtype));
+    if (param == (void *)master && param_dtype != BMT_F32)
+        return errprintf(err, "rank %d: kern_adamw: param is the master but its dtype is %s",
+                         ctx->rank, bmt_dtype_name(param_dtype));
+    if (n == 0)
+        return 0;
+    if (master == NULL || m == NULL || v == NULL || grad == NULL || param == NULL)
+        return errprintf(err, "rank %d: kern_adamw: NULL buffer", ctx->rank);
+
+    const kern_adamw_scalars_t s = adamw_scalars(a);
 #ifdef BMT_HAVE_CUDA
     if (ctx->device == BMT_DEVICE_CUDA)
         return cuda_result(ctx, "kern_adamw",
@@ -300,4 +315,42 @@ int kern_adamw(bmt_ctx_t *ctx, void *stream, float *master, float *m, float *v, 
             p[i] = bmt_f32_to_bf16(kern_adamw_elem(&master[i], &m[i], &v[i], grad[i], &s));
     }
     return 0;
+}
+
+int kern_adamw_split(bmt_ctx_t *ctx, void *stream, uint16_t *hi, uint16_t *lo, float *m, float *v,
+                     const float *grad, size_t n, const kern_adamw_args_t *a, bmt_error_t *err)
+{
+    if (adamw_args_ok(ctx, "kern_adamw_split", a, err) < 0)
+        return -1;
+    if (n == 0)
+        return 0;
+    if (hi == NULL || lo == NULL || m == NULL || v == NULL || grad == NULL)
+        return errprintf(err, "rank %d: kern_adamw_split: NULL buffer", ctx->rank);
+    const kern_adamw_scalars_t s = adamw_scalars(a);
+#ifdef BMT_HAVE_CUDA
+    if (ctx->device == BMT_DEVICE_CUDA)
+        return cuda_result(ctx, "kern_adamw_split",
+                           kern_cuda_adamw_split(stream, hi, lo, m, v, grad, n, &s), err);
+#endif
+    for (size_t i = 0; i < n; i++) {
+        float p = kern_split_join(hi[i], lo[i]);
+        kern_adamw_elem(&p, &m[i], &v[i], grad[i], &s);
+        hi[i] = kern_split_hi(p);
+        lo[i] = kern_split_lo(p, hi[i]);
+    }
+    return 0;
+}
+
+void kern_split_host(const float *x, uint16_t *hi, uint16_t *lo, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        hi[i] = kern_split_hi(x[i]);
+        lo[i] = kern_split_lo(x[i], hi[i]);
+    }
+}
+
+void kern_join_host(const uint16_t *hi, const uint16_t *lo, float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = kern_split_join(hi[i], lo[i]);
 }

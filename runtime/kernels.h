@@ -62,4 +62,17 @@ int kern_adamw(bmt_ctx_t *ctx, void *stream, float *master, float *m, float *v, 
                void *param, bmt_dtype_t param_dtype, size_t n, const kern_adamw_args_t *a,
                bmt_error_t *err);
 
+/* The same update on a split master (master_only 2, runtime/optim.c): the f32
+ * master kept as hi (n bf16: the parameter shard, the master rounded to nearest
+ * with ties away from zero) and lo (n: the rest of its bits), no f32 copy. The
+ * master, m and v come out bit for bit as kern_adamw's; hi is kern_split_hi
+ * of the new master (runtime/cuda/kernels_cuda.h says why the pair is exact). */
+int kern_adamw_split(bmt_ctx_t *ctx, void *stream, uint16_t *hi, uint16_t *lo, float *m, float *v,
+                     const float *grad, size_t n, const kern_adamw_args_t *a, bmt_error_t *err);
+
+/* Host memory, n elements: x into its split halves, and back (exact for every
+ * non-NaN x). */
+void kern_split_host(const float *x, uint16_t *hi, uint16_t *lo, size_t n);
+void kern_join_host(const uint16_t *hi, const uint16_t *lo, float *x, size_t n);
+
 #endif

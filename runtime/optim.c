@@ -15,6 +15,17 @@
  * rounding itself, into the block's gathered buffer (bmt_block.update_dst,
  * set by the schedule around the flush): one pass over the master, not two.
  *
+ * master_only 2, the split master: for a bf16 group the f32 master is kept as
+ * two 16-bit halves, the block's bf16 shard itself (hi: the master rounded to
+ * nearest, ties away from zero) and s->lo (the rest of its bits), and never
+ * as an f32 array: the memory of master_only 1 (4 bytes a parameter), the
+ * gathers of 0 (they copy the shard; in a group of one the layers read it in
+ * place), and an update that moves 28 bytes a parameter instead of 30
+ * (kern_adamw_split, runtime/cuda/kernels_cuda.h). The master's values are
+ * those of 0 and 1 bit for bit; the shard differs from their rounding (ties
+ * to even) only where the master lies exactly half-way between two bf16
+ * values. Checkpoints see the joined master (ckpt.c, optim_view's lo).
+ *
  * The gradient norm is summed per shard on the device (kern_sumsq, in double,
  * deterministic), read by the host (the step's one synchronization point: it
  * decides skipping and clipping), and summed over the group with an all-reduce:
@@ -57,8 +68,9 @@ struct ostate {
     bool pending; /* the last step's update is not enqueued yet (overlap) */
     bmt_block_t *block;
     struct dgroup *d;
-    float *master; /* (shard) f32: d->param itself for f32 groups */
+    float *master; /* (shard) f32: d->param itself for f32 groups; NULL when split */
     bool own_master;
+    uint16_t *lo; /* (shard) master_only 2, bf16 groups: the master's low half (d->param is hi) */
     float *m, *v; /* (shard) f32 */
     struct segment *seg;
     int nseg;
@@ -149,6 +161,7 @@ void bmt_optim_destroy(bmt_optim_t *o)
         struct ostate *s = &o->s[i];
         if (s->own_master) /* s->d may be gone: never look at it here */
             bmt_free(ctx, s->master);
+        bmt_free(ctx, s->lo);
         bmt_free(ctx, s->m);
         bmt_free(ctx, s->v);
         free(s->seg);
@@ -202,6 +215,14 @@ bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *c
         cfg->version != BMT_ADAMW_CONFIG_VERSION) {
         errprintf(err, "bmt_adamw_create: the config was not set up with "
                        "BMT_ADAMW_CONFIG_INITIALIZER of this bmt");
+        return NULL;
+    }
+    if (cfg->master_only < 0 || cfg->master_only > 2) {
+        errprintf(err,
+                  "rank %d: bmt_adamw_create: master_only is %d; it must be 0 (a bf16 shard and "
+                  "an f32 master), 1 (the f32 master alone) or 2 (the master split in two "
+                  "16-bit halves, one of them the bf16 shard)",
+                  ctx->rank, cfg->master_only);
         return NULL;
     }
     if (!(cfg->lr >= 0) || !(cfg->beta1 >= 0 && cfg->beta1 < 1) ||
@@ -261,6 +282,13 @@ bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *c
             size_t bytes = dsize(BMT_F32, s->d->shard);
             if (s->d->dtype == BMT_F32) {
                 s->master = s->d->param;
+            } else if (cfg->master_only == 2 && s->d->dtype == BMT_BF16) {
+                /* the bf16 shard is hi exactly (its f32 value rounds to
+                 * itself), so the master's other half starts at zero */
+                const size_t lo_bytes = dsize(BMT_BF16, s->d->shard);
+                s->lo = bmt_alloc(ctx, BMT_MEM_OPTIM, lo_bytes, err);
+                if (s->lo == NULL || kern_zero(ctx, NULL, s->lo, lo_bytes, err) < 0)
+                    goto fail;
             } else {
                 s->master = bmt_alloc(ctx, BMT_MEM_OPTIM, bytes, err);
                 s->own_master = s->master != NULL;
@@ -270,7 +298,7 @@ bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *c
                 /* master_only: the shard goes as soon as its master is settled,
                  * so that the shards never all coexist with the optimizer's
                  * state (a failure further on gives them back: destroy). */
-                if (cfg->master_only) {
+                if (cfg->master_only == 1) {
                     if (device_sync_legacy(ctx, err) < 0)
                         goto fail;
                     bmt_free(ctx, s->d->param);
@@ -370,7 +398,8 @@ static void plant_nan(bmt_optim_t *o)
         const size_t at = s->seg[0].first;
         const float nan32 = NAN;
         const uint16_t nan16 = 0x7fc0;
-        bmt_mem_upload(ctx, s->master + at, &nan32, sizeof(nan32), &err);
+        if (s->master) /* split: the NaN shard makes a NaN master */
+            bmt_mem_upload(ctx, s->master + at, &nan32, sizeof(nan32), &err);
         if (s->d->param && s->d->dtype == BMT_BF16)
             bmt_mem_upload(ctx, (uint16_t *)s->d->param + at, &nan16, sizeof(nan16), &err);
         return;
@@ -394,6 +423,13 @@ static int update_state(bmt_optim_t *o, struct ostate *s, kern_adamw_args_t a, v
     for (int k = 0; k < s->nseg; k++) {
         const struct segment *g = &s->seg[k];
         a.weight_decay = g->decay ? (float)o->cfg.weight_decay : 0.0f;
+        if (s->lo != NULL) { /* split: hi is the bf16 shard */
+            if (kern_adamw_split(o->ctx, stream, (uint16_t *)s->d->param + g->first,
+                                 s->lo + g->first, s->m + g->first, s->v + g->first,
+                                 s->d->grad + g->first, g->n, &a, err) < 0)
+                return -1;
+            continue;
+        }
         /* master_only in a group of one (update_dst set): the rounding goes
          * straight into the gathered slot, where block_gather_into would have
          * cast the master (the same position, the same bits), so the master
@@ -561,7 +597,15 @@ int optim_count(const bmt_optim_t *o) { return o->ns; }
 void optim_get(const bmt_optim_t *o, int i, optim_view_t *out)
 {
     const struct ostate *s = &o->s[i];
-    *out = (optim_view_t){ s->block, s->d, s->master, s->m, s->v };
+    *out = (optim_view_t){ s->block, s->d, s->master, s->m, s->v, s->lo };
+}
+
+bool optim_splits(const bmt_optim_t *o)
+{
+    for (int i = 0; i < o->ns; i++)
+        if (o->s[i].lo != NULL)
+            return true;
+    return false;
 }
 
 bmt_blocklist_t *optim_list(const bmt_optim_t *o) { return o->list; }

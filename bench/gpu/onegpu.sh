@@ -1,7 +1,7 @@
 #!/bin/bash
 # bench/gpu/onegpu.sh — what one GPU can check (tests/gpu/test_engine.sh and
 # test_nccl.sh need two): build (bench/gpu/build.sh; carry .device-deps), then
-# engine_check at cuda 1x1 in its variants (f32, bf16, bf16 master_only,
+# engine_check at cuda 1x1 in its variants (f32, bf16, bf16 master_only 1 and 2,
 # --variants, a NaN step with clipping and warm-up, --kernel-check), then
 # tests/gpu/test_gpt2.sh (the HF oracle at 1x1, from_pretrained of a trainer
 # checkpoint, the trainer's bitwise variants). Logs under $OUT; one line per
@@ -25,6 +25,7 @@ run_ec() { # tag args...
 run_ec f32
 run_ec bf16 --dtype bf16
 run_ec bf16mo --dtype bf16 --master-only
+run_ec bf16split --dtype bf16 --master-split
 run_ec variants --variants
 run_ec nan --nan-step 7 --clip 0.3 --warmup 5
 run_ec kernels --kernel-check

@@ -102,8 +102,10 @@ static void usage(const trainer_model_t *md, FILE *f)
           "                          (not recomputed) while their sets fit in MIB, then the\n"
           "                          head its whole logits (default: every layer recomputed)\n"
           "      --prefetch 0|1      gather block i+1 while block i computes (default 1)\n"
-          "      --master-only 0|1   bf16 parameters (cuda): keep only the optimizer's f32\n"
-          "                          masters, rounded at each gather (default 1)\n",
+          "      --master-only 0|1|2 bf16 parameters (cuda): 1 keeps only the optimizer's\n"
+          "                          f32 masters, rounded at each gather; 2 keeps each master\n"
+          "                          as the bf16 shard plus its low 16 bits (1's memory, no\n"
+          "                          rounding pass); 0 keeps shard and master (default 1)\n",
           f);
     fputs(md->usage_run_mid ? md->usage_run_mid : "", f);
     fputs("      --overlap-step 0|1  run each block's optimizer update at the next forward,\n"
@@ -289,7 +291,7 @@ static int parse(const trainer_model_t *md, int argc, char **argv, opts_t *o)
             break;
         case O_PREFETCH: rc = trainer_int_arg("--prefetch", optarg, 0, 1, &o->prefetch); break;
         case O_MASTER_ONLY:
-            rc = trainer_int_arg("--master-only", optarg, 0, 1, &o->master_only);
+            rc = trainer_int_arg("--master-only", optarg, 0, 2, &o->master_only);
             break;
         case O_OVERLAP:
             rc = trainer_int_arg("--overlap-step", optarg, 0, 1, &o->overlap_step);

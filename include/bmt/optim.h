@@ -57,7 +57,25 @@ typedef struct bmt_adamw_config {
                       * forward's deferred update writes the rounding into
                       * the gathered buffer itself (one pass over the master).
                       * bmt_optim_destroy gives the blocks their shards back.
-                      * 0 (default): keep both. */
+                      * 2: the split master: for bf16 parameters the f32 master is
+                      * kept as two 16-bit halves, the block's bf16 shard (the
+                      * master rounded to nearest, ties away from zero) and the
+                      * low 16 bits of the master's pattern beside it in the
+                      * optimizer; no f32 copy. The memory of 1 (4 bytes a
+                      * parameter / group size for the master), the gathers of
+                      * 0 (they send the shard; a group of one computes on it in
+                      * place), and an update that moves 28 bytes a parameter
+                      * where 0 and 1 move 30. The masters hold exactly the
+                      * values they would under 0 and 1; the shard is their
+                      * rounding ties away from zero where 0 and 1 round ties to
+                      * even (ties to even cannot be split losslessly in 16 + 16
+                      * bits), so the two runs part in the last bits from the
+                      * first master that lies exactly half-way between two bf16
+                      * values. Checkpoints hold the joined master (".master",
+                      * f32) and load into any mode. A checkpoint load must pass
+                      * the optimizer; bmt_optim_destroy leaves the shards (the
+                      * masters rounded) with the blocks.
+                      * 0 (default): keep both. Other values are refused. */
     int overlap;     /* 1 (default): a step computes the norm, the clipping and the
                       * learning rate, and defers the update itself: each block's
                       * AdamW runs at the next forward, just before that block's

@@ -302,6 +302,46 @@ cudaError_t launch_adamw(cudaStream_t st, float *master, float *m, float *v, con
     return cudaGetLastError();
 }
 
+/* AdamW on a split master (kern_split_*): 4 elements a thread where every
+ * pointer allows (hi and lo 8 bytes, the f32 arrays 16). */
+__global__ void adamw_split_kernel(uint16_t *hi, uint16_t *lo, float *m, float *v,
+                                   const float *grad, size_t n, kern_adamw_scalars_t s, bool vec)
+{
+    size_t start = 0;
+    if (vec) {
+        size_t n4 = n / 4;
+        pack4<uint16_t> *h4 = reinterpret_cast<pack4<uint16_t> *>(hi);
+        pack4<uint16_t> *l4 = reinterpret_cast<pack4<uint16_t> *>(lo);
+        pack4<float> *m4 = reinterpret_cast<pack4<float> *>(m);
+        pack4<float> *v4 = reinterpret_cast<pack4<float> *>(v);
+        const pack4<float> *g4 = reinterpret_cast<const pack4<float> *>(grad);
+        for (size_t i = thread_id(); i < n4; i += thread_count()) {
+            pack4<uint16_t> hh = h4[i], ll = l4[i];
+            pack4<float> mm = m4[i], vv = v4[i], gg = g4[i];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                float p = kern_split_join(hh.v[j], ll.v[j]);
+                kern_adamw_elem(&p, &mm.v[j], &vv.v[j], gg.v[j], &s);
+                hh.v[j] = kern_split_hi(p);
+                ll.v[j] = kern_split_lo(p, hh.v[j]);
+            }
+            h4[i] = hh;
+            l4[i] = ll;
+            m4[i] = mm;
+            v4[i] = vv;
+        }
+        start = 4 * n4;
+    }
+    for (size_t i = start + thread_id(); i < n; i += thread_count()) {
+        float p = kern_split_join(hi[i], lo[i]), mi = m[i], vi = v[i];
+        kern_adamw_elem(&p, &mi, &vi, grad[i], &s);
+        m[i] = mi;
+        v[i] = vi;
+        hi[i] = kern_split_hi(p);
+        lo[i] = kern_split_lo(p, hi[i]);
+    }
+}
+
 } // namespace
 
 /* ------------------------------------------------------------ launchers */
@@ -405,4 +445,17 @@ extern "C" cudaError_t kern_cuda_adamw(void *stream, float *master, float *m, fl
                                         aligned4<bf16_t>(param));
     default: return cudaErrorInvalidValue;
     }
+}
+
+extern "C" cudaError_t kern_cuda_adamw_split(void *stream, uint16_t *hi, uint16_t *lo, float *m,
+                                             float *v, const float *grad, size_t n,
+                                             const kern_adamw_scalars_t *s)
+{
+    if (n == 0)
+        return cudaSuccess;
+    const bool vec = aligned4<uint16_t>(hi) && aligned4<uint16_t>(lo) && aligned4<float>(m) &&
+                     aligned4<float>(v) && aligned4<float>(grad);
+    adamw_split_kernel<<<grid_for(vec ? n / 4 : n), kThreads, 0,
+                         static_cast<cudaStream_t>(stream)>>>(hi, lo, m, v, grad, n, *s, vec);
+    return cudaGetLastError();
 }

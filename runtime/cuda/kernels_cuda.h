@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "bmt/bmt.h"
 
@@ -78,6 +79,53 @@ BMT_HD static inline float kern_adamw_elem(float *master, float *m, float *v, fl
     return p;
 }
 
+/* A split master (master_only 2, runtime/optim.c): an f32 master kept as two
+ * 16-bit halves, hi and lo, with no f32 copy.
+ *   hi: the master rounded to bf16, to nearest with ties away from zero (the
+ *       bf16 parameter shard itself); NaN as bmt_f32_to_bf16 makes it.
+ *   lo: the master's bit pattern minus hi's (hi << 16), a signed 16-bit number.
+ * Ties away from zero is what makes this lossless: the f32 patterns that round
+ * to one hi are then the 65,536 patterns (hi << 16) - 0x8000 ..
+ * (hi << 16) + 0x7fff, whatever hi's last bit (ties to even would give an
+ * even hi 65,537), and a finite master's sign and magnitude are its pattern's
+ * order. So kern_split_join(kern_split_hi(x), kern_split_lo(x)) == x bit for
+ * bit for every non-NaN f32, inf included, and a NaN for every NaN. */
+BMT_HD static inline uint32_t kern_f32_bits(float x)
+{
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(x);
+#else
+    uint32_t u;
+    memcpy(&u, &x, sizeof(u));
+    return u;
+#endif
+}
+
+BMT_HD static inline uint16_t kern_split_hi(float x)
+{
+    const uint32_t u = kern_f32_bits(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep sign, force a quiet payload */
+        return (uint16_t)((u >> 16) | 0x0040u);
+    return (uint16_t)((u + 0x8000u) >> 16); /* finite past bf16's range: inf */
+}
+
+BMT_HD static inline uint16_t kern_split_lo(float x, uint16_t hi)
+{
+    return (uint16_t)(kern_f32_bits(x) - ((uint32_t)hi << 16));
+}
+
+BMT_HD static inline float kern_split_join(uint16_t hi, uint16_t lo)
+{
+    const uint32_t u = ((uint32_t)hi << 16) + (uint32_t)(int32_t)(int16_t)lo;
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+#endif
+}
+
 #if defined(BMT_HAVE_CUDA) || defined(__CUDACC__)
 #include <cuda_runtime.h>
 
@@ -113,6 +161,12 @@ cudaError_t kern_cuda_sumsq(void *stream, const float *x, size_t n, double *out)
 cudaError_t kern_cuda_adamw(void *stream, float *master, float *m, float *v, const float *grad,
                             void *param, bmt_dtype_t param_dtype, size_t n,
                             const kern_adamw_scalars_t *s);
+
+/* The same AdamW step on a split master (hi, lo: n each, kern_split_*): the
+ * master is joined from them, updated, and split again; hi is the bf16
+ * parameter. 28 bytes an element where a master with a bf16 copy moves 30. */
+cudaError_t kern_cuda_adamw_split(void *stream, uint16_t *hi, uint16_t *lo, float *m, float *v,
+                                  const float *grad, size_t n, const kern_adamw_scalars_t *s);
 
 #ifdef __cplusplus
 }

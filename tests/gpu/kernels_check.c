@@ -17,7 +17,8 @@
  *   adamw         within 1e-6 relative over 10 steps (the element function is
  *                 the same text with every f32 operation rounded on its own, so
  *                 bit for bit is expected; the count of differing elements is
- *                 printed).
+ *                 printed); on a split master (kern_adamw_split) hi, lo, m and
+ *                 v bit for bit.
  * Aligned and misaligned (offset by one element) buffers and odd sizes take the
  * vector and the scalar paths. A last part prints throughput (diagnostics only).
  */
@@ -647,6 +648,70 @@ static void check_adamw(void)
     free(gp);
 }
 
+/* AdamW on a split master (master_only 2): cuda against cpu over 10 steps,
+ * bit for bit in hi, lo, m and v, aligned and misaligned; hi starts as a bf16
+ * shard and lo at zero, as bmt_adamw_create makes them. */
+static void check_adamw_split(void)
+{
+    const size_t n = size((1u << 20) + 5);
+    const int steps = 10;
+    uint16_t *ch = host(n * 2), *cl = host(n * 2), *gh = host(n * 2), *gl = host(n * 2);
+    float *cm = host(n * 4), *cv = host(n * 4), *gm = host(n * 4), *gv = host(n * 4),
+          *grad = host(n * 4);
+    uint16_t *dh = dev(n * 2 + 64), *dl = dev(n * 2 + 64);
+    float *dm = dev(n * 4 + 64), *dv = dev(n * 4 + 64), *dg = dev(n * 4 + 64);
+    bmt_error_t err;
+    for (int off = 0; off < 2; off++) {
+        for (size_t i = 0; i < n; i++)
+            ch[i] = bmt_f32_to_bf16((float)(rnd_unit() * 4 - 2));
+        memset(cl, 0, n * 2);
+        memset(cm, 0, n * 4);
+        memset(cv, 0, n * 4);
+        up(dh + off, ch, n * 2);
+        up(dl + off, cl, n * 2);
+        up(dm + off, cm, n * 4);
+        up(dv + off, cv, n * 4);
+        for (int t = 1; t <= steps; t++) {
+            for (size_t i = 0; i < n; i++)
+                grad[i] = rnd_float(8, 3);
+            up(dg + off, grad, n * 4);
+            kern_adamw_args_t a = { 1e-2f,
+                                    0.9f,
+                                    0.999f,
+                                    1e-8f,
+                                    t % 2 ? 0.1f : 0.0f,
+                                    0.5f,
+                                    (float)(1 - pow(0.9, t)),
+                                    (float)(1 - pow(0.999, t)),
+                                    (float)(1.0 - 0.9),
+                                    (float)(1.0 - 0.999) };
+            kern_check(kern_adamw_split(gpu, stream, dh + off, dl + off, dm + off, dv + off,
+                                        dg + off, n, &a, &err),
+                       &err, "kern_adamw_split");
+            kern_check(kern_adamw_split(cpu, NULL, ch, cl, cm, cv, grad, n, &a, &err), &err,
+                       "kern_adamw_split");
+        }
+        down(gh, dh + off, n * 2);
+        down(gl, dl + off, n * 2);
+        down(gm, dm + off, n * 4);
+        down(gv, dv + off, n * 4);
+        size_t differ = 0;
+        for (size_t i = 0; i < n; i++)
+            differ += gh[i] != ch[i] || gl[i] != cl[i] || f2u(gm[i]) != f2u(cm[i]) ||
+                      f2u(gv[i]) != f2u(cv[i]);
+        ok(differ == 0,
+           "adamw split master%s, 10 steps: cuda's hi, lo, m and v are the cpu's bit "
+           "for bit (%zu of %zu differ)",
+           off ? " misaligned" : "", differ, n);
+    }
+    cudaFree(dh);
+    cudaFree(dl);
+    cudaFree(dm);
+    cudaFree(dv);
+    cudaFree(dg);
+    free(ch), free(cl), free(gh), free(gl), free(cm), free(cv), free(gm), free(gv), free(grad);
+}
+
 /* ------------------------------------------------------------ throughput */
 
 static void throughput(void)
@@ -666,12 +731,14 @@ static void throughput(void)
     kern_zero(gpu, stream, m, n * 4, &err);
     kern_zero(gpu, stream, v, n * 4, &err);
     kern_init(gpu, stream, b, BMT_F32, n, 0, key, &nr, &err);
-    for (int k = 0; k < 6; k++) {
+    uint16_t *lo = dev(n * 2);
+    kern_zero(gpu, stream, lo, n * 2, &err);
+    for (int k = 0; k < 7; k++) {
         static const char *names[] = {
-            "init normal f32", "init trunc normal bf16", "cast f32 -> bf16", "accumulate bf16",
-            "sumsq",           "adamw bf16 param"
+            "init normal f32", "init trunc normal bf16", "cast f32 -> bf16",  "accumulate bf16",
+            "sumsq",           "adamw bf16 param",       "adamw split master"
         };
-        static const double bytes_per[] = { 4, 2, 6, 10, 4, 30 };
+        static const double bytes_per[] = { 4, 2, 6, 10, 4, 30, 28 };
         int rc = 0;
         float ms = 0;
         for (int rep = 0; rep < 2; rep++) { /* the first is a warm-up */
@@ -682,7 +749,8 @@ static void throughput(void)
             case 2: rc = kern_cast(gpu, stream, h, BMT_BF16, a, BMT_F32, n, &err); break;
             case 3: rc = kern_accumulate(gpu, stream, a, h, BMT_BF16, n, &err); break;
             case 4: rc = kern_sumsq(gpu, stream, a, n, out, 0, &err); break;
-            default: rc = kern_adamw(gpu, stream, a, m, v, b, h, BMT_BF16, n, &aa, &err); break;
+            case 5: rc = kern_adamw(gpu, stream, a, m, v, b, h, BMT_BF16, n, &aa, &err); break;
+            default: rc = kern_adamw_split(gpu, stream, h, lo, m, v, b, n, &aa, &err); break;
             }
             cudaEventRecord(e1, stream);
             cuda_check(cudaEventSynchronize(e1), "cudaEventSynchronize");
@@ -699,6 +767,7 @@ static void throughput(void)
     cudaFree(m);
     cudaFree(v);
     cudaFree(h);
+    cudaFree(lo);
     cudaFree(out);
 }
 
@@ -726,6 +795,7 @@ int main(int argc, char **argv)
     check_accumulate();
     check_sumsq();
     check_adamw();
+    check_adamw_split();
     cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     ok(cudaGetLastError() == cudaSuccess, "no asynchronous cuda error");
     if (!quick)

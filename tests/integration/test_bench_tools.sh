@@ -67,6 +67,16 @@ test_expect_success "tests/run: a whole test name runs that test only, a part of
     grep -q "^2 passed, 0 failed$" out && ! grep -q "^unit/test_aa " out
 '
 
+test_expect_success "bench/gpu/master_ab.sh refuses bad settings before building anything" '
+    MAB="$SRC/bench/gpu/master_ab.sh" &&
+    (cd "$TMP" && test_must_fail env MODES="1 3" OUT="$TMP/mab" bash "$MAB" 2>err) &&
+    grep -q "MODES holds --master-only values 0, 1 or 2, not .3." "$TMP/err" &&
+    (cd "$TMP" && test_must_fail env RUNS="bert:x:1:0" OUT="$TMP/mab" bash "$MAB" 2>err) &&
+    grep -q "the trainer is gpt2 or llama" "$TMP/err" &&
+    (cd "$TMP" && test_must_fail env STEPS=2 OUT="$TMP/mab" bash "$MAB" 2>err) &&
+    grep -q "STEPS must be a whole number >= 4" "$TMP/err" && test ! -e "$TMP/mab"
+'
+
 if [ -f /usr/local/cuda/include/cupti.h ]; then
     test_expect_success "bench/gpu/trace.c builds (CUPTI) into a library with the driver entry point" '
         make -s -C "$SRC" BUILDDIR="$TMP/b" "$TMP/b/bench/libbmt_trace.so" &&

@@ -182,7 +182,7 @@ mo_same() {
 # the optimizer goes.
 test_expect_success "master_only (bf16, 2x2): no parameter shards while training, bitwise the same run and checkpoint files, shards back at destroy" '
     mo_same 2 2 &&
-    grep -q "^0: ok master_only (.*): a second optimizer on the list is refused" out &&
+    grep -q "^0: ok master_only 1 (.*): a second optimizer on the list is refused" out &&
     grep -q "^0: ok master_only (.*): creating the optimizer peaks at [0-9]* bytes <= " out &&
     grep -q "^0: ok master_only (.*): a checkpoint load without the optimizer that holds the values is refused" out &&
     grep -q "^0: ok master_only (.*): after bmt_optim_destroy the blocks hold the optimizer.s values, bitwise" out &&
@@ -207,6 +207,66 @@ test_expect_success "master_only with zero level 2 and no activation checkpointi
     ec 4 -g 1 -n 4 --timeout 60 -- $EC --dtype bf16 --zero 2 --ckpt 0 --master-only &&
     grep -q "^0: ok memory (zero 2, ckpt 0): param bytes 0 (peak 0)" out
 '
+
+# master_only 2, the split master (bmt/optim.h): each bf16 master kept as the
+# bf16 shard (its high half, rounded to nearest with ties away from zero) and
+# its low 16 bits, no f32 copy. The run is engine_check's (the fp64 reference,
+# memory: 2.5 f32 shards of optimizer state, no gathered buffer in a group of
+# one, the step-12 rewind bitwise through checkpoints that hold the joined
+# masters, a load without the optimizer refused). Against the run that keeps
+# shard and master (0): the masters are the same values, but the shards round
+# ties away from zero where 0 rounds them to even, so the two runs part in
+# the last bits from the first master that lies at a tie. split_close checks
+# they stay within 1e-4 of each tensor's largest value, masters and moments
+# (a master that lost its low half would be 1e-3 off or more after a step),
+# and that at most 1% of the bf16 values differ, by one unit in the last place.
+split_close() {
+    local g=$1 n=$2
+    shift 2
+    ec $((g * n)) -g $g -n $n --timeout 60 -- $EC --dtype bf16 --ckpt-dir $PWD/keep --ckpt-at 12 "$@" &&
+        mv out out.keep &&
+        ec $((g * n)) -g $g -n $n --timeout 60 -- $EC --dtype bf16 --ckpt-dir $PWD/split --ckpt-at 12 \
+            --master-split "$@" || return 1
+    grep -q "^0: ok memory (.*): optim bytes [0-9]* (peak [0-9]*) = 2.5 (moments, the masters. low halves)" out &&
+        grep -q "^0: ok split master (.*): a checkpoint load without the optimizer that holds the masters. low halves is refused and changes nothing" out &&
+        grep -q "^0: ok split master (.*): after bmt_optim_destroy the blocks keep their values, bitwise" out &&
+        grep -q "^0: ok ckpt (.*): from the step-12 checkpoint, steps 13..20 again: losses and parameters bitwise" out &&
+        /usr/bin/python3 - keep/ec split/ec <<'PY'
+import glob, json, os, struct, sys
+import numpy as np
+def tensors(path):
+    d = open(path, "rb").read()
+    n = struct.unpack("<Q", d[:8])[0]
+    h = json.loads(d[8:8 + n])
+    return {k: np.frombuffer(d[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]],
+                             dtype=np.float32 if v["dtype"] == "F32" else np.uint16)
+            for k, v in h.items() if k != "__metadata__"}
+worst, bf_diff, bf_total, bf_far, seen = 0.0, 0, 0, 0, 0
+for f in sorted(glob.glob(sys.argv[1] + "/*.safetensors")):
+    a, b = tensors(f), tensors(os.path.join(sys.argv[2], os.path.basename(f)))
+    assert a.keys() == b.keys(), f
+    for k in a:
+        x, y = a[k], b[k]
+        seen += 1
+        if x.dtype == np.uint16:
+            bf_total += x.size
+            bf_diff += int(np.sum(x != y))
+            bf_far += int(np.sum(np.abs(x.astype(np.int64) - y.astype(np.int64)) > 1))
+        else:
+            worst = max(worst, float(np.max(np.abs(x - y)) / max(float(np.max(np.abs(x))), 1e-30)))
+print("split against keep: %d tensors, masters and moments within %.2g of their largest value, "
+      "%d of %d bf16 values differ, %d by more than one unit" % (seen, worst, bf_diff, bf_total, bf_far))
+sys.exit(0 if seen > 40 and worst < 1e-4 and bf_diff <= bf_total // 100 and bf_far == 0 else 1)
+PY
+}
+
+for v in "2x2:" "1x1:" "4x1:--zero 2 --ckpt 0"; do
+    layout=${v%%:*} extra=${v#*:}
+    g=${layout%x*} n=${layout#*x}
+    test_expect_success "split master (bf16, ${g}x${n}${extra:+, }${extra}): the reference, 2.5 shards of state, rewind bitwise; within 1e-4 of keeping shard and master" "
+        split_close $g $n $extra
+    "
+done
 
 # Checkpoints (bmt/ckpt.h) inside the engine: save after step 12, rewind to it
 # at the end, train 13..20 again: bitwise the same (f32 and bf16 with its f32

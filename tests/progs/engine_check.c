@@ -88,7 +88,8 @@ typedef struct opts {
     bmt_dtype_t reduce; /* the block list's gradient reduce dtype */
     const char *init_dump;
     bool variants, kernel_check, verbose;
-    bool master_only;     /* the optimizer's master_only: no bf16 shards while it lives */
+    int master_only;      /* the optimizer's master_only: 1, no bf16 shards while it lives;
+                           * 2, each bf16 master split into the shard and its low halves */
     bool mismatch;        /* odd ranks take another prefetch setting, then another checkpointing of
                            * one use: each list's first forward must fail */
     double bound;         /* relative bound on parameters, loss and grad norm; 0: by dtype */
@@ -1202,7 +1203,8 @@ static shard_bytes_t expected_bytes(int gsize)
         e.param += shard * ps;
         e.grad += shard * 4;
         e.grad_of[b] = gp_count[b] > 0 ? shard * 4 : 0;
-        e.optim += shard * 4 * (O.dtype == BMT_F32 ? 2 : 3);
+        /* moments, and the master: f32, or split (its low halves beside the shard) */
+        e.optim += shard * (O.dtype == BMT_F32 ? 8 : O.master_only == 2 ? 10 : 12);
         uint64_t full = (padded * ps + FULL_ALIGN - 1) / FULL_ALIGN * FULL_ALIGN;
         uint64_t gfull = (padded * 4 + FULL_ALIGN - 1) / FULL_ALIGN * FULL_ALIGN;
         if (full > e.largest_full)
@@ -1670,7 +1672,7 @@ static int monitor_step(monitor_t *mon, int s, double loss, const bmt_step_info_
     /* A group of one computes on its shards in place: no gathered buffers,
      * except under master_only (bf16), whose masters are rounded into one. */
     const bool one = bmt_layout(ctx)->gpus_per_group == 1;
-    const bool gathers = !one || (O.master_only && O.dtype != BMT_F32);
+    const bool gathers = !one || (O.master_only == 1 && O.dtype != BMT_F32);
     if ((x.mem_peak[BMT_MEM_GRAD_FULL] == 0) != one ||
         (x.mem_peak[BMT_MEM_GATHERED] == 0) == gathers)
         mon_bad(mon,
@@ -1881,7 +1883,7 @@ static void check_memory(const char *tag, int zero, const trained_t *t, const sh
     const bool pending = t->pending;
     const uint64_t *cur = st->current, *peak = st->peak;
     /* master_only: the optimizer's f32 masters are the only copy of bf16 values */
-    const bool none = O.master_only && O.dtype != BMT_F32;
+    const bool none = O.master_only == 1 && O.dtype != BMT_F32;
     const uint64_t wp = none ? 0 : want->param;
     check(cur[BMT_MEM_PARAM] == wp && peak[BMT_MEM_PARAM] == wp,
           "memory (%s): param bytes %llu (peak %llu) = %s %llu", tag,
@@ -1898,12 +1900,14 @@ static void check_memory(const char *tag, int zero, const trained_t *t, const sh
     check(cur[BMT_MEM_OPTIM] == want->optim && peak[BMT_MEM_OPTIM] == want->optim,
           "memory (%s): optim bytes %llu (peak %llu) = %s x f32 shards %llu", tag,
           (unsigned long long)cur[BMT_MEM_OPTIM], (unsigned long long)peak[BMT_MEM_OPTIM],
-          O.dtype == BMT_F32 ? "2 (moments)" : "3 (moments, master)",
+          O.dtype == BMT_F32   ? "2 (moments)"
+          : O.master_only == 2 ? "2.5 (moments, the masters' low halves)"
+                               : "3 (moments, master)",
           (unsigned long long)want->optim);
     uint64_t cap =
         zero == 3 ? 2 * want->largest_full : (uint64_t)want->with_params * want->largest_full;
     const bool in_place =
-        bmt_layout(ctx)->gpus_per_group == 1 && !(O.master_only && O.dtype != BMT_F32);
+        bmt_layout(ctx)->gpus_per_group == 1 && !(O.master_only == 1 && O.dtype != BMT_F32);
     if (in_place)
         check(peak[BMT_MEM_GATHERED] == 0,
               "memory (%s): a group of one computes on its shards in place: no gathered buffer "
@@ -1990,13 +1994,26 @@ static int ckpt_rewind(bmt_blocklist_t *list, bmt_optim_t *opt, model_t *m, bmt_
 {
     uint64_t h1, h2;
     trained_t t2;
-    if (O.master_only && O.dtype != BMT_F32) {
+    if (O.master_only == 1 && O.dtype != BMT_F32) {
         bmt_error_t e;
         memset(&e, 0, sizeof(e));
         int rc = bmt_ckpt_load(list, NULL, O.ckpt_dir, NULL, &e);
         check(rc == -1 && strstr(e.text, "pass that optimizer"),
               "master_only (%s): a checkpoint load without the optimizer that holds the values "
               "is refused: \"%s\"",
+              tag, rc ? e.text : "it returned 0");
+    }
+    if (O.master_only == 2 && O.dtype == BMT_BF16) {
+        bmt_error_t e;
+        memset(&e, 0, sizeof(e));
+        if (params_hash(blocks, &h1, err) < 0)
+            return -1;
+        int rc = bmt_ckpt_load(list, NULL, O.ckpt_dir, NULL, &e);
+        if (params_hash(blocks, &h2, err) < 0)
+            return -1;
+        check(rc == -1 && strstr(e.text, "pass that optimizer") && h1 == h2,
+              "split master (%s): a checkpoint load without the optimizer that holds the "
+              "masters' low halves is refused and changes nothing: \"%s\"",
               tag, rc ? e.text : "it returned 0");
     }
     if (params_hash(blocks, &h1, err) < 0 || bmt_ckpt_load(list, opt, O.ckpt_dir, NULL, err) < 0)
@@ -2098,7 +2115,7 @@ static int engine_run(const run_cfg_t *rc, const ref_t *R, const ec_ops_t *ops, 
     bmt_optim_t *opt = bmt_adamw_create(list, &ac, err);
     if (opt == NULL)
         return -1;
-    if (O.master_only && O.dtype != BMT_F32) {
+    if (O.master_only == 1 && O.dtype != BMT_F32) {
         /* Each bf16 shard goes as soon as its master exists: never all of
          * them next to all the masters and moments. */
         bmt_mem_stats_t cs;
@@ -2111,14 +2128,22 @@ static int engine_run(const run_cfg_t *rc, const ref_t *R, const ec_ops_t *ops, 
               tag, (unsigned long long)cs.peak_total, (unsigned long long)cs.current_total,
               (unsigned long long)one);
     }
-    if (O.master_only && O.dtype != BMT_F32) {
+    if (O.master_only != 0 && O.dtype != BMT_F32) {
         bmt_optim_t *second = bmt_adamw_create(list, &ac, err);
         check(second == NULL && strstr(err->text, "already has an optimizer") != NULL,
-              "master_only (%s): a second optimizer on the list is refused (%s)", tag, err->text);
+              "master_only %d (%s): a second optimizer on the list is refused (%s)", O.master_only,
+              tag, err->text);
         bmt_optim_destroy(second);
     }
-    if (rc->first)
+    if (rc->first) {
         misuse_list(list, opt, "before training");
+        bmt_adamw_config_t bad = ac;
+        bad.master_only = 3;
+        bmt_optim_t *third = bmt_adamw_create(list, &bad, err);
+        check(third == NULL && strstr(err->text, "master_only is 3") != NULL,
+              "bmt_adamw_create refuses master_only 3 with a message: %s", err->text);
+        bmt_optim_destroy(third);
+    }
 
     trained_t t;
     if (train(list, opt, m, &t, 1, err) < 0)
@@ -2140,7 +2165,7 @@ static int engine_run(const run_cfg_t *rc, const ref_t *R, const ec_ops_t *ops, 
     if (params_hash(blocks, &held, err) < 0)
         return -1;
     bmt_optim_destroy(opt);
-    if (O.master_only && O.dtype != BMT_F32) {
+    if (O.master_only == 1 && O.dtype != BMT_F32) {
         /* The shards are back, holding the values the optimizer held. */
         if (params_hash(blocks, &back, err) < 0)
             return -1;
@@ -2153,6 +2178,18 @@ static int engine_run(const run_cfg_t *rc, const ref_t *R, const ec_ops_t *ops, 
               "master_only (%s): bmt_optim_destroy gives the blocks %llu bytes of shards back "
               "(now %llu)",
               tag, (unsigned long long)want.param, (unsigned long long)st.current[BMT_MEM_PARAM]);
+    }
+    if (O.master_only == 2 && O.dtype == BMT_BF16) {
+        /* The shards were the masters' high halves all along: they stay. */
+        if (params_hash(blocks, &back, err) < 0)
+            return -1;
+        bmt_mem_get_stats(ctx, &st);
+        check(back == held && st.current[BMT_MEM_PARAM] == want.param &&
+                  st.current[BMT_MEM_OPTIM] == 0,
+              "split master (%s): after bmt_optim_destroy the blocks keep their values, bitwise "
+              "(hash %016llx), in %llu bytes of shards, and no optimizer bytes are left (%llu)",
+              tag, (unsigned long long)back, (unsigned long long)st.current[BMT_MEM_PARAM],
+              (unsigned long long)st.current[BMT_MEM_OPTIM]);
     }
     bmt_blocklist_destroy(list);
     model_destroy(m);
@@ -2336,7 +2373,8 @@ static int usage(void)
             "1|0]\n"
             "                    [--clip X] [--lr X] [--warmup N] [--nan-step S] [--seed N]\n"
             "                    [--dtype f32|bf16] [--reduce-dtype f32|bf16] [--bound X]\n"
-            "                    [--init-dump FILE] [--variants] [--master-only] [--overlap 1|0]\n"
+            "                    [--init-dump FILE] [--variants] [--master-only | --master-split]\n"
+            "                    [--overlap 1|0]\n"
             "                    [--kernel-check] [--verbose] [--overwrite 0|1|2]\n"
             "                    [--pace MS] [--event-every N] [--val-every N] [--abort-at S]\n");
     return 2;
@@ -2363,7 +2401,11 @@ static int parse(int argc, char **argv)
             continue;
         }
         if (strcmp(a, "--master-only") == 0) {
-            O.master_only = true;
+            O.master_only = 1;
+            continue;
+        }
+        if (strcmp(a, "--master-split") == 0) {
+            O.master_only = 2;
             continue;
         }
         if (v == NULL)

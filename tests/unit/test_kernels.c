@@ -32,6 +32,7 @@
 #include "bmt/bmt.h"
 #include "bmt/block.h"
 #include "ctx.h"
+#include "cuda/kernels_cuda.h"
 #include "hash.h"
 #include "kernels.h"
 #include "philox.h"
@@ -1042,6 +1043,136 @@ static void test_context_errors(void)
 #endif
 }
 
+/* ------------------------------------------------------------ split master */
+
+/* hi of a split master from its definition: the bf16 neighbours of x toward
+ * and away from zero, the nearer in exact (double) arithmetic, a tie going away
+ * from zero; past bf16's largest finite value the neighbour away is 2^128 (inf). */
+static uint16_t ref_split_hi(float x)
+{
+    const uint32_t u = f2u(x);
+    const uint16_t down = (uint16_t)(u >> 16), up = (uint16_t)(down + 1);
+    if ((u & 0xffffu) == 0)
+        return down;
+    const double dx = fabs((double)x), a = fabs((double)bmt_bf16_to_f32(down));
+    const double b =
+        (up & 0x7fffu) == 0x7f80u ? ldexp(1.0, 128) : fabs((double)bmt_bf16_to_f32(up));
+    return dx - a < b - dx ? down : up;
+}
+
+static void test_split_master(void)
+{
+    /* Every f32 pattern: joined back bit for bit (NaN: a NaN), and hi the
+     * nearest bf16, ties away from zero, from the definition on the patterns
+     * that decide it (ties and their neighbours, of every upper half) and on
+     * a sample of the rest. */
+    size_t bad_join = 0, bad_nan = 0, bad_hi = 0, checked_hi = 0;
+    for (uint64_t k = 0; k <= 0xffffffffu; k++) {
+        const uint32_t u = (uint32_t)k;
+        const float x = u2f(u);
+        const uint16_t hi = kern_split_hi(x), lo = kern_split_lo(x, hi);
+        const float y = kern_split_join(hi, lo);
+        if (isnan(x)) {
+            bad_nan += !isnan(y) || !bf16_is_nan(hi);
+            continue;
+        }
+        bad_join += f2u(y) != u;
+        const uint32_t low = u & 0xffffu;
+        if (low == 0 || low == 1 || low == 0x7fff || low == 0x8000 || low == 0x8001 ||
+            low == 0xffff || (k * 0x9e3779b97f4a7c15ull) >> 56 == 0) {
+            checked_hi++;
+            bad_hi += hi != ref_split_hi(x);
+        }
+    }
+    ok(bad_join == 0,
+       "split master: all 2^32 - 2^24 + 2 non-NaN f32 patterns come back bit for "
+       "bit from (hi, lo) (%zu wrong)",
+       bad_join);
+    ok(bad_nan == 0,
+       "split master: every NaN pattern gives a NaN hi and joins to a NaN (%zu wrong)", bad_nan);
+    ok(bad_hi == 0 && checked_hi > 16000000,
+       "split master: hi is the nearest bf16, ties away from zero, on %zu patterns (ties and "
+       "their neighbours of every upper half, 1/256 of the rest; %zu wrong)",
+       checked_hi, bad_hi);
+    /* Where it differs from bmt_f32_to_bf16 (ties to even): only at ties. */
+    const float tie_even = u2f(0x3f808000u); /* 1.00390625: between 0x3f80 and 0x3f81 */
+    const float tie_odd = u2f(0x3f818000u), tie_neg = u2f(0xbf808000u);
+    ok(kern_split_hi(tie_even) == 0x3f81 && bmt_f32_to_bf16(tie_even) == 0x3f80 &&
+           kern_split_hi(tie_odd) == 0x3f82 && bmt_f32_to_bf16(tie_odd) == 0x3f82 &&
+           kern_split_hi(tie_neg) == 0xbf81 && kern_split_hi(u2f(0x7f7f8000u)) == 0x7f80 &&
+           kern_split_hi(u2f(0x7f7f7fffu)) == 0x7f7f,
+       "split master: a tie rounds away from zero (0x3f808000 -> 0x3f81 where ties to even give "
+       "0x3f80), and the largest values to inf from half an ulp up");
+
+    /* kern_adamw_split against kern_adamw with an f32 master: the same
+     * master, m and v bit for bit after every step, hi its kern_split_hi. */
+    const size_t n = 4099;
+    hyper_t h = { 1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f, 0.5f };
+    float *master = xmalloc(n * 4), *m = xmalloc(n * 4), *v = xmalloc(n * 4);
+    float *sm = xmalloc(n * 4), *sv = xmalloc(n * 4), *joined = xmalloc(n * 4);
+    float *grad = xmalloc(n * 4);
+    uint16_t *hi = xmalloc(n * 2), *lo = xmalloc(n * 2), *pb = xmalloc(n * 2);
+    for (size_t i = 0; i < n; i++)
+        master[i] = bmt_bf16_to_f32(bmt_f32_to_bf16((float)(rnd_unit() * 4 - 2)));
+    for (size_t i = 0; i < n; i++) /* as bmt_adamw_create: the bf16 shard, lo 0 */
+        hi[i] = bmt_f32_to_bf16(master[i]);
+    memset(lo, 0, n * 2);
+    memset(m, 0, n * 4);
+    memset(v, 0, n * 4);
+    memset(sm, 0, n * 4);
+    memset(sv, 0, n * 4);
+    size_t same_master = 0, same_mv = 0, same_hi = 0, ties = 0, rc_bad = 0;
+    bmt_error_t err;
+    for (int t = 1; t <= ADAMW_STEPS; t++) {
+        for (size_t i = 0; i < n; i++)
+            grad[i] = rnd_float(6, 3);
+        kern_adamw_args_t a = { h.lr,
+                                h.beta1,
+                                h.beta2,
+                                h.eps,
+                                t % 2 ? h.wd : 0.0f,
+                                h.grad_scale,
+                                (float)(1 - pow(h.beta1, t)),
+                                (float)(1 - pow(h.beta2, t)),
+                                (float)(1.0 - h.beta1),
+                                (float)(1.0 - h.beta2) };
+        rc_bad += kern_adamw(ctx, NULL, master, m, v, grad, pb, BMT_BF16, n, &a, &err) != 0;
+        rc_bad += kern_adamw_split(ctx, NULL, hi, lo, sm, sv, grad, n, &a, &err) != 0;
+        kern_join_host(hi, lo, joined, n);
+        for (size_t i = 0; i < n; i++) {
+            same_master += f2u(joined[i]) == f2u(master[i]);
+            same_mv += f2u(sm[i]) == f2u(m[i]) && f2u(sv[i]) == f2u(v[i]);
+            same_hi += hi[i] == ref_split_hi(master[i]);
+            ties += hi[i] != pb[i]; /* where ties to even rounded the other way */
+        }
+    }
+    const size_t total = n * ADAMW_STEPS;
+    ok(rc_bad == 0 && same_master == total && same_mv == total && same_hi == total,
+       "adamw split, %d steps: the master joined from (hi, lo), m and v are kern_adamw's bit for "
+       "bit, hi the master's nearest bf16 (%zu, %zu, %zu of %zu; %zu hi at a tie)",
+       ADAMW_STEPS, same_master, same_mv, same_hi, total, ties);
+    /* A master exactly at a tie, left where it is (no gradient, no decay). */
+    float tie_master = tie_even, z = 0, zm = 0, zv = 0;
+    uint16_t th = kern_split_hi(tie_master), tl = kern_split_lo(tie_master, th);
+    kern_adamw_args_t still = {
+        1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1.0f, 0.1f, 0.001f, 0.1f, 0.001f
+    };
+    int rc = kern_adamw_split(ctx, NULL, &th, &tl, &zm, &zv, &z, 1, &still, &err);
+    ok(rc == 0 && th == 0x3f81 && f2u(kern_split_join(th, tl)) == 0x3f808000u,
+       "adamw split: a master at a tie stays exact, its hi rounded away from zero");
+    /* Errors change nothing. */
+    memcpy(joined, sm, n * 4);
+    still.bc2 = 0;
+    rc = kern_adamw_split(ctx, NULL, hi, lo, sm, sv, grad, n, &still, &err);
+    ok(rc == -1 && strstr(err.text, "kern_adamw_split") && memcmp(joined, sm, n * 4) == 0,
+       "adamw split: bc2 = 0 is an error that changes nothing (%s)", err.text);
+    still.bc2 = 0.001f;
+    rc = kern_adamw_split(ctx, NULL, hi, NULL, sm, sv, grad, n, &still, &err);
+    ok(rc == -1, "adamw split: a NULL buffer is an error (%s)", err.text);
+    free(master), free(m), free(v), free(sm), free(sv), free(joined), free(grad);
+    free(hi), free(lo), free(pb);
+}
+
 int main(void)
 {
     ctx = calloc(1, sizeof(*ctx));
@@ -1061,6 +1192,7 @@ int main(void)
     test_accumulate();
     test_sumsq();
     test_adamw();
+    test_split_master();
     test_context_errors();
     free(ctx);
     return done_testing();
