@@ -206,6 +206,11 @@ bmt_blocklist_t *optim_list(const bmt_optim_t *o);
 /* Does o keep any master split (master_only 2)? Its low halves then belong
  * with the shards: a checkpoint load must pass o. */
 bool optim_splits(const bmt_optim_t *o);
+/* A checkpoint load wrote o's state (and the parameters) in full (whole), or
+ * failed after it began writing them: then o refuses to step until a load
+ * succeeds, since parameters and state may not belong together (under
+ * master_only 2 a half-loaded pair of halves may even join to NaN). */
+void optim_set_loaded(bmt_optim_t *o, bool whole);
 /* The values of a group's shard in its dtype, into dst (device memory of
  * shard elements): a copy of param, or the master rounded when param is NULL. */
 int block_shard_values(bmt_ctx_t *ctx, const struct dgroup *d, void *dst, void *stream,

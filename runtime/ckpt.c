@@ -480,28 +480,27 @@ static int master_values(bmt_ctx_t *ctx, bmt_ckpt_pending_t *p, const struct dgr
 }
 
 /* A split master (master_only 2): the f32 master joined from the bf16 shard
- * (hi) and the optimizer's low halves, in a host buffer the save keeps. */
+ * (hi: its host copy, already staged) and the optimizer's low halves, in a
+ * host buffer the save keeps. */
 static int joined_master(bmt_ctx_t *ctx, bmt_ckpt_pending_t *p, const struct dgroup *d,
-                         const uint16_t *lo, void **out, const char *block, bmt_error_t *err)
+                         const uint16_t *hi, const uint16_t *lo, void **out, const char *block,
+                         bmt_error_t *err)
 {
     float *h = keep_buf(p, dsize(BMT_F32, d->shard));
     if (h == NULL)
         return errprintf(err, "out of memory staging block %.900s", block);
     *out = h;
     if (bmt_device(ctx) == BMT_DEVICE_CPU) {
-        kern_join_host(d->param, lo, h, d->shard);
+        kern_join_host(hi, lo, h, d->shard);
         return 0;
     }
-    const size_t half = dsize(BMT_BF16, d->shard);
-    uint16_t *two = malloc(2 * half + 1);
-    if (two == NULL)
+    uint16_t *lo_h = malloc(dsize(BMT_BF16, d->shard) + 1);
+    if (lo_h == NULL)
         return errprintf(err, "out of memory staging block %.900s", block);
-    int rc = bmt_mem_download(ctx, two, d->param, half, err);
+    int rc = bmt_mem_download(ctx, lo_h, lo, dsize(BMT_BF16, d->shard), err);
     if (rc == 0)
-        rc = bmt_mem_download(ctx, two + d->shard, lo, half, err);
-    if (rc == 0)
-        kern_join_host(two, two + d->shard, h, d->shard);
-    free(two);
+        kern_join_host(hi, lo_h, h, d->shard);
+    free(lo_h);
     return rc;
 }
 
@@ -562,8 +561,8 @@ static int stage_shards(bmt_ckpt_pending_t *p, const bmt_block_t *b, bmt_error_t
                 continue;
             if (k == T_PARAM && d->param == NULL)
                 rc = master_values(ctx, p, d, &stage[k], b->name, err); /* master_only */
-            else if (k == T_MASTER && ov.lo != NULL)
-                rc = joined_master(ctx, p, d, ov.lo, &stage[k], b->name, err); /* split */
+            else if (k == T_MASTER && ov.lo != NULL) /* split: after the param's staging */
+                rc = joined_master(ctx, p, d, stage[T_PARAM], ov.lo, &stage[k], b->name, err);
             else if (!p->copy)
                 stage[k] = (void *)src[k]; /* cpu, synchronous: write from the shard */
             else if ((stage[k] = keep_buf(p, d->shard * isz[k])) == NULL)
@@ -1635,6 +1634,7 @@ int bmt_ckpt_load(bmt_blocklist_t *list, bmt_optim_t *opt, const char *path, cha
                                "block %.900s keeps its parameters in its optimizer (master_only): "
                                "pass that optimizer to bmt_ckpt_load",
                                blocks[i]->name);
+    const bool began = rc == 0; /* from here a failure leaves a partial load */
     for (int i = 0; i < nb && rc == 0; i++) {
         struct src s = { sts[2 * i], idx[8 * i + T_PARAM] };
         rc = block_load(blocks[i], read_piece, &s, true, err);
@@ -1648,6 +1648,8 @@ int bmt_ckpt_load(bmt_blocklist_t *list, bmt_optim_t *opt, const char *path, cha
     if (rc == 0 && opt)
         optim_set_counters(opt, (int64_t)json_integer_value(jstep),
                            (int64_t)json_integer_value(jskip));
+    if (opt && began)
+        optim_set_loaded(opt, rc == 0);
     json_t *user = json_object_get(ts, "user");
     if (rc == 0 && user_json && json_is_object(user))
         *user_json = json_dumps(user, JSON_COMPACT);

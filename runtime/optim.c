@@ -21,10 +21,11 @@
  * as an f32 array: the memory of master_only 1 (4 bytes a parameter), the
  * gathers of 0 (they copy the shard; in a group of one the layers read it in
  * place), and an update that moves 28 bytes a parameter instead of 30
- * (kern_adamw_split, runtime/cuda/kernels_cuda.h). The master's values are
- * those of 0 and 1 bit for bit; the shard differs from their rounding (ties
- * to even) only where the master lies exactly half-way between two bf16
- * values. Checkpoints see the joined master (ckpt.c, optim_view's lo).
+ * (kern_adamw_split, runtime/cuda/kernels_cuda.h). The master is kept
+ * losslessly (from the same gradients the same master bits as 0 and 1); the
+ * shard differs from their rounding (ties to even) only where the master lies
+ * exactly half-way between two bf16 values, so runs part from there.
+ * Checkpoints see the joined master (ckpt.c, optim_view's lo).
  *
  * The gradient norm is summed per shard on the device (kern_sumsq, in double,
  * deterministic), read by the host (the step's one synchronization point: it
@@ -87,7 +88,9 @@ struct bmt_optim {
     int64_t step;
     int64_t skipped;
     int64_t skipped_run;    /* skipped steps in a row, up to the last one */
-    bool broken;            /* a step failed half-way: shards may be half updated */
+    bool broken;            /* a step or a checkpoint load failed half-way: shards and
+                             * state may disagree (broken_by says which) */
+    const char *broken_by;  /* "step", "load" */
     bool holds;             /* master_only took the bf16 shards: give them back at destroy */
     bool orphaned;          /* the list was destroyed first: never touch its blocks */
     bool is_pending;        /* list_state.pending is this optimizer */
@@ -286,6 +289,11 @@ bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *c
                 /* the bf16 shard is hi exactly (its f32 value rounds to
                  * itself), so the master's other half starts at zero */
                 const size_t lo_bytes = dsize(BMT_BF16, s->d->shard);
+                if (s->d->param == NULL) { /* an earlier master_only 1 could not give it back */
+                    errprintf(err, "rank %d: bmt_adamw_create: block %.900s has no parameter shard",
+                              ctx->rank, s->block->name);
+                    goto fail;
+                }
                 s->lo = bmt_alloc(ctx, BMT_MEM_OPTIM, lo_bytes, err);
                 if (s->lo == NULL || kern_zero(ctx, NULL, s->lo, lo_bytes, err) < 0)
                     goto fail;
@@ -463,7 +471,7 @@ static int optim_apply(bmt_optim_t *o, const bmt_block_t *b, bool drop, bmt_erro
         if (!s->pending || (b != NULL && s->block != b))
             continue;
         if (update_state(o, s, o->pend, rep, err) < 0) {
-            o->broken = true; /* some shards are updated, others not */
+            o->broken = true, o->broken_by = "step"; /* some shards are updated, others not */
             return -1;
         }
         if (drop)
@@ -474,7 +482,7 @@ static int optim_apply(bmt_optim_t *o, const bmt_block_t *b, bool drop, bmt_erro
         if (block_done) {
             s->block->update_pending = false;
             if (device_event_record(ctx, s->block->updated, rep, err) < 0) {
-                o->broken = true;
+                o->broken = true, o->broken_by = "step";
                 return -1;
             }
         }
@@ -493,7 +501,12 @@ int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
     bmt_ctx_t *ctx = o->ctx;
     struct list_state *st = blocklist_state(o->list);
     if (o->broken)
-        return errprintf(err, "rank %d: an earlier failed step left the optimizer unusable",
+        return errprintf(err,
+                         strcmp(o->broken_by, "load") == 0
+                             ? "rank %d: a checkpoint load failed half-way: parameters and "
+                               "optimizer state may not belong together; load a checkpoint "
+                               "again (a load that succeeds makes the optimizer usable)"
+                             : "rank %d: an earlier failed step left the optimizer unusable",
                          ctx->rank);
     if (!st->reduced)
         return errprintf(err,
@@ -564,7 +577,8 @@ int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
             void *compute = device_stream(ctx, DEVICE_COMPUTE);
             for (int i = 0; i < o->ns; i++)
                 if (update_state(o, &o->s[i], a, compute, err) < 0) {
-                    o->broken = true; /* some shards are updated, others not */
+                    o->broken = true,
+                    o->broken_by = "step"; /* some shards are updated, others not */
                     return -1;
                 }
         }
@@ -573,7 +587,7 @@ int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
     if (o->npending == 0) /* else each block's update gives its shards back */
         drop_grads(o);
     if (device_event_record(ctx, st->updated, device_stream(ctx, DEVICE_COMPUTE), err) < 0) {
-        o->broken = true;
+        o->broken = true, o->broken_by = "step";
         return -1;
     }
     st->microbatches = 0;
@@ -614,6 +628,14 @@ void optim_counters(const bmt_optim_t *o, int64_t *step, int64_t *skipped)
 {
     *step = o->step;
     *skipped = o->skipped;
+}
+
+void optim_set_loaded(bmt_optim_t *o, bool whole)
+{
+    if (whole && o->broken && strcmp(o->broken_by, "load") == 0)
+        o->broken = false;
+    else if (!whole)
+        o->broken = true, o->broken_by = "load";
 }
 
 void optim_set_counters(bmt_optim_t *o, int64_t step, int64_t skipped)

@@ -131,7 +131,11 @@ BMT_API int bmt_ckpt_resolve(const char *path, char *out, size_t len, bmt_error_
  * missing or extra tensor, another shape or dtype, a truncated or corrupt file,
  * a checksum that does not match the bytes read, a value that is nan or inf.
  * On cpu a load that fails after its checks may leave the shards partly
- * loaded (they are read in place): do not train on after a failed load. */
+ * loaded (they are read in place), and on any device one that fails after
+ * it began writing (a checksum or a value found bad in a later block) leaves
+ * the blocks before it loaded: do not train on after a failed load. With opt,
+ * such a load leaves the optimizer refusing to step (bmt_optim_step fails and
+ * says why) until a load succeeds. */
 BMT_API int bmt_ckpt_load(bmt_blocklist_t *list, bmt_optim_t *opt, const char *path,
                           char **user_json, bmt_error_t *err);
 

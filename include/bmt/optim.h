@@ -64,13 +64,14 @@ typedef struct bmt_adamw_config {
                       * optimizer; no f32 copy. The memory of 1 (4 bytes a
                       * parameter / group size for the master), the gathers of
                       * 0 (they send the shard; a group of one computes on it in
-                      * place), and an update that moves 28 bytes a parameter
-                      * where 0 and 1 move 30. The masters hold exactly the
-                      * values they would under 0 and 1; the shard is their
+                      * place, with no rounding pass), and an update that moves
+                      * 28 bytes a parameter where 0 moves 30. The master is
+                      * kept losslessly: given the same gradients, an update
+                      * gives the same master bits as 0 and 1. The shard is its
                       * rounding ties away from zero where 0 and 1 round ties to
                       * even (ties to even cannot be split losslessly in 16 + 16
-                      * bits), so the two runs part in the last bits from the
-                      * first master that lies exactly half-way between two bf16
+                      * bits), so the runs part in the last bits from the first
+                      * master that lies exactly half-way between two bf16
                       * values. Checkpoints hold the joined master (".master",
                       * f32) and load into any mode. A checkpoint load must pass
                       * the optimizer; bmt_optim_destroy leaves the shards (the

@@ -85,10 +85,10 @@ BMT_HD static inline float kern_adamw_elem(float *master, float *m, float *v, fl
  *       bf16 parameter shard itself); NaN as bmt_f32_to_bf16 makes it.
  *   lo: the master's bit pattern minus hi's (hi << 16), a signed 16-bit number.
  * Ties away from zero is what makes this lossless: the f32 patterns that round
- * to one hi are then the 65,536 patterns (hi << 16) - 0x8000 ..
- * (hi << 16) + 0x7fff, whatever hi's last bit (ties to even would give an
- * even hi 65,537), and a finite master's sign and magnitude are its pattern's
- * order. So kern_split_join(kern_split_hi(x), kern_split_lo(x)) == x bit for
+ * to one hi lie within (hi << 16) - 0x8000 .. (hi << 16) + 0x7fff, 65,536 of
+ * them at most whatever hi's last bit (32,768 for +0 and -0; ties to even
+ * would give an even hi 65,537), since a pattern's magnitude bits order the
+ * magnitudes of one sign. So kern_split_join(kern_split_hi(x), kern_split_lo(x)) == x bit for
  * bit for every non-NaN f32, inf included, and a NaN for every NaN. */
 BMT_HD static inline uint32_t kern_f32_bits(float x)
 {
@@ -116,7 +116,8 @@ BMT_HD static inline uint16_t kern_split_lo(float x, uint16_t hi)
 
 BMT_HD static inline float kern_split_join(uint16_t hi, uint16_t lo)
 {
-    const uint32_t u = ((uint32_t)hi << 16) + (uint32_t)(int32_t)(int16_t)lo;
+    /* lo as a signed number, without C's implementation-defined narrowing */
+    const uint32_t u = ((uint32_t)hi << 16) + (uint32_t)lo - ((uint32_t)(lo & 0x8000u) << 1);
 #ifdef __CUDA_ARCH__
     return __uint_as_float(u);
 #else

@@ -57,6 +57,7 @@
  * target of step S (the optimizer must skip that step), --verbose prints the
  * loss and grad norm of every step next to the reference's.
  */
+#include <dirent.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -99,6 +100,8 @@ typedef struct opts {
                            * stand-in for a validation loss: the metrics path is what is tested) */
     int abort_at;         /* rank 0 calls bmt_abort(3, ...) after this step (0: never) */
     const char *ckpt_dir; /* checkpoint after step ckpt_at, then rewind to it (see ckpt check) */
+    const char *resave_from; /* with ckpt_dir: before the rewind, load this checkpoint (another
+                              * run's) and save it as ckpt_dir-resaved/ec */
     int ckpt_at;
 } opts_t;
 
@@ -1989,11 +1992,65 @@ static int params_hash(bmt_block_t **blocks, uint64_t *h, bmt_error_t *err)
  * final parameters must be bitwise those of the first run; a load that missed
  * anything (parameters, a moment, bf16 master weights, the step counter behind
  * the bias correction) would show. */
+/* dir/ec copied to dir/ec-bad with one byte of the last block's optimizer
+ * file flipped 8 bytes before its end (inside its last tensor's data): a load
+ * of it reads every other block first, then fails on that file's checksum. */
+static int corrupt_copy(const char *dir, char *bad, size_t len)
+{
+    char src[4096], path[8300];
+    snprintf(src, sizeof(src), "%s/ec", dir);
+    snprintf(bad, len, "%s/ec-bad", dir);
+    char cmd[9000];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s' && mkdir -p '%s'", bad, bad);
+    if (system(cmd) != 0)
+        return -1;
+    DIR *d = opendir(src);
+    if (d == NULL)
+        return -1;
+    int rc = 0;
+    for (struct dirent *e; rc == 0 && (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", src, e->d_name);
+        FILE *f = fopen(path, "rb");
+        char *buf = NULL;
+        long n = -1;
+        if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+            (buf = malloc((size_t)n + 1)) != NULL && fread(buf, 1, (size_t)n, f) == (size_t)n) {
+            if (strcmp(e->d_name, "head.optim.safetensors") == 0 && n > 8)
+                buf[n - 8] ^= 0x40;
+            snprintf(path, sizeof(path), "%s/%s", bad, e->d_name);
+            FILE *o = fopen(path, "wb");
+            rc = o && fwrite(buf, 1, (size_t)n, o) == (size_t)n ? 0 : -1;
+            if (o && fclose(o) != 0)
+                rc = -1;
+        } else {
+            rc = -1;
+        }
+        free(buf);
+        if (f)
+            fclose(f);
+    }
+    closedir(d);
+    return rc;
+}
+
 static int ckpt_rewind(bmt_blocklist_t *list, bmt_optim_t *opt, model_t *m, bmt_block_t **blocks,
                        const trained_t *t, const char *tag, bmt_error_t *err)
 {
-    uint64_t h1, h2;
+    uint64_t h1, h2, trained;
     trained_t t2;
+    if (params_hash(blocks, &trained, err) < 0)
+        return -1;
+    if (O.resave_from) {
+        /* Another run's checkpoint (another master_only mode) through this
+         * optimizer and out again: the test compares the files. */
+        char to[4200];
+        snprintf(to, sizeof(to), "%s-resaved", O.ckpt_dir);
+        if (bmt_ckpt_load(list, opt, O.resave_from, NULL, err) < 0 ||
+            bmt_ckpt_save(list, opt, to, "ec", NULL, 1, err) < 0)
+            return -1;
+    }
     if (O.master_only == 1 && O.dtype != BMT_F32) {
         bmt_error_t e;
         memset(&e, 0, sizeof(e));
@@ -2016,7 +2073,30 @@ static int ckpt_rewind(bmt_blocklist_t *list, bmt_optim_t *opt, model_t *m, bmt_
               "masters' low halves is refused and changes nothing: \"%s\"",
               tag, rc ? e.text : "it returned 0");
     }
-    if (params_hash(blocks, &h1, err) < 0 || bmt_ckpt_load(list, opt, O.ckpt_dir, NULL, err) < 0)
+    h1 = trained;
+    if (bmt_world_size(ctx) == 1) {
+        /* A load that fails half-way (a checksum in the last block's file):
+         * the optimizer refuses to step until a load succeeds (the good one
+         * below, whose steps then run). One rank only: a step that fails on
+         * some ranks would leave the others in its collectives. */
+        char bad[4200];
+        bmt_error_t e, e2;
+        memset(&e, 0, sizeof(e));
+        memset(&e2, 0, sizeof(e2));
+        if (corrupt_copy(O.ckpt_dir, bad, sizeof(bad)) < 0) {
+            snprintf(err->text, sizeof(err->text), "could not copy the checkpoint in %s",
+                     O.ckpt_dir);
+            return -1;
+        }
+        int rc = bmt_ckpt_load(list, opt, bad, NULL, &e);
+        int rc2 = rc == 0 ? 0 : bmt_optim_step(opt, NULL, &e2);
+        check(rc == -1 && strstr(e.text, "head.optim.safetensors") && rc2 == -1 &&
+                  strstr(e2.text, "a checkpoint load failed half-way"),
+              "ckpt (%s): a load that fails half-way (\"%.400s\") leaves the optimizer refusing "
+              "to step: \"%s\"",
+              tag, e.text, rc2 ? e2.text : "it stepped");
+    }
+    if (bmt_ckpt_load(list, opt, O.ckpt_dir, NULL, err) < 0)
         return -1;
     uint64_t h0;
     m->pending = false; /* the load applied what was deferred */
@@ -2376,7 +2456,8 @@ static int usage(void)
             "                    [--init-dump FILE] [--variants] [--master-only | --master-split]\n"
             "                    [--overlap 1|0]\n"
             "                    [--kernel-check] [--verbose] [--overwrite 0|1|2]\n"
-            "                    [--pace MS] [--event-every N] [--val-every N] [--abort-at S]\n");
+            "                    [--pace MS] [--event-every N] [--val-every N] [--abort-at S]\n"
+            "                    [--ckpt-dir DIR --ckpt-at S [--resave-from CKPT]]\n");
     return 2;
 }
 
@@ -2450,6 +2531,8 @@ static int parse(int argc, char **argv)
             O.ckpt_dir = v, end = (char *)"";
         else if (strcmp(a, "--ckpt-at") == 0)
             O.ckpt_at = (int)strtol(v, &end, 10);
+        else if (strcmp(a, "--resave-from") == 0)
+            O.resave_from = v, end = (char *)"";
         else if (strcmp(a, "--init-dump") == 0)
             O.init_dump = v, end = (char *)"";
         else if (strcmp(a, "--reduce-dtype") == 0) {
@@ -2478,7 +2561,7 @@ static int parse(int argc, char **argv)
         (O.overlap != 0 && O.overlap != 1) || O.overwrite < 0 || O.overwrite > 2 ||
         O.nan_step > O.steps || O.clip < 0 || O.warmup < 0 || !(O.pace_ms >= 0) ||
         O.event_every < 0 || O.val_every < 0 || O.abort_at < 0 ||
-        (O.ckpt_dir && (O.ckpt_at < 1 || O.ckpt_at >= O.steps)))
+        (O.ckpt_dir && (O.ckpt_at < 1 || O.ckpt_at >= O.steps)) || (O.resave_from && !O.ckpt_dir))
         return usage();
     return 0;
 }
