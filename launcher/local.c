@@ -22,6 +22,7 @@
 
 #include <errno.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -381,12 +382,75 @@ int host_renew(pmix_host_t *h, const char *nspace, bmt_error_t *err)
     return register_job(h, &h->l, err);
 }
 
+/* PMIx_server_finalize, bounded. libpmix 4.2 (Debian 12's) can deadlock in
+ * it: `make check` once (2026-12-05) left bmlaunch for 15 minutes in
+ * PMIx_server_finalize -> pthread_mutex_lock on a lock whose memory held
+ * heap pointers (an object its progress thread had freed), after ranks that
+ * failed right after PMIx_Init; openpmix has fixed finalize hangs of this
+ * kind before (#1244, #1246). By then the job is over and its status known:
+ * so finalize runs on a thread of its own, and if it has not returned
+ * within FINALIZE_WAIT_S the launcher says so and goes on without it
+ * (host_finalize_stuck: main then ends with _exit, so that no exit-time code
+ * meets the stuck lock). BMLAUNCH_FAULT=finalize-hang (tests only) makes the
+ * thread block instead of finalizing. */
+#define FINALIZE_WAIT_S 10
+static atomic_bool finalize_stuck;
+static pthread_mutex_t fin_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t fin_cv = PTHREAD_COND_INITIALIZER;
+static bool fin_done;
+
+static void *finalize_main(void *arg)
+{
+    (void)arg;
+    const char *f = getenv("BMLAUNCH_FAULT");
+    if (f && strcmp(f, "finalize-hang") == 0)
+        for (;;)
+            pause();
+    PMIx_server_finalize();
+    pthread_mutex_lock(&fin_mu);
+    fin_done = true;
+    pthread_cond_signal(&fin_cv);
+    pthread_mutex_unlock(&fin_mu);
+    return NULL;
+}
+
+static void finalize_bounded(void)
+{
+    pthread_t t;
+    fin_done = false;
+    if (pthread_create(&t, NULL, finalize_main, NULL) != 0) {
+        PMIx_server_finalize(); /* no thread to spare: unbounded, as before */
+        return;
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += FINALIZE_WAIT_S;
+    pthread_mutex_lock(&fin_mu);
+    int rc = 0;
+    while (!fin_done && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&fin_cv, &fin_mu, &until);
+    const bool done = fin_done;
+    pthread_mutex_unlock(&fin_mu);
+    if (done) {
+        pthread_join(t, NULL);
+        return;
+    }
+    pthread_detach(t);
+    atomic_store(&finalize_stuck, true);
+    fprintf(stderr,
+            "bmlaunch: PMIx_server_finalize did not return within %d s (a libpmix hang); "
+            "the job is over, so bmlaunch exits without it\n",
+            FINALIZE_WAIT_S);
+}
+
+bool host_finalize_stuck(void) { return atomic_load(&finalize_stuck); }
+
 void host_stop(pmix_host_t *h)
 {
     if (h == NULL)
         return;
     deregister_job(h);
-    PMIx_server_finalize();
+    finalize_bounded();
     nftw(h->tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     free(h);
 }

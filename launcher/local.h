@@ -55,7 +55,10 @@ int host_setup_rank(pmix_host_t *h, int rank, char ***envp, bmt_error_t *err);
 int host_renew(pmix_host_t *h, const char *nspace, bmt_error_t *err);
 
 /* Release the client registrations and the server; remove the temporary
- * directory. NULL: no-op. */
+ * directory. NULL: no-op. PMIx_server_finalize gets 10 s (libpmix can hang
+ * in it); past that host_stop says so on stderr and returns without it, and
+ * host_finalize_stuck() is true from then on: end the process with _exit. */
 void host_stop(pmix_host_t *h);
+bool host_finalize_stuck(void);
 
 #endif

@@ -939,5 +939,10 @@ int main(int argc, char **argv)
         return run_slurm(&o, &a);
     if (bmt_layout_make(&l, o.groups, o.gpus_per_group, o.gpus_per_node, o.nodes, &err) < 0)
         return usage_error(err.text);
-    return run_local(&o, &l);
+    rc = run_local(&o, &l);
+    if (host_finalize_stuck()) { /* a thread sits in libpmix's lock: no exit-time code */
+        fflush(NULL);
+        _exit(rc);
+    }
+    return rc;
 }

@@ -26,6 +26,21 @@ test_expect_success "a rank exits 3: bmlaunch exits 3 within 2 s, names it, leav
     test $(ls pids | wc -l) -eq 4 && no_survivors pids
 '
 
+# libpmix can hang in PMIx_server_finalize (launcher/local.c says when it was
+# seen): bmlaunch gives it 10 s, then exits with the job's status anyway and
+# says why. BMLAUNCH_FAULT=finalize-hang makes the finalize block.
+test_expect_success "a PMIx_server_finalize that never returns: bmlaunch exits with the job status after 10 s and says why" '
+    start=$(date +%s.%N) &&
+    { BMLAUNCH_FAULT=finalize-hang with_timeout 60 $BMLAUNCH -n 2 -- $PROGS/behave --rank 1 exit 3 >out 2>err; rc=$?; } &&
+    end=$(date +%s.%N) &&
+    test $rc -eq 3 && grep -q "job failed: rank 1 .* exited with code 3" err &&
+    grep -q "^bmlaunch: PMIx_server_finalize did not return within 10 s (a libpmix hang); the job is over, so bmlaunch exits without it$" err &&
+    awk -v a="$start" -v b="$end" "BEGIN { exit !(b - a >= 10 && b - a < 30) }" &&
+    { BMLAUNCH_FAULT=finalize-hang with_timeout 60 $BMLAUNCH -n 2 -- $PROGS/behave print 1 >out 2>err; rc=$?; } &&
+    test $rc -eq 0 && grep -qx "1: out 0 of rank 1" out && grep -q "did not return within 10 s" err &&
+    $BMLAUNCH -n 2 -- $PROGS/behave print 1 >out 2>err && ! grep -q "did not return" err
+'
+
 test_expect_success "a rank killed by SIGKILL: exit 137 and the summary names rank and signal" '
     mkdir pids && export BEHAVE_PIDDIR=$PWD/pids &&
     { $BMLAUNCH -n 4 -- $PROGS/behave --rank 1 signal 9 >out 2>err; rc=$?; } &&
