@@ -220,6 +220,20 @@ test_expect_success "master_only with zero level 2 and no activation checkpointi
 # they stay within 1e-4 of each tensor's largest value, masters and moments
 # (a master that lost its low half would be 1e-3 off or more after a step),
 # and that at most 1% of the bf16 values differ, by one unit in the last place.
+# st_tensors.tensors(PATH): a safetensors file's F32 and BF16 tensors as numpy
+# arrays (BF16 as raw uint16), for the comparisons below.
+cat >"$TMP/st_tensors.py" <<'PY'
+import json, struct
+import numpy as np
+def tensors(path):
+    d = open(path, "rb").read()
+    n = struct.unpack("<Q", d[:8])[0]
+    h = json.loads(d[8:8 + n])
+    return {k: np.frombuffer(d[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]],
+                             dtype=np.float32 if v["dtype"] == "F32" else np.uint16)
+            for k, v in h.items() if k != "__metadata__"}
+PY
+
 split_close() {
     local g=$1 n=$2
     shift 2
@@ -231,16 +245,10 @@ split_close() {
         grep -q "^0: ok split master (.*): a checkpoint load without the optimizer that holds the masters. low halves is refused and changes nothing" out &&
         grep -q "^0: ok split master (.*): after bmt_optim_destroy the blocks keep their values, bitwise" out &&
         grep -q "^0: ok ckpt (.*): from the step-12 checkpoint, steps 13..20 again: losses and parameters bitwise" out &&
-        /usr/bin/python3 - keep/ec split/ec <<'PY'
-import glob, json, os, struct, sys
+        PYTHONPATH=$TMP /usr/bin/python3 - keep/ec split/ec <<'PY'
+import glob, os, sys
 import numpy as np
-def tensors(path):
-    d = open(path, "rb").read()
-    n = struct.unpack("<Q", d[:8])[0]
-    h = json.loads(d[8:8 + n])
-    return {k: np.frombuffer(d[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]],
-                             dtype=np.float32 if v["dtype"] == "F32" else np.uint16)
-            for k, v in h.items() if k != "__metadata__"}
+from st_tensors import tensors
 worst, bf_diff, bf_total, bf_far, seen = 0.0, 0, 0, 0, 0
 for f in sorted(glob.glob(sys.argv[1] + "/*.safetensors")):
     a, b = tensors(f), tensors(os.path.join(sys.argv[2], os.path.basename(f)))
@@ -291,16 +299,10 @@ test_expect_success "split master: checkpoints load across master_only 0 and 2 a
     ec 4 -g 2 -n 2 --timeout 60 -- $EC --dtype bf16 --ckpt-dir $PWD/split --ckpt-at 12 --master-split &&
     ec 4 -g 2 -n 2 --timeout 60 -- $EC --dtype bf16 --ckpt-dir $PWD/s2 --ckpt-at 12 --master-split --resave-from $PWD/keep/ec &&
     ec 4 -g 2 -n 2 --timeout 60 -- $EC --dtype bf16 --ckpt-dir $PWD/k2 --ckpt-at 12 --resave-from $PWD/split/ec &&
-    /usr/bin/python3 - keep/ec s2-resaved/ec split/ec k2-resaved/ec <<-\PY
-	import glob, json, os, struct, sys
+    PYTHONPATH=$TMP /usr/bin/python3 - keep/ec s2-resaved/ec split/ec k2-resaved/ec <<-\PY
+	import glob, os, sys
 	import numpy as np
-	def tensors(path):
-	    d = open(path, "rb").read()
-	    n = struct.unpack("<Q", d[:8])[0]
-	    h = json.loads(d[8:8 + n])
-	    return {k: np.frombuffer(d[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]],
-	                             dtype=np.float32 if v["dtype"] == "F32" else np.uint16)
-	            for k, v in h.items() if k != "__metadata__"}
+	from st_tensors import tensors
 	bad = 0
 	for src, dst in ((sys.argv[1], sys.argv[2]), (sys.argv[3], sys.argv[4])):
 	    files = sorted(glob.glob(src + "/*.safetensors"))
