@@ -88,8 +88,9 @@ BMT_HD static inline float kern_adamw_elem(float *master, float *m, float *v, fl
  * to one hi lie within (hi << 16) - 0x8000 .. (hi << 16) + 0x7fff, 65,536 of
  * them at most whatever hi's last bit (32,768 for +0 and -0; ties to even
  * would give an even hi 65,537), since a pattern's magnitude bits order the
- * magnitudes of one sign. So kern_split_join(kern_split_hi(x), kern_split_lo(x)) == x bit for
- * bit for every non-NaN f32, inf included, and a NaN for every NaN. */
+ * magnitudes of one sign. So kern_split_join(kern_split_hi(x), kern_split_lo(x,
+ * hi)) == x bit for bit for every non-NaN f32, inf included, and a NaN for
+ * every NaN. */
 BMT_HD static inline uint32_t kern_f32_bits(float x)
 {
 #ifdef __CUDA_ARCH__
