@@ -88,9 +88,8 @@ struct bmt_optim {
     int64_t step;
     int64_t skipped;
     int64_t skipped_run;    /* skipped steps in a row, up to the last one */
-    bool broken;            /* a step or a checkpoint load failed half-way: shards and
-                             * state may disagree (broken_by says which) */
-    const char *broken_by;  /* "step", "load" */
+    bool broken;            /* a step failed half-way: shards may be half updated */
+    bool half_loaded;       /* a checkpoint load failed half-way (optim_set_loaded) */
     bool holds;             /* master_only took the bf16 shards: give them back at destroy */
     bool orphaned;          /* the list was destroyed first: never touch its blocks */
     bool is_pending;        /* list_state.pending is this optimizer */
@@ -471,7 +470,7 @@ static int optim_apply(bmt_optim_t *o, const bmt_block_t *b, bool drop, bmt_erro
         if (!s->pending || (b != NULL && s->block != b))
             continue;
         if (update_state(o, s, o->pend, rep, err) < 0) {
-            o->broken = true, o->broken_by = "step"; /* some shards are updated, others not */
+            o->broken = true; /* some shards are updated, others not */
             return -1;
         }
         if (drop)
@@ -482,7 +481,7 @@ static int optim_apply(bmt_optim_t *o, const bmt_block_t *b, bool drop, bmt_erro
         if (block_done) {
             s->block->update_pending = false;
             if (device_event_record(ctx, s->block->updated, rep, err) < 0) {
-                o->broken = true, o->broken_by = "step";
+                o->broken = true;
                 return -1;
             }
         }
@@ -500,13 +499,14 @@ int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
         return errprintf(err, "bmt_optim_step: optimizer is NULL");
     bmt_ctx_t *ctx = o->ctx;
     struct list_state *st = blocklist_state(o->list);
-    if (o->broken)
+    if (o->half_loaded)
         return errprintf(err,
-                         strcmp(o->broken_by, "load") == 0
-                             ? "rank %d: a checkpoint load failed half-way: parameters and "
-                               "optimizer state may not belong together; load a checkpoint "
-                               "again (a load that succeeds makes the optimizer usable)"
-                             : "rank %d: an earlier failed step left the optimizer unusable",
+                         "rank %d: a checkpoint load failed half-way: parameters and optimizer "
+                         "state may not belong together; load a checkpoint again (a load that "
+                         "succeeds makes the optimizer usable)",
+                         ctx->rank);
+    if (o->broken)
+        return errprintf(err, "rank %d: an earlier failed step left the optimizer unusable",
                          ctx->rank);
     if (!st->reduced)
         return errprintf(err,
@@ -577,8 +577,7 @@ int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
             void *compute = device_stream(ctx, DEVICE_COMPUTE);
             for (int i = 0; i < o->ns; i++)
                 if (update_state(o, &o->s[i], a, compute, err) < 0) {
-                    o->broken = true,
-                    o->broken_by = "step"; /* some shards are updated, others not */
+                    o->broken = true; /* some shards are updated, others not */
                     return -1;
                 }
         }
@@ -587,7 +586,7 @@ int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
     if (o->npending == 0) /* else each block's update gives its shards back */
         drop_grads(o);
     if (device_event_record(ctx, st->updated, device_stream(ctx, DEVICE_COMPUTE), err) < 0) {
-        o->broken = true, o->broken_by = "step";
+        o->broken = true;
         return -1;
     }
     st->microbatches = 0;
@@ -630,13 +629,7 @@ void optim_counters(const bmt_optim_t *o, int64_t *step, int64_t *skipped)
     *skipped = o->skipped;
 }
 
-void optim_set_loaded(bmt_optim_t *o, bool whole)
-{
-    if (whole && o->broken && strcmp(o->broken_by, "load") == 0)
-        o->broken = false;
-    else if (!whole)
-        o->broken = true, o->broken_by = "load";
-}
+void optim_set_loaded(bmt_optim_t *o, bool whole) { o->half_loaded = !whole; }
 
 void optim_set_counters(bmt_optim_t *o, int64_t step, int64_t skipped)
 {

@@ -39,20 +39,7 @@ run() {
     timeout 400 build/bin/bmlaunch --metrics-port 0 --device cuda -g 1 -n 1 -- \
         build/bin/$tr --model "$model" -b "$b" -t $t --steps "$STEPS" --data "$data" \
         --ckpt "$ck" --lr 3e-4 --warmup 0 --seed 1 --master-only "$mode" >"$log" 2>&1
-    python3 - "$log" <<'PY'
-import re, statistics, sys
-ms, loss, peak = [], "-", 0.0
-for l in open(sys.argv[1]):
-    m = re.search(r"step +(\d+)/\d+ \| loss ([\d.]+) .*\| ([\d.]+) ms \|", l)
-    if m:
-        loss = m.group(2)
-        if int(m.group(1)) > 3:
-            ms.append(float(m.group(3)))
-    p = re.search(r"mem [\d.]+ MiB \(peak ([\d.]+)\)", l)
-    if p:
-        peak = max(peak, float(p.group(1)))
-print("%.2f %s %.2f" % (statistics.median(ms), loss, peak / 1024) if ms else "- - -")
-PY
+    python3 "$(dirname "$0")/step_stats.py" "$log"
 }
 
 rows=()

@@ -45,17 +45,7 @@ run() {
     timeout 400 "$tree/build/bin/bmlaunch" --metrics-port 0 --device cuda -g 1 -n 1 -- \
         "$tree/build/bin/gpt2" --model "$model" -b "$b" -t $T --steps "$STEPS" --data "$DATA" \
         --ckpt "$ck" --lr 3e-4 --warmup 0 --seed 1 >"$log" 2>&1
-    python3 - "$log" <<'PY'
-import re, statistics, sys
-ms, loss = [], "-"
-for l in open(sys.argv[1]):
-    m = re.search(r"step +(\d+)/\d+ \| loss ([\d.]+) .*\| ([\d.]+) ms \|", l)
-    if m:
-        loss = m.group(2)
-        if int(m.group(1)) > 3:
-            ms.append(float(m.group(3)))
-print("%.2f %s" % (statistics.median(ms), loss) if ms else "- -")
-PY
+    python3 "$(dirname "$0")/step_stats.py" "$log" | cut -d" " -f1,2
 }
 
 rows=()

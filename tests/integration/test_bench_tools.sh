@@ -67,6 +67,17 @@ test_expect_success "tests/run: a whole test name runs that test only, a part of
     grep -q "^2 passed, 0 failed$" out && ! grep -q "^unit/test_aa " out
 '
 
+# bench/gpu/step_stats.py, the A/B scripts' reading of a trainer's log.
+test_expect_success "step_stats.py: the median step time after the warm-up, the last loss, the peak in GiB" '
+    for s in 1 2 3 4 5 6; do
+        printf "0: step   %d/6 | loss %d.5 | lr 1.00e-03 | norm 1.0 | %d.0 ms | 3K tok/s | MFU - | mem 10.0 MiB (peak %d.0)\n" \
+            $s $((7 - s)) $((s * 10)) $((s * 512))
+    done >run.log &&
+    test "$($PY "$SRC/bench/gpu/step_stats.py" run.log)" = "50.00 1.5 3.00" &&
+    head -3 run.log >short.log &&
+    test "$($PY "$SRC/bench/gpu/step_stats.py" short.log)" = "- - -"
+'
+
 test_expect_success "bench/gpu/master_ab.sh refuses bad settings before building anything" '
     MAB="$SRC/bench/gpu/master_ab.sh" &&
     (cd "$TMP" && test_must_fail env MODES="1 3" OUT="$TMP/mab" bash "$MAB" 2>err) &&
