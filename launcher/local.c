@@ -445,6 +445,17 @@ static void finalize_bounded(void)
 
 bool host_finalize_stuck(void) { return atomic_load(&finalize_stuck); }
 
+int host_check_env(bmt_error_t *err)
+{
+    const char *f = getenv("BMLAUNCH_FAULT");
+    if (f && *f && strcmp(f, "finalize-hang") != 0)
+        return errprintf(err,
+                         "BMLAUNCH_FAULT is '%.100s': its one value is finalize-hang (a test hook, "
+                         "docs/env.md); unset it",
+                         f);
+    return 0;
+}
+
 void host_stop(pmix_host_t *h)
 {
     if (h == NULL)

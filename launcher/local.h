@@ -60,5 +60,8 @@ int host_renew(pmix_host_t *h, const char *nspace, bmt_error_t *err);
  * host_finalize_stuck() is true from then on: end the process with _exit. */
 void host_stop(pmix_host_t *h);
 bool host_finalize_stuck(void);
+/* The environment's test hooks for local mode (BMLAUNCH_FAULT) are known
+ * values: 0, or -1 and err. */
+int host_check_env(bmt_error_t *err);
 
 #endif

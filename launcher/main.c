@@ -937,7 +937,8 @@ int main(int argc, char **argv)
         return usage_error(err.text);
     if (in_slurm)
         return run_slurm(&o, &a);
-    if (bmt_layout_make(&l, o.groups, o.gpus_per_group, o.gpus_per_node, o.nodes, &err) < 0)
+    if (bmt_layout_make(&l, o.groups, o.gpus_per_group, o.gpus_per_node, o.nodes, &err) < 0 ||
+        host_check_env(&err) < 0)
         return usage_error(err.text);
     rc = run_local(&o, &l);
     if (host_finalize_stuck()) { /* a thread sits in libpmix's lock: no exit-time code */

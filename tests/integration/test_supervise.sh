@@ -38,7 +38,10 @@ test_expect_success "a PMIx_server_finalize that never returns: bmlaunch exits w
     awk -v a="$start" -v b="$end" "BEGIN { exit !(b - a >= 10 && b - a < 30) }" &&
     { BMLAUNCH_FAULT=finalize-hang with_timeout 60 $BMLAUNCH -n 2 -- $PROGS/behave print 1 >out 2>err; rc=$?; } &&
     test $rc -eq 0 && grep -qx "1: out 0 of rank 1" out && grep -q "did not return within 10 s" err &&
-    $BMLAUNCH -n 2 -- $PROGS/behave print 1 >out 2>err && ! grep -q "did not return" err
+    $BMLAUNCH -n 2 -- $PROGS/behave print 1 >out 2>err && ! grep -q "did not return" err &&
+    { BMLAUNCH_FAULT=finalize-hung $BMLAUNCH -n 2 -- $PROGS/behave print 1 >out 2>err; rc=$?; } &&
+    test $rc -eq 2 && test ! -s out &&
+    grep -q "^bmlaunch: BMLAUNCH_FAULT is .finalize-hung.: its one value is finalize-hang (a test hook, docs/env.md); unset it$" err
 '
 
 test_expect_success "a rank killed by SIGKILL: exit 137 and the summary names rank and signal" '
