@@ -56,20 +56,36 @@ static int dir_entries(const char *path)
     return n;
 }
 
-/* GPUs this process may use: CUDA_VISIBLE_DEVICES when set, else the driver's
- * list of GPUs. -1 when unknown (no driver here: the ranks will say so). */
+/* How many GPUs CUDA_VISIBLE_DEVICES V shows, as CUDA reads it: its entries up
+ * to the first that is not a device (an index >= 0, a GPU-/MIG- UUID), so ""
+ * and "-1" show none. Entries naming no GPU of this machine are counted: the
+ * driver alone knows those (driver_gpus). */
+static int cvd_count(const char *v)
+{
+    int n = 0;
+    while (*v) {
+        size_t len = strcspn(v, ",");
+        bool dev = len > 0 && strspn(v, "0123456789") == len;
+        dev |= (len > 4 && strncmp(v, "GPU-", 4) == 0) || (len > 4 && strncmp(v, "MIG-", 4) == 0);
+        if (!dev)
+            break;
+        n++;
+        v += len + (v[len] == ',');
+    }
+    return n;
+}
+
+/* GPUs this process may use: none when CUDA_VISIBLE_DEVICES shows none; its
+ * count on a machine with an NVIDIA driver; else the driver's list of GPUs.
+ * -1 when unknown (no /proc/driver/nvidia: driver_gpus asks libcuda, which
+ * reads CUDA_VISIBLE_DEVICES itself, or says there is no driver). */
 static int visible_gpus(void)
 {
+    int all = dir_entries("/proc/driver/nvidia/gpus");
     const char *v = getenv("CUDA_VISIBLE_DEVICES");
-    if (v) {
-        if (*v == '\0')
-            return 0;
-        int n = 1;
-        for (; *v; v++)
-            n += *v == ',';
-        return n;
-    }
-    return dir_entries("/proc/driver/nvidia/gpus");
+    if (v && (cvd_count(v) == 0 || all >= 0))
+        return cvd_count(v);
+    return all;
 }
 
 /* The GPUs the NVIDIA driver shows this process (CUDA_VISIBLE_DEVICES

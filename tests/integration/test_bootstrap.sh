@@ -62,6 +62,12 @@ test_expect_success "--device cuda on a machine without a GPU driver: said once 
     test $rc -eq 2 && test $(grep -c "^bmlaunch: --device cuda, but" err) -eq 1 &&
     grep -q "no NVIDIA driver: libcuda.so.1 cannot be loaded" err && ! grep -q BMT_RANK out &&
     { CUDA_VISIBLE_DEVICES= $BMLAUNCH -n 1 --device cuda -- $PROGS/behave env 2>err >out; rc=$?; } &&
+    test $rc -eq 2 && grep -q "this machine shows no GPU" err && ! grep -q BMT_RANK out &&
+    # CUDA_VISIBLE_DEVICES shows no GPU without a driver, and -1 (as CUDA
+    # reads it: the list ends at the first entry that is not a device) none
+    { CUDA_VISIBLE_DEVICES=0,1 with_timeout 60 $BMLAUNCH -n 2 --device cuda -- $PROGS/behave env 2>err >out; rc=$?; } &&
+    test $rc -eq 2 && grep -q "no NVIDIA driver: libcuda.so.1 cannot be loaded" err && ! grep -q BMT_RANK out &&
+    { CUDA_VISIBLE_DEVICES=-1,0 $BMLAUNCH -n 1 --device cuda -- $PROGS/behave env 2>err >out; rc=$?; } &&
     test $rc -eq 2 && grep -q "this machine shows no GPU" err && ! grep -q BMT_RANK out
 '
 
