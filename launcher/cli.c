@@ -178,7 +178,7 @@ void cli_usage(FILE *out)
           "                          operands kept as 1-byte codes (default 0)\n"
           "      --fp8-speedup X     with --fp8 1: those products' speed over bf16 (1.30, fitted)\n"
           "      --zero 2|3          parameters gathered once or twice a step (default 3)\n"
-          "      --grad-dtype bf16|f32  gradient reduce-scatter dtype (default f32)\n"
+          "      --grad-dtype bf16|fp16|f32  gradient reduce-scatter dtype (default f32)\n"
           "      --gpu KIND          h200 (default), h100, a100, b200: peak, memory, NVLink\n"
           "      --mfu F             fraction of the bf16 peak compute reaches (0.45)\n"
           "      --gpu-mem GIB       memory per GPU (default: the kind's)\n"

@@ -540,13 +540,11 @@ static char *self_path(void)
 static int run_sbatch(const launch_opts_t *o)
 {
     bmt_error_t err = { { 0 } };
-    int world = o->groups * o->gpus_per_group;
-    int gpn = o->gpus_per_node ? o->gpus_per_node : o->nodes ? world / o->nodes : 0;
-    if (gpn == 0)
+    if (o->gpus_per_node == 0 && o->nodes == 0)
         return usage_error("--sbatch needs --gpus-per-node (ranks per node) or --nodes to size "
                            "the job");
-    bmt_layout_t l;
-    if (bmt_layout_make(&l, o->groups, o->gpus_per_group, gpn, o->nodes, &err) < 0)
+    bmt_layout_t l; /* ranks per node from --nodes as --plan has them (bmt_layout_make) */
+    if (bmt_layout_make(&l, o->groups, o->gpus_per_group, o->gpus_per_node, o->nodes, &err) < 0)
         return usage_error(err.text);
     const char *self = self_path();
     if (self == NULL)

@@ -19,10 +19,6 @@
 #include "error.h"
 #include "tlscert.h"
 
-#ifndef BMT_DATADIR
-#define BMT_DATADIR "/usr/local/share/bmt"
-#endif
-
 /* A growing string. */
 typedef struct buf {
     char *s;
@@ -177,29 +173,33 @@ int sbatch_find_template(const char *given, char *path, size_t len, bmt_error_t 
         snprintf(path, len, "%s/bmt.sbatch", dir);
         if (readable(path))
             return 0;
+        int e = errno;
+        return errprintf(err,
+                         "BMT_TEMPLATE_DIR=%.200s: %.200s/bmt.sbatch: %s; put the template there, "
+                         "or unset BMT_TEMPLATE_DIR for the installed one",
+                         dir, dir, strerror(e));
     }
-    snprintf(path, len, "%s/templates/bmt.sbatch", BMT_DATADIR);
-    if (readable(path))
-        return 0;
+    /* The template of this bmlaunch: PREFIX/share/bmt/templates when installed
+     * as PREFIX/bin/bmlaunch, the source tree's templates/ when run from
+     * build/bin (never another installation's). */
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0'; /* .../build/bin -> .../templates in the source tree */
-            snprintf(path, len, "%s/../../templates/bmt.sbatch", exe);
-            if (readable(path))
-                return 0;
-            snprintf(path, len, "%s/../share/bmt/templates/bmt.sbatch", exe);
-            if (readable(path))
-                return 0;
-        }
-    }
+    char *slash = n > 0 ? (exe[n] = '\0', strrchr(exe, '/')) : NULL;
+    if (slash == NULL)
+        return errprintf(err, "cannot find bmlaunch's own path (/proc/self/exe) to find the "
+                              "installed batch template; give --template FILE");
+    *slash = '\0';
+    snprintf(path, len, "%s/../share/bmt/templates/bmt.sbatch", exe);
+    if (readable(path))
+        return 0;
+    snprintf(path, len, "%s/../../templates/bmt.sbatch", exe);
+    if (readable(path))
+        return 0;
     return errprintf(err,
-                     "no batch template found (looked in $BMT_TEMPLATE_DIR, %s/templates "
-                     "and next to bmlaunch); give --template FILE",
-                     BMT_DATADIR);
+                     "no batch template found: neither %.200s/../share/bmt/templates/bmt.sbatch "
+                     "(installed) nor %.200s/../../templates/bmt.sbatch (the source tree) is "
+                     "readable; give --template FILE",
+                     exe, exe);
 }
 
 static char *read_file(const char *path, bmt_error_t *err)

@@ -27,8 +27,9 @@ char *sbatch_render(const char *tmpl, const sbatch_var_t *vars, size_t nvars, bm
 /* arg quoted for a POSIX shell (malloc'd): 'it'\''s' style. */
 char *shell_quote(const char *arg);
 
-/* Find the template: given (--template), else $BMT_TEMPLATE_DIR/bmt.sbatch, else
- * the installed share/bmt/templates, else the source tree next to the binary. */
+/* Find the template: given (--template), else $BMT_TEMPLATE_DIR/bmt.sbatch
+ * (an error when it is not there), else this bmlaunch's own: PREFIX/share/bmt/
+ * templates next to PREFIX/bin, or the source tree's templates/ for build/bin. */
 int sbatch_find_template(const char *given, char *path, size_t len, bmt_error_t *err);
 
 /* The batch script for o (a program to run, layout l) as malloc'd text. self is

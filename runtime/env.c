@@ -34,7 +34,7 @@ static const env_knob_t knobs[] = {
       "by bmlaunch" },
     { "BMT_DEVICE", "cpu", "cpu or cuda: where buffers live and compute runs" },
     { "BMT_TEMPLATE_DIR", NULL,
-      "directory of bmt.sbatch for bmlaunch --sbatch (before the installed one)" },
+      "directory of bmt.sbatch for bmlaunch --sbatch, in place of the installed one" },
     { "BMT_BACKEND", NULL, "shm, nccl or none; default shm on cpu, nccl on cuda" },
     { "BMT_TIMEOUT", "300", "seconds any bootstrap step or collective may take before it fails" },
     { "BMT_CHECK_COLLECTIVES", "0",

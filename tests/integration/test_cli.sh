@@ -51,6 +51,7 @@ go with --model|--plan --micro-batch 4 --gpu h100
 --call-us needs a non-negative number of microseconds, got '-1'|--plan --model d48 --call-us -1
 --gpu-mem needs a positive number of GiB, got '0'|--plan --model d48 --gpu-mem 0
 --sbatch needs --gpus-per-node|--sbatch -g 2 -n 2 -- $PROGS/behave env
+3 ranks (1 x 3) leave 1 of 4 GPUs idle on 2 nodes; make the world 4 or ask for fewer nodes|--sbatch -n 3 -N 2 --device cuda -- $PROGS/behave env
 --time, --partition, --account, --job-name, --output and --template go with --sbatch|--time 01:00:00 -- $PROGS/behave env
 --sbatch prints a batch script; it goes with neither --plan nor --local|--sbatch --plan -g 2
 no spaces, quotes|--sbatch --gpus-per-node 2 --job-name "x'y" -- $PROGS/behave env
@@ -133,7 +134,9 @@ test_expect_success "--sbatch renders the template: layout, optional lines, quot
     grep -q -- "--groups 2 --gpus-per-group 4 --gpus-per-node 4 --device cuda" job.sbatch &&
     grep -qF -f "$TMP/want-sbatch" job.sbatch &&
     $BMLAUNCH --sbatch -g 2 -n 2 --gpus-per-node 4 -- hostname >cpu.sbatch &&
-    ! grep -q "^#SBATCH --gpus-per-node" cpu.sbatch && grep -qx "#SBATCH --nodes=1" cpu.sbatch
+    ! grep -q "^#SBATCH --gpus-per-node" cpu.sbatch && grep -qx "#SBATCH --nodes=1" cpu.sbatch &&
+    $BMLAUNCH --sbatch -n 6 -N 2 --device cuda -- hostname >n.sbatch &&
+    grep -qx "#SBATCH --nodes=2" n.sbatch && grep -qx "#SBATCH --ntasks-per-node=3" n.sbatch
 '
 
 test_expect_success "--plan handles 100k ranks quickly" '

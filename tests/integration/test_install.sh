@@ -49,6 +49,17 @@ test_expect_success "make install PREFIX=... installs every part" '
     test -x prefix/lib/bmt/plugins/push.so && test -x prefix/lib/bmt/plugins/jsonl.so
 '
 
+test_expect_success "the installed bmlaunch renders its own installed template, BMT_TEMPLATE_DIR one in place of it, and refuses a BMT_TEMPLATE_DIR without one" '
+    test $install_rc -eq 0 && ln -s "$P" prefix &&
+    cp -r prefix/share/bmt/templates mine && echo "# the installed copy" >>prefix/share/bmt/templates/bmt.sbatch &&
+    prefix/bin/bmlaunch --sbatch -N 1 -- true >out && grep -qx "# the installed copy" out &&
+    echo "# my copy" >>mine/bmt.sbatch &&
+    BMT_TEMPLATE_DIR=$PWD/mine prefix/bin/bmlaunch --sbatch -N 1 -- true >out &&
+    grep -qx "# my copy" out && ! grep -q "# the installed copy" out &&
+    mkdir empty && { BMT_TEMPLATE_DIR=$PWD/empty prefix/bin/bmlaunch --sbatch -N 1 -- true >out 2>err; rc=$?; } &&
+    test $rc -eq 2 && test ! -s out && grep -q "BMT_TEMPLATE_DIR=$PWD/empty: .*bmt.sbatch: No such file" err
+'
+
 test_expect_success "the Python package installs under PREFIX/lib/python3/dist-packages and imports from there under the installed bmlaunch" '
     test $install_rc -eq 0 && ln -s "$P" prefix &&
     test -f prefix/lib/python3/dist-packages/bmt/__init__.py &&
