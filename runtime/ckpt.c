@@ -167,7 +167,7 @@ static int agree(bmt_ctx_t *ctx, int failed, const char *what, bmt_error_t *err)
     double v = failed ? (double)(ctx->world - ctx->rank) : 0; /* MAX: the lowest failing rank */
     bmt_error_t e2;
     if (bmt_all_reduce_host_f64(ctx->world_comm, &v, 1, BMT_MAX, &e2) < 0) {
-        if (!failed) /* a failed rank keeps its own message */
+        if (!failed && err) /* a failed rank keeps its own message */
             *err = e2;
         return -1;
     }
@@ -181,7 +181,7 @@ static int agree(bmt_ctx_t *ctx, int failed, const char *what, bmt_error_t *err)
                       first);
         return -1;
     }
-    if (ctx->rank == first)
+    if (ctx->rank == first && err)
         for (size_t i = 0; i < BMT_ERROR_TEXT_MAX - 1 && err->text[i]; i++)
             text[i] = (unsigned char)err->text[i];
     int rc = bmt_all_reduce_host_f64(ctx->world_comm, text, BMT_ERROR_TEXT_MAX, BMT_MAX, &e2);
@@ -337,12 +337,17 @@ static void inflight_remove(const char *tmpdir)
     pthread_mutex_unlock(&inflight_lock);
 }
 
+/* Is tmpdir (as spelled by a sweep) the directory of a save in flight (as
+ * spelled by that save: "ck/", "./ck" and "/abs/ck" are one directory)? */
 static bool is_inflight(const char *tmpdir)
 {
+    struct stat a, b;
+    bool have = stat(tmpdir, &a) == 0;
     pthread_mutex_lock(&inflight_lock);
     bool found = false;
     for (int i = 0; i < ninflight && !found; i++)
-        found = strcmp(inflight[i], tmpdir) == 0;
+        found = strcmp(inflight[i], tmpdir) == 0 || (have && stat(inflight[i], &b) == 0 &&
+                                                     a.st_dev == b.st_dev && a.st_ino == b.st_ino);
     pthread_mutex_unlock(&inflight_lock);
     return found;
 }
@@ -379,12 +384,43 @@ static bool save_leftover(const char *path)
     return ours;
 }
 
+/* A re-saved name's old checkpoint that a crash left aside (DIR/.tmp-NAME~old,
+ * see commit): put back as DIR/NAME when that is missing (the crash came
+ * before the new one was renamed in, and DIR/latest may name it), else
+ * removed. Rank 0 only, before a save (loads read it where it is: resolve). */
+static void restore_old(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    char path[4200], name[4200];
+    while ((e = readdir(d)) != NULL) {
+        struct stat st;
+        size_t n = strlen(e->d_name);
+        if (strncmp(e->d_name, ".tmp-", 5) != 0 || n <= 9 || !ends_with(e->d_name, "~old"))
+            continue;
+        snprintf(path, sizeof(path), "%.3000s/%.1000s", dir, e->d_name);
+        snprintf(name, sizeof(name), "%.3000s/%.*s", dir, (int)(n - 9), e->d_name + 5);
+        if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode) || !save_leftover(path))
+            continue;
+        if (lstat(name, &st) != 0 && errno == ENOENT)
+            rename(path, name);
+        else
+            remove_tree(path);
+    }
+    closedir(d);
+}
+
 /* Remove dir's .tmp-* directories that no save of this process is writing and
  * that hold only what a save writes: what crashed saves left (a crash leaves at
- * most that; see bmt/ckpt.h). Rank 0 only, at every save and every load from
- * a directory. */
-static void sweep_stale(const char *dir)
+ * most that; see bmt/ckpt.h). Rank 0 only, at every save (after restore_old)
+ * and every load from a directory (which leaves .tmp-NAME~old alone: the
+ * other ranks may be reading it). */
+static void sweep_stale(const char *dir, bool restore)
 {
+    if (restore)
+        restore_old(dir);
     DIR *d = opendir(dir);
     if (d == NULL)
         return;
@@ -392,7 +428,7 @@ static void sweep_stale(const char *dir)
     char path[4200];
     while ((e = readdir(d)) != NULL) {
         struct stat st;
-        if (strncmp(e->d_name, ".tmp-", 5) != 0)
+        if (strncmp(e->d_name, ".tmp-", 5) != 0 || ends_with(e->d_name, "~old"))
             continue;
         snprintf(path, sizeof(path), "%.3000s/%.1000s", dir, e->d_name);
         if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && !is_inflight(path) &&
@@ -716,25 +752,40 @@ static int fsync_path(const char *path)
     return rc;
 }
 
-/* Write a small file atomically: path.tmp, fsync, rename. */
-static int write_small(const char *path, const char *text, bmt_error_t *err)
+/* The first half of write_small: path.tmp written and fsync'd. */
+static int write_small_tmp(const char *path, const char *text, bmt_error_t *err)
 {
     char tmp[4200];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0 || write_all(fd, text, strlen(text), 0) < 0 || fsync(fd) != 0) {
+    if (fd < 0 || write_all(fd, text, strlen(text), 0) < 0 || fsync(fd) != 0 || close(fd) != 0) {
         int e = errno;
         if (fd >= 0)
-            close(fd);
+            close(fd); /* (after a failed close: EBADF, harmless) */
         unlink(tmp);
         return errprintf(err, "cannot write %s: %s", tmp, strerror(e));
     }
-    if (close(fd) != 0 || rename(tmp, path) != 0) {
+    return 0;
+}
+
+/* The second half: path.tmp renamed to path. */
+static int write_small_commit(const char *path, bmt_error_t *err)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    if (rename(tmp, path) != 0) {
         int e = errno;
         unlink(tmp);
         return errprintf(err, "cannot write %s: %s", path, strerror(e));
     }
     return 0;
+}
+
+/* Write a small file atomically: path.tmp, fsync, rename. */
+static int write_small(const char *path, const char *text, bmt_error_t *err)
+{
+    int rc = write_small_tmp(path, text, err);
+    return rc == 0 ? write_small_commit(path, err) : rc;
 }
 
 static int remove_tree(const char *path)
@@ -759,9 +810,12 @@ static int remove_tree(const char *path)
     return rmdir(path) | rc;
 }
 
+/* A checkpoint's name: a directory of DIR beside DIR/latest (and latest.tmp
+ * while it is written), so neither of those. */
 static bool good_name(const char *s)
 {
-    if (s == NULL || *s == '\0' || *s == '.' || strlen(s) > 200)
+    if (s == NULL || *s == '\0' || *s == '.' || strlen(s) > 200 || strcmp(s, "latest") == 0 ||
+        strcmp(s, "latest.tmp") == 0)
         return false;
     for (; *s; s++)
         if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
@@ -825,6 +879,58 @@ static void prune(const char *dir, const char *latest, int keep)
         c[o] = c[--n];
     }
     free(c);
+}
+
+/* Where a re-saved name's old checkpoint waits while its replacement is
+ * renamed in: DIR/.tmp-NAME~old ('~' is in no name, so no save's .tmp-NAME is
+ * this; see restore_old). */
+static void old_path(char *out, size_t len, const char *dir, const char *name)
+{
+    snprintf(out, len, "%.3000s/.tmp-%.250s~old", dir, name);
+}
+
+/* Commit the written, fsync'd tmpdir as DIR/NAME and point DIR/latest at it.
+ * Everything that can fail for want of space or permission (latest's new text
+ * in DIR/latest.tmp) comes first; then only renames, each undone if the next
+ * fails: so a failure leaves DIR/NAME and DIR/latest as they were. A re-saved
+ * name's old checkpoint steps aside to DIR/.tmp-NAME~old until the new one is
+ * in; a crash in that window leaves DIR/NAME missing and the old one there,
+ * which the next save or load puts back (restore_old). */
+static int commit(const char *dir, const char *name, const char *tmpdir, bmt_error_t *err)
+{
+    char final[4200], old[4200], latest[4200], text[300];
+    snprintf(final, sizeof(final), "%s/%s", dir, name);
+    snprintf(latest, sizeof(latest), "%s/latest", dir);
+    snprintf(text, sizeof(text), "%s\n", name);
+    old_path(old, sizeof(old), dir, name);
+    if (write_small_tmp(latest, text, err) < 0)
+        return -1;
+    struct stat st;
+    bool replace = lstat(final, &st) == 0;
+    if (replace && (remove_tree(old) != 0 || rename(final, old) != 0)) {
+        int e = errno;
+        unlink(strcat(latest, ".tmp"));
+        return errprintf(err, "cannot move %s aside to replace it: %s", final, strerror(e));
+    }
+    if (rename(tmpdir, final) != 0) {
+        int e = errno;
+        if (replace)
+            rename(old, final);
+        unlink(strcat(latest, ".tmp"));
+        return errprintf(err, "cannot rename %s to %s: %s", tmpdir, final, strerror(e));
+    }
+    if (write_small_commit(latest, err) < 0) {
+        /* the new checkpoint back to tmpdir (cleanup_failed removes it), the
+         * old one back in place */
+        if (rename(final, tmpdir) == 0 && replace)
+            rename(old, final);
+        return -1;
+    }
+    if (fsync_path(dir) != 0)
+        return errprintf(err, "cannot fsync %s: %s", dir, strerror(errno));
+    if (replace)
+        remove_tree(old);
+    return 0;
 }
 
 /* Rank 0: the index, config.json, train_state.json, then the renames. */
@@ -905,22 +1011,7 @@ static int finish(bmt_ckpt_pending_t *p, bmt_error_t *err)
     snprintf(final, sizeof(final), "%s/%s", dir, name);
     if (rc == 0 && fsync_path(tmpdir) != 0)
         rc = errprintf(err, "cannot fsync %s: %s", tmpdir, strerror(errno));
-    /* Re-saving a name replaces it; if DIR/latest named it, latest briefly
-     * names nothing (load then says so) rather than something half-written. */
-    if (rc == 0 && remove_tree(final) != 0)
-        rc = errprintf(err, "cannot replace %s: %s", final, strerror(errno));
-    if (rc == 0 && rename(tmpdir, final) != 0)
-        rc = errprintf(err, "cannot rename %s to %s: %s", tmpdir, final, strerror(errno));
-    if (rc == 0 && fsync_path(dir) != 0)
-        rc = errprintf(err, "cannot fsync %s: %s", dir, strerror(errno));
-    if (rc == 0) {
-        char text[300];
-        snprintf(text, sizeof(text), "%s\n", name);
-        snprintf(path, sizeof(path), "%s/latest", dir);
-        rc = write_small(path, text, err);
-        if (rc == 0 && fsync_path(dir) != 0)
-            rc = errprintf(err, "cannot fsync %s: %s", dir, strerror(errno));
-    }
+    rc = rc == 0 ? commit(dir, name, tmpdir, err) : rc;
     if (rc == 0 && p->keep > 0)
         prune(dir, name, p->keep);
     return rc;
@@ -982,7 +1073,7 @@ static int save_start(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, 
     if (!good_name(name))
         return errprintf(err,
                          "rank %d: checkpoint name '%.900s': use letters, digits, '.', '-' and "
-                         "'_' (not starting with '.')",
+                         "'_' (not starting with '.'; not latest or latest.tmp, DIR's own files)",
                          ctx->rank, name ? name : "(null)");
     if (opt && optim_list(opt) != list)
         return errprintf(err, "rank %d: bmt_ckpt_save: the optimizer is not this list's",
@@ -1021,7 +1112,8 @@ static int save_start(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, 
         if (!p->made_dir && errno != EEXIST) {
             errprintf(err, "cannot create %s: %s", dir, strerror(errno));
             failed = 1;
-        } else if (sweep_stale(dir), remove_tree(p->tmpdir) != 0 || mkdir(p->tmpdir, 0755) != 0) {
+        } else if (sweep_stale(dir, true),
+                   remove_tree(p->tmpdir) != 0 || mkdir(p->tmpdir, 0755) != 0) {
             errprintf(err, "cannot create %s: %s", p->tmpdir, strerror(errno));
             failed = 1;
         }
@@ -1078,7 +1170,8 @@ int bmt_ckpt_finish(bmt_ckpt_pending_t *p, bmt_error_t *err)
     if (p->started) {
         pthread_join(p->thread, NULL);
         if (p->rc < 0) {
-            *err = p->err;
+            if (err)
+                *err = p->err;
             failed = 1;
         }
     }
@@ -1165,12 +1258,18 @@ int bmt_ckpt_resolve(const char *path, char *out, size_t len, bmt_error_t *err)
     if (got == NULL || !good_name(name))
         return errprintf(err, "%s does not name a checkpoint ('%.900s')", p, name);
     snprintf(p, sizeof(p), "%s/%s/train_state.json", path, name);
-    if (stat(p, &st) != 0)
-        return errprintf(err, "%s/latest names %s/%s, which has no train_state.json", path, path,
-                         name);
-    if ((size_t)snprintf(out, len, "%s/%s", path, name) >= len)
-        return errprintf(err, "bmt_ckpt_resolve: %s/%s does not fit the %zu bytes given", path,
-                         name, len);
+    const char *pre = "", *post = "";
+    if (stat(p, &st) != 0) {
+        /* a crash while name was re-saved left the old one aside (commit) */
+        snprintf(p, sizeof(p), "%s/.tmp-%s~old/train_state.json", path, name);
+        if (stat(p, &st) != 0)
+            return errprintf(err, "%s/latest names %s/%s, which has no train_state.json", path,
+                             path, name);
+        pre = ".tmp-", post = "~old";
+    }
+    if ((size_t)snprintf(out, len, "%s/%s%s%s", path, pre, name, post) >= len)
+        return errprintf(err, "bmt_ckpt_resolve: %s/%s%s%s does not fit the %zu bytes given", path,
+                         pre, name, post, len);
     return 0;
 }
 
@@ -1549,7 +1648,7 @@ int bmt_ckpt_load(bmt_blocklist_t *list, bmt_optim_t *opt, const char *path, cha
     if (ctx->rank == 0) { /* what crashed saves left beside it */
         char parent[4200];
         parent_dir(dir, parent, sizeof(parent));
-        sweep_stale(parent);
+        sweep_stale(parent, false);
     }
     snprintf(p, sizeof(p), "%s/train_state.json", dir);
     json_error_t je;

@@ -34,7 +34,10 @@
  * DIR/latest at it (write, fsync, rename) and removes the oldest checkpoints
  * beyond `keep`. A checkpoint that DIR/latest names is complete; a crash leaves
  * at most a .tmp- directory, which the next save or load in DIR removes and
- * loading never reads.
+ * loading never reads. One exception: re-saving a name moves its old
+ * checkpoint aside (DIR/.tmp-NAME~old) until the new one is renamed in; a
+ * crash in between leaves it there, a load through DIR/latest reads it there,
+ * and the next save in DIR puts it back as DIR/NAME.
  * Load: every rank reads (pread) only the byte ranges of its own shards, so
  * any layout loads any checkpoint with O(shard) memory, and checks the hash of
  * every byte it reads (the units that cover its ranges: at most one unit more
@@ -55,13 +58,16 @@ extern "C" {
 #endif
 
 /* Save the list's parameters (and opt's state when opt is not NULL) as
- * DIR/NAME, then DIR/latest. name: letters, digits, '.', '-', '_' (no '/').
+ * DIR/NAME, then DIR/latest. name: letters, digits, '.', '-', '_' (no '/'),
+ * not starting with '.', and neither "latest" nor "latest.tmp".
  * user_json: NULL or a JSON object's text, stored as train_state.json's "user".
  * keep > 0: remove the oldest checkpoints of DIR so that `keep` remain (by the
  * optimizer step in their train_state.json; DIR/latest's is always kept).
  * Collective over the world; call between optimizer steps (no forward or
  * backward pending). Returns 0 on every rank, or -1 on every rank (the ranks
- * agree) with err; then DIR/latest and the checkpoints it names are unchanged. */
+ * agree) with err; then DIR/latest and the checkpoints it names are unchanged
+ * (a re-save of latest's own name too: the new one replaces it by renames
+ * after everything that can fail for want of space is written). */
 BMT_API int bmt_ckpt_save(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir,
                           const char *name, const char *user_json, int keep, bmt_error_t *err);
 

@@ -15,7 +15,15 @@
  *   - bmt_ckpt_resolve into a buffer too small: -1, not a cut path;
  *   - bmt_optim_step over max_skipped: -1, and a second call gives the same
  *     message (the failed call counted nothing);
- *   - a 300-character parameter name in an error: whole, not cut at 200.
+ *   - a 300-character parameter name in an error: whole, not cut at 200;
+ *   - checkpoints committed (commits): a NULL err on a good and a failing
+ *     save; a re-save of the name DIR/latest names that fails at its last
+ *     step (DIR/latest.tmp blocked) leaves the old checkpoint and latest;
+ *     the names "latest" and "latest.tmp" refused, nothing made; a load in
+ *     an async save's directory spelled otherwise ("sp/" and "./sp") leaves
+ *     that save's files alone; a crash's re-saved name left aside
+ *     (DIR/.tmp-NAME~old) is what a load through latest reads, and the
+ *     next save puts it back.
  * "none": the first data collective is refused with "the 'none' backend moves
  * no data", and so is a barrier after it (not "aborted by an earlier error");
  * the world still splits.
@@ -29,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "bmt/block.h"
 #include "bmt/bmt.h"
@@ -165,6 +174,69 @@ static void checkpoints(bmt_ctx_t *ctx)
     bmt_blocklist_destroy(l);
 }
 
+/* The "v" of the user state a load of path gives, or -1. */
+static int loaded_v(bmt_blocklist_t *l, const char *path)
+{
+    bmt_error_t err;
+    char *user = NULL;
+    int v = -1;
+    if (bmt_ckpt_load(l, NULL, path, &user, &err) == 0 && user)
+        sscanf(user, "{\"v\": %d}", &v);
+    free(user);
+    return v;
+}
+
+static void commits(bmt_ctx_t *ctx)
+{
+    bmt_error_t err = { { 0 } };
+    bmt_blocklist_t *l = build(ctx);
+    ok(bmt_ckpt_save(l, NULL, "nul", "s1", NULL, 0, NULL) == 0 && exists("nul/s1/train_state.json"),
+       "bmt_ckpt_save with a NULL err: saved", NULL);
+    ok(bmt_ckpt_save(l, NULL, "/proc/no/such", "s1", NULL, 0, NULL) < 0,
+       "a failing bmt_ckpt_save with a NULL err: -1, no crash", NULL);
+
+    /* a re-save of latest's checkpoint failing at its last step */
+    if (bmt_ckpt_save(l, NULL, "re", "s1", "{\"v\": 1}", 0, &err) < 0)
+        die("a save", &err);
+    if (mkdir("re/latest.tmp", 0755) != 0)
+        die("mkdir re/latest.tmp", &err);
+    int rc = bmt_ckpt_save(l, NULL, "re", "s1", "{\"v\": 2}", 0, &err);
+    rmdir("re/latest.tmp");
+    ok(rc < 0 && strstr(err.text, "latest.tmp") && loaded_v(l, "re") == 1 &&
+           !exists("re/.tmp-s1") && !exists("re/.tmp-s1~old"),
+       "a re-save failing at latest: -1, the old checkpoint and latest as they were", &err);
+    ok(bmt_ckpt_save(l, NULL, "re", "s1", "{\"v\": 3}", 0, &err) == 0 && loaded_v(l, "re") == 3 &&
+           !exists("re/.tmp-s1~old"),
+       "the same re-save unblocked: the new checkpoint, nothing aside", &err);
+
+    ok(bmt_ckpt_save(l, NULL, "lat", "latest", NULL, 0, &err) < 0 && strstr(err.text, "'latest'") &&
+           !exists("lat"),
+       "the name latest: refused, nothing made", &err);
+    ok(bmt_ckpt_save(l, NULL, "lat", "latest.tmp", NULL, 0, &err) < 0 && !exists("lat"),
+       "the name latest.tmp: refused, nothing made", &err);
+
+    /* a load in an async save's directory, spelled otherwise */
+    bmt_ckpt_pending_t *p = NULL;
+    if (bmt_ckpt_save(l, NULL, "sp", "s0", "{\"v\": 4}", 0, &err) < 0 ||
+        bmt_ckpt_save_async(l, NULL, "sp/", "s1", "{\"v\": 5}", 0, &p, &err) < 0)
+        die("the saves in sp", &err);
+    int v0 = loaded_v(l, "./sp/s0");
+    ok(v0 == 4 && bmt_ckpt_finish(p, &err) == 0 && loaded_v(l, "sp") == 5,
+       "a load of ./sp/s0 while sp/'s save is in flight: that save completes", &err);
+
+    /* a crash between the renames of a re-save: the old one aside */
+    if (bmt_ckpt_save(l, NULL, "cr", "s1", "{\"v\": 6}", 0, &err) < 0 ||
+        rename("cr/s1", "cr/.tmp-s1~old") != 0)
+        die("the save in cr", &err);
+    ok(loaded_v(l, "cr") == 6 && exists("cr/.tmp-s1~old") && !exists("cr/s1"),
+       "latest's checkpoint left aside by a crash: a load through latest reads it there", NULL);
+    ok(bmt_ckpt_save(l, NULL, "cr", "s2", "{\"v\": 7}", 0, &err) == 0 &&
+           exists("cr/s1/train_state.json") && !exists("cr/.tmp-s1~old") &&
+           loaded_v(l, "cr/s1") == 6 && loaded_v(l, "cr") == 7,
+       "the next save puts it back as cr/s1", &err);
+    bmt_blocklist_destroy(l);
+}
+
 static void skipped(bmt_ctx_t *ctx)
 {
     bmt_error_t err = { { 0 } }, first = { { 0 } };
@@ -244,6 +316,7 @@ int main(int argc, char **argv)
         memory(ctx);
         host_f64(ctx);
         checkpoints(ctx);
+        commits(ctx);
         skipped(ctx);
         long_name(ctx);
     }
