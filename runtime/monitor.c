@@ -42,7 +42,7 @@
 struct plugin {
     const bmt_monitor_plugin_v1_t *api;
     void *state;
-    char name[64];
+    char name[4096]; /* as BMT_PLUGINS named it (load_one refuses longer ones) */
 };
 
 struct monitor {
@@ -147,6 +147,10 @@ static int load_one(bmt_ctx_t *ctx, struct monitor *m, const char *item, char *w
 {
     char path[4096];
     bool is_path = strchr(item, '/') != NULL;
+    if (strlen(item) >= sizeof(m->p[0].name) - 8) /* room for BMT_PLUGIN_DIR's "/x.so" too */
+        return snprintf(why, len, "plugin '%.200s...' in BMT_PLUGINS: %zu bytes, too long a path",
+                        item, strlen(item)),
+               -1;
     if (!is_path && !valid_name(item))
         return snprintf(why, len,
                         "plugin '%.200s' in BMT_PLUGINS: a name is letters, digits, '_', '-' "
@@ -336,17 +340,12 @@ void monitor_finalize(bmt_ctx_t *ctx)
 static void send_event(struct monitor *m, int kind, int status, const char *detail)
 {
     static const char *names[] = { "", "checkpoint_saved", "restart", "abort", "note" };
-    char text[1024];
-    snprintf(text, sizeof(text), "%s", detail ? detail : "");
     bmt_event_t ev = {
-        .size = sizeof(ev),
-        .version = BMT_PLUGIN_ABI_VERSION,
-        .kind = kind,
-        .status = status,
-        .step = m->last_step,
-        .time = unix_s(),
-        .name = names[kind],
-        .detail = text,
+        /* detail whole: a checkpoint's path may pass 1 KiB */
+        .size = sizeof(ev),   .version = BMT_PLUGIN_ABI_VERSION,
+        .kind = kind,         .status = status,
+        .step = m->last_step, .time = unix_s(),
+        .name = names[kind],  .detail = detail ? detail : "",
     };
     double t0 = mono_s();
     for (int i = 0; i < m->n; i++)

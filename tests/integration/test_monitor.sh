@@ -86,6 +86,22 @@ test_expect_success "a probe plugin sees init, every step, events, the abort and
     test "$(grep "^0 " probe.log | tail -1)" = "0 finalize"
 '
 
+test_expect_success "a plugin path of 150 bytes named twice is refused as such (names were compared cut at 63 bytes)" '
+    long=$PWD/$(printf "d%.0s" $(seq 120)) && mkdir -p "$long" && ln -sf "$PLUG/probe.so" "$long/probe.so" &&
+    { BMT_PLUGINS=$long/probe.so,$long/probe.so BMT_PROBE_LOG=$PWD/twice.log \
+        $BMLAUNCH --metrics-port 0 -n 1 -- $PROGS/steps --steps 1 >out 2>err; rc=$?; } &&
+    test $rc -ne 0 && grep -qF "plugin $long/probe.so is named twice in BMT_PLUGINS" err &&
+    BMT_PLUGINS=$long/probe.so BMT_PROBE_LOG=$PWD/once.log \
+        $BMLAUNCH --metrics-port 0 -n 1 -- $PROGS/steps --steps 1 >out 2>err && grep -q "^0 step" once.log
+'
+
+test_expect_success "a checkpoint_saved event names a 1.6 KiB checkpoint path whole (it was cut at 1023 bytes)" '
+    d=$PWD && for i in 1 2 3 4 5 6 7 8; do d=$d/$(printf "c%.0s" $(seq 200)); done && mkdir -p "$d" &&
+    BMT_PLUGINS=$PLUG/probe.so BMT_PROBE_LOG=$PWD/ev.log \
+        $BMLAUNCH --metrics-port 0 -n 1 -- $EC --steps 3 --ckpt-dir "$d/ck" --ckpt-at 2 >out 2>err &&
+    grep -qxF "0 event checkpoint_saved status 0 step 2 detail $d/ck/ec" ev.log
+'
+
 test_expect_success "scalars reach plugins with on_scalar, never one of the old size (48 bytes)" '
     BMT_PLUGINS=$PLUG/probe.so BMT_PROBE_LOG=$PWD/new.log BMT_JSONL=$PWD/m-%r.jsonl \
         $BMLAUNCH --metrics-port 0 -n 2 -- $PROGS/steps --steps 3 --scalars 1 >out 2>err &&

@@ -37,7 +37,7 @@ struct probe {
 static void line(struct probe *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void line(struct probe *p, const char *fmt, ...)
 {
-    char buf[1024];
+    char buf[8192]; /* a checkpoint event's detail may pass 1 KiB */
     int n = snprintf(buf, sizeof(buf), "%d ", p->rank);
     va_list ap;
     va_start(ap, fmt);
