@@ -64,6 +64,13 @@ static int setup_layout(bmt_ctx_t *ctx, bmt_error_t *err)
         (hp = layout_number(ctx, "bmt.gpus_per_group", "BMT_GPUS_PER_GROUP", &gpg, err)) < 0 ||
         (hn = layout_number(ctx, "bmt.gpus_per_node", "BMT_GPUS_PER_NODE", &gpn, err)) < 0)
         return -1;
+    /* One of the two given: the other from the job's size, which it must divide. */
+    if (hg != hp && bi->size % (hg ? groups : gpg) != 0)
+        return errprintf(err,
+                         "rank %d: %s=%d does not divide the job's %d ranks; start it with "
+                         "bmlaunch or set BMT_GROUPS/BMT_GPUS_PER_GROUP to fit",
+                         ctx->rank, hg ? "BMT_GROUPS" : "BMT_GPUS_PER_GROUP", hg ? groups : gpg,
+                         bi->size);
     if (hg && !hp)
         gpg = bi->size / groups;
     if (hp && !hg)
@@ -203,6 +210,11 @@ int bmt_init(bmt_ctx_t **out, const bmt_config_t *cfg, bmt_error_t *err)
                          "bmt_init: the config was not set up with BMT_CONFIG_INITIALIZER "
                          "of this version of bmt.h (%s)",
                          BMT_VERSION_STRING);
+    if (!(cfg->timeout_s >= 0) || cfg->timeout_s > 1e9) /* NaN too */
+        return errprintf(err,
+                         "bmt_init: timeout_s must be 0 (BMT_TIMEOUT, else 300) or a number of "
+                         "seconds, not %g",
+                         cfg->timeout_s);
     bmt_ctx_t *ctx = calloc(1, sizeof(*ctx));
     if (ctx == NULL)
         return errprintf(err, "bmt_init: out of memory");

@@ -70,7 +70,8 @@ typedef struct bmt_config {
     uint32_t version;    /* BMT_CONFIG_VERSION */
     const char *device;  /* "cpu" or "cuda"; NULL: BMT_DEVICE, else "cpu" */
     const char *backend; /* "shm", "nccl" or "none"; NULL: BMT_BACKEND, else by device */
-    double timeout_s;    /* deadline of bootstrap and collectives; 0: BMT_TIMEOUT, else 300 */
+    double timeout_s;    /* deadline of bootstrap and collectives; 0: BMT_TIMEOUT, else 300;
+                          * negative or NaN: bmt_init fails */
 } bmt_config_t;
 
 #define BMT_CONFIG_MAGIC 0x434d4254u /* "BMTC" */

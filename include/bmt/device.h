@@ -70,10 +70,11 @@ BMT_API void *bmt_alloc_async(bmt_ctx_t *ctx, bmt_mem_kind_t kind, size_t bytes,
                               bmt_error_t *err);
 BMT_API void bmt_free_async(bmt_ctx_t *ctx, void *ptr, void *stream);
 
-/* Stream-ordered memory: *in_use, the bytes allocated now (counted in the
- * stats too); *reserved and *reserved_high, what the pools hold from the
- * device now and the sum of the most each has held (cuda; 0 on cpu and before
- * the first bmt_alloc_async). What the process holds from the device for bmt is then
+/* Stream-ordered memory: *in_use, the bytes allocated from the pools now
+ * (counted in the stats too); *reserved and *reserved_high, what the pools
+ * hold from the device now and the sum of the most each has held. All three
+ * are cuda's: on cpu bmt_alloc_async is bmt_alloc, no pool, and all are 0, as
+ * before the first bmt_alloc_async. What the process holds from the device for bmt is then
  * current_total - in_use + reserved (the counterpart of
  * torch.cuda.memory_reserved). Any pointer may be NULL. */
 BMT_API void bmt_mem_pool_stats(const bmt_ctx_t *ctx, uint64_t *in_use, uint64_t *reserved,

@@ -3,7 +3,8 @@
  * One pure module (runtime/layout.c) computes where every rank lives and which
  * communicators it belongs to. bmlaunch and libbmt both use it, so they can never
  * disagree. Nothing here allocates per rank: a layout of 100k ranks is five ints,
- * and every query is O(1) arithmetic.
+ * and every query about a rank or a group is O(1) arithmetic
+ * (bmt_layout_straddling_groups counts over the groups: O(groups)).
  *
  * Vocabulary (../DESIGN.md §2):
  *   world      = groups * gpus_per_group

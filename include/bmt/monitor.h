@@ -78,7 +78,8 @@ BMT_API int bmt_report_event(bmt_ctx_t *ctx, bmt_event_kind_t kind, const char *
  * reports at most BMT_SCALARS_MAX distinct names over its life, and the first
  * name beyond that is an error (a name per step would be a new Prometheus
  * series per step). The value may be NaN or infinite. Local (no collective).
- * Errors: bad name, too many names, after bmt_finalize or bmt_abort. */
+ * Errors: bad name, too many names, after bmt_abort (after bmt_finalize ctx
+ * is freed: no call may use it). */
 BMT_API int bmt_report_scalar(bmt_ctx_t *ctx, const char *name, double value, bmt_error_t *err);
 
 /* Whether name is a valid scalar name ([a-z][a-z0-9_]*, 1 to BMT_SCALAR_NAME_MAX bytes). */

@@ -139,7 +139,8 @@ BMT_API const char *bmt_st_metadata(const bmt_st_t *st, const char *key);
  * rounds once, not through f32), NaN stays NaN, and f16 subnormals are exact.
  * Reads exactly those count * itemsize bytes with pread: into dst when the
  * dtypes match, else through one buffer of at most BMT_ST_CHUNK_BYTES.
- * count 0 reads nothing and succeeds.
+ * count 0 of a tensor of those dtypes reads nothing and succeeds (any other
+ * dtype is refused whatever the count).
  * Errors (-1): a bad index, range or dtype, a file shorter than its header says
  * (truncated after open), an I/O error; each names the file and the tensor.
  * On an I/O error dst may hold part of the result. */

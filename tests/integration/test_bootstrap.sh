@@ -36,7 +36,9 @@ test_expect_success "a program started without bmlaunch runs as a job of one" '
 
 test_expect_success "a job of one whose environment claims more ranks fails clearly" '
     { BMT_GROUPS=2 BMT_GPUS_PER_GROUP=2 $PROGS/hello 2>err; rc=$?; } && test $rc -ne 0 &&
-    grep -q "the layout 2 x 2 = 4 ranks does not match the job.s 1 ranks" err
+    grep -q "the layout 2 x 2 = 4 ranks does not match the job.s 1 ranks" err &&
+    { BMT_GROUPS=2 $PROGS/hello 2>err; rc=$?; } && test $rc -ne 0 &&
+    grep -q "rank 0: BMT_GROUPS=2 does not divide the job.s 1 ranks" err
 '
 
 test_expect_success "a malformed BMT_TIMEOUT is refused by name" '

@@ -255,7 +255,7 @@ test_expect_success "a checkpoint with an extra block, a missing block or an ext
 # that leaves the communicator usable.
 test_expect_success "the public API's edge cases: -1 with a message and nothing changed (api_check)" '
     with_timeout 60 "$PROGS/api_check" >out 2>&1 || { cat out; false; } &&
-    cat out && grep -q "^api_check: 24 passed, 0 failed" out
+    cat out && grep -q "^api_check: 26 passed, 0 failed" out
 '
 
 test_expect_success "BMT_BACKEND=none: a refused collective does not abort the communicator (api_check none)" '

@@ -15,6 +15,7 @@
  *   - bmt_ckpt_resolve into a buffer too small: -1, not a cut path;
  *   - bmt_optim_step over max_skipped: -1, and a second call gives the same
  *     message (the failed call counted nothing);
+ *   - bmt_init with a negative or NaN timeout_s: refused;
  *   - a 300-character parameter name in an error: whole, not cut at 200;
  *   - checkpoints committed (commits): a NULL err on a good and a failing
  *     save; a re-save of the name DIR/latest names that fails at its last
@@ -306,8 +307,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: api_check [none]\n");
         return 2;
     }
-    bmt_ctx_t *ctx;
+    bmt_ctx_t *ctx = NULL;
     bmt_error_t err;
+    if (!none) { /* a negative or NaN deadline: refused, not taken as "the default" */
+        bmt_config_t c = BMT_CONFIG_INITIALIZER;
+        c.timeout_s = -1;
+        ok(bmt_init(&ctx, &c, &err) < 0 && ctx == NULL && strstr(err.text, "timeout_s must be"),
+           "bmt_init with timeout_s -1: refused", &err);
+        c.timeout_s = NAN;
+        ok(bmt_init(&ctx, &c, &err) < 0 && ctx == NULL, "bmt_init with timeout_s NaN: refused",
+           &err);
+    }
     if (bmt_init(&ctx, NULL, &err) < 0)
         die("bmt_init", &err);
     if (none) {
