@@ -222,10 +222,14 @@ int bmt_init(bmt_ctx_t **out, const bmt_config_t *cfg, bmt_error_t *err)
 
     if (cfg->timeout_s > 0)
         ctx->timeout_s = cfg->timeout_s;
-    else if (env_get_seconds("BMT_TIMEOUT", &ctx->timeout_s, err) < 0)
+    else if (env_get_seconds("BMT_TIMEOUT", &ctx->timeout_s, err) < 0) {
+        errprefix(err, "bmt_init: "); /* before PMIx: no rank to name yet */
         goto fail;
-    if (env_get_flag("BMT_CHECK_COLLECTIVES", &ctx->check_collectives, err) < 0)
+    }
+    if (env_get_flag("BMT_CHECK_COLLECTIVES", &ctx->check_collectives, err) < 0) {
+        errprefix(err, "bmt_init: ");
         goto fail;
+    }
     /* NCCL reads its environment at its first call; set it now, before PMIx
      * starts threads (setenv is not thread-safe). See comm_nccl.c for why. */
     setenv("NCCL_RUNTIME_CONNECT", "0", 0);

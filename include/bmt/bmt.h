@@ -88,7 +88,9 @@ typedef struct bmt_comm bmt_comm_t; /* owned by the context unless made by bmt_c
  *   cfg: options, or NULL for all defaults.
  * A program started without PMIx (no PMIX_NAMESPACE in the environment) runs as a
  * 1x1 job of its own. Returns the context in *out; on failure *out is untouched,
- * nothing is left allocated, and err names the step, the rank and the cause. */
+ * nothing is left allocated, and err names the step, the rank (once PMIx has
+ * given it: a bad BMT_TIMEOUT or BMT_CHECK_COLLECTIVES is "bmt_init: ...") and
+ * the cause. */
 BMT_API int bmt_init(bmt_ctx_t **out, const bmt_config_t *cfg, bmt_error_t *err);
 
 /* Tear down the communicators (finalizing NCCL ones) and leave PMIx. NULL: no-op. */

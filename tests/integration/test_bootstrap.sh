@@ -43,7 +43,7 @@ test_expect_success "a job of one whose environment claims more ranks fails clea
 
 test_expect_success "a malformed BMT_TIMEOUT is refused by name" '
     { BMT_TIMEOUT=soon $PROGS/hello 2>err; rc=$?; } && test $rc -ne 0 &&
-    grep -q "BMT_TIMEOUT=.soon. is not a positive number of seconds" err
+    grep -q "bmt_init: BMT_TIMEOUT=.soon. is not a positive number of seconds" err
 '
 
 test_expect_success "an unknown BMT_BACKEND or BMT_DEVICE is refused by name" '
