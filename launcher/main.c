@@ -83,9 +83,8 @@ static int visible_gpus(void)
 {
     int all = dir_entries("/proc/driver/nvidia/gpus");
     const char *v = getenv("CUDA_VISIBLE_DEVICES");
-    if (v && (cvd_count(v) == 0 || all >= 0))
-        return cvd_count(v);
-    return all;
+    int shown = v ? cvd_count(v) : -1;
+    return v && (shown == 0 || all >= 0) ? shown : all;
 }
 
 /* The GPUs the NVIDIA driver shows this process (CUDA_VISIBLE_DEVICES

@@ -758,10 +758,11 @@ static int write_small_tmp(const char *path, const char *text, bmt_error_t *err)
     char tmp[4200];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0 || write_all(fd, text, strlen(text), 0) < 0 || fsync(fd) != 0 || close(fd) != 0) {
-        int e = errno;
-        if (fd >= 0)
-            close(fd); /* (after a failed close: EBADF, harmless) */
+    int rc = fd < 0 || write_all(fd, text, strlen(text), 0) < 0 || fsync(fd) != 0 ? -1 : 0;
+    int e = errno;
+    if (fd >= 0 && close(fd) != 0 && rc == 0) /* closed once, whatever came before */
+        rc = -1, e = errno;
+    if (rc < 0) {
         unlink(tmp);
         return errprintf(err, "cannot write %s: %s", tmp, strerror(e));
     }
@@ -895,12 +896,14 @@ static void old_path(char *out, size_t len, const char *dir, const char *name)
  * fails: so a failure leaves DIR/NAME and DIR/latest as they were. A re-saved
  * name's old checkpoint steps aside to DIR/.tmp-NAME~old until the new one is
  * in; a crash in that window leaves DIR/NAME missing and the old one there,
- * which the next save or load puts back (restore_old). */
+ * which a load through DIR/latest reads (bmt_ckpt_resolve) and the next save
+ * puts back (restore_old). */
 static int commit(const char *dir, const char *name, const char *tmpdir, bmt_error_t *err)
 {
-    char final[4200], old[4200], latest[4200], text[300];
+    char final[4200], old[4200], latest[3100], latest_tmp[3200], text[300]; /* dir <= 3000 */
     snprintf(final, sizeof(final), "%s/%s", dir, name);
-    snprintf(latest, sizeof(latest), "%s/latest", dir);
+    snprintf(latest, sizeof(latest), "%.3000s/latest", dir);
+    snprintf(latest_tmp, sizeof(latest_tmp), "%s.tmp", latest); /* write_small_tmp's */
     snprintf(text, sizeof(text), "%s\n", name);
     old_path(old, sizeof(old), dir, name);
     if (write_small_tmp(latest, text, err) < 0)
@@ -909,14 +912,14 @@ static int commit(const char *dir, const char *name, const char *tmpdir, bmt_err
     bool replace = lstat(final, &st) == 0;
     if (replace && (remove_tree(old) != 0 || rename(final, old) != 0)) {
         int e = errno;
-        unlink(strcat(latest, ".tmp"));
+        unlink(latest_tmp);
         return errprintf(err, "cannot move %s aside to replace it: %s", final, strerror(e));
     }
     if (rename(tmpdir, final) != 0) {
         int e = errno;
         if (replace)
             rename(old, final);
-        unlink(strcat(latest, ".tmp"));
+        unlink(latest_tmp);
         return errprintf(err, "cannot rename %s to %s: %s", tmpdir, final, strerror(e));
     }
     if (write_small_commit(latest, err) < 0) {
@@ -991,7 +994,7 @@ static int finish(bmt_ckpt_pending_t *p, bmt_error_t *err)
     json_decref(ts);
     json_decref(config);
     const char *tmpdir = p->tmpdir, *dir = p->dir, *name = p->name;
-    char path[4200], final[4200];
+    char path[4200];
     int rc = it && tt && (ct || !p->config_json) ? 0 : errprintf(err, "out of memory");
     if (rc == 0) {
         snprintf(path, sizeof(path), "%.4000s/model.safetensors.index.json", tmpdir);
@@ -1008,7 +1011,6 @@ static int finish(bmt_ckpt_pending_t *p, bmt_error_t *err)
     free(it);
     free(tt);
     free(ct);
-    snprintf(final, sizeof(final), "%s/%s", dir, name);
     if (rc == 0 && fsync_path(tmpdir) != 0)
         rc = errprintf(err, "cannot fsync %s: %s", tmpdir, strerror(errno));
     rc = rc == 0 ? commit(dir, name, tmpdir, err) : rc;
@@ -1257,19 +1259,19 @@ int bmt_ckpt_resolve(const char *path, char *out, size_t len, bmt_error_t *err)
     name[strcspn(name, "\r\n")] = '\0';
     if (got == NULL || !good_name(name))
         return errprintf(err, "%s does not name a checkpoint ('%.900s')", p, name);
-    snprintf(p, sizeof(p), "%s/%s/train_state.json", path, name);
-    const char *pre = "", *post = "";
+    char found[3400]; /* path <= 3000, name <= 200 (good_name), ".tmp-" "~old" */
+    snprintf(found, sizeof(found), "%s/%s", path, name);
+    snprintf(p, sizeof(p), "%s/train_state.json", found);
     if (stat(p, &st) != 0) {
         /* a crash while name was re-saved left the old one aside (commit) */
-        snprintf(p, sizeof(p), "%s/.tmp-%s~old/train_state.json", path, name);
+        old_path(found, sizeof(found), path, name);
+        snprintf(p, sizeof(p), "%s/train_state.json", found);
         if (stat(p, &st) != 0)
             return errprintf(err, "%s/latest names %s/%s, which has no train_state.json", path,
                              path, name);
-        pre = ".tmp-", post = "~old";
     }
-    if ((size_t)snprintf(out, len, "%s/%s%s%s", path, pre, name, post) >= len)
-        return errprintf(err, "bmt_ckpt_resolve: %s/%s%s%s does not fit the %zu bytes given", path,
-                         pre, name, post, len);
+    if ((size_t)snprintf(out, len, "%s", found) >= len)
+        return errprintf(err, "bmt_ckpt_resolve: %s does not fit the %zu bytes given", found, len);
     return 0;
 }
 

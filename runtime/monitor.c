@@ -340,12 +340,16 @@ void monitor_finalize(bmt_ctx_t *ctx)
 static void send_event(struct monitor *m, int kind, int status, const char *detail)
 {
     static const char *names[] = { "", "checkpoint_saved", "restart", "abort", "note" };
+    /* detail whole: a checkpoint's path may pass 1 KiB */
     bmt_event_t ev = {
-        /* detail whole: a checkpoint's path may pass 1 KiB */
-        .size = sizeof(ev),   .version = BMT_PLUGIN_ABI_VERSION,
-        .kind = kind,         .status = status,
-        .step = m->last_step, .time = unix_s(),
-        .name = names[kind],  .detail = detail ? detail : "",
+        .size = sizeof(ev),
+        .version = BMT_PLUGIN_ABI_VERSION,
+        .kind = kind,
+        .status = status,
+        .step = m->last_step,
+        .time = unix_s(),
+        .name = names[kind],
+        .detail = detail ? detail : "",
     };
     double t0 = mono_s();
     for (int i = 0; i < m->n; i++)
