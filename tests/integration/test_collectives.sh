@@ -83,7 +83,7 @@ test_expect_success "BMT_CHECK_COLLECTIVES=1: a correct program passes every che
 test_expect_success "a malformed BMT_CHECK_COLLECTIVES fails bmt_init, naming it" '
     { BMT_CHECK_COLLECTIVES=yes with_timeout 30 $BMLAUNCH -n 2 -- $PROGS/collcheck >out 2>&1; rc=$?; } &&
     test $rc -eq 1 &&
-    grep "collcheck: BMT_CHECK_COLLECTIVES=.yes. is not 0 or 1" out
+    grep "collcheck: bmt_init: BMT_CHECK_COLLECTIVES=.yes. is not 0 or 1" out
 '
 
 test_expect_success "no shared-memory segment is left behind" '
