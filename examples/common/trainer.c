@@ -102,10 +102,11 @@ static void usage(const trainer_model_t *md, FILE *f)
           "                          (not recomputed) while their sets fit in MIB, then the\n"
           "                          head its whole logits (default: every layer recomputed)\n"
           "      --prefetch 0|1      gather block i+1 while block i computes (default 1)\n"
-          "      --master-only 0|1|2 bf16 parameters (cuda): 1 keeps only the optimizer's\n"
-          "                          f32 masters, rounded at each gather; 2 keeps each master\n"
-          "                          as the bf16 shard plus its low 16 bits (1's memory, no\n"
-          "                          rounding pass); 0 keeps shard and master (default 1)\n",
+          "      --master-only 0|1|2 bf16 parameters (cuda): 2 keeps each f32 master as the\n"
+          "                          bf16 shard plus its low 16 bits (default); 1 keeps only\n"
+          "                          the masters, rounded at each gather (2's memory, ~1-4%\n"
+          "                          slower); 0 keeps shard and master (2 bytes more a\n"
+          "                          parameter / group size)\n",
           f);
     fputs(md->usage_run_mid ? md->usage_run_mid : "", f);
     fputs("      --overlap-step 0|1  run each block's optimizer update at the next forward,\n"
@@ -239,7 +240,7 @@ static int parse(const trainer_model_t *md, int argc, char **argv, opts_t *o)
                    .ckpt = 1,
                    .ckpt_budget = -1,
                    .prefetch = 1,
-                   .master_only = 1,
+                   .master_only = 2,
                    .overlap_step = 1,
                    .lr = 1e-3,
                    .lr_min_frac = 1,
