@@ -112,6 +112,12 @@ def layout_from_env(env):
                           "one is" % world)
     if groups is None and gpg is None:
         groups, gpg = 1, world
+    elif (groups is None) != (gpg is None) and world % (groups or gpg) != 0:
+        # one of the two given: the other from the job's size, which it must divide
+        raise LayoutError("%s=%d does not divide the job's %d ranks; start it with bmlaunch or "
+                          "set BMT_GROUPS/BMT_GPUS_PER_GROUP to fit"
+                          % ("BMT_GROUPS" if groups is not None else "BMT_GPUS_PER_GROUP",
+                             groups if groups is not None else gpg, world))
     elif groups is None:
         groups = world // gpg
     elif gpg is None:
