@@ -366,7 +366,8 @@ struct data_loader {
  * file descriptor, the token count and width, or -1 with err naming the file. */
 static int shard_open(const char *path, int64_t *ntok, int *width, bmt_error_t *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO must not block the open; fstat refuses it below */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return data_err(err, "%s: %s", shown(path).s, strerror(errno));
     struct stat st;
@@ -730,7 +731,8 @@ int data_tokenize_file(const char *text_path, const char *out_prefix, double val
     if (!(val_fraction >= 0.0 && val_fraction < 1.0)) /* also refuses NaN */
         return data_err(err, "data_tokenize_file(%s): val_fraction must be in [0, 1), got %g",
                         shown(text_path).s, val_fraction);
-    int fd = open(text_path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO must not block the open; fstat refuses it below */
+    int fd = open(text_path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return data_err(err, "%s: %s", shown(text_path).s, strerror(errno));
     struct stat st;

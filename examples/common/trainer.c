@@ -28,6 +28,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "bmt/block.h"
 #include "bmt/bmt.h"
@@ -272,12 +275,12 @@ static int parse(const trainer_model_t *md, int argc, char **argv, opts_t *o)
         case O_LRMIN: rc = real_arg("--lr-min-frac", optarg, 0, 1, &o->lr_min_frac); break;
         case O_WD: rc = real_arg("--weight-decay", optarg, 0, 10, &o->weight_decay); break;
         case O_CLIP: rc = real_arg("--clip", optarg, 0, 1e9, &o->clip); break;
-        case 'n': rc = trainer_int_arg("--steps", optarg, 0, 1 << 30, &o->steps); break;
+        case 'n': rc = trainer_int_arg("--steps", optarg, 1, 1 << 30, &o->steps); break;
         case 's': {
             char *end;
             errno = 0;
             o->seed = strtoull(optarg, &end, 10);
-            if (errno || end == optarg || *end || optarg[0] == '-')
+            if (errno || end == optarg || *end || !(optarg[0] >= '0' && optarg[0] <= '9'))
                 rc = trainer_bad("--seed needs a non-negative integer, not '%s'", optarg);
             break;
         }
@@ -300,7 +303,11 @@ static int parse(const trainer_model_t *md, int argc, char **argv, opts_t *o)
         case O_PREPARE: o->prepare = optarg; break;
         case O_OUT: o->out = optarg; break;
         case O_INIT: o->choice.init_from = optarg; break;
-        case O_SAVEDIR: o->save_dir = optarg; break;
+        case O_SAVEDIR:
+            o->save_dir = optarg;
+            if (*optarg == '\0')
+                rc = trainer_bad("--save-dir needs a directory name");
+            break;
         case O_SAVEEVERY:
             rc = trainer_int_arg("--save-every", optarg, 0, 1 << 30, &o->save_every);
             break;
@@ -616,6 +623,76 @@ static int ckpt_budget(const trainer_model_t *md, void *m, double budget_mib, in
     return 0;
 }
 
+/* Is step-N's pattern (a step directory the trainer saves)? */
+static bool is_step_name(const char *n)
+{
+    if (strncmp(n, "step-", 5) != 0 || n[5] == '\0')
+        return false;
+    for (const char *c = n + 5; *c; c++)
+        if (*c < '0' || *c > '9')
+            return false;
+    return true;
+}
+
+/* --save-dir, checked before any step runs (rank 0): its checkpoints must be
+ * possible, so that a run does not learn at its first save, after hours,
+ * that the directory cannot be written; and a run that is not resumed must
+ * not mix its checkpoints with another run's (--keep prunes by step, and
+ * would remove the newer run's). Tried by making a directory there, as a save
+ * does, and removing it. */
+static int check_save_dir(const opts_t *o, bmt_error_t *err)
+{
+    const char *dir = o->save_dir;
+    char probe[4200], newest[256] = "";
+    struct stat st;
+    bool latest = false;
+    if (stat(dir, &st) == 0) {
+        if (!S_ISDIR(st.st_mode))
+            return snprintf(err->text, sizeof(err->text), "--save-dir %.900s is not a directory",
+                            dir),
+                   -1;
+        DIR *d = opendir(dir);
+        if (d == NULL)
+            return snprintf(err->text, sizeof(err->text), "--save-dir %.900s: %s", dir,
+                            strerror(errno)),
+                   -1;
+        for (struct dirent *e; (e = readdir(d)) != NULL;) {
+            if (strcmp(e->d_name, "latest") == 0)
+                latest = true;
+            else if (is_step_name(e->d_name) && strcmp(e->d_name, newest) > 0)
+                snprintf(newest, sizeof(newest), "%s", e->d_name);
+        }
+        closedir(d);
+        if (!o->resume && (latest || newest[0]))
+            return snprintf(err->text, sizeof(err->text),
+                            "--save-dir %.900s already holds another run's checkpoints (%s%s): "
+                            "continue that run with --resume, or save into another directory",
+                            dir, latest ? "latest, " : "the newest ", newest[0] ? newest : "..."),
+                   -1;
+        if (o->resume && !latest && newest[0])
+            return snprintf(err->text, sizeof(err->text),
+                            "--resume: %.900s holds checkpoints (the newest %s) but no latest "
+                            "naming the one to resume; write that name into %.900s/latest to "
+                            "resume from it, or start afresh in another directory",
+                            dir, newest, dir),
+                   -1;
+        snprintf(probe, sizeof(probe), "%s/.tmp-probe-%ld", dir, (long)getpid());
+    } else if (errno == ENOENT) {
+        snprintf(probe, sizeof(probe), "%s", dir); /* a save makes it, one level */
+    } else {
+        return snprintf(err->text, sizeof(err->text), "--save-dir %.900s: %s", dir,
+                        strerror(errno)),
+               -1;
+    }
+    if (mkdir(probe, 0755) != 0)
+        return snprintf(err->text, sizeof(err->text),
+                        "--save-dir %.900s: cannot make a checkpoint there (mkdir %.900s: %s)", dir,
+                        probe, strerror(errno)),
+               -1;
+    rmdir(probe);
+    return 0;
+}
+
 /* NAME --verify DIR: the whole checkpoint, without a job. */
 static int verify(const char *path)
 {
@@ -669,6 +746,20 @@ static int train(const trainer_model_t *md, const opts_t *o)
         snprintf(err.text, sizeof(err.text), "out of memory");
         goto out;
     }
+    if (o->save_dir) { /* rank 0 looks; every rank learns the verdict */
+        double bad = rank == 0 && check_save_dir(o, &err) < 0;
+        bmt_error_t werr;
+        if (world_sum(ctx, &bad, 1, &werr) < 0) {
+            err = werr;
+            goto out;
+        }
+        if (bad > 0) {
+            if (rank != 0)
+                snprintf(err.text, sizeof(err.text), "rank 0 refused --save-dir %.900s",
+                         o->save_dir);
+            goto out;
+        }
+    }
     if ((train_ld = data_loader_open(o->data, o->B, o->T, rank, world, &err)) == NULL ||
         (o->val && (val_ld = data_loader_open(o->val, o->B, o->T, rank, world, &err)) == NULL) ||
         (m = md->create(md->self, ctx, o->B, o->T, &lc, o->seed, &err)) == NULL ||
@@ -698,6 +789,12 @@ static int train(const trainer_model_t *md, const opts_t *o)
                        "ranks sequences of %d tokens)\n",
                        prog, accum, o->B, accum, world, o->T);
         }
+    }
+    if (first > o->steps && rank == 0) {
+        printf("%s: the checkpoint is at step %d and --steps is %d: nothing left to train "
+               "(raise --steps to go on)\n",
+               prog, first - 1, o->steps);
+        fflush(stdout);
     }
     const int64_t params = md->num_params(md->self);
     const double tokens_step = (double)o->B * o->T * accum; /* per rank */

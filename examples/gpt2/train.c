@@ -77,6 +77,23 @@ static int configure(void *self, const trainer_choice_t *c)
             fprintf(stderr, "gpt2: %s\n", err.text);
             return 1;
         }
+        /* The sizes are the file's: an option may repeat one, never change
+         * it (fewer layers would load the first ones silently). */
+        const struct {
+            const char *opt, *what;
+            int given, file;
+        } size[] = {
+            { "--layers", "layers (h.<N>)", w->layers, w->cfg.n_layer },
+            { "--embd", "n_embd", w->embd, w->cfg.n_embd },
+            { "--vocab", "vocab_size", w->vocab, w->cfg.vocab_size },
+            { "--max-seq", "positions (wpe)", w->max_seq, w->cfg.max_seq_len },
+        };
+        for (size_t i = 0; i < sizeof(size) / sizeof(size[0]); i++)
+            if (size[i].given && size[i].given != size[i].file)
+                return trainer_bad("%s has %d %s but %s is %d: with --init-from the sizes are "
+                                   "the file's; leave %s out or make them agree",
+                                   c->init_from, size[i].file, size[i].what, size[i].opt,
+                                   size[i].given, size[i].opt);
     } else if (gpt2_config_by_name(c->model, &w->cfg, &err) < 0)
         return trainer_bad("%s", err.text);
     if (w->layers)

@@ -128,22 +128,49 @@ static int configure(void *self, const trainer_choice_t *c)
                            "llama3.2-3b, or --init-from an HF Llama directory",
                            c->model);
     llama_config_t *m = &w->cfg;
-    if (w->layers)
-        m->n_layer = w->layers;
-    if (w->heads)
-        m->n_head = w->heads;
-    if (w->kv_heads)
-        m->n_kv_head = w->kv_heads;
-    else if (w->heads)
-        m->n_kv_head = w->heads; /* MHA unless said otherwise */
-    if (w->embd)
-        m->n_embd = w->embd;
-    if (w->heads || w->embd) /* the head size follows C / NH */
-        m->head_dim = m->n_head > 0 ? m->n_embd / m->n_head : 0;
-    if (w->ffn)
-        m->ffn = w->ffn;
-    if (w->vocab)
-        m->vocab_size = w->vocab;
+    if (c->init_from) {
+        /* The sizes are the directory's: an option may repeat one, never
+         * change it (the weights would be read as another model's). */
+        const struct {
+            const char *opt, *key;
+            int given, file;
+        } size[] = {
+            { "--layers", "num_hidden_layers", w->layers, m->n_layer },
+            { "--heads", "num_attention_heads", w->heads, m->n_head },
+            { "--kv-heads", "num_key_value_heads", w->kv_heads, m->n_kv_head },
+            { "--embd", "hidden_size", w->embd, m->n_embd },
+            { "--ffn", "intermediate_size", w->ffn, m->ffn },
+            { "--vocab", "vocab_size", w->vocab, m->vocab_size },
+        };
+        for (size_t i = 0; i < sizeof(size) / sizeof(size[0]); i++)
+            if (size[i].given && size[i].given != size[i].file)
+                return trainer_bad("%s: config.json: %s is %d but %s is %d: with --init-from the "
+                                   "sizes are the checkpoint's; leave %s out or make them agree",
+                                   c->init_from, size[i].key, size[i].file, size[i].opt,
+                                   size[i].given, size[i].opt);
+    } else {
+        if (w->layers)
+            m->n_layer = w->layers;
+        if (w->heads)
+            m->n_head = w->heads;
+        if (w->kv_heads)
+            m->n_kv_head = w->kv_heads;
+        else if (w->heads)
+            m->n_kv_head = w->heads; /* MHA unless said otherwise */
+        if (w->embd)
+            m->n_embd = w->embd;
+        if (w->heads || w->embd) { /* the head size follows C / NH */
+            if (m->n_head > 0 && m->n_embd % m->n_head != 0)
+                return trainer_bad("the head size is C / H, and C %d is not a multiple of H %d: "
+                                   "change --embd or --heads",
+                                   m->n_embd, m->n_head);
+            m->head_dim = m->n_head > 0 ? m->n_embd / m->n_head : 0;
+        }
+        if (w->ffn)
+            m->ffn = w->ffn;
+        if (w->vocab)
+            m->vocab_size = w->vocab;
+    }
     if (w->max_seq)
         m->max_seq_len = w->max_seq;
     if (llama_config_check(m, &err) < 0)

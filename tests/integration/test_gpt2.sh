@@ -112,6 +112,18 @@ test_expect_success "--init-from loads a safetensors file (sizes from the file) 
     test $(grep -c "^0: step  *[0-9]/3 | loss" out) -eq 3
 '
 
+test_expect_success "--init-from with a size that disagrees with the file is refused, naming both (one that repeats it is taken)" '
+    for a in "--layers 1:has 2 layers (h.<N>) but --layers is 1" "--embd 64:has 32 n_embd but --embd is 64" \
+             "--vocab 80:has 67 vocab_size but --vocab is 80" "--max-seq 16:has 24 positions (wpe) but --max-seq is 16"; do
+        { $GPT2 --init-from $TMP/model.safetensors --heads 4 ${a%%:*} --data $TMP/data.bin -t 8 >out 2>&1; rc=$?; }
+        test $rc -eq 2 && grep -q "^gpt2: $TMP/model.safetensors ${a#*:}: with --init-from the sizes are the file.s; leave ${a%% *} out" out ||
+            { echo "${a%%:*}: exit $rc"; cat out; return 1; }
+    done &&
+    with_timeout 60 $BMLAUNCH --metrics-port 0 -n 1 -- $GPT2 --init-from $TMP/model.safetensors --heads 4 \
+        --layers 2 --embd 32 --vocab 67 --max-seq 24 --data $TMP/data.bin -b 2 -t 16 --steps 1 >out 2>&1 &&
+    grep -q "^0: gpt2: .* params (L 2, H 4, C 32, V 67, maxT 24)" out
+'
+
 test_expect_success "a file that does not fit the model is refused, naming the file and tensor" '
     $PY - <<-EOF &&
 	import sys; sys.path.insert(0, "$SRC/tests/tools")
@@ -131,7 +143,7 @@ test_expect_success "a file that does not fit the model is refused, naming the f
 '
 
 test_expect_success "bad arguments exit 2 with what is wrong" '
-    for args in "--steps x" "--model d99" "--zero 1" "--heads 5 --embd 64" "--seq 300" \
+    for args in "--steps x" "--steps 0" "--model d99" "--zero 1" "--heads 5 --embd 64" "--seq 300" \
                 "--lr -1" "--bogus" "--prepare x" "--gemm-tune 33" "--gemm-tune -1" \
                 "--overlap-step 2" "--keep-attention -1" "--fp8 2" "--fp8 1 --fp8-scaling sometimes" \
                 "--fp8 1 --fp8-history 0" "--fp8 1 --fp8-history 1025" "--fp8-scaling current" "--fp8 0 --fp8-history 4" \
@@ -140,7 +152,11 @@ test_expect_success "bad arguments exit 2 with what is wrong" '
         test $rc -eq 2 || { echo "$args: exit $rc"; cat out; exit 1; }
         grep -q "^gpt2: " out || { echo "$args:"; cat out; exit 1; }
     done &&
-    { $GPT2 --steps 1 >out 2>&1; rc=$?; } && test $rc -eq 2 && grep -q "data PATTERN is required" out
+    { $GPT2 --steps 1 >out 2>&1; rc=$?; } && test $rc -eq 2 && grep -q "data PATTERN is required" out &&
+    { $GPT2 --data $TMP/corpus_train.bin --seed " 1" >out 2>&1; rc=$?; } && test $rc -eq 2 &&
+    grep -q "^gpt2: --seed needs a non-negative integer, not . 1.$" out &&
+    { $GPT2 --data $TMP/corpus_train.bin --save-dir "" >out 2>&1; rc=$?; } && test $rc -eq 2 &&
+    grep -q "^gpt2: --save-dir needs a directory name$" out
 '
 
 test_expect_success "the optimizer's update in the step or under the next forward: the same losses and norms (cpu, 1x2)" '

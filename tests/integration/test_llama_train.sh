@@ -115,7 +115,60 @@ test_expect_success "bad options are refused with a message" '
     for n in 33 -1 x; do
         { $LLAMA --gemm-tune $n --data x 2>err; rc=$?; } && test $rc -eq 2 && grep -q "^llama: --gemm-tune" err || return 1
     done &&
-    { $LLAMA 2>err; rc=$?; } && test $rc -eq 2 && grep -q "^llama: --data PATTERN is required" err
+    { $LLAMA 2>err; rc=$?; } && test $rc -eq 2 && grep -q "^llama: --data PATTERN is required" err &&
+    { $LLAMA --steps 0 --data x 2>err; rc=$?; } && test $rc -eq 2 &&
+    grep -q "^llama: --steps needs an integer from 1 to" err
+'
+
+test_expect_success "--init-from with a size that disagrees with config.json is refused, naming both (one that repeats it is taken); C not a multiple of H is refused" '
+    I=$TMP/ck/step-00000040 &&
+    for a in "--heads 8 --kv-heads 4:num_attention_heads is 4 but --heads is 8" \
+             "--kv-heads 4:num_key_value_heads is 2 but --kv-heads is 4" "--layers 2:num_hidden_layers is 4 but --layers is 2" \
+             "--embd 128:hidden_size is 64 but --embd is 128" "--ffn 64:intermediate_size is 176 but --ffn is 64" \
+             "--vocab 300:vocab_size is 256 but --vocab is 300"; do
+        o=${a%%:*} && { $LLAMA --init-from $I $o --data x 2>err; rc=$?; } && test $rc -eq 2 &&
+        grep -q "^llama: $I: config.json: ${a#*:}: with --init-from the sizes are the checkpoint.s; leave ${o%% *} out" err ||
+            { echo "$o: exit $rc"; cat err; return 1; }
+    done &&
+    with_timeout 60 $BMLAUNCH --metrics-port 0 -n 1 --device cpu -- $LLAMA $RUN --lr 0 --steps 1 --init-from $I \
+        --layers 4 --heads 4 --embd 64 >out 2>&1 &&
+    grep -q "^0: llama: .* params (L 4, H 4, KV 2, C 64, F 176, V 256, maxT 256)" out &&
+    { $LLAMA --embd 100 --heads 6 --kv-heads 2 --data x 2>err; rc=$?; } && test $rc -eq 2 &&
+    grep -q "^llama: the head size is C / H, and C 100 is not a multiple of H 6: change --embd or --heads" err
+'
+
+# --save-dir is checked before step 1: a run must not learn at its first save
+# that the directory cannot be written, nor mix its checkpoints with another
+# run's (--keep prunes by step number).
+test_expect_success "--save-dir that cannot hold checkpoints or holds another run's is refused before step 1, changing nothing; --resume past --steps says so" '
+    touch afile && mkdir ck && cp -r $TMP/ck/step-00000020 ck/ && printf step-00000020 >ck/latest &&
+    ls -R ck >before &&
+    for a in "afile:--save-dir afile is not a directory" "afile/sub:--save-dir afile/sub: Not a directory" \
+             "nope/deeper:--save-dir nope/deeper: cannot make a checkpoint there (mkdir nope/deeper: No such file or directory)" \
+             "ck:--save-dir ck already holds another run.s checkpoints (latest, step-00000020): continue that run with --resume, or save into another directory"; do
+        { with_timeout 60 $BMLAUNCH --metrics-port 0 -n 1 --device cpu -- $LLAMA $RUN --steps 2 \
+            --save-dir ${a%%:*} >out 2>&1; rc=$?; } &&
+        test $rc -eq 1 && grep -q "^0: llama: rank 0: ${a#*:}\$" out && ! grep -q "^0: step" out ||
+            { echo "--save-dir ${a%%:*}: exit $rc"; cat out; return 1; }
+    done &&
+    test ! -e nope && ls -R ck | diff before - &&
+    mv ck/latest latest.kept &&
+    { with_timeout 60 $BMLAUNCH --metrics-port 0 -n 1 --device cpu -- $LLAMA $RUN --steps 30 --save-dir ck \
+        --resume >out 2>&1; rc=$?; } && test $rc -eq 1 &&
+    grep -q "^0: llama: rank 0: --resume: ck holds checkpoints (the newest step-00000020) but no latest naming the one to resume" out &&
+    ! grep -q "^0: step" out && mv latest.kept ck/latest &&
+    with_timeout 60 $BMLAUNCH --metrics-port 0 -g 2 -n 2 --device cpu -- $LLAMA $RUN --steps 20 --save-dir ck \
+        --resume >out 2>&1 &&
+    grep -q "^0: llama: the checkpoint is at step 20 and --steps is 20: nothing left to train (raise --steps to go on)\$" out &&
+    ! grep -q "^0: step" out && ls -R ck | diff before -
+'
+
+test_expect_success "a FIFO as --prepare text or --data is refused, not waited on" '
+    mkfifo ff &&
+    { with_timeout 20 $LLAMA --prepare ff --out fo >out 2>&1; rc=$?; } && test $rc -eq 1 &&
+    grep -q "ff: not a regular file" out &&
+    { with_timeout 30 $BMLAUNCH --metrics-port 0 -n 1 --device cpu -- $LLAMA --data ff -b 2 -t 16 \
+        --steps 1 >out 2>&1; rc=$?; } && test $rc -eq 1 && grep -q "ff: not a regular file" out
 '
 
 # Selective checkpointing (--ckpt-budget, bmt_blocklist_set_checkpointing): the
