@@ -101,8 +101,10 @@ static double parse_temperature(const char *s)
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (*s == '\0' || *end != '\0' || errno != 0 || !isfinite(v) || v < 0)
+    if (*s == '\0' || *end != '\0' || !isfinite(v) || v < 0)
         die(2, "--temperature needs a number >= 0, not '%s'", s);
+    if (errno == ERANGE) /* too large is caught above: this is a number too small */
+        die(2, "--temperature %s is too small for a double; use 0 for greedy decoding", s);
     return v;
 }
 
@@ -117,8 +119,12 @@ static int32_t *parse_ids(const char *s, int *n)
         const char *e = p;
         while (*e >= '0' && *e <= '9')
             e++;
-        if (e == p || (*e != ',' && *e != '\0') || e - p > 10)
+        if (e == p || (*e != ',' && *e != '\0'))
             die(2, "--prompt-ids needs token ids separated by commas (\"1,2,3\"), not '%s'", s);
+        while (e - p > 1 && *p == '0') /* leading zeros say nothing */
+            p++;
+        if (e - p > 10)
+            die(2, "--prompt-ids: token %.*s is too large", (int)(e - p), p);
         char num[12];
         memcpy(num, p, (size_t)(e - p));
         num[e - p] = '\0';

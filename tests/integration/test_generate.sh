@@ -302,6 +302,8 @@ test_expect_success "bad input: one line on stderr, no ids, exit 2 (command line
 	2|--seed needs an unsigned 64-bit integer, not '"'"'18446744073709551616'"'"'|$M/g1 --prompt-ids 1 --seed 18446744073709551616
 	2|--prompt-ids needs token ids separated by commas ("1,2,3"), not '"'"'1,,2'"'"'|$M/g1 --prompt-ids 1,,2
 	2|--prompt-ids needs token ids separated by commas ("1,2,3"), not '"'"'1,x'"'"'|$M/g1 --prompt-ids 1,x
+	2|--prompt-ids: token 12345678901 is too large|$M/g1 --prompt-ids 1,0012345678901
+	2|--temperature 1e-320 is too small for a double; use 0 for greedy decoding|$M/g1 --prompt-ids 1 --temperature 1e-320
 	2|--prompt is empty: give at least one byte|$M/g2 --prompt ""
 	2|unknown option '"'"'--bogus'"'"' (generate --help)|$M/g1 --bogus
 	2|--top-k needs a value|$M/g1 --prompt-ids 1 --top-k
@@ -320,6 +322,7 @@ test_expect_success "bad input: one line on stderr, no ids, exit 2 (command line
 	EOF
     test $bad -eq 0 &&
     $GEN $M/g1 --prompt-ids $P -n 57 >out && test $(wc -w <out) -eq 57 &&
+    $GEN $M/g1 --prompt-ids 00000000001,02 -n 5 >a && $GEN $M/g1 --prompt-ids 1,2 -n 5 >b && cmp a b &&
     { $GEN nan --prompt-ids $P >out 2>err; rc=$?; } && cat err && test $rc -eq 1 && test ! -s out &&
     test "$(sed "s/is -nan/is nan/" err)" = "generate: the logit of token 0 after position 6 is nan: the model'"'"'s weights or activations are not finite"
 '
