@@ -72,10 +72,12 @@ def _int(env, name, low=0):
     v = env.get(name)
     if v is None or v == "":
         return None
-    try:
-        n = int(v, 10)
-    except ValueError:
-        raise LayoutError("%s='%s' is not an integer" % (name, v)) from None
+    # int() would also take "1_0", " 1" and other scripts' digits: not what
+    # libbmt reads (plain ASCII decimal, an optional sign)
+    body = v[1:] if v[:1] in "+-" else v
+    if not (body and all("0" <= c <= "9" for c in body)):
+        raise LayoutError("%s='%s' is not an integer" % (name, v))
+    n = int(v, 10)
     if n < low:
         raise LayoutError("%s=%d must be at least %d" % (name, n, low))
     return n
@@ -104,8 +106,10 @@ def layout_from_env(env):
         rank, world = 0, 1  # not launched: a job of one rank
     if world is None:
         if groups is None or gpg is None:
-            raise LayoutError("RANK or BMT_RANK is set but neither WORLD_SIZE nor "
-                              "BMT_GROUPS and BMT_GPUS_PER_GROUP are")
+            raise LayoutError("%s is set but neither WORLD_SIZE nor both BMT_GROUPS and "
+                              "BMT_GPUS_PER_GROUP are: the job's size is unknown"
+                              % ("RANK or BMT_RANK" if rank is not None else
+                                 "BMT_GROUPS" if groups is not None else "BMT_GPUS_PER_GROUP"))
         world = groups * gpg
     if rank is None:
         raise LayoutError("the job has %d ranks but neither BMT_RANK nor RANK says which this "

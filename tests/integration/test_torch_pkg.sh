@@ -67,6 +67,9 @@ test_expect_success "bmt.layout(): bmlaunch's variables, torchrun's, none; contr
 	assert L({}) == L({"RANK": "0", "WORLD_SIZE": "1"}) and L({}).world == 1
 	bad = [({"BMT_RANK": "1", "RANK": "2", "WORLD_SIZE": "4"}, "BMT_RANK=1 but RANK=2"),
 	       ({"BMT_RANK": "x", "BMT_WORLD_SIZE": "4"}, "BMT_RANK=.x. is not an integer"),
+	       ({"BMT_RANK": "1_0", "BMT_WORLD_SIZE": "40"}, "BMT_RANK=.1_0. is not an integer"),
+	       ({"RANK": "\u0661", "WORLD_SIZE": "4"}, "RANK=.\u0661. is not an integer"),
+	       ({"BMT_GROUPS": "2"}, "^BMT_GROUPS is set but neither WORLD_SIZE nor both BMT_GROUPS and BMT_GPUS_PER_GROUP are"),
 	       ({"BMT_RANK": "4", "BMT_GROUPS": "2", "BMT_GPUS_PER_GROUP": "2"}, "rank 4 is not in \\\\[0, 4\\\\)"),
 	       ({"BMT_RANK": "0", "BMT_WORLD_SIZE": "6", "BMT_GROUPS": "4", "BMT_GPUS_PER_GROUP": "2"},
 	        "the layout 4 x 2 = 8 ranks does not match the job.s 6 ranks"),
