@@ -694,12 +694,18 @@ static int check_save_dir(const opts_t *o, bmt_error_t *err)
 }
 
 /* NAME --verify DIR: the whole checkpoint, without a job. */
-static int verify(const char *path)
+static int verify(const trainer_model_t *md, const char *path)
 {
     bmt_ckpt_report_t r;
     bmt_error_t err;
     if (bmt_ckpt_verify(path, &r, &err) < 0) {
         fprintf(stderr, "%s: %s\n", prog, err.text);
+        return 1;
+    }
+    /* config.json agrees with the files: the sizes, each tensor's shape */
+    if (r.has_config && md->check_dir && md->check_dir(r.dir, &err) < 0) {
+        fprintf(stderr, "%s: %s: config.json does not describe the files: %s\n", prog, r.dir,
+                err.text);
         return 1;
     }
     printf("%s: %s: ok: step %lld, %d blocks, %d files, %d tensors, %.1f MiB checked "
@@ -940,7 +946,7 @@ int trainer_main(const trainer_model_t *md, int argc, char **argv)
     if (rc)
         return rc;
     if (o.verify)
-        return verify(o.verify);
+        return verify(md, o.verify);
     if (o.prepare) {
         bmt_error_t err;
         if (data_tokenize_file(o.prepare, o.out, o.val_fraction, &err) < 0) {

@@ -91,6 +91,9 @@ typedef struct trainer_model {
 
     /* A checkpoint's config.json (malloc'd text) for the model, parameters as dtype. */
     int (*hf_config_json)(const void *self, bmt_dtype_t dtype, char **json, bmt_error_t *err);
+    /* --verify: does dir's config.json describe the model its files hold
+     * (sizes, every tensor's shape)? NULL: not checked. */
+    int (*check_dir)(const char *dir, bmt_error_t *err);
     /* The "model" object of the trainer's state in a checkpoint (new reference):
      * the sizes a --resume must match; the trainer compares a saved one with
      * this one as a whole and shows both when they differ. */

@@ -192,6 +192,14 @@ static void destroy(void *m) { gpt2_model_destroy(m); }
 
 /* HF's GPT2Config beside the weights: from_pretrained(DIR/step-N) loads it as
  * written, and --init-from takes the heads from it. */
+/* gpt2_config_from_file takes the sizes from the weights and refuses a
+ * config.json that disagrees with them. */
+static int check_dir(const char *dir, bmt_error_t *err)
+{
+    gpt2_config_t c;
+    return gpt2_config_from_file(dir, 0, &c, err);
+}
+
 static int hf_config_json(const void *self, bmt_dtype_t dtype, char **json, bmt_error_t *err)
 {
     return gpt2_hf_config_json(&((const gpt2_wiring_t *)self)->cfg, dtype, json, err);
@@ -252,6 +260,7 @@ int main(int argc, char **argv)
         .param_dtype = param_dtype,
         .destroy = destroy,
         .hf_config_json = hf_config_json,
+        .check_dir = check_dir,
         .state = state,
     };
     return trainer_main(&model, argc, argv);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bmt/safetensors.h"
 #include "nn/hfjson.h"
 
 int llama_config_check(const llama_config_t *c, bmt_error_t *err)
@@ -294,6 +295,68 @@ int llama_config_from_file(const char *path, llama_config_t *cfg, bmt_error_t *e
                        file);
     int rc = llama_config_from_hf_json(text, file, cfg, err);
     free(text);
+    return rc;
+}
+
+int llama_config_check_files(const llama_config_t *c, const char *path, bmt_error_t *err)
+{
+    bmt_st_t *st = bmt_st_open(path, err);
+    if (st == NULL)
+        return -1;
+    bmt_st_plan_t *plan = NULL;
+    int rc = bmt_st_discover(st, &plan, err);
+    if (rc == 0 && plan->nlayers != c->n_layer)
+        rc = nn_fail(err,
+                     "%.900s holds %d layers (%.60s<N>); config.json has %d (num_hidden_layers)",
+                     path, plan->nlayers, plan->layer_prefix, c->n_layer);
+    bmt_st_plan_free(plan);
+    const int64_t C = c->n_embd, F = c->ffn, V = c->vocab_size;
+    const int64_t Q = (int64_t)c->n_head * c->head_dim, KV = (int64_t)c->n_kv_head * c->head_dim;
+    const struct {
+        const char *name;
+        int64_t d0, d1; /* d1 0: one dimension */
+    } top[] = { { "model.embed_tokens.weight", V, C },
+                { "model.norm.weight", C, 0 },
+                { "lm_head.weight", V, C } },
+      layer[] = {
+          { "input_layernorm.weight", C, 0 },   { "self_attn.q_proj.weight", Q, C },
+          { "self_attn.k_proj.weight", KV, C }, { "self_attn.v_proj.weight", KV, C },
+          { "self_attn.o_proj.weight", C, Q },  { "post_attention_layernorm.weight", C, 0 },
+          { "mlp.gate_proj.weight", F, C },     { "mlp.up_proj.weight", F, C },
+          { "mlp.down_proj.weight", C, F },
+      };
+    const int ntop = c->tied ? 2 : 3, nl = (int)(sizeof(layer) / sizeof(layer[0]));
+    for (int i = 0; rc == 0 && i < ntop + c->n_layer * nl; i++) {
+        char name[160];
+        int64_t d0, d1;
+        if (i < ntop) {
+            snprintf(name, sizeof(name), "%s", top[i].name);
+            d0 = top[i].d0, d1 = top[i].d1;
+        } else {
+            const int l = (i - ntop) / nl, j = (i - ntop) % nl;
+            snprintf(name, sizeof(name), "model.layers.%d.%s", l, layer[j].name);
+            d0 = layer[j].d0, d1 = layer[j].d1;
+        }
+        const int k = bmt_st_find(st, name);
+        const bmt_st_tensor_t *t = k >= 0 ? bmt_st_tensor(st, k) : NULL;
+        if (t == NULL)
+            rc = nn_fail(err, "%.900s has no tensor '%s', which config.json's model needs", path,
+                         name);
+        else if (t->ndim != (d1 ? 2 : 1) || t->shape[0] != d0 || (d1 && t->shape[1] != d1)) {
+            char got[96] = "";
+            for (int d = 0, n = 0; d < t->ndim && n < (int)sizeof(got); d++)
+                n += snprintf(got + n, sizeof(got) - (size_t)n, "%s%lld", d ? ", " : "",
+                              (long long)t->shape[d]);
+            char want[64];
+            if (d1)
+                snprintf(want, sizeof(want), "%lld, %lld", (long long)d0, (long long)d1);
+            else
+                snprintf(want, sizeof(want), "%lld", (long long)d0);
+            rc = nn_fail(err, "%.900s: tensor '%s' is (%s); config.json's model needs (%s)", path,
+                         name, got, want);
+        }
+    }
+    bmt_st_close(st);
     return rc;
 }
 

@@ -62,6 +62,12 @@ int llama_config_from_hf_json(const char *text, const char *file, llama_config_t
 /* Read path/config.json (path a directory) or the file path itself. */
 int llama_config_from_file(const char *path, llama_config_t *cfg, bmt_error_t *err);
 
+/* Do the safetensors at path (a directory, file or index) hold the model cfg
+ * describes: its layers (model.layers.<N>, no more, no fewer) and every tensor
+ * the model reads, with the shape cfg gives it? Only the headers are read.
+ * Returns 0, or -1 with err naming the tensor. */
+int llama_config_check_files(const llama_config_t *c, const char *path, bmt_error_t *err);
+
 /* A config.json for cfg with parameters stored as dtype (f32 or bf16): a
  * malloc'd, newline-terminated string in *json. */
 int llama_hf_config_json(const llama_config_t *cfg, bmt_dtype_t dtype, char **json,

@@ -259,6 +259,12 @@ static void destroy(void *m) { llama_model_destroy(m); }
 
 /* HF's LlamaConfig beside the weights: the step directory is an HF Llama
  * directory (from_pretrained, --init-from). */
+static int check_dir(const char *dir, bmt_error_t *err)
+{
+    llama_config_t c;
+    return llama_config_from_file(dir, &c, err) < 0 ? -1 : llama_config_check_files(&c, dir, err);
+}
+
 static int hf_config_json(const void *self, bmt_dtype_t dtype, char **json, bmt_error_t *err)
 {
     return llama_hf_config_json(&((const llama_wiring_t *)self)->cfg, dtype, json, err);
@@ -321,6 +327,7 @@ int main(int argc, char **argv)
         .param_dtype = param_dtype,
         .destroy = destroy,
         .hf_config_json = hf_config_json,
+        .check_dir = check_dir,
         .state = state,
     };
     return trainer_main(&model, argc, argv);

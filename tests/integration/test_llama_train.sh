@@ -58,6 +58,16 @@ assert (c[\"num_hidden_layers\"], c[\"hidden_size\"], c[\"num_attention_heads\"]
     $LLAMA --verify $TMP/ck >out && grep -q "^llama: .*step-00000040: ok: step 40, 7 blocks, .*config.json)\$" out
 '
 
+test_expect_success "--verify refuses a config.json that does not describe the files (layers, a tensor's shape, another model), by name" '
+    for e in "s/\"num_hidden_layers\": 4/\"num_hidden_layers\": 7/@v holds 4 layers (model.layers.<N>); config.json has 7 (num_hidden_layers)" \
+             "s/\"intermediate_size\": 176/\"intermediate_size\": 128/@v: tensor .model.layers.0.mlp.gate_proj.weight. is (176, 64); config.json.s model needs (128, 64)" \
+             "s/\"model_type\": \"llama\"/\"model_type\": \"gpt2\"/@v/config.json: model_type is \"gpt2\"; supported"; do
+        rm -rf v && cp -r $TMP/ck/step-00000040 v && sed -i "${e%%@*}" v/config.json &&
+        { $LLAMA --verify v >out 2>err; rc=$?; } && test $rc -eq 1 && test ! -s out &&
+        grep -q "^llama: v: config.json does not describe the files: ${e#*@}" err || { echo "$e: exit $rc"; cat err; return 1; }
+    done
+'
+
 test_expect_success "--resume from the step-20 checkpoint gives the uninterrupted run its losses (21..40)" '
     mkdir ck && cp -r $TMP/ck/step-00000020 ck/ && printf step-00000020 >ck/latest &&
     with_timeout 120 $BMLAUNCH --metrics-port 0 -g 2 -n 2 --device cpu -- $LLAMA $RUN --steps 40 \
