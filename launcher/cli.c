@@ -10,7 +10,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,6 +205,7 @@ void cli_usage(FILE *out)
           "      --metrics-port N    serve /metrics (Prometheus), /api/status and a live page\n"
           "                          on this port (default 9477, or a free one if taken);\n"
           "                          0 turns the endpoint and the ranks' push plugin off\n"
+          "                          (the other metrics options are then refused)\n"
           "      --metrics-bind ADDR address to listen on (default 127.0.0.1; under Slurm\n"
           "                          with several nodes, 0.0.0.0)\n"
           "      --metrics-per-rank  per-rank series on /metrics too (default: job and group)\n"
@@ -223,7 +223,8 @@ void cli_usage(FILE *out)
           "                          private key (PEM) instead\n"
           "Supervision and output:\n"
           "      --grace SECONDS     after the first failure, SIGTERM the others and\n"
-          "                          SIGKILL them this much later (default 5)\n"
+          "                          SIGKILL them this much later (default 5; SECONDS here\n"
+          "                          and elsewhere: plain decimal, such as 5 or 2.5)\n"
           "      --max-restarts N    after a rank fails, end the job and start it again, up\n"
           "                          to N times (default 0); ranks see BMT_RESTART=k\n"
           "      --log-dir DIR       write each rank's output to DIR/rank-N.log\n"
@@ -236,8 +237,9 @@ void cli_usage(FILE *out)
           "\n"
           "Exit status: 0 when every rank exits 0; otherwise the first failing rank's\n"
           "exit code, 128+N if it was killed by signal N, or its PMIx_Abort status\n"
-          "(of the last run, after restarts); 2 for bad usage; 1 when bmlaunch itself\n"
-          "fails. See bmlaunch(1).\n",
+          "(of the last run, after restarts); 128+N when signal N sent to bmlaunch\n"
+          "ended the job and no rank failed (143 for SIGTERM, 130 for SIGINT); 2 for\n"
+          "bad usage; 1 when bmlaunch itself fails. See bmlaunch(1).\n",
           out);
 }
 
@@ -248,16 +250,24 @@ void cli_env_help(FILE *out)
         fprintf(out, "  %-24s %-8s %s\n", k->name, k->deflt ? k->deflt : "-", k->doc);
 }
 
+/* Seconds as a plain decimal number: digits with at most one '.', nothing else.
+ * strtod alone would also take " 5", "+5", "1e3", "inf" and hex ("0x10" is 16). */
 static int parse_seconds(const char *text, const char *what, bool allow_zero, double *out,
                          bmt_error_t *err)
 {
-    errno = 0;
-    char *end = NULL;
-    double d = strtod(text, &end);
-    if (*text == '\0' || end == text || *end != '\0' || errno == ERANGE || !isfinite(d) || d < 0 ||
-        (!allow_zero && d == 0) || d > 1e7)
-        return errprintf(err, "%s needs a %s number of seconds, got '%.200s'", what,
-                         allow_zero ? "non-negative" : "positive", text);
+    size_t whole = strspn(text, "0123456789"), frac = 0;
+    const char *p = text + whole;
+    if (*p == '.') {
+        frac = strspn(p + 1, "0123456789");
+        p += 1 + frac;
+    }
+    bool plain = whole + frac > 0 && *p == '\0';
+    double d = plain ? strtod(text, NULL) : -1;
+    if (!plain || (!allow_zero && d == 0) || d > 1e7)
+        return errprintf(err,
+                         "%s needs a %s number of seconds, got '%.200s' (plain decimal, such as "
+                         "5 or 2.5; at most 10000000)",
+                         what, allow_zero ? "non-negative" : "positive", text);
     *out = d;
     return 0;
 }
@@ -328,6 +338,7 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
     int c;
     int li = -1;
     char optname[48]; /* "--NAME" of the long option just parsed (the cost model's) */
+    const char *for_collector = NULL; /* the first option given that only the collector uses */
     while ((c = getopt_long(argc, argv, "+:g:n:N:vhV", long_opts, &li)) != -1) {
         snprintf(optname, sizeof(optname), "--%s", li >= 0 ? long_opts[li].name : "?");
         li = -1;
@@ -549,16 +560,26 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
                                  optarg);
             o->metrics_bind = optarg;
             o->metrics_bind_set = true;
+            if (for_collector == NULL)
+                for_collector = "--metrics-bind";
             break;
         }
-        case OPT_METRICS_PER_RANK: o->metrics_per_rank = true; break;
+        case OPT_METRICS_PER_RANK:
+            o->metrics_per_rank = true;
+            if (for_collector == NULL)
+                for_collector = "--metrics-per-rank";
+            break;
         case OPT_METRICS_LINGER:
             if (parse_seconds(optarg, "--metrics-linger", true, &o->metrics_linger_s, err) < 0)
                 return -1;
+            if (for_collector == NULL)
+                for_collector = "--metrics-linger";
             break;
         case OPT_METRICS_STALE:
             if (parse_seconds(optarg, "--metrics-stale", false, &o->metrics_stale_s, err) < 0)
                 return -1;
+            if (for_collector == NULL)
+                for_collector = "--metrics-stale";
             break;
         case OPT_METRICS_SD_FILE:
             if (optarg[0] == '\0' || optarg[strlen(optarg) - 1] == '/')
@@ -638,6 +659,11 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
     if ((o->metrics_cert || o->metrics_tls == TLS_ON) && o->metrics_port == 0)
         return errprintf(err, "--metrics-tls on and --metrics-cert are for the collector, but "
                               "--metrics-port 0 turns it off");
+    /* As the two above: an option that would do nothing is a mistake to show. */
+    if (for_collector && o->metrics_port == 0)
+        return errprintf(err,
+                         "%s is for the metrics collector, but --metrics-port 0 turns metrics off",
+                         for_collector);
     if (o->backend && strcmp(o->backend, "shm") == 0 && strcmp(o->device, "cuda") == 0)
         return errprintf(err,
                          "--backend shm moves host memory; use --backend nccl with --device cuda");

@@ -23,6 +23,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,9 +89,18 @@ struct job {
     bool ending;
     double kill_at; /* when SIGKILL follows SIGTERM */
     bool killed;
-    int interrupts; /* SIGINTs received: the second one kills at once */
-    int user_signal;
-    unsigned forwarded;   /* bit N: signal N was forwarded to the ranks */
+    int interrupts;  /* SIGINTs received: the second one kills at once */
+    int user_signal; /* the last SIGINT, SIGTERM or SIGHUP received: the job is stopping */
+    /* Bit N: bmlaunch sent signal N to the ranks in this run (forwarded, or its
+     * own SIGTERM and SIGKILL). A rank that dies of one of them did not fail:
+     * bmlaunch ended it (rank_ended_on). */
+    unsigned sent;
+    /* A run that signals sent to bmlaunch ended: the signal its exit status and
+     * summary name (user_signal, else the SIGUSR1 or SIGUSR2 that a rank died
+     * of), set at the first rank that died of bmlaunch's doing; 0: none. */
+    int end_signal;
+    double signal_at;     /* when bmlaunch last forwarded a signal */
+    double stop_at;       /* when the signal that ends the run came (0: none) */
     double fail_at;       /* when the first failure was seen */
     char kill_reason[48]; /* why SIGKILL was sent: "after the 5.0 s grace", ... */
     int connected, finalized;
@@ -356,6 +366,7 @@ static void emit_line(job_t *job, rank_proc_t *rp, bool is_err, const char *line
 }
 
 static void begin_end(job_t *job);
+static int stop_signal_of(const job_t *job);
 
 /* The signal whose description (strsignal, as srun prints it) is text. */
 static int signal_named(const char *text)
@@ -398,6 +409,21 @@ static void srun_report(job_t *job, const char *line, size_t len)
     char *core = strstr(desc, " (core dumped)");
     if (core)
         *core = '\0';
+    int sig = sscanf(what, "Exited with exit code %d", &code) == 1 ? code > 128 ? code - 128 : 0
+                                                                   : signal_named(desc);
+    if (sig > 0 && sig < 32 && (job->sent >> sig & 1u)) {
+        /* A task that died of a signal bmlaunch forwarded (SIGUSR1, say): a
+         * stop, as in local mode (rank_exited). */
+        if (job->end_signal == 0) {
+            job->end_signal = sig;
+            job->stop_at = job->signal_at;
+            fprintf(stderr,
+                    "bmlaunch: rank %ld (on %s) %s, a signal bmlaunch forwarded; ending the job\n",
+                    rank, job->fail_host, what);
+            begin_end(job);
+        }
+        return;
+    }
     if (sscanf(what, "Exited with exit code %d", &code) == 1) {
         job->fail = FAIL_EXIT;
         job->fail_code = code;
@@ -574,6 +600,8 @@ static void stream_read(job_t *job, rank_proc_t *rp, stream_t *s)
 
 static void signal_ranks(job_t *job, int sig)
 {
+    if (sig > 0 && sig < 32)
+        job->sent |= 1u << sig;
     if (job->o.signal_step && job->o.demux && job->driver.running &&
         (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGKILL)) {
         bmt_error_t err = { { 0 } };
@@ -615,6 +643,18 @@ static void describe_status(char *buf, size_t len, int status)
         snprintf(buf, len, "ended with wait status %d", status);
 }
 
+/* The signal bmlaunch sent that ended a rank of this wait status: it died of
+ * one bmlaunch sent in this run (forwarded to it, or bmlaunch's own SIGTERM
+ * and SIGKILL), or exited with 128 + that signal (how shells and the JVM end
+ * on one). 0: the rank ended by itself. */
+static int rank_ended_on(const job_t *job, int status)
+{
+    int sig = WIFSIGNALED(status)                              ? WTERMSIG(status)
+              : WIFEXITED(status) && WEXITSTATUS(status) > 128 ? WEXITSTATUS(status) - 128
+                                                               : 0;
+    return sig > 0 && sig < 32 && (job->sent >> sig & 1u) ? sig : 0;
+}
+
 static void rank_exited(job_t *job, rank_proc_t *rp, int status)
 {
     rp->running = false;
@@ -626,9 +666,13 @@ static void rank_exited(job_t *job, rank_proc_t *rp, int status)
     if (job->o.on_exit)
         job->o.on_exit(job->o.on_exit_arg, rp->rank, status);
     if (rp->rank < 0) {
-        /* srun: its task reports named the failure, if there was one. */
+        /* srun: its task reports named the failure, if there was one. After a
+         * stop, srun's failure is the stop's doing (exit_status: 128 + it). */
         bool fine = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        if (job->fail == FAIL_NONE && !fine) {
+        if (job->fail == FAIL_NONE && !fine && stop_signal_of(job)) {
+            if (job->end_signal == 0)
+                job->end_signal = stop_signal_of(job);
+        } else if (job->fail == FAIL_NONE && !fine) {
             job->fail = WIFSIGNALED(status) ? FAIL_SIGNAL : FAIL_EXIT;
             job->fail_code = WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status);
             job->fail_rank = -1;
@@ -637,13 +681,37 @@ static void rank_exited(job_t *job, rank_proc_t *rp, int status)
         return;
     }
     bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    int ended_on = rank_ended_on(job, status);
     if (job->o.verbose)
-        fprintf(stderr, "bmlaunch: rank %d (pid %d) %s after %.2f s\n", rp->rank, (int)rp->pid,
-                ok ? "exited 0" : "failed", rp->end - rp->start);
+        fprintf(stderr, "bmlaunch: rank %d (pid %d) %s%s after %.2f s\n", rp->rank, (int)rp->pid,
+                ok         ? "exited 0"
+                : ended_on ? "ended on "
+                           : "failed",
+                ended_on ? sig_name(ended_on) : "", rp->end - rp->start);
     if (ok)
         return;
     if (job->fail != FAIL_NONE)
-        return; /* fallout of ending the job, not a new failure (see print_summary) */
+        return; /* fallout of ending the job, not a new failure (see job_summary) */
+    if (ended_on) {
+        /* bmlaunch's own doing: a stop, never a rank's failure. The first such
+         * death names the run's end; one that the job was not yet ending for
+         * (a forwarded SIGUSR1 that the rank did not catch) ends it. */
+        if (job->end_signal)
+            return;
+        job->end_signal = job->user_signal ? job->user_signal : ended_on;
+        if (job->stop_at == 0)
+            job->stop_at = job->signal_at;
+        if (!job->ending) {
+            char what[96];
+            describe_status(what, sizeof(what), status);
+            fprintf(stderr,
+                    "bmlaunch: rank %d (pid %d on %s) %s, which bmlaunch forwarded to it, after "
+                    "%.2f s; ending the job\n",
+                    rp->rank, (int)rp->pid, job->host, what, rp->end - rp->start);
+            begin_end(job);
+        }
+        return;
+    }
     job->fail_at = rp->end;
     if (WIFSIGNALED(status)) {
         job->fail = FAIL_SIGNAL;
@@ -655,8 +723,8 @@ static void rank_exited(job_t *job, rank_proc_t *rp, int status)
     job->fail_rank = rp->rank;
     char what[96];
     describe_status(what, sizeof(what), status);
-    fprintf(stderr, "bmlaunch: rank %d (pid %d on %s) %s after %.2f s; ending the job\n", rp->rank,
-            (int)rp->pid, job->host, what, rp->end - rp->start);
+    fprintf(stderr, "bmlaunch: rank %d (pid %d on %s) %s after %.2f s%s\n", rp->rank, (int)rp->pid,
+            job->host, what, rp->end - rp->start, job->ending ? "" : "; ending the job");
     begin_end(job);
 }
 
@@ -704,10 +772,11 @@ static void handle_signals(job_t *job)
             continue;
         }
         signal_ranks(job, sig);
-        if (sig < 32)
-            job->forwarded |= 1u << sig;
+        job->signal_at = now_s();
         if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
             job->user_signal = sig;
+            if (job->stop_at == 0)
+                job->stop_at = job->signal_at;
             if (!job->ending) {
                 job->ending = true;
                 job->kill_at = now_s() + job->o.grace_s;
@@ -743,12 +812,11 @@ static void handle_host_events(job_t *job)
     }
 }
 
-/* Did the failing rank die of a signal that bmlaunch forwarded to it? Then the
- * job was stopped from outside (Slurm's USR1 before the time limit, say). */
-static bool died_of_forwarded(const job_t *job)
+/* The signal sent to bmlaunch that the run ended on (0: none): the last
+ * SIGINT, SIGTERM or SIGHUP, else the forwarded signal a rank died of. */
+static int stop_signal_of(const job_t *job)
 {
-    return job->fail == FAIL_SIGNAL && job->fail_code > 0 && job->fail_code < 32 &&
-           (job->forwarded >> job->fail_code & 1u);
+    return job->user_signal ? job->user_signal : job->end_signal;
 }
 
 int job_failure(const job_t *job, char *buf, size_t len)
@@ -783,12 +851,13 @@ int job_failure(const job_t *job, char *buf, size_t len)
 /* The summary's last line with --max-restarts: how many, and why no more. */
 static void summary_restarts(const job_t *job)
 {
-    if (job->o.max_restarts == 0 || (job->fail == FAIL_NONE && job->restarts == 0))
+    bool ended = job->fail != FAIL_NONE || job->end_signal;
+    if (job->o.max_restarts == 0 || (!ended && job->restarts == 0))
         return;
     const char *why = "";
-    if (job->fail == FAIL_NONE)
+    if (!ended)
         ;
-    else if (job->user_signal || job->stop_signal || died_of_forwarded(job))
+    else if (stop_signal_of(job) || job->stop_signal)
         why = "; a job stopped by a signal to bmlaunch is not restarted";
     else if (job->fail_rank < 0)
         why = "; srun itself failed, not a rank: not restarted";
@@ -832,23 +901,98 @@ int supervise_poll_ms(double wait_s)
     return (int)(wait_s * 1000) + 1;
 }
 
+/* printf at buf + *len (cap bytes in all), advancing *len; what does not fit
+ * is cut. */
+__attribute__((format(printf, 4, 5))) static void appendf(char *buf, size_t cap, size_t *len,
+                                                          const char *fmt, ...)
+{
+    if (*len >= cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf + *len, cap - *len, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        *len += (size_t)n < cap - *len ? (size_t)n : cap - *len - 1;
+}
+
+/* The summary's line on how the ranks other than skip (-1: none) that still
+ * ran at time since ended: "of the 3 other ranks still running: 2 ended on
+ * SIGTERM, 1 killed with SIGKILL after the 5.0 s grace". A death by a signal
+ * bmlaunch sent is named by that signal, whether forwarded or its own. */
+static void summary_others(const job_t *job, int skip, double since)
+{
+    int on[32] = { 0 }, killed = 0, ok = 0, failed = 0, n = 0;
+    for (int r = 0; r < job->spawned; r++) {
+        const rank_proc_t *o = &job->ranks[r];
+        if (r == skip || o->pid == 0 || o->end < since)
+            continue;
+        int sig = rank_ended_on(job, o->status);
+        if (sig == SIGKILL)
+            killed++;
+        else if (sig)
+            on[sig]++;
+        else if (WIFEXITED(o->status) && WEXITSTATUS(o->status) == 0)
+            ok++;
+        else
+            failed++;
+        n++;
+    }
+    if (n == 0)
+        return;
+    char line[512];
+    size_t len = 0;
+    appendf(line, sizeof(line), &len, "of the %d %srank%s still running: ", n,
+            skip >= 0 ? "other " : "", n == 1 ? "" : "s");
+    const char *sep = "";
+    for (int sig = 1; sig < 32; sig++)
+        if (on[sig]) {
+            appendf(line, sizeof(line), &len, "%s%d ended on %s", sep, on[sig], sig_name(sig));
+            sep = ", ";
+        }
+    if (killed) {
+        appendf(line, sizeof(line), &len, "%s%d killed with SIGKILL %s", sep, killed,
+                job->kill_reason);
+        sep = ", ";
+    }
+    if (ok) {
+        appendf(line, sizeof(line), &len, "%s%d exited 0", sep, ok);
+        sep = ", ";
+    }
+    if (failed)
+        appendf(line, sizeof(line), &len, "%s%d failed on their own", sep, failed);
+    fprintf(stderr, "bmlaunch: %s\n", line);
+}
+
 void job_summary(job_t *job)
 {
     logs_summary(job);
-    if (job->fail == FAIL_NONE) {
-        if (job->o.verbose || job->restarts > 0)
+    if (job->fail == FAIL_NONE && !job->end_signal) {
+        if (job->user_signal)
+            fprintf(stderr,
+                    "bmlaunch: the job was ended by %s sent to bmlaunch; every rank exited 0\n",
+                    sig_name(job->user_signal));
+        else if (job->o.verbose || job->restarts > 0)
             fprintf(stderr, "bmlaunch: all %d rank%s exited 0 after %.2f s\n", job->spawned,
                     job->spawned == 1 ? "" : "s", now_s() - job->t0);
         summary_restarts(job);
         return;
     }
-    if (job->fail_rank < 0) { /* srun failed, and no task report said why */
+    if (job->fail != FAIL_NONE && job->fail_rank < 0) { /* srun failed, no task report said why */
         char what[96];
         describe_status(what, sizeof(what), job->driver.status);
         fprintf(stderr, "bmlaunch: job failed: srun %s\n", what);
-        if (job->user_signal)
+        if (stop_signal_of(job))
             fprintf(stderr, "bmlaunch: the job was ended by %s sent to bmlaunch\n",
-                    sig_name(job->user_signal));
+                    sig_name(stop_signal_of(job)));
+        summary_restarts(job);
+        return;
+    }
+    if (job->fail == FAIL_NONE) { /* end_signal: stopped, and no rank failed */
+        /* Under srun the tasks' ends are srun's to report (it printed them). */
+        fprintf(stderr, "bmlaunch: the job was ended by %s sent to bmlaunch%s\n",
+                sig_name(stop_signal_of(job)), job->o.demux ? "" : "; no rank failed");
+        summary_others(job, -1, job->stop_at);
         summary_restarts(job);
         return;
     }
@@ -866,43 +1010,16 @@ void job_summary(job_t *job)
     } else {
         fprintf(stderr, "bmlaunch: rank %d printed nothing\n", rp->rank);
     }
-    /* How the other ranks that were still running at the failure ended. */
-    int term = 0, killed = 0, ok = 0, failed = 0;
-    for (int r = 0; r < job->spawned; r++) {
-        const rank_proc_t *o = &job->ranks[r];
-        if (r == job->fail_rank || o->pid == 0 || o->end < job->fail_at)
-            continue;
-        if (WIFSIGNALED(o->status) && WTERMSIG(o->status) == SIGTERM)
-            term++;
-        else if (WIFSIGNALED(o->status) && WTERMSIG(o->status) == SIGKILL && job->killed)
-            killed++;
-        else if (WIFEXITED(o->status) && WEXITSTATUS(o->status) == 0)
-            ok++;
-        else
-            failed++;
-    }
-    int others = term + killed + ok + failed;
-    if (others > 0) {
-        char parts[4][96];
-        int np = 0;
-        if (term)
-            snprintf(parts[np++], sizeof(parts[0]), "%d ended on SIGTERM", term);
-        if (killed)
-            snprintf(parts[np++], sizeof(parts[0]), "%d killed with SIGKILL %s", killed,
-                     job->kill_reason);
-        if (ok)
-            snprintf(parts[np++], sizeof(parts[0]), "%d exited 0", ok);
-        if (failed)
-            snprintf(parts[np++], sizeof(parts[0]), "%d failed on their own", failed);
-        fprintf(stderr, "bmlaunch: of the %d other rank%s still running: ", others,
-                others == 1 ? "" : "s");
-        for (int i = 0; i < np; i++)
-            fprintf(stderr, "%s%s", i ? ", " : "", parts[i]);
-        fputc('\n', stderr);
-    }
-    if (job->user_signal)
+    /* The others that still ran when the failure came, or the stop before it. */
+    double since = job->stop_at > 0 && job->stop_at < job->fail_at ? job->stop_at : job->fail_at;
+    summary_others(job, job->fail_rank, since);
+    if (stop_signal_of(job) && job->stop_at > job->fail_at)
+        fprintf(stderr,
+                "bmlaunch: %s sent to bmlaunch after the failure went to the ranks still running\n",
+                sig_name(stop_signal_of(job)));
+    else if (stop_signal_of(job))
         fprintf(stderr, "bmlaunch: the job was ended by %s sent to bmlaunch\n",
-                sig_name(job->user_signal));
+                sig_name(stop_signal_of(job)));
     summary_restarts(job);
 }
 
@@ -913,6 +1030,9 @@ static int exit_status(const job_t *job)
      * as a local run would. Tasks that caught it and exited 0 leave srun's 0. */
     if (job->o.demux && job->fail != FAIL_NONE && job->fail_rank < 0 && job->user_signal)
         return 128 + job->user_signal;
+    /* Stopped, and no rank failed: the status of ending on that signal. */
+    if (job->fail == FAIL_NONE && job->end_signal)
+        return 128 + stop_signal_of(job);
     switch (job->fail) {
     case FAIL_EXIT: return job->fail_code;
     case FAIL_SIGNAL: return 128 + job->fail_code;
@@ -1020,8 +1140,8 @@ int job_rank_pid(job_t *job, int rank)
 
 bool job_restartable(job_t *job)
 {
-    if (job->fail == FAIL_NONE || job->fail_rank < 0 || job->user_signal ||
-        died_of_forwarded(job) || job->restarts >= job->o.max_restarts)
+    if (job->fail == FAIL_NONE || job->fail_rank < 0 || stop_signal_of(job) ||
+        job->restarts >= job->o.max_restarts)
         return false;
     /* The loop has ended: a stop that came during the drain or since is read
      * here, not by the next run (which would start every rank only to stop it). */
@@ -1098,7 +1218,9 @@ void job_reset(job_t *job, int restart)
     job->ending = job->killed = false;
     job->kill_at = job->fail_at = 0;
     job->interrupts = job->user_signal = 0;
-    job->forwarded = 0;
+    job->sent = 0;
+    job->end_signal = 0;
+    job->signal_at = job->stop_at = 0;
     job->connected = job->finalized = 0;
     job->restarts = restart;
 }

@@ -4,7 +4,9 @@
  * exits non-zero, dies by a signal or calls PMIx_Abort ends the job; the others
  * get SIGTERM, then SIGKILL after the grace period; bmlaunch exits with that
  * rank's status and prints a summary naming it. Signals sent to bmlaunch are
- * forwarded to every rank. Each rank runs in its own process group, so a rank's
+ * forwarded to every rank. A rank that dies of a signal bmlaunch sent it (one
+ * it forwarded, its own SIGTERM or SIGKILL) has not failed: the run was
+ * stopped, and bmlaunch exits 128 + the signal it received. Each rank runs in its own process group, so a rank's
  * children are signalled with it, and dies with bmlaunch (PR_SET_PDEATHSIG).
  *
  * Restarts (--max-restarts): after a run that a rank's failure ended, the
@@ -63,8 +65,9 @@ int job_spawn_driver(job_t *job, const char *path, char *const argv[], char *con
                      bmt_error_t *err);
 
 /* Supervise until every spawned rank has exited and its output is drained.
- * Returns bmlaunch's exit status for this run (see bmlaunch(1)); job_summary
- * tells why. */
+ * Returns bmlaunch's exit status for this run (see bmlaunch(1)): the first
+ * failing rank's, else 128 + N when signal N sent to bmlaunch stopped the run,
+ * else 0; job_summary tells why. */
 int job_run(job_t *job);
 
 /* After job_run: may the job be started again? True when a rank failed (exit

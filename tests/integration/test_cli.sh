@@ -34,6 +34,16 @@ leave 8 of 16 GPUs idle|--groups 1 --gpus-per-group 8 --gpus-per-node 8 --nodes 
 --backend nccl needs --device cuda|--backend nccl -- $PROGS/behave env
 --timeout needs a positive number of seconds, got '0'|--timeout 0 -- $PROGS/behave env
 --grace needs a non-negative number of seconds, got 'later'|--grace later -- $PROGS/behave env
+--grace needs a non-negative number of seconds, got '0x10' (plain decimal|--grace 0x10 -- $PROGS/behave env
+--timeout needs a positive number of seconds, got '0x10' (plain decimal|--timeout 0x10 -- $PROGS/behave env
+--grace needs a non-negative number of seconds, got '1e3'|--grace 1e3 -- $PROGS/behave env
+--timeout needs a positive number of seconds, got '+30'|--timeout +30 -- $PROGS/behave env
+--grace needs a non-negative number of seconds, got 'infinity'|--grace infinity -- $PROGS/behave env
+--metrics-linger needs a non-negative number of seconds, got '0x1p3'|--metrics-linger 0x1p3 -- $PROGS/behave env
+--metrics-per-rank is for the metrics collector, but --metrics-port 0 turns metrics off|--metrics-port 0 --metrics-per-rank -- $PROGS/behave env
+--metrics-linger is for the metrics collector, but --metrics-port 0 turns metrics off|--metrics-linger 30 --metrics-port 0 -- $PROGS/behave env
+--metrics-stale is for the metrics collector, but --metrics-port 0 turns metrics off|--metrics-port 0 --metrics-stale 20 -- $PROGS/behave env
+--metrics-bind is for the metrics collector, but --metrics-port 0 turns metrics off|--metrics-port 0 --metrics-bind 0.0.0.0 -- $PROGS/behave env
 --json goes with --plan|--json -- $PROGS/behave env
 --plan runs nothing|--plan -- $PROGS/behave env
 local mode runs every rank on this machine|--device cuda -g 2 -n 2 --gpus-per-node 2 -- $PROGS/behave env
@@ -60,6 +70,11 @@ no spaces, quotes|--sbatch --gpus-per-node 2 --job-name "x'y" -- $PROGS/behave e
 shm backend, which needs every rank on one node, but this layout spans 2 nodes|--sbatch -g 2 -n 2 --gpus-per-node 2 --device cpu -- $PROGS/behave env
 unknown field {{TIEM}}|--sbatch -g 2 --gpus-per-node 2 --template $TMP/bad.sbatch -- $PROGS/behave env
 CASES
+
+test_expect_success "seconds in plain decimal are taken (2.5, .5); --metrics-port 0 alone runs" '
+    $BMLAUNCH --grace 2.5 --timeout .5 --metrics-port 0 -n 1 -- $PROGS/behave env >out 2>err &&
+    grep -qx "0: BMT_TIMEOUT=0.5" out && ! grep -q "metrics on" err
+'
 
 test_expect_success "--help prints the usage and exits 0" '
     $BMLAUNCH --help >out && grep -q "^Usage: bmlaunch \[OPTIONS\] \[--\] PROGRAM" out &&

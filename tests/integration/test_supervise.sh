@@ -87,6 +87,86 @@ test_expect_success "SIGUSR1 is forwarded to every rank (the default action ends
     test $rc -eq 138 && grep -q "killed by signal 10 (SIGUSR1)" err && no_survivors pids
 '
 
+# A rank that dies of a signal bmlaunch sent it did not fail: after a stop the
+# status is 128 + the signal bmlaunch received, and the summary blames no rank
+# (bmlaunch once reported its own SIGKILL as "rank 1 was killed by signal 9",
+# exit 137, which reads as the OOM killer).
+test_expect_success "SIGTERM, ranks slower than --grace 0: exit 143, bmlaunch blames no rank for its own SIGKILL" '
+    $BMLAUNCH --grace 0 -n 3 -- $PROGS/behave catch 2 >out 2>err & pid=$!
+    for i in $(seq 100); do [ $(grep -c "waiting for a signal" out) -eq 3 ] && break; sleep 0.05; done &&
+    kill -TERM $pid && { wait $pid; rc=$?; } &&
+    test $rc -eq 143 &&
+    grep -qx "bmlaunch: the job was ended by SIGTERM sent to bmlaunch; no rank failed" err &&
+    grep -qx "bmlaunch: of the 3 ranks still running: 3 killed with SIGKILL after the 0.0 s grace" err &&
+    ! grep -q "job failed\|signal 9\|ending the job" err
+'
+
+test_expect_success "SIGTERM with a stopped rank, one that ignores it and one that exits 143 on it: exit 143, each counted as ended by bmlaunch" '
+    mkdir pids; export BEHAVE_PIDDIR=$PWD/pids
+    $BMLAUNCH --grace 1 -n 3 -- sh -c "case \$BMT_RANK in
+        0) exec $PROGS/behave --rank 99 sleep 1 ;;
+        1) echo \$\$ >\$BEHAVE_PIDDIR/pid.1; exec $PROGS/behave ignore-term ;;
+        2) trap \"exit 143\" TERM; echo \$\$ >\$BEHAVE_PIDDIR/pid.2; sleep 30 & wait ;;
+        esac" >out 2>err & pid=$!
+    for i in $(seq 100); do [ $(ls pids | wc -l) -eq 3 ] && break; sleep 0.05; done &&
+    sleep 0.2 && kill -STOP $(cat pids/pid.0) &&
+    kill -TERM $pid && { wait $pid; rc=$?; } &&
+    test $rc -eq 143 &&
+    grep -qx "bmlaunch: the job was ended by SIGTERM sent to bmlaunch; no rank failed" err &&
+    grep -qx "bmlaunch: of the 3 ranks still running: 1 ended on SIGTERM, 2 killed with SIGKILL after the 1.0 s grace" err &&
+    ! grep -q "job failed" err && no_survivors pids
+'
+
+test_expect_success "a second SIGINT: exit 130, and its SIGKILL is no rank failure" '
+    $BMLAUNCH -n 2 -- $PROGS/behave catch 1000 >out 2>err & pid=$!
+    for i in $(seq 100); do [ $(grep -c "waiting for a signal" out) -eq 2 ] && break; sleep 0.05; done &&
+    kill -INT $pid &&
+    for i in $(seq 100); do [ $(grep -c "got SIGINT" out) -eq 2 ] && break; sleep 0.05; done &&
+    kill -INT $pid && { wait $pid; rc=$?; } &&
+    test $rc -eq 130 &&
+    grep -qx "bmlaunch: the job was ended by SIGINT sent to bmlaunch; no rank failed" err &&
+    grep -qx "bmlaunch: of the 2 ranks still running: 2 killed with SIGKILL at the second SIGINT" err &&
+    ! grep -q "job failed" err
+'
+
+# Every forwarded signal is named in the summary (only SIGTERM once was; the
+# others read "failed on their own").
+for sig in INT:2 HUP:1 USR1:10 USR2:12; do
+    test_expect_success "SIG${sig%:*} to bmlaunch, ranks die of it: exit $((128 + ${sig#*:})), the summary says they ended on SIG${sig%:*}" "
+        mkdir pids; export BEHAVE_PIDDIR=\$PWD/pids
+        \$BMLAUNCH -n 3 -- \$PROGS/behave --rank 99 sleep 1 >out 2>err & pid=\$!
+        for i in \$(seq 100); do [ \$(ls pids | wc -l) -eq 3 ] && break; sleep 0.05; done &&
+        kill -${sig%:*} \$pid && { wait \$pid; rc=\$?; } &&
+        test \$rc -eq $((128 + ${sig#*:})) &&
+        grep -qx 'bmlaunch: the job was ended by SIG${sig%:*} sent to bmlaunch; no rank failed' err &&
+        grep -qx 'bmlaunch: of the 3 ranks still running: 3 ended on SIG${sig%:*}' err &&
+        ! grep -q 'failed on their own\|job failed' err && no_survivors pids
+    "
+done
+
+test_expect_success "a rank whose cleanup fails after SIGTERM (exit 4) is the failure: exit 4, the others ended on SIGTERM" '
+    mkdir pids; export BEHAVE_PIDDIR=$PWD/pids
+    $BMLAUNCH -n 3 -- sh -c "if [ \$BMT_RANK = 1 ]; then
+        trap \"echo cleanup failed; exit 4\" TERM; echo \$\$ >\$BEHAVE_PIDDIR/pid.1; sleep 30 & wait
+        else exec $PROGS/behave --rank 99 sleep 1; fi" >out 2>err & pid=$!
+    for i in $(seq 100); do [ $(ls pids | wc -l) -eq 3 ] && break; sleep 0.05; done &&
+    kill -TERM $pid && { wait $pid; rc=$?; } &&
+    test $rc -eq 4 &&
+    grep -q "^bmlaunch: job failed: rank 1 (pid [0-9]* on .*) exited with code 4\$" err &&
+    grep -qx "    1: cleanup failed" err &&
+    grep -qx "bmlaunch: of the 2 other ranks still running: 2 ended on SIGTERM" err &&
+    grep -qx "bmlaunch: the job was ended by SIGTERM sent to bmlaunch" err &&
+    no_survivors pids
+'
+
+test_expect_success "ranks that catch SIGTERM and exit 0: exit 0, and the summary says so" '
+    $BMLAUNCH -n 2 -- $PROGS/behave catch 0.1 >out 2>err & pid=$!
+    for i in $(seq 100); do [ $(grep -c "waiting for a signal" out) -eq 2 ] && break; sleep 0.05; done &&
+    kill -TERM $pid && { wait $pid; rc=$?; } &&
+    test $rc -eq 0 && test $(grep -c ": handled$" out) -eq 2 &&
+    grep -qx "bmlaunch: the job was ended by SIGTERM sent to bmlaunch; every rank exited 0" err
+'
+
 test_expect_success "a rank that ignores SIGTERM gets SIGKILL after --grace" '
     mkdir pids && export BEHAVE_PIDDIR=$PWD/pids &&
     start=$(date +%s.%N) &&
