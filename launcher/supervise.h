@@ -6,8 +6,8 @@
  * rank's status and prints a summary naming it. Signals sent to bmlaunch are
  * forwarded to every rank. A rank that dies of a signal bmlaunch sent it (one
  * it forwarded, its own SIGTERM or SIGKILL) has not failed: the run was
- * stopped, and bmlaunch exits 128 + the signal it received. Each rank runs in its own process group, so a rank's
- * children are signalled with it, and dies with bmlaunch (PR_SET_PDEATHSIG).
+ * stopped, and bmlaunch exits 128 + the signal it received. Each rank runs in its own process
+ * group, so a rank's children are signalled with it, and dies with bmlaunch (PR_SET_PDEATHSIG).
  *
  * Restarts (--max-restarts): after a run that a rank's failure ended, the
  * caller may job_reset the job and spawn every rank again; the signal handling,
