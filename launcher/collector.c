@@ -57,27 +57,43 @@
 #define EVENTS 50
 #define MAX_ITEMS 4096
 #define JOB_LABEL "job_id" /* not "job": Prometheus's own target label */
-#define MAX_VALUE 1e30     /* above this a pushed figure is impossible (and sums overflow) */
 #define SCRAPES 8          /* recent /metrics requests kept for the linger */
 
 extern const char collector_page[], collector_page_end[]; /* web_page.S */
 
 struct rank_state {
     bool seen, exited;
-    double last_push; /* monotonic */
-    double run_push;  /* monotonic, last push of this run; 0: none yet */
+    bool run_seen;    /* pushed a step in this run */
+    bool run_failed;  /* named among this run's failed ranks */
+    double last_push; /* monotonic, any push */
+    double run_push;  /* monotonic, last push of a step in this run; 0: none yet */
     int64_t top_step; /* highest step added to the history */
-    uint64_t dropped;
+    /* The counters never go down for the life of bmlaunch: the totals of the
+     * previous runs (base) plus the highest of this run's (a process counts
+     * from 0 again after a restart, and pushes may come out of order). */
+    double tok_base, smp_base;
+    uint64_t skip_base, drop_base;
+    int64_t tok_run, smp_run, skip_run;
+    uint64_t drop_run;    /* the highest "dropped" this run's process said */
+    uint64_t refused_run; /* items of this run's pushes the collector refused (400) */
     char host[64];
-    bmt_step_metrics_t m;
+    bmt_step_metrics_t m; /* the highest step of its latest run */
 };
+
+/* Items the rank's push plugin lost so far, as far as the collector knows:
+ * what it said, or what was refused here, whichever is more (the plugin counts
+ * refused items as dropped in its next push, if there is one). */
+static uint64_t rank_dropped_run(const struct rank_state *s)
+{
+    return s->drop_run > s->refused_run ? s->drop_run : s->refused_run;
+}
 
 /* Rates of a set of ranks' steps: sums of throughput, the slowest step and
  * longest wait, and loss and MFU summed for a mean over the ranks that gave one
  * (rates_mean turns them into means, NaN when none did). */
 struct rates {
     double tps, sps, fps, mfu, loss, step_s, comm_s;
-    int mfu_n, loss_n;
+    int fps_n, mfu_n, loss_n, comm_n;
 };
 
 static void rates_add(struct rates *x, const bmt_step_metrics_t *m)
@@ -85,19 +101,26 @@ static void rates_add(struct rates *x, const bmt_step_metrics_t *m)
     x->tps += m->tokens_per_s;
     x->sps += m->samples_per_s;
     if (isfinite(m->flops_per_s))
-        x->fps += m->flops_per_s;
+        x->fps += m->flops_per_s, x->fps_n++;
     if (isfinite(m->mfu))
         x->mfu += m->mfu, x->mfu_n++;
     if (isfinite(m->loss))
         x->loss += m->loss, x->loss_n++;
     x->step_s = m->step_time_s > x->step_s ? m->step_time_s : x->step_s;
-    x->comm_s = m->comm_wait_s > x->comm_s ? m->comm_wait_s : x->comm_s;
+    if (isfinite(m->comm_wait_s)) {
+        x->comm_s = m->comm_wait_s > x->comm_s ? m->comm_wait_s : x->comm_s;
+        x->comm_n++;
+    }
 }
 
+/* Figures no rank measured (FLOP/s, MFU, loss, communication wait: a Python
+ * job has none of them unless it says) are NaN, never a 0 that looks real. */
 static void rates_mean(struct rates *x)
 {
+    x->fps = x->fps_n ? x->fps : NAN;
     x->mfu = x->mfu_n ? x->mfu / x->mfu_n : NAN;
     x->loss = x->loss_n ? x->loss / x->loss_n : NAN;
+    x->comm_s = x->comm_n ? x->comm_s : NAN;
 }
 
 struct acc { /* one step being assembled from the ranks' reports */
@@ -141,18 +164,15 @@ struct vpoint { /* the job's val_loss at one step: a mean over the ranks that ga
 
 struct failure { /* a rank that exited with a non-zero code or by a signal */
     int rank, wait_status;
+    bool aborted; /* called PMIx_Abort (bmt_abort): abort_status is its status */
+    int abort_status;
 };
 
-enum {
-    C200,
-    C400,
-    C401,
-    C404,
-    C405,
-    C413,
-    NCODES
-};
-static const int codes[NCODES] = { 200, 400, 401, 404, 405, 413 };
+/* The HTTP statuses of answers to pushes: these six from the start (so their
+ * series exist at 0), others (libmicrohttpd's own 400 for a malformed request,
+ * 411, 431, 500, 505, ...) added when first answered, up to NCODES in all. */
+#define NCODES 16
+static const int codes0[] = { 200, 400, 401, 404, 405, 413 };
 
 struct collector {
     pthread_mutex_t mu;
@@ -172,7 +192,9 @@ struct collector {
     struct vpoint vhist[HISTORY];
     int nvhist;
     uint64_t ev_count[EV_KINDS];
+    int codes[NCODES], ncodes;
     uint64_t pushes[NCODES];
+    uint64_t failures_total; /* failed ranks of every run (a counter) */
     int alive;
     bool ended;
     int exit_status;
@@ -210,6 +232,55 @@ static void event_add(collector_t *c, int rank, const metrics_event_t *e)
         c->nev++;
 }
 
+/* Count an answer to a push by its HTTP status (lock held). */
+static void count_code(collector_t *c, int code)
+{
+    for (int i = 0; i < c->ncodes; i++)
+        if (c->codes[i] == code) {
+            c->pushes[i]++;
+            return;
+        }
+    if (c->ncodes < NCODES) {
+        c->codes[c->ncodes] = code;
+        c->pushes[c->ncodes++] = 1;
+    }
+}
+
+static const char *failure_host(const collector_t *c, int rank);
+
+/* Rank r failed (lock held): named among the first COLLECTOR_FAILED_SHOWN of
+ * the run with a rank_failed event (detail: what happened), counted in the
+ * run's failed ranks and in the counter of every run's. Once per rank and run. */
+static void rank_failed(collector_t *c, int rank, const struct failure *f, const char *detail)
+{
+    if (c->r[rank].run_failed)
+        return;
+    c->r[rank].run_failed = true;
+    if (c->nfailed < COLLECTOR_FAILED_SHOWN) {
+        c->failed[c->nfailed] = *f;
+        metrics_event_t e = { .kind = EV_RANK_FAILED, .time = metrics_unix_s() };
+        e.step = c->r[rank].seen ? c->r[rank].m.step : 0;
+        e.status = f->aborted ? f->abort_status : 0;
+        snprintf(e.name, sizeof(e.name), "rank_failed");
+        metrics_utf8_copy(e.detail, sizeof(e.detail), detail);
+        event_add(c, rank, &e);
+    }
+    c->nfailed++;
+    c->failures_total++;
+}
+
+/* Rank r called PMIx_Abort (bmt_abort) with status and msg (lock held): it is
+ * the cause, so it is named before the ranks bmlaunch then ends with SIGTERM,
+ * with its status rather than that signal. */
+static void rank_aborted(collector_t *c, int rank, int status, const char *msg)
+{
+    char detail[sizeof(((metrics_event_t *)0)->detail)];
+    snprintf(detail, sizeof(detail), "rank %d (on %s) called PMIx_Abort with status %d: %s", rank,
+             failure_host(c, rank), status, msg && *msg ? msg : "(no message)");
+    struct failure f = { .rank = rank, .aborted = true, .abort_status = status };
+    rank_failed(c, rank, &f, detail);
+}
+
 collector_t *collector_create(const collector_opts_t *o, bmt_error_t *err)
 {
     collector_t *c = calloc(1, sizeof(*c));
@@ -235,6 +306,8 @@ collector_t *collector_create(const collector_opts_t *o, bmt_error_t *err)
         c->kinds[k] = bmt_mem_kind_name((bmt_mem_kind_t)k);
     for (int i = 0; i < SLOTS; i++)
         c->acc[i].step = -1;
+    for (size_t i = 0; i < sizeof(codes0) / sizeof(codes0[0]); i++)
+        c->codes[c->ncodes++] = codes0[i];
     if (o->tls_cert_pem && o->tls_key_pem &&
         ((c->tls_cert = strdup(o->tls_cert_pem)) == NULL ||
          (c->tls_key = strdup(o->tls_key_pem)) == NULL)) {
@@ -357,8 +430,10 @@ static int bad(char *why, size_t wlen, const char *fmt, ...)
 
 /* Whether step o (parsed into *m) holds possible values. JSON has no NaN or
  * infinity: null is read as NaN, which only the figures that may be unknown
- * (loss, FLOPs, MFU, gradient norm, learning rate) may be; a figure that is
- * always known and missing counts as 0. Returns 0, or -1 with what. */
+ * (loss, FLOPs, MFU, communication wait, gradient norm, learning rate) may be;
+ * a figure that is always known and missing counts as 0. Any finite double is
+ * possible (a diverging run's loss of 1e31 is a figure to show, not a reason
+ * to refuse the push). Returns 0, or -1 with what. */
 static int step_check(const json_t *o, bmt_step_metrics_t *m, char *what, size_t len)
 {
 #define F(f, nullable, nonneg)                                                                     \
@@ -374,7 +449,7 @@ static int step_check(const json_t *o, bmt_step_metrics_t *m, char *what, size_t
         F(loss, true, false),          F(tokens_per_s, false, true),
         F(samples_per_s, false, true), F(flops, true, true),
         F(flops_per_s, true, true),    F(mfu, true, true),
-        F(comm_wait_s, false, true),   F(plugin_s, false, true),
+        F(comm_wait_s, true, true),    F(plugin_s, false, true),
         F(grad_norm, true, true),      F(lr, true, true),
     };
 #undef F
@@ -384,15 +459,12 @@ static int step_check(const json_t *o, bmt_step_metrics_t *m, char *what, size_t
             if (json_object_get(o, reals[i].name) != NULL)
                 return snprintf(what, len,
                                 "field \"%s\" must be a finite number: null (NaN or infinity) is "
-                                "allowed only for loss, flops, flops_per_s, mfu, grad_norm and lr",
+                                "allowed only for loss, flops, flops_per_s, mfu, comm_wait_s, "
+                                "grad_norm and lr",
                                 reals[i].name),
                        -1;
             *v = 0; /* not given */
         }
-        if (fabs(*v) > MAX_VALUE)
-            return snprintf(what, len, "field \"%s\" is %g: more than any job makes (at most %g)",
-                            reals[i].name, *v, MAX_VALUE),
-                   -1;
         if (reals[i].nonneg && *v < 0)
             return snprintf(what, len, "field \"%s\" must not be negative (%g)", reals[i].name, *v),
                    -1;
@@ -436,10 +508,6 @@ static int scalar_check(const metrics_scalar_t *x, char *what, size_t len)
                         "name \"%s\" must be a lower-case letter then lower-case letters, digits "
                         "and '_', at most %d bytes",
                         x->name, BMT_SCALAR_NAME_MAX),
-               -1;
-    if (fabs(x->value) > MAX_VALUE && isfinite(x->value))
-        return snprintf(what, len, "\"%s\" is %g: more than any job makes (at most %g)", x->name,
-                        x->value, MAX_VALUE),
                -1;
     if (x->step < 0)
         return snprintf(what, len, "field \"step\" must not be negative (%lld)",
@@ -648,13 +716,19 @@ static int ingest_json(collector_t *c, const json_t *doc, char *why, size_t wlen
     rs->last_push = now;
     if (ns > 0)
         rs->run_push = now;
-    if (dropped)
-        rs->dropped = (uint64_t)json_integer_value(dropped);
+    if (dropped && (uint64_t)json_integer_value(dropped) > rs->drop_run)
+        rs->drop_run = (uint64_t)json_integer_value(dropped);
     if (host)
-        snprintf(rs->host, sizeof(rs->host), "%s", json_string_value(host));
+        metrics_utf8_copy(rs->host, sizeof(rs->host), json_string_value(host));
     for (size_t i = 0; i < ns; i++) {
-        rs->m = ms[i];
-        rs->seen = true;
+        /* A push held back may bring an older step after a newer one: the
+         * rank's figures stay its newest step's, and its totals never fall. */
+        if (!rs->run_seen || ms[i].step >= rs->m.step)
+            rs->m = ms[i];
+        rs->seen = rs->run_seen = true;
+        rs->tok_run = ms[i].tokens_total > rs->tok_run ? ms[i].tokens_total : rs->tok_run;
+        rs->smp_run = ms[i].samples_total > rs->smp_run ? ms[i].samples_total : rs->smp_run;
+        rs->skip_run = ms[i].skipped_total > rs->skip_run ? ms[i].skipped_total : rs->skip_run;
         if (!rs->top_step || ms[i].step > rs->top_step) {
             history_add(c, &ms[i]);
             rs->top_step = ms[i].step;
@@ -662,10 +736,14 @@ static int ingest_json(collector_t *c, const json_t *doc, char *why, size_t wlen
     }
     for (size_t i = 0; i < ne; i++) {
         event_add(c, r, &es[i]);
+        /* bmt_abort says so before it calls PMIx_Abort: the rank that aborted
+         * is the job's culprit, whatever signal bmlaunch ends it with. */
+        if (es[i].kind == BMT_EVENT_ABORT)
+            rank_aborted(c, r, es[i].status, es[i].detail);
     }
     for (size_t i = 0; i < nx; i++)
         scalar_add(c, r, &xs[i]);
-    c->pushes[C200]++;
+    count_code(c, 200);
     pthread_mutex_unlock(&c->mu);
     free(ms);
     free(es);
@@ -676,9 +754,26 @@ static int ingest_json(collector_t *c, const json_t *doc, char *why, size_t wlen
 void collector_count(collector_t *c, int code)
 {
     pthread_mutex_lock(&c->mu);
-    for (int i = 0; i < NCODES; i++)
-        if (codes[i] == code)
-            c->pushes[i]++;
+    count_code(c, code);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* A refused push of a known rank: its items are lost (the plugin drops them),
+ * so they count in bmt_push_dropped_total now, not only when (if ever) the
+ * rank's next push says so. */
+static void count_refused(collector_t *c, const json_t *doc)
+{
+    const json_t *job = json_object_get(doc, "job"), *rank = json_object_get(doc, "rank");
+    if (!json_is_string(job) || strcmp(json_string_value(job), c->job_id) != 0 ||
+        !json_is_integer(rank) || json_integer_value(rank) < 0 ||
+        json_integer_value(rank) >= c->l.world)
+        return;
+    size_t n = 0;
+    static const char *const arrays[] = { "steps", "events", "scalars" };
+    for (int i = 0; i < 3; i++)
+        n += json_array_size(json_object_get(doc, arrays[i])); /* 0 when not an array */
+    pthread_mutex_lock(&c->mu);
+    c->r[json_integer_value(rank)].refused_run += n;
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -700,6 +795,8 @@ int collector_ingest(collector_t *c, const char *authorization, const char *body
             bad(why, wlen, "malformed JSON at line %d column %d: %s", je.line, je.column, je.text);
     else
         code = ingest_json(c, doc, why, wlen);
+    if (code == 400 && doc)
+        count_refused(c, doc);
     json_decref(doc);
     if (code != 200)
         collector_count(c, code);
@@ -708,7 +805,7 @@ int collector_ingest(collector_t *c, const char *authorization, const char *body
 
 static const char *failure_host(const collector_t *c, int rank);
 
-void collector_rank_exited(collector_t *c, int rank, int wait_status)
+void collector_rank_exited(collector_t *c, int rank, int wait_status, int ended_by)
 {
     if (c == NULL || rank < 0 || rank >= c->l.world)
         return;
@@ -716,27 +813,31 @@ void collector_rank_exited(collector_t *c, int rank, int wait_status)
     if (!c->r[rank].exited) {
         c->r[rank].exited = true;
         c->alive--;
-        if (!WIFEXITED(wait_status) || WEXITSTATUS(wait_status) != 0) {
-            if (c->nfailed < COLLECTOR_FAILED_SHOWN) {
-                c->failed[c->nfailed] = (struct failure){ rank, wait_status };
-                metrics_event_t e = { .kind = EV_RANK_FAILED, .time = metrics_unix_s() };
-                e.step = c->r[rank].seen ? c->r[rank].m.step : 0;
-                snprintf(e.name, sizeof(e.name), "rank_failed");
-                if (WIFEXITED(wait_status))
-                    snprintf(e.detail, sizeof(e.detail), "rank %d (on %s) exited with code %d",
-                             rank, failure_host(c, rank), WEXITSTATUS(wait_status));
-                else
-                    snprintf(e.detail, sizeof(e.detail),
-                             "rank %d (on %s) was killed by signal %d (SIG%s)", rank,
-                             failure_host(c, rank), WTERMSIG(wait_status),
-                             sigabbrev_np(WTERMSIG(wait_status))
-                                 ? sigabbrev_np(WTERMSIG(wait_status))
-                                 : "?");
-                event_add(c, rank, &e);
-            }
-            c->nfailed++;
+        /* A rank bmlaunch ended (its SIGTERM after another's failure, its
+         * SIGKILL after the grace, a signal it forwarded) did not fail. */
+        if (ended_by == 0 && (!WIFEXITED(wait_status) || WEXITSTATUS(wait_status) != 0)) {
+            char detail[sizeof(((metrics_event_t *)0)->detail)];
+            if (WIFEXITED(wait_status))
+                snprintf(detail, sizeof(detail), "rank %d (on %s) exited with code %d", rank,
+                         failure_host(c, rank), WEXITSTATUS(wait_status));
+            else
+                snprintf(detail, sizeof(detail), "rank %d (on %s) was killed by signal %d (SIG%s)",
+                         rank, failure_host(c, rank), WTERMSIG(wait_status),
+                         sigabbrev_np(WTERMSIG(wait_status)) ? sigabbrev_np(WTERMSIG(wait_status))
+                                                             : "?");
+            struct failure f = { .rank = rank, .wait_status = wait_status };
+            rank_failed(c, rank, &f, detail); /* not again for a rank that aborted */
         }
     }
+    pthread_mutex_unlock(&c->mu);
+}
+
+void collector_rank_aborted(collector_t *c, int rank, int status, const char *msg)
+{
+    if (c == NULL || rank < 0 || rank >= c->l.world)
+        return;
+    pthread_mutex_lock(&c->mu);
+    rank_aborted(c, rank, status, msg);
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -761,12 +862,23 @@ void collector_job_restarted(collector_t *c, int restart, const char *detail)
         c->r[r].exited = false;
         e.step = c->r[r].top_step > e.step ? c->r[r].top_step : e.step;
     }
-    /* The next run starts its steps anew (from 1, or from a checkpoint). */
-    for (int r = 0; r < c->l.world; r++)
-        c->r[r].top_step = 0, c->r[r].run_push = 0;
+    /* The next run starts its steps anew (from 1, or from a checkpoint), and
+     * its processes their totals from 0: the counters keep this run's as a
+     * base. */
+    for (int r = 0; r < c->l.world; r++) {
+        struct rank_state *s = &c->r[r];
+        s->tok_base += (double)s->tok_run;
+        s->smp_base += (double)s->smp_run;
+        s->skip_base += (uint64_t)s->skip_run;
+        s->drop_base += rank_dropped_run(s);
+        s->tok_run = s->smp_run = s->skip_run = 0;
+        s->drop_run = s->refused_run = 0;
+        s->top_step = 0, s->run_push = 0;
+        s->run_seen = s->run_failed = false;
+    }
     memset(c->acc, 0, sizeof(c->acc));
     c->lead_set = false; /* it may resume from a checkpoint of any step */
-    c->nfailed = 0;      /* the restart event says what failed */
+    c->nfailed = 0;      /* this run's; bmt_ranks_failed_total keeps every run's */
     c->rewound = true;
     c->alive = c->l.world;
     snprintf(e.name, sizeof(e.name), "restart");
@@ -782,12 +894,23 @@ void collector_job_restarted(collector_t *c, int restart, const char *detail)
 typedef struct agg {
     int seen, reporting;
     int64_t step_min, step_max, skipped, params;
-    struct rates r; /* over the reporting ranks */
+    struct rates r; /* over the reporting ranks (the loss: see aggregate) */
     double grad_norm, lr;
     double tokens, samples; /* totals (counters) */
     uint64_t dropped;
+    int mem_n; /* ranks whose last step measured memory (0: absent / NaN) */
     uint64_t mem[BMT_MEM_KIND_COUNT], mem_peak[BMT_MEM_KIND_COUNT], mem_total;
 } agg_t;
+
+/* Whether rank s counts as reporting: running, and it pushed a step of this
+ * run within the stale window. The one definition for the rates and for
+ * stale_ranks (a running rank that has pushed a step and is not reporting is
+ * stale; scalars and events alone do not keep a rank reporting). */
+static bool rank_reporting(const collector_t *c, const struct rank_state *s, double stale,
+                           double now)
+{
+    return !s->exited && !c->ended && s->run_push > 0 && now - s->run_push <= stale;
+}
 
 double collector_stale_default(double slowest_step_s)
 {
@@ -820,7 +943,7 @@ static int stale_ranks(const collector_t *c, double stale, double now, int *out,
         if (s->exited)
             continue;
         double since = now - (s->run_push > 0 ? s->run_push : c->first_t);
-        if (since <= stale)
+        if (rank_reporting(c, s, stale, now) || since <= stale)
             continue;
         if (n < max)
             out[n] = r, age[n] = since;
@@ -836,25 +959,36 @@ static void proc_state(const collector_t *c, int r, char *buf, size_t len)
         snprintf(buf, len, "unknown");
 }
 
+/* The figures of ranks [first, first + n). Counters: every run's totals.
+ * Rates and times: over the reporting ranks (every rank's last figures once
+ * the job is over). The loss: the mean of the reporting ranks' finite losses;
+ * when none is reporting (a hung job: all stale), of every rank's last loss,
+ * so the loss never turns NaN because ranks stopped pushing, only because
+ * they pushed a NaN. The step: the lowest of this run's steps, a rank that has
+ * not reported one counting as 0. */
 static void aggregate(const collector_t *c, int first, int n, double stale, double now, agg_t *a)
 {
     memset(a, 0, sizeof(*a));
     a->grad_norm = a->lr = NAN;
     int64_t lead = -1;
     bool over = c->ended || c->alive == 0;
+    struct rates all = { 0 }; /* every rank's last figures: the loss's fallback */
     for (int r = first; r < first + n; r++) {
         const struct rank_state *s = &c->r[r];
+        int64_t step = s->run_seen ? s->m.step : 0;
+        if (r == first || step < a->step_min)
+            a->step_min = step;
+        a->tokens += s->tok_base + (double)s->tok_run;
+        a->samples += s->smp_base + (double)s->smp_run;
+        a->dropped += s->drop_base + rank_dropped_run(s);
+        int64_t skipped = (int64_t)s->skip_base + s->skip_run;
+        a->skipped = skipped > a->skipped ? skipped : a->skipped;
         if (!s->seen)
             continue;
         const bmt_step_metrics_t *m = &s->m;
         a->seen++;
-        a->tokens += (double)m->tokens_total;
-        a->samples += (double)m->samples_total;
-        a->dropped += s->dropped;
-        a->skipped = m->skipped_total > a->skipped ? m->skipped_total : a->skipped;
+        rates_add(&all, m);
         a->params = m->params > a->params ? m->params : a->params;
-        if (a->seen == 1 || m->step < a->step_min)
-            a->step_min = m->step;
         if (m->step > a->step_max)
             a->step_max = m->step;
         if (m->step > lead) {
@@ -863,13 +997,14 @@ static void aggregate(const collector_t *c, int first, int n, double stale, doub
             a->lr = m->lr;
         }
         uint64_t total = 0;
+        a->mem_n += m->mem_kinds > 0;
         for (int k = 0; k < BMT_MEM_KIND_COUNT && k < m->mem_kinds; k++) {
             a->mem[k] = m->mem_current[k] > a->mem[k] ? m->mem_current[k] : a->mem[k];
             a->mem_peak[k] = m->mem_peak[k] > a->mem_peak[k] ? m->mem_peak[k] : a->mem_peak[k];
             total += m->mem_current[k];
         }
         a->mem_total = total > a->mem_total ? total : a->mem_total;
-        if (now - s->last_push > stale || s->exited || c->ended) {
+        if (!rank_reporting(c, s, stale, now)) {
             /* Rates count only while a rank reports; once the job's ranks have
              * all exited, every rank's last figures (the job's final ones). */
             if (over)
@@ -878,6 +1013,10 @@ static void aggregate(const collector_t *c, int first, int n, double stale, doub
         }
         a->reporting++;
         rates_add(&a->r, m);
+    }
+    if (a->reporting == 0 && !over) { /* nobody reports: the last losses stand */
+        a->r.loss = all.loss;
+        a->r.loss_n = all.loss_n;
     }
     rates_mean(&a->r);
 }
@@ -920,6 +1059,19 @@ static void put_agg_family(prom_buf_t *b, const char *scope, const fam_t *f, con
 static const char *failure_host(const collector_t *c, int rank)
 {
     return c->r[rank].host[0] ? c->r[rank].host : c->host;
+}
+
+/* What bmt_rank_exit_code / exit_signal and failed_ranks say of failure f:
+ * whether it is an exit code, and the code or signal. */
+static bool failure_code(const struct failure *f, int *v)
+{
+    int st = f->wait_status;
+    if (f->aborted)
+        return *v = f->abort_status, true;
+    if (WIFEXITED(st))
+        return *v = WEXITSTATUS(st), true;
+    *v = WIFSIGNALED(st) ? WTERMSIG(st) : -1;
+    return false;
 }
 
 /* bmt_val_loss and bmt_scalar{name}, with the steps they were measured at
@@ -1016,15 +1168,19 @@ static char *metrics_text(collector_t *c, size_t *len, bool scrape)
         prom_sample(&b, "bmt_job_exit_code", jl, c->exit_status);
     }
     prom_family(&b, "bmt_ranks_failed", "gauge",
-                "ranks of this run that exited with a non-zero code or by a signal");
+                "ranks of this run that called PMIx_Abort, exited with a non-zero code or by a "
+                "signal (a restart starts a new run: see bmt_ranks_failed_total)");
     prom_sample(&b, "bmt_ranks_failed", jl, c->nfailed);
+    prom_family(&b, "bmt_ranks_failed_total", "counter",
+                "ranks that failed, over every run of the job (restarts included)");
+    prom_sample(&b, "bmt_ranks_failed_total", jl, (double)c->failures_total);
     int shown = c->nfailed < COLLECTOR_FAILED_SHOWN ? c->nfailed : COLLECTOR_FAILED_SHOWN;
     for (int pass = 0; pass < 2; pass++) {
         const char *name = pass ? "bmt_rank_exit_signal" : "bmt_rank_exit_code";
         bool any = false;
         for (int i = 0; i < shown; i++) {
-            int st = c->failed[i].wait_status;
-            if (WIFEXITED(st) == (pass == 1))
+            int v;
+            if (failure_code(&c->failed[i], &v) == (pass == 1))
                 continue;
             if (!any)
                 prom_family(&b, name, "gauge",
@@ -1036,7 +1192,7 @@ static char *metrics_text(collector_t *c, size_t *len, bool scrape)
             const char *fl[] = { JOB_LABEL, c->job_id, "rank",
                                  rs,        "host",    failure_host(c, c->failed[i].rank),
                                  NULL };
-            prom_sample(&b, name, fl, pass ? WIFSIGNALED(st) ? WTERMSIG(st) : -1 : WEXITSTATUS(st));
+            prom_sample(&b, name, fl, v);
         }
     }
     {
@@ -1067,9 +1223,11 @@ static char *metrics_text(collector_t *c, size_t *len, bool scrape)
     prom_sample(&b, "bmt_ranks", jl, c->l.world);
     prom_family(&b, "bmt_ranks_alive", "gauge", "rank processes still running");
     prom_sample(&b, "bmt_ranks_alive", jl, c->alive);
-    prom_family(&b, "bmt_ranks_reporting", "gauge", "ranks that pushed metrics recently");
+    prom_family(&b, "bmt_ranks_reporting", "gauge",
+                "running ranks that pushed a step within the stale window");
     prom_sample(&b, "bmt_ranks_reporting", jl, job.reporting);
-    prom_family(&b, "bmt_step", "gauge", "last step every rank has reported (optimizer steps)");
+    prom_family(&b, "bmt_step", "gauge",
+                "last step every rank has reported in this run (0 until every rank reported one)");
     prom_sample(&b, "bmt_step", jl, (double)job.step_min);
     prom_family(&b, "bmt_tokens_total", "counter", "tokens processed by all ranks");
     prom_sample(&b, "bmt_tokens_total", jl, job.tokens);
@@ -1097,17 +1255,17 @@ static char *metrics_text(collector_t *c, size_t *len, bool scrape)
                 "sum over the steps of the longest communication wait of any rank");
     prom_sample(&b, "bmt_comm_wait_seconds_total", jl, c->comm_seconds_total);
     put_scalars(&b, c, jl);
-    prom_family(&b, "bmt_memory_bytes", "gauge",
-                "device memory now by kind, most of any rank (bytes)");
-    for (int k = 0; k < BMT_MEM_KIND_COUNT; k++) {
-        const char *ml[] = { JOB_LABEL, c->job_id, "kind", c->kinds[k], NULL };
-        prom_sample(&b, "bmt_memory_bytes", ml, (double)job.mem[k]);
-    }
-    prom_family(&b, "bmt_memory_peak_bytes", "gauge",
-                "device memory peak during the last step by kind, most of any rank (bytes)");
-    for (int k = 0; k < BMT_MEM_KIND_COUNT; k++) {
-        const char *ml[] = { JOB_LABEL, c->job_id, "kind", c->kinds[k], NULL };
-        prom_sample(&b, "bmt_memory_peak_bytes", ml, (double)job.mem_peak[k]);
+    /* Absent while no rank measures memory (a Python job): not a 0. */
+    for (int pass = 0; pass < 2 && job.mem_n > 0; pass++) {
+        const char *name = pass ? "bmt_memory_peak_bytes" : "bmt_memory_bytes";
+        prom_family(&b, name, "gauge",
+                    pass ? "device memory peak during the last step by kind, most of any rank "
+                           "(bytes)"
+                         : "device memory now by kind, most of any rank (bytes)");
+        for (int k = 0; k < BMT_MEM_KIND_COUNT; k++) {
+            const char *ml[] = { JOB_LABEL, c->job_id, "kind", c->kinds[k], NULL };
+            prom_sample(&b, name, ml, (double)(pass ? job.mem_peak[k] : job.mem[k]));
+        }
     }
     prom_family(&b, "bmt_events_total", "counter",
                 "events: the ranks' (checkpoint_saved, restart, abort, note) and bmlaunch's "
@@ -1116,18 +1274,20 @@ static char *metrics_text(collector_t *c, size_t *len, bool scrape)
         const char *el[] = { JOB_LABEL, c->job_id, "kind", ev_names[k], NULL };
         prom_sample(&b, "bmt_events_total", el, (double)c->ev_count[k]);
     }
-    prom_family(&b, "bmt_push_dropped_total", "counter",
-                "metrics items the ranks' push plugins dropped (collector unreachable or slow)");
-    prom_sample(&b, "bmt_push_dropped_total", jl, (double)job.dropped);
     prom_family(&b, "bmt_collector_pushes_total", "counter",
                 "pushes received by the collector, by HTTP status");
-    for (int i = 0; i < NCODES; i++) {
+    for (int i = 0; i < c->ncodes; i++) {
         char code[8];
-        snprintf(code, sizeof(code), "%d", codes[i]);
+        snprintf(code, sizeof(code), "%d", c->codes[i]);
         const char *pl[] = { JOB_LABEL, c->job_id, "code", code, NULL };
         prom_sample(&b, "bmt_collector_pushes_total", pl, (double)c->pushes[i]);
     }
 
+    /* After the answers: a refused push's items count here too. */
+    prom_family(&b, "bmt_push_dropped_total", "counter",
+                "metrics items the ranks' push plugins dropped (collector unreachable or slow), "
+                "and the items of pushes the collector refused");
+    prom_sample(&b, "bmt_push_dropped_total", jl, (double)job.dropped);
     /* per group */
     for (size_t i = 0; i < sizeof(job_fams) / sizeof(job_fams[0]); i++)
         put_agg_family(&b, "group_", &job_fams[i], groups, G, gl);
@@ -1138,10 +1298,13 @@ static char *metrics_text(collector_t *c, size_t *len, bool scrape)
                 "ranks of the group that pushed recently");
     for (int g = 0; g < G; g++)
         prom_sample(&b, "bmt_group_ranks_reporting", gl[g], groups[g].reporting);
-    prom_family(&b, "bmt_group_memory_bytes", "gauge",
-                "device memory now, all kinds, most of any rank of the group (bytes)");
-    for (int g = 0; g < G; g++)
-        prom_sample(&b, "bmt_group_memory_bytes", gl[g], (double)groups[g].mem_total);
+    if (job.mem_n > 0)
+        prom_family(&b, "bmt_group_memory_bytes", "gauge",
+                    "device memory now, all kinds, most of any rank of the group (bytes; NaN: "
+                    "not measured)");
+    for (int g = 0; g < G && job.mem_n > 0; g++)
+        prom_sample(&b, "bmt_group_memory_bytes", gl[g],
+                    groups[g].mem_n ? (double)groups[g].mem_total : NAN);
 
     /* per rank, on request */
     if (c->per_rank) {
@@ -1239,7 +1402,7 @@ static json_t *agg_json(const agg_t *a)
                      metrics_real(a->r.fps), "mfu", metrics_real(a->r.mfu), "loss",
                      metrics_real(a->r.loss), "step_time_seconds", metrics_real(a->r.step_s),
                      "comm_wait_seconds", metrics_real(a->r.comm_s), "memory_bytes",
-                     json_integer((json_int_t)a->mem_total));
+                     a->mem_n ? json_integer((json_int_t)a->mem_total) : json_null());
 }
 
 char *collector_status_json(collector_t *c, bool ranks, size_t *len)
@@ -1257,14 +1420,15 @@ char *collector_status_json(collector_t *c, bool ranks, size_t *len)
         if (c->ended)
             json_object_set_new(doc, "exit_status", json_integer(c->exit_status));
         json_object_set_new(doc, "ranks_failed", json_integer(c->nfailed));
+        json_object_set_new(doc, "ranks_failed_total", json_integer((json_int_t)c->failures_total));
         json_t *fl = json_array();
         for (int i = 0; fl && i < c->nfailed && i < COLLECTOR_FAILED_SHOWN; i++) {
-            int st = c->failed[i].wait_status, rk = c->failed[i].rank;
+            int v, rk = c->failed[i].rank;
+            bool code = failure_code(&c->failed[i], &v);
             json_t *x = json_pack("{sissso}", "rank", rk, "host", failure_host(c, rk),
-                                  WIFEXITED(st) ? "exit_code" : "signal",
-                                  json_integer(WIFEXITED(st)     ? WEXITSTATUS(st)
-                                               : WIFSIGNALED(st) ? WTERMSIG(st)
-                                                                 : -1));
+                                  code ? "exit_code" : "signal", json_integer(v));
+            if (x && c->failed[i].aborted)
+                json_object_set_new(x, "aborted", json_true());
             if (x)
                 json_array_append_new(fl, x);
         }
@@ -1342,6 +1506,11 @@ char *collector_status_json(collector_t *c, bool ranks, size_t *len)
         for (int i = 0; evs && i < c->nev; i++) {
             const struct event *e = &c->ev[(c->evnext - c->nev + i + EVENTS) % EVENTS];
             json_t *x = metrics_event_json(&e->e);
+            if (x == NULL) { /* cannot be (details are UTF-8 by now): say so, never skip it */
+                metrics_event_t t = e->e;
+                snprintf(t.detail, sizeof(t.detail), "(this event's detail could not be shown)");
+                x = metrics_event_json(&t);
+            }
             if (x) {
                 json_object_set_new(x, "rank", json_integer(e->rank));
                 json_array_append_new(evs, x);
@@ -1361,7 +1530,8 @@ char *collector_status_json(collector_t *c, bool ranks, size_t *len)
                 json_object_set_new(x, "host", json_string(s->host));
                 json_object_set_new(x, "seen", json_boolean(s->seen));
                 json_object_set_new(x, "exited", json_boolean(s->exited));
-                json_object_set_new(x, "dropped", json_integer((json_int_t)s->dropped));
+                json_object_set_new(x, "dropped",
+                                    json_integer((json_int_t)(s->drop_base + rank_dropped_run(s))));
                 json_object_set_new(x, "last_push_age_seconds",
                                     s->seen ? json_real(now - s->last_push) : json_null());
                 json_array_append_new(rs, x);
@@ -1388,11 +1558,27 @@ enum route {
     R_PUSH
 };
 
+/* One request, from the moment its request line is read (uri_seen): so that
+ * an answer libmicrohttpd gives by itself before our handler runs (400 for a
+ * malformed Content-Length, 413/431 for headers too large, 505, ...) is
+ * still counted when the request was a push (completed). */
 struct req {
+    bool push;     /* to /api/push */
+    bool started;  /* handle has seen its headers */
+    bool answered; /* handle queued an answer (counted there) */
     char *body;
     size_t len;
     bool too_big;
 };
+
+static void *uri_seen(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    (void)cls, (void)conn;
+    struct req *rq = calloc(1, sizeof(*rq));
+    if (rq)
+        rq->push = strncmp(uri, "/api/push", 9) == 0 && (uri[9] == '\0' || uri[9] == '?');
+    return rq; /* NULL (no memory): handle makes one */
+}
 
 static enum MHD_Result respond(struct MHD_Connection *conn, unsigned code, const char *ctype,
                                const char *body, size_t len, enum MHD_ResponseMemoryMode mode,
@@ -1434,7 +1620,11 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
                                                                                 : R_NONE;
     bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
     struct req *rq = *con_cls;
-    if (rq == NULL) { /* headers only, so far */
+    if (rq == NULL && (rq = *con_cls = calloc(1, sizeof(*rq))) == NULL)
+        return MHD_NO;
+    if (!rq->started) { /* headers only, so far */
+        rq->started = true;
+        rq->answered = true; /* unless it reads the body, below */
         if (route == R_NONE)
             return respond_text(conn, 404, "not found: try /, /metrics or /api/status");
         if (route == R_PUSH && strcmp(method, "POST") != 0) {
@@ -1471,10 +1661,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
             collector_count(c, 413);
             return respond_text(conn, 413, "push body larger than 4 MiB");
         }
-        rq = calloc(1, sizeof(*rq));
-        if (rq == NULL)
-            return MHD_NO;
-        *con_cls = rq;
+        rq->answered = false;
         return MHD_YES;
     }
     if (*upload_size > 0) {
@@ -1492,11 +1679,12 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
         *upload_size = 0;
         return MHD_YES;
     }
+    char why[400];
+    rq->answered = true;
     if (rq->too_big) {
         collector_count(c, 413);
         return respond_text(conn, 413, "push body larger than 4 MiB");
     }
-    char why[400];
     const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
     int code = collector_ingest(c, auth, rq->body ? rq->body : "", rq->len, why, sizeof(why));
     if (code == 200)
@@ -1509,6 +1697,14 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                       enum MHD_RequestTerminationCode toe)
 {
     struct req *rq = *con_cls;
+    if (rq && rq->push && !rq->answered) {
+        /* libmicrohttpd answered a push by itself, or nobody did (the client
+         * went away): count what it answered, if anything. */
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_HTTP_STATUS);
+        if (ci && ci->http_status >= 100)
+            collector_count(cls, (int)ci->http_status);
+    }
     if (rq) {
         free(rq->body);
         free(rq);
@@ -1554,8 +1750,8 @@ static struct MHD_Daemon *start(collector_t *c, const struct sockaddr *sa, bool 
     collector_conn_limits(c->l.world, nofile, &total, &per_ip);
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, 0, NULL, NULL, handle, c, MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_NOTIFY_COMPLETED,
-        completed, c, MHD_OPTION_THREAD_POOL_SIZE, 2u, MHD_OPTION_CONNECTION_TIMEOUT,
-        COLLECTOR_IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT, total,
+        completed, c, MHD_OPTION_URI_LOG_CALLBACK, uri_seen, c, MHD_OPTION_THREAD_POOL_SIZE, 2u,
+        MHD_OPTION_CONNECTION_TIMEOUT, COLLECTOR_IDLE_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT, total,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
     if (d && c->verbose)
         fprintf(stderr,

@@ -33,8 +33,8 @@ typedef struct collector_opts {
     const char *device; /* "cpu" or "cuda" */
     bool per_rank;      /* per-rank series on /metrics */
     const char *token;  /* NULL: a random one (getrandom) */
-    double stale_s;     /* a rank that has not pushed for this long stops counting as
-                         * reporting and is named stale (0: collector_stale_default) */
+    double stale_s;     /* a rank that has not pushed a step for this long stops counting
+                         * as reporting and is named stale (0: collector_stale_default) */
     bool verbose;       /* say the connection limits on stderr */
     /* What the launcher sees of rank r's process, e.g. "S (sleeping)", into
      * buf; -1 when it cannot see it (Slurm mode). Called with the collector's
@@ -55,10 +55,12 @@ bool collector_tls_supported(void);
 #define COLLECTOR_STALE_MIN_S 10.0
 double collector_stale_default(double slowest_step_s);
 
-/* Stale ranks are named on /metrics (bmt_rank_stale_seconds, the first
+/* A rank is reporting while its process runs and it pushed a step of this run
+ * within the stale window (pushes of scalars or events alone do not count).
+ * Stale ranks are named on /metrics (bmt_rank_stale_seconds, the first
  * COLLECTOR_STALE_SHOWN) and in /api/status (stale_ranks): a rank whose process
- * has not exited and that pushed nothing for longer than the window (one that
- * never pushed: since the run's first push). */
+ * has not exited and that is not reporting, once the window has passed since its
+ * last step (one that never pushed a step: since the run's first push). */
 #define COLLECTOR_STALE_SHOWN 16
 
 /* The state only (no socket). NULL with err on failure. */
@@ -88,8 +90,8 @@ const char *collector_token(const collector_t *c);
  * in any case) and the body. Returns the HTTP status (200, 400, 401) and, when
  * not 200, the reason in why. A push is checked whole before anything is
  * applied: besides its shape, every step's values must be possible (no null
- * where a figure is always known, no negative count, time or rate, nothing
- * above 1e30) and its step near the job's: at most COLLECTOR_STEP_SLACK steps
+ * where a figure is always known, no negative count, time or rate; any finite
+ * value is possible) and its step near the job's: at most COLLECTOR_STEP_SLACK steps
  * from the highest step of the run (the first push of a run sets it), plus as
  * many as the run makes at twice its step rate in the time since that step
  * (ahead) or since the rank last pushed (behind), so pushes that were held
@@ -98,16 +100,27 @@ const char *collector_token(const collector_t *c);
 int collector_ingest(collector_t *c, const char *authorization, const char *body, size_t len,
                      char *why, size_t wlen);
 
-/* Count a request refused before ingest (404, 405, 413) in the push counters. */
+/* Count an answer to a push given before ingest (404, 405, 413, or
+ * libmicrohttpd's own) in the push counters. A push refused with 400 whose job
+ * and rank are known also counts its items in that rank's dropped ones. */
 void collector_count(collector_t *c, int code);
 
 /* The supervisor's view: rank r's process exited with wait_status (a waitpid
  * status: a non-zero code or a signal counts the rank as failed, and the first
  * COLLECTOR_FAILED_SHOWN failed ranks of a run are named on /metrics and are
- * each a "rank_failed" event with rank, host and cause), and the job ended
- * with bmlaunch's exit status. NULL c: no-op. */
+ * each a "rank_failed" event with rank, host and cause), unless ended_by is
+ * not 0: bmlaunch ended it with that signal (after another rank's failure,
+ * its grace, or a signal it forwarded), which is no failure of this rank; and
+ * the job ended with bmlaunch's exit status. NULL c: no-op. */
 #define COLLECTOR_FAILED_SHOWN 16
-void collector_rank_exited(collector_t *c, int rank, int wait_status);
+void collector_rank_exited(collector_t *c, int rank, int wait_status, int ended_by);
+
+/* Rank r called PMIx_Abort (bmt_abort) with status and msg (NULL: none): it
+ * failed the job, so it is named as failed now, with status as its exit code
+ * and a rank_failed event saying so, before the ranks bmlaunch then ends with
+ * SIGTERM; its own exit later is not counted again. The collector also learns
+ * it from the rank's "abort" event. Once per rank and run. NULL c: no-op. */
+void collector_rank_aborted(collector_t *c, int rank, int status, const char *msg);
 void collector_job_ended(collector_t *c, int exit_status);
 
 /* The default --metrics-linger (bmlaunch passes a negative linger): how long to
@@ -124,7 +137,8 @@ bool collector_scraped_after_end(collector_t *c);
 /* bmlaunch started every rank again (restart, 1-based) after the failure that
  * detail describes ("rank 2 (pid 7 on vm) exited with code 1"): count a
  * "restart" event (rank -1 on /api/status: bmlaunch's own) and every rank as
- * alive again. NULL c: no-op. */
+ * alive again; a new run begins (its failed ranks, steps and stale window),
+ * while the counters keep the totals of the runs before. NULL c: no-op. */
 void collector_job_restarted(collector_t *c, int restart, const char *detail);
 
 /* Renderings (malloc'd NUL-terminated text, NULL when out of memory).

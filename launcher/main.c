@@ -359,11 +359,26 @@ static void metrics_stop(collector_t *c, metrics_env_t *me)
     me->ca_pem = NULL;
 }
 
-static void on_rank_exit(void *arg, int rank, int status)
+/* What on_rank_exit reports to: the collector (started after the job) and the
+ * job, whose failure names a rank that called PMIx_Abort. */
+typedef struct exit_report {
+    collector_t **coll;
+    job_t *job;
+} exit_report_t;
+
+static void on_rank_exit(void *arg, int rank, int status, int ended_by)
 {
-    collector_t **c = arg;
-    if (rank >= 0 && *c)
-        collector_rank_exited(*c, rank, status);
+    exit_report_t *x = arg;
+    collector_t *c = *x->coll;
+    if (rank < 0 || c == NULL)
+        return;
+    /* A rank that called PMIx_Abort is the cause, and bmlaunch's SIGTERM ends
+     * it like the others: name it first, with its status. */
+    int fr, code;
+    const char *msg;
+    if (x->job && job_aborted(x->job, &fr, &code, &msg))
+        collector_rank_aborted(c, fr, code, msg[0] ? msg : NULL);
+    collector_rank_exited(c, rank, status, ended_by);
 }
 
 /* --max-restarts: say why every rank starts again, and count it in the metrics. */
@@ -807,6 +822,7 @@ static int run_local(const launch_opts_t *o_, const bmt_layout_t *l_)
 
     collector_t *coll = NULL; /* started once the job blocked its signals (see below) */
     metrics_env_t me = { 0 };
+    exit_report_t exits = { &coll, NULL };
 
     int notify[2];
     if (pipe2(notify, O_CLOEXEC) != 0) {
@@ -827,7 +843,7 @@ static int run_local(const launch_opts_t *o_, const bmt_layout_t *l_)
         .notify_fd = notify[0],
         .max_restarts = o.max_restarts,
         .on_exit = on_rank_exit,
-        .on_exit_arg = &coll,
+        .on_exit_arg = &exits,
     };
     /* Signals are blocked before PMIx starts its thread, so that thread never
      * takes one of ours. */
@@ -836,6 +852,7 @@ static int run_local(const launch_opts_t *o_, const bmt_layout_t *l_)
         fprintf(stderr, "bmlaunch: %s\n", err.text);
         return 1;
     }
+    exits.job = job;
     /* The collector's threads must inherit the blocked signals, or SIGCHLD could
      * land on one of them and never reach the supervisor. */
     coll = metrics_start(&o, &l, job_id, o.metrics_bind, "127.0.0.1", "127.0.0.1", &me, job, &err);

@@ -664,7 +664,7 @@ static void rank_exited(job_t *job, rank_proc_t *rp, int status)
     rp->end = now_s();
     job->running--;
     if (job->o.on_exit)
-        job->o.on_exit(job->o.on_exit_arg, rp->rank, status);
+        job->o.on_exit(job->o.on_exit_arg, rp->rank, status, rank_ended_on(job, status));
     if (rp->rank < 0) {
         /* srun: its task reports named the failure, if there was one. After a
          * stop, srun's failure is the stop's doing (exit_status: 128 + it). */
@@ -846,6 +846,16 @@ int job_failure(const job_t *job, char *buf, size_t len)
     else
         snprintf(buf, len, "rank %d %s", rp->rank, what);
     return 0;
+}
+
+int job_aborted(const job_t *job, int *rank, int *status, const char **msg)
+{
+    if (job->fail != FAIL_ABORT || job->fail_rank < 0)
+        return 0;
+    *rank = job->fail_rank;
+    *status = job->fail_code;
+    *msg = job->fail_msg;
+    return 1;
 }
 
 /* The summary's last line with --max-restarts: how many, and why no more. */

@@ -36,8 +36,11 @@ typedef struct job_opts {
                        * "RANK: " (srun --label) speaks for all ranks */
     int max_restarts; /* --max-restarts: job_restartable's bound, named in the summary */
     /* Called on the supervisor's thread when a rank's process has exited (local
-     * mode; rank -1: srun, Slurm mode). NULL: none. */
-    void (*on_exit)(void *arg, int rank, int wait_status);
+     * mode; rank -1: srun, Slurm mode). ended_by: the signal bmlaunch sent
+     * that ended it (one it forwarded, or its own SIGTERM or SIGKILL; also an
+     * exit with 128 + that signal), 0 when the rank ended by itself. NULL:
+     * none. */
+    void (*on_exit)(void *arg, int rank, int wait_status, int ended_by);
     void *on_exit_arg;
     /* Slurm mode: deliver SIGINT, SIGTERM, SIGHUP or SIGKILL to every task of
      * srun's job step (slurm_step_signal: srun would turn them into a status
@@ -81,6 +84,11 @@ bool job_restartable(job_t *job);
  * 1" (Slurm mode: "rank 2 (on node1) ..."), into buf. Returns -1 (and "") when
  * no rank failed. */
 int job_failure(const job_t *job, char *buf, size_t len);
+
+/* Did this run's failure come from a rank's PMIx_Abort? Then 1, with the rank,
+ * the status it gave and its message ("" for none; valid until the next run);
+ * else 0. */
+int job_aborted(const job_t *job, int *rank, int *status, const char **msg);
 
 /* Ready the job for restart number restart (1, 2, ...): forget the last run's
  * processes, failure and output tails, drop PMIx events it left in notify_fd

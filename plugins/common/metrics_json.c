@@ -2,11 +2,67 @@
 #include "metrics_json.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 json_t *metrics_real(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+/* The length of the well-formed UTF-8 sequence at s (RFC 3629: no overlong
+ * forms, no surrogates, at most U+10FFFF), or 0. */
+static size_t utf8_seq(const unsigned char *s)
+{
+    unsigned char c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t n = c >= 0xC2 && c <= 0xDF   ? 2
+               : c >= 0xE0 && c <= 0xEF ? 3
+               : c >= 0xF0 && c <= 0xF4 ? 4
+                                        : 0;
+    if (n == 0)
+        return 0;
+    unsigned char lo = 0x80, hi = 0xBF; /* the second byte's range */
+    if (c == 0xE0)
+        lo = 0xA0;
+    else if (c == 0xED)
+        hi = 0x9F;
+    else if (c == 0xF0)
+        lo = 0x90;
+    else if (c == 0xF4)
+        hi = 0x8F;
+    if (s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if (s[i] < 0x80 || s[i] > 0xBF)
+            return 0;
+    return n;
+}
+
+size_t metrics_utf8_copy(char *dst, size_t size, const char *src)
+{
+    if (size == 0)
+        return 0;
+    const unsigned char *s = (const unsigned char *)(src ? src : "");
+    size_t o = 0;
+    while (*s) {
+        size_t n = utf8_seq(s);
+        if (n == 0) { /* not UTF-8: one byte, shown as '?' */
+            if (o + 1 > size - 1)
+                break;
+            dst[o++] = '?';
+            s++;
+            continue;
+        }
+        if (o + n > size - 1)
+            break; /* never half a character */
+        memcpy(dst + o, s, n);
+        o += n;
+        s += n;
+    }
+    dst[o] = '\0';
+    return o;
+}
 
 void metrics_event_copy(metrics_event_t *dst, const bmt_event_t *ev)
 {
@@ -15,8 +71,8 @@ void metrics_event_copy(metrics_event_t *dst, const bmt_event_t *ev)
     dst->status = ev->status;
     dst->step = ev->step;
     dst->time = ev->time;
-    snprintf(dst->name, sizeof(dst->name), "%s", ev->name ? ev->name : "");
-    snprintf(dst->detail, sizeof(dst->detail), "%s", ev->detail ? ev->detail : "");
+    metrics_utf8_copy(dst->name, sizeof(dst->name), ev->name);
+    metrics_utf8_copy(dst->detail, sizeof(dst->detail), ev->detail);
 }
 
 void metrics_item_step(metrics_item_t *it, const bmt_step_metrics_t *m)
@@ -159,11 +215,13 @@ int metrics_step_parse(const json_t *o, bmt_step_metrics_t *m, const char *const
         snprintf(why, len, "field \"memory\" must be an object");
         return -1;
     }
-    m->mem_kinds = kinds < BMT_METRICS_MEM_KINDS ? kinds : BMT_METRICS_MEM_KINDS;
-    for (int k = 0; mem && k < m->mem_kinds; k++) {
+    int nk = kinds < BMT_METRICS_MEM_KINDS ? kinds : BMT_METRICS_MEM_KINDS;
+    bool any = false; /* no kind given ("memory": {} of a Python job): not measured */
+    for (int k = 0; mem && k < nk; k++) {
         const json_t *e = json_object_get(mem, kind_names[k]);
         if (e == NULL)
             continue;
+        any = true;
         int64_t cur, peak;
         if (!json_is_object(e) || get_i64(e, "current", &cur, why, len) < 0 ||
             get_i64(e, "peak", &peak, why, len) < 0 || cur < 0 || peak < 0) {
@@ -174,6 +232,7 @@ int metrics_step_parse(const json_t *o, bmt_step_metrics_t *m, const char *const
         m->mem_current[k] = (uint64_t)cur;
         m->mem_peak[k] = (uint64_t)peak;
     }
+    m->mem_kinds = any ? nk : 0;
     return 0;
 }
 
@@ -198,7 +257,7 @@ int metrics_event_parse(const json_t *o, metrics_event_t *ev, char *why, size_t 
         snprintf(why, len, "event field \"detail\" must be a string");
         return -1;
     }
-    snprintf(ev->detail, sizeof(ev->detail), "%s", detail ? json_string_value(detail) : "");
+    metrics_utf8_copy(ev->detail, sizeof(ev->detail), detail ? json_string_value(detail) : "");
     int64_t status;
     if (get_i64(o, "step", &ev->step, why, len) < 0 ||
         get_f64(o, "time", &ev->time, why, len) < 0 || get_i64(o, "status", &status, why, len) < 0)

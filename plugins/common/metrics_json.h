@@ -88,7 +88,8 @@ json_t *metrics_event_json(const metrics_event_t *ev);
 json_t *metrics_scalar_json(const metrics_scalar_t *sc);
 
 /* Read a step object written by metrics_step_json into *m (fields missing are
- * 0, or NaN for reals; unknown fields and memory kinds are ignored). Returns
+ * 0, or NaN for reals; unknown fields and memory kinds are ignored; mem_kinds
+ * is 0 when "memory" names no known kind: memory not measured). Returns
  * 0, or -1 with why naming the field that has the wrong type. */
 int metrics_step_parse(const json_t *o, bmt_step_metrics_t *m, const char *const *kind_names,
                        int kinds, char *why, size_t len);
@@ -99,5 +100,12 @@ int metrics_scalar_parse(const json_t *o, metrics_scalar_t *sc, char *why, size_
 
 /* A double as a JSON number, or null when it is not finite. */
 json_t *metrics_real(double v);
+
+/* Copy src into dst (size bytes, NUL-terminated) as valid UTF-8: cut at a
+ * character boundary when it does not fit, and each byte that is not part of a
+ * well-formed UTF-8 sequence written as '?' (JSON strings must be UTF-8; a
+ * detail cut in the middle of a character could not be sent or served).
+ * Returns the bytes written, without the NUL. */
+size_t metrics_utf8_copy(char *dst, size_t size, const char *src);
 
 #endif

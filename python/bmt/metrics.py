@@ -111,6 +111,13 @@ def _real(v):
     return v if math.isfinite(v) else None
 
 
+def _utf8_cut(text, limit):
+    """text cut to at most limit bytes of UTF-8, never in the middle of a
+    character (the collector keeps 511 bytes of a detail, as metrics_utf8_copy)."""
+    b = text.encode("utf-8", "replace")
+    return text if len(b) <= limit else b[:limit].decode("utf-8", "ignore")
+
+
 def _device_name(device):
     if device == "cuda" and "torch" in sys.modules:
         torch = sys.modules["torch"]
@@ -371,7 +378,7 @@ class Monitor:
 
     def report_step(self, tokens=0, loss=None, step_time=None, flops=0.0, samples=0, step=None,
                     params=0, grad_norm=None, lr=None, skipped=False, microbatches=0,
-                    comm_wait=0.0):
+                    comm_wait=None):
         t0 = time.monotonic()
         tokens, samples, params, microbatches = (
             self._count(n, v) for n, v in (("tokens", tokens), ("samples", samples),
@@ -385,7 +392,7 @@ class Monitor:
                              "seconds, got %r" % (self.rank, step_time))
         if step is not None:
             step = self._count("step", step)
-        if not (float(comm_wait) >= 0):
+        if comm_wait is not None and not (0 <= float(comm_wait) < math.inf):
             raise ValueError("rank %d: report_step: comm_wait must be >= 0 seconds" % self.rank)
         self.reports += 1
         measured = t0 - self.step_start
@@ -400,7 +407,9 @@ class Monitor:
                  loss=math.nan if loss is None else float(loss),
                  tokens_per_s=fig["tokens_per_s"], samples_per_s=fig["samples_per_s"],
                  flops=flops, flops_per_s=fig["flops_per_s"], mfu=fig["mfu"],
-                 comm_wait_s=float(comm_wait), plugin_s=self.plugin_acc,
+                 # not measured unless given: NaN (null), never a 0 that looks real
+                 comm_wait_s=math.nan if comm_wait is None else float(comm_wait),
+                 plugin_s=self.plugin_acc,
                  grad_norm=math.nan if grad_norm is None else float(grad_norm),
                  lr=math.nan if lr is None else float(lr), skipped=1 if skipped else 0,
                  microbatches=microbatches, skipped_total=self.skipped_total, params=params)
@@ -418,7 +427,7 @@ class Monitor:
             raise ValueError("rank %d: report_event: kind %r is not checkpoint_saved, restart or "
                              "note" % (self.rank, kind))
         ev = {"kind": kind, "status": 0, "step": self.last_step, "time": time.time(),
-              "detail": str(detail)[:511]}
+              "detail": _utf8_cut(str(detail), 511)}
         if self.sender:
             self.sender.put(("event", ev))
         return ev

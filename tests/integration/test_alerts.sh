@@ -70,6 +70,57 @@ test_expect_success "promtool test rules fails when an alert is broken (the unit
     grep -q "alertname: BmtLossNonFinite" out
 '
 
+test_expect_success "BmtRankFailed fires for a failure that bmlaunch answered with a restart (the old max_over_time(bmt_ranks_failed) rule does not)" '
+    grep -q "job_id=\"restarted\"" "$MON/bmt-alerts.test.yml" &&
+    grep -q "bmt_ranks_failed_total" "$MON/bmt-alerts.yml" &&
+    cp "$MON/bmt-alerts.yml" "$MON/bmt-alerts.test.yml" . &&
+    $PY - <<-EOF &&
+	import re
+	s = open("bmt-alerts.yml").read()
+	old = "        expr: max_over_time(bmt_ranks_failed[10m]) > 0\n"
+	s2 = re.sub(r"(- alert: BmtRankFailed\n)        expr: >-\n(          .*\n)+?(?=        labels:)", r"\g<1>" + old, s)
+	assert s2 != s
+	open("bmt-alerts.yml", "w").write(s2)
+	EOF
+    test_must_fail promtool test rules bmt-alerts.test.yml >out 2>&1 &&
+    grep -q "alertname: BmtRankFailed, time: 12m" out && grep -q "job_id=\"restarted\"" out
+'
+
+test_expect_success "BmtLossNonFinite stays quiet for a hung job (the collector keeps its last loss), and its test says so" '
+    grep -q "job_id=\"hung\"" "$MON/bmt-alerts.test.yml" &&
+    cp "$MON/bmt-alerts.yml" . &&
+    cat >hang.test.yml <<-EOF &&
+	rule_files: [bmt-alerts.yml]
+	evaluation_interval: 1m
+	tests:
+	  # every rank hung at 10m, stale from then on: bmt_loss keeps the last
+	  # finite loss (the collector), the step stops
+	  - interval: 1m
+	    input_series:
+	      - series: "bmt_job_running{job_id=\"j\"}"
+	        values: "1x30"
+	      - series: "bmt_loss{job_id=\"j\"}"
+	        values: "2.5x30"
+	      - series: "bmt_step{job_id=\"j\"}"
+	        values: "1+1x9 10x20"
+	    alert_rule_test:
+	      - eval_time: 12m
+	        alertname: BmtLossNonFinite
+	        exp_alerts: []
+	      - eval_time: 30m
+	        alertname: BmtLossNonFinite
+	        exp_alerts: []
+	      - eval_time: 30m
+	        alertname: BmtJobStalled
+	        exp_alerts:
+	          - exp_labels: {severity: critical, job_id: j}
+	            exp_annotations:
+	              summary: "bmt job j makes no progress"
+	              description: "Job j is running but its step (the last one every rank reported) has not changed for at least 15 minutes (10 minutes when it never took one)."
+	EOF
+    promtool test rules hang.test.yml >out 2>&1 || { cat out; false; }
+'
+
 test_expect_success "the Grafana dashboard: its panels, a job_id variable, and promtool check rules on every expression" '
     $PY - "$MON/grafana-bmt.json" <<-EOF &&
 	import json, sys
