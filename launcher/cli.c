@@ -289,36 +289,47 @@ static bool digits(const char **p, long *v)
     return true;
 }
 
-bool cli_slurm_time_ok(const char *t)
+long cli_slurm_time_seconds(const char *t)
 {
     if (strcmp(t, "UNLIMITED") == 0 || strcmp(t, "INFINITE") == 0)
-        return true;
+        return 0;
     const char *p = t;
-    long f[4];
+    long f[4], d = 0;
     int n = 0;
     bool days = strchr(t, '-') != NULL;
     if (days) {
-        long d;
         if (!digits(&p, &d) || *p++ != '-')
-            return false;
+            return -1;
     }
     while (n < 3) {
         if (!digits(&p, &f[n++]))
-            return false;
+            return -1;
         if (*p != ':')
             break;
         p++;
     }
-    if (*p != '\0' || (days && n > 3) || (!days && n > 3))
-        return false;
+    if (*p != '\0' || n > 3)
+        return -1;
     /* Every field after the first is below 60 (the hours of D-HH below 24). */
     if (days && f[0] > 23)
-        return false;
+        return -1;
     for (int i = 1; i < n; i++)
         if (f[i] > 59)
-            return false;
-    return true;
+            return -1;
+    /* sbatch's forms: M, M:S, H:M:S; D-H, D-H:M, D-H:M:S. */
+    long s;
+    if (days)
+        s = d * 86400 + f[0] * 3600 + (n > 1 ? f[1] * 60 : 0) + (n > 2 ? f[2] : 0);
+    else if (n == 1)
+        s = f[0] * 60;
+    else if (n == 2)
+        s = f[0] * 60 + f[1];
+    else
+        s = f[0] * 3600 + f[1] * 60 + f[2];
+    return s; /* 0: Slurm imposes no limit */
 }
+
+bool cli_slurm_time_ok(const char *t) { return cli_slurm_time_seconds(t) >= 0; }
 
 int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
 {
@@ -392,7 +403,7 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
         case OPT_HELP_ENV: cli_env_help(stdout); return 1;
         case OPT_LOCAL: o->local = true; break;
         case OPT_SBATCH: o->sbatch = true; break;
-        case OPT_SUBMIT: o->submit = o->sbatch = true; break;
+        case OPT_SUBMIT: o->submit = true; break;
         case OPT_TIME:
         case OPT_PARTITION:
         case OPT_ACCOUNT:
@@ -537,6 +548,11 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
         case OPT_SIGNAL_LEAD:
             if (bmt_parse_positive(optarg, "--signal-lead", &o->signal_lead, err) < 0)
                 return -1;
+            if (o->signal_lead > CLI_MAX_SIGNAL_LEAD)
+                return errprintf(err,
+                                 "--signal-lead %d: Slurm takes at most %d seconds (sbatch "
+                                 "--signal)",
+                                 o->signal_lead, CLI_MAX_SIGNAL_LEAD);
             break;
         case OPT_METRICS_PORT: {
             char *end = NULL;
@@ -642,10 +658,24 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
     if (o->sbatch && (o->plan || o->local))
         return errprintf(err, "--sbatch prints a batch script; it goes with neither --plan nor "
                               "--local");
+    if (o->submit && !o->sbatch)
+        return errprintf(err, "--submit goes with --sbatch: it hands the batch script to sbatch");
     if (!o->sbatch &&
         (o->time || o->partition || o->account || o->job_name || o->output || o->template_path))
         return errprintf(err, "--time, --partition, --account, --job-name, --output and "
                               "--template go with --sbatch");
+    if (o->sbatch) {
+        /* USR1 at or before the job's start warns of nothing: Slurm would send
+         * it at once (the template's default time counts as well). */
+        const char *t = o->time ? o->time : CLI_DEFAULT_TIME;
+        long limit = cli_slurm_time_seconds(t);
+        if (limit > 0 && o->signal_lead >= limit)
+            return errprintf(err,
+                             "--signal-lead %d is not less than the time limit %s (%ld s%s): "
+                             "USR1 would come at the job's start; give a shorter --signal-lead "
+                             "or a longer --time",
+                             o->signal_lead, t, limit, o->time ? "" : ", the default --time");
+    }
     if (o->tee && !o->log_dir)
         return errprintf(err, "--tee goes with --log-dir");
     if (o->metrics_sd_file && o->metrics_port == 0)

@@ -56,6 +56,16 @@ typedef struct launch_opts {
  * (exit 0), -1 on bad usage (err says what is wrong; exit 2). */
 int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err);
 
+/* --time's default, the batch template's time limit. */
+#define CLI_DEFAULT_TIME "01:00:00"
+
+/* The largest --signal-lead: sbatch --signal takes 0 to 65535 seconds. */
+#define CLI_MAX_SIGNAL_LEAD 65535
+
+/* The seconds of a time limit sbatch --time takes (as cli_slurm_time_ok), 0 for
+ * no limit (UNLIMITED, INFINITE, or 0), or -1 when t is not one. Pure. */
+long cli_slurm_time_seconds(const char *t);
+
 /* Is t a time limit sbatch --time takes: MINUTES, MINUTES:SECONDS,
  * HOURS:MINUTES:SECONDS, DAYS-HOURS, DAYS-HOURS:MINUTES,
  * DAYS-HOURS:MINUTES:SECONDS, UNLIMITED or INFINITE? Pure. */

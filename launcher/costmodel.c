@@ -475,6 +475,17 @@ int costmodel_setup(const costmodel_opts_t *o, costmodel_in_t *in, bmt_error_t *
             return -1;
     }
     r.seq = o->seq ? o->seq : r.model.context;
+    if (r.model.arch == COSTMODEL_GPT2 && r.seq > r.model.context) {
+        /* GPT-2's positions are learned: a longer sequence needs a longer
+         * table, which the trainer makes with --max-seq (up to 65536). */
+        if (r.seq > COSTMODEL_GPT2_MAX_POSITIONS)
+            return errprintf(err,
+                             "--seq-len %d: %.200s learns its positions, and the trainer's "
+                             "--max-seq makes at most %d of them",
+                             r.seq, o->model, COSTMODEL_GPT2_MAX_POSITIONS);
+        r.model.context = r.seq;
+        r.model.params = model_params(&r.model);
+    }
     r.micro_batch = o->micro_batch ? o->micro_batch : 1;
     r.accum = o->accum ? o->accum : 1;
     if (r.seq < 1 || r.seq > 10000000 || r.micro_batch < 1 || r.micro_batch > 1000000 ||
@@ -483,6 +494,9 @@ int costmodel_setup(const costmodel_opts_t *o, costmodel_in_t *in, bmt_error_t *
                               "(at most 1e7, 1e6, 1e5)");
     r.ckpt = o->ckpt != 0;
     r.keep_attention = o->keep_attention != 0;
+    if (o->keep_attention >= 0 && !r.ckpt)
+        return errprintf(err, "--keep-attention chooses what checkpointing's recomputation skips: "
+                              "it needs --ckpt 1");
     if (o->ckpt_budget_mib >= 0 && !r.ckpt)
         return errprintf(err, "--ckpt-budget chooses which layers checkpointing spares: it needs "
                               "--ckpt 1");
@@ -502,6 +516,11 @@ int costmodel_setup(const costmodel_opts_t *o, costmodel_in_t *in, bmt_error_t *
     r.mfu = o->mfu > 0 ? o->mfu : COSTMODEL_DEFAULT_MFU;
     r.peak_tflops = gpu->peak_tflops;
     r.gpu_mem_gib = o->gpu_mem_gib > 0 ? o->gpu_mem_gib : gpu->mem_gib;
+    if (r.gpu_mem_gib <= COSTMODEL_RESERVE_GIB)
+        return errprintf(err,
+                         "--gpu-mem %g leaves nothing usable: %g GiB of every GPU are held back "
+                         "(the CUDA context, NCCL's buffers); give more than %g",
+                         r.gpu_mem_gib, COSTMODEL_RESERVE_GIB, COSTMODEL_RESERVE_GIB);
     const double nv[3] = { COSTMODEL_NVLINK_AG_GBPS, COSTMODEL_NVLINK_RS_GBPS,
                            COSTMODEL_NVLINK_AR_GBPS };
     for (int c = 0; c < 3; c++)
@@ -891,6 +910,22 @@ static int cand_cmp(const void *pa, const void *pb)
     return a->r.layout.gpus_per_group > b->r.layout.gpus_per_group ? -1 : 1;
 }
 
+/* Every figure printed is finite (JSON has no inf or nan; the text would show
+ * them): the ranges of costmodel_setup keep them so, this says if not. */
+static bool result_finite(const costmodel_result_t *r)
+{
+    const double v[] = { r->compute, r->comm_busy,       r->replica_busy,  r->step,
+                         r->exposed, r->exposed_replica, r->exposed_group, r->tokens_per_s,
+                         r->mfu,     r->mem.peak,        r->mem.usable };
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+        if (!isfinite(v[i]))
+            return false;
+    for (int i = 0; i < r->nrows; i++)
+        if (!isfinite(r->rows[i].seconds) || !isfinite(r->rows[i].bytes))
+            return false;
+    return true;
+}
+
 int costmodel_rank(const bmt_layout_t *user, const costmodel_in_t *in, costmodel_candidate_t *out,
                    size_t max, bmt_error_t *err)
 {
@@ -933,6 +968,15 @@ int costmodel_rank(const bmt_layout_t *user, const costmodel_in_t *in, costmodel
         else if (bmt_layout_make(&l, want[i].groups, want[i].gpg, gpn, 0, &e2) < 0)
             continue; /* e.g. a world that does not fill whole nodes */
         if (costmodel_eval(&l, in, &c[n].r, err) < 0) {
+            free(c);
+            return -1;
+        }
+        if (!result_finite(&c[n].r)) {
+            errprintf(err,
+                      "cost model: layout %d x %d gives a figure that is not finite (step "
+                      "%g s, peak %g bytes): an option is out of the range the model "
+                      "can compute",
+                      l.groups, l.gpus_per_group, c[n].r.step, c[n].r.mem.peak);
             free(c);
             return -1;
         }
@@ -1057,8 +1101,10 @@ int costmodel_parse_params(const char *text, const char *what, double *out, bmt_
     return 0;
 }
 
+/* A decimal in [min, max] (0 too when allow_zero): a positive value below min
+ * (1e-320) is refused, not left to make an infinite time. */
 static int parse_real(const char *text, const char *what, const char *unit, bool allow_zero,
-                      double max, double *out, bmt_error_t *err)
+                      double min, double max, double *out, bmt_error_t *err)
 {
     const char *end = text ? scan_decimal(text) : NULL;
     if (end == NULL || *end != '\0')
@@ -1069,23 +1115,25 @@ static int parse_real(const char *text, const char *what, const char *unit, bool
         return errprintf(err, "%s: '%.200s' is too large (at most %g %s)", what, text, max, unit);
     if (v == 0 && !allow_zero)
         return errprintf(err, "%s needs a positive number of %s, got '%.200s'", what, unit, text);
+    if (v != 0 && v < min)
+        return errprintf(err, "%s: '%.200s' is too small (at least %g %s)", what, text, min, unit);
     *out = v;
     return 0;
 }
 
 int costmodel_parse_gbps(const char *text, const char *what, double *out, bmt_error_t *err)
 {
-    return parse_real(text, what, "GB/s", false, 1e5, out, err);
+    return parse_real(text, what, "GB/s", false, COSTMODEL_MIN_GBPS, 1e5, out, err);
 }
 
 int costmodel_parse_us(const char *text, const char *what, double *out, bmt_error_t *err)
 {
-    return parse_real(text, what, "microseconds", true, 1e6, out, err);
+    return parse_real(text, what, "microseconds", true, 0, 1e6, out, err);
 }
 
 int costmodel_parse_mib(const char *text, const char *what, double *out, bmt_error_t *err)
 {
-    return parse_real(text, what, "MiB", true, 1073741824.0, out, err);
+    return parse_real(text, what, "MiB", true, 0, 1073741824.0, out, err);
 }
 
 int costmodel_parse_zero(const char *text, const char *what, int *out, bmt_error_t *err)
@@ -1117,10 +1165,10 @@ int costmodel_parse_fraction(const char *text, const char *what, double *out, bm
 {
     const char *end = text ? scan_decimal(text) : NULL;
     double v = end && *end == '\0' ? decimal_value(text, (size_t)(end - text)) : NAN;
-    if (!(v > 0 && v <= 1))
+    if (!(v >= COSTMODEL_MIN_MFU && v <= 1))
         return errprintf(err,
-                         "%s needs a fraction of the peak in (0, 1] such as 0.45, got '%.200s'",
-                         what, text ? text : "");
+                         "%s needs a fraction of the peak in [%g, 1] such as 0.45, got '%.200s'",
+                         what, COSTMODEL_MIN_MFU, text ? text : "");
     *out = v;
     return 0;
 }
@@ -1129,16 +1177,16 @@ int costmodel_parse_speedup(const char *text, const char *what, double *out, bmt
 {
     const char *end = text ? scan_decimal(text) : NULL;
     double v = end && *end == '\0' ? decimal_value(text, (size_t)(end - text)) : NAN;
-    if (!(v > 0 && v <= 4))
-        return errprintf(err, "%s needs a speed-up factor in (0, 4] such as 1.3, got '%.200s'",
-                         what, text ? text : "");
+    if (!(v >= COSTMODEL_MIN_FP8_SPEEDUP && v <= 4))
+        return errprintf(err, "%s needs a speed-up factor in [%g, 4] such as 1.3, got '%.200s'",
+                         what, COSTMODEL_MIN_FP8_SPEEDUP, text ? text : "");
     *out = v;
     return 0;
 }
 
 int costmodel_parse_gib(const char *text, const char *what, double *out, bmt_error_t *err)
 {
-    return parse_real(text, what, "GiB", false, 1e6, out, err);
+    return parse_real(text, what, "GiB", false, 0, 1e6, out, err);
 }
 
 /* ---------------------------------------------------------------- output */
@@ -1336,9 +1384,15 @@ int costmodel_print_text(FILE *out, const costmodel_in_t *in, const costmodel_ca
             m->name ? m->name : "", m->name ? " = " : "", count, m->layers, m->hidden);
     if (m->arch == COSTMODEL_GENERIC)
         fprintf(out, " (a count: shape assumed, --layers to set)\n");
-    else
-        fprintf(out, ", FFN %.0f, KV width %.0f, vocabulary %.0f%s\n", m->ffn, m->kv_dim, m->vocab,
-                m->tied ? ", tied" : "");
+    else {
+        const costmodel_model_t *pre = costmodel_preset(m->name);
+        char pos[80] = "";
+        if (m->arch == COSTMODEL_GPT2 && pre && m->context != pre->context)
+            snprintf(pos, sizeof(pos), ", %d positions (the trainer's --max-seq %d)", m->context,
+                     m->context);
+        fprintf(out, ", FFN %.0f, KV width %.0f, vocabulary %.0f%s%s\n", m->ffn, m->kv_dim,
+                m->vocab, m->tied ? ", tied" : "", pos);
+    }
     const bool budget = in->ckpt && in->ckpt_budget >= 0;
     char ck[64];
     if (budget)
@@ -1507,8 +1561,9 @@ json_t *costmodel_json(const costmodel_in_t *in, const costmodel_candidate_t *ca
                             "mem_gib", in->gpu_mem_gib);
     json_t *layouts = json_array();
     const costmodel_candidate_t *yours = NULL;
+    bool hole = false; /* a value json_pack refused (inf, nan): no JSON, not one with a gap */
     for (size_t i = 0; i < n; i++) {
-        json_array_append_new(layouts, result_json(&cand[i], i + 1));
+        hole |= json_array_append_new(layouts, result_json(&cand[i], i + 1)) < 0;
         if (cand[i].yours)
             yours = &cand[i];
     }
@@ -1521,10 +1576,10 @@ json_t *costmodel_json(const costmodel_in_t *in, const costmodel_candidate_t *ca
             struct term t[3];
             int k = deciding(&b->r, &yours->r, t);
             for (int i = 0; i < k; i++)
-                json_array_append_new(terms,
-                                      json_pack("{s:s, s:f, s:f, s:s}", "term", t[i].what,
-                                                "recommended", t[i].best, "yours", t[i].yours,
-                                                "unit", t[i].memory ? "bytes" : "seconds"));
+                hole |= json_array_append_new(
+                            terms, json_pack("{s:s, s:f, s:f, s:s}", "term", t[i].what,
+                                             "recommended", t[i].best, "yours", t[i].yours, "unit",
+                                             t[i].memory ? "bytes" : "seconds")) < 0;
         }
         double margin = yours->r.mem.fits ? (yours->r.step - b->r.step) / yours->r.step : 1.0;
         rec = json_pack("{s:i, s:i, s:b, s:f, s:b, s:o}", "groups", b->r.layout.groups,
@@ -1532,6 +1587,11 @@ json_t *costmodel_json(const costmodel_in_t *in, const costmodel_candidate_t *ca
                         "faster_than_yours", margin, "keep_yours",
                         yours->r.mem.fits && margin < COSTMODEL_MARGIN, "deciding", terms);
     }
-    return json_pack("{s:o, s:o, s:o, s:o, s:o, s:o}", "model", model, "train", train, "gpu", gpu,
-                     "links", links, "layouts", layouts, "recommended", rec);
+    json_t *root = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o}", "model", model, "train", train,
+                             "gpu", gpu, "links", links, "layouts", layouts, "recommended", rec);
+    if (hole) {
+        json_decref(root);
+        return NULL;
+    }
+    return root;
 }

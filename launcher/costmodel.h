@@ -69,6 +69,14 @@
 #define COSTMODEL_RESERVE_GIB 2.0
 #define COSTMODEL_WORKSPACE_GIB 0.1875
 
+/* The smallest inputs taken (docs/planner.md): below them a time divided by
+ * them is no figure worth printing, and at 1e-320 it is infinite. */
+#define COSTMODEL_MIN_GBPS 0.001      /* --nvlink-busbw, --nic-busbw, --busbw-*: 1 MB/s */
+#define COSTMODEL_MIN_MFU 0.01        /* --mfu */
+#define COSTMODEL_MIN_FP8_SPEEDUP 0.1 /* --fp8-speedup */
+/* GPT-2's learned positions: the example trainer's --max-seq takes up to this. */
+#define COSTMODEL_GPT2_MAX_POSITIONS 65536
+
 /* ---------------------------------------------------------------- collectives */
 
 typedef enum costmodel_coll {
@@ -154,7 +162,7 @@ typedef struct costmodel_model {
     double kv_dim; /* width of K (and of V): C with full attention */
     int heads;     /* query heads (the attention's log-sum-exps: one a head and token) */
     double vocab;  /* 0 for a bare count */
-    int context;   /* the default sequence length */
+    int context;   /* the default sequence length (GPT-2: its learned positions) */
     bool tied;     /* the head is the embedding */
     double params; /* the whole model */
 } costmodel_model_t;
@@ -257,9 +265,13 @@ typedef struct costmodel_opts {
  * conversions and the amax reductions take the rest. */
 #define COSTMODEL_FP8_SPEEDUP 1.30
 
-/* Fill *in from *o (defaults where not given). Returns 0, or -1 with err naming
- * the option: an unknown model or GPU kind, --layers with a preset, a value out of
- * range. *in is untouched on failure. */
+/* Fill *in from *o (defaults where not given). A GPT-2 preset with a --seq-len
+ * beyond its 1024 positions gets a position table of that length (the
+ * trainer's --max-seq; at most COSTMODEL_GPT2_MAX_POSITIONS), counted in its
+ * parameters. Returns 0, or -1 with err naming the option: an unknown model or
+ * GPU kind, --layers with a preset, --keep-attention or --ckpt-budget without
+ * checkpointing, --fp8-speedup without --fp8 1, a --gpu-mem that leaves
+ * nothing usable, a value out of range. *in is untouched on failure. */
 int costmodel_setup(const costmodel_opts_t *o, costmodel_in_t *in, bmt_error_t *err);
 
 /* ---------------------------------------------------------------- results */
@@ -349,16 +361,16 @@ int costmodel_recommended(const costmodel_candidate_t *cand, size_t n);
  * or -1; *out is untouched on failure. */
 int costmodel_parse_params(const char *text, const char *what, double *out, bmt_error_t *err);
 
-/* A bandwidth in GB/s: a finite decimal number > 0 and <= 1e5. */
+/* A bandwidth in GB/s: a decimal number in [COSTMODEL_MIN_GBPS, 1e5]. */
 int costmodel_parse_gbps(const char *text, const char *what, double *out, bmt_error_t *err);
 
 /* A latency in microseconds: a finite decimal number >= 0 and <= 1e6. */
 int costmodel_parse_us(const char *text, const char *what, double *out, bmt_error_t *err);
 
-/* A fraction in (0, 1] (--mfu). */
+/* A fraction in [COSTMODEL_MIN_MFU, 1] (--mfu). */
 int costmodel_parse_fraction(const char *text, const char *what, double *out, bmt_error_t *err);
 
-/* A speed-up factor: a finite decimal number > 0 and <= 4 (--fp8-speedup). */
+/* A speed-up factor in [COSTMODEL_MIN_FP8_SPEEDUP, 4] (--fp8-speedup). */
 int costmodel_parse_speedup(const char *text, const char *what, double *out, bmt_error_t *err);
 
 /* A memory size in GiB: > 0 and <= 1e6. */
@@ -384,7 +396,8 @@ int costmodel_print_text(FILE *out, const costmodel_in_t *in, const costmodel_ca
                          size_t n);
 
 /* The same as a new JSON object (the caller owns the reference), or NULL when out
- * of memory. docs/planner.md has its schema. */
+ * of memory or a figure is not finite (JSON has no inf or nan; never an object
+ * with a layout missing). docs/planner.md has its schema. */
 json_t *costmodel_json(const costmodel_in_t *in, const costmodel_candidate_t *cand, size_t n);
 
 #endif

@@ -496,8 +496,11 @@ static char **rank_env(const launch_opts_t *o, const bmt_layout_t *l, int rank, 
     ADD("BMT_RESTART=%d", restart);
     if (o->backend)
         ADD("BMT_BACKEND=%s", o->backend);
-    if (o->timeout_s > 0)
-        ADD("BMT_TIMEOUT=%g", o->timeout_s);
+    if (o->timeout_s > 0) { /* exactly the value given (%g would round 1234567) */
+        char secs[400];
+        if (sbatch_seconds(secs, sizeof(secs), o->timeout_s) == 0)
+            ADD("BMT_TIMEOUT=%s", secs);
+    }
     if (me->on) {
         ADD("BMT_METRICS_URL=%s", me->url);
         ADD("BMT_METRICS_TOKEN=%s", me->token);
@@ -550,6 +553,57 @@ static char *self_path(void)
     return exe;
 }
 
+/* Flush and close stdout after --plan or --sbatch wrote what to it: a full
+ * disk, a closed pipe or a file-size limit must not leave a truncated plan or
+ * batch script behind an exit status of 0. Returns 0, or 1 with a message. */
+static int stdout_finish(const char *what)
+{
+    int e = 0;
+    if (fflush(stdout) != 0)
+        e = errno;
+    if (ferror(stdout) && e == 0)
+        e = EIO;
+    if (fclose(stdout) != 0 && e == 0)
+        e = errno;
+    if (e == 0)
+        return 0;
+    fprintf(stderr, "bmlaunch: cannot write %s to stdout: %s; what was written is incomplete\n",
+            what, strerror(e));
+    return 1;
+}
+
+/* Hand script to sbatch on its stdin (its answer goes to our stdout) and
+ * return sbatch's exit status. An sbatch that exits without reading all of it
+ * is said, not a SIGPIPE that kills bmlaunch without a word. */
+static int submit_script(const char *script)
+{
+    FILE *p = popen("sbatch", "w");
+    if (p == NULL) {
+        fprintf(stderr, "bmlaunch: cannot run sbatch: %s\n", strerror(errno));
+        return 1;
+    }
+    /* Ignored here only, after popen: sbatch itself keeps the default. */
+    struct sigaction ign = { .sa_handler = SIG_IGN }, old;
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGPIPE, &ign, &old);
+    const size_t len = strlen(script);
+    int e = 0;
+    errno = 0;
+    if (fwrite(script, 1, len, p) != len || fflush(p) != 0)
+        e = errno ? errno : EIO;
+    int st = pclose(p);
+    sigaction(SIGPIPE, &old, NULL);
+    int rc = st == -1 ? 1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (e) {
+        fprintf(stderr,
+                "bmlaunch: sbatch did not read the whole batch script (%s) and exited with "
+                "status %d; nothing was submitted unless sbatch says so\n",
+                strerror(e), rc);
+        return rc ? rc : 1;
+    }
+    return rc;
+}
+
 /* --sbatch [--submit]: print (or submit) the batch script of this job. */
 static int run_sbatch(const launch_opts_t *o)
 {
@@ -569,23 +623,16 @@ static int run_sbatch(const launch_opts_t *o)
     if (!o->submit) {
         fputs(script, stdout);
         free(script);
-        return ferror(stdout) ? 1 : 0;
+        return stdout_finish("the batch script");
     }
     char sbatch[PATH_MAX];
     if (resolve_program("sbatch", sbatch, sizeof(sbatch), &err) < 0) {
         free(script);
         return usage_error("--submit needs sbatch in PATH (Slurm's client commands)");
     }
-    FILE *p = popen("sbatch", "w"); /* the script on its stdin; its answer on our stdout */
-    if (p == NULL) {
-        free(script);
-        fprintf(stderr, "bmlaunch: cannot run sbatch: %s\n", strerror(errno));
-        return 1;
-    }
-    fputs(script, p);
+    int rc = submit_script(script);
     free(script);
-    int st = pclose(p);
-    return st == -1 ? 1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return rc;
 }
 
 /* job_opts_t.signal_step under Slurm: through scancel, not srun (slurm.h). */
@@ -950,16 +997,22 @@ int main(int argc, char **argv)
     if (o.plan) {
         if (bmt_layout_make(&l, o.groups, o.gpus_per_group, o.gpus_per_node, o.nodes, &err) < 0)
             return usage_error(err.text);
-        if (o.cost.model == NULL)
-            return plan_print(stdout, &l, o.json, NULL, NULL, 0) == 0 ? 0 : 1;
         costmodel_in_t cin;
         costmodel_candidate_t cand[COSTMODEL_CANDIDATES];
-        int n = costmodel_setup(&o.cost, &cin, &err) < 0
+        int n = 0;
+        if (o.cost.model) {
+            n = costmodel_setup(&o.cost, &cin, &err) < 0
                     ? -1
                     : costmodel_rank(&l, &cin, cand, COSTMODEL_CANDIDATES, &err);
-        if (n < 0)
-            return usage_error(err.text);
-        return plan_print(stdout, &l, o.json, &cin, cand, (size_t)n) == 0 ? 0 : 1;
+            if (n < 0)
+                return usage_error(err.text);
+        }
+        if (plan_print(stdout, &l, o.json, o.cost.model ? &cin : NULL, o.cost.model ? cand : NULL,
+                       (size_t)n, &err) < 0) {
+            fprintf(stderr, "bmlaunch: %s\n", err.text);
+            return 1;
+        }
+        return stdout_finish("the plan");
     }
     slurm_alloc_t a;
     int in_slurm = o.local ? 0 : slurm_detect(&a, &err);

@@ -6,11 +6,13 @@
  */
 #include "plan.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bmt/layout.h"
+#include "error.h"
 
 #define PLAN_HEAD 4 /* rows shown before the ellipsis */
 #define PLAN_TAIL 2 /* rows shown after it */
@@ -187,23 +189,32 @@ static json_t *build_json(const bmt_layout_t *l)
 }
 
 int plan_print(FILE *out, const bmt_layout_t *l, bool json, const costmodel_in_t *cin,
-               const costmodel_candidate_t *cand, size_t n)
+               const costmodel_candidate_t *cand, size_t n, bmt_error_t *err)
 {
     if (!json) {
         print_text(out, l);
-        if (cin && n > 0 && costmodel_print_text(out, cin, cand, n) < 0)
-            return -1;
-        return ferror(out) ? -1 : 0;
-    }
-    json_t *root = build_json(l);
-    if (root == NULL)
-        return -1;
-    if (cin && n > 0 && json_object_set_new(root, "cost_model", costmodel_json(cin, cand, n)) < 0) {
+        /* costmodel_print_text fails on a write error too: that one is said below */
+        if (cin && n > 0 && costmodel_print_text(out, cin, cand, n) < 0 && !ferror(out))
+            return errprintf(err, "internal error: the cost model has no row for your layout");
+    } else {
+        json_t *root = build_json(l);
+        json_t *cost = cin && n > 0 ? costmodel_json(cin, cand, n) : NULL;
+        /* json_real takes no inf or nan: a figure out of range leaves a hole. */
+        if (root == NULL || (cin && n > 0 && cost == NULL) ||
+            (cost && json_object_set_new(root, "cost_model", cost) < 0)) {
+            json_decref(root);
+            return errprintf(err, "cannot encode the plan as JSON: a figure is out of range "
+                                  "(not finite) or memory ran out");
+        }
+        int rc = json_dumpf(root, out, JSON_INDENT(1) | JSON_COMPACT);
         json_decref(root);
-        return -1;
+        if (rc != 0 && !ferror(out))
+            return errprintf(err, "cannot encode the plan as JSON");
+        fputc('\n', out);
     }
-    int rc = json_dumpf(root, out, JSON_INDENT(1) | JSON_COMPACT);
-    fputc('\n', out);
-    json_decref(root);
-    return rc == 0 && !ferror(out) ? 0 : -1;
+    /* Flushed here: an error of the last buffered write shows only then. */
+    if (fflush(out) != 0 || ferror(out))
+        return errprintf(err, "cannot write the plan: %s; what was written is incomplete",
+                         strerror(errno ? errno : EIO));
+    return 0;
 }

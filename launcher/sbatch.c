@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,15 +48,93 @@ static void put(buf_t *b, const char *s, size_t n)
     b->s[b->len] = '\0';
 }
 
-/* " NAME VALUE" for a number of seconds: %g when it reads back the same, else
- * every digit. */
+int sbatch_seconds(char *buf, size_t len, double v)
+{
+    /* The shortest %e form that reads back as v gives the significant digits
+     * and the exponent; they are then written out without the exponent, which
+     * bmlaunch's parser refuses (1e+06, 1e-05 are what %g would print). */
+    if (!(v >= 0) || !isfinite(v) || len < 2)
+        return -1;
+    if (v == 0) {
+        snprintf(buf, len, "0");
+        return 0;
+    }
+    char e[40];
+    for (int prec = 0; prec < 17; prec++) {
+        snprintf(e, sizeof(e), "%.*e", prec, v);
+        if (strtod(e, NULL) == v)
+            break;
+    }
+    char digits[24];
+    size_t nd = 0;
+    const char *p = e;
+    for (; *p && *p != 'e'; p++)
+        if (*p >= '0' && *p <= '9' && nd + 1 < sizeof(digits))
+            digits[nd++] = *p;
+    while (nd > 1 && digits[nd - 1] == '0') /* 1.50e+00: the zeros say nothing */
+        nd--;
+    const long point = (*p == 'e' ? strtol(p + 1, NULL, 10) : 0) + 1; /* digits before '.' */
+    /* "0.000ddd", "ddd000" or "dd.ddd": its length first, so it fits or fails whole. */
+    const size_t zeros = point <= 0 ? (size_t)-point : (size_t)point > nd ? (size_t)point - nd : 0;
+    const size_t need = nd + zeros + (point <= 0 ? 2 : (size_t)point < nd ? 1 : 0);
+    if (need + 1 > len)
+        return -1;
+    size_t o = 0;
+    if (point <= 0) {
+        buf[o++] = '0';
+        buf[o++] = '.';
+        memset(buf + o, '0', zeros);
+        o += zeros;
+        memcpy(buf + o, digits, nd);
+        o += nd;
+    } else if ((size_t)point >= nd) {
+        memcpy(buf + o, digits, nd);
+        o += nd;
+        memset(buf + o, '0', zeros);
+        o += zeros;
+    } else {
+        memcpy(buf + o, digits, (size_t)point);
+        o += (size_t)point;
+        buf[o++] = '.';
+        memcpy(buf + o, digits + point, nd - (size_t)point);
+        o += nd - (size_t)point;
+    }
+    buf[o] = '\0';
+    return 0;
+}
+
+/* " NAME VALUE" for a number of seconds, as a plain decimal that bmlaunch's
+ * parser reads back to the same double. */
 static void put_seconds(buf_t *b, const char *name, double v)
 {
-    char tmp[96];
-    snprintf(tmp, sizeof(tmp), " %s %g", name, v);
-    if (strtod(strrchr(tmp, ' ') + 1, NULL) != v)
-        snprintf(tmp, sizeof(tmp), " %s %.17g", name, v);
-    put(b, tmp, strlen(tmp));
+    char num[400]; /* the smallest double bmlaunch takes has 300-odd decimals */
+    if (sbatch_seconds(num, sizeof(num), v) < 0) {
+        b->bad = 1;
+        return;
+    }
+    put(b, " ", 1);
+    put(b, name, strlen(name));
+    put(b, " ", 1);
+    put(b, num, strlen(num));
+}
+
+void sbatch_job_name(const char *prog, char *buf, size_t len)
+{
+    /* The program's base name, but only the characters sbatch and the script
+     * take as they are: a newline would end the #SBATCH line (the rest a shell
+     * command, and sbatch stops reading directives there), a space breaks
+     * sbatch's parsing. */
+    const char *base = strrchr(prog, '/') ? strrchr(prog, '/') + 1 : prog;
+    size_t o = 0;
+    for (const char *p = base; *p && o + 1 < len && o < SBATCH_JOB_NAME_MAX; p++) {
+        const char c = *p;
+        const bool safe = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+                          (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+        buf[o++] = safe ? c : '_';
+    }
+    buf[o] = '\0';
+    if (o == 0)
+        snprintf(buf, len, "%s", SBATCH_DEFAULT_JOB_NAME);
 }
 
 /* " NAME 'VALUE'": an option whose value is shell-quoted. */
@@ -251,8 +330,8 @@ char *sbatch_script(const launch_opts_t *o, const bmt_layout_t *l, const char *s
     snprintf(tpn, sizeof(tpn), "%d", l->gpus_per_node);
     snprintf(gpn, sizeof(gpn), "%d", cuda ? l->gpus_per_node : 0);
     snprintf(lead, sizeof(lead), "%d", o->signal_lead);
-    const char *prog = o->prog_argv[0];
-    const char *base = strrchr(prog, '/') ? strrchr(prog, '/') + 1 : prog;
+    char name[SBATCH_JOB_NAME_MAX + 1];
+    sbatch_job_name(o->prog_argv[0], name, sizeof(name));
 
     /* bmlaunch's own options: every one this command line gave that matters
      * inside the job (not the batch-script ones), so the bmlaunch in the script
@@ -327,7 +406,7 @@ char *sbatch_script(const launch_opts_t *o, const bmt_layout_t *l, const char *s
     char *script = NULL;
     if (!args.bad && !program.bad && self_q) {
         const sbatch_var_t vars[] = {
-            { "JOB_NAME", o->job_name ? o->job_name : base },
+            { "JOB_NAME", o->job_name ? o->job_name : name },
             { "NODES", nodes },
             /* GPUs: one task per GPU on every node. CPU ranks may outnumber a
              * node's CPUs, which --ntasks-per-node cannot ask for (sbatch:
@@ -337,7 +416,7 @@ char *sbatch_script(const launch_opts_t *o, const bmt_layout_t *l, const char *s
             { "NTASKS", cuda ? "" : ntasks },
             { "OVERCOMMIT", cuda ? "" : "--overcommit" },
             { "GPUS_PER_NODE", cuda ? gpn : "" },
-            { "TIME", o->time ? o->time : "01:00:00" },
+            { "TIME", o->time ? o->time : CLI_DEFAULT_TIME },
             { "PARTITION", o->partition ? o->partition : "" },
             { "ACCOUNT", o->account ? o->account : "" },
             { "OUTPUT", o->output ? o->output : "bmt-%x-%j.out" },

@@ -32,6 +32,22 @@ char *shell_quote(const char *arg);
  * templates next to PREFIX/bin, or the source tree's templates/ for build/bin. */
 int sbatch_find_template(const char *given, char *path, size_t len, bmt_error_t *err);
 
+/* The job name when --job-name is not given: the base name of prog with every
+ * character but [A-Za-z0-9._-] replaced by '_' (a newline or a space would
+ * break the #SBATCH line), at most SBATCH_JOB_NAME_MAX of them, or
+ * SBATCH_DEFAULT_JOB_NAME when nothing is left ("./foo/", ""). Writes a
+ * NUL-terminated name of at most len - 1 bytes into buf. Pure. */
+#define SBATCH_JOB_NAME_MAX 128
+#define SBATCH_DEFAULT_JOB_NAME "bmt"
+void sbatch_job_name(const char *prog, char *buf, size_t len);
+
+/* Seconds v (finite, >= 0) as a plain decimal ("1000000", "0.00001", "2.5"):
+ * no exponent, the shortest digits that read back as v, so bmlaunch's parser
+ * (plain decimals only) takes it and gets v again. Returns 0, or -1 when v is
+ * negative or not finite or buf (len bytes) is too short; 400 bytes hold any
+ * double from 0 to 1e7. Pure. */
+int sbatch_seconds(char *buf, size_t len, double v);
+
 /* The batch script for o (a program to run, layout l) as malloc'd text. self is
  * bmlaunch's absolute path, written into the script. */
 char *sbatch_script(const launch_opts_t *o, const bmt_layout_t *l, const char *self,

@@ -54,7 +54,18 @@ go with --model|--plan --micro-batch 4 --gpu h100
 --layers goes with a parameter count; d48 is a preset of 48 layers|--plan --model d48 --layers 4
 --layers must be 1 to 4096, got 99999|--plan --model 70B --layers 99999
 --gpu must be h200, h100, a100 or b200, got 'v100'|--plan --model d48 --gpu v100
---mfu needs a fraction of the peak in (0, 1] such as 0.45, got '45'|--plan --model d48 --mfu 45
+--mfu needs a fraction of the peak in [0.01, 1] such as 0.45, got '45'|--plan --model d48 --mfu 45
+--mfu needs a fraction of the peak in [0.01, 1] such as 0.45, got '1e-320'|--plan --model d48 --mfu 1e-320
+--mfu needs a fraction of the peak in [0.01, 1] such as 0.45, got '1e-320'|--plan --json --model d48 --mfu 1e-320
+--nvlink-busbw: '1e-320' is too small (at least 0.001 GB/s)|--plan --model d48 --nvlink-busbw 1e-320
+--nvlink-busbw: '1e-320' is too small (at least 0.001 GB/s)|--plan --json --model d48 --nvlink-busbw 1e-320
+--nic-busbw: '1e-320' is too small (at least 0.001 GB/s)|--plan --model d48 --nic-busbw 1e-320
+--fp8-speedup needs a speed-up factor in [0.1, 4] such as 1.3, got '1e-320'|--plan --model d48 --fp8 1 --fp8-speedup 1e-320
+--gpu-mem 1 leaves nothing usable: 2 GiB of every GPU are held back|--plan --model d48 --gpu-mem 1
+--gpu-mem 2 leaves nothing usable: 2 GiB of every GPU are held back|--plan --json --model d48 --gpu-mem 2
+--keep-attention chooses what checkpointing's recomputation skips: it needs --ckpt 1|--plan --model d48 --ckpt 0 --keep-attention 0
+--keep-attention chooses what checkpointing's recomputation skips: it needs --ckpt 1|--plan --model d48 --ckpt 0 --keep-attention 1
+--seq-len 70000: d12 learns its positions, and the trainer's --max-seq makes at most 65536 of them|--plan --model d12 --seq-len 70000
 --ckpt must be 0 or 1, got 'yes'|--plan --model d48 --ckpt yes
 --seq-len must be at least 1, got '0'|--plan --model d48 --seq-len 0
 --nic-busbw needs a positive number of GB/s, got 'x'|--plan --model d48 --nic-busbw=x
@@ -68,12 +79,19 @@ no spaces, quotes|--sbatch --gpus-per-node 2 --job-name "x'y" -- $PROGS/behave e
 --partition 'a b': no spaces, quotes|--sbatch --gpus-per-node 2 --partition "a b" -- $PROGS/behave env
 --time '99:99:99x' is not a Slurm time limit|--sbatch --gpus-per-node 2 --time 99:99:99x -- $PROGS/behave env
 shm backend, which needs every rank on one node, but this layout spans 2 nodes|--sbatch -g 2 -n 2 --gpus-per-node 2 --device cpu -- $PROGS/behave env
+--signal-lead 100000: Slurm takes at most 65535 seconds|--sbatch --gpus-per-node 2 --time UNLIMITED --signal-lead 100000 -- $PROGS/behave env
+--signal-lead 300 is not less than the time limit 5 (300 s)|--sbatch --gpus-per-node 2 --time 5 --signal-lead 300 -- $PROGS/behave env
+--signal-lead 30 is not less than the time limit 0:30 (30 s)|--sbatch --gpus-per-node 2 --time 0:30 --signal-lead 30 -- $PROGS/behave env
+--signal-lead 3600 is not less than the time limit 01:00:00 (3600 s, the default --time)|--sbatch --gpus-per-node 2 --signal-lead 3600 -- $PROGS/behave env
+--submit goes with --sbatch|--submit --gpus-per-node 2 -- $PROGS/behave env
 unknown field {{TIEM}}|--sbatch -g 2 --gpus-per-node 2 --template $TMP/bad.sbatch -- $PROGS/behave env
 CASES
 
 test_expect_success "seconds in plain decimal are taken (2.5, .5); --metrics-port 0 alone runs" '
     $BMLAUNCH --grace 2.5 --timeout .5 --metrics-port 0 -n 1 -- $PROGS/behave env >out 2>err &&
-    grep -qx "0: BMT_TIMEOUT=0.5" out && ! grep -q "metrics on" err
+    grep -qx "0: BMT_TIMEOUT=0.5" out && ! grep -q "metrics on" err &&
+    $BMLAUNCH --timeout 1234567 --metrics-port 0 -n 1 -- $PROGS/behave env >out 2>err &&
+    grep -qx "0: BMT_TIMEOUT=1234567" out
 '
 
 test_expect_success "--help prints the usage and exits 0" '
@@ -152,6 +170,78 @@ test_expect_success "--sbatch renders the template: layout, optional lines, quot
     ! grep -q "^#SBATCH --gpus-per-node" cpu.sbatch && grep -qx "#SBATCH --nodes=1" cpu.sbatch &&
     $BMLAUNCH --sbatch -n 6 -N 2 --device cuda -- hostname >n.sbatch &&
     grep -qx "#SBATCH --nodes=2" n.sbatch && grep -qx "#SBATCH --ntasks-per-node=3" n.sbatch
+'
+
+# Every #SBATCH line comes before the script's first command: sbatch stops
+# reading directives at the first line that is not a comment.
+sbatch_directives_first() { # file
+    awk '/^#SBATCH/ { if (cmd) { print "after a command: " $0; bad = 1 } next }
+         /^#/ || /^[[:space:]]*$/ { next }
+         { cmd = 1 } END { exit bad }' "$1"
+}
+
+test_expect_success "--sbatch: the default job name keeps [A-Za-z0-9._-] of the program's base name" '
+    $BMLAUNCH --sbatch -n 2 --gpus-per-node 2 --time 00:10:00 -- "$(printf "x\ntouch PWNED")" >nl.sbatch &&
+    bash -n nl.sbatch && sbatch_directives_first nl.sbatch &&
+    grep -qx "#SBATCH --job-name=x_touch_PWNED" nl.sbatch &&
+    grep -qx "#SBATCH --time=00:10:00" nl.sbatch && grep -qx "#SBATCH --ntasks=2" nl.sbatch &&
+    grep -qx "#SBATCH --signal=B:USR1@120" nl.sbatch &&
+    ! grep -qx "touch PWNED" nl.sbatch &&
+    $BMLAUNCH --sbatch -n 2 --gpus-per-node 2 -- "./my prog" >sp.sbatch &&
+    bash -n sp.sbatch && sbatch_directives_first sp.sbatch &&
+    grep -qx "#SBATCH --job-name=my_prog" sp.sbatch &&
+    $BMLAUNCH --sbatch -n 2 --gpus-per-node 2 -- ./foo/ >empty.sbatch &&
+    bash -n empty.sbatch && sbatch_directives_first empty.sbatch &&
+    grep -qx "#SBATCH --job-name=bmt" empty.sbatch &&
+    $BMLAUNCH --sbatch -n 2 --gpus-per-node 2 -- "/opt/a\$b/train-v1.2_x" >ok.sbatch &&
+    grep -qx "#SBATCH --job-name=train-v1.2_x" ok.sbatch
+'
+
+test_expect_success "--sbatch: durations are plain decimals the job's bmlaunch takes back" '
+    $BMLAUNCH --sbatch -n 2 --gpus-per-node 2 --timeout 1000000 --grace 0.00001 \
+        --metrics-linger 0.000001 --metrics-stale 9999999.5 -- $PROGS/behave env >d.sbatch &&
+    grep -q -- " --timeout 1000000 --grace 0.00001 " d.sbatch &&
+    grep -q -- " --metrics-linger 0.000001 --metrics-stale 9999999.5 " d.sbatch &&
+    ! grep -q "e[+-][0-9]" d.sbatch &&
+    # the bmlaunch line itself, run here: it parses and the ranks get the timeout
+    sed -n "s/ &\$//p" d.sbatch >line && test $(wc -l <line) = 1 &&
+    with_timeout 60 bash line >out 2>err &&
+    awk -F= "/^0: BMT_TIMEOUT=/ { found = 1; exit \$2 != 1000000 } END { exit !found }" out
+'
+
+test_expect_success "--plan and --sbatch: a write error on stdout exits 1 with a message" '
+    { $BMLAUNCH --sbatch -n 2 --gpus-per-node 2 -- p >/dev/full 2>err; rc=$?; } &&
+    test $rc -eq 1 && grep -q "^bmlaunch: cannot write the batch script to stdout: No space left on device" err &&
+    { $BMLAUNCH --plan -g 2 -n 2 >/dev/full 2>err; rc=$?; } &&
+    test $rc -eq 1 && grep -q "^bmlaunch: cannot write the plan: No space left on device" err &&
+    { $BMLAUNCH --plan --json -g 2 -n 2 >/dev/full 2>err; rc=$?; } &&
+    test $rc -eq 1 && grep -q "^bmlaunch: cannot write the plan: No space left on device" err &&
+    { $BMLAUNCH --plan --json --model d12 -g 2 -n 2 >/dev/full 2>err; rc=$?; } &&
+    test $rc -eq 1 && grep -q "^bmlaunch: cannot write the plan" err &&
+    { (trap "" XFSZ; ulimit -f 1; $BMLAUNCH --plan --json -g 20 -n 50 --gpus-per-node 8 >big.json) 2>err; rc=$?; } &&
+    test $rc -eq 1 && grep -q "^bmlaunch: cannot write the plan: File too large" err
+'
+
+# A stand-in for sbatch: what it reads, and its exit status.
+fake_sbatch() { # dir status read(1|0)
+    mkdir -p "$1" && {
+        echo "#!/bin/sh"
+        [ "$3" = 1 ] && echo "cat >\"$PWD/$1/script\"; echo \"Submitted batch job 42\""
+        echo "exit $2"
+    } >"$1/sbatch" && chmod +x "$1/sbatch"
+}
+
+test_expect_success "--submit: sbatch's exit status; an sbatch that reads nothing is said, not a SIGPIPE" '
+    fake_sbatch ok 0 1 && PATH=$PWD/ok:$PATH $BMLAUNCH --sbatch --submit -n 2 --gpus-per-node 2 -- p >out &&
+    grep -qx "Submitted batch job 42" out && grep -qx "#SBATCH --nodes=1" ok/script && bash -n ok/script &&
+    fake_sbatch five 5 1 && { PATH=$PWD/five:$PATH $BMLAUNCH --sbatch --submit -n 2 --gpus-per-node 2 -- p >out 2>err; rc=$?; } &&
+    test $rc -eq 5 && test ! -s err &&
+    # more than a pipe holds, so the write meets the closed pipe whatever the timing
+    big=$(head -c 100000 /dev/zero | tr "\\0" a) &&
+    fake_sbatch deaf 0 0 && { PATH=$PWD/deaf:$PATH $BMLAUNCH --sbatch --submit -n 2 --gpus-per-node 2 -- p "$big" >out 2>err; rc=$?; } &&
+    test $rc -eq 1 && grep -q "^bmlaunch: sbatch did not read the whole batch script (Broken pipe) and exited with status 0" err &&
+    fake_sbatch deaf3 3 0 && { PATH=$PWD/deaf3:$PATH $BMLAUNCH --sbatch --submit -n 2 --gpus-per-node 2 -- p "$big" >out 2>err; rc=$?; } &&
+    test $rc -eq 3 && grep -q "^bmlaunch: sbatch did not read the whole batch script (Broken pipe) and exited with status 3" err
 '
 
 test_expect_success "--plan handles 100k ranks quickly" '

@@ -151,6 +151,8 @@ test_expect_success "--ckpt-budget: 0 is --ckpt 1, every layer kept is --ckpt 0'
     grep -q "activations [0-9.]* (checkpointed, 5 layers kept)" out &&
     test_must_fail $BMLAUNCH --plan -g 1 -n 1 --model d48 --ckpt 0 --ckpt-budget 5 2>err &&
     grep -q "^bmlaunch: --ckpt-budget chooses which layers checkpointing spares: it needs --ckpt 1" err &&
+    test_must_fail $BMLAUNCH --plan -g 1 -n 1 --model d48 --ckpt 0 --keep-attention 0 2>err &&
+    grep -q "^bmlaunch: --keep-attention chooses what checkpointing.s recomputation skips: it needs --ckpt 1" err &&
     test_must_fail $BMLAUNCH --plan -g 1 -n 1 --model d48 --keep-attention 2 2>err &&
     grep -q "^bmlaunch: --keep-attention must be 0 or 1, got .2." err &&
     $BMLAUNCH --plan -g 1 -n 1 --model llama3.2-1b --seq-len 4096 --micro-batch 2 --ckpt-budget 3000 --keep-attention 0 >out &&
@@ -216,9 +218,45 @@ test_expect_success "--fp8: the products faster by --fp8-speedup, the sets as th
     test_must_fail $BMLAUNCH --plan -g 1 -n 1 --model d48 --fp8 0 --fp8-speedup 1.5 2>err &&
     grep -q "it needs --fp8 1" err &&
     test_must_fail $BMLAUNCH --plan -g 1 -n 1 --model d48 --fp8 1 --fp8-speedup 5 2>err &&
-    grep -q "^bmlaunch: --fp8-speedup needs a speed-up factor in (0, 4\] such as 1.3, got .5." err &&
+    grep -q "^bmlaunch: --fp8-speedup needs a speed-up factor in \[0.1, 4\] such as 1.3, got .5." err &&
     test_must_fail $BMLAUNCH --plan -g 1 -n 1 --fp8 1 2>err &&
     grep -q "go with --model" err
+'
+
+# GPT-2 learns its positions: a --seq-len beyond the preset's 1024 is a longer
+# table (the trainer's --max-seq), (T - 1024) x C more parameters, gathered
+# and reduced with the embedding; beyond the trainer's 65536 it is refused.
+test_expect_success "GPT-2 presets: --seq-len above 1024 positions counts the longer table, above 65536 is refused" '
+    j() { $BMLAUNCH --plan --json -g 1 -n 2 --gpus-per-node 2 --model d12 "$@"; } &&
+    j >t1024.json && j --seq-len 512 >t512.json && j --seq-len 4096 >t4096.json &&
+    /usr/bin/python3 - <<-PY &&
+	import json
+	def m(f):
+	    return json.load(open(f))["cost_model"]["model"]["params"]
+	assert m("t1024.json") == 124439808 and m("t512.json") == 124439808, m("t1024.json")
+	assert m("t4096.json") - m("t1024.json") == (4096 - 1024) * 768
+	PY
+    $BMLAUNCH --plan -g 1 -n 1 --model d12 --seq-len 4096 >out &&
+    grep -q "^  cost model: d12 = 126,799,104 parameters: .*, 4096 positions (the trainer.s --max-seq 4096)$" out &&
+    $BMLAUNCH --plan -g 1 -n 1 --model d12 >out && ! grep -q "positions" out &&
+    $BMLAUNCH --plan -g 1 -n 1 --model llama3.2-1b --seq-len 131072 >out && ! grep -q "positions" out &&
+    test_must_fail $BMLAUNCH --plan -g 1 -n 1 --model d48 --seq-len 65537 2>err &&
+    grep -q "^bmlaunch: --seq-len 65537: d48 learns its positions, and the trainer.s --max-seq makes at most 65536 of them" err
+'
+
+# Out-of-range link, MFU and memory inputs are refused with a message (an
+# infinite or nan figure once printed inf, and --json failed without a word).
+test_expect_success "the cost model's inputs are bounded: tiny bandwidths and MFU, a --gpu-mem of nothing usable" '
+    for a in "--mfu 1e-320" "--mfu 0.009" "--nvlink-busbw 1e-320" "--nic-busbw 0.0001" "--busbw-group 1e-320" \
+             "--busbw-replica 1e-320" "--busbw-flat 1e-320" "--fp8 1 --fp8-speedup 1e-320" "--gpu-mem 2" "--gpu-mem 1"; do
+        for json in "" --json; do
+            { $BMLAUNCH --plan $json -g 2 -n 2 --gpus-per-node 2 --model d12 $a >out 2>err; rc=$?; } &&
+            test $rc -eq 2 && test ! -s out && grep -q "^bmlaunch: --" err || { echo "$a $json: rc $rc"; cat err; exit 1; }
+        done
+    done &&
+    $BMLAUNCH --plan --json -g 2 -n 2 --gpus-per-node 2 --model d12 --mfu 0.01 --nvlink-busbw 0.001 \
+        --nic-busbw 0.001 --gpu-mem 2.5 --fp8 1 --fp8-speedup 0.1 >lo.json &&
+    /usr/bin/python3 -c "import json, sys; json.load(open(sys.argv[1]))" lo.json
 '
 
 test_expect_success "the issue's question: 20x50 on 8-GPU nodes is not recommended, and why" '

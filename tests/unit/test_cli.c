@@ -5,9 +5,12 @@
  * binary: exit status 2 and the message on stderr.)
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "bmt/layout.h"
 #include "cli.h"
+#include "sbatch.h"
 #include "tlscert.h"
 #include "tap.h"
 
@@ -79,6 +82,19 @@ static void check_valid(void)
            "--metrics-tls defaults to auto");
     }
     {
+        const char *a[] = { "--sbatch", "--time", "5", "--signal-lead", "299", "p", NULL };
+        const char *b[] = {
+            "--sbatch", "--time", "UNLIMITED", "--signal-lead", "65535", "p", NULL
+        };
+        const char *c[] = { "--sbatch", "--time", "0", "--signal-lead", "65535", "p", NULL };
+        const char *d[] = { "--sbatch", "--signal-lead", "3599", "p", NULL };
+        const char *e[] = { "--sbatch", "--submit", "p", NULL };
+        ok(parse(a, &o, &err) == 0 && o.signal_lead == 299 && parse(b, &o, &err) == 0 &&
+               parse(c, &o, &err) == 0 && parse(d, &o, &err) == 0 && parse(e, &o, &err) == 0 &&
+               o.submit && o.sbatch,
+           "--signal-lead below the time limit, any with no limit; --sbatch --submit");
+    }
+    {
         const char *a[] = { "--grace", "0", "p", NULL };
         ok(parse(a, &o, &err) == 0 && o.grace_s == 0, "--grace 0 (SIGKILL at once) is allowed");
     }
@@ -139,6 +155,17 @@ static const struct {
     { { "--sbatch", "--output", "", "p" }, "--output needs a value on one line" },
     { { "--sbatch", "--output=", "p" }, "--output needs a value on one line" },
     { { "--sbatch", "--partition", "-v", "p" }, "--partition needs a value, got the option '-v'" },
+    { { "--sbatch", "--signal-lead", "65536", "p" },
+      "--signal-lead 65536: Slurm takes at most 65535 seconds" },
+    { { "--sbatch", "--time", "5", "--signal-lead", "300", "p" },
+      "--signal-lead 300 is not less than the time limit 5 (300 s)" },
+    { { "--sbatch", "--time", "2-0", "--signal-lead", "172800", "p" },
+      "--signal-lead 172800: Slurm takes at most 65535" },
+    { { "--sbatch", "--time", "0:02:00", "--signal-lead", "120", "p" },
+      "--signal-lead 120 is not less than the time limit 0:02:00 (120 s)" },
+    { { "--sbatch", "--signal-lead", "3600", "p" },
+      "--signal-lead 3600 is not less than the time limit 01:00:00 (3600 s, the default --time)" },
+    { { "--submit", "p" }, "--submit goes with --sbatch" },
     { { "--metrics-stale", "0", "p" }, "--metrics-stale needs a positive number of seconds" },
     { { "--metrics-stale", "soon", "p" }, "--metrics-stale needs a positive number of seconds" },
     { { "--json", "p" }, "--json goes with --plan" },
@@ -176,6 +203,135 @@ static void check_slurm_time(void)
         ok(!cli_slurm_time_ok(badt[i]), "not a Slurm time limit: '%s'", badt[i]);
 }
 
+static void check_slurm_time_seconds(void)
+{
+    static const struct {
+        const char *t;
+        long s;
+    } cases[] = { { "90", 5400 },           { "90:30", 5430 },  { "12:00:00", 43200 },
+                  { "1-0", 86400 },         { "2-12", 216000 }, { "2-12:30", 217800 },
+                  { "2-12:30:15", 217815 }, { "0:59", 59 },     { "UNLIMITED", 0 },
+                  { "INFINITE", 0 },        { "0", 0 },         { "01:00:00", 3600 },
+                  { "1:60", -1 },           { "soon", -1 },     { "", -1 } };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        ok(cli_slurm_time_seconds(cases[i].t) == cases[i].s, "--time '%s' is %ld s", cases[i].t,
+           cases[i].s);
+}
+
+/* The default job name: nothing that breaks an #SBATCH line gets through. */
+static void check_job_name(void)
+{
+    static const struct {
+        const char *prog, *want;
+    } cases[] = {
+        { "./train", "train" },
+        { "/opt/bmt/bin/gpt2-train_v1.2", "gpt2-train_v1.2" },
+        { "x\ntouch PWNED", "x_touch_PWNED" },
+        { "./my prog", "my_prog" },
+        { "./it's", "it_s" },
+        { "a$b`c\\d\"e", "a_b_c_d_e" },
+        { "./foo/", "bmt" },
+        { "", "bmt" },
+        { "/", "bmt" },
+        { "caf\xc3\xa9", "caf__" },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char name[SBATCH_JOB_NAME_MAX + 1];
+        sbatch_job_name(cases[i].prog, name, sizeof(name));
+        ok(strcmp(name, cases[i].want) == 0, "job name %zu is '%s' (got '%s')", i, cases[i].want,
+           name);
+    }
+    char longp[400];
+    memset(longp, 'a', sizeof(longp) - 1);
+    longp[sizeof(longp) - 1] = '\0';
+    char name[SBATCH_JOB_NAME_MAX + 1];
+    sbatch_job_name(longp, name, sizeof(name));
+    ok(strlen(name) == SBATCH_JOB_NAME_MAX, "a long name is cut to %d", SBATCH_JOB_NAME_MAX);
+}
+
+/* Seconds rendered into the batch script read back through bmlaunch's own
+ * parser to the same double: every option that takes seconds, values %g
+ * would write with an exponent (1e+06, 1e-05), and the extremes. */
+static void check_seconds_round_trip(void)
+{
+    static char tiny[400];
+    snprintf(tiny, sizeof(tiny), "0.%0320d", 5); /* 5e-320, a subnormal */
+    const char *values[] = { "1000000",
+                             "10000000",
+                             "0.00001",
+                             "0.000001",
+                             "2.5",
+                             "5",
+                             "0.1",
+                             "1234567.125",
+                             "9999999.999999999",
+                             "0.30000000000000004",
+                             "7",
+                             "123456789e-2" /* refused by the parser: skipped */,
+                             tiny,
+                             "0",
+                             "0.0" };
+    const char *opts[] = { "--timeout", "--grace", "--metrics-linger", "--metrics-stale" };
+    for (size_t k = 0; k < sizeof(opts) / sizeof(opts[0]); k++)
+        for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+            char *a1[] = { "bmlaunch", (char *)opts[k], (char *)values[i], "p", NULL };
+            launch_opts_t o1, o2;
+            bmt_error_t err = { { 0 } };
+            if (cli_parse(4, a1, &o1, &err) != 0)
+                continue; /* not a value bmlaunch takes */
+            double v = k == 0   ? o1.timeout_s
+                       : k == 1 ? o1.grace_s
+                       : k == 2 ? o1.metrics_linger_s
+                                : o1.metrics_stale_s;
+            char text[400];
+            int rc = sbatch_seconds(text, sizeof(text), v);
+            char *a2[] = { "bmlaunch", (char *)opts[k], text, "p", NULL };
+            bool same = rc == 0 && !strpbrk(text, "eE") && cli_parse(4, a2, &o2, &err) == 0 &&
+                        (k == 0   ? o2.timeout_s
+                         : k == 1 ? o2.grace_s
+                         : k == 2 ? o2.metrics_linger_s
+                                  : o2.metrics_stale_s) == v;
+            ok(same, "%s %.40s renders as %.40s and reads back the same", opts[k], values[i],
+               rc == 0 ? text : "(nothing)");
+            if (!same)
+                diag("%s", err.text);
+        }
+    char text[8];
+    ok(sbatch_seconds(text, sizeof(text), 1e-300) == -1 && sbatch_seconds(text, 8, -1) == -1,
+       "too short a buffer or a negative value: refused");
+
+    /* ... and in the script, on the bmlaunch line */
+    char *argv[] = { "bmlaunch",
+                     "--template",
+                     "templates/bmt.sbatch",
+                     "--sbatch",
+                     "-n",
+                     "2",
+                     "--gpus-per-node",
+                     "2",
+                     "--timeout",
+                     "1000000",
+                     "--grace",
+                     "0.00001",
+                     "--metrics-linger",
+                     "0.000001",
+                     "--metrics-stale",
+                     "9999999.5",
+                     "--",
+                     "p",
+                     NULL };
+    launch_opts_t o;
+    bmt_error_t err = { { 0 } };
+    bmt_layout_t l;
+    char *script = cli_parse(18, argv, &o, &err) == 0 && bmt_layout_make(&l, 1, 2, 2, 0, &err) == 0
+                       ? sbatch_script(&o, &l, "/b", &err)
+                       : NULL;
+    ok(script && strstr(script, " --timeout 1000000 --grace 0.00001 ") &&
+           strstr(script, " --metrics-linger 0.000001 --metrics-stale 9999999.5 "),
+       "the script's bmlaunch line has plain decimals (%s)", script ? "" : err.text);
+    free(script);
+}
+
 static void check_bad(void)
 {
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -197,5 +353,8 @@ int main(void)
     check_valid();
     check_bad();
     check_slurm_time();
+    check_slurm_time_seconds();
+    check_job_name();
+    check_seconds_round_trip();
     return done_testing();
 }

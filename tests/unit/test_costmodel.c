@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "costmodel.h"
+#include "plan.h"
 #include "tap.h"
 
 static bool close_rel(double got, double want, double rel)
@@ -535,6 +536,55 @@ static void check_setup(void)
     ok(costmodel_setup(&o, &in, &err) == -1 && strstr(err.text, "--gpu must be h200, h100"),
        "an unknown GPU kind refused");
     o.gpu = NULL;
+    /* --gpu-mem must leave something over the 2 GiB held back */
+    o.gpu_mem_gib = 2;
+    in.seq = -7;
+    ok(costmodel_setup(&o, &in, &err) == -1 &&
+           strstr(err.text, "--gpu-mem 2 leaves nothing usable: 2 GiB") && in.seq == -7,
+       "--gpu-mem 2 refused: nothing usable");
+    o.gpu_mem_gib = 1;
+    ok(costmodel_setup(&o, &in, &err) == -1 && strstr(err.text, "--gpu-mem 1 leaves nothing"),
+       "--gpu-mem 1 refused");
+    o.gpu_mem_gib = 2.5;
+    ok(costmodel_setup(&o, &in, &err) == 0 && in.gpu_mem_gib == 2.5, "--gpu-mem 2.5 taken");
+    o.gpu_mem_gib = 0;
+    /* --keep-attention is about checkpointing's recomputation, as --ckpt-budget */
+    for (int keep = 0; keep <= 1; keep++) {
+        o.ckpt = 0;
+        o.keep_attention = keep;
+        ok(costmodel_setup(&o, &in, &err) == -1 &&
+               strstr(err.text, "--keep-attention chooses what checkpointing's recomputation "
+                                "skips: it needs --ckpt 1"),
+           "--keep-attention %d with --ckpt 0 refused", keep);
+        o.ckpt = 1;
+        ok(costmodel_setup(&o, &in, &err) == 0 && in.keep_attention == (keep == 1),
+           "--keep-attention %d with --ckpt 1 taken", keep);
+    }
+    o.ckpt = -1;
+    o.keep_attention = -1;
+    ok(costmodel_setup(&o, &in, &err) == 0 && in.ckpt && in.keep_attention,
+       "neither given: checkpointing keeps the attention");
+    /* GPT-2's positions: a longer sequence is a longer table (the trainer's --max-seq) */
+    o.model = "d12";
+    o.seq = 4096;
+    ok(costmodel_setup(&o, &in, &err) == 0 && in.model.context == 4096 &&
+           in.model.params == 124439808.0 + 3072.0 * 768,
+       "d12 at T 4096: 4096 positions counted (%.0f parameters)", in.model.params);
+    o.seq = 512;
+    ok(costmodel_setup(&o, &in, &err) == 0 && in.model.context == 1024 &&
+           in.model.params == 124439808.0,
+       "d12 at T 512: the preset's 1024 positions");
+    o.seq = 65537;
+    ok(costmodel_setup(&o, &in, &err) == -1 &&
+           strstr(err.text, "--seq-len 65537: d12 learns its positions, and the trainer's "
+                            "--max-seq makes at most 65536"),
+       "d12 at T 65537 refused: %s", err.text);
+    o.model = "llama3.2-1b";
+    o.seq = 131072;
+    ok(costmodel_setup(&o, &in, &err) == 0 &&
+           in.model.params == costmodel_preset("llama3.2-1b")->params,
+       "Llama (rotary positions): a long sequence adds no parameters");
+    o.seq = 0;
     o.model = NULL;
     ok(costmodel_setup(&o, &in, &err) == -1 && strstr(err.text, "needs --model"),
        "no model refused");
@@ -603,6 +653,15 @@ static void check_rank(void)
        "with room for 3: the best, the user's and flat");
     ok(costmodel_rank(&l, &in, few, 1, &err) == -1 && strstr(err.text, "at least 2"),
        "room for one layout refused");
+
+    /* A figure that is not finite is an error, never a printed inf or nan (nor a
+     * JSON that cannot be encoded): eval takes any positive busbw, the options'
+     * parsers keep it above 0.001 GB/s. */
+    costmodel_in_t tiny = in;
+    tiny.links.nic_gbps = 1e-320;
+    ok(costmodel_rank(&l, &tiny, c, COSTMODEL_CANDIDATES, &err) == -1 &&
+           strstr(err.text, "gives a figure that is not finite"),
+       "a NIC of 1e-320 GB/s: refused, not ranked (%s)", err.text);
 
     /* One rank: one layout, yours and flat at once. */
     l = layout(1, 1, 0);
@@ -691,6 +750,25 @@ static void check_json(void)
                   "exposed group communication") == 0,
        "JSON recommendation: the best, decided first by exposed group communication");
     json_decref(j);
+
+    /* plan_print (--plan) says why it fails: a figure JSON cannot hold (no inf
+     * or nan), a write error. */
+    bmt_error_t err = { { 0 } };
+    FILE *null = fopen("/dev/null", "w"), *full = fopen("/dev/full", "w");
+    ok(null && plan_print(null, &l, true, &in, c, (size_t)n, &err) == 0, "plan_print: JSON");
+    costmodel_candidate_t bad[COSTMODEL_CANDIDATES];
+    memcpy(bad, c, sizeof(bad));
+    bad[0].r.step = INFINITY;
+    ok(null && plan_print(null, &l, true, &in, bad, (size_t)n, &err) == -1 &&
+           strstr(err.text, "cannot encode the plan as JSON"),
+       "an infinite step: the JSON is refused with a message (%s)", err.text);
+    ok(full && plan_print(full, &l, false, &in, c, (size_t)n, &err) == -1 &&
+           strstr(err.text, "cannot write the plan: No space left on device"),
+       "/dev/full: the write error is said (%s)", err.text);
+    if (null)
+        fclose(null);
+    if (full)
+        fclose(full);
 }
 
 static char *print(const costmodel_in_t *in, const costmodel_candidate_t *c, int n)
@@ -907,12 +985,18 @@ static void check_parse_other(void)
         { 4, "1.3", 1.3, NULL },
         { 4, "4", 4, NULL },
         { 4, "0.5", 0.5, NULL },
-        { 4, "0", 0, "--x needs a speed-up factor in (0, 4] such as 1.3, got '0'" },
-        { 4, "4.01", 0, "needs a speed-up factor in (0, 4]" },
-        { 4, "-1", 0, "needs a speed-up factor in (0, 4]" },
-        { 4, "1.3x", 0, "needs a speed-up factor in (0, 4]" },
-        { 4, "nan", 0, "needs a speed-up factor in (0, 4]" },
-        { 4, "", 0, "needs a speed-up factor in (0, 4] such as 1.3, got ''" },
+        { 4, "0.1", 0.1, NULL },
+        { 4, "0", 0, "--x needs a speed-up factor in [0.1, 4] such as 1.3, got '0'" },
+        { 4, "4.01", 0, "needs a speed-up factor in [0.1, 4]" },
+        { 4, "-1", 0, "needs a speed-up factor in [0.1, 4]" },
+        { 4, "1.3x", 0, "needs a speed-up factor in [0.1, 4]" },
+        { 4, "nan", 0, "needs a speed-up factor in [0.1, 4]" },
+        { 4, "", 0, "needs a speed-up factor in [0.1, 4] such as 1.3, got ''" },
+        /* expected failures: positive but so small a time divided by it is infinite */
+        { 0, "1e-320", 0, "--x: '1e-320' is too small (at least 0.001 GB/s)" },
+        { 0, "0.0009", 0, "--x: '0.0009' is too small (at least 0.001 GB/s)" },
+        { 4, "1e-320", 0, "needs a speed-up factor in [0.1, 4] such as 1.3, got '1e-320'" },
+        { 4, "0.09", 0, "needs a speed-up factor in [0.1, 4]" },
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         double d = -7;
@@ -937,6 +1021,24 @@ static void check_parse_other(void)
         if ((rc == 0) != (cases[i].want == NULL) ||
             (cases[i].want && !strstr(err.text, cases[i].want)))
             diag("rc %d, '%s'", rc, err.text);
+    }
+    {
+        static const struct {
+            const char *text;
+            double want; /* 0: refused */
+        } mfu[] = { { "0.45", 0.45 }, { "1", 1 }, { "0.01", 0.01 }, { "1e-320", 0 },
+                    { "0.009", 0 },   { "0", 0 }, { "1.01", 0 },    { "45", 0 } };
+        for (size_t i = 0; i < sizeof(mfu) / sizeof(mfu[0]); i++) {
+            double v = -7;
+            bmt_error_t err = { { 0 } };
+            int rc = costmodel_parse_fraction(mfu[i].text, "--mfu", &v, &err);
+            if (mfu[i].want > 0)
+                ok(rc == 0 && v == mfu[i].want, "--mfu '%s' taken", mfu[i].text);
+            else
+                ok(rc == -1 && v == -7 &&
+                       strstr(err.text, "--mfu needs a fraction of the peak in [0.01, 1]"),
+                   "--mfu '%s' refused: %s", mfu[i].text, err.text);
+        }
     }
     double d = -7;
     int n = -7;
