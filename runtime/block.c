@@ -21,6 +21,7 @@
  */
 #include "block.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +77,24 @@ int bmt_block_add_param(bmt_block_t *b, const char *name, int ndim, const int64_
     if ((unsigned)init.kind > BMT_INIT_TRUNC_NORMAL)
         return errprintf(err, "rank %d: %.900s.%.900s: invalid init kind %d", rank, b->name, name,
                          (int)init.kind);
+    /* A parameter starts finite, or the first steps would fail far from here
+     * ("the run has diverged") */
+    if (!isfinite(init.a) || !isfinite(init.b) || !isfinite(init.scale))
+        return errprintf(err,
+                         "rank %d: %.900s.%.900s: the init's values must be finite (a %g, b %g, "
+                         "scale %g)",
+                         rank, b->name, name, init.a, init.b, init.scale);
+    if ((init.kind == BMT_INIT_NORMAL || init.kind == BMT_INIT_TRUNC_NORMAL) && init.b < 0)
+        return errprintf(err,
+                         "rank %d: %.900s.%.900s: the standard deviation (init b) is %g; it must "
+                         "be >= 0",
+                         rank, b->name, name, init.b);
+    if (init.kind == BMT_INIT_UNIFORM && !(init.a <= init.b))
+        return errprintf(err, "rank %d: %.900s.%.900s: a uniform init needs a <= b (got [%g, %g))",
+                         rank, b->name, name, init.a, init.b);
+    if (flags & ~BMT_PARAM_NO_DECAY)
+        return errprintf(err, "rank %d: %.900s.%.900s: unknown parameter flags 0x%x", rank, b->name,
+                         name, flags & ~BMT_PARAM_NO_DECAY);
     int64_t numel = 1;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] < 1 || numel > INT64_MAX / shape[d] / 16)
@@ -373,6 +392,15 @@ int bmt_block_call_zero_grad(const bmt_block_call_t *c, int i, bmt_error_t *err)
                          "rank %d: bmt_block_call_zero_grad: block %.900s has parameters 0..%d, "
                          "not %d (-1: all)",
                          b->ctx->rank, b->name, b->nparams - 1, i);
+    /* Not fresh: a group of one's gradient shards holding the step's sum so
+     * far (earlier micro-batches, a tied block's other use), which zeroing
+     * would lose there and only there. */
+    if (!c->grads_fresh)
+        return errprintf(err,
+                         "rank %d: bmt_block_call_zero_grad: block %.900s's gradients already hold "
+                         "this step's sum so far (call->grads_fresh is false); add into them "
+                         "instead",
+                         b->ctx->rank, b->name);
     for (int k = i < 0 ? 0 : i; k < (i < 0 ? b->nparams : i + 1); k++)
         if (kern_zero(b->ctx, c->stream, c->grads[k], dsize(BMT_F32, (size_t)b->params[k].numel),
                       err) < 0)

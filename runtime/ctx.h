@@ -33,6 +33,7 @@ struct bmt_ctx {
     bmt_comm_t *group_comm;
     bmt_comm_t *replica_comm;
     bool comm_failed;              /* a collective failed: finalize aborts instead of flushing */
+    int live_lists, live_optims;   /* not yet destroyed: bmt_finalize keeps the context then */
     void *mem;                     /* device.c's allocation table (NULL until first use) */
     void *streams[DEVICE_STREAMS]; /* cudaStream_t; NULL on cpu */
     void *pools[DEVICE_STREAMS]; /* cudaMemPool_t of bmt_alloc_async per stream; NULL until used */

@@ -269,6 +269,16 @@ void bmt_finalize(bmt_ctx_t *ctx)
 {
     if (ctx == NULL)
         return;
+    if (ctx->live_lists > 0 || ctx->live_optims > 0) {
+        /* Their destroy uses the streams, memory and communicators that
+         * finalizing frees: leave everything as it is, so that they can still
+         * be destroyed (and bmt_finalize called again then). */
+        fprintf(stderr,
+                "bmt: rank %d: bmt_finalize with %d block list(s) and %d optimizer(s) not "
+                "destroyed: destroy them first; nothing was finalized\n",
+                ctx->rank, ctx->live_lists, ctx->live_optims);
+        return;
+    }
     monitor_finalize(ctx);
     /* Let enqueued work finish, bounded; if it cannot, abort rather than flush. */
     bmt_error_t ignored;

@@ -90,6 +90,7 @@ struct bmt_optim {
     int64_t skipped_run;    /* skipped steps in a row, up to the last one */
     bool broken;            /* a step failed half-way: shards may be half updated */
     bool half_loaded;       /* a checkpoint load failed half-way (optim_set_loaded) */
+    bool settings_checked;  /* every rank's settings compared (same_settings) */
     bool holds;             /* master_only took the bf16 shards: give them back at destroy */
     bool orphaned;          /* the list was destroyed first: never touch its blocks */
     bool is_pending;        /* list_state.pending is this optimizer */
@@ -141,6 +142,7 @@ void bmt_optim_destroy(bmt_optim_t *o)
     if (o == NULL)
         return;
     bmt_ctx_t *ctx = o->ctx;
+    ctx->live_optims--;
     if (!o->orphaned && o->npending > 0) {
         bmt_error_t err;
         if (optim_apply(o, NULL, true, &err) < 0 || bmt_device_synchronize(ctx, &err) < 0)
@@ -229,11 +231,17 @@ bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *c
     }
     if (!(cfg->lr >= 0) || !(cfg->beta1 >= 0 && cfg->beta1 < 1) ||
         !(cfg->beta2 >= 0 && cfg->beta2 < 1) || !(cfg->eps > 0) || !(cfg->weight_decay >= 0) ||
-        !(cfg->clip_norm >= 0) || cfg->max_skipped < 0) {
+        !(cfg->clip_norm >= 0) || cfg->max_skipped < 0 || !isfinite(cfg->lr) ||
+        !isfinite(cfg->eps) || !isfinite(cfg->weight_decay) || !isfinite(cfg->clip_norm)) {
         errprintf(err,
-                  "rank %d: bmt_adamw_create: need lr >= 0, 0 <= betas < 1, eps > 0, "
-                  "weight_decay >= 0, clip_norm >= 0, max_skipped >= 0",
+                  "rank %d: bmt_adamw_create: need finite lr >= 0, 0 <= betas < 1, finite eps > "
+                  "0, finite weight_decay >= 0, finite clip_norm >= 0, max_skipped >= 0",
                   ctx->rank);
+        return NULL;
+    }
+    if (cfg->overlap != 0 && cfg->overlap != 1) {
+        errprintf(err, "rank %d: bmt_adamw_create: overlap is %d; it must be 0 or 1", ctx->rank,
+                  cfg->overlap);
         return NULL;
     }
     if (blocklist_state(list)->optim) {
@@ -260,6 +268,7 @@ bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *c
         return NULL;
     }
     o->ctx = ctx;
+    ctx->live_optims++;
     o->list = list;
     o->cfg = *cfg;
     int total = 0;
@@ -389,6 +398,51 @@ static int same_microbatches(bmt_optim_t *o, bmt_error_t *err)
     return blocklist_flags_agree(o->list, f, err);
 }
 
+/* Every rank must update with the same rule: at the first step that updates,
+ * the settings and the schedule's first learning rate are compared over the
+ * world (one all-reduce), and a difference is named. Each rank applies AdamW
+ * to its own shards, so ranks with other settings would train a model that
+ * no rank holds whole, and nothing else would notice. */
+static int same_settings(bmt_optim_t *o, double lr, bmt_error_t *err)
+{
+    bmt_ctx_t *ctx = o->ctx;
+    if (o->settings_checked || ctx->world == 1)
+        return 0;
+    const struct {
+        const char *name;
+        double v;
+    } f[] = {
+        { "lr", o->cfg.lr },
+        { "the schedule's learning rate", lr },
+        { "weight_decay", o->cfg.weight_decay },
+        { "clip_norm", o->cfg.clip_norm },
+        { "beta1", o->cfg.beta1 },
+        { "beta2", o->cfg.beta2 },
+        { "eps", o->cfg.eps },
+        { "master_only", o->cfg.master_only },
+        { "overlap", o->cfg.overlap },
+        { "max_skipped", o->cfg.max_skipped },
+        { "a schedule (1) or none (0)", o->cfg.schedule != NULL },
+    };
+    enum {
+        N = sizeof(f) / sizeof(f[0])
+    };
+    double v[2 * N];
+    for (int i = 0; i < N; i++)
+        v[2 * i] = f[i].v, v[2 * i + 1] = -f[i].v;
+    if (bmt_all_reduce_host_f64(ctx->world_comm, v, 2 * N, BMT_MAX, err) < 0)
+        return errprefix(err, "checking that every rank has the same optimizer settings: ");
+    for (int i = 0; i < N; i++)
+        if (v[2 * i] != f[i].v || -v[2 * i + 1] != f[i].v)
+            return errprintf(err,
+                             "rank %d: the ranks' optimizer settings differ: %s is %.9g on some "
+                             "and %.9g on others (this rank %.9g); every rank must create its "
+                             "optimizer with the same bmt_adamw_config_t and schedule",
+                             ctx->rank, f[i].name, -v[2 * i + 1], v[2 * i], f[i].v);
+    o->settings_checked = true;
+    return 0;
+}
+
 /* BMT_FAULT=nan:RANK:STEP (tests only): the first element of this rank's
  * first parameter shard becomes NaN, master and parameter, once whatever the
  * step left pending is applied. */
@@ -498,6 +552,12 @@ int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
     if (o == NULL)
         return errprintf(err, "bmt_optim_step: optimizer is NULL");
     bmt_ctx_t *ctx = o->ctx;
+    if (o->orphaned)
+        return errprintf(err,
+                         "rank %d: bmt_optim_step: the optimizer's block list was destroyed "
+                         "(bmt_blocklist_destroy before bmt_optim_destroy): it has nothing to "
+                         "update; destroy the optimizer",
+                         ctx->rank);
     struct list_state *st = blocklist_state(o->list);
     if (o->half_loaded)
         return errprintf(err,
@@ -541,6 +601,17 @@ int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
         o->skipped_run++;
         out.skipped = true;
     } else {
+        const int64_t step = o->step + 1;
+        double lr =
+            o->cfg.schedule ? o->cfg.schedule(o->cfg.schedule_user, step, o->cfg.lr) : o->cfg.lr;
+        /* Nothing has moved yet: a bad learning rate fails the call unchanged. */
+        if (!(isfinite(lr) && lr >= 0))
+            return errprintf(err,
+                             "rank %d: bmt_optim_step: the learning-rate schedule gave %g for "
+                             "step %lld; it must give a finite number >= 0",
+                             ctx->rank, lr, (long long)step);
+        if (same_settings(o, lr, err) < 0)
+            return -1;
         o->skipped_run = 0;
         if (o->cfg.clip_norm > 0) {
             /* torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), at most 1. */
@@ -548,9 +619,6 @@ int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
             if (coef < 1)
                 scale *= coef;
         }
-        const int64_t step = o->step + 1;
-        double lr =
-            o->cfg.schedule ? o->cfg.schedule(o->cfg.schedule_user, step, o->cfg.lr) : o->cfg.lr;
         out.lr = lr;
         kern_adamw_args_t a = {
             .lr = (float)lr,

@@ -158,6 +158,7 @@ bmt_blocklist_t *bmt_blocklist_create(bmt_ctx_t *ctx, const bmt_blocklist_config
         return NULL;
     }
     l->ctx = ctx;
+    ctx->live_lists++;
     l->cfg = *cfg;
     l->fresh = FRESH_ZERO;
     l->poison = poison;
@@ -1073,6 +1074,7 @@ void bmt_blocklist_destroy(bmt_blocklist_t *l)
     if (l == NULL)
         return;
     bmt_ctx_t *ctx = l->ctx;
+    ctx->live_lists--;
     bmt_error_t ignored;
     bmt_device_synchronize(ctx, &ignored); /* nothing may still read what we free */
     if (l->st.orphan) {                    /* destroyed before its optimizer, against the rule */

@@ -95,7 +95,9 @@ typedef struct bmt_block bmt_block_t;
 BMT_API bmt_block_t *bmt_block_create(bmt_ctx_t *ctx, const char *name, bmt_error_t *err);
 
 /* Register a parameter before bmt_block_build. shape has ndim (1..4) positive
- * sizes, C order. Returns its index (0, 1, ...) in the block, or -1. */
+ * sizes, C order; init's values finite (a standard deviation >= 0, a uniform
+ * range with a <= b); flags of BMT_PARAM_*. Returns its index (0, 1, ...) in
+ * the block, or -1. */
 BMT_API int bmt_block_add_param(bmt_block_t *block, const char *name, int ndim,
                                 const int64_t *shape, bmt_dtype_t dtype, bmt_init_t init,
                                 unsigned flags, bmt_error_t *err);
@@ -150,7 +152,10 @@ typedef struct bmt_blocklist bmt_blocklist_t;
 typedef struct bmt_block_call {
     int index; /* position of the block in the list */
     bmt_block_t *block;
-    void *const *params;   /* (num params) full parameters, device memory, param dtype */
+    void *const *params;   /* (num params) full parameters, device memory, param dtype;
+                            * read only: in a group of one they are the shards
+                            * themselves (an f32 one the optimizer's master), so a
+                            * write would change the model there and nowhere else */
     void *const *grads;    /* backward: (num params) full gradients, f32 whatever
                             * the parameter dtype: ADD into them, unless
                             * grads_fresh says they hold nothing yet. Zeroed
@@ -269,7 +274,8 @@ BMT_API bool bmt_blocklist_grad_overwrite(const bmt_blocklist_t *list);
  * call's stream: for a callback given fresh gradients (call->grads_fresh)
  * under bmt_blocklist_set_grad_overwrite that does not write one of them, or
  * that writes it with a kernel that can only add. Errors: call NULL or not
- * a backward, i out of range. */
+ * a backward, i out of range, gradients not fresh (in a group of one they
+ * then hold the step's sum so far, which zeroing would lose). */
 BMT_API int bmt_block_call_zero_grad(const bmt_block_call_t *call, int i, bmt_error_t *err);
 
 /* Run every block's forward in order. */

@@ -93,7 +93,10 @@ typedef struct bmt_comm bmt_comm_t; /* owned by the context unless made by bmt_c
  * the cause. */
 BMT_API int bmt_init(bmt_ctx_t **out, const bmt_config_t *cfg, bmt_error_t *err);
 
-/* Tear down the communicators (finalizing NCCL ones) and leave PMIx. NULL: no-op. */
+/* Tear down the communicators (finalizing NCCL ones) and leave PMIx. NULL: no-op.
+ * Block lists and optimizers must be destroyed first: while one lives it
+ * finalizes nothing (their destroy needs the context) and says so on stderr;
+ * call it again after destroying them. */
 BMT_API void bmt_finalize(bmt_ctx_t *ctx);
 
 /* End the whole job now: asks the launcher (through PMIx_Abort) to stop every rank

@@ -33,6 +33,7 @@ typedef struct bmt_optim bmt_optim_t;
 
 /* Learning rate of step (1-based: the steps taken, skipped ones not counted)
  * given the base rate. NULL: constant. */
+/* Must return a finite number >= 0 (anything else fails the step unchanged). */
 typedef double (*bmt_lr_schedule_fn)(void *user, int64_t step, double base_lr);
 
 typedef struct bmt_adamw_config {
@@ -113,8 +114,13 @@ typedef struct bmt_step_info {
 } bmt_step_info_t;
 
 /* An AdamW optimizer over every block of list. Creating it seals the list (no
- * more blocks). Destroy it before the list. A list has one optimizer at a
- * time: a second while the first lives is refused (destroy the first). */
+ * more blocks). Destroy it before the list (a step after the list is gone is
+ * refused). A list has one optimizer at a time: a second while the first
+ * lives is refused (destroy the first). lr, eps, weight_decay and clip_norm
+ * must be finite, overlap 0 or 1. Every rank must give the same settings:
+ * the first step that updates compares them (and the schedule's learning
+ * rate) over the world and fails on every rank, naming the first that
+ * differs, if they do not agree. */
 BMT_API bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *cfg,
                                       bmt_error_t *err);
 
@@ -123,7 +129,9 @@ BMT_API bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_con
  * that disagree would average different things, or pair their collectives
  * wrongly), and fails on every rank that can tell if not. Errors: no
  * backward with last_microbatch since the last step; micro-batch counts that
- * differ across ranks; more than max_skipped skipped steps in a row. A
+ * differ across ranks; more than max_skipped skipped steps in a row; a
+ * schedule that gives a learning rate that is not finite or below 0; the
+ * ranks' settings differ (first update); the list destroyed. A
  * forward made after that backward (evaluation) is cancelled: the next
  * backward needs a new forward. */
 BMT_API int bmt_optim_step(bmt_optim_t *opt, bmt_step_info_t *info, bmt_error_t *err);

@@ -17,6 +17,16 @@
  *     message (the failed call counted nothing);
  *   - bmt_init with a negative or NaN timeout_s: refused;
  *   - a 300-character parameter name in an error: whole, not cut at 200;
+ *   - the engine's misuse (optimizer): a step after its list was destroyed
+ *     (it read freed memory and returned 0); a schedule giving a negative or
+ *     NaN learning rate (used as given), then a good one: the step counter
+ *     unmoved; lr, eps or weight_decay inf and overlap 5 refused at create;
+ *   - bmt_block_add_param with a NaN or inf init value, a negative standard
+ *     deviation, an inverted uniform range or unknown flags: refused;
+ *   - bmt_finalize with a list and optimizer alive finalizes nothing (their
+ *     destroy used the freed context), and finalizes after them;
+ *   - bmt_block_call_zero_grad on gradients that are not fresh (a group of
+ *     one's second micro-batch, which it wiped there and only there): -1;
  *   - checkpoints committed (commits): a NULL err on a good and a failing
  *     save; a re-save of the name DIR/latest names that fails at its last
  *     step (DIR/latest.tmp blocked) leaves the old checkpoint and latest;
@@ -25,6 +35,9 @@
  *     that save's files alone; a crash's re-saved name left aside
  *     (DIR/.tmp-NAME~old) is what a load through latest reads, and the
  *     next save puts it back.
+ * "settings" (two ranks or more): a last rank with another weight decay and
+ * a learning rate of another schedule: its first step fails on every rank,
+ * naming the setting.
  * "none": the first data collective is refused with "the 'none' backend moves
  * no data", and so is a barrier after it (not "aborted by an earlier error");
  * the world still splits.
@@ -266,6 +279,166 @@ static void skipped(bmt_ctx_t *ctx)
     bmt_blocklist_destroy(l);
 }
 
+static double sched_value;
+static double sched(void *user, int64_t step, double base)
+{
+    (void)user, (void)step, (void)base;
+    return sched_value;
+}
+
+/* Backward that zeroes its gradients first (zero_grad) when zero_first is set. */
+static int zero_first, zero_rc;
+static char zero_err[512];
+static int bwd_zero(void *model, const bmt_block_call_t *call, bmt_error_t *err)
+{
+    (void)model;
+    if (zero_first) {
+        zero_rc = bmt_block_call_zero_grad(call, -1, err);
+        snprintf(zero_err, sizeof(zero_err), "%.500s", zero_rc < 0 ? err->text : "");
+        return zero_rc;
+    }
+    return 0;
+}
+static const bmt_block_ops_t zero_ops = { nop, bwd_zero };
+
+static void engine_misuse(bmt_ctx_t *ctx)
+{
+    bmt_error_t err = { { 0 } };
+    bmt_step_info_t info;
+    /* a step after the list is gone */
+    bmt_blocklist_t *l = build(ctx);
+    bmt_adamw_config_t c = BMT_ADAMW_CONFIG_INITIALIZER;
+    bmt_optim_t *o = bmt_adamw_create(l, &c, &err);
+    if (o == NULL || bmt_blocklist_forward(l, &err) < 0 ||
+        bmt_blocklist_backward(l, true, &err) < 0)
+        die("the orphan's model", &err);
+    bmt_blocklist_destroy(l);
+    ok(bmt_optim_step(o, &info, &err) < 0 && strstr(err.text, "block list was destroyed"),
+       "a step after the list was destroyed: refused", &err);
+    bmt_optim_destroy(o);
+
+    /* a schedule's bad learning rate: refused, nothing counted */
+    l = build(ctx);
+    c.schedule = sched;
+    o = bmt_adamw_create(l, &c, &err);
+    if (o == NULL)
+        die("bmt_adamw_create", &err);
+    const double bad[2] = { -0.02, NAN };
+    if (bmt_blocklist_forward(l, &err) < 0 || bmt_blocklist_backward(l, true, &err) < 0)
+        die("forward and backward", &err);
+    for (int i = 0; i < 2; i++) { /* a failed step leaves the backward's gradients waiting */
+        sched_value = bad[i];
+        char what[96];
+        snprintf(what, sizeof(what), "a schedule giving lr %g: the step refused", bad[i]);
+        ok(bmt_optim_step(o, &info, &err) < 0 &&
+               strstr(err.text, "the learning-rate schedule gave"),
+           what, &err);
+    }
+    sched_value = 1e-3;
+    ok(bmt_optim_step(o, &info, &err) == 0 && info.step == 1 && info.lr == 1e-3,
+       "then a good one: the step is step 1", NULL);
+    bmt_optim_destroy(o);
+    c.schedule = NULL;
+    const struct {
+        const char *what;
+        double *field;
+    } inf_fields[] = { { "lr", &c.lr }, { "eps", &c.eps }, { "weight_decay", &c.weight_decay } };
+    for (size_t i = 0; i < sizeof(inf_fields) / sizeof(inf_fields[0]); i++) {
+        bmt_adamw_config_t keep = c;
+        *inf_fields[i].field = INFINITY;
+        char what[64];
+        snprintf(what, sizeof(what), "bmt_adamw_create with %s inf: refused", inf_fields[i].what);
+        o = bmt_adamw_create(l, &c, &err);
+        ok(o == NULL && strstr(err.text, "finite"), what, &err);
+        bmt_optim_destroy(o);
+        c = keep;
+    }
+    c.overlap = 5;
+    o = bmt_adamw_create(l, &c, &err);
+    ok(o == NULL && strstr(err.text, "overlap is 5; it must be 0 or 1"),
+       "bmt_adamw_create with overlap 5: refused", &err);
+    bmt_optim_destroy(o);
+    bmt_blocklist_destroy(l);
+
+    /* bad init arguments and flags */
+    bmt_block_t *b = bmt_block_create(ctx, "i", &err);
+    int64_t shape[1] = { 4 };
+    const struct {
+        bmt_init_t init;
+        unsigned flags;
+        const char *why, *what;
+    } inits[] = {
+        { BMT_INIT_NORMAL_V(NAN, 1), 0, "must be finite", "a NaN mean" },
+        { BMT_INIT_NORMAL_V(0, INFINITY), 0, "must be finite", "an infinite std" },
+        { BMT_INIT_NORMAL_V(0, -1), 0, "the standard deviation (init b) is -1", "a negative std" },
+        { BMT_INIT_UNIFORM_V(1, -1), 0, "a uniform init needs a <= b", "an inverted range" },
+        { BMT_INIT_ZEROS_V, 0x80, "unknown parameter flags 0x80", "unknown flags" },
+    };
+    for (size_t i = 0; i < sizeof(inits) / sizeof(inits[0]); i++) {
+        char what[96];
+        snprintf(what, sizeof(what), "bmt_block_add_param with %s: refused", inits[i].what);
+        int r =
+            b ? bmt_block_add_param(b, "p", 1, shape, BMT_F32, inits[i].init, inits[i].flags, &err)
+              : -1;
+        ok(r < 0 && strstr(err.text, inits[i].why), what, &err);
+    }
+    bmt_block_destroy(b);
+
+    /* zero_grad on gradients that hold the step's first micro-batch (a group
+     * of one: the shards themselves) */
+    l = bmt_blocklist_create(ctx, NULL, &err);
+    b = l ? bmt_block_create(ctx, "z", &err) : NULL;
+    if (b == NULL ||
+        bmt_block_add_param(b, "w", 1, shape, BMT_F32, BMT_INIT_ZEROS_V, 0, &err) < 0 ||
+        bmt_block_build(b, 7, &err) < 0 || bmt_blocklist_append(l, b, &zero_ops, NULL, &err) < 0)
+        die("the zero_grad model", &err);
+    zero_first = 1;
+    int r1 = bmt_blocklist_forward(l, &err) == 0 ? bmt_blocklist_backward(l, false, &err) : -1;
+    int fresh_rc = zero_rc;
+    int r2 =
+        r1 == 0 && bmt_blocklist_forward(l, &err) == 0 ? bmt_blocklist_backward(l, true, &err) : 0;
+    ok(r1 == 0 && fresh_rc == 0 && r2 < 0 && zero_rc < 0 &&
+           strstr(zero_err, "grads_fresh is false"),
+       "zero_grad: fresh gradients zeroed; the second micro-batch's (the sum so far) refused",
+       &err);
+    zero_first = 0;
+    bmt_blocklist_destroy(l);
+}
+
+static void other_settings(bmt_ctx_t *ctx)
+{
+    bmt_error_t err = { { 0 } };
+    bmt_blocklist_t *l = build(ctx);
+    const int last = bmt_rank(ctx) == bmt_world_size(ctx) - 1;
+    bmt_adamw_config_t c = BMT_ADAMW_CONFIG_INITIALIZER;
+    c.schedule = sched;
+    sched_value = last ? 2e-3 : 1e-3;
+    bmt_optim_t *o = bmt_adamw_create(l, &c, &err);
+    bmt_step_info_t info;
+    if (o == NULL || bmt_blocklist_forward(l, &err) < 0 ||
+        bmt_blocklist_backward(l, true, &err) < 0)
+        die("the model", &err);
+    ok(bmt_optim_step(o, &info, &err) < 0 &&
+           strstr(err.text, "the ranks' optimizer settings differ: the schedule's learning rate is "
+                            "0.001 on some and 0.002 on others"),
+       "another schedule on the last rank: the first step refused on every rank", &err);
+    sched_value = 1e-3;
+    bmt_optim_destroy(o);
+    bmt_blocklist_destroy(l); /* its step is still waiting: a new model */
+    l = build(ctx);
+    c.schedule = NULL;
+    c.weight_decay = last ? 0.1 : 0.01;
+    o = bmt_adamw_create(l, &c, &err);
+    if (o == NULL || bmt_blocklist_forward(l, &err) < 0 ||
+        bmt_blocklist_backward(l, true, &err) < 0)
+        die("the model", &err);
+    ok(bmt_optim_step(o, &info, &err) < 0 &&
+           strstr(err.text, "weight_decay is 0.01 on some and 0.1 on others"),
+       "another weight decay on the last rank: the first step refused on every rank", &err);
+    bmt_optim_destroy(o);
+    bmt_blocklist_destroy(l);
+}
+
 static void long_name(bmt_ctx_t *ctx)
 {
     bmt_error_t err = { { 0 } };
@@ -303,13 +476,14 @@ static void none_backend(bmt_ctx_t *ctx)
 int main(int argc, char **argv)
 {
     const int none = argc > 1 && strcmp(argv[1], "none") == 0;
-    if (argc > 2 || (argc == 2 && !none)) {
-        fprintf(stderr, "usage: api_check [none]\n");
+    const int settings = argc > 1 && strcmp(argv[1], "settings") == 0;
+    if (argc > 2 || (argc == 2 && !none && !settings)) {
+        fprintf(stderr, "usage: api_check [none | settings]\n");
         return 2;
     }
     bmt_ctx_t *ctx = NULL;
     bmt_error_t err;
-    if (!none) { /* a negative or NaN deadline: refused, not taken as "the default" */
+    if (!none && !settings) { /* a negative or NaN deadline: refused, not taken as "the default" */
         bmt_config_t c = BMT_CONFIG_INITIALIZER;
         c.timeout_s = -1;
         ok(bmt_init(&ctx, &c, &err) < 0 && ctx == NULL && strstr(err.text, "timeout_s must be"),
@@ -322,13 +496,29 @@ int main(int argc, char **argv)
         die("bmt_init", &err);
     if (none) {
         none_backend(ctx);
+    } else if (settings) {
+        other_settings(ctx);
     } else {
         memory(ctx);
         host_f64(ctx);
         checkpoints(ctx);
         commits(ctx);
         skipped(ctx);
+        engine_misuse(ctx);
         long_name(ctx);
+    }
+    if (!none && !settings) {
+        /* bmt_finalize before a list and optimizer are destroyed: it finalizes
+         * nothing (their destroy needs the context), and again after them */
+        bmt_blocklist_t *l = build(ctx);
+        bmt_adamw_config_t c = BMT_ADAMW_CONFIG_INITIALIZER;
+        bmt_optim_t *o = bmt_adamw_create(l, &c, &err);
+        fflush(stdout); /* its message goes to stderr */
+        bmt_finalize(ctx);
+        bmt_optim_destroy(o);
+        bmt_blocklist_destroy(l);
+        ok(o != NULL, "bmt_finalize with a list and optimizer alive: they are destroyed after it",
+           NULL);
     }
     bmt_finalize(ctx);
     printf("api_check: %d passed, %d failed\n", tap_n - tap_failed, tap_failed);
