@@ -752,17 +752,24 @@ static int train(const trainer_model_t *md, const opts_t *o)
         snprintf(err.text, sizeof(err.text), "out of memory");
         goto out;
     }
-    if (o->save_dir) { /* rank 0 looks; every rank learns the verdict */
-        double bad = rank == 0 && check_save_dir(o, &err) < 0;
+    if (o->save_dir) { /* rank 0 looks; every rank learns the verdict and why */
+        enum {
+            W = 512
+        };
+        double why[W] = { 0 };
+        if (rank == 0 && check_save_dir(o, &err) < 0)
+            for (int i = 0; i < W - 1 && err.text[i]; i++)
+                why[i] = (unsigned char)err.text[i];
         bmt_error_t werr;
-        if (world_sum(ctx, &bad, 1, &werr) < 0) {
+        if (world_sum(ctx, why, W, &werr) < 0) {
             err = werr;
             goto out;
         }
-        if (bad > 0) {
-            if (rank != 0)
-                snprintf(err.text, sizeof(err.text), "rank 0 refused --save-dir %.900s",
-                         o->save_dir);
+        if (why[0] > 0) {
+            int n = 0;
+            for (; n < W - 1 && why[n] > 0; n++)
+                err.text[n] = (char)(int)why[n];
+            err.text[n] = '\0';
             goto out;
         }
     }
