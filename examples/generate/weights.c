@@ -69,8 +69,7 @@ gen_tensor_t *gen_llama_tensors(bmt_st_t *st, const char *dir, const llama_confi
                                 bmt_error_t *err)
 {
     const int L = c->n_layer;
-    const int64_t C = c->n_embd, F = c->ffn, V = c->vocab_size;
-    const int64_t Q = (int64_t)c->n_head * c->head_dim, KV = (int64_t)c->n_kv_head * c->head_dim;
+    const int64_t C = c->n_embd, V = c->vocab_size;
 
     bmt_st_plan_t *plan = NULL;
     if (bmt_st_discover(st, &plan, err) < 0)
@@ -95,20 +94,10 @@ gen_tensor_t *gen_llama_tensors(bmt_st_t *st, const char *dir, const llama_confi
     set(&w[GEN_L_NORM], "model.norm.weight", NULL, C, 0);
     if (!c->tied)
         set(&w[GEN_L_HEAD], "lm_head.weight", NULL, V, C);
-    const struct {
-        const char *name;
-        int64_t d0, d1;
-    } ps[GEN_L_LAYER_COUNT] = {
-        [GEN_L_IN_NORM] = { "input_layernorm.weight", C, 0 },
-        [GEN_L_Q] = { "self_attn.q_proj.weight", Q, C },
-        [GEN_L_K] = { "self_attn.k_proj.weight", KV, C },
-        [GEN_L_V] = { "self_attn.v_proj.weight", KV, C },
-        [GEN_L_O] = { "self_attn.o_proj.weight", C, Q },
-        [GEN_L_POST_NORM] = { "post_attention_layernorm.weight", C, 0 },
-        [GEN_L_GATE] = { "mlp.gate_proj.weight", F, C },
-        [GEN_L_UP] = { "mlp.up_proj.weight", F, C },
-        [GEN_L_DOWN] = { "mlp.down_proj.weight", C, F },
-    };
+    _Static_assert(GEN_L_LAYER_COUNT == LLAMA_LAYER_TENSORS && GEN_L_Q == 1 && GEN_L_DOWN == 8,
+                   "GEN_L_* follow llama_layer_tensors' order");
+    llama_tensor_spec_t ps[LLAMA_LAYER_TENSORS];
+    llama_layer_tensors(c, ps);
     for (int l = 0; l < L; l++)
         for (int j = 0; j < GEN_L_LAYER_COUNT; j++) {
             char name[128];

@@ -298,6 +298,20 @@ int llama_config_from_file(const char *path, llama_config_t *cfg, bmt_error_t *e
     return rc;
 }
 
+void llama_layer_tensors(const llama_config_t *c, llama_tensor_spec_t out[LLAMA_LAYER_TENSORS])
+{
+    const int64_t C = c->n_embd, F = c->ffn;
+    const int64_t Q = (int64_t)c->n_head * c->head_dim, KV = (int64_t)c->n_kv_head * c->head_dim;
+    const llama_tensor_spec_t t[LLAMA_LAYER_TENSORS] = {
+        { "input_layernorm.weight", C, 0 },   { "self_attn.q_proj.weight", Q, C },
+        { "self_attn.k_proj.weight", KV, C }, { "self_attn.v_proj.weight", KV, C },
+        { "self_attn.o_proj.weight", C, Q },  { "post_attention_layernorm.weight", C, 0 },
+        { "mlp.gate_proj.weight", F, C },     { "mlp.up_proj.weight", F, C },
+        { "mlp.down_proj.weight", C, F },
+    };
+    memcpy(out, t, sizeof(t));
+}
+
 int llama_config_check_files(const llama_config_t *c, const char *path, bmt_error_t *err)
 {
     bmt_st_t *st = bmt_st_open(path, err);
@@ -310,22 +324,13 @@ int llama_config_check_files(const llama_config_t *c, const char *path, bmt_erro
                      "%.900s holds %d layers (%.60s<N>); config.json has %d (num_hidden_layers)",
                      path, plan->nlayers, plan->layer_prefix, c->n_layer);
     bmt_st_plan_free(plan);
-    const int64_t C = c->n_embd, F = c->ffn, V = c->vocab_size;
-    const int64_t Q = (int64_t)c->n_head * c->head_dim, KV = (int64_t)c->n_kv_head * c->head_dim;
-    const struct {
-        const char *name;
-        int64_t d0, d1; /* d1 0: one dimension */
-    } top[] = { { "model.embed_tokens.weight", V, C },
-                { "model.norm.weight", C, 0 },
-                { "lm_head.weight", V, C } },
-      layer[] = {
-          { "input_layernorm.weight", C, 0 },   { "self_attn.q_proj.weight", Q, C },
-          { "self_attn.k_proj.weight", KV, C }, { "self_attn.v_proj.weight", KV, C },
-          { "self_attn.o_proj.weight", C, Q },  { "post_attention_layernorm.weight", C, 0 },
-          { "mlp.gate_proj.weight", F, C },     { "mlp.up_proj.weight", F, C },
-          { "mlp.down_proj.weight", C, F },
-      };
-    const int ntop = c->tied ? 2 : 3, nl = (int)(sizeof(layer) / sizeof(layer[0]));
+    const int64_t C = c->n_embd, V = c->vocab_size;
+    const llama_tensor_spec_t top[] = { { "model.embed_tokens.weight", V, C },
+                                        { "model.norm.weight", C, 0 },
+                                        { "lm_head.weight", V, C } };
+    llama_tensor_spec_t layer[LLAMA_LAYER_TENSORS];
+    llama_layer_tensors(c, layer);
+    const int ntop = c->tied ? 2 : 3, nl = LLAMA_LAYER_TENSORS;
     for (int i = 0; rc == 0 && i < ntop + c->n_layer * nl; i++) {
         char name[160];
         int64_t d0, d1;

@@ -62,6 +62,16 @@ int llama_config_from_hf_json(const char *text, const char *file, llama_config_t
 /* Read path/config.json (path a directory) or the file path itself. */
 int llama_config_from_file(const char *path, llama_config_t *cfg, bmt_error_t *err);
 
+/* One layer's tensors (model.layers.N.<name>), in the order the model's blocks
+ * add them (model_cuda.h's P_*) and generate reads them (GEN_L_*): the one
+ * list of their names and shapes, from cfg. d1 0: one dimension. */
+#define LLAMA_LAYER_TENSORS 9
+typedef struct llama_tensor_spec {
+    const char *name;
+    int64_t d0, d1;
+} llama_tensor_spec_t;
+void llama_layer_tensors(const llama_config_t *c, llama_tensor_spec_t out[LLAMA_LAYER_TENSORS]);
+
 /* Do the safetensors at path (a directory, file or index) hold the model cfg
  * describes: its layers (model.layers.<N>, no more, no fewer) and every tensor
  * the model reads, with the shape cfg gives it? Only the headers are read.

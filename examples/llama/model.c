@@ -486,22 +486,22 @@ static bmt_block_t *append_block(llama_model_t *m, const char *name, const param
 
 static int build_blocks(llama_model_t *m, uint64_t seed, bmt_error_t *err)
 {
-    const int64_t C = m->cfg.n_embd, F = m->cfg.ffn, V = m->cfg.vocab_size, Q = m->Q, KV = m->KV;
+    const int64_t C = m->cfg.n_embd, V = m->cfg.vocab_size;
     const bmt_init_t w = BMT_INIT_NORMAL_V(0, 0.02), one = BMT_INIT_ONES_V;
     const unsigned nd = BMT_PARAM_NO_DECAY;
     const param_spec_t emb[] = { { "weight", 2, V, C, w, 0 } };
     const param_spec_t norm[] = { { "weight", 1, C, 0, one, nd } };
-    const param_spec_t layer[P_LAYER_COUNT] = {
-        [P_IN_NORM] = { "input_layernorm.weight", 1, C, 0, one, nd },
-        [P_Q] = { "self_attn.q_proj.weight", 2, Q, C, w, 0 },
-        [P_K] = { "self_attn.k_proj.weight", 2, KV, C, w, 0 },
-        [P_V] = { "self_attn.v_proj.weight", 2, KV, C, w, 0 },
-        [P_O] = { "self_attn.o_proj.weight", 2, C, Q, w, 0 },
-        [P_POST_NORM] = { "post_attention_layernorm.weight", 1, C, 0, one, nd },
-        [P_GATE] = { "mlp.gate_proj.weight", 2, F, C, w, 0 },
-        [P_UP] = { "mlp.up_proj.weight", 2, F, C, w, 0 },
-        [P_DOWN] = { "mlp.down_proj.weight", 2, C, F, w, 0 },
-    };
+    /* llama_layer_tensors' names and shapes; the norms (one dimension) start
+     * at 1 without decay, the products' weights N(0, 0.02) */
+    _Static_assert(P_LAYER_COUNT == LLAMA_LAYER_TENSORS && P_Q == 1 && P_POST_NORM == 5 &&
+                       P_DOWN == 8,
+                   "P_* follow llama_layer_tensors' order");
+    llama_tensor_spec_t t[LLAMA_LAYER_TENSORS];
+    llama_layer_tensors(&m->cfg, t);
+    param_spec_t layer[P_LAYER_COUNT];
+    for (int j = 0; j < P_LAYER_COUNT; j++)
+        layer[j] = t[j].d1 ? (param_spec_t){ t[j].name, 2, t[j].d0, t[j].d1, w, 0 }
+                           : (param_spec_t){ t[j].name, 1, t[j].d0, 0, one, nd };
     const model_ops_t *ops = m->cu ? &CUDA_OPS : &CPU_OPS;
     bmt_block_t *embed = append_block(m, "model.embed_tokens", emb, 1, &ops->embed, seed, err);
     if (embed == NULL)
