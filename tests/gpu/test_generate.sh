@@ -19,10 +19,15 @@
 # (b) transformers: bin/llama and bin/gpt2 train the tiny presets 400 steps on
 #     the GPU on the shipped corpus (peaked distributions: large margins); HF's
 #     AutoModelForCausalLM.from_pretrained(step dir, torch_dtype=float32)
-#     .generate(do_sample=False) from "The devil " equals our cuda greedy ids
-#     token for token (tests/gpu/generate_hf.py prints the first difference
-#     and HF's margin there), and our logits are HF's within 8e-2;
-# (c) on those models --device cuda gives the ids of --device cpu;
+#     .generate(do_sample=False) from "The devil ": our cuda greedy ids are the
+#     largest of the logits we dumped, those logits are HF's (teacher-forced
+#     on our ids) within 8e-2 of each row's largest, and the ids equal HF's
+#     token for token, except that they may leave HF's path at a near-tie:
+#     a step where HF's two largest logits lie within twice the largest
+#     absolute error our logits showed (tests/gpu/generate_hf.py prints the
+#     first difference, HF's gap there and our error; a trained tiny model
+#     repeating itself has such ties, e.g. 0.009 against our 0.025);
+# (c) on those models --device cpu (f32) gives HF's ids token for token;
 # (d) the same cuda run twice gives the same ids and logits, bit for bit
 #     (sampled at temperature 1: the draw and the kernels are deterministic);
 # and a head size the cuda attention does not take is refused with one line.
@@ -132,12 +137,12 @@ test_expect_success "bin/llama and bin/gpt2 train the tiny presets 400 steps on 
 '
 
 for t in llama gpt2; do
-    test_expect_success "$t: HF generate(do_sample=False) equals our cuda greedy ids token for token; logits within 8e-2; cpu gives the same ids" "
+    test_expect_success "$t: HF generate(do_sample=False) equals our cuda greedy ids token for token up to a near-tie; logits within 8e-2; cpu gives HF's ids" "
         ck=\$TMP/ck-$t/\$(cat \$TMP/ck-$t/latest) &&
         \$GEN \$ck --prompt-ids \$PROMPT -n 40 --device cuda --dump-logits cu.dump >cu &&
         \$GEN \$ck --prompt-ids \$PROMPT -n 40 --device cpu >cpu &&
         with_timeout 120 \$PY \$HF \$ck \$PROMPT 40 \$(tr ' ' , <cu) cu.dump 8e-2 &&
-        echo \"cpu:   \$(cat cpu)\" && diff cu cpu
+        with_timeout 120 \$PY \$HF \$ck \$PROMPT 40 \$(tr ' ' , <cpu)
     "
 done
 
