@@ -2509,57 +2509,75 @@ template <bool MAX> __device__ float block_reduce(float v, float *sh)
     return r;
 }
 
-/* One block per row; W elements per thread per load: W = 8 through 16-byte
- * loads and stores (ld a multiple of 8, logits 16-byte aligned), else 1. One
- * pass for the max and the sum (online softmax per thread, combined across the
- * block), one to overwrite the row with its gradient. */
-template <int W>
-__global__ void crossentropy_fused(float *losses, bf16 *logits, int ldv, const int32_t *targets,
-                                   float dloss, int V)
+/* One block a row (blockIdx.x, + gridDim.x, ...), W elements a thread a
+ * load: W = 8 through 16-byte loads and stores (ld a multiple of 8, logits
+ * 16-byte aligned), else 1; U loads a thread in flight. One pass for the max
+ * and the sum (online softmax per thread, a chunk's max taken first: one
+ * rescale a chunk, not a compare and branch an element; combined across the
+ * block), one to overwrite the row with its gradient. Each exponential is one
+ * FFMA and one MUFU.EX2 (ex2f), in log2 units, where expf spends a range
+ * reduction: 1.730 -> 1.619 ms at d12's head (16K rows of 50,304), d12's step
+ * -1.6% (bench/NOTES.md, session 34). */
+template <int W, int U>
+__global__ void crossentropy_rows(float *losses, bf16 *logits, int ldv, const int32_t *targets,
+                                  float dloss, int V, int N)
 {
     typedef typename std::conditional<W == 8, uint4, bf16>::type vec;
     __shared__ float sh[32];
-    const size_t row = blockIdx.x;
-    bf16 *x = logits + row * ldv;
-    const int tg = targets[row];
-    float m = -INFINITY, s = 0.f;
-    for (int c = threadIdx.x * W; c < V; c += blockDim.x * W) {
-        vec raw = *reinterpret_cast<const vec *>(x + c);
-        const bf16 *v = reinterpret_cast<const bf16 *>(&raw);
+    const int step = blockDim.x * W;
+    for (int row = blockIdx.x; row < N; row += gridDim.x) {
+        bf16 *x = logits + (size_t)row * ldv;
+        const int tg = targets[row];
+        float m = -INFINITY, s = 0.f; /* m in log2 units: the max times log2 e */
+        for (int c0 = threadIdx.x * W; c0 < V; c0 += U * step) {
+            vec raw[U];
 #pragma unroll
-        for (int i = 0; i < W; i++)
-            if (c + i < V) {
-                const float xv = __bfloat162float(v[i]);
-                if (xv > m) {
-                    s = s * expf(m - xv) + 1.f;
-                    m = xv;
-                } else {
-                    s += expf(xv - m);
+            for (int u = 0; u < U; u++)
+                if (c0 + u * step < V)
+                    raw[u] = *reinterpret_cast<const vec *>(x + c0 + u * step);
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = c0 + u * step;
+                const bf16 *v = reinterpret_cast<const bf16 *>(&raw[u]);
+                float y[W], cm = -INFINITY;
+#pragma unroll
+                for (int i = 0; i < W; i++) {
+                    y[i] = c + i < V ? __bfloat162float(v[i]) * LOG2E_F : -INFINITY;
+                    cm = fmaxf(cm, y[i]);
                 }
-            }
-    }
-    const float mx = block_reduce<true>(m, sh);
-    s = m == -INFINITY ? 0.f : s * expf(m - mx);
-    s = block_reduce<false>(s, sh);
-    const float lse = mx + logf(s);
-    if (threadIdx.x == 0)
-        losses[row] = tg >= 0 ? lse - ld(&x[tg]) : 0.f;
-    if (dloss == 0.f)
-        return;
-    __syncthreads(); /* x[tg] is read above before any thread overwrites it */
-    const float inv = 1.0f / s;
-    for (int c = threadIdx.x * W; c < ldv; c += blockDim.x * W) {
-        vec raw = *reinterpret_cast<const vec *>(x + c);
-        bf16 *v = reinterpret_cast<bf16 *>(&raw);
+                if (cm > m) {
+                    s *= ex2f(m - cm); /* m = -inf: s is 0 and stays 0 */
+                    m = cm;
+                }
 #pragma unroll
-        for (int i = 0; i < W; i++) {
-            const int j = c + i;
-            float g = 0.f;
-            if (tg >= 0 && j < V)
-                g = (expf(__bfloat162float(v[i]) - mx) * inv - (j == tg ? 1.f : 0.f)) * dloss;
-            v[i] = bf(g);
+                for (int i = 0; i < W; i++)
+                    s += ex2f(y[i] - m);
+            }
         }
-        *reinterpret_cast<vec *>(x + c) = raw;
+        const float mx = block_reduce<true>(m, sh);
+        s = m == -INFINITY ? 0.f : s * ex2f(m - mx);
+        s = block_reduce<false>(s, sh);
+        const float lse = (mx + log2f(s)) / LOG2E_F;
+        if (threadIdx.x == 0)
+            losses[row] = tg >= 0 ? lse - ld(&x[tg]) : 0.f;
+        if (dloss == 0.f)
+            continue;
+        __syncthreads(); /* x[tg] is read above before any thread overwrites it */
+        const float inv = dloss / s;
+        for (int c = threadIdx.x * W; c < ldv; c += step) {
+            vec raw = *reinterpret_cast<const vec *>(x + c);
+            bf16 *v = reinterpret_cast<bf16 *>(&raw);
+#pragma unroll
+            for (int i = 0; i < W; i++) {
+                const int j = c + i;
+                float g = 0.f;
+                if (tg >= 0 && j < V)
+                    g = ex2f(fmaf(__bfloat162float(v[i]), LOG2E_F, -mx)) * inv -
+                        (j == tg ? dloss : 0.f);
+                v[i] = bf(g);
+            }
+            *reinterpret_cast<vec *>(x + c) = raw;
+        }
     }
 }
 
@@ -3169,11 +3187,11 @@ extern "C" int nn_cuda_crossentropy(nn_cuda_t *h, float *losses, void *logits, i
 {
     if (N > 0) {
         if (ldv % 8 == 0 && (uintptr_t)logits % 16 == 0)
-            crossentropy_fused<8><<<(unsigned)N, CE_THREADS, 0, h->stream>>>(
-                losses, (bf16 *)logits, ldv, targets, dloss, V);
+            crossentropy_rows<8, 2><<<(unsigned)N, CE_THREADS, 0, h->stream>>>(
+                losses, (bf16 *)logits, ldv, targets, dloss, V, N);
         else
-            crossentropy_fused<1><<<(unsigned)N, CE_THREADS, 0, h->stream>>>(
-                losses, (bf16 *)logits, ldv, targets, dloss, V);
+            crossentropy_rows<1, 1><<<(unsigned)N, CE_THREADS, 0, h->stream>>>(
+                losses, (bf16 *)logits, ldv, targets, dloss, V, N);
     }
     return launched(err, "cross-entropy");
 }
