@@ -9,7 +9,9 @@
  *
  * srun flags: --mpi=pmix (slurmd is the PMIx server), one task per rank with
  * --ntasks-per-node and --distribution=block (rank r on node r / gpus_per_node),
- * --job-name (the step's name, by which bmlaunch finds it to signal it), --label
+ * --job-name (the step's name, by which bmlaunch finds it to signal it),
+ * --export=ALL (every task gets bmlaunch's environment, whatever
+ * SLURM_EXPORT_ENV an `sbatch --export=NONE` left behind), --label
  * (bmlaunch splits the output per rank and joins the pieces of long lines:
  * supervise.c, SRUN_PIECE). Not --unbuffered: it gives each task a pseudo
  * terminal for stdout (a pipe in local mode) and cuts lines wherever a read
@@ -127,6 +129,20 @@ int slurm_plan(const slurm_alloc_t *a, const launch_opts_t *o, bmt_layout_t *l, 
 {
     const bool cuda = strcmp(o->device, "cuda") == 0;
     int gpn = o->gpus_per_node;
+    if (gpn == 0 && o->nodes > 0) {
+        /* --nodes without --gpus-per-node: the world spread over those nodes
+         * (bmt_layout_make), as in local mode, not the allocation's count,
+         * which the world may not fill on fewer ranks per node. */
+        if (cuda && a->gpus_per_node == 0)
+            return errprintf(err,
+                             "--device cuda but allocation %s has no GPUs; ask Slurm for them "
+                             "(--gpus-per-node) or give --gpus-per-node",
+                             a->job_id);
+        bmt_layout_t spread;
+        if (bmt_layout_make(&spread, o->groups, o->gpus_per_group, 0, o->nodes, err) < 0)
+            return -1;
+        gpn = spread.gpus_per_node;
+    }
     if (gpn == 0) {
         if (cuda && a->gpus_per_node == 0)
             return errprintf(err,
@@ -145,9 +161,14 @@ int slurm_plan(const slurm_alloc_t *a, const launch_opts_t *o, bmt_layout_t *l, 
                          "cannot tell the ranks per node of allocation %s (%d nodes); give "
                          "--gpus-per-node",
                          a->job_id, a->nodes);
-    if (cuda && a->gpus_per_node > 0 && gpn > a->gpus_per_node)
+    if (cuda && a->gpus_per_node > 0 && gpn > a->gpus_per_node && o->gpus_per_node > 0)
         return errprintf(err, "--gpus-per-node %d but the nodes of allocation %s have %d GPUs each",
                          gpn, a->job_id, a->gpus_per_node);
+    if (cuda && a->gpus_per_node > 0 && gpn > a->gpus_per_node)
+        return errprintf(err,
+                         "--nodes %d puts %d ranks on a node, but the nodes of allocation %s have "
+                         "%d GPUs each; ask for more nodes or fewer ranks",
+                         o->nodes, gpn, a->job_id, a->gpus_per_node);
     if (bmt_layout_make(l, o->groups, o->gpus_per_group, gpn, o->nodes, err) < 0)
         return -1;
     if (l->nodes > a->nodes)
@@ -196,6 +217,10 @@ char **slurm_srun_argv(const slurm_alloc_t *a, const launch_opts_t *o, const bmt
     bad |= push(&v, &n, &cap, "--distribution=block");
     bad |= push(&v, &n, &cap, "--job-name=%s", step_name);
     bad |= push(&v, &n, &cap, "--label");
+    /* The tasks need bmlaunch's environment (the BMT_ layout, MASTER_ADDR,
+     * ...): an allocation made with --export=NONE leaves SLURM_EXPORT_ENV=NONE
+     * behind, which srun would otherwise obey. */
+    bad |= push(&v, &n, &cap, "--export=ALL");
     if (cuda) {
         bad |= push(&v, &n, &cap, "--gpu-bind=none");
         if (a->cpus_per_node >= l->gpus_per_node) {

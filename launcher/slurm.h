@@ -36,13 +36,15 @@ int slurm_detect_from(slurm_alloc_t *a, const char *(*get)(const char *name), bm
  * value; 0 when the nodes differ. -1 when malformed. */
 int slurm_uniform_count(const char *text, int *out);
 
-/* The layout for o inside allocation a: gpus_per_node defaults to the
- * allocation's GPUs (cuda) or tasks per node (cpu); the layout's nodes must be
- * at most the allocation's. Errors say what does not fit and what to ask for. */
+/* The layout for o inside allocation a: gpus_per_node defaults to the world
+ * divided by --nodes when that is given, else to the allocation's GPUs (cuda)
+ * or tasks per node (cpu); the layout's nodes must be at most the
+ * allocation's. Errors say what does not fit and what to ask for. */
 int slurm_plan(const slurm_alloc_t *a, const launch_opts_t *o, bmt_layout_t *l, bmt_error_t *err);
 
 /* srun's argument vector (NULL-terminated, malloc'd strings and array) for the
- * layout: one task per rank, block distribution, --label, the step named
+ * layout: one task per rank, block distribution, --label, --export=ALL (the
+ * tasks get bmlaunch's environment even where SLURM_EXPORT_ENV=NONE), the step named
  * step_name (--job-name: slurm_step_signal finds it by that name), each task
  * running `self --rank-exec -- prog args`. No --kill-on-bad-exit: srun would
  * SIGKILL the other tasks at once; bmlaunch ends the step itself (SIGTERM,

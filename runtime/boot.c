@@ -8,6 +8,7 @@
  */
 #include "boot.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,7 +120,9 @@ int boot_init(boot_t **out, double timeout_s, bmt_error_t *err)
     boot_t *b = calloc(1, sizeof(*b));
     if (b == NULL)
         return errprintf(err, "boot: out of memory");
-    b->timeout_s = (int)ceil(timeout_s);
+    /* PMIX_TIMEOUT is an int: a longer deadline (BMT_TIMEOUT=1e10, "wait for
+     * ever") is the longest one, not a conversion that overflows into 1 s. */
+    b->timeout_s = timeout_s >= (double)INT_MAX ? INT_MAX : (int)ceil(timeout_s);
     if (b->timeout_s < 1)
         b->timeout_s = 1;
     b->info.rank = 0;

@@ -95,12 +95,18 @@ def step_figures(tokens=0, samples=0, flops=0.0, step_time=1e-9, peak_flops=0.0)
     }
 
 
-_NUMBER = re.compile(r"\s*[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?)")
+# What C's strtod and strtol read (ASCII digits only: \d would take other
+# scripts' digits, which float() and int() accept and C does not).
+_NUMBER = re.compile(r"\s*[+-]?([0-9]+\.?[0-9]*([eE][+-]?[0-9]+)?|\.[0-9]+([eE][+-]?[0-9]+)?)")
+_WHOLE = re.compile(r"\s*[+-]?[0-9]+")
 
 
-def _positive(env, name, default, what, low, high):
+def _positive(env, name, default, what, low, high, whole=False):
+    """A number in (low, high] and finite, as the push plugin and libbmt read
+    it (whole: an integer, as strtol)."""
     v = env.get(name, default)
-    if not _NUMBER.fullmatch(v or "") or not (low < float(v) <= high):
+    if (not (_WHOLE if whole else _NUMBER).fullmatch(v or "") or
+            not (low < float(v) <= high) or not math.isfinite(float(v))):
         raise ValueError("%s='%.40s' must be %s" % (name, v, what))
     return float(v)
 
@@ -291,7 +297,8 @@ class _Sender:
             self.deadline = time.monotonic() + self.flush_s
             self.closing = True
             self.cv.notify_all()
-        self.thread.join(self.flush_s + 1)
+        # join takes at most threading.TIMEOUT_MAX (about 292 years)
+        self.thread.join(min(self.flush_s + 1, threading.TIMEOUT_MAX))
         if self.thread.is_alive():  # a request that outlives the flush time is abandoned
             with self.cv:
                 self.dropped += len(self.q) + self.inflight
@@ -340,10 +347,8 @@ class Monitor:
         if not token:
             raise ValueError("rank %d: BMT_METRICS_URL is set but BMT_METRICS_TOKEN is not "
                              "(bmlaunch sets both)" % self.rank)
-        cap = _positive(env, "BMT_METRICS_QUEUE", "1024", "a count from 1 to 1000000", 0, 1e6)
-        if cap != int(cap):
-            raise ValueError("BMT_METRICS_QUEUE='%s' must be a count from 1 to 1000000"
-                             % env["BMT_METRICS_QUEUE"])
+        cap = _positive(env, "BMT_METRICS_QUEUE", "1024", "a count from 1 to 1000000", 0, 1e6,
+                        whole=True)
         timeout = _positive(env, "BMT_METRICS_TIMEOUT", "5", "seconds in (0, 3600]", 0, 3600)
         flush = _positive(env, "BMT_PLUGIN_FLUSH_TIMEOUT", "5", "a positive number of seconds",
                           0, math.inf)

@@ -64,6 +64,20 @@ def init_process_group(backend=None, **kw):
     return lay
 
 
+def _check_ranks(who):
+    """The Layout, once torch.distributed's rank and world are the layout's: a
+    process whose torch rank is not its bmt rank would get groups it is not a
+    member of, and torch only warns when a collective runs on such a group."""
+    lay = _layout()
+    if dist.get_world_size() != lay.world or dist.get_rank() != lay.rank:
+        raise RuntimeError("bmt.torch.%s: torch.distributed has rank %d of %d, the bmt layout "
+                           "%d x %d rank %d of %d: initialize it with bmt.torch."
+                           "init_process_group(), or with rank=RANK and world_size=WORLD_SIZE"
+                           % (who, dist.get_rank(), dist.get_world_size(), lay.groups,
+                              lay.gpus_per_group, lay.rank, lay.world))
+    return lay
+
+
 def process_groups(backend=None):
     """This rank's group and replica process groups (a ProcessGroups tuple:
     group, replica, layout). Collective: every rank must call it, the first
@@ -74,10 +88,7 @@ def process_groups(backend=None):
     if not dist.is_initialized():
         raise RuntimeError("bmt.torch.process_groups: torch.distributed is not initialized "
                            "(call bmt.torch.init_process_group() first)")
-    lay = _layout()
-    if dist.get_world_size() != lay.world:
-        raise RuntimeError("torch.distributed has %d ranks, the bmt layout %d x %d = %d"
-                           % (dist.get_world_size(), lay.groups, lay.gpus_per_group, lay.world))
+    lay = _check_ranks("process_groups")
     # new_group is collective over the world: every rank makes every group, in order.
     group = replica = None
     for g in range(lay.groups):
@@ -104,7 +115,9 @@ def device_mesh(device=None):
     from torch.distributed.device_mesh import init_device_mesh
     if "mesh" in _cache:
         return _cache["mesh"]
-    lay = _layout()
+    # not yet initialized: init_device_mesh does it through env://, with RANK
+    # and WORLD_SIZE, which bmt.layout() has checked against the layout
+    lay = _check_ranks("device_mesh") if dist.is_initialized() else _layout()
     _cache["mesh"] = init_device_mesh(device or device_type(), (lay.groups, lay.gpus_per_group),
                                       mesh_dim_names=MESH_DIMS)
     return _cache["mesh"]

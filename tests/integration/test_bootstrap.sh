@@ -46,6 +46,13 @@ test_expect_success "a malformed BMT_TIMEOUT is refused by name" '
     grep -q "bmt_init: BMT_TIMEOUT=.soon. is not a positive number of seconds" err
 '
 
+test_expect_success "a BMT_TIMEOUT beyond an int of seconds is the longest PMIx deadline, not 1 s" '
+    # rank 1 joins 2 s late: rank 0 waits for it in the bootstrap fence
+    BMT_TIMEOUT=3000000000 with_timeout 60 $BMLAUNCH --metrics-port 0 -n 2 -- \
+        sh -c "test \$BMT_RANK = 0 || sleep 2; exec $PROGS/bootcheck" >out 2>err &&
+    grep -q "^0: bootcheck: rank 0: 2 ranks (1 x 2)" out && ! grep -q "within 1 s" err
+'
+
 test_expect_success "an unknown BMT_BACKEND or BMT_DEVICE is refused by name" '
     { BMT_BACKEND=mpi $PROGS/hello 2>err; rc=$?; } && test $rc -ne 0 &&
     grep -q "unknown communication backend .mpi. (BMT_BACKEND)" err &&

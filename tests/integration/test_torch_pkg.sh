@@ -372,6 +372,32 @@ test_expect_success "report_step refuses impossible values; without BMT_METRICS_
 	EOF
 '
 
+test_expect_success "the push settings are refused as the C push plugin refuses them: a whole BMT_METRICS_QUEUE, a finite BMT_PLUGIN_FLUSH_TIMEOUT; a long flush time is no crash at exit" '
+    $PY - >out 2>err <<-EOF &&
+	import bmt
+	base = {"BMT_METRICS_URL": "http://127.0.0.1:1/api/push", "BMT_METRICS_TOKEN": "t"}
+	for name, value, want in (("BMT_METRICS_QUEUE", "1e3", "BMT_METRICS_QUEUE=.1e3. must be a count"),
+	                          ("BMT_METRICS_QUEUE", "10.0", "BMT_METRICS_QUEUE=.10.0. must be a count"),
+	                          ("BMT_METRICS_QUEUE", "\u0661", "BMT_METRICS_QUEUE=.\u0661. must be a count"),
+	                          ("BMT_PLUGIN_FLUSH_TIMEOUT", "1e999", "BMT_PLUGIN_FLUSH_TIMEOUT=.1e999. must be"),
+	                          ("BMT_METRICS_TIMEOUT", "\u0661", "BMT_METRICS_TIMEOUT=.\u0661. must be")):
+	    try:
+	        bmt.Monitor(dict(base, **{name: value}))
+	    except ValueError as e:
+	        import re
+	        assert re.search(want, str(e)), (name, value, str(e))
+	    else:
+	        raise AssertionError("%s=%s accepted" % (name, value))
+	# the longest finite flush time (1e10 s) is taken, and the exit does not wait for it:
+	# nothing is queued
+	m = bmt.Monitor(dict(base, BMT_PLUGIN_FLUSH_TIMEOUT="1e10", BMT_METRICS_QUEUE="7"))
+	assert m.sender.cap == 7
+	m.close()
+	print("ok")
+	EOF
+    grep -qx ok out && ! grep -q "Error\|Traceback" err
+'
+
 test_expect_success "bmt.Preemption without torch.distributed: the signal becomes save(step) at the next boundary, then exit 0; the old handler comes back" '
     $PY - <<-EOF
 	import os, signal, sys
@@ -395,6 +421,25 @@ test_expect_success "bmt.Preemption without torch.distributed: the signal become
 '
 
 # ------------------------------------------------------------ torch
+
+test_expect_success "bmt.torch.process_groups refuses a torch.distributed whose rank is not the layout's (its groups would not hold this process)" '
+    BMT_RANK=0 BMT_GROUPS=2 BMT_GPUS_PER_GROUP=1 $PY - <<-EOF
+	import torch.distributed as dist
+	import bmt.torch
+	# as after init_process_group(rank=1, world_size=2) in a process the layout calls rank 0
+	dist.is_initialized = lambda: True
+	dist.get_world_size = lambda group=None: 2
+	dist.get_rank = lambda group=None: 1
+	for f in (bmt.torch.process_groups,):
+	    try:
+	        f()
+	    except RuntimeError as e:
+	        assert "torch.distributed has rank 1 of 2, the bmt layout 2 x 1 rank 0 of 2" in str(e), e
+	    else:
+	        raise AssertionError("accepted")
+	print("ok")
+	EOF
+'
 
 # Every rank's line of check_groups in examples/torch/train.py, for -g 2 -n 2.
 groups_ok() {

@@ -135,6 +135,9 @@ static void check_plan(void)
        "cuda srun line: pmix, one task per GPU, block, the step's name, no kill-on-bad-exit "
        "(bmlaunch ends the step), label, no GPU binding, "
        "16 bound cores per task");
+    ok(v && has_arg(v, "--export=ALL"),
+       "srun passes bmlaunch's environment to the tasks (--export=ALL) even where an "
+       "sbatch --export=NONE left SLURM_EXPORT_ENV=NONE");
     int k = 0;
     while (v && v[k] && strcmp(v[k], "/opt/bmt/bin/bmlaunch") != 0)
         k++;
@@ -175,6 +178,38 @@ static void check_plan(void)
         if (rc != -1 || !strstr(err.text, bad[i].want))
             diag("got %d '%s'", rc, err.text);
     }
+
+    /* --nodes without --gpus-per-node: ranks per node are the world divided by
+     * the nodes (bmlaunch(1)), not the allocation's GPUs or tasks, which the
+     * world would not fill. */
+    slurm_alloc_t gpu8 = { "43", 2, 8, 64, 8 }, cpu4 = { "44", 2, 4, 4, 0 };
+    o = opts(1, 8, 0, "cuda");
+    o.nodes = 2;
+    memset(&err, 0, sizeof(err));
+    ok(slurm_plan(&gpu8, &o, &l, &err) == 0 && l.gpus_per_node == 4 && l.nodes == 2 && l.world == 8,
+       "cuda, --nodes 2, 8 ranks on nodes of 8 GPUs: 4 ranks on each node (%s)", err.text);
+    o = opts(2, 2, 0, "cpu");
+    o.nodes = 2;
+    ok(slurm_plan(&cpu4, &o, &l, &err) == 0 && l.gpus_per_node == 2 && l.nodes == 2,
+       "cpu, --nodes 2, 4 ranks on nodes of 4 tasks: 2 ranks on each node");
+    o = opts(1, 32, 0, "cuda");
+    o.nodes = 2;
+    memset(&err, 0, sizeof(err));
+    ok(slurm_plan(&gpu8, &o, &l, &err) == -1 &&
+           strstr(err.text, "--nodes 2 puts 16 ranks on a node, but the nodes of allocation 43 "
+                            "have 8 GPUs each"),
+       "cuda, --nodes 2, 32 ranks: more on a node than its GPUs, refused (%s)", err.text);
+    o = opts(1, 4, 0, "cuda");
+    o.nodes = 3;
+    memset(&err, 0, sizeof(err));
+    ok(slurm_plan(&gpu8, &o, &l, &err) == -1 && strstr(err.text, "leave 2 of 6 GPUs idle"),
+       "cuda, --nodes 3, 4 ranks: does not fill the nodes, refused (%s)", err.text);
+    o = opts(1, 8, 0, "cuda");
+    o.nodes = 4;
+    memset(&err, 0, sizeof(err));
+    ok(slurm_plan(&gpu8, &o, &l, &err) == -1 &&
+           strstr(err.text, "need 4 nodes, but allocation 43 has 2"),
+       "cuda, --nodes 4 in an allocation of 2: refused (%s)", err.text);
 }
 
 static void check_render(void)
