@@ -2,11 +2,13 @@
 #include "nn/hfjson.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 int nn_fail(bmt_error_t *err, const char *fmt, ...)
 {
@@ -135,9 +137,27 @@ int nn_hf_config_read(const char *file, char **text, bmt_error_t *err)
 {
     const size_t max_bytes = 1 << 20; /* HF's are about 1 KiB */
     *text = NULL;
-    FILE *f = fopen(file, "rb");
-    if (f == NULL)
+    /* O_NONBLOCK: a FIFO (or a device) named config.json must not block the
+     * open; fstat refuses every file that is not a regular one below. */
+    int fd = open(file, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
         return errno == ENOENT ? 0 : nn_fail(err, "%s: %s", file, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return nn_fail(err, "%s: %s", file, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return nn_fail(err, "%s: not a regular file (a config.json is a JSON text file)", file);
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (f == NULL) {
+        int e = errno;
+        close(fd);
+        return nn_fail(err, "%s: %s", file, strerror(e));
+    }
     char *buf = malloc(max_bytes + 1);
     size_t n = buf ? fread(buf, 1, max_bytes + 1, f) : 0;
     int rc = buf == NULL ? nn_fail(err, "out of memory")

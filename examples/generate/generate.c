@@ -29,6 +29,7 @@
  * safetensors) or the model (a non-finite logit).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
@@ -36,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -153,9 +155,17 @@ static const char *model_dir(const char *dir, char *buf, size_t len)
     if (access(path, F_OK) == 0)
         return dir;
     snprintf(path, sizeof(path), "%s/latest", dir);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
+    /* O_NONBLOCK: a FIFO named latest must not block the open (it is refused) */
+    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
         return dir;
+    struct stat sb;
+    FILE *f = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? fdopen(fd, "r") : NULL;
+    if (f == NULL) {
+        close(fd);
+        die(1, "%s: not a regular file: a --save-dir's latest names its newest step directory",
+            path);
+    }
     char name[256] = "";
     const int ok = fgets(name, sizeof(name), f) != NULL;
     fclose(f);

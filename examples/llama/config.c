@@ -4,7 +4,10 @@
  * because that is what from_pretrained builds from the same file: vocab 32000,
  * hidden 4096, intermediate 11008, 32 layers, 32 heads, key/value heads = heads,
  * head_dim = hidden / heads, max positions 2048, rms_norm_eps 1e-6, rope_theta
- * 10000, no rope scaling, untied, SiLU, no biases, pretraining_tp 1.
+ * 10000, no rope scaling, untied, SiLU, no biases, pretraining_tp 1; for
+ * model_type "mistral" MistralConfig's (configuration_mistral.py), which differ
+ * in intermediate 14336, key/value heads 8, max positions 131072 and a sliding
+ * window of 4096.
  */
 #include "llama/config.h"
 
@@ -70,26 +73,46 @@ int llama_config_check(const llama_config_t *c, bmt_error_t *err)
     return 0;
 }
 
-/* rope_scaling: null, {"rope_type"|"type": "default"}, or Llama 3's. */
-static int rope_scaling(const json_t *v, const char *file, llama_config_t *c, bmt_error_t *err)
+/* rope_scaling (key "rope_scaling"): null, {"rope_type"|"type": "default"}, or
+ * Llama 3's. transformers 5's rope_parameters (key "rope_parameters") is the
+ * same object with rope_theta inside, and a missing type means "default"
+ * (its standardize_rope_params); rope_theta is read by the caller. */
+static int rope_scaling(const json_t *v, const char *file, const char *key, llama_config_t *c,
+                        bmt_error_t *err)
 {
+    const bool params = strcmp(key, "rope_parameters") == 0;
     if (v == NULL || json_is_null(v))
         return 0;
     if (!json_is_object(v))
-        return nn_hf_wrong_type(err, file, "rope_scaling", "an object or null", v);
+        return nn_hf_wrong_type(err, file, key, "an object or null", v);
     const json_t *t = json_object_get(v, "rope_type");
     const json_t *t2 = json_object_get(v, "type");
     if (t == NULL)
         t = t2;
+    if (t == NULL && params) {
+        /* transformers 5 nests one object per layer type for models that mix
+         * them: not Llama's */
+        const char *k;
+        json_t *e;
+        json_object_foreach((json_t *)v, k, e)
+        {
+            if (json_is_object(e))
+                return nn_hf_unsupported(err, file, key, v,
+                                         "one object of rope_theta and the rope type (not one "
+                                         "per layer type)");
+        }
+        return 0; /* "default" */
+    }
     if (t == NULL || !json_is_string(t))
-        return nn_fail(err, "%s: malformed: rope_scaling needs a string \"rope_type\"", file);
+        return nn_fail(err, "%s: malformed: %s needs a string \"rope_type\"", file, key);
     if (t2 && (!json_is_string(t2) || strcmp(json_string_value(t2), json_string_value(t)) != 0))
-        return nn_fail(err, "%s: rope_scaling's \"type\" and \"rope_type\" differ", file);
+        return nn_fail(err, "%s: %s's \"type\" and \"rope_type\" differ", file, key);
     const char *type = json_string_value(t);
     if (strcmp(type, "default") == 0)
         return 0;
     if (strcmp(type, "llama3") != 0)
-        return nn_hf_unsupported(err, file, "rope_scaling.rope_type", t,
+        return nn_hf_unsupported(err, file,
+                                 params ? "rope_parameters.rope_type" : "rope_scaling.rope_type", t,
                                  "\"llama3\", \"default\" or null");
     const struct {
         const char *key;
@@ -102,23 +125,67 @@ static int rope_scaling(const json_t *v, const char *file, llama_config_t *c, bm
     for (size_t i = 0; i < sizeof(num) / sizeof(num[0]); i++) {
         const json_t *x = json_object_get(v, num[i].key);
         if (x == NULL || !json_is_number(x))
-            return nn_fail(err, "%s: malformed: rope_scaling llama3 needs a number \"%s\"", file,
+            return nn_fail(err, "%s: malformed: %s llama3 needs a number \"%s\"", file, key,
                            num[i].key);
         *num[i].out = json_number_value(x);
     }
     const json_t *o = json_object_get(v, "original_max_position_embeddings");
     if (o == NULL || !json_is_integer(o))
         return nn_fail(err,
-                       "%s: malformed: rope_scaling llama3 needs an integer "
+                       "%s: malformed: %s llama3 needs an integer "
                        "\"original_max_position_embeddings\"",
-                       file);
+                       file, key);
     if (json_integer_value(o) < 1 || json_integer_value(o) > (1 << 24))
-        return nn_fail(err,
-                       "%s: rope_scaling's original_max_position_embeddings %lld is out of "
-                       "range",
-                       file, (long long)json_integer_value(o));
+        return nn_fail(err, "%s: %s's original_max_position_embeddings %lld is out of range", file,
+                       key, (long long)json_integer_value(o));
     c->rope_original_max = (int)json_integer_value(o);
     c->rope_llama3 = true;
+    return 0;
+}
+
+/* transformers 5's rope_parameters: {"rope_type": ..., "rope_theta": ...,
+ * and Llama 3's keys}, written instead of rope_theta and rope_scaling. Given
+ * with either of those, they must say the same (or it is refused). */
+static int rope_parameters(const json_t *root, const char *file, llama_config_t *c,
+                           bmt_error_t *err)
+{
+    const json_t *v = json_object_get(root, "rope_parameters");
+    if (v == NULL || json_is_null(v))
+        return 0;
+    if (!json_is_object(v))
+        return nn_hf_wrong_type(err, file, "rope_parameters", "an object or null", v);
+    const json_t *th = json_object_get(v, "rope_theta");
+    if (th && !json_is_number(th))
+        return nn_hf_wrong_type(err, file, "rope_parameters.rope_theta", "a number", th);
+    const json_t *top = json_object_get(root, "rope_theta");
+    if (th && top && json_number_value(top) != json_number_value(th))
+        return nn_fail(err, "%s: rope_theta is %s but rope_parameters.rope_theta is %s", file,
+                       nn_json_show(top).s, nn_json_show(th).s);
+    const json_t *prf = json_object_get(v, "partial_rotary_factor");
+    if (prf && !json_is_null(prf) && !(json_is_number(prf) && json_number_value(prf) == 1))
+        return nn_hf_unsupported(err, file, "rope_parameters.partial_rotary_factor", prf,
+                                 "1 or absent (every channel of a head rotates)");
+    /* c holds rope_scaling's reading (all zero when it is absent, null or the
+     * default); the two must describe the same scaling. */
+    llama_config_t t = *c;
+    t.rope_llama3 = false;
+    t.rope_factor = t.rope_low_freq_factor = t.rope_high_freq_factor = 0;
+    t.rope_original_max = 0;
+    if (rope_scaling(v, file, "rope_parameters", &t, err) < 0)
+        return -1;
+    const json_t *rs = json_object_get(root, "rope_scaling");
+    if (rs && !json_is_null(rs) &&
+        (t.rope_llama3 != c->rope_llama3 || t.rope_factor != c->rope_factor ||
+         t.rope_low_freq_factor != c->rope_low_freq_factor ||
+         t.rope_high_freq_factor != c->rope_high_freq_factor ||
+         t.rope_original_max != c->rope_original_max))
+        return nn_fail(err,
+                       "%s: rope_scaling and rope_parameters are both given and describe "
+                       "different scalings: give one (transformers 5 writes rope_parameters)",
+                       file);
+    if (th)
+        t.rope_theta = json_number_value(th);
+    *c = t;
     return 0;
 }
 
@@ -189,7 +256,13 @@ int llama_config_from_hf_json(const char *text, const char *file, llama_config_t
         }
     }
 
-    /* Sizes, with LlamaConfig's defaults. */
+    /* from_pretrained builds a "mistral" config.json as a MistralConfig, whose
+     * defaults differ from LlamaConfig's: intermediate_size 14336,
+     * num_key_value_heads 8 (null: the heads), max_position_embeddings 131072
+     * and sliding_window 4096. */
+    const bool mistral = model_type && strcmp(model_type, "mistral") == 0;
+
+    /* Sizes, with LlamaConfig's (or MistralConfig's) defaults. */
     const struct {
         const char *key;
         long long dflt;
@@ -197,10 +270,10 @@ int llama_config_from_hf_json(const char *text, const char *file, llama_config_t
     } sizes[] = {
         { "vocab_size", 32000, &c.vocab_size },
         { "hidden_size", 4096, &c.n_embd },
-        { "intermediate_size", 11008, &c.ffn },
+        { "intermediate_size", mistral ? 14336 : 11008, &c.ffn },
         { "num_hidden_layers", 32, &c.n_layer },
         { "num_attention_heads", 32, &c.n_head },
-        { "max_position_embeddings", 2048, &c.max_seq_len },
+        { "max_position_embeddings", mistral ? 131072 : 2048, &c.max_seq_len },
     };
     for (size_t i = 0; rc == 0 && i < sizeof(sizes) / sizeof(sizes[0]); i++) {
         long long x;
@@ -213,8 +286,11 @@ int llama_config_from_hf_json(const char *text, const char *file, llama_config_t
     }
     long long kv = 0, hd = 0;
     bool given = false;
-    if (rc == 0)
-        rc = nn_hf_int(root, file, "num_key_value_heads", NULL, c.n_head, true, &kv, &given, err);
+    if (rc == 0) {
+        const json_t *k = json_object_get(root, "num_key_value_heads");
+        rc = nn_hf_int(root, file, "num_key_value_heads", NULL, mistral && k == NULL ? 8 : c.n_head,
+                       true, &kv, &given, err);
+    }
     if (rc == 0 && (kv < 1 || kv > 4096))
         rc = nn_fail(err, "%s: num_key_value_heads is %lld; it must be 1 to 4096", file, kv);
     if (rc == 0 && c.n_embd % c.n_head != 0 && json_object_get(root, "head_dim") == NULL)
@@ -235,7 +311,9 @@ int llama_config_from_hf_json(const char *text, const char *file, llama_config_t
     if (rc == 0)
         rc = nn_hf_number(root, file, "rope_theta", 10000.0, &c.rope_theta, err);
     if (rc == 0)
-        rc = rope_scaling(json_object_get(root, "rope_scaling"), file, &c, err);
+        rc = rope_scaling(json_object_get(root, "rope_scaling"), file, "rope_scaling", &c, err);
+    if (rc == 0)
+        rc = rope_parameters(root, file, &c, err);
     if (rc == 0 && (v = json_object_get(root, "tie_word_embeddings")) != NULL &&
         !json_is_boolean(v))
         rc = nn_hf_wrong_type(err, file, "tie_word_embeddings", "true or false", v);
@@ -259,7 +337,14 @@ int llama_config_from_hf_json(const char *text, const char *file, llama_config_t
     if (rc == 0 && (v = json_object_get(root, "sliding_window")) != NULL && !json_is_null(v))
         rc = nn_hf_unsupported(err, file, "sliding_window", v,
                                "null (attention over the whole causal context)");
-    static const char *const gone[] = { "rope_parameters", "partial_rotary_factor" };
+    if (rc == 0 && mistral && v == NULL)
+        rc = nn_fail(
+            err,
+            "%s: sliding_window is absent, which MistralConfig takes as 4096 (attention "
+            "over the last 4096 positions only); supported: null (write \"sliding_window\": "
+            "null for attention over the whole causal context)",
+            file);
+    static const char *const gone[] = { "partial_rotary_factor" };
     for (size_t i = 0; rc == 0 && i < sizeof(gone) / sizeof(gone[0]); i++)
         if ((v = json_object_get(root, gone[i])) != NULL && !json_is_null(v))
             rc = nn_hf_unsupported(err, file, gone[i], v, "absent (Llama's rotary embedding)");

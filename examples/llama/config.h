@@ -2,12 +2,16 @@
  *
  * A llama_config_t is what the Llama trainer builds a model from. It is read from
  * a Hugging Face `LlamaForCausalLM` (or `MistralForCausalLM` without a sliding
- * window) config.json with LlamaConfig's defaults for absent keys, and written
- * back as a config.json that transformers loads unchanged. Every key whose value
- * the model does not implement is refused with a message naming the key, the
- * value and what is supported: attention or MLP biases, an activation other than
- * SiLU, rope scaling other than Llama 3's, a sliding window, tensor-parallel
- * pretraining slices, dropout.
+ * window) config.json with LlamaConfig's defaults for absent keys (MistralConfig's
+ * for model_type "mistral": F 14336, 8 key/value heads, 131072 positions, and a
+ * sliding window of 4096, so that "sliding_window": null must be there), and
+ * written back as a config.json that transformers loads unchanged. RoPE's theta
+ * and scaling come from rope_theta and rope_scaling, or from transformers 5's
+ * rope_parameters (the same values in one object; given both ways, they must
+ * agree). Every key whose value the model does not implement is refused with a
+ * message naming the key, the value and what is supported: attention or MLP
+ * biases, an activation other than SiLU, rope scaling other than Llama 3's, a
+ * sliding window, tensor-parallel pretraining slices, dropout.
  *
  * The model (HF's modeling_llama): x = embed(tokens); per layer
  *   x += o_proj(attn(rope(q_proj(rms(x))), rope(k_proj(rms(x))), v_proj(rms(x))))

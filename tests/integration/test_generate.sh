@@ -327,4 +327,48 @@ test_expect_success "bad input: one line on stderr, no ids, exit 2 (command line
     test "$(sed "s/is -nan/is nan/" err)" = "generate: the logit of token 0 after position 6 is nan: the model'"'"'s weights or activations are not finite"
 '
 
+test_expect_success "a FIFO named config.json or latest is refused at once (exit 1, one line), never waited on" '
+    mkdir fifocfg fifolatest && mkfifo fifocfg/config.json fifolatest/latest &&
+    rc=0 && with_timeout 10 $GEN fifocfg --prompt-ids 1 >out 2>err || rc=$? &&
+    cat err && test $rc -eq 1 && test ! -s out &&
+    test "$(cat err)" = "generate: fifocfg/config.json: not a regular file (a config.json is a JSON text file)" &&
+    rc=0 && with_timeout 10 $GEN fifolatest --prompt-ids 1 >out 2>err || rc=$? &&
+    cat err && test $rc -eq 1 && test ! -s out &&
+    grep -q "^generate: fifolatest/latest: not a regular file" err &&
+    mkdir dircfg dircfg/config.json && rc=0 && $GEN dircfg --prompt-ids 1 >out 2>err || rc=$? &&
+    cat err && test $rc -eq 1 && grep -q "^generate: dircfg/config.json: not a regular file" err
+'
+
+test_expect_success "a config.json as transformers 5 writes it (rope_parameters: rope_theta and Llama 3 scaling) gives the same ids and logits" '
+    cp -r $M/l1 v5 && $PY - <<-EOF &&
+	import json
+	c = json.load(open("v5/config.json"))
+	p = dict(c.pop("rope_scaling")); p["rope_theta"] = c.pop("rope_theta")
+	c["rope_parameters"] = p; c["dtype"] = c.pop("torch_dtype"); json.dump(c, open("v5/config.json", "w"))
+	EOF
+    cat v5/config.json && $GEN v5 --prompt-ids $P -n 24 --dump-logits v5.dump >out &&
+    diff $C/l1.greedy.ids out && cmp $C/l1.greedy.dump v5.dump &&
+    $PY - <<-EOF &&
+	import json
+	c = json.load(open("v5/config.json")); c["rope_parameters"]["rope_theta"] = 10000.0
+	json.dump(c, open("v5/config.json", "w"))
+	EOF
+    $GEN v5 --prompt-ids $P -n 24 --dump-logits v5.dump >out && ! cmp -s $C/l1.greedy.dump v5.dump
+'
+
+test_expect_success "a mistral config.json without sliding_window (MistralConfig: a window of 4096) is refused" '
+    cp -r $M/l1 mis && $PY - <<-EOF &&
+	import json
+	c = json.load(open("mis/config.json")); c["model_type"] = "mistral"; c["architectures"] = ["MistralForCausalLM"]
+	c.pop("sliding_window", None); json.dump(c, open("mis/config.json", "w"))
+	EOF
+    rc=0 && $GEN mis --prompt-ids $P -n 3 >out 2>err || rc=$? && cat err && test $rc -eq 1 &&
+    test ! -s out && grep -q "sliding_window is absent, which MistralConfig takes as 4096" err &&
+    $PY - <<-EOF &&
+	import json
+	c = json.load(open("mis/config.json")); c["sliding_window"] = None; json.dump(c, open("mis/config.json", "w"))
+	EOF
+    $GEN mis --prompt-ids $P -n 24 >out && diff $C/l1.greedy.ids out
+'
+
 test_done

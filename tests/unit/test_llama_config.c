@@ -100,6 +100,52 @@ static void check_published(void)
                                  "n.json", &c, &err) == 0 &&
            c.n_kv_head == 8 && c.head_dim == 64,
        "null num_key_value_heads and head_dim take the defaults");
+    /* transformers 5 writes rope_theta and the scaling as one rope_parameters
+     * object: the same model as the older keys. */
+    llama_config_t v4, v5;
+    const char *LLAMA32_1B_V5 =
+        "{\"architectures\":[\"LlamaForCausalLM\"],\"bos_token_id\":128000,\"eos_token_id\":128001,"
+        "\"head_dim\":64,\"hidden_size\":2048,\"intermediate_size\":8192,"
+        "\"max_position_embeddings\":131072,\"model_type\":\"llama\",\"num_attention_heads\":32,"
+        "\"num_hidden_layers\":16,\"num_key_value_heads\":8,\"rms_norm_eps\":1e-05,"
+        "\"rope_parameters\":{\"factor\":32.0,\"high_freq_factor\":4.0,\"low_freq_factor\":1.0,"
+        "\"original_max_position_embeddings\":8192,\"rope_theta\":500000.0,"
+        "\"rope_type\":\"llama3\"},\"tie_word_embeddings\":true,\"vocab_size\":128256}";
+    ok(llama_config_from_hf_json(LLAMA32_1B, "4.json", &v4, &err) == 0 &&
+           llama_config_from_hf_json(LLAMA32_1B_V5, "5.json", &v5, &err) == 0 &&
+           memcmp(&v4, &v5, sizeof(v4)) == 0,
+       "Llama 3.2 1B as transformers 5 writes it (rope_parameters): the same configuration");
+    ok(llama_config_from_hf_json("{\"rope_parameters\":{\"rope_type\":\"default\","
+                                 "\"rope_theta\":1000000.0},\"rope_scaling\":null}",
+                                 "5.json", &c, &err) == 0 &&
+           c.rope_theta == 1e6 && !c.rope_llama3,
+       "rope_parameters of the default type: its rope_theta");
+    ok(llama_config_from_hf_json("{\"rope_parameters\":{\"rope_theta\":5e5},\"rope_theta\":5e5}",
+                                 "5.json", &c, &err) == 0 &&
+           c.rope_theta == 5e5 && !c.rope_llama3,
+       "rope_parameters without a type is the default (and an equal rope_theta beside it)");
+    ok(llama_config_from_hf_json(
+           "{\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":32.0,\"low_freq_factor\":1,"
+           "\"high_freq_factor\":4,\"original_max_position_embeddings\":8192},\"rope_theta\":5e5,"
+           "\"rope_parameters\":{\"rope_type\":\"llama3\",\"factor\":32.0,\"low_freq_factor\":1,"
+           "\"high_freq_factor\":4,\"original_max_position_embeddings\":8192,\"rope_theta\":5e5}}",
+           "5.json", &c, &err) == 0 &&
+           c.rope_llama3 && c.rope_factor == 32 && c.rope_theta == 5e5,
+       "rope_scaling and rope_parameters that agree (rope_theta only in the second) are read");
+
+    /* A "mistral" config.json is a MistralConfig in from_pretrained: its
+     * defaults, not LlamaConfig's, fill the absent keys. */
+    ok(llama_config_from_hf_json("{\"model_type\":\"mistral\",\"sliding_window\":null}", "m.json",
+                                 &c, &err) == 0 &&
+           c.ffn == 14336 && c.n_kv_head == 8 && c.max_seq_len == 131072 && c.n_head == 32 &&
+           c.head_dim == 128,
+       "absent keys of a mistral config are MistralConfig's defaults (F 14336, 8 kv heads, "
+       "131072 positions)");
+    ok(llama_config_from_hf_json("{\"model_type\":\"mistral\",\"sliding_window\":null,"
+                                 "\"num_key_value_heads\":null}",
+                                 "m.json", &c, &err) == 0 &&
+           c.n_kv_head == 32,
+       "a mistral config's null num_key_value_heads is the heads (MistralConfig)");
 }
 
 static void check_round_trip(void)
@@ -156,6 +202,8 @@ static void check_refused(void)
         { "{\"pretraining_tp\":2}", "pretraining_tp is 2" },
         { "{\"attention_dropout\":0.1}", "attention_dropout is 0.1" },
         { "{\"model_type\":\"mistral\",\"sliding_window\":4096}", "sliding_window is 4096" },
+        { "{\"model_type\":\"mistral\",\"max_position_embeddings\":32768}",
+          "sliding_window is absent, which MistralConfig takes as 4096" },
         { "{\"rope_scaling\":{\"type\":\"linear\",\"factor\":2.0}}",
           "rope_scaling.rope_type is \"linear\"; supported: \"llama3\"" },
         { "{\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0}}", "is \"yarn\"" },
@@ -182,7 +230,26 @@ static void check_refused(void)
         { "{\"bos_token_id\":[1,2]}", "\"bos_token_id\" must be an integer or null" },
         { "{\"eos_token_id\":[1,2,3,4,5,6,7,8,9]}", "lists 9 tokens; at most 8" },
         { "{\"eos_token_id\":[1,\"x\"]}", "eos_token_id[1] must be a token id" },
-        { "{\"rope_parameters\":{\"rope_theta\":1}}", "rope_parameters is" },
+        { "{\"rope_parameters\":{\"rope_type\":\"yarn\",\"factor\":4.0,\"rope_theta\":1e4}}",
+          "rope_parameters.rope_type is \"yarn\"; supported: \"llama3\"" },
+        { "{\"rope_theta\":10000,\"rope_parameters\":{\"rope_type\":\"default\","
+          "\"rope_theta\":500000}}",
+          "rope_theta is 10000 but rope_parameters.rope_theta is 500000" },
+        { "{\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":1,"
+          "\"high_freq_factor\":4,\"original_max_position_embeddings\":8192},"
+          "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":1}}",
+          "rope_scaling and rope_parameters are both given and describe different scalings" },
+        { "{\"rope_parameters\":{\"full_attention\":{\"rope_type\":\"default\","
+          "\"rope_theta\":1}}}",
+          "not one per layer type" },
+        { "{\"rope_parameters\":{\"rope_type\":\"default\",\"partial_rotary_factor\":0.5}}",
+          "rope_parameters.partial_rotary_factor is 0.5" },
+        { "{\"rope_parameters\":5}", "\"rope_parameters\" must be an object or null" },
+        { "{\"rope_parameters\":{\"rope_theta\":\"1e4\"}}",
+          "\"rope_parameters.rope_theta\" must be a number" },
+        { "{\"rope_parameters\":{\"rope_type\":\"llama3\",\"factor\":8.0}}",
+          "rope_parameters llama3 needs a number \"low_freq_factor\"" },
+        { "{\"partial_rotary_factor\":0.5}", "partial_rotary_factor is 0.5" },
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         llama_config_t c;
