@@ -97,7 +97,8 @@ static void usage(const trainer_model_t *md, FILE *f)
           "  -s, --seed S            initialization seed (default 1337)\n"
           "  -v, --eval-every N      validation loss every N steps and at the end (default 0: "
           "end only)\n"
-          "      --eval-batches K    micro-batches per validation (default 4)\n"
+          "      --eval-batches K    micro-batches per validation (default 4; at most the\n"
+          "                          distinct batches --val holds)\n"
           "      --zero 2|3          keep gathered parameters from forward to backward (2) or "
           "not (3, default)\n"
           "      --ckpt 0|1          activation checkpointing per block (default 1)\n"
@@ -356,8 +357,9 @@ static int parse(const trainer_model_t *md, int argc, char **argv, opts_t *o)
     if ((o->save_every || o->resume || o->save_async) && o->save_dir == NULL)
         return trainer_bad("--save-every, --save-async and --resume need --save-dir DIR");
     if (md->max_vocab && md->vocab_size(md->self) > md->max_vocab)
-        return trainer_bad("a vocabulary of %d does not fit uint16 token shards",
-                           md->vocab_size(md->self));
+        return trainer_bad("a vocabulary of %d is more than this trainer's %d token ids (the "
+                           "llama trainer takes larger ones)",
+                           md->vocab_size(md->self), md->max_vocab);
     return 0;
 }
 
@@ -781,6 +783,23 @@ static int train(const trainer_model_t *md, const opts_t *o)
         (o->choice.init_from && md->load(m, o->choice.init_from, &err) < 0) ||
         (opt = bmt_adamw_create(md->list(m), &oc, &err)) == NULL)
         goto out;
+    int eval_batches = o->eval_batches;
+    if (val_ld) {
+        /* The distinct global batches of --val (the loader's rule: one fits
+         * where G + 1 tokens are left): past them evaluate() would start again
+         * at the first and count batches twice. */
+        const int64_t G = (int64_t)world * o->B * o->T;
+        int64_t nb = 0;
+        for (int i = 0; i < data_loader_num_shards(val_ld); i++)
+            nb += (data_loader_shard_tokens(val_ld, i) - 1) / G;
+        if (nb < eval_batches) {
+            eval_batches = (int)nb;
+            if (rank == 0)
+                printf("%s: --val holds %lld batches of %d x %d tokens a rank on %d ranks: each "
+                       "validation uses those, not --eval-batches %d\n",
+                       prog, (long long)nb, o->B, o->T, world, o->eval_batches);
+        }
+    }
     int first = 1;
     bmt_ckpt_pending_t *pending = NULL;
     if (o->resume) {
@@ -883,7 +902,7 @@ static int train(const trainer_model_t *md, const opts_t *o)
         }
         if (val_ld && ((o->eval_every && step % o->eval_every == 0) || step == o->steps)) {
             double vl;
-            if (evaluate(md, ctx, m, val_ld, o->eval_batches, in, tg, &vl, &err) < 0 ||
+            if (evaluate(md, ctx, m, val_ld, eval_batches, in, tg, &vl, &err) < 0 ||
                 bmt_report_scalar(ctx, "val_loss", vl, &err) < 0)
                 goto out;
             if (rank == 0) {

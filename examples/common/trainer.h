@@ -60,7 +60,7 @@ typedef struct trainer_model {
     int (*configure)(void *self, const trainer_choice_t *c);
     int (*max_seq_len)(const void *self); /* positions of the configured model */
     int (*vocab_size)(const void *self);
-    int max_vocab; /* a larger configured vocabulary is refused (uint16 shards); 0: no limit */
+    int max_vocab; /* a larger configured vocabulary is refused, saying so; 0: no limit */
 
     /* "L 4, H 4, C 64, V 256, maxT 256": the startup line's sizes. */
     void (*describe)(const void *self, char *out, size_t len);

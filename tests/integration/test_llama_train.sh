@@ -45,6 +45,25 @@ test_expect_success "the tiny Llama trains 2x2 on cpu: the loss falls, saves at 
     grep -q "^0: step  40/40 | val loss [0-9.]*\$" out
 '
 
+test_expect_success "--eval-batches past the distinct batches of --val: those are used, once each, and the trainer says so" '
+    $PY -c "
+import numpy as np, sys
+h = np.fromfile(sys.argv[1], dtype=np.int32, count=256)
+t = np.fromfile(sys.argv[1], dtype=np.uint16, offset=1024)
+n = 2 * 4 * 64 + 1  # two global batches of 1 rank, B 4, T 64, and the last target
+h = h.copy(); h[2] = n
+with open(sys.argv[2], \"wb\") as f:
+    f.write(h.tobytes()); f.write(t[:n].tobytes())
+" $D/corpus_val.bin $TMP/val2.bin &&
+    for k in 2 3; do
+        with_timeout 60 $BMLAUNCH --metrics-port 0 -n 1 --device cpu -- $LLAMA --data $D/corpus_train.bin \
+            --val $TMP/val2.bin -b 4 -t 64 --steps 1 --eval-batches $k >ev$k || exit 1
+    done &&
+    ! grep -q "holds" ev2 &&
+    grep -q "^0: llama: --val holds 2 batches of 4 x 64 tokens a rank on 1 ranks: each validation uses those, not --eval-batches 3\$" ev3 &&
+    a=$(grep "val loss" ev2) && b=$(grep "val loss" ev3) && echo "$a / $b" && test -n "$a" && test "$a" = "$b"
+'
+
 test_expect_success "a step directory is an HF Llama directory: config.json names LlamaForCausalLM, --verify passes" '
     $PY -c "
 import json, sys
