@@ -158,6 +158,19 @@ static void file_name(const bmt_block_t *b, bool optim, char *out, size_t len)
             *c = '_';
 }
 
+/* dir/name into out (len bytes), or -1 with err when it does not fit: never
+ * a path cut short. A cut one named another file: a directory of 2999 bytes
+ * had its shards written beside its checkpoints (DIR//x.safetensors), and
+ * the save returned 0 and committed a checkpoint without them. */
+static int join(char *out, size_t len, const char *dir, const char *name, bmt_error_t *err)
+{
+    int n = snprintf(out, len, "%s/%s", dir, name);
+    if (n >= 0 && (size_t)n < len)
+        return 0;
+    return errprintf(err, "%.1000s/%.1000s: the path is too long (%zu bytes; at most %zu)", dir,
+                     name, strlen(dir) + 1 + strlen(name), len - 1);
+}
+
 /* Every rank learns whether any rank failed: returns 0, or -1 with err. A
  * failed rank keeps its own message; the others get the lowest failing rank's
  * ("<what> failed on rank 3: cannot write ...: No space left on device"), so
@@ -212,6 +225,75 @@ static int unique_blocks(bmt_blocklist_t *l, bmt_block_t ***out)
     }
     *out = v;
     return n;
+}
+
+static int by_pname(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Every file and every tensor name of a checkpoint must be one block's alone.
+ * Two blocks of one name (or "a/b" and "a_b", or "x" and "x.optim" with an
+ * optimizer) would share a file: a save wrote one over the other and returned
+ * 0, and a load read one block's values into both, silently. Two parameters of
+ * one full name in two blocks ("a" + "b.w", "a.b" + "w") would share the
+ * index's weight_map entry. Every rank has the same blocks, so every rank
+ * finds the same. */
+static int distinct_names(bmt_block_t **blocks, int nb, bool optim, bmt_error_t *err)
+{
+    const int per = optim ? 2 : 1;
+    int np = 0;
+    for (int i = 0; i < nb; i++)
+        np += blocks[i]->nparams;
+    const int nf = nb * per > 0 ? nb * per : 1;
+    char *files = malloc((size_t)nf * 1024); /* (nb * per) names of 1024 bytes */
+    const char **fv = malloc((size_t)nf * sizeof(*fv));
+    const char **pv = malloc((size_t)(np ? np : 1) * sizeof(*pv));
+    int rc = files && fv && pv ? 0 : errprintf(err, "out of memory");
+    for (int i = 0, k = 0, q = 0; i < nb && rc == 0; i++) {
+        for (int f = 0; f < per; f++, k++) {
+            file_name(blocks[i], f == 1, files + (size_t)k * 1024, 1024);
+            fv[k] = files + (size_t)k * 1024;
+        }
+        for (int j = 0; j < blocks[i]->nparams; j++)
+            pv[q++] = blocks[i]->params[j].name;
+    }
+    if (rc == 0) {
+        qsort(fv, (size_t)(nb * per), sizeof(*fv), by_pname);
+        qsort(pv, (size_t)np, sizeof(*pv), by_pname);
+    }
+    for (int k = 1; k < nb * per && rc == 0; k++)
+        if (strcmp(fv[k - 1], fv[k]) == 0) {
+            const char *who[2] = { NULL, NULL };
+            for (int i = 0, w = 0; i < nb && w < 2; i++)
+                for (int f = 0; f < per && w < 2; f++) {
+                    char fn[1024];
+                    file_name(blocks[i], f == 1, fn, sizeof(fn));
+                    if (strcmp(fn, fv[k]) == 0)
+                        who[w++] = blocks[i]->name;
+                }
+            if (who[0] && who[1] && strcmp(who[0], who[1]) == 0)
+                rc = errprintf(err,
+                               "two blocks are named '%.900s': a checkpoint needs a file of its "
+                               "own per block (give the blocks distinct names)",
+                               who[0]);
+            else
+                rc = errprintf(err,
+                               "blocks '%.900s' and '%.900s' would share the file %.900s: a "
+                               "checkpoint needs a file of its own per block (give the blocks "
+                               "distinct names)",
+                               who[0] ? who[0] : "?", who[1] ? who[1] : "?", fv[k]);
+        }
+    for (int k = 1; k < np && rc == 0; k++)
+        if (strcmp(pv[k - 1], pv[k]) == 0)
+            rc = errprintf(err,
+                           "two blocks have a parameter named '%.900s': a checkpoint (its index) "
+                           "needs distinct names",
+                           pv[k]);
+    free(files);
+    free(fv);
+    free(pv);
+    return rc;
 }
 
 /* ------------------------------------------------------------ save */
@@ -352,6 +434,20 @@ static bool is_inflight(const char *tmpdir)
     return found;
 }
 
+/* The temporary directory of a save of this process not yet finished, or
+ * NULL. A save while one is pending took its directory from under its writer
+ * (the same name) and could commit one save's train_state.json over the
+ * other's files, checksums and all. */
+static const char *inflight_any(char *out, size_t len)
+{
+    pthread_mutex_lock(&inflight_lock);
+    const bool any = ninflight > 0;
+    if (any)
+        snprintf(out, len, "%s", inflight[0]);
+    pthread_mutex_unlock(&inflight_lock);
+    return any ? out : NULL;
+}
+
 static int remove_tree(const char *path);
 
 static bool ends_with(const char *s, const char *tail)
@@ -375,7 +471,7 @@ static bool save_leftover(const char *path)
         struct stat st;
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
             continue;
-        snprintf(sub, sizeof(sub), "%.3000s/%.1000s", path, e->d_name);
+        snprintf(sub, sizeof(sub), "%s/%s", path, e->d_name); /* <= 3000 + 2 names */
         ours = lstat(sub, &st) == 0 && S_ISREG(st.st_mode) &&
                (ends_with(e->d_name, ".safetensors") || ends_with(e->d_name, ".json") ||
                 ends_with(e->d_name, ".json.tmp"));
@@ -563,7 +659,8 @@ static int stage_shards(bmt_ckpt_pending_t *p, const bmt_block_t *b, bmt_error_t
     for (int k = 0; k < (opt ? 2 : 1) && rc == 0; k++) {
         char name[1024], path[4200];
         file_name(b, k == 1, name, sizeof(name));
-        snprintf(path, sizeof(path), "%.3000s/%.1000s", p->tmpdir, name);
+        if ((rc = join(path, sizeof(path), p->tmpdir, name, err)) < 0)
+            break;
         char **np = realloc(p->paths, sizeof(*np) * (size_t)(p->npaths + 1));
         if (np == NULL || (np[p->npaths] = strdup(path)) == NULL) {
             if (np)
@@ -1080,6 +1177,12 @@ static int save_start(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, 
     if (opt && optim_list(opt) != list)
         return errprintf(err, "rank %d: bmt_ckpt_save: the optimizer is not this list's",
                          ctx->rank);
+    char busy[3300];
+    if (inflight_any(busy, sizeof(busy)) != NULL)
+        return errprintf(err,
+                         "rank %d: checkpoint %.1000s/%.250s: the save into %.1000s is still "
+                         "pending: call bmt_ckpt_finish before the next save",
+                         ctx->rank, dir, name, busy);
     const struct list_state *st = blocklist_state(list);
     if (st->forward_pending || st->microbatches > 0)
         return errprintf(err,
@@ -1107,7 +1210,8 @@ static int save_start(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, 
     /* 1. rank 0: a fresh temporary directory with every file preallocated
      * (and what crashed saves left removed). The optimizer's deferred update
      * goes first: the state saved is the step's. */
-    if (blocklist_flush(list, NULL, true, err) < 0 || bmt_device_synchronize(ctx, err) < 0)
+    if (blocklist_flush(list, NULL, true, err) < 0 || bmt_device_synchronize(ctx, err) < 0 ||
+        distinct_names(p->blocks, p->nb, opt != NULL, err) < 0)
         failed = 1;
     if (!failed && ctx->rank == 0) {
         p->made_dir = mkdir(dir, 0755) == 0;
@@ -1125,8 +1229,9 @@ static int save_start(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, 
                 char fname[1024], path[4200], hex[17];
                 uint64_t hash = 0;
                 file_name(p->blocks[i], k == 1, fname, sizeof(fname));
-                snprintf(path, sizeof(path), "%.3000s/%.1000s", p->tmpdir, fname);
-                failed = flayout_make(p->blocks[i], k == 1, &f, err) < 0 ||
+                memset(&f, 0, sizeof(f));
+                failed = join(path, sizeof(path), p->tmpdir, fname, err) < 0 ||
+                         flayout_make(p->blocks[i], k == 1, &f, err) < 0 ||
                          create_file(path, &f, &hash, err) < 0;
                 flayout_free(&f);
                 ck_hex(hash, hex);
@@ -1352,7 +1457,8 @@ static int sumtab_load(const char *dir, json_t *ts, struct sumtab *t, bmt_error_
         if (mf == NULL || strchr(mf, '/') || mf[0] == '.')
             return sumtab_free(t),
                    errprintf(err, "%s/train_state.json: a bad checksums file name", dir);
-        snprintf(path, sizeof(path), "%.3000s/%.1000s", dir, mf);
+        if (join(path, sizeof(path), dir, mf, err) < 0)
+            return sumtab_free(t), -1;
         json_error_t je;
         json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
         json_t *jf = j ? json_object_get(j, "files") : NULL;
@@ -1457,9 +1563,12 @@ static int read_piece(void *user, const bmt_block_t *b, int param, int64_t first
     return refuse_nonfinite(s->st, s->idx[param], first, dst, dtype, count, err);
 }
 
-/* Tensor `name` of st with the parameter's shape and a float dtype: its index. */
+/* Tensor `name` of st with the parameter's shape and the dtype a save writes
+ * for it (want: the parameter's, or f32 for the optimizer's state): its index.
+ * Another dtype is another model's (or a damaged file), not a conversion to
+ * make quietly. */
 static int expect(const bmt_st_t *st, const char *file, const struct param *p, const char *name,
-                  bmt_error_t *err)
+                  bmt_dtype_t want_dtype, bmt_error_t *err)
 {
     int i = bmt_st_find(st, name);
     const bmt_st_tensor_t *t = bmt_st_tensor(st, i);
@@ -1479,10 +1588,9 @@ static int expect(const bmt_st_t *st, const char *file, const struct param *p, c
         return errprintf(err, "%s: tensor '%s' is (%s), the model's is (%s)", file, name, got,
                          want);
     }
-    if (t->dtype != BMT_ST_F32 && t->dtype != BMT_ST_BF16 && t->dtype != BMT_ST_F16 &&
-        t->dtype != BMT_ST_F64)
-        return errprintf(err, "%s: tensor '%s' is %s, not a float type", file, name,
-                         bmt_st_dtype_name(t->dtype));
+    if (strcmp(bmt_st_dtype_name(t->dtype), st_dtype(want_dtype)) != 0)
+        return errprintf(err, "%s: tensor '%s' is %s, the model's is %s", file, name,
+                         bmt_st_dtype_name(t->dtype), st_dtype(want_dtype));
     return i;
 }
 
@@ -1664,6 +1772,14 @@ int bmt_ckpt_load(bmt_blocklist_t *list, bmt_optim_t *opt, const char *path, cha
         return errprintf(err, "%s: not a bmt checkpoint state (%s)", p,
                          ts ? "step or skipped missing" : je.text);
     }
+    /* the optimizer's counters: a negative one would run the schedule and
+     * AdamW's bias correction at a step that never was */
+    const long long step0 = json_integer_value(jstep), skip0 = json_integer_value(jskip);
+    if (step0 < 0 || skip0 < 0) {
+        json_decref(ts);
+        return errprintf(err, "%s: step %lld, skipped %lld: a counter is negative (damaged)", p,
+                         step0, skip0);
+    }
     if (!json_is_integer(jver) || json_integer_value(jver) < 1 ||
         json_integer_value(jver) > TRAIN_STATE_VERSION) {
         json_decref(ts);
@@ -1685,6 +1801,8 @@ int bmt_ckpt_load(bmt_blocklist_t *list, bmt_optim_t *opt, const char *path, cha
         memset(&sums, 0, sizeof(sums));
     }
     if (rc == 0)
+        rc = distinct_names(blocks, nb, opt != NULL, err);
+    if (rc == 0)
         rc = same_blocks(dir, ts, blocks, nb, err);
     bmt_st_t **sts = calloc((size_t)(2 * (nb > 0 ? nb : 1)), sizeof(*sts));
     int **idx = calloc((size_t)(8 * (nb > 0 ? nb : 1)), sizeof(*idx));
@@ -1696,8 +1814,8 @@ int bmt_ckpt_load(bmt_blocklist_t *list, bmt_optim_t *opt, const char *path, cha
         for (int f = 0; f < (opt ? 2 : 1) && rc == 0; f++) {
             char fname[1024];
             file_name(b, f == 1, fname, sizeof(fname));
-            snprintf(p, sizeof(p), "%.3000s/%.1000s", dir, fname);
-            if ((sts[2 * i + f] = bmt_st_open(p, err)) == NULL ||
+            if (join(p, sizeof(p), dir, fname, err) < 0 ||
+                (sts[2 * i + f] = bmt_st_open(p, err)) == NULL ||
                 sumtab_attach(&sums, sts[2 * i + f], fname, err) < 0) {
                 rc = -1;
                 break;
@@ -1708,13 +1826,22 @@ int bmt_ckpt_load(bmt_blocklist_t *list, bmt_optim_t *opt, const char *path, cha
                 if (ix == NULL)
                     rc = errprintf(err, "out of memory");
                 for (int j = 0; j < b->nparams && rc == 0; j++) {
-                    char tn[1100];
                     ix[j] = -1;
                     if (k == T_MASTER && b->params[j].dtype == BMT_F32)
                         continue;
-                    snprintf(tn, sizeof(tn), "%s%s", b->params[j].name, suffix[k]);
-                    if ((ix[j] = expect(sts[2 * i + f], p, &b->params[j], tn, err)) < 0)
+                    /* as long as the save made it: a name cut short here
+                     * made a checkpoint that saved fine unloadable */
+                    size_t tl = strlen(b->params[j].name) + strlen(suffix[k]) + 1;
+                    char *tn = malloc(tl);
+                    if (tn == NULL) {
+                        rc = errprintf(err, "out of memory");
+                        break;
+                    }
+                    snprintf(tn, tl, "%s%s", b->params[j].name, suffix[k]);
+                    const bmt_dtype_t want = k == T_PARAM ? b->params[j].dtype : BMT_F32;
+                    if ((ix[j] = expect(sts[2 * i + f], p, &b->params[j], tn, want, err)) < 0)
                         rc = -1;
+                    free(tn);
                 }
             }
             if (rc == 0)
@@ -1802,9 +1929,8 @@ static int verify_file(const char *dir, const char *fname, const struct sumtab *
                        bmt_ckpt_report_t *rep, bmt_error_t *err)
 {
     char path[4400];
-    snprintf(path, sizeof(path), "%.3000s/%.1000s", dir, fname);
     struct stat sb;
-    bmt_st_t *st = bmt_st_open(path, err);
+    bmt_st_t *st = join(path, sizeof(path), dir, fname, err) < 0 ? NULL : bmt_st_open(path, err);
     if (st == NULL)
         return -1;
     uint64_t bytes = 0;
@@ -1830,9 +1956,13 @@ static int verify_file(const char *dir, const char *fname, const struct sumtab *
             *total += (uint64_t)t->nbytes;
         } else {
             const char *dot = strrchr(t->name, '.');
-            char pname[1100];
-            snprintf(pname, sizeof(pname), "%.*s", dot ? (int)(dot - t->name) : 0, t->name);
+            char *pname = strndup(t->name, dot ? (size_t)(dot - t->name) : 0); /* whole */
+            if (pname == NULL) {
+                rc = errprintf(err, "out of memory");
+                break;
+            }
             const bmt_st_tensor_t *pt = bmt_st_tensor(model, bmt_st_find(model, pname));
+            free(pname);
             bool kind = dot && (strcmp(dot, ".exp_avg") == 0 || strcmp(dot, ".exp_avg_sq") == 0 ||
                                 strcmp(dot, ".master") == 0);
             bool shape = pt && pt->ndim == t->ndim;
@@ -1881,6 +2011,13 @@ int bmt_ckpt_verify(const char *path, bmt_ckpt_report_t *report, bmt_error_t *er
         json_decref(ts);
         return errprintf(err, "%s: not a bmt checkpoint state (%s)", p,
                          ts ? "version, step or blocks missing" : je.text);
+    }
+    const long long step0 = json_integer_value(jstep),
+                    skip0 = json_integer_value(json_object_get(ts, "skipped"));
+    if (step0 < 0 || skip0 < 0) { /* as the load refuses */
+        json_decref(ts);
+        return errprintf(err, "%s: step %lld, skipped %lld: a counter is negative (damaged)", p,
+                         step0, skip0);
     }
     rep->step = (int64_t)json_integer_value(jstep);
     rep->optimizer = json_is_true(json_object_get(ts, "optimizer"));
@@ -1939,9 +2076,10 @@ int bmt_ckpt_verify(const char *path, bmt_ckpt_report_t *report, bmt_error_t *er
         json_array_foreach(bl, i, b)
         {
             char fp[4400];
-            snprintf(fp, sizeof(fp), "%.3000s/%.1000s", dir,
-                     json_string_value(json_object_get(b, "file")));
-            bmt_st_t *st = bmt_st_open(fp, err);
+            bmt_st_t *st =
+                join(fp, sizeof(fp), dir, json_string_value(json_object_get(b, "file")), err) < 0
+                    ? NULL
+                    : bmt_st_open(fp, err);
             if (st == NULL) {
                 rc = -1;
                 break;

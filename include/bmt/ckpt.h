@@ -42,7 +42,8 @@
  * any layout loads any checkpoint with O(shard) memory, and checks the hash of
  * every byte it reads (the units that cover its ranges: at most one unit more
  * than its own bytes on each side of a range). Every name, shape and dtype is
- * checked before anything is read; a value that is not finite is refused.
+ * checked before anything is read (the dtype must be the model's: a load
+ * converts nothing); a value that is not finite is refused.
  *
  * What is guaranteed, and what is not: docs/checkpoints.md ("Trust").
  */
@@ -64,10 +65,14 @@ extern "C" {
  * keep > 0: remove the oldest checkpoints of DIR so that `keep` remain (by the
  * optimizer step in their train_state.json; DIR/latest's is always kept).
  * Collective over the world; call between optimizer steps (no forward or
- * backward pending). Returns 0 on every rank, or -1 on every rank (the ranks
- * agree) with err; then DIR/latest and the checkpoints it names are unchanged
- * (a re-save of latest's own name too: the new one replaces it by renames
- * after everything that can fail for want of space is written). */
+ * backward pending). Every block needs files of its own and every parameter
+ * a full name of its own: two blocks of one name, blocks whose file names
+ * meet ("a/b" and "a_b"; "x" and "x.optim" with an optimizer) or two
+ * parameters of one full name in two blocks are refused, as is a path that
+ * does not fit (never cut short). Returns 0 on every rank, or -1 on every rank
+ * (the ranks agree) with err; then DIR/latest and the checkpoints it names are
+ * unchanged (a re-save of latest's own name too: the new one replaces it by
+ * renames after everything that can fail for want of space is written). */
 BMT_API int bmt_ckpt_save(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir,
                           const char *name, const char *user_json, int keep, bmt_error_t *err);
 
@@ -77,8 +82,9 @@ BMT_API int bmt_ckpt_save(bmt_blocklist_t *list, bmt_optim_t *opt, const char *d
  * thread of each rank of group 0 writes them; bmt_ckpt_finish waits for the
  * writers and completes the checkpoint (index, train state, rename, latest).
  * Both are collective over the world. Call bmt_ckpt_finish before the next
- * save, before bmt_finalize, and before the program exits; in between, the
- * program may run any steps. On failure either returns -1 on every rank and
+ * save (a save while one of this process is pending is refused, -1 with err,
+ * and the pending one goes on), before bmt_finalize, and before the program
+ * exits; in between, the program may run any steps. On failure either returns -1 on every rank and
  * latest is unchanged; a failed save_async leaves nothing pending (*pending
  * NULL; a NULL pending pointer is refused, -1 with err). A directory that a
  * failed save created is taken away again. bmt_ckpt_finish(NULL) returns 0. Every committed save,
@@ -134,7 +140,9 @@ BMT_API int bmt_ckpt_resolve(const char *path, char *out, size_t len, bmt_error_
  * not NULL) gets a copy of the saved "user" object's text (free it), or NULL.
  * Local (each rank reads its own bytes); call before the first forward or
  * between steps. Errors name the file and tensor: a missing or extra block, a
- * missing or extra tensor, another shape or dtype, a truncated or corrupt file,
+ * missing or extra tensor, another shape or dtype (a parameter's is the
+ * model's, the optimizer's state f32: nothing is converted), blocks whose files
+ * would be one (as for a save), a truncated or corrupt file,
  * a checksum that does not match the bytes read, a value that is nan or inf.
  * On cpu a load that fails after its checks may leave the shards partly
  * loaded (they are read in place), and on any device one that fails after

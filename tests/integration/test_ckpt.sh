@@ -7,7 +7,11 @@
 #   index is HF's, and PyTorch computing the loss from the saved weights gets
 #   the resumed run's next loss;
 # - keep K, leftovers of a crashed save, corrupt or mismatched checkpoints
-#   refused with the file and tensor named, SIGUSR1 saves and stops.
+#   refused with the file and tensor named, SIGUSR1 saves and stops;
+# - models the trainer cannot build (test_safetensors --ckpt): blocks that
+#   would share a file, a parameter of another dtype than the file's, a
+#   1090-character parameter name, a 2999-byte directory, a save while an
+#   async one is pending, a negative step in train_state.json.
 . "$(dirname "$0")/lib.sh"
 
 PY=/usr/bin/python3
@@ -270,6 +274,74 @@ test_expect_success "SIGUSR1 to bmlaunch: the ranks save at the next step bounda
     test -n "$step" && test "$step" -ge 3 && test "$(cat U/latest)" = "$(printf step-%08d $step)" &&
     run usr2 -g 2 -n 2 -- $GPT2 --data $DATA --steps $((step + 1)) --save-dir U --resume &&
     grep -q "resumed from U/step-.* (step $step)" usr2.out && grep -q "step *$((step + 1))/" usr2.out
+'
+
+# ck ARGS...: test_safetensors --ckpt ARGS (a model of 4-element parameters
+# under bmt_init, one process): output in ck.out, its status
+CK=$BUILDDIR/tests/unit/test_safetensors
+ck() {
+    local rc=0
+    with_timeout 60 "$CK" --ckpt "$@" >ck.out 2>&1 || rc=$?
+    return $rc
+}
+export CK
+export -f ck
+
+test_expect_success "blocks that would share a file or a tensor name: the save is refused and makes nothing, the load too (it read one block's values into both)" '
+    { ck save D x x; rc=$?; } && test $rc -eq 3 && ! test -e D &&
+    grep -qx "ckpt: refused: checkpoint D/ck: two blocks are named .x.: a checkpoint needs a file of its own per block (give the blocks distinct names)" ck.out &&
+    { ck save D x x.optim; rc=$?; } && test $rc -eq 3 && ! test -e D &&
+    grep -q "blocks .x. and .x.optim. would share the file x.optim.safetensors" ck.out &&
+    { ck save D a/b a_b; rc=$?; } && test $rc -eq 3 && ! test -e D &&
+    grep -q "blocks .a/b. and .a_b. would share the file a_b" ck.out &&
+    { ck save D a:b.w a.b:w; rc=$?; } && test $rc -eq 3 && ! test -e D &&
+    grep -q "two blocks have a parameter named .a.b.w." ck.out &&
+    ck save D --no-optim x x.optim && ck load D --no-optim x.optim x &&
+    ck save G x y && cp ck.out saved && ck load G y x && diff <(sort saved) <(sort ck.out) &&
+    { ck load G x x; rc=$?; } && test $rc -eq 3 &&
+    grep -qx "ckpt: refused: rank 0: loading G/ck: two blocks are named .x.: a checkpoint needs a file of its own per block (give the blocks distinct names)" ck.out
+'
+
+test_expect_success "blocks of one name under 2 ranks: every rank refuses the save, nothing is made, no hang" '
+    { with_timeout 60 $BMLAUNCH --metrics-port 0 -n 2 -- $CK --ckpt save D x x >out 2>err; rc=$?; } &&
+    test $rc -ne 0 && test $rc -ne 124 && grep -q "two blocks are named .x." out && ! test -e D
+'
+
+test_expect_success "a checkpoint loads only into parameters of its dtype: f32 into bf16 is refused naming file, tensor and both dtypes" '
+    ck save D --no-optim x y && cp ck.out saved &&
+    { ck load D --no-optim --bf16 x y; rc=$?; } && test $rc -eq 3 &&
+    grep -qx "ckpt: refused: rank 0: loading D/ck: D/ck/x.safetensors: tensor .x.w. is F32, the model.s is BF16" ck.out &&
+    ck save B --no-optim --bf16 x y && { ck load B --no-optim x y; rc=$?; } && test $rc -eq 3 &&
+    grep -q "tensor .x.w. is BF16, the model.s is F32" ck.out &&
+    ck load D --no-optim x y && cmp saved ck.out
+'
+
+test_expect_success "a parameter named by 1090 characters: saved, loaded (the name was cut at 1100 bytes) and verified" '
+    q=$(printf "q%.0s" $(seq 1090)) &&
+    ck save D "b:$q" && cp ck.out saved && ck load D "b:$q" && cmp saved ck.out &&
+    $BUILDDIR/bin/gpt2 --verify D >v.out && grep -q ": ok: step 0, 1 blocks, 2 files, 3 tensors" v.out
+'
+
+test_expect_success "a directory of 2999 bytes: the shards go into the checkpoint (a cut path put them beside it), which loads" '
+    d=L; while [ ${#d} -lt 2999 ]; do d=$d/$(printf "d%.0s" $(seq 200)); done; d=${d:0:2999} &&
+    mkdir -p $d && ck save $d --name s1 x y && cp ck.out saved &&
+    test "$(ls $d | tr "\n" " ")" = "latest s1 " &&
+    test -f $d/s1/x.safetensors && test -f $d/s1/y.optim.safetensors &&
+    ck load $d x y && cmp saved ck.out
+'
+
+test_expect_success "a save while an async save is pending is refused (it took the pending one's directory); the pending one completes" '
+    { ck async2 D x y; rc=$?; } && test $rc -eq 3 &&
+    grep -qx "ckpt: refused: rank 0: checkpoint D/ck: the save into D/.tmp-ck is still pending: call bmt_ckpt_finish before the next save" ck.out &&
+    test "$(cat D/latest)" = ck && $BUILDDIR/bin/gpt2 --verify D >v.out && ! ls -a D | grep -q "^\.tmp"
+'
+
+test_expect_success "a negative step in train_state.json is refused by the load and by --verify (AdamW would have resumed at step -7)" '
+    ck save D x y && sed -i "s/\"step\": 0,/\"step\": -7,/" D/ck/train_state.json &&
+    grep -q "\"step\": -7," D/ck/train_state.json &&
+    { ck load D x y; rc=$?; } && test $rc -eq 3 &&
+    grep -qx "ckpt: refused: D/ck/train_state.json: step -7, skipped 0: a counter is negative (damaged)" ck.out &&
+    test_must_fail $BUILDDIR/bin/gpt2 --verify D 2>v.err && grep -q "step -7, skipped 0: a counter is negative" v.err
 '
 
 test_done

@@ -21,8 +21,19 @@
  *                                refused;
  *   test_safetensors --open PATH          list PATH and its plan (exit 1: open
  *                                failed, 2: discovery failed; the error on stderr);
- *   test_safetensors --read PATH NAME FIRST COUNT   print elements as f32.
- * tests/integration/test_safetensors.sh drives the last three.
+ *   test_safetensors --read PATH NAME FIRST COUNT   print elements as f32;
+ *   test_safetensors --ckpt save|load|async2 DIR [--name N] [--bf16] [--no-optim]
+ *                           BLOCK[:PARAM]...
+ *                                a model of those blocks, each with one parameter
+ *                                (default "w") of 4 elements, under bmt_init (one
+ *                                process, or under bmlaunch), saved as DIR/N
+ *                                (default "ck") or loaded from DIR; "async2" starts
+ *                                two async saves before finishing either. Prints
+ *                                "ckpt: <block>.<param> = v0 v1 v2 v3" per block
+ *                                (exit 0), or "ckpt: refused: <error>" (exit 3).
+ * tests/integration/test_safetensors.sh drives --open and --read, and
+ * tests/integration/test_ckpt.sh --ckpt (checkpoints of models the trainers
+ * cannot build: blocks of one name, long names, other dtypes).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -34,7 +45,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bmt/block.h"
 #include "bmt/bmt.h"
+#include "bmt/ckpt.h"
+#include "bmt/optim.h"
 #include "bmt/safetensors.h"
 #include "tap.h"
 
@@ -1528,8 +1542,116 @@ static void test_checksums(void)
     rmdir(dir);
 }
 
+/* ------------------------------------------------------------ --ckpt */
+
+static int ckpt_nop(void *model, const bmt_block_call_t *call, bmt_error_t *err)
+{
+    (void)model, (void)call, (void)err;
+    return 0;
+}
+
+static int ckpt_tool(int argc, char **argv)
+{
+    static const bmt_block_ops_t ops = { ckpt_nop, ckpt_nop };
+    if (argc < 4)
+        return 2;
+    const char *mode = argv[2], *dir = argv[3], *name = "ck";
+    bool bf16 = false, optim = true;
+    int a = 4;
+    for (; a < argc && argv[a][0] == '-'; a++) {
+        if (strcmp(argv[a], "--name") == 0 && a + 1 < argc)
+            name = argv[++a];
+        else if (strcmp(argv[a], "--bf16") == 0)
+            bf16 = true;
+        else if (strcmp(argv[a], "--no-optim") == 0)
+            optim = false;
+        else
+            return 2;
+    }
+    bmt_ctx_t *ctx;
+    bmt_error_t err = { { 0 } };
+    if (bmt_init(&ctx, NULL, &err) < 0) {
+        fprintf(stderr, "%s\n", err.text);
+        return 1;
+    }
+    bmt_blocklist_t *l = bmt_blocklist_create(ctx, NULL, &err);
+    bmt_block_t *blocks[16];
+    int nb = 0, rc = 0;
+    for (; l && a < argc && nb < 16 && rc == 0; a++) {
+        char *spec = strdup(argv[a]), *colon = strchr(spec, ':');
+        if (colon)
+            *colon = '\0';
+        int64_t shape[1] = { 4 };
+        bmt_block_t *b = bmt_block_create(ctx, spec, &err);
+        /* another seed per block and per mode: what a load gets is the file's */
+        const uint64_t seed = (strcmp(mode, "load") == 0 ? 1000 : 1) + (uint64_t)nb;
+        if (b == NULL ||
+            bmt_block_add_param(b, colon ? colon + 1 : "w", 1, shape, bf16 ? BMT_BF16 : BMT_F32,
+                                (bmt_init_t)BMT_INIT_NORMAL_V(0, 1), 0, &err) < 0 ||
+            bmt_block_build(b, seed, &err) < 0 || bmt_blocklist_append(l, b, &ops, NULL, &err) < 0)
+            rc = -1;
+        else
+            blocks[nb++] = b;
+        free(spec);
+    }
+    bmt_optim_t *o = l && rc == 0 && optim ? bmt_adamw_create(l, NULL, &err) : NULL;
+    if (l == NULL || rc < 0 || (optim && o == NULL)) {
+        fprintf(stderr, "ckpt: building the model: %s\n", err.text);
+        return 1;
+    }
+    if (strcmp(mode, "save") == 0) {
+        rc = bmt_ckpt_save(l, o, dir, name, NULL, 0, &err);
+    } else if (strcmp(mode, "load") == 0) {
+        rc = bmt_ckpt_load(l, o, dir, NULL, &err);
+    } else if (strcmp(mode, "async2") == 0) {
+        bmt_ckpt_pending_t *p1 = NULL, *p2 = NULL;
+        bmt_error_t e2 = { { 0 } };
+        rc = bmt_ckpt_save_async(l, o, dir, name, NULL, 0, &p1, &err);
+        int rc2 = rc == 0 ? bmt_ckpt_save_async(l, o, dir, name, NULL, 0, &p2, &e2) : 0;
+        if (rc == 0)
+            rc = bmt_ckpt_finish(p1, &err);
+        if (bmt_ckpt_finish(p2, rc2 < 0 ? NULL : &e2) < 0 || rc2 < 0) {
+            if (rc == 0)
+                err = e2;
+            rc = -1;
+        }
+    } else {
+        return 2;
+    }
+    if (rc < 0) {
+        printf("ckpt: refused: %s\n", err.text);
+        return 3;
+    }
+    for (int k = 0; k < nb; k++) {
+        if (bmt_block_gather(blocks[k], &err) < 0) {
+            fprintf(stderr, "ckpt: gather: %s\n", err.text);
+            return 1;
+        }
+        double v[4];
+        for (int i = 0; i < 4; i++)
+            v[i] = bf16 ? bf16_value(((const uint16_t *)bmt_block_param(blocks[k], 0))[i])
+                        : ((const float *)bmt_block_param(blocks[k], 0))[i];
+        printf("ckpt: %s = %.9g %.9g %.9g %.9g\n", bmt_block_param_name(blocks[k], 0), v[0], v[1],
+               v[2], v[3]);
+        bmt_block_release(blocks[k], &err);
+    }
+    bmt_optim_destroy(o);
+    bmt_blocklist_destroy(l);
+    bmt_finalize(ctx);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc >= 4 && strcmp(argv[1], "--ckpt") == 0) {
+        int rc = ckpt_tool(argc, argv);
+        if (rc == 2)
+            fprintf(stderr,
+                    "usage: %s --ckpt save|load|async2 DIR [--name N] [--bf16] "
+                    "[--no-optim] BLOCK[:PARAM]...\n",
+                    argv[0]);
+        return rc;
+    }
     if (argc == 3 && strcmp(argv[1], "--open") == 0)
         return list(argv[2]);
     if (argc == 6 && strcmp(argv[1], "--read") == 0)
