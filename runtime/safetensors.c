@@ -624,7 +624,8 @@ static int open_file(bmt_st_t *st, int file, bmt_error_t *err)
 {
     st_file_t *f = &st->files[file];
     const char *label = f->label;
-    f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    f->fd = open(f->path,
+                 O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: refused below, never waited on */
     if (f->fd < 0)
         return errprintf(err, "%.1200s: cannot open: %s", f->path, strerror(errno));
     struct stat sb;
@@ -808,7 +809,7 @@ static int index_files(bmt_st_t *st, json_t *root, const char *path, load_fn loa
 static char *read_small_file(const char *path, size_t *len, bmt_error_t *err)
 {
     const char *label = base_name(path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: refused below */
     if (fd < 0) {
         errprintf(err, "%.1200s: cannot open: %s", path, strerror(errno));
         return NULL;

@@ -202,6 +202,14 @@ test_expect_success "an index that is not JSON, or has no weight_map; a director
     refused nothere.safetensors "nothere.safetensors: cannot open: No such file or directory"
 '
 
+test_expect_success "a FIFO as a file, an index or a directory's model.safetensors is refused at once, not waited on" '
+    mkfifo ff.safetensors ff.json && mkdir fdir && mkfifo fdir/model.safetensors &&
+    for f in ff.safetensors ff.json fdir; do
+        rc=0 && { with_timeout 10 $T --open $f >out 2>err || rc=$?; } &&
+        echo "$f: exit $rc: $(cat err)" && test $rc -eq 1 && grep -q "not a regular file\$" err || exit 1
+    done
+'
+
 test_expect_success "a layer missing from the stack: the plan is refused, naming the layer" '
     $STW raw gap.safetensors h.0.w:F32:1:0,4 h.1.w:F32:1:4,8 h.3.w:F32:1:8,12 &&
     rc=0 && { $T --open gap.safetensors >out 2>err || rc=$?; } && test $rc -eq 2 &&
