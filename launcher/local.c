@@ -20,6 +20,7 @@
  */
 #include "local.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <pthread.h>
@@ -27,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,6 +37,7 @@
 #include <pmix_server.h>
 
 #include "error.h"
+#include "hash.h"
 
 struct pmix_host {
     char nspace[PMIX_MAX_NSLEN + 1];
@@ -362,6 +365,29 @@ int host_setup_rank(pmix_host_t *h, int rank, char ***envp, bmt_error_t *err)
     return 0;
 }
 
+/* The shared-memory segments the job's ranks left in /dev/shm. libbmt names
+ * them /bmt-<job hash>-<comm id> (runtime/hash.h, comm_shm.c) and unlinks each
+ * once all its ranks have attached; a rank that died before attaching, while
+ * its creator waited (and was then ended), left it there for good (8 MiB and
+ * more a communicator). Called when the run's ranks are gone. */
+static void remove_job_segments(const char *nspace)
+{
+    char prefix[40];
+    const int n = snprintf(prefix, sizeof(prefix), "bmt-%016llx-",
+                           (unsigned long long)job_hash_of(nspace, (uint64_t)getuid()));
+    DIR *d = opendir("/dev/shm");
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strncmp(e->d_name, prefix, (size_t)n) == 0) {
+            char name[300];
+            snprintf(name, sizeof(name), "/%.250s", e->d_name);
+            shm_unlink(name);
+        }
+    closedir(d);
+}
+
 static void deregister_job(pmix_host_t *h)
 {
     if (!h->registered)
@@ -372,6 +398,7 @@ static void deregister_job(pmix_host_t *h)
         PMIx_server_deregister_nspace(h->nspace, op_done, w);
         op_wait(w, PMIX_SUCCESS);
     }
+    remove_job_segments(h->nspace);
     h->registered = false;
 }
 

@@ -384,6 +384,10 @@ int bmt_comm_split(bmt_comm_t *parent, int color, int key, const char *name, bmt
     int *keys = malloc(sizeof(int) * (size_t)n);
     int mine[2] = { color < 0 ? -1 : color, key };
     int rc = -1;
+    /* pairs[] is in the parent's comm-rank order, except after the PMIx
+     * exchange of the none backend, which is in world-rank order: a parent
+     * holding every rank in another order (a world split by key) maps them. */
+    bool by_world = false;
     if (pairs == NULL || colors == NULL || keys == NULL) {
         errprintf(err, "rank %d: out of memory splitting %s", ctx->rank, parent->name);
         goto out;
@@ -399,6 +403,7 @@ int bmt_comm_split(bmt_comm_t *parent, int color, int key, const char *name, bmt
         }
         if (boot_allgather(ctx->boot, mine, sizeof(mine), pairs, err) < 0)
             goto out;
+        by_world = true;
     } else {
         void *dev = bmt_mem_alloc(ctx, sizeof(int) * 2 * ((size_t)n + 1), err);
         if (dev == NULL)
@@ -413,8 +418,9 @@ int bmt_comm_split(bmt_comm_t *parent, int color, int key, const char *name, bmt
         bmt_mem_free(ctx, dev);
     }
     for (int i = 0; i < n; i++) {
-        colors[i] = pairs[2 * i];
-        keys[i] = pairs[2 * i + 1];
+        int at = by_world ? bmt_comm_member(parent, i) : i;
+        colors[i] = pairs[2 * at];
+        keys[i] = pairs[2 * at + 1];
     }
     rc = comm_split_known(parent, colors, keys, name, out, err);
 out:

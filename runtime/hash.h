@@ -30,6 +30,14 @@ static inline uint64_t fnv1a(const char *s, uint64_t h)
     return h;
 }
 
+/* A job's hash (ctx->job_hash): its PMIx namespace and the uid. Shared-memory
+ * segments are named /bmt-<job hash as 16 hex digits>-<comm id> (comm_shm.c),
+ * which is how bmlaunch finds those a job left behind (launcher/local.c). */
+static inline uint64_t job_hash_of(const char *nspace, uint64_t uid)
+{
+    return fnv1a(nspace, 0xcbf29ce484222325ULL) ^ (uid << 32);
+}
+
 /* The id of a job's world communicator. */
 static inline uint64_t comm_world_id(uint64_t job_hash)
 {

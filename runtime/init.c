@@ -238,7 +238,7 @@ int bmt_init(bmt_ctx_t **out, const bmt_config_t *cfg, bmt_error_t *err)
     const boot_info_t *bi = boot_info(ctx->boot);
     ctx->rank = bi->rank;
     ctx->world = bi->size;
-    ctx->job_hash = fnv1a(bi->nspace, 0xcbf29ce484222325ULL) ^ ((uint64_t)getuid() << 32);
+    ctx->job_hash = job_hash_of(bi->nspace, (uint64_t)getuid());
 
     if (setup_layout(ctx, err) < 0)
         goto fail;

@@ -129,6 +129,20 @@ test_expect_code 2 "a bad option is a usage error" '
     $EC --zero 4 2>err
 '
 
+test_expect_success "a rank that dies before attaching to the world segment: bmlaunch removes the job's segments from /dev/shm" '
+    rm -f jobid.* &&
+    test_must_fail with_timeout 90 $BMLAUNCH --metrics-port 0 -n 3 -- sh -c "echo \$BMT_JOB_ID >jobid.\$BMT_RANK; if test \$BMT_RANK = 1; then sleep 1; exit 3; fi; exec $EC --steps 1" >out 2>&1 &&
+    grep -q "rank 1 (pid [0-9]* on .*) exited with code 3" out &&
+    h=$(/usr/bin/python3 -c "
+import os, sys
+h = 0xcbf29ce484222325
+for b in open(sys.argv[1]).read().strip().encode():
+    h = ((h ^ b) * 0x100000001b3) & (2**64 - 1)
+print(\"%016x\" % (h ^ (os.getuid() << 32) & (2**64 - 1)))
+" jobid.0) && echo "job hash $h" &&
+    ! ls /dev/shm | grep "^bmt-$h-"
+'
+
 test_expect_success "no shared-memory segment is left behind" '
     ! ls /dev/shm | grep -q "^bmt-"
 '
@@ -335,5 +349,28 @@ for v in "2x2:" "2x2:--dtype bf16" "1x4:--zero 2 --ckpt 0" "4x1:--dtype bf16"; d
         test -f ck/ec/train_state.json && test \$(cat ck/latest) = ec
     "
 done
+
+# Promises of docs/runtime.md, docs/engine.md and the headers that no other
+# program checks (tests/progs/api_promises.c). With BMT_BACKEND=none a split of
+# a communicator holding every rank in another order than the world's took
+# the (color, key) pairs PMIx gathers in world-rank order for the parent's
+# order: wrong members and order, and exit 0.
+for layout in 1x1 1x3 2x2; do
+    g=${layout%x*} n=${layout#*x}
+    test_expect_success "documented API promises ${g}x${n} (shm): splits, argument errors, refusals after a run (api_promises)" "
+        with_timeout 60 \"\$BMLAUNCH\" --metrics-port 0 -g $g -n $n -- \"\$PROGS/api_promises\" >out 2>err ||
+            { cat out err; false; } &&
+        test \$(grep -c '^[0-9]*: api_promises: 11 passed, 0 failed\$' out) -eq $((g * n))
+    "
+done
+
+test_expect_success "BMT_BACKEND=none: a split of a reordered world has the members and order of (key, parent rank)" '
+    with_timeout 60 "$BMLAUNCH" --metrics-port 0 --backend none -g 1 -n 3 -- "$PROGS/api_promises" none >out 2>err ||
+        { cat out err; false; } &&
+    test $(grep -c "^[0-9]: api_promises: 2 passed, 0 failed\$" out) -eq 3 &&
+    with_timeout 60 "$BMLAUNCH" --metrics-port 0 --backend none -g 2 -n 2 -- "$PROGS/api_promises" none >out 2>err ||
+        { cat out err; false; } &&
+    test $(grep -c "^[0-9]: api_promises: 2 passed, 0 failed\$" out) -eq 4
+'
 
 test_done
