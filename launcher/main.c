@@ -317,10 +317,20 @@ static collector_t *metrics_start(const launch_opts_t *o, const bmt_layout_t *l,
              v6 ? "]" : "", collector_port(c));
     snprintf(me->token, sizeof(me->token), "%s", collector_token(c));
     const char *plugins = getenv("BMT_PLUGINS");
-    if (plugins && *plugins)
-        snprintf(me->plugins, sizeof(me->plugins), "%s%s", plugins,
-                 names_push(plugins) ? "" : ",push");
-    else
+    if (plugins && *plugins &&
+        (size_t)snprintf(me->plugins, sizeof(me->plugins), "%s%s", plugins,
+                         names_push(plugins) ? "" : ",push") >= sizeof(me->plugins)) {
+        /* cut short, the ranks would load another list than the one given */
+        errprintf(err,
+                  "BMT_PLUGINS is %zu bytes, more than the %zu that bmlaunch passes on with "
+                  "\",push\" added; name plugins by name (BMT_PLUGIN_DIR) rather than by long "
+                  "paths",
+                  strlen(plugins), sizeof(me->plugins) - 6);
+        collector_destroy(c);
+        metrics_stop(NULL, me);
+        return NULL;
+    }
+    if (!(plugins && *plugins))
         snprintf(me->plugins, sizeof(me->plugins), "push");
     me->on = true;
     const char *shown = wildcard ? host_shown : bind;

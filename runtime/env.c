@@ -56,7 +56,8 @@ static const env_knob_t knobs[] = {
       "tests: step:RANK:STEP or save:RANK:STEP kills that rank after step STEP or while saving "
       "it; nan:RANK:STEP plants a NaN in its parameters after step STEP; first run only" },
     { "BMT_PLUGIN_ERRORS", "fail",
-      "fail: a plugin that cannot be loaded fails bmt_init; warn: say so and run without it" },
+      "fail: a plugin that cannot be loaded fails bmt_init, one that loses data later fails "
+      "the rank's next report; warn: say so and run without it" },
     { "BMT_PLUGIN_FLUSH_TIMEOUT", "5",
       "seconds a plugin may take at bmt_finalize to send or write what it has queued" },
     { "BMT_PEAK_TFLOPS", NULL,

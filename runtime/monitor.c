@@ -15,6 +15,11 @@
  * is reported on stderr and left out. Loaded plugins stay mapped until the
  * process exits: a plugin's library (libcurl, ...) may keep thread-local state
  * or atexit handlers that must not point into unmapped code.
+ *
+ * A plugin that loses what it was handed later on (jsonl: its disk is full)
+ * calls job->fail from its own thread; from then on every bmt_report_* fails
+ * with its message (unless BMT_PLUGIN_ERRORS=warn), so the program ends
+ * non-zero rather than exiting 0 with its metrics half-written.
  */
 #include "monitor.h"
 
@@ -23,6 +28,8 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +69,10 @@ struct monitor {
     char scalars[BMT_SCALARS_MAX][BMT_SCALAR_NAME_MAX + 1]; /* names reported so far */
     int nscalars;
     bool finalized;
+    bool warn;          /* BMT_PLUGIN_ERRORS=warn */
+    atomic_int failing; /* a plugin called job.fail (the first one writes fail_msg) */
+    atomic_int failed;  /* fail_msg is written */
+    char fail_msg[768];
 };
 
 static double mono_s(void)
@@ -154,8 +165,8 @@ static int load_one(bmt_ctx_t *ctx, struct monitor *m, const char *item, char *w
     if (!is_path && !valid_name(item))
         return snprintf(why, len,
                         "plugin '%.200s' in BMT_PLUGINS: a name is letters, digits, '_', '-' "
-                        "and '.' (or give a path containing '/')",
-                        item),
+                        "and '.' (or give a path containing '/')%s",
+                        item, strpbrk(item, " \t") ? "; separate plugins with ','" : ""),
                -1;
     if (is_path)
         snprintf(path, sizeof(path), "%s", item);
@@ -204,6 +215,19 @@ static int load_one(bmt_ctx_t *ctx, struct monitor *m, const char *item, char *w
         dlclose(dl);
         return -1;
     }
+    /* The same plugin twice (by name and by path, through a link, or a copy)
+     * would get every step twice: a jsonl file with each line twice. */
+    for (int i = 0; i < m->n; i++) {
+        const bmt_monitor_plugin_v1_t *o = m->p[i].api;
+        if (o == api || (o->name && api->name && strcmp(o->name, api->name) == 0)) {
+            snprintf(why, len,
+                     "plugin %.400s is plugin '%.60s' again, which BMT_PLUGINS named before as "
+                     "%.400s: name each plugin once",
+                     label, api->name ? api->name : "?", m->p[i].name);
+            dlclose(dl);
+            return -1;
+        }
+    }
     char perr[512] = "";
     void *state = NULL;
     if (api->init(&m->job, &state, perr, sizeof(perr)) != 0) {
@@ -220,6 +244,33 @@ static int load_one(bmt_ctx_t *ctx, struct monitor *m, const char *item, char *w
 
 static const char *knob(const char *name) { return env_get(name); }
 
+/* job.fail: any thread of a plugin, any time between its init and the end of
+ * its finalize (the monitor is freed after finalize_all). */
+static void plugin_fail(const bmt_job_info_t *job, const char *msg)
+{
+    if (job == NULL)
+        return;
+    struct monitor *m = (struct monitor *)(void *)((char *)job - offsetof(struct monitor, job));
+    int no = 0;
+    if (!atomic_compare_exchange_strong(&m->failing, &no, 1))
+        return; /* the first cause is the one to say */
+    snprintf(m->fail_msg, sizeof(m->fail_msg), "%s", msg && *msg ? msg : "(no message)");
+    atomic_store(&m->failed, 1);
+}
+
+/* -1 with err once a plugin failed (BMT_PLUGIN_ERRORS=fail): the metrics the
+ * program hands on would not all arrive. */
+static int check_plugins(const bmt_ctx_t *ctx, const struct monitor *m, const char *call,
+                         bmt_error_t *err)
+{
+    if (m->warn || !atomic_load(&m->failed))
+        return 0;
+    return errprintf(err,
+                     "rank %d: %s: a monitor plugin failed: %s (the job's metrics are "
+                     "incomplete; fix the cause, or BMT_PLUGIN_ERRORS=warn runs on without them)",
+                     ctx->rank, call, m->fail_msg);
+}
+
 int monitor_init(bmt_ctx_t *ctx, bmt_error_t *err)
 {
     struct monitor *m = calloc(1, sizeof(*m));
@@ -227,6 +278,7 @@ int monitor_init(bmt_ctx_t *ctx, bmt_error_t *err)
         return errprintf(err, "rank %d: out of memory", ctx->rank);
     const char *errors = env_get("BMT_PLUGIN_ERRORS");
     bool warn = strcmp(errors, "warn") == 0;
+    m->warn = warn;
     if (!warn && strcmp(errors, "fail") != 0) {
         free(m);
         return errprintf(err, "rank %d: BMT_PLUGIN_ERRORS='%.900s': use fail or warn", ctx->rank,
@@ -285,6 +337,7 @@ int monitor_init(bmt_ctx_t *ctx, bmt_error_t *err)
         .flush_timeout_s = flush_s,
         .libbmt_version = BMT_VERSION_STRING,
         .knob = knob,
+        .fail = plugin_fail,
     };
     m->step_start = mono_s();
     m->comm_mark = ctx->comm_host_s;
@@ -298,9 +351,14 @@ int monitor_init(bmt_ctx_t *ctx, bmt_error_t *err)
         return errprintf(err, "rank %d: out of memory", ctx->rank);
     int rc = 0;
     for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
-        while (*item == ' ')
+        /* Blanks around an entry go; blanks inside stay, so that "jsonl push"
+         * is refused (it was cut to "jsonl", push silently left out) and a
+         * path may hold a space. */
+        while (isspace((unsigned char)*item))
             item++;
-        item[strcspn(item, " ")] = '\0';
+        size_t n = strlen(item);
+        while (n > 0 && isspace((unsigned char)item[n - 1]))
+            item[--n] = '\0';
         if (*item == '\0')
             continue;
         char why[1024];
@@ -426,6 +484,8 @@ int bmt_report_step(bmt_ctx_t *ctx, const bmt_step_report_t *r, bmt_step_metrics
     if (m == NULL || m->finalized)
         return errprintf(err, "rank %d: bmt_report_step after bmt_finalize or bmt_abort",
                          ctx->rank);
+    if (check_plugins(ctx, m, "bmt_report_step", err) < 0)
+        return -1;
     /* The step's kernels and collectives are part of its time. */
     if (bmt_device_synchronize(ctx, err) < 0)
         return -1;
@@ -474,6 +534,8 @@ int bmt_report_event(bmt_ctx_t *ctx, bmt_event_kind_t kind, const char *detail, 
     if (ctx->monitor == NULL || ctx->monitor->finalized)
         return errprintf(err, "rank %d: bmt_report_event after bmt_finalize or bmt_abort",
                          ctx->rank);
+    if (check_plugins(ctx, ctx->monitor, "bmt_report_event", err) < 0)
+        return -1;
     send_event(ctx->monitor, kind, 0, detail);
     return 0;
 }
@@ -505,6 +567,8 @@ int bmt_report_scalar(bmt_ctx_t *ctx, const char *name, double value, bmt_error_
     if (m == NULL || m->finalized)
         return errprintf(err, "rank %d: bmt_report_scalar after bmt_finalize or bmt_abort",
                          ctx->rank);
+    if (check_plugins(ctx, m, "bmt_report_scalar", err) < 0)
+        return -1;
     int i = 0;
     while (i < m->nscalars && strcmp(m->scalars[i], name) != 0)
         i++;

@@ -17,6 +17,10 @@
  * Step time runs from the previous bmt_report_step (or bmt_step_begin, or
  * bmt_init) to this one. bmt_report_step waits for the device (the step's
  * kernels and collectives) so that the time is the step's.
+ *
+ * Threads: the functions below and bmt_abort run the plugins' callbacks,
+ * which bmt/plugin.h promises are never concurrent, and take no lock: call
+ * them from one thread at a time (the training thread).
  */
 #ifndef BMT_MONITOR_H
 #define BMT_MONITOR_H
@@ -61,12 +65,15 @@ BMT_API void bmt_step_begin(bmt_ctx_t *ctx);
 /* Finish a step: wait for the device, compute this rank's metrics, hand them to
  * every loaded plugin, and copy them to *out (when not NULL). Local (no
  * collective). Errors: bad report (negative counts, not from
- * BMT_STEP_REPORT_INITIALIZER), the device failed. */
+ * BMT_STEP_REPORT_INITIALIZER), the device failed, a plugin lost data for good
+ * earlier (job->fail in bmt/plugin.h: a jsonl file that cannot be written;
+ * not with BMT_PLUGIN_ERRORS=warn), after bmt_abort. */
 BMT_API int bmt_report_step(bmt_ctx_t *ctx, const bmt_step_report_t *report,
                             bmt_step_metrics_t *out, bmt_error_t *err);
 
 /* Tell the plugins about an event (BMT_EVENT_CHECKPOINT_SAVED, _RESTART, _NOTE;
- * bmt_abort sends BMT_EVENT_ABORT itself). detail may be NULL. Local. */
+ * bmt_abort sends BMT_EVENT_ABORT itself). detail may be NULL. Local. Errors:
+ * another kind, a plugin lost data (as bmt_report_step), after bmt_abort. */
 BMT_API int bmt_report_event(bmt_ctx_t *ctx, bmt_event_kind_t kind, const char *detail,
                              bmt_error_t *err);
 
@@ -78,8 +85,8 @@ BMT_API int bmt_report_event(bmt_ctx_t *ctx, bmt_event_kind_t kind, const char *
  * reports at most BMT_SCALARS_MAX distinct names over its life, and the first
  * name beyond that is an error (a name per step would be a new Prometheus
  * series per step). The value may be NaN or infinite. Local (no collective).
- * Errors: bad name, too many names, after bmt_abort (after bmt_finalize ctx
- * is freed: no call may use it). */
+ * Errors: bad name, too many names, a plugin lost data (as bmt_report_step),
+ * after bmt_abort (after bmt_finalize ctx is freed: no call may use it). */
 BMT_API int bmt_report_scalar(bmt_ctx_t *ctx, const char *name, double value, bmt_error_t *err);
 
 /* Whether name is a valid scalar name ([a-z][a-z0-9_]*, 1 to BMT_SCALAR_NAME_MAX bytes). */

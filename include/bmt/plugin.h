@@ -8,8 +8,11 @@
  *     };
  *
  * libbmt loads the plugins named in BMT_PLUGINS (a comma-separated list of
- * names, looked up as BMT_PLUGIN_DIR/<name>.so, or paths containing '/') with
- * dlopen in bmt_init, checks size and version, and calls:
+ * names, looked up as BMT_PLUGIN_DIR/<name>.so, or paths containing '/'; blanks
+ * around an entry and empty entries are ignored) with dlopen in bmt_init,
+ * checks size and version, refuses a plugin loaded twice (the same file, or
+ * the same name in the struct, named twice: each would get every step), and
+ * calls:
  *
  *   init       once, in bmt_init, with the job's facts. Returns 0, or -1 with a
  *              message in err (the load then fails as BMT_PLUGIN_ERRORS says).
@@ -58,7 +61,8 @@ extern "C" {
 #endif
 
 /* The job and this rank, fixed for the life of the process. */
-typedef struct bmt_job_info {
+typedef struct bmt_job_info bmt_job_info_t;
+struct bmt_job_info {
     uint32_t size;           /* sizeof(bmt_job_info_t) of the libbmt that fills it */
     uint32_t version;        /* BMT_PLUGIN_ABI_VERSION */
     const char *job_id;      /* BMT_JOB_ID (set by bmlaunch), else the PMIx namespace */
@@ -81,7 +85,16 @@ typedef struct bmt_job_info {
      * unset and without default, or not a knob): plugins read their settings
      * through this so that defaults live in one table (docs/env.md). */
     const char *(*knob)(const char *name);
-} bmt_job_info_t;
+    /* Appended (size > 144): a plugin calls fail(job, msg), from any of its
+     * threads, when it has lost for good what it was handed (jsonl: its file
+     * can no longer be written); job is the pointer init got, which stays
+     * valid until finalize returns. The first message is kept. Unless
+     * BMT_PLUGIN_ERRORS=warn, every later bmt_report_step, bmt_report_event
+     * and bmt_report_scalar of the rank then fails with it, so the program
+     * stops non-zero instead of ending well with its metrics half-written.
+     * The plugin says the details on stderr itself. */
+    void (*fail)(const bmt_job_info_t *job, const char *msg);
+};
 
 /* One optimizer step of this rank. Counts are this rank's; NaN marks a figure
  * that is unknown (no loss given, no peak known, no optimizer step). */
@@ -178,7 +191,8 @@ typedef struct bmt_monitor_plugin_v1 {
 #if defined(__LP64__) && !defined(__cplusplus)
 _Static_assert(offsetof(bmt_job_info_t, rank) == 48, "bmt_job_info_t layout");
 _Static_assert(offsetof(bmt_job_info_t, mem_kind_names) == 96, "bmt_job_info_t layout");
-_Static_assert(sizeof(bmt_job_info_t) == 144, "bmt_job_info_t layout");
+_Static_assert(offsetof(bmt_job_info_t, fail) == 144, "bmt_job_info_t layout");
+_Static_assert(sizeof(bmt_job_info_t) == 152, "bmt_job_info_t layout");
 _Static_assert(offsetof(bmt_step_metrics_t, loss) == 64, "bmt_step_metrics_t layout");
 _Static_assert(offsetof(bmt_step_metrics_t, mem_current) == 176, "bmt_step_metrics_t layout");
 _Static_assert(offsetof(bmt_step_metrics_t, mem_peak_all) == 432, "bmt_step_metrics_t layout");

@@ -11,6 +11,13 @@
  *   {"type": "scalar", "job": ..., "rank": r, "name": ..., "value": ..., "step": ..., ...}
  * Writing happens on the plugin's thread (a slow disk never stalls a step);
  * finalize writes what is queued, within the flush time, and fsyncs.
+ *
+ * A line that cannot be written whole (disk full, file size limit, I/O error)
+ * ends the writing: the cut part is taken back off the file when no other rank
+ * wrote after it (so that every line of the file stays JSON), nothing more is
+ * written (a second write past RLIMIT_FSIZE would kill the rank with SIGXFSZ),
+ * the lines lost are counted and said at finalize, and job->fail makes the
+ * rank's next bmt_report_* fail (unless BMT_PLUGIN_ERRORS=warn).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -40,7 +48,10 @@ struct jsonl {
     char kind_store[BMT_METRICS_MEM_KINDS][32];
     int kinds;
     double flush_s;
-    bool write_failed;
+    const bmt_job_info_t *info; /* for info->fail (valid until finalize returns) */
+    bool write_failed;          /* a line could not be written: no more are */
+    char fail_why[160];         /* its cause */
+    uint64_t lost;              /* lines not written since (that one included) */
     metrics_item_t batch[BATCH];
 };
 
@@ -84,8 +95,38 @@ static int expand(const char *pattern, int rank, const char *job, char *out, siz
     return 0;
 }
 
+/* The first line that cannot be written: say it, stop, and tell libbmt. */
+static void stop_writing(struct jsonl *j, const char *why)
+{
+    j->write_failed = true;
+    snprintf(j->fail_why, sizeof(j->fail_why), "%s", why);
+    fprintf(stderr, "bmt: rank %d: jsonl: writing %s failed: %s\n", j->rank, j->path, why);
+    if (j->info->size > offsetof(bmt_job_info_t, fail) && j->info->fail) {
+        char msg[4400];
+        snprintf(msg, sizeof(msg), "jsonl: writing %s failed: %s", j->path, why);
+        j->info->fail(j->info, msg);
+    }
+}
+
+/* Take the cut line of a short write back off the file, when it is still
+ * the file's end (another rank sharing the file may have appended since). */
+static void take_back(struct jsonl *j, size_t written)
+{
+    off_t end = lseek(j->fd, 0, SEEK_CUR); /* O_APPEND: the end of our write */
+    struct stat st;
+    if (end >= (off_t)written && fstat(j->fd, &st) == 0 && st.st_size == end &&
+        ftruncate(j->fd, end - (off_t)written) == 0)
+        return;
+    fprintf(stderr, "bmt: rank %d: jsonl: %s may end in a cut line (%zu bytes)\n", j->rank, j->path,
+            written);
+}
+
 static void write_item(struct jsonl *j, const metrics_item_t *it)
 {
+    if (j->write_failed) {
+        j->lost++;
+        return;
+    }
     static const char *const type[] = { "step", "event", "scalar" }; /* metrics_item_type_t */
     json_t *o = it->type == METRICS_EVENT ? metrics_event_json(&it->u.event)
                 : it->type == METRICS_SCALAR
@@ -95,23 +136,37 @@ static void write_item(struct jsonl *j, const metrics_item_t *it)
     if (o == NULL || head == NULL || json_object_update(head, o) < 0) {
         json_decref(o);
         json_decref(head);
+        j->lost++;
+        stop_writing(j, "cannot make a line's JSON (out of memory?); further lines are lost");
         return;
     }
     json_decref(o);
     char *line = json_dumps(head, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(head);
-    if (line == NULL)
+    if (line == NULL) {
+        j->lost++;
+        stop_writing(j, "cannot make a line's JSON (out of memory?); further lines are lost");
         return;
+    }
     size_t n = strlen(line);
     line[n] = '\n'; /* one write: replaces the terminator, which json_dumps allocated */
     ssize_t w;
     do
         w = write(j->fd, line, n + 1);
     while (w < 0 && errno == EINTR);
-    if ((w < 0 || (size_t)w != n + 1) && !j->write_failed) {
-        fprintf(stderr, "bmt: rank %d: jsonl: writing %s failed: %s (further lines are lost)\n",
-                j->rank, j->path, w < 0 ? strerror(errno) : "short write");
-        j->write_failed = true;
+    if (w < 0 || (size_t)w != n + 1) {
+        char why[160];
+        if (w < 0)
+            snprintf(why, sizeof(why), "%s; further lines are lost", strerror(errno));
+        else { /* not written again to learn why: past RLIMIT_FSIZE that is SIGXFSZ */
+            snprintf(why, sizeof(why),
+                     "only %zd of %zu bytes of a line written (disk full, or the file size "
+                     "limit: ulimit -f); further lines are lost",
+                     w, n + 1);
+            take_back(j, (size_t)w);
+        }
+        j->lost++;
+        stop_writing(j, why);
     }
     free(line);
 }
@@ -144,6 +199,7 @@ static int jsonl_init(const bmt_job_info_t *job, void **state, char *err, size_t
     if (j == NULL)
         return snprintf(err, len, "out of memory"), -1;
     j->rank = job->rank;
+    j->info = job;
     j->flush_s = job->flush_timeout_s;
     snprintf(j->job, sizeof(j->job), "%s", job->job_id);
     j->kinds = job->mem_kinds < BMT_METRICS_MEM_KINDS ? job->mem_kinds : BMT_METRICS_MEM_KINDS;
@@ -166,10 +222,15 @@ static int jsonl_init(const bmt_job_info_t *job, void **state, char *err, size_t
         free(j);
         return -1;
     }
-    j->fd = open(j->path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (j->fd < 0) {
-        snprintf(err, len, "cannot open %.300s for appending: %s (BMT_JSONL)", j->path,
-                 strerror(errno));
+    /* O_NONBLOCK: a FIFO that nobody reads fails here instead of blocking
+     * bmt_init for ever; writes block again (on the plugin's thread only). */
+    j->fd = open(j->path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0644);
+    int flags = j->fd < 0 ? -1 : fcntl(j->fd, F_GETFL);
+    if (flags < 0 || fcntl(j->fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
+        snprintf(err, len, "cannot open %.300s for appending: %s%s (BMT_JSONL)", j->path,
+                 strerror(errno), errno == ENXIO ? ": a FIFO that nothing reads" : "");
+        if (j->fd >= 0)
+            close(j->fd);
         free(j);
         return -1;
     }
@@ -220,8 +281,23 @@ static void jsonl_finalize(void *state)
     if (dropped)
         fprintf(stderr, "bmt: rank %d: jsonl: %llu lines were dropped (the disk was too slow)\n",
                 j->rank, (unsigned long long)dropped);
-    fsync(j->fd);
-    close(j->fd);
+    if (j->lost)
+        fprintf(stderr, "bmt: rank %d: jsonl: %llu lines are not in %s: %s\n", j->rank,
+                (unsigned long long)j->lost, j->path, j->fail_why);
+    /* A network file system may say only now that the lines did not land. */
+    if (fsync(j->fd) < 0 && errno != EINVAL && errno != EROFS) {
+        char why[160];
+        snprintf(why, sizeof(why), "fsync: %s (its last lines may not be on disk)",
+                 strerror(errno));
+        if (!j->write_failed)
+            stop_writing(j, why);
+    }
+    if (close(j->fd) < 0 && !j->write_failed) {
+        char why[160];
+        snprintf(why, sizeof(why), "close: %s (its last lines may not be on disk)",
+                 strerror(errno));
+        stop_writing(j, why);
+    }
     pq_destroy(j->q);
     free(j);
 }

@@ -78,7 +78,7 @@ test_expect_success "a probe plugin sees init, every step, events, the abort and
         $BMLAUNCH --metrics-port 0 -n 2 -- $EC --steps 4 --event-every 2 --abort-at 4 >out 2>err ||
         rc=$? &&
     test "${rc:-0}" -eq 3 &&
-    grep -q "^0 init world 2 job bmlaunch\..* size 144 knob fail$" probe.log &&
+    grep -q "^0 init world 2 job bmlaunch\..* size 152 knob fail$" probe.log &&
     test $(grep -c "^0 step" probe.log) -eq 4 && test $(grep -c "^1 step" probe.log) -ge 3 &&
     grep -qx "0 event checkpoint_saved status 0 step 2 detail ckpt/step-2" probe.log &&
     grep -qx "0 event abort status 3 step 4 detail engine_check --abort-at 4" probe.log &&
@@ -183,6 +183,76 @@ test_expect_success "a plugin whose init fails, and bad knobs, are refused with 
     { BMT_PLUGINS=push BMT_PUSHGATEWAY_URL=ftp://x $BMLAUNCH --metrics-port 0 -n 1 -- $EC --steps 1 >out 2>&1; rc=$?; } &&
     test $rc -eq 1 && grep -q "BMT_PUSHGATEWAY_URL=.ftp://x. is not an http:// or https:// URL" out
 '
+
+test_expect_success "a BMT_PLUGINS too long to pass on with push added is refused by bmlaunch (it was cut short)" '
+    long=jsonl,$(printf "/x%.0s" $(seq 600)) &&
+    { BMT_PLUGINS=$long $BMLAUNCH -n 1 -- true >out 2>err; rc=$?; } && test $rc -eq 2 &&
+    grep -q "^bmlaunch: BMT_PLUGINS is 1206 bytes, more than the 1018 that bmlaunch passes on" err
+'
+
+test_expect_success "BMT_PLUGINS: blanks around entries go; \"jsonl push\" is refused (push was left out silently); one plugin named by name and by path is refused (each line was written twice)" '
+    BMT_PLUGINS=" jsonl ,, " BMT_JSONL=$PWD/a.jsonl \
+        $BMLAUNCH --metrics-port 0 -n 1 -- $PROGS/steps --steps 2 >out 2>err &&
+    test $(wc -l <a.jsonl) -eq 2 &&
+    { BMT_PLUGINS="jsonl push" BMT_JSONL=$PWD/b.jsonl \
+        $BMLAUNCH --metrics-port 0 -n 1 -- $PROGS/steps --steps 2 >out 2>err; rc=$?; } &&
+    test $rc -eq 1 && grep -q "plugin .jsonl push. in BMT_PLUGINS: .*separate plugins with .,." err &&
+    ! grep -q "steps reported" out &&
+    { BMT_PLUGINS="jsonl,$BUILDDIR/lib/bmt/plugins/jsonl.so" BMT_JSONL=$PWD/c.jsonl \
+        $BMLAUNCH --metrics-port 0 -n 1 -- $PROGS/steps --steps 2 >out 2>err; rc=$?; } &&
+    test $rc -eq 1 && grep -q "plugin .*/jsonl.so is plugin .jsonl. again, which BMT_PLUGINS named before as jsonl: name each plugin once" err &&
+    ln -s "$PLUG/probe.so" other.so &&
+    { BMT_PLUGINS="$PLUG/probe.so,$PWD/other.so" BMT_PROBE_LOG=$PWD/p.log \
+        $BMLAUNCH --metrics-port 0 -n 1 -- $PROGS/steps --steps 2 >out 2>err; rc=$?; } &&
+    test $rc -eq 1 && grep -q "other.so is plugin .probe. again" err
+'
+
+# Every line of a jsonl file must parse: a line cut by a full disk was left in
+# it, the job exited 0, and past ulimit -f the next write killed the rank (SIGXFSZ).
+cat >"$TMP/whole.py" <<'EOF'
+import json, sys
+n = 0
+for i, l in enumerate(open(sys.argv[1], "rb")):
+    assert l.endswith(b"\n"), "line %d is cut: %r" % (i + 1, l[-40:])
+    json.loads(l)
+    n += 1
+assert n >= int(sys.argv[2]), n
+EOF
+
+test_expect_success "jsonl: a file that cannot take a whole line fails the rank at its next report, says why, and holds whole lines only; warn runs on" '
+    { BMT_PLUGINS=jsonl BMT_JSONL=$PWD/f.jsonl $BMLAUNCH --metrics-port 0 -n 1 -- \
+        bash -c "ulimit -f 16; exec $PROGS/steps --steps 200 --pace 5" >out 2>err; rc=$?; } &&
+    test $rc -eq 1 && $PY $TMP/whole.py f.jsonl 5 &&
+    grep -q "jsonl: writing $PWD/f.jsonl failed: only [0-9]* of [0-9]* bytes of a line written (disk full, or the file size limit" err &&
+    grep -q "bmt_report_step: a monitor plugin failed: jsonl: writing $PWD/f.jsonl failed" err &&
+    grep -q "jsonl: [0-9]* lines are not in $PWD/f.jsonl" err &&
+    { BMT_PLUGINS=jsonl BMT_JSONL=/dev/full $BMLAUNCH --metrics-port 0 -n 2 -- \
+        $PROGS/steps --steps 200 --pace 5 >out 2>err; rc=$?; } &&
+    test $rc -eq 1 &&
+    grep -q "a monitor plugin failed: jsonl: writing /dev/full failed: No space left on device" err &&
+    BMT_PLUGIN_ERRORS=warn BMT_PLUGINS=jsonl BMT_JSONL=$PWD/w.jsonl $BMLAUNCH --metrics-port 0 -n 1 -- \
+        bash -c "ulimit -f 16; exec $PROGS/steps --steps 100 --pace 2" >out 2>err &&
+    $PY $TMP/whole.py w.jsonl 5 && grep -q "jsonl: [0-9]* lines are not in $PWD/w.jsonl" err &&
+    grep -q "steps: 100 steps reported" out
+'
+
+test_expect_success "jsonl: a FIFO that nothing reads fails bmt_init at once (it blocked bmt_init for ever)" '
+    mkfifo fifo &&
+    { BMT_PLUGINS=jsonl BMT_JSONL=$PWD/fifo with_timeout 20 $BMLAUNCH --metrics-port 0 -n 1 -- \
+        $PROGS/steps --steps 2 >out 2>err; rc=$?; } &&
+    test $rc -eq 1 && grep -q "jsonl: init failed: cannot open $PWD/fifo for appending: .*a FIFO that nothing reads" err
+'
+
+if grep -q "SAN=1" "$BUILDDIR/.knobs" 2>/dev/null; then
+    echo "# skipped: jsonl fsync failure through failio.so (a sanitizer build)"
+else
+    test_expect_success "jsonl: a failing fsync at the end is said (it was ignored)" '
+        BMT_PLUGINS=jsonl BMT_JSONL=$PWD/g.jsonl $BMLAUNCH --metrics-port 0 -n 1 -- \
+            env LD_PRELOAD=$BUILDDIR/tests/plugins/failio.so BMT_TEST_FAIL_FSYNC=g.jsonl \
+            $PROGS/steps --steps 3 >out 2>err &&
+        grep -q "jsonl: writing $PWD/g.jsonl failed: fsync: Input/output error" err
+    '
+fi
 
 # ------------------------------------------------------------ HTTPS (--metrics-tls)
 
