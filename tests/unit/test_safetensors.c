@@ -1588,16 +1588,22 @@ static int ckpt_tool(int argc, char **argv)
         if (b == NULL ||
             bmt_block_add_param(b, colon ? colon + 1 : "w", 1, shape, bf16 ? BMT_BF16 : BMT_F32,
                                 (bmt_init_t)BMT_INIT_NORMAL_V(0, 1), 0, &err) < 0 ||
-            bmt_block_build(b, seed, &err) < 0 || bmt_blocklist_append(l, b, &ops, NULL, &err) < 0)
+            bmt_block_build(b, seed, &err) < 0 ||
+            bmt_blocklist_append(l, b, &ops, NULL, &err) < 0) {
+            bmt_block_destroy(b); /* not the list's: nothing else frees it */
             rc = -1;
-        else
+        } else
             blocks[nb++] = b;
         free(spec);
     }
+    /* every way out frees what it made (a sanitizer build counts a leak as a
+     * failure, whatever the exit status was to say) */
+    int code = 0;
     bmt_optim_t *o = l && rc == 0 && optim ? bmt_adamw_create(l, NULL, &err) : NULL;
     if (l == NULL || rc < 0 || (optim && o == NULL)) {
         fprintf(stderr, "ckpt: building the model: %s\n", err.text);
-        return 1;
+        code = 1;
+        goto out;
     }
     if (strcmp(mode, "save") == 0) {
         rc = bmt_ckpt_save(l, o, dir, name, NULL, 0, &err);
@@ -1616,16 +1622,19 @@ static int ckpt_tool(int argc, char **argv)
             rc = -1;
         }
     } else {
-        return 2;
+        code = 2;
+        goto out;
     }
     if (rc < 0) {
         printf("ckpt: refused: %s\n", err.text);
-        return 3;
+        code = 3;
+        goto out;
     }
     for (int k = 0; k < nb; k++) {
         if (bmt_block_gather(blocks[k], &err) < 0) {
             fprintf(stderr, "ckpt: gather: %s\n", err.text);
-            return 1;
+            code = 1;
+            goto out;
         }
         double v[4];
         for (int i = 0; i < 4; i++)
@@ -1635,10 +1644,11 @@ static int ckpt_tool(int argc, char **argv)
                v[2], v[3]);
         bmt_block_release(blocks[k], &err);
     }
+out:
     bmt_optim_destroy(o);
     bmt_blocklist_destroy(l);
     bmt_finalize(ctx);
-    return 0;
+    return code;
 }
 
 int main(int argc, char **argv)
