@@ -2,16 +2,20 @@
  *
  * Prometheus's file discovery watches the file's directory with inotify and
  * rereads it on every change: the file is written under a temporary name in
- * the same directory (same file system, so rename is atomic) and renamed over
- * the target, never rewritten in place. Layer: launcher only.
+ * the same directory (same file system, so rename is atomic) and renamed to
+ * the target, never rewritten in place; the target must not exist (it would be
+ * another job's). Layer: launcher only.
  */
 #include "sdfile.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -68,9 +72,41 @@ full:
     return -1;
 }
 
+/* Does path end in a name that Prometheus's file_sd reads (.json, .yml, .yaml,
+ * in any case)? Its file patterns must end so, and it parses by the ending. */
+static bool sd_name_ok(const char *path)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    const char *dot = strrchr(base, '.');
+    return dot && (strcasecmp(dot, ".json") == 0 || strcasecmp(dot, ".yml") == 0 ||
+                   strcasecmp(dot, ".yaml") == 0);
+}
+
+/* Put tmp in place at path. replace: over whatever path is; else only where
+ * nothing is (atomically: renameat2 RENAME_NOREPLACE, or link() where the file
+ * system lacks it). Returns 0 or an errno (EEXIST: path exists). */
+static int publish(const char *tmp, const char *path, bool replace)
+{
+    if (replace)
+        return rename(tmp, path) == 0 ? 0 : errno;
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) == 0)
+        return 0;
+    if (errno != EINVAL && errno != ENOSYS && errno != EPERM)
+        return errno;
+    if (link(tmp, path) != 0)
+        return errno;
+    unlink(tmp);
+    return 0;
+}
+
 int sdfile_write_text(const char *path, const char *what, const char *text, size_t n,
                       bmt_error_t *err)
 {
+    /* The files of --metrics-sd-file belong to one job: one that exists is
+     * another job's (or left by a job killed with SIGKILL), and replacing it
+     * would hide that job from Prometheus and remove its file at our exit. */
+    bool replace = strcmp(what, SDFILE_WHAT) != 0;
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
         return errprintf(err, "%s %.200s is a directory; name a file in it", what, path);
@@ -85,10 +121,17 @@ int sdfile_write_text(const char *path, const char *what, const char *text, size
     int e = w == (ssize_t)n ? 0 : w < 0 ? errno : EIO;
     if (close(fd) != 0 && e == 0)
         e = errno;
-    if (e == 0 && rename(tmp, path) != 0)
-        e = errno;
+    if (e == 0)
+        e = publish(tmp, path, replace);
     if (e != 0) {
         unlink(tmp);
+        if (e == EEXIST)
+            return errprintf(
+                err,
+                "%s %.200s exists: it is another job's, or a job that was killed left it "
+                "behind; remove it if no running job uses it, or name a file of "
+                "this job's own",
+                what, path);
         return errprintf(err, "%s %.200s: cannot write it: %s", what, path, strerror(e));
     }
     return 0;
@@ -97,6 +140,30 @@ int sdfile_write_text(const char *path, const char *what, const char *text, size
 int sdfile_write(const char *path, const char *host, int port, const char *job_id, bool https,
                  bmt_error_t *err)
 {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return errprintf(err, "%s %.200s is a directory; name a file in it", SDFILE_WHAT, path);
+    if (!sd_name_ok(path))
+        return errprintf(err,
+                         "--metrics-sd-file %.200s: Prometheus's file_sd reads only files "
+                         "whose names end in .json, .yml or .yaml; name it e.g. %.200s.json",
+                         path, path);
+    /* A wildcard address (0.0.0.0, ::, in any spelling) is no target: a
+     * Prometheus elsewhere would scrape itself. This host's name is. */
+    unsigned char a[16];
+    static const unsigned char zero[16];
+    char name[256];
+    if ((inet_pton(AF_INET, host, a) == 1 && memcmp(a, zero, 4) == 0) ||
+        (inet_pton(AF_INET6, host, a) == 1 && memcmp(a, zero, 16) == 0)) {
+        if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0')
+            return errprintf(err,
+                             "--metrics-sd-file %.200s: the collector listens on %.100s, a "
+                             "wildcard, and this host has no name to give Prometheus; name an "
+                             "address with --metrics-bind",
+                             path, host);
+        name[sizeof(name) - 1] = '\0';
+        host = name;
+    }
     char text[1024];
     int n = sdfile_render(host, port, job_id, https, text, sizeof(text));
     if (n < 0)
@@ -104,7 +171,7 @@ int sdfile_write(const char *path, const char *host, int port, const char *job_i
                          "--metrics-sd-file %.200s: the target %.200s:%d of job %.200s does "
                          "not fit in the file's 1 KiB",
                          path, host, port, job_id);
-    return sdfile_write_text(path, "--metrics-sd-file", text, (size_t)n, err);
+    return sdfile_write_text(path, SDFILE_WHAT, text, (size_t)n, err);
 }
 
 int sdfile_ca_path(const char *path, char *buf, size_t len)

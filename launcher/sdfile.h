@@ -3,10 +3,12 @@
  * With --metrics-sd-file PATH bmlaunch writes, once its collector listens,
  *   [{"targets": ["HOST:PORT"], "labels": {"job_id": "JOB"}}]
  * (with "__scheme__": "https" among the labels when the collector serves
- * HTTPS) to PATH (a temporary file in the same directory renamed over it, so a
+ * HTTPS) to PATH (a temporary file in the same directory renamed to it, so a
  * Prometheus watching the directory never reads half a file) and removes it
  * when bmlaunch exits, so Prometheus finds each job's collector by itself
- * (file_sd_configs) and drops it when the job is gone. Layer: launcher only.
+ * (file_sd_configs) and drops it when the job is gone. PATH is the job's own:
+ * one that exists (another job's) is refused, never replaced. Layer: launcher
+ * only.
  */
 #ifndef BMT_LAUNCHER_SDFILE_H
 #define BMT_LAUNCHER_SDFILE_H
@@ -25,9 +27,12 @@ int sdfile_render(const char *host, int port, const char *job_id, bool https, ch
                   size_t len);
 
 /* Write the target file to path atomically: a temporary file beside it
- * (path.tmp.PID), written whole, then renamed over path. Returns 0, or -1 with
- * err naming the path and the cause (no such directory, a directory, no
- * permission); on failure nothing is left behind and path is unchanged. */
+ * (path.tmp.PID), written whole, then renamed to path where nothing is yet.
+ * A wildcard host (0.0.0.0, ::, in any spelling) is written as this host's
+ * name. Returns 0, or -1 with err naming the path and the cause (a name
+ * file_sd does not read: not ending in .json, .yml or .yaml; no such
+ * directory; a directory; a file that exists; no permission); on failure
+ * nothing is left behind and path is unchanged. */
 int sdfile_write(const char *path, const char *host, int port, const char *job_id, bool https,
                  bmt_error_t *err);
 
@@ -38,7 +43,11 @@ int sdfile_write(const char *path, const char *host, int port, const char *job_i
 int sdfile_ca_path(const char *path, char *buf, size_t len);
 
 /* Write text to path atomically as sdfile_write does; what names the file in
- * err ("--metrics-sd-file"). Returns 0 or -1 with err. */
+ * err. what SDFILE_WHAT marks a file of --metrics-sd-file, which belongs to
+ * this job: one that exists at path is refused (EEXIST), as in sdfile_write.
+ * Any other what (the copy in --log-dir) replaces what is at path. Returns 0
+ * or -1 with err. */
+#define SDFILE_WHAT "--metrics-sd-file"
 int sdfile_write_text(const char *path, const char *what, const char *text, size_t n,
                       bmt_error_t *err);
 

@@ -13,6 +13,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
 #include <ifaddrs.h>
@@ -234,33 +235,93 @@ int tlscert_check(const char *cert_pem, const char *key_pem, bmt_error_t *err)
     if (gnutls_x509_crt_init(&crt) < 0)
         return errprintf(err, "out of memory");
     rc = gnutls_x509_crt_import(crt, &c, GNUTLS_X509_FMT_PEM); /* the first one */
-    time_t until = rc < 0 ? 0 : gnutls_x509_crt_get_expiration_time(crt);
-    gnutls_x509_crt_deinit(crt);
-    if (rc < 0)
+    if (rc < 0) {
+        gnutls_x509_crt_deinit(crt);
         return errprintf(err, "the certificate: %s", gnutls_strerror(rc));
-    if (until != (time_t)-1 && until < time(NULL)) {
-        char when[32];
-        struct tm tm;
-        strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", gmtime_r(&until, &tm));
-        return errprintf(err, "the certificate expired on %s", when);
     }
+    /* What the clients check (libcurl, Python's ssl, Prometheus): a certificate
+     * they refuse would leave the job running with every push failing, so it
+     * is refused here, before any rank starts. */
+    time_t now = time(NULL), until = gnutls_x509_crt_get_expiration_time(crt),
+           from = gnutls_x509_crt_get_activation_time(crt);
+    const char *why = NULL;
+    time_t when_t = 0;
+    if (until != (time_t)-1 && until < now)
+        why = "expired on", when_t = until;
+    else if (from != (time_t)-1 && from > now)
+        why = "is not valid before", when_t = from;
+    unsigned usage = 0;
+    bool rsa = gnutls_x509_crt_get_pk_algorithm(crt, NULL) == GNUTLS_PK_RSA;
+    bool ku_bad = gnutls_x509_crt_get_key_usage(crt, &usage, NULL) >= 0 &&
+                  !(usage & GNUTLS_KEY_DIGITAL_SIGNATURE) &&
+                  !(rsa && (usage & GNUTLS_KEY_KEY_ENCIPHERMENT));
+    /* An extended key usage, when present, must allow a TLS server. */
+    bool eku = false, server = false;
+    for (unsigned i = 0;; i++) {
+        char oid[128];
+        size_t on = sizeof(oid);
+        int r = gnutls_x509_crt_get_key_purpose_oid(crt, i, oid, &on, NULL);
+        if (r == GNUTLS_E_SHORT_MEMORY_BUFFER) {
+            eku = true;
+            continue;
+        }
+        if (r < 0)
+            break;
+        eku = true;
+        server |= strcmp(oid, GNUTLS_KP_TLS_WWW_SERVER) == 0 || strcmp(oid, GNUTLS_KP_ANY) == 0;
+    }
+    gnutls_x509_crt_deinit(crt);
+    if (why) {
+        char when[32], clk[32];
+        struct tm tm;
+        strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", gmtime_r(&when_t, &tm));
+        strftime(clk, sizeof(clk), "%Y-%m-%d %H:%M:%S UTC", gmtime_r(&now, &tm));
+        return errprintf(err, "the certificate %s %s (this host's clock reads %s)", why, when, clk);
+    }
+    if (ku_bad)
+        return errprintf(err, "the certificate's key usage lacks digitalSignature, which a TLS "
+                              "server's key needs: clients would refuse every connection");
+    if (eku && !server)
+        return errprintf(err, "the certificate's extended key usage lacks serverAuth (TLS web "
+                              "server authentication): clients would refuse it as a server's");
     return 0;
 }
 
-/* The whole of a small text file, NUL-terminated (malloc'd), or NULL with err. */
+/* The whole of a small text file, NUL-terminated (malloc'd), or NULL with err.
+ * Opened without blocking and read only when it is a regular file: a FIFO
+ * would block bmlaunch (its signals are blocked then) until a writer came. */
 static char *read_text(const char *what, const char *path, bmt_error_t *err)
 {
-    FILE *f = fopen(path, "re");
-    if (f == NULL) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
         errprintf(err, "%s %.200s: %s", what, path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    int e = fstat(fd, &st) != 0 ? errno : 0;
+    if (e != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        errprintf(err, "%s %.200s: %s", what, path,
+                  e                     ? strerror(e)
+                  : S_ISDIR(st.st_mode) ? "is a directory; name the PEM file in it"
+                                        : "not a regular file (a FIFO, socket or device); "
+                                          "name a PEM file");
         return NULL;
     }
     size_t cap = 1u << 20, n = 0; /* a PEM chain is a few KiB */
     char *buf = malloc(cap + 1);
-    if (buf)
-        n = fread(buf, 1, cap + 1, f);
-    int bad = buf == NULL ? ENOMEM : ferror(f) ? EIO : 0;
-    fclose(f);
+    int bad = buf == NULL ? ENOMEM : 0;
+    while (!bad && n <= cap) {
+        ssize_t r = read(fd, buf + n, cap + 1 - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            bad = errno;
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    close(fd);
     if (bad || n > cap) {
         free(buf);
         errprintf(err, "%s %.200s: %s", what, path,
@@ -269,8 +330,7 @@ static char *read_text(const char *what, const char *path, bmt_error_t *err)
     }
     buf[n] = '\0';
     if (strlen(buf) != n || strstr(buf, "-----BEGIN ") == NULL) {
-        if (buf)
-            explicit_bzero(buf, n);
+        explicit_bzero(buf, n);
         free(buf);
         errprintf(err, "%s %.200s: not a PEM file (no -----BEGIN line)", what, path);
         return NULL;

@@ -27,7 +27,11 @@ typedef enum {
  * yes unless bind is loopback (127.0.0.0/8, ::1). Pure. */
 bool tlscert_wanted(tls_mode_t mode, const char *bind);
 
-#define TLSCERT_DAYS 30 /* validity of a generated certificate */
+/* Validity of a generated certificate: longer than any job, since the clients
+ * check it on every push and one that expired mid-job would drop every push
+ * from then on (the key lives only as long as bmlaunch, so a long validity
+ * costs nothing); at most 398 days, which browsers take. */
+#define TLSCERT_DAYS 365
 
 typedef struct tlscert {
     char *cert_pem; /* the certificate (a chain for a loaded one), PEM, NUL-terminated */

@@ -38,6 +38,8 @@ groff-base
 clang
 libclang-rt-14-dev
 strace
+faketime
+python3-cryptography
 "
 
 missing=""

@@ -1239,4 +1239,97 @@ assert all(p[\"ranks\"] == 1000 for p in s[\"history\"])
 "
 '
 
+
+# ------------------------------------------------------------ sd file and operator's certificate: refusals
+# What would otherwise pass silently: a target file that takes over another
+# job's (and removes it at exit), one that Prometheus never reads, a wildcard
+# address as the target, and operator certificates that the ranks' TLS clients
+# refuse (every push failing while the job exits 0), or a FIFO that hung
+# bmlaunch with its signals blocked.
+
+test_expect_success "--metrics-sd-file: another job's file is refused and kept; a name file_sd does not read is refused; a wildcard bind is named by the host" '
+    mkdir sd &&
+    echo "[{\"targets\": [\"other:1\"], \"labels\": {\"job_id\": \"other\"}}]" >sd/job.json &&
+    cp sd/job.json keep.json &&
+    for tls in on off; do
+        { with_timeout 60 $BMLAUNCH --metrics-tls $tls --metrics-port $(free_port) \
+            --metrics-sd-file sd/job.json -n 1 -- touch ran >out 2>err; rc=$?; } &&
+        test $rc -eq 2 && grep -q -- "--metrics-sd-file sd/job.json exists: it is another job" err &&
+        test ! -e ran && cmp sd/job.json keep.json && test "$(ls sd)" = job.json ||
+            { echo "tls $tls: exit $rc"; cat err; ls sd; exit 1; }
+    done &&
+    echo other-ca >sd/b.ca.pem &&
+    { with_timeout 60 $BMLAUNCH --metrics-tls on --metrics-port $(free_port) \
+        --metrics-sd-file sd/b.json -n 1 -- touch ran >out 2>err; rc=$?; } &&
+    test $rc -eq 2 && grep -q "sd/b.ca.pem exists" err && test ! -e ran &&
+    test "$(cat sd/b.ca.pem)" = other-ca && test ! -e sd/b.json && rm sd/b.ca.pem &&
+    { with_timeout 60 $BMLAUNCH --metrics-port $(free_port) --metrics-sd-file sd/job2 -n 1 -- \
+        touch ran >out 2>err; rc=$?; } &&
+    test $rc -eq 2 && grep -q "file_sd reads only files whose names end in .json, .yml or .yaml" err &&
+    test ! -e ran && test "$(ls sd)" = job.json &&
+    if [ -e /proc/net/if_inet6 ]; then
+        with_timeout 60 $BMLAUNCH --metrics-tls off --metrics-bind 0:0:0:0:0:0:0:0 \
+            --metrics-port $(free_port) --metrics-sd-file sd/w.json -n 1 -- cat sd/w.json >out 2>err &&
+        $PY -c "
+import json, socket
+t = json.loads(open(\"out\").read().split(\": \", 1)[1])
+host, port = t[0][\"targets\"][0].rsplit(\":\", 1)
+assert host == socket.gethostname(), t" && test ! -e sd/w.json
+    fi
+'
+
+test_expect_success "--metrics-cert/--metrics-key: a FIFO, a directory, a certificate the ranks would refuse are refused at once (exit 2)" '
+    mkfifo fifo.pem && mkdir dir.pem &&
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=op \
+        -days 1 -keyout op.key -out op.pem 2>/dev/null &&
+    openssl req -x509 -key op.key -subj /CN=op -days 1 -addext extendedKeyUsage=clientAuth \
+        -out client.pem 2>/dev/null &&
+    openssl req -x509 -key op.key -subj /CN=op -days 1 -addext keyUsage=critical,keyEncipherment \
+        -out ku.pem 2>/dev/null &&
+    for bad in "fifo.pem op.key:--metrics-cert fifo.pem: not a regular file" \
+               "op.pem fifo.pem:--metrics-key fifo.pem: not a regular file" \
+               "dir.pem op.key:--metrics-cert dir.pem: is a directory" \
+               "client.pem op.key:extended key usage lacks serverAuth" \
+               "ku.pem op.key:key usage lacks digitalSignature"; do
+        files=${bad%%:*} want=${bad#*:} &&
+        { with_timeout 20 $BMLAUNCH --metrics-cert ${files% *} --metrics-key ${files#* } \
+            --metrics-port $(free_port) -n 1 -- touch started >out 2>err; rc=$?; } &&
+        test $rc -eq 2 && grep -q -- "$want" err && test ! -e started ||
+            { echo "$files: exit $rc"; cat err; exit 1; }
+    done &&
+    if $PY -c "import cryptography" 2>/dev/null; then
+        $PY - <<-EOF &&
+	import datetime
+	from cryptography import x509
+	from cryptography.hazmat.primitives import hashes, serialization
+	k = serialization.load_pem_private_key(open("op.key", "rb").read(), None)
+	now = datetime.datetime.now(datetime.timezone.utc)
+	n = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, "op")])
+	c = (x509.CertificateBuilder().subject_name(n).issuer_name(n).public_key(k.public_key())
+	     .serial_number(7).not_valid_before(now + datetime.timedelta(days=1))
+	     .not_valid_after(now + datetime.timedelta(days=2)).sign(k, hashes.SHA256()))
+	open("future.pem", "wb").write(c.public_bytes(serialization.Encoding.PEM))
+	EOF
+        { with_timeout 20 $BMLAUNCH --metrics-cert future.pem --metrics-key op.key \
+            --metrics-port $(free_port) -n 1 -- touch started >out 2>err; rc=$?; } &&
+        test $rc -eq 2 && grep -q "the certificate is not valid before" err && test ! -e started
+    fi
+'
+
+FAKETIME_LIB=$(ls /usr/lib/*/faketime/libfaketimeMT.so.1 2>/dev/null | head -1)
+if [ -n "$FAKETIME_LIB" ]; then
+test_expect_success "HTTPS: a rank 40 days into its job still pushes to the job's certificate" '
+    start_job --metrics-tls on --metrics-port $(free_port) --log-dir logs --metrics-linger 30 -n 1 -- \
+        env LD_PRELOAD=$FAKETIME_LIB FAKETIME=+40d $EC --steps 3 &&
+    for i in $(seq 600); do kill -0 $JOB_PID 2>/dev/null || break; grep -q "serving metrics" job.err && break; sleep 0.1; done &&
+    curl -sf --cacert logs/metrics-ca.pem "$URL/metrics" >m.txt &&
+    { kill -INT $JOB_PID; wait $JOB_PID || true; } &&
+    ! grep -q "cannot reach the collector" job.err &&
+    grep -q "^bmt_step{job_id=\"[^\"]*\"} 3$" m.txt ||
+        { cat job.err; grep "^bmt_step" m.txt; false; }
+'
+else
+    echo "# skipped: libfaketime is not installed (apt-get install faketime): no test of a job older than 30 days"
+fi
+
 test_done

@@ -1,7 +1,9 @@
 /* tests/unit/test_sdfile.c — launcher/sdfile.c: the file_sd target file of
  * --metrics-sd-file. The rendering is a table of hosts, ports and job ids with
  * the expected text and the expected failures; the writing runs on a temporary
- * directory (atomic rename, nothing left behind on failure, removal). The real
+ * directory (atomic rename, an existing file refused and kept, wildcard hosts
+ * named, names file_sd does not read refused, nothing left behind on failure,
+ * removal). The real
  * Prometheus reading it is in tests/integration/test_alerts.sh.
  */
 #include <errno.h>
@@ -126,10 +128,43 @@ static void check_write(void)
            "the file holds the target");
     struct stat st;
     ok(stat(path, &st) == 0 && (st.st_mode & 0777) == 0644, "readable by Prometheus (0644)");
-    ok(sdfile_write(path, "127.0.0.1", 9501, "job-2", false, &err) == 0, "rewritten");
+    /* The path is the job's own: one that exists is another job's, refused. */
+    memset(&err, 0, sizeof(err));
+    ok(sdfile_write(path, "127.0.0.1", 9501, "job-2", false, &err) == -1 &&
+           strstr(err.text, "exists") && strstr(err.text, path),
+       "an existing file (another job's) is refused: %s", err.text);
     text = slurp(path);
-    ok(text && strstr(text, "9501") && strstr(text, "job-2"), "with the new target");
+    ok(text && strstr(text, "9500") && strstr(text, "job-1"), "and left as it was");
     is_int(entries(dir), 1, "no temporary file left beside it");
+    snprintf(sub, sizeof(sub), "%s/targets.ca.pem", dir);
+    ok(sdfile_write_text(sub, SDFILE_WHAT, "a", 1, &err) == 0 &&
+           sdfile_write_text(sub, SDFILE_WHAT, "b", 1, &err) == -1 && strstr(err.text, "exists"),
+       "so is the certificate beside it: %s", err.text);
+    text = slurp(sub);
+    ok(text && strcmp(text, "a") == 0, "and it is left as it was");
+    text = sdfile_write_text(sub, "--log-dir", "c", 1, &err) == 0 ? slurp(sub) : NULL;
+    ok(text && strcmp(text, "c") == 0, "another file (--log-dir's copy) is replaced");
+    unlink(sub);
+    snprintf(sub, sizeof(sub), "%s/link.json", dir);
+    ok(symlink("/nonexistent", sub) == 0 &&
+           sdfile_write(sub, "127.0.0.1", 9500, "j", false, &err) == -1 &&
+           strstr(err.text, "exists"),
+       "a dangling symbolic link is refused too: %s", err.text);
+    unlink(sub);
+    /* A wildcard address is never a target: this host's name is. */
+    char host[256] = "", want[600];
+    gethostname(host, sizeof(host) - 1);
+    snprintf(want, sizeof(want), "[{\"targets\": [\"%s:9502\"]", host);
+    static const char *const wild[] = { "0.0.0.0", "::", "::0", "0:0:0:0:0:0:0:0" };
+    for (size_t i = 0; i < sizeof(wild) / sizeof(wild[0]); i++) {
+        snprintf(sub, sizeof(sub), "%s/w.json", dir);
+        memset(&err, 0, sizeof(err));
+        int rc = sdfile_write(sub, wild[i], 9502, "j", false, &err);
+        text = rc == 0 ? slurp(sub) : NULL;
+        ok(text && strncmp(text, want, strlen(want)) == 0,
+           "wildcard %s: the host's name is the target (%s)", wild[i], err.text);
+        unlink(sub);
+    }
 
     /* Expected failures: each names the path and the cause, leaves nothing. */
     snprintf(sub, sizeof(sub), "%s/no/such/dir/t.json", dir);
@@ -145,7 +180,20 @@ static void check_write(void)
     ok(sdfile_write(path, "127.0.0.1", 0, "j", false, &err) == -1 && strstr(err.text, path),
        "an impossible target is refused: %s", err.text);
     text = slurp(path);
-    ok(text && strstr(text, "9501"), "and the file is unchanged");
+    ok(text && strstr(text, "9500"), "and the file is unchanged");
+    /* Names file_sd never reads: the file would be written for nothing. */
+    static const char *const names[] = { "t", "t.txt", "t.json.tmp", "t.json/" };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        snprintf(sub, sizeof(sub), "%s/%s", dir, names[i]);
+        memset(&err, 0, sizeof(err));
+        ok(sdfile_write(sub, "127.0.0.1", 9500, "j", false, &err) == -1 &&
+               strstr(err.text, "end in .json, .yml or .yaml"),
+           "a name file_sd does not read is refused: %s", err.text);
+    }
+    snprintf(sub, sizeof(sub), "%s/t.YAML", dir);
+    ok(sdfile_write(sub, "127.0.0.1", 9500, "j", false, &err) == 0, "t.YAML is taken (%s)",
+       err.text);
+    unlink(sub);
     if (geteuid() != 0) { /* root writes anywhere */
         snprintf(sub, sizeof(sub), "%s/ro", dir);
         mkdir(sub, 0555);

@@ -5,7 +5,8 @@
  * TLS server, and it is valid now for TLSCERT_DAYS days. Two generations
  * differ (a new key per job). The operator's files: a good pair loads; the
  * expected failures (missing file, not PEM, a key of another certificate, an
- * encrypted key, an expired certificate) are refused with the cause. When to
+ * encrypted key, an expired certificate, one not valid yet, key usages a TLS
+ * client refuses, a directory, a FIFO) are refused with the cause. When to
  * serve TLS (tlscert_wanted) is a table. The HTTPS server itself is driven in
  * tests/integration/test_monitor.sh.
  */
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -59,6 +61,38 @@ static bool has_san(gnutls_x509_crt_t crt, int type, const void *want, size_t le
         if (t == type && n == len && memcmp(buf, want, len) == 0)
             return true;
     }
+}
+
+/* Write to path a self-signed certificate for key_pem, valid from..until, with
+ * key usage ku (0: none) and extended key usage eku (NULL: none). */
+static void write_crt(const char *path, const char *key_pem, time_t from, time_t until, unsigned ku,
+                      const char *eku)
+{
+    gnutls_x509_crt_t c = NULL;
+    gnutls_x509_privkey_t k = NULL;
+    gnutls_datum_t d = { (unsigned char *)key_pem, (unsigned)strlen(key_pem) }, out = { 0 };
+    unsigned char serial[1] = { 7 };
+    gnutls_x509_privkey_init(&k);
+    gnutls_x509_privkey_import2(k, &d, GNUTLS_X509_FMT_PEM, NULL, 0);
+    gnutls_x509_crt_init(&c);
+    gnutls_x509_crt_set_version(c, 3);
+    gnutls_x509_crt_set_serial(c, serial, 1);
+    gnutls_x509_crt_set_dn_by_oid(c, GNUTLS_OID_X520_COMMON_NAME, 0, "op", 2);
+    gnutls_x509_crt_set_key(c, k);
+    gnutls_x509_crt_set_activation_time(c, from);
+    gnutls_x509_crt_set_expiration_time(c, until);
+    if (ku)
+        gnutls_x509_crt_set_key_usage(c, ku);
+    if (eku)
+        gnutls_x509_crt_set_key_purpose_oid(c, eku, 0);
+    gnutls_x509_crt_sign2(c, c, k, GNUTLS_DIG_SHA256, 0);
+    gnutls_x509_crt_export2(c, GNUTLS_X509_FMT_PEM, &out);
+    FILE *f = fopen(path, "w");
+    if (f)
+        fwrite(out.data, 1, out.size, f), fclose(f);
+    gnutls_free(out.data);
+    gnutls_x509_crt_deinit(c);
+    gnutls_x509_privkey_deinit(k);
 }
 
 static void check_generate(void)
@@ -127,6 +161,10 @@ static void check_generate(void)
     ok(from <= now && now - from <= 3700, "valid since about an hour ago");
     ok(until - now > (TLSCERT_DAYS - 1) * 86400L && until - now <= TLSCERT_DAYS * 86400L,
        "valid for %d days", TLSCERT_DAYS);
+    /* The ranks check it on every push: one that expired a month into a job
+     * dropped every push from then on while the job went on. */
+    ok(until - now >= 364 * 86400L && until - now <= 398 * 86400L,
+       "valid a year: longer than any job, no longer than browsers take");
     char cn[256];
     size_t cnl = sizeof(cn);
     ok(gnutls_x509_crt_get_dn_by_oid(crt, GNUTLS_OID_X520_COMMON_NAME, 0, 0, cn, &cnl) == 0 &&
@@ -221,6 +259,49 @@ static void check_generate(void)
     }
     ok(tlscert_load(&l, cpath, kpath, &err) == -1 && strstr(err.text, "expired on"),
        "refused: an expired certificate (%s)", err.text);
+    /* What the ranks' TLS clients would refuse, so that every push failed while
+     * the job went on (exit 0): a certificate valid only from tomorrow, a key
+     * usage without digitalSignature (an ECDSA key), an extended key usage
+     * without serverAuth. A good one with both usages loads. */
+    static const struct {
+        long from, until;
+        unsigned ku;
+        const char *eku, *want;
+    } unusable[] = {
+        { 86400, 2 * 86400, 0, NULL, "is not valid before" },
+        { -3600, 86400, GNUTLS_KEY_KEY_ENCIPHERMENT | GNUTLS_KEY_KEY_CERT_SIGN, NULL,
+          "key usage lacks digitalSignature" },
+        { -3600, 86400, 0, GNUTLS_KP_TLS_WWW_CLIENT, "extended key usage lacks serverAuth" },
+        { -3600, 86400, GNUTLS_KEY_DIGITAL_SIGNATURE, GNUTLS_KP_TLS_WWW_SERVER, NULL },
+        { -3600, 86400, 0, GNUTLS_KP_ANY, NULL },
+    };
+    for (size_t i = 0; i < sizeof(unusable) / sizeof(unusable[0]); i++) {
+        write_crt(cpath, t.key_pem, now + unusable[i].from, now + unusable[i].until, unusable[i].ku,
+                  unusable[i].eku);
+        memset(&err, 0, sizeof(err));
+        int rc = tlscert_load(&l, cpath, kpath, &err);
+        if (unusable[i].want)
+            ok(rc == -1 && strstr(err.text, unusable[i].want) && l.cert_pem == NULL,
+               "refused: %s (%s)", unusable[i].want, err.text);
+        else
+            ok(rc == 0, "a certificate valid now for a TLS server loads (%s)", err.text);
+        tlscert_free(&l);
+    }
+    /* Not a regular file: a directory is named as one; a FIFO (no writer) is
+     * refused at once instead of blocking bmlaunch (alarm: a hang fails). */
+    memset(&err, 0, sizeof(err));
+    ok(tlscert_load(&l, dir, kpath, &err) == -1 && strstr(err.text, "is a directory"),
+       "refused: a directory (%s)", err.text);
+    unlink(junk);
+    alarm(20);
+    memset(&err, 0, sizeof(err));
+    ok(mkfifo(junk, 0600) == 0 && tlscert_load(&l, junk, kpath, &err) == -1 &&
+           strstr(err.text, "not a regular file"),
+       "refused: a FIFO as the certificate (%s)", err.text);
+    memset(&err, 0, sizeof(err));
+    ok(tlscert_load(&l, cpath, junk, &err) == -1 && strstr(err.text, "not a regular file"),
+       "refused: a FIFO as the key (%s)", err.text);
+    alarm(0);
     unlink(cpath), unlink(kpath), unlink(k2path), unlink(junk), rmdir(dir);
     tlscert_free(&u);
     tlscert_free(&t);
