@@ -5,7 +5,9 @@
  * PMIx job keys, and supervises them (supervise.c). Every check that can fail
  * before a rank starts happens first, so bad input changes nothing and exits 2.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -310,7 +312,11 @@ static collector_t *metrics_start(const launch_opts_t *o, const bmt_layout_t *l,
         return NULL;
     }
     const char *s = me->ca_pem ? "s" : "";
-    bool wildcard = strcmp(bind, "0.0.0.0") == 0 || strcmp(bind, "::") == 0;
+    /* any spelling of the unspecified address ("::0", "0:0::0", "0.0.0.0") */
+    struct in6_addr a6;
+    struct in_addr a4;
+    bool wildcard = (inet_pton(AF_INET, bind, &a4) == 1 && a4.s_addr == 0) ||
+                    (inet_pton(AF_INET6, bind, &a6) == 1 && IN6_IS_ADDR_UNSPECIFIED(&a6));
     const char *host = wildcard ? host_for_ranks : bind;
     bool v6 = strchr(host, ':') != NULL;
     snprintf(me->url, sizeof(me->url), "http%s://%s%s%s:%d/api/push", s, v6 ? "[" : "", host,

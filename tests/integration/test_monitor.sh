@@ -1332,4 +1332,12 @@ else
     echo "# skipped: libfaketime is not installed (apt-get install faketime): no test of a job older than 30 days"
 fi
 
+test_expect_success "--metrics-bind ::0 (any spelling of the unspecified address) gives the ranks the address 0.0.0.0 gives them, not [::0]" '
+    if [ -e /proc/net/if_inet6 ]; then
+        with_timeout 60 $BMLAUNCH --metrics-tls off --metrics-bind ::0 --metrics-port $(free_port) \
+            -n 1 -- sh -c "echo \$BMT_METRICS_URL" >out 2>err &&
+        cat out && grep -q "^0: http://127.0.0.1:[0-9]*/api/push\$" out
+    fi
+'
+
 test_done
