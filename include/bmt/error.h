@@ -22,7 +22,8 @@ extern "C" {
 /* Long enough for the paths, names and sizes a message carries whole (a
  * checkpoint's file and tensor, a rank's host): a name is quoted whole up to
  * 900 bytes and a path up to 1200, and a message that would still overflow
- * ends in "..." (docs/runtime.md, Errors). */
+ * keeps its first 600 bytes and its end (the cause), with " ... " between,
+ * cut between UTF-8 characters (docs/runtime.md, Errors). */
 #define BMT_ERROR_TEXT_MAX 2048
 typedef struct bmt_error {
     char text[BMT_ERROR_TEXT_MAX];
