@@ -1352,11 +1352,21 @@ int bmt_ckpt_resolve(const char *path, char *out, size_t len, bmt_error_t *err)
         return 0;
     }
     snprintf(p, sizeof(p), "%s/latest", path);
-    FILE *f = fopen(p, "r");
-    if (f == NULL) {
+    /* O_NONBLOCK: a FIFO named latest is refused, never waited on (a resume,
+     * a verify or generate hung on one) */
+    const int fd = open(p, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
         if (errno == ENOENT)
             return 1;
         return errprintf(err, "cannot read %s: %s", p, strerror(errno));
+    }
+    FILE *f = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? fdopen(fd, "r") : NULL;
+    if (f == NULL) {
+        close(fd);
+        return errprintf(err,
+                         "%s: not a regular file: a --save-dir's latest names its newest step "
+                         "directory",
+                         p);
     }
     char name[300] = "";
     char *got = fgets(name, sizeof(name), f);

@@ -147,7 +147,10 @@ static int32_t *parse_ids(const char *s, int *n)
 }
 
 /* dir, or, for a trainer's --save-dir (step directories and `latest` naming
- * the newest; docs/checkpoints.md), the step directory `latest` names. */
+ * the newest; docs/checkpoints.md), the step directory `latest` names. The
+ * rule of bmt_ckpt_resolve, kept here: that lives in ckpt.o, which brings the
+ * runtime's communicators (NCCL) into the generate-cuda mock, built without
+ * CUDA's libraries. */
 static const char *model_dir(const char *dir, char *buf, size_t len)
 {
     char path[4096];

@@ -130,8 +130,9 @@ BMT_API int bmt_ckpt_save_ex(bmt_blocklist_t *list, bmt_optim_t *opt, const char
 /* The checkpoint directory path names: path itself when it holds a
  * train_state.json, else path/<the name in path/latest>. Writes it to out
  * (len bytes). Returns 0, 1 when there is no checkpoint there yet (no latest),
- * or -1 with err (latest names something that is not there, or the path does
- * not fit len bytes: never a path cut short). Local. */
+ * or -1 with err (latest is not a regular file, a FIFO say, which is never
+ * waited on; latest names something that is not there; or the path does not
+ * fit len bytes: never a path cut short). Local. */
 BMT_API int bmt_ckpt_resolve(const char *path, char *out, size_t len, bmt_error_t *err);
 
 /* Load a checkpoint (bmt_ckpt_resolve's rules) into the list and, when opt is

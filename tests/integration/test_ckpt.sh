@@ -344,4 +344,12 @@ test_expect_success "a negative step in train_state.json is refused by the load 
     test_must_fail $BUILDDIR/bin/gpt2 --verify D 2>v.err && grep -q "step -7, skipped 0: a counter is negative" v.err
 '
 
+test_expect_success "a FIFO named latest is refused at once by a load (a --resume) and --verify, never waited on" '
+    ck save F x y && rm F/latest && mkfifo F/latest &&
+    { ck load F x y; rc=$?; } && test $rc -eq 3 &&
+    grep -qx "ckpt: refused: F/latest: not a regular file: a --save-dir.s latest names its newest step directory" ck.out &&
+    { with_timeout 20 $BUILDDIR/bin/gpt2 --verify F 2>v.err; rc=$?; } && test $rc -eq 1 &&
+    grep -q "F/latest: not a regular file" v.err
+'
+
 test_done
