@@ -5,9 +5,7 @@
  * PMIx job keys, and supervises them (supervise.c). Every check that can fail
  * before a rank starts happens first, so bad input changes nothing and exits 2.
  */
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -312,11 +310,7 @@ static collector_t *metrics_start(const launch_opts_t *o, const bmt_layout_t *l,
         return NULL;
     }
     const char *s = me->ca_pem ? "s" : "";
-    /* any spelling of the unspecified address ("::0", "0:0::0", "0.0.0.0") */
-    struct in6_addr a6;
-    struct in_addr a4;
-    bool wildcard = (inet_pton(AF_INET, bind, &a4) == 1 && a4.s_addr == 0) ||
-                    (inet_pton(AF_INET6, bind, &a6) == 1 && IN6_IS_ADDR_UNSPECIFIED(&a6));
+    bool wildcard = sdfile_unspecified(bind); /* "::0" too, not only "::" */
     const char *host = wildcard ? host_for_ranks : bind;
     bool v6 = strchr(host, ':') != NULL;
     snprintf(me->url, sizeof(me->url), "http%s://%s%s%s:%d/api/push", s, v6 ? "[" : "", host,
@@ -341,12 +335,10 @@ static collector_t *metrics_start(const launch_opts_t *o, const bmt_layout_t *l,
     me->on = true;
     const char *shown = wildcard ? host_shown : bind;
     if (o->metrics_sd_file) {
-        /* A wildcard bind serves other machines: give them this host's name. */
-        char name[256] = "localhost";
-        gethostname(name, sizeof(name) - 1);
+        /* sdfile_write names this host for a wildcard bind */
         if (metrics_ca_files(o, me, err) < 0 ||
-            sdfile_write(o->metrics_sd_file, wildcard ? name : bind, collector_port(c), job_id,
-                         me->ca_pem != NULL, err) < 0) {
+            sdfile_write(o->metrics_sd_file, bind, collector_port(c), job_id, me->ca_pem != NULL,
+                         err) < 0) {
             collector_destroy(c);
             metrics_stop(NULL, me);
             return NULL;

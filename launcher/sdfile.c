@@ -137,6 +137,14 @@ int sdfile_write_text(const char *path, const char *what, const char *text, size
     return 0;
 }
 
+bool sdfile_unspecified(const char *addr)
+{
+    unsigned char a[16];
+    static const unsigned char zero[16];
+    return (inet_pton(AF_INET, addr, a) == 1 && memcmp(a, zero, 4) == 0) ||
+           (inet_pton(AF_INET6, addr, a) == 1 && memcmp(a, zero, 16) == 0);
+}
+
 int sdfile_write(const char *path, const char *host, int port, const char *job_id, bool https,
                  bmt_error_t *err)
 {
@@ -148,13 +156,10 @@ int sdfile_write(const char *path, const char *host, int port, const char *job_i
                          "--metrics-sd-file %.200s: Prometheus's file_sd reads only files "
                          "whose names end in .json, .yml or .yaml; name it e.g. %.200s.json",
                          path, path);
-    /* A wildcard address (0.0.0.0, ::, in any spelling) is no target: a
-     * Prometheus elsewhere would scrape itself. This host's name is. */
-    unsigned char a[16];
-    static const unsigned char zero[16];
+    /* A wildcard address is no target: a Prometheus elsewhere would scrape
+     * itself. This host's name is. */
     char name[256];
-    if ((inet_pton(AF_INET, host, a) == 1 && memcmp(a, zero, 4) == 0) ||
-        (inet_pton(AF_INET6, host, a) == 1 && memcmp(a, zero, 16) == 0)) {
+    if (sdfile_unspecified(host)) {
         if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0')
             return errprintf(err,
                              "--metrics-sd-file %.200s: the collector listens on %.100s, a "

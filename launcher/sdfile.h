@@ -26,6 +26,10 @@
 int sdfile_render(const char *host, int port, const char *job_id, bool https, char *buf,
                   size_t len);
 
+/* Is addr a numeric address of every interface, in any spelling (0.0.0.0,
+ * ::, ::0, 0:0::0)? Such a bind serves other hosts under this host's name. */
+bool sdfile_unspecified(const char *addr);
+
 /* Write the target file to path atomically: a temporary file beside it
  * (path.tmp.PID), written whole, then renamed to path where nothing is yet.
  * A wildcard host (0.0.0.0, ::, in any spelling) is written as this host's

@@ -623,6 +623,14 @@ int data_loader_seek(data_loader_t *l, int shard, int64_t pos, bmt_error_t *err)
 
 int64_t data_loader_tokens(const data_loader_t *l) { return l ? l->total : 0; }
 
+int64_t data_loader_batches(const data_loader_t *l)
+{
+    int64_t n = 0;
+    for (int s = 0; l && s < l->nshards; s++) /* data_loader_next's rule: G + 1 tokens left */
+        n += (l->ntok[s] - 1) / l->global;
+    return n;
+}
+
 int data_loader_token_bytes(const data_loader_t *l, int i)
 {
     return l && i >= 0 && i < l->nshards ? l->width[i] : -1;

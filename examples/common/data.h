@@ -137,6 +137,10 @@ int data_loader_seek(data_loader_t *loader, int shard, int64_t pos, bmt_error_t 
 /* Tokens in all shards together. */
 int64_t data_loader_tokens(const data_loader_t *loader);
 
+/* The distinct global batches of all shards together: what data_loader_next
+ * serves from position (0, 0) before it starts again at the first. */
+int64_t data_loader_batches(const data_loader_t *loader);
+
 /* Number of shards, tokens in shard i and its token width in bytes (2 or 4);
  * -1 if i is out of range. */
 int data_loader_num_shards(const data_loader_t *loader);

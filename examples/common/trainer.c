@@ -785,13 +785,9 @@ static int train(const trainer_model_t *md, const opts_t *o)
         goto out;
     int eval_batches = o->eval_batches;
     if (val_ld) {
-        /* The distinct global batches of --val (the loader's rule: one fits
-         * where G + 1 tokens are left): past them evaluate() would start again
-         * at the first and count batches twice. */
-        const int64_t G = (int64_t)world * o->B * o->T;
-        int64_t nb = 0;
-        for (int i = 0; i < data_loader_num_shards(val_ld); i++)
-            nb += (data_loader_shard_tokens(val_ld, i) - 1) / G;
+        /* past the distinct global batches of --val evaluate() would start
+         * again at the first and count batches twice */
+        const int64_t nb = data_loader_batches(val_ld);
         if (nb < eval_batches) {
             eval_batches = (int)nb;
             if (rank == 0)

@@ -335,6 +335,8 @@ static void test_ranks(void)
     is_int(data_loader_tokens(l[0]), 70001 + 90 + 31, "tokens() counts all shards");
     is_int(data_loader_shard_tokens(l[0], 1), 90, "shard_tokens(1)");
     is_int(data_loader_shard_tokens(l[0], 3), -1, "shard_tokens(3) is out of range");
+    is_int(data_loader_batches(l[0]), per_epoch,
+           "batches() is the distinct global batches before the loader starts again");
 
     long bad_formula[W] = { 0 }, bad_pos = 0, bad_tile = 0, bad_shift = 0, fails = 0;
     int32_t in[W][BT], tg[W][BT];
