@@ -261,14 +261,14 @@ int bmt_init(bmt_ctx_t **out, const bmt_config_t *cfg, bmt_error_t *err)
     return 0;
 fail:
     ctx->comm_failed = true; /* tear down without waiting for peers */
-    bmt_finalize(ctx);
+    (void)bmt_finalize(ctx); /* err already says why */
     return -1;
 }
 
-void bmt_finalize(bmt_ctx_t *ctx)
+int bmt_finalize(bmt_ctx_t *ctx)
 {
     if (ctx == NULL)
-        return;
+        return 0;
     if (ctx->live_lists > 0 || ctx->live_optims > 0) {
         /* Their destroy uses the streams, memory and communicators that
          * finalizing frees: leave everything as it is, so that they can still
@@ -277,20 +277,25 @@ void bmt_finalize(bmt_ctx_t *ctx)
                 "bmt: rank %d: bmt_finalize with %d block list(s) and %d optimizer(s) not "
                 "destroyed: destroy them first; nothing was finalized\n",
                 ctx->rank, ctx->live_lists, ctx->live_optims);
-        return;
+        return -1;
     }
-    monitor_finalize(ctx);
+    int rc = monitor_finalize(ctx);
     /* Let enqueued work finish, bounded; if it cannot, abort rather than flush. */
-    bmt_error_t ignored;
+    bmt_error_t serr;
     if (ctx->device == BMT_DEVICE_CUDA && !ctx->comm_failed &&
-        bmt_device_synchronize(ctx, &ignored) < 0)
+        bmt_device_synchronize(ctx, &serr) < 0) {
+        fprintf(stderr, "bmt: rank %d: bmt_finalize: the device's queued work did not finish: %s\n",
+                ctx->rank, serr.text);
         ctx->comm_failed = true;
+        rc = -1;
+    }
     comm_free(ctx->replica_comm);
     comm_free(ctx->group_comm);
     comm_free(ctx->world_comm);
     device_release(ctx);
     boot_finalize(ctx->boot);
     free(ctx);
+    return rc;
 }
 
 void bmt_abort(bmt_ctx_t *ctx, int status, const char *msg)

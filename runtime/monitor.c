@@ -388,11 +388,23 @@ static void finalize_all(bmt_ctx_t *ctx)
         m->p[i].api->finalize(m->p[i].state);
 }
 
-void monitor_finalize(bmt_ctx_t *ctx)
+int monitor_finalize(bmt_ctx_t *ctx)
 {
-    finalize_all(ctx);
-    free(ctx->monitor);
+    struct monitor *m = ctx->monitor;
+    if (m == NULL)
+        return 0;
+    finalize_all(ctx); /* a plugin may call job->fail in its finalize: read after */
+    int rc = 0;
+    if (!m->warn && atomic_load(&m->failed)) {
+        fprintf(stderr,
+                "bmt: rank %d: bmt_finalize: a monitor plugin failed: %s (the job's metrics are "
+                "incomplete; fix the cause, or BMT_PLUGIN_ERRORS=warn runs on without them)\n",
+                ctx->rank, m->fail_msg);
+        rc = -1;
+    }
+    free(m);
     ctx->monitor = NULL;
+    return rc;
 }
 
 static void send_event(struct monitor *m, int kind, int status, const char *detail)

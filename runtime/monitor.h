@@ -11,8 +11,11 @@
 /* Load BMT_PLUGINS and call their init (bmt_init, after layout and device). */
 int monitor_init(bmt_ctx_t *ctx, bmt_error_t *err);
 
-/* Finalize the plugins (each flushes within BMT_PLUGIN_FLUSH_TIMEOUT). */
-void monitor_finalize(bmt_ctx_t *ctx);
+/* Finalize the plugins (each flushes within BMT_PLUGIN_FLUSH_TIMEOUT) and
+ * free the monitor. -1, said on stderr, when a plugin called job->fail at any
+ * time, its finalize included (its metrics are incomplete), unless
+ * BMT_PLUGIN_ERRORS=warn; else 0. */
+int monitor_finalize(bmt_ctx_t *ctx);
 
 /* bmt_abort: tell the plugins (BMT_EVENT_ABORT), then finalize them. */
 void monitor_abort(bmt_ctx_t *ctx, int status, const char *msg);

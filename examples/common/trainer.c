@@ -956,7 +956,10 @@ out:
     free(tg);
     if (rc)
         bmt_abort(ctx, rc, err.text);
-    bmt_finalize(ctx);
+    /* -1: what the run produced is incomplete (a monitor plugin lost
+     * metrics, or the device's work did not finish); it says why */
+    if (bmt_finalize(ctx) < 0 && rc == 0)
+        rc = 1;
     return rc;
 }
 

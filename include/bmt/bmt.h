@@ -93,11 +93,23 @@ typedef struct bmt_comm bmt_comm_t; /* owned by the context unless made by bmt_c
  * the cause. */
 BMT_API int bmt_init(bmt_ctx_t **out, const bmt_config_t *cfg, bmt_error_t *err);
 
-/* Tear down the communicators (finalizing NCCL ones) and leave PMIx. NULL: no-op.
- * Block lists and optimizers must be destroyed first: while one lives it
- * finalizes nothing (their destroy needs the context) and says so on stderr;
- * call it again after destroying them. */
-BMT_API void bmt_finalize(bmt_ctx_t *ctx);
+/* Finalize the monitor plugins (each flushes what it holds), tear down the
+ * communicators (finalizing NCCL ones) and leave PMIx. NULL: no-op, 0.
+ * Returns 0, or -1 with the reason on stderr ("bmt: rank N: bmt_finalize:
+ * ..."): make the program's exit status non-zero then, for what the job
+ * produced is incomplete.
+ *   - Block lists and optimizers must be destroyed first: while one lives it
+ *     finalizes nothing (their destroy needs the context) and returns -1;
+ *     call it again after destroying them. Only in this case does ctx stay.
+ *   - A monitor plugin failed at any time, its final flush included (jsonl:
+ *     the disk filled, or its fsync failed): the job's metrics are incomplete
+ *     (not with BMT_PLUGIN_ERRORS=warn). Everything is finalized still.
+ *   - cuda: the device's queued work did not finish within BMT_TIMEOUT (a
+ *     collective never completed); the communicators are aborted, not
+ *     flushed.
+ * Before this returned void; a caller that ignores the value compiles and
+ * links unchanged. */
+BMT_API int bmt_finalize(bmt_ctx_t *ctx);
 
 /* End the whole job now: asks the launcher (through PMIx_Abort) to stop every rank
  * with this status, and prints msg in the launcher's summary. Returns only when

@@ -246,11 +246,18 @@ test_expect_success "jsonl: a FIFO that nothing reads fails bmt_init at once (it
 if grep -q "SAN=1" "$BUILDDIR/.knobs" 2>/dev/null; then
     echo "# skipped: jsonl fsync failure through failio.so (a sanitizer build)"
 else
-    test_expect_success "jsonl: a failing fsync at the end is said (it was ignored)" '
-        BMT_PLUGINS=jsonl BMT_JSONL=$PWD/g.jsonl $BMLAUNCH --metrics-port 0 -n 1 -- \
+    test_expect_success "jsonl: a failing fsync at the end fails the rank through bmt_finalize, which says why (the job exited 0); warn runs on" '
+        { BMT_PLUGINS=jsonl BMT_JSONL=$PWD/g.jsonl $BMLAUNCH --metrics-port 0 -n 1 -- \
             env LD_PRELOAD=$BUILDDIR/tests/plugins/failio.so BMT_TEST_FAIL_FSYNC=g.jsonl \
+            $PROGS/steps --steps 3 >out 2>err; rc=$?; } &&
+        test $rc -eq 1 &&
+        grep -q "jsonl: writing $PWD/g.jsonl failed: fsync: Input/output error" err &&
+        grep -q "rank 0: bmt_finalize: a monitor plugin failed: jsonl: writing $PWD/g.jsonl failed: fsync" err &&
+        BMT_PLUGIN_ERRORS=warn BMT_PLUGINS=jsonl BMT_JSONL=$PWD/h.jsonl $BMLAUNCH --metrics-port 0 -n 1 -- \
+            env LD_PRELOAD=$BUILDDIR/tests/plugins/failio.so BMT_TEST_FAIL_FSYNC=h.jsonl \
             $PROGS/steps --steps 3 >out 2>err &&
-        grep -q "jsonl: writing $PWD/g.jsonl failed: fsync: Input/output error" err
+        grep -q "jsonl: writing $PWD/h.jsonl failed: fsync: Input/output error" err &&
+        ! grep -q "bmt_finalize" err
     '
 fi
 

@@ -514,13 +514,17 @@ int main(int argc, char **argv)
         bmt_adamw_config_t c = BMT_ADAMW_CONFIG_INITIALIZER;
         bmt_optim_t *o = bmt_adamw_create(l, &c, &err);
         fflush(stdout); /* its message goes to stderr */
-        bmt_finalize(ctx);
+        const int early = bmt_finalize(ctx);
         bmt_optim_destroy(o);
         bmt_blocklist_destroy(l);
-        ok(o != NULL, "bmt_finalize with a list and optimizer alive: they are destroyed after it",
+        ok(o != NULL && early == -1,
+           "bmt_finalize with a list and optimizer alive: -1, nothing finalized, they are "
+           "destroyed after it",
            NULL);
     }
-    bmt_finalize(ctx);
+    const int fin = bmt_finalize(ctx);
+    ok(fin == 0, "bmt_finalize: 0 (the job's work and metrics complete)", NULL);
+    ok(bmt_finalize(NULL) == 0, "bmt_finalize(NULL): 0", NULL);
     printf("api_check: %d passed, %d failed\n", tap_n - tap_failed, tap_failed);
     return tap_failed ? 1 : 0;
 }

@@ -58,6 +58,5 @@ int main(void)
            "backend %s; sums of ranks: world %.0f, group %.0f, replica %.0f\n",
            me.rank, bmt_world_size(ctx), bmt_hostname(ctx), me.node, me.local_rank, me.group,
            me.group_rank, dev, bmt_backend(ctx), w, g, r);
-    bmt_finalize(ctx);
-    return 0;
+    return bmt_finalize(ctx) < 0 ? 1 : 0; /* it says why */
 }

@@ -121,6 +121,5 @@ int main(int argc, char **argv)
     }
     if (bmt_rank(ctx) == 0)
         printf("steps: %ld steps reported on each of %d ranks\n", steps, bmt_world_size(ctx));
-    bmt_finalize(ctx);
-    return 0;
+    return bmt_finalize(ctx) < 0 ? 1 : 0; /* it says why */
 }
