@@ -1933,7 +1933,8 @@ static int verify_finite(bmt_st_t *st, int i, const char *file, bmt_error_t *err
 /* One file of the checkpoint: header, checksums of every byte, values. For
  * the model file (optim false) every tensor must be in the index's weight_map
  * under this file; for the optimizer's, every tensor must be a state of a
- * parameter of model (same shape). */
+ * parameter of model (same shape, F32, a master only for a parameter not in
+ * F32), and every parameter must have all of its states. */
 static int verify_file(const char *dir, const char *fname, const struct sumtab *sums, json_t *wm,
                        const bmt_st_t *model, bmt_st_t **out, uint64_t *total,
                        bmt_ckpt_report_t *rep, bmt_error_t *err)
@@ -1985,9 +1986,45 @@ static int verify_file(const char *dir, const char *fname, const struct sumtab *
                                fname, t->name);
                 break;
             }
+            if (strcmp(dot, ".master") == 0 && pt->dtype == BMT_ST_F32) {
+                rc = errprintf(err,
+                               "%s: tensor '%s': an F32 parameter is its own master, a save "
+                               "writes none for it (bmt_ckpt_load refuses it)",
+                               fname, t->name);
+                break;
+            }
+            if (t->dtype != BMT_ST_F32) { /* as the load: no quiet conversion */
+                rc = errprintf(err,
+                               "%s: tensor '%s' is %s: the optimizer's state is saved as F32 "
+                               "(bmt_ckpt_load refuses it)",
+                               fname, t->name, bmt_st_dtype_name(t->dtype));
+                break;
+            }
         }
         rc = verify_finite(st, i, fname, err);
         rep->tensors++;
+    }
+    /* The optimizer's file holds every state of every parameter: exp_avg,
+     * exp_avg_sq and, for a parameter not in F32, its master (a resume
+     * with the optimizer refuses a checkpoint without one). */
+    for (int i = 0; model && rc == 0 && i < bmt_st_count(model); i++) {
+        const bmt_st_tensor_t *pt = bmt_st_tensor(model, i);
+        const char *const need[] = { ".exp_avg", ".exp_avg_sq", ".master" };
+        for (int k = 0; k < (pt->dtype == BMT_ST_F32 ? 2 : 3) && rc == 0; k++) {
+            const size_t len = strlen(pt->name) + strlen(need[k]) + 1;
+            char *name = malloc(len);
+            if (name == NULL) {
+                rc = errprintf(err, "out of memory");
+                break;
+            }
+            snprintf(name, len, "%s%s", pt->name, need[k]);
+            if (bmt_st_find(st, name) < 0)
+                rc = errprintf(err,
+                               "%s: no tensor '%s': the optimizer's state of parameter '%s' is "
+                               "incomplete (a resume with the optimizer refuses it)",
+                               fname, name, pt->name);
+            free(name);
+        }
     }
     if (rc == 0 && stat(path, &sb) == 0)
         rep->bytes += (uint64_t)sb.st_size;

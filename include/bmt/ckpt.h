@@ -170,11 +170,12 @@ typedef struct bmt_ckpt_report {
  * model: train_state.json and the index are well formed and agree with the
  * files (every block's files present, the weight_map naming exactly the
  * tensors of each file, total_size right), every optimizer tensor belongs to a
- * parameter, config.json (when present) is a JSON object, every byte of every
- * file matches its recorded checksum (headers included), and every value is
- * finite. report (may be NULL) is filled as far as the check got. Local, no
- * bmt_init needed. 0, or -1 with err naming the file, tensor and cause. A
- * checkpoint written before checksums existed fails ("has no checksums"). */
+ * parameter (F32, its shape) and every parameter has all of its optimizer state
+ * (exp_avg, exp_avg_sq, and a master when it is not F32), config.json (when present) is a JSON
+ * object, every byte of every file matches its recorded checksum (headers included), and every
+ * value is finite. report (may be NULL) is filled as far as the check got. Local, no bmt_init
+ * needed. 0, or -1 with err naming the file, tensor and cause. A checkpoint written before
+ * checksums existed fails ("has no checksums"). */
 BMT_API int bmt_ckpt_verify(const char *path, bmt_ckpt_report_t *report, bmt_error_t *err);
 
 #ifdef __cplusplus

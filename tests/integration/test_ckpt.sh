@@ -344,6 +344,21 @@ test_expect_success "a negative step in train_state.json is refused by the load 
     test_must_fail $BUILDDIR/bin/gpt2 --verify D 2>v.err && grep -q "step -7, skipped 0: a counter is negative" v.err
 '
 
+test_expect_success "an optimizer state missing or not F32 (checksums made for it): --verify refuses it as the load does (it passed it)" '
+    ck save B --bf16 x y && $BUILDDIR/bin/gpt2 --verify B >v.out &&
+    for t in x.w.master x.w.exp_avg y.w.exp_avg_sq; do
+        rm -rf V && cp -r B V && $PY $SRC/tests/tools/ckpt_tool.py drop V/ck ${t%%.w*}.optim.safetensors $t &&
+        $PY $SRC/tests/tools/ckpt_tool.py sums V/ck >/dev/null &&
+        { $BUILDDIR/bin/gpt2 --verify V 2>v.err; rc=$?; } && test $rc -eq 1 &&
+        grep -q "${t%%.w*}.optim.safetensors: no tensor .$t.: the optimizer.s state of parameter .${t%%.w*}.w. is incomplete" v.err &&
+        { ck load V --bf16 x y; rc=$?; } && test $rc -eq 3 && grep -q "has no tensor .$t." ck.out || exit 1
+    done &&
+    rm -rf V && cp -r B V && $PY $SRC/tests/tools/ckpt_tool.py f16 V/ck x.optim.safetensors x.w.exp_avg &&
+    { $BUILDDIR/bin/gpt2 --verify V 2>v.err; rc=$?; } && test $rc -eq 1 &&
+    grep -q "x.optim.safetensors: tensor .x.w.exp_avg. is F16: the optimizer.s state is saved as F32" v.err &&
+    { ck load V --bf16 x y; rc=$?; } && test $rc -eq 3
+'
+
 test_expect_success "a FIFO named latest is refused at once by a load (a --resume) and --verify, never waited on" '
     ck save F x y && rm F/latest && mkfifo F/latest &&
     { ck load F x y; rc=$?; } && test $rc -eq 3 &&

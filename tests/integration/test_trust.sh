@@ -95,6 +95,16 @@ test_expect_success "a NaN in a weight (checksums fixed): the load refuses it, n
     ! grep -q "^0: step" bad.out
 '
 
+test_expect_success "an optimizer state missing from a checkpoint (checksums made for it): --verify refuses it, naming file and tensor, as the resume does (--verify passed it)" '
+    cp -r $TMP/G Q && $PY $TOOL drop Q/step-00000004 transformer.h.1.optim.safetensors transformer.h.1.attn.c_attn.weight.exp_avg_sq &&
+    $PY $TOOL sums Q/step-00000004 >/dev/null &&
+    { $GPT2 --verify Q 2>v.err; rc=$?; } && test $rc -eq 1 &&
+    grep -q "transformer.h.1.optim.safetensors: no tensor .transformer.h.1.attn.c_attn.weight.exp_avg_sq.: the optimizer.s state of parameter .transformer.h.1.attn.c_attn.weight. is incomplete" v.err &&
+    { run badq -n 1 -- $GPT2 --data $DATA --steps 6 --save-dir Q --resume; rc=$?; } && test $rc -ne 0 &&
+    grep "^bmlaunch: job failed:" badq.err | grep -q "no tensor .transformer.h.1.attn.c_attn.weight.exp_avg_sq." &&
+    ! grep -q "^0: step" badq.out
+'
+
 test_expect_success "an inf in the optimizer state of a checkpoint written before checksums: the load refuses it" '
     cp -r $TMP/G O && $PY $TOOL old O/step-00000004 && ! ls O/step-00000004/checksums-* 2>/dev/null &&
     $PY $TOOL plant O/step-00000004 transformer.optim.safetensors transformer.wte.weight.exp_avg_sq 3 inf &&

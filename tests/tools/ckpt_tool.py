@@ -18,6 +18,13 @@ python3-xxhash, nothing of bmt), for tests/integration/test_trust.sh.
       keeping it valid JSON of the same length.
   ckpt_tool.py old DIR
       Make DIR look like a checkpoint of a bmt before checksums (version 1).
+  ckpt_tool.py drop DIR FILE TENSOR
+      Rewrite DIR/FILE without TENSOR, with every checksum of the file made
+      again (its header's in train_state.json, its units retiled), so that
+      only the tensor's absence is wrong.
+  ckpt_tool.py f16 DIR FILE TENSOR
+      The same with TENSOR (F32) stored as F16, values kept as far as F16
+      holds them.
 """
 import glob
 import json
@@ -130,6 +137,49 @@ def old(d):
         os.remove(m)
 
 
+def rewrite(d, f, tensor, how):
+    """DIR/FILE again, TENSOR dropped (how "drop") or made F16 ("f16"), the
+    header's and the units' checksums made for the new bytes."""
+    path = os.path.join(d, f)
+    raw, start, h = header(path)
+    meta = json.loads(raw[8:start]).get("__metadata__")
+    assert tensor in h, "%s: no tensor %s" % (f, tensor)
+    out, data, at = {}, [], 0
+    for name, t in sorted(h.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+        b = raw[start + t["data_offsets"][0]:start + t["data_offsets"][1]]
+        if name == tensor and how == "drop":
+            continue
+        dtype = t["dtype"]
+        if name == tensor:
+            assert dtype == "F32", t
+            b, dtype = np.frombuffer(b, dtype="<f4").astype("<f2").tobytes(), "F16"
+        out[name] = {"dtype": dtype, "shape": t["shape"], "data_offsets": [at, at + len(b)]}
+        data.append(b)
+        at += len(b)
+    if meta is not None:
+        out["__metadata__"] = meta
+    hj = json.dumps(out, separators=(",", ":")).encode()
+    hj += b" " * (-len(hj) % 8)
+    new = struct.pack("<Q", len(hj)) + hj + b"".join(data)
+    open(path, "wb").write(new)
+    p = os.path.join(d, "train_state.json")
+    ts = json.load(open(p))
+    ts["checksums"]["headers"][f] = xxhash.xxh3_64_hexdigest(new[:8 + len(hj)])
+    json.dump(ts, open(p, "w"), indent=1)
+    unit, done = 1 << 20, False  # the file's units may be in several ranks' manifests
+    for m in manifests(d):
+        j = json.load(open(m))
+        if f in j["files"]:
+            if done:
+                del j["files"][f]
+            else:
+                j["files"][f] = [[o, min(unit, len(new) - o),
+                                  xxhash.xxh3_64_hexdigest(new[o:o + unit])]
+                                 for o in range(8 + len(hj), len(new), unit)]
+                done = True
+            open(m, "w").write(json.dumps(j, sort_keys=True, separators=(",", ":")))
+
+
 if __name__ == "__main__":
     a = sys.argv[1:]
     if a[0] == "sums":
@@ -142,5 +192,7 @@ if __name__ == "__main__":
         touch_header(a[1], a[2])
     elif a[0] == "old":
         old(a[1])
+    elif a[0] in ("drop", "f16"):
+        rewrite(a[1], a[2], a[3], a[0])
     else:
         raise SystemExit(__doc__)
