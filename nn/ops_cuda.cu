@@ -2524,60 +2524,60 @@ __global__ void crossentropy_rows(float *losses, bf16 *logits, int ldv, const in
 {
     typedef typename std::conditional<W == 8, uint4, bf16>::type vec;
     __shared__ float sh[32];
-    const int step = blockDim.x * W;
-    for (int row = blockIdx.x; row < N; row += gridDim.x) {
-        bf16 *x = logits + (size_t)row * ldv;
-        const int tg = targets[row];
-        float m = -INFINITY, s = 0.f; /* m in log2 units: the max times log2 e */
-        for (int c0 = threadIdx.x * W; c0 < V; c0 += U * step) {
-            vec raw[U];
+    const int step = blockDim.x * W, row = blockIdx.x; /* a block a row: the grid is N */
+    if (row >= N)
+        return;
+    bf16 *x = logits + (size_t)row * ldv;
+    const int tg = targets[row];
+    float m = -INFINITY, s = 0.f; /* m in log2 units: the max times log2 e */
+    for (int c0 = threadIdx.x * W; c0 < V; c0 += U * step) {
+        vec raw[U];
 #pragma unroll
-            for (int u = 0; u < U; u++)
-                if (c0 + u * step < V)
-                    raw[u] = *reinterpret_cast<const vec *>(x + c0 + u * step);
+        for (int u = 0; u < U; u++)
+            if (c0 + u * step < V)
+                raw[u] = *reinterpret_cast<const vec *>(x + c0 + u * step);
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int c = c0 + u * step;
-                const bf16 *v = reinterpret_cast<const bf16 *>(&raw[u]);
-                float y[W], cm = -INFINITY;
-#pragma unroll
-                for (int i = 0; i < W; i++) {
-                    y[i] = c + i < V ? __bfloat162float(v[i]) * LOG2E_F : -INFINITY;
-                    cm = fmaxf(cm, y[i]);
-                }
-                if (cm > m) {
-                    s *= ex2f(m - cm); /* m = -inf: s is 0 and stays 0 */
-                    m = cm;
-                }
-#pragma unroll
-                for (int i = 0; i < W; i++)
-                    s += ex2f(y[i] - m);
-            }
-        }
-        const float mx = block_reduce<true>(m, sh);
-        s = m == -INFINITY ? 0.f : s * ex2f(m - mx);
-        s = block_reduce<false>(s, sh);
-        const float lse = (mx + log2f(s)) / LOG2E_F;
-        if (threadIdx.x == 0)
-            losses[row] = tg >= 0 ? lse - ld(&x[tg]) : 0.f;
-        if (dloss == 0.f)
-            continue;
-        __syncthreads(); /* x[tg] is read above before any thread overwrites it */
-        const float inv = dloss / s;
-        for (int c = threadIdx.x * W; c < ldv; c += step) {
-            vec raw = *reinterpret_cast<const vec *>(x + c);
-            bf16 *v = reinterpret_cast<bf16 *>(&raw);
+        for (int u = 0; u < U; u++) {
+            const int c = c0 + u * step;
+            const bf16 *v = reinterpret_cast<const bf16 *>(&raw[u]);
+            float y[W], cm = -INFINITY;
 #pragma unroll
             for (int i = 0; i < W; i++) {
-                const int j = c + i;
-                float g = 0.f;
-                if (tg >= 0 && j < V)
-                    g = ex2f(fmaf(__bfloat162float(v[i]), LOG2E_F, -mx)) * inv -
-                        (j == tg ? dloss : 0.f);
-                v[i] = bf(g);
+                y[i] = c + i < V ? __bfloat162float(v[i]) * LOG2E_F : -INFINITY;
+                cm = fmaxf(cm, y[i]);
             }
-            *reinterpret_cast<vec *>(x + c) = raw;
+            if (cm > m) {
+                s *= ex2f(m - cm); /* m = -inf: s is 0 and stays 0 */
+                m = cm;
+            }
+#pragma unroll
+            for (int i = 0; i < W; i++)
+                s += ex2f(y[i] - m);
         }
+    }
+    const float mx = block_reduce<true>(m, sh);
+    s = m == -INFINITY ? 0.f : s * ex2f(m - mx);
+    s = block_reduce<false>(s, sh);
+    const float lse = (mx + log2f(s)) / LOG2E_F;
+    if (threadIdx.x == 0)
+        losses[row] = tg >= 0 ? lse - ld(&x[tg]) : 0.f;
+    if (dloss == 0.f)
+        return;
+    __syncthreads(); /* x[tg] is read above before any thread overwrites it */
+    const float inv = dloss / s;
+    for (int c = threadIdx.x * W; c < ldv; c += step) {
+        vec raw = *reinterpret_cast<const vec *>(x + c);
+        bf16 *v = reinterpret_cast<bf16 *>(&raw);
+#pragma unroll
+        for (int i = 0; i < W; i++) {
+            const int j = c + i;
+            float g = 0.f;
+            if (tg >= 0 && j < V)
+                g = ex2f(fmaf(__bfloat162float(v[i]), LOG2E_F, -mx)) * inv -
+                    (j == tg ? dloss : 0.f);
+            v[i] = bf(g);
+        }
+        *reinterpret_cast<vec *>(x + c) = raw;
     }
 }
 
