@@ -182,7 +182,8 @@ struct collector {
     double stale_s;
     struct rank_state *r;
     struct acc acc[SLOTS];
-    bool rewound; /* restarted: the next complete step may go back (a resume) */
+    bool rewound;  /* restarted: the next complete step may go back (a resume) */
+    bool vrewound; /* restarted: so may the next val_loss point (the page's history) */
     struct point hist[HISTORY];
     int nhist;
     struct event ev[EVENTS];
@@ -567,6 +568,14 @@ static void scalar_add(collector_t *c, int r, const metrics_scalar_t *x)
     c->sc[i].step[r] = x->step;
     if (strcmp(x->name, "val_loss") != 0)
         return;
+    if (c->vrewound) {
+        /* The first val_loss after a restart: a run that resumed from a
+         * checkpoint measures its steps again; its values replace the old
+         * run's, never average with them (as the step history does). */
+        while (c->nvhist > 0 && c->vhist[c->nvhist - 1].step >= x->step)
+            c->nvhist--;
+        c->vrewound = false;
+    }
     for (int k = c->nvhist - 1; k >= 0 && k >= c->nvhist - SLOTS; k--)
         if (c->vhist[k].step == x->step) { /* another rank's value of a recent point */
             c->vhist[k].sum += x->value, c->vhist[k].n++;
@@ -879,7 +888,7 @@ void collector_job_restarted(collector_t *c, int restart, const char *detail)
     memset(c->acc, 0, sizeof(c->acc));
     c->lead_set = false; /* it may resume from a checkpoint of any step */
     c->nfailed = 0;      /* this run's; bmt_ranks_failed_total keeps every run's */
-    c->rewound = true;
+    c->rewound = c->vrewound = true;
     c->alive = c->l.world;
     snprintf(e.name, sizeof(e.name), "restart");
     snprintf(e.detail, sizeof(e.detail), "bmlaunch: restart %d after %s", restart,
@@ -1200,16 +1209,17 @@ static char *metrics_text(collector_t *c, size_t *len, bool scrape)
         double sa[COLLECTOR_STALE_SHOWN];
         int ns = stale_ranks(c, stale, now, sr, sa, COLLECTOR_STALE_SHOWN);
         prom_family(&b, "bmt_stale_window_seconds", "gauge",
-                    "a running rank that pushed nothing for this long is stale "
-                    "(--metrics-stale, else 5 step times, at least 10 s)");
+                    "a running rank that pushed no step for this long is stale (scalars and "
+                    "events alone do not count; --metrics-stale, else 5 step times, at least "
+                    "10 s)");
         prom_sample(&b, "bmt_stale_window_seconds", jl, stale);
         prom_family(&b, "bmt_ranks_stale", "gauge",
-                    "running ranks that pushed nothing for longer than the stale window");
+                    "running ranks that pushed no step for longer than the stale window");
         prom_sample(&b, "bmt_ranks_stale", jl, ns);
         if (ns > 0)
             prom_family(&b, "bmt_rank_stale_seconds", "gauge",
-                        "seconds since a stale rank's last push, with its process state as "
-                        "bmlaunch sees it (the first 16 stale ranks)");
+                        "seconds since a stale rank's last push of a step, with its process "
+                        "state as bmlaunch sees it (the first 16 stale ranks)");
         for (int i = 0; i < ns && i < COLLECTOR_STALE_SHOWN; i++) {
             char rs[16], st[64];
             snprintf(rs, sizeof(rs), "%d", sr[i]);

@@ -559,6 +559,13 @@ static void check_stale(void)
     ok(!strstr(m, "rank=\"0\",host=\"h0\",state") && !strstr(m, "rank=\"3\",host=\"h3\",state"),
        "rank 0 and rank 3 are not named stale");
     ok(sample(m, "bmt_ranks_reporting{job_id=\"st\"}") == 1, "only rank 0 counts as reporting");
+    /* Stale means no step pushed: the help must not say "pushed nothing" (a
+     * rank that pushes scalars or events alone is stale too). */
+    ok(strstr(m, "# HELP bmt_ranks_stale running ranks that pushed no step for longer") &&
+           strstr(m, "# HELP bmt_rank_stale_seconds seconds since a stale rank's last push of a "
+                     "step") &&
+           !strstr(m, "pushed nothing"),
+       "the help of the stale series says what counts: a step pushed");
     free(m);
     char *s = collector_status_json(c, false, &len);
     ok(strstr(s, "\"ranks_stale\":2") && strstr(s, "\"stale_ranks\":[{\"rank\":1,\"host\":\"h1\","
@@ -680,6 +687,35 @@ static void check_scalars(void)
     collector_destroy(c);
 }
 
+/* A restart that resumes from an earlier checkpoint measures val_loss at the
+ * old run's steps again: the page's history takes the new run's values (the
+ * step history does so too), never a mean of the two runs' nor the old run's
+ * later points after the new run's. */
+static void check_val_history_restart(void)
+{
+    collector_t *c = make("sc", 1, 2, false);
+    char why[300] = "", x[128];
+    int bad = 0;
+    for (int step = 800; step <= 1000; step += 100)
+        for (int r = 0; r < 2; r++) {
+            snprintf(x, sizeof(x), "{\"name\":\"val_loss\",\"value\":3,\"step\":%d}", step);
+            bad += push_scalars(c, r, x, why) != 200;
+        }
+    collector_job_restarted(c, 1, "rank 0 (pid 1 on h) exited with code 1");
+    for (int r = 0; r < 2; r++)
+        bad += push_scalars(c, r, "{\"name\":\"val_loss\",\"value\":1,\"step\":900}", why) != 200;
+    size_t len;
+    char *s = collector_status_json(c, false, &len);
+    ok(bad == 0 && s &&
+           strstr(s, "\"val_history\":[{\"step\":800,\"val_loss\":3.0},{\"step\":900,"
+                     "\"val_loss\":1.0}]"),
+       "after a restart resumed at step 900, val_history is 800: 3 (old run), 900: 1 (new run), "
+       "not 900: 2 and 1000: 3 (%s)",
+       s ? strstr(s, "\"val_history\"") : "no status");
+    free(s);
+    collector_destroy(c);
+}
+
 static void check_bearer_case(void)
 {
     collector_t *c = make("job7", 1, 1, false);
@@ -740,6 +776,7 @@ int main(void)
     check_stale();
     check_counters();
     check_scalars();
+    check_val_history_restart();
     check_bearer_case();
     check_conn_limits();
     check_token();
