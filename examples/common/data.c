@@ -412,6 +412,26 @@ void data_loader_destroy(data_loader_t *l)
 
 static int has_glob_chars(const char *s) { return strpbrk(s, "*?[") != NULL; }
 
+/* glob(3) skips a folder it cannot read, and the shards in it with it: a run
+ * would train on part of its data and say nothing. Its error callback stops
+ * it at the first such folder instead; the callback has no user pointer, so
+ * the folder and errno wait here (per thread) for data_loader_open's message.
+ * A folder that is not there (or not a folder) only matches nothing, as in a
+ * shell. */
+static _Thread_local struct {
+    int err;
+    char path[SHOWN_MAX + 1];
+} glob_failed;
+
+static int glob_error(const char *path, int e)
+{
+    if (e == ENOENT || e == ENOTDIR)
+        return 0;
+    glob_failed.err = e;
+    snprintf(glob_failed.path, sizeof(glob_failed.path), "%s", shown(path).s);
+    return 1;
+}
+
 data_loader_t *data_loader_open(const char *pattern, int B, int T, int rank, int world,
                                 bmt_error_t *err)
 {
@@ -435,9 +455,15 @@ data_loader_t *data_loader_open(const char *pattern, int B, int T, int rank, int
     int64_t global = bt * world; /* < 2^31 * 2^31: no overflow */
 
     glob_t g;
-    int rc = glob(pattern, 0, NULL, &g);
+    glob_failed.err = 0;
+    int rc = glob(pattern, 0, glob_error, &g);
     if (rc != 0) {
-        if (rc == GLOB_NOMATCH && !has_glob_chars(pattern)) {
+        if (rc == GLOB_ABORTED && glob_failed.err) {
+            data_err(err,
+                     "%s: cannot list the folder %s: %s; its shards would be left out (make it "
+                     "readable, or give a pattern that does not reach into it)",
+                     shown(pattern).s, glob_failed.path, strerror(glob_failed.err));
+        } else if (rc == GLOB_NOMATCH && !has_glob_chars(pattern)) {
             struct stat st;
             data_err(err, "%s: %s", shown(pattern).s,
                      stat(pattern, &st) != 0 ? strerror(errno) : "cannot be listed");
@@ -641,6 +667,11 @@ int data_loader_num_shards(const data_loader_t *l) { return l ? l->nshards : 0; 
 int64_t data_loader_shard_tokens(const data_loader_t *l, int i)
 {
     return l && i >= 0 && i < l->nshards ? l->ntok[i] : -1;
+}
+
+const char *data_loader_shard_path(const data_loader_t *l, int i)
+{
+    return l && i >= 0 && i < l->nshards ? l->paths[i] : NULL;
 }
 
 /* ---------------------------------------------------------------- byte-level tokenizer */

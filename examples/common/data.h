@@ -106,7 +106,9 @@ typedef struct data_loader data_loader_t;
  * header is read. Holds at most one file open and one buffer of B*T+1 tokens.
  * Returns the loader at position (0, 0), or NULL and err: B, T or world < 1,
  * rank outside [0, world), B*T >= 2^31, a missing file, a pattern that matches
- * nothing, an unreadable file or directory, a bad header, a too-short shard. */
+ * nothing, an unreadable file or directory, a folder the pattern reaches into
+ * that cannot be listed (glob(3) alone would skip it and the shards in it), a
+ * bad header, a too-short shard. */
 data_loader_t *data_loader_open(const char *pattern, int B, int T, int rank, int world,
                                 bmt_error_t *err);
 
@@ -146,6 +148,10 @@ int64_t data_loader_batches(const data_loader_t *loader);
 int data_loader_num_shards(const data_loader_t *loader);
 int64_t data_loader_shard_tokens(const data_loader_t *loader, int i);
 int data_loader_token_bytes(const data_loader_t *loader, int i);
+
+/* The path of shard i as the pattern matched it (owned by the loader, valid
+ * until destroy), or NULL if i is out of range. */
+const char *data_loader_shard_path(const data_loader_t *loader, int i);
 
 /* ---------------------------------------------------------------- byte-level tokenizer */
 

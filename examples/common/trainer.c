@@ -392,6 +392,40 @@ static int world_sum(bmt_ctx_t *ctx, double *v, int n, bmt_error_t *err)
     return bmt_all_reduce_host_f64(bmt_comm_world(ctx), v, (size_t)n, BMT_SUM, err);
 }
 
+/* A --val shard that is also a --data shard (the same file by device and
+ * inode, so another spelling of its path or a hard link counts) would measure
+ * the validation loss on tokens the model trains on: a loss that looks fine
+ * and means nothing. 0, or -1 with err naming the shard. */
+static int val_apart(const data_loader_t *train, const data_loader_t *val, const opts_t *o,
+                     bmt_error_t *err)
+{
+    const int nv = data_loader_num_shards(val), nt = data_loader_num_shards(train);
+    struct stat *vs = calloc((size_t)nv, sizeof(*vs));
+    if (vs == NULL)
+        return snprintf(err->text, sizeof(err->text), "out of memory"), -1;
+    for (int v = 0; v < nv; v++) /* one that cannot be stat'ed now fails at its read */
+        if (stat(data_loader_shard_path(val, v), &vs[v]) != 0)
+            vs[v].st_ino = 0, vs[v].st_dev = 0;
+    int rc = 0;
+    for (int t = 0; t < nt && rc == 0; t++) {
+        struct stat ts;
+        if (stat(data_loader_shard_path(train, t), &ts) != 0)
+            continue;
+        for (int v = 0; v < nv && rc == 0; v++)
+            if (vs[v].st_ino == ts.st_ino && vs[v].st_dev == ts.st_dev && ts.st_ino != 0) {
+                snprintf(err->text, sizeof(err->text),
+                         "--val shard %.500s is also a training shard: --data %.500s matches it "
+                         "(as %.500s), so the validation loss would be measured on tokens the "
+                         "model trains on; give --data a path or pattern that leaves the "
+                         "validation shards out",
+                         data_loader_shard_path(val, v), o->data, data_loader_shard_path(train, t));
+                rc = -1;
+            }
+    }
+    free(vs);
+    return rc;
+}
+
 static int evaluate(const trainer_model_t *md, bmt_ctx_t *ctx, void *m, data_loader_t *val,
                     int batches, int32_t *in, int32_t *tg, double *loss, bmt_error_t *err)
 {
@@ -431,10 +465,19 @@ static void on_usr1(int sig)
     usr1 = 1;
 }
 
+/* The file name of a shard path (what survives the data being moved or
+ * copied to another folder between runs). */
+static const char *base_name(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
 /* What the trainer adds to a checkpoint: its step, the model's sizes (a resume
  * must match them: the model's state()), the data position (the same on every
- * rank) and the batch (a resume keeps the global batch: B x accum x world
- * sequences of T). */
+ * rank) with the name and token count of the shard it is in (a resume checks
+ * that the position still means the same tokens) and the batch (a resume keeps
+ * the global batch: B x accum x world sequences of T). */
 static char *train_state(const trainer_model_t *md, const opts_t *o, const data_loader_t *ld,
                          int step, int accum, int world)
 {
@@ -442,9 +485,11 @@ static char *train_state(const trainer_model_t *md, const opts_t *o, const data_
     int64_t pos;
     data_loader_position(ld, &shard, &pos);
     json_t *model = md->state(md->self);
-    json_t *j = model ? json_pack("{sisos{sisI}s{sisisisi}}", "step", step, "model", model, "data",
-                                  "shard", shard, "pos", (json_int_t)pos, "batch", "B", o->B, "T",
-                                  o->T, "accum", accum, "world", world)
+    json_t *j = model ? json_pack("{sisos{sisIsssI}s{sisisisi}}", "step", step, "model", model,
+                                  "data", "shard", shard, "pos", (json_int_t)pos, "name",
+                                  base_name(data_loader_shard_path(ld, shard)), "tokens",
+                                  (json_int_t)data_loader_shard_tokens(ld, shard), "batch", "B",
+                                  o->B, "T", o->T, "accum", accum, "world", world)
                       : NULL;
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
@@ -479,11 +524,45 @@ static int model_matches(const trainer_model_t *md, const json_t *saved, bmt_err
     return same ? 0 : -1;
 }
 
-/* Check a checkpoint's model against ours (model_matches), move the
- * loader to its position and return its step (or -1 with err); *sb: its
- * batch. */
-static int resume_state(const trainer_model_t *md, const char *text, data_loader_t *ld,
-                        saved_batch_t *sb, bmt_error_t *err)
+/* Does the checkpoint's data position (shard, pos) still point at the tokens
+ * it was taken at? The position is a shard index and a token offset, so
+ * --data with shards added before it, removed, renamed or remade would
+ * otherwise go on silently elsewhere: tokens trained twice, others never. The
+ * shard there must have the name (not the folder: data may move between jobs)
+ * and the token count the checkpoint recorded; its contents are not
+ * compared. A checkpoint from before these were recorded is not checked. 0, or
+ * -1 with err. */
+static int data_matches(const json_t *data, int shard, int64_t pos, const data_loader_t *ld,
+                        const opts_t *o, const char *dir, bmt_error_t *err)
+{
+    const char *name = NULL;
+    json_int_t tokens = -1;
+    if (json_unpack((json_t *)data, "{sssI}", "name", &name, "tokens", &tokens) != 0)
+        return 0;
+    const char *path = data_loader_shard_path(ld, shard);
+    if (path && strcmp(base_name(path), name) == 0 &&
+        data_loader_shard_tokens(ld, shard) == (int64_t)tokens)
+        return 0;
+    char now[600];
+    if (path)
+        snprintf(now, sizeof(now), "%.500s of %lld tokens", path,
+                 (long long)data_loader_shard_tokens(ld, shard));
+    else
+        snprintf(now, sizeof(now), "no such shard (it matches %d)", data_loader_num_shards(ld));
+    snprintf(err->text, sizeof(err->text),
+             "--data %.300s is not the data the checkpoint was trained on: its position is token "
+             "%lld of shard %d, %.200s of %lld tokens, and shard %d of --data is now %s. Resume "
+             "with the shards it was trained on, in the same order, or start a new run from its "
+             "weights (--init-from %.300s)",
+             o->data, (long long)pos, shard, name, (long long)tokens, shard, now, dir);
+    return -1;
+}
+
+/* Check a checkpoint's model against ours (model_matches) and its data
+ * position against --data (data_matches), move the loader to that position
+ * and return its step (or -1 with err); *sb: its batch. */
+static int resume_state(const trainer_model_t *md, const opts_t *o, const char *dir,
+                        const char *text, data_loader_t *ld, saved_batch_t *sb, bmt_error_t *err)
 {
     json_error_t je;
     json_t *j = text ? json_loads(text, 0, &je) : NULL;
@@ -498,6 +577,8 @@ static int resume_state(const trainer_model_t *md, const char *text, data_loader
         json_unpack(j, "{s{sisisis?i}}", "batch", "B", &sb->B, "T", &sb->T, "accum", &sb->accum,
                     "world", &sb->world);
     int rc = model_matches(md, bad_json ? NULL : model, err);
+    if (rc == 0)
+        rc = data_matches(json_object_get(j, "data"), shard, (int64_t)pos, ld, o, dir, err);
     json_decref(j);
     if (rc < 0)
         return -1;
@@ -777,6 +858,7 @@ static int train(const trainer_model_t *md, const opts_t *o)
     }
     if ((train_ld = data_loader_open(o->data, o->B, o->T, rank, world, &err)) == NULL ||
         (o->val && (val_ld = data_loader_open(o->val, o->B, o->T, rank, world, &err)) == NULL) ||
+        (val_ld && val_apart(train_ld, val_ld, o, &err) < 0) ||
         (m = md->create(md->self, ctx, o->B, o->T, &lc, o->seed, &err)) == NULL ||
         (md->after_create && md->after_create(md->self, m, &err) < 0) ||
         (o->ckpt_budget >= 0 && ckpt_budget(md, m, o->ckpt_budget, rank, &err) < 0) ||
@@ -803,7 +885,7 @@ static int train(const trainer_model_t *md, const opts_t *o)
         saved_batch_t sb;
         int r = bmt_ckpt_resolve(o->save_dir, dir, sizeof(dir), &err), done = 0;
         if (r < 0 || (r == 0 && (bmt_ckpt_load(md->list(m), opt, dir, &user, &err) < 0 ||
-                                 (done = resume_state(md, user, train_ld, &sb, &err)) < 0 ||
+                                 (done = resume_state(md, o, dir, user, train_ld, &sb, &err)) < 0 ||
                                  keep_batch(o, &sb, world, &accum, &err) < 0))) {
             free(user);
             goto out;

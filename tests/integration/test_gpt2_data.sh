@@ -5,7 +5,10 @@
 # shuffling, transcribed below) serves them, on every rank of several worlds
 # through shard switches and epochs; data_write_shard's bytes equal
 # write_datafile's; the shipped corpus tokenizes into the shards write_datafile
-# makes of its bytes and decodes back to itself. Driver: tests/progs/gpt2_data_check.c.
+# makes of its bytes and decodes back to itself; and inputs that must not pass
+# silently: a cut or short shard, a folder the pattern cannot list, --resume on
+# shards that moved the saved position, a --val shard --data also matches.
+# Driver: tests/progs/gpt2_data_check.c.
 . "$(dirname "$0")/lib.sh"
 
 CHECK=$PROGS/gpt2_data_check
@@ -232,16 +235,82 @@ test_expect_success "the corpus is 100 KB to 1 MB of ASCII text and its sha256 i
 test_expect_code 1 "a shard cut by one byte is refused at open, naming the file" '
     $PY -c "import llmc; llmc.write_datafile(\"cut.bin\", list(range(100)))" &&
     truncate -s -1 cut.bin &&
-    "$CHECK" read cut.bin 1 8 0 1 1 2>err; rc=$?
-    grep -q "cut.bin: the header.s 100 tokens need 1224 bytes but the file has 1223" err || exit 3
+    { "$CHECK" read cut.bin 1 8 0 1 1 2>err; rc=$?; } &&
+    grep -q "cut.bin: the header.s 100 tokens of 2 bytes need 1224 bytes but the file has 1223 (count larger than the file: truncated" err || exit 3
     exit $rc
 '
 
 test_expect_code 1 "a shard too short for one global batch is refused, naming the file" '
     $PY -c "import llmc; llmc.write_datafile(\"small.bin\", list(range(64)))" &&
-    "$CHECK" read small.bin 2 16 0 2 1 2>err; rc=$?
+    { "$CHECK" read small.bin 2 16 0 2 1 2>err; rc=$?; } &&
     grep -q "small.bin: 64 tokens, fewer than one global batch needs: world\*B\*T+1 = 2\*2\*16+1 = 65" err || exit 3
     exit $rc
+'
+
+# glob(3) on its own skips a folder it cannot list, and the shards in it: the
+# run would train on part of its data and exit 0. Permissions do not stop
+# root, so as root the reader runs as nobody (setpriv).
+test_expect_code 1 "a folder the pattern cannot list is refused, naming it, not skipped with its shards" '
+    mkdir -p d/a d/b &&
+    $PY -c "import llmc; [llmc.write_datafile(\"d/%s/s.bin\" % x, list(range(100))) for x in \"ab\"]" &&
+    chmod 0311 d/b &&
+    as= &&
+    if [ "$(id -u)" = 0 ]; then
+        chmod a+x "$TMP" && as="setpriv --reuid=65534 --regid=65534 --clear-groups"
+    fi &&
+    { $as "$CHECK" read "d/*/*.bin" 1 8 0 1 30 >out 2>err; rc=$?; } &&
+    grep -q "d/\*/\*.bin: cannot list the folder d/b: Permission denied; its shards would be left out" err &&
+    test ! -s out &&
+    { $as "$CHECK" read "d/b/*.bin" 1 8 0 1 1 2>err2; rc2=$?; } && test $rc2 -eq 1 &&
+    grep -q "d/b/\*.bin: cannot list the folder d/b: Permission denied" err2 || exit 3
+    exit $rc
+'
+
+# A checkpoint's data position is a shard index and a token offset. Shards of
+# 100 tokens, B 2 T 16: 3 batches a shard, so after 4 steps the position is
+# token 32 of shard 1 (s_c.bin). A shard sorted in before it (of the same size,
+# as llm.c's shards are) would move the position onto other tokens.
+test_expect_success "--resume refuses --data whose shard at the saved position is another or remade; the same shards moved or one appended resume" '
+    $PY - <<-EOF
+	import llmc
+	for i, name in enumerate(("s_b", "s_c", "s_a", "s_d")):
+	    llmc.write_datafile(name + ".bin", [(7 * i + k) % 256 for k in range(100)])
+	EOF
+    mkdir d moved && mv s_b.bin s_c.bin d/ &&
+    run="$BUILDDIR/bin/gpt2 -b 2 -t 16 --steps 6" &&
+    $run --data "d/s_*.bin" --steps 4 --save-dir ck >out 2>&1 &&
+    $PY -c "import json; d = json.load(open(\"ck/step-00000004/train_state.json\"))[\"user\"][\"data\"]
+assert d == {\"shard\": 1, \"pos\": 32, \"name\": \"s_c.bin\", \"tokens\": 100}, d" &&
+    cp -r ck ck_moved && cp -r ck ck_more && cp d/s_*.bin moved/ &&
+    $run --data "moved/s_*.bin" --save-dir ck_moved --resume >out 2>&1 &&
+    grep -q "resumed from ck_moved/step-00000004 (step 4)" out && grep -q "step   6/6" out &&
+    cp s_d.bin d/ &&
+    $run --data "d/s_*.bin" --save-dir ck_more --resume >out 2>&1 &&
+    grep -q "resumed from ck_more/step-00000004 (step 4)" out &&
+    mv s_a.bin d/ &&
+    exits 1 $run --data "d/s_*.bin" --save-dir ck --resume &&
+    grep -q "gpt2: rank 0: --data d/s_\*.bin is not the data the checkpoint was trained on: its position is token 32 of shard 1, s_c.bin of 100 tokens, and shard 1 of --data is now d/s_b.bin of 100 tokens. Resume with the shards it was trained on, in the same order, or start a new run from its weights (--init-from ck/step-00000004)" err &&
+    rm d/s_a.bin d/s_d.bin &&
+    $PY -c "import llmc; llmc.write_datafile(\"d/s_c.bin\", list(range(120)))" &&
+    exits 1 $run --data "d/s_*.bin" --save-dir ck --resume &&
+    grep -q "now d/s_c.bin of 120 tokens" err &&
+    rm d/s_c.bin &&
+    exits 1 $run --data "d/s_*.bin" --save-dir ck --resume &&
+    grep -q "shard 1 of --data is now no such shard (it matches 1)" err &&
+    test "$(cat ck/latest)" = step-00000004 && test ! -e ck/step-00000005
+'
+
+# --data "corpus_*.bin" matches corpus_val.bin too: the run would train on its
+# validation shard and report a validation loss on trained tokens.
+test_expect_success "a --val shard that --data matches too (by its path or a hard link) is refused before any step" '
+    "$CHECK" tokenize "$CORPUS" c 0.1 && ln c_val.bin linked.bin &&
+    run="$BUILDDIR/bin/gpt2 -b 2 -t 16 --steps 2" &&
+    exits 1 $run --data "c_*.bin" --val c_val.bin &&
+    grep -q "gpt2: rank 0: --val shard c_val.bin is also a training shard: --data c_\*.bin matches it (as c_val.bin), so the validation loss would be measured on tokens the model trains on; give --data a path or pattern that leaves the validation shards out" err &&
+    ! grep -q "^step" stdout &&
+    exits 1 $run --data "linked.bin" --val "$PWD/c_val.bin" &&
+    grep -q "(as linked.bin)" err &&
+    $run --data "c_train.bin" --val c_val.bin >out 2>&1 && grep -q "val loss" out
 '
 
 test_done

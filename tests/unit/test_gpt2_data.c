@@ -335,6 +335,12 @@ static void test_ranks(void)
     is_int(data_loader_tokens(l[0]), 70001 + 90 + 31, "tokens() counts all shards");
     is_int(data_loader_shard_tokens(l[0], 1), 90, "shard_tokens(1)");
     is_int(data_loader_shard_tokens(l[0], 3), -1, "shard_tokens(3) is out of range");
+    ok(data_loader_shard_path(l[0], 1) &&
+           strcmp(data_loader_shard_path(l[0], 1), path_in("ds/tok_001.bin")) == 0,
+       "shard_path(1) is the second match, as glob gave it");
+    ok(data_loader_shard_path(l[0], 3) == NULL && data_loader_shard_path(l[0], -1) == NULL &&
+           data_loader_shard_path(NULL, 0) == NULL,
+       "shard_path out of range is NULL");
     is_int(data_loader_batches(l[0]), per_epoch,
            "batches() is the distinct global batches before the loader starts again");
 
