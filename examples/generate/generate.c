@@ -318,7 +318,10 @@ int main(int argc, char **argv)
         case OPT_NO_EOS: ignore_eos = 1; break;
         case OPT_TEXT: text = 1; break;
         case 'v': verbose = 1; break;
-        case 'h': fputs(USAGE, stdout); return 0;
+        case 'h': /* a usage that was not written is no success (a full disk, a closed stdout) */
+            if (fputs(USAGE, stdout) == EOF || fflush(stdout) != 0)
+                die(1, "stdout: %s", strerror(errno));
+            return 0;
         case OPT_NO_CACHE: no_cache = 1; break;
         case OPT_DUMP: dump = optarg; break;
         case OPT_DEVICE:

@@ -339,6 +339,17 @@ test_expect_success "a FIFO named config.json or latest is refused at once (exit
     cat err && test $rc -eq 1 && grep -q "^generate: dircfg/config.json: not a regular file" err
 '
 
+test_expect_success "output that cannot be written (a full disk, a closed stdout) is exit 1 with one line, --help's too" '
+    for how in ">/dev/full" ">&-"; do
+        rc=0 && eval "$GEN $M/g1 --prompt-ids $P -n 5 $how" 2>err || rc=$? &&
+        cat err && test $rc -eq 1 && test $(wc -l <err) -eq 1 && grep -q "^generate: stdout: " err &&
+        rc=0 && eval "$GEN --help $how" 2>err || rc=$? &&
+        cat err && test $rc -eq 1 && test $(wc -l <err) -eq 1 && grep -q "^generate: stdout: " err ||
+        exit 1
+    done &&
+    $GEN --help >out && grep -q "^usage: generate DIR" out
+'
+
 test_expect_success "a config.json as transformers 5 writes it (rope_parameters: rope_theta and Llama 3 scaling) gives the same ids and logits" '
     cp -r $M/l1 v5 && $PY - <<-EOF &&
 	import json
