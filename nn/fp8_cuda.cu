@@ -611,10 +611,10 @@ static int conv1d_args(int N, int IC, int OC, const nn_cuda_fp8_scales_t *sc, co
  * linear 1, nn.Linear's (OC,IC), its row-major codes for the product and the
  * transposed ones kept. The same codes either way, laid out for the product
  * out (N,OC) = x (N,IC) x (W as (OC,IC))^T, both with IC contiguous. */
-static int forward(nn_cuda_t *h, void *out, uint8_t *xqt, uint8_t *wkept, const void *inp, int gelu,
-                   const void *weight, const void *bias, int N, int IC, int OC, int fast_accum,
-                   const nn_cuda_fp8_scales_t *sc, void *scratch, int linear, const char *what,
-                   bmt_error_t *err)
+static int forward(nn_cuda_t *h, void *out, const void *res, uint8_t *xqt, uint8_t *wkept,
+                   const void *inp, int gelu, const void *weight, const void *bias, int N, int IC,
+                   int OC, int fast_accum, const nn_cuda_fp8_scales_t *sc, void *scratch,
+                   int linear, const char *what, bmt_error_t *err)
 {
     if (conv1d_args(N, IC, OC, sc, scratch, what, err) < 0)
         return -1;
@@ -628,8 +628,20 @@ static int forward(nn_cuda_t *h, void *out, uint8_t *xqt, uint8_t *wkept, const 
                 : convert(h, wkept, wp, weight, NULL, IC, OC, NN_FP8_E4M3, sc, 1, ACT_NONE, NULL,
                           NULL, false, err)) < 0)
         return -1;
+    if (res)
+        return nn_cuda_fp8_matmul_residual(h, out, res, xq, NN_FP8_E4M3, &s[0], wp, NN_FP8_E4M3,
+                                           &s[4], bias, fast_accum, N, IC, OC, err);
     return nn_cuda_fp8_matmul(h, out, 0, OC, xq, NN_FP8_E4M3, &s[0], wp, NN_FP8_E4M3, &s[4], bias,
                               0.0f, fast_accum, N, IC, OC, err);
+}
+
+/* Why a residual forward's res is refused (NULL or out): the words
+ * nn_cuda_fp8_matmul_residual uses. */
+static const char *res_refusal(const void *res)
+{
+    return res ? "res is out: in place, cuBLASLt's FP8 product gave other bits than into a buffer "
+                 "of its own (tests/gpu/fp8_check.c); give out a buffer of its own"
+               : "res is NULL";
 }
 
 extern "C" int nn_cuda_fp8_conv1d_forward(nn_cuda_t *h, void *out, uint8_t *xqt, uint8_t *wq,
@@ -638,8 +650,21 @@ extern "C" int nn_cuda_fp8_conv1d_forward(nn_cuda_t *h, void *out, uint8_t *xqt,
                                           const nn_cuda_fp8_scales_t *sc, void *scratch,
                                           bmt_error_t *err)
 {
-    return forward(h, out, xqt, wq, inp, gelu, weight, bias, N, IC, OC, fast_accum, sc, scratch, 0,
-                   "fp8 conv1d forward", err);
+    return forward(h, out, NULL, xqt, wq, inp, gelu, weight, bias, N, IC, OC, fast_accum, sc,
+                   scratch, 0, "fp8 conv1d forward", err);
+}
+
+extern "C" int nn_cuda_fp8_conv1d_residual_forward(nn_cuda_t *h, void *out, const void *res,
+                                                   uint8_t *xqt, uint8_t *wq, const void *inp,
+                                                   int gelu, const void *weight, const void *bias,
+                                                   int N, int IC, int OC, int fast_accum,
+                                                   const nn_cuda_fp8_scales_t *sc, void *scratch,
+                                                   bmt_error_t *err)
+{
+    if (res == NULL || res == out) /* before the conversions touch the records */
+        return fail_text(err, "fp8 conv1d residual forward", res_refusal(res));
+    return forward(h, out, res, xqt, wq, inp, gelu, weight, bias, N, IC, OC, fast_accum, sc,
+                   scratch, 0, "fp8 conv1d residual forward", err);
 }
 
 extern "C" int nn_cuda_fp8_linear_forward(nn_cuda_t *h, void *out, uint8_t *xqt, uint8_t *wqt,
@@ -648,8 +673,21 @@ extern "C" int nn_cuda_fp8_linear_forward(nn_cuda_t *h, void *out, uint8_t *xqt,
                                           const nn_cuda_fp8_scales_t *sc, void *scratch,
                                           bmt_error_t *err)
 {
-    return forward(h, out, xqt, wqt, inp, 0, weight, bias, N, IC, OC, fast_accum, sc, scratch, 1,
-                   "fp8 linear forward", err);
+    return forward(h, out, NULL, xqt, wqt, inp, 0, weight, bias, N, IC, OC, fast_accum, sc, scratch,
+                   1, "fp8 linear forward", err);
+}
+
+extern "C" int nn_cuda_fp8_linear_residual_forward(nn_cuda_t *h, void *out, const void *res,
+                                                   uint8_t *xqt, uint8_t *wqt, const void *inp,
+                                                   const void *weight, const void *bias, int N,
+                                                   int IC, int OC, int fast_accum,
+                                                   const nn_cuda_fp8_scales_t *sc, void *scratch,
+                                                   bmt_error_t *err)
+{
+    if (res == NULL || res == out) /* before the conversions touch the records */
+        return fail_text(err, "fp8 linear residual forward", res_refusal(res));
+    return forward(h, out, res, xqt, wqt, inp, 0, weight, bias, N, IC, OC, fast_accum, sc, scratch,
+                   1, "fp8 linear residual forward", err);
 }
 
 /* The backward of either layout (forward's linear). */

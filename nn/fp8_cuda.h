@@ -126,6 +126,17 @@ int nn_cuda_fp8_conv1d_forward(nn_cuda_t *h, void *out, uint8_t *xqt, uint8_t *w
                                int OC, int fast_accum, const nn_cuda_fp8_scales_t *sc,
                                void *scratch, bmt_error_t *err);
 
+/* out (N,OC) bf16 = res (N,OC) bf16 + the same product: the residual read
+ * as the product's C input (nn_cuda_fp8_matmul_residual), the sum rounded
+ * once, where the plain forward and nn_cuda_residual_forward round twice and
+ * pass the output through memory once more. res NULL or out is refused
+ * (nn_cuda_fp8_matmul_residual). */
+int nn_cuda_fp8_conv1d_residual_forward(nn_cuda_t *h, void *out, const void *res, uint8_t *xqt,
+                                        uint8_t *wq, const void *inp, int gelu, const void *weight,
+                                        const void *bias, int N, int IC, int OC, int fast_accum,
+                                        const nn_cuda_fp8_scales_t *sc, void *scratch,
+                                        bmt_error_t *err);
+
 /* From dout (N,OC) bf16, through E5M2: dweight (IC,OC) f32 += (add; = when
  * add is 0: a fresh gradient, bmt_block_call_t.grads_fresh) from xqt (the
  * forward's); dinp (N,IC) bf16 = (overwritten) from the weight's E4M3 codes at
@@ -159,6 +170,12 @@ int nn_cuda_fp8_linear_forward(nn_cuda_t *h, void *out, uint8_t *xqt, uint8_t *w
                                const void *weight, const void *bias, int N, int IC, int OC,
                                int fast_accum, const nn_cuda_fp8_scales_t *sc, void *scratch,
                                bmt_error_t *err);
+/* out = res + the product, as nn_cuda_fp8_conv1d_residual_forward. */
+int nn_cuda_fp8_linear_residual_forward(nn_cuda_t *h, void *out, const void *res, uint8_t *xqt,
+                                        uint8_t *wqt, const void *inp, const void *weight,
+                                        const void *bias, int N, int IC, int OC, int fast_accum,
+                                        const nn_cuda_fp8_scales_t *sc, void *scratch,
+                                        bmt_error_t *err);
 int nn_cuda_fp8_linear_backward(nn_cuda_t *h, void *dinp, float *dweight, float *dbias,
                                 const void *dout, const uint8_t *xqt, const uint8_t *wqt_kept,
                                 const void *weight, int N, int IC, int OC,

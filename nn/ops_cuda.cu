@@ -2933,11 +2933,11 @@ extern "C" int nn_cuda_matmul_backward_dgelu(nn_cuda_t *h, void *dinp, float *dw
                            EPI_DGELU, pre, add, err);
 }
 
-extern "C" int nn_cuda_fp8_matmul(nn_cuda_t *h, void *out, int out_f32, int ld_out,
-                                  const uint8_t *a, nn_fp8_kind_t ka, const float *a_descale,
-                                  const uint8_t *b, nn_fp8_kind_t kb, const float *b_descale,
-                                  const void *bias, float beta, int fast_accum, int N, int K,
-                                  int OC, bmt_error_t *err)
+/* nn_cuda_fp8_matmul with C = res (bf16, out's layout) where given, else out */
+static int fp8_matmul(nn_cuda_t *h, void *out, int out_f32, int ld_out, const uint8_t *a,
+                      nn_fp8_kind_t ka, const float *a_descale, const uint8_t *b, nn_fp8_kind_t kb,
+                      const float *b_descale, const void *bias, const void *res, float beta,
+                      int fast_accum, int N, int K, int OC, bmt_error_t *err)
 {
     char why[200];
     const bool ka_ok = ka == NN_FP8_E4M3 || ka == NN_FP8_E5M2,
@@ -2949,7 +2949,7 @@ extern "C" int nn_cuda_fp8_matmul(nn_cuda_t *h, void *out, int out_f32, int ld_o
     if (out == NULL || a == NULL || b == NULL || a_descale == NULL || b_descale == NULL)
         return fail_text(err, "fp8 matmul", "a pointer is NULL");
     if (N < 1 || OC < 1 || K < 16 || K % 16 || ld_out < OC || ld_out % (out_f32 ? 4 : 8) ||
-        !aligned16(out, a, b, bias)) {
+        !aligned16(out, a, b, bias) || !aligned16(res)) {
         snprintf(why, sizeof(why),
                  "N %d, K %d, OC %d, ld_out %d: K must be a multiple of 16, ld_out >= OC with "
                  "rows of 16-byte multiples, every pointer 16-byte aligned",
@@ -2969,7 +2969,34 @@ extern "C" int nn_cuda_fp8_matmul(nn_cuda_t *h, void *out, int out_f32, int ld_o
     const cudaDataType_t dt[2] = { CUDA_R_8F_E4M3, CUDA_R_8F_E5M2 };
     const fp8_args f8 = { dt[kb], dt[ka], b_descale, a_descale, fast_accum != 0 };
     return matmul_one(h, out, out_f32 ? CUDA_R_32F : CUDA_R_16BF, ld_out, b, true, K, a, false, K,
-                      OC, N, K, bias, beta, EPI_NONE, NULL, err, &f8);
+                      OC, N, K, bias, beta, EPI_NONE, NULL, err, &f8, res);
+}
+
+extern "C" int nn_cuda_fp8_matmul(nn_cuda_t *h, void *out, int out_f32, int ld_out,
+                                  const uint8_t *a, nn_fp8_kind_t ka, const float *a_descale,
+                                  const uint8_t *b, nn_fp8_kind_t kb, const float *b_descale,
+                                  const void *bias, float beta, int fast_accum, int N, int K,
+                                  int OC, bmt_error_t *err)
+{
+    return fp8_matmul(h, out, out_f32, ld_out, a, ka, a_descale, b, kb, b_descale, bias, NULL, beta,
+                      fast_accum, N, K, OC, err);
+}
+
+extern "C" int nn_cuda_fp8_matmul_residual(nn_cuda_t *h, void *out, const void *res,
+                                           const uint8_t *a, nn_fp8_kind_t ka,
+                                           const float *a_descale, const uint8_t *b,
+                                           nn_fp8_kind_t kb, const float *b_descale,
+                                           const void *bias, int fast_accum, int N, int K, int OC,
+                                           bmt_error_t *err)
+{
+    if (res == NULL || res == out)
+        return fail_text(err, "fp8 matmul residual",
+                         res ? "res is out: in place, cuBLASLt's FP8 product gave other bits than "
+                               "into a buffer of its own (tests/gpu/fp8_check.c); give out a "
+                               "buffer of its own"
+                             : "res is NULL");
+    return fp8_matmul(h, out, 0, OC, a, ka, a_descale, b, kb, b_descale, bias, res, 1.0f,
+                      fast_accum, N, K, OC, err);
 }
 
 extern "C" int nn_cuda_attention_is_flash(int C, int NH) { return C % NH == 0 && flash_ok(C / NH); }

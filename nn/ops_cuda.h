@@ -175,6 +175,16 @@ int nn_cuda_fp8_matmul(nn_cuda_t *h, void *out, int out_f32, int ld_out, const u
                        const float *b_descale, const void *bias, float beta, int fast_accum, int N,
                        int K, int OC, bmt_error_t *err);
 
+/* out (N,OC) bf16 = res (N,OC) bf16 + the product above (bf16 output, rows
+ * OC apart) + bias: cuBLASLt's C input with beta 1, the sum rounded once
+ * (nn_cuda_matmul_residual_forward's FP8 twin). res 16-byte aligned; NULL
+ * and res == out are refused (in place, cuBLASLt's FP8 product gave other
+ * bits than into a buffer of its own: measured on an H100). */
+int nn_cuda_fp8_matmul_residual(nn_cuda_t *h, void *out, const void *res, const uint8_t *a,
+                                nn_fp8_kind_t ka, const float *a_descale, const uint8_t *b,
+                                nn_fp8_kind_t kb, const float *b_descale, const void *bias,
+                                int fast_accum, int N, int K, int OC, bmt_error_t *err);
+
 /* Causal self-attention. Head sizes 16, 32 and 64 (GPT-2's is 64) take
  * flash attention (the scores never reach memory; `att` saves the softmax's
  * log-sum-exp per row, (B,NH,T) f32); other head sizes materialize the scores

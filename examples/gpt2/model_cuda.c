@@ -103,7 +103,6 @@ struct gpt2_cu {
     float *logits_f32, *logits_host; /* keep_logits: (N,V) device, host */
     /* backward */
     void *dres, *dres2, *dln, *datty, *dqkv, *datt, *attn_scratch, *dfch;
-    void *proj; /* a recomputation's attention projection (x_{l+1} is kept) */
     void *stream;
     size_t U, att_bytes;     /* one (N,C) bf16 buffer; attention's saved bytes */
     bool fp8;                /* gpt2_cu_fp8 */
@@ -220,11 +219,11 @@ void gpt2_cu_destroy(gpt2_cu_t *cu)
             for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
                 bmt_free(ctx, all[i]);
         }
-    void *rest[] = { cu->tokens,   cu->qkv,          cu->attn_y, cu->lnf,      cu->logits,
-                     cu->lnf_mean, cu->lnf_rstd,     cu->losses, cu->loss_sum, cu->logits_f32,
-                     cu->dres,     cu->dres2,        cu->dln,    cu->datty,    cu->dqkv,
-                     cu->datt,     cu->attn_scratch, cu->dfch,   cu->proj,     cu->workspace,
-                     cu->fp8p.s,   cu->fp8_scratch };
+    void *rest[] = { cu->tokens,     cu->qkv,          cu->attn_y, cu->lnf,       cu->logits,
+                     cu->lnf_mean,   cu->lnf_rstd,     cu->losses, cu->loss_sum,  cu->logits_f32,
+                     cu->dres,       cu->dres2,        cu->dln,    cu->datty,     cu->dqkv,
+                     cu->datt,       cu->attn_scratch, cu->dfch,   cu->workspace, cu->fp8p.s,
+                     cu->fp8_scratch };
     for (size_t i = 0; i < sizeof(rest) / sizeof(rest[0]); i++)
         bmt_free(ctx, rest[i]);
     if (cu->katty)
@@ -332,19 +331,20 @@ static int linear_forward(gpt2_cu_t *cu, int l, int k, void *out, void **xq, con
                                             cu->N, IC, OC, 1, &sc, cu->fp8_scratch, err);
 }
 
-/* out = res + inp x W + b. bf16: one product, the residual read by its
- * epilogue. FP8: the product into tmp (which may be out, never res), then
- * the residual add. */
-static int linear_residual_forward(gpt2_cu_t *cu, int l, int k, void *out, void *tmp, void **xq,
+/* out = res + inp x W + b in one product, the residual read as its C input
+ * and the sum rounded once, bf16 or FP8. */
+static int linear_residual_forward(gpt2_cu_t *cu, int l, int k, void *out, void **xq,
                                    const void *res, const void *inp, bool gelu, const void *w,
                                    const void *b, int IC, int OC, bmt_error_t *err)
 {
     if (!cu->fp8)
         return nn_cuda_matmul_residual_forward(cu->h, out, res, inp, w, b, cu->N, IC, OC, 0, err);
-    return linear_forward(cu, l, k, tmp, xq, inp, gelu, w, b, IC, OC, err) < 0 ||
-                   nn_cuda_residual_forward(cu->h, out, res, tmp, (size_t)cu->N * OC, err) < 0
+    const nn_cuda_fp8_scales_t sc = fp8_scales(cu, l, k);
+    return need(cu, xq, (size_t)cu->N * IC, err) < 0
                ? -1
-               : 0;
+               : nn_cuda_fp8_conv1d_residual_forward(cu->h, out, res, *xq, wq_at(cu, l, k), inp,
+                                                     gelu, w, b, cu->N, IC, OC, 1, &sc,
+                                                     cu->fp8_scratch, err);
 }
 
 /* Its backward: from the bf16 input, or the FP8 codes linear_forward saved.
@@ -375,10 +375,8 @@ static int linear_codes(gpt2_cu_t *cu, int l, int k, void *xqt, const void *inp,
 /* A recomputation (checkpointing) stops once the activations that the
  * backward reads exist: x_{l+1} is kept, so the MLP's projection and the
  * last residual are not taken again. The attention's projection writes
- * res2 = x + its output in one product (bf16); with FP8 it goes to a buffer
- * of its own that lives until the residual (x_{l+1} outside a
- * recomputation). Each buffer is made just before its first writer, so the
- * projection's is gone before the MLP's. */
+ * res2 = x + its output in one product (bf16 and FP8 alike). Each buffer is
+ * made just before its first writer. */
 static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bool recompute, bmt_error_t *err)
 {
     nn_cuda_t *h = cu->h;
@@ -389,16 +387,14 @@ static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bool recompute, b
     void **atty = cu->keep_attn ? &cu->katty[l] : &a->atty,
          **att = cu->keep_attn ? &cu->katt[l] : &a->att;
     const bool attend = !(recompute && cu->keep_attn); /* else kept from the forward */
-    if ((!recompute && need(cu, &cu->x[l + 1], U, err) < 0) ||
-        (recompute && cu->fp8 && need(cu, &cu->proj, U, err) < 0) ||
-        need(cu, &a->ln1, U, err) < 0 || need(cu, &a->ln1_mean, S, err) < 0 ||
-        need(cu, &a->ln1_rstd, S, err) < 0 || need(cu, &a->qkvr, 3 * U, err) < 0 ||
-        need(cu, att, cu->att_bytes, err) < 0 || need(cu, atty, U, err) < 0 ||
-        need(cu, &a->res2, U, err) < 0 ||
+    if ((!recompute && need(cu, &cu->x[l + 1], U, err) < 0) || need(cu, &a->ln1, U, err) < 0 ||
+        need(cu, &a->ln1_mean, S, err) < 0 || need(cu, &a->ln1_rstd, S, err) < 0 ||
+        need(cu, &a->qkvr, 3 * U, err) < 0 || need(cu, att, cu->att_bytes, err) < 0 ||
+        need(cu, atty, U, err) < 0 || need(cu, &a->res2, U, err) < 0 ||
         (cu->fp8 && need(cu, &a->wq, 12 * (size_t)C * C, err) < 0))
         return -1;
     void *out = cu->x[l + 1];
-    void *qkv = cu->flash ? a->qkvr : cu->qkv, *proj = recompute ? cu->proj : out;
+    void *qkv = cu->flash ? a->qkvr : cu->qkv;
     if (nn_cuda_layernorm_forward(h, a->ln1, a->ln1_mean, a->ln1_rstd, x, p[LN1_W], p[LN1_B], N, C,
                                   err) < 0 ||
         linear_forward(cu, l, 0, qkv, &a->ln1_q, a->ln1, false, p[ATTN_W], p[ATTN_B], C, 3 * C,
@@ -408,11 +404,9 @@ static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bool recompute, b
         drop(cu, &a->ln1);
     if ((attend && nn_cuda_attention_forward(h, *atty, a->qkvr, *att, qkv, cu->attn_y, cu->B, cu->T,
                                              C, cu->cfg.n_head, err) < 0) ||
-        linear_residual_forward(cu, l, 1, a->res2, proj, &a->atty_q, x, *atty, false, p[APROJ_W],
+        linear_residual_forward(cu, l, 1, a->res2, &a->atty_q, x, *atty, false, p[APROJ_W],
                                 p[APROJ_B], C, C, err) < 0)
         return -1;
-    if (recompute && cu->fp8)
-        drop(cu, &cu->proj);
     /* FP8: GELU's output exists only as its codes, made from c_fc's output by
      * mlp.c_proj's conversion (no bf16 copy written or read). */
     if (need(cu, &a->ln2, U, err) < 0 || need(cu, &a->ln2_mean, S, err) < 0 ||
@@ -436,7 +430,7 @@ static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bool recompute, b
                            linear_codes(cu, l, 3, a->gelu_q, a->fch, true, 4 * C, err) < 0)
                    ? -1
                    : 0;
-    return linear_residual_forward(cu, l, 3, out, out, &a->gelu_q, a->res2,
+    return linear_residual_forward(cu, l, 3, out, &a->gelu_q, a->res2,
                                    cu->fp8 ? a->fch : a->fch_gelu, cu->fp8, p[FPROJ_W], p[FPROJ_B],
                                    4 * C, C, err);
 }

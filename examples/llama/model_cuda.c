@@ -474,9 +474,8 @@ static int linear_forward(llama_cu_t *cu, int l, int k, void *out, void **xq, co
                                             IC, OC, 1, &sc, cu->fp8_scratch, err);
 }
 
-/* out = res + inp W^T (o and down). bf16: one product, the residual read by
- * its epilogue. FP8: the product into out (never res), then the residual
- * added in place. */
+/* out = res + inp W^T (o and down) in one product, the residual read as its
+ * C input and the sum rounded once, bf16 or FP8. */
 static int linear_residual_forward(llama_cu_t *cu, int l, int k, void *out, void **xq,
                                    const void *res, const void *inp, const void *w,
                                    bmt_error_t *err)
@@ -486,10 +485,12 @@ static int linear_residual_forward(llama_cu_t *cu, int l, int k, void *out, void
     if (!cu->fp8)
         return nn_cuda_matmul_residual_forward(cu->h, out, res, inp, w, NULL, cu->N, IC, OC, 1,
                                                err);
-    return linear_forward(cu, l, k, out, xq, inp, w, err) < 0 ||
-                   nn_cuda_residual_forward(cu->h, out, res, out, (size_t)cu->N * OC, err) < 0
+    const nn_cuda_fp8_scales_t sc = fp8_scales(cu, l, k);
+    return need(cu, xq, (size_t)cu->N * IC, err) < 0
                ? -1
-               : 0;
+               : nn_cuda_fp8_linear_residual_forward(cu->h, out, res, *xq, wq_at(cu, l, k), inp, w,
+                                                     NULL, cu->N, IC, OC, 1, &sc, cu->fp8_scratch,
+                                                     err);
 }
 
 /* Its backward: dinp (N,IC) and/or dw (OC,IC) f32 (added into: add) from dout

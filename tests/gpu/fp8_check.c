@@ -530,6 +530,64 @@ static int layer_bwd(int wt, void *dinp, float *dw, float *db, const void *dout,
                                             scratch, add, err);
 }
 
+/* out = res + the layer's product in one FP8 product (the residual as C):
+ * against the emulation's product plus res (one rounding more on the
+ * reference side: within the forward's bound); no res, or res == out,
+ * refused. out/sout: the emulation's product and its magnitudes; g_out: the
+ * plain forward's output (not a reference: it shows res changed the sums). */
+static void t_layer_residual(int wt, const char *lay, const char *how, const float *g_out,
+                             const float *out, const float *sout, const void *gx, const void *gw,
+                             const void *gb, int N, int IC, int OC, const nn_cuda_fp8_scales_t *gsc,
+                             void *scratch)
+{
+    const size_t no = (size_t)N * OC;
+    float *res = rnd_spread(no, 1.0f, 2.0), *want = xmalloc(no * 4);
+    for (size_t i = 0; i < no; i++)
+        want[i] = (float)((double)out[i] + res[i]);
+    void *gres = up_bf16(res, no), *gy = dmalloc(no * 2);
+    bmt_error_t err;
+    char what[200];
+    run(wt ? nn_cuda_fp8_linear_residual_forward(h, gy, gres, NULL, NULL, gx, gw, gb, N, IC, OC, 1,
+                                                 gsc, scratch, &err)
+           : nn_cuda_fp8_conv1d_residual_forward(h, gy, gres, NULL, NULL, gx, 0, gw, gb, N, IC, OC,
+                                                 1, gsc, scratch, &err),
+        "fp8 residual forward", &err);
+    float *g_y = down_bf16(gy, no);
+    snprintf(what, sizeof what,
+             "%s %d x %d -> %d, %s: res + the product in one FP8 product (res as C), against the "
+             "emulation + res",
+             lay, N, IC, OC, how);
+    within(what, g_y, want, sout, no, 0x1p-9);
+    size_t moved = 0;
+    for (size_t i = 0; i < no; i++)
+        moved += g_y[i] != g_out[i];
+    ok(moved > no / 2, "%s %d x %d -> %d, %s: res changed %zu of %zu values of the plain product",
+       lay, N, IC, OC, how, moved, no);
+    /* refused: without res, and in place (cuBLASLt's FP8 product gave other
+     * bits in place than into a buffer of its own); nothing written */
+    bmt_error_t e2;
+    uint16_t *before = xmalloc(no * 2), *after = xmalloc(no * 2);
+    d2h(before, gy, no * 2);
+    const int rc = wt ? nn_cuda_fp8_linear_residual_forward(h, gy, NULL, NULL, NULL, gx, gw, gb, N,
+                                                            IC, OC, 1, gsc, scratch, &e2)
+                      : nn_cuda_fp8_conv1d_residual_forward(h, gy, NULL, NULL, NULL, gx, 0, gw, gb,
+                                                            N, IC, OC, 1, gsc, scratch, &e2);
+    ok(rc < 0 && strstr(e2.text, "res is NULL") != NULL,
+       "%s: the residual forward without res: refused (%s)", lay, rc < 0 ? e2.text : "accepted");
+    const int rc2 = wt ? nn_cuda_fp8_linear_residual_forward(h, gy, gy, NULL, NULL, gx, gw, gb, N,
+                                                             IC, OC, 1, gsc, scratch, &e2)
+                       : nn_cuda_fp8_conv1d_residual_forward(h, gy, gy, NULL, NULL, gx, 0, gw, gb,
+                                                             N, IC, OC, 1, gsc, scratch, &e2);
+    ck(cudaStreamSynchronize(stream), "sync");
+    d2h(after, gy, no * 2);
+    ok(rc2 < 0 && strstr(e2.text, "res is out") != NULL && memcmp(before, after, no * 2) == 0,
+       "%s: the residual forward in place (res == out): refused, out untouched (%s)", lay,
+       rc2 < 0 ? e2.text : "accepted");
+    free(before), free(after);
+    free(res), free(want), free(g_y);
+    cudaFree(gres), cudaFree(gy);
+}
+
 /* The FP8 linear layer (nn_cuda_fp8_conv1d_* for wt 0, HF's Conv1D weight
  * (IC,OC); nn_cuda_fp8_linear_* for wt 1, nn.Linear's (OC,IC)) against its
  * f32 emulation nn_fp8_linear_* (nn/fp8.h) with the same wt on the same bf16
@@ -618,6 +676,7 @@ static void t_layer(int N, int IC, int OC, int delayed, int wt)
              "%s %d x %d -> %d, %s scaling, against nn_fp8_linear_*: forward (fast)", lay, N, IC,
              OC, how);
     within(what, g_out, out, sout, no, 0x1p-9);
+    t_layer_residual(wt, lay, how, g_out, out, sout, gx, gw, gb, N, IC, OC, &gsc, scratch);
     snprintf(what, sizeof what, "%s %d x %d -> %d, %s: dinp", lay, N, IC, OC, how);
     within(what, g_dinp, dinp, sdinp, nx, 0x1p-10);
     snprintf(what, sizeof what, "%s %d x %d -> %d, %s: dweight added into a prior", lay, N, IC, OC,
