@@ -27,6 +27,21 @@ int fail_text(bmt_error_t *err, const char *what, const char *why)
     return -1;
 }
 
+/* The FP8 products' residual (C) input: -1 with err when res is NULL or
+ * out itself (in place, cuBLASLt's FP8 product gave other bits than into a
+ * buffer of its own: tests/gpu/fp8_check.c), else 0. */
+int fp8_res_refused(const void *out, const void *res, const char *what, bmt_error_t *err)
+{
+    if (res == NULL)
+        return fail_text(err, what, "res is NULL");
+    if (res == out)
+        return fail_text(err, what,
+                         "res is out: in place, cuBLASLt's FP8 product gave other bits than into "
+                         "a buffer of its own (tests/gpu/fp8_check.c); give out a buffer of its "
+                         "own");
+    return 0;
+}
+
 int launched(bmt_error_t *err, const char *what)
 {
     cudaError_t e = cudaGetLastError();

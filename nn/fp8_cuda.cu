@@ -635,15 +635,6 @@ static int forward(nn_cuda_t *h, void *out, const void *res, uint8_t *xqt, uint8
                               0.0f, fast_accum, N, IC, OC, err);
 }
 
-/* Why a residual forward's res is refused (NULL or out): the words
- * nn_cuda_fp8_matmul_residual uses. */
-static const char *res_refusal(const void *res)
-{
-    return res ? "res is out: in place, cuBLASLt's FP8 product gave other bits than into a buffer "
-                 "of its own (tests/gpu/fp8_check.c); give out a buffer of its own"
-               : "res is NULL";
-}
-
 extern "C" int nn_cuda_fp8_conv1d_forward(nn_cuda_t *h, void *out, uint8_t *xqt, uint8_t *wq,
                                           const void *inp, int gelu, const void *weight,
                                           const void *bias, int N, int IC, int OC, int fast_accum,
@@ -661,8 +652,8 @@ extern "C" int nn_cuda_fp8_conv1d_residual_forward(nn_cuda_t *h, void *out, cons
                                                    const nn_cuda_fp8_scales_t *sc, void *scratch,
                                                    bmt_error_t *err)
 {
-    if (res == NULL || res == out) /* before the conversions touch the records */
-        return fail_text(err, "fp8 conv1d residual forward", res_refusal(res));
+    if (fp8_res_refused(out, res, "fp8 conv1d residual forward", err) < 0)
+        return -1; /* before the conversions touch the records */
     return forward(h, out, res, xqt, wq, inp, gelu, weight, bias, N, IC, OC, fast_accum, sc,
                    scratch, 0, "fp8 conv1d residual forward", err);
 }
@@ -684,8 +675,8 @@ extern "C" int nn_cuda_fp8_linear_residual_forward(nn_cuda_t *h, void *out, cons
                                                    const nn_cuda_fp8_scales_t *sc, void *scratch,
                                                    bmt_error_t *err)
 {
-    if (res == NULL || res == out) /* before the conversions touch the records */
-        return fail_text(err, "fp8 linear residual forward", res_refusal(res));
+    if (fp8_res_refused(out, res, "fp8 linear residual forward", err) < 0)
+        return -1; /* before the conversions touch the records */
     return forward(h, out, res, xqt, wqt, inp, 0, weight, bias, N, IC, OC, fast_accum, sc, scratch,
                    1, "fp8 linear residual forward", err);
 }

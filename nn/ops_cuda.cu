@@ -2989,12 +2989,8 @@ extern "C" int nn_cuda_fp8_matmul_residual(nn_cuda_t *h, void *out, const void *
                                            const void *bias, int fast_accum, int N, int K, int OC,
                                            bmt_error_t *err)
 {
-    if (res == NULL || res == out)
-        return fail_text(err, "fp8 matmul residual",
-                         res ? "res is out: in place, cuBLASLt's FP8 product gave other bits than "
-                               "into a buffer of its own (tests/gpu/fp8_check.c); give out a "
-                               "buffer of its own"
-                             : "res is NULL");
+    if (fp8_res_refused(out, res, "fp8 matmul residual", err) < 0)
+        return -1;
     return fp8_matmul(h, out, 0, OC, a, ka, a_descale, b, kb, b_descale, bias, res, 1.0f,
                       fast_accum, N, K, OC, err);
 }

@@ -2009,15 +2009,16 @@ static int verify_file(const char *dir, const char *fname, const struct sumtab *
      * with the optimizer refuses a checkpoint without one). */
     for (int i = 0; model && rc == 0 && i < bmt_st_count(model); i++) {
         const bmt_st_tensor_t *pt = bmt_st_tensor(model, i);
-        const char *const need[] = { ".exp_avg", ".exp_avg_sq", ".master" };
-        for (int k = 0; k < (pt->dtype == BMT_ST_F32 ? 2 : 3) && rc == 0; k++) {
-            const size_t len = strlen(pt->name) + strlen(need[k]) + 1;
+        for (int k = T_EXP_AVG; k <= T_MASTER && rc == 0; k++) {
+            if (k == T_MASTER && pt->dtype == BMT_ST_F32)
+                continue; /* as flayout_make: an f32 parameter is its own master */
+            const size_t len = strlen(pt->name) + strlen(suffix[k]) + 1;
             char *name = malloc(len);
             if (name == NULL) {
                 rc = errprintf(err, "out of memory");
                 break;
             }
-            snprintf(name, len, "%s%s", pt->name, need[k]);
+            snprintf(name, len, "%s%s", pt->name, suffix[k]);
             if (bmt_st_find(st, name) < 0)
                 rc = errprintf(err,
                                "%s: no tensor '%s': the optimizer's state of parameter '%s' is "

@@ -394,14 +394,10 @@ int monitor_finalize(bmt_ctx_t *ctx)
     if (m == NULL)
         return 0;
     finalize_all(ctx); /* a plugin may call job->fail in its finalize: read after */
-    int rc = 0;
-    if (!m->warn && atomic_load(&m->failed)) {
-        fprintf(stderr,
-                "bmt: rank %d: bmt_finalize: a monitor plugin failed: %s (the job's metrics are "
-                "incomplete; fix the cause, or BMT_PLUGIN_ERRORS=warn runs on without them)\n",
-                ctx->rank, m->fail_msg);
-        rc = -1;
-    }
+    bmt_error_t err;
+    const int rc = check_plugins(ctx, m, "bmt_finalize", &err);
+    if (rc < 0) /* bmt_finalize has no err of its own to fill */
+        fprintf(stderr, "bmt: %s\n", err.text);
     free(m);
     ctx->monitor = NULL;
     return rc;

@@ -314,37 +314,28 @@ static uint8_t *wq_at(gpt2_cu_t *cu, int l, int k)
     return a->wq == NULL || (l < cu->keep_from && k == 3) ? NULL : (uint8_t *)a->wq + at[k] * C * C;
 }
 
-/* out (N,OC) = inp x W + b, in bf16; or with FP8 operands, the input's codes
- * saved in *xq for the backward (made here if need be), the weight's in
- * wq_at. gelu (FP8 only): the product's input is GELU(inp), made inside the
- * conversion (the bf16 path takes GELU's output from
- * nn_cuda_matmul_gelu_forward instead). */
-static int linear_forward(gpt2_cu_t *cu, int l, int k, void *out, void **xq, const void *inp,
-                          bool gelu, const void *w, const void *b, int IC, int OC, bmt_error_t *err)
+/* out (N,OC) = [res +] inp x W + b, in bf16; or with FP8 operands, the
+ * input's codes saved in *xq for the backward (made here if need be), the
+ * weight's in wq_at. res (the residual stream, or NULL): read as the
+ * product's C input, the sum rounded once (attn and mlp c_proj). gelu (FP8
+ * only): the product's input is GELU(inp), made inside the conversion (the
+ * bf16 path takes GELU's output from nn_cuda_matmul_gelu_forward instead). */
+static int linear_forward(gpt2_cu_t *cu, int l, int k, void *out, const void *res, void **xq,
+                          const void *inp, bool gelu, const void *w, const void *b, int IC, int OC,
+                          bmt_error_t *err)
 {
     if (!cu->fp8)
-        return nn_cuda_matmul_forward(cu->h, out, OC, inp, w, b, cu->N, IC, OC, 0, err);
+        return res ? nn_cuda_matmul_residual_forward(cu->h, out, res, inp, w, b, cu->N, IC, OC, 0,
+                                                     err)
+                   : nn_cuda_matmul_forward(cu->h, out, OC, inp, w, b, cu->N, IC, OC, 0, err);
     const nn_cuda_fp8_scales_t sc = fp8_scales(cu, l, k);
-    return need(cu, xq, (size_t)cu->N * IC, err) < 0
-               ? -1
+    if (need(cu, xq, (size_t)cu->N * IC, err) < 0)
+        return -1;
+    return res ? nn_cuda_fp8_conv1d_residual_forward(cu->h, out, res, *xq, wq_at(cu, l, k), inp,
+                                                     gelu, w, b, cu->N, IC, OC, 1, &sc,
+                                                     cu->fp8_scratch, err)
                : nn_cuda_fp8_conv1d_forward(cu->h, out, *xq, wq_at(cu, l, k), inp, gelu, w, b,
                                             cu->N, IC, OC, 1, &sc, cu->fp8_scratch, err);
-}
-
-/* out = res + inp x W + b in one product, the residual read as its C input
- * and the sum rounded once, bf16 or FP8. */
-static int linear_residual_forward(gpt2_cu_t *cu, int l, int k, void *out, void **xq,
-                                   const void *res, const void *inp, bool gelu, const void *w,
-                                   const void *b, int IC, int OC, bmt_error_t *err)
-{
-    if (!cu->fp8)
-        return nn_cuda_matmul_residual_forward(cu->h, out, res, inp, w, b, cu->N, IC, OC, 0, err);
-    const nn_cuda_fp8_scales_t sc = fp8_scales(cu, l, k);
-    return need(cu, xq, (size_t)cu->N * IC, err) < 0
-               ? -1
-               : nn_cuda_fp8_conv1d_residual_forward(cu->h, out, res, *xq, wq_at(cu, l, k), inp,
-                                                     gelu, w, b, cu->N, IC, OC, 1, &sc,
-                                                     cu->fp8_scratch, err);
 }
 
 /* Its backward: from the bf16 input, or the FP8 codes linear_forward saved.
@@ -397,15 +388,15 @@ static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bool recompute, b
     void *qkv = cu->flash ? a->qkvr : cu->qkv;
     if (nn_cuda_layernorm_forward(h, a->ln1, a->ln1_mean, a->ln1_rstd, x, p[LN1_W], p[LN1_B], N, C,
                                   err) < 0 ||
-        linear_forward(cu, l, 0, qkv, &a->ln1_q, a->ln1, false, p[ATTN_W], p[ATTN_B], C, 3 * C,
-                       err) < 0)
+        linear_forward(cu, l, 0, qkv, NULL, &a->ln1_q, a->ln1, false, p[ATTN_W], p[ATTN_B], C,
+                       3 * C, err) < 0)
         return -1;
     if (cu->fp8) /* its codes are what the backward reads */
         drop(cu, &a->ln1);
     if ((attend && nn_cuda_attention_forward(h, *atty, a->qkvr, *att, qkv, cu->attn_y, cu->B, cu->T,
                                              C, cu->cfg.n_head, err) < 0) ||
-        linear_residual_forward(cu, l, 1, a->res2, &a->atty_q, x, *atty, false, p[APROJ_W],
-                                p[APROJ_B], C, C, err) < 0)
+        linear_forward(cu, l, 1, a->res2, x, &a->atty_q, *atty, false, p[APROJ_W], p[APROJ_B], C, C,
+                       err) < 0)
         return -1;
     /* FP8: GELU's output exists only as its codes, made from c_fc's output by
      * mlp.c_proj's conversion (no bf16 copy written or read). */
@@ -418,8 +409,8 @@ static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bool recompute, b
     if (!cu->fp8 && nn_cuda_matmul_gelu_forward(h, a->fch_gelu, a->fch, a->ln2, p[FC_W], p[FC_B], N,
                                                 C, 4 * C, err) < 0)
         return -1;
-    if (cu->fp8 && linear_forward(cu, l, 2, a->fch, &a->ln2_q, a->ln2, false, p[FC_W], p[FC_B], C,
-                                  4 * C, err) < 0)
+    if (cu->fp8 && linear_forward(cu, l, 2, a->fch, NULL, &a->ln2_q, a->ln2, false, p[FC_W],
+                                  p[FC_B], C, 4 * C, err) < 0)
         return -1;
     if (cu->fp8)
         drop(cu, &a->ln2);
@@ -430,9 +421,8 @@ static int layer_forward(gpt2_cu_t *cu, int l, void *const *p, bool recompute, b
                            linear_codes(cu, l, 3, a->gelu_q, a->fch, true, 4 * C, err) < 0)
                    ? -1
                    : 0;
-    return linear_residual_forward(cu, l, 3, out, &a->gelu_q, a->res2,
-                                   cu->fp8 ? a->fch : a->fch_gelu, cu->fp8, p[FPROJ_W], p[FPROJ_B],
-                                   4 * C, C, err);
+    return linear_forward(cu, l, 3, out, a->res2, &a->gelu_q, cu->fp8 ? a->fch : a->fch_gelu,
+                          cu->fp8, p[FPROJ_W], p[FPROJ_B], 4 * C, C, err);
 }
 
 /* cu->dres: in, the gradient w.r.t. x[l+1]; out, w.r.t. x[l]. Every buffer

@@ -456,41 +456,28 @@ static uint8_t *wq_at(llama_cu_t *cu, int l, int k)
     return a->wq == NULL || (l < cu->keep_from && k == 3) ? NULL : (uint8_t *)a->wq + wq_off(cu, k);
 }
 
-/* out (N,OC) = inp W^T for product k, rows OC apart: bf16, or with FP8
- * operands, the input's codes saved in *xq for the backward (made here if
- * need be), the weight's in wq_at. w is the first weight of a stack (the
- * stack's weights lie back to back: check_stacked). */
-static int linear_forward(llama_cu_t *cu, int l, int k, void *out, void **xq, const void *inp,
-                          const void *w, bmt_error_t *err)
+/* out (N,OC) = [res +] inp W^T for product k, rows OC apart: bf16, or with
+ * FP8 operands, the input's codes saved in *xq for the backward (made here if
+ * need be), the weight's in wq_at. res (the residual stream, or NULL; o and
+ * down): read as the product's C input, the sum rounded once. w is the first
+ * weight of a stack (the stack's weights lie back to back: check_stacked). */
+static int linear_forward(llama_cu_t *cu, int l, int k, void *out, const void *res, void **xq,
+                          const void *inp, const void *w, bmt_error_t *err)
 {
     int IC, OC;
     shape_of(cu, k, &IC, &OC);
     if (!cu->fp8)
-        return nn_cuda_matmul_forward(cu->h, out, OC, inp, w, NULL, cu->N, IC, OC, 1, err);
+        return res ? nn_cuda_matmul_residual_forward(cu->h, out, res, inp, w, NULL, cu->N, IC, OC,
+                                                     1, err)
+                   : nn_cuda_matmul_forward(cu->h, out, OC, inp, w, NULL, cu->N, IC, OC, 1, err);
     const nn_cuda_fp8_scales_t sc = fp8_scales(cu, l, k);
-    return need(cu, xq, (size_t)cu->N * IC, err) < 0
-               ? -1
+    if (need(cu, xq, (size_t)cu->N * IC, err) < 0)
+        return -1;
+    return res ? nn_cuda_fp8_linear_residual_forward(cu->h, out, res, *xq, wq_at(cu, l, k), inp, w,
+                                                     NULL, cu->N, IC, OC, 1, &sc, cu->fp8_scratch,
+                                                     err)
                : nn_cuda_fp8_linear_forward(cu->h, out, *xq, wq_at(cu, l, k), inp, w, NULL, cu->N,
                                             IC, OC, 1, &sc, cu->fp8_scratch, err);
-}
-
-/* out = res + inp W^T (o and down) in one product, the residual read as its
- * C input and the sum rounded once, bf16 or FP8. */
-static int linear_residual_forward(llama_cu_t *cu, int l, int k, void *out, void **xq,
-                                   const void *res, const void *inp, const void *w,
-                                   bmt_error_t *err)
-{
-    int IC, OC;
-    shape_of(cu, k, &IC, &OC);
-    if (!cu->fp8)
-        return nn_cuda_matmul_residual_forward(cu->h, out, res, inp, w, NULL, cu->N, IC, OC, 1,
-                                               err);
-    const nn_cuda_fp8_scales_t sc = fp8_scales(cu, l, k);
-    return need(cu, xq, (size_t)cu->N * IC, err) < 0
-               ? -1
-               : nn_cuda_fp8_linear_residual_forward(cu->h, out, res, *xq, wq_at(cu, l, k), inp, w,
-                                                     NULL, cu->N, IC, OC, 1, &sc, cu->fp8_scratch,
-                                                     err);
 }
 
 /* Its backward: dinp (N,IC) and/or dw (OC,IC) f32 (added into: add) from dout
@@ -536,19 +523,19 @@ static int layer_forward(llama_cu_t *cu, int l, void *const *p, bool recompute, 
         (cu->fp8 && need(cu, &a->wq, wq_bytes(cu), err) < 0))
         return -1;
     if (nn_cuda_rmsnorm_forward(h, a->ln1, a->rstd1, x, p[P_IN_NORM], N, C, eps, err) < 0 ||
-        linear_forward(cu, l, 0, a->qkv, &a->ln1_q, a->ln1, p[P_Q], err) < 0)
+        linear_forward(cu, l, 0, a->qkv, NULL, &a->ln1_q, a->ln1, p[P_Q], err) < 0)
         return -1;
     if (cu->fp8)
         drop(cu, &a->ln1);
     if (nn_cuda_rope_forward(h, a->qkv, cu->inv_freq, B, T, NH, NKV, hd, 0, err) < 0 ||
         (attend && nn_cuda_flash_forward(h, *att, *lse, a->qkv, B, T, NH, NKV, hd, err) < 0) ||
-        linear_residual_forward(cu, l, 1, a->res2, &a->att_q, x, *att, p[P_O], err) < 0)
+        linear_forward(cu, l, 1, a->res2, x, &a->att_q, *att, p[P_O], err) < 0)
         return -1;
     /* MLP: x' = res2 + down_proj(silu(gate) up) */
     if (need(cu, &a->ln2, U, err) < 0 || need(cu, &a->rstd2, S, err) < 0 ||
         need(cu, &a->gu, (size_t)N * 2 * F * 2, err) < 0 ||
         nn_cuda_rmsnorm_forward(h, a->ln2, a->rstd2, a->res2, p[P_POST_NORM], N, C, eps, err) < 0 ||
-        linear_forward(cu, l, 2, a->gu, &a->ln2_q, a->ln2, p[P_GATE], err) < 0)
+        linear_forward(cu, l, 2, a->gu, NULL, &a->ln2_q, a->ln2, p[P_GATE], err) < 0)
         return -1;
     if (cu->fp8)
         drop(cu, &a->ln2);
@@ -567,7 +554,7 @@ static int layer_forward(llama_cu_t *cu, int l, void *const *p, bool recompute, 
         drop(cu, &a->h);
         return 0;
     }
-    if (linear_residual_forward(cu, l, 3, cu->x[l + 1], &a->h_q, a->res2, a->h, p[P_DOWN], err) < 0)
+    if (linear_forward(cu, l, 3, cu->x[l + 1], a->res2, &a->h_q, a->h, p[P_DOWN], err) < 0)
         return -1;
     if (cu->fp8)
         drop(cu, &a->h);
