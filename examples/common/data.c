@@ -27,6 +27,10 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+/* XXH3 from its header alone, as runtime/checksum.c takes it */
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #define HEADER_BYTES DATA_SHARD_HEADER_BYTES
 
 /* ---------------------------------------------------------------- errors */
@@ -672,6 +676,57 @@ int64_t data_loader_shard_tokens(const data_loader_t *l, int i)
 const char *data_loader_shard_path(const data_loader_t *l, int i)
 {
     return l && i >= 0 && i < l->nshards ? l->paths[i] : NULL;
+}
+
+int data_loader_shard_hash(const data_loader_t *l, int i, int64_t from, int64_t to, uint64_t *hash,
+                           bmt_error_t *err)
+{
+    if (l == NULL || hash == NULL)
+        return data_err(err, "data_loader_shard_hash: loader and hash are required");
+    if (i < 0 || i >= l->nshards)
+        return data_err(err, "data_loader_shard_hash: shard %d out of range: there are %d shards",
+                        i, l->nshards);
+    if (from < 0 || from > to || to > l->ntok[i])
+        return data_err(err, "data_loader_shard_hash: tokens %lld..%lld outside %s, which has %lld",
+                        (long long)from, (long long)to, shown(l->paths[i]).s,
+                        (long long)l->ntok[i]);
+    int64_t n = 0;
+    int w = 2;
+    int fd = shard_open(l->paths[i], &n, &w, err);
+    if (fd < 0)
+        return -1;
+    int rc = 0;
+    if (n != l->ntok[i] || w != l->width[i])
+        rc = data_err(err,
+                      "%s: now holds %lld tokens of %d bytes, %lld of %d when the loader opened it",
+                      shown(l->paths[i]).s, (long long)n, w, (long long)l->ntok[i], l->width[i]);
+    XXH3_state_t st;
+    XXH3_64bits_reset(&st);
+    enum {
+        CHUNK = 1 << 20
+    };
+    uint8_t *buf = rc == 0 ? malloc(CHUNK) : NULL;
+    if (rc == 0 && buf == NULL)
+        rc = data_err(err, "out of memory");
+    const off_t end = (off_t)(HEADER_BYTES + (int64_t)w * to);
+    for (off_t off = (off_t)(HEADER_BYTES + (int64_t)w * from); rc == 0 && off < end;) {
+        size_t len = end - off < CHUNK ? (size_t)(end - off) : CHUNK;
+        ssize_t got = pread_full(fd, buf, len, off);
+        if (got < 0)
+            rc = data_err(err, "%s: reading %zu bytes at %lld: %s", shown(l->paths[i]).s, len,
+                          (long long)off, strerror(errno));
+        else if ((size_t)got < len)
+            rc = data_err(err, "%s: ends at byte %lld, inside tokens %lld..%lld (truncated?)",
+                          shown(l->paths[i]).s, (long long)(off + got), (long long)from,
+                          (long long)to);
+        else
+            XXH3_64bits_update(&st, buf, len), off += (off_t)len;
+    }
+    free(buf);
+    close(fd);
+    if (rc == 0)
+        *hash = (uint64_t)XXH3_64bits_digest(&st);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- byte-level tokenizer */

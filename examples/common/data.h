@@ -153,6 +153,14 @@ int data_loader_token_bytes(const data_loader_t *loader, int i);
  * until destroy), or NULL if i is out of range. */
 const char *data_loader_shard_path(const data_loader_t *loader, int i);
 
+/* XXH3-64 of shard i's token bytes [from, to) as stored (little-endian, the
+ * shard's width), read through a file of its own: the loader's position and
+ * open file are left alone. The shard's header is checked again first, as a
+ * read does. 0 and *hash, or -1 and err (a range outside the shard, a shard
+ * changed since open, a read error). */
+int data_loader_shard_hash(const data_loader_t *loader, int i, int64_t from, int64_t to,
+                           uint64_t *hash, bmt_error_t *err);
+
 /* ---------------------------------------------------------------- byte-level tokenizer */
 
 /* Tokenize the file text_path byte by byte (token = byte value) into the shards

@@ -473,26 +473,50 @@ static const char *base_name(const char *path)
     return slash ? slash + 1 : path;
 }
 
+/* The tokens around a data position whose XXH3 a checkpoint keeps: HASH_SPAN
+ * each side of it, within its shard. A shard remade at the same size (another
+ * tokenizer, another order, other text) differs there, and a save reads at
+ * most 4 x HASH_SPAN bytes for it, however large the shard. */
+#define HASH_SPAN ((int64_t)1 << 18)
+
+static void hash_range(const data_loader_t *ld, int shard, int64_t pos, int64_t *from, int64_t *to)
+{
+    const int64_t n = data_loader_shard_tokens(ld, shard);
+    *from = pos > HASH_SPAN ? pos - HASH_SPAN : 0;
+    *to = pos < n - HASH_SPAN ? pos + HASH_SPAN : n;
+}
+
 /* What the trainer adds to a checkpoint: its step, the model's sizes (a resume
  * must match them: the model's state()), the data position (the same on every
- * rank) with the name and token count of the shard it is in (a resume checks
- * that the position still means the same tokens) and the batch (a resume keeps
- * the global batch: B x accum x world sequences of T). */
+ * rank) with the name and token count of the shard it is in and, from rank 0
+ * (only rank 0's is written), the XXH3 of the tokens around it (a resume
+ * checks that the position still means the same tokens), and the batch (a
+ * resume keeps the global batch: B x accum x world sequences of T). NULL and
+ * err when the shard cannot be read or memory runs out. */
 static char *train_state(const trainer_model_t *md, const opts_t *o, const data_loader_t *ld,
-                         int step, int accum, int world)
+                         int step, int accum, int world, int rank, bmt_error_t *err)
 {
     int shard;
-    int64_t pos;
+    int64_t pos, from = 0, to = 0;
+    uint64_t h = 0;
     data_loader_position(ld, &shard, &pos);
+    hash_range(ld, shard, pos, &from, &to);
+    if (rank == 0 && data_loader_shard_hash(ld, shard, from, to, &h, err) < 0)
+        return NULL;
+    char hex[17];
+    snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)h);
     json_t *model = md->state(md->self);
-    json_t *j = model ? json_pack("{sisos{sisIsssI}s{sisisisi}}", "step", step, "model", model,
-                                  "data", "shard", shard, "pos", (json_int_t)pos, "name",
+    json_t *j = model ? json_pack("{sisos{sisIsssIs[II]ss}s{sisisisi}}", "step", step, "model",
+                                  model, "data", "shard", shard, "pos", (json_int_t)pos, "name",
                                   base_name(data_loader_shard_path(ld, shard)), "tokens",
-                                  (json_int_t)data_loader_shard_tokens(ld, shard), "batch", "B",
-                                  o->B, "T", o->T, "accum", accum, "world", world)
+                                  (json_int_t)data_loader_shard_tokens(ld, shard), "hashed",
+                                  (json_int_t)from, (json_int_t)to, "xxh3", hex, "batch", "B", o->B,
+                                  "T", o->T, "accum", accum, "world", world)
                       : NULL;
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
+    if (s == NULL)
+        snprintf(err->text, sizeof(err->text), "out of memory");
     return s;
 }
 
@@ -529,26 +553,40 @@ static int model_matches(const trainer_model_t *md, const json_t *saved, bmt_err
  * --data with shards added before it, removed, renamed or remade would
  * otherwise go on silently elsewhere: tokens trained twice, others never. The
  * shard there must have the name (not the folder: data may move between jobs)
- * and the token count the checkpoint recorded; its contents are not
- * compared. A checkpoint from before these were recorded is not checked. 0, or
- * -1 with err. */
+ * and the token count the checkpoint recorded, and the tokens around the
+ * position (hash_range) the XXH3 it recorded. Tokens farther from the position
+ * are not compared. A checkpoint from before these were recorded is not
+ * checked (one without the hash: name and count only). 0, or -1 with err. */
 static int data_matches(const json_t *data, int shard, int64_t pos, const data_loader_t *ld,
                         const opts_t *o, const char *dir, bmt_error_t *err)
 {
-    const char *name = NULL;
-    json_int_t tokens = -1;
+    const char *name = NULL, *xxh3 = NULL;
+    json_int_t tokens = -1, from = -1, to = -1;
     if (json_unpack((json_t *)data, "{sssI}", "name", &name, "tokens", &tokens) != 0)
         return 0;
     const char *path = data_loader_shard_path(ld, shard);
-    if (path && strcmp(base_name(path), name) == 0 &&
-        data_loader_shard_tokens(ld, shard) == (int64_t)tokens)
-        return 0;
     char now[600];
-    if (path)
+    if (path && strcmp(base_name(path), name) == 0 &&
+        data_loader_shard_tokens(ld, shard) == (int64_t)tokens) {
+        if (json_unpack((json_t *)data, "{s[II]ss}", "hashed", &from, &to, "xxh3", &xxh3) != 0)
+            return 0;
+        uint64_t h = 0;
+        if (data_loader_shard_hash(ld, shard, (int64_t)from, (int64_t)to, &h, err) < 0)
+            return -1;
+        char hex[17];
+        snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)h);
+        if (strcmp(hex, xxh3) == 0)
+            return 0;
+        snprintf(now, sizeof(now),
+                 "%.400s, of that name and size, but other tokens: XXH3 %s of tokens %lld..%lld, "
+                 "where the checkpoint recorded %.20s",
+                 path, hex, (long long)from, (long long)to, xxh3);
+    } else if (path) {
         snprintf(now, sizeof(now), "%.500s of %lld tokens", path,
                  (long long)data_loader_shard_tokens(ld, shard));
-    else
+    } else {
         snprintf(now, sizeof(now), "no such shard (it matches %d)", data_loader_num_shards(ld));
+    }
     snprintf(err->text, sizeof(err->text),
              "--data %.300s is not the data the checkpoint was trained on: its position is token "
              "%lld of shard %d, %.200s of %lld tokens, and shard %d of --data is now %s. Resume "
@@ -639,20 +677,19 @@ static int keep_batch(const opts_t *o, const saved_batch_t *sb, int world, int *
  * leave this one to the writer threads (*pending), finished by the next save or
  * at the end. */
 static int save(const trainer_model_t *md, const opts_t *o, void *m, bmt_optim_t *opt,
-                const data_loader_t *ld, int step, int accum, int world,
+                const data_loader_t *ld, int step, int accum, int world, int rank,
                 bmt_ckpt_pending_t **pending, bmt_error_t *err)
 {
-    char name[64], *st = train_state(md, o, ld, step, accum, world);
+    char name[64];
     snprintf(name, sizeof(name), "step-%08d", step);
     int rc = bmt_ckpt_finish(*pending, err);
     *pending = NULL;
+    char *st = rc == 0 ? train_state(md, o, ld, step, accum, world, rank, err) : NULL;
     /* HF's config beside the weights: from_pretrained(DIR/step-N) loads it as
      * written, and --init-from takes the model's shape from it. */
     char *hf = NULL;
-    if (rc == 0 && st == NULL) {
-        snprintf(err->text, sizeof(err->text), "out of memory");
+    if (st == NULL)
         rc = -1;
-    }
     if (rc == 0)
         rc = md->hf_config_json(md->self, md->param_dtype(m), &hf, err);
     bmt_ckpt_config_t c = BMT_CKPT_CONFIG_INITIALIZER;
@@ -964,7 +1001,7 @@ static int train(const trainer_model_t *md, const opts_t *o)
         }
         if (o->save_dir &&
             (stop || step == o->steps || (o->save_every && step % o->save_every == 0))) {
-            if (save(md, o, m, opt, train_ld, step, accum, world, &pending, &err) < 0)
+            if (save(md, o, m, opt, train_ld, step, accum, world, rank, &pending, &err) < 0)
                 goto out;
             if (rank == 0) {
                 printf("%s: %s %s/step-%08d%s\n", prog, pending ? "saving" : "saved", o->save_dir,

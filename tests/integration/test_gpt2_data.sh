@@ -279,8 +279,9 @@ test_expect_success "--resume refuses --data whose shard at the saved position i
     mkdir d moved && mv s_b.bin s_c.bin d/ &&
     run="$BUILDDIR/bin/gpt2 -b 2 -t 16 --steps 6" &&
     $run --data "d/s_*.bin" --steps 4 --save-dir ck >out 2>&1 &&
-    $PY -c "import json; d = json.load(open(\"ck/step-00000004/train_state.json\"))[\"user\"][\"data\"]
-assert d == {\"shard\": 1, \"pos\": 32, \"name\": \"s_c.bin\", \"tokens\": 100}, d" &&
+    $PY -c "import json, xxhash; d = json.load(open(\"ck/step-00000004/train_state.json\"))[\"user\"][\"data\"]
+h = xxhash.xxh3_64_hexdigest(open(\"d/s_c.bin\", \"rb\").read()[1024:])
+assert d == {\"shard\": 1, \"pos\": 32, \"name\": \"s_c.bin\", \"tokens\": 100, \"hashed\": [0, 100], \"xxh3\": h}, d" &&
     cp -r ck ck_moved && cp -r ck ck_more && cp d/s_*.bin moved/ &&
     $run --data "moved/s_*.bin" --save-dir ck_moved --resume >out 2>&1 &&
     grep -q "resumed from ck_moved/step-00000004 (step 4)" out && grep -q "step   6/6" out &&
@@ -298,6 +299,39 @@ assert d == {\"shard\": 1, \"pos\": 32, \"name\": \"s_c.bin\", \"tokens\": 100},
     exits 1 $run --data "d/s_*.bin" --save-dir ck --resume &&
     grep -q "shard 1 of --data is now no such shard (it matches 1)" err &&
     test "$(cat ck/latest)" = step-00000004 && test ! -e ck/step-00000005
+'
+
+# The same name and token count do not make the same tokens: a shard remade
+# at the same size (another tokenizer, another order) would put the saved
+# position onto other tokens. The checkpoint keeps the XXH3 of the tokens
+# around the position (2^18 each side; shards of 600,000 tokens here, so the
+# range is a window, not the whole shard); the window is checked, the rest of
+# the shard is not.
+test_expect_success "--resume refuses a shard remade at the same name and size; one changed outside the hashed window resumes" '
+    $PY - <<-EOF
+	import llmc
+	llmc.write_datafile("w.bin", [k % 50000 for k in range(600000)])
+	EOF
+    run="$BUILDDIR/bin/gpt2 -b 2 -t 16 --steps 3" &&
+    $run --data w.bin --steps 2 --save-dir ck >out 2>&1 &&
+    $PY -c "import json, xxhash; d = json.load(open(\"ck/step-00000002/train_state.json\"))[\"user\"][\"data\"]
+b = open(\"w.bin\", \"rb\").read()[1024:]
+assert d[\"pos\"] == 64 and d[\"hashed\"] == [0, 64 + 2**18], d
+assert d[\"xxh3\"] == xxhash.xxh3_64_hexdigest(b[:2 * (64 + 2**18)]), d" &&
+    cp -r ck ck_far && cp w.bin w.orig &&
+    $PY - <<-EOF &&
+	import llmc
+	llmc.write_datafile("w.bin", [(k * 7 + 3) % 50000 for k in range(600000)])
+	EOF
+    exits 1 $run --data w.bin --save-dir ck --resume &&
+    grep -q "gpt2: rank 0: --data w.bin is not the data the checkpoint was trained on: its position is token 64 of shard 0, w.bin of 600000 tokens, and shard 0 of --data is now w.bin, of that name and size, but other tokens: XXH3 [0-9a-f]\{16\} of tokens 0..262208, where the checkpoint recorded [0-9a-f]\{16\}. Resume with the shards it was trained on" err &&
+    test "$(cat ck/latest)" = step-00000002 && test ! -e ck/step-00000003 &&
+    $PY - <<-EOF &&
+	import llmc
+	llmc.write_datafile("w.bin", [k % 50000 if k < 500000 else 1 for k in range(600000)])
+	EOF
+    $run --data w.bin --save-dir ck_far --resume >out 2>&1 &&
+    grep -q "resumed from ck_far/step-00000002 (step 2)" out && grep -q "step   3/3" out
 '
 
 # --data "corpus_*.bin" matches corpus_val.bin too: the run would train on its
