@@ -230,6 +230,42 @@ void bmt_block_destroy(bmt_block_t *b)
     free(b);
 }
 
+void block_file_name(const bmt_block_t *b, bool optim, char *out, size_t len)
+{
+    snprintf(out, len, "%s%s.safetensors", b->name, optim ? ".optim" : "");
+    for (char *c = out; *c; c++)
+        if (*c == '/')
+            *c = '_';
+}
+
+int block_name_clash(const bmt_block_t *b, const bmt_block_t *other, bool optim, bmt_error_t *err)
+{
+    if (strcmp(b->name, other->name) == 0)
+        return errprintf(err,
+                         "two blocks are named '%.900s': a checkpoint needs a file of its own per "
+                         "block (give the blocks distinct names)",
+                         b->name);
+    char fb[1024], fo[1024];
+    for (int i = 0; i < (optim ? 4 : 1); i++) {
+        block_file_name(b, i & 1, fb, sizeof(fb));
+        block_file_name(other, i & 2, fo, sizeof(fo));
+        if (strcmp(fb, fo) == 0)
+            return errprintf(err,
+                             "blocks '%.900s' and '%.900s' would share the file %.900s: a "
+                             "checkpoint needs a file of its own per block (give the blocks "
+                             "distinct names)",
+                             other->name, b->name, fb);
+    }
+    for (int i = 0; i < b->nparams; i++)
+        for (int j = 0; j < other->nparams; j++)
+            if (strcmp(b->params[i].name, other->params[j].name) == 0)
+                return errprintf(err,
+                                 "two blocks have a parameter named '%.900s': a checkpoint (its "
+                                 "index) needs distinct names",
+                                 b->params[i].name);
+    return 0;
+}
+
 const char *bmt_block_name(const bmt_block_t *b) { return b ? b->name : NULL; }
 int bmt_block_num_params(const bmt_block_t *b) { return b ? b->nparams : 0; }
 

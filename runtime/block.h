@@ -186,6 +186,19 @@ struct list_state {
 
 struct list_state *blocklist_state(bmt_blocklist_t *list);
 
+/* The file of b in a checkpoint (its name, '/' as '_', then ".safetensors",
+ * or ".optim.safetensors" for its optimizer state). */
+void block_file_name(const bmt_block_t *b, bool optim, char *out, size_t len);
+
+/* Could b and other not both be in one checkpoint? The same name, checkpoint
+ * files that meet ("a/b" and "a_b"; with optim, also the optimizer's files:
+ * "x" and "x.optim") or a parameter full name in both ("a" + "b.w", "a.b" +
+ * "w"): -1 with err saying which, else 0. bmt_blocklist_append checks each new
+ * block against the list's (without optim) and bmt_adamw_create every pair
+ * (with), so a model that cannot be saved is refused as it is built rather
+ * than at its first save; the save checks its blocks again. */
+int block_name_clash(const bmt_block_t *b, const bmt_block_t *other, bool optim, bmt_error_t *err);
+
 /* bmt_block_load without the "before the optimizer" rule (ckpt.c loads the
  * parameters and the optimizer's state together); direct: on cpu, read into
  * the shards without staging (not all or nothing; see block.c). */

@@ -150,14 +150,6 @@ static int flayout_make(const bmt_block_t *b, bool optim, struct flayout *f, bmt
 
 /* "transformer.h.3" -> "transformer.h.3.safetensors" (".optim" before it for
  * the optimizer's); '/' would leave the directory, so it becomes '_'. */
-static void file_name(const bmt_block_t *b, bool optim, char *out, size_t len)
-{
-    snprintf(out, len, "%s%s.safetensors", b->name, optim ? ".optim" : "");
-    for (char *c = out; *c; c++)
-        if (*c == '/')
-            *c = '_';
-}
-
 /* dir/name into out (len bytes), or -1 with err when it does not fit: never
  * a path cut short. A cut one named another file: a directory of 2999 bytes
  * had its shards written beside its checkpoints (DIR//x.safetensors), and
@@ -252,7 +244,7 @@ static int distinct_names(bmt_block_t **blocks, int nb, bool optim, bmt_error_t 
     int rc = files && fv && pv ? 0 : errprintf(err, "out of memory");
     for (int i = 0, k = 0, q = 0; i < nb && rc == 0; i++) {
         for (int f = 0; f < per; f++, k++) {
-            file_name(blocks[i], f == 1, files + (size_t)k * 1024, 1024);
+            block_file_name(blocks[i], f == 1, files + (size_t)k * 1024, 1024);
             fv[k] = files + (size_t)k * 1024;
         }
         for (int j = 0; j < blocks[i]->nparams; j++)
@@ -268,7 +260,7 @@ static int distinct_names(bmt_block_t **blocks, int nb, bool optim, bmt_error_t 
             for (int i = 0, w = 0; i < nb && w < 2; i++)
                 for (int f = 0; f < per && w < 2; f++) {
                     char fn[1024];
-                    file_name(blocks[i], f == 1, fn, sizeof(fn));
+                    block_file_name(blocks[i], f == 1, fn, sizeof(fn));
                     if (strcmp(fn, fv[k]) == 0)
                         who[w++] = blocks[i]->name;
                 }
@@ -658,7 +650,7 @@ static int stage_shards(bmt_ckpt_pending_t *p, const bmt_block_t *b, bmt_error_t
     int file[2] = { -1, -1 }, rc = 0;
     for (int k = 0; k < (opt ? 2 : 1) && rc == 0; k++) {
         char name[1024], path[4200];
-        file_name(b, k == 1, name, sizeof(name));
+        block_file_name(b, k == 1, name, sizeof(name));
         if ((rc = join(path, sizeof(path), p->tmpdir, name, err)) < 0)
             break;
         char **np = realloc(p->paths, sizeof(*np) * (size_t)(p->npaths + 1));
@@ -1042,8 +1034,8 @@ static int finish(bmt_ckpt_pending_t *p, bmt_error_t *err)
     char fn[1024], fo[1024];
     for (int i = 0; i < p->nb; i++) {
         const bmt_block_t *b = p->blocks[i];
-        file_name(b, false, fn, sizeof(fn));
-        file_name(b, true, fo, sizeof(fo));
+        block_file_name(b, false, fn, sizeof(fn));
+        block_file_name(b, true, fo, sizeof(fo));
         for (int j = 0; j < b->nparams; j++) {
             json_object_set_new(wm, b->params[j].name, json_string(fn));
             total += (uint64_t)b->params[j].numel * bmt_dtype_size(b->params[j].dtype);
@@ -1228,7 +1220,7 @@ static int save_start(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, 
                 struct flayout f;
                 char fname[1024], path[4200], hex[17];
                 uint64_t hash = 0;
-                file_name(p->blocks[i], k == 1, fname, sizeof(fname));
+                block_file_name(p->blocks[i], k == 1, fname, sizeof(fname));
                 memset(&f, 0, sizeof(f));
                 failed = join(path, sizeof(path), p->tmpdir, fname, err) < 0 ||
                          flayout_make(p->blocks[i], k == 1, &f, err) < 0 ||
@@ -1823,7 +1815,7 @@ int bmt_ckpt_load(bmt_blocklist_t *list, bmt_optim_t *opt, const char *path, cha
         const bmt_block_t *b = blocks[i];
         for (int f = 0; f < (opt ? 2 : 1) && rc == 0; f++) {
             char fname[1024];
-            file_name(b, f == 1, fname, sizeof(fname));
+            block_file_name(b, f == 1, fname, sizeof(fname));
             if (join(p, sizeof(p), dir, fname, err) < 0 ||
                 (sts[2 * i + f] = bmt_st_open(p, err)) == NULL ||
                 sumtab_attach(&sums, sts[2 * i + f], fname, err) < 0) {

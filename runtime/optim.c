@@ -258,6 +258,17 @@ bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *c
                   ctx->rank);
         return NULL;
     }
+    /* With an optimizer each block has a second checkpoint file, NAME.optim:
+     * blocks "x" and "x.optim" would share one (bmt_blocklist_append checked
+     * the rest). */
+    for (int i = 0; i < bmt_blocklist_size(list); i++)
+        for (int j = 0; j < i; j++) {
+            bmt_block_t *a = bmt_blocklist_block(list, i), *b = bmt_blocklist_block(list, j);
+            if (a->index == i && b->index == j && block_name_clash(a, b, true, err) < 0) {
+                errprefix(err, "rank %d: bmt_adamw_create: ", ctx->rank);
+                return NULL;
+            }
+        }
     /* The parameter shards may still be written by the streams (a forward,
      * a step of another optimizer, deferred or not): read them settled. */
     if (blocklist_flush(list, NULL, true, err) < 0 || bmt_device_synchronize(ctx, err) < 0)

@@ -219,6 +219,9 @@ int bmt_blocklist_append(bmt_blocklist_t *l, bmt_block_t *b, const bmt_block_ops
                          "rank %d: block %.900s: blocks can only be appended before the first "
                          "forward and before bmt_adamw_create",
                          ctx->rank, b->name);
+    for (int i = 0; i < l->n; i++)
+        if (block_name_clash(b, l->e[i].block, false, err) < 0)
+            return errprefix(err, "rank %d: bmt_blocklist_append: ", ctx->rank);
     if (grow(l, err) < 0)
         return -1;
     block_layout_grads(b, BMT_F32); /* the model always writes f32 gradients */

@@ -223,7 +223,10 @@ BMT_API bmt_blocklist_t *bmt_blocklist_create(bmt_ctx_t *ctx, const bmt_blocklis
                                               bmt_error_t *err);
 
 /* Append a built block with its callbacks; model is passed back to them. The
- * list takes ownership of the block. */
+ * list takes ownership of the block. Refused (the block stays the caller's)
+ * when it could not be checkpointed with the list's blocks: the same name,
+ * checkpoint files that meet ("a/b" and "a_b") or a parameter full name one
+ * of them has already ("a" + "b.w" and "a.b" + "w"). */
 BMT_API int bmt_blocklist_append(bmt_blocklist_t *list, bmt_block_t *block,
                                  const bmt_block_ops_t *ops, void *model, bmt_error_t *err);
 

@@ -120,7 +120,9 @@ typedef struct bmt_step_info {
  * must be finite, overlap 0 or 1. Every rank must give the same settings:
  * the first step that updates compares them (and the schedule's learning
  * rate) over the world and fails on every rank, naming the first that
- * differs, if they do not agree. */
+ * differs, if they do not agree. Refused when two blocks' optimizer files
+ * would meet in a checkpoint ("x" and "x.optim": x's state is x.optim's
+ * weights file). */
 BMT_API bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *cfg,
                                       bmt_error_t *err);
 
