@@ -1018,10 +1018,20 @@ static int commit(const char *dir, const char *name, const char *tmpdir, bmt_err
             rename(old, final);
         return -1;
     }
-    if (fsync_path(dir) != 0)
-        return errprintf(err, "cannot fsync %s: %s", dir, strerror(errno));
+    /* Every rename is done: DIR/latest names the new checkpoint, which is
+     * whole (its files and tmpdir were fsync'd), and undoing the renames now
+     * would need the same failing directory. A failed fsync here is still an
+     * error (the file system reports one, and a crash may lose the renames),
+     * and err says which state the directory is in. */
+    const int synced = fsync_path(dir), e = errno;
     if (replace)
         remove_tree(old);
+    if (synced != 0)
+        return errprintf(err,
+                         "%s is written and %s names it, but the fsync of %s after the renames "
+                         "failed: %s; a crash before the file system recovers may lose them "
+                         "(check the file system before trusting %s)",
+                         final, latest, dir, strerror(e), dir);
     return 0;
 }
 

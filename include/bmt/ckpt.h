@@ -72,7 +72,11 @@ extern "C" {
  * does not fit (never cut short). Returns 0 on every rank, or -1 on every rank
  * (the ranks agree) with err; then DIR/latest and the checkpoints it names are
  * unchanged (a re-save of latest's own name too: the new one replaces it by
- * renames after everything that can fail for want of space is written). */
+ * renames after everything that can fail for want of space is written). One
+ * failure comes after the renames: the fsync of DIR that makes them durable.
+ * Then DIR/NAME is whole and DIR/latest names it, and err says so ("... is
+ * written and .../latest names it, but the fsync of DIR after the renames
+ * failed: ..."): the file system reported an error, so the call still fails. */
 BMT_API int bmt_ckpt_save(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir,
                           const char *name, const char *user_json, int keep, bmt_error_t *err);
 

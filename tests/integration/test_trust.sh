@@ -216,6 +216,18 @@ else
         grep -q "^[0-9]*: trust_check: fds \([0-9]*\) \1$" f.out &&
         ! grep "trust_check: fds " f.out | grep -qv "fds \([0-9]*\) \1$" && ! test -e ck && ! ls -a | grep -q "^\.tmp"
     '
+    # The directory's fsync after the renames: DIR/latest already names the
+    # new checkpoint, so the error must say so (it said "cannot fsync DIR",
+    # which read as a save that left nothing), and the one it replaced is gone.
+    test_expect_success "the directory's fsync after the renames fails (EIO, injected): the save fails on every rank saying the checkpoint is in and latest names it" '
+        test -f $FAILIO && mkdir E && run ok -n 2 -- $TC save E && test "$(cat E/latest)" = ck &&
+        { run fd -n 2 -- env LD_PRELOAD=$FAILIO BMT_TEST_FAIL_FSYNC_DIR=/E $TC save-fails E; rc=$?; } &&
+        test $rc -eq 3 &&
+        grep -q "^0: trust_check: refused: .*E/ck is written and E/latest names it, but the fsync of E after the renames failed: Input/output error; a crash before the file system recovers may lose them (check the file system before trusting E)" fd.out &&
+        grep -q "^1: trust_check: refused: .*failed on rank 0: .*E/ck is written and E/latest names it" fd.out &&
+        test "$(cat E/latest)" = ck && test -f E/ck/train_state.json && ! ls -a E | grep -q "^\.tmp" &&
+        $BUILDDIR/bin/gpt2 --verify E >v.out 2>&1 || { cat v.out; exit 1; }
+    '
     test_expect_success "a name that cannot be allocated (ENOMEM, injected): the save fails, it does not write a header without that tensor" '
         test -f $FAILIO && run ok -n 1 -- $TC long-name . && test -f ck/train_state.json && rm -rf ck &&
         { run m -n 1 -- env LD_PRELOAD=$FAILIO BMT_TEST_FAIL_MALLOC=1013:1 $TC save-fails .; rc=$?; } &&

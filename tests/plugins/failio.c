@@ -4,6 +4,8 @@
  *
  *   BMT_TEST_FAIL_FSYNC=TEXT    fsync of a file whose path contains TEXT fails
  *                               with EIO (the others go through)
+ *   BMT_TEST_FAIL_FSYNC_DIR=TEXT  fsync of a directory whose path ends with
+ *                               TEXT fails with EIO
  *   BMT_TEST_FAIL_MALLOC=SIZE:N the Nth malloc of exactly SIZE bytes returns NULL
  *                               with ENOMEM (each later one goes through)
  *
@@ -15,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -22,14 +25,18 @@ extern void *__libc_malloc(size_t size);
 
 __attribute__((visibility("default"))) int fsync(int fd)
 {
-    const char *want = getenv("BMT_TEST_FAIL_FSYNC");
-    if (want && *want) {
+    const char *want = getenv("BMT_TEST_FAIL_FSYNC"), *dir = getenv("BMT_TEST_FAIL_FSYNC_DIR");
+    if ((want && *want) || (dir && *dir)) {
         char link[64], path[4096];
+        struct stat st;
         snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
         ssize_t n = readlink(link, path, sizeof(path) - 1);
         if (n > 0) {
             path[n] = '\0';
-            if (strstr(path, want)) {
+            const size_t d = dir ? strlen(dir) : 0;
+            if ((want && *want && strstr(path, want)) ||
+                (d && (size_t)n >= d && strcmp(path + n - d, dir) == 0 && fstat(fd, &st) == 0 &&
+                 S_ISDIR(st.st_mode))) {
                 errno = EIO;
                 return -1;
             }
