@@ -215,9 +215,16 @@ static int out_begin(shard_out_t *o, const char *path, int64_t n, int width, bmt
     o->tmp = malloc(len);
     if (o->tmp == NULL)
         return data_err(err, "%s: out of memory", shown(path).s);
+    /* DIR/.NAME.tmp.PID.N: a writer killed between its last write and the
+     * rename leaves a whole shard under this name, which a pattern matching
+     * every file of DIR must not train on a second time. A leading dot keeps
+     * it out of glob's matches; data_loader_open refuses one a pattern names
+     * anyway. */
+    const char *slash = strrchr(path, '/');
+    const int dirlen = slash ? (int)(slash - path + 1) : 0;
     /* O_EXCL rather than mkstemp: the file gets the usual 0666 & ~umask mode. */
     for (int tries = 0;; tries++) {
-        snprintf(o->tmp, len, "%s.tmp.%ld.%u", path, (long)getpid(),
+        snprintf(o->tmp, len, "%.*s.%s.tmp.%ld.%u", dirlen, path, path + dirlen, (long)getpid(),
                  atomic_fetch_add(&tmp_counter, 1u));
         o->fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
         if (o->fd >= 0)
@@ -416,6 +423,28 @@ void data_loader_destroy(data_loader_t *l)
 
 static int has_glob_chars(const char *s) { return strpbrk(s, "*?[") != NULL; }
 
+/* Is path's name a shard writer's temporary file: NAME.tmp.PID.N (with a
+ * leading dot since out_begin adds one; without, as earlier writers made)? */
+static int is_writer_tmp(const char *path)
+{
+    const char *t = NULL;
+    for (const char *p = strstr(path, ".tmp."); p; p = strstr(p + 1, ".tmp."))
+        t = p;
+    if (t == NULL || strchr(t, '/'))
+        return 0;
+    const char *s = t + 5;
+    int dots = 0, digits = 0;
+    for (; *s; s++) {
+        if (*s == '.' && digits > 0)
+            dots++, digits = 0;
+        else if (*s >= '0' && *s <= '9')
+            digits++;
+        else
+            return 0;
+    }
+    return dots == 1 && digits > 0;
+}
+
 /* glob(3) skips a folder it cannot read, and the shards in it with it: a run
  * would train on part of its data and say nothing. Its error callback stops
  * it at the first such folder instead; the callback has no user pointer, so
@@ -513,6 +542,14 @@ data_loader_t *data_loader_open(const char *pattern, int B, int T, int rank, int
      * and not hours into a run. */
     for (size_t i = 0; i < g.gl_pathc; i++) {
         const char *path = g.gl_pathv[i];
+        if (is_writer_tmp(path)) {
+            data_err(err,
+                     "%s: a shard writer's temporary file (NAME.tmp.PID.N), left by a writer "
+                     "that did not finish; its tokens may be a shard's a second time. Remove it, "
+                     "or give a pattern that does not match it",
+                     shown(path).s);
+            goto fail;
+        }
         int64_t n = 0;
         int w = 2;
         int fd = shard_open(path, &n, &w, err);

@@ -266,6 +266,23 @@ test_expect_code 1 "a folder the pattern cannot list is refused, naming it, not 
     exit $rc
 '
 
+# A shard writer killed between its last write and its rename leaves a whole
+# shard under a temporary name; "DIR/*" would train on its tokens twice. The
+# writer's temporaries now start with a dot (glob leaves them out), and one a
+# pattern matches (an earlier writer's, or a pattern naming dot files) is
+# refused.
+test_expect_code 1 "a shard writer's leftover temporary file is refused, naming it; one with a leading dot is not matched by *" '
+    mkdir t &&
+    $PY -c "import llmc; [llmc.write_datafile(n, list(range(100))) for n in (\"t/s.bin\", \"t/s.bin.tmp.123.0\", \"t/.s.bin.tmp.123.1\")]" &&
+    { "$CHECK" read "t/*" 1 8 0 1 1 >out 2>err; rc=$?; } &&
+    grep -q "t/s.bin.tmp.123.0: a shard writer.s temporary file (NAME.tmp.PID.N), left by a writer that did not finish; its tokens may be a shard.s a second time. Remove it, or give a pattern that does not match it" err &&
+    test ! -s out && rm t/s.bin.tmp.123.0 &&
+    "$CHECK" read "t/*" 1 8 0 1 1 >out 2>err && test -s out &&
+    { "$CHECK" read "t/.*.tmp.*" 1 8 0 1 1 2>err; rc2=$?; } && test $rc2 -eq 1 &&
+    grep -q "t/.s.bin.tmp.123.1: a shard writer.s temporary file" err || exit 3
+    exit $rc
+'
+
 # A checkpoint's data position is a shard index and a token offset. Shards of
 # 100 tokens, B 2 T 16: 3 batches a shard, so after 4 steps the position is
 # token 32 of shard 1 (s_c.bin). A shard sorted in before it (of the same size,
