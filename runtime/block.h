@@ -186,8 +186,9 @@ struct list_state {
 
 struct list_state *blocklist_state(bmt_blocklist_t *list);
 
-/* The file of b in a checkpoint (its name, '/' as '_', then ".safetensors",
- * or ".optim.safetensors" for its optimizer state). */
+/* The file of b in a checkpoint: "transformer.h.3" -> "transformer.h.3.safetensors"
+ * (".optim" before it for the optimizer's); '/' would leave the directory, so
+ * it becomes '_'. */
 void block_file_name(const bmt_block_t *b, bool optim, char *out, size_t len);
 
 /* Could b and other not both be in one checkpoint? The same name, checkpoint

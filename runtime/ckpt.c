@@ -148,8 +148,6 @@ static int flayout_make(const bmt_block_t *b, bool optim, struct flayout *f, bmt
     return 0;
 }
 
-/* "transformer.h.3" -> "transformer.h.3.safetensors" (".optim" before it for
- * the optimizer's); '/' would leave the directory, so it becomes '_'. */
 /* dir/name into out (len bytes), or -1 with err when it does not fit: never
  * a path cut short. A cut one named another file: a directory of 2999 bytes
  * had its shards written beside its checkpoints (DIR//x.safetensors), and
