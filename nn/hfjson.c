@@ -136,6 +136,7 @@ int nn_hf_config_path(const char *path, char *out, size_t len, bmt_error_t *err)
 int nn_hf_config_read(const char *file, char **text, bmt_error_t *err)
 {
     const size_t max_bytes = 1 << 20; /* HF's are about 1 KiB */
+    const char *slash = strrchr(file, '/'), *base = slash ? slash + 1 : file; /* for messages */
     *text = NULL;
     /* O_NONBLOCK: a FIFO (or a device) named config.json must not block the
      * open; fstat refuses every file that is not a regular one below. */
@@ -150,7 +151,7 @@ int nn_hf_config_read(const char *file, char **text, bmt_error_t *err)
     }
     if (!S_ISREG(sb.st_mode)) {
         close(fd);
-        return nn_fail(err, "%s: not a regular file (a config.json is a JSON text file)", file);
+        return nn_fail(err, "%s: not a regular file (a %s is a JSON text file)", file, base);
     }
     FILE *f = fdopen(fd, "rb");
     if (f == NULL) {
@@ -163,7 +164,7 @@ int nn_hf_config_read(const char *file, char **text, bmt_error_t *err)
     int rc = buf == NULL ? nn_fail(err, "out of memory")
              : ferror(f) ? nn_fail(err, "%s: cannot read: %s", file, strerror(errno))
              : n > max_bytes
-                 ? nn_fail(err, "%s: larger than %zu bytes: not a config.json", file, max_bytes)
+                 ? nn_fail(err, "%s: larger than %zu bytes: not a %s", file, max_bytes, base)
              : memchr(buf, 0, n) ? nn_fail(err, "%s: not valid JSON: a NUL byte", file)
                                  : 0;
     fclose(f);

@@ -62,7 +62,10 @@ int nn_hf_string(const json_t *root, const char *file, const char *key, const ch
 int nn_hf_config_path(const char *path, char *out, size_t len, bmt_error_t *err);
 
 /* config.json's text (malloc'd, NUL-terminated) in *text, or NULL when there is
- * no such file; -1 when it is there but unreadable, over 1 MiB or has a NUL. */
+ * no such file; -1 when it is there but unreadable, not a regular file (a FIFO
+ * is refused at once, never waited on), over 1 MiB or has a NUL. Any small JSON
+ * file of a model directory reads the same way (generation_config.json): the
+ * messages name the file's own name. */
 int nn_hf_config_read(const char *file, char **text, bmt_error_t *err);
 
 #endif

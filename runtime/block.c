@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bmt/safetensors.h"
 #include "ctx.h"
 #include "error.h"
 #include "kernels.h"
@@ -236,6 +237,19 @@ void block_file_name(const bmt_block_t *b, bool optim, char *out, size_t len)
     for (char *c = out; *c; c++)
         if (*c == '/')
             *c = '_';
+}
+
+int block_hf_shadowed(const bmt_block_t *b, bmt_error_t *err)
+{
+    char fn[1024];
+    block_file_name(b, false, fn, sizeof(fn));
+    if (strcmp(fn, BMT_ST_FILE_NAME) != 0)
+        return 0;
+    return errprintf(err,
+                     "block '%.900s' would be saved as " BMT_ST_FILE_NAME
+                     ", which transformers' from_pretrained and bmt_st_open read instead of the "
+                     "checkpoint's index (the other blocks unread): give the block another name",
+                     b->name);
 }
 
 int block_name_clash(const bmt_block_t *b, const bmt_block_t *other, bool optim, bmt_error_t *err)

@@ -191,6 +191,14 @@ struct list_state *blocklist_state(bmt_blocklist_t *list);
  * it becomes '_'. */
 void block_file_name(const bmt_block_t *b, bool optim, char *out, size_t len);
 
+/* Would b's checkpoint file be model.safetensors? transformers'
+ * from_pretrained, and bmt_st_open of a step directory (generate, the
+ * trainers' --init-from), read that file alone when a directory has one and
+ * never open the index, so the checkpoint would load as that one block: -1
+ * with err, else 0. bmt_blocklist_append refuses such a block and the save
+ * checks again. */
+int block_hf_shadowed(const bmt_block_t *b, bmt_error_t *err);
+
 /* Could b and other not both be in one checkpoint? The same name, checkpoint
  * files that meet ("a/b" and "a_b"; with optim, also the optimizer's files:
  * "x" and "x.optim") or a parameter full name in both ("a" + "b.w", "a.b" +

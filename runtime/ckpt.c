@@ -1213,6 +1213,8 @@ static int save_start(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, 
     if (blocklist_flush(list, NULL, true, err) < 0 || bmt_device_synchronize(ctx, err) < 0 ||
         distinct_names(p->blocks, p->nb, opt != NULL, err) < 0)
         failed = 1;
+    for (int i = 0; i < p->nb && !failed; i++)
+        failed = block_hf_shadowed(p->blocks[i], err) < 0;
     if (!failed && ctx->rank == 0) {
         p->made_dir = mkdir(dir, 0755) == 0;
         if (!p->made_dir && errno != EEXIST) {

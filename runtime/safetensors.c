@@ -971,14 +971,22 @@ static bmt_st_t *open_path(const char *path, bmt_error_t *err)
         errprintf(err, "%.1200s: out of memory", path);
         return NULL;
     }
+    /* model.safetensors first, the index only without it: what transformers'
+     * from_pretrained reads (SAFE_WEIGHTS_NAME before SAFE_WEIGHTS_INDEX_NAME),
+     * so that a directory holding both loads the same weights here and there.
+     * A model.safetensors that is there but no regular file (a FIFO, a folder)
+     * is refused by open_single, never passed over for the index; a dangling
+     * link is no file (ENOENT), as for transformers' os.path.isfile. */
     bmt_st_t *st = NULL;
-    sprintf(p, "%s%s%s", path, path[len - 1] == '/' ? "" : "/", BMT_ST_INDEX_NAME);
+    sprintf(p, "%s%s%s", path, path[len - 1] == '/' ? "" : "/", BMT_ST_FILE_NAME);
     if (stat(p, &sb) == 0) {
-        st = open_index(p, err);
+        st = open_single(p, err);
+    } else if (errno != ENOENT) { /* there, but unreadable: not the index's turn */
+        errprintf(err, "%.1200s: cannot open: %s", p, strerror(errno));
     } else {
-        sprintf(p, "%s%s%s", path, path[len - 1] == '/' ? "" : "/", BMT_ST_FILE_NAME);
+        sprintf(p, "%s%s%s", path, path[len - 1] == '/' ? "" : "/", BMT_ST_INDEX_NAME);
         if (stat(p, &sb) == 0)
-            st = open_single(p, err);
+            st = open_index(p, err);
         else
             errprintf(err, "%.1200s: holds neither " BMT_ST_INDEX_NAME " nor " BMT_ST_FILE_NAME,
                       path);

@@ -219,6 +219,8 @@ int bmt_blocklist_append(bmt_blocklist_t *l, bmt_block_t *b, const bmt_block_ops
                          "rank %d: block %.900s: blocks can only be appended before the first "
                          "forward and before bmt_adamw_create",
                          ctx->rank, b->name);
+    if (block_hf_shadowed(b, err) < 0)
+        return errprefix(err, "rank %d: bmt_blocklist_append: ", ctx->rank);
     for (int i = 0; i < l->n; i++)
         if (block_name_clash(b, l->e[i].block, false, err) < 0)
             return errprefix(err, "rank %d: bmt_blocklist_append: ", ctx->rank);

@@ -49,7 +49,11 @@ static int eos_ids(const char *text, const char *file, int V, int dflt, gen_mode
     const json_t *v = root ? json_object_get(root, "eos_token_id") : NULL;
     int rc = 0;
     info->n_eos = 0;
+    snprintf(info->eos_from, sizeof(info->eos_from), "config.json's eos_token_id");
     if (v == NULL) {
+        snprintf(info->eos_from, sizeof(info->eos_from),
+                 "GPT2Config's default (config.json has no eos_token_id%s)",
+                 dflt < V ? "" : "; 50256 is outside the vocabulary");
         if (dflt >= 0 && dflt < V)
             info->eos[info->n_eos++] = dflt;
     } else if (json_is_integer(v) || json_is_array(v)) {
@@ -129,7 +133,19 @@ int gen_model_info(const char *dir, gen_model_info_t *info, bmt_error_t *err)
                      c.tied ? "tied" : "untied");
             in.n_eos = c.n_eos < GEN_MAX_EOS ? c.n_eos : GEN_MAX_EOS;
             memcpy(in.eos, c.eos_token_ids, (size_t)in.n_eos * sizeof(int));
+            snprintf(in.eos_from, sizeof(in.eos_from), "config.json's eos_token_id");
         }
+    }
+    /* generation_config.json, when there is one, decides the end of a
+     * sequence, as transformers' generate() has it (gencfg.h) */
+    gen_gencfg_t g;
+    if (rc == 0 && (rc = gen_gencfg_read(dir, in.vocab_size, &g, err)) == 0 && g.present) {
+        in.n_eos = g.n_eos;
+        memcpy(in.eos, g.eos, sizeof(in.eos));
+        snprintf(in.eos_from, sizeof(in.eos_from), "%s%s", GEN_GENCFG_NAME,
+                 g.eos_given ? "'s eos_token_id"
+                             : ", which has no eos_token_id (config.json's is not used)");
+        snprintf(in.sampling, sizeof(in.sampling), "%s", g.sampling);
     }
     free(text);
     if (rc == 0)

@@ -19,8 +19,7 @@
 #include <stdint.h>
 
 #include "bmt/error.h"
-
-#define GEN_MAX_EOS 8
+#include "gencfg.h"
 
 typedef struct gen_decoder gen_decoder_t;
 
@@ -44,6 +43,10 @@ typedef struct gen_model_info {
     int max_positions;   /* n_positions (GPT-2), max_position_embeddings (Llama) */
     int n_eos;           /* end-of-sequence ids (eos_token_id: an id, a list or null) */
     int eos[GEN_MAX_EOS];
+    char eos_from[96];  /* where they come from, for -v: "generation_config.json's
+                           eos_token_id", "config.json's eos_token_id", ... */
+    char sampling[160]; /* "" or generation_config.json's sampling settings, which
+                           generate does not apply (gen_gencfg_t), for -v */
 } gen_model_info_t;
 
 struct gen_decoder {
@@ -56,9 +59,12 @@ struct gen_decoder {
 
 /* The model in dir (as gen_decoder_open_cpu below takes it) as its
  * config.json describes it, through the trainers' parsers; GPT-2's also reads the safetensors
- * headers (its sizes must be the weights'). Nothing is loaded. -1 and err when config.json is
- * missing or unreadable, its model_type is not one of those above, or it
- * describes a model the decoders do not compute. */
+ * headers (its sizes must be the weights'). The end-of-sequence ids are
+ * generation_config.json's when dir has one (gencfg.h: as transformers'
+ * generate() takes them), else config.json's. Nothing is loaded. -1 and err
+ * when config.json is missing or unreadable, its model_type is not one of
+ * those above, it describes a model the decoders do not compute, or
+ * generation_config.json is refused (gen_gencfg_read). */
 int gen_model_info(const char *dir, gen_model_info_t *info, bmt_error_t *err);
 
 /* gen_model_info, and a cache of capacity positions checked against the
@@ -67,9 +73,10 @@ int gen_model_info_cache(const char *dir, int capacity, gen_model_info_t *info, 
 
 /* The CPU decoder of the model in dir, an HF model directory as the trainers
  * write it and transformers saves it: config.json (model_type "gpt2", "llama"
- * or "mistral") and model.safetensors or model.safetensors.index.json with its
- * files, F32, BF16, F16 or F64 (read as f32). The config is read with the
- * trainers' parsers (gpt2_config_from_file, llama_config_from_file), which
+ * or "mistral") and model.safetensors or, when there is none,
+ * model.safetensors.index.json with its files (bmt_st_open's rule, which is
+ * from_pretrained's), F32, BF16, F16 or F64 (read as f32). The config is read
+ * with the trainers' parsers (gpt2_config_from_file, llama_config_from_file), which
  * refuse any value the model does not compute; every tensor is checked for
  * name and shape before anything is read, and the whole model is loaded.
  * capacity: positions to reserve in the cache, 1 .. the model's positions (a

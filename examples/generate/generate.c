@@ -26,7 +26,9 @@
  * so a failure prints one line "generate: ..." on stderr and no ids: exit 2
  * for the command line (a bad value, an id outside the vocabulary, a sequence
  * longer than the model's positions), 1 for the files (directory, config.json,
- * safetensors) or the model (a non-finite logit).
+ * generation_config.json, safetensors) or the model (a non-finite logit).
+ * The end-of-sequence ids are generation_config.json's when the directory has
+ * one, else config.json's, as transformers' generate() takes them (gencfg.h).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -50,19 +52,21 @@
 static const char USAGE[] =
     "usage: generate DIR (--prompt-ids ID,ID,... | --prompt TEXT) [options]\n"
     "  DIR                   an HF model directory (config.json: model_type gpt2, llama\n"
-    "                        or mistral; model.safetensors or model.safetensors.index.json),\n"
-    "                        or a trainer's --save-dir (the step its `latest` names)\n"
+    "                        or mistral; model.safetensors, else model.safetensors.index.json;\n"
+    "                        generation_config.json if any), or a trainer's --save-dir (the\n"
+    "                        step its `latest` names)\n"
     "  --prompt-ids LIST     the prompt's token ids, comma separated\n"
     "  --prompt TEXT         the prompt's bytes as tokens (byte-level models: vocab_size 256)\n"
     "  -n, --new-tokens N    tokens to generate (default 32); prompt + N <= the model's positions\n"
     "  --temperature X       0 (default): greedy; > 0: sample from softmax(logits / X)\n"
     "  --top-k K             sample from the K largest logits only (default 0: all)\n"
     "  --seed S              the sampler's seed, an unsigned 64-bit integer (default 1337)\n"
-    "  --ignore-eos          do not stop at config.json's eos_token_id\n"
+    "  --ignore-eos          do not stop at the end-of-sequence ids (eos_token_id of\n"
+    "                        generation_config.json, else of config.json)\n"
     "  --text                print the new tokens as bytes too, after the ids (vocab_size 256)\n"
     "  --device cpu|cuda     cpu (default): f32 on the CPU; cuda: bf16 on GPU 0 (of\n"
     "                        CUDA_VISIBLE_DEVICES), through bin/generate-cuda\n"
-    "  -v, --verbose         the model and the time taken, on stderr\n"
+    "  -v, --verbose         the model, the time taken and the end-of-sequence ids, on stderr\n"
     "  -h, --help            this text\n";
 
 /* One line on stderr and the exit status: 2 for the command line, 1 else. */
@@ -434,6 +438,19 @@ int main(int argc, char **argv)
                 d->info.model_type, d->info.summary, dir, t1 - t0, np, t_prefill * 1e3, got,
                 (t2 - t1 - t_prefill) * 1e3, got / (t2 - t1 - t_prefill),
                 got < n_new ? "; stopped at the end-of-sequence token" : "");
+    if (verbose) { /* where the end of a sequence came from (docs/generate.md) */
+        char ids[GEN_MAX_EOS * 12 + 8] = "none";
+        for (int i = 0, at = 0; i < d->info.n_eos; i++)
+            at +=
+                snprintf(ids + at, sizeof(ids) - (size_t)at, "%s%d", i ? " " : "", d->info.eos[i]);
+        fprintf(stderr, "generate: end-of-sequence ids: %s, from %s%s\n", ids, d->info.eos_from,
+                ignore_eos && d->info.n_eos ? " (not applied: --ignore-eos)" : "");
+        if (d->info.sampling[0])
+            fprintf(stderr,
+                    "generate: generation_config.json's sampling settings (%s) are not applied: "
+                    "generate's own flags decide (--temperature, --top-k; greedy without them)\n",
+                    d->info.sampling);
+    }
     gen_decoder_destroy(d);
     free(seq);
     free(prompt);

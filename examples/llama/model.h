@@ -103,7 +103,8 @@ int llama_model_keep_logits(llama_model_t *m, bmt_error_t *err);
 /* Replace the model's parameters with those of an HF Llama checkpoint (before
  * bmt_adamw_create): path is a .safetensors file, a
  * model.safetensors.index.json, or a directory holding one of those
- * (bmt_st_open). Every rank reads only the bytes of its own shards
+ * (bmt_st_open: model.safetensors when it holds both, as from_pretrained
+ * reads it). Every rank reads only the bytes of its own shards
  * (bmt_block_load), converting F32, BF16, F16 or F64 to the parameters' dtype
  * (f32 on cpu, bf16 on cuda). Every parameter
  * must be in the file under its HF name with its shape, and the file's layers

@@ -226,7 +226,9 @@ BMT_API bmt_blocklist_t *bmt_blocklist_create(bmt_ctx_t *ctx, const bmt_blocklis
  * list takes ownership of the block. Refused (the block stays the caller's)
  * when it could not be checkpointed with the list's blocks: the same name,
  * checkpoint files that meet ("a/b" and "a_b") or a parameter full name one
- * of them has already ("a" + "b.w" and "a.b" + "w"). */
+ * of them has already ("a" + "b.w" and "a.b" + "w"), or a block named "model"
+ * (its file, model.safetensors, is what transformers' from_pretrained and
+ * bmt_st_open read instead of a checkpoint's index). */
 BMT_API int bmt_blocklist_append(bmt_blocklist_t *list, bmt_block_t *block,
                                  const bmt_block_ops_t *ops, void *model, bmt_error_t *err);
 

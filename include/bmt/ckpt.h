@@ -68,9 +68,11 @@ extern "C" {
  * backward pending). Every block needs files of its own and every parameter
  * a full name of its own: two blocks of one name, blocks whose file names
  * meet ("a/b" and "a_b"; "x" and "x.optim" with an optimizer) or two
- * parameters of one full name in two blocks are refused, as is a path that
- * does not fit (never cut short). Returns 0 on every rank, or -1 on every rank
- * (the ranks agree) with err; then DIR/latest and the checkpoints it names are
+ * parameters of one full name in two blocks are refused, as is a block named
+ * "model" (its file, model.safetensors, is what transformers' from_pretrained
+ * and bmt_st_open read instead of the index) and a path that does not fit
+ * (never cut short); bmt_blocklist_append refuses such blocks already. Returns 0 on every rank, or
+ * -1 on every rank (the ranks agree) with err; then DIR/latest and the checkpoints it names are
  * unchanged (a re-save of latest's own name too: the new one replaces it by
  * renames after everything that can fail for want of space is written). One
  * failure comes after the renames: the fsync of DIR that makes them durable.

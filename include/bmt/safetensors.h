@@ -84,8 +84,14 @@ typedef struct bmt_st bmt_st_t;
 /* Open a checkpoint and read and check its headers (no tensor data is read).
  *   path: a .safetensors file; a model.safetensors.index.json (any name ending
  *         in ".json" is read as an index; its files are relative to its
- *         directory); or a directory holding model.safetensors.index.json or,
- *         failing that, model.safetensors.
+ *         directory); or a directory holding model.safetensors or, when it has
+ *         none, model.safetensors.index.json. A directory holding both is read
+ *         through model.safetensors alone, its index unread, as transformers'
+ *         from_pretrained reads it (SAFE_WEIGHTS_NAME before
+ *         SAFE_WEIGHTS_INDEX_NAME); a model.safetensors that is no regular
+ *         file is refused, not passed over. bmt's own checkpoints have no
+ *         model.safetensors (bmt_ckpt_save refuses a block named "model"), so
+ *         a step directory opens through its index.
  * The files stay open until bmt_st_close. Returns the handle, or NULL with err
  * naming the file, the tensor and the cause (every check: docs/safetensors.md). */
 BMT_API bmt_st_t *bmt_st_open(const char *path, bmt_error_t *err);

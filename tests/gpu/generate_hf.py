@@ -6,7 +6,8 @@
 Loads STEP_DIR (an HF model directory: a trainer's step directory) with
 AutoModelForCausalLM.from_pretrained(STEP_DIR, torch_dtype=torch.float32) on
 the CPU and runs generate(ids, do_sample=False, max_new_tokens=N) from the
-comma-separated PROMPT_IDS. Prints HF's ids and ours (OUR_IDS, comma
+comma-separated PROMPT_IDS; it stops earlier at an end-of-sequence id of
+STEP_DIR/generation_config.json, or of config.json when there is none (printed). Prints HF's ids and ours (OUR_IDS, comma
 separated), then, with one forward over the prompt and HF's ids, the gap
 between the two largest logits at each of HF's steps (the smallest, and where
 it is). At the first difference it prints the step, both ids, HF's gap there
@@ -43,6 +44,7 @@ def main(argv):
         z = model(out[:, :-1]).logits[0, len(prompt) - 1:].double().numpy()  # HF's steps
     top = np.sort(z, axis=1)[:, -2:]
     gaps = top[:, 1] - top[:, 0]
+    print("HF's eos_token_id (its generation_config):", model.generation_config.eos_token_id)
     print("hf:   ", " ".join(map(str, hf)))
     print("ours: ", " ".join(map(str, ours)))
     s = int(np.argmin(gaps))

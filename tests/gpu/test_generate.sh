@@ -30,6 +30,9 @@
 # (c) on those models --device cpu (f32) gives HF's ids token for token;
 # (d) the same cuda run twice gives the same ids and logits, bit for bit
 #     (sampled at temperature 1: the draw and the kernels are deterministic);
+# (e) the llama checkpoint with a generation_config.json whose eos_token_id
+#     lists config.json's id and one the greedy path meets earlier (Llama 3
+#     Instruct's layout): --device cpu stops where HF's generate() stops;
 # and a head size the cuda attention does not take is refused with one line.
 # The bounds came from tests/mock (the same roundings on the CPU), where cases
 # (a) and (d) pass; on an H200 all 8 passed, in about a minute (most of it the
@@ -145,5 +148,27 @@ for t in llama gpt2; do
         with_timeout 120 \$PY \$HF \$ck \$PROMPT 40 \$(tr ' ' , <cpu)
     "
 done
+
+test_expect_success "llama: generation_config.json's eos_token_id (config.json's id and an earlier one, as Llama 3 Instruct's) ends HF's greedy generate() and ours at the same token" '
+    ck=$TMP/ck-llama/$(cat $TMP/ck-llama/latest) && rm -rf inst && cp -r $ck inst &&
+    $GEN inst --prompt-ids $PROMPT -n 40 --device cpu --ignore-eos >full &&
+    $PY - inst full <<-EOF &&
+	import json, sys
+	d, ids = sys.argv[1], open(sys.argv[2]).read().split()
+	first = {t: ids.index(t) for t in ids}
+	late = max(first, key=first.get)  # config.json: the id first seen last
+	early = ids[first[late] // 2]     # generation_config.json adds one seen before it
+	c = json.load(open(d + "/config.json"))
+	c["eos_token_id"] = int(late)
+	json.dump(c, open(d + "/config.json", "w"))
+	json.dump({"eos_token_id": [int(late), int(early)]}, open(d + "/generation_config.json", "w"))
+	print("config.json: eos %s (new token %d); generation_config.json adds %s (new token %d)"
+	      % (late, first[late], early, first[early]))
+	EOF
+    $GEN inst --prompt-ids $PROMPT -n 40 --device cpu -v >cpu 2>err && cat cpu err &&
+    grep -q "end-of-sequence ids: .*, from generation_config.json.s eos_token_id" err &&
+    test $(wc -w <cpu) -lt 40 &&
+    with_timeout 120 $PY $HF inst $PROMPT 40 $(tr " " , <cpu)
+'
 
 test_done

@@ -305,6 +305,13 @@ test_expect_success "blocks that would share a file or a tensor name: refused as
     grep -q "ckpt: building the model: rank 0: bmt_blocklist_append: two blocks are named .x." ck.out
 '
 
+test_expect_success "a block named model (its file model.safetensors, which from_pretrained and bmt_st_open read instead of the index) is refused as the model is built; model.x is fine" '
+    { ck save D model y; rc=$?; } && test $rc -eq 1 && ! test -e D &&
+    grep -qx "ckpt: building the model: rank 0: bmt_blocklist_append: block .model. would be saved as model.safetensors, which transformers. from_pretrained and bmt_st_open read instead of the checkpoint.s index (the other blocks unread): give the block another name" ck.out &&
+    ck save D model.x y && test -f D/ck/model.x.safetensors && ! test -e D/ck/model.safetensors &&
+    ck load D y model.x
+'
+
 test_expect_success "blocks of one name under 2 ranks: every rank refuses as the model is built, nothing is made, no hang" '
     { with_timeout 60 $BMLAUNCH --metrics-port 0 -n 2 -- $CK --ckpt save D x x >out 2>err; rc=$?; } &&
     test $rc -ne 0 && test $rc -ne 124 && cat out err | grep -q "two blocks are named .x." && ! test -e D

@@ -232,6 +232,110 @@ test_expect_success "config.json's eos_token_id ends the output at its first occ
     $GEN g2eos --prompt-ids $P -n 24 --ignore-eos >a && diff $C/g2.greedy.ids a
 '
 
+# gencfg DIR JSON: DIR/generation_config.json holds JSON.
+gencfg() { printf "%s\n" "$2" >"$1/generation_config.json"; }
+# stops_at OUT FULL EOS: OUT holds the ids of FULL (space separated) up to the
+# first of EOS (comma separated) that occurs, that one included.
+stops_at() {
+    $PY - "$1" "$2" "$3" <<-EOF
+	import sys
+	out, full, eos = open(sys.argv[1]).read().split(), sys.argv[2].split(), sys.argv[3].split(",")
+	n = min(full.index(e) for e in eos if e in full) + 1
+	assert out == full[:n], (out, full[:n])
+	EOF
+}
+export -f gencfg stops_at
+
+test_expect_success "generation_config.json's eos_token_id decides, as in transformers: a Llama 3 Instruct-like list ends at its end-of-turn id, which config.json lacks; -v says where the ids came from" '
+    cp -r $M/l1 inst && l=($(cat $C/l1.greedy.ids)) &&
+    $PY - inst/config.json ${l[12]} <<-EOF &&
+	import json, sys
+	c = json.load(open(sys.argv[1])); c["eos_token_id"] = int(sys.argv[2]); json.dump(c, open(sys.argv[1], "w"))
+	EOF
+    $GEN inst --prompt-ids $P -n 24 -v >a 2>err && cat a err && stops_at a "${l[*]}" ${l[12]} &&
+    grep -qx "generate: end-of-sequence ids: ${l[12]}, from config.json.s eos_token_id" err &&
+    gencfg inst "{\"bos_token_id\": 0, \"eos_token_id\": [${l[12]}, ${l[20]}, ${l[5]}], \"transformers_version\": \"4.45.0\"}" &&
+    $GEN inst --prompt-ids $P -n 24 -v >b 2>err && cat b err &&
+    stops_at b "${l[*]}" ${l[12]},${l[20]},${l[5]} && test $(wc -w <b) -lt $(wc -w <a) &&
+    grep -qx "generate: end-of-sequence ids: ${l[12]} ${l[20]} ${l[5]}, from generation_config.json.s eos_token_id" err &&
+    $GEN inst --prompt-ids $P -n 24 --ignore-eos -v >c 2>err && diff $C/l1.greedy.ids c &&
+    grep -q "^generate: end-of-sequence ids: .*(not applied: --ignore-eos)\$" err &&
+    g=($(cat $C/g2.greedy.ids)) && cp -r $M/g2 gpt && gencfg gpt "{\"eos_token_id\": ${g[4]}}" &&
+    $GEN gpt --prompt-ids $P -n 24 >d && stops_at d "${g[*]}" ${g[4]}
+'
+
+test_expect_success "a generation_config.json without eos_token_id (or null) means no end-of-sequence id, config.json's is not used (transformers does not fall back to it)" '
+    cp -r $M/g2 g && g=($(cat $C/g2.greedy.ids)) &&
+    $PY - g/config.json ${g[4]} <<-EOF &&
+	import json, sys
+	c = json.load(open(sys.argv[1])); c["eos_token_id"] = int(sys.argv[2]); json.dump(c, open(sys.argv[1], "w"))
+	EOF
+    $GEN g --prompt-ids $P -n 24 >a && stops_at a "${g[*]}" ${g[4]} &&
+    for j in "{\"bos_token_id\": 1, \"max_length\": 20, \"pad_token_id\": 0}" "{\"eos_token_id\": null}" "{\"eos_token_id\": []}"; do
+        gencfg g "$j" && $GEN g --prompt-ids $P -n 24 -v >b 2>err && cat err &&
+        diff $C/g2.greedy.ids b && grep -q "^generate: end-of-sequence ids: none, from generation_config.json" err ||
+            { echo "$j"; exit 1; }
+    done &&
+    grep -qx "generate: end-of-sequence ids: none, from generation_config.json.s eos_token_id" err &&
+    gencfg g "{}" && $GEN g --prompt-ids $P -n 3 -v 2>err >/dev/null && cat err &&
+    grep -qx "generate: end-of-sequence ids: none, from generation_config.json, which has no eos_token_id (config.json.s is not used)" err &&
+    $GEN $M/g1 --prompt-ids $P -n 3 -v 2>err >/dev/null && cat err &&
+    grep -qx "generate: end-of-sequence ids: none, from config.json.s eos_token_id" err
+'
+
+test_expect_success "its sampling settings are not applied (greedy unless --temperature; our flags decide, and -v says so); neutral values of what would change HF's greedy tokens are accepted" '
+    cp -r $M/l1 s &&
+    gencfg s "{\"do_sample\": true, \"temperature\": 0.6, \"top_k\": 5, \"top_p\": 0.9, \"repetition_penalty\": 1.0, \"num_beams\": 1, \"no_repeat_ngram_size\": 0, \"suppress_tokens\": [], \"min_new_tokens\": 5, \"forced_eos_token_id\": null}" &&
+    $GEN s --prompt-ids $P -n 24 -v >a 2>err && cat err && diff $C/l1.greedy.ids a &&
+    grep -qx "generate: generation_config.json.s sampling settings (do_sample true, temperature 0.6, top_k 5, top_p 0.9) are not applied: generate.s own flags decide (--temperature, --top-k; greedy without them)" err &&
+    $GEN s --prompt-ids $P -n 40 --temperature 3 --top-k 5 --seed 3 >b && diff $C/l1.topk.ids b &&
+    $GEN s --prompt-ids $P -n 30 --temperature 1 --top-k 7 --seed 18446744073709551615 >c && diff $C/l1.replay.ids c
+'
+
+test_expect_success "a generation_config.json that is malformed, has a wrong type, or asks for what changes HF's greedy tokens is refused: one line naming the file and the key, exit 1, no ids" '
+    cp -r $M/l1 bad && bad=0 &&
+    while IFS="|" read -r json msg; do
+        [ -n "$json" ] || continue
+        gencfg bad "$json" && rc=0 && $GEN bad --prompt-ids $P -n 3 >out 2>err || rc=$?
+        if [ $rc -ne 1 ] || [ -s out ] || [ "$(cat err)" != "generate: bad/generation_config.json: $msg" ]; then
+            echo "$json: exit $rc (want 1), stdout $(wc -c <out) bytes, stderr:"; cat err
+            echo "want: generate: bad/generation_config.json: $msg"; bad=1
+        fi
+    done <<-EOF &&
+	{"eos_token_id": 2,|not valid JSON: string or '"'"'}'"'"' expected near end of file (line 2)
+	{"eos_token_id": 2, "eos_token_id": 3}|not valid JSON: duplicate object key near '"'"'"eos_token_id"'"'"' (line 1)
+	[2]|malformed: a JSON object is needed, not an array
+	{"eos_token_id": "2"}|malformed: "eos_token_id" must be an integer, a list or null, not a string
+	{"eos_token_id": [2, 3.0]}|malformed: eos_token_id[1] must be a token id, not a real number
+	{"eos_token_id": [2, 101]}|eos_token_id 101 is not a token of the vocabulary [0, 101)
+	{"eos_token_id": -1}|eos_token_id -1 is not a token of the vocabulary [0, 101)
+	{"eos_token_id": [1, 2, 3, 4, 5, 6, 7, 8, 9]}|eos_token_id lists 9 tokens; at most 8
+	{"do_sample": "yes"}|malformed: "do_sample" must be true, false or null, not a string
+	{"temperature": [0.6]}|malformed: "temperature" must be a number or null, not an array
+	{"top_k": 5.5}|malformed: "top_k" must be an integer or null, not a real number
+	{"repetition_penalty": "1.1"}|malformed: "repetition_penalty" must be a number or null, not a string
+	{"repetition_penalty": 1.1}|repetition_penalty is 1.1: a repetition penalty, which transformers'"'"' generate() applies and generate does not (the tokens would differ); supported: 1.0 or null
+	{"no_repeat_ngram_size": 3}|no_repeat_ngram_size is 3: a ban on repeated n-grams, which transformers'"'"' generate() applies and generate does not (the tokens would differ); supported: 0 or null
+	{"num_beams": 4}|num_beams is 4: beam search, which transformers'"'"' generate() applies and generate does not (the tokens would differ); supported: 1 or null
+	{"eos_token_id": 2, "min_new_tokens": 5}|min_new_tokens is 5: a minimum length: the end-of-sequence ids masked before it, which transformers'"'"' generate() applies and generate does not (the tokens would differ); supported: 0 or null
+	{"suppress_tokens": [1, 2]}|suppress_tokens is [1,2]: suppressed tokens, which transformers'"'"' generate() applies and generate does not (the tokens would differ); supported: null
+	{"forced_eos_token_id": 2}|forced_eos_token_id is 2: a forced last token, which transformers'"'"' generate() applies and generate does not (the tokens would differ); supported: null
+	EOF
+    test $bad -eq 0 &&
+    rm bad/generation_config.json && mkfifo bad/generation_config.json &&
+    rc=0 && with_timeout 10 $GEN bad --prompt-ids 1 >out 2>err || rc=$? &&
+    cat err && test $rc -eq 1 && test ! -s out &&
+    test "$(cat err)" = "generate: bad/generation_config.json: not a regular file (a generation_config.json is a JSON text file)" &&
+    rm bad/generation_config.json && mkdir bad/generation_config.json &&
+    rc=0 && $GEN bad --prompt-ids 1 >out 2>err || rc=$? && cat err && test $rc -eq 1 &&
+    grep -q "^generate: bad/generation_config.json: not a regular file" err &&
+    mock=$BUILDDIR/tests/mock/generate-cuda-mock && if [ -x $mock ]; then
+        rmdir bad/generation_config.json && gencfg bad "{\"num_beams\": 4}" &&
+        rc=0 && $mock bad --prompt-ids 1 --device cuda >out 2>err || rc=$? && cat err &&
+        test $rc -eq 1 && grep -q "^generate: bad/generation_config.json: num_beams is 4: beam search" err
+    fi
+'
+
 test_expect_success "on the trainers' checkpoints: greedy equals the oracle token for token, sampled logits within 1e-5" '
     same ck-llama && same ck-gpt2 && logits_ok ck-llama.sampled && logits_ok ck-gpt2.sampled
 '
@@ -365,6 +469,16 @@ test_expect_success "a config.json as transformers 5 writes it (rope_parameters:
 	json.dump(c, open("v5/config.json", "w"))
 	EOF
     $GEN v5 --prompt-ids $P -n 24 --dump-logits v5.dump >out && ! cmp -s $C/l1.greedy.dump v5.dump
+'
+
+test_expect_success "a directory holding model.safetensors and an index is read through model.safetensors, as transformers reads it: generate equals the oracle there, not the index's model" '
+    cp -r $M/l2 both && test -f both/model.safetensors.index.json &&
+    $PY "$ORACLE" make other --model llama --layers 3 --embd 64 --heads 4 --kv 4 --head-dim 16 \
+        --ffn 128 --vocab 256 --max-pos 64 --tied 1 --dtype bf16 --seed 4 &&
+    cp other/model.safetensors both/ &&
+    $GEN both --prompt-ids $P -n 24 >a && ! diff -q $C/l2.greedy.ids a >/dev/null &&
+    echo "both greedy $PWD/both $P 24" >batch && with_timeout 60 $PY "$ORACLE" batch batch >res &&
+    cat a res && test "$(sed -n "s/^both ids \(.*\) gap .*/\1/p" res)" = "$(cat a)"
 '
 
 test_expect_success "a mistral config.json without sliding_window (MistralConfig: a window of 4096) is refused" '

@@ -156,6 +156,15 @@ test_expect_success "the same through an index over 3 shards with transformer. n
     cat check.txt && grep -q ", 3 files, 28 parameters" check.txt && ! grep -q FAIL check.txt
 '
 
+test_expect_success "a directory holding model.safetensors and an index is read through model.safetensors, as from_pretrained reads it: the index (its shards absent here) is not opened" '
+    mk good && mk sharded --shards 3 && mk both && cp sharded/model.safetensors.index.json both/ &&
+    ! test -e both/model-00001-of-00003.safetensors &&
+    train --init-from both && grep -q "params (L 2, H 8, C 32, V 67, maxT 24)" out &&
+    l=$(loss1 good) && test -n "$l" && test "$(loss1 both)" = "$l" &&
+    $PY "$HFL" check both --data "$TMP/data.bin" -b 2 -t 16 --loss $l >check.txt &&
+    cat check.txt && grep -q ", 1 files, 28 parameters" check.txt && ! grep -q FAIL check.txt
+'
+
 test_expect_success "the values refused change the model: the reader's loss moves (> 1e-5 relative) under relu, eps 1e-2, 4 heads, 1/(layer+1)" '
     mk good && base=$($PY "$HFL" check good --data "$TMP/data.bin" | sed -n "s/^loss //p") &&
     for set in activation_function=\"relu\" layer_norm_epsilon=1e-2 n_head=4 scale_attn_by_inverse_layer_idx=true; do

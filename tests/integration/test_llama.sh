@@ -176,6 +176,14 @@ test_expect_success "a file that does not fit the model is refused, naming the f
     done
 '
 
+test_expect_success "a directory holding model.safetensors and an index is read through model.safetensors, as from_pretrained reads it: the same run, the index (naming a file that is not there) unread" '
+    rm -rf $TMP/gqa-both && cp -r $TMP/gqa $TMP/gqa-both &&
+    echo "{\"metadata\": {}, \"weight_map\": {\"model.norm.weight\": \"model-00001-of-00002.safetensors\"}}" \
+        >$TMP/gqa-both/model.safetensors.index.json &&
+    run gqa-both 1 -n 1 -- $PROGS/llama_check && mv out.txt both.txt &&
+    run gqa 1 -n 1 -- $PROGS/llama_check && test -s out.txt && diff out.txt both.txt
+'
+
 test_expect_success "a token outside the vocabulary is refused with its position" '
     $PY -c "
 import numpy as np

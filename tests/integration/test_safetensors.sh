@@ -162,6 +162,28 @@ test_expect_success "a well-formed index of two shards opens (the directory hold
     grep -qx "c F32 \[1\] s2.safetensors [0-9]* 4" out && test "$(tail -1 out)" = "plan: head(0) tail(3)"
 '
 
+test_expect_success "a directory holding model.safetensors and an index reads model.safetensors alone, as transformers' from_pretrained does: the index is not opened" '
+    eval "$shards" && $STW index model.safetensors.index.json a=s1.safetensors b=s1.safetensors c=s2.safetensors &&
+    $STW raw model.safetensors x:F32:2:0,8 &&
+    $T --open . >out && cat out && test "$(head -1 out)" = "1 tensors" &&
+    grep -qx "x F32 \[2\] model.safetensors [0-9]* 8" out &&
+    echo "{" >model.safetensors.index.json && $T --open . >out && test "$(head -1 out)" = "1 tensors" &&
+    refused model.safetensors.index.json "model.safetensors.index.json: not valid JSON: string or ${Q}}${Q} expected near end of file (at byte 2)"
+'
+
+test_expect_success "beside an index, a bad model.safetensors is refused, never passed over for the index; a dangling link is no file (the index is read)" '
+    eval "$shards" && $STW index model.safetensors.index.json a=s1.safetensors b=s1.safetensors c=s2.safetensors &&
+    $STW raw model.safetensors --header "{\"a\": " &&
+    refused . "model.safetensors: header is not valid JSON: unexpected token near end of file (at byte 6)" &&
+    rm model.safetensors && mkfifo model.safetensors &&
+    rc=0 && { with_timeout 10 $T --open . >out 2>err || rc=$?; } &&
+    cat err && test $rc -eq 1 && grep -q "model.safetensors: not a regular file\$" err &&
+    rm model.safetensors && mkdir model.safetensors &&
+    rc=0 && { $T --open . >out 2>err || rc=$?; } && cat err && test $rc -eq 1 &&
+    rmdir model.safetensors && ln -s nowhere.safetensors model.safetensors &&
+    $T --open . >out && test "$(head -1 out)" = "3 tensors"
+'
+
 test_expect_success "an index naming a missing file" '
     eval "$shards" && $STW index idx.json a=s1.safetensors b=s1.safetensors c=s3.safetensors &&
     refused idx.json "s3.safetensors: cannot open: No such file or directory"

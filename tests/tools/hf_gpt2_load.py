@@ -5,8 +5,8 @@ directories and of the trainer's checkpoints (tests/integration/test_gpt2_hf.sh)
 
     hf_gpt2_load.py check DIR [--data SHARD -b B -t T] [--loss X] [--bound R]
         Read DIR/config.json as GPT2Config does (absent keys take its
-        defaults); resolve DIR/model.safetensors.index.json, else
-        DIR/model.safetensors; read every shard with the parser below (8-byte
+        defaults); resolve DIR/model.safetensors, else
+        DIR/model.safetensors.index.json (from_pretrained's order); read every shard with the parser below (8-byte
         little-endian header length, JSON header, data; offsets, sizes and the
         "format": "pt" metadata checked); check that every tensor
         GPT2LMHeadModel needs is there with the shape the config implies
@@ -196,15 +196,18 @@ def read_config(d):
 
 def read_weights(d):
     """{name: (dtype, shape, raw)} over the files from_pretrained would read, and their names."""
+    # model.safetensors first: from_pretrained checks SAFE_WEIGHTS_NAME (with
+    # os.path.isfile) before SAFE_WEIGHTS_INDEX_NAME, and never opens the index
+    # of a directory that has both
     index = os.path.join(d, "model.safetensors.index.json")
-    if os.path.exists(index):
+    if os.path.isfile(os.path.join(d, "model.safetensors")):
+        wm, files = None, ["model.safetensors"]
+    elif os.path.isfile(index):
         idx = json.load(open(index))
         wm = idx.get("weight_map")
         if not isinstance(wm, dict) or not wm:
             raise Refused("%s: no weight_map" % index)
         files = sorted(set(wm.values()))
-    elif os.path.exists(os.path.join(d, "model.safetensors")):
-        wm, files = None, ["model.safetensors"]
     else:
         raise Refused("%s: neither model.safetensors.index.json nor model.safetensors" % d)
     tensors = {}

@@ -137,9 +137,10 @@ def read_safetensors(path):
 
 
 def read_model(d):
-    """Every tensor of the model directory d (one file or an index)."""
+    """Every tensor of the model directory d: model.safetensors when d has one,
+    else the files of its index (from_pretrained's order)."""
     index = os.path.join(d, "model.safetensors.index.json")
-    if not os.path.exists(index):
+    if os.path.isfile(os.path.join(d, "model.safetensors")) or not os.path.exists(index):
         return read_safetensors(os.path.join(d, "model.safetensors"))
     out = {}
     for f in sorted(set(json.load(open(index))["weight_map"].values())):
