@@ -10,10 +10,17 @@
  *
  * Pushes are validated whole before anything is applied (bad input changes
  * nothing): token first (401, before the body is even read), size (413, from
- * Content-Length when given), then JSON shape, job id, rank, every field's
+ * Content-Length when given), then JSON shape, job id, rank, run, every field's
  * type, and whether the values are possible and the steps near the job's (400
  * with the reason in the body): one rank numbering its steps from 1,000,000
  * would otherwise hold the history's window of steps for the rest of the run.
+ *
+ * Each push names its run (collector.h): bmlaunch's run (BMT_RESTART) and the
+ * rank's process. The collector follows one process per rank; a push of an
+ * earlier run of the job or of an older process is refused (409), counted,
+ * and changes nothing, and a newer process replaces the rank's state. The
+ * window of steps is derived from the processes followed that report now, so
+ * no late push of an old run sets it and no process that stopped holds it.
  *
  * After the ranks exit the job's gauges keep every rank's last figures (a
  * scrape after the end must see the final loss, not NaN), and the end itself
@@ -61,24 +68,46 @@
 
 extern const char collector_page[], collector_page_end[]; /* web_page.S */
 
+/* Each rank's state in this run of the job. "Its process" is the one the
+ * collector follows for the rank (has_run, run): the first that pushed in this
+ * run, until a newer process of the rank (a later start) replaces it. Pushes
+ * of an older process, or of an earlier run of the job, are refused (409). */
 struct rank_state {
     bool seen, exited;
-    bool run_seen;    /* pushed a step in this run */
-    bool run_failed;  /* named among this run's failed ranks */
-    double last_push; /* monotonic, any push */
-    double run_push;  /* monotonic, last push of a step in this run; 0: none yet */
-    int64_t top_step; /* highest step added to the history */
+    bool has_run;      /* follows a process of this rank in this run */
+    bool run_seen;     /* its process pushed a step */
+    bool run_failed;   /* named among this run's failed ranks */
+    bool host_of_run;  /* host is what its process said */
+    metrics_run_t run; /* that process */
+    uint64_t serial;   /* bumped with each process followed: tags its scalars */
+    double last_push;  /* monotonic, any push */
+    double run_push;   /* monotonic, its process's last push of a step; 0: none yet */
+    double quiet_t;    /* monotonic: a process that replaced another and pushed no step
+                        * yet is silent from here (0: from the run's first step) */
+    int64_t top_step;  /* highest step added to the history in this run */
+    /* Its process's first and highest step and when they came (monotonic):
+     * the window of steps the job accepts (step_window). */
+    int64_t p_first, p_top;
+    double p_first_t, p_top_t;
     /* The counters never go down for the life of bmlaunch: the totals of the
-     * previous runs (base) plus the highest of this run's (a process counts
-     * from 0 again after a restart, and pushes may come out of order). */
+     * previous processes of the rank (base) plus the highest of its process's
+     * (a process counts from 0, and pushes may come out of order). */
     double tok_base, smp_base;
     uint64_t skip_base, drop_base;
     int64_t tok_run, smp_run, skip_run;
-    uint64_t drop_run;    /* the highest "dropped" this run's process said */
-    uint64_t refused_run; /* items of this run's pushes the collector refused (400) */
+    uint64_t drop_run;    /* the highest "dropped" its process said */
+    uint64_t refused_run; /* items of its process's pushes the collector refused (400) */
     char host[64];
-    bmt_step_metrics_t m; /* the highest step of its latest run */
+    bmt_step_metrics_t m; /* the highest step of its latest process */
 };
+
+/* a + b, at most INT64_MAX: a counter that stays there rather than wrap (and
+ * that JSON's integers and a double still read as a count). */
+static uint64_t count_add(uint64_t a, uint64_t b)
+{
+    const uint64_t top = (uint64_t)INT64_MAX;
+    return a >= top || b >= top - a ? top : a + b;
+}
 
 /* Items the rank's push plugin lost so far, as far as the collector knows:
  * what it said, or what was refused here, whichever is more (the plugin counts
@@ -88,12 +117,28 @@ static uint64_t rank_dropped_run(const struct rank_state *s)
     return s->drop_run > s->refused_run ? s->drop_run : s->refused_run;
 }
 
+/* The rank's process is done with (a newer one replaces it, or the job
+ * restarted): its totals join the base of the counters, and the rank has
+ * pushed no step of the next one yet. Its last figures (m) stay, as the rank's
+ * last figures, until the next process pushes a step. */
+static void rank_retire(struct rank_state *s)
+{
+    s->tok_base += (double)s->tok_run;
+    s->smp_base += (double)s->smp_run;
+    s->skip_base = count_add(s->skip_base, (uint64_t)s->skip_run);
+    s->drop_base = count_add(s->drop_base, rank_dropped_run(s));
+    s->tok_run = s->smp_run = s->skip_run = 0;
+    s->drop_run = s->refused_run = 0;
+    s->run_push = 0;
+    s->run_seen = s->has_run = s->host_of_run = false;
+}
+
 /* Rates of a set of ranks' steps: sums of throughput, the slowest step and
  * longest wait, and loss and MFU summed for a mean over the ranks that gave one
  * (rates_mean turns them into means, NaN when none did). */
 struct rates {
     double tps, sps, fps, mfu, loss, step_s, comm_s;
-    int fps_n, mfu_n, loss_n, comm_n;
+    int fps_n, mfu_n, loss_n, step_n, comm_n;
 };
 
 static void rates_add(struct rates *x, const bmt_step_metrics_t *m)
@@ -107,6 +152,7 @@ static void rates_add(struct rates *x, const bmt_step_metrics_t *m)
     if (isfinite(m->loss))
         x->loss += m->loss, x->loss_n++;
     x->step_s = m->step_time_s > x->step_s ? m->step_time_s : x->step_s;
+    x->step_n++;
     if (isfinite(m->comm_wait_s)) {
         x->comm_s = m->comm_wait_s > x->comm_s ? m->comm_wait_s : x->comm_s;
         x->comm_n++;
@@ -114,9 +160,11 @@ static void rates_add(struct rates *x, const bmt_step_metrics_t *m)
 }
 
 /* Figures no rank measured (FLOP/s, MFU, loss, communication wait: a Python
- * job has none of them unless it says) are NaN, never a 0 that looks real. */
+ * job has none of them unless it says; the step time when no rank is
+ * reporting) are NaN, never a 0 that looks real. */
 static void rates_mean(struct rates *x)
 {
+    x->step_s = x->step_n ? x->step_s : NAN;
     x->fps = x->fps_n ? x->fps : NAN;
     x->mfu = x->mfu_n ? x->mfu / x->mfu_n : NAN;
     x->loss = x->loss_n ? x->loss / x->loss_n : NAN;
@@ -152,8 +200,9 @@ static const char *const ev_names[EV_KINDS] = { "",     "checkpoint_saved", "res
 
 struct scalar { /* one name of the job's scalars */
     char name[BMT_SCALAR_NAME_MAX + 1];
-    double *v;     /* per rank: its last value */
-    int64_t *step; /* per rank: the step of that value; -1: none yet */
+    double *v;        /* per rank: its newest value */
+    int64_t *step;    /* per rank: the step of that value; -1: none yet */
+    uint64_t *serial; /* per rank: the process that gave it (rank_state.serial) */
 };
 
 struct vpoint { /* the job's val_loss at one step: a mean over the ranks that gave it */
@@ -172,7 +221,7 @@ struct failure { /* a rank that exited with a non-zero code or by a signal */
  * series exist at 0), others (libmicrohttpd's own 400 for a malformed request,
  * 411, 431, 500, 505, ...) added when first answered, up to NCODES in all. */
 #define NCODES 16
-static const int codes0[] = { 200, 400, 401, 404, 405, 413 };
+static const int codes0[] = { 200, 400, 401, 404, 405, 409, 413 };
 
 struct collector {
     pthread_mutex_t mu;
@@ -205,10 +254,10 @@ struct collector {
     double step_seconds_total, comm_seconds_total;
     struct failure failed[COLLECTOR_FAILED_SHOWN]; /* the first of this run */
     int nfailed;                                   /* all of this run */
-    /* The run's steps, for the check of pushed step numbers. */
-    bool lead_set;
-    int64_t lead, first_step;
-    double lead_t, first_t;   /* monotonic */
+    int64_t restart;          /* bmlaunch's run (BMT_RESTART): pushes of earlier ones get 409 */
+    uint64_t old_run_items;   /* items of the pushes refused with 409 (a counter) */
+    bool run_started;         /* a step of this run was pushed, first at first_t */
+    double first_t;           /* monotonic */
     double scrape_t[SCRAPES]; /* monotonic times of the last /metrics requests */
     uint64_t scrapes;
     bool scraped_after_end;
@@ -546,7 +595,10 @@ static int scalar_names_fit(const collector_t *c, const metrics_scalar_t *xs, si
 }
 
 /* Keep rank r's scalar, and val_loss's point of the page's history (lock held;
- * the names fit). */
+ * the names fit). The rank's value is its process's newest by step: a value
+ * of an older step that comes late changes nothing (neither the value nor the
+ * history); one of the same step replaces the value (the history has the
+ * rank's first at that step); a newer process's replaces any of an older one. */
 static void scalar_add(collector_t *c, int r, const metrics_scalar_t *x)
 {
     int i = scalar_find(c, x->name);
@@ -554,19 +606,26 @@ static void scalar_add(collector_t *c, int r, const metrics_scalar_t *x)
         struct scalar *s = &c->sc[c->nsc];
         s->v = malloc((size_t)c->l.world * sizeof(*s->v));
         s->step = malloc((size_t)c->l.world * sizeof(*s->step));
-        if (s->v == NULL || s->step == NULL) {
-            free(s->v), free(s->step);
-            s->v = NULL, s->step = NULL;
+        s->serial = malloc((size_t)c->l.world * sizeof(*s->serial));
+        if (s->v == NULL || s->step == NULL || s->serial == NULL) {
+            free(s->v), free(s->step), free(s->serial);
+            s->v = NULL, s->step = NULL, s->serial = NULL;
             return;
         }
         snprintf(s->name, sizeof(s->name), "%s", x->name);
         for (int k = 0; k < c->l.world; k++)
-            s->v[k] = NAN, s->step[k] = -1;
+            s->v[k] = NAN, s->step[k] = -1, s->serial[k] = 0;
         i = c->nsc++;
     }
-    c->sc[i].v[r] = x->value;
-    c->sc[i].step[r] = x->step;
-    if (strcmp(x->name, "val_loss") != 0)
+    struct scalar *s = &c->sc[i];
+    bool same = s->step[r] >= 0 && s->serial[r] == c->r[r].serial;
+    if (same && x->step < s->step[r])
+        return; /* late and older than the rank's newest */
+    bool again = same && x->step == s->step[r];
+    s->v[r] = x->value;
+    s->step[r] = x->step;
+    s->serial[r] = c->r[r].serial;
+    if (again || strcmp(x->name, "val_loss") != 0)
         return;
     if (c->vrewound) {
         /* The first val_loss after a restart: a run that resumed from a
@@ -603,17 +662,105 @@ static double scalar_mean(const collector_t *c, int i, int64_t *step)
     return n ? sum / n : NAN;
 }
 
-/* How far (in steps) a push of rank rs may be from the run's highest step now:
- * ahead, and behind. Caller holds the lock; the run has a lead. */
-static void step_window(const collector_t *c, const struct rank_state *rs, double now,
-                        double *ahead, double *behind)
+/* The window of steps a push of rank r may bring now (lock held; renewing:
+ * the push comes from a process that replaces the rank's). It follows the
+ * ranks whose process pushed a step within the stale window, r's own unless
+ * it is being replaced: *lead is their highest step, and a push may be *ahead
+ * steps above it and *behind below it (the leading process's step rate over
+ * at least a second, times twice the time since that step, or since r's last
+ * step, plus COLLECTOR_STEP_SLACK). False when no rank anchors it (any step is
+ * accepted): so neither a process that stopped pushing nor one that a newer
+ * process replaced (nor a run before a restart) holds the window. */
+static bool step_window(const collector_t *c, int r, bool renewing, double stale, double now,
+                        int64_t *lead, double *ahead, double *behind)
 {
+    const struct rank_state *top = NULL;
+    for (int k = 0; k < c->l.world; k++) {
+        const struct rank_state *s = &c->r[k];
+        if (!s->run_seen || now - s->run_push > stale || (k == r && renewing))
+            continue;
+        if (top == NULL || s->p_top > top->p_top)
+            top = s;
+    }
+    if (top == NULL)
+        return false;
     /* over at least a second: two steps a microsecond apart are no rate */
-    double span = c->lead_t - c->first_t;
-    double rate = (double)(c->lead - c->first_step) / (span > 1 ? span : 1);
-    double since_rank = now - (rs->run_push > 0 ? rs->run_push : c->first_t);
-    *ahead = COLLECTOR_STEP_SLACK + 2 * rate * (now - c->lead_t);
+    double span = top->p_top_t - top->p_first_t;
+    double rate = (double)(top->p_top - top->p_first) / (span > 1 ? span : 1);
+    const struct rank_state *rs = &c->r[r];
+    double since_rank = now - (rs->run_push > 0 && !renewing ? rs->run_push : c->first_t);
+    *lead = top->p_top;
+    *ahead = COLLECTOR_STEP_SLACK + 2 * rate * (now - top->p_top_t);
     *behind = COLLECTOR_STEP_SLACK + 2 * rate * since_rank;
+    return true;
+}
+
+/* Rank r's process: the run its push came from, against the one the
+ * collector follows (lock held). 0: that one (or the first of this run, or a
+ * newer one: *renewing), else the HTTP status with why: 409 for an earlier run
+ * of the job or an older process of the rank, 400 for a run bmlaunch has not
+ * started. */
+static int run_check(const collector_t *c, int r, const metrics_run_t *run, bool *renewing,
+                     char *why, size_t wlen)
+{
+    const struct rank_state *rs = &c->r[r];
+    *renewing = false;
+    if (run->restart > c->restart)
+        return bad(why, wlen,
+                   "run: \"restart\" %lld is a run bmlaunch has not started (it started run %lld "
+                   "last: BMT_RESTART=%lld)",
+                   (long long)run->restart, (long long)c->restart, (long long)c->restart);
+    if (run->restart < c->restart) {
+        snprintf(why, wlen,
+                 "run: this push comes from run %lld of the job (BMT_RESTART=%lld), and bmlaunch "
+                 "has restarted the job since: the collector follows run %lld, and refuses a "
+                 "late push of an earlier run rather than merge it",
+                 (long long)run->restart, (long long)run->restart, (long long)c->restart);
+        return 409;
+    }
+    if (!rs->has_run)
+        return 0;
+    int cmp = metrics_run_cmp(run, &rs->run);
+    if (cmp < 0) {
+        snprintf(why, wlen,
+                 "run: rank %d's process %s (started at %.6f) is older than the one the "
+                 "collector follows for the rank (%s, started at %.6f): a newer process of rank "
+                 "%d pushes now, and the older one's pushes are refused rather than merged",
+                 r, run->id, run->start, rs->run.id, rs->run.start, r);
+        return 409;
+    }
+    *renewing = cmp > 0;
+    return 0;
+}
+
+static double stale_after(const collector_t *c);
+
+/* A push of an earlier run, or of an older process of the rank, refused with
+ * 409 (lock held): its n items are lost for good (that process's own count of
+ * them never arrives), so they count in the rank's dropped ones and in
+ * bmt_push_old_run_items_total. */
+static void count_old_run(collector_t *c, int r, uint64_t n)
+{
+    c->r[r].drop_base = count_add(c->r[r].drop_base, n);
+    c->old_run_items = count_add(c->old_run_items, n);
+}
+
+/* A newer process of rank r replaces the one the collector followed (lock
+ * held): an event says so (rank r, kind restart), the old process's totals join
+ * the counters' base, and its figures stay the rank's last until the new one
+ * pushes a step. */
+static void rank_renew(collector_t *c, int r, const metrics_run_t *run, double now, int64_t step)
+{
+    struct rank_state *rs = &c->r[r];
+    metrics_event_t e = { .kind = BMT_EVENT_RESTART, .time = metrics_unix_s(), .step = step };
+    snprintf(e.name, sizeof(e.name), "restart");
+    snprintf(e.detail, sizeof(e.detail),
+             "collector: rank %d (on %s) has a newer process (run %s, started %.3f s after run "
+             "%s): its figures replace the older one's, whose pushes are refused from now on",
+             r, failure_host(c, r), run->id, run->start - rs->run.start, rs->run.id);
+    event_add(c, r, &e);
+    rank_retire(rs);
+    rs->quiet_t = now;
 }
 
 static int ingest_json(collector_t *c, const json_t *doc, char *why, size_t wlen)
@@ -624,19 +771,56 @@ static int ingest_json(collector_t *c, const json_t *doc, char *why, size_t wlen
                  *rank = json_object_get(doc, "rank"), *steps = json_object_get(doc, "steps"),
                  *events = json_object_get(doc, "events"),
                  *scalars = json_object_get(doc, "scalars"),
-                 *dropped = json_object_get(doc, "dropped"), *host = json_object_get(doc, "host");
-    if (!json_is_integer(v) || json_integer_value(v) != 1)
-        return bad(why, wlen, "\"version\" must be 1");
+                 *dropped = json_object_get(doc, "dropped"), *host = json_object_get(doc, "host"),
+                 *jrun = json_object_get(doc, "run");
+    if (json_is_integer(v) && json_integer_value(v) == 1)
+        return bad(why, wlen,
+                   "\"version\" 1 is the push protocol without run identities: this bmlaunch "
+                   "takes version %d, whose \"run\" tells a late push of an earlier run from the "
+                   "current one's; the client (libbmt's push plugin, python/bmt) is older than "
+                   "bmlaunch: use the ones built with it",
+                   METRICS_PROTOCOL_VERSION);
+    if (!json_is_integer(v) || json_integer_value(v) != METRICS_PROTOCOL_VERSION)
+        return bad(why, wlen, "\"version\" must be %d", METRICS_PROTOCOL_VERSION);
+    /* A member the collector does not know ("step" for "steps") would be
+     * accepted and ignored: the push said something that was never shown. */
+    static const char *const members[] = { "version", "job",         "rank",       "run",
+                                           "host",    "device_name", "peak_flops", "dropped",
+                                           "steps",   "events",      "scalars" };
+    for (void *it = json_object_iter((json_t *)doc); it;
+         it = json_object_iter_next((json_t *)doc, it)) {
+        const char *key = json_object_iter_key(it);
+        size_t k = 0;
+        while (k < sizeof(members) / sizeof(members[0]) && strcmp(key, members[k]) != 0)
+            k++;
+        if (k == sizeof(members) / sizeof(members[0]))
+            return bad(why, wlen,
+                       "unknown member \"%.48s\" (a push has version, job, rank, run, host, "
+                       "device_name, peak_flops, dropped, steps, events and scalars)",
+                       key);
+    }
     if (!json_is_string(job) || strcmp(json_string_value(job), c->job_id) != 0)
         return bad(why, wlen, "\"job\" must be this job's id (%.200s)", c->job_id);
     if (!json_is_integer(rank) || json_integer_value(rank) < 0 ||
         json_integer_value(rank) >= c->l.world)
         return bad(why, wlen, "\"rank\" must be an integer in [0, %d)", c->l.world);
+    char what[200];
+    metrics_run_t run;
+    if (jrun == NULL)
+        return bad(why, wlen,
+                   "\"run\" is missing: every push names the process it comes from, "
+                   "{\"restart\": BMT_RESTART, \"start\": unix seconds, \"id\": %d hex digits} "
+                   "(docs/metrics.md, push)",
+                   METRICS_RUN_ID_LEN);
+    if (metrics_run_parse(jrun, &run, what, sizeof(what)) < 0)
+        return bad(why, wlen, "%s", what);
     if ((steps && !json_is_array(steps)) || (events && !json_is_array(events)) ||
         (scalars && !json_is_array(scalars)))
         return bad(why, wlen, "\"steps\", \"events\" and \"scalars\" must be arrays");
-    if (dropped && (!json_is_integer(dropped) || json_integer_value(dropped) < 0))
-        return bad(why, wlen, "\"dropped\" must be a count");
+    if (dropped && (!json_is_integer(dropped) || json_integer_value(dropped) < 0 ||
+                    (uint64_t)json_integer_value(dropped) > METRICS_DROPPED_MAX))
+        return bad(why, wlen, "\"dropped\" must be a count from 0 to 2^53 (%llu)",
+                   (unsigned long long)METRICS_DROPPED_MAX);
     if (host && !json_is_string(host))
         return bad(why, wlen, "\"host\" must be a string");
     size_t ns = steps ? json_array_size(steps) : 0, ne = events ? json_array_size(events) : 0,
@@ -646,90 +830,110 @@ static int ingest_json(collector_t *c, const json_t *doc, char *why, size_t wlen
     bmt_step_metrics_t *ms = ns ? calloc(ns, sizeof(*ms)) : NULL;
     metrics_event_t *es = ne ? calloc(ne, sizeof(*es)) : NULL;
     metrics_scalar_t *xs = nx ? calloc(nx, sizeof(*xs)) : NULL;
+    int code = 200;
     if ((ns && ms == NULL) || (ne && es == NULL) || (nx && xs == NULL)) {
-        free(ms);
-        free(es);
-        free(xs);
-        return bad(why, wlen, "out of memory");
+        code = bad(why, wlen, "out of memory");
+        goto out;
     }
-    char what[200];
     for (size_t i = 0; i < ns; i++)
         if (metrics_step_parse(json_array_get(steps, i), &ms[i], c->kinds, BMT_MEM_KIND_COUNT, what,
                                sizeof(what)) < 0 ||
             step_check(json_array_get(steps, i), &ms[i], what, sizeof(what)) < 0) {
-            free(ms);
-            free(es);
-            free(xs);
-            return bad(why, wlen, "steps[%zu]: %s", i, what);
+            code = bad(why, wlen, "steps[%zu]: %s", i, what);
+            goto out;
         }
-    for (size_t i = 0; i < ne; i++)
+    for (size_t i = 0; i < ne; i++) {
         if (metrics_event_parse(json_array_get(events, i), &es[i], what, sizeof(what)) < 0) {
-            free(ms);
-            free(es);
-            free(xs);
-            return bad(why, wlen, "events[%zu]: %s", i, what);
+            code = bad(why, wlen, "events[%zu]: %s", i, what);
+            goto out;
         }
+        if (es[i].step < 0) {
+            code = bad(why, wlen, "events[%zu]: field \"step\" must not be negative (%lld)", i,
+                       (long long)es[i].step);
+            goto out;
+        }
+    }
     for (size_t i = 0; i < nx; i++)
         if (metrics_scalar_parse(json_array_get(scalars, i), &xs[i], what, sizeof(what)) < 0 ||
             scalar_check(&xs[i], what, sizeof(what)) < 0) {
-            free(ms);
-            free(es);
-            free(xs);
-            return bad(why, wlen, "scalars[%zu]: %s", i, what);
+            code = bad(why, wlen, "scalars[%zu]: %s", i, what);
+            goto out;
         }
     int r = (int)json_integer_value(rank);
+    char hostname[sizeof(c->r[r].host)] = "";
+    if (host)
+        metrics_utf8_copy(hostname, sizeof(hostname), json_string_value(host));
     pthread_mutex_lock(&c->mu);
     struct rank_state *rs = &c->r[r];
-    double now = metrics_mono_s();
+    double now = metrics_mono_s(), stale = stale_after(c);
+    bool renewing;
+    code = run_check(c, r, &run, &renewing, why, wlen);
+    if (code == 409)
+        count_old_run(c, r, ns + ne + nx);
+    if (code != 0)
+        goto unlock;
+    code = 200;
+    /* A process's host never changes: another host under the same run is
+     * another process that took its identity. */
+    if (host && rs->host_of_run && !renewing && strcmp(hostname, rs->host) != 0) {
+        code = bad(why, wlen,
+                   "\"host\" \"%.64s\" is not the host rank %d's process %s pushed from so far "
+                   "(\"%s\"): a process's host never changes",
+                   hostname, r, run.id, rs->host);
+        goto unlock;
+    }
     /* Every step near the job's, checked as if the earlier ones were applied. */
-    bool lead_set = c->lead_set;
-    int64_t lead = c->lead;
+    int64_t lead = 0;
+    double ahead = 0, behind = 0;
+    bool anchored = step_window(c, r, renewing, stale, now, &lead, &ahead, &behind);
     for (size_t i = 0; i < ns; i++) {
-        if (lead_set) {
-            double ahead, behind;
-            step_window(c, rs, now, &ahead, &behind);
-            double d = (double)ms[i].step - (double)lead;
-            if (d > ahead || -d > behind) {
-                pthread_mutex_unlock(&c->mu);
-                bad(why, wlen,
-                    "steps[%zu]: step %lld is far from the job's (its highest step so far is "
-                    "%lld; a push may be at most %.0f steps ahead of it and %.0f behind)",
-                    i, (long long)ms[i].step, (long long)lead, ahead, behind);
-                free(ms);
-                free(es);
-                free(xs);
-                return 400;
-            }
+        double d = (double)ms[i].step - (double)lead;
+        if (anchored && (d > ahead || -d > behind)) {
+            code = bad(why, wlen,
+                       "steps[%zu]: step %lld is far from the job's (its highest step so far is "
+                       "%lld; a push may be at most %.0f steps ahead of it and %.0f behind)",
+                       i, (long long)ms[i].step, (long long)lead, ahead, behind);
+            goto unlock;
         }
-        if (!lead_set || ms[i].step > lead)
+        if (!anchored) /* the push's first step anchors the rest of it */
+            ahead = behind = COLLECTOR_STEP_SLACK;
+        if (!anchored || ms[i].step > lead)
             lead = ms[i].step;
-        lead_set = true;
+        anchored = true;
     }
     if (scalar_names_fit(c, xs, nx, why, wlen) < 0) {
-        pthread_mutex_unlock(&c->mu);
-        free(ms);
-        free(es);
-        free(xs);
-        return 400;
+        code = 400;
+        goto unlock;
     }
-    for (size_t i = 0; i < ns; i++) {
-        if (!c->lead_set) {
-            c->lead_set = true;
-            c->first_step = c->lead = ms[i].step;
-            c->first_t = c->lead_t = now;
-        } else if (ms[i].step > c->lead) {
-            c->lead = ms[i].step;
-            c->lead_t = now;
-        }
+    /* Applied from here on: the push is good. */
+    if (renewing)
+        rank_renew(c, r, &run, now, ns ? ms[0].step : rs->m.step);
+    if (!rs->has_run) {
+        rs->has_run = true;
+        rs->run = run;
+        rs->serial++;
+    }
+    if (ns > 0 && !c->run_started) {
+        c->run_started = true;
+        c->first_t = now;
     }
     rs->last_push = now;
     if (ns > 0)
         rs->run_push = now;
     if (dropped && (uint64_t)json_integer_value(dropped) > rs->drop_run)
         rs->drop_run = (uint64_t)json_integer_value(dropped);
-    if (host)
-        metrics_utf8_copy(rs->host, sizeof(rs->host), json_string_value(host));
+    if (host) {
+        snprintf(rs->host, sizeof(rs->host), "%s", hostname);
+        rs->host_of_run = true;
+    }
     for (size_t i = 0; i < ns; i++) {
+        if (!rs->run_seen) {
+            rs->p_first = rs->p_top = ms[i].step;
+            rs->p_first_t = rs->p_top_t = now;
+        } else if (ms[i].step > rs->p_top) {
+            rs->p_top = ms[i].step;
+            rs->p_top_t = now;
+        }
         /* A push held back may bring an older step after a newer one: the
          * rank's figures stay its newest step's, and its totals never fall. */
         if (!rs->run_seen || ms[i].step >= rs->m.step)
@@ -753,11 +957,13 @@ static int ingest_json(collector_t *c, const json_t *doc, char *why, size_t wlen
     for (size_t i = 0; i < nx; i++)
         scalar_add(c, r, &xs[i]);
     count_code(c, 200);
+unlock:
     pthread_mutex_unlock(&c->mu);
+out:
     free(ms);
     free(es);
     free(xs);
-    return 200;
+    return code;
 }
 
 void collector_count(collector_t *c, int code)
@@ -767,9 +973,13 @@ void collector_count(collector_t *c, int code)
     pthread_mutex_unlock(&c->mu);
 }
 
-/* A refused push of a known rank: its items are lost (the plugin drops them),
- * so they count in bmt_push_dropped_total now, not only when (if ever) the
- * rank's next push says so. */
+/* A refused push (400) of a known rank: its items are lost (the plugin drops
+ * them), so they count in bmt_push_dropped_total now, not only when (if ever)
+ * the rank's next push says so: in the refused items of the process the
+ * collector follows (which says them as dropped later: the higher of the two
+ * counts), or for good when the push names an older process or run (which
+ * never will). A newer process, not followed yet, counts them itself in the
+ * "dropped" of its next push. */
 static void count_refused(collector_t *c, const json_t *doc)
 {
     const json_t *job = json_object_get(doc, "job"), *rank = json_object_get(doc, "rank");
@@ -781,8 +991,16 @@ static void count_refused(collector_t *c, const json_t *doc)
     static const char *const arrays[] = { "steps", "events", "scalars" };
     for (int i = 0; i < 3; i++)
         n += json_array_size(json_object_get(doc, arrays[i])); /* 0 when not an array */
+    metrics_run_t run;
+    char what[200];
+    bool known = metrics_run_parse(json_object_get(doc, "run"), &run, what, sizeof(what)) == 0;
     pthread_mutex_lock(&c->mu);
-    c->r[json_integer_value(rank)].refused_run += n;
+    struct rank_state *rs = &c->r[json_integer_value(rank)];
+    int cmp = known && rs->has_run ? metrics_run_cmp(&run, &rs->run) : 0;
+    if (known && (run.restart < c->restart || (run.restart == c->restart && cmp < 0)))
+        rs->drop_base = count_add(rs->drop_base, n);
+    else if (!known || (run.restart == c->restart && cmp == 0))
+        rs->refused_run = count_add(rs->refused_run, n);
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -873,21 +1091,18 @@ void collector_job_restarted(collector_t *c, int restart, const char *detail)
     }
     /* The next run starts its steps anew (from 1, or from a checkpoint), and
      * its processes their totals from 0: the counters keep this run's as a
-     * base. */
+     * base. Its processes' pushes say restart (BMT_RESTART): this run's late
+     * ones are refused from now on (409), whatever step they bring. */
     for (int r = 0; r < c->l.world; r++) {
         struct rank_state *s = &c->r[r];
-        s->tok_base += (double)s->tok_run;
-        s->smp_base += (double)s->smp_run;
-        s->skip_base += (uint64_t)s->skip_run;
-        s->drop_base += rank_dropped_run(s);
-        s->tok_run = s->smp_run = s->skip_run = 0;
-        s->drop_run = s->refused_run = 0;
-        s->top_step = 0, s->run_push = 0;
-        s->run_seen = s->run_failed = false;
+        rank_retire(s);
+        s->top_step = 0, s->quiet_t = 0;
+        s->run_failed = false;
     }
+    c->restart = restart > c->restart ? restart : c->restart + 1;
     memset(c->acc, 0, sizeof(c->acc));
-    c->lead_set = false; /* it may resume from a checkpoint of any step */
-    c->nfailed = 0;      /* this run's; bmt_ranks_failed_total keeps every run's */
+    c->run_started = false; /* it may resume from a checkpoint of any step */
+    c->nfailed = 0;         /* this run's; bmt_ranks_failed_total keeps every run's */
     c->rewound = c->vrewound = true;
     c->alive = c->l.world;
     snprintf(e.name, sizeof(e.name), "restart");
@@ -944,14 +1159,15 @@ static double stale_after(const collector_t *c)
 static int stale_ranks(const collector_t *c, double stale, double now, int *out, double *age,
                        int max)
 {
-    if (c->ended || !c->lead_set)
+    if (c->ended || !c->run_started)
         return 0;
     int n = 0;
     for (int r = 0; r < c->l.world; r++) {
         const struct rank_state *s = &c->r[r];
         if (s->exited)
             continue;
-        double since = now - (s->run_push > 0 ? s->run_push : c->first_t);
+        double quiet = s->quiet_t > c->first_t ? s->quiet_t : c->first_t;
+        double since = now - (s->run_push > 0 ? s->run_push : quiet);
         if (rank_reporting(c, s, stale, now) || since <= stale)
             continue;
         if (n < max)
@@ -989,8 +1205,8 @@ static void aggregate(const collector_t *c, int first, int n, double stale, doub
             a->step_min = step;
         a->tokens += s->tok_base + (double)s->tok_run;
         a->samples += s->smp_base + (double)s->smp_run;
-        a->dropped += s->drop_base + rank_dropped_run(s);
-        int64_t skipped = (int64_t)s->skip_base + s->skip_run;
+        a->dropped = count_add(a->dropped, count_add(s->drop_base, rank_dropped_run(s)));
+        int64_t skipped = (int64_t)count_add(s->skip_base, (uint64_t)s->skip_run);
         a->skipped = skipped > a->skipped ? skipped : a->skipped;
         if (!s->seen)
             continue;
@@ -1298,6 +1514,11 @@ static char *metrics_text(collector_t *c, size_t *len, bool scrape)
                 "metrics items the ranks' push plugins dropped (collector unreachable or slow), "
                 "and the items of pushes the collector refused");
     prom_sample(&b, "bmt_push_dropped_total", jl, (double)job.dropped);
+    prom_family(&b, "bmt_push_old_run_items_total", "counter",
+                "items of pushes refused (409) because they came from an earlier run of the job "
+                "or from a process of a rank that a newer one replaced (late pushes; also in "
+                "bmt_push_dropped_total)");
+    prom_sample(&b, "bmt_push_old_run_items_total", jl, (double)c->old_run_items);
     /* per group */
     for (size_t i = 0; i < sizeof(job_fams) / sizeof(job_fams[0]); i++)
         put_agg_family(&b, "group_", &job_fams[i], groups, G, gl);
@@ -1475,6 +1696,8 @@ char *collector_status_json(collector_t *c, bool ranks, size_t *len)
         json_object_set_new(doc, "learning_rate", metrics_real(job.lr));
         json_object_set_new(doc, "skipped_steps", json_integer((json_int_t)job.skipped));
         json_object_set_new(doc, "dropped", json_integer((json_int_t)job.dropped));
+        json_object_set_new(doc, "old_run_items", json_integer((json_int_t)c->old_run_items));
+        json_object_set_new(doc, "restart", json_integer((json_int_t)c->restart));
         json_t *groups = json_array();
         for (int g = 0; groups && g < c->l.groups; g++) {
             agg_t a;
@@ -1540,8 +1763,10 @@ char *collector_status_json(collector_t *c, bool ranks, size_t *len)
                 json_object_set_new(x, "host", json_string(s->host));
                 json_object_set_new(x, "seen", json_boolean(s->seen));
                 json_object_set_new(x, "exited", json_boolean(s->exited));
-                json_object_set_new(x, "dropped",
-                                    json_integer((json_int_t)(s->drop_base + rank_dropped_run(s))));
+                json_object_set_new(
+                    x, "dropped",
+                    json_integer((json_int_t)count_add(s->drop_base, rank_dropped_run(s))));
+                json_object_set_new(x, "run", s->has_run ? metrics_run_json(&s->run) : json_null());
                 json_object_set_new(x, "last_push_age_seconds",
                                     s->seen ? json_real(now - s->last_push) : json_null());
                 json_array_append_new(rs, x);
@@ -1831,7 +2056,7 @@ void collector_destroy(collector_t *c)
         MHD_stop_daemon(c->d);
     pthread_mutex_destroy(&c->mu);
     for (int i = 0; i < c->nsc; i++)
-        free(c->sc[i].v), free(c->sc[i].step);
+        free(c->sc[i].v), free(c->sc[i].step), free(c->sc[i].serial);
     if (c->tls_key)
         explicit_bzero(c->tls_key, strlen(c->tls_key));
     free(c->tls_key);

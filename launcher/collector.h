@@ -87,15 +87,29 @@ int collector_port(const collector_t *c);
 const char *collector_token(const collector_t *c);
 
 /* One push: the Authorization header's value (or NULL; the scheme "Bearer"
- * in any case) and the body. Returns the HTTP status (200, 400, 401) and, when
- * not 200, the reason in why. A push is checked whole before anything is
+ * in any case) and the body. Returns the HTTP status (200, 400, 401, 409) and,
+ * when not 200, the reason in why. A push is checked whole before anything is
  * applied: besides its shape, every step's values must be possible (no null
  * where a figure is always known, no negative count, time or rate; any finite
- * value is possible) and its step near the job's: at most COLLECTOR_STEP_SLACK steps
- * from the highest step of the run (the first push of a run sets it), plus as
- * many as the run makes at twice its step rate in the time since that step
- * (ahead) or since the rank last pushed (behind), so pushes that were held
- * back catch up. */
+ * value is possible) and its step near the job's: at most COLLECTOR_STEP_SLACK
+ * steps from the highest step of the ranks reporting now (each of their
+ * processes' highest; none reporting: any step), plus as many as the leading
+ * process makes at twice its step rate in the time since that step (ahead) or
+ * since the rank last pushed a step (behind), so pushes that were held back
+ * catch up.
+ *
+ * The run (protocol version 2: "run": {restart, start, id}, made once per
+ * process by the push client) says which process of the rank, of which of
+ * bmlaunch's runs (BMT_RESTART), pushed. The collector follows one process per
+ * rank: the first of the run, until a newer one (later start; same start:
+ * greater id) replaces it, which starts the rank's figures and counters of a
+ * process afresh (the counters keep what the old one counted) and is a
+ * "restart" event of the rank. A push of an earlier run of the job, or of an
+ * older process of the rank, is refused with 409 and changes nothing; its
+ * items count in bmt_push_old_run_items_total and bmt_push_dropped_total. A
+ * run bmlaunch has not started, and a push without a run (version 1), get 400.
+ * So a late push of an old run never sets the window of steps, and neither an
+ * old process nor a silent one locks a newer one out of it. */
 #define COLLECTOR_STEP_SLACK 1000
 int collector_ingest(collector_t *c, const char *authorization, const char *body, size_t len,
                      char *why, size_t wlen);
@@ -134,11 +148,13 @@ double collector_linger_auto(collector_t *c);
 /* True once /metrics has been answered after collector_job_ended. */
 bool collector_scraped_after_end(collector_t *c);
 
-/* bmlaunch started every rank again (restart, 1-based) after the failure that
- * detail describes ("rank 2 (pid 7 on vm) exited with code 1"): count a
- * "restart" event (rank -1 on /api/status: bmlaunch's own) and every rank as
- * alive again; a new run begins (its failed ranks, steps and stale window),
- * while the counters keep the totals of the runs before. NULL c: no-op. */
+/* bmlaunch started every rank again (restart, 1-based: the new run's
+ * BMT_RESTART) after the failure that detail describes ("rank 2 (pid 7 on vm)
+ * exited with code 1"): count a "restart" event (rank -1 on /api/status:
+ * bmlaunch's own) and every rank as alive again; a new run begins (its failed
+ * ranks, steps and stale window), while the counters keep the totals of the
+ * runs before. From now on pushes of the earlier runs get 409 (a restart that
+ * is not above the last one counts as the next). NULL c: no-op. */
 void collector_job_restarted(collector_t *c, int restart, const char *detail);
 
 /* Renderings (malloc'd NUL-terminated text, NULL when out of memory).

@@ -1,10 +1,12 @@
 /* plugins/common/metrics_json.c — see metrics_json.h. */
 #include "metrics_json.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 json_t *metrics_real(double v) { return isfinite(v) ? json_real(v) : json_null(); }
@@ -262,6 +264,11 @@ int metrics_event_parse(const json_t *o, metrics_event_t *ev, char *why, size_t 
     if (get_i64(o, "step", &ev->step, why, len) < 0 ||
         get_f64(o, "time", &ev->time, why, len) < 0 || get_i64(o, "status", &status, why, len) < 0)
         return -1;
+    if (status < INT32_MIN || status > INT32_MAX) {
+        snprintf(why, len, "event field \"status\" must be a 32-bit integer (%lld)",
+                 (long long)status);
+        return -1;
+    }
     ev->status = (int32_t)status;
     return 0;
 }
@@ -281,4 +288,66 @@ int metrics_scalar_parse(const json_t *o, metrics_scalar_t *sc, char *why, size_
         get_i64(o, "step", &sc->step, why, len) < 0 || get_f64(o, "time", &sc->time, why, len) < 0)
         return -1;
     return 0;
+}
+
+int metrics_run_make(metrics_run_t *run, int64_t restart, char *why, size_t len)
+{
+    unsigned char raw[METRICS_RUN_ID_LEN / 2];
+    if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
+        snprintf(why, len, "getrandom: %s", strerror(errno));
+        return -1;
+    }
+    memset(run, 0, sizeof(*run));
+    run->restart = restart;
+    run->start = metrics_unix_s();
+    for (size_t i = 0; i < sizeof(raw); i++)
+        snprintf(run->id + 2 * i, 3, "%02x", raw[i]);
+    return 0;
+}
+
+json_t *metrics_run_json(const metrics_run_t *run)
+{
+    return json_pack("{sIsfss}", "restart", (json_int_t)run->restart, "start", run->start, "id",
+                     run->id);
+}
+
+int metrics_run_parse(const json_t *o, metrics_run_t *run, char *why, size_t len)
+{
+    memset(run, 0, sizeof(*run));
+    const json_t *restart = json_object_get(o, "restart"), *start = json_object_get(o, "start"),
+                 *id = json_object_get(o, "id");
+    if (!json_is_object(o)) {
+        snprintf(why, len,
+                 "\"run\" must be an object {\"restart\": BMT_RESTART, \"start\": unix seconds, "
+                 "\"id\": %d hex digits}",
+                 METRICS_RUN_ID_LEN);
+        return -1;
+    }
+    if (!json_is_integer(restart) || json_integer_value(restart) < 0) {
+        snprintf(why, len, "run field \"restart\" must be a count (the process's BMT_RESTART)");
+        return -1;
+    }
+    if (!json_is_number(start) || !isfinite(json_number_value(start)) ||
+        !(json_number_value(start) > 0)) {
+        snprintf(why, len, "run field \"start\" must be a positive number (unix seconds)");
+        return -1;
+    }
+    const char *s = json_is_string(id) ? json_string_value(id) : "";
+    if (strlen(s) != METRICS_RUN_ID_LEN || strspn(s, "0123456789abcdef") != METRICS_RUN_ID_LEN) {
+        snprintf(why, len, "run field \"id\" must be %d lower-case hex digits", METRICS_RUN_ID_LEN);
+        return -1;
+    }
+    run->restart = (int64_t)json_integer_value(restart);
+    run->start = json_number_value(start);
+    memcpy(run->id, s, METRICS_RUN_ID_LEN + 1);
+    return 0;
+}
+
+int metrics_run_cmp(const metrics_run_t *a, const metrics_run_t *b)
+{
+    if (a->restart != b->restart)
+        return a->restart < b->restart ? -1 : 1;
+    if (a->start != b->start)
+        return a->start < b->start ? -1 : 1;
+    return strcmp(a->id, b->id);
 }

@@ -77,6 +77,40 @@ void metrics_item_step(metrics_item_t *it, const bmt_step_metrics_t *m);
 void metrics_item_event(metrics_item_t *it, const bmt_event_t *ev);
 void metrics_item_scalar(metrics_item_t *it, const bmt_scalar_t *sc);
 
+/* The run a push comes from (the push protocol's "run", version 2): which
+ * process of a rank, of which of bmlaunch's runs, sent it. The push plugin
+ * makes one when it starts (once per process, unless the process starts libbmt
+ * again); python/bmt does the same. The collector follows one process per rank
+ * and tells a late push of an older one (a previous run of the job, or a
+ * process of this rank that a newer one replaced) from the newer one's. */
+#define METRICS_PROTOCOL_VERSION 2
+#define METRICS_RUN_ID_LEN 16 /* hex digits: 64 random bits */
+/* The most "dropped" a push may say: 2^53, exact as a double (Prometheus,
+ * JavaScript) and as a JSON integer. A client's count stays there rather than
+ * wrap; no process drops that many items (a million a second for 285 years). */
+#define METRICS_DROPPED_MAX (UINT64_C(1) << 53)
+typedef struct metrics_run {
+    int64_t restart; /* BMT_RESTART of the process: bmlaunch's run (0, then 1, 2, ...) */
+    double start;    /* unix seconds when the process's push client started */
+    char id[METRICS_RUN_ID_LEN + 1]; /* lower-case hex: tells apart processes started at once */
+} metrics_run_t;
+
+/* A new run identity for this process: restart (BMT_RESTART), the time now
+ * and 64 bits from getrandom. 0, or -1 with why. */
+int metrics_run_make(metrics_run_t *run, int64_t restart, char *why, size_t len);
+
+/* {"restart": n, "start": unix seconds, "id": "16 hex digits"} (NULL when out
+ * of memory). */
+json_t *metrics_run_json(const metrics_run_t *run);
+
+/* Read a "run" object: restart a count, start a positive finite number, id
+ * exactly METRICS_RUN_ID_LEN lower-case hex digits. 0, or -1 with why. */
+int metrics_run_parse(const json_t *o, metrics_run_t *run, char *why, size_t len);
+
+/* Order of two runs of one rank: by restart, then start, then id (<0, 0, >0:
+ * a is older, the same, newer). Pure. */
+int metrics_run_cmp(const metrics_run_t *a, const metrics_run_t *b);
+
 /* Monotonic and unix clocks in seconds. */
 double metrics_mono_s(void);
 double metrics_unix_s(void);
@@ -93,6 +127,8 @@ json_t *metrics_scalar_json(const metrics_scalar_t *sc);
  * 0, or -1 with why naming the field that has the wrong type. */
 int metrics_step_parse(const json_t *o, bmt_step_metrics_t *m, const char *const *kind_names,
                        int kinds, char *why, size_t len);
+/* An event's "status" must fit its int32_t (bmt_event_t.status): a value out
+ * of that range is refused, never cut to 32 bits. */
 int metrics_event_parse(const json_t *o, metrics_event_t *ev, char *why, size_t len);
 /* Types and lengths only: whether the name is a valid one is the reader's check
  * (bmt_scalar_name_ok: plugins do not link libbmt). */

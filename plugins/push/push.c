@@ -4,9 +4,16 @@
  * (common/queue.c) and return. A thread of the plugin takes what is queued and
  *   - POSTs it as one JSON document to BMT_METRICS_URL (bmlaunch's collector),
  *     with "Authorization: Bearer BMT_METRICS_TOKEN":
- *       {"version": 1, "job": ..., "rank": r, "host": ..., "device_name": ...,
+ *       {"version": 2, "job": ..., "rank": r, "run": {"restart": BMT_RESTART,
+ *        "start": unix seconds, "id": 16 hex digits}, "host": ..., "device_name": ...,
  *        "peak_flops": ..., "dropped": n, "steps": [...], "events": [...],
  *        "scalars": [...]}
+ *     "run" is made once, at init: it tells this process's pushes from those
+ *     of an earlier run of the job or an earlier process of this rank, whose
+ *     late pushes the collector refuses (409) instead of letting them reset
+ *     what it shows. "dropped" counts every item lost so far (uint64; sent
+ *     capped at 2^53, which no process reaches, so it never wraps or turns
+ *     negative on the wire).
  *     A collector that cannot be reached (or answers 5xx/429) gets the same
  *     items again later, with backoff from 0.1 s to 5 s; meanwhile new items
  *     queue up and, when the queue is full, the oldest are dropped and counted
@@ -43,6 +50,7 @@ struct push {
     pthread_t thread;
     bool started;
     int rank;
+    metrics_run_t run; /* this process's run identity, sent with every push */
     char job[256], host[256], device_name[128];
     double peak_flops;
     const char *kind_names[BMT_METRICS_MEM_KINDS];
@@ -171,11 +179,13 @@ static int http(struct push *p, CURL *c, const char *method, const char *url, co
 static char *collector_body(struct push *p, size_t n)
 {
     json_t *arr[3] = { json_array(), json_array(), json_array() }; /* by metrics_item_type_t */
-    json_t *doc =
-        json_pack("{sisssisssssosIsososo}", "version", 1, "job", p->job, "rank", p->rank, "host",
-                  p->host, "device_name", p->device_name, "peak_flops", metrics_real(p->peak_flops),
-                  "dropped", (json_int_t)pq_dropped(p->q), "steps", arr[METRICS_STEP], "events",
-                  arr[METRICS_EVENT], "scalars", arr[METRICS_SCALAR]);
+    uint64_t dropped = pq_dropped(p->q);
+    json_t *doc = json_pack(
+        "{sisssisosssssosIsososo}", "version", METRICS_PROTOCOL_VERSION, "job", p->job, "rank",
+        p->rank, "run", metrics_run_json(&p->run), "host", p->host, "device_name", p->device_name,
+        "peak_flops", metrics_real(p->peak_flops), "dropped",
+        (json_int_t)(dropped < METRICS_DROPPED_MAX ? dropped : METRICS_DROPPED_MAX), "steps",
+        arr[METRICS_STEP], "events", arr[METRICS_EVENT], "scalars", arr[METRICS_SCALAR]);
     if (doc == NULL)
         return NULL;
     for (size_t i = 0; i < n; i++) {
@@ -249,7 +259,10 @@ static void send_collector(struct push *p, size_t n)
         curl_easy_getinfo(p->curl, CURLINFO_RESPONSE_CODE, &code);
         if (code != p->refused_code)
             say(p, "the collector refused %zu items: %s%s", n, msg,
-                code == 401 ? " (check BMT_METRICS_TOKEN)" : "");
+                code == 401   ? " (check BMT_METRICS_TOKEN)"
+                : code == 409 ? " (a newer run of this rank pushes now: this process's "
+                                "metrics are no longer shown)"
+                              : "");
         p->refused_code = code;
         pq_count_dropped(p->q, n);
         return;
@@ -398,7 +411,14 @@ static int push_init(const bmt_job_info_t *job, void **state, char *err, size_t 
     if (gw && *gw && !http_url(gw))
         return fail(p, err, len, "BMT_PUSHGATEWAY_URL='%.100s' is not an http:// or https:// URL",
                     gw);
+    const char *rs = job->knob("BMT_RESTART");
     char *end = NULL;
+    long long restart = rs && *rs ? strtoll(rs, &end, 10) : 0;
+    if (rs && *rs && (*end != '\0' || restart < 0 || restart > INT32_MAX))
+        return fail(p, err, len, "BMT_RESTART='%.40s' must be a count (bmlaunch sets it)", rs);
+    char why[160];
+    if (metrics_run_make(&p->run, restart, why, sizeof(why)) < 0)
+        return fail(p, err, len, "cannot make the run id: %s", why);
     long cap = strtol(qs ? qs : "", &end, 10);
     if (end == qs || *end != '\0' || cap < 1 || cap > 1000000)
         return fail(p, err, len, "BMT_METRICS_QUEUE='%.40s' must be a count from 1 to 1000000",

@@ -6,8 +6,13 @@ bmt_step_metrics_t (plugins/common/metrics_json.h), and hands them to a
 thread that POSTs them to bmlaunch's collector with the job's token, in the
 push plugin's document (plugins/push/push.c):
 
-    {"version": 1, "job": ..., "rank": r, "host": ..., "device_name": ...,
+    {"version": 2, "job": ..., "rank": r, "run": {"restart": BMT_RESTART,
+     "start": unix seconds, "id": 16 hex digits}, "host": ..., "device_name": ...,
      "peak_flops": ..., "dropped": n, "steps": [...], "events": [...]}
+
+"run" is made once per Monitor (per process): the collector tells this
+process's pushes from a late push of an earlier run of the job, or of an
+earlier process of the rank, and refuses those (409) instead of merging them.
 
 Why the push API and not libbmt through ctypes: libbmt's monitor lives in a
 bmt_ctx_t, which bmt_init builds by joining the job through PMIx and building
@@ -49,6 +54,8 @@ SCALAR_NAME_MAX = 48  # bmt/plugin.h: BMT_SCALAR_NAME_MAX
 SCALARS_MAX = 32  # BMT_SCALARS_MAX: distinct names per process (and per job, in the collector)
 _SCALAR_NAME = re.compile(r"[a-z][a-z0-9_]{0,%d}" % (SCALAR_NAME_MAX - 1))
 BATCH = 256
+PROTOCOL_VERSION = 2  # plugins/common/metrics_json.h: METRICS_PROTOCOL_VERSION
+DROPPED_MAX = 2 ** 53  # METRICS_DROPPED_MAX: the most "dropped" a push says
 
 _T0 = time.monotonic()  # the start of the first step, unless step_begin says otherwise
 
@@ -212,7 +219,7 @@ class _Sender:
         """'sent', 'retry' or 'refused', and a message naming the request."""
         doc = dict(self.head)
         with self.cv:
-            doc["dropped"] = self.dropped
+            doc["dropped"] = min(self.dropped, DROPPED_MAX)
         doc["steps"] = [x for kind, x in items if kind == "step"]
         doc["events"] = [x for kind, x in items if kind == "event"]
         doc["scalars"] = [x for kind, x in items if kind == "scalar"]
@@ -250,8 +257,10 @@ class _Sender:
             self.failing = False
         elif rc == "refused":
             if self.code != self.refused_code:
-                self.say("the collector refused %d items: %s%s" % (
-                    len(items), msg, " (check BMT_METRICS_TOKEN)" if self.code == 401 else ""))
+                hint = {401: " (check BMT_METRICS_TOKEN)",
+                        409: " (a newer run of this rank pushes now: this process's metrics "
+                             "are no longer shown)"}.get(self.code, "")
+                self.say("the collector refused %d items: %s%s" % (len(items), msg, hint))
             self.refused_code = self.code
             with self.cv:
                 self.dropped += len(items)
@@ -359,8 +368,14 @@ class Monitor:
                   "the collector itself and loads no plugin; %s left out"
                   % (self.rank, ", ".join(others), "it is" if len(others) == 1 else "they are"),
                   file=sys.stderr, flush=True)
-        head = {"version": 1, "job": self.layout.job_id or env.get("BMT_JOB_ID", ""),
-                "rank": self.rank, "host": socket.gethostname().split(".")[0],
+        restart = env.get("BMT_RESTART") or "0"
+        if not re.fullmatch(r"[0-9]{1,9}", restart):
+            raise ValueError("rank %d: BMT_RESTART='%.40s' must be a count (bmlaunch sets it)"
+                             % (self.rank, restart))
+        self.run = {"restart": int(restart), "start": time.time(), "id": os.urandom(8).hex()}
+        head = {"version": PROTOCOL_VERSION,
+                "job": self.layout.job_id or env.get("BMT_JOB_ID", ""), "rank": self.rank,
+                "run": self.run, "host": socket.gethostname().split(".")[0],
                 "device_name": self.device_name, "peak_flops": _real(self.peak_flops)}
         self.sender = _Sender(url, token, head, int(cap), timeout, flush,
                               env.get("BMT_METRICS_CA_PEM") or None, self.rank)

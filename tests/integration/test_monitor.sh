@@ -411,7 +411,7 @@ test_expect_success "bad requests are refused (401, 400, 413, 405, 404) and the 
     test ${#token} -eq 64 &&
     test "$(code -X POST -H "Authorization: Bearer $token" -d "{broken" $URL/api/push)" = 400 &&
     grep -q "malformed JSON" body &&
-    test "$(code -X POST -H "Authorization: Bearer $token" -d "{\"version\":1,\"job\":\"$job\",\"rank\":9}" $URL/api/push)" = 400 &&
+    test "$(code -X POST -H "Authorization: Bearer $token" -d "{\"version\":2,\"job\":\"$job\",\"rank\":9}" $URL/api/push)" = 400 &&
     grep -q "rank. must be an integer in \[0, 2)" body &&
     head -c 5000000 /dev/zero | tr "\0" " " >big &&
     test "$(code -X POST -H "Authorization: Bearer $token" --data-binary @big $URL/api/push)" = 413 &&
@@ -434,7 +434,10 @@ test_expect_success "pushes with impossible values or far steps get 400 and chan
     job=$($PY -c "import json; print(json.load(open(\"status.json\"))[\"job\"])") &&
     token=$(tr "\0" "\n" </proc/$(pgrep -P $JOB_PID | head -1)/environ | sed -n "s/^BMT_METRICS_TOKEN=//p") &&
     code() { curl -s -o body -w "%{http_code}" -X POST "$@" $URL/api/push; } &&
-    doc() { echo "{\"version\":1,\"job\":\"$job\",\"rank\":0,\"steps\":[$1]}"; } &&
+    curl -sf "$URL/api/status?ranks=1" >r.json &&
+    run0=$($PY -c "import json; print(json.dumps(json.load(open(\"r.json\"))[\"ranks\"][0][\"run\"]))") &&
+    run=$($PY -c "import json; print(json.dumps(json.load(open(\"r.json\"))[\"ranks\"][1][\"run\"]))") &&
+    doc() { echo "{\"version\":2,\"job\":\"$job\",\"rank\":0,\"run\":$run0,\"steps\":[$1]}"; } &&
     test "$(code -H "Authorization: Bearer $token" -d "$(doc "{\"step\":1000000}")")" = 400 &&
     grep -q "steps\[0\]: step 1000000 is far from the job.s (its highest step so far is [0-9]*; a push may be at most" body &&
     test "$(code -H "Authorization: Bearer $token" -d "$(doc "{\"step\":5,\"tokens_per_s\":null}")")" = 400 &&
@@ -443,8 +446,8 @@ test_expect_success "pushes with impossible values or far steps get 400 and chan
     grep -q "field \"tokens_total\" is a count and must not be negative (-1)" body &&
     test "$(code -H "Authorization: Bearer $token" -d "$(doc "{\"step\":5,\"tokens_per_s\":-1e300}")")" = 400 &&
     grep -q "field \"tokens_per_s\" must not be negative (-1e+300)" body &&
-    test "$(code -H "Authorization: bearer $token" -d "{\"version\":1,\"job\":\"$job\",\"rank\":0}")" = 200 &&
-    test "$(code -H "Authorization: BEARER $token" -d "{\"version\":1,\"job\":\"$job\",\"rank\":0}")" = 200 &&
+    test "$(code -H "Authorization: bearer $token" -d "{\"version\":2,\"job\":\"$job\",\"rank\":1,\"run\":$run}")" = 200 &&
+    test "$(code -H "Authorization: BEARER $token" -d "{\"version\":2,\"job\":\"$job\",\"rank\":1,\"run\":$run}")" = 200 &&
     curl -sf "$URL/api/status" >s1.json && sleep 1.5 && curl -sf "$URL/api/status" >s2.json &&
     curl -sf "$URL/metrics" >m.txt &&
     kill -INT $JOB_PID && { wait $JOB_PID || true; } &&
@@ -854,10 +857,12 @@ test_expect_success "val_loss and custom scalars: /metrics (promtool), /api/stat
 # ------------------------------------------------------------ the collector's figures, pushed by hand
 
 # A rank program that pushes what a test says: rank 0 runs the python
-# statements in $1 with push(doc, rank=0), step(n, **fields), scrape() (the
-# /metrics samples as {"name{labels}": value}, and the text), status() (the
-# /api/status document) and raw(bytes) (a request as given); the other ranks
-# wait for rank 0 (they never push). Prints what the statements print.
+# statements in $1 with push(doc, rank=0, run=None) (run: that rank's process
+# in this run of the job, RUNS[rank], unless given), step(n, **fields),
+# scrape() (the /metrics samples as {"name{labels}": value}, and the text),
+# status() (the /api/status document) and raw(bytes) (a request as given); the
+# other ranks wait for rank 0 (they never push). Prints what the statements
+# print.
 cat >"$TMP/pushc.py" <<'EOF'
 import json, math, os, re, socket, sys, time, urllib.error, urllib.request
 url, tok, job = os.environ["BMT_METRICS_URL"], os.environ["BMT_METRICS_TOKEN"], os.environ["BMT_JOB_ID"]
@@ -866,8 +871,12 @@ if rank != 0:
     while not os.path.exists("done"):
         time.sleep(0.05)
     sys.exit(0)
-def push(doc, rank=0):
-    doc = dict(doc, version=1, job=job, rank=rank)
+RUNS = {}
+def run_of(rank):
+    return RUNS.setdefault(rank, {"restart": int(os.environ["BMT_RESTART"]), "start": time.time(),
+                                  "id": os.urandom(8).hex()})
+def push(doc, rank=0, run=None):
+    doc = dict(doc, version=2, job=job, rank=rank, run=run or run_of(rank))
     req = urllib.request.Request(url, data=json.dumps(doc, allow_nan=False).encode(), method="POST",
                                  headers={"Authorization": "Bearer " + tok})
     try:
@@ -946,6 +955,30 @@ test_expect_success "bmt_step counts a rank that never reported as 0; an older s
 	assert d["bmt_step"] == 3 and d["bmt_tokens_total"] == 800, t
 	EOF
     with_timeout 30 $BMLAUNCH --metrics-port $(free_port) -n 2 -- $PY $TMP/pushc.py $PWD/t.py >out 2>err &&
+    grep -q "pushc: ok" out
+'
+
+test_expect_success "after a restart (--max-restarts) a late push of the old run, first and far ahead, gets 409 and is counted; the new run from step 1 is accepted (it was refused with 400 for good)" '
+    cat >t.py <<-EOF &&
+	if os.environ["BMT_RESTART"] == "0":
+	    for r in (0, 1):
+	        assert push({"steps": [step(n) for n in range(49996, 50001)]}, rank=r) == 200
+	    json.dump(RUNS, open("runs0.json", "w"))
+	    sys.exit(1)   # bmlaunch restarts the job
+	old = {int(k): v for k, v in json.load(open("runs0.json")).items()}
+	code, why = push({"steps": [step(50001)]}, rank=1, run=old[1])   # a late push of run 0
+	assert code == 409 and "comes from run 0 of the job (BMT_RESTART=0), and bmlaunch has restarted the job since" in why, why
+	for n in (1, 2, 3):
+	    for r in (0, 1):
+	        assert push({"steps": [step(n)]}, rank=r) == 200, n
+	d, t = scrape()
+	assert d["bmt_step"] == 3 and d["bmt_collector_pushes_total{code=\"409\"}"] == 1, t
+	assert d["bmt_push_old_run_items_total"] == 1 and d["bmt_collector_pushes_total{code=\"400\"}"] == 0, t
+	s = status()
+	assert s["restart"] == 1 and [p["step"] for p in s["history"]][-3:] == [1, 2, 3], s["history"][-4:]
+	EOF
+    with_timeout 60 $BMLAUNCH --metrics-port $(free_port) --max-restarts 1 -n 2 -- $PY $TMP/pushc.py $PWD/t.py >out 2>err &&
+    grep -q "restart 1 of 1 after rank 0" err &&
     grep -q "pushc: ok" out
 '
 
@@ -1157,12 +1190,19 @@ test_expect_success "push survives its collector going down and coming back; dro
     grep -q "push: cannot reach the collector, will retry" err &&
     grep -q "push: the collector answers again after" err &&
     $PY - <<-EOF
-	import json
+	import json, time
 	rows = [json.loads(l) for l in open("got.jsonl")]
 	assert all(r["auth"] == "Bearer sekrit" for r in rows)
 	b = [r["body"] for r in rows]
 	assert len({x["job"] for x in b}) == 1 and b[0]["job"].startswith("bmlaunch.")
-	assert all(x["version"] == 1 for x in b)
+	assert all(x["version"] == 2 for x in b)
+	# one run per process: the same in all its pushes, another for each rank
+	runs = {(x["rank"], json.dumps(x["run"], sort_keys=True)) for x in b}
+	assert len(runs) == 2 and {r for r, _ in runs} == {0, 1}, runs
+	for _, run in runs:
+	    run = json.loads(run)
+	    assert run["restart"] == 0 and abs(run["start"] - time.time()) < 120, run
+	    assert len(run["id"]) == 16 and int(run["id"], 16) >= 0 and run["id"] == run["id"].lower()
 	steps = {(x["rank"], s["step"]) for x in b for s in x["steps"]}
 	for rank in (0, 1):
 	    mine = sorted(s for r, s in steps if r == rank)

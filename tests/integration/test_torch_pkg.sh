@@ -284,11 +284,15 @@ test_expect_success "push: an unreachable collector is said once, and once when 
     test "$(grep -c "bmt: rank 0: push: the collector answers again after [0-9.]* s (0 items dropped so far)" err)" -eq 1 &&
     test $(wc -l <err) -eq 2 &&
     $PY - <<-EOF
-	import json
+	import json, time
 	rows = [json.loads(l) for l in open("got.jsonl")]
 	assert all(r["auth"] == "Bearer tok" for r in rows)
 	b = [r["body"] for r in rows]
-	assert all(x["version"] == 1 and x["job"] == "j" and x["rank"] == 0 and x["dropped"] == 0 for x in b), b[0]
+	assert all(x["version"] == 2 and x["job"] == "j" and x["rank"] == 0 and x["dropped"] == 0 for x in b), b[0]
+	# one run for the process, in every push: BMT_RESTART (unset: 0), its start, 64 random bits
+	run = b[0]["run"]
+	assert all(x["run"] == run for x in b) and run["restart"] == 0, run
+	assert abs(run["start"] - time.time()) < 120 and len(run["id"]) == 16 and int(run["id"], 16) >= 0, run
 	steps = sorted(s["step"] for x in b for s in x["steps"])
 	assert steps == list(range(1, 61)), steps
 	took = float(open("out").read().split()[2])
@@ -327,6 +331,18 @@ test_expect_success "push: a refusal (401) drops those items, is said once with 
     test "$(grep -c "bmt: rank 0: push: the collector refused [0-9]* items: POST http://127.0.0.1:$port/api/push: HTTP 401 nope: bad token (check BMT_METRICS_TOKEN)" err)" -eq 1 &&
     grep -q "bmt: rank 0: push: [0-9]* metrics items were dropped in all" err &&
     test $(wc -l <err) -eq 2
+'
+
+test_expect_success "push: a 409 (a newer run of the rank pushes now) is said once with what it means; BMT_RESTART is the run sent, a bad one refused" '
+    port=$(free_port) &&
+    BMT_METRICS_URL=http://127.0.0.1:$port/api/push BMT_METRICS_TOKEN=t BMT_JOB_ID=j BMT_RESTART=3 \
+        $PY $TMP/sink.py $port 409 20 >out 2>err &&
+    cat err &&
+    test "$(grep -c "bmt: rank 0: push: the collector refused [0-9]* items: POST http://127.0.0.1:$port/api/push: HTTP 409 nope: bad token (a newer run of this rank pushes now: this process.s metrics are no longer shown)" err)" -eq 1 &&
+    $PY -c "import json; assert all(json.loads(l)[\"body\"][\"run\"][\"restart\"] == 3 for l in open(\"got.jsonl\"))" &&
+    ! BMT_METRICS_URL=http://127.0.0.1:$port/api/push BMT_METRICS_TOKEN=t BMT_JOB_ID=j BMT_RESTART=x \
+        $PY $TMP/sink.py $port 200 1 >out 2>err &&
+    grep -q "BMT_RESTART=.x. is not an integer" err
 '
 
 test_expect_success "push over HTTPS: verified against BMT_METRICS_CA_PEM alone, host name not checked; another certificate is refused" '

@@ -7,8 +7,13 @@
  * request, label escaping of a hostile job id, and the push counters; the
  * values of a push (impossible ones and steps far from the job's refused, and
  * such a push changes nothing), the last figures kept after the end with the
- * job's state and its failed ranks, the collector's connection limits, and
- * scalars (val_loss and a program's own, with the bound on their names).
+ * job's state and its failed ranks, the collector's connection limits,
+ * scalars (val_loss and a program's own, with the bound on their names, the
+ * newest by step kept); runs: a late push of an earlier run after a restart
+ * (409, counted, never the window of steps), a rank's newer process replacing
+ * its older one, a silent rank that no longer holds the window; the ranges
+ * (an event's 32-bit status, dropped counts that never wrap) and the step time
+ * of a job nobody reports for (NaN).
  * tests/integration/test_monitor.sh drives the same code over HTTP, with
  * promtool, Prometheus and Chromium.
  */
@@ -26,11 +31,28 @@
 
 #define TOKEN "0123456789abcdef"
 #define AUTH "Bearer " TOKEN
+/* Rank 0's process in the first run, and the start of a push of it. */
+#define RUN0 "{\"restart\":0,\"start\":1000.5,\"id\":\"00000000000000a0\"}"
+#define DOC0(job) "{\"version\":2,\"job\":\"" job "\",\"rank\":0,\"run\":" RUN0
+
+/* The run the pushes of push() and push_scalars() name: rank r's process is
+ * {g_restart, 1000.5 + g_start, id r + 0xa0} (a test moves these on to make a
+ * restart of the job or of a rank). */
+static long g_restart;
+static double g_start;
+
+static const char *run_of(int r, char *buf, size_t len)
+{
+    snprintf(buf, len, "{\"restart\":%ld,\"start\":%.6f,\"id\":\"%016x\"}", g_restart,
+             1000.5 + g_start, (unsigned)r + 0xa0);
+    return buf;
+}
 
 static collector_t *make(const char *job, int groups, int per_group, bool per_rank)
 {
     static bmt_layout_t l;
     bmt_error_t err;
+    g_restart = 0, g_start = 0;
     if (bmt_layout_make(&l, groups, per_group, 0, 0, &err) < 0)
         return NULL;
     collector_opts_t o = {
@@ -43,15 +65,16 @@ static collector_t *make(const char *job, int groups, int per_group, bool per_ra
 static int push(collector_t *c, const char *job, int r, long step, double tps, double loss,
                 char *why)
 {
-    char body[1024];
+    char body[1024], run[128];
     snprintf(body, sizeof(body),
-             "{\"version\":1,\"job\":\"%s\",\"rank\":%d,\"host\":\"h%d\",\"dropped\":%d,"
+             "{\"version\":2,\"job\":\"%s\",\"rank\":%d,\"run\":%s,\"host\":\"h%d\","
+             "\"dropped\":%d,"
              "\"steps\":[{\"step\":%ld,\"time\":%ld,\"step_time_s\":0.5,\"tokens\":100,"
              "\"tokens_total\":%ld,\"tokens_per_s\":%g,\"loss\":%g,\"mfu\":0.25,"
              "\"flops_per_s\":1e12,\"comm_wait_s\":0.01,\"params\":1000,"
              "\"memory\":{\"param\":{\"current\":%d,\"peak\":%d}}}]}",
-             job, r, r, r, step, 1000 + step, 100 * step, tps, loss, 1000 * (r + 1),
-             2000 * (r + 1));
+             job, r, run_of(r, run, sizeof(run)), r, r, step, 1000 + step, 100 * step, tps, loss,
+             1000 * (r + 1), 2000 * (r + 1));
     return collector_ingest(c, AUTH, body, strlen(body), why, 300);
 }
 
@@ -81,29 +104,64 @@ static void check_refusals(void)
         { AUTH, "{\"version\":1,", 400, "malformed JSON" },
         { AUTH, "", 400, "malformed JSON" },
         { AUTH, "[1,2]", 400, "the body must be a JSON object" },
-        { AUTH, "{\"version\":2,\"job\":\"job1\",\"rank\":0}", 400, "\"version\" must be 1" },
-        { AUTH, "{\"version\":1,\"job\":\"other\",\"rank\":0}", 400,
+        { AUTH, "{\"version\":3,\"job\":\"job1\",\"rank\":0}", 400, "\"version\" must be 2" },
+        { AUTH, "{\"version\":2,\"job\":\"other\",\"rank\":0}", 400,
           "\"job\" must be this job's id (job1)" },
-        { AUTH, "{\"version\":1,\"job\":\"job1\",\"rank\":4}", 400,
+        { AUTH, "{\"version\":2,\"job\":\"job1\",\"rank\":4}", 400,
           "\"rank\" must be an integer in [0, 4)" },
-        { AUTH, "{\"version\":1,\"job\":\"job1\",\"rank\":-1}", 400, "\"rank\" must be" },
-        { AUTH, "{\"version\":1,\"job\":\"job1\",\"rank\":\"0\"}", 400, "\"rank\" must be" },
-        { AUTH, "{\"version\":1,\"job\":\"job1\",\"rank\":0,\"steps\":{}}", 400,
+        { AUTH, "{\"version\":2,\"job\":\"job1\",\"rank\":-1}", 400, "\"rank\" must be" },
+        { AUTH, "{\"version\":2,\"job\":\"job1\",\"rank\":\"0\"}", 400, "\"rank\" must be" },
+        { AUTH, DOC0("job1") ",\"steps\":{}}", 400,
           "\"steps\", \"events\" and \"scalars\" must be arrays" },
-        { AUTH, "{\"version\":1,\"job\":\"job1\",\"rank\":0,\"dropped\":-5}", 400,
-          "\"dropped\" must be a count" },
-        { AUTH,
-          "{\"version\":1,\"job\":\"job1\",\"rank\":0,\"steps\":[{\"step\":1},{\"step\":\"x\"}]}",
-          400, "steps[1]: field \"step\" must be an integer" },
-        { AUTH, "{\"version\":1,\"job\":\"job1\",\"rank\":0,\"events\":[{\"kind\":\"boom\"}]}", 400,
+        { AUTH, DOC0("job1") ",\"dropped\":-5}", 400, "\"dropped\" must be a count" },
+        { AUTH, DOC0("job1") ",\"steps\":[{\"step\":1},{\"step\":\"x\"}]}", 400,
+          "steps[1]: field \"step\" must be an integer" },
+        { AUTH, DOC0("job1") ",\"events\":[{\"kind\":\"boom\"}]}", 400,
           "events[0]: unknown event kind \"boom\"" },
-        { AUTH, "{\"version\":1,\"version\":1,\"job\":\"job1\",\"rank\":0}", 400,
+        { AUTH, "{\"version\":2,\"version\":2,\"job\":\"job1\",\"rank\":0}", 400,
           "malformed JSON" },
+        /* The run: a push names the process it comes from. */
+        { AUTH, "{\"version\":1,\"job\":\"job1\",\"rank\":0}", 400,
+          "\"version\" 1 is the push protocol without run identities: this bmlaunch takes "
+          "version 2" },
+        { AUTH, "{\"version\":2,\"job\":\"job1\",\"rank\":0,\"steps\":[{\"step\":1}]}", 400,
+          "\"run\" is missing: every push names the process it comes from" },
+        { AUTH, "{\"version\":2,\"job\":\"job1\",\"rank\":0,\"run\":\"x\"}", 400,
+          "\"run\" must be an object" },
+        { AUTH,
+          "{\"version\":2,\"job\":\"job1\",\"rank\":0,\"run\":{\"restart\":-1,\"start\":1,"
+          "\"id\":\"00000000000000a0\"}}",
+          400, "run field \"restart\" must be a count" },
+        { AUTH,
+          "{\"version\":2,\"job\":\"job1\",\"rank\":0,\"run\":{\"restart\":0,\"start\":0,"
+          "\"id\":\"00000000000000a0\"}}",
+          400, "run field \"start\" must be a positive number" },
+        { AUTH,
+          "{\"version\":2,\"job\":\"job1\",\"rank\":0,\"run\":{\"restart\":0,\"start\":1,"
+          "\"id\":\"00000000000000A0\"}}",
+          400, "run field \"id\" must be 16 lower-case hex digits" },
+        { AUTH,
+          "{\"version\":2,\"job\":\"job1\",\"rank\":0,\"run\":{\"restart\":1,\"start\":1,"
+          "\"id\":\"00000000000000a0\"}}",
+          400, "run: \"restart\" 1 is a run bmlaunch has not started (it started run 0 last" },
+        /* A member it does not know would be ignored: refused. */
+        { AUTH, DOC0("job1") ",\"step\":[{\"step\":1}]}", 400,
+          "unknown member \"step\" (a push has version, job, rank, run, host, device_name, "
+          "peak_flops, dropped, steps, events and scalars)" },
+        /* Counts that could wrap, and an event status cut to 32 bits. */
+        { AUTH, DOC0("job1") ",\"dropped\":9007199254740993}", 400,
+          "\"dropped\" must be a count from 0 to 2^53 (9007199254740992)" },
+        { AUTH, DOC0("job1") ",\"events\":[{\"kind\":\"abort\",\"status\":4294967297}]}", 400,
+          "events[0]: event field \"status\" must be a 32-bit integer (4294967297)" },
+        { AUTH, DOC0("job1") ",\"events\":[{\"kind\":\"abort\",\"status\":-2147483649}]}", 400,
+          "events[0]: event field \"status\" must be a 32-bit integer (-2147483649)" },
+        { AUTH, DOC0("job1") ",\"events\":[{\"kind\":\"note\",\"step\":-1}]}", 400,
+          "events[0]: field \"step\" must not be negative (-1)" },
         { "Bearer", "{}", 401, "missing or wrong bearer token" },
         { "Bearer" TOKEN, "{}", 401, "missing or wrong bearer token" },
     /* Impossible values (issue 21, item 9): JSON has no NaN or infinity,
      * so null is the non-finite value a push can carry. */
-#define STEP1(x) "{\"version\":1,\"job\":\"job1\",\"rank\":0,\"steps\":[{\"step\":1," x "}]}"
+#define STEP1(x) DOC0("job1") ",\"steps\":[{\"step\":1," x "}]}"
         { AUTH, STEP1("\"tokens_per_s\":null"), 400,
           "steps[0]: field \"tokens_per_s\" must be a finite number: null (NaN or infinity) is "
           "allowed only for loss" },
@@ -119,7 +177,7 @@ static void check_refusals(void)
         { AUTH, STEP1("\"skipped\":2"), 400, "field \"skipped\" must be 0 or 1 (2)" },
         { AUTH, STEP1("\"tokens\":100,\"tokens_total\":50"), 400,
           "a total is less than the step's own count (tokens_total 50, tokens 100" },
-        { AUTH, "{\"version\":1,\"job\":\"job1\",\"rank\":0,\"steps\":[{\"step\":-1}]}", 400,
+        { AUTH, DOC0("job1") ",\"steps\":[{\"step\":-1}]}", 400,
           "steps[0]: field \"step\" is a count and must not be negative (-1)" },
 #undef STEP1
     };
@@ -136,9 +194,11 @@ static void check_refusals(void)
            sample(m, "bmt_tokens_total{job_id=\"job1\"}") == 0,
        "refused pushes changed nothing");
     ok(sample(m, "bmt_collector_pushes_total{job_id=\"job1\",code=\"401\"}") == 6 &&
-           sample(m, "bmt_collector_pushes_total{job_id=\"job1\",code=\"400\"}") == 24 &&
-           sample(m, "bmt_collector_pushes_total{job_id=\"job1\",code=\"200\"}") == 0,
-       "refusals counted by status");
+           sample(m, "bmt_collector_pushes_total{job_id=\"job1\",code=\"400\"}") == 36 &&
+           sample(m, "bmt_collector_pushes_total{job_id=\"job1\",code=\"200\"}") == 0 &&
+           sample(m, "bmt_collector_pushes_total{job_id=\"job1\",code=\"409\"}") == 0 &&
+           sample(m, "bmt_push_old_run_items_total{job_id=\"job1\"}") == 0,
+       "refusals counted by status (409, for old runs, there from the start)");
     free(m);
     collector_count(c, 413);
     collector_count(c, 405);
@@ -309,7 +369,8 @@ static void check_per_rank_and_labels(void)
     collector_t *c = make(job, 1, 2, true);
     char why[300] = "";
     char body[512];
-    json_t *doc = json_pack("{sisssis[{sIsf}]}", "version", 1, "job", job, "rank", 1, "steps",
+    json_t *doc = json_pack("{sisssis{sisfss}s[{sIsf}]}", "version", 2, "job", job, "rank", 1,
+                            "run", "restart", 0, "start", 1000.5, "id", "00000000000000a1", "steps",
                             "step", (json_int_t)5, "tokens_per_s", 42.0);
     char *text = json_dumps(doc, 0);
     snprintf(body, sizeof(body), "%s", text);
@@ -372,8 +433,8 @@ static void check_far_steps(void)
     code = push(c, "job3", 0, 1006, 100, 2, why);
     ok(code == 400 && strstr(why, "step 1006 is far"), "1001 steps ahead: 400");
     /* One good step and one far: nothing of the push is applied. */
-    const char *two = "{\"version\":1,\"job\":\"job3\",\"rank\":0,\"steps\":[{\"step\":6,"
-                      "\"tokens_per_s\":5e5,\"loss\":7},{\"step\":900000}]}";
+    const char *two = DOC0("job3") ",\"steps\":[{\"step\":6,"
+                                   "\"tokens_per_s\":5e5,\"loss\":7},{\"step\":900000}]}";
     code = collector_ingest(c, AUTH, two, strlen(two), why, sizeof(why));
     ok(code == 400 && strstr(why, "steps[1]: step 900000 is far"),
        "a push of step 6 and step 900000: 400 for steps[1] (%s)", why);
@@ -403,6 +464,7 @@ static void check_far_steps(void)
 
     /* A restart may resume from a checkpoint of any step. */
     collector_job_restarted(c, 1, "rank 0 (pid 1 on h) exited with code 1");
+    g_restart = 1; /* the new run's processes say so */
     ok(push(c, "job3", 0, 50000, 100, 2, why) == 200 &&
            push(c, "job3", 1, 50000, 100, 2, why) == 200,
        "after a restart, step 50000 is the job's (%s)", why);
@@ -603,9 +665,10 @@ static void check_counters(void)
 
 static int push_scalars(collector_t *c, int r, const char *scalars, char *why)
 {
-    char body[8192];
-    snprintf(body, sizeof(body), "{\"version\":1,\"job\":\"sc\",\"rank\":%d,\"scalars\":[%s]}", r,
-             scalars);
+    char body[8192], run[128];
+    snprintf(body, sizeof(body),
+             "{\"version\":2,\"job\":\"sc\",\"rank\":%d,\"run\":%s,\"scalars\":[%s]}", r,
+             run_of(r, run, sizeof(run)), scalars);
     return collector_ingest(c, AUTH, body, strlen(body), why, 300);
 }
 
@@ -702,6 +765,7 @@ static void check_val_history_restart(void)
             bad += push_scalars(c, r, x, why) != 200;
         }
     collector_job_restarted(c, 1, "rank 0 (pid 1 on h) exited with code 1");
+    g_restart = 1; /* the new run's processes say so */
     for (int r = 0; r < 2; r++)
         bad += push_scalars(c, r, "{\"name\":\"val_loss\",\"value\":1,\"step\":900}", why) != 200;
     size_t len;
@@ -720,7 +784,7 @@ static void check_bearer_case(void)
 {
     collector_t *c = make("job7", 1, 1, false);
     const char *auths[] = { "bearer " TOKEN, "BEARER " TOKEN, "bEaReR   " TOKEN };
-    const char *body = "{\"version\":1,\"job\":\"job7\",\"rank\":0}";
+    const char *body = DOC0("job7") "}";
     char why[300] = "";
     for (int i = 0; i < 3; i++)
         ok(collector_ingest(c, auths[i], body, strlen(body), why, sizeof(why)) == 200,
@@ -766,6 +830,281 @@ static void check_token(void)
     ok(1, "collector_destroy(NULL) is a no-op");
 }
 
+/* A push of rank r from the process {restart, 1000.5 + start, id}: its steps
+ * from..to (one step each, tokens_total 100 per step of the process), and
+ * extra members (",\"scalars\":[...]") when not NULL. */
+static int push_from(collector_t *c, const char *job, int r, long restart, double start,
+                     unsigned id, long from, long to, const char *extra, char *why)
+{
+    char body[8192];
+    why[0] = '\0';
+    int n = snprintf(body, sizeof(body),
+                     "{\"version\":2,\"job\":\"%s\",\"rank\":%d,\"run\":{\"restart\":%ld,"
+                     "\"start\":%.6f,\"id\":\"%016x\"},\"host\":\"h%d\",\"steps\":[",
+                     job, r, restart, 1000.5 + start, id, r);
+    for (long k = from; k <= to && n < (int)sizeof(body) - 400; k++)
+        n += snprintf(body + n, sizeof(body) - (size_t)n,
+                      "%s{\"step\":%ld,\"time\":1,\"step_time_s\":0.5,\"tokens\":100,"
+                      "\"tokens_total\":%ld,\"tokens_per_s\":200,\"loss\":2}",
+                      k > from ? "," : "", k, 100 * (k - from + 1));
+    snprintf(body + n, sizeof(body) - (size_t)n, "]%s}", extra ? extra : "");
+    return collector_ingest(c, AUTH, body, strlen(body), why, 400);
+}
+
+/* The main defect: after a restart of the job, a late push of the old run
+ * that names a far step came first and set the window of steps, and every push
+ * of the new run was refused (400) for good. Now the run says which it is: the
+ * old run's pushes get 409, are counted, and change nothing. */
+static void check_restart_late_push(void)
+{
+    collector_t *c = make("rs", 1, 2, false);
+    char why[400] = "";
+    size_t len;
+    int bad = 0;
+    for (int r = 0; r < 2; r++)
+        bad += push_from(c, "rs", r, 0, 0, 0xa0 + (unsigned)r, 49996, 50000, NULL, why) != 200;
+    ok(bad == 0, "run 0: steps 49996-50000 of 2 ranks (%s)", why);
+    collector_job_restarted(c, 1, "rank 1 (pid 7 on h) exited with code 1");
+    char *m0 = collector_metrics_text(c, &len);
+    /* The stray: rank 1's old process, a step past the old run's last. */
+    int code = push_from(c, "rs", 1, 0, 0, 0xa1, 50001, 50001, NULL, why);
+    ok(code == 409 && strstr(why, "run: this push comes from run 0 of the job (BMT_RESTART=0), "
+                                  "and bmlaunch has restarted the job since: the collector "
+                                  "follows run 1"),
+       "run 1's first push is the old run's late step 50001: 409 (%d %s)", code, why);
+    char *m1 = collector_metrics_text(c, &len);
+    ok(sample(m1, "bmt_collector_pushes_total{job_id=\"rs\",code=\"409\"}") == 1 &&
+           sample(m1, "bmt_push_old_run_items_total{job_id=\"rs\"}") == 1 &&
+           sample(m1, "bmt_push_dropped_total{job_id=\"rs\"}") == 1,
+       "counted: a 409, its step in bmt_push_old_run_items_total and bmt_push_dropped_total");
+    ok(sample(m0, "bmt_tokens_total{job_id=\"rs\"}") ==
+               sample(m1, "bmt_tokens_total{job_id=\"rs\"}") &&
+           sample(m1, "bmt_step{job_id=\"rs\"}") == 0 &&
+           sample(m1, "bmt_steps_total{job_id=\"rs\"}") ==
+               sample(m0, "bmt_steps_total{job_id=\"rs\"}"),
+       "and it changed no figure (tokens %g, step %g)",
+       sample(m1, "bmt_tokens_total{job_id=\"rs\"}"), sample(m1, "bmt_step{job_id=\"rs\"}"));
+    free(m0);
+    free(m1);
+    /* The new run from step 1 (no checkpoint), each rank a new process. */
+    bad = 0;
+    for (long st = 1; st <= 3; st++)
+        for (int r = 0; r < 2; r++)
+            bad += push_from(c, "rs", r, 1, 60, 0xb0 + (unsigned)r, st, st, NULL, why) != 200;
+    ok(bad == 0, "then every push of run 1, from step 1, is accepted (%s)", why);
+    code = push_from(c, "rs", 0, 0, 0, 0xa0, 50001, 50001, NULL, why);
+    ok(code == 409, "a later stray of run 0 is refused too (%d)", code);
+    m1 = collector_metrics_text(c, &len);
+    ok(sample(m1, "bmt_step{job_id=\"rs\"}") == 3 &&
+           sample(m1, "bmt_ranks_reporting{job_id=\"rs\"}") == 2 &&
+           sample(m1, "bmt_push_old_run_items_total{job_id=\"rs\"}") == 2 &&
+           sample(m1, "bmt_tokens_total{job_id=\"rs\"}") == 2 * 500 + 2 * 100,
+       "run 1 shows: step 3, 2 ranks reporting, 2 old-run items, tokens of both runs once "
+       "(%g)",
+       sample(m1, "bmt_tokens_total{job_id=\"rs\"}"));
+    free(m1);
+    char *s = collector_status_json(c, true, &len);
+    ok(s && strstr(s, "\"old_run_items\":2") && strstr(s, "\"restart\":1,") &&
+           strstr(s, "\"run\":{\"restart\":1,\"start\":1060.5,\"id\":\"00000000000000b1\"}"),
+       "status: the run restart, the old-run items, each rank's run");
+    free(s);
+    collector_destroy(c);
+
+    /* A stray that comes before the restart is known: it is this run's, as far
+     * as the collector can tell, and nothing more (a far step gets 400). */
+    c = make("rs", 1, 1, false);
+    ok(push_from(c, "rs", 0, 0, 0, 0xa0, 1, 2, NULL, why) == 200 &&
+           push_from(c, "rs", 0, 2, 0, 0xa0, 1, 1, NULL, why) == 400 &&
+           strstr(why, "\"restart\" 2 is a run bmlaunch has not started"),
+       "a run bmlaunch has not started: 400 (%s)", why);
+    collector_destroy(c);
+}
+
+/* A rank whose process starts again within the run (a wrapper that runs the
+ * program again; no restart by bmlaunch): the newer process replaces the
+ * rank's state, the older one's late pushes get 409, and neither locks the
+ * other out of the window of steps. */
+static void check_rank_renewed(void)
+{
+    collector_t *c = make("rr", 1, 1, false);
+    char why[400] = "";
+    size_t len;
+    ok(push_from(c, "rr", 0, 0, 0, 0xa0, 49000, 49000, NULL, why) == 200 &&
+           push_from(c, "rr", 0, 0, 0, 0xa0, 50000, 50000, NULL, why) == 200,
+       "process A: steps 49000, 50000");
+    int code = push_from(c, "rr", 0, 0, 5, 0xb0, 1, 2, NULL, why);
+    ok(code == 200, "process B (5 s later) from step 1: accepted, its own window (%d %s)", code,
+       why);
+    char *m = collector_metrics_text(c, &len);
+    ok(sample(m, "bmt_step{job_id=\"rr\"}") == 2 &&
+           sample(m, "bmt_tokens_total{job_id=\"rr\"}") == 100 + 200 &&
+           sample(m, "bmt_events_total{job_id=\"rr\",kind=\"restart\"}") == 1,
+       "B's step 2 shows; tokens of A (100) and B (200); a restart event (%g %g)",
+       sample(m, "bmt_step{job_id=\"rr\"}"), sample(m, "bmt_tokens_total{job_id=\"rr\"}"));
+    free(m);
+    code = push_from(c, "rr", 0, 0, 0, 0xa0, 50001, 50001, NULL, why);
+    ok(code == 409 && strstr(why, "run: rank 0's process 00000000000000a0 (started at "
+                                  "1000.500000) is older than the one the collector follows for "
+                                  "the rank (00000000000000b0, started at 1005.500000)"),
+       "A's late push: 409 (%s)", why);
+    code = push_from(c, "rr", 0, 0, 5, 0x10, 3, 3, NULL, why);
+    ok(code == 409, "a process started at B's time with a lower id is older too (%d)", code);
+    ok(push_from(c, "rr", 0, 0, 5, 0xb0, 3, 3, NULL, why) == 200, "B goes on (%s)", why);
+    char *s = collector_status_json(c, false, &len);
+    ok(s && strstr(s, "\"detail\":\"collector: rank 0 (on h0) has a newer process (run "
+                      "00000000000000b0, started 5.000 s after run 00000000000000a0)"),
+       "the restart event names the rank and both processes");
+    free(s);
+    collector_destroy(c);
+
+    /* Two ranks: rank 1 stops pushing (its process is gone too), and rank 0's
+     * new process starts from step 1: once rank 1 has been silent for the
+     * stale window it no longer holds the window of steps. */
+    static bmt_layout_t l;
+    bmt_error_t err;
+    bmt_layout_make(&l, 1, 2, 0, 0, &err);
+    collector_opts_t o = { .job_id = "rr", .layout = &l, .token = TOKEN, .stale_s = 0.3 };
+    c = collector_create(&o, &err);
+    ok(push_from(c, "rr", 0, 0, 0, 0xa0, 50000, 50000, NULL, why) == 200 &&
+           push_from(c, "rr", 1, 0, 0, 0xa1, 50000, 50000, NULL, why) == 200,
+       "ranks 0 and 1 at step 50000");
+    code = push_from(c, "rr", 0, 0, 5, 0xb0, 1, 1, NULL, why);
+    ok(code == 400 && strstr(why, "step 1 is far from the job's (its highest step so far is 50000"),
+       "rank 0's new process at step 1 while rank 1 reports 50000: 400 (%s)", why);
+    struct timespec ts = { 0, 400 * 1000000L };
+    nanosleep(&ts, NULL);
+    code = push_from(c, "rr", 0, 0, 5, 0xb0, 1, 1, NULL, why);
+    ok(code == 200, "0.4 s later rank 1 is stale and holds no window: accepted (%d %s)", code, why);
+    ok(push_from(c, "rr", 1, 0, 5, 0xb1, 2, 2, NULL, why) == 200,
+       "and rank 1's new process near it too (%s)", why);
+    collector_destroy(c);
+}
+
+/* A late, older scalar value never replaces a newer one of the same process;
+ * a newer process's value replaces whatever the older one said. */
+static void check_scalar_newest(void)
+{
+    collector_t *c = make("sn", 1, 1, false);
+    char why[400] = "";
+    size_t len;
+    int bad = 0;
+    bad += push_from(c, "sn", 0, 0, 0, 0xa0, 1, 1,
+                     ",\"scalars\":[{\"name\":\"val_loss\",\"value\":2,\"step\":20},"
+                     "{\"name\":\"bleu\",\"value\":30,\"step\":20}]",
+                     why) != 200;
+    bad += push_from(c, "sn", 0, 0, 0, 0xa0, 2, 2,
+                     ",\"scalars\":[{\"name\":\"val_loss\",\"value\":3,\"step\":10},"
+                     "{\"name\":\"bleu\",\"value\":10,\"step\":10}]",
+                     why) != 200;
+    char *m = collector_metrics_text(c, &len);
+    ok(bad == 0 && sample(m, "bmt_val_loss{job_id=\"sn\"}") == 2 &&
+           sample(m, "bmt_val_loss_step{job_id=\"sn\"}") == 20 &&
+           sample(m, "bmt_scalar{job_id=\"sn\",name=\"bleu\"}") == 30,
+       "step 20's values stay after step 10's came late (val_loss %g at %g, bleu %g)",
+       sample(m, "bmt_val_loss{job_id=\"sn\"}"), sample(m, "bmt_val_loss_step{job_id=\"sn\"}"),
+       sample(m, "bmt_scalar{job_id=\"sn\",name=\"bleu\"}"));
+    free(m);
+    char *s = collector_status_json(c, false, &len);
+    ok(s && strstr(s, "\"val_history\":[{\"step\":20,\"val_loss\":2.0}]"),
+       "and the late value is not in the history (%s)", s ? strstr(s, "\"val_history\"") : "");
+    free(s);
+    bad = push_from(c, "sn", 0, 0, 0, 0xa0, 3, 3,
+                    ",\"scalars\":[{\"name\":\"bleu\",\"value\":31,\"step\":20}]", why) != 200;
+    bad += push_from(c, "sn", 0, 0, 9, 0xb0, 1, 1,
+                     ",\"scalars\":[{\"name\":\"bleu\",\"value\":5,\"step\":1}]", why) != 200;
+    m = collector_metrics_text(c, &len);
+    ok(bad == 0 && sample(m, "bmt_scalar{job_id=\"sn\",name=\"bleu\"}") == 5 &&
+           sample(m, "bmt_scalar_step{job_id=\"sn\",name=\"bleu\"}") == 1,
+       "a value of the same step replaces; a newer process's step 1 replaces step 20's (%g)",
+       sample(m, "bmt_scalar{job_id=\"sn\",name=\"bleu\"}"));
+    free(m);
+    collector_destroy(c);
+}
+
+/* The event status keeps its 32 bits whole; bmt_push_dropped_total never
+ * wraps; bmt_step_duration_seconds is NaN, not 0, when no rank reports; a
+ * process's host does not change. */
+static void check_ranges(void)
+{
+    collector_t *c = make("rg", 1, 4, false);
+    char why[400] = "";
+    size_t len;
+    const char *ev = ",\"events\":[{\"kind\":\"abort\",\"status\":-2147483648,\"detail\":\"x\"}]";
+    int code = push_from(c, "rg", 0, 0, 0, 0xa0, 1, 1, ev, why);
+    char *s = collector_status_json(c, false, &len);
+    ok(code == 200 && s && strstr(s, "\"status\":-2147483648") &&
+           strstr(s, "\"failed_ranks\":[{\"rank\":0,\"host\":\"h0\",\"exit_code\":-2147483648,"),
+       "status INT32_MIN is kept whole (%d %s)", code, why);
+    free(s);
+    code = push_from(c, "rg", 0, 0, 0, 0xa0, 2, 2, NULL, why);
+    ok(code == 200, "the same process (host h0) again (%s)", why);
+    char body[512];
+    snprintf(body, sizeof(body),
+             "{\"version\":2,\"job\":\"rg\",\"rank\":0,\"run\":{\"restart\":0,\"start\":1000.5,"
+             "\"id\":\"00000000000000a0\"},\"host\":\"elsewhere\"}");
+    code = collector_ingest(c, AUTH, body, strlen(body), why, sizeof(why));
+    ok(code == 400 && strstr(why, "\"host\" \"elsewhere\" is not the host rank 0's process "
+                                  "00000000000000a0 pushed from so far (\"h0\")"),
+       "the same process from another host: 400 (%s)", why);
+
+    /* Each process of each rank says it dropped 2^53 items: over 1024 of
+     * them the total passes 2^63; it stops there instead of wrapping. */
+    double last = 0;
+    bool mono = true;
+    int bad = 0;
+    for (int k = 1; k <= 300; k++)
+        for (int r = 0; r < 4; r++) {
+            snprintf(body, sizeof(body),
+                     "{\"version\":2,\"job\":\"rg\",\"rank\":%d,\"run\":{\"restart\":0,"
+                     "\"start\":%d,\"id\":\"00000000000000a0\"},\"dropped\":9007199254740992}",
+                     r, 2000 + k);
+            bad += collector_ingest(c, AUTH, body, strlen(body), why, sizeof(why)) != 200;
+            if (k % 50 == 0 || k == 300) {
+                char *m = collector_metrics_text(c, &len);
+                double d = sample(m, "bmt_push_dropped_total{job_id=\"rg\"}");
+                mono = mono && d >= last;
+                last = d;
+                free(m);
+            }
+        }
+    ok(bad == 0 && mono && last == 9223372036854775807.0,
+       "1200 processes' 2^53 dropped items: the counter never went down and stops at 2^63-1 "
+       "(%.17g)",
+       last);
+    s = collector_status_json(c, false, &len);
+    ok(s && strstr(s, "\"dropped\":9223372036854775807"), "status: the same, not negative");
+    free(s);
+    collector_destroy(c);
+
+    static bmt_layout_t l;
+    bmt_error_t err;
+    bmt_layout_make(&l, 2, 1, 0, 0, &err);
+    collector_opts_t o = { .job_id = "nan", .layout = &l, .token = TOKEN, .stale_s = 0.2 };
+    c = collector_create(&o, &err);
+    char *m = collector_metrics_text(c, &len);
+    ok(strstr(m, "\nbmt_step_duration_seconds{job_id=\"nan\"} NaN\n") &&
+           strstr(m, "\nbmt_group_step_duration_seconds{job_id=\"nan\",group=\"1\"} NaN\n"),
+       "no rank reported: bmt_step_duration_seconds is NaN, not 0");
+    free(m);
+    push_from(c, "nan", 0, 0, 0, 0xa0, 1, 1, NULL, why);
+    m = collector_metrics_text(c, &len);
+    ok(sample(m, "bmt_step_duration_seconds{job_id=\"nan\"}") == 0.5 &&
+           strstr(m, "\nbmt_group_step_duration_seconds{job_id=\"nan\",group=\"1\"} NaN\n"),
+       "rank 0 reports 0.5 s; group 1, whose rank does not, NaN");
+    free(m);
+    struct timespec ts = { 0, 300 * 1000000L };
+    nanosleep(&ts, NULL);
+    m = collector_metrics_text(c, &len);
+    ok(strstr(m, "\nbmt_step_duration_seconds{job_id=\"nan\"} NaN\n") &&
+           sample(m, "bmt_ranks_reporting{job_id=\"nan\"}") == 0,
+       "once rank 0 is stale, NaN again");
+    free(m);
+    s = collector_status_json(c, false, &len);
+    ok(s && strstr(s, "\"step_time_seconds\":null"), "status: null");
+    free(s);
+    collector_destroy(c);
+}
+
 int main(void)
 {
     check_refusals();
@@ -780,5 +1119,9 @@ int main(void)
     check_bearer_case();
     check_conn_limits();
     check_token();
+    check_restart_late_push();
+    check_rank_renewed();
+    check_scalar_newest();
+    check_ranges();
     return done_testing();
 }

@@ -3,7 +3,9 @@
  * plugins/common/prom.c: label escaping, value spelling, metric names, family
  * and sample lines (promtool checks whole outputs in test_monitor.sh).
  * plugins/common/metrics_json.c: metrics and events to JSON and back, with
- * NaN as null, and the refusals of malformed fields.
+ * NaN as null, and the refusals of malformed fields (an event's status beyond
+ * 32 bits among them); the run identity a push names (made, both ways, its
+ * order, its refusals).
  * runtime/monitor.c: the GPU peak table, the arithmetic of one step, and the
  * rule for scalar names (and a scalar's JSON both ways).
  */
@@ -310,6 +312,96 @@ static void check_scalars(void)
     json_decref(o);
 }
 
+/* An event's status is an int32_t: its whole range goes through, and a value
+ * beyond it is refused rather than cut to 32 bits. */
+static void check_event_status(void)
+{
+    static const struct {
+        const char *json;
+        int rc;
+        int32_t status;
+    } t[] = {
+        { "{\"kind\":\"abort\",\"status\":2147483647}", 0, INT32_MAX },
+        { "{\"kind\":\"abort\",\"status\":-2147483648}", 0, INT32_MIN },
+        { "{\"kind\":\"abort\",\"status\":2147483648}", -1, 0 },
+        { "{\"kind\":\"abort\",\"status\":4294967297}", -1, 0 }, /* was read as 1 */
+        { "{\"kind\":\"abort\",\"status\":-2147483649}", -1, 0 },
+    };
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+        json_error_t je;
+        json_t *o = json_loads(t[i].json, 0, &je);
+        metrics_event_t ev;
+        char why[200] = "";
+        int rc = metrics_event_parse(o, &ev, why, sizeof(why));
+        json_decref(o);
+        ok(rc == t[i].rc &&
+               (rc < 0 ? strstr(why, "event field \"status\" must be a 32-bit integer") != NULL
+                       : ev.status == t[i].status),
+           "%s: %d %s", t[i].json, rc, why);
+    }
+}
+
+/* The run a push names: made with 64 random bits, the same both ways, ordered
+ * by restart, start, id; malformed ones refused. */
+static void check_run(void)
+{
+    metrics_run_t a, b, back;
+    char why[200] = "";
+    double t0 = metrics_unix_s();
+    ok(metrics_run_make(&a, 3, why, sizeof(why)) == 0 &&
+           metrics_run_make(&b, 3, why, sizeof(why)) == 0,
+       "two runs made (%s)", why);
+    ok(a.restart == 3 && a.start >= t0 && a.start <= metrics_unix_s() &&
+           strlen(a.id) == METRICS_RUN_ID_LEN &&
+           strspn(a.id, "0123456789abcdef") == METRICS_RUN_ID_LEN && strcmp(a.id, b.id) != 0,
+       "restart 3, start now, 16 hex digits, two processes apart (%s %s)", a.id, b.id);
+    json_t *o = metrics_run_json(&a);
+    ok(o && metrics_run_parse(o, &back, why, sizeof(why)) == 0 && metrics_run_cmp(&a, &back) == 0 &&
+           back.start == a.start,
+       "and back through JSON exactly (%s)", why);
+    json_decref(o);
+    static const struct {
+        metrics_run_t a, b;
+        int sign;
+    } order[] = {
+        { { 0, 5.0, "ffffffffffffffff" }, { 1, 1.0, "0000000000000000" }, -1 }, /* restart first */
+        { { 1, 1.0, "ffffffffffffffff" }, { 1, 2.0, "0000000000000000" }, -1 }, /* then start */
+        { { 1, 2.0, "00000000000000a1" }, { 1, 2.0, "00000000000000a0" }, 1 },  /* then id */
+        { { 1, 2.0, "00000000000000a0" }, { 1, 2.0, "00000000000000a0" }, 0 },
+    };
+    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
+        int c = metrics_run_cmp(&order[i].a, &order[i].b);
+        ok((c > 0) - (c < 0) == order[i].sign, "run order %zu: %d", i, c);
+    }
+    static const struct {
+        const char *json, *why;
+    } bad[] = {
+        { "7", "\"run\" must be an object" },
+        { "{\"start\":1,\"id\":\"0123456789abcdef\"}", "\"restart\" must be a count" },
+        { "{\"restart\":1.5,\"start\":1,\"id\":\"0123456789abcdef\"}",
+          "\"restart\" must be a count" },
+        { "{\"restart\":0,\"start\":-1,\"id\":\"0123456789abcdef\"}",
+          "\"start\" must be a positive" },
+        { "{\"restart\":0,\"start\":\"1\",\"id\":\"0123456789abcdef\"}",
+          "\"start\" must be a positive" },
+        { "{\"restart\":0,\"start\":1,\"id\":\"0123456789abcde\"}",
+          "\"id\" must be 16 lower-case" },
+        { "{\"restart\":0,\"start\":1,\"id\":\"0123456789abcdefa\"}",
+          "\"id\" must be 16 lower-case" },
+        { "{\"restart\":0,\"start\":1,\"id\":\"0123456789abcdeg\"}",
+          "\"id\" must be 16 lower-case" },
+        { "{\"restart\":0,\"start\":1,\"id\":7}", "\"id\" must be 16 lower-case" },
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        json_error_t je;
+        o = json_loads(bad[i].json, JSON_DECODE_ANY, &je);
+        why[0] = '\0';
+        int rc = metrics_run_parse(o, &back, why, sizeof(why));
+        json_decref(o);
+        ok(rc == -1 && strstr(why, bad[i].why), "run %s refused: %s", bad[i].json, why);
+    }
+}
+
 int main(void)
 {
     check_escape();
@@ -320,5 +412,7 @@ int main(void)
     check_peaks();
     check_fill();
     check_scalars();
+    check_event_status();
+    check_run();
     return done_testing();
 }
