@@ -45,6 +45,10 @@ typedef struct opts {
     trainer_choice_t choice; /* --model, --init-from, --seq */
     int save_every, keep, resume, save_async, max_skipped;
     int accum_given; /* -a was on the command line (a resume may not derive it) */
+    int keep_given;  /* --keep was: it needs --save-dir */
+    /* options that change nothing without another (--val, --prepare): the
+     * first of each kind given, for the message; NULL: none */
+    const char *eval_given, *prepare_given;
     int B, T, accum, steps, warmup, eval_every, eval_batches, zero, ckpt, prefetch, master_only;
     double ckpt_budget; /* --ckpt-budget MiB, or -1: not given */
     int overlap_step;
@@ -262,7 +266,10 @@ static int parse(const trainer_model_t *md, int argc, char **argv, opts_t *o)
     opterr = 0;
     while (rc == 0 && (c = getopt_long(argc, argv, ":m:i:j:b:t:a:l:n:s:v:h", lo, NULL)) != -1) {
         switch (c) {
-        case 'm': o->choice.model = optarg; break;
+        case 'm':
+            o->choice.model = optarg;
+            o->choice.model_given = 1;
+            break;
         case 'i': o->data = optarg; break;
         case 'j': o->val = optarg; break;
         case 'b': rc = trainer_int_arg("--batch", optarg, 1, 1 << 20, &o->B); break;
@@ -285,9 +292,13 @@ static int parse(const trainer_model_t *md, int argc, char **argv, opts_t *o)
                 rc = trainer_bad("--seed needs a non-negative integer, not '%s'", optarg);
             break;
         }
-        case 'v': rc = trainer_int_arg("--eval-every", optarg, 0, 1 << 30, &o->eval_every); break;
+        case 'v':
+            rc = trainer_int_arg("--eval-every", optarg, 0, 1 << 30, &o->eval_every);
+            o->eval_given = o->eval_given ? o->eval_given : "--eval-every";
+            break;
         case O_EVALB:
             rc = trainer_int_arg("--eval-batches", optarg, 1, 1 << 20, &o->eval_batches);
+            o->eval_given = o->eval_given ? o->eval_given : "--eval-batches";
             break;
         case O_ZERO: rc = trainer_int_arg("--zero", optarg, 2, 3, &o->zero); break;
         case O_CKPT: rc = trainer_int_arg("--ckpt", optarg, 0, 1, &o->ckpt); break;
@@ -302,7 +313,10 @@ static int parse(const trainer_model_t *md, int argc, char **argv, opts_t *o)
             rc = trainer_int_arg("--overlap-step", optarg, 0, 1, &o->overlap_step);
             break;
         case O_PREPARE: o->prepare = optarg; break;
-        case O_OUT: o->out = optarg; break;
+        case O_OUT:
+            o->out = optarg;
+            o->prepare_given = o->prepare_given ? o->prepare_given : "--out";
+            break;
         case O_INIT: o->choice.init_from = optarg; break;
         case O_SAVEDIR:
             o->save_dir = optarg;
@@ -312,14 +326,20 @@ static int parse(const trainer_model_t *md, int argc, char **argv, opts_t *o)
         case O_SAVEEVERY:
             rc = trainer_int_arg("--save-every", optarg, 0, 1 << 30, &o->save_every);
             break;
-        case O_KEEP: rc = trainer_int_arg("--keep", optarg, 0, 1 << 20, &o->keep); break;
+        case O_KEEP:
+            rc = trainer_int_arg("--keep", optarg, 0, 1 << 20, &o->keep);
+            o->keep_given = 1;
+            break;
         case O_RESUME: o->resume = 1; break;
         case O_SAVEASYNC: o->save_async = 1; break;
         case O_MAXSKIP:
             rc = trainer_int_arg("--max-skipped", optarg, 0, 1 << 30, &o->max_skipped);
             break;
         case O_VERIFY: o->verify = optarg; break;
-        case O_VALFRAC: rc = real_arg("--val-fraction", optarg, 0, 0.5, &o->val_fraction); break;
+        case O_VALFRAC:
+            rc = real_arg("--val-fraction", optarg, 0, 0.5, &o->val_fraction);
+            o->prepare_given = o->prepare_given ? o->prepare_given : "--val-fraction";
+            break;
         case 'h': usage(md, stdout); exit(0);
         case ':': rc = trainer_bad("%s needs an argument", argv[optind - 1]); break;
         default:
@@ -335,6 +355,12 @@ static int parse(const trainer_model_t *md, int argc, char **argv, opts_t *o)
         return rc;
     if (optind < argc)
         return trainer_bad("unexpected argument '%s'", argv[optind]);
+    if (o->prepare_given && o->prepare == NULL) /* --out is not where checkpoints go */
+        return trainer_bad("%s is --prepare's (the shards it writes): it needs --prepare TEXT; "
+                           "checkpoints go to --save-dir DIR",
+                           o->prepare_given);
+    if (o->verify && o->prepare) /* verify() would run, and --prepare write nothing */
+        return trainer_bad("--verify and --prepare are two runs of their own: give one");
     if (o->verify)
         return 0;
     if (o->prepare)
@@ -354,8 +380,19 @@ static int parse(const trainer_model_t *md, int argc, char **argv, opts_t *o)
                            "--ckpt 1 (with --ckpt 0 every layer keeps its activations)");
     if (o->ckpt_budget >= 0 && md->keep_layers == NULL)
         return trainer_bad("--ckpt-budget: this model has no selective checkpointing");
-    if ((o->save_every || o->resume || o->save_async) && o->save_dir == NULL)
-        return trainer_bad("--save-every, --save-async and --resume need --save-dir DIR");
+    if ((o->save_every || o->resume || o->save_async || o->keep_given) && o->save_dir == NULL)
+        return trainer_bad("--save-every, --save-async, --keep and --resume need --save-dir DIR");
+    if (o->eval_given && o->val == NULL)
+        return trainer_bad("%s sets the validation, which needs --val PATTERN (validation "
+                           "shards): give --val, or leave %s out",
+                           o->eval_given, o->eval_given);
+    /* lr_at decays only after the warm-up: with none of the steps left, the
+     * run would end at the peak (or below it, still warming up), not at F x LR */
+    if (o->lr_min_frac < 1 && o->warmup >= o->steps)
+        return trainer_bad("--lr-min-frac %g decays the learning rate over the steps after the "
+                           "warm-up, and --warmup %d leaves none of --steps %d: make --warmup "
+                           "shorter than --steps, or leave --lr-min-frac out",
+                           o->lr_min_frac, o->warmup, o->steps);
     if (md->max_vocab && md->vocab_size(md->self) > md->max_vocab)
         return trainer_bad("a vocabulary of %d is more than this trainer's %d token ids (the "
                            "llama trainer takes larger ones)",

@@ -32,6 +32,8 @@
  * that choose the model, and the run's sequence length. */
 typedef struct trainer_choice {
     const char *model;     /* --model NAME (default: the model's default_model) */
+    int model_given;       /* --model was on the command line: with init_from, configure()
+                            * refuses a preset whose sizes are not the file's */
     const char *init_from; /* --init-from PATH, or NULL */
     int T;                 /* --seq */
 } trainer_choice_t;
@@ -56,7 +58,9 @@ typedef struct trainer_model {
 
     /* Make the configuration from c (a preset and overrides, or a file) and
      * check it: 0, or the exit code after printing the message (trainer_bad
-     * for a usage error: 2; 1 for a file that cannot be used). */
+     * for a usage error: 2; 1 for a file that cannot be used). With a file,
+     * an override or a --model (c->model_given) may repeat the file's sizes,
+     * never change them. */
     int (*configure)(void *self, const trainer_choice_t *c);
     int (*max_seq_len)(const void *self); /* positions of the configured model */
     int (*vocab_size)(const void *self);

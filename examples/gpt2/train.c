@@ -94,6 +94,21 @@ static int configure(void *self, const trainer_choice_t *c)
                                    "the file's; leave %s out or make them agree",
                                    c->init_from, size[i].file, size[i].what, size[i].opt,
                                    size[i].given, size[i].opt);
+        /* So is a --model: a preset of other sizes would otherwise be
+         * trained as the file's model without a word. */
+        gpt2_config_t p;
+        if (c->model_given && gpt2_config_by_name(c->model, &p, &err) < 0)
+            return trainer_bad("%s", err.text);
+        const gpt2_config_t *f = &w->cfg;
+        if (c->model_given &&
+            (p.n_layer != f->n_layer || p.n_head != f->n_head || p.n_embd != f->n_embd ||
+             p.vocab_size != f->vocab_size || p.max_seq_len != f->max_seq_len))
+            return trainer_bad("--model %s is L %d, H %d, C %d, V %d, maxT %d, but %s holds L %d, "
+                               "H %d, C %d, V %d, maxT %d: with --init-from the model is the "
+                               "file's; leave --model out or name the file's",
+                               c->model, p.n_layer, p.n_head, p.n_embd, p.vocab_size, p.max_seq_len,
+                               c->init_from, f->n_layer, f->n_head, f->n_embd, f->vocab_size,
+                               f->max_seq_len);
     } else if (gpt2_config_by_name(c->model, &w->cfg, &err) < 0)
         return trainer_bad("%s", err.text);
     if (w->layers)

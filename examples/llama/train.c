@@ -148,6 +148,26 @@ static int configure(void *self, const trainer_choice_t *c)
                                    "sizes are the checkpoint's; leave %s out or make them agree",
                                    c->init_from, size[i].key, size[i].file, size[i].opt,
                                    size[i].given, size[i].opt);
+        /* So is a --model: a preset of other sizes would otherwise be
+         * trained as the directory's model without a word. The positions
+         * are left out: --max-seq may change them (RoPE has no table). */
+        llama_config_t p;
+        if (c->model_given && preset(c->model, &p) < 0)
+            return trainer_bad("unknown model '%s': use tiny, smollm-135m, llama3.2-1b or "
+                               "llama3.2-3b, or --init-from an HF Llama directory",
+                               c->model);
+        if (c->model_given &&
+            (p.n_layer != m->n_layer || p.n_head != m->n_head || p.n_kv_head != m->n_kv_head ||
+             p.n_embd != m->n_embd || p.head_dim != m->head_dim || p.ffn != m->ffn ||
+             p.vocab_size != m->vocab_size || p.tied != m->tied))
+            return trainer_bad("--model %s is L %d, H %d, KV %d, C %d, head size %d, F %d, V "
+                               "%d%s, but %s holds L %d, H %d, KV %d, C %d, head size %d, F %d, V "
+                               "%d%s: with --init-from the model is the directory's; leave "
+                               "--model out or name the directory's",
+                               c->model, p.n_layer, p.n_head, p.n_kv_head, p.n_embd, p.head_dim,
+                               p.ffn, p.vocab_size, p.tied ? ", tied" : "", c->init_from,
+                               m->n_layer, m->n_head, m->n_kv_head, m->n_embd, m->head_dim, m->ffn,
+                               m->vocab_size, m->tied ? ", tied" : "");
     } else {
         if (w->layers)
             m->n_layer = w->layers;

@@ -239,6 +239,81 @@ test_expect_success "--fp8 1 with a NaN planted in the parameters: its steps are
     grep "^bmlaunch: job failed" err | grep -q "3 optimizer steps in a row were skipped (gradient norm nan, not finite), more than max_skipped 2"
 '
 
+# Options that change nothing without another, or not what they say, are
+# refused before anything runs: each of these used to train (exit 0) as if it
+# had not been given.
+test_expect_success "an option that needs another (--val, --save-dir, --prepare, a step after the warm-up) is refused without it, exit 2" '
+    for a in "--eval-every 5:--eval-every sets the validation, which needs --val PATTERN" \
+             "--eval-batches 2:--eval-batches sets the validation, which needs --val PATTERN" \
+             "--keep 2:--save-every, --save-async, --keep and --resume need --save-dir DIR" \
+             "--out ck:--out is --prepare.s (the shards it writes): it needs --prepare TEXT; checkpoints go to --save-dir DIR" \
+             "--val-fraction 0.2:--val-fraction is --prepare.s" \
+             "--verify ck --prepare t --out p:--verify and --prepare are two runs of their own: give one" \
+             "--warmup 10 --steps 10 --lr-min-frac 0.1:--lr-min-frac 0.1 decays the learning rate over the steps after the warm-up, and --warmup 10 leaves none of --steps 10" \
+             "--steps 5 --warmup 8 --lr-min-frac 0:--lr-min-frac 0 decays .* --warmup 8 leaves none of --steps 5"; do
+        for prog in $GPT2 $BUILDDIR/bin/llama; do
+            n=${prog##*/}
+            { $prog --data $TMP/corpus_train.bin ${a%%:*} >out 2>&1; rc=$?; } &&
+                test $rc -eq 2 && grep -q "^$n: ${a#*:}" out && ! grep -q "params" out ||
+                { echo "$n ${a%%:*}: exit $rc"; cat out; return 1; }
+        done
+    done
+'
+
+# lr_at against the formula of docs/gpt2.md, computed here: step s <= N at
+# s/N LR, then LR (F + (1 - F)(1 + cos(pi (s - N)/(S - N)))/2); a warm-up one
+# step shorter than the run still ends at F x LR; a resume in the decay goes on
+# with the same rates. And tokens/s is the job's tokens (B T A x ranks) over
+# the step time printed beside it.
+test_expect_success "the printed learning rate is the documented schedule (warm-up, cosine to F x LR at the last step; after a resume too); tok/s is B T A ranks / step time" '
+    test -f $TMP/corpus_train.bin || $GPT2 --prepare "$SRC/examples/gpt2/data/corpus.txt" --out $TMP/corpus >/dev/null &&
+    with_timeout 120 $BMLAUNCH --metrics-port 0 -n 2 -- $GPT2 --data $TMP/corpus_train.bin -b 1 -t 16 -a 3 \
+        --steps 12 --lr 1e-2 --warmup 4 --lr-min-frac 0.1 --save-dir ck --save-every 6 >a.out 2>&1 &&
+    with_timeout 60 $BMLAUNCH --metrics-port 0 -n 1 -- $GPT2 --data $TMP/corpus_train.bin -b 1 -t 16 \
+        --steps 5 --lr 1e-2 --warmup 4 --lr-min-frac 0.25 >b.out 2>&1 &&
+    mkdir rs && cp -r ck/step-00000006 rs/ && printf step-00000006 >rs/latest &&
+    with_timeout 120 $BMLAUNCH --metrics-port 0 -n 2 -- $GPT2 --data $TMP/corpus_train.bin -b 1 -t 16 -a 3 \
+        --steps 12 --lr 1e-2 --warmup 4 --lr-min-frac 0.1 --save-dir rs --resume >r.out 2>&1 &&
+    $PY - <<-EOF
+	import math, re
+	def steps(f):
+	    return [(int(s), float(lr), float(ms), t) for s, lr, ms, t in re.findall(
+	        r"^0: step +(\d+)/\d+ \| loss [0-9.]+ \| lr ([0-9.e+-]+) \| norm [0-9.]+ \| ([0-9.]+) ms \| ([0-9.]+K?) tok/s", open(f).read(), re.M)]
+	def lr(s, N, S, F, LR=1e-2):
+	    if s <= N:
+	        return LR * s / N
+	    return LR * (F + (1 - F) * (1 + math.cos(math.pi * (s - N) / (S - N))) / 2)
+	for f, S, F, first in (("a.out", 12, 0.1, 1), ("b.out", 5, 0.25, 1), ("r.out", 12, 0.1, 7)):
+	    got = steps(f)
+	    assert [s for s, *_ in got] == list(range(first, S + 1)), (f, got)
+	    for s, printed, ms, tps in got:
+	        want = lr(s, 4, S, F)
+	        assert abs(printed - float("%.2e" % want)) <= 1e-12, (f, s, printed, want)
+	    assert abs(got[-1][1] - F * 1e-2) < 1e-12, (f, "the last step is not at F x LR", got[-1])
+	for s, printed, ms, tps in steps("a.out"):  # 1 x 16 x 3 x 2 ranks = 96 tokens a step
+	    v, half = (float(tps[:-1]) * 1e3, 50) if tps.endswith("K") else (float(tps), 0.5)
+	    lo, hi = 96e3 / (ms + 0.05), 96e3 / (ms - 0.05)  # the printed figures are rounded
+	    assert v - half <= hi and v + half >= lo, (s, tps, ms, lo, hi)
+	print("schedule and tok/s as documented:", [p for _, p, _, _ in steps("a.out")])
+	EOF
+'
+
+# --model with --init-from: the file decides the model, so a preset of other
+# sizes would have been trained as the file's model without a word.
+test_expect_success "--init-from with --model: the file's own preset is taken, another is refused naming both (exit 2)" '
+    test -f $TMP/corpus_train.bin || $GPT2 --prepare "$SRC/examples/gpt2/data/corpus.txt" --out $TMP/corpus >/dev/null &&
+    with_timeout 60 $BMLAUNCH --metrics-port 0 -n 1 -- $GPT2 --data $TMP/corpus_train.bin -b 1 -t 16 --steps 1 \
+        --save-dir t >out 2>&1 &&
+    { $GPT2 --model d12 --init-from t/step-00000001 --data $TMP/corpus_train.bin >out 2>&1; rc=$?; } &&
+    test $rc -eq 2 && cat out &&
+    grep -q "^gpt2: --model d12 is L 12, H 12, C 768, V 50257, maxT 1024, but t/step-00000001 holds L 4, H 4, C 64, V 256, maxT 256: with --init-from the model is the file.s; leave --model out or name the file.s" out &&
+    { $GPT2 --model d99 --init-from t/step-00000001 --data $TMP/corpus_train.bin >out 2>&1; rc=$?; } &&
+    test $rc -eq 2 && grep -q "^gpt2: unknown model .d99." out &&
+    with_timeout 60 $BMLAUNCH --metrics-port 0 -n 1 -- $GPT2 --model tiny --init-from t/step-00000001 \
+        --data $TMP/corpus_train.bin -b 1 -t 16 --steps 1 >out 2>&1 &&
+    grep -q "^0: gpt2: .* params (L 4, H 4, C 64, V 256, maxT 256)" out
+'
+
 test_expect_success "a missing data file fails the job with the file named" '
     { with_timeout 60 $BMLAUNCH --metrics-port 0 -n 2 -- $GPT2 --data nosuch.bin --steps 1 >out 2>&1; rc=$?; } &&
     test $rc -ne 0 && grep -q "nosuch.bin" out

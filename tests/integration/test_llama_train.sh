@@ -149,8 +149,12 @@ test_expect_success "bad options are refused with a message" '
     grep -q "^llama: --steps needs an integer from 1 to" err
 '
 
-test_expect_success "--init-from with a size that disagrees with config.json is refused, naming both (one that repeats it is taken); C not a multiple of H is refused" '
+test_expect_success "--init-from with a size or a --model that disagrees with config.json is refused, naming both (one that repeats it is taken); C not a multiple of H is refused" '
     I=$TMP/ck/step-00000040 &&
+    { $LLAMA --init-from $I --model smollm-135m --data x 2>err; rc=$?; } && test $rc -eq 2 &&
+    grep -q "^llama: --model smollm-135m is L 30, H 9, KV 3, C 576, head size 64, F 1536, V 49152, tied, but $I holds L 4, H 4, KV 2, C 64, head size 16, F 176, V 256: with --init-from the model is the directory.s; leave --model out or name the directory.s\$" err &&
+    { $LLAMA --init-from $I --model nope --data x 2>err; rc=$?; } && test $rc -eq 2 &&
+    grep -q "^llama: unknown model .nope." err &&
     for a in "--heads 8 --kv-heads 4:num_attention_heads is 4 but --heads is 8" \
              "--kv-heads 4:num_key_value_heads is 2 but --kv-heads is 4" "--layers 2:num_hidden_layers is 4 but --layers is 2" \
              "--embd 128:hidden_size is 64 but --embd is 128" "--ffn 64:intermediate_size is 176 but --ffn is 64" \
@@ -160,7 +164,7 @@ test_expect_success "--init-from with a size that disagrees with config.json is 
             { echo "$o: exit $rc"; cat err; return 1; }
     done &&
     with_timeout 60 $BMLAUNCH --metrics-port 0 -n 1 --device cpu -- $LLAMA $RUN --lr 0 --steps 1 --init-from $I \
-        --layers 4 --heads 4 --embd 64 >out 2>&1 &&
+        --model tiny --layers 4 --heads 4 --embd 64 >out 2>&1 &&
     grep -q "^0: llama: .* params (L 4, H 4, KV 2, C 64, F 176, V 256, maxT 256)" out &&
     { $LLAMA --embd 100 --heads 6 --kv-heads 2 --data x 2>err; rc=$?; } && test $rc -eq 2 &&
     grep -q "^llama: the head size is C / H, and C 100 is not a multiple of H 6: change --embd or --heads" err
