@@ -297,10 +297,15 @@ static ncclDataType_t nccl_type(bmt_dtype_t t)
     }
 }
 
-static ncclRedOp_t nccl_op(bmt_op_t op)
+/* The NCCL op of op on c. On a communicator of one rank the average is the
+ * sum (x / 1 is x, exactly), and NCCL before 2.29.7 ran its one-rank average
+ * through a kernel that leaves the last elements of the output unwritten when
+ * the count is not a multiple of its block count (NVIDIA/nccl#1950: the
+ * output's tail keeps whatever it held): ncclSum there is a plain copy. */
+static ncclRedOp_t nccl_op(const bmt_comm_t *c, bmt_op_t op)
 {
     switch (op) {
-    case BMT_AVG: return ncclAvg;
+    case BMT_AVG: return c->size == 1 ? ncclSum : ncclAvg;
     case BMT_MAX: return ncclMax;
     default: return ncclSum;
     }
@@ -343,7 +348,8 @@ static int nccl_reduce_scatter(bmt_comm_t *c, const void *send, void *recv, size
         return -1;
     nccl_state_t *s = c->impl;
     return finish(
-        c, ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), s->comm, s->stream),
+        c,
+        ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(c, op), s->comm, s->stream),
         "ncclReduceScatter", err);
 }
 
@@ -354,7 +360,7 @@ static int nccl_all_reduce(bmt_comm_t *c, const void *send, void *recv, size_t c
         return -1;
     nccl_state_t *s = c->impl;
     return finish(
-        c, ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), s->comm, s->stream),
+        c, ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(c, op), s->comm, s->stream),
         "ncclAllReduce", err);
 }
 
@@ -443,7 +449,7 @@ static int nccl_reduce_scatter_on(bmt_comm_t *c, const void *send, void *recv, s
         return -1;
     nccl_state_t *s = c->impl;
     return enqueued(c,
-                    ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), s->comm,
+                    ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(c, op), s->comm,
                                       (cudaStream_t)stream),
                     "ncclReduceScatter", err);
 }
@@ -455,7 +461,7 @@ static int nccl_all_reduce_on(bmt_comm_t *c, const void *send, void *recv, size_
         return -1;
     nccl_state_t *s = c->impl;
     return enqueued(c,
-                    ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), s->comm,
+                    ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(c, op), s->comm,
                                   (cudaStream_t)stream),
                     "ncclAllReduce", err);
 }
