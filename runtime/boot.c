@@ -335,6 +335,49 @@ int boot_bcast(boot_t *b, int root, void *buf, size_t len, bmt_error_t *err)
     return 0;
 }
 
+int boot_agree(boot_t *b, const void *mine, size_t len, int *first, void *zero, void *theirs,
+               bmt_error_t *err)
+{
+    *first = -1;
+    memcpy(zero, mine, len);
+    memcpy(theirs, mine, len);
+    if (b->info.singleton)
+        return 0;
+    /* The verdict: the first differing rank, then rank 0's bytes and its. */
+    size_t vlen = sizeof(int32_t) + 2 * len;
+    char *verdict = malloc(vlen);
+    if (verdict == NULL)
+        return errprintf(err, "rank %d: out of memory", b->info.rank);
+    int32_t bad = -1;
+    char key[64];
+    snprintf(key, sizeof(key), "bmt.agree.%u", b->seq++);
+    if (put_bytes(b, key, mine, len, err) < 0 || fence(b, true, err) < 0) {
+        free(verdict); /* a fence fails everywhere: no verdict to wait for */
+        return -1;
+    }
+    int rc = 0;
+    memcpy(verdict + sizeof(bad), mine, len);
+    memcpy(verdict + sizeof(bad) + len, mine, len);
+    for (int r = 1; rc == 0 && b->info.rank == 0 && r < b->info.size && bad < 0; r++) {
+        rc = get_bytes(b, r, key, verdict + sizeof(bad) + len, len, err);
+        if (rc == 0 && memcmp(verdict + sizeof(bad) + len, mine, len) != 0)
+            bad = r;
+    }
+    memcpy(verdict, &bad, sizeof(bad));
+    /* Rank 0 broadcasts even after a failed get, so that no rank waits for it;
+     * the others' verdict is then "agreed" and rank 0 alone fails. */
+    if (boot_bcast(b, 0, verdict, vlen, rc < 0 ? NULL : err) < 0 && rc == 0)
+        rc = -1;
+    if (rc == 0) {
+        memcpy(&bad, verdict, sizeof(bad));
+        *first = bad;
+        memcpy(zero, verdict + sizeof(bad), len);
+        memcpy(theirs, verdict + sizeof(bad) + len, len);
+    }
+    free(verdict);
+    return rc;
+}
+
 int boot_barrier(boot_t *b, bmt_error_t *err)
 {
     if (b->info.singleton)

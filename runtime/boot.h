@@ -48,6 +48,14 @@ int boot_fetch(boot_t *b, int peer, void *buf, size_t len, bmt_error_t *err);
 /* Root's len bytes land in every rank's buf. Collective over the whole job. */
 int boot_bcast(boot_t *b, int root, void *buf, size_t len, bmt_error_t *err);
 
+/* Whether every rank's len bytes equal rank 0's. Collective over the whole job:
+ * Put, Commit, Fence(collect); rank 0 alone reads the others' bytes (O(size)
+ * gets in all, not O(size^2) as an all-gather) and broadcasts the verdict. On
+ * every rank *first is the lowest rank whose bytes differ (-1: none), zero gets
+ * rank 0's bytes and theirs rank *first's (mine when none differs). */
+int boot_agree(boot_t *b, const void *mine, size_t len, int *first, void *zero, void *theirs,
+               bmt_error_t *err);
+
 /* A fence without data. Collective over the whole job. */
 int boot_barrier(boot_t *b, bmt_error_t *err);
 

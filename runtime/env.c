@@ -149,7 +149,8 @@ int env_get_bytes(const char *name, size_t *out, bmt_error_t *err)
         else
             mult = 0;
     }
-    if (end == v || v[0] == '-' || mult == 0 || errno == ERANGE || n == 0 ||
+    /* A digit first: strtoull takes blanks and signs, and " -1" wraps to 2^64 - 1. */
+    if (v[0] < '0' || v[0] > '9' || mult == 0 || errno == ERANGE || n == 0 ||
         n > (unsigned long long)SIZE_MAX / mult)
         return errprintf(err, "%s='%.900s' is not a byte count (e.g. 4096, 64K, 1M)", name, v);
     *out = (size_t)(n * mult);

@@ -34,7 +34,8 @@ int env_get_positive(const char *name, int *out, bmt_error_t *err);
 /* Parse knob name as a flag: exactly "0" or "1" (its default when unset). */
 int env_get_flag(const char *name, bool *out, bmt_error_t *err);
 
-/* Parse knob name as a byte count with an optional K/M/G suffix (powers of 1024). */
+/* Parse knob name as a byte count with an optional K/M/G suffix (powers of 1024);
+ * digits first (no blank or sign). */
 int env_get_bytes(const char *name, size_t *out, bmt_error_t *err);
 
 #endif

@@ -11,7 +11,8 @@
  *          parameter): a diverged run, for the tests of what stops one.
  * It fires in the first run only (BMT_RESTART unset or 0), so that a job that
  * bmlaunch --max-restarts restarts goes through. Parsed in bmt_init; a
- * malformed value fails it.
+ * malformed value fails it (RANK and STEP plain digits, RANK a rank of the
+ * job), as does a BMT_RESTART that is not a count while BMT_FAULT is set.
  */
 #ifndef BMT_RUNTIME_FAULT_H
 #define BMT_RUNTIME_FAULT_H

@@ -1,12 +1,15 @@
 /* runtime/init.c — bmt_init and bmt_finalize: from a process to a rank of a job.
  *
- * Order: PMIx (boot.c) -> layout -> device -> world communicator -> group and
- * replica communicators split from it. The layout comes from the job keys the
- * launcher registered with PMIx (bmt.groups, bmt.gpus_per_group,
+ * Order: PMIx (boot.c) -> layout -> device -> backend -> plugins -> the ranks
+ * compare their settings with rank 0's (boot_agree) -> world communicator ->
+ * group and replica communicators split from it. The layout comes from the job
+ * keys the launcher registered with PMIx (bmt.groups, bmt.gpus_per_group,
  * bmt.gpus_per_node); under srun, where only Slurm's keys exist, from the BMT_
  * environment that bmlaunch sets; with neither, the job is one group of all its
  * ranks. When both sources exist they must agree: a program must never run with
- * a layout other than the one its launcher planned.
+ * a layout other than the one its launcher planned. Each rank derives it alone,
+ * so the ranks then compare it (and the device, the backend and
+ * BMT_CHECK_COLLECTIVES) before any communicator exists.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,6 +102,19 @@ static int setup_device(bmt_ctx_t *ctx, const char *device, bmt_error_t *err)
     if (strcmp(device, "cuda") != 0)
         return errprintf(err, "rank %d: unknown device '%.900s' (BMT_DEVICE): use cpu or cuda",
                          ctx->rank, device);
+    /* The layout picks the GPU (cuda:<local rank>); it holds only where the
+     * launcher placed the ranks node by node in rank order, as many per node as
+     * the layout says. Otherwise two ranks of a node could take one GPU. On cpu
+     * the layout's nodes may be logical (several on one machine): no check. */
+    const boot_info_t *bi = boot_info(ctx->boot);
+    if (!bi->singleton && bi->local_rank != ctx->self.local_rank)
+        return errprintf(err,
+                         "rank %d: PMIx places it as local rank %d of %d on %s, but the layout "
+                         "(%d ranks per node) makes it local rank %d and would give it cuda:%d; "
+                         "start the ranks node by node in rank order (srun --distribution=block) "
+                         "with BMT_GPUS_PER_NODE equal to the ranks per node",
+                         ctx->rank, bi->local_rank, bi->local_size, bi->hostname,
+                         ctx->layout.gpus_per_node, ctx->self.local_rank, ctx->self.local_rank);
 #ifdef BMT_HAVE_CUDA
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -197,6 +213,65 @@ out:
     return rc;
 }
 
+/* What every rank must have alike: the layout (each rank derives it from its own
+ * environment and PMIx's view of its node), the device and backend, and the
+ * collective check (a rank that checks pairs its descriptor exchange with a
+ * peer's real collective: with nccl, data into the wrong buffers). */
+typedef struct agreed {
+    int32_t groups, gpus_per_group, gpus_per_node;
+    int32_t device;            /* bmt_device_kind_t */
+    int32_t check_collectives; /* BMT_CHECK_COLLECTIVES */
+    char backend[12];          /* its name, NUL-terminated */
+} agreed_t;
+_Static_assert(sizeof(agreed_t) == 32, "agreed_t travels as bytes: no padding");
+
+static const char *device_word(int32_t d) { return d == BMT_DEVICE_CUDA ? "cuda" : "cpu"; }
+
+/* Every rank compares its settings with rank 0's (boot_agree: two PMIx fences,
+ * O(world) gets). All ranks reach the same verdict and fail alike, naming the
+ * lowest rank that differs and how, as the collective check does. */
+static int setup_agree(bmt_ctx_t *ctx, bmt_error_t *err)
+{
+    agreed_t mine, zero, other;
+    memset(&mine, 0, sizeof(mine));
+    mine.groups = ctx->layout.groups;
+    mine.gpus_per_group = ctx->layout.gpus_per_group;
+    mine.gpus_per_node = ctx->layout.gpus_per_node;
+    mine.device = (int32_t)ctx->device;
+    mine.check_collectives = ctx->check_collectives;
+    snprintf(mine.backend, sizeof(mine.backend), "%s", ctx->backend->name);
+    int r = -1;
+    if (boot_agree(ctx->boot, &mine, sizeof(mine), &r, &zero, &other, err) < 0)
+        return -1;
+    if (r < 0)
+        return 0;
+    zero.backend[sizeof(zero.backend) - 1] = '\0';
+    other.backend[sizeof(other.backend) - 1] = '\0';
+    if (other.groups != zero.groups || other.gpus_per_group != zero.gpus_per_group ||
+        other.gpus_per_node != zero.gpus_per_node)
+        return errprintf(err,
+                         "rank %d: the ranks disagree on the layout: rank %d's is %d x %d with %d "
+                         "ranks per node, rank 0's %d x %d with %d; give every rank the same "
+                         "BMT_GROUPS, BMT_GPUS_PER_GROUP and BMT_GPUS_PER_NODE (unset, the ranks "
+                         "per node come from PMIx's local size, which differs between nodes)",
+                         ctx->rank, r, other.groups, other.gpus_per_group, other.gpus_per_node,
+                         zero.groups, zero.gpus_per_group, zero.gpus_per_node);
+    if (other.device != zero.device)
+        return errprintf(err,
+                         "rank %d: the ranks disagree on the device: rank %d uses %s, rank 0 %s; "
+                         "set BMT_DEVICE (or bmt_config_t.device) alike on every rank",
+                         ctx->rank, r, device_word(other.device), device_word(zero.device));
+    if (strcmp(other.backend, zero.backend) != 0)
+        return errprintf(err,
+                         "rank %d: the ranks disagree on the backend: rank %d uses %s, rank 0 "
+                         "%s; set BMT_BACKEND (or bmt_config_t.backend) alike on every rank",
+                         ctx->rank, r, other.backend, zero.backend);
+    return errprintf(err,
+                     "rank %d: the ranks disagree on BMT_CHECK_COLLECTIVES: rank %d has %d, "
+                     "rank 0 %d; set it alike on every rank",
+                     ctx->rank, r, (int)other.check_collectives, (int)zero.check_collectives);
+}
+
 int bmt_init(bmt_ctx_t **out, const bmt_config_t *cfg, bmt_error_t *err)
 {
     bmt_config_t defaults = BMT_CONFIG_INITIALIZER;
@@ -249,7 +324,7 @@ int bmt_init(bmt_ctx_t **out, const bmt_config_t *cfg, bmt_error_t *err)
         goto fail;
     /* Plugins before the communicators: a misconfigured plugin fails in
      * milliseconds, not after NCCL's set-up. */
-    if (monitor_init(ctx, err) < 0 || fault_init(ctx, err) < 0)
+    if (monitor_init(ctx, err) < 0 || fault_init(ctx, err) < 0 || setup_agree(ctx, err) < 0)
         goto fail;
     ctx->world_comm = comm_create_world(ctx, ctx->backend, err);
     if (ctx->world_comm == NULL)

@@ -71,7 +71,7 @@ typedef struct bmt_config {
     const char *device;  /* "cpu" or "cuda"; NULL: BMT_DEVICE, else "cpu" */
     const char *backend; /* "shm", "nccl" or "none"; NULL: BMT_BACKEND, else by device */
     double timeout_s;    /* deadline of bootstrap and collectives; 0: BMT_TIMEOUT, else 300;
-                          * negative or NaN: bmt_init fails */
+                          * negative, NaN or above 1e9: bmt_init fails */
 } bmt_config_t;
 
 #define BMT_CONFIG_MAGIC 0x434d4254u /* "BMTC" */
@@ -87,7 +87,11 @@ typedef struct bmt_comm bmt_comm_t; /* owned by the context unless made by bmt_c
 /* Join the job and build the world, group and replica communicators.
  *   cfg: options, or NULL for all defaults.
  * A program started without PMIx (no PMIX_NAMESPACE in the environment) runs as a
- * 1x1 job of its own. Returns the context in *out; on failure *out is untouched,
+ * 1x1 job of its own. Every rank's layout, device, backend and
+ * BMT_CHECK_COLLECTIVES must be rank 0's (compared through PMIx before any
+ * communicator exists: every rank fails otherwise, naming the first that
+ * differs), and on cuda PMIx's local rank must be the layout's (it picks the
+ * GPU). Returns the context in *out; on failure *out is untouched,
  * nothing is left allocated, and err names the step, the rank (once PMIx has
  * given it: a bad BMT_TIMEOUT or BMT_CHECK_COLLECTIVES is "bmt_init: ...") and
  * the cause. */

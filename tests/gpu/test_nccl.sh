@@ -40,6 +40,22 @@ test_expect_success "BMT_CHECK_COLLECTIVES=1: the engine (stream-ordered collect
     grep -q "^0: engine_check: [0-9]* checks passed, 0 failed on 2 ranks" out && ! grep -q FAIL out
 '
 
+test_expect_success "ranks that disagree on BMT_CHECK_COLLECTIVES fail bmt_init on nccl, before any collective" '
+    # before, rank 1 paired its descriptor all-gather with the real collectives of rank 0
+    { with_timeout 120 $BMLAUNCH --device cuda -n 2 --timeout 30 -- \
+        sh -c "test \$BMT_RANK = 0 || export BMT_CHECK_COLLECTIVES=1; exec $PROGS/collcheck --quick" >out 2>&1; rc=$?; } &&
+    test $rc -eq 1 && ! grep -q "checks passed" out &&
+    grep -q "the ranks disagree on BMT_CHECK_COLLECTIVES: rank 1 has 1, rank 0 0; set it alike on every rank" out
+'
+
+test_expect_success "cuda: ranks on logical nodes of one machine are refused before two of them share a GPU" '
+    # --device cpu lets bmlaunch plan 2 nodes of 1 here; the ranks then ask for cuda
+    { with_timeout 120 $BMLAUNCH --device cpu -n 2 --gpus-per-node 1 --timeout 30 -- \
+        env BMT_DEVICE=cuda $PROGS/hello >out 2>&1; rc=$?; } &&
+    test $rc -eq 1 && ! grep -q "sums of ranks" out &&
+    grep -q "rank 1: PMIx places it as local rank 1 of 2 on .*, but the layout (1 ranks per node) makes it local rank 0 and would give it cuda:0" out
+'
+
 # collcheck --differ: rank 1 issues B where rank 0 issues A (see collcheck.c);
 # exit 3 would mean a mismatched call returned 0.
 while IFS="|" read -r what a b; do

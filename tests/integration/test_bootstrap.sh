@@ -97,4 +97,54 @@ test_expect_success "an environment that contradicts the launcher's PMIx keys is
     grep -q "the launcher registered bmt.groups=3 but the environment says BMT_GROUPS=6" err
 '
 
+test_expect_success "ranks that disagree on BMT_CHECK_COLLECTIVES fail bmt_init alike, naming the first that differs" '
+    # the none backend moves nothing: before, the job ran to the end with one
+    # rank checking every collective and the others not (with nccl: a check
+    # paired with a real collective)
+    { with_timeout 60 $BMLAUNCH --metrics-port 0 -n 3 -- \
+        sh -c "test \$BMT_RANK != 2 || export BMT_CHECK_COLLECTIVES=1; exec $PROGS/bootcheck" >out 2>err; rc=$?; } &&
+    test $rc -eq 1 && ! grep -q "every peer" out &&
+    grep -qE "^[0-2]: bootcheck: rank [0-2]: the ranks disagree on BMT_CHECK_COLLECTIVES: rank 2 has 1, rank 0 0; set it alike on every rank" err
+'
+
+test_expect_success "ranks that disagree on the backend fail bmt_init, naming it, before any communicator" '
+    { with_timeout 60 $BMLAUNCH --metrics-port 0 -n 2 --timeout 30 -- \
+        sh -c "test \$BMT_RANK = 0 || export BMT_BACKEND=none; exec $PROGS/hello" >out 2>err; rc=$?; } &&
+    test $rc -eq 1 && ! grep -q "moves no data" err && ! grep -q "timed out" err &&
+    grep -qE "^[01]: hello: rank [01]: the ranks disagree on the backend: rank 1 uses none, rank 0 shm; set BMT_BACKEND \(or bmt_config_t.backend\) alike on every rank" err
+'
+
+test_expect_success "cuda: a rank whose PMIx local rank is not the one the layout gives it is refused before it picks a GPU" '
+    # 2 logical nodes of 2 on one machine: ranks 2 and 3 are PMIx local ranks 2
+    # and 3, but the layout would give them cuda:0 and cuda:1, the GPUs of
+    # ranks 0 and 1 (those two wait, so that the refusal is what ends the job)
+    { with_timeout 60 $BMLAUNCH --metrics-port 0 -n 4 --gpus-per-node 2 -- \
+        sh -c "test \$BMT_RANK -ge 2 || exec sleep 30; BMT_DEVICE=cuda exec $PROGS/hello" >out 2>err; rc=$?; } &&
+    test $rc -eq 1 &&
+    grep -qE "^[23]: hello: rank ([23]): PMIx places it as local rank \1 of 4 on .*, but the layout \(2 ranks per node\) makes it local rank [01] and would give it cuda:[01]" err
+'
+
+test_expect_success "BMT_FAULT naming no rank of the job, or with signs or blanks, is refused, not ignored" '
+    { BMT_FAULT=step:2:1 with_timeout 60 $BMLAUNCH --metrics-port 0 -n 2 -- $PROGS/hello >out 2>err; rc=$?; } &&
+    test $rc -eq 1 && grep -q "BMT_FAULT=.step:2:1. names rank 2, but the job has ranks 0 to 1 only" err &&
+    # 2^32 is no rank (the old sscanf %d made it rank 0)
+    { BMT_FAULT=step:4294967296:1 $PROGS/hello >out 2>err; rc=$?; } && test $rc -eq 1 &&
+    grep -q "names rank 4294967296, but the job has ranks 0 to 0 only" err &&
+    for f in step:+1:1 "save: 1:2" nan:1:+2 step:1:99999999999999999999 step:1 boom:0:1; do
+        { BMT_FAULT=$f $PROGS/hello >out 2>err; rc=$?; } && test $rc -eq 1 &&
+        grep -q "BMT_FAULT=.$f.: use step:RANK:STEP" err || { echo "BMT_FAULT=$f was taken"; exit 1; }
+    done &&
+    BMT_FAULT=step:0:1 BMT_RESTART=0 $PROGS/hello >out &&
+    { BMT_FAULT=step:0:1 BMT_RESTART=one $PROGS/hello >out 2>err; rc=$?; } && test $rc -eq 1 &&
+    grep -q "BMT_RESTART=.one. is not a count" err
+'
+
+test_expect_success "BMT_SHM_CHUNK with a blank or a sign before its digits is refused (\" -1\" wrapped around)" '
+    for v in " -18446744073709551615" " -1" "+1M" " 4096"; do
+        { BMT_SHM_CHUNK="$v" with_timeout 60 $BMLAUNCH --metrics-port 0 -n 2 -- $PROGS/hello >out 2>err; rc=$?; } &&
+        test $rc -eq 1 && grep -q "BMT_SHM_CHUNK=.$v. is not a byte count" err ||
+        { echo "BMT_SHM_CHUNK=\"$v\" was taken"; cat err; exit 1; }
+    done
+'
+
 test_done

@@ -181,6 +181,24 @@ if [ "$rc" -eq 0 ]; then
         cat out
         grep -q "^bootcheck: rank 0: 4 ranks (2 x 2) on 2 hosts node1,node2; every peer.s placement and communicators check out" out
     '
+    # Plain srun, no BMT_ layout: each rank takes its ranks per node from its
+    # own node's PMIx local size. 2 + 1 tasks: node1 says 2 (which does not
+    # divide 3: one node of 3), node2 says 1. Before, every rank went on with
+    # its own layout (backend none: nothing noticed).
+    test_expect_success "two nodes, plain srun, 2 + 1 tasks: the ranks disagree on the layout and bmt_init fails on each" '
+        { with_timeout 60 srun -N 2 -n 3 --mpi=pmix $PROGS/behave init >out 2>err; rc=$?; } &&
+        cat out err && test $rc -ne 0 && ! grep -q "^init rank" out &&
+        test $(grep -c "the ranks disagree on the layout: rank 2.s is 1 x 3 with 1 ranks per node, rank 0.s 1 x 3 with 3" err) -eq 3
+    '
+    # Cyclic placement: node1 holds ranks 0 and 2, node2 ranks 1 and 3, so the
+    # layout (2 per node, block) would give rank 2 cuda:0, the GPU of rank 0.
+    test_expect_success "two nodes, plain srun --distribution=cyclic, cuda: local ranks unlike the layout are refused" '
+        { with_timeout 60 srun -N 2 -n 4 --ntasks-per-node 2 --distribution=cyclic --mpi=pmix \
+            env BMT_DEVICE=cuda $PROGS/behave init >out 2>err; rc=$?; } &&
+        cat out err && test $rc -ne 0 &&
+        grep -q "rank 2: PMIx places it as local rank 1 of 2 on node1, but the layout (2 ranks per node) makes it local rank 0 and would give it cuda:0" err &&
+        grep -q "rank 1: PMIx places it as local rank 0 of 2 on node2, but the layout (2 ranks per node) makes it local rank 1" err
+    '
     [ "$test_failures" -eq "$fails" ] || slurm_logs 15 | sed 's/^/# /'
     stop_and_check two "two nodes: slurm_stop (twice) leaves no daemon, namespace, veth, bridge or directory" ||
         true
