@@ -350,6 +350,7 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
     int li = -1;
     char optname[48]; /* "--NAME" of the long option just parsed (the cost model's) */
     const char *for_collector = NULL; /* the first option given that only the collector uses */
+    bool signal_lead_given = false;   /* its default (120) is a value, not a sign of it */
     while ((c = getopt_long(argc, argv, "+:g:n:N:vhV", long_opts, &li)) != -1) {
         snprintf(optname, sizeof(optname), "--%s", li >= 0 ? long_opts[li].name : "?");
         li = -1;
@@ -548,6 +549,7 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
         case OPT_SIGNAL_LEAD:
             if (bmt_parse_positive(optarg, "--signal-lead", &o->signal_lead, err) < 0)
                 return -1;
+            signal_lead_given = true;
             if (o->signal_lead > CLI_MAX_SIGNAL_LEAD)
                 return errprintf(err,
                                  "--signal-lead %d: Slurm takes at most %d seconds (sbatch "
@@ -660,10 +662,12 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
                               "--local");
     if (o->submit && !o->sbatch)
         return errprintf(err, "--submit goes with --sbatch: it hands the batch script to sbatch");
-    if (!o->sbatch &&
-        (o->time || o->partition || o->account || o->job_name || o->output || o->template_path))
-        return errprintf(err, "--time, --partition, --account, --job-name, --output and "
-                              "--template go with --sbatch");
+    /* Each of these only fills a line of the batch script: without --sbatch it
+     * would do nothing (--signal-lead too: no USR1 is asked of Slurm then). */
+    if (!o->sbatch && (o->time || o->partition || o->account || o->job_name || o->output ||
+                       o->template_path || signal_lead_given))
+        return errprintf(err, "--time, --partition, --account, --job-name, --output, "
+                              "--signal-lead and --template go with --sbatch");
     if (o->sbatch) {
         /* USR1 at or before the job's start warns of nothing: Slurm would send
          * it at once (the template's default time counts as well). */

@@ -440,7 +440,8 @@ static void metrics_linger(collector_t *c, double s)
     }
 }
 
-/* The environment of one rank: ours, minus stale BMT_ layout variables, plus
+/* The environment of one rank: ours, minus stale BMT_ layout variables (and,
+ * for srun, the srun settings that would undo its command line: slurm.h), plus
  * this rank's (rank < 0: the job's only, for srun) and the run's BMT_RESTART
  * (0, then 1, 2, ... after each restart), and torchrun's variables for PyTorch
  * programs (te; torchenv.h). Returns a NULL-terminated malloc'd array PMIx may
@@ -476,6 +477,7 @@ static char **rank_env(const launch_opts_t *o, const bmt_layout_t *l, int rank, 
         for (int j = 0; ours[j] && !skip; j++)
             skip = strncmp(environ[i], ours[j], strlen(ours[j])) == 0;
         skip = skip || torchenv_is_ours(environ[i]); /* a stale RANK must never reach a rank */
+        skip = skip || (rank < 0 && slurm_srun_env_overridden(environ[i])); /* srun's own */
         if (!skip && (env[k] = strdup(environ[i])) != NULL)
             k++;
     }

@@ -24,7 +24,9 @@
  * per task through cgroups hides the peers and breaks NVLink peer access), and
  * each task gets the node's CPUs split evenly and bound (--cpus-per-task,
  * --cpu-bind=cores). CPU runs may put more tasks than cores on a node
- * (--overcommit, no binding).
+ * (--overcommit, no binding). srun also reads SLURM_WAIT, SLURM_STDOUTMODE, ...
+ * from its environment, which would undo some of this without a word: those stay
+ * out of it (slurm_srun_env_overridden).
  */
 #include "slurm.h"
 
@@ -251,6 +253,20 @@ void slurm_argv_free(char **argv)
     for (char **p = argv; *p; p++)
         free(*p);
     free(argv);
+}
+
+bool slurm_srun_env_overridden(const char *entry)
+{
+    static const char *const names[] = {
+        "SLURM_KILL_BAD_EXIT",  "SLURM_WAIT",       "SLURM_NO_KILL",        "SLURM_UNBUFFEREDIO",
+        "SLURM_STDOUTMODE",     "SLURM_STDERRMODE", "SLURM_STDINMODE",      "SLURM_OPEN_MODE",
+        "SLURM_DISABLE_STATUS", "SLURM_EXIT_ERROR", "SLURM_EXIT_IMMEDIATE",
+    };
+    size_t len = strcspn(entry, "=");
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strlen(names[i]) == len && strncmp(names[i], entry, len) == 0)
+            return true;
+    return false;
 }
 
 /* ------------------------------------------------------------ the job step */

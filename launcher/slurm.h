@@ -54,6 +54,18 @@ char **slurm_srun_argv(const slurm_alloc_t *a, const launch_opts_t *o, const bmt
 
 void slurm_argv_free(char **argv);
 
+/* Is entry ("NAME=value") one of srun's input variables that would change how
+ * bmlaunch's srun runs the step behind its back: SLURM_KILL_BAD_EXIT (-K) and
+ * SLURM_WAIT (-W) end the other tasks without the --grace, SLURM_NO_KILL (-k)
+ * keeps a step whose node failed, SLURM_UNBUFFEREDIO (-u) cuts lines,
+ * SLURM_STDOUTMODE, SLURM_STDERRMODE, SLURM_STDINMODE and SLURM_OPEN_MODE (-o,
+ * -e, -i) take the tasks' output from bmlaunch, SLURM_DISABLE_STATUS (-X)
+ * changes what SIGINT does to srun, SLURM_EXIT_ERROR and SLURM_EXIT_IMMEDIATE
+ * change srun's exit status on a Slurm error (0 would read as success)?
+ * bmlaunch leaves them out of srun's environment (set in the caller's, by hand
+ * or by an outer job). Pure. */
+bool slurm_srun_env_overridden(const char *entry);
+
 /* One srun's job step, signalled through Slurm rather than through srun.
  * srun takes SIGINT as a request for status (two within a second: SIGKILL to
  * every task) and SIGTERM/SIGHUP as "SIGKILL every task now", so neither

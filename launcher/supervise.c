@@ -103,6 +103,7 @@ struct job {
     double stop_at;       /* when the signal that ends the run came (0: none) */
     double fail_at;       /* when the first failure was seen */
     char kill_reason[48]; /* why SIGKILL was sent: "after the 5.0 s grace", ... */
+    char lost[96];        /* why bmlaunch gave up supervising and killed the ranks ("") */
     int connected, finalized;
     char host[256];
     char fail_host[128]; /* Slurm mode: the failing task's node, from srun */
@@ -390,9 +391,11 @@ static void srun_report(job_t *job, const char *line, size_t len)
     const char *t = strstr(buf, ": task "), *list = t ? t + 7 : NULL;
     if (t == NULL && (t = strstr(buf, ": tasks ")) != NULL)
         list = t + 8;
-    /* After SIGINT, SIGTERM or SIGHUP the tasks' deaths (srun may SIGKILL them
-     * all) are the stop's doing, not a failure: exit_status reports the signal. */
-    if (t == NULL || job->fail != FAIL_NONE || job->user_signal || *list < '0' || *list > '9')
+    /* As in local mode (rank_exited), also after SIGINT, SIGTERM or SIGHUP: a
+     * task that died of a signal bmlaunch sent (or that srun sent for it,
+     * signal_ranks) was stopped, one that exited non-zero on its own (its
+     * clean-up failed) or died of another signal has failed. */
+    if (t == NULL || job->fail != FAIL_NONE || *list < '0' || *list > '9')
         return;
     char *end;
     long rank = strtol(list, &end, 10);
@@ -412,15 +415,19 @@ static void srun_report(job_t *job, const char *line, size_t len)
     int sig = sscanf(what, "Exited with exit code %d", &code) == 1 ? code > 128 ? code - 128 : 0
                                                                    : signal_named(desc);
     if (sig > 0 && sig < 32 && (job->sent >> sig & 1u)) {
-        /* A task that died of a signal bmlaunch forwarded (SIGUSR1, say): a
-         * stop, as in local mode (rank_exited). */
+        /* A task that died of a signal bmlaunch sent (a forwarded SIGUSR1, say,
+         * or the SIGTERM of a stop): a stop, as in local mode (rank_exited). */
         if (job->end_signal == 0) {
-            job->end_signal = sig;
-            job->stop_at = job->signal_at;
-            fprintf(stderr,
-                    "bmlaunch: rank %ld (on %s) %s, a signal bmlaunch forwarded; ending the job\n",
-                    rank, job->fail_host, what);
-            begin_end(job);
+            job->end_signal = job->user_signal ? job->user_signal : sig;
+            if (job->stop_at == 0)
+                job->stop_at = job->signal_at;
+            if (!job->ending) {
+                fprintf(stderr,
+                        "bmlaunch: rank %ld (on %s) %s, a signal bmlaunch forwarded; ending the "
+                        "job\n",
+                        rank, job->fail_host, what);
+                begin_end(job);
+            }
         }
         return;
     }
@@ -437,12 +444,12 @@ static void srun_report(job_t *job, const char *line, size_t len)
     }
     job->fail_rank = (int)rank;
     job->fail_at = now_s();
+    const char *ending = job->ending ? "" : "; ending the job";
     if (list + span == end)
-        fprintf(stderr, "bmlaunch: rank %ld (on %s) %s; ending the job\n", rank, job->fail_host,
-                what);
+        fprintf(stderr, "bmlaunch: rank %ld (on %s) %s%s\n", rank, job->fail_host, what, ending);
     else
-        fprintf(stderr, "bmlaunch: ranks %.*s (on %s) %s; ending the job\n", (int)span, list,
-                job->fail_host, what);
+        fprintf(stderr, "bmlaunch: ranks %.*s (on %s) %s%s\n", (int)span, list, job->fail_host,
+                what, ending);
     begin_end(job);
 }
 
@@ -618,6 +625,10 @@ static void signal_ranks(job_t *job, int sig)
         if (rc == 0 && sig != SIGKILL)
             return;
     }
+    /* srun itself takes SIGTERM and SIGHUP as "SIGKILL every task now": the
+     * tasks' deaths by SIGKILL are then bmlaunch's doing, not failures. */
+    if (job->o.demux && (sig == SIGTERM || sig == SIGHUP))
+        job->sent |= 1u << SIGKILL;
     for (int i = 0; i < nprocs(job); i++)
         if (proc(job, i)->running)
             kill(-proc(job, i)->pid, sig);
@@ -977,6 +988,13 @@ static void summary_others(const job_t *job, int skip, double since)
 void job_summary(job_t *job)
 {
     logs_summary(job);
+    if (job->lost[0] && job->fail == FAIL_NONE) {
+        fprintf(stderr,
+                "bmlaunch: job failed: bmlaunch could not go on supervising the ranks (%s) and "
+                "killed them\n",
+                job->lost);
+        return;
+    }
     if (job->fail == FAIL_NONE && !job->end_signal) {
         if (job->user_signal)
             fprintf(stderr,
@@ -1035,6 +1053,9 @@ void job_summary(job_t *job)
 
 static int exit_status(const job_t *job)
 {
+    /* bmlaunch killed the ranks it could no longer watch: it failed itself. */
+    if (job->lost[0] && job->fail == FAIL_NONE)
+        return 1;
     /* Under srun the tasks that a forwarded SIGTERM ended (by SIGTERM, or by
      * SIGKILL after the grace) make srun fail: report the signal the user sent,
      * as a local run would. Tasks that caught it and exited 0 leave srun's 0. */
@@ -1114,7 +1135,8 @@ int job_run(job_t *job)
         int tmo = supervise_poll_ms(wait);
         int rc = poll(pfd, (nfds_t)n, tmo);
         if (rc < 0 && errno != EINTR) {
-            fprintf(stderr, "bmlaunch: poll: %s\n", strerror(errno));
+            snprintf(job->lost, sizeof(job->lost), "poll: %s", strerror(errno));
+            fprintf(stderr, "bmlaunch: %s; killing every rank\n", job->lost);
             job_kill_all(job);
             break;
         }
@@ -1150,7 +1172,7 @@ int job_rank_pid(job_t *job, int rank)
 
 bool job_restartable(job_t *job)
 {
-    if (job->fail == FAIL_NONE || job->fail_rank < 0 || stop_signal_of(job) ||
+    if (job->fail == FAIL_NONE || job->fail_rank < 0 || stop_signal_of(job) || job->lost[0] ||
         job->restarts >= job->o.max_restarts)
         return false;
     /* The loop has ended: a stop that came during the drain or since is read
@@ -1224,7 +1246,7 @@ void job_reset(job_t *job, int restart)
     job->fail = FAIL_NONE;
     job->fail_rank = -1;
     job->fail_code = 0;
-    job->fail_msg[0] = job->kill_reason[0] = job->fail_host[0] = '\0';
+    job->fail_msg[0] = job->kill_reason[0] = job->fail_host[0] = job->lost[0] = '\0';
     job->ending = job->killed = false;
     job->kill_at = job->fail_at = 0;
     job->interrupts = job->user_signal = 0;
@@ -1258,8 +1280,11 @@ void job_destroy(job_t *job)
         if (rp->log)
             fclose(rp->log);
     }
+    /* The signals stay blocked: bmlaunch is ending, and one that came now (the
+     * USR1 Slurm sends before the time limit, a late SIGTERM) would otherwise
+     * kill it with 128 + that signal in place of the job's status, before it
+     * removed its files (--metrics-sd-file). Pending, it goes with the process. */
     close(job->sigfd);
-    sigprocmask(SIG_SETMASK, &job->old_mask, NULL);
     free(job->ranks);
     free((void *)job->live_pid);
     free(job);

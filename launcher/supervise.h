@@ -109,7 +109,10 @@ int job_rank_pid(job_t *job, int rank);
 /* SIGKILL every spawned rank's process group and reap them (a failed start). */
 void job_kill_all(job_t *job);
 
-/* Free everything. NULL: no-op. */
+/* Free everything. NULL: no-op. The signals job_create blocked stay blocked
+ * (call it when the job is over): one that comes as bmlaunch cleans up and
+ * exits must not end it with another status than the job's, nor before it
+ * removed its files; pending, it goes with the process. */
 void job_destroy(job_t *job);
 
 /* Find an executable: a name with '/' is taken as it is, others are searched in

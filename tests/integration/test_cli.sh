@@ -73,7 +73,8 @@ go with --model|--plan --micro-batch 4 --gpu h100
 --gpu-mem needs a positive number of GiB, got '0'|--plan --model d48 --gpu-mem 0
 --sbatch needs --gpus-per-node|--sbatch -g 2 -n 2 -- $PROGS/behave env
 3 ranks (1 x 3) leave 1 of 4 GPUs idle on 2 nodes; make the world 4 or ask for fewer nodes|--sbatch -n 3 -N 2 --device cuda -- $PROGS/behave env
---time, --partition, --account, --job-name, --output and --template go with --sbatch|--time 01:00:00 -- $PROGS/behave env
+--time, --partition, --account, --job-name, --output, --signal-lead and --template go with --sbatch|--time 01:00:00 -- $PROGS/behave env
+--signal-lead and --template go with --sbatch|--signal-lead 60 --log-dir newlogs -- $PROGS/behave env
 --sbatch prints a batch script; it goes with neither --plan nor --local|--sbatch --plan -g 2
 no spaces, quotes|--sbatch --gpus-per-node 2 --job-name "x'y" -- $PROGS/behave env
 --partition 'a b': no spaces, quotes|--sbatch --gpus-per-node 2 --partition "a b" -- $PROGS/behave env
@@ -154,7 +155,7 @@ render_sbatch() {
         --partition gpu --job-name train -- "/opt/my prog" "it's"
 }
 cat >"$TMP/want-sbatch" <<'WANT'
--- '/opt/my prog' 'it'\''s' &
+-- '/opt/my prog' 'it'\''s'
 WANT
 
 test_expect_success "--sbatch renders the template: layout, optional lines, quoting" '
@@ -165,7 +166,8 @@ test_expect_success "--sbatch renders the template: layout, optional lines, quot
     grep -qx "#SBATCH --signal=B:USR1@120" job.sbatch && ! grep -q "^#SBATCH --account" job.sbatch &&
     ! grep -q "{{" job.sbatch && bash -n job.sbatch &&
     grep -q -- "--groups 2 --gpus-per-group 4 --gpus-per-node 4 --device cuda" job.sbatch &&
-    grep -qF -f "$TMP/want-sbatch" job.sbatch &&
+    tail -n 1 job.sbatch >last && grep -q "^exec '"'"'$BMLAUNCH'"'"' --groups 2 " last &&
+    grep -qF -f "$TMP/want-sbatch" last && ! grep -q "&" last &&
     $BMLAUNCH --sbatch -g 2 -n 2 --gpus-per-node 4 -- hostname >cpu.sbatch &&
     ! grep -q "^#SBATCH --gpus-per-node" cpu.sbatch && grep -qx "#SBATCH --nodes=1" cpu.sbatch &&
     $BMLAUNCH --sbatch -n 6 -N 2 --device cuda -- hostname >n.sbatch &&
@@ -204,9 +206,27 @@ test_expect_success "--sbatch: durations are plain decimals the job's bmlaunch t
     grep -q -- " --metrics-linger 0.000001 --metrics-stale 9999999.5 " d.sbatch &&
     ! grep -q "e[+-][0-9]" d.sbatch &&
     # the bmlaunch line itself, run here: it parses and the ranks get the timeout
-    sed -n "s/ &\$//p" d.sbatch >line && test $(wc -l <line) = 1 &&
+    sed -n "s/^exec //p" d.sbatch >line && test $(wc -l <line) = 1 &&
     with_timeout 60 bash line >out 2>err &&
     awk -F= "/^0: BMT_TIMEOUT=/ { found = 1; exit \$2 != 1000000 } END { exit !found }" out
+'
+
+# The batch script run here by bash (outside an allocation its bmlaunch runs the
+# ranks locally): its exit status must be bmlaunch's, also while signals arrive.
+# A script that ran bmlaunch in the background and passed USR1 on with a trap
+# could return 128+10 (an interrupted wait) for a job whose rank exited 3.
+test_expect_success "--sbatch: the batch script execs bmlaunch: USR1 reaches the rank, the exit status is that of bmlaunch" '
+    $BMLAUNCH --sbatch --metrics-port 0 -n 1 --gpus-per-node 1 -- sh -c \
+        "trap \"echo USR1 >>usr1\" USR1; touch ready; while [ ! -e go ]; do sleep 0.05; done; exit 3" >job.sbatch &&
+    grep -q "^exec " job.sbatch &&
+    { (unset SLURM_JOB_ID; exec bash job.sbatch >out 2>err) & } && script=$! &&
+    for i in $(seq 200); do test -e ready && break; sleep 0.05; done && test -e ready &&
+    { (while kill -USR1 $script 2>/dev/null; do :; done) & } && flood=$! &&
+    sleep 0.3 && touch go &&
+    { wait $script; rc=$?; } && { kill $flood 2>/dev/null; wait $flood || :; } &&
+    echo "exit $rc, $(wc -l <usr1) USR1 caught" && tail -3 err &&
+    test $rc -eq 3 && test -s usr1 &&
+    grep -q "^bmlaunch: job failed: rank 0 (pid [0-9]* on .*) exited with code 3\$" err
 '
 
 test_expect_success "--plan and --sbatch: a write error on stdout exits 1 with a message" '

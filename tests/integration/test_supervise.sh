@@ -109,7 +109,18 @@ test_expect_success "SIGTERM with a stopped rank, one that ignores it and one th
         2) trap \"exit 143\" TERM; echo \$\$ >\$BEHAVE_PIDDIR/pid.2; sleep 30 & wait ;;
         esac" >out 2>err & pid=$!
     for i in $(seq 100); do [ $(ls pids | wc -l) -eq 3 ] && break; sleep 0.05; done &&
-    sleep 0.2 && kill -STOP $(cat pids/pid.0) &&
+    # rank 1 ignores SIGTERM only once behave has started: wait for it (SigIgn
+    # bit 14), not a fixed 0.2 s that a loaded machine overran
+    for i in $(seq 200); do
+        ign=$(awk "/^SigIgn:/ { print \$2 }" /proc/$(cat pids/pid.1)/status) &&
+            [ $((0x$ign & 0x4000)) -ne 0 ] && break
+        sleep 0.05
+    done && [ $((0x$ign & 0x4000)) -ne 0 ] &&
+    kill -STOP $(cat pids/pid.0) &&
+    # SIGSTOP takes effect when rank 0 next runs: a SIGTERM sent before that
+    # (both pending) kills it first. Wait until it is stopped.
+    for i in $(seq 200); do grep -q "^State:.*T" /proc/$(cat pids/pid.0)/status && break; sleep 0.01; done &&
+    grep -q "^State:.*T" /proc/$(cat pids/pid.0)/status &&
     kill -TERM $pid && { wait $pid; rc=$?; } &&
     test $rc -eq 143 &&
     grep -qx "bmlaunch: the job was ended by SIGTERM sent to bmlaunch; no rank failed" err &&
@@ -166,6 +177,39 @@ test_expect_success "ranks that catch SIGTERM and exit 0: exit 0, and the summar
     test $rc -eq 0 && test $(grep -c ": handled$" out) -eq 2 &&
     grep -qx "bmlaunch: the job was ended by SIGTERM sent to bmlaunch; every rank exited 0" err
 '
+
+# A signal that comes once the ranks are done (here SIGUSR1, Slurm's warning
+# before the time limit, during --metrics-linger) is nobody's to forward: it
+# must not end bmlaunch itself with 128 + it in place of the job's status, nor
+# before it removed its --metrics-sd-file (bmlaunch once unblocked the signals
+# at the end, and died of the pending USR1 with status 138).
+test_expect_success "a signal after the ranks ended: the job's status, the sd file removed" '
+    port=$(free_port)
+    $BMLAUNCH --metrics-port $port --metrics-linger 30 --metrics-sd-file $PWD/sd.json -n 1 -- \
+        sh -c "exit 3" >out 2>err & pid=$!
+    for i in $(seq 200); do grep -q "serving metrics for 30 s more" err && break; sleep 0.05; done &&
+    test -e sd.json && kill -USR1 $pid && sleep 0.2 && kill -TERM $pid &&
+    { wait $pid; rc=$?; } && cat err &&
+    test $rc -eq 3 && grep -q "^bmlaunch: job failed: rank 0 (pid [0-9]* on .*) exited with code 3\$" err &&
+    test ! -e sd.json
+'
+
+# bmlaunch that cannot go on watching its ranks (poll fails: here the
+# open-files limit lowered under it below the descriptors it polls, poll's
+# EINVAL; ENOMEM likewise) kills them: a failure of its own, exit 1, never 0.
+if command -v prlimit >/dev/null; then
+    test_expect_success "poll fails under bmlaunch (prlimit): it kills the ranks and exits 1, not 0" '
+        mkdir pids && export BEHAVE_PIDDIR=$PWD/pids
+        $BMLAUNCH --metrics-port 0 -n 8 -- sh -c "echo \$\$ >\$BEHAVE_PIDDIR/pid.\$BMT_RANK; echo ready;
+            while [ ! -e go ]; do sleep 0.05; done; echo go; exec sleep 30" >out 2>err & pid=$!
+        for i in $(seq 200); do [ "$(grep -c ready out)" = 8 ] && break; sleep 0.05; done &&
+        test "$(grep -c ready out)" = 8 && prlimit --pid $pid --nofile=10:10 && touch go &&
+        { wait $pid; rc=$?; } && cat err &&
+        test $rc -eq 1 && grep -q "^bmlaunch: poll: Invalid argument; killing every rank\$" err &&
+        grep -q "^bmlaunch: job failed: bmlaunch could not go on supervising the ranks (poll: Invalid argument) and killed them\$" err &&
+        no_survivors pids
+    '
+fi
 
 test_expect_success "a rank that ignores SIGTERM gets SIGKILL after --grace" '
     mkdir pids && export BEHAVE_PIDDIR=$PWD/pids &&

@@ -172,6 +172,54 @@ test_expect_success "a rank that fails: the others get SIGTERM and the grace, as
     sleep 1 && no_survivors pids
 '
 
+# srun reads settings from the environment too (SLURM_WAIT is srun -W,
+# SLURM_STDOUTMODE srun -o, ...): those that would undo bmlaunch's srun line stay
+# out of srun's environment, so the others still get their grace (not srun's
+# SIGKILL one second after the first task ended) and the output still reaches
+# bmlaunch (not files of srun's).
+test_expect_success "srun settings in the caller's environment (SLURM_WAIT, SLURM_STDOUTMODE) do not undo bmlaunch's srun line" '
+    mkdir pids && export BEHAVE_PIDDIR=$PWD/pids &&
+    { SLURM_WAIT=1 SLURM_STDOUTMODE=$PWD/lost-%t.out SLURM_UNBUFFEREDIO=1 with_timeout 90 salloc -N1 -n4 \
+        $BMLAUNCH --grace 20 -n 4 -- $PROGS/behave catch 1 2 3 >out 2>err; rc=$?; } &&
+    test $rc -eq 3 && grep -q "bmlaunch: job failed: rank 2 (on $NODE) exited with code 3" err &&
+    test $(grep -c "^[013]: rank [013]: got SIGTERM$" out) -eq 3 &&
+    test $(grep -c "^[013]: rank [013]: handled$" out) -eq 3 &&
+    ! grep -q "Killed" err && test -z "$(ls lost-* 2>/dev/null)" &&
+    sleep 1 && no_survivors pids
+'
+
+# After a stop, as in local mode: a task that exits non-zero on its own (its
+# clean-up failed) has failed, and the job's status and summary say so; tasks
+# that srun SIGKILLs because bmlaunch had to signal srun itself (scancel
+# failing here) were stopped. bmlaunch once took every task report after a
+# stop for the stop's doing: exit 143, the failed clean-up unnamed.
+cat >"$TMP/cleanup.sh" <<'EOF'
+if [ "$BMT_RANK" = 2 ]; then trap 'echo "rank 2: cleanup failed"; exit 5' TERM
+else trap 'echo "rank $BMT_RANK: handled"; exit 0' TERM; fi
+echo $$ >"$BEHAVE_PIDDIR/pid.$BMT_RANK"
+echo "rank $BMT_RANK: waiting for a signal"
+while :; do sleep 0.1; done
+EOF
+test_expect_success "SIGTERM under srun, a task whose clean-up fails: its exit code and the summary name it, as locally" '
+    mkdir pids && export BEHAVE_PIDDIR=$PWD/pids &&
+    with_timeout 90 salloc -N1 -n4 bash -c "sigjob TERM 20 4 -n 4 -- sh $TMP/cleanup.sh" &&
+    test "$(cat rc)" = 5 && test $(grep -c "^[013]: rank [013]: handled$" out) -eq 3 &&
+    grep -q "^bmlaunch: job failed: rank 2 (on $NODE) exited with code 5\$" err &&
+    grep -qx "    2: rank 2: cleanup failed" err &&
+    grep -qx "bmlaunch: the job was ended by SIGTERM sent to bmlaunch" err &&
+    test ! -s steps && test ! -s survivors
+'
+
+test_expect_success "SIGTERM when scancel fails: srun SIGKILLs the tasks for bmlaunch; exit 143, no rank failed" '
+    mkdir pids fake && export BEHAVE_PIDDIR=$PWD/pids &&
+    printf "#!/bin/sh\necho scancel refuses on purpose >&2\nexit 1\n" >fake/scancel && chmod +x fake/scancel &&
+    PATH=$PWD/fake:$PATH with_timeout 90 salloc -N1 -n4 bash -c "sigjob TERM 20 4 -n 4 -- $PROGS/behave catch 1000" &&
+    test "$(cat rc)" = 143 && grep -q "scancel refuses on purpose; sending SIGTERM to srun instead" err &&
+    grep -q "tasks 0-3: Killed" err && ! grep -q "job failed" err &&
+    grep -qx "bmlaunch: the job was ended by SIGTERM sent to bmlaunch" err &&
+    test ! -s steps && test ! -s survivors
+'
+
 test_expect_success "a layout that does not fit the allocation: exit 2 and what to ask for" '
     { with_timeout 60 salloc -N1 -n4 $BMLAUNCH -g 2 -n 4 --gpus-per-node 4 -- $PROGS/behave env >out 2>err; rc=$?; } &&
     test $rc -eq 2 &&
@@ -213,6 +261,31 @@ test_expect_success "scancel of a batch job ends every rank" '
     scancel $id &&
     for i in $(seq 100); do squeue -h -j $id 2>/dev/null | grep -q . || break; sleep 0.2; done &&
     sleep 1 && no_survivors pids
+'
+
+# What --signal=B:USR1@LEAD sends before the time limit: USR1 to the batch
+# script alone (scancel --batch). The script execs bmlaunch, so bmlaunch gets it
+# and srun forwards it: every rank gets it once; the job's exit code is the
+# ranks' (bmlaunch's own), not a shell's.
+cat >"$TMP/usr1.sh" <<'EOF'
+n=0
+trap 'n=$((n + 1)); echo "rank $BMT_RANK: got USR1 $n"' USR1
+echo "rank $BMT_RANK: waiting for a signal"
+while [ $n -eq 0 ]; do sleep 0.1; done
+for i in 1 2 3 4 5 6 7 8 9 10; do sleep 0.1; done
+exit 3
+EOF
+test_expect_success "USR1 to the batch script (--signal=B:USR1) reaches every rank once; the job's exit code is bmlaunch's" '
+    $BMLAUNCH --sbatch -n 2 --gpus-per-node 2 --time 00:05:00 --output "$PWD/u-%j.out" -- \
+        sh $TMP/usr1.sh >u.sbatch &&
+    id=$(sbatch --parsable u.sbatch) &&
+    for i in $(seq 150); do [ "$(grep -c "waiting for a signal" u-$id.out 2>/dev/null)" = 2 ] && break; sleep 0.1; done &&
+    scancel --batch --signal=USR1 $id &&
+    for i in $(seq 100); do squeue -h -j $id 2>/dev/null | grep -q . || break; sleep 0.2; done &&
+    cat u-$id.out && test $(grep -c "^[01]: rank [01]: got USR1 1$" u-$id.out) -eq 2 &&
+    ! grep -q "got USR1 2" u-$id.out &&
+    grep -q "^bmlaunch: job failed: rank 0 (on $NODE) exited with code 3\$" u-$id.out &&
+    scontrol show job -o $id | grep -q " ExitCode=3:0 "
 '
 
 # --max-restarts under srun: each run is a new srun step with a fresh PMIx

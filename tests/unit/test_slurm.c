@@ -379,7 +379,9 @@ static void check_sbatch_options(void)
         char *script = bmt_layout_make(&l, o1.groups, o1.gpus_per_group, gpn, o1.nodes, &err) == 0
                            ? sbatch_script(&o1, &l, "/opt/bmt/bin/bmlaunch", &err)
                            : NULL;
-        const char *line = script ? strstr(script, "\n'/opt/bmt/bin/bmlaunch' ") : NULL;
+        /* The script execs bmlaunch (templates/bmt.sbatch says why): its words
+         * follow "exec ". */
+        const char *line = script ? strstr(script, "\nexec '/opt/bmt/bin/bmlaunch' ") : NULL;
         if (line == NULL) {
             ok(0, "case %zu renders a bmlaunch line: %s", c, err.text);
             free(script);
@@ -387,6 +389,7 @@ static void check_sbatch_options(void)
         }
         static char store[8192];
         char *words[128];
+        line += strlen("\nexec");
         int n = split_words(line + 1, store, sizeof(store), words, 128);
         memset(&err, 0, sizeof(err));
         int rc = cli_parse(n, words, &o2, &err);
@@ -513,9 +516,31 @@ static void check_step(void)
                                        "to its end");
 }
 
+/* srun's input variables that would undo bmlaunch's srun command line stay
+ * out of srun's environment; the rest of SLURM_* goes through. */
+static void check_srun_env(void)
+{
+    static const char *dropped[] = {
+        "SLURM_KILL_BAD_EXIT=1", "SLURM_WAIT=1",           "SLURM_NO_KILL=1",
+        "SLURM_UNBUFFEREDIO=1",  "SLURM_STDOUTMODE=o-%t",  "SLURM_STDERRMODE=e",
+        "SLURM_STDINMODE=none",  "SLURM_OPEN_MODE=a",      "SLURM_DISABLE_STATUS=1",
+        "SLURM_EXIT_ERROR=0",    "SLURM_EXIT_IMMEDIATE=0", "SLURM_WAIT",
+    };
+    static const char *kept[] = {
+        "SLURM_JOB_ID=42",        "SLURM_WAITX=1",   "SLURM_WAI=1",
+        "SLURM_CONF=/etc/s.conf", "SLURM_NNODES=2",  "SLURM_TASKS_PER_NODE=4",
+        "XSLURM_WAIT=1",          "SLURM_LABELIO=1", "SLURM_EXPORT_ENV=NONE",
+    };
+    for (size_t i = 0; i < sizeof(dropped) / sizeof(dropped[0]); i++)
+        ok(slurm_srun_env_overridden(dropped[i]), "left out of srun's environment: %s", dropped[i]);
+    for (size_t i = 0; i < sizeof(kept) / sizeof(kept[0]); i++)
+        ok(!slurm_srun_env_overridden(kept[i]), "passed to srun: %s", kept[i]);
+}
+
 int main(void)
 {
     check_step();
+    check_srun_env();
     check_uniform();
     check_detect();
     check_plan();
