@@ -176,3 +176,12 @@ int nn_hf_config_read(const char *file, char **text, bmt_error_t *err)
     *text = buf;
     return 0;
 }
+
+json_t *nn_hf_json_load(const char *text, const char *file, bmt_error_t *err)
+{
+    json_error_t je;
+    json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &je);
+    if (root == NULL)
+        nn_fail(err, "%s: not valid JSON: %.60s (line %d)", file, je.text, je.line);
+    return root;
+}

@@ -68,4 +68,9 @@ int nn_hf_config_path(const char *path, char *out, size_t len, bmt_error_t *err)
  * messages name the file's own name. */
 int nn_hf_config_read(const char *file, char **text, bmt_error_t *err);
 
+/* text parsed as a JSON document whose keys are each given once (a repeated
+ * one would leave which value counts to the reader): the root (the caller
+ * json_decref's it), or NULL and err naming file ("FILE: not valid JSON: ..."). */
+json_t *nn_hf_json_load(const char *text, const char *file, bmt_error_t *err);
+
 #endif

@@ -195,8 +195,7 @@ void block_file_name(const bmt_block_t *b, bool optim, char *out, size_t len);
  * from_pretrained, and bmt_st_open of a step directory (generate, the
  * trainers' --init-from), read that file alone when a directory has one and
  * never open the index, so the checkpoint would load as that one block: -1
- * with err, else 0. bmt_blocklist_append refuses such a block and the save
- * checks again. */
+ * with err, else 0. bmt_blocklist_append refuses such a block. */
 int block_hf_shadowed(const bmt_block_t *b, bmt_error_t *err);
 
 /* Could b and other not both be in one checkpoint? The same name, checkpoint
@@ -205,7 +204,8 @@ int block_hf_shadowed(const bmt_block_t *b, bmt_error_t *err);
  * "w"): -1 with err saying which, else 0. bmt_blocklist_append checks each new
  * block against the list's (without optim) and bmt_adamw_create every pair
  * (with), so a model that cannot be saved is refused as it is built rather
- * than at its first save; the save checks its blocks again. */
+ * than at its first save: blocks enter a list only through these, so the save
+ * and the load need no check of their own. */
 int block_name_clash(const bmt_block_t *b, const bmt_block_t *other, bool optim, bmt_error_t *err);
 
 /* bmt_block_load without the "before the optimizer" rule (ckpt.c loads the

@@ -217,75 +217,6 @@ static int unique_blocks(bmt_blocklist_t *l, bmt_block_t ***out)
     return n;
 }
 
-static int by_pname(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* Every file and every tensor name of a checkpoint must be one block's alone.
- * Two blocks of one name (or "a/b" and "a_b", or "x" and "x.optim" with an
- * optimizer) would share a file: a save wrote one over the other and returned
- * 0, and a load read one block's values into both, silently. Two parameters of
- * one full name in two blocks ("a" + "b.w", "a.b" + "w") would share the
- * index's weight_map entry. Every rank has the same blocks, so every rank
- * finds the same. */
-static int distinct_names(bmt_block_t **blocks, int nb, bool optim, bmt_error_t *err)
-{
-    const int per = optim ? 2 : 1;
-    int np = 0;
-    for (int i = 0; i < nb; i++)
-        np += blocks[i]->nparams;
-    const int nf = nb * per > 0 ? nb * per : 1;
-    char *files = malloc((size_t)nf * 1024); /* (nb * per) names of 1024 bytes */
-    const char **fv = malloc((size_t)nf * sizeof(*fv));
-    const char **pv = malloc((size_t)(np ? np : 1) * sizeof(*pv));
-    int rc = files && fv && pv ? 0 : errprintf(err, "out of memory");
-    for (int i = 0, k = 0, q = 0; i < nb && rc == 0; i++) {
-        for (int f = 0; f < per; f++, k++) {
-            block_file_name(blocks[i], f == 1, files + (size_t)k * 1024, 1024);
-            fv[k] = files + (size_t)k * 1024;
-        }
-        for (int j = 0; j < blocks[i]->nparams; j++)
-            pv[q++] = blocks[i]->params[j].name;
-    }
-    if (rc == 0) {
-        qsort(fv, (size_t)(nb * per), sizeof(*fv), by_pname);
-        qsort(pv, (size_t)np, sizeof(*pv), by_pname);
-    }
-    for (int k = 1; k < nb * per && rc == 0; k++)
-        if (strcmp(fv[k - 1], fv[k]) == 0) {
-            const char *who[2] = { NULL, NULL };
-            for (int i = 0, w = 0; i < nb && w < 2; i++)
-                for (int f = 0; f < per && w < 2; f++) {
-                    char fn[1024];
-                    block_file_name(blocks[i], f == 1, fn, sizeof(fn));
-                    if (strcmp(fn, fv[k]) == 0)
-                        who[w++] = blocks[i]->name;
-                }
-            if (who[0] && who[1] && strcmp(who[0], who[1]) == 0)
-                rc = errprintf(err,
-                               "two blocks are named '%.900s': a checkpoint needs a file of its "
-                               "own per block (give the blocks distinct names)",
-                               who[0]);
-            else
-                rc = errprintf(err,
-                               "blocks '%.900s' and '%.900s' would share the file %.900s: a "
-                               "checkpoint needs a file of its own per block (give the blocks "
-                               "distinct names)",
-                               who[0] ? who[0] : "?", who[1] ? who[1] : "?", fv[k]);
-        }
-    for (int k = 1; k < np && rc == 0; k++)
-        if (strcmp(pv[k - 1], pv[k]) == 0)
-            rc = errprintf(err,
-                           "two blocks have a parameter named '%.900s': a checkpoint (its index) "
-                           "needs distinct names",
-                           pv[k]);
-    free(files);
-    free(fv);
-    free(pv);
-    return rc;
-}
-
 /* ------------------------------------------------------------ save */
 
 static int write_all(int fd, const void *p, size_t n, uint64_t off)
@@ -1210,11 +1141,8 @@ static int save_start(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, 
     /* 1. rank 0: a fresh temporary directory with every file preallocated
      * (and what crashed saves left removed). The optimizer's deferred update
      * goes first: the state saved is the step's. */
-    if (blocklist_flush(list, NULL, true, err) < 0 || bmt_device_synchronize(ctx, err) < 0 ||
-        distinct_names(p->blocks, p->nb, opt != NULL, err) < 0)
+    if (blocklist_flush(list, NULL, true, err) < 0 || bmt_device_synchronize(ctx, err) < 0)
         failed = 1;
-    for (int i = 0; i < p->nb && !failed; i++)
-        failed = block_hf_shadowed(p->blocks[i], err) < 0;
     if (!failed && ctx->rank == 0) {
         p->made_dir = mkdir(dir, 0755) == 0;
         if (!p->made_dir && errno != EEXIST) {
@@ -1812,8 +1740,6 @@ int bmt_ckpt_load(bmt_blocklist_t *list, bmt_optim_t *opt, const char *path, cha
     } else if (rc < 0) {
         memset(&sums, 0, sizeof(sums));
     }
-    if (rc == 0)
-        rc = distinct_names(blocks, nb, opt != NULL, err);
     if (rc == 0)
         rc = same_blocks(dir, ts, blocks, nb, err);
     bmt_st_t **sts = calloc((size_t)(2 * (nb > 0 ? nb : 1)), sizeof(*sts));

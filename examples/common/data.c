@@ -581,12 +581,11 @@ fail:
     return NULL;
 }
 
-/* Make fd the open file of shard s, re-checking its header: a shard replaced
- * since open would otherwise be read at offsets computed for the old one. */
-static int ensure_open(data_loader_t *l, int s, bmt_error_t *err)
+/* Open shard s again, re-checking its header: a shard replaced since
+ * data_loader_open would otherwise be read at offsets computed for the old
+ * one. The file descriptor, or -1 and err. */
+static int shard_reopen(const data_loader_t *l, int s, bmt_error_t *err)
 {
-    if (l->fd_shard == s)
-        return 0;
     int64_t n = 0;
     int w = 2;
     int fd = shard_open(l->paths[s], &n, &w, err);
@@ -599,6 +598,17 @@ static int ensure_open(data_loader_t *l, int s, bmt_error_t *err)
                         "opened it",
                         shown(l->paths[s]).s, (long long)n, w, (long long)l->ntok[s], l->width[s]);
     }
+    return fd;
+}
+
+/* Make fd the open file of shard s (shard_reopen). */
+static int ensure_open(data_loader_t *l, int s, bmt_error_t *err)
+{
+    if (l->fd_shard == s)
+        return 0;
+    int fd = shard_reopen(l, s, err);
+    if (fd < 0)
+        return -1;
     if (l->fd >= 0)
         close(l->fd);
     l->fd = fd;
@@ -727,23 +737,17 @@ int data_loader_shard_hash(const data_loader_t *l, int i, int64_t from, int64_t 
         return data_err(err, "data_loader_shard_hash: tokens %lld..%lld outside %s, which has %lld",
                         (long long)from, (long long)to, shown(l->paths[i]).s,
                         (long long)l->ntok[i]);
-    int64_t n = 0;
-    int w = 2;
-    int fd = shard_open(l->paths[i], &n, &w, err);
+    const int fd = shard_reopen(l, i, err), w = l->width[i];
     if (fd < 0)
         return -1;
     int rc = 0;
-    if (n != l->ntok[i] || w != l->width[i])
-        rc = data_err(err,
-                      "%s: now holds %lld tokens of %d bytes, %lld of %d when the loader opened it",
-                      shown(l->paths[i]).s, (long long)n, w, (long long)l->ntok[i], l->width[i]);
     XXH3_state_t st;
     XXH3_64bits_reset(&st);
     enum {
         CHUNK = 1 << 20
     };
-    uint8_t *buf = rc == 0 ? malloc(CHUNK) : NULL;
-    if (rc == 0 && buf == NULL)
+    uint8_t *buf = malloc(CHUNK);
+    if (buf == NULL)
         rc = data_err(err, "out of memory");
     const off_t end = (off_t)(HEADER_BYTES + (int64_t)w * to);
     for (off_t off = (off_t)(HEADER_BYTES + (int64_t)w * from); rc == 0 && off < end;) {

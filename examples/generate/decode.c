@@ -91,12 +91,11 @@ int gen_model_info(const char *dir, gen_model_info_t *info, bmt_error_t *err)
 
     gen_model_info_t in;
     memset(&in, 0, sizeof(in));
-    json_error_t je;
-    json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = nn_hf_json_load(text, file, err);
     const json_t *mt = root ? json_object_get(root, "model_type") : NULL;
     int rc = 0;
     if (root == NULL)
-        rc = nn_fail(err, "%s: not valid JSON: %.60s (line %d)", file, je.text, je.line);
+        rc = -1;
     else if (mt == NULL || !json_is_string(mt))
         rc = nn_fail(err, "%s: no model_type: generate runs \"gpt2\", \"llama\" and \"mistral\"",
                      file);

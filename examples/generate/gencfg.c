@@ -143,10 +143,9 @@ static int eos_ids(const json_t *v, const char *file, int vocab, gen_gencfg_t *g
 int gen_gencfg_parse(const char *text, const char *file, int vocab, gen_gencfg_t *g,
                      bmt_error_t *err)
 {
-    json_error_t je;
-    json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = nn_hf_json_load(text, file, err);
     if (root == NULL)
-        return nn_fail(err, "%s: not valid JSON: %.60s (line %d)", file, je.text, je.line);
+        return -1;
     gen_gencfg_t t;
     memset(&t, 0, sizeof(t));
     t.present = true;

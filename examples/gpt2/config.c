@@ -87,10 +87,9 @@ static const bmt_st_tensor_t *named(const bmt_st_t *st, const char *a, const cha
 int gpt2_config_from_hf_json(const char *text, const char *file, int n_head, gpt2_config_t *cfg,
                              bmt_error_t *err)
 {
-    json_error_t je;
-    json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = nn_hf_json_load(text, file, err);
     if (root == NULL)
-        return nn_fail(err, "%s: not valid JSON: %.60s (line %d)", file, je.text, je.line);
+        return -1;
     int rc = 0;
     gpt2_config_t c = *cfg;
     const json_t *v;

@@ -221,10 +221,9 @@ static int token_ids(const json_t *v, const char *file, const char *key, int *id
 int llama_config_from_hf_json(const char *text, const char *file, llama_config_t *cfg,
                               bmt_error_t *err)
 {
-    json_error_t je;
-    json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = nn_hf_json_load(text, file, err);
     if (root == NULL)
-        return nn_fail(err, "%s: not valid JSON: %.60s (line %d)", file, je.text, je.line);
+        return -1;
     int rc = 0;
     llama_config_t c = { 0 };
     const json_t *v;

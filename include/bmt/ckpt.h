@@ -71,7 +71,8 @@ extern "C" {
  * parameters of one full name in two blocks are refused, as is a block named
  * "model" (its file, model.safetensors, is what transformers' from_pretrained
  * and bmt_st_open read instead of the index) and a path that does not fit
- * (never cut short); bmt_blocklist_append refuses such blocks already. Returns 0 on every rank, or
+ * (never cut short): bmt_blocklist_append and bmt_adamw_create refuse such
+ * blocks as the model is built, so no save meets them. Returns 0 on every rank, or
  * -1 on every rank (the ranks agree) with err; then DIR/latest and the checkpoints it names are
  * unchanged (a re-save of latest's own name too: the new one replaces it by
  * renames after everything that can fail for want of space is written). One
