@@ -44,8 +44,9 @@ typedef struct opts {
     const char *data, *val, *prepare, *out, *save_dir, *verify;
     trainer_choice_t choice; /* --model, --init-from, --seq */
     int save_every, keep, resume, save_async, max_skipped;
-    int accum_given; /* -a was on the command line (a resume may not derive it) */
-    int keep_given;  /* --keep was: it needs --save-dir */
+    int override_optim; /* --override-optim: a resume takes this run's schedule */
+    int accum_given;    /* -a was on the command line (a resume may not derive it) */
+    int keep_given;     /* --keep was: it needs --save-dir */
     /* options that change nothing without another (--val, --prepare): the
      * first of each kind given, for the message; NULL: none */
     const char *eval_given, *prepare_given;
@@ -96,6 +97,9 @@ static void usage(const trainer_model_t *md, FILE *f)
           "                          the global batch is kept: --accum is derived, or a\n"
           "                          batch that differs is refused with the options to use)\n"
           "      --save-async        write checkpoints in the background while training goes on\n"
+          "      --override-optim    with --resume: use this run's --lr, --warmup,\n"
+          "                          --lr-min-frac, --steps, --weight-decay and --clip where\n"
+          "                          the checkpoint's differ (without it they are refused)\n"
           "Run:\n"
           "  -n, --steps N           optimizer steps (default 50)\n"
           "  -s, --seed S            initialization seed (default 1337)\n"
@@ -180,9 +184,11 @@ enum {
     O_SAVEASYNC,
     O_OVERLAP,
     O_MAXSKIP,
-    O_VERIFY
+    O_VERIFY,
+    O_OVERRIDE_OPTIM
 };
-_Static_assert(O_VERIFY < TRAINER_OPT_MODEL, "the trainer's option codes stay below the model's");
+_Static_assert(O_OVERRIDE_OPTIM < TRAINER_OPT_MODEL,
+               "the trainer's option codes stay below the model's");
 
 static const struct option common_options[] = {
     { "model", required_argument, NULL, 'm' },
@@ -217,6 +223,7 @@ static const struct option common_options[] = {
     { "save-async", no_argument, NULL, O_SAVEASYNC },
     { "max-skipped", required_argument, NULL, O_MAXSKIP },
     { "verify", required_argument, NULL, O_VERIFY },
+    { "override-optim", no_argument, NULL, O_OVERRIDE_OPTIM },
     { "help", no_argument, NULL, 'h' },
 };
 #define N_COMMON ((int)(sizeof(common_options) / sizeof(common_options[0])))
@@ -336,6 +343,7 @@ static int parse(const trainer_model_t *md, int argc, char **argv, opts_t *o)
             rc = trainer_int_arg("--max-skipped", optarg, 0, 1 << 30, &o->max_skipped);
             break;
         case O_VERIFY: o->verify = optarg; break;
+        case O_OVERRIDE_OPTIM: o->override_optim = 1; break;
         case O_VALFRAC:
             rc = real_arg("--val-fraction", optarg, 0, 0.5, &o->val_fraction);
             o->prepare_given = o->prepare_given ? o->prepare_given : "--val-fraction";
@@ -382,6 +390,9 @@ static int parse(const trainer_model_t *md, int argc, char **argv, opts_t *o)
         return trainer_bad("--ckpt-budget: this model has no selective checkpointing");
     if ((o->save_every || o->resume || o->save_async || o->keep_given) && o->save_dir == NULL)
         return trainer_bad("--save-every, --save-async, --keep and --resume need --save-dir DIR");
+    if (o->override_optim && !o->resume)
+        return trainer_bad("--override-optim chooses between a checkpoint's optimizer settings "
+                           "and this run's at a resume: it needs --resume");
     if (o->eval_given && o->val == NULL)
         return trainer_bad("%s sets the validation, which needs --val PATTERN (validation "
                            "shards): give --val, or leave %s out",
@@ -528,8 +539,9 @@ static void hash_range(const data_loader_t *ld, int shard, int64_t pos, int64_t 
  * rank) with the name and token count of the shard it is in and, from rank 0
  * (only rank 0's is written), the XXH3 of the tokens around it (a resume
  * checks that the position still means the same tokens), and the batch (a
- * resume keeps the global batch: B x accum x world sequences of T). NULL and
- * err when the shard cannot be read or memory runs out. */
+ * resume keeps the global batch: B x accum x world sequences of T), and the
+ * optimizer's settings (a resume keeps them: same_optim). NULL and err when
+ * the shard cannot be read or memory runs out. */
 static char *train_state(const trainer_model_t *md, const opts_t *o, const data_loader_t *ld,
                          int step, int accum, int world, int rank, bmt_error_t *err)
 {
@@ -550,6 +562,13 @@ static char *train_state(const trainer_model_t *md, const opts_t *o, const data_
                                   (json_int_t)from, (json_int_t)to, "xxh3", hex, "batch", "B", o->B,
                                   "T", o->T, "accum", accum, "world", world)
                       : NULL;
+    if (j && json_object_set_new(j, "optim",
+                                 json_pack("{sfsisfsisfsf}", "lr", o->lr, "warmup", o->warmup,
+                                           "lr_min_frac", o->lr_min_frac, "steps", o->steps,
+                                           "weight_decay", o->weight_decay, "clip", o->clip)) < 0) {
+        json_decref(j);
+        j = NULL;
+    }
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (s == NULL)
@@ -557,9 +576,12 @@ static char *train_state(const trainer_model_t *md, const opts_t *o, const data_
     return s;
 }
 
-/* The batch a checkpoint was trained with (world -1: not recorded). */
+/* The batch a checkpoint was trained with (world -1: not recorded), and its
+ * optimizer's settings (has_optim 0: not recorded). */
 typedef struct saved_batch {
     int B, T, accum, world;
+    int has_optim, warmup, steps;
+    double lr, lr_min_frac, weight_decay, clip;
 } saved_batch_t;
 
 /* Is a checkpoint's "model" object (NULL: it has none) this run's, the model's
@@ -643,14 +665,19 @@ static int resume_state(const trainer_model_t *md, const opts_t *o, const char *
     json_t *j = text ? json_loads(text, 0, &je) : NULL;
     int step = -1, shard = -1;
     json_int_t pos = -1;
-    *sb = (saved_batch_t){ -1, -1, -1, -1 };
+    *sb = (saved_batch_t){ .B = -1, .T = -1, .accum = -1, .world = -1 };
     const json_t *model = j ? json_object_get(j, "model") : NULL;
     int bad_json =
         j == NULL || !json_is_object(model) ||
         json_unpack(j, "{sis{sisI}}", "step", &step, "data", "shard", &shard, "pos", &pos);
-    if (!bad_json)
+    if (!bad_json) {
         json_unpack(j, "{s{sisisis?i}}", "batch", "B", &sb->B, "T", &sb->T, "accum", &sb->accum,
                     "world", &sb->world);
+        sb->has_optim =
+            json_unpack(j, "{s{sFsisFsisFsF}}", "optim", "lr", &sb->lr, "warmup", &sb->warmup,
+                        "lr_min_frac", &sb->lr_min_frac, "steps", &sb->steps, "weight_decay",
+                        &sb->weight_decay, "clip", &sb->clip) == 0;
+    }
     int rc = model_matches(md, bad_json ? NULL : model, err);
     if (rc == 0)
         rc = data_matches(json_object_get(j, "data"), shard, (int64_t)pos, ld, o, dir, err);
@@ -707,6 +734,77 @@ static int keep_batch(const opts_t *o, const saved_batch_t *sb, int world, int *
                     o->accum_given ? " with that -a" : "", world,
                     o->accum_given ? per * o->accum : per,
                     o->accum_given ? "" : " per micro-batch, which does not divide it", fix),
+           -1;
+}
+
+/* The shortest decimal that reads back as x (the options' own spelling, as a
+ * rule). */
+static const char *real_str(double x, char *buf, size_t n)
+{
+    for (int p = 1; p <= 17; p++) {
+        snprintf(buf, n, "%.*g", p, x);
+        if (strtod(buf, NULL) == x)
+            break;
+    }
+    return buf;
+}
+
+/* A resume keeps the optimizer's settings: the learning rate's schedule
+ * (--lr, --warmup, --lr-min-frac and, when it decays, --steps, which places
+ * the cosine) and --weight-decay and --clip. Another value would reshape the
+ * run from the checkpoint's step on with nothing said, so it is refused,
+ * naming both, unless --override-optim asks for this run's; then rank 0 says
+ * what changed. An older checkpoint without them is not checked. 0, or -1
+ * with err. */
+static int same_optim(const opts_t *o, const saved_batch_t *sb, int rank, bmt_error_t *err)
+{
+    if (!sb->has_optim)
+        return 0;
+    char diff[900] = "", was[40], now[40];
+    size_t len = 0;
+    const struct {
+        const char *name;
+        double saved, ours;
+        int is_int;
+    } v[] = {
+        { "--lr", sb->lr, o->lr, 0 },
+        { "--warmup", sb->warmup, o->warmup, 1 },
+        { "--lr-min-frac", sb->lr_min_frac, o->lr_min_frac, 0 },
+        /* with no decay the last step places nothing */
+        { "--steps", sb->steps, (sb->lr_min_frac < 1 || o->lr_min_frac < 1) ? o->steps : sb->steps,
+          1 },
+        { "--weight-decay", sb->weight_decay, o->weight_decay, 0 },
+        { "--clip", sb->clip, o->clip, 0 },
+    };
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+        if (v[i].saved == v[i].ours)
+            continue;
+        if (v[i].is_int) {
+            snprintf(was, sizeof(was), "%.0f", v[i].saved);
+            snprintf(now, sizeof(now), "%.0f", v[i].ours);
+        } else {
+            real_str(v[i].saved, was, sizeof(was));
+            real_str(v[i].ours, now, sizeof(now));
+        }
+        len +=
+            (size_t)snprintf(diff + len, len < sizeof(diff) ? sizeof(diff) - len : 0,
+                             "%s%s %s (the checkpoint's %s)", len ? ", " : "", v[i].name, now, was);
+        if (len >= sizeof(diff))
+            len = sizeof(diff) - 1;
+    }
+    if (len == 0)
+        return 0;
+    if (o->override_optim) {
+        if (rank == 0)
+            printf("%s: --override-optim: %s\n", prog, diff);
+        return 0;
+    }
+    return snprintf(err->text, sizeof(err->text),
+                    "this run's optimizer settings are not the checkpoint's: %s. A resume goes on "
+                    "with the checkpoint's (the learning rate's schedule and the update would "
+                    "change from its step on): give its values, or --override-optim to use "
+                    "this run's",
+                    diff),
            -1;
 }
 
@@ -960,7 +1058,8 @@ static int train(const trainer_model_t *md, const opts_t *o)
         int r = bmt_ckpt_resolve(o->save_dir, dir, sizeof(dir), &err), done = 0;
         if (r < 0 || (r == 0 && (bmt_ckpt_load(md->list(m), opt, dir, &user, &err) < 0 ||
                                  (done = resume_state(md, o, dir, user, train_ld, &sb, &err)) < 0 ||
-                                 keep_batch(o, &sb, world, &accum, &err) < 0))) {
+                                 keep_batch(o, &sb, world, &accum, &err) < 0 ||
+                                 same_optim(o, &sb, rank, &err) < 0))) {
             free(user);
             goto out;
         }

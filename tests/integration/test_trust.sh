@@ -162,6 +162,33 @@ test_expect_success "a resume that would change the global batch is refused with
     grep "^bmlaunch: job failed:" f.err | grep -q "no -b and -a keep it on 3 ranks"
 '
 
+# The checkpoint records the optimizer's settings (train_state.json "optim");
+# a resume with others would reshape the schedule from its step on unsaid.
+test_expect_success "a resume with other optimizer settings (a decay's --steps, --lr, --clip) is refused naming both; --override-optim takes this run's and says so" '
+    run o1 -n 1 -- $GPT2 --data $DATA --steps 4 --warmup 1 --lr-min-frac 0.1 --lr 2e-3 --save-every 2 --keep 0 --save-dir O &&
+    $PY -c "import json; o = json.load(open(\"O/step-00000002/train_state.json\"))[\"user\"][\"optim\"]
+assert o == {\"lr\": 2e-3, \"warmup\": 1, \"lr_min_frac\": 0.1, \"steps\": 4, \"weight_decay\": 0, \"clip\": 1}, o" &&
+    echo step-00000002 >O/latest && cp -r O O0 &&
+    { run o2 -n 1 -- $GPT2 --data $DATA --steps 8 --warmup 1 --lr-min-frac 0.1 --lr 2e-3 --save-dir O --resume; rc=$?; } && test $rc -ne 0 &&
+    grep "^bmlaunch: job failed:" o2.err | grep -q "this run.s optimizer settings are not the checkpoint.s: --steps 8 (the checkpoint.s 4). A resume goes on with the checkpoint.s .*: give its values, or --override-optim to use this run.s" &&
+    { run o3 -n 1 -- $GPT2 --data $DATA --steps 4 --warmup 1 --lr-min-frac 0.1 --lr 3e-4 --clip 0.5 --save-dir O --resume; rc=$?; } && test $rc -ne 0 &&
+    grep "^bmlaunch: job failed:" o3.err | grep -q "settings are not the checkpoint.s: --lr 0.0003 (the checkpoint.s 0.002), --clip 0.5 (the checkpoint.s 1)\." &&
+    diff -r O O0 &&
+    run o4 -n 1 -- $GPT2 --data $DATA --steps 8 --warmup 1 --lr-min-frac 0.1 --lr 2e-3 --save-dir O --resume --override-optim &&
+    grep -q "^0: gpt2: --override-optim: --steps 8 (the checkpoint.s 4)$" o4.out &&
+    grep -q "^0: step   3/8 | loss [0-9.]* | lr 1.66e-03 " o4.out &&
+    $PY -c "import json; assert json.load(open(\"O/step-00000008/train_state.json\"))[\"user\"][\"optim\"][\"steps\"] == 8" &&
+    { $GPT2 --data $DATA --steps 4 --override-optim >o5.out 2>&1; rc=$?; } && test $rc -eq 2 &&
+    grep -q "^gpt2: --override-optim chooses between .*: it needs --resume" o5.out
+'
+
+test_expect_success "without a decay --steps places nothing: a constant-rate run resumes with more steps" '
+    cp -r $TMP/R R3 && echo step-00000004 >R3/latest &&
+    run o6 -g 2 -n 2 -- $GPT2 --data $DATA --steps 6 --save-dir R3 --resume &&
+    grep -q "^0: gpt2: resumed from R3/step-00000004 (step 4)" o6.out && grep -q "^0: step   6/6 " o6.out &&
+    ! grep -q override-optim o6.out
+'
+
 test_expect_success "stale .tmp- directories of crashed saves go at a resume and at a save of another name; a directory of other files stays" '
     cp -r $TMP/G S && mkdir -p S/.tmp-step-00000099 S/.tmp-step-00000098 S/.tmp-mine &&
     head -c 100000 /dev/zero >S/.tmp-step-00000099/transformer.h.0.safetensors &&
