@@ -351,9 +351,34 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
     char optname[48]; /* "--NAME" of the long option just parsed (the cost model's) */
     const char *for_collector = NULL; /* the first option given that only the collector uses */
     bool signal_lead_given = false;   /* its default (120) is a value, not a sign of it */
+    char run_only[48] = "";           /* the first option given that only a run uses */
     while ((c = getopt_long(argc, argv, "+:g:n:N:vhV", long_opts, &li)) != -1) {
         snprintf(optname, sizeof(optname), "--%s", li >= 0 ? long_opts[li].name : "?");
         li = -1;
+        switch (c) { /* what --plan would ignore (it prints, runs nothing) */
+        case OPT_DEVICE:
+        case OPT_BACKEND:
+        case OPT_GRACE:
+        case OPT_TIMEOUT:
+        case OPT_LOG_DIR:
+        case OPT_TEE:
+        case OPT_NO_LABEL:
+        case OPT_LOCAL:
+        case OPT_METRICS_PORT:
+        case OPT_METRICS_BIND:
+        case OPT_METRICS_PER_RANK:
+        case OPT_METRICS_LINGER:
+        case OPT_METRICS_SD_FILE:
+        case OPT_METRICS_STALE:
+        case OPT_METRICS_TLS:
+        case OPT_METRICS_CERT:
+        case OPT_METRICS_KEY:
+        case OPT_MAX_RESTARTS:
+            if (run_only[0] == '\0')
+                snprintf(run_only, sizeof(run_only), "%s", optname);
+            break;
+        default: break;
+        }
         switch (c) {
         case 'g':
             if (bmt_parse_positive(optarg, "--groups", &o->groups, err) < 0)
@@ -651,6 +676,11 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
     }
     if (o->json && !o->plan)
         return errprintf(err, "--json goes with --plan");
+    if (o->plan && run_only[0])
+        return errprintf(err,
+                         "%s is for a run, and --plan runs nothing (it prints the layout and, "
+                         "with --model, the cost model's ranking): drop %s or drop --plan",
+                         run_only, run_only);
     if (o->cost.model && !o->plan)
         return errprintf(err, "--model goes with --plan");
     if (o->comm_opts && !o->cost.model)

@@ -31,7 +31,9 @@
  * each rank's last value per name, for at most BMT_SCALARS_MAX names per job:
  * a push that would add one more is refused whole (400), so a program cannot
  * grow the series without bound. The page's history of val_loss is a list of
- * (step, mean over the ranks that reported that step).
+ * (step, mean over the ranks that reported that step), each rank counted once
+ * a point: a process that replaces a rank's and measures a step again
+ * replaces the rank's value there.
  */
 #include "collector.h"
 
@@ -211,6 +213,11 @@ struct vpoint { /* the job's val_loss at one step: a mean over the ranks that ga
     int n;
 };
 
+struct vgiven {   /* one of a rank's values in the recent val_loss points */
+    int64_t step; /* -1: none */
+    double value;
+};
+
 struct failure { /* a rank that exited with a non-zero code or by a signal */
     int rank, wait_status;
     bool aborted; /* called PMIx_Abort (bmt_abort): abort_status is its status */
@@ -241,6 +248,11 @@ struct collector {
     int nsc;
     struct vpoint vhist[HISTORY];
     int nvhist;
+    /* per rank, the val_loss values it gave to the last SLOTS points (a ring
+     * from vnext[r]): a process that replaces the rank's and measures a step
+     * again replaces its value there, not adds a second (NULL: no val_loss) */
+    struct vgiven *vgiven;
+    int *vnext;
     uint64_t ev_count[EV_KINDS];
     int codes[NCODES], ncodes;
     uint64_t pushes[NCODES];
@@ -627,19 +639,49 @@ static void scalar_add(collector_t *c, int r, const metrics_scalar_t *x)
     s->serial[r] = c->r[r].serial;
     if (again || strcmp(x->name, "val_loss") != 0)
         return;
+    if (c->vgiven == NULL) {
+        c->vgiven = malloc((size_t)c->l.world * SLOTS * sizeof(*c->vgiven));
+        c->vnext = calloc((size_t)c->l.world, sizeof(*c->vnext));
+        if (c->vgiven == NULL || c->vnext == NULL) {
+            free(c->vgiven), free(c->vnext);
+            c->vgiven = NULL, c->vnext = NULL;
+            return; /* the value is kept; the history misses it */
+        }
+        for (size_t k = 0; k < (size_t)c->l.world * SLOTS; k++)
+            c->vgiven[k].step = -1;
+    }
     if (c->vrewound) {
         /* The first val_loss after a restart: a run that resumed from a
          * checkpoint measures its steps again; its values replace the old
          * run's, never average with them (as the step history does). */
         while (c->nvhist > 0 && c->vhist[c->nvhist - 1].step >= x->step)
             c->nvhist--;
+        for (size_t k = 0; k < (size_t)c->l.world * SLOTS; k++)
+            if (c->vgiven[k].step >= x->step)
+                c->vgiven[k].step = -1;
         c->vrewound = false;
     }
+    struct vgiven *mine = c->vgiven + (size_t)r * SLOTS, *had = NULL;
+    for (int k = 0; k < SLOTS; k++)
+        if (mine[k].step == x->step)
+            had = &mine[k];
     for (int k = c->nvhist - 1; k >= 0 && k >= c->nvhist - SLOTS; k--)
-        if (c->vhist[k].step == x->step) { /* another rank's value of a recent point */
-            c->vhist[k].sum += x->value, c->vhist[k].n++;
-            return;
+        if (c->vhist[k].step == x->step) { /* a recent point */
+            if (had)                       /* the rank's again, from a process that replaced it */
+                c->vhist[k].sum += x->value - had->value;
+            else /* another rank's */
+                c->vhist[k].sum += x->value, c->vhist[k].n++;
+            break;
         }
+    if (had) {
+        had->value = x->value;
+        return;
+    }
+    mine[c->vnext[r]] = (struct vgiven){ x->step, x->value };
+    c->vnext[r] = (c->vnext[r] + 1) % SLOTS;
+    for (int k = c->nvhist - 1; k >= 0 && k >= c->nvhist - SLOTS; k--)
+        if (c->vhist[k].step == x->step)
+            return; /* added to it above */
     if (c->nvhist == HISTORY) {
         memmove(c->vhist, c->vhist + 1, (HISTORY - 1) * sizeof(c->vhist[0]));
         c->nvhist--;
@@ -2057,6 +2099,8 @@ void collector_destroy(collector_t *c)
     pthread_mutex_destroy(&c->mu);
     for (int i = 0; i < c->nsc; i++)
         free(c->sc[i].v), free(c->sc[i].step), free(c->sc[i].serial);
+    free(c->vgiven);
+    free(c->vnext);
     if (c->tls_key)
         explicit_bzero(c->tls_key, strlen(c->tls_key));
     free(c->tls_key);

@@ -399,6 +399,25 @@ static void announce_restart(job_t *job, collector_t *coll, int restart, int max
     collector_job_restarted(coll, restart, why);
 }
 
+/* A restart after SIGUSR1 or SIGUSR2 reached bmlaunch (Slurm's warning before
+ * the time limit, say, forwarded to a run that then failed, or come between
+ * runs): the new run's ranks get it too, once they are ready for it, from
+ * bmt_init (BMT_PENDING_SIGNALS). Say so. */
+static void pending_say(job_t *job, int restart)
+{
+    unsigned p = job_user_signals(job);
+    if (restart == 0 || !(p & (1u << SIGUSR1 | 1u << SIGUSR2)))
+        return;
+    fprintf(stderr,
+            "bmlaunch: restart %d: %s came before this run; its ranks get %s at bmt_init "
+            "(BMT_PENDING_SIGNALS)\n",
+            restart,
+            (p & 1u << SIGUSR1) && (p & 1u << SIGUSR2) ? "SIGUSR1 and SIGUSR2"
+            : p & 1u << SIGUSR1                        ? "SIGUSR1"
+                                                       : "SIGUSR2",
+            (p & 1u << SIGUSR1) && (p & 1u << SIGUSR2) ? "them" : "it");
+}
+
 /* --metrics-linger: serve a while after the job, so a last scrape sees the end.
  * By default (s < 0) until the first scrape after the end, if something scrapes
  * (collector_linger_auto bounds the wait). The supervisor's signals are still
@@ -447,16 +466,14 @@ static void metrics_linger(collector_t *c, double s)
  * programs (te; torchenv.h). Returns a NULL-terminated malloc'd array PMIx may
  * extend. */
 static char **rank_env(const launch_opts_t *o, const bmt_layout_t *l, int rank, const char *job_id,
-                       int restart, const metrics_env_t *me, const torchenv_t *te)
+                       int restart, unsigned pending, const metrics_env_t *me, const torchenv_t *te)
 {
     static const char *ours[] = {
-        "BMT_GROUPS=",        "BMT_GPUS_PER_GROUP=",
-        "BMT_GPUS_PER_NODE=", "BMT_NODES=",
-        "BMT_WORLD_SIZE=",    "BMT_RANK=",
-        "BMT_LOCAL_RANK=",    "BMT_GROUP=",
-        "BMT_GROUP_RANK=",    "BMT_NODE=",
-        "BMT_JOB_ID=",        "BMT_DEVICE=",
-        "BMT_RESTART=",       NULL,
+        "BMT_GROUPS=",     "BMT_GPUS_PER_GROUP=",  "BMT_GPUS_PER_NODE=",
+        "BMT_NODES=",      "BMT_WORLD_SIZE=",      "BMT_RANK=",
+        "BMT_LOCAL_RANK=", "BMT_GROUP=",           "BMT_GROUP_RANK=",
+        "BMT_NODE=",       "BMT_JOB_ID=",          "BMT_DEVICE=",
+        "BMT_RESTART=",    "BMT_PENDING_SIGNALS=", NULL,
     };
     size_t n = 0;
     while (environ[n])
@@ -504,6 +521,11 @@ static char **rank_env(const launch_opts_t *o, const bmt_layout_t *l, int rank, 
     ADD("BMT_JOB_ID=%s", job_id);
     ADD("BMT_DEVICE=%s", o->device);
     ADD("BMT_RESTART=%d", restart);
+    if (pending & (1u << SIGUSR1 | 1u << SIGUSR2)) /* they came before this run */
+        ADD("BMT_PENDING_SIGNALS=%s", (pending & 1u << SIGUSR1) && (pending & 1u << SIGUSR2)
+                                          ? "USR1,USR2"
+                                      : pending & 1u << SIGUSR1 ? "USR1"
+                                                                : "USR2");
     if (o->backend)
         ADD("BMT_BACKEND=%s", o->backend);
     if (o->timeout_s > 0) { /* exactly the value given (%g would round 1234567) */
@@ -762,7 +784,9 @@ static int run_slurm(const launch_opts_t *o, const slurm_alloc_t *a)
         }
         te.restart = restart;
         te.master_port = torchenv_port_for(a->job_id, (long)getpid(), restart);
-        char **env = rank_env(o, &l, -1, job_id, restart, &me, &te);
+        pending_say(job, restart);
+        char **env =
+            rank_env(o, &l, -1, job_id, restart, restart ? job_user_signals(job) : 0, &me, &te);
         int rc = env ? job_spawn_driver(job, srun, argv, env, &err)
                      : errprintf(&err, "out of memory for the environment of srun");
         env_free(env);
@@ -798,7 +822,7 @@ static int start_ranks(job_t *job, pmix_host_t *srv, const launch_opts_t *o, con
     int rc = envs ? 0 : errprintf(err, "out of memory for %d environments", l->world);
     for (int r = 0; r < l->world && rc == 0; r++) {
         *failed_rank = r;
-        envs[r] = rank_env(o, l, r, job_id, restart, me, te);
+        envs[r] = rank_env(o, l, r, job_id, restart, restart ? job_user_signals(job) : 0, me, te);
         if (envs[r] == NULL)
             rc = errprintf(err, "out of memory building the environment of rank %d", r);
         else
@@ -954,6 +978,7 @@ static int run_local(const launch_opts_t *o_, const bmt_layout_t *l_)
         int port_fd = -1;
         te.master_port = torchenv_port_reserve(&port_fd, &err);
         int failed_rank = 0;
+        pending_say(job, restart);
         if (te.master_port < 0 || start_ranks(job, host_srv, &o, &l, path, job_id, restart, &me,
                                               &te, &failed_rank, &err) < 0) {
             if (te.master_port < 0)

@@ -108,8 +108,9 @@ struct job {
     char host[256];
     char fail_host[128]; /* Slurm mode: the failing task's node, from srun */
     /* Across runs (--max-restarts). */
-    int restarts;    /* job_reset calls */
-    int stop_signal; /* SIGINT/SIGTERM/SIGHUP that came after a run (job_restartable) */
+    int restarts;          /* job_reset calls */
+    int stop_signal;       /* SIGINT/SIGTERM/SIGHUP that came after a run (job_restartable) */
+    unsigned user_signals; /* bit N: SIGUSR1/SIGUSR2 N came, in any run or between */
 };
 
 /* The processes bmlaunch supervises: every rank locally, srun alone under Slurm. */
@@ -782,6 +783,8 @@ static void handle_signals(job_t *job)
             signal_ranks(job, SIGKILL);
             continue;
         }
+        if (sig == SIGUSR1 || sig == SIGUSR2)
+            job->user_signals |= 1u << sig;
         signal_ranks(job, sig);
         job->signal_at = now_s();
         if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
@@ -1170,6 +1173,8 @@ int job_rank_pid(job_t *job, int rank)
     return atomic_load(&job->live_pid[rank]);
 }
 
+unsigned job_user_signals(const job_t *job) { return job->user_signals; }
+
 bool job_restartable(job_t *job)
 {
     if (job->fail == FAIL_NONE || job->fail_rank < 0 || stop_signal_of(job) || job->lost[0] ||
@@ -1184,9 +1189,8 @@ bool job_restartable(job_t *job)
             reap(job);
         else if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP)
             job->stop_signal = sig;
-        else if (job->o.verbose)
-            fprintf(stderr, "bmlaunch: received %s while no rank runs; not forwarded\n",
-                    sig_name(sig));
+        else if (sig == SIGUSR1 || sig == SIGUSR2)
+            job->user_signals |= 1u << sig;
     }
     if (job->stop_signal) {
         fprintf(stderr, "bmlaunch: received %s; not restarting the job\n",

@@ -90,6 +90,12 @@ int job_failure(const job_t *job, char *buf, size_t len);
  * else 0. */
 int job_aborted(const job_t *job, int *rank, int *status, const char **msg);
 
+/* Which of SIGUSR1 and SIGUSR2 reached bmlaunch since the job began, in any
+ * run or between runs (bit N: signal N). A restart hands them to its ranks
+ * (BMT_PENDING_SIGNALS), since a warning before the time limit stays true for
+ * every later run of the allocation. */
+unsigned job_user_signals(const job_t *job);
+
 /* Ready the job for restart number restart (1, 2, ...): forget the last run's
  * processes, failure and output tails, drop PMIx events it left in notify_fd
  * (call after host_renew), and mark the restart in each --log-dir file, which

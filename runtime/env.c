@@ -32,6 +32,9 @@ static const env_knob_t knobs[] = {
     { "BMT_RESTART", NULL,
       "how often bmlaunch --max-restarts restarted the job before this run (0 on the first); set "
       "by bmlaunch" },
+    { "BMT_PENDING_SIGNALS", NULL,
+      "USR1, USR2 or USR1,USR2: signals that came to bmlaunch before this run of a restarted job; "
+      "bmt_init raises them; set by bmlaunch" },
     { "BMT_DEVICE", "cpu", "cpu or cuda: where buffers live and compute runs" },
     { "BMT_TEMPLATE_DIR", NULL,
       "directory of bmt.sbatch for bmlaunch --sbatch, in place of the installed one" },
@@ -95,6 +98,14 @@ const char *env_get(const char *name)
     return v ? v : k->deflt;
 }
 
+bool env_plain_decimal(const char *v)
+{
+    size_t whole = strspn(v, "0123456789"), frac = 0;
+    if (v[whole] == '.')
+        frac = strspn(v + whole + 1, "0123456789");
+    return whole + frac > 0 && v[whole + (v[whole] == '.' ? 1 + frac : 0)] == '\0';
+}
+
 int env_get_seconds(const char *name, double *out, bmt_error_t *err)
 {
     const char *v = env_get(name);
@@ -102,9 +113,13 @@ int env_get_seconds(const char *name, double *out, bmt_error_t *err)
         return errprintf(err, "%s is not set", name);
     errno = 0;
     char *end = NULL;
-    double d = strtod(v, &end);
-    if (end == v || *end != '\0' || errno == ERANGE || !isfinite(d) || d <= 0)
-        return errprintf(err, "%s='%.900s' is not a positive number of seconds", name, v);
+    /* strtod alone would also take blanks, a sign, hex and exponents */
+    double d = env_plain_decimal(v) ? strtod(v, &end) : 0;
+    if (!env_plain_decimal(v) || errno == ERANGE || !isfinite(d) || d <= 0)
+        return errprintf(err,
+                         "%s='%.900s' is not a positive number of seconds (a plain decimal, such "
+                         "as 300 or 2.5)",
+                         name, v);
     *out = d;
     return 0;
 }

@@ -24,6 +24,10 @@ const env_knob_t *env_knobs(void);
 /* Value of knob name from the environment, else its default (may be NULL). */
 const char *env_get(const char *name);
 
+/* Is v a plain decimal: digits, or digits with one '.' and digits (at least
+ * one digit in all; no blanks, sign, hex or exponent)? */
+bool env_plain_decimal(const char *v);
+
 /* Parse knob name as a positive number of seconds (fractions allowed). */
 int env_get_seconds(const char *name, double *out, bmt_error_t *err);
 

@@ -11,6 +11,7 @@
  * so the ranks then compare it (and the device, the backend and
  * BMT_CHECK_COLLECTIVES) before any communicator exists.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -272,6 +273,34 @@ static int setup_agree(bmt_ctx_t *ctx, bmt_error_t *err)
                      ctx->rank, r, (int)other.check_collectives, (int)zero.check_collectives);
 }
 
+/* BMT_PENDING_SIGNALS (bmlaunch sets it in a restarted job's ranks): the
+ * SIGUSR1 and SIGUSR2 that came before this run, as bits (bit N: signal N).
+ * 0, or -1 with err for anything but USR1, USR2 or both, comma-separated. */
+static int pending_signals(unsigned *bits, bmt_error_t *err)
+{
+    const char *v = env_get("BMT_PENDING_SIGNALS");
+    *bits = 0;
+    if (v == NULL)
+        return 0;
+    const char *p = v;
+    if (*p == '\0')
+        return errprintf(err, "BMT_PENDING_SIGNALS is set but empty: unset it (bmlaunch sets it)");
+    while (*p) {
+        size_t n = strcspn(p, ",");
+        int sig = n == 4 && strncmp(p, "USR1", 4) == 0   ? SIGUSR1
+                  : n == 4 && strncmp(p, "USR2", 4) == 0 ? SIGUSR2
+                                                         : 0;
+        if (sig == 0 || (*bits & 1u << sig) || (p[n] == ',' && p[n + 1] == '\0'))
+            return errprintf(err,
+                             "BMT_PENDING_SIGNALS='%.900s' is not USR1, USR2 or USR1,USR2 "
+                             "(bmlaunch sets it)",
+                             v);
+        *bits |= 1u << sig;
+        p += n + (p[n] == ',');
+    }
+    return 0;
+}
+
 int bmt_init(bmt_ctx_t **out, const bmt_config_t *cfg, bmt_error_t *err)
 {
     bmt_config_t defaults = BMT_CONFIG_INITIALIZER;
@@ -305,6 +334,11 @@ int bmt_init(bmt_ctx_t **out, const bmt_config_t *cfg, bmt_error_t *err)
         errprefix(err, "bmt_init: ");
         goto fail;
     }
+    unsigned pending;
+    if (pending_signals(&pending, err) < 0) {
+        errprefix(err, "bmt_init: ");
+        goto fail;
+    }
     /* NCCL reads its environment at its first call; set it now, before PMIx
      * starts threads (setenv is not thread-safe). See comm_nccl.c for why. */
     setenv("NCCL_RUNTIME_CONNECT", "0", 0);
@@ -333,6 +367,15 @@ int bmt_init(bmt_ctx_t **out, const bmt_config_t *cfg, bmt_error_t *err)
     if (setup_splits(ctx, err) < 0)
         goto fail;
     *out = ctx;
+    /* A restarted job's warning (Slurm's SIGUSR1 before the time limit, say)
+     * came to bmlaunch before this run: deliver it now, when the program is
+     * ready for it, as if bmlaunch had forwarded it. Its handler (installed
+     * before bmt_init, as the trainers do) runs in this thread, or its default
+     * action ends the process, as a forwarded one's would. */
+    if (pending & 1u << SIGUSR1)
+        raise(SIGUSR1);
+    if (pending & 1u << SIGUSR2)
+        raise(SIGUSR2);
     return 0;
 fail:
     ctx->comm_failed = true; /* tear down without waiting for peers */

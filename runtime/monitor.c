@@ -293,8 +293,8 @@ int monitor_init(bmt_ctx_t *ctx, bmt_error_t *err)
     if (peak) {
         char *end = NULL;
         errno = 0;
-        double t = strtod(peak, &end);
-        if (end == peak || *end != '\0' || errno || !isfinite(t) || t <= 0) {
+        double t = env_plain_decimal(peak) ? strtod(peak, &end) : 0;
+        if (!env_plain_decimal(peak) || errno || !isfinite(t) || t <= 0) {
             free(m);
             return errprintf(err,
                              "rank %d: BMT_PEAK_TFLOPS='%.900s' is not a positive number "

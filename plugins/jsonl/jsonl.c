@@ -210,8 +210,9 @@ static int jsonl_init(const bmt_job_info_t *job, void **state, char *err, size_t
     const char *pattern = job->knob("BMT_JSONL");
     const char *qs = job->knob("BMT_METRICS_QUEUE");
     char *end = NULL;
-    long cap = strtol(qs ? qs : "", &end, 10);
-    if (end == qs || *end != '\0' || cap < 1 || cap > 1000000) {
+    /* digits only: strtol alone takes blanks, a sign and hex */
+    long cap = qs && qs[0] >= '0' && qs[0] <= '9' ? strtol(qs, &end, 10) : 0;
+    if (cap == 0 || *end != '\0' || cap < 1 || cap > 1000000) {
         snprintf(err, len, "BMT_METRICS_QUEUE='%.40s' must be a count from 1 to 1000000",
                  qs ? qs : "");
         free(j);

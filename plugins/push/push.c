@@ -419,12 +419,16 @@ static int push_init(const bmt_job_info_t *job, void **state, char *err, size_t 
     char why[160];
     if (metrics_run_make(&p->run, restart, why, sizeof(why)) < 0)
         return fail(p, err, len, "cannot make the run id: %s", why);
-    long cap = strtol(qs ? qs : "", &end, 10);
-    if (end == qs || *end != '\0' || cap < 1 || cap > 1000000)
+    /* digits only: strtol and strtod alone take blanks, a sign, hex, exponents */
+    long cap = qs && qs[0] >= '0' && qs[0] <= '9' ? strtol(qs, &end, 10) : 0;
+    if (cap == 0 || *end != '\0' || cap < 1 || cap > 1000000)
         return fail(p, err, len, "BMT_METRICS_QUEUE='%.40s' must be a count from 1 to 1000000",
                     qs ? qs : "");
-    double t = strtod(ts ? ts : "", &end);
-    if (end == ts || *end != '\0' || !(t > 0) || t > 3600)
+    const size_t tw = ts ? strspn(ts, "0123456789") : 0;
+    const size_t tf = ts && ts[tw] == '.' ? strspn(ts + tw + 1, "0123456789") : 0;
+    const int plain = ts && tw + tf > 0 && ts[tw + (ts[tw] == '.' ? 1 + tf : 0)] == '\0';
+    double t = plain ? strtod(ts, &end) : 0;
+    if (!plain || !(t > 0) || t > 3600)
         return fail(p, err, len, "BMT_METRICS_TIMEOUT='%.40s' must be seconds in (0, 3600]",
                     ts ? ts : "");
     p->timeout_ms = (long)(t * 1e3) > 0 ? (long)(t * 1e3) : 1;

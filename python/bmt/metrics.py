@@ -104,8 +104,10 @@ def step_figures(tokens=0, samples=0, flops=0.0, step_time=1e-9, peak_flops=0.0)
 
 # What C's strtod and strtol read (ASCII digits only: \d would take other
 # scripts' digits, which float() and int() accept and C does not).
-_NUMBER = re.compile(r"\s*[+-]?([0-9]+\.?[0-9]*([eE][+-]?[0-9]+)?|\.[0-9]+([eE][+-]?[0-9]+)?)")
-_WHOLE = re.compile(r"\s*[+-]?[0-9]+")
+# a plain decimal and a count, as libbmt and the plugins take them (no blanks,
+# sign, hex or exponent)
+_NUMBER = re.compile(r"[0-9]+\.?[0-9]*|\.[0-9]+")
+_WHOLE = re.compile(r"[0-9]+")
 
 
 def _positive(env, name, default, what, low, high, whole=False):

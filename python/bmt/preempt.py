@@ -16,10 +16,24 @@ exits 0 (atexit handlers run: the metrics are flushed).
             pre.step_boundary(step)   # every rank, every step
 """
 
+import os
 import signal
 import sys
 
 __all__ = ["Preemption"]
+
+
+def _pending_signals(env):
+    """The signals of BMT_PENDING_SIGNALS (USR1, USR2 or USR1,USR2), which
+    bmlaunch sets in a restarted job's ranks when they came before this run."""
+    v = env.get("BMT_PENDING_SIGNALS")
+    if v is None:
+        return set()
+    names = v.split(",")
+    if not v or any(n not in ("USR1", "USR2") for n in names) or len(set(names)) != len(names):
+        raise ValueError("BMT_PENDING_SIGNALS='%.200s' is not USR1, USR2 or USR1,USR2 "
+                         "(bmlaunch sets it)" % v)
+    return {getattr(signal, "SIG" + n) for n in names}
 
 
 class Preemption:
@@ -32,13 +46,18 @@ class Preemption:
     exit: False makes step_boundary return True instead of exiting.
     The handler is installed at construction (the default action of SIGUSR1
     ends the process) and the previous one put back by close or the end of a
-    with block."""
+    with block. A signal that BMT_PENDING_SIGNALS names (it came to bmlaunch
+    before this run of a restarted job) counts as received at construction."""
 
     def __init__(self, save=None, signum=signal.SIGUSR1, group=None, exit=True):
         self.save, self.signum, self.group, self.exit = save, signum, group, exit
         self.requested = False  # this rank got the signal
         self.stopped_at = None
         self._previous = signal.signal(signum, self._handler)
+        # A restarted job's warning that came to bmlaunch before this run
+        # (BMT_PENDING_SIGNALS, as libbmt's bmt_init raises it)
+        if signum in _pending_signals(os.environ):
+            self.requested = True
 
     def _handler(self, signum, frame):
         self.requested = True

@@ -41,9 +41,16 @@ test_expect_success "a job of one whose environment claims more ranks fails clea
     grep -q "rank 0: BMT_GROUPS=2 does not divide the job.s 1 ranks" err
 '
 
-test_expect_success "a malformed BMT_TIMEOUT is refused by name" '
+test_expect_success "a malformed BMT_TIMEOUT is refused by name: words, blanks, signs, hex, exponents; plain decimals pass" '
     { BMT_TIMEOUT=soon $PROGS/hello 2>err; rc=$?; } && test $rc -ne 0 &&
-    grep -q "bmt_init: BMT_TIMEOUT=.soon. is not a positive number of seconds" err
+    grep -q "bmt_init: BMT_TIMEOUT=.soon. is not a positive number of seconds (a plain decimal, such as 300 or 2.5)" err &&
+    for v in " 5" "+5" 0x10 1e3 . 0 0.0; do
+        { BMT_TIMEOUT="$v" $PROGS/hello 2>err; rc=$?; } && test $rc -ne 0 &&
+            grep -q "BMT_TIMEOUT=.$v. is not a positive number of seconds" err || { echo "BMT_TIMEOUT=[$v]: $rc"; cat err; return 1; }
+    done &&
+    for v in 5 2.5 .5 7.; do BMT_TIMEOUT=$v $PROGS/hello >/dev/null || return 1; done &&
+    { BMT_PEAK_TFLOPS=+1 $PROGS/hello 2>err; rc=$?; } && test $rc -ne 0 &&
+    grep -q "BMT_PEAK_TFLOPS=.+1. is not a positive number" err
 '
 
 test_expect_success "a BMT_TIMEOUT beyond an int of seconds is the longest PMIx deadline, not 1 s" '

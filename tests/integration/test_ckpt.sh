@@ -245,6 +245,25 @@ test_expect_success "BMT_FAULT=step:3:7 with --max-restarts 1: the job completes
     for f in $TMP/A/step-00000010/*.safetensors; do cmp $f F/step-00000010/$(basename $f) || exit 1; done
 '
 
+# Slurm's SIGUSR1 before the time limit reached a run that then failed: the
+# restarted run must hear it too, or it trains on until the limit kills it
+# without a checkpoint. Run 0 (a shell) sends bmlaunch SIGUSR1 and fails;
+# run 1's trainers get it at bmt_init (BMT_PENDING_SIGNALS), save at step 1
+# and exit 0. bmlaunch used to drop it: run 1 trained all 30 steps.
+test_expect_success "SIGUSR1 to a run that then fails: the restarted run gets it at bmt_init, saves at its first step, exit 0" '
+    run pend -n 1 --max-restarts 1 -- sh -c "if [ \$BMT_RESTART = 0 ]; then
+        trap \"echo usr1\" USR1; kill -USR1 \$PPID; sleep 1; exit 1; fi
+        exec $GPT2 --data $DATA --steps 30 --save-dir P --resume" &&
+    grep -q "^bmlaunch: restart 1: SIGUSR1 came before this run; its ranks get it at bmt_init (BMT_PENDING_SIGNALS)" pend.err &&
+    grep -q "^0: usr1" pend.out && grep -q "^0: step   1/30 " pend.out && ! grep -q "^0: step   2/30" pend.out &&
+    grep -q "^0: gpt2: saved P/step-00000001 (SIGUSR1: stopping)" pend.out &&
+    test "$(cat P/latest)" = step-00000001 &&
+    BMT_PENDING_SIGNALS=USR1 run clean -n 1 -- sh -c "env | grep ^BMT_PENDING || echo none" &&
+    grep -qx "0: none" clean.out &&
+    { BMT_PENDING_SIGNALS=USR3 $PROGS/hello 2>bad.err; rc=$?; } && test $rc -ne 0 &&
+    grep -q "BMT_PENDING_SIGNALS=.USR3. is not USR1, USR2 or USR1,USR2 (bmlaunch sets it)" bad.err
+'
+
 test_expect_success "kill -9 of a rank in the middle of a save: latest still names the previous checkpoint, a new run resumes from it" '
     { BMT_FAULT=save:1:6 run crash -g 2 -n 2 -- $GPT2 --data $DATA --steps 10 --save-dir C \
         --save-every 2 --keep 0; rc=$?; } &&

@@ -76,6 +76,10 @@ go with --model|--plan --micro-batch 4 --gpu h100
 --time, --partition, --account, --job-name, --output, --signal-lead and --template go with --sbatch|--time 01:00:00 -- $PROGS/behave env
 --signal-lead and --template go with --sbatch|--signal-lead 60 --log-dir newlogs -- $PROGS/behave env
 --sbatch prints a batch script; it goes with neither --plan nor --local|--sbatch --plan -g 2
+--max-restarts is for a run, and --plan runs nothing (it prints the layout and, with --model, the cost model's ranking): drop --max-restarts or drop --plan|--plan -g 2 --max-restarts 1
+--device is for a run, and --plan runs nothing|--device cuda -g 2 -n 4 --plan
+--metrics-port is for a run, and --plan runs nothing|--plan --model d48 --metrics-port 0
+--local is for a run, and --plan runs nothing|--local --grace 3 --plan
 no spaces, quotes|--sbatch --gpus-per-node 2 --job-name "x'y" -- $PROGS/behave env
 --partition 'a b': no spaces, quotes|--sbatch --gpus-per-node 2 --partition "a b" -- $PROGS/behave env
 --time '99:99:99x' is not a Slurm time limit|--sbatch --gpus-per-node 2 --time 99:99:99x -- $PROGS/behave env

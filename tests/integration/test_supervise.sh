@@ -194,6 +194,19 @@ test_expect_success "a signal after the ranks ended: the job's status, the sd fi
     test ! -e sd.json
 '
 
+# docs/bmlaunch.1: a signal during --metrics-linger ends the wait; after a
+# Ctrl-C that stopped the job, the next one.
+test_expect_success "--metrics-linger 30 after a Ctrl-C stopped the job: the next Ctrl-C ends the wait, status 130" '
+    $BMLAUNCH --metrics-port $(free_port) --metrics-linger 30 -n 1 -- sleep 60 >out 2>err & pid=$!
+    for i in $(seq 200); do grep -q "metrics on http" err && break; sleep 0.05; done && sleep 0.3 &&
+    kill -INT $pid &&
+    for i in $(seq 200); do grep -q "serving metrics for 30 s more" err && break; sleep 0.05; done &&
+    grep -q "serving metrics for 30 s more" err && kill -0 $pid && kill -INT $pid &&
+    for i in $(seq 100); do kill -0 $pid 2>/dev/null || break; sleep 0.05; done &&
+    ! kill -0 $pid 2>/dev/null && { wait $pid; rc=$?; } && test $rc -eq 130 &&
+    grep -q "the job was ended by SIGINT sent to bmlaunch; no rank failed" err
+'
+
 # bmlaunch that cannot go on watching its ranks (poll fails: here the
 # open-files limit lowered under it below the descriptors it polls, poll's
 # EINVAL; ENOMEM likewise) kills them: a failure of its own, exit 1, never 0.

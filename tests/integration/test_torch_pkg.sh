@@ -388,7 +388,7 @@ test_expect_success "report_step refuses impossible values; without BMT_METRICS_
 	EOF
 '
 
-test_expect_success "the push settings are refused as the C push plugin refuses them: a whole BMT_METRICS_QUEUE, a finite BMT_PLUGIN_FLUSH_TIMEOUT; a long flush time is no crash at exit" '
+test_expect_success "the push settings are refused as the C push plugin refuses them: a whole BMT_METRICS_QUEUE, a finite BMT_PLUGIN_FLUSH_TIMEOUT, plain decimals only; a long flush time is no crash at exit" '
     $PY - >out 2>err <<-EOF &&
 	import bmt
 	base = {"BMT_METRICS_URL": "http://127.0.0.1:1/api/push", "BMT_METRICS_TOKEN": "t"}
@@ -404,9 +404,17 @@ test_expect_success "the push settings are refused as the C push plugin refuses 
 	        assert re.search(want, str(e)), (name, value, str(e))
 	    else:
 	        raise AssertionError("%s=%s accepted" % (name, value))
-	# the longest finite flush time (1e10 s) is taken, and the exit does not wait for it:
+	for name, value in (("BMT_METRICS_QUEUE", " 7"), ("BMT_METRICS_QUEUE", "+7"),
+	                    ("BMT_METRICS_TIMEOUT", "1e1"), ("BMT_PLUGIN_FLUSH_TIMEOUT", "0x10")):
+	    try:
+	        bmt.Monitor(dict(base, **{name: value}))
+	    except ValueError as e:
+	        assert str(e).startswith("%s=%r must be" % (name, value)), str(e)
+	    else:
+	        raise AssertionError("%s=%r accepted" % (name, value))
+	# a long flush time (1e10 s) is taken, and the exit does not wait for it:
 	# nothing is queued
-	m = bmt.Monitor(dict(base, BMT_PLUGIN_FLUSH_TIMEOUT="1e10", BMT_METRICS_QUEUE="7"))
+	m = bmt.Monitor(dict(base, BMT_PLUGIN_FLUSH_TIMEOUT="10000000000", BMT_METRICS_QUEUE="7"))
 	assert m.sender.cap == 7
 	m.close()
 	print("ok")

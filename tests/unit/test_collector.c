@@ -1021,6 +1021,49 @@ static void check_scalar_newest(void)
     collector_destroy(c);
 }
 
+/* A process that replaces a rank's (no restart of the job) and measures
+ * val_loss at a step its rank already gave replaces the rank's value in that
+ * point of the page's history; it used to add a second value, so the point
+ * averaged three values of two ranks. */
+static void check_val_replaced(void)
+{
+    collector_t *c = make("vr", 1, 2, false);
+    char why[400] = "";
+    size_t len;
+    int bad = 0;
+    bad += push_from(c, "vr", 0, 0, 0, 0xa0, 1, 20,
+                     ",\"scalars\":[{\"name\":\"val_loss\",\"value\":2,\"step\":20}]", why) != 200;
+    bad += push_from(c, "vr", 1, 0, 0, 0xa1, 1, 20,
+                     ",\"scalars\":[{\"name\":\"val_loss\",\"value\":4,\"step\":20}]", why) != 200;
+    char *s = collector_status_json(c, false, &len);
+    ok(bad == 0 && s && strstr(s, "\"val_history\":[{\"step\":20,\"val_loss\":3.0}]"),
+       "two ranks' val_loss at step 20: the point is their mean, 3 (%s)",
+       s ? strstr(s, "\"val_history\"") : why);
+    free(s);
+    bad = push_from(c, "vr", 0, 0, 5, 0xb0, 15, 20,
+                    ",\"scalars\":[{\"name\":\"val_loss\",\"value\":10,\"step\":20}]", why) != 200;
+    s = collector_status_json(c, false, &len);
+    char *m = collector_metrics_text(c, &len);
+    ok(bad == 0 && s && strstr(s, "\"val_history\":[{\"step\":20,\"val_loss\":7.0}]") &&
+           sample(m, "bmt_val_loss{job_id=\"vr\"}") == 7,
+       "rank 0's new process gives step 20 again (10): the point is (10 + 4) / 2, as the gauge "
+       "(%s, gauge %g)",
+       s ? strstr(s, "\"val_history\"") : why, sample(m, "bmt_val_loss{job_id=\"vr\"}"));
+    free(s);
+    free(m);
+    bad = push_from(c, "vr", 1, 0, 0, 0xa1, 21, 30,
+                    ",\"scalars\":[{\"name\":\"val_loss\",\"value\":1,\"step\":30}]", why) != 200;
+    bad += push_from(c, "vr", 0, 0, 5, 0xb0, 21, 30,
+                     ",\"scalars\":[{\"name\":\"val_loss\",\"value\":3,\"step\":30}]", why) != 200;
+    s = collector_status_json(c, false, &len);
+    ok(bad == 0 && s &&
+           strstr(s, "\"val_history\":[{\"step\":20,\"val_loss\":7.0},{\"step\":30,"
+                     "\"val_loss\":2.0}]"),
+       "the next point counts each rank once (%s)", s ? strstr(s, "\"val_history\"") : why);
+    free(s);
+    collector_destroy(c);
+}
+
 /* The event status keeps its 32 bits whole; bmt_push_dropped_total never
  * wraps; bmt_step_duration_seconds is NaN, not 0, when no rank reports; a
  * process's host does not change. */
@@ -1121,6 +1164,7 @@ int main(void)
     check_token();
     check_restart_late_push();
     check_rank_renewed();
+    check_val_replaced();
     check_scalar_newest();
     check_ranges();
     return done_testing();
