@@ -585,13 +585,26 @@ static char *self_path(void)
     return exe;
 }
 
+/* Before --plan or --sbatch writes to stdout: a closed pipe (SIGPIPE) or a
+ * file-size limit (SIGXFSZ) would otherwise kill bmlaunch without a word (exit
+ * 141 or 153) in place of the write error stdout_finish and plan_print say
+ * (exit 1). Nothing is executed after it, so no child inherits the SIG_IGN
+ * (--submit's sbatch is started without it: submit_script). */
+static void stdout_errors_not_signals(void)
+{
+    struct sigaction ign = { .sa_handler = SIG_IGN };
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGPIPE, &ign, NULL);
+    sigaction(SIGXFSZ, &ign, NULL);
+}
+
 /* Flush and close stdout after --plan or --sbatch wrote what to it: a full
  * disk, a closed pipe or a file-size limit must not leave a truncated plan or
  * batch script behind an exit status of 0. Returns 0, or 1 with a message. */
-static int stdout_finish(const char *what)
+static int stdout_finish(const char *what, int write_errno)
 {
-    int e = 0;
-    if (fflush(stdout) != 0)
+    int e = write_errno; /* the cause of a write that already failed, if any */
+    if (fflush(stdout) != 0 && e == 0)
         e = errno;
     if (ferror(stdout) && e == 0)
         e = EIO;
@@ -653,9 +666,11 @@ static int run_sbatch(const launch_opts_t *o)
     if (script == NULL)
         return usage_error(err.text);
     if (!o->submit) {
-        fputs(script, stdout);
+        stdout_errors_not_signals();
+        errno = 0;
+        const int werr = fputs(script, stdout) == EOF ? errno : 0;
         free(script);
-        return stdout_finish("the batch script");
+        return stdout_finish("the batch script", werr);
     }
     char sbatch[PATH_MAX];
     if (resolve_program("sbatch", sbatch, sizeof(sbatch), &err) < 0) {
@@ -1042,12 +1057,13 @@ int main(int argc, char **argv)
             if (n < 0)
                 return usage_error(err.text);
         }
+        stdout_errors_not_signals();
         if (plan_print(stdout, &l, o.json, o.cost.model ? &cin : NULL, o.cost.model ? cand : NULL,
                        (size_t)n, &err) < 0) {
             fprintf(stderr, "bmlaunch: %s\n", err.text);
             return 1;
         }
-        return stdout_finish("the plan");
+        return stdout_finish("the plan", 0);
     }
     slurm_alloc_t a;
     int in_slurm = o.local ? 0 : slurm_detect(&a, &err);

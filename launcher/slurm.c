@@ -164,8 +164,10 @@ int slurm_plan(const slurm_alloc_t *a, const launch_opts_t *o, bmt_layout_t *l, 
                          "--gpus-per-node",
                          a->job_id, a->nodes);
     if (cuda && a->gpus_per_node > 0 && gpn > a->gpus_per_node && o->gpus_per_node > 0)
-        return errprintf(err, "--gpus-per-node %d but the nodes of allocation %s have %d GPUs each",
-                         gpn, a->job_id, a->gpus_per_node);
+        return errprintf(err,
+                         "--gpus-per-node %d but the nodes of allocation %s have %d GPUs each; "
+                         "give --gpus-per-node %d or less, or ask Slurm for nodes with %d GPUs",
+                         gpn, a->job_id, a->gpus_per_node, a->gpus_per_node, gpn);
     if (cuda && a->gpus_per_node > 0 && gpn > a->gpus_per_node)
         return errprintf(err,
                          "--nodes %d puts %d ranks on a node, but the nodes of allocation %s have "

@@ -21,6 +21,7 @@
  */
 #include "block.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +32,11 @@
 #include "error.h"
 #include "kernels.h"
 
-#define FULL_ALIGN 256 /* bytes between dtype groups in a full buffer */
+#define FULL_ALIGN 256                 /* bytes between dtype groups in a full buffer */
+#define BF16_MAX 3.3895313892515355e38 /* the largest finite bf16, 0x7f7f */
+/* The most a normal init's draw reaches, in standard deviations: Box-Muller's
+ * radius sqrt(-2 ln u) at the smallest u philox_u01 gives, 2^-54, is 8.652. */
+#define INIT_NORMAL_REACH 8.66
 
 static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
@@ -93,6 +98,24 @@ int bmt_block_add_param(bmt_block_t *b, const char *name, int ndim, const int64_
     if (init.kind == BMT_INIT_UNIFORM && !(init.a <= init.b))
         return errprintf(err, "rank %d: %.900s.%.900s: a uniform init needs a <= b (got [%g, %g))",
                          rank, b->name, name, init.a, init.b);
+    /* Finite arguments can still give values the dtype cannot hold (a constant
+     * 1e39 in f32, a std of 1e38 in bf16, b - a past DBL_MAX): those would
+     * start as inf just the same. The most any element can reach: */
+    const double reach = init.kind == BMT_INIT_ZEROS      ? 0
+                         : init.kind == BMT_INIT_ONES     ? 1
+                         : init.kind == BMT_INIT_CONSTANT ? fabs(init.a)
+                         : init.kind == BMT_INIT_UNIFORM  ? fabs(init.a) + fabs(init.b - init.a)
+                         : init.kind == BMT_INIT_NORMAL
+                             ? fabs(init.a) + INIT_NORMAL_REACH * fabs(init.b)
+                             : fabs(init.a) + 2 * fabs(init.b); /* cut at a +- 2b */
+    const double most = reach * (init.scale == 0 ? 1 : fabs(init.scale));
+    const double dmax = dtype == BMT_F64 ? DBL_MAX : dtype == BMT_F32 ? FLT_MAX : BF16_MAX;
+    if (!(most <= dmax))
+        return errprintf(err,
+                         "rank %d: %.900s.%.900s: the init (a %g, b %g, scale %g) reaches %g, "
+                         "more than %s holds (%g): its values would start as inf",
+                         rank, b->name, name, init.a, init.b, init.scale, most,
+                         bmt_dtype_name(dtype), dmax);
     if (flags & ~BMT_PARAM_NO_DECAY)
         return errprintf(err, "rank %d: %.900s.%.900s: unknown parameter flags 0x%x", rank, b->name,
                          name, flags & ~BMT_PARAM_NO_DECAY);

@@ -1266,6 +1266,17 @@ int bmt_ckpt_save(bmt_blocklist_t *list, bmt_optim_t *opt, const char *dir, cons
 
 /* ------------------------------------------------------------ load */
 
+/* bmt_ckpt_resolve's result dir into out (len bytes), or -1 with out as it
+ * was: a caller that reads out after a failure finds no path cut short. */
+static int resolved(const char *dir, char *out, size_t len, bmt_error_t *err)
+{
+    const size_t n = strlen(dir);
+    if (n >= len)
+        return errprintf(err, "bmt_ckpt_resolve: %s does not fit the %zu bytes given", dir, len);
+    memcpy(out, dir, n + 1);
+    return 0;
+}
+
 int bmt_ckpt_resolve(const char *path, char *out, size_t len, bmt_error_t *err)
 {
     if (path == NULL || strlen(path) > 3000)
@@ -1275,12 +1286,8 @@ int bmt_ckpt_resolve(const char *path, char *out, size_t len, bmt_error_t *err)
     char p[4200];
     struct stat st;
     snprintf(p, sizeof(p), "%s/train_state.json", path);
-    if (stat(p, &st) == 0) {
-        if ((size_t)snprintf(out, len, "%s", path) >= len)
-            return errprintf(err, "bmt_ckpt_resolve: %s does not fit the %zu bytes given", path,
-                             len);
-        return 0;
-    }
+    if (stat(p, &st) == 0) /* out untouched unless it fits: never a path cut short */
+        return resolved(path, out, len, err);
     snprintf(p, sizeof(p), "%s/latest", path);
     /* O_NONBLOCK: a FIFO named latest is refused, never waited on (a resume,
      * a verify or generate hung on one) */
@@ -1315,9 +1322,7 @@ int bmt_ckpt_resolve(const char *path, char *out, size_t len, bmt_error_t *err)
             return errprintf(err, "%s/latest names %s/%s, which has no train_state.json", path,
                              path, name);
     }
-    if ((size_t)snprintf(out, len, "%s", found) >= len)
-        return errprintf(err, "bmt_ckpt_resolve: %s does not fit the %zu bytes given", found, len);
-    return 0;
+    return resolved(found, out, len, err);
 }
 
 /* ------------------------------------------------------------ checksums on load */
@@ -1720,12 +1725,14 @@ int bmt_ckpt_load(bmt_blocklist_t *list, bmt_optim_t *opt, const char *path, cha
         return errprintf(err, "%s: step %lld, skipped %lld: a counter is negative (damaged)", p,
                          step0, skip0);
     }
-    if (!json_is_integer(jver) || json_integer_value(jver) < 1 ||
-        json_integer_value(jver) > TRAIN_STATE_VERSION) {
+    /* (the value read before ts goes: the message said "version 0", read freed) */
+    const long long version = json_is_integer(jver) ? json_integer_value(jver) : 0;
+    if (version < 1 || version > TRAIN_STATE_VERSION) {
         json_decref(ts);
-        return errprintf(
-            err, "%s: version %lld; this bmt reads versions 1 to %d (a newer bmt wrote it?)", p,
-            (long long)json_integer_value(jver), TRAIN_STATE_VERSION);
+        return errprintf(err,
+                         "%s: version %lld; this bmt reads versions 1 to %d (a newer bmt wrote "
+                         "it?)",
+                         p, version, TRAIN_STATE_VERSION);
     }
     if (opt && !json_is_true(jopt)) {
         json_decref(ts);
@@ -1800,6 +1807,14 @@ int bmt_ckpt_load(bmt_blocklist_t *list, bmt_optim_t *opt, const char *path, cha
                                "block %.900s keeps its parameters in its optimizer (master_only): "
                                "pass that optimizer to bmt_ckpt_load",
                                blocks[i]->name);
+    /* A gathered block's load fails (block_load): say so before any block is
+     * written, not after the blocks before it were loaded. */
+    for (int i = 0; i < nb && rc == 0; i++)
+        if (blocks[i]->full)
+            rc = errprintf(err,
+                           "block %.900s is gathered (bmt_block_gather): release it before "
+                           "loading; nothing was loaded",
+                           blocks[i]->name);
     const bool began = rc == 0; /* from here a failure leaves a partial load */
     for (int i = 0; i < nb && rc == 0; i++) {
         struct src s = { sts[2 * i], idx[8 * i + T_PARAM] };
@@ -1988,12 +2003,26 @@ int bmt_ckpt_verify(const char *path, bmt_ckpt_report_t *report, bmt_error_t *er
         return errprintf(err, "%s: not a bmt checkpoint state (%s)", p,
                          ts ? "version, step or blocks missing" : je.text);
     }
-    const long long step0 = json_integer_value(jstep),
-                    skip0 = json_integer_value(json_object_get(ts, "skipped"));
+    /* What bmt_ckpt_load refuses, refused here too: a checkpoint that
+     * verifies must load (a missing "skipped" or a newer version passed). */
+    json_t *jskip = json_object_get(ts, "skipped"), *jver = json_object_get(ts, "version");
+    if (!json_is_integer(jskip)) {
+        json_decref(ts);
+        return errprintf(err, "%s: not a bmt checkpoint state (skipped missing)", p);
+    }
+    const long long step0 = json_integer_value(jstep), skip0 = json_integer_value(jskip);
     if (step0 < 0 || skip0 < 0) { /* as the load refuses */
         json_decref(ts);
         return errprintf(err, "%s: step %lld, skipped %lld: a counter is negative (damaged)", p,
                          step0, skip0);
+    }
+    const long long version = json_integer_value(jver);
+    if (version < 1 || version > TRAIN_STATE_VERSION) {
+        json_decref(ts);
+        return errprintf(err,
+                         "%s: version %lld; this bmt reads versions 1 to %d (a newer bmt wrote "
+                         "it?)",
+                         p, version, TRAIN_STATE_VERSION);
     }
     rep->step = (int64_t)json_integer_value(jstep);
     rep->optimizer = json_is_true(json_object_get(ts, "optimizer"));

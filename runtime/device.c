@@ -572,6 +572,11 @@ static int copy(bmt_ctx_t *ctx, void *dst, const void *src, size_t bytes, int to
 {
     if (bytes == 0)
         return 0;
+    if (ctx == NULL || dst == NULL || src == NULL)
+        return errprintf(err, "%s: a NULL %s", to_device ? "bmt_mem_upload" : "bmt_mem_download",
+                         ctx == NULL   ? "context"
+                         : dst == NULL ? "destination"
+                                       : "source");
     if (ctx->device == BMT_DEVICE_CPU) {
         memmove(dst, src, bytes);
         return 0;

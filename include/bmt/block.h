@@ -96,8 +96,10 @@ BMT_API bmt_block_t *bmt_block_create(bmt_ctx_t *ctx, const char *name, bmt_erro
 
 /* Register a parameter before bmt_block_build. shape has ndim (1..4) positive
  * sizes, C order; init's values finite (a standard deviation >= 0, a uniform
- * range with a <= b); flags of BMT_PARAM_*. Returns its index (0, 1, ...) in
- * the block, or -1. */
+ * range with a <= b), and the values it gives within what dtype holds (|a| +
+ * 8.66 std for a normal, |a| + 2 std truncated, times |scale|): none may start
+ * as inf; flags of BMT_PARAM_*. Returns its index (0, 1, ...) in the block,
+ * or -1. */
 BMT_API int bmt_block_add_param(bmt_block_t *block, const char *name, int ndim,
                                 const int64_t *shape, bmt_dtype_t dtype, bmt_init_t init,
                                 unsigned flags, bmt_error_t *err);

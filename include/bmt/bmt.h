@@ -189,7 +189,9 @@ BMT_API int bmt_oob_allgather(bmt_ctx_t *ctx, const void *mine, size_t len, void
 BMT_API int bmt_oob_publish(bmt_ctx_t *ctx, const void *mine, size_t len, bmt_error_t *err);
 BMT_API int bmt_oob_fetch(bmt_ctx_t *ctx, int peer, void *buf, size_t len, bmt_error_t *err);
 
-/* Memory on the context's device: host memory on cpu, device memory on cuda. */
+/* Memory on the context's device: host memory on cpu, device memory on cuda.
+ * upload and download copy bytes (0: nothing, any pointers); a NULL context
+ * or buffer otherwise is -1 with err. */
 BMT_API void *bmt_mem_alloc(bmt_ctx_t *ctx, size_t bytes, bmt_error_t *err);
 BMT_API void bmt_mem_free(bmt_ctx_t *ctx, void *ptr);
 BMT_API int bmt_mem_upload(bmt_ctx_t *ctx, void *dst, const void *host_src, size_t bytes,

@@ -139,7 +139,7 @@ BMT_API int bmt_ckpt_save_ex(bmt_blocklist_t *list, bmt_optim_t *opt, const char
  * (len bytes). Returns 0, 1 when there is no checkpoint there yet (no latest),
  * or -1 with err (latest is not a regular file, a FIFO say, which is never
  * waited on; latest names something that is not there; or the path does not
- * fit len bytes: never a path cut short). Local. */
+ * fit len bytes: never a path cut short). out is written only on 0. Local. */
 BMT_API int bmt_ckpt_resolve(const char *path, char *out, size_t len, bmt_error_t *err);
 
 /* Load a checkpoint (bmt_ckpt_resolve's rules) into the list and, when opt is
@@ -150,7 +150,8 @@ BMT_API int bmt_ckpt_resolve(const char *path, char *out, size_t len, bmt_error_
  * between steps. Errors name the file and tensor: a missing or extra block, a
  * missing or extra tensor, another shape or dtype (a parameter's is the
  * model's, the optimizer's state f32: nothing is converted), blocks whose files
- * would be one (as for a save), a truncated or corrupt file,
+ * would be one (as for a save), a block gathered by bmt_block_gather (refused
+ * before any block is loaded), a truncated or corrupt file,
  * a checksum that does not match the bytes read, a value that is nan or inf.
  * On cpu a load that fails after its checks may leave the shards partly
  * loaded (they are read in place), and on any device one that fails after
@@ -178,11 +179,14 @@ typedef struct bmt_ckpt_report {
  * files (every block's files present, the weight_map naming exactly the
  * tensors of each file, total_size right), every optimizer tensor belongs to a
  * parameter (F32, its shape) and every parameter has all of its optimizer state
- * (exp_avg, exp_avg_sq, and a master when it is not F32), config.json (when present) is a JSON
- * object, every byte of every file matches its recorded checksum (headers included), and every
- * value is finite. report (may be NULL) is filled as far as the check got. Local, no bmt_init
- * needed. 0, or -1 with err naming the file, tensor and cause. A checkpoint written before
- * checksums existed fails ("has no checksums"). */
+ * (exp_avg, exp_avg_sq, and a master when it is not F32), train_state.json's
+ * version is one this bmt reads and its step and skipped counters whole
+ * numbers >= 0 (what bmt_ckpt_load refuses, this refuses too), config.json
+ * (when present) is a JSON object, every byte of every file matches its
+ * recorded checksum (headers included), and every value is finite. report
+ * (may be NULL) is filled as far as the check got. Local, no bmt_init needed.
+ * 0, or -1 with err naming the file, tensor and cause. A checkpoint written
+ * before checksums existed fails ("has no checksums"). */
 BMT_API int bmt_ckpt_verify(const char *path, bmt_ckpt_report_t *report, bmt_error_t *err);
 
 #ifdef __cplusplus

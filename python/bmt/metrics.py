@@ -127,10 +127,22 @@ def _real(v):
 
 
 def _utf8_cut(text, limit):
-    """text cut to at most limit bytes of UTF-8, never in the middle of a
-    character (the collector keeps 511 bytes of a detail, as metrics_utf8_copy)."""
-    b = text.encode("utf-8", "replace")
-    return text if len(b) <= limit else b[:limit].decode("utf-8", "ignore")
+    """text as metrics_utf8_copy makes a C string of it: up to a NUL, what is
+    not UTF-8 (a lone surrogate, as os.fsdecode makes of a file name's invalid
+    byte) as '?', cut to at most limit bytes, never in the middle of a
+    character. Sent as they are, a NUL or a surrogate would make the collector
+    refuse the whole push (JSON it does not take), with the steps beside them."""
+    b = text.split("\0", 1)[0].encode("utf-8", "replace")
+    return b[:limit].decode("utf-8", "ignore")
+
+
+def _device(env):
+    """BMT_DEVICE: "cpu", "cuda", or None when unset; anything else is refused,
+    as bmlaunch and libbmt's bmt_init refuse it."""
+    v = env.get("BMT_DEVICE")
+    if v is not None and v not in ("cpu", "cuda"):
+        raise ValueError("BMT_DEVICE='%.40s' is not cpu or cuda (bmlaunch --device sets it)" % v)
+    return v
 
 
 def _device_name(device):
@@ -164,7 +176,11 @@ class _Sender:
         if url.startswith("https://"):
             if cadata:
                 # bmlaunch's per-job certificate: exactly that one, whatever the host name
-                ctx = ssl.create_default_context(cadata=cadata)
+                try:
+                    ctx = ssl.create_default_context(cadata=cadata)
+                except (ssl.SSLError, ValueError) as e:  # ssl's words do not name the variable
+                    raise ValueError("rank %d: BMT_METRICS_CA_PEM holds no PEM certificate (%s); "
+                                     "bmlaunch sets it to its collector's" % (rank, e)) from None
                 ctx.check_hostname = False
                 # Python >= 3.13 adds RFC 5280 strictness by default, which refuses
                 # many self-signed certificates; pinned to one certificate, it adds nothing.
@@ -329,7 +345,7 @@ class Monitor:
         env = os.environ if env is None else env
         self.layout = layout_from_env(env)
         self.rank = self.layout.rank
-        self.device = env.get("BMT_DEVICE") or (
+        self.device = _device(env) or (
             "cuda" if "torch" in sys.modules and sys.modules["torch"].cuda.is_initialized()
             else "cpu")
         self.device_name = _device_name(self.device)
@@ -348,6 +364,19 @@ class Monitor:
         self.scalar_names = set()
         self.plugin_acc = 0.0
         self.sender = None
+        # said under bmlaunch --metrics-port 0 too: a jsonl file asked for and
+        # never written must not go unsaid
+        others = [p.strip() for p in env.get("BMT_PLUGINS", "").split(",")
+                  if p.strip() and p.strip() != "push"]
+        if others:
+            print("bmt: rank %d: BMT_PLUGINS names %s: a Python program sends its metrics to "
+                  "the collector itself and loads no plugin; %s left out"
+                  % (self.rank, ", ".join(others), "it is" if len(others) == 1 else "they are"),
+                  file=sys.stderr, flush=True)
+        if env.get("BMT_PUSHGATEWAY_URL"):
+            print("bmt: rank %d: BMT_PUSHGATEWAY_URL is set, but a Python program sends its "
+                  "metrics only to bmlaunch's collector: it is not used" % self.rank,
+                  file=sys.stderr, flush=True)
         url = env.get("BMT_METRICS_URL", "")
         if not url:
             return
@@ -363,13 +392,6 @@ class Monitor:
         timeout = _positive(env, "BMT_METRICS_TIMEOUT", "5", "seconds in (0, 3600]", 0, 3600)
         flush = _positive(env, "BMT_PLUGIN_FLUSH_TIMEOUT", "5", "a positive number of seconds",
                           0, math.inf)
-        others = [p.strip() for p in env.get("BMT_PLUGINS", "").split(",")
-                  if p.strip() and p.strip() != "push"]
-        if others:
-            print("bmt: rank %d: BMT_PLUGINS names %s: a Python program sends its metrics to "
-                  "the collector itself and loads no plugin; %s left out"
-                  % (self.rank, ", ".join(others), "it is" if len(others) == 1 else "they are"),
-                  file=sys.stderr, flush=True)
         restart = env.get("BMT_RESTART") or "0"
         if not re.fullmatch(r"[0-9]{1,9}", restart):
             raise ValueError("rank %d: BMT_RESTART='%.40s' must be a count (bmlaunch sets it)"
@@ -416,6 +438,13 @@ class Monitor:
             step = self._count("step", step)
         if comm_wait is not None and not (0 <= float(comm_wait) < math.inf):
             raise ValueError("rank %d: report_step: comm_wait must be >= 0 seconds" % self.rank)
+        # NaN (None) is "not known"; a negative one the collector refuses, and
+        # with it every item of the same push
+        grad_norm, lr = (math.nan if v is None else float(v) for v in (grad_norm, lr))
+        for name, v in (("grad_norm", grad_norm), ("lr", lr)):
+            if v < 0:
+                raise ValueError("rank %d: report_step: %s must be >= 0 (or None), got %r"
+                                 % (self.rank, name, v))
         self.reports += 1
         measured = t0 - self.step_start
         m = {"step": self.reports if step is None else step, "time": time.time()}
@@ -432,8 +461,7 @@ class Monitor:
                  # not measured unless given: NaN (null), never a 0 that looks real
                  comm_wait_s=math.nan if comm_wait is None else float(comm_wait),
                  plugin_s=self.plugin_acc,
-                 grad_norm=math.nan if grad_norm is None else float(grad_norm),
-                 lr=math.nan if lr is None else float(lr), skipped=1 if skipped else 0,
+                 grad_norm=grad_norm, lr=lr, skipped=1 if skipped else 0,
                  microbatches=microbatches, skipped_total=self.skipped_total, params=params)
         self.last_step = m["step"]
         self.step_start = t0
@@ -459,6 +487,7 @@ class Monitor:
             raise ValueError("rank %d: report_scalar: name %r must be a lower-case letter then "
                              "lower-case letters, digits and '_', at most %d bytes"
                              % (self.rank, name, SCALAR_NAME_MAX))
+        value = float(value)  # before the name counts: a refused value changes nothing
         if name not in self.scalar_names:
             if len(self.scalar_names) == SCALARS_MAX:
                 raise ValueError("rank %d: report_scalar: '%s' would be one name too many: a "
@@ -466,7 +495,7 @@ class Monitor:
                                  "put what changes in the value, not in the name)"
                                  % (self.rank, name, SCALARS_MAX))
             self.scalar_names.add(name)
-        sc = {"name": name, "value": float(value), "step": self.last_step, "time": time.time()}
+        sc = {"name": name, "value": value, "step": self.last_step, "time": time.time()}
         if self.sender:
             self.sender.put(("scalar", dict(sc, value=_real(sc["value"]))))
         return sc

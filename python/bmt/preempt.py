@@ -51,13 +51,12 @@ class Preemption:
 
     def __init__(self, save=None, signum=signal.SIGUSR1, group=None, exit=True):
         self.save, self.signum, self.group, self.exit = save, signum, group, exit
-        self.requested = False  # this rank got the signal
         self.stopped_at = None
-        self._previous = signal.signal(signum, self._handler)
         # A restarted job's warning that came to bmlaunch before this run
-        # (BMT_PENDING_SIGNALS, as libbmt's bmt_init raises it)
-        if signum in _pending_signals(os.environ):
-            self.requested = True
+        # (BMT_PENDING_SIGNALS, as libbmt's bmt_init raises it); read before
+        # the handler goes in, so that a malformed one changes nothing
+        self.requested = signum in _pending_signals(os.environ)  # this rank got the signal
+        self._previous = signal.signal(signum, self._handler)
 
     def _handler(self, signum, frame):
         self.requested = True

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from .layout import layout as _layout
+from .metrics import _device
 
 __all__ = ["init_process_group", "process_groups", "device_mesh", "MESH_DIMS", "ProcessGroups"]
 
@@ -37,8 +38,9 @@ def _version():
 
 
 def device_type():
-    """"cuda" when BMT_DEVICE says so (bmlaunch --device cuda), else "cpu"."""
-    return "cuda" if os.environ.get("BMT_DEVICE") == "cuda" else "cpu"
+    """"cuda" when BMT_DEVICE says so (bmlaunch --device cuda), else "cpu".
+    A BMT_DEVICE that is neither raises ValueError (not a silent run on cpu)."""
+    return "cuda" if _device(os.environ) == "cuda" else "cpu"
 
 
 def init_process_group(backend=None, **kw):

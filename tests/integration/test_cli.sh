@@ -246,6 +246,21 @@ test_expect_success "--plan and --sbatch: a write error on stdout exits 1 with a
     test $rc -eq 1 && grep -q "^bmlaunch: cannot write the plan: File too large" err
 '
 
+# As the docs say, with the signals' default actions too: SIGXFSZ and SIGPIPE
+# once killed bmlaunch without a word (exit 153, 141) where it had to say it.
+test_expect_success "--plan and --sbatch: a file-size limit or a closed pipe exits 1 with a message, not a signal" '
+    { (trap - XFSZ; ulimit -f 1; exec $BMLAUNCH --plan --json -g 20 -n 50 --gpus-per-node 8 >big.json) 2>err; rc=$?; } &&
+    test $rc -eq 1 && grep -q "^bmlaunch: cannot write the plan: File too large" err &&
+    big=$(head -c 100000 /dev/zero | tr "\\0" a) &&
+    { (trap - XFSZ; ulimit -f 1; exec $BMLAUNCH --sbatch -n 2 --gpus-per-node 2 -- p "$big" >job.sbatch) 2>err; rc=$?; } &&
+    test $rc -eq 1 && grep -q "^bmlaunch: cannot write the batch script to stdout: File too large" err &&
+    # more than a pipe holds, so the write meets the closed pipe whatever the timing
+    { (trap - PIPE; $BMLAUNCH --plan --json -g 20 -n 50 --gpus-per-node 8 2>err | head -c 1 >/dev/null; exit ${PIPESTATUS[0]}); rc=$?; } &&
+    test $rc -eq 1 && grep -q "^bmlaunch: cannot write the plan: Broken pipe" err &&
+    { (trap - PIPE; $BMLAUNCH --sbatch -n 2 --gpus-per-node 2 -- p "$big" 2>err | head -c 1 >/dev/null; exit ${PIPESTATUS[0]}); rc=$?; } &&
+    test $rc -eq 1 && grep -q "^bmlaunch: cannot write the batch script to stdout: Broken pipe" err
+'
+
 # A stand-in for sbatch: what it reads, and its exit status.
 fake_sbatch() { # dir status read(1|0)
     mkdir -p "$1" && {

@@ -167,6 +167,9 @@ for step in range(1, 7):
         bmt.report_scalar("bleu", 10 * step + lay.rank)
 bmt.report_event("note", "hello from rank %d" % lay.rank)
 bmt.report_event("restart", "")
+# a file name's invalid byte (os.fsdecode: a lone surrogate) and a NUL: sent as
+# C strings carry them ("?", the end), not as JSON the collector refuses whole
+bmt.report_event("checkpoint_saved", "ck/\udcff-%d\0junk" % lay.rank)
 for bad in ("Val", "9x", "a" * 49, 7):
     try:
         bmt.report_scalar(bad, 1)
@@ -196,7 +199,7 @@ test_expect_success "a Python rank's pushes reach bmlaunch's collector: /metrics
     grep -q "^bmt_mfu_ratio{job_id=\"[^\"]*\"} 4$" m.txt &&
     grep -q "^bmt_collector_pushes_total{job_id=\"[^\"]*\",code=\"200\"} [1-9]" m.txt &&
     grep -q "^bmt_collector_pushes_total{job_id=\"[^\"]*\",code=\"400\"} 0$" m.txt &&
-    grep -q "^bmt_events_total{job_id=\"[^\"]*\",kind=\"checkpoint_saved\"} 2$" m.txt &&
+    grep -q "^bmt_events_total{job_id=\"[^\"]*\",kind=\"checkpoint_saved\"} 4$" m.txt &&
     grep -q "^bmt_events_total{job_id=\"[^\"]*\",kind=\"restart\"} 2$" m.txt &&
     grep -q "^bmt_val_loss{job_id=\"[^\"]*\"} 0.17166666666666" m.txt &&
     grep -q "^bmt_val_loss_step{job_id=\"[^\"]*\"} 6$" m.txt &&
@@ -221,6 +224,7 @@ test_expect_success "a Python rank's pushes reach bmlaunch's collector: /metrics
 	    assert (rank, "checkpoint_saved", 2, "ckpt/step-2") in ev, ev
 	    assert (rank, "note", 6, "hello from rank %d" % rank) in ev, ev
 	    assert (rank, "restart", 6, "") in ev, ev
+	    assert (rank, "checkpoint_saved", 6, "ck/?-%d" % rank) in ev, ev
 	print("ok")
 	EOF
 '
@@ -235,7 +239,7 @@ test_expect_success "a Python rank pushes over HTTPS to bmlaunch --metrics-tls o
     cat job.err
     test -z "${fail:-}" && test $rc -eq 0 && ! grep -q "push:" job.err &&
     grep -q "^bmt_tokens_total{job_id=\"[^\"]*\"} 12006$" m.txt &&
-    grep -q "^bmt_events_total{job_id=\"[^\"]*\",kind=\"checkpoint_saved\"} 2$" m.txt &&
+    grep -q "^bmt_events_total{job_id=\"[^\"]*\",kind=\"checkpoint_saved\"} 4$" m.txt &&
     grep -q "^bmt_collector_pushes_total{job_id=\"[^\"]*\",code=\"400\"} 0$" m.txt
 '
 
@@ -370,7 +374,8 @@ assert steps == list(range(1, 11)), steps" &&
 test_expect_success "report_step refuses impossible values; without BMT_METRICS_URL it only computes" '
     env -u BMT_METRICS_URL $PY - <<-EOF
 	import threading, bmt
-	for kw in ({"tokens": -1}, {"tokens": 1.5}, {"flops": float("inf")}, {"step_time": 0}, {"step": -2}):
+	for kw in ({"tokens": -1}, {"tokens": 1.5}, {"flops": float("inf")}, {"step_time": 0}, {"step": -2},
+	           {"lr": -1e-3}, {"grad_norm": -0.5}, {"lr": float("-inf")}):
 	    try:
 	        bmt.report_step(**kw)
 	    except ValueError as e:
@@ -383,6 +388,18 @@ test_expect_success "report_step refuses impossible values; without BMT_METRICS_
 	    assert "not checkpoint_saved, restart or note" in str(e)
 	m = bmt.report_step(tokens=8, step_time=2.0)
 	assert m["tokens_per_s"] == 4.0 and m["step"] == 1 and m["loss"] != m["loss"], m
+	m = bmt.report_step(tokens=8, step_time=2.0, lr=float("nan"), grad_norm=0.0)
+	assert m["step"] == 2 and m["lr"] != m["lr"] and m["grad_norm"] == 0.0, m
+	# a value that is no number is refused before its name counts: 32 names still fit
+	for i in range(bmt.SCALARS_MAX - 1):
+	    bmt.report_scalar("s%d" % i, i)
+	try:
+	    bmt.report_scalar("late", "high")
+	except ValueError:
+	    pass
+	else:
+	    raise AssertionError("report_scalar took a value that is no number")
+	assert bmt.report_scalar("last", float("inf"))["value"] == float("inf")
 	assert not any(t.name == "bmt-push" for t in threading.enumerate())
 	print("ok")
 	EOF
@@ -412,6 +429,14 @@ test_expect_success "the push settings are refused as the C push plugin refuses 
 	        assert str(e).startswith("%s=%r must be" % (name, value)), str(e)
 	    else:
 	        raise AssertionError("%s=%r accepted" % (name, value))
+	# a certificate that is none is refused naming the variable, as the push plugin does
+	for pem in ("garbage", "-----BEGIN CERTIFICATE-----\\nAAAA\\n-----END CERTIFICATE-----\\n"):
+	    try:
+	        bmt.Monitor(dict(base, BMT_METRICS_URL="https://127.0.0.1:1/api/push", BMT_METRICS_CA_PEM=pem))
+	    except ValueError as e:
+	        assert str(e).startswith("rank 0: BMT_METRICS_CA_PEM holds no PEM certificate ("), str(e)
+	    else:
+	        raise AssertionError("BMT_METRICS_CA_PEM=%r accepted" % pem)
 	# a long flush time (1e10 s) is taken, and the exit does not wait for it:
 	# nothing is queued
 	m = bmt.Monitor(dict(base, BMT_PLUGIN_FLUSH_TIMEOUT="10000000000", BMT_METRICS_QUEUE="7"))
@@ -420,6 +445,32 @@ test_expect_success "the push settings are refused as the C push plugin refuses 
 	print("ok")
 	EOF
     grep -qx ok out && ! grep -q "Error\|Traceback" err
+'
+
+test_expect_success "without BMT_METRICS_URL (bmlaunch --metrics-port 0) too: BMT_PLUGINS=jsonl and BMT_PUSHGATEWAY_URL are said once to be left out; a BMT_DEVICE other than cpu or cuda is refused" '
+    env -u BMT_METRICS_URL BMT_PLUGINS=jsonl,push BMT_PUSHGATEWAY_URL=http://127.0.0.1:1 $PY - >out 2>err <<-EOF &&
+	import bmt
+	for step in range(3):
+	    bmt.report_step(tokens=1, step_time=1.0)
+	print("ok")
+	EOF
+    cat err && grep -qx ok out &&
+    test "$(grep -c "^bmt: rank 0: BMT_PLUGINS names jsonl: a Python program sends its metrics to the collector itself and loads no plugin; it is left out$" err)" -eq 1 &&
+    test "$(grep -c "^bmt: rank 0: BMT_PUSHGATEWAY_URL is set, but a Python program sends its metrics only to bmlaunch.s collector: it is not used$" err)" -eq 1 &&
+    test $(wc -l <err) -eq 2 &&
+    $PY - <<-EOF
+	import bmt
+	for v in ("gpu", "CUDA", ""):
+	    try:
+	        bmt.Monitor({"BMT_DEVICE": v})
+	    except ValueError as e:
+	        assert str(e) == "BMT_DEVICE=\x27%s\x27 is not cpu or cuda (bmlaunch --device sets it)" % v, e
+	    else:
+	        raise AssertionError("BMT_DEVICE=%r accepted" % v)
+	assert bmt.Monitor({"BMT_DEVICE": "cuda", "BMT_PEAK_TFLOPS": "2"}).device == "cuda"
+	assert bmt.Monitor({"BMT_DEVICE": "cpu"}).device == "cpu"
+	print("ok")
+	EOF
 '
 
 test_expect_success "bmt.Preemption without torch.distributed: the signal becomes save(step) at the next boundary, then exit 0; the old handler comes back" '
@@ -433,6 +484,16 @@ test_expect_success "bmt.Preemption without torch.distributed: the signal become
 	    os.kill(os.getpid(), signal.SIGUSR1)
 	    assert pre.requested and pre.step_boundary(2) is True and saved == [2] and pre.stopped_at == 2
 	assert signal.getsignal(signal.SIGUSR1) == before, "the handler was not put back"
+	# a malformed BMT_PENDING_SIGNALS is refused before the handler goes in
+	os.environ["BMT_PENDING_SIGNALS"] = "USR3"
+	try:
+	    bmt.Preemption()
+	except ValueError as e:
+	    assert "BMT_PENDING_SIGNALS=\x27USR3\x27 is not USR1, USR2 or USR1,USR2" in str(e), e
+	else:
+	    raise AssertionError("BMT_PENDING_SIGNALS=USR3 accepted")
+	assert signal.getsignal(signal.SIGUSR1) == before, "a refused Preemption left its handler"
+	del os.environ["BMT_PENDING_SIGNALS"]
 	try:
 	    with bmt.Preemption(save=saved.append) as pre:
 	        os.kill(os.getpid(), signal.SIGUSR1)
@@ -446,8 +507,9 @@ test_expect_success "bmt.Preemption without torch.distributed: the signal become
 
 # ------------------------------------------------------------ torch
 
-test_expect_success "bmt.torch.process_groups refuses a torch.distributed whose rank is not the layout's (its groups would not hold this process)" '
+test_expect_success "bmt.torch.process_groups refuses a torch.distributed whose rank is not the layout's (its groups would not hold this process); device_type refuses a BMT_DEVICE other than cpu or cuda" '
     BMT_RANK=0 BMT_GROUPS=2 BMT_GPUS_PER_GROUP=1 $PY - <<-EOF
+	import os
 	import torch.distributed as dist
 	import bmt.torch
 	# as after init_process_group(rank=1, world_size=2) in a process the layout calls rank 0
@@ -461,6 +523,17 @@ test_expect_success "bmt.torch.process_groups refuses a torch.distributed whose 
 	        assert "torch.distributed has rank 1 of 2, the bmt layout 2 x 1 rank 0 of 2" in str(e), e
 	    else:
 	        raise AssertionError("accepted")
+	# a run on cpu with gloo is no answer to BMT_DEVICE=gpu: bmlaunch and libbmt refuse it too
+	for v, want in (("cpu", "cpu"), ("cuda", "cuda"), (None, "cpu"), ("gpu", None)):
+	    os.environ.pop("BMT_DEVICE", None)
+	    if v is not None:
+	        os.environ["BMT_DEVICE"] = v
+	    try:
+	        got = bmt.torch.device_type()
+	    except ValueError as e:
+	        assert want is None and "BMT_DEVICE=\x27gpu\x27 is not cpu or cuda" in str(e), e
+	    else:
+	        assert got == want, (v, got)
 	print("ok")
 	EOF
 '

@@ -12,7 +12,13 @@
  *   - bmt_ckpt_save_async without a pending pointer: -1, nothing made;
  *   - bmt_ckpt_save of a list holding a NaN: refused, naming the tensor, and
  *     the directory it would have created does not exist after;
- *   - bmt_ckpt_resolve into a buffer too small: -1, not a cut path;
+ *   - bmt_ckpt_resolve into a buffer too small: -1, out untouched (it held
+ *     the path cut short);
+ *   - bmt_ckpt_verify of a train_state.json of version 99 or without
+ *     "skipped": -1, as bmt_ckpt_load (verify passed both), and both name
+ *     the version (the load's message said "version 0": read after free);
+ *   - bmt_ckpt_load with a block gathered by bmt_block_gather: -1 before any
+ *     block is loaded (the blocks before it were loaded, unflagged);
  *   - bmt_optim_step over max_skipped: -1, and a second call gives the same
  *     message (the failed call counted nothing);
  *   - bmt_init with a negative or NaN timeout_s: refused;
@@ -22,7 +28,10 @@
  *     NaN learning rate (used as given), then a good one: the step counter
  *     unmoved; lr, eps or weight_decay inf and overlap 5 refused at create;
  *   - bmt_block_add_param with a NaN or inf init value, a negative standard
- *     deviation, an inverted uniform range or unknown flags: refused;
+ *     deviation, an inverted uniform range or unknown flags: refused; and an
+ *     init whose values pass what the dtype holds (a constant 1e39 in f32,
+ *     a huge std or scale): refused (they started as inf), up to it: taken;
+ *   - bmt_mem_upload and bmt_mem_download with a NULL buffer: -1 (a crash);
  *   - bmt_finalize with a list and optimizer alive finalizes nothing (their
  *     destroy used the freed context), and finalizes after them;
  *   - bmt_block_call_zero_grad on gradients that are not fresh (a group of
@@ -140,6 +149,14 @@ static void memory(bmt_ctx_t *ctx)
     ok(memcmp(&a, &b, sizeof(a)) == 0, "bmt_mem_alloc of SIZE_MAX bytes: the counters unchanged",
        NULL);
     bmt_mem_free(ctx, p);
+    /* NULL buffers: refused (a crash in memmove), 0 bytes: nothing */
+    float host = 1, *dev = bmt_mem_alloc(ctx, sizeof(host), &err);
+    int up = bmt_mem_upload(ctx, NULL, &host, sizeof(host), &err);
+    int down = up < 0 ? bmt_mem_download(ctx, NULL, dev, sizeof(host), &err) : 0;
+    ok(dev && up < 0 && down < 0 && strstr(err.text, "NULL destination") &&
+           bmt_mem_upload(ctx, dev, NULL, 0, &err) == 0,
+       "bmt_mem_upload and download to NULL: -1 and a message; 0 bytes: 0", &err);
+    bmt_mem_free(ctx, dev);
 }
 
 static void host_f64(bmt_ctx_t *ctx)
@@ -157,6 +174,41 @@ static void host_f64(bmt_ctx_t *ctx)
        "bmt_all_reduce_host_f64 of 1 double over one rank: the same value", NULL);
 }
 
+/* Values for bmt_block_load: 0.5 everywhere. */
+static int half_source(void *user, const bmt_block_t *block, int param, int64_t first,
+                       int64_t count, void *dst, bmt_dtype_t dtype, bmt_error_t *err)
+{
+    (void)user, (void)block, (void)param, (void)first, (void)dtype, (void)err;
+    for (int64_t i = 0; i < count; i++)
+        ((float *)dst)[i] = 0.5f;
+    return 0;
+}
+
+/* Element 0 of block i's first parameter (gathered and released), NAN on error. */
+static float first_value(bmt_blocklist_t *l, int i)
+{
+    bmt_error_t err;
+    bmt_block_t *b = bmt_blocklist_block(l, i);
+    float v = NAN;
+    if (bmt_block_gather(b, &err) == 0) {
+        v = *(const float *)bmt_block_param(b, 0);
+        bmt_block_release(b, &err);
+    }
+    return v;
+}
+
+/* A file's text (free it), or NULL. */
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char *text = f ? calloc(1, 1 << 16) : NULL;
+    if (text)
+        fread(text, 1, (1 << 16) - 1, f);
+    if (f)
+        fclose(f);
+    return text;
+}
+
 static void checkpoints(bmt_ctx_t *ctx)
 {
     bmt_error_t err = { { 0 } };
@@ -170,13 +222,54 @@ static void checkpoints(bmt_ctx_t *ctx)
         die("a save", &err);
     char out[4096];
     err.text[0] = '\0';
+    memcpy(out, "as-was", 7);
     int r = bmt_ckpt_resolve("good", out, 7, &err); /* "good/ck" needs 8 */
-    ok(r < 0 && strstr(err.text, "does not fit"),
-       "bmt_ckpt_resolve through latest into 7 bytes: -1, not a path cut short", &err);
+    ok(r < 0 && strstr(err.text, "does not fit") && strcmp(out, "as-was") == 0,
+       "bmt_ckpt_resolve through latest into 7 bytes: -1, out untouched (not a path cut short)",
+       &err);
     ok(bmt_ckpt_resolve("good", out, sizeof(out), &err) == 0 && strcmp(out, "good/ck") == 0,
        "bmt_ckpt_resolve into a large buffer: good/ck", NULL);
-    ok(bmt_ckpt_resolve("good/ck", out, 7, &err) < 0 && strstr(err.text, "does not fit"),
-       "bmt_ckpt_resolve of a step directory into 7 bytes: -1", &err);
+    ok(bmt_ckpt_resolve("good/ck", out, 7, &err) < 0 && strstr(err.text, "does not fit") &&
+           strcmp(out, "good/ck") == 0,
+       "bmt_ckpt_resolve of a step directory into 7 bytes: -1, out untouched", &err);
+
+    /* what a load refuses, a verify refuses too (it passed both) */
+    const char *const edits[2][2] = { { "\"version\": 2", "\"version\": 99" },
+                                      { "\"skipped\": 0,", "" } };
+    char *state = slurp("good/ck/train_state.json");
+    if (state == NULL || system("cp -r good bad-state") != 0)
+        die("copying good to bad-state", &err);
+    for (int i = 0; i < 2; i++) {
+        const char *at = strstr(state, edits[i][0]);
+        FILE *f = fopen("bad-state/ck/train_state.json", "w");
+        if (at == NULL || f == NULL)
+            die("editing bad-state/ck/train_state.json", &err);
+        fprintf(f, "%.*s%s%s", (int)(at - state), state, edits[i][1], at + strlen(edits[i][0]));
+        fclose(f);
+        bmt_error_t lerr = { { 0 } };
+        const int lr = bmt_ckpt_load(l, NULL, "bad-state", NULL, &lerr);
+        bmt_ckpt_report_t rep;
+        err.text[0] = '\0';
+        const int vr = bmt_ckpt_verify("bad-state", &rep, &err);
+        char what[96];
+        snprintf(what, sizeof(what),
+                 "bmt_ckpt_verify of a train_state.json %s: -1, as a load, both naming it",
+                 i == 0 ? "of version 99" : "without skipped");
+        const char *why = i == 0 ? "version 99;" : "skipped missing";
+        ok(lr < 0 && vr < 0 && strstr(err.text, why) && strstr(lerr.text, why), what,
+           strstr(lerr.text, why) ? &err : &lerr);
+    }
+    free(state);
+
+    /* a load with a block gathered: refused before any block is loaded */
+    if (bmt_block_load(bmt_blocklist_block(l, 0), half_source, NULL, &err) < 0 ||
+        bmt_block_gather(bmt_blocklist_block(l, 1), &err) < 0)
+        die("loading 0.5 into b.0, gathering b.1", &err);
+    r = bmt_ckpt_load(l, NULL, "good", NULL, &err);
+    if (bmt_block_release(bmt_blocklist_block(l, 1), &err) < 0)
+        die("bmt_block_release", &err);
+    ok(r < 0 && strstr(err.text, "gathered") && first_value(l, 0) == 0.5f,
+       "bmt_ckpt_load with block 1 gathered: -1, block 0 not loaded", &err);
 
     /* a NaN in a parameter: the save is refused, and the directory it made
      * first is gone again */
@@ -373,6 +466,10 @@ static void engine_misuse(bmt_ctx_t *ctx)
         { BMT_INIT_NORMAL_V(0, -1), 0, "the standard deviation (init b) is -1", "a negative std" },
         { BMT_INIT_UNIFORM_V(1, -1), 0, "a uniform init needs a <= b", "an inverted range" },
         { BMT_INIT_ZEROS_V, 0x80, "unknown parameter flags 0x80", "unknown flags" },
+        { { BMT_INIT_CONSTANT, 1e39, 0, 1 }, 0, "more than f32 holds", "a constant 1e39" },
+        { BMT_INIT_NORMAL_V(0, 1e38), 0, "more than f32 holds", "a std of 1e38" },
+        { { BMT_INIT_ONES, 0, 0, 1e300 }, 0, "more than f32 holds", "a scale of 1e300" },
+        { BMT_INIT_UNIFORM_V(-1e308, 1e308), 0, "more than f32 holds", "b - a past DBL_MAX" },
     };
     for (size_t i = 0; i < sizeof(inits) / sizeof(inits[0]); i++) {
         char what[96];
@@ -382,6 +479,26 @@ static void engine_misuse(bmt_ctx_t *ctx)
               : -1;
         ok(r < 0 && strstr(err.text, inits[i].why), what, &err);
     }
+    /* the bounds: bf16's is below f32's (3.3895e38), f64 holds 1e300 */
+    const struct {
+        bmt_dtype_t dtype;
+        bmt_init_t init;
+        int good;
+    } reach[] = {
+        { BMT_BF16, { BMT_INIT_CONSTANT, 3.3e38, 0, 1 }, 1 },
+        { BMT_BF16, { BMT_INIT_CONSTANT, 3.39e38, 0, 1 }, 0 },
+        { BMT_F32, { BMT_INIT_CONSTANT, 3.39e38, 0, 1 }, 1 },
+        { BMT_F64, { BMT_INIT_CONSTANT, 1e300, 0, 1 }, 1 },
+        { BMT_F32, BMT_INIT_TRUNC_NORMAL_V(0, 1e38), 1 },
+    };
+    int reach_ok = b != NULL;
+    for (size_t i = 0; i < sizeof(reach) / sizeof(reach[0]) && reach_ok; i++) {
+        char pn[16];
+        snprintf(pn, sizeof(pn), "r%zu", i);
+        reach_ok = (bmt_block_add_param(b, pn, 1, shape, reach[i].dtype, reach[i].init, 0, &err) >=
+                    0) == reach[i].good;
+    }
+    ok(reach_ok, "bmt_block_add_param: inits up to what the dtype holds, not past it", &err);
     bmt_block_destroy(b);
 
     /* zero_grad on gradients that hold the step's first micro-batch (a group

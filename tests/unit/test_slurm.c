@@ -166,7 +166,8 @@ static void check_plan(void)
           8,
           8,
           "cuda",
-          "--gpus-per-node 8 but the nodes of allocation 42 have 4" },
+          "--gpus-per-node 8 but the nodes of allocation 42 have 4 GPUs each; give "
+          "--gpus-per-node 4 or less, or ask Slurm for nodes with 8 GPUs" },
         { { "42", 2, 0, 0, 0 }, 1, 3, 0, "cpu", "cannot tell the ranks per node" },
         { { "42", 1, 4, 4, 0 }, 3, 1, 0, "cpu", "do not fill whole nodes of 4" },
     };
