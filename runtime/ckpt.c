@@ -1277,6 +1277,31 @@ static int resolved(const char *dir, char *out, size_t len, bmt_error_t *err)
     return 0;
 }
 
+/* A train_state.json's counters and version, as every reader takes them (ts
+ * as json_load_file gave it, NULL with je's reason): step and skipped whole
+ * and not negative (a negative one would run the schedule and AdamW's bias
+ * correction at a step that never was), a version this bmt reads. 0, or -1
+ * with err naming p. */
+static int state_check(const json_t *ts, const char *p, const json_error_t *je, bmt_error_t *err)
+{
+    const json_t *jstep = json_object_get(ts, "step"), *jskip = json_object_get(ts, "skipped"),
+                 *jver = json_object_get(ts, "version");
+    if (!json_is_object(ts) || !json_is_integer(jstep) || !json_is_integer(jskip))
+        return errprintf(err, "%s: not a bmt checkpoint state (%s)", p,
+                         ts ? "step or skipped missing" : je->text);
+    const long long step0 = json_integer_value(jstep), skip0 = json_integer_value(jskip);
+    if (step0 < 0 || skip0 < 0)
+        return errprintf(err, "%s: step %lld, skipped %lld: a counter is negative (damaged)", p,
+                         step0, skip0);
+    const long long version = json_is_integer(jver) ? json_integer_value(jver) : 0;
+    if (version < 1 || version > TRAIN_STATE_VERSION)
+        return errprintf(err,
+                         "%s: version %lld; this bmt reads versions 1 to %d (a newer bmt wrote "
+                         "it?)",
+                         p, version, TRAIN_STATE_VERSION);
+    return 0;
+}
+
 int bmt_ckpt_resolve(const char *path, char *out, size_t len, bmt_error_t *err)
 {
     if (path == NULL || strlen(path) > 3000)
@@ -1711,28 +1736,9 @@ int bmt_ckpt_load(bmt_blocklist_t *list, bmt_optim_t *opt, const char *path, cha
     json_t *jstep = ts ? json_object_get(ts, "step") : NULL;
     json_t *jskip = ts ? json_object_get(ts, "skipped") : NULL;
     json_t *jopt = ts ? json_object_get(ts, "optimizer") : NULL;
-    json_t *jver = ts ? json_object_get(ts, "version") : NULL;
-    if (!json_is_object(ts) || !json_is_integer(jstep) || !json_is_integer(jskip)) {
+    if (state_check(ts, p, &je, err) < 0) {
         json_decref(ts);
-        return errprintf(err, "%s: not a bmt checkpoint state (%s)", p,
-                         ts ? "step or skipped missing" : je.text);
-    }
-    /* the optimizer's counters: a negative one would run the schedule and
-     * AdamW's bias correction at a step that never was */
-    const long long step0 = json_integer_value(jstep), skip0 = json_integer_value(jskip);
-    if (step0 < 0 || skip0 < 0) {
-        json_decref(ts);
-        return errprintf(err, "%s: step %lld, skipped %lld: a counter is negative (damaged)", p,
-                         step0, skip0);
-    }
-    /* (the value read before ts goes: the message said "version 0", read freed) */
-    const long long version = json_is_integer(jver) ? json_integer_value(jver) : 0;
-    if (version < 1 || version > TRAIN_STATE_VERSION) {
-        json_decref(ts);
-        return errprintf(err,
-                         "%s: version %lld; this bmt reads versions 1 to %d (a newer bmt wrote "
-                         "it?)",
-                         p, version, TRAIN_STATE_VERSION);
+        return -1;
     }
     if (opt && !json_is_true(jopt)) {
         json_decref(ts);
@@ -2005,24 +2011,9 @@ int bmt_ckpt_verify(const char *path, bmt_ckpt_report_t *report, bmt_error_t *er
     }
     /* What bmt_ckpt_load refuses, refused here too: a checkpoint that
      * verifies must load (a missing "skipped" or a newer version passed). */
-    json_t *jskip = json_object_get(ts, "skipped"), *jver = json_object_get(ts, "version");
-    if (!json_is_integer(jskip)) {
+    if (state_check(ts, p, &je, err) < 0) {
         json_decref(ts);
-        return errprintf(err, "%s: not a bmt checkpoint state (skipped missing)", p);
-    }
-    const long long step0 = json_integer_value(jstep), skip0 = json_integer_value(jskip);
-    if (step0 < 0 || skip0 < 0) { /* as the load refuses */
-        json_decref(ts);
-        return errprintf(err, "%s: step %lld, skipped %lld: a counter is negative (damaged)", p,
-                         step0, skip0);
-    }
-    const long long version = json_integer_value(jver);
-    if (version < 1 || version > TRAIN_STATE_VERSION) {
-        json_decref(ts);
-        return errprintf(err,
-                         "%s: version %lld; this bmt reads versions 1 to %d (a newer bmt wrote "
-                         "it?)",
-                         p, version, TRAIN_STATE_VERSION);
+        return -1;
     }
     rep->step = (int64_t)json_integer_value(jstep);
     rep->optimizer = json_is_true(json_object_get(ts, "optimizer"));

@@ -255,7 +255,7 @@ static void checkpoints(bmt_ctx_t *ctx)
         snprintf(what, sizeof(what),
                  "bmt_ckpt_verify of a train_state.json %s: -1, as a load, both naming it",
                  i == 0 ? "of version 99" : "without skipped");
-        const char *why = i == 0 ? "version 99;" : "skipped missing";
+        const char *why = i == 0 ? "version 99;" : "step or skipped missing";
         ok(lr < 0 && vr < 0 && strstr(err.text, why) && strstr(lerr.text, why), what,
            strstr(lerr.text, why) ? &err : &lerr);
     }
