@@ -433,9 +433,13 @@ int slurm_rank_exec(int argc, char **argv)
     }
     bmt_layout_t l;
     bmt_error_t err;
-    if (bmt_layout_make(&l, groups, gpg, gpn, 0, &err) < 0 || rank >= l.world) {
-        fprintf(stderr, "bmlaunch --rank-exec: rank %d: layout: %s\n", rank,
-                rank >= l.world ? "rank outside the world" : err.text);
+    if (bmt_layout_make(&l, groups, gpg, gpn, 0, &err) < 0) { /* l is not made: no l.world */
+        fprintf(stderr, "bmlaunch --rank-exec: rank %d: layout: %s\n", rank, err.text);
+        return 2;
+    }
+    if (rank >= l.world) {
+        fprintf(stderr, "bmlaunch --rank-exec: rank %d: layout: rank outside the world of %d\n",
+                rank, l.world);
         return 2;
     }
     bmt_rank_info_t ri = bmt_layout_rank(&l, rank);

@@ -288,4 +288,14 @@ test_expect_success "--plan handles 100k ranks quickly" '
     grep -q "= 100000 ranks on 12500 nodes" out
 '
 
+# bmlaunch --rank-exec (what each srun task runs) refuses a layout it cannot
+# make or a rank outside it, exit 2, naming which (the second message once
+# read the world of a layout that was never made).
+test_expect_success "--rank-exec: a layout that cannot be made, or a rank outside it, exits 2 saying which" '
+    { SLURM_PROCID=0 BMT_GROUPS=1 BMT_GPUS_PER_GROUP=3 BMT_GPUS_PER_NODE=2 $BMLAUNCH --rank-exec -- true 2>err; rc=$?; } &&
+    test $rc -eq 2 && grep -q "^bmlaunch --rank-exec: rank 0: layout: 3 ranks (1 x 3) do not fill whole nodes of 2 GPUs" err &&
+    { SLURM_PROCID=5 BMT_GROUPS=1 BMT_GPUS_PER_GROUP=2 BMT_GPUS_PER_NODE=2 $BMLAUNCH --rank-exec -- true 2>err; rc=$?; } &&
+    test $rc -eq 2 && grep -qx "bmlaunch --rank-exec: rank 5: layout: rank outside the world of 2" err
+'
+
 test_done
