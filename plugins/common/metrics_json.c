@@ -141,6 +141,11 @@ json_t *metrics_step_json(const bmt_step_metrics_t *m, const char *const *kind_n
         bad |= set(mem, kind_names[k],
                    json_pack("{sIsI}", "current", (json_int_t)m->mem_current[k], "peak",
                              (json_int_t)m->mem_peak[k]));
+    /* Appended to the ABI (docs/metrics.md: present when size > 432): the
+     * most of all kinds at once, which the per-kind peaks cannot give. Only
+     * from a libbmt that fills it, and only when memory was measured. */
+    if (m->size > offsetof(bmt_step_metrics_t, mem_peak_all) && m->mem_kinds > 0)
+        bad |= set(o, "mem_peak_all", json_integer((json_int_t)m->mem_peak_all));
     if (bad) {
         json_decref(o);
         return NULL;
@@ -235,6 +240,10 @@ int metrics_step_parse(const json_t *o, bmt_step_metrics_t *m, const char *const
         m->mem_peak[k] = (uint64_t)peak;
     }
     m->mem_kinds = any ? nk : 0;
+    int64_t all = 0;
+    if (get_i64(o, "mem_peak_all", &all, why, len) < 0 || all < 0)
+        return snprintf(why, len, "field \"mem_peak_all\" must be a count of bytes"), -1;
+    m->mem_peak_all = any ? (uint64_t)all : 0;
     return 0;
 }
 

@@ -4,7 +4,9 @@
  * once; the push and jsonl plugins write it and bmlaunch's collector reads it,
  * so the two sides cannot drift. JSON has no NaN or infinity: such values are
  * written as null and read back as NaN. Memory is an object of kinds:
- * "memory": {"param": {"current": 1024, "peak": 2048}, ...}.
+ * "memory": {"param": {"current": 1024, "peak": 2048}, ...}, and
+ * "mem_peak_all" the most of all kinds at once (when memory was measured and
+ * the step's libbmt fills that appended field).
  */
 #ifndef BMT_PLUGINS_METRICS_JSON_H
 #define BMT_PLUGINS_METRICS_JSON_H

@@ -14,7 +14,7 @@
  *     what it shows. "dropped" counts every item lost so far (uint64; sent
  *     capped at 2^53, which no process reaches, so it never wraps or turns
  *     negative on the wire).
- *     A collector that cannot be reached (or answers 5xx/429) gets the same
+ *     A collector that cannot be reached (or answers 5xx/408/429) gets the same
  *     items again later, with backoff from 0.1 s to 5 s; meanwhile new items
  *     queue up and, when the queue is full, the oldest are dropped and counted
  *     ("dropped" in the next document that gets through). A refusal for good

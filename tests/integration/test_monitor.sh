@@ -59,6 +59,9 @@ test_expect_success "jsonl: one line per step and event per rank, figures consis
 	        assert math.isclose(s["mfu"], s["flops_per_s"] / 1e6, rel_tol=1e-9), s
 	        assert 0 <= s["comm_wait_s"] <= s["step_time_s"]
 	        assert s["memory"]["param"]["current"] > 0 and s["microbatches"] == 2
+	        # the peak of all kinds at once (it was left out of the lines)
+	        peaks = [k["peak"] for k in s["memory"].values()]
+	        assert max(peaks) <= s["mem_peak_all"] <= sum(peaks), s
 	        assert s["grad_norm"] > 0 and s["lr"] == 0.01 and s["params"] == 2648
 	print("ok")
 	EOF

@@ -131,6 +131,7 @@ static bmt_step_metrics_t sample_metrics(void)
         m.mem_current[k] = 1000u * (unsigned)(k + 1);
         m.mem_peak[k] = 5000000000ull + (unsigned)k;
     }
+    m.mem_peak_all = 6000000000ull;
     return m;
 }
 
@@ -162,6 +163,21 @@ static void check_json(void)
     ok(memcmp(back.mem_current, m.mem_current, sizeof(m.mem_current)) == 0 &&
            memcmp(back.mem_peak, m.mem_peak, sizeof(m.mem_peak)) == 0 && back.mem_kinds == 7,
        "memory per kind round-trips (beyond 32 bits too)");
+    ok(back.mem_peak_all == m.mem_peak_all,
+       "mem_peak_all round-trips (the jsonl and push lines left it out)");
+    {
+        /* an older libbmt's step (size 432) or one without memory: no mem_peak_all */
+        bmt_step_metrics_t old = sample_metrics(), none = sample_metrics();
+        old.size = offsetof(bmt_step_metrics_t, mem_peak_all);
+        none.mem_kinds = 0;
+        json_t *oo = metrics_step_json(&old, kinds, 7), *on = metrics_step_json(&none, kinds, 7),
+               *om = metrics_step_json(&m, kinds, 7);
+        ok(om && json_integer_value(json_object_get(om, "mem_peak_all")) == 6000000000ll && oo &&
+               json_object_get(oo, "mem_peak_all") == NULL && on &&
+               json_object_get(on, "mem_peak_all") == NULL,
+           "mem_peak_all is written when libbmt filled it and memory was measured, else left out");
+        json_decref(oo), json_decref(on), json_decref(om);
+    }
 
     static const struct {
         const char *doc, *why;
@@ -172,6 +188,7 @@ static void check_json(void)
         { "{\"loss\": \"low\"}", "field \"loss\" must be a number or null" },
         { "{\"skipped\": 4294967296}", "field \"skipped\" must be a 32-bit integer" },
         { "{\"memory\": 3}", "field \"memory\" must be an object" },
+        { "{\"mem_peak_all\": -1}", "field \"mem_peak_all\" must be a count of bytes" },
         { "{\"memory\": {\"param\": {\"current\": -1, \"peak\": 0}}}",
           "memory \"param\" must be {\"current\": bytes, \"peak\": bytes}" },
     };
