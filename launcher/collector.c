@@ -400,14 +400,18 @@ int collector_port(const collector_t *c) { return c->port; }
 
 static bool token_ok(const collector_t *c, const char *auth)
 {
-    /* RFC 7235: the scheme is case-insensitive, then one or more spaces. */
+    /* RFC 7235: the scheme is case-insensitive, then one or more spaces.
+     * RFC 9110 5.5: whitespace around a field value is no part of it, and
+     * libmicrohttpd strips only the leading one. */
     if (auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0)
         return false;
     const char *t = auth + 7;
     while (*t == ' ')
         t++;
-    size_t n = strlen(c->token);
-    if (strlen(t) != n)
+    size_t n = strlen(c->token), tn = strlen(t);
+    while (tn > 0 && (t[tn - 1] == ' ' || t[tn - 1] == '\t'))
+        tn--;
+    if (tn != n)
         return false;
     unsigned char diff = 0; /* constant time in the token's length */
     for (size_t i = 0; i < n; i++)
@@ -1885,6 +1889,46 @@ static enum MHD_Result respond_text(struct MHD_Connection *conn, unsigned code, 
                    NULL);
 }
 
+/* /api/status takes one query argument, ranks=0 or ranks=1. Anything else
+ * (?ranks=true, a misspelt ?rank=1) would be answered without what it asked
+ * for, and nothing would say so: it is refused (400) with the reason. */
+struct status_args {
+    bool ranks;
+    char why[200]; /* empty while every argument is good */
+};
+
+static enum MHD_Result status_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                  const char *value)
+{
+    struct status_args *a = cls;
+    (void)kind;
+    if (key[0] == '\0' && value == NULL) /* "?&" or a trailing '&': no argument */
+        return MHD_YES;
+    bool is_ranks = strcmp(key, "ranks") == 0;
+    if (is_ranks && value && (strcmp(value, "0") == 0 || strcmp(value, "1") == 0)) {
+        a->ranks = value[0] == '1';
+        return MHD_YES;
+    }
+    char k[48], v[48]; /* shown, as printable ASCII */
+    const char *src[2] = { key, value ? value : "" };
+    char *dst[2] = { k, v };
+    for (int j = 0; j < 2; j++) {
+        size_t i = 0;
+        for (; src[j][i] && i < sizeof(k) - 1; i++)
+            dst[j][i] = src[j][i] > 0x20 && src[j][i] < 0x7f ? src[j][i] : '?';
+        dst[j][i] = '\0';
+    }
+    if (is_ranks)
+        snprintf(a->why, sizeof(a->why),
+                 "/api/status?ranks=%s: ranks must be 1 (add each rank's figures) or 0", v);
+    else
+        snprintf(a->why, sizeof(a->why),
+                 "/api/status takes no query argument '%s': its only one is ranks=1 (add each "
+                 "rank's figures) or ranks=0",
+                 k);
+    return MHD_NO;
+}
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char *url,
                               const char *method, const char *version, const char *upload,
                               size_t *upload_size, void **con_cls)
@@ -1918,10 +1962,14 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
                            MHD_RESPMEM_PERSISTENT, NULL);
         if (route == R_METRICS || route == R_STATUS) {
             size_t len = 0;
-            const char *ranks = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "ranks");
-            char *text = route == R_METRICS
-                             ? metrics_text(c, &len, true)
-                             : collector_status_json(c, ranks && strcmp(ranks, "1") == 0, &len);
+            struct status_args args = { 0 };
+            if (route == R_STATUS) {
+                MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, status_arg, &args);
+                if (args.why[0])
+                    return respond_text(conn, 400, args.why);
+            }
+            char *text = route == R_METRICS ? metrics_text(c, &len, true)
+                                            : collector_status_json(c, args.ranks, &len);
             if (text == NULL)
                 return respond_text(conn, 500, "out of memory");
             return respond(conn, 200, route == R_METRICS ? PROM_CONTENT_TYPE : "application/json",

@@ -113,7 +113,10 @@ int sdfile_write_text(const char *path, const char *what, const char *text, size
     char tmp[4200];
     if (snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof(tmp))
         return errprintf(err, "%s: the path is too long (%zu bytes)", what, strlen(path));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* A new file, never one that is there: in a directory that other users
+     * write too (one Prometheus watches for every job), a link planted at
+     * this predictable name would have us write through it. */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0)
         return errprintf(err, "%s %.200s: cannot create %.200s: %s", what, path, tmp,
                          strerror(errno));
@@ -185,7 +188,8 @@ int sdfile_ca_path(const char *path, char *buf, size_t len)
     static const char *const ends[] = { ".json", ".yaml", ".yml" };
     for (size_t i = 0; i < sizeof(ends) / sizeof(ends[0]); i++) {
         size_t e = strlen(ends[i]);
-        if (n > e && strcmp(path + n - e, ends[i]) == 0 && path[n - e - 1] != '/') {
+        /* in any case, as sd_name_ok takes them */
+        if (n > e && strcasecmp(path + n - e, ends[i]) == 0 && path[n - e - 1] != '/') {
             n -= e;
             break;
         }

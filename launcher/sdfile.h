@@ -31,7 +31,9 @@ int sdfile_render(const char *host, int port, const char *job_id, bool https, ch
 bool sdfile_unspecified(const char *addr);
 
 /* Write the target file to path atomically: a temporary file beside it
- * (path.tmp.PID), written whole, then renamed to path where nothing is yet.
+ * (path.tmp.PID, created new: a file or link already at that name is refused,
+ * never written through), written whole, then renamed to path where nothing
+ * is yet.
  * A wildcard host (0.0.0.0, ::, in any spelling) is written as this host's
  * name. Returns 0, or -1 with err naming the path and the cause (a name
  * file_sd does not read: not ending in .json, .yml or .yaml; no such

@@ -346,7 +346,7 @@ test_expect_success "HTTPS with the operator's --metrics-cert/--metrics-key; bad
         -n 2 -- $EC --steps 4 &&
     case $URL in https://127.0.0.1:*) ;; *) false ;; esac &&
     CACERT=op.pem wait_step 4 &&
-    kill -INT $JOB_PID && wait $JOB_PID || true
+    kill -INT $JOB_PID && { wait $JOB_PID || true; }
 '
 
 # ------------------------------------------------------------ the collector over HTTP
@@ -400,7 +400,7 @@ assert s[\"state\"] == \"running\" and s[\"ranks_alive\"] == 4 and s[\"ranks_rep
 assert len(s[\"groups\"]) == 2 and s[\"step\"] >= 5 and s[\"tokens_per_second\"] > 0
 assert len(s[\"history\"]) >= 4 and all(p[\"ranks\"] == 4 for p in s[\"history\"][:-1])
 " &&
-    kill -INT $JOB_PID && wait $JOB_PID || true
+    kill -INT $JOB_PID && { wait $JOB_PID || true; }
 '
 
 test_expect_success "bad requests are refused (401, 400, 413, 405, 404) and the endpoint keeps serving" '
@@ -414,6 +414,8 @@ test_expect_success "bad requests are refused (401, 400, 413, 405, 404) and the 
     test ${#token} -eq 64 &&
     test "$(code -X POST -H "Authorization: Bearer $token" -d "{broken" $URL/api/push)" = 400 &&
     grep -q "malformed JSON" body &&
+    test "$(code -X POST -H "Authorization: Bearer $token  " -d "{broken" $URL/api/push)" = 400 &&
+    grep -q "malformed JSON" body &&
     test "$(code -X POST -H "Authorization: Bearer $token" -d "{\"version\":2,\"job\":\"$job\",\"rank\":9}" $URL/api/push)" = 400 &&
     grep -q "rank. must be an integer in \[0, 2)" body &&
     head -c 5000000 /dev/zero | tr "\0" " " >big &&
@@ -422,13 +424,20 @@ test_expect_success "bad requests are refused (401, 400, 413, 405, 404) and the 
     test "$(code -D hdr $URL/api/push)" = 405 && grep -qi "^allow: POST" hdr &&
     test "$(code -X DELETE $URL/metrics)" = 405 &&
     test "$(code $URL/nope)" = 404 &&
-    printf "GARBAGE\r\n\r\n" | timeout 5 bash -c "exec 3<>/dev/tcp/127.0.0.1/${URL##*:}; cat >&3; cat <&3" >raw || true &&
-    grep -q "400" raw &&
+    test "$(code "$URL/api/status?ranks=true")" = 400 && grep -q "ranks=true: ranks must be 1" body &&
+    test "$(code "$URL/api/status?rank=1")" = 400 && grep -q "no query argument .rank.: its only one is ranks=1" body &&
+    test "$(code "$URL/api/status?ranks=0")" = 200 && ! grep -q "\"ranks\":\[" body &&
+    test "$(code "$URL/api/status?ranks=1")" = 200 && grep -q "\"ranks\":\[" body &&
+    rawreq() { printf "$1" | timeout 5 bash -c "exec 3<>/dev/tcp/127.0.0.1/${URL##*:}; cat >&3; cat <&3"; } &&
+    rawreq "GARBAGE /\r\n\r\n" >raw && grep -q "^HTTP/1.1 400 " raw &&
+    rawreq "GET /metrics HTTP/1.1\r\nno colon\r\n\r\n" >raw && grep -q "^HTTP/1.1 400 " raw &&
+    # a request line of one word: libmicrohttpd closes the connection at once, unanswered
+    rawreq "GARBAGE\r\n\r\n" >raw && test ! -s raw &&
     test "$(code $URL/metrics)" = 200 && promtool check metrics <body &&
-    grep -q "code=\"401\"} 2$" body && grep -q "code=\"400\"} 2$" body &&
+    grep -q "code=\"401\"} 2$" body && grep -q "code=\"400\"} 3$" body &&
     grep -q "code=\"413\"} 2$" body && grep -q "code=\"405\"} 1$" body &&
     grep -q "code=\"200\"} [1-9]" body &&
-    kill -INT $JOB_PID && wait $JOB_PID || true
+    kill -INT $JOB_PID && { wait $JOB_PID || true; }
 '
 
 test_expect_success "pushes with impossible values or far steps get 400 and change nothing; the history goes on" '
@@ -567,7 +576,7 @@ assert \"abort\" in kinds and \"note\" in kinds and \"checkpoint_saved\" in kind
 ab = [e for e in s[\"events\"] if e[\"kind\"] == \"abort\"][0]
 assert ab[\"rank\"] == 0 and ab[\"status\"] == 3 and ab[\"detail\"] == \"engine_check --abort-at 6\", ab
 " &&
-    kill -INT $JOB_PID; wait $JOB_PID || true
+    kill -INT $JOB_PID && { wait $JOB_PID || true; }
 '
 
 test_expect_success "a real Prometheus scrapes the endpoint during a run and sees tokens/s" '
@@ -1265,7 +1274,7 @@ test_expect_success "1000 ranks (40 x 25) push to one collector: every token cou
     done &&
     { grep -q "\"state\":\"ended\"" s.json || { echo "the job did not end in 240 s:"; head -c 600 s.json; tail -5 job.err; false; }; } &&
     curl -sf "$URL/metrics" >m.txt && promtool check metrics <m.txt &&
-    kill -INT $JOB_PID; wait $JOB_PID || true
+    kill -INT $JOB_PID && { wait $JOB_PID || true; } &&
     # rank r reports 1000 + r tokens in each of 10 steps
     want=$(( 10 * (1000 * 1000 + 999 * 1000 / 2) )) &&
     { { grep -q "^bmt_tokens_total{job_id=\"[^\"]*\"} $want$" m.txt &&

@@ -71,9 +71,15 @@ static void check_ca_path(void)
     static const struct {
         const char *sd, *want;
     } t[] = {
-        { "/srv/sd/job.json", "/srv/sd/job.ca.pem" }, { "/srv/sd/job.yml", "/srv/sd/job.ca.pem" },
-        { "/srv/sd/job.yaml", "/srv/sd/job.ca.pem" }, { "job", "job.ca.pem" },
-        { "/srv/sd/.json", "/srv/sd/.json.ca.pem" },  { "a.json.bak", "a.json.bak.ca.pem" },
+        { "/srv/sd/job.json", "/srv/sd/job.ca.pem" },
+        { "/srv/sd/job.yml", "/srv/sd/job.ca.pem" },
+        { "/srv/sd/job.yaml", "/srv/sd/job.ca.pem" },
+        { "job", "job.ca.pem" },
+        { "/srv/sd/.json", "/srv/sd/.json.ca.pem" },
+        { "a.json.bak", "a.json.bak.ca.pem" },
+        /* endings in any case, as the target file's name is taken */
+        { "/srv/sd/job.JSON", "/srv/sd/job.ca.pem" },
+        { "job.Yaml", "job.ca.pem" },
     };
     for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
         char buf[64];
@@ -151,6 +157,32 @@ static void check_write(void)
            strstr(err.text, "exists"),
        "a dangling symbolic link is refused too: %s", err.text);
     unlink(sub);
+    /* The temporary name is predictable (PATH.tmp.PID) and the directory may
+     * be shared: a link planted there is not written through. */
+    char victim[512], tmp[600];
+    snprintf(victim, sizeof(victim), "%s/victim", dir);
+    snprintf(sub, sizeof(sub), "%s/planted.json", dir);
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", sub, (long)getpid());
+    FILE *vf = fopen(victim, "w");
+    if (vf)
+        fputs("precious\n", vf), fclose(vf);
+    memset(&err, 0, sizeof(err));
+    ok(symlink(victim, tmp) == 0 && sdfile_write(sub, "127.0.0.1", 9500, "j", false, &err) == -1 &&
+           strstr(err.text, tmp),
+       "a link at the temporary name is refused: %s", err.text);
+    text = slurp(victim);
+    ok(text && strcmp(text, "precious\n") == 0 && access(sub, F_OK) != 0,
+       "and not written through (the file it points to is unchanged, no target file)");
+    snprintf(sub, sizeof(sub), "%s/planted.pem", dir);
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", sub, (long)getpid());
+    ok(symlink(victim, tmp) == 0 && sdfile_write_text(sub, "--log-dir", "x", 1, &err) == -1,
+       "nor for --log-dir's copy: %s", err.text);
+    text = slurp(victim);
+    ok(text && strcmp(text, "precious\n") == 0, "which leaves it unchanged too");
+    unlink(tmp);
+    snprintf(tmp, sizeof(tmp), "%s/planted.json.tmp.%ld", dir, (long)getpid());
+    unlink(tmp);
+    unlink(victim);
     /* A wildcard address is never a target: this host's name is. */
     char host[256] = "", want[600];
     gethostname(host, sizeof(host) - 1);
