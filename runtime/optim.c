@@ -47,6 +47,7 @@
  * and the orphaning through the hooks installed here (list_state.flush and
  * .orphan).
  */
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -194,6 +195,12 @@ static int make_segments(struct ostate *s, bmt_error_t *err)
     return 0;
 }
 
+/* Whether 1 - lr x weight_decay, as the update computes it in f32, is finite. */
+static bool lr_decay_fits(double lr, double weight_decay)
+{
+    return lr <= FLT_MAX && weight_decay <= FLT_MAX && isfinite((float)lr * (float)weight_decay);
+}
+
 bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *cfg,
                               bmt_error_t *err)
 {
@@ -237,6 +244,23 @@ bmt_optim_t *bmt_adamw_create(bmt_blocklist_t *list, const bmt_adamw_config_t *c
                   "rank %d: bmt_adamw_create: need finite lr >= 0, 0 <= betas < 1, finite eps > "
                   "0, finite weight_decay >= 0, finite clip_norm >= 0, max_skipped >= 0",
                   ctx->rank);
+        return NULL;
+    }
+    /* The update computes in f32 (kern_adamw_scalars_t): a value that passes in
+     * double but not there would train on an eps of 0 or an lr of inf, making
+     * every parameter with a zero gradient NaN in a step that returns 0. */
+    const char *f32_bad = cfg->eps > FLT_MAX || (float)cfg->eps == 0.0f ? "eps"
+                          : cfg->lr > FLT_MAX                           ? "lr"
+                          : cfg->weight_decay > FLT_MAX                 ? "weight_decay"
+                          : !lr_decay_fits(cfg->lr, cfg->weight_decay)  ? "lr x weight_decay"
+                                                                        : NULL;
+    if (f32_bad != NULL) {
+        errprintf(err,
+                  "rank %d: bmt_adamw_create: %s is out of f32's range (lr %g, eps %g, "
+                  "weight_decay %g), which AdamW computes in: eps must be at least %g and, like "
+                  "lr, weight_decay and lr x weight_decay, at most %g",
+                  ctx->rank, f32_bad, cfg->lr, cfg->eps, cfg->weight_decay, (double)FLT_TRUE_MIN,
+                  (double)FLT_MAX);
         return NULL;
     }
     if (cfg->overlap != 0 && cfg->overlap != 1) {
@@ -615,12 +639,15 @@ int bmt_optim_step(bmt_optim_t *o, bmt_step_info_t *info, bmt_error_t *err)
         const int64_t step = o->step + 1;
         double lr =
             o->cfg.schedule ? o->cfg.schedule(o->cfg.schedule_user, step, o->cfg.lr) : o->cfg.lr;
-        /* Nothing has moved yet: a bad learning rate fails the call unchanged. */
-        if (!(isfinite(lr) && lr >= 0))
+        /* Nothing has moved yet: a bad learning rate fails the call unchanged
+         * (one past f32's range would be inf in the update: NaN parameters). */
+        if (!(isfinite(lr) && lr >= 0 && lr_decay_fits(lr, o->cfg.weight_decay)))
             return errprintf(err,
                              "rank %d: bmt_optim_step: the learning-rate schedule gave %g for "
-                             "step %lld; it must give a finite number >= 0",
-                             ctx->rank, lr, (long long)step);
+                             "step %lld; it must give a finite number >= 0 that f32, which "
+                             "AdamW computes in, holds: at most %g, and so must lr x "
+                             "weight_decay (%g) be",
+                             ctx->rank, lr, (long long)step, (double)FLT_MAX, o->cfg.weight_decay);
         if (same_settings(o, lr, err) < 0)
             return -1;
         o->skipped_run = 0;

@@ -33,7 +33,8 @@ typedef struct bmt_optim bmt_optim_t;
 
 /* Learning rate of step (1-based: the steps taken, skipped ones not counted)
  * given the base rate. NULL: constant. */
-/* Must return a finite number >= 0 (anything else fails the step unchanged). */
+/* Must return a finite number >= 0 that f32 holds, with its product with
+ * weight_decay (AdamW computes in f32; anything else fails the step unchanged). */
 typedef double (*bmt_lr_schedule_fn)(void *user, int64_t step, double base_lr);
 
 typedef struct bmt_adamw_config {
@@ -117,7 +118,10 @@ typedef struct bmt_step_info {
  * more blocks). Destroy it before the list (a step after the list is gone is
  * refused). A list has one optimizer at a time: a second while the first
  * lives is refused (destroy the first). lr, eps, weight_decay and clip_norm
- * must be finite, overlap 0 or 1. Every rank must give the same settings:
+ * must be finite, overlap 0 or 1; and since AdamW computes in f32, eps must
+ * not round to 0 there (at least 1.4e-45) and lr, eps, weight_decay and
+ * lr x weight_decay must be at most FLT_MAX (3.4e38). Every rank must give
+ * the same settings:
  * the first step that updates compares them (and the schedule's learning
  * rate) over the world and fails on every rank, naming the first that
  * differs, if they do not agree. Refused when two blocks' optimizer files

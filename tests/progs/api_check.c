@@ -25,8 +25,12 @@
  *   - a 300-character parameter name in an error: whole, not cut at 200;
  *   - the engine's misuse (optimizer): a step after its list was destroyed
  *     (it read freed memory and returned 0); a schedule giving a negative or
- *     NaN learning rate (used as given), then a good one: the step counter
- *     unmoved; lr, eps or weight_decay inf and overlap 5 refused at create;
+ *     NaN learning rate (used as given), or one past f32's range, then a
+ *     good one: the step counter unmoved; lr, eps or weight_decay inf, values
+ *     finite in double but not in the f32 update (eps 1e-50 or 1e39, lr or
+ *     weight_decay 1e39, their product past 3.4e38: every parameter with a
+ *     zero gradient became NaN in a step that returned 0) and overlap 5
+ *     refused at create;
  *   - bmt_block_add_param with a NaN or inf init value, a negative standard
  *     deviation, an inverted uniform range or unknown flags: refused; and an
  *     init whose values pass what the dtype holds (a constant 1e39 in f32,
@@ -416,10 +420,10 @@ static void engine_misuse(bmt_ctx_t *ctx)
     o = bmt_adamw_create(l, &c, &err);
     if (o == NULL)
         die("bmt_adamw_create", &err);
-    const double bad[2] = { -0.02, NAN };
+    const double bad[3] = { -0.02, NAN, 1e39 }; /* 1e39: inf in the f32 update */
     if (bmt_blocklist_forward(l, &err) < 0 || bmt_blocklist_backward(l, true, &err) < 0)
         die("forward and backward", &err);
-    for (int i = 0; i < 2; i++) { /* a failed step leaves the backward's gradients waiting */
+    for (int i = 0; i < 3; i++) { /* a failed step leaves the backward's gradients waiting */
         sched_value = bad[i];
         char what[96];
         snprintf(what, sizeof(what), "a schedule giving lr %g: the step refused", bad[i]);
@@ -443,6 +447,31 @@ static void engine_misuse(bmt_ctx_t *ctx)
         snprintf(what, sizeof(what), "bmt_adamw_create with %s inf: refused", inf_fields[i].what);
         o = bmt_adamw_create(l, &c, &err);
         ok(o == NULL && strstr(err.text, "finite"), what, &err);
+        bmt_optim_destroy(o);
+        c = keep;
+    }
+    /* finite in double but not in the f32 update: an eps of 0 or an lr of inf
+     * made every parameter with a zero gradient NaN, and the step returned 0 */
+    const struct {
+        const char *what;
+        double *field;
+        double v;
+    } f32_fields[] = { { "eps", &c.eps, 1e-50 },
+                       { "eps", &c.eps, 1e39 },
+                       { "lr", &c.lr, 1e39 },
+                       { "weight_decay", &c.weight_decay, 1e39 },
+                       { "lr x weight_decay", &c.lr, 1e37 } };
+    for (size_t i = 0; i < sizeof(f32_fields) / sizeof(f32_fields[0]); i++) {
+        bmt_adamw_config_t keep = c;
+        *f32_fields[i].field = f32_fields[i].v;
+        if (i == 4)
+            c.weight_decay = 100;
+        char what[96], want[64];
+        snprintf(what, sizeof(what), "bmt_adamw_create with %s %g (f32 cannot hold it): refused",
+                 f32_fields[i].what, f32_fields[i].v);
+        snprintf(want, sizeof(want), "%s is out of f32's range", f32_fields[i].what);
+        o = bmt_adamw_create(l, &c, &err);
+        ok(o == NULL && strstr(err.text, want), what, &err);
         bmt_optim_destroy(o);
         c = keep;
     }
