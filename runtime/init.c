@@ -392,7 +392,7 @@ int bmt_finalize(bmt_ctx_t *ctx)
          * finalizing frees: leave everything as it is, so that they can still
          * be destroyed (and bmt_finalize called again then). */
         fprintf(stderr,
-                "bmt: rank %d: bmt_finalize with %d block list(s) and %d optimizer(s) not "
+                "bmt: rank %d: bmt_finalize: %d block list(s) and %d optimizer(s) not "
                 "destroyed: destroy them first; nothing was finalized\n",
                 ctx->rank, ctx->live_lists, ctx->live_optims);
         return -1;
