@@ -1056,6 +1056,11 @@ static int train(const trainer_model_t *md, const opts_t *o)
         char dir[4200], *user = NULL;
         saved_batch_t sb;
         int r = bmt_ckpt_resolve(o->save_dir, dir, sizeof(dir), &err), done = 0;
+        if (r < 0) { /* named as bmt_ckpt_load names its errors (docs/checkpoints.md, Load) */
+            const bmt_error_t cause = err;
+            snprintf(err.text, sizeof(err.text), "rank %d: loading %.600s: %.1400s", rank,
+                     o->save_dir, cause.text);
+        }
         if (r < 0 || (r == 0 && (bmt_ckpt_load(md->list(m), opt, dir, &user, &err) < 0 ||
                                  (done = resume_state(md, o, dir, user, train_ld, &sb, &err)) < 0 ||
                                  keep_batch(o, &sb, world, &accum, &err) < 0 ||

@@ -168,7 +168,7 @@ test_expect_success "--keep 2 keeps the newest two; a leftover .tmp- of a crashe
     test "$(cat K/latest)" = step-00000008 && ! test -e K/.tmp-step-00000004
 '
 
-test_expect_success "a checkpoint that does not fit, or is damaged, is refused with the file and tensor named" '
+test_expect_success "a checkpoint that does not fit, or is damaged, is refused with the file and tensor named (a --resume names what it loads)" '
     cp -r $TMP/A/step-00000005 good &&
     mkdir -p S1 && cp -r good S1/x && echo x >S1/latest &&
     { run bad -n 1 -- $GPT2 --data $DATA --steps 6 --embd 32 --save-dir S1 --resume; rc=$?; } &&
@@ -182,7 +182,8 @@ test_expect_success "a checkpoint that does not fit, or is damaged, is refused w
     test $rc -ne 0 && grep -q "transformer.h.1.optim.safetensors" bad.err &&
     mkdir -p S4 && echo step-00000099 >S4/latest &&
     { run bad -n 1 -- $GPT2 --data $DATA --steps 6 --save-dir S4 --resume; rc=$?; } &&
-    test $rc -ne 0 && grep -q "S4/latest names S4/step-00000099, which has no train_state.json" bad.err
+    test $rc -ne 0 &&
+    grep -qx "0: gpt2: rank 0: loading S4: S4/latest names S4/step-00000099, which has no train_state.json" bad.err
 '
 
 test_expect_success "--resume with no checkpoint yet starts at step 1" '

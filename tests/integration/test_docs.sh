@@ -2,9 +2,12 @@
 # The documents against the code, so that they cannot drift apart unnoticed:
 # docs/env.md lists every BMT_ variable of `bmlaunch --help-env` with the same
 # default and meaning; the man page documents every option of `bmlaunch --help`
-# (and no other) and renders without warnings; the plan quoted in the user guide
-# is what --plan prints; the example program of docs/runtime.md builds and prints
-# what the page shows; README.md and docs/*.md name only paths that exist; the
+# (and no other) and renders without warnings; the option tables of
+# docs/gpt2.md, docs/llama.md and docs/generate.md hold the options of their
+# programs' --help, and no other, with the same numeric defaults; the plan
+# quoted in the user guide is what --plan prints; the example program of
+# docs/runtime.md builds and prints what the page shows; README.md and
+# docs/*.md name only paths that exist; the
 # packages docs/building.md lists are scripts/deps.sh's; the demo command that
 # README.md and docs/building.md quote is the one `make demo` runs (and `make
 # demo-llama`'s in docs/building.md and docs/llama.md); README's GPU
@@ -83,6 +86,76 @@ if command -v man >/dev/null 2>&1; then
 else
     echo "# skipped: man is not installed, docs/bmlaunch.1 was not rendered (apt-get install man-db groff-base)"
 fi
+
+test_expect_success "gpt2, llama and generate: every option of --help is in the page's table and the reverse, with the same numeric defaults" '
+    for p in gpt2 llama generate; do $BUILDDIR/bin/$p --help >$p.help || exit 1; done &&
+    /usr/bin/python3 - "$SRC" <<-PY
+	import re, sys
+	src = sys.argv[1]
+	def opts(text):
+	    return set(re.findall(r"--[a-z][a-z0-9-]*", text))
+	def table(page, start, end):
+	    # the options of the first column of the table between two headings, and
+	    # the default column of the rows that name one option
+	    t = open(src + "/docs/" + page).read()
+	    t = t[t.index(start):]
+	    t = t[:t.index(end)]
+	    names, defaults = set(), {}
+	    for line in t.splitlines():
+	        if not line.startswith("| \`"):
+	            continue
+	        cells = line.split(" | ")
+	        o = opts(cells[0])
+	        names |= o
+	        if len(o) == 1 and len(cells) > 2:
+	            defaults[o.pop()] = cells[1]
+	    return names, defaults
+	def help_defaults(text):
+	    # each option and the N of its "(default N" in --help
+	    d, cur = {}, None
+	    for line in text.splitlines():
+	        m = re.match(r"\s+(?:-\w, )?(--[a-z0-9-]+)", line)
+	        if m:
+	            cur = m.group(1)
+	        m = re.search(r"default:? ([0-9][0-9.e-]*)", line)
+	        if m and cur and cur not in d:
+	            d[cur] = m.group(1)
+	    return d
+	gpt2, gd = table("gpt2.md", "## Options", "## Output")
+	llama, ld = table("llama.md", "The model comes from a preset", "### HF")
+	gen, nd = table("generate.md", "## Options", "## Reading the model")
+	gpt2_page = open(src + "/docs/gpt2.md").read()
+	bad = []
+	# gpt2: the table, and the size and data options the page describes in its text
+	h = opts(open("gpt2.help").read())
+	bad += ["gpt2 --help prints %s, which docs/gpt2.md does not describe" % o
+	        for o in sorted(h) if o not in gpt2 and "\`" + o not in gpt2_page]
+	bad += ["the table of docs/gpt2.md has %s, which gpt2 --help does not print" % o
+	        for o in sorted(gpt2 - h)]
+	# llama: its own table, and the trainer options in the table of gpt2.md
+	h = opts(open("llama.help").read())
+	bad += ["llama --help prints %s, in neither the table of docs/llama.md nor docs/gpt2.md" % o
+	        for o in sorted(h) if o not in llama | gpt2 and "\`" + o not in gpt2_page]
+	bad += ["the table of docs/llama.md has %s, which llama --help does not print" % o
+	        for o in sorted(llama - h)]
+	# generate: the table (its options: what begins a line of --help, which also
+	# names the trainers --save-dir); --no-cache and --dump-logits are for the
+	# tests, in the text
+	h = set(re.findall(r"^ +(?:-\w, )?(--[a-z][a-z0-9-]*)", open("generate.help").read(), re.M))
+	bad += ["generate --help prints %s, which the table of docs/generate.md does not have" % o
+	        for o in sorted(h - gen)]
+	bad += ["the table of docs/generate.md has %s, which generate --help does not print" % o
+	        for o in sorted(gen - h)]
+	for prog, page, doc in (("gpt2", "gpt2.md", gd), ("generate", "generate.md", nd)):
+	    for o, v in sorted(help_defaults(open(prog + ".help").read()).items()):
+	        cell = doc.get(o, "")
+	        m = re.match(r"[0-9][0-9.e-]*", cell)
+	        if o in doc and (m is None or float(m.group(0)) != float(v)):
+	            bad.append("%s --help says %s defaults to %s, docs/%s: %r" % (prog, o, v, page, cell))
+	print("\n".join(bad))
+	sys.exit(1 if bad else 0)
+	PY
+'
 
 test_expect_success "the 20x50 plan in docs/user-guide.md is what --plan prints" '
     quoted_after "$SRC/docs/user-guide.md" "build/bin/bmlaunch --groups 20 --gpus-per-group 50 --gpus-per-node 8 --plan" >quoted &&
