@@ -190,7 +190,7 @@ test_expect_success "a bad --metrics-sd-file is refused with the reason, exit 2,
         { with_timeout 30 $BMLAUNCH --metrics-port $(free_port) --metrics-sd-file "$path" -n 2 -- \
             touch ran >out 2>err; rc=$?; } &&
         test $rc -eq 2 && grep -q -- "$msg" err && test ! -e ran &&
-        ! grep -q "metrics on http" err || { echo "$path: exit $rc"; cat err; false; }
+        ! grep -q "metrics on http" err || { echo "$path: exit $rc"; cat err; exit 1; }
     done &&
     { $BMLAUNCH --metrics-port 0 --metrics-sd-file t.json -n 1 -- touch ran 2>err; rc=$?; } &&
     test $rc -eq 2 && grep -q "metrics-port 0 turns the collector off" err && test ! -e ran && test ! -e t.json

@@ -212,7 +212,7 @@ test_expect_success "--sbatch: durations are plain decimals the job's bmlaunch t
     # the bmlaunch line itself, run here: it parses and the ranks get the timeout
     sed -n "s/^exec //p" d.sbatch >line && test $(wc -l <line) = 1 &&
     with_timeout 60 bash line >out 2>err &&
-    awk -F= "/^0: BMT_TIMEOUT=/ { found = 1; exit \$2 != 1000000 } END { exit !found }" out
+    awk -F= "/^0: BMT_TIMEOUT=/ { found = 1; t = \$2 } END { exit !(found && t == 1000000) }" out
 '
 
 # The batch script run here by bash (outside an allocation its bmlaunch runs the

@@ -162,7 +162,7 @@ for layout in 1x1 1x2 2x1 2x2; do
             with_timeout 60 \$BMLAUNCH --metrics-port 0 -g $g -n $n --timeout 30 -- \$PROGS/tied_check \
                 --zero \$z --prefetch \$pf --ckpt \$ck >out 2>err || { cat out err; exit 1; }
             grep -q '^0: tied_check: all checks passed on $((g * n)) ranks' out || { cat out; exit 1; }
-            ! grep -q FAIL out
+            ! grep -q FAIL out || { cat out; exit 1; }
         done; done; done &&
         with_timeout 60 \$BMLAUNCH --metrics-port 0 -g $g -n $n --timeout 30 -- \$PROGS/tied_check \
             --accum 3 >out 2>err || { cat out err; exit 1; }

@@ -88,7 +88,7 @@ test_expect_success "generate runs every case (greedy, sampled, dumped logits) a
     echo "$CASES" | while read -r name model prompt args; do
         [ -n "$name" ] || continue
         $GEN $M/$model --prompt-ids $prompt $args >$C/$name.ids 2>err || { cat err; exit 1; }
-        test ! -s err && test $(wc -l <$C/$name.ids) -eq 1
+        test ! -s err && test $(wc -l <$C/$name.ids) -eq 1 || { echo "$name"; cat err; exit 1; }
     done &&
     {
         for m in $MODELS; do

@@ -42,7 +42,7 @@ test_expect_success "make install PREFIX=... installs every part" '
     test -f prefix/lib/pkgconfig/bmt.pc &&
     test -f prefix/share/bmt/templates/bmt.sbatch &&
     for f in bmt-alerts.yml bmt-alerts.test.yml grafana-bmt.json; do
-        cmp "$SRC/monitoring/$f" prefix/share/bmt/monitoring/$f
+        cmp "$SRC/monitoring/$f" prefix/share/bmt/monitoring/$f || exit 1
     done &&
     test -f prefix/share/man/man1/bmlaunch.1 &&
     test -f prefix/include/bmt/plugin.h && test -f prefix/include/bmt/monitor.h &&
