@@ -21,7 +21,7 @@ test_expect_success "fails twice, then succeeds: --max-restarts 2 exits 0 after 
     test $(grep -c "^bmlaunch: restart" err) -eq 2 &&
     grep -q "^bmlaunch: restart 1 of 2 after rank 1 (pid [0-9]* on .*) exited with code 1\$" err &&
     grep -q "^bmlaunch: restart 2 of 2 after rank 1 (pid [0-9]* on .*) exited with code 1\$" err &&
-    for r in 0 1 2; do test "$(runs_of $r out)" = "0 1 2" || { echo "rank $r saw $(runs_of $r out)"; false; }; done &&
+    for r in 0 1 2; do test "$(runs_of $r out)" = "0 1 2" || { echo "rank $r saw $(runs_of $r out)"; exit 1; }; done &&
     grep -q "^bmlaunch: all 3 ranks exited 0 after" err &&
     grep -q "^bmlaunch: 2 restarts made (--max-restarts 2)\$" err &&
     ! grep -q "job failed" err && no_survivors pids
@@ -32,7 +32,7 @@ test_expect_success "the same job with --max-restarts 1: exit 1 after one restar
     { $BMLAUNCH -n 3 --max-restarts 1 -- $PROGS/behave --rank 1 fail-until 2 >out 2>err; rc=$?; } &&
     test $rc -eq 1 &&
     test $(grep -c "^bmlaunch: restart" err) -eq 1 && grep -q "^bmlaunch: restart 1 of 1 after rank 1" err &&
-    for r in 0 1 2; do test "$(runs_of $r out)" = "0 1"; done &&
+    for r in 0 1 2; do test "$(runs_of $r out)" = "0 1" || exit 1; done &&
     grep -q "^bmlaunch: job failed: rank 1 (pid [0-9]* on .*) exited with code 1\$" err &&
     grep -q "^    1: rank 1: failing at restart 1 (until 2)\$" err &&
     ! grep -q "^    1: rank 1: failing at restart 0" err &&
@@ -146,7 +146,7 @@ test_expect_success "bad --max-restarts values exit 2 and start nothing" '
     for v in -1 1001 x "" 1.5 " 3" +3 99999999999; do
         { $BMLAUNCH --max-restarts "$v" -- $PROGS/behave env >out 2>err; rc=$?; } &&
         test $rc -eq 2 && grep -qF -- "--max-restarts needs a count from 0 to 1000, got '"'"'$v'"'"'" err &&
-        grep -q "Try '"'"'bmlaunch --help'"'"'" err && test ! -s out || { echo "value [$v]"; cat err; false; }
+        grep -q "Try '"'"'bmlaunch --help'"'"'" err && test ! -s out || { echo "value [$v]"; cat err; exit 1; }
     done &&
     { $BMLAUNCH --max-restarts >out 2>err; rc=$?; } && test $rc -eq 2 && grep -q -- "--max-restarts needs a value" err &&
     test -z "$(ls pids)"
@@ -235,7 +235,7 @@ test_expect_success "Slurm mode (a stand-in srun): one srun per run, BMT_RESTART
     export SLURM_JOB_ID=4242 SLURM_JOB_NUM_NODES=1 SLURM_TASKS_PER_NODE=3 SLURM_JOB_CPUS_PER_NODE=3 &&
     PATH=$PWD:$PATH $BMLAUNCH --metrics-port 0 -n 3 --max-restarts 2 -- $PROGS/behave --rank 2 fail-until 2 >out 2>err &&
     test "$(cat sruns)" = "$(printf "srun BMT_RESTART=%s\n" 0 1 2)" &&
-    for r in 0 1 2; do test "$(runs_of $r out)" = "0 1 2"; done &&
+    for r in 0 1 2; do test "$(runs_of $r out)" = "0 1 2" || exit 1; done &&
     grep -q "^bmlaunch: restart 1 of 2 after rank 2 (on [^)]*) exited with code 1\$" err &&
     grep -q "^bmlaunch: restart 2 of 2 after rank 2 (on [^)]*) exited with code 1\$" err &&
     grep -q "^bmlaunch: 2 restarts made (--max-restarts 2)\$" err &&

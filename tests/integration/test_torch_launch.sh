@@ -40,7 +40,7 @@ test_expect_success "the environment of a rank is torchrun's (RANK, LOCAL_WORLD_
     for v in RANK=2 WORLD_SIZE=4 LOCAL_RANK=2 LOCAL_WORLD_SIZE=4 GROUP_RANK=0 NODE_RANK=0 \
         GROUP_WORLD_SIZE=1 ROLE_RANK=2 ROLE_WORLD_SIZE=4 ROLE_NAME=default MASTER_ADDR=127.0.0.1 \
         TORCHELASTIC_RESTART_COUNT=0 TORCHELASTIC_MAX_RESTARTS=0; do
-        grep -qx "2: $v" env.out || { echo "rank 2 lacks $v"; false; }
+        grep -qx "2: $v" env.out || { echo "rank 2 lacks $v"; exit 1; }
     done &&
     grep -qx "2: TORCHELASTIC_RUN_ID=$(sed -n "s/^2: BMT_JOB_ID=//p" env.out)" env.out &&
     ! grep -q "TORCHELASTIC_USE_AGENT_STORE\|OMP_NUM_THREADS" env.out &&
@@ -74,7 +74,7 @@ test_expect_success "--max-restarts 1: rank 1 fails once, every rank starts agai
     grep -q "^bmlaunch: restart 1 of 1 after rank 1 (pid [0-9]* on .*) exited with code 1\$" err &&
     for r in 0 1 2 3; do
         test "$(torch_line $r out | sed "s/.*; restart \([0-9]*\);.*/\1/" | tr "\n" " ")" = "0 1 " ||
-            { echo "rank $r:"; torch_line $r out; false; }
+            { echo "rank $r:"; torch_line $r out; exit 1; }
     done &&
     test $(grep -o "restart [01]; master .*" out | sort -u | wc -l) -eq 2 &&
     grep -q "^bmlaunch: 1 restart made (--max-restarts 1)\$" err && ! grep -q "job failed" err

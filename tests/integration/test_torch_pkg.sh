@@ -612,7 +612,7 @@ test_expect_success "SIGUSR1 to one rank: every rank saves at the same step, a c
     test "$(grep -c "^[0-3]: train.py: rank [0-3]: saved step $n in ck/step-$(printf %08d $n)$" job.out)" -eq 4 &&
     test "$(cat ck/latest)" = "step-$(printf %08d $n)" && test -s ck/step-$(printf %08d $n)/state.pt &&
     grep -qE "^0: step +$n/1000 " job.out && ! grep -qE "^0: step +$((n + 1))/" job.out &&
-    $PY - "$n" <<-EOF
+    $PY - "$n" <<-EOF &&
 	import json, sys
 	n = int(sys.argv[1])
 	s = json.load(open("status.json"))

@@ -33,7 +33,7 @@ test_expect_success "each task gets the same BMT_ variables as a local rank" '
     with_timeout 60 salloc -N1 -n4 $BMLAUNCH -g 2 -n 2 -- $PROGS/behave env >slurm.env 2>err &&
     $BMLAUNCH -g 2 -n 2 -- $PROGS/behave env >local.env &&
     for v in BMT_RANK BMT_GROUP BMT_GROUP_RANK BMT_LOCAL_RANK BMT_NODE BMT_GROUPS BMT_GPUS_PER_GROUP BMT_WORLD_SIZE; do
-        test "$(grep ": $v=" slurm.env | sort)" = "$(grep ": $v=" local.env | sort)" || { echo "$v differs"; false; }
+        test "$(grep ": $v=" slurm.env | sort)" = "$(grep ": $v=" local.env | sort)" || { echo "$v differs"; exit 1; }
     done &&
     grep -q "^0: BMT_JOB_ID=slurm\\." slurm.env
 '
@@ -49,7 +49,7 @@ test_expect_success "every line arrives whole and alone, as locally: 1022-70000 
         for s in out err; do
             grep "^$r: " local.$s >l && grep "^$r: " slurm.$s >s &&
             test $(wc -l <l) -ge 190 && cmp l s ||
-                { echo "rank $r std$s differs:"; diff l s | cut -c1-100 | head -20; false; }
+                { echo "rank $r std$s differs:"; diff l s | cut -c1-100 | head -20; exit 1; }
         done
     done &&
     grep -qx "0: 0 out tail without newline" slurm.out &&
@@ -300,7 +300,7 @@ test_expect_success "--max-restarts 2 under srun: two failed runs, then every ra
     with_timeout 120 salloc -N1 -n3 $BMLAUNCH -n 3 --max-restarts 2 -- $PROGS/behave --rank 1 fail-until 2 >out 2>err &&
     test $(grep -c "^bmlaunch: restart" err) -eq 2 &&
     grep -q "^bmlaunch: restart 2 of 2 after rank 1 (on $NODE) exited with code 1\$" err &&
-    for r in 0 1 2; do test "$(runs_of $r out)" = "0 1 2" || { echo "rank $r saw $(runs_of $r out)"; false; }; done &&
+    for r in 0 1 2; do test "$(runs_of $r out)" = "0 1 2" || { echo "rank $r saw $(runs_of $r out)"; exit 1; }; done &&
     grep -q "^bmlaunch: 2 restarts made (--max-restarts 2)\$" err &&
     ! grep -q "job failed" err && sleep 1 && no_survivors pids
 '
@@ -309,7 +309,7 @@ test_expect_success "--max-restarts 1 under srun: the second failure ends the jo
     mkdir pids && export BEHAVE_PIDDIR=$PWD/pids &&
     { with_timeout 120 salloc -N1 -n3 $BMLAUNCH -n 3 --max-restarts 1 -- $PROGS/behave --rank 1 fail-until 2 >out 2>err; rc=$?; } &&
     test $rc -eq 1 && test $(grep -c "^bmlaunch: restart" err) -eq 1 &&
-    for r in 0 1 2; do test "$(runs_of $r out)" = "0 1"; done &&
+    for r in 0 1 2; do test "$(runs_of $r out)" = "0 1" || exit 1; done &&
     grep -q "^bmlaunch: job failed: rank 1 (on $NODE) exited with code 1\$" err &&
     grep -q "^bmlaunch: 1 restart made (--max-restarts 1); none left\$" err &&
     sleep 1 && no_survivors pids
@@ -431,7 +431,7 @@ assert sorted({r[\"host\"] for r in s[\"ranks\"]}) == [\"node1\", \"node2\"], s[
             for v in RANK=$r LOCAL_RANK=$((r % 2)) GROUP_RANK=$((r / 2)) NODE_RANK=$((r / 2)) \
                 WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 GROUP_WORLD_SIZE=2 MASTER_ADDR=$addr \
                 TORCHELASTIC_RESTART_COUNT=0 TORCHELASTIC_RUN_ID=$(sed -n "s/^0: BMT_JOB_ID=//p" out); do
-                grep -qx "$r: $v" out || { echo "rank $r lacks $v"; grep "^$r: " out; false; }
+                grep -qx "$r: $v" out || { echo "rank $r lacks $v"; grep "^$r: " out; exit 1; }
             done
         done &&
         test $(grep -o "MASTER_PORT=[0-9]*\$" out | sort -u | wc -l) -eq 1 &&
@@ -462,7 +462,7 @@ assert sorted({r[\"host\"] for r in s[\"ranks\"]}) == [\"node1\", \"node2\"], s[
         for run in 0 1; do
             test $(grep -c "^[0-3]: run $run of 1 port [0-9]*\$" out) -eq 4 &&
             test $(grep "^[0-3]: run $run of 1 port" out | sed "s/.* port //" | sort -u | wc -l) -eq 1 ||
-                { echo "run $run:"; grep "run $run" out; false; }
+                { echo "run $run:"; grep "run $run" out; exit 1; }
         done &&
         test "$(grep "run 0 of" out | sed "s/.* port //" | sort -u)" != "$(grep "run 1 of" out | sed "s/.* port //" | sort -u)"
     '
