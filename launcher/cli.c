@@ -255,13 +255,7 @@ void cli_env_help(FILE *out)
 static int parse_seconds(const char *text, const char *what, bool allow_zero, double *out,
                          bmt_error_t *err)
 {
-    size_t whole = strspn(text, "0123456789"), frac = 0;
-    const char *p = text + whole;
-    if (*p == '.') {
-        frac = strspn(p + 1, "0123456789");
-        p += 1 + frac;
-    }
-    bool plain = whole + frac > 0 && *p == '\0';
+    bool plain = env_plain_decimal(text);
     double d = plain ? strtod(text, NULL) : -1;
     if (!plain || (!allow_zero && d == 0) || d > 1e7)
         return errprintf(err,

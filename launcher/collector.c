@@ -669,23 +669,22 @@ static void scalar_add(collector_t *c, int r, const metrics_scalar_t *x)
     for (int k = 0; k < SLOTS; k++)
         if (mine[k].step == x->step)
             had = &mine[k];
-    for (int k = c->nvhist - 1; k >= 0 && k >= c->nvhist - SLOTS; k--)
-        if (c->vhist[k].step == x->step) { /* a recent point */
-            if (had)                       /* the rank's again, from a process that replaced it */
-                c->vhist[k].sum += x->value - had->value;
-            else /* another rank's */
-                c->vhist[k].sum += x->value, c->vhist[k].n++;
-            break;
-        }
-    if (had) {
+    struct vpoint *pt = NULL; /* the recent point of that step, if any */
+    for (int k = c->nvhist - 1; k >= 0 && k >= c->nvhist - SLOTS && pt == NULL; k--)
+        if (c->vhist[k].step == x->step)
+            pt = &c->vhist[k];
+    if (had) { /* the rank's again, from a process that replaced it */
+        if (pt)
+            pt->sum += x->value - had->value;
         had->value = x->value;
         return;
     }
     mine[c->vnext[r]] = (struct vgiven){ x->step, x->value };
     c->vnext[r] = (c->vnext[r] + 1) % SLOTS;
-    for (int k = c->nvhist - 1; k >= 0 && k >= c->nvhist - SLOTS; k--)
-        if (c->vhist[k].step == x->step)
-            return; /* added to it above */
+    if (pt) { /* another rank's value of it */
+        pt->sum += x->value, pt->n++;
+        return;
+    }
     if (c->nvhist == HISTORY) {
         memmove(c->vhist, c->vhist + 1, (HISTORY - 1) * sizeof(c->vhist[0]));
         c->nvhist--;

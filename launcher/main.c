@@ -403,19 +403,26 @@ static void announce_restart(job_t *job, collector_t *coll, int restart, int max
  * the time limit, say, forwarded to a run that then failed, or come between
  * runs): the new run's ranks get it too, once they are ready for it, from
  * bmt_init (BMT_PENDING_SIGNALS). Say so. */
+static const char *pending_names(unsigned p)
+{
+    const bool u1 = p & 1u << SIGUSR1, u2 = p & 1u << SIGUSR2;
+    return u1 && u2 ? "USR1,USR2" : u1 ? "USR1" : u2 ? "USR2" : NULL;
+}
+
 static void pending_say(job_t *job, int restart)
 {
-    unsigned p = job_user_signals(job);
-    if (restart == 0 || !(p & (1u << SIGUSR1 | 1u << SIGUSR2)))
+    const char *names = pending_names(job_user_signals(job));
+    if (names == NULL)
         return;
+    const bool both = strchr(names, ',') != NULL;
     fprintf(stderr,
             "bmlaunch: restart %d: %s came before this run; its ranks get %s at bmt_init "
             "(BMT_PENDING_SIGNALS)\n",
             restart,
-            (p & 1u << SIGUSR1) && (p & 1u << SIGUSR2) ? "SIGUSR1 and SIGUSR2"
-            : p & 1u << SIGUSR1                        ? "SIGUSR1"
-                                                       : "SIGUSR2",
-            (p & 1u << SIGUSR1) && (p & 1u << SIGUSR2) ? "them" : "it");
+            both              ? "SIGUSR1 and SIGUSR2"
+            : names[3] == '1' ? "SIGUSR1"
+                              : "SIGUSR2",
+            both ? "them" : "it");
 }
 
 /* --metrics-linger: serve a while after the job, so a last scrape sees the end.
@@ -521,11 +528,8 @@ static char **rank_env(const launch_opts_t *o, const bmt_layout_t *l, int rank, 
     ADD("BMT_JOB_ID=%s", job_id);
     ADD("BMT_DEVICE=%s", o->device);
     ADD("BMT_RESTART=%d", restart);
-    if (pending & (1u << SIGUSR1 | 1u << SIGUSR2)) /* they came before this run */
-        ADD("BMT_PENDING_SIGNALS=%s", (pending & 1u << SIGUSR1) && (pending & 1u << SIGUSR2)
-                                          ? "USR1,USR2"
-                                      : pending & 1u << SIGUSR1 ? "USR1"
-                                                                : "USR2");
+    if (pending_names(pending)) /* they came before this run (none before the first) */
+        ADD("BMT_PENDING_SIGNALS=%s", pending_names(pending));
     if (o->backend)
         ADD("BMT_BACKEND=%s", o->backend);
     if (o->timeout_s > 0) { /* exactly the value given (%g would round 1234567) */
@@ -800,8 +804,7 @@ static int run_slurm(const launch_opts_t *o, const slurm_alloc_t *a)
         te.restart = restart;
         te.master_port = torchenv_port_for(a->job_id, (long)getpid(), restart);
         pending_say(job, restart);
-        char **env =
-            rank_env(o, &l, -1, job_id, restart, restart ? job_user_signals(job) : 0, &me, &te);
+        char **env = rank_env(o, &l, -1, job_id, restart, job_user_signals(job), &me, &te);
         int rc = env ? job_spawn_driver(job, srun, argv, env, &err)
                      : errprintf(&err, "out of memory for the environment of srun");
         env_free(env);
@@ -837,7 +840,7 @@ static int start_ranks(job_t *job, pmix_host_t *srv, const launch_opts_t *o, con
     int rc = envs ? 0 : errprintf(err, "out of memory for %d environments", l->world);
     for (int r = 0; r < l->world && rc == 0; r++) {
         *failed_rank = r;
-        envs[r] = rank_env(o, l, r, job_id, restart, restart ? job_user_signals(job) : 0, me, te);
+        envs[r] = rank_env(o, l, r, job_id, restart, job_user_signals(job), me, te);
         if (envs[r] == NULL)
             rc = errprintf(err, "out of memory building the environment of rank %d", r);
         else
