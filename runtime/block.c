@@ -542,6 +542,31 @@ int bmt_block_release(bmt_block_t *b, bmt_error_t *err)
 
 /* ------------------------------------------------------------ loading shards */
 
+/* bmt_block_load's source: the caller's, then every value it wrote checked
+ * finite. A parameter never holds nan or inf on purpose: a file that does is
+ * corrupt or comes from a run that diverged, and training from it would skip
+ * steps or spread NaN (checkpoint loads check their own, naming the file). */
+typedef struct finite_src {
+    bmt_block_source_fn fn;
+    void *user;
+} finite_src_t;
+
+static int finite_read(void *user, const bmt_block_t *b, int param, int64_t first, int64_t count,
+                       void *dst, bmt_dtype_t dtype, bmt_error_t *err)
+{
+    const finite_src_t *s = user;
+    if (s->fn(s->user, b, param, first, count, dst, dtype, err) < 0)
+        return -1;
+    const int64_t bad = dtype_first_nonfinite(dst, dtype, (size_t)count);
+    if (bad >= 0)
+        return errprintf(err,
+                         "element %lld is %s: parameters must be finite, so nothing of this block "
+                         "was loaded (the source holds a non-finite value: a corrupt file or one "
+                         "saved from a run that diverged)",
+                         (long long)(first + bad), dtype_nonfinite_name(dst, dtype, (size_t)bad));
+    return 0;
+}
+
 int bmt_block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bmt_error_t *err)
 {
     if (b == NULL || fn == NULL)
@@ -551,7 +576,8 @@ int bmt_block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bmt_error
                          "rank %d: block %.900s: load parameters before bmt_adamw_create and the "
                          "first forward",
                          b->ctx->rank, b->name);
-    return block_load(b, fn, user, false, err);
+    finite_src_t src = { fn, user };
+    return block_load(b, finite_read, &src, false, err);
 }
 
 int block_load(bmt_block_t *b, bmt_block_source_fn fn, void *user, bool direct, bmt_error_t *err)

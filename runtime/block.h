@@ -100,6 +100,12 @@ static inline bool block_in_shard(const struct param *p, const struct dgroup *d,
     return *lo < *hi;
 }
 
+/* The first of n values of dtype t at p that is not finite (nan, +-inf): its
+ * index, or -1 (dtype.c; checkpoints' save and load, bmt_block_load). */
+int64_t dtype_first_nonfinite(const void *p, bmt_dtype_t t, size_t n);
+/* "nan", "inf" or "-inf": what element i of p (dtype t) holds. */
+const char *dtype_nonfinite_name(const void *p, bmt_dtype_t t, size_t i);
+
 /* Bytes of n elements of t. */
 static inline size_t dsize(bmt_dtype_t t, size_t n) { return n * bmt_dtype_size(t); }
 

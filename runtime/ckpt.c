@@ -455,46 +455,6 @@ static void sweep_stale(const char *dir, bool restore)
     closedir(d);
 }
 
-/* The first of n values of dtype t at p that is not finite (nan, +-inf): its
- * index, or -1. Exponent bits all ones, so no float arithmetic is needed. */
-static int64_t first_nonfinite(const void *p, bmt_dtype_t t, size_t n)
-{
-    if (t == BMT_F32) {
-        const uint32_t *v = p;
-        for (size_t i = 0; i < n; i++)
-            if ((v[i] & 0x7f800000u) == 0x7f800000u)
-                return (int64_t)i;
-    } else if (t == BMT_BF16) {
-        const uint16_t *v = p;
-        for (size_t i = 0; i < n; i++)
-            if ((v[i] & 0x7f80u) == 0x7f80u)
-                return (int64_t)i;
-    } else if (t == BMT_F64) {
-        const uint64_t *v = p;
-        for (size_t i = 0; i < n; i++)
-            if ((v[i] & 0x7ff0000000000000ull) == 0x7ff0000000000000ull)
-                return (int64_t)i;
-    }
-    return -1;
-}
-
-/* "nan", "inf" or "-inf": what element i of p (dtype t) holds. */
-static const char *nonfinite_name(const void *p, bmt_dtype_t t, size_t i)
-{
-    bool nan, neg;
-    if (t == BMT_F32) {
-        uint32_t v = ((const uint32_t *)p)[i];
-        nan = (v & 0x007fffffu) != 0, neg = v >> 31;
-    } else if (t == BMT_BF16) {
-        uint16_t v = ((const uint16_t *)p)[i];
-        nan = (v & 0x007fu) != 0, neg = v >> 15;
-    } else {
-        uint64_t v = ((const uint64_t *)p)[i];
-        nan = (v & 0x000fffffffffffffull) != 0, neg = v >> 63;
-    }
-    return nan ? "nan" : neg ? "-inf" : "inf";
-}
-
 static void *keep_buf(bmt_ckpt_pending_t *p, size_t bytes)
 {
     if (p->nbufs == p->capbufs) {
@@ -637,15 +597,16 @@ static int stage_shards(bmt_ckpt_pending_t *p, const bmt_block_t *b, bmt_error_t
                 /* Never commit a non-finite value: what is checked here is
                  * exactly what the writer writes. */
                 const bmt_dtype_t vt = ft->kind == T_PARAM ? d->dtype : BMT_F32;
-                int64_t bad = first_nonfinite(piece, vt, hi - lo);
+                int64_t bad = dtype_first_nonfinite(piece, vt, hi - lo);
                 if (bad >= 0) {
-                    rc = errprintf(err,
-                                   "rank %d: tensor '%s' holds %s at element %lld: a checkpoint "
-                                   "never holds a non-finite value, so nothing is saved (the "
-                                   "run has diverged or its state is damaged; resume from the "
-                                   "last checkpoint with a lower learning rate)",
-                                   ctx->rank, ft->name, nonfinite_name(piece, vt, (size_t)bad),
-                                   (long long)(lo - pa->offset) + (long long)bad);
+                    rc =
+                        errprintf(err,
+                                  "rank %d: tensor '%s' holds %s at element %lld: a checkpoint "
+                                  "never holds a non-finite value, so nothing is saved (the "
+                                  "run has diverged or its state is damaged; resume from the "
+                                  "last checkpoint with a lower learning rate)",
+                                  ctx->rank, ft->name, dtype_nonfinite_name(piece, vt, (size_t)bad),
+                                  (long long)(lo - pa->offset) + (long long)bad);
                     break;
                 }
                 if (add_op(p, file[f], at, piece, (hi - lo) * sz) < 0)
@@ -1511,7 +1472,7 @@ struct src {
 static int refuse_nonfinite(const bmt_st_t *st, int tensor, int64_t first, const void *v,
                             bmt_dtype_t t, int64_t count, bmt_error_t *err)
 {
-    int64_t bad = first_nonfinite(v, t, (size_t)count);
+    int64_t bad = dtype_first_nonfinite(v, t, (size_t)count);
     if (bad < 0)
         return 0;
     const bmt_st_tensor_t *ti = bmt_st_tensor(st, tensor);
@@ -1519,7 +1480,7 @@ static int refuse_nonfinite(const bmt_st_t *st, int tensor, int64_t first, const
     return errprintf(err,
                      "%s: tensor '%s' holds %s at element %lld: a checkpoint with non-finite "
                      "values is refused (resume from an earlier one)",
-                     file ? file + 1 : ti->file, ti->name, nonfinite_name(v, t, (size_t)bad),
+                     file ? file + 1 : ti->file, ti->name, dtype_nonfinite_name(v, t, (size_t)bad),
                      (long long)(first + bad));
 }
 
@@ -1870,10 +1831,10 @@ static int verify_finite(bmt_st_t *st, int i, const char *file, bmt_error_t *err
     for (int64_t at = 0; at < t->numel && rc == 0; at += chunk) {
         int64_t n = t->numel - at < chunk ? t->numel - at : chunk;
         rc = bmt_st_read(st, i, at, n, buf, as, err);
-        int64_t bad = rc == 0 ? first_nonfinite(buf, as, (size_t)n) : -1;
+        int64_t bad = rc == 0 ? dtype_first_nonfinite(buf, as, (size_t)n) : -1;
         if (bad >= 0)
             rc = errprintf(err, "%s: tensor '%s' holds %s at element %lld", file, t->name,
-                           nonfinite_name(buf, as, (size_t)bad), (long long)(at + bad));
+                           dtype_nonfinite_name(buf, as, (size_t)bad), (long long)(at + bad));
     }
     free(buf);
     return rc;

@@ -141,8 +141,10 @@ typedef int (*bmt_block_source_fn)(void *user, const bmt_block_t *block, int par
  * safetensors file): fn is called once for each parameter that overlaps this
  * rank's shard, with just that part, so a rank reads only its own bytes and
  * stages O(shard) host memory. Local (no collective). All or nothing: if any
- * call fails, no shard changes. Errors: not built, gathered, or the list has
- * an optimizer or has run (load before bmt_adamw_create). */
+ * call fails, no shard changes. Every value the source writes must be finite:
+ * a nan or an infinity fails the load, naming the parameter and the element.
+ * Errors: not built, gathered, or the list has an optimizer or has run (load
+ * before bmt_adamw_create). */
 BMT_API int bmt_block_load(bmt_block_t *block, bmt_block_source_fn fn, void *user,
                            bmt_error_t *err);
 

@@ -364,7 +364,7 @@ for layout in 1x1 1x3 2x2; do
     test_expect_success "documented API promises ${g}x${n} (shm): splits, argument errors, refusals after a run (api_promises)" "
         with_timeout 60 \"\$BMLAUNCH\" --metrics-port 0 -g $g -n $n -- \"\$PROGS/api_promises\" >out 2>err ||
             { cat out err; false; } &&
-        test \$(grep -c '^[0-9]*: api_promises: 11 passed, 0 failed\$' out) -eq $((g * n))
+        test \$(grep -c '^[0-9]*: api_promises: 12 passed, 0 failed\$' out) -eq $((g * n))
     "
 done
 

@@ -142,6 +142,26 @@ test_expect_success "a file that does not fit the model is refused, naming the f
     test $rc -ne 0 && grep -q "missing.safetensors has no tensor .transformer.ln_f.bias. (nor .ln_f.bias.)" out
 '
 
+test_expect_success "--init-from a file holding a nan or an inf is refused, naming the tensor and element (exit 1, nothing trained)" '
+    $PY - <<-EOF &&
+	import sys; sys.path.insert(0, "$SRC/tests/tools")
+	import gpt2_oracle as o, numpy as np
+	t = o.read_safetensors("$TMP/model.safetensors")
+	t["h.1.attn.c_proj.weight"] = t["h.1.attn.c_proj.weight"].copy(); t["h.1.attn.c_proj.weight"].flat[37] = np.nan
+	o.write_safetensors("nan.safetensors", t)
+	t = o.read_safetensors("$TMP/model.safetensors")
+	t["ln_f.bias"] = t["ln_f.bias"].copy(); t["ln_f.bias"][5] = -np.inf
+	o.write_safetensors("inf.safetensors", t)
+	EOF
+    for f in "nan:transformer.h.1.attn.c_proj.weight: element 37 is nan" "inf:transformer.ln_f.bias: element 5 is -inf"; do
+        rc=0
+        with_timeout 60 $BMLAUNCH --metrics-port 0 -g 1 -n 2 -- $GPT2 --init-from ${f%%:*}.safetensors \
+            --heads 4 --data $TMP/data.bin -b 2 -t 16 --steps 1 >out 2>&1 || rc=$?
+        test $rc -ne 0 && grep -q "loading ${f#*:}: parameters must be finite" out &&
+            ! grep -q "step  *1/1 | loss" out || { echo "$f: exit $rc"; cat out; exit 1; }
+    done
+'
+
 test_expect_success "bad arguments exit 2 with what is wrong" '
     for args in "--steps x" "--steps 0" "--model d99" "--zero 1" "--heads 5 --embd 64" "--seq 300" \
                 "--lr -1" "--bogus" "--prepare x" "--gemm-tune 33" "--gemm-tune -1" \

@@ -95,6 +95,16 @@ static int source(void *user, const bmt_block_t *b, int p, int64_t first, int64_
     return 0;
 }
 
+/* source, with the first value of each call a nan (user NULL) or -inf */
+static int bad_source(void *user, const bmt_block_t *b, int p, int64_t first, int64_t count,
+                      void *dst, bmt_dtype_t dtype, bmt_error_t *e)
+{
+    source(user, b, p, first, count, dst, dtype, e);
+    if (count > 0)
+        ((float *)dst)[0] = user ? -INFINITY : NAN;
+    return 0;
+}
+
 static void check_data(bmt_ctx_t *ctx)
 {
     bmt_error_t err;
@@ -154,6 +164,30 @@ static void check_data(bmt_ctx_t *ctx)
         check(false, "a block list of one block, loaded before it runs", err.text);
         return;
     }
+    /* A source that writes a non-finite value fails the load, naming the
+     * parameter and the element, and the shards keep the values they had. */
+    bool named = true;
+    for (int k = 0; k < 2; k++) {
+        bmt_error_t e2 = { 0 };
+        long long at = -1;
+        char what[8] = "";
+        const char *m = NULL;
+        named = named && bmt_block_load(blk, bad_source, k ? (void *)1 : NULL, &e2) < 0 &&
+                (m = strstr(e2.text, "loading a.w: element ")) != NULL &&
+                sscanf(m, "loading a.w: element %lld is %7[-a-z]:", &at, what) == 2 && at >= 0 &&
+                at < 40 && strcmp(what, k ? "-inf" : "nan") == 0 &&
+                strstr(m, ": parameters must be finite") != NULL;
+        if (!named)
+            fprintf(stderr, "api_promises: load %d: %s\n", k, e2.text);
+    }
+    bool kept = bmt_block_gather(blk, &err) == 0;
+    for (int i = 0; kept && i < 40; i++)
+        kept = ((const float *)bmt_block_param(blk, 0))[i] == 7.0f;
+    kept = bmt_block_release(blk, &err) == 0 && kept;
+    check(named && kept,
+          "bmt_block_load refuses a nan or an inf from its source, naming the parameter and "
+          "element, and changes no shard",
+          NULL);
     bmt_adamw_config_t oc = BMT_ADAMW_CONFIG_INITIALIZER;
     oc.master_only = 3;
     bool bad_mo = bmt_adamw_create(list, &oc, &err) == NULL;
