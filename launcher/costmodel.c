@@ -1452,12 +1452,22 @@ int costmodel_print_text(FILE *out, const costmodel_in_t *in, const costmodel_ca
                 least = cand[i].r.mem.peak;
                 small = &cand[i];
             }
+        /* what is left to try: only the levers this plan has not pulled */
+        char more[160] = "more GPUs per group";
+        if (!in->ckpt)
+            strcat(more, ", checkpointing (--ckpt 1)");
+        else if (in->ckpt_budget > 0)
+            strcat(more, ", a smaller --ckpt-budget");
+        if (in->micro_batch > 1)
+            strcat(more, ", a smaller micro-batch");
+        char *last = strrchr(more, ',');
         fprintf(out,
                 "  recommendation: no layout of %d GPUs fits in %.1f GiB; the smallest peak is "
-                "%d x %d's %.1f GiB:\n    more GPUs per group, checkpointing, or a smaller "
-                "micro-batch\n",
+                "%d x %d's %.1f GiB:\n    %.*s%s%s\n",
                 yours->r.layout.world, yours->r.mem.usable / GIB, small->r.layout.groups,
-                small->r.layout.gpus_per_group, least / GIB);
+                small->r.layout.gpus_per_group, least / GIB,
+                last ? (int)(last - more) : (int)strlen(more), more, last ? " or" : "",
+                last ? last + 1 : "");
         return ferror(out) ? -1 : 0;
     }
     const costmodel_candidate_t *best = &cand[rec];

@@ -852,6 +852,35 @@ static void check_text(void)
            strstr(buf, "DOES NOT FIT"),
        "text: nothing fits, said so");
     free(buf);
+    /* ...and what to try names only the levers not yet pulled */
+    const struct {
+        int ckpt, micro;
+        double budget;
+        const char *want;
+    } tries[] = {
+        { 0, 2, -1,
+          "\n    more GPUs per group, checkpointing (--ckpt 1) or a smaller micro-batch\n" },
+        { 1, 2, -1, "\n    more GPUs per group or a smaller micro-batch\n" },
+        { 1, 1, -1, "\n    more GPUs per group\n" },
+        { 1, 1, 1e9, "\n    more GPUs per group or a smaller --ckpt-budget\n" },
+        { 0, 1, -1, "\n    more GPUs per group or checkpointing (--ckpt 1)\n" },
+    };
+    for (size_t k = 0; k < sizeof(tries) / sizeof(tries[0]); k++) {
+        in = defaults("llama3-405b");
+        in.ckpt = tries[k].ckpt;
+        in.micro_batch = tries[k].micro;
+        in.ckpt_budget = tries[k].budget;
+        l = layout(1, 8, 8);
+        n = costmodel_rank(&l, &in, c, COSTMODEL_CANDIDATES, NULL);
+        buf = print(&in, c, n);
+        ok(buf && strstr(buf, tries[k].want),
+           "text: nothing fits at ckpt %d, micro-batch %d, budget %.0f: the advice is '%.*s'",
+           tries[k].ckpt, tries[k].micro, tries[k].budget, (int)strlen(tries[k].want) - 6,
+           tries[k].want + 5);
+        if (buf && !strstr(buf, tries[k].want))
+            printf("# %s", strstr(buf, "recommendation:") ? strstr(buf, "recommendation:") : buf);
+        free(buf);
+    }
 
     /* A count says its shape is assumed. */
     in = defaults("70B");
