@@ -24,7 +24,9 @@
  *     against the system's CAs.
  *   - PUTs the latest step as Prometheus text to a Pushgateway at
  *     BMT_PUSHGATEWAY_URL/metrics/job/bmt/job_id/<job>/rank/<rank> (replacing
- *     that rank's group), when that variable is set.
+ *     that rank's group), when that variable is set. A job id holding a '/'
+ *     goes as job_id@base64/<base64url of it> (the Pushgateway's encoding of
+ *     such label values: it refuses an escaped one with 400).
  * finalize sends what is left within job->flush_timeout_s and stops the thread.
  */
 #include <curl/curl.h>
@@ -383,6 +385,24 @@ static bool http_url(const char *u)
     return strncmp(u, "http://", 7) == 0 || strncmp(u, "https://", 8) == 0;
 }
 
+/* s as base64url (RFC 4648 section 5, with its padding) into out, which holds
+ * at least 4 ceil(strlen(s) / 3) + 1 bytes. */
+static void base64url(char *out, const char *s)
+{
+    static const char a[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    const unsigned char *u = (const unsigned char *)s;
+    size_t n = strlen(s), k = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        const unsigned v = (unsigned)u[i] << 16 | (i + 1 < n ? (unsigned)u[i + 1] << 8 : 0) |
+                           (i + 2 < n ? u[i + 2] : 0);
+        out[k++] = a[v >> 18 & 63];
+        out[k++] = a[v >> 12 & 63];
+        out[k++] = i + 1 < n ? a[v >> 6 & 63] : '=';
+        out[k++] = i + 2 < n ? a[v & 63] : '=';
+    }
+    out[k] = '\0';
+}
+
 static int push_init(const bmt_job_info_t *job, void **state, char *err, size_t len)
 {
     struct push *p = calloc(1, sizeof(*p));
@@ -455,12 +475,19 @@ static int push_init(const bmt_job_info_t *job, void **state, char *err, size_t 
     }
     if (gw && *gw) {
         p->gw = curl_easy_init();
-        char *job_esc = p->gw ? curl_easy_escape(p->gw, p->job, 0) : NULL;
-        size_t n = strlen(gw) + (job_esc ? strlen(job_esc) : 0) + 96;
-        p->gateway_url = job_esc ? malloc(n) : NULL;
+        /* a '/' in a label value, even escaped as %2F, is not one: the
+         * Pushgateway wants such a value as base64url, after "@base64" */
+        const bool b64 = strchr(p->job, '/') != NULL;
+        char job_b64[sizeof(p->job) / 3 * 4 + 8];
+        if (b64)
+            base64url(job_b64, p->job);
+        char *job_esc = p->gw && !b64 ? curl_easy_escape(p->gw, p->job, 0) : NULL;
+        const char *job_part = b64 ? job_b64 : job_esc;
+        size_t n = strlen(gw) + (job_part ? strlen(job_part) : 0) + 96;
+        p->gateway_url = job_part ? malloc(n) : NULL;
         if (p->gateway_url)
-            snprintf(p->gateway_url, n, "%s%smetrics/job/bmt/job_id/%s/rank/%d", gw,
-                     gw[strlen(gw) - 1] == '/' ? "" : "/", job_esc, p->rank);
+            snprintf(p->gateway_url, n, "%s%smetrics/job/bmt/job_id%s/%s/rank/%d", gw,
+                     gw[strlen(gw) - 1] == '/' ? "" : "/", b64 ? "@base64" : "", job_part, p->rank);
         curl_free(job_esc);
         if (p->gateway_url == NULL)
             return fail(p, err, len, "out of memory");
