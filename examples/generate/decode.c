@@ -41,9 +41,11 @@ enum {
 
 /* ------------------------------------------------------------ config.json */
 
-/* eos_token_id: an id, a list of ids, null or absent (then dflt, when >= 0). */
-static int eos_ids(const char *text, const char *file, int V, int dflt, gen_model_info_t *info,
-                   bmt_error_t *err)
+/* eos_token_id: an id, a list of ids, null or absent: then dflt, the default
+ * of the config class cls that from_pretrained builds (GPT2Config's 50256,
+ * LlamaConfig's and MistralConfig's 2), when it is a token of the vocabulary. */
+static int eos_ids(const char *text, const char *file, int V, int dflt, const char *cls,
+                   gen_model_info_t *info, bmt_error_t *err)
 {
     json_t *root = json_loads(text, 0, NULL); /* parsed and checked by the model's parser */
     const json_t *v = root ? json_object_get(root, "eos_token_id") : NULL;
@@ -51,10 +53,12 @@ static int eos_ids(const char *text, const char *file, int V, int dflt, gen_mode
     info->n_eos = 0;
     snprintf(info->eos_from, sizeof(info->eos_from), "config.json's eos_token_id");
     if (v == NULL) {
+        char why[48] = "";
+        if (dflt >= V)
+            snprintf(why, sizeof(why), "; %d is outside the vocabulary", dflt);
         snprintf(info->eos_from, sizeof(info->eos_from),
-                 "GPT2Config's default (config.json has no eos_token_id%s)",
-                 dflt < V ? "" : "; 50256 is outside the vocabulary");
-        if (dflt >= 0 && dflt < V)
+                 "%s's default (config.json has no eos_token_id%s)", cls, why);
+        if (dflt < V)
             info->eos[info->n_eos++] = dflt;
     } else if (json_is_integer(v) || json_is_array(v)) {
         size_t n = json_is_array(v) ? json_array_size(v) : 1;
@@ -118,7 +122,7 @@ int gen_model_info(const char *dir, gen_model_info_t *info, bmt_error_t *err)
                      c.n_head, c.n_embd, c.vocab_size, c.max_seq_len);
             /* GPT2Config's default is 50256 (<|endoftext|>), as from_pretrained
              * takes it; in a smaller vocabulary it is no token. */
-            rc = eos_ids(text, file, c.vocab_size, 50256, &in, err);
+            rc = eos_ids(text, file, c.vocab_size, 50256, "GPT2Config", &in, err);
         }
     } else if (rc == 0) {
         llama_config_t c;
@@ -130,9 +134,11 @@ int gen_model_info(const char *dir, gen_model_info_t *info, bmt_error_t *err)
                      "L %d, H %d, KV %d, hd %d, C %d, F %d, V %d, maxT %d, %s", c.n_layer, c.n_head,
                      c.n_kv_head, c.head_dim, c.n_embd, c.ffn, c.vocab_size, c.max_seq_len,
                      c.tied ? "tied" : "untied");
-            in.n_eos = c.n_eos < GEN_MAX_EOS ? c.n_eos : GEN_MAX_EOS;
-            memcpy(in.eos, c.eos_token_ids, (size_t)in.n_eos * sizeof(int));
-            snprintf(in.eos_from, sizeof(in.eos_from), "config.json's eos_token_id");
+            /* LlamaConfig and MistralConfig default to 2 as well: an absent
+             * eos_token_id is that, not none, in HF's generate() */
+            rc = eos_ids(text, file, c.vocab_size, 2,
+                         strcmp(in.model_type, "mistral") == 0 ? "MistralConfig" : "LlamaConfig",
+                         &in, err);
         }
     }
     /* generation_config.json, when there is one, decides the end of a
@@ -145,6 +151,12 @@ int gen_model_info(const char *dir, gen_model_info_t *info, bmt_error_t *err)
                  g.eos_given ? "'s eos_token_id"
                              : ", which has no eos_token_id (config.json's is not used)");
         snprintf(in.sampling, sizeof(in.sampling), "%s", g.sampling);
+        snprintf(in.sampling_from, sizeof(in.sampling_from), "%s", GEN_GENCFG_NAME);
+    } else if (rc == 0 && (rc = gen_gencfg_parse_model(text, file, in.n_eos, &g, err)) == 0) {
+        /* without the file, HF's generation config is made from config.json,
+         * its generation settings (a legacy repetition_penalty, ...) included */
+        snprintf(in.sampling, sizeof(in.sampling), "%s", g.sampling);
+        snprintf(in.sampling_from, sizeof(in.sampling_from), "config.json");
     }
     free(text);
     if (rc == 0)

@@ -41,12 +41,16 @@ typedef struct gen_model_info {
     char summary[160];   /* its sizes, for -v: "L 4, H 4, C 64, V 256, maxT 256" */
     int vocab_size;      /* V */
     int max_positions;   /* n_positions (GPT-2), max_position_embeddings (Llama) */
-    int n_eos;           /* end-of-sequence ids (eos_token_id: an id, a list or null) */
+    int n_eos;           /* end-of-sequence ids (eos_token_id: an id, a list or null;
+                            absent: the config class's default, 50256 or 2, if a token) */
     int eos[GEN_MAX_EOS];
-    char eos_from[96];  /* where they come from, for -v: "generation_config.json's
-                           eos_token_id", "config.json's eos_token_id", ... */
-    char sampling[160]; /* "" or generation_config.json's sampling settings, which
-                           generate does not apply (gen_gencfg_t), for -v */
+    char eos_from[96];      /* where they come from, for -v: "generation_config.json's
+                               eos_token_id", "config.json's eos_token_id", ... */
+    char sampling[160];     /* "" or the sampling settings of generation_config.json
+                               (config.json's when there is none), which generate does
+                               not apply (gen_gencfg_t), for -v */
+    char sampling_from[32]; /* the file they are in: "generation_config.json" or
+                               "config.json" */
 } gen_model_info_t;
 
 struct gen_decoder {
@@ -61,10 +65,14 @@ struct gen_decoder {
  * config.json describes it, through the trainers' parsers; GPT-2's also reads the safetensors
  * headers (its sizes must be the weights'). The end-of-sequence ids are
  * generation_config.json's when dir has one (gencfg.h: as transformers'
- * generate() takes them), else config.json's. Nothing is loaded. -1 and err
+ * generate() takes them), else config.json's, or, when it has no
+ * eos_token_id, its config class's default (GPT2Config's 50256,
+ * LlamaConfig's and MistralConfig's 2) if that is a token of the
+ * vocabulary, as from_pretrained builds it. Nothing is loaded. -1 and err
  * when config.json is missing or unreadable, its model_type is not one of
  * those above, it describes a model the decoders do not compute, or
- * generation_config.json is refused (gen_gencfg_read). */
+ * generation_config.json is refused (gen_gencfg_read), or, without one,
+ * config.json's generation settings are (gen_gencfg_parse_model). */
 int gen_model_info(const char *dir, gen_model_info_t *info, bmt_error_t *err);
 
 /* gen_model_info, and a cache of capacity positions checked against the

@@ -140,20 +140,13 @@ static int eos_ids(const json_t *v, const char *file, int vocab, gen_gencfg_t *g
     return 0;
 }
 
-int gen_gencfg_parse(const char *text, const char *file, int vocab, gen_gencfg_t *g,
-                     bmt_error_t *err)
+/* The sampling settings of root (an object) into t->sampling, and the
+ * settings that change HF's greedy tokens refused; n_eos: the end-of-sequence
+ * ids that apply (some settings act only with them). */
+static int settings(const json_t *root, const char *file, int n_eos, gen_gencfg_t *t,
+                    bmt_error_t *err)
 {
-    json_t *root = nn_hf_json_load(text, file, err);
-    if (root == NULL)
-        return -1;
-    gen_gencfg_t t;
-    memset(&t, 0, sizeof(t));
-    t.present = true;
-    int rc = json_is_object(root) ? 0
-                                  : nn_fail(err, "%s: malformed: a JSON object is needed, not %s",
-                                            file, nn_json_kind(root));
-    if (rc == 0)
-        rc = eos_ids(json_object_get(root, "eos_token_id"), file, vocab, &t, err);
+    int rc = 0;
     for (size_t i = 0; rc == 0 && i < sizeof(sampling) / sizeof(sampling[0]); i++) {
         const json_t *v = json_object_get(root, sampling[i].key);
         if (v == NULL || json_is_null(v))
@@ -168,8 +161,8 @@ int gen_gencfg_parse(const char *text, const char *file, int vocab, gen_gencfg_t
                                                                      : "a number or null",
                                   v);
         else {
-            const size_t at = strlen(t.sampling);
-            snprintf(t.sampling + at, sizeof(t.sampling) - at, "%s%s %s", at ? ", " : "",
+            const size_t at = strlen(t->sampling);
+            snprintf(t->sampling + at, sizeof(t->sampling) - at, "%s%s %s", at ? ", " : "",
                      sampling[i].key, nn_json_show(v).s);
         }
     }
@@ -180,13 +173,51 @@ int gen_gencfg_parse(const char *text, const char *file, int vocab, gen_gencfg_t
         const int on = active(v, changes[i].neutral, file, changes[i].key, err);
         if (on < 0)
             rc = -1;
-        else if (on && (!changes[i].with_eos || t.n_eos > 0))
+        else if (on && (!changes[i].with_eos || n_eos > 0))
             rc = nn_fail(err,
                          "%s: %s is %s: %s, which transformers' generate() applies and generate "
                          "does not (the tokens would differ); supported: %s",
                          file, changes[i].key, nn_json_show(v).s, changes[i].what,
                          neutral_text(changes[i].neutral));
     }
+    return rc;
+}
+
+int gen_gencfg_parse(const char *text, const char *file, int vocab, gen_gencfg_t *g,
+                     bmt_error_t *err)
+{
+    json_t *root = nn_hf_json_load(text, file, err);
+    if (root == NULL)
+        return -1;
+    gen_gencfg_t t;
+    memset(&t, 0, sizeof(t));
+    t.present = true;
+    int rc = json_is_object(root) ? 0
+                                  : nn_fail(err, "%s: malformed: a JSON object is needed, not %s",
+                                            file, nn_json_kind(root));
+    if (rc == 0)
+        rc = eos_ids(json_object_get(root, "eos_token_id"), file, vocab, &t, err);
+    if (rc == 0)
+        rc = settings(root, file, t.n_eos, &t, err);
+    json_decref(root);
+    if (rc == 0)
+        *g = t;
+    return rc;
+}
+
+int gen_gencfg_parse_model(const char *text, const char *file, int n_eos, gen_gencfg_t *g,
+                           bmt_error_t *err)
+{
+    json_t *root = nn_hf_json_load(text, file, err);
+    if (root == NULL)
+        return -1;
+    gen_gencfg_t t;
+    memset(&t, 0, sizeof(t));
+    int rc = json_is_object(root) ? 0
+                                  : nn_fail(err, "%s: malformed: a JSON object is needed, not %s",
+                                            file, nn_json_kind(root));
+    if (rc == 0)
+        rc = settings(root, file, n_eos, &t, err);
     json_decref(root);
     if (rc == 0)
         *g = t;

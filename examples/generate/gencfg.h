@@ -20,7 +20,10 @@
  * Everything else (max_length, pad_token_id, bos_token_id, ...) does not
  * change the tokens of one sequence whose length -n gives, and is not read.
  * HF falls back to config.json silently when the file is not valid JSON;
- * generate refuses it instead.
+ * generate refuses it instead. Without the file, HF makes the generation
+ * config from config.json, settings included (a legacy config.json's
+ * repetition_penalty applies), so the same settings are refused and
+ * reported there (gen_gencfg_parse_model).
  *
  * Layer: pure parsing (gen_gencfg_parse) and one read of the file, under
  * decode.c's gen_model_info; nothing of libbmt but its error type.
@@ -54,6 +57,17 @@ typedef struct gen_gencfg {
  * repetition_penalty is 1.1; supported: 1.0 or null (...)"). */
 int gen_gencfg_parse(const char *text, const char *file, int vocab, gen_gencfg_t *g,
                      bmt_error_t *err);
+
+/* The generation settings of a config.json (text, NUL-terminated; file: its
+ * path), which transformers makes the generation config from when the
+ * directory has no generation_config.json (GenerationConfig.from_model_config
+ * reads every key of the model config): the same settings refused and the
+ * same sampling settings reported as by gen_gencfg_parse; n_eos: how many
+ * end-of-sequence ids apply (config.json's, or its class's default), for the
+ * settings HF applies only with some. Pure. 0 and *g with present false and
+ * only sampling set, or -1 and err, *g untouched. */
+int gen_gencfg_parse_model(const char *text, const char *file, int n_eos, gen_gencfg_t *g,
+                           bmt_error_t *err);
 
 /* DIR/generation_config.json read (at most 1 MiB, a regular file: a FIFO or a
  * folder of that name is refused at once, never waited on) and parsed. No

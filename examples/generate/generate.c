@@ -151,10 +151,10 @@ static int32_t *parse_ids(const char *s, int *n)
 }
 
 /* dir, or, for a trainer's --save-dir (step directories and `latest` naming
- * the newest; docs/checkpoints.md), the step directory `latest` names. The
- * rule of bmt_ckpt_resolve, kept here: that lives in ckpt.o, which brings the
- * runtime's communicators (NCCL) into the generate-cuda mock, built without
- * CUDA's libraries. */
+ * the newest; docs/checkpoints.md), the step directory `latest` names, or
+ * .tmp-NAME~old when a crash left NAME there. The rule of bmt_ckpt_resolve,
+ * kept here: that lives in ckpt.o, which brings the runtime's communicators
+ * (NCCL) into the generate-cuda mock, built without CUDA's libraries. */
 static const char *model_dir(const char *dir, char *buf, size_t len)
 {
     char path[4096];
@@ -181,6 +181,17 @@ static const char *model_dir(const char *dir, char *buf, size_t len)
         die(1, "%s: '%s' is not the name of a step directory", path, name);
     if ((size_t)snprintf(buf, len, "%s/%s", dir, name) >= len)
         die(1, "%s: the path is too long", path);
+    if (stat(buf, &sb) == 0)
+        return buf;
+    /* A crash between the two renames of a re-saved name left its previous
+     * checkpoint aside, whole, where a load through latest reads it
+     * (docs/checkpoints.md, "Trust"). */
+    const int e = errno;
+    if ((size_t)snprintf(buf, len, "%s/.tmp-%s~old", dir, name) >= len || stat(buf, &sb) != 0)
+        die(1,
+            "%s names %s, which %s does not hold (%s): give a step directory, or write the name "
+            "of one into latest",
+            path, name, dir, strerror(e));
     return buf;
 }
 
@@ -313,8 +324,17 @@ int main(int argc, char **argv)
     int c;
     while ((c = getopt_long(argc, argv, ":n:vh", opts, NULL)) != -1) {
         switch (c) {
-        case OPT_PROMPT_IDS: ids_arg = optarg; break;
-        case OPT_PROMPT: text_arg = optarg; break;
+        /* a second prompt is refused, not taken for the first: which one was meant? */
+        case OPT_PROMPT_IDS:
+            if (ids_arg)
+                die(2, "--prompt-ids is given twice: give one prompt (its ids comma separated)");
+            ids_arg = optarg;
+            break;
+        case OPT_PROMPT:
+            if (text_arg)
+                die(2, "--prompt is given twice: give one prompt");
+            text_arg = optarg;
+            break;
         case 'n': n_new = (int)parse_int("-n", optarg, 1, MAX_TOKENS); break;
         case OPT_TEMP: smp.temperature = parse_temperature(optarg); break;
         case OPT_TOPK: smp.top_k = (int)parse_int("--top-k", optarg, 0, INT32_MAX); break;
@@ -465,9 +485,9 @@ int main(int argc, char **argv)
                 ignore_eos && d->info.n_eos ? " (not applied: --ignore-eos)" : "");
         if (d->info.sampling[0])
             fprintf(stderr,
-                    "generate: generation_config.json's sampling settings (%s) are not applied: "
-                    "generate's own flags decide (--temperature, --top-k; greedy without them)\n",
-                    d->info.sampling);
+                    "generate: %s's sampling settings (%s) are not applied: generate's own flags "
+                    "decide (--temperature, --top-k; greedy without them)\n",
+                    d->info.sampling_from, d->info.sampling);
     }
     gen_decoder_destroy(d);
     free(seq);

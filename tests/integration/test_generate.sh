@@ -14,7 +14,9 @@
 # stops, checkpoints of bin/llama and bin/gpt2 generate (and equal the
 # oracle), the CUDA decoder's host code on a CPU emulation of nn's CUDA layers
 # follows the oracle within bf16 bounds (tests/gpu/test_generate.sh runs it on
-# a GPU), and bad input is refused with one line and its exit code.
+# a GPU), end-of-sequence ids and generation settings are taken where
+# transformers takes them (generation_config.json, else config.json with its
+# class's defaults), and bad input is refused with one line and its exit code.
 . "$(dirname "$0")/lib.sh"
 
 PY=/usr/bin/python3
@@ -82,6 +84,15 @@ assert t == bytes(int(i) for i in ids) + b\"\\n\", (t, ids)" $C/ck-$t.ids out &&
 
 test_expect_success "a checkpoint directory with latest is read at its latest step" '
     $GEN $TMP/ck-llama --prompt "The devil " -n 20 >out && diff $C/ck-llama.ids out
+'
+
+test_expect_success "a --save-dir whose re-saved step a crash left aside as .tmp-NAME~old is read there, as the trainers load it (docs/checkpoints.md); a step latest names that is not there is named, exit 1" '
+    mkdir aside && cp -r $TMP/ck-llama/step-00000002 "aside/.tmp-step-00000002~old" &&
+    echo step-00000002 >aside/latest && $BUILDDIR/bin/llama --verify aside >/dev/null &&
+    $GEN aside --prompt "The devil " -n 20 >out && diff $C/ck-llama.ids out &&
+    echo step-00000009 >aside/latest && rc=0 && $GEN aside --prompt-ids 1 >out 2>err || rc=$? &&
+    cat err && test $rc -eq 1 && test ! -s out &&
+    test "$(cat err)" = "generate: aside/latest names step-00000009, which aside does not hold (No such file or directory): give a step directory, or write the name of one into latest"
 '
 
 test_expect_success "generate runs every case (greedy, sampled, dumped logits) and the oracle computes its own" '
@@ -283,6 +294,25 @@ test_expect_success "a generation_config.json without eos_token_id (or null) mea
     grep -qx "generate: end-of-sequence ids: none, from config.json.s eos_token_id" err
 '
 
+test_expect_success "a config.json without eos_token_id has its config class's default, as from_pretrained builds it: LlamaConfig's and MistralConfig's 2 ends the output there, GPT2Config's 50256 is none in a smaller vocabulary; -v names the default" '
+    $GEN $M/l1 --prompt-ids 3 -n 40 >full && cat full && grep -qw 2 full &&
+    cp -r $M/l1 lnoeos && cp -r $M/l1 mnoeos && cp -r $M/g1 gnoeos && $PY - <<-EOF &&
+	import json
+	for d in ("lnoeos", "mnoeos", "gnoeos"):
+	    c = json.load(open(d + "/config.json")); del c["eos_token_id"]
+	    if d == "mnoeos":
+	        c.update(model_type="mistral", architectures=["MistralForCausalLM"], sliding_window=None)
+	    json.dump(c, open(d + "/config.json", "w"))
+	EOF
+    for m in l:Llama m:Mistral; do
+        $GEN ${m%:*}noeos --prompt-ids 3 -n 40 -v >a 2>err && cat a err && stops_at a "$(cat full)" 2 &&
+        grep -qx "generate: end-of-sequence ids: 2, from ${m#*:}Config.s default (config.json has no eos_token_id)" err &&
+        $GEN ${m%:*}noeos --prompt-ids 3 -n 40 --ignore-eos >b && diff full b || { echo "$m"; exit 1; }
+    done &&
+    $GEN gnoeos --prompt-ids $P -n 24 -v >a 2>err && cat err && diff $C/g1.greedy.ids a &&
+    grep -qx "generate: end-of-sequence ids: none, from GPT2Config.s default (config.json has no eos_token_id; 50256 is outside the vocabulary)" err
+'
+
 test_expect_success "its sampling settings are not applied (greedy unless --temperature; our flags decide, and -v says so); neutral values of what would change HF's greedy tokens are accepted" '
     cp -r $M/l1 s &&
     gencfg s "{\"do_sample\": true, \"temperature\": 0.6, \"top_k\": 5, \"top_p\": 0.9, \"repetition_penalty\": 1.0, \"num_beams\": 1, \"no_repeat_ngram_size\": 0, \"suppress_tokens\": [], \"min_new_tokens\": 5, \"forced_eos_token_id\": null}" &&
@@ -334,6 +364,42 @@ test_expect_success "a generation_config.json that is malformed, has a wrong typ
         rc=0 && $mock bad --prompt-ids 1 --device cuda >out 2>err || rc=$? && cat err &&
         test $rc -eq 1 && grep -q "^generate: bad/generation_config.json: num_beams is 4: beam search" err
     fi
+'
+
+# cfgset DIR PYTHON: config.json of DIR changed by PYTHON (on the dict c).
+cfgset() {
+    $PY - "$1/config.json" "$2" <<-EOF
+	import json, sys
+	c = json.load(open(sys.argv[1])); exec(sys.argv[2]); json.dump(c, open(sys.argv[1], "w"))
+	EOF
+}
+export -f cfgset
+
+test_expect_success "without a generation_config.json, config.json's generation settings are the ones transformers applies (GenerationConfig.from_model_config): what would change HF's greedy tokens is refused there too, neutral values read, the sampling settings are named by -v; with the file they count for nothing" '
+    cp -r $M/l1 legacy && cp -r $M/g1 glegacy && bad=0 &&
+    while IFS="|" read -r dir set msg; do
+        [ -n "$dir" ] || continue
+        rm -rf c.$dir && cp -r $dir c.$dir && cfgset c.$dir "$set" &&
+        rc=0 && $GEN c.$dir --prompt-ids $P -n 3 >out 2>err || rc=$?
+        if [ $rc -ne 1 ] || [ -s out ] || [ "$(cat err)" != "generate: c.$dir/config.json: $msg" ]; then
+            echo "$dir $set: exit $rc (want 1), stdout $(wc -c <out) bytes, stderr:"; cat err
+            echo "want: generate: c.$dir/config.json: $msg"; bad=1
+        fi
+    done <<-EOF &&
+	legacy|c["repetition_penalty"] = 1.3|repetition_penalty is 1.3: a repetition penalty, which transformers'"'"' generate() applies and generate does not (the tokens would differ); supported: 1.0 or null
+	glegacy|c["no_repeat_ngram_size"] = 3|no_repeat_ngram_size is 3: a ban on repeated n-grams, which transformers'"'"' generate() applies and generate does not (the tokens would differ); supported: 0 or null
+	glegacy|c["num_beams"] = 4|num_beams is 4: beam search, which transformers'"'"' generate() applies and generate does not (the tokens would differ); supported: 1 or null
+	legacy|c["eos_token_id"] = 5; c["min_length"] = 30|min_length is 30: a minimum length: the end-of-sequence ids masked before it, which transformers'"'"' generate() applies and generate does not (the tokens would differ); supported: 0 or null
+	legacy|del c["eos_token_id"]; c["min_new_tokens"] = 30|min_new_tokens is 30: a minimum length: the end-of-sequence ids masked before it, which transformers'"'"' generate() applies and generate does not (the tokens would differ); supported: 0 or null
+	legacy|c["temperature"] = "hot"|malformed: "temperature" must be a number or null, not a string
+	EOF
+    test $bad -eq 0 &&
+    cfgset legacy "c.update(min_length=30, repetition_penalty=1.0, num_beams=1, do_sample=True, temperature=0.7, forced_eos_token_id=None)" &&
+    $GEN legacy --prompt-ids $P -n 24 -v >a 2>err && cat err && diff $C/l1.greedy.ids a &&
+    grep -qx "generate: config.json.s sampling settings (do_sample true, temperature 0.7) are not applied: generate.s own flags decide (--temperature, --top-k; greedy without them)" err &&
+    cfgset legacy "c.update(repetition_penalty=1.3, num_beams=4)" && test_must_fail $GEN legacy --prompt-ids $P -n 3 &&
+    gencfg legacy "{}" && $GEN legacy --prompt-ids $P -n 24 -v >b 2>err && cat err && diff $C/l1.greedy.ids b &&
+    ! grep -q "sampling settings" err
 '
 
 test_expect_success "on the trainers' checkpoints: greedy equals the oracle token for token, sampled logits within 1e-5" '
@@ -396,6 +462,8 @@ test_expect_success "bad input: one line on stderr, no ids, exit 2 (command line
 	2|no model directory (generate DIR --prompt-ids ...; --help)|
 	2|no prompt: give --prompt-ids or --prompt|$M/g1
 	2|--prompt-ids and --prompt: give one prompt|$M/g2 --prompt-ids 1 --prompt x
+	2|--prompt-ids is given twice: give one prompt (its ids comma separated)|$M/g1 --prompt-ids 1,2 --prompt-ids 3
+	2|--prompt is given twice: give one prompt|$M/g2 --prompt ab --prompt c
 	2|-n needs an integer from 1 to 16777216, not '"'"'abc'"'"'|$M/g1 --prompt-ids 1 -n abc
 	2|-n needs an integer from 1 to 16777216, not '"'"'0'"'"'|$M/g1 --prompt-ids 1 -n 0
 	2|--temperature needs a number >= 0, not '"'"'-1'"'"'|$M/g1 --prompt-ids 1 --temperature -1
@@ -443,7 +511,7 @@ test_expect_success "a FIFO named config.json or latest is refused at once (exit
     cat err && test $rc -eq 1 && grep -q "^generate: dircfg/config.json: not a regular file" err
 '
 
-test_expect_success "output that cannot be written (a full disk, a closed stdout) is exit 1 with one line, --help's too" '
+test_expect_success "output that cannot be written (a full disk, a closed stdout) is exit 1 with one line, --help's too; a pipe nobody reads kills it by SIGPIPE (exit 1 when SIGPIPE is ignored), never exit 0" '
     for how in ">/dev/full" ">&-"; do
         rc=0 && eval "$GEN $M/g1 --prompt-ids $P -n 5 $how" 2>err || rc=$? &&
         cat err && test $rc -eq 1 && test $(wc -l <err) -eq 1 && grep -q "^generate: stdout: " err &&
@@ -451,7 +519,18 @@ test_expect_success "output that cannot be written (a full disk, a closed stdout
         cat err && test $rc -eq 1 && test $(wc -l <err) -eq 1 && grep -q "^generate: stdout: " err ||
         exit 1
     done &&
-    $GEN --help >out && grep -q "^usage: generate DIR" out
+    $GEN --help >out && grep -q "^usage: generate DIR" out &&
+    for ign in 0 1; do # a pipe nobody reads: killed by SIGPIPE, or exit 1 when it is ignored
+        $PY - $ign $GEN $M/g1 --prompt-ids $P -n 5 <<-EOF || exit 1
+	import os, subprocess, sys
+	r, w = os.pipe()
+	os.close(r)  # before the start: the first write fails, whenever it comes
+	# restore_signals=False: the SIG_IGN of SIGPIPE that Python sets is inherited
+	p = subprocess.run(sys.argv[2:], stdout=w, stderr=subprocess.PIPE, restore_signals=sys.argv[1] == "0")
+	print(p.returncode, p.stderr)
+	assert (p.returncode, p.stderr) == ((-13, b"") if sys.argv[1] == "0" else (1, b"generate: stdout: Broken pipe\n"))
+	EOF
+    done
 '
 
 test_expect_success "a config.json as transformers 5 writes it (rope_parameters: rope_theta and Llama 3 scaling) gives the same ids and logits" '
