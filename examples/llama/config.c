@@ -11,6 +11,7 @@
  */
 #include "llama/config.h"
 
+#include <float.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -47,10 +48,19 @@ int llama_config_check(const llama_config_t *c, bmt_error_t *err)
     if (c->head_dim % 2 != 0)
         return nn_fail(err, "head_dim %d is odd; rotary positions rotate pairs of channels",
                        c->head_dim);
-    if (!(c->rms_eps > 0 && c->rms_eps < 1))
-        return nn_fail(err, "rms_norm_eps %g must be in (0, 1)", c->rms_eps);
-    if (!(c->rope_theta > 0 && isfinite(c->rope_theta)))
-        return nn_fail(err, "rope_theta %g must be a positive number", c->rope_theta);
+    /* Both reach the layers as float32 (nn_rmsnorm_forward's eps, nn_rope_freqs'
+     * inv_freq up to 1/theta): below FLT_MIN an eps is subnormal or 0 (a row of
+     * zeros then normalizes to 0 * inf = NaN) and a frequency may pass FLT_MAX. */
+    if (!(c->rms_eps >= FLT_MIN && c->rms_eps < 1))
+        return nn_fail(err,
+                       "rms_norm_eps %g must be in (0, 1) and at least %g (FLT_MIN: the "
+                       "layers take it in float32)",
+                       c->rms_eps, FLT_MIN);
+    if (!(c->rope_theta >= FLT_MIN && isfinite(c->rope_theta)))
+        return nn_fail(err,
+                       "rope_theta %g must be a positive number of at least %g (FLT_MIN: the "
+                       "frequencies, up to 1/rope_theta, are float32)",
+                       c->rope_theta, FLT_MIN);
     if (c->rope_llama3 &&
         !(c->rope_factor >= 1 && c->rope_low_freq_factor > 0 &&
           c->rope_high_freq_factor > c->rope_low_freq_factor && c->rope_original_max >= 1 &&

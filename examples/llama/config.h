@@ -55,8 +55,9 @@ typedef struct llama_config {
 } llama_config_t;
 
 /* Check the sizes and their relations (every size >= 1 and sane, n_head a
- * multiple of n_kv_head, head_dim even, eps and theta positive, the Llama 3
- * scaling's factors as HF requires). */
+ * multiple of n_kv_head, head_dim even, eps in (0, 1) and theta finite, both at
+ * least FLT_MIN, since the layers take them in float32, the Llama 3 scaling's
+ * factors as HF requires). */
 int llama_config_check(const llama_config_t *c, bmt_error_t *err);
 
 /* Parse config.json text (file names it in messages) into *cfg. */

@@ -18,11 +18,11 @@ CHECK=$PROGS/gpt2_ops_check
 D=$TMP/ops
 . "$(dirname "$0")/ops_lib.sh"
 
-test_expect_success "gen writes inputs and torch's results; gpt2_ops_check runs all 12 cases" '
+test_expect_success "gen writes inputs and torch's results; gpt2_ops_check runs all 14 cases" '
     with_timeout 60 $PY "$ORACLE" gen "$D" &&
-    test $(wc -l <"$D/in/cases.txt") -eq 12 &&
+    test $(wc -l <"$D/in/cases.txt") -eq 14 &&
     with_timeout 60 "$CHECK" "$D/in" "$D/out" >out &&
-    grep -q "^gpt2_ops_check: 12 cases written to $D/out\$" out
+    grep -q "^gpt2_ops_check: 14 cases written to $D/out\$" out
 '
 
 test_expect_success "encoder: out, dwte, dwpe (a token repeated)" 'compare_ops 5 encoder'
@@ -41,8 +41,8 @@ test_expect_success "gelu (tanh approximation): out, dinp, tails at +-12" 'compa
 show
 test_expect_success "residual: out, and in place (out = a, out = b)" 'compare_ops 3 residual'
 show
-test_expect_success "crossentropy: losses, probs, dlogits; ignored target, logits +1000, p = 0" '
-    compare_ops 4 crossentropy
+test_expect_success "crossentropy: losses, probs, dlogits; ignored target, logits +1000, p = 0; V 1 and 2, a row all ignored, logits -1e30 and +-1e4" '
+    compare_ops 12 crossentropy crossentropy_v1 crossentropy_v2
 '
 show
 

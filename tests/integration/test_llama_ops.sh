@@ -1,8 +1,9 @@
 #!/bin/bash
 # The Llama layers in plain C (nn/llama_ops_cpu.c), the reference of the CUDA
 # kernels, against PyTorch in float64: tests/tools/llama_ops_oracle.py gen writes
-# random inputs (fixed seed, odd shapes, GQA ratios 1, 2 and 4, RoPE with and
-# without Llama 3's scaling) and torch's results, $PROGS/llama_ops_check
+# random inputs (fixed seed, odd shapes, T 1 to 3000, head sizes 8 to 130, GQA
+# ratios 1, 2, 3, 4 and 8, rms_norm_eps 1e-12 to 1e-2, RoPE with and without
+# Llama 3's scaling, theta 10 to 1e9) and torch's results, $PROGS/llama_ops_check
 # (tests/progs/llama_ops_check.c) runs every op on them, and the oracle's compare
 # prints one TAP line per case and tensor with the max relative error against its
 # bound: 1e-5 forward, 1e-4 gradients; "+=" lines are backward runs into
@@ -20,29 +21,31 @@ CHECK=$PROGS/llama_ops_check
 D=$TMP/ops
 . "$(dirname "$0")/ops_lib.sh"
 
-test_expect_success "gen writes inputs and torch's results; llama_ops_check runs all 19 cases" '
+test_expect_success "gen writes inputs and torch's results; llama_ops_check runs all 28 cases" '
     with_timeout 120 $PY "$ORACLE" gen "$D" &&
-    test $(wc -l <"$D/in/cases.txt") -eq 19 &&
+    test $(wc -l <"$D/in/cases.txt") -eq 28 &&
     with_timeout 60 "$CHECK" "$D/in" "$D/out" >out &&
-    grep -q "^llama_ops_check: 19 cases written to $D/out\$" out
+    grep -q "^llama_ops_check: 28 cases written to $D/out\$" out
 '
 
-test_expect_success "rmsnorm: out, rstd, dinp, dweight; eps 1e-5 and 1e-6 (a row with mean(x^2) ~ eps)" '
-    compare_ops 12 rmsnorm rmsnorm_eps6
+test_expect_success "rmsnorm: out, rstd, dinp, dweight; eps 1e-5 and 1e-6 (a row with mean(x^2) ~ eps), 1e-12 (a row of zeros, rows of 1e-7 and 1e-20) and 1e-2" '
+    compare_ops 24 rmsnorm rmsnorm_eps6 rmsnorm_eps12 rmsnorm_eps2
 '
 show
-test_expect_success "rope_freqs: theta^(-2i/hd), and Llama 3 scaling with all three bands (hd 8, 16, 128)" '
-    compare_ops 4 freqs_hd8 freqs_hd8_llama3 freqs_hd16_llama3 freqs_hd128_llama3
+test_expect_success "rope_freqs: theta^(-2i/hd), and Llama 3 scaling with all three bands (hd 8, 16, 128; theta 10 at hd 24, 1e9 at hd 80)" '
+    compare_ops 6 freqs_hd8 freqs_hd8_llama3 freqs_hd16_llama3 freqs_hd128_llama3 \
+        freqs_hd24_theta10 freqs_hd80_theta1e9_llama3
 '
 show
-test_expect_success "rope (rotate_half): out, in place, dinp; hd 8, 16, 64; positions up to 2999" '
-    compare_ops 16 rope_hd8 rope_llama3 rope_long rope_hd64
+test_expect_success "rope (rotate_half): out, in place, dinp; hd 8, 16, 24, 64; positions up to 2999" '
+    compare_ops 20 rope_hd8 rope_llama3 rope_long rope_hd64 rope_hd24
 '
 show
 test_expect_success "swiglu: out, dgate, dup; gate at +-40" 'compare_ops 5 swiglu'
 show
-test_expect_success "attention: out, lse, dq, dk, dv; MHA, GQA 2 and 4, MQA at hd 64 and 96; scores near 1000" '
-    compare_ops 42 attn_mha attn_gqa2 attn_gqa4 attn_hd64 attn_hd96 attn_big
+test_expect_success "attention: out, lse, dq, dk, dv; MHA, GQA 2, 3, 4 and 8, MQA at hd 64 and 96; T 1 and 67; hd 24, 40, 130; scores near 1000" '
+    compare_ops 74 attn_mha attn_gqa2 attn_gqa4 attn_hd64 attn_hd96 attn_big \
+        attn_t1 attn_gqa3 attn_hd40 attn_hd130
 '
 show
 test_expect_success "matmul (nn.Linear, no bias): out, dinp, dweight, dinp NULL, past the tiles" '

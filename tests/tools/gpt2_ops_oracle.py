@@ -60,6 +60,10 @@ def cases():
     out.append(("gelu", "gelu", dict(N=677)))
     out.append(("residual", "residual", dict(N=677)))
     out.append(("crossentropy", "crossentropy", dict(B=B, T=T, V=V)))
+    # the smallest vocabularies: V = 1 (probability 1, loss and gradient 0) and
+    # V = 2 with a row whose targets are all ignored, logits at -1e30 and +-1e4
+    out.append(("crossentropy_v1", "crossentropy", dict(B=2, T=3, V=1)))
+    out.append(("crossentropy_v2", "crossentropy", dict(B=2, T=4, V=2)))
     return out
 
 
@@ -103,6 +107,20 @@ def gen_inputs(name, op, s, rng):
         return dict(inp=x.astype(np.float32), dout=f32(s["N"]))
     if op == "residual":
         return dict(a=f32(s["N"]), b=f32(s["N"]))
+    if op == "crossentropy" and name != "crossentropy":
+        B, T, V = s["B"], s["T"], s["V"]
+        logits = 3 * f32(B, T, V)
+        targets = rng.integers(0, V, (B, T)).astype(np.int32)
+        if V == 2:
+            targets[0] = -1  # a whole row ignored
+            logits[1, 0] = -1e30  # both: probabilities 1/2, loss log 2
+            logits[1, 1] = [1e4, -1e4]  # expf(1e4) overflows unless the maximum is
+            targets[1, 1] = 0  # subtracted; probabilities exactly 1 and 0, loss 0
+            logits[1, 2, 0] = -1e30  # probability 0 beside a finite logit, the target
+            targets[1, 2] = 1
+        count = int((targets >= 0).sum())
+        return dict(logits=logits.astype(np.float32), targets=targets,
+                    dloss=np.array([1.0 / count], dtype=np.float32))
     if op == "crossentropy":
         B, T, V = s["B"], s["T"], s["V"]
         logits = 3 * f32(B, T, V)

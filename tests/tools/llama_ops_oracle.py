@@ -9,7 +9,8 @@
 
 gen and compare are ops_oracle_common.py's (the files, the error measure, the
 "+=" lines of backward runs into prefilled buffers); here are the cases, with odd
-shapes (T 7 and 13, head sizes 8, 16, 64, 96, GQA ratios 1, 2, 4), their float32
+shapes (T 1, 7, 13 and 67, head sizes 8, 16, 24, 40, 64, 96, 130, GQA ratios 1,
+2, 3, 4 and 8, rms_norm_eps 1e-12 to 1e-2, rope_theta 10 to 1e9), their float32
 inputs and torch's results. The values of a case line are the shapes and constants.
 
 The reference is written here with plain torch ops, not with transformers: the
@@ -51,6 +52,10 @@ def cases():
     out.append(("rmsnorm", "rmsnorm", dict(N=14, C=24, eps=1e-5)))
     # one row of size ~1e-3, where mean(x^2) ~ eps = 1e-6 (eps must sit inside the sqrt)
     out.append(("rmsnorm_eps6", "rmsnorm", dict(N=13, C=72, eps=1e-6)))
+    # rms_norm_eps at both ends: 1e-12 with a row of zeros and rows of ~1e-7 and
+    # ~1e-20 (eps dominant, rstd ~1e6), N = 5 rows of C = 7; 1e-2 on rows of ~0.1
+    out.append(("rmsnorm_eps12", "rmsnorm", dict(N=5, C=7, eps=1e-12)))
+    out.append(("rmsnorm_eps2", "rmsnorm", dict(N=4, C=40, eps=1e-2)))
     # The llama3 scaling sorts the frequencies by wavelength 2 pi / inv_freq
     # against 8192 / 4 = 2048 and 8192 / 1 = 8192. With theta 500000 (Llama 3's)
     # the wavelengths at hd = 8 are 6.3, 167, 4443, 118140: two kept, one
@@ -61,6 +66,12 @@ def cases():
     out.append(("freqs_hd8_llama3", "rope_freqs", dict(hd=8, **LLAMA3)))
     out.append(("freqs_hd16_llama3", "rope_freqs", dict(hd=16, **LLAMA3)))
     out.append(("freqs_hd128_llama3", "rope_freqs", dict(hd=128, **LLAMA3)))  # Llama 3.1 8B
+    # rope_theta small and huge, head sizes that are no power of two: theta 10
+    # at hd 24 (inv_freq 1 .. 0.15), theta 1e9 at hd 80 with factor 32 (12
+    # kept, 2 interpolated, 26 divided)
+    out.append(("freqs_hd24_theta10", "rope_freqs", dict(hd=24, theta=10.0, scaled=0)))
+    out.append(("freqs_hd80_theta1e9_llama3", "rope_freqs",
+                dict(hd=80, **dict(LLAMA3, theta=1e9, factor=32))))
     # rope cases take inv_freq as an input (torch's, rounded to f32), so they
     # check the rotation alone
     out.append(("rope_hd8", "rope", dict(B=2, T=7, NH=3, hd=8, **PLAIN)))
@@ -70,6 +81,7 @@ def cases():
     # rad, so every band's rotation is far from the identity
     out.append(("rope_long", "rope", dict(B=1, T=3000, NH=1, hd=16, **LLAMA3)))
     out.append(("rope_hd64", "rope", dict(B=1, T=5, NH=2, hd=64, **LLAMA3)))
+    out.append(("rope_hd24", "rope", dict(B=3, T=5, NH=5, hd=24, theta=10.0, scaled=0)))
     out.append(("swiglu", "swiglu", dict(N=677)))
     out.append(("attn_mha", "attention", dict(B=2, T=7, NH=3, NKV=3, hd=8)))
     out.append(("attn_gqa2", "attention", dict(B=2, T=13, NH=4, NKV=2, hd=16)))
@@ -81,6 +93,14 @@ def cases():
     # scores near 1000: exp overflows even in double unless the row maximum is
     # subtracted (forward only: see FWD_ONLY)
     out.append(("attn_big", "attention", dict(B=1, T=13, NH=4, NKV=2, hd=16)))
+    # one token (T = 1: its own key alone, probability 1, dq = dk = 0); groups
+    # of 3 query heads (12 over 4, 9 over 3) with head sizes 24 and 40 and T 67
+    # (past 64) in 3 different rows; groups of 8 at hd 130 (two blocks of 64
+    # and a part of 2)
+    out.append(("attn_t1", "attention", dict(B=2, T=1, NH=4, NKV=2, hd=24)))
+    out.append(("attn_gqa3", "attention", dict(B=3, T=67, NH=12, NKV=4, hd=24)))
+    out.append(("attn_hd40", "attention", dict(B=2, T=13, NH=9, NKV=3, hd=40)))
+    out.append(("attn_hd130", "attention", dict(B=1, T=5, NH=16, NKV=2, hd=130)))
     out.append(("matmul", "matmul", dict(N=14, IC=24, OC=40)))
     # past the tiles of mm_rows (64 columns, 4 rows) and mm_dots (blocks of 64,
     # pairs of rows, 8 lanes), with partial tiles everywhere
@@ -128,6 +148,10 @@ def gen_inputs(name, op, s, rng):
         x = f32(s["N"], s["C"]) + 0.5
         if name == "rmsnorm_eps6":
             x[3] *= 1e-3
+        if name == "rmsnorm_eps12":
+            x[0], x[1], x[2] = 0.0, x[1] * 1e-7, x[2] * 1e-20
+        if name == "rmsnorm_eps2":
+            x *= 0.1
         return dict(inp=x.astype(np.float32), weight=(1 + 0.3 * f32(s["C"])).astype(np.float32),
                     dout=f32(s["N"], s["C"]))
     if op == "rope_freqs":

@@ -225,6 +225,12 @@ static void check_refused(void)
         { "{\"rms_norm_eps\":0}", "rms_norm_eps 0 must be in (0, 1)" },
         { "{\"rms_norm_eps\":\"1e-5\"}", "\"rms_norm_eps\" must be a number" },
         { "{\"rope_theta\":-1}", "rope_theta -1 must be a positive number" },
+        /* below FLT_MIN the float32 layers see an eps of 0 (a row of zeros:
+         * 0 * inf = NaN) or frequencies up to 1/theta past FLT_MAX (inf) */
+        { "{\"rms_norm_eps\":1e-50}",
+          "rms_norm_eps 1e-50 must be in (0, 1) and at least 1.17549e-38" },
+        { "{\"rope_theta\":1e-40}",
+          "rope_theta 1e-40 must be a positive number of at least 1.17549e-38" },
         { "{\"tie_word_embeddings\":1}", "\"tie_word_embeddings\" must be true or false" },
         { "{\"eos_token_id\":40000}", "eos_token_id 40000 is outside the vocabulary of 32000" },
         { "{\"bos_token_id\":[1,2]}", "\"bos_token_id\" must be an integer or null" },
@@ -264,6 +270,10 @@ static void check_refused(void)
             diag("rc %d: '%s', want '%s'", rc, err.text, bad[i].want);
     }
     llama_config_t c;
+    ok(llama_config_from_hf_json("{\"rms_norm_eps\":1.2e-38,\"rope_theta\":1.2e-38}", "x.json", &c,
+                                 NULL) == 0 &&
+           c.rms_eps == 1.2e-38 && c.rope_theta == 1.2e-38,
+       "rms_norm_eps and rope_theta just above FLT_MIN are taken");
     ok(llama_config_from_hf_json("{}", "x.json", &c, NULL) == 0 &&
            llama_config_from_hf_json("{\"hidden_act\":\"gelu\"}", "x.json", &c, NULL) == -1,
        "a NULL error pointer is allowed");
