@@ -107,7 +107,18 @@ static int bwd(void *model, const bmt_block_call_t *call, bmt_error_t *err)
         ((float *)call->grads[0])[0] += NAN;
     return 0;
 }
-static const bmt_block_ops_t ops = { nop, bwd };
+/* Forward: a NaN into element 5 of block 1's first parameter when plant_nan
+ * is set (one rank on the cpu: the parameter is the shard itself), as a
+ * corrupted shard; bmt_block_load refuses such a value from a source. */
+static int plant_nan;
+static int fwd(void *model, const bmt_block_call_t *call, bmt_error_t *err)
+{
+    (void)model, (void)err;
+    if (plant_nan && call->index == 1)
+        ((float *)call->params[0])[5] = NAN;
+    return 0;
+}
+static const bmt_block_ops_t ops = { fwd, bwd };
 
 /* Values for bmt_block_load: NaN at element 5 of parameter 0, else 0.5. */
 static int nan_source(void *user, const bmt_block_t *block, int param, int64_t first, int64_t count,
@@ -275,13 +286,24 @@ static void checkpoints(bmt_ctx_t *ctx)
     ok(r < 0 && strstr(err.text, "gathered") && first_value(l, 0) == 0.5f,
        "bmt_ckpt_load with block 1 gathered: -1, block 0 not loaded", &err);
 
-    /* a NaN in a parameter: the save is refused, and the directory it made
-     * first is gone again */
-    if (bmt_block_load(bmt_blocklist_block(l, 1), nan_source, NULL, &err) < 0)
-        die("bmt_block_load", &err);
+    /* a NaN from a load's source: refused, naming the parameter and element */
+    ok(bmt_block_load(bmt_blocklist_block(l, 1), nan_source, NULL, &err) < 0 &&
+           strstr(err.text, "loading b.1.w: element 5 is nan: parameters must be finite"),
+       "bmt_block_load of a source with a NaN: -1, naming the parameter and element", &err);
+    /* a NaN in a parameter (planted by a forward): the save is refused, and
+     * the directory it made first is gone again */
+    bmt_adamw_config_t oc = BMT_ADAMW_CONFIG_INITIALIZER;
+    bmt_step_info_t info;
+    bmt_optim_t *o = bmt_adamw_create(l, &oc, &err);
+    plant_nan = 1;
+    if (o == NULL || bmt_blocklist_forward(l, &err) < 0 ||
+        bmt_blocklist_backward(l, true, &err) < 0 || bmt_optim_step(o, &info, &err) < 0)
+        die("a step whose forward plants a NaN", &err);
+    plant_nan = 0;
     ok(bmt_ckpt_save(l, NULL, "nan-dir", "ck", NULL, 0, &err) < 0 &&
            strstr(err.text, "holds nan") && !exists("nan-dir"),
        "bmt_ckpt_save of a NaN: refused, the directory it made taken away", &err);
+    bmt_optim_destroy(o);
     bmt_blocklist_destroy(l);
 }
 
