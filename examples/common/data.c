@@ -208,24 +208,31 @@ static void out_abort(shard_out_t *o)
     }
 }
 
+/* DIR/.NAME.tmp.PID.N beside path, a new N each call, into out[len] (len at
+ * least strlen(path) + TMP_NAME_EXTRA): a writer killed between its last
+ * write and the rename leaves a whole shard under this name, which a pattern
+ * matching every file of DIR must not train on a second time. A leading dot
+ * keeps it out of glob's matches; data_loader_open refuses one a pattern
+ * names anyway. */
+#define TMP_NAME_EXTRA 48
+static void tmp_name(char *out, size_t len, const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    const int dirlen = slash ? (int)(slash - path + 1) : 0;
+    snprintf(out, len, "%.*s.%s.tmp.%ld.%u", dirlen, path, path + dirlen, (long)getpid(),
+             atomic_fetch_add(&tmp_counter, 1u));
+}
+
 static int out_begin(shard_out_t *o, const char *path, int64_t n, int width, bmt_error_t *err)
 {
     *o = (shard_out_t){ path, NULL, -1, n, 0, width };
-    size_t len = strlen(path) + 48;
+    size_t len = strlen(path) + TMP_NAME_EXTRA;
     o->tmp = malloc(len);
     if (o->tmp == NULL)
         return data_err(err, "%s: out of memory", shown(path).s);
-    /* DIR/.NAME.tmp.PID.N: a writer killed between its last write and the
-     * rename leaves a whole shard under this name, which a pattern matching
-     * every file of DIR must not train on a second time. A leading dot keeps
-     * it out of glob's matches; data_loader_open refuses one a pattern names
-     * anyway. */
-    const char *slash = strrchr(path, '/');
-    const int dirlen = slash ? (int)(slash - path + 1) : 0;
     /* O_EXCL rather than mkstemp: the file gets the usual 0666 & ~umask mode. */
     for (int tries = 0;; tries++) {
-        snprintf(o->tmp, len, "%.*s.%s.tmp.%ld.%u", dirlen, path, path + dirlen, (long)getpid(),
-                 atomic_fetch_add(&tmp_counter, 1u));
+        tmp_name(o->tmp, len, path);
         o->fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
         if (o->fd >= 0)
             break;
@@ -725,6 +732,25 @@ const char *data_loader_shard_path(const data_loader_t *l, int i)
     return l && i >= 0 && i < l->nshards ? l->paths[i] : NULL;
 }
 
+uint64_t data_loader_digest(const data_loader_t *l)
+{
+    if (l == NULL)
+        return 0;
+    XXH3_state_t st;
+    XXH3_64bits_reset(&st);
+    for (int s = 0; s < l->nshards; s++) {
+        const char *slash = strrchr(l->paths[s], '/');
+        const char *name = slash ? slash + 1 : l->paths[s];
+        uint8_t le[9];
+        for (int b = 0; b < 8; b++)
+            le[b] = (uint8_t)((uint64_t)l->ntok[s] >> (8 * b));
+        le[8] = (uint8_t)l->width[s];
+        XXH3_64bits_update(&st, name, strlen(name) + 1); /* the NUL ends the name */
+        XXH3_64bits_update(&st, le, sizeof(le));
+    }
+    return (uint64_t)XXH3_64bits_digest(&st);
+}
+
 int data_loader_shard_hash(const data_loader_t *l, int i, int64_t from, int64_t to, uint64_t *hash,
                            bmt_error_t *err)
 {
@@ -858,6 +884,43 @@ static int make_parents(const char *path, char **made, int *nmade, bmt_error_t *
     return 0;
 }
 
+/* The file at path now (an earlier shard that a rename is about to replace),
+ * kept under a second name beside it (a hard link, named as tmp_name names),
+ * so that it can be put back if the rest of the publishing fails. 0 and *kept
+ * (malloc'ed; NULL when there is no such file, or it is a folder, which the
+ * rename refuses anyway), or -1 and err when it cannot be kept (a file
+ * system without hard links): then nothing has changed. */
+static int keep_earlier(const char *path, char **kept, bmt_error_t *err)
+{
+    *kept = NULL;
+    struct stat st;
+    if (lstat(path, &st) != 0 || S_ISDIR(st.st_mode))
+        return 0;
+    size_t len = strlen(path) + TMP_NAME_EXTRA;
+    char *k = malloc(len);
+    if (k == NULL)
+        return data_err(err, "%s: out of memory", shown(path).s);
+    for (int tries = 0;; tries++) {
+        tmp_name(k, len, path);
+        if (link(path, k) == 0)
+            break;
+        if (errno == ENOENT) { /* gone meanwhile: nothing to keep */
+            free(k);
+            return 0;
+        }
+        if (errno != EEXIST || tries >= 100) {
+            int e = errno;
+            free(k);
+            return data_err(err,
+                            "%s: cannot keep the earlier file to put it back should the writing "
+                            "fail (link: %s); remove it first, or write elsewhere",
+                            shown(path).s, strerror(e));
+        }
+    }
+    *kept = k;
+    return 0;
+}
+
 int data_tokenize_file(const char *text_path, const char *out_prefix, double val_fraction,
                        bmt_error_t *err)
 {
@@ -905,7 +968,7 @@ int data_tokenize_file(const char *text_path, const char *out_prefix, double val
     snprintf(val_path, plen, "%s_val.bin", out_prefix);
 
     int rc = -1, nmade = 0;
-    char *made[MAX_MADE];
+    char *made[MAX_MADE], *kept = NULL;
     shard_out_t train, val;
     if (make_parents(train_path, made, &nmade, err) != 0 ||
         out_begin(&train, train_path, n_train, 2, err) != 0)
@@ -920,17 +983,32 @@ int data_tokenize_file(const char *text_path, const char *out_prefix, double val
         out_abort(&train);
         goto out;
     }
-    /* Both complete: now publish them. */
+    /* Both complete: now publish them, the pair whole or not at all. The
+     * train shard's rename replaces an earlier one (--prepare run again),
+     * which is kept until the val shard is in place too and put back if its
+     * rename fails. */
+    if (keep_earlier(train_path, &kept, err) != 0) {
+        out_abort(&train);
+        out_abort(&val);
+        goto out;
+    }
     if (out_commit(&train, err) != 0) {
         out_abort(&val);
         goto out;
     }
     if (out_commit(&val, err) != 0) {
-        unlink(train_path); /* the pair is published whole or not at all */
+        if (kept == NULL || rename(kept, train_path) != 0)
+            unlink(train_path);
+        else
+            free(kept), kept = NULL; /* back under its name: nothing to remove */
         goto out;
     }
     rc = 0;
 out:
+    if (kept) {
+        unlink(kept);
+        free(kept);
+    }
     if (rc != 0)
         unmake(made, nmade); /* nothing new is left behind, folders included */
     else

@@ -33,7 +33,10 @@
  * each target row is its input row shifted by one token, and each shard serves
  * k_s = floor((n_s - 1)/G) global batches: its last n_s - 1 - k_s*G tokens are
  * never read (llm.c drops them too). Every shard must hold at least G + 1 tokens
- * (llm.c asserts the same), so k_s >= 1.
+ * (llm.c asserts the same), so k_s >= 1. The tiling holds only where every
+ * rank's pattern matches the same shards; the loader has no communicator to
+ * check that, so its caller compares the ranks' data_loader_digest (the
+ * trainers do, before the first step).
  * llm.c's resume state (current_shard_idx, current_sample_idx: the next sample,
  * as train_gpt2.cu saves it) is the position (current_shard_idx,
  * current_sample_idx * G) here; both switch shards lazily, at the next call.
@@ -153,6 +156,13 @@ int data_loader_token_bytes(const data_loader_t *loader, int i);
  * until destroy), or NULL if i is out of range. */
 const char *data_loader_shard_path(const data_loader_t *loader, int i);
 
+/* XXH3-64 of the shards as the loader sees them, in order: each one's file
+ * name (the last component of its path, not the folder), token count and
+ * token width; the tokens themselves are not read (no I/O). Loaders of the
+ * same shards in any folder on any host give the same value, which the
+ * trainers compare across ranks; 0 for NULL. */
+uint64_t data_loader_digest(const data_loader_t *loader);
+
 /* XXH3-64 of shard i's token bytes [from, to) as stored (little-endian, the
  * shard's width), read through a file of its own: the loader's position and
  * open file are left alone. The shard's header is checked again first, as a
@@ -168,12 +178,16 @@ int data_loader_shard_hash(const data_loader_t *loader, int i, int64_t from, int
  * last v = floor(val_fraction * n) bytes), where n is the file's size in bytes;
  * the split is at a byte boundary. Both files are written atomically as
  * data_write_shard does, and both are renamed into place only once both are
- * complete; if the second rename fails the first output is removed again, so on
- * failure neither output is new and no temporary file is left. The folders of
+ * complete; if the second rename fails the first output is taken back (the
+ * file it replaced, kept under a temporary name until then, is put back, or,
+ * when there was none, it is removed), so on failure neither output has
+ * changed and no temporary file is left. The folders of
  * out_prefix that do not exist are made first (and taken away again on a
  * failure).
  * Errors: val_fraction outside [0, 1), an unreadable or non-regular file, a text
- * of 2^31 bytes or more, an empty train part, any write failure.
+ * of 2^31 bytes or more, an empty train part, an earlier <prefix>_train.bin
+ * that cannot be kept to put back (a file system without hard links), any
+ * write failure.
  * (val_fraction 0 writes a val shard of 0 tokens, which the reader refuses.) */
 int data_tokenize_file(const char *text_path, const char *out_prefix, double val_fraction,
                        bmt_error_t *err);

@@ -474,6 +474,60 @@ static int val_apart(const data_loader_t *train, const data_loader_t *val, const
     return rc;
 }
 
+/* Every rank reads its part of each global batch at one position that the
+ * ranks move in step, so every rank must see the same shards: a node whose
+ * copy of the data lacks a shard or holds one of another size would read
+ * other tokens than its part (some trained twice, others never) with nothing
+ * said, and with --val run another number of batches than the others and
+ * hang them. The ranks' views (data_loader_digest: names, token counts,
+ * widths) are gathered, and every rank refuses a difference with the same
+ * message, naming rank 0 and the first rank that differs. The tokens
+ * themselves are not compared. 0, or -1 with err. */
+static int same_shards(bmt_ctx_t *ctx, const data_loader_t *ld, const char *opt,
+                       const char *pattern, bmt_error_t *err)
+{
+    enum {
+        K = 4 /* shards, tokens, the digest's two halves (exact in a double) */
+    };
+    const int world = bmt_world_size(ctx), rank = bmt_rank(ctx);
+    double *v = calloc((size_t)world * K, sizeof(*v));
+    if (v == NULL)
+        return snprintf(err->text, sizeof(err->text), "out of memory"), -1;
+    const uint64_t d = data_loader_digest(ld);
+    double *mine = v + (size_t)rank * K; /* a sum with zeros elsewhere: an all-gather */
+    mine[0] = data_loader_num_shards(ld);
+    mine[1] = (double)data_loader_tokens(ld);
+    mine[2] = (double)(d >> 32);
+    mine[3] = (double)(d & 0xffffffffu);
+    if (world_sum(ctx, v, world * K, err) < 0) {
+        free(v);
+        return -1;
+    }
+    int r = 1;
+    for (; r < world; r++) {
+        const double *o = v + (size_t)r * K;
+        if (o[0] != v[0] || o[1] != v[1] || o[2] != v[2] || o[3] != v[3])
+            break;
+    }
+    if (r < world) {
+        const double *o = v + (size_t)r * K;
+        char theirs[128];
+        if (o[0] == v[0] && o[1] == v[1])
+            snprintf(theirs, sizeof(theirs), "as many, with other file names or sizes");
+        else
+            snprintf(theirs, sizeof(theirs), "%.0f (%.0f tokens)", o[0], o[1]);
+        snprintf(
+            err->text, sizeof(err->text),
+            "%s %.500s does not match the same shards on every rank: rank 0 sees %.0f shard%s "
+            "(%.0f tokens), rank %d sees %s. Every rank reads its part of each global batch at "
+            "the same position, so all must see the same shards (file names and sizes) in "
+            "the same order: make each node's copy of the data the same",
+            opt, pattern, v[0], v[0] == 1 ? "" : "s", v[1], r, theirs);
+    }
+    free(v);
+    return r < world ? -1 : 0;
+}
+
 static int evaluate(const trainer_model_t *md, bmt_ctx_t *ctx, void *m, data_loader_t *val,
                     int batches, int32_t *in, int32_t *tg, double *loss, bmt_error_t *err)
 {
@@ -1030,6 +1084,8 @@ static int train(const trainer_model_t *md, const opts_t *o)
     }
     if ((train_ld = data_loader_open(o->data, o->B, o->T, rank, world, &err)) == NULL ||
         (o->val && (val_ld = data_loader_open(o->val, o->B, o->T, rank, world, &err)) == NULL) ||
+        same_shards(ctx, train_ld, "--data", o->data, &err) < 0 ||
+        (val_ld && same_shards(ctx, val_ld, "--val", o->val, &err) < 0) ||
         (val_ld && val_apart(train_ld, val_ld, o, &err) < 0) ||
         (m = md->create(md->self, ctx, o->B, o->T, &lc, o->seed, &err)) == NULL ||
         (md->after_create && md->after_create(md->self, m, &err) < 0) ||

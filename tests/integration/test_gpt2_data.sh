@@ -7,7 +7,8 @@
 # write_datafile's; the shipped corpus tokenizes into the shards write_datafile
 # makes of its bytes and decodes back to itself; and inputs that must not pass
 # silently: a cut or short shard, a folder the pattern cannot list, --resume on
-# shards that moved the saved position, a --val shard --data also matches.
+# shards that moved the saved position, a --val shard --data also matches,
+# ranks whose --data or --val matches other shards than rank 0's.
 # Driver: tests/progs/gpt2_data_check.c.
 . "$(dirname "$0")/lib.sh"
 
@@ -362,6 +363,42 @@ test_expect_success "a --val shard that --data matches too (by its path or a har
     exits 1 $run --data "linked.bin" --val "$PWD/c_val.bin" &&
     grep -q "(as linked.bin)" err &&
     $run --data "c_train.bin" --val c_val.bin >out 2>&1 && grep -q "val loss" out
+'
+
+# Each rank reads its part of a global batch at a position the ranks move in
+# step, so all must see the same shards. Node-local copies of the data that
+# differ (a shard missing on one node, one of another size) would have each
+# rank switch shards at its own moment: tokens trained twice, others never,
+# exit 0; a --val that differs runs another number of batches on each rank
+# and hangs them. Here each rank runs in a folder of its own (n0/, n1/), as
+# on nodes with their own disks.
+test_expect_success "ranks that see other shards under the same --data or --val are refused before any step, naming both; the same shards in each rank's folder train" '
+    $PY - <<-EOF &&
+	import os, llmc
+	for d in ("n0", "n1", "same0", "same1"):
+	    os.mkdir(d)
+	a, b = [k % 256 for k in range(200)], [(7 * k) % 256 for k in range(200)]
+	llmc.write_datafile("n0/s_a.bin", a); llmc.write_datafile("n0/s_b.bin", b)
+	llmc.write_datafile("n1/s_b.bin", b)  # s_a.bin missing
+	llmc.write_datafile("n0/v.bin", a[:150]); llmc.write_datafile("n1/v.bin", a[:100])
+	for d in ("same0", "same1"):
+	    llmc.write_datafile(d + "/s_a.bin", a); llmc.write_datafile(d + "/s_b.bin", b)
+	llmc.write_datafile("same0/v.bin", a[:150]); llmc.write_datafile("same1/v.bin", a[:150])
+	EOF
+    printf "#!/bin/sh\ncd \"\$1\$BMT_RANK\" && shift && exec \"\$@\"\n" >inrank && chmod +x inrank &&
+    job="with_timeout 60 $BMLAUNCH --metrics-port 0 -n 2 --device cpu -- ./inrank" &&
+    gpt="$BUILDDIR/bin/gpt2 -b 2 -t 16 --steps 2" &&
+    { $job n $gpt --data "s_*.bin" >out 2>&1; rc=$?; } && test $rc -eq 1 &&
+    grep -q "^[01]: gpt2: rank [01]: --data s_\*.bin does not match the same shards on every rank: rank 0 sees 2 shards (400 tokens), rank 1 sees 1 (200 tokens). Every rank reads its part of each global batch at the same position, so all must see the same shards (file names and sizes) in the same order: make each node.s copy of the data the same\$" out &&
+    ! grep -q "step " out &&
+    cp n0/s_a.bin n1/s_c.bin &&
+    { $job n $gpt --data "s_*.bin" >out 2>&1; rc=$?; } && test $rc -eq 1 &&
+    grep -q "rank 0 sees 2 shards (400 tokens), rank 1 sees as many, with other file names or sizes" out &&
+    mv n1/s_c.bin n1/s_a.bin &&
+    { $job n $gpt --data "s_*.bin" --val v.bin --eval-batches 3 >out 2>&1; rc=$?; } && test $rc -eq 1 &&
+    grep -q "gpt2: rank [01]: --val v.bin does not match the same shards on every rank: rank 0 sees 1 shard (150 tokens), rank 1 sees 1 (100 tokens)" out &&
+    $job same $gpt --data "s_*.bin" --val v.bin >out 2>&1 &&
+    grep -q "^0: step   2/2 | val loss" out
 '
 
 test_done

@@ -8,7 +8,9 @@
  * one step tile one global batch, the shard switches and the wraparound. Bad
  * headers are a table of expected failures, first with no I/O, then through
  * files; each message must name the file. /proc/self/io shows that one step
- * reads exactly B*T+1 tokens. Writes must be all or nothing.
+ * reads exactly B*T+1 tokens. Writes must be all or nothing, and a tokenizing
+ * that fails leaves the files it would have replaced as they were.
+ * data_loader_digest tells shard lists apart by name, size and width.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -651,6 +653,24 @@ static void test_tokenizer(void)
     is_int(count_tmp(tmpdir), 0, "... and no temporary file is left");
     rmdir(path_in("pair_val.bin"));
 
+    /* The same over an earlier pair (a --prepare run again): the earlier train
+     * shard is put back as it was, not removed. */
+    ok(data_tokenize_file(path_in("all.bin"), path_in("again"), 0.25, &err) == 0,
+       "tokenize into again_*");
+    unlink(path_in("again_val.bin"));
+    mkdir(path_in("again_val.bin"), 0755);
+    strcpy(err.text, "");
+    ok(data_tokenize_file(path_in("text.txt"), path_in("again"), 0.1, &err) == -1 &&
+           strstr(err.text, "again_val.bin: rename"),
+       "tokenize over an earlier pair fails when the val name is a directory: %s", err.text);
+    ntr = 0;
+    same = read_shard(path_in("again_train.bin"), tk, 8192, &ntr) == 0 && ntr == 384;
+    for (int i = 0; same && i < 384; i++)
+        same = tk[i] == all[i];
+    ok(same, "... and the earlier train shard is there as it was (%ld tokens)", ntr);
+    is_int(count_tmp(tmpdir), 0, "... and no temporary file is left");
+    rmdir(path_in("again_val.bin"));
+
     if (geteuid() != 0) {
         mkdir(path_in("ro"), 0555);
         ok(data_tokenize_file(path_in("text.txt"), path_in("ro/x"), 0.1, &err) == -1 &&
@@ -778,6 +798,48 @@ static void test_decode(void)
     ok(data_decode_bytes(t, 6, NULL, 5) == -1, "NULL out with outlen > 0 refused");
 }
 
+/* data_loader_digest: what the trainers compare across ranks. The same shards
+ * in another folder give the same value; a shard missing, of another size or
+ * width, or of another name give another. */
+static void test_digest(void)
+{
+    bmt_error_t err;
+    uint16_t t[100];
+    uint32_t t32[100];
+    for (int i = 0; i < 100; i++)
+        t[i] = (uint16_t)i, t32[i] = (uint32_t)i;
+    static const char *dirs[] = { "dg0", "dg1", "dgmiss", "dgsize", "dgwide", "dgname" };
+    for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++)
+        mkdir(path_in(dirs[i]), 0755);
+    char p[300];
+    for (int d = 0; d < 2; d++) {
+        snprintf(p, sizeof(p), "%s/a.bin", path_in(dirs[d]));
+        data_write_shard(p, t, 100, &err);
+        snprintf(p, sizeof(p), "%s/b.bin", path_in(dirs[d]));
+        data_write_shard(p, t, 90, &err);
+    }
+    data_write_shard(path_in("dgmiss/b.bin"), t, 90, &err);
+    data_write_shard(path_in("dgsize/a.bin"), t, 100, &err);
+    data_write_shard(path_in("dgsize/b.bin"), t, 91, &err);
+    data_write_shard(path_in("dgwide/a.bin"), t, 100, &err);
+    data_write_shard_u32(path_in("dgwide/b.bin"), t32, 90, &err);
+    data_write_shard(path_in("dgname/a.bin"), t, 100, &err);
+    data_write_shard(path_in("dgname/c.bin"), t, 90, &err);
+    uint64_t dg[6];
+    for (int d = 0; d < 6; d++) {
+        snprintf(p, sizeof(p), "%s/*.bin", path_in(dirs[d]));
+        data_loader_t *l = data_loader_open(p, 2, 8, 0, 1, &err);
+        dg[d] = data_loader_digest(l);
+        if (l == NULL)
+            diag("%s: %s", p, err.text);
+        data_loader_destroy(l);
+    }
+    ok(dg[0] != 0 && dg[0] == dg[1], "digest: the same shards in another folder, the same value");
+    for (int d = 2; d < 6; d++)
+        ok(dg[d] != dg[0], "digest: %s differs", dirs[d]);
+    ok(data_loader_digest(NULL) == 0, "digest(NULL) is 0");
+}
+
 int main(void)
 {
     const char *base = getenv("TMPDIR");
@@ -793,6 +855,7 @@ int main(void)
     test_write_shard();
     test_tokenizer();
     test_decode();
+    test_digest();
     nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
     return done_testing();
 }
