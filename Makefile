@@ -410,9 +410,13 @@ install: all
 	install -m 644 templates/* $(DESTDIR)$(PREFIX)/share/bmt/templates/
 	install -m 644 monitoring/*.yml monitoring/*.json $(DESTDIR)$(PREFIX)/share/bmt/monitoring/
 	install -m 644 docs/bmlaunch.1 $(DESTDIR)$(PREFIX)/share/man/man1/
-	install -d $(DESTDIR)$(PYTHONDIR)/bmt $(DESTDIR)$(PREFIX)/share/bmt/examples/torch
+	install -d $(DESTDIR)$(PYTHONDIR)/bmt $(DESTDIR)$(PREFIX)/share/bmt/examples/torch \
+	    $(DESTDIR)$(PREFIX)/share/bmt/examples/gpt2/data
 	install -m 644 python/bmt/*.py $(DESTDIR)$(PYTHONDIR)/bmt/
 	install -m 644 examples/torch/*.py $(DESTDIR)$(PREFIX)/share/bmt/examples/torch/
+	# the torch example's default --data (../gpt2/data/corpus.txt from its folder)
+	install -m 644 examples/gpt2/data/corpus.txt examples/gpt2/data/README.md \
+	    $(DESTDIR)$(PREFIX)/share/bmt/examples/gpt2/data/
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')

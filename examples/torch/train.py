@@ -180,6 +180,9 @@ def main():
         bmt.report_event("restart", "resumed from step %d" % (first - 1))
         if rank == 0:
             print("train.py: resumed from %s at step %d" % (latest, first), flush=True)
+    if first > a.steps and rank == 0:  # as the C trainers: the checkpoint stays the latest
+        print("train.py: the checkpoint is at step %d and --steps is %d: nothing left to train "
+              "(raise --steps to go on)" % (first - 1, a.steps), flush=True)
 
     def save(step):
         return save_checkpoint(model, opt, sched, a.save_dir, step, rank, sharded)
@@ -228,7 +231,7 @@ def main():
                     step, a.steps, mean, float(norm), m["step_time_s"] * 1e3,
                     m["tokens_per_s"] * world), flush=True)
             pre.step_boundary(step)
-    if a.save_dir:
+    if a.save_dir and first <= a.steps:  # else a later step's model would be saved as --steps
         path = save(a.steps)
         bmt.report_event("checkpoint_saved", path)
     dist.barrier()

@@ -56,6 +56,9 @@ _SCALAR_NAME = re.compile(r"[a-z][a-z0-9_]{0,%d}" % (SCALAR_NAME_MAX - 1))
 BATCH = 256
 PROTOCOL_VERSION = 2  # plugins/common/metrics_json.h: METRICS_PROTOCOL_VERSION
 DROPPED_MAX = 2 ** 53  # METRICS_DROPPED_MAX: the most "dropped" a push says
+# What a step's integers may be on the wire (METRICS_FIELDS: I64, and I32 for
+# skipped and microbatches): beyond, the collector refuses the whole push
+INT64_MAX, INT32_MAX = 2 ** 63 - 1, 2 ** 31 - 1
 
 _T0 = time.monotonic()  # the start of the first step, unless step_begin says otherwise
 
@@ -357,6 +360,9 @@ class Monitor:
             self.peak_flops = float(peak) * 1e12
         else:
             self.peak_flops = peak_flops_of(self.device_name) if self.device == "cuda" else 0.0
+        # read whether or not anything is sent, as libbmt's bmt_init reads it
+        flush = _positive(env, "BMT_PLUGIN_FLUSH_TIMEOUT", "5", "a positive number of seconds",
+                          0, math.inf)
         self.step_start = _T0
         self.reports = 0
         self.last_step = 0
@@ -390,8 +396,6 @@ class Monitor:
         cap = _positive(env, "BMT_METRICS_QUEUE", "1024", "a count from 1 to 1000000", 0, 1e6,
                         whole=True)
         timeout = _positive(env, "BMT_METRICS_TIMEOUT", "5", "seconds in (0, 3600]", 0, 3600)
-        flush = _positive(env, "BMT_PLUGIN_FLUSH_TIMEOUT", "5", "a positive number of seconds",
-                          0, math.inf)
         restart = env.get("BMT_RESTART") or "0"
         if not re.fullmatch(r"[0-9]{1,9}", restart):
             raise ValueError("rank %d: BMT_RESTART='%.40s' must be a count (bmlaunch sets it)"
@@ -409,8 +413,8 @@ class Monitor:
         """Mark the start of a step (else a step runs from the previous report)."""
         self.step_start = time.monotonic()
 
-    def _count(self, name, v):
-        """v as an int >= 0 (int, numpy or 0-d torch integers), else ValueError."""
+    def _count(self, name, v, high=INT64_MAX):
+        """v as an int in [0, high] (int, numpy or 0-d torch integers), else ValueError."""
         try:
             n = operator.index(v) if not isinstance(v, bool) else None
         except TypeError:
@@ -418,15 +422,24 @@ class Monitor:
         if n is None or n < 0:
             raise ValueError("rank %d: report_step: %s must be an integer >= 0, got %r"
                              % (self.rank, name, v))
+        if n > high:
+            raise ValueError("rank %d: report_step: %s=%d is more than a push carries (at most "
+                             "%d)" % (self.rank, name, n, high))
         return n
 
     def report_step(self, tokens=0, loss=None, step_time=None, flops=0.0, samples=0, step=None,
                     params=0, grad_norm=None, lr=None, skipped=False, microbatches=0,
                     comm_wait=None):
         t0 = time.monotonic()
-        tokens, samples, params, microbatches = (
+        tokens, samples, params = (
             self._count(n, v) for n, v in (("tokens", tokens), ("samples", samples),
-                                           ("params", params), ("microbatches", microbatches)))
+                                           ("params", params)))
+        microbatches = self._count("microbatches", microbatches, INT32_MAX)
+        for name, total, n in (("tokens", self.tokens_total, tokens),
+                               ("samples", self.samples_total, samples)):
+            if total + n > INT64_MAX:
+                raise ValueError("rank %d: report_step: %s_total would pass %d, more than a push "
+                                 "carries" % (self.rank, name, INT64_MAX))
         flops = float(flops or 0)
         if not (flops >= 0) or math.isinf(flops):
             raise ValueError("rank %d: report_step: flops must be >= 0 and finite, got %r"
@@ -445,6 +458,8 @@ class Monitor:
             if v < 0:
                 raise ValueError("rank %d: report_step: %s must be >= 0 (or None), got %r"
                                  % (self.rank, name, v))
+        # before anything counts: a loss float() does not take changes nothing
+        loss = math.nan if loss is None else float(loss)
         self.reports += 1
         measured = t0 - self.step_start
         m = {"step": self.reports if step is None else step, "time": time.time()}
@@ -455,7 +470,7 @@ class Monitor:
         self.skipped_total += 1 if skipped else 0
         m.update(step_time_s=fig["step_time_s"], tokens=tokens, samples=samples,
                  tokens_total=self.tokens_total, samples_total=self.samples_total,
-                 loss=math.nan if loss is None else float(loss),
+                 loss=loss,
                  tokens_per_s=fig["tokens_per_s"], samples_per_s=fig["samples_per_s"],
                  flops=flops, flops_per_s=fig["flops_per_s"], mfu=fig["mfu"],
                  # not measured unless given: NaN (null), never a 0 that looks real

@@ -72,6 +72,19 @@ print(l.rank, l.groups, l.group, l.replica, bmt.__file__)" >out 2>err &&
     grep -qx "1: 1 2 1 0 $P/lib/python3/dist-packages/bmt/__init__.py" out
 '
 
+test_expect_success "the installed torch example trains on its default data, the corpus installed beside it (it was not installed: FileNotFoundError)" '
+    test $install_rc -eq 0 && ln -s "$P" prefix &&
+    cmp "$SRC/examples/gpt2/data/corpus.txt" prefix/share/bmt/examples/gpt2/data/corpus.txt &&
+    if ! /usr/bin/python3 -c "import torch.distributed" 2>/dev/null; then
+        echo "# skipped the run: /usr/bin/python3 has no torch"
+    else
+        PYTHONPATH=$P/lib/python3/dist-packages prefix/bin/bmlaunch --metrics-port 0 -n 1 -- \
+            /usr/bin/python3 prefix/share/bmt/examples/torch/train.py --steps 2 --batch 2 --seq 16 \
+            >out 2>err || { cat err; exit 1; }
+        grep -qE "^0: step +2/2 \| loss [0-9.]+ " out
+    fi
+'
+
 test_expect_success "the installed bmlaunch finds the installed plugins; a plugin built with pkg-config loads" '
     test $install_rc -eq 0 && ln -s "$P" prefix &&
     export PKG_CONFIG_PATH=$P/lib/pkgconfig &&

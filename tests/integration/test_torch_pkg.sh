@@ -405,6 +405,43 @@ test_expect_success "report_step refuses impossible values; without BMT_METRICS_
 	EOF
 '
 
+test_expect_success "report_step: a refused value changes nothing (a loss float() does not take; a count or total past what a push carries, which would make the collector refuse the whole push): the next step is numbered as if it never came" '
+    env -u BMT_METRICS_URL $PY - <<-EOF
+	import bmt
+	m = bmt.Monitor({})
+	assert m.report_step(tokens=2 ** 62, samples=1, step_time=1.0)["step"] == 1
+	for kw in ({"loss": "high"}, {"loss": [1.0, 2.0]}, {"microbatches": 2 ** 31}, {"tokens": 2 ** 63},
+	           {"samples": 2 ** 63}, {"params": 2 ** 63}, {"step": 2 ** 63},
+	           {"tokens": 2 ** 62}):  # tokens_total would pass 2^63 - 1
+	    try:
+	        m.report_step(step_time=1.0, **kw)
+	    except (ValueError, TypeError) as e:
+	        assert "report_step" in str(e) or "float" in str(e) or "convert" in str(e), (kw, e)
+	    else:
+	        raise AssertionError("%r accepted" % kw)
+	r = m.report_step(tokens=1, samples=1, step_time=1.0, microbatches=2 ** 31 - 1,
+	                  params=2 ** 63 - 1)
+	assert (r["step"], r["tokens_total"], r["samples_total"]) == (2, 2 ** 62 + 1, 2), r
+	print("ok")
+	EOF
+'
+
+test_expect_success "without BMT_METRICS_URL (bmlaunch --metrics-port 0) too, a malformed BMT_PLUGIN_FLUSH_TIMEOUT is refused, as libbmt's bmt_init refuses it" '
+    env -u BMT_METRICS_URL $PY - <<-EOF
+	import bmt
+	for v in ("x", "0", "1e3", ""):
+	    try:
+	        bmt.Monitor({"BMT_PLUGIN_FLUSH_TIMEOUT": v})
+	    except ValueError as e:
+	        assert str(e) == "BMT_PLUGIN_FLUSH_TIMEOUT=\x27%s\x27 must be a positive number of seconds" % v, e
+	    else:
+	        raise AssertionError("BMT_PLUGIN_FLUSH_TIMEOUT=%r accepted" % v)
+	assert bmt.Monitor({"BMT_PLUGIN_FLUSH_TIMEOUT": "2.5"}).sender is None
+	print("ok")
+	EOF
+    ! BMT_PLUGIN_FLUSH_TIMEOUT=x $PROGS/hello 2>err && grep -q "BMT_PLUGIN_FLUSH_TIMEOUT=.x. is not a positive number" err
+'
+
 test_expect_success "the push settings are refused as the C push plugin refuses them: a whole BMT_METRICS_QUEUE, a finite BMT_PLUGIN_FLUSH_TIMEOUT, plain decimals only; a long flush time is no crash at exit" '
     $PY - >out 2>err <<-EOF &&
 	import bmt
@@ -632,6 +669,21 @@ test_expect_success "SIGUSR1 to one rank: every rank saves at the same step, a c
     again=$(sed -nE "s/^0: step +$((n + 1))\/$((n + 3)) \| loss ([0-9.]+) .*/\1/p" resume.out) &&
     echo "loss at step 1 $first, at step $((n + 1)) after the resume $again" &&
     awk -v a="$first" -v b="$again" "BEGIN { exit !(b < a - 0.2) }"
+'
+
+test_expect_success "the example resumed from a checkpoint at or past --steps trains and saves nothing and says so (it wrote step 3's model as step-00000002 and pointed latest at it)" '
+    $BMLAUNCH --metrics-port 0 -n 1 --device cpu -- $PY $TRAIN --steps 3 --save-dir ck >run.out 2>run.err &&
+    test "$(cat ck/latest)" = step-00000003 && cp ck/step-00000003/state.pt saved.pt &&
+    for steps in 2 3; do
+        $BMLAUNCH --metrics-port 0 -n 1 --device cpu -- $PY $TRAIN --steps $steps --save-dir ck --resume \
+            >resume.out 2>resume.err || { cat resume.err; exit 1; }
+        grep -qx "0: train.py: the checkpoint is at step 3 and --steps is $steps: nothing left to train (raise --steps to go on)" resume.out ||
+            { cat resume.out; exit 1; }
+        ! grep -qE "^0: step |saved step" resume.out || { cat resume.out; exit 1; }
+        test "$(cat ck/latest)" = step-00000003 || { echo "latest: $(cat ck/latest)"; exit 1; }
+    done &&
+    test "$(ls ck)" = "latest
+step-00000003" && cmp saved.pt ck/step-00000003/state.pt
 '
 
 test_done
