@@ -115,24 +115,60 @@ static int driver_gpus(char *why, size_t len)
     return n;
 }
 
-static int mkdir_p(const char *path, bmt_error_t *err)
+/* Bad input found after mkdir_p made path: remove what it made (made: the
+ * length of path's prefix naming the first directory it made; 0: none), and
+ * the metrics-ca.pem written there, so that bad input changes nothing. A
+ * directory that was there before stays. */
+static void mkdir_p_undo(const char *path, size_t made)
+{
+    if (made == 0)
+        return;
+    char buf[PATH_MAX];
+    snprintf(buf, sizeof(buf), "%.4000s/metrics-ca.pem", path);
+    unlink(buf);
+    snprintf(buf, sizeof(buf), "%s", path);
+    for (size_t n = strlen(buf);;) { /* the deepest first */
+        buf[n] = '\0';
+        rmdir(buf);
+        if (n <= made)
+            break;
+        while (n > made && buf[n - 1] != '/') /* up to the parent */
+            n--;
+        while (n > made && buf[n - 1] == '/')
+            n--;
+    }
+}
+
+/* Make the --log-dir path with its parents; *made for mkdir_p_undo. On
+ * failure it removes what it made. */
+static int mkdir_p(const char *path, size_t *made, bmt_error_t *err)
 {
     char buf[PATH_MAX];
     snprintf(buf, sizeof(buf), "%s", path);
-    for (char *p = buf + 1; *p; p++) {
+    *made = 0;
+    int rc = 0;
+    for (char *p = buf + 1; *p && rc == 0; p++) {
         if (*p != '/')
             continue;
         *p = '\0';
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return errprintf(err, "cannot create --log-dir %.200s: %s", buf, strerror(errno));
+        int r = mkdir(buf, 0777);
+        if (r == 0 && *made == 0)
+            *made = strlen(buf);
+        else if (r != 0 && errno != EEXIST)
+            rc = errprintf(err, "cannot create --log-dir %.200s: %s", buf, strerror(errno));
         *p = '/';
     }
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-        return errprintf(err, "cannot create --log-dir %.200s: %s", buf, strerror(errno));
+    int r = rc == 0 ? mkdir(buf, 0777) : 0;
+    if (rc == 0 && r == 0 && *made == 0)
+        *made = strlen(buf);
+    else if (r != 0 && errno != EEXIST)
+        rc = errprintf(err, "cannot create --log-dir %.200s: %s", buf, strerror(errno));
     struct stat st;
-    if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode) || access(buf, W_OK) != 0)
-        return errprintf(err, "--log-dir %.200s is not a writable directory", buf);
-    return 0;
+    if (rc == 0 && (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode) || access(buf, W_OK) != 0))
+        rc = errprintf(err, "--log-dir %.200s is not a writable directory", buf);
+    if (rc < 0)
+        mkdir_p_undo(path, *made);
+    return rc;
 }
 
 /* ------------------------------------------------------------ metrics */
@@ -721,11 +757,14 @@ static int run_slurm(const launch_opts_t *o, const slurm_alloc_t *a)
         oo.log_dir = log_dir;
     }
     o = &oo;
-    if (o->log_dir && mkdir_p(o->log_dir, &err) < 0)
+    size_t made = 0;
+    if (o->log_dir && mkdir_p(o->log_dir, &made, &err) < 0)
         return usage_error(err.text);
     const char *self = self_path();
-    if (self == NULL)
+    if (self == NULL) {
+        mkdir_p_undo(o->log_dir, made);
         return usage_error("cannot find bmlaunch's own path (/proc/self/exe)");
+    }
     char job_id[128];
     snprintf(job_id, sizeof(job_id), "slurm.%s", a->job_id);
     /* Ranks on other nodes cannot reach a loopback address: with several nodes
@@ -762,6 +801,7 @@ static int run_slurm(const launch_opts_t *o, const slurm_alloc_t *a)
     coll = metrics_start(o, &l, job_id, bind, "0.0.0.0", host, &me, NULL, &err);
     if (coll == NULL && o->metrics_port != 0) {
         job_destroy(job);
+        mkdir_p_undo(o->log_dir, made);
         return usage_error(err.text);
     }
     /* torch's MASTER_ADDR: rank 0's node as Slurm reaches it (torchenv.h). */
@@ -909,7 +949,8 @@ static int run_local(const launch_opts_t *o_, const bmt_layout_t *l_)
     char path[PATH_MAX];
     if (resolve_program(o.prog_argv[0], path, sizeof(path), &err) < 0)
         return usage_error(err.text);
-    if (o.log_dir && mkdir_p(o.log_dir, &err) < 0)
+    size_t made = 0;
+    if (o.log_dir && mkdir_p(o.log_dir, &made, &err) < 0)
         return usage_error(err.text);
     raise_nofile(l.world);
 
@@ -957,6 +998,7 @@ static int run_local(const launch_opts_t *o_, const bmt_layout_t *l_)
     coll = metrics_start(&o, &l, job_id, o.metrics_bind, "127.0.0.1", "127.0.0.1", &me, job, &err);
     if (coll == NULL && o.metrics_port != 0) {
         job_destroy(job);
+        mkdir_p_undo(o.log_dir, made);
         return usage_error(err.text);
     }
     pmix_host_t *host_srv = NULL;

@@ -10,7 +10,13 @@
  * The job ends when every rank has exited and every pipe reached end of file
  * (or, after all ranks exited, a short drain period passed: a rank may leave a
  * background child holding its pipe). Finally every rank's process group gets
- * SIGKILL, so no rank process outlives bmlaunch.
+ * SIGKILL, so no rank process outlives bmlaunch. Should bmlaunch itself die
+ * (SIGKILL, the OOM killer), PR_SET_PDEATHSIG kills each rank and a guard
+ * process kills the rest of each rank's process group (guard_start).
+ *
+ * bmlaunch's stdout is buffered and its stderr is not: before a line goes to
+ * stderr, what stdout holds is written out (console), so that with both on one
+ * file (2>&1, sbatch's output file) no line lands inside another.
  *
  * A restart reuses the job: the signalfd stays (unblocking the signals between
  * runs would let a SIGTERM kill bmlaunch there), the per-run state is cleared
@@ -25,6 +31,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +86,8 @@ struct job {
     _Atomic int *live_pid;
     int spawned, running;
     int sigfd;
+    int guard_fd;      /* write end of the guard's pipe (guard_start); -1: none (Slurm mode) */
+    int console_errno; /* the first error writing the ranks' lines to stdout (0: none) */
     sigset_t old_mask;
     double t0;
     /* The first failure decides the exit status and the summary. */
@@ -142,6 +151,98 @@ static const char *sig_name(int sig)
     return buf;
 }
 
+/* ------------------------------------------------------------ the guard
+ *
+ * PR_SET_PDEATHSIG kills a rank when bmlaunch dies, but not what the rank
+ * started (the trainer under a wrapper script, data loaders): those outlived a
+ * bmlaunch killed by SIGKILL. The guard is a process of its own, a grandchild
+ * (bmlaunch's children stay its ranks), in a session of its own (no Ctrl-C of
+ * the terminal reaches it) with bmlaunch's signals blocked. It reads each rank's
+ * process group from a pipe; at its end of file (bmlaunch gone, however) it
+ * sends SIGKILL to every group it knows. A 0 says that bmlaunch swept the
+ * groups itself (the end of a run): it forgets them, so that a bmlaunch dying
+ * after the run (or in the next) signals no id that may since name another
+ * process group. */
+
+static void guard_main(int fd)
+{
+    pid_t *pg = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        int32_t v;
+        ssize_t r = read(fd, &v, sizeof(v)); /* whole records: 4-byte pipe writes are atomic */
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r != (ssize_t)sizeof(v))
+            break;
+        if (v <= 0) {
+            n = 0;
+            continue;
+        }
+        if (n == cap) {
+            size_t c = cap ? 2 * cap : 256;
+            pid_t *grown = realloc(pg, c * sizeof(*pg));
+            if (grown == NULL)
+                continue;
+            pg = grown;
+            cap = c;
+        }
+        pg[n++] = (pid_t)v;
+    }
+    for (size_t i = 0; i < n; i++)
+        kill(-pg[i], SIGKILL);
+    _exit(0);
+}
+
+/* Start the guard; job->guard_fd is the write end of its pipe. Call with the
+ * supervisor's signals blocked and before any thread starts. */
+static int guard_start(job_t *job, bmt_error_t *err)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0)
+        return errprintf(err, "the guard process: pipe: %s", strerror(errno));
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(p[0]), close(p[1]);
+        return errprintf(err, "the guard process: fork: %s", strerror(e));
+    }
+    if (pid == 0) {
+        close(p[1]);
+        if (fork() != 0)
+            _exit(0);
+        setsid();
+        prctl(PR_SET_NAME, "bmlaunch-guard");
+        /* Hold none of bmlaunch's files (a console pipe would wait for it). */
+        int fd = fcntl(p[0], F_DUPFD, 3), nul = open("/dev/null", O_RDWR);
+        for (int i = 0; i < 3 && nul >= 0; i++)
+            dup2(nul, i);
+        if (fd < 0 || dup2(fd, 3) < 0)
+            _exit(1);
+        close_range(4, ~0U, 0);
+        guard_main(3);
+    }
+    close(p[0]);
+    waitpid(pid, NULL, 0);
+    /* A stuck guard must never block the supervisor: a record that does not
+     * fit is dropped (the ranks still die with bmlaunch). Room for 65535
+     * ranks' records where the system allows it. */
+    fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
+    fcntl(p[1], F_SETFL, O_NONBLOCK);
+    job->guard_fd = p[1];
+    return 0;
+}
+
+/* Tell the guard of a rank's process group (pgid), or (0) that every group it
+ * knows was swept. */
+static void guard_note(job_t *job, pid_t pgid)
+{
+    int32_t v = (int32_t)pgid;
+    if (job->guard_fd >= 0 && write(job->guard_fd, &v, sizeof(v)) != (ssize_t)sizeof(v)) {
+        /* a full pipe or a guard gone: see guard_start */
+    }
+}
+
 job_t *job_create(const job_opts_t *opts, bmt_error_t *err)
 {
     job_t *job = calloc(1, sizeof(*job));
@@ -159,6 +260,7 @@ job_t *job_create(const job_opts_t *opts, bmt_error_t *err)
     job->o = *opts;
     job->t0 = now_s();
     job->fail_rank = -1;
+    job->guard_fd = -1;
     gethostname(job->host, sizeof(job->host) - 1);
     for (int r = 0; r < opts->world; r++) {
         job->ranks[r].rank = r;
@@ -176,6 +278,15 @@ job_t *job_create(const job_opts_t *opts, bmt_error_t *err)
         (job->sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK)) < 0) {
         errprintf(err, "signalfd: %s", strerror(errno));
         free(job->ranks);
+        free(job);
+        return NULL;
+    }
+    /* Local ranks only: srun (Slurm mode) ends its job step on the SIGTERM of
+     * its PR_SET_PDEATHSIG, and a SIGKILL would leave the step running. */
+    if (!opts->demux && guard_start(job, err) < 0) {
+        close(job->sigfd);
+        free(job->ranks);
+        free((void *)job->live_pid);
         free(job);
         return NULL;
     }
@@ -292,6 +403,8 @@ static int spawn(job_t *job, rank_proc_t *rp, const char *path, char *const argv
         _exit(127);
     }
     setpgid(pid, pid); /* also here: no window in which kill(-pid) could miss */
+    if (rank >= 0)
+        guard_note(job, pid);
     close(out[1]);
     close(errp[1]);
     fcntl(out[0], F_SETFL, O_NONBLOCK);
@@ -348,6 +461,39 @@ static void tail_add(rank_proc_t *rp, const char *line, size_t len)
 
 static void demux_line(job_t *job, bool is_err, const char *line, size_t len);
 
+/* Write out what rp's --log-dir file holds (Slurm mode, srun: every rank's),
+ * as the console is each pass: a log is read while the job runs (tail -f), and
+ * a bmlaunch killed by SIGKILL must not lose its last lines, those that say
+ * why a job hung. The first error is said in the summary. */
+static void log_flush(job_t *job, rank_proc_t *rp)
+{
+    int lo = rp->rank < 0 ? 0 : rp->rank, hi = rp->rank < 0 ? job->o.world : rp->rank + 1;
+    for (int r = lo; r < hi; r++) {
+        rank_proc_t *q = &job->ranks[r];
+        if (q->log && fflush(q->log) != 0 && q->log_errno == 0)
+            q->log_errno = errno ? errno : EIO;
+    }
+}
+
+/* Write out what stdout holds, noting the first error (job_summary says it). */
+static void console_flush(job_t *job)
+{
+    if (fflush(stdout) != 0 && job->console_errno == 0)
+        job->console_errno = errno ? errno : EIO;
+}
+
+/* The console stream for a line of a rank's stdout or stderr. stdout is
+ * buffered and stderr is not: with both on one file (2>&1, sbatch's one output
+ * file) a stderr line would land inside a stdout line that the full buffer had
+ * cut, so stdout is written out first. */
+static FILE *console(job_t *job, bool is_err)
+{
+    if (!is_err)
+        return stdout;
+    console_flush(job);
+    return stderr;
+}
+
 static void emit_line(job_t *job, rank_proc_t *rp, bool is_err, const char *line, size_t len)
 {
     if (rp->rank < 0) { /* srun: the line belongs to a rank, or to srun itself */
@@ -360,11 +506,13 @@ static void emit_line(job_t *job, rank_proc_t *rp, bool is_err, const char *line
         rp->log_errno = errno ? errno : EIO;
     if (rp->log && !job->o.tee)
         return;
-    FILE *con = is_err ? stderr : stdout;
+    FILE *con = console(job, is_err);
     if (job->o.label)
         fprintf(con, "%d: ", rp->rank);
     fwrite(line, 1, len, con);
     fputc('\n', con);
+    if (!is_err && job->console_errno == 0 && ferror(stdout))
+        job->console_errno = errno ? errno : EIO;
 }
 
 static void begin_end(job_t *job);
@@ -555,8 +703,9 @@ static void demux_line(job_t *job, bool is_err, const char *line, size_t len)
         }
         return;
     }
-    fwrite(line, 1, len, stderr);
-    fputc('\n', stderr);
+    FILE *con = console(job, true);
+    fwrite(line, 1, len, con);
+    fputc('\n', con);
     srun_report(job, line, len);
 }
 
@@ -891,8 +1040,9 @@ static void summary_restarts(const job_t *job)
             job->restarts == 1 ? "" : "s", job->o.max_restarts, why);
 }
 
-/* Flush every rank's --log-dir file and say once, in the summary, if any
- * write failed (a full disk would otherwise truncate the logs silently). */
+/* Flush every rank's --log-dir file and stdout, and say once, in the summary,
+ * if any write failed (a full disk would otherwise truncate the logs or the
+ * console's file silently; the exit status stays the job's). */
 static void logs_summary(job_t *job)
 {
     int bad = 0, first = -1, e = 0;
@@ -912,6 +1062,12 @@ static void logs_summary(job_t *job)
                 "failed: %s\n",
                 job->o.log_dir ? job->o.log_dir : "?", bad, bad == 1 ? "" : "s", first,
                 strerror(e));
+    console_flush(job);
+    if (job->console_errno)
+        fprintf(stderr,
+                "bmlaunch: standard output: the ranks' output is incomplete: writing it failed: "
+                "%s\n",
+                strerror(job->console_errno));
 }
 
 int supervise_poll_ms(double wait_s)
@@ -1147,9 +1303,11 @@ int job_run(job_t *job)
             continue;
         /* Output first, so a rank's last words precede the news of its death. */
         for (int i = first_stream; i < n; i++)
-            if (pfd[i].revents)
+            if (pfd[i].revents) {
                 stream_read(job, owner_rank[i], owner[i]);
-        fflush(stdout);
+                log_flush(job, owner_rank[i]);
+            }
+        console_flush(job);
         fflush(stderr);
         if (job->o.notify_fd >= 0 && pfd[1].revents)
             handle_host_events(job);
@@ -1162,7 +1320,8 @@ int job_run(job_t *job)
     /* No rank process outlives bmlaunch: sweep every rank's process group. */
     for (int i = 0; i < nprocs(job); i++)
         kill(-proc(job, i)->pid, SIGKILL);
-    fflush(stdout);
+    guard_note(job, 0);
+    console_flush(job);
     return exit_status(job);
 }
 
@@ -1272,6 +1431,7 @@ void job_kill_all(job_t *job)
         rp->running = false;
         job->running--;
     }
+    guard_note(job, 0);
 }
 
 void job_destroy(job_t *job)
@@ -1289,6 +1449,8 @@ void job_destroy(job_t *job)
      * kill it with 128 + that signal in place of the job's status, before it
      * removed its files (--metrics-sd-file). Pending, it goes with the process. */
     close(job->sigfd);
+    if (job->guard_fd >= 0)
+        close(job->guard_fd);
     free(job->ranks);
     free((void *)job->live_pid);
     free(job);

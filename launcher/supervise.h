@@ -7,7 +7,9 @@
  * forwarded to every rank. A rank that dies of a signal bmlaunch sent it (one
  * it forwarded, its own SIGTERM or SIGKILL) has not failed: the run was
  * stopped, and bmlaunch exits 128 + the signal it received. Each rank runs in its own process
- * group, so a rank's children are signalled with it, and dies with bmlaunch (PR_SET_PDEATHSIG).
+ * group, so a rank's children are signalled with it, and dies with bmlaunch (PR_SET_PDEATHSIG);
+ * so does the rest of its group, which a guard process kills then (local mode; job_create
+ * starts it).
  *
  * Restarts (--max-restarts): after a run that a rank's failure ended, the
  * caller may job_reset the job and spawn every rank again; the signal handling,
@@ -53,8 +55,9 @@ typedef struct job_opts {
 } job_opts_t;
 
 /* Block the signals bmlaunch handles (so they queue for the poll loop, also
- * while the PMIx thread runs) and open the job's state. Call before any thread
- * starts. */
+ * while the PMIx thread runs), open the job's state and (local mode) start the
+ * guard process, which kills every rank's process group should bmlaunch die.
+ * Call before any thread starts. */
 job_t *job_create(const job_opts_t *opts, bmt_error_t *err);
 
 /* Fork and exec rank: path (resolved), argv (NULL-terminated), envp. */

@@ -90,7 +90,24 @@ shm backend, which needs every rank on one node, but this layout spans 2 nodes|-
 --signal-lead 3600 is not less than the time limit 01:00:00 (3600 s, the default --time)|--sbatch --gpus-per-node 2 --signal-lead 3600 -- $PROGS/behave env
 --submit goes with --sbatch|--submit --gpus-per-node 2 -- $PROGS/behave env
 unknown field {{TIEM}}|--sbatch -g 2 --gpus-per-node 2 --template $TMP/bad.sbatch -- $PROGS/behave env
+--metrics-cert /nonexistent/cert.pem: No such file or directory|-n 1 --log-dir newlogs --metrics-cert /nonexistent/cert.pem --metrics-key /nonexistent/key.pem -- $PROGS/behave env
+cannot serve metrics on 203.0.113.5 port|-n 1 --log-dir newlogs/run1 --metrics-bind 203.0.113.5 -- $PROGS/behave env
 CASES
+
+# Bad input found once --log-dir was made (the metrics options are checked as
+# the collector starts), or a --log-dir of which only the parents could be
+# made, left the directories behind: what bmlaunch made goes, nothing else.
+test_expect_success "bad input after --log-dir was made: the directories it made go, one that was there stays" '
+    mkdir -p there/old && touch there/old/rank-0.log &&
+    { $BMLAUNCH -n 1 --log-dir there/new/run1 --metrics-bind 203.0.113.5 -- $PROGS/behave env >out 2>err; rc=$?; } &&
+    test $rc -eq 2 && test ! -e there/new && test -f there/old/rank-0.log &&
+    { $BMLAUNCH -n 1 --log-dir there/old --metrics-bind 203.0.113.5 -- $PROGS/behave env >out 2>err; rc=$?; } &&
+    test $rc -eq 2 && test -f there/old/rank-0.log &&
+    long=$(printf "x%.0s" $(seq 300)) &&
+    { $BMLAUNCH -n 1 --log-dir there/new/run1/$long -- $PROGS/behave env >out 2>err; rc=$?; } &&
+    test $rc -eq 2 && grep -q "^bmlaunch: cannot create --log-dir there/new/run1/xxx.*: File name too long" err &&
+    test ! -e there/new
+'
 
 test_expect_success "seconds in plain decimal are taken (2.5, .5); --metrics-port 0 alone runs" '
     $BMLAUNCH --grace 2.5 --timeout .5 --metrics-port 0 -n 1 -- $PROGS/behave env >out 2>err &&

@@ -250,11 +250,40 @@ test_expect_success "bmlaunch killed by SIGKILL: its ranks die with it" '
     sleep 0.5 && no_survivors pids
 '
 
+# PR_SET_PDEATHSIG reaches the rank alone: the processes a rank started (the
+# trainer under a wrapper script, a data loader) outlived a bmlaunch killed by
+# SIGKILL, holding their GPUs.
+test_expect_success "bmlaunch killed by SIGKILL: the processes its ranks started die too" '
+    mkdir pids; export BEHAVE_PIDDIR=$PWD/pids
+    $BMLAUNCH -n 3 -- sh -c "sleep 60 & echo \$! >\$BEHAVE_PIDDIR/pid.child\$BMT_RANK
+        echo \$\$ >\$BEHAVE_PIDDIR/pid.\$BMT_RANK; wait" >out 2>err & pid=$!
+    for i in $(seq 100); do [ $(ls pids | wc -l) -eq 6 ] && break; sleep 0.05; done &&
+    test $(ls pids | wc -l) -eq 6 &&
+    kill -KILL $pid && { wait $pid || true; } &&
+    for i in $(seq 40); do no_survivors pids 2>/dev/null && break; sleep 0.05; done &&
+    no_survivors pids
+'
+
 test_expect_success "--log-dir writes one file per rank and keeps the console quiet" '
     $BMLAUNCH -n 2 --log-dir logs/run1 -- $PROGS/behave print 1 >out 2>err &&
     test ! -s out &&
     grep -qx "out 0 of rank 1" logs/run1/rank-1.log && grep -qx "err 0 of rank 1" logs/run1/rank-1.log &&
     grep -qx "out 0 of rank 0" logs/run1/rank-0.log
+'
+
+# The log files were written only when 4 KiB of a rank's output had gathered
+# in bmlaunch's buffer (and at the end): a quiet rank's log stayed empty for
+# hours (tail -f showed nothing), and a bmlaunch killed by SIGKILL lost the
+# last lines of every log, the ones that say why a job hung.
+test_expect_success "--log-dir: a rank's lines are in its log as it runs, and stay there when bmlaunch is killed" '
+    mkdir pids; export BEHAVE_PIDDIR=$PWD/pids
+    $BMLAUNCH --metrics-port 0 -n 2 --log-dir logs -- sh -c "echo \$\$ >\$BEHAVE_PIDDIR/pid.\$BMT_RANK
+        echo step 1 of rank \$BMT_RANK; exec sleep 30" >out 2>err & pid=$!
+    for i in $(seq 100); do grep -qx "step 1 of rank 1" logs/rank-1.log 2>/dev/null && break; sleep 0.05; done
+    live=0; grep -qx "step 1 of rank 1" logs/rank-1.log 2>/dev/null && grep -qx "step 1 of rank 0" logs/rank-0.log && live=1
+    kill -KILL $pid; wait $pid || true
+    test $live = 1 && grep -qx "step 1 of rank 0" logs/rank-0.log && grep -qx "step 1 of rank 1" logs/rank-1.log &&
+    for i in $(seq 40); do no_survivors pids 2>/dev/null && break; sleep 0.05; done && no_survivors pids
 '
 
 test_expect_success "--log-dir on a full file system (a real 16 KB tmpfs): the summary says once which logs are incomplete and why" '
@@ -277,6 +306,37 @@ fi
 test_expect_success "--log-dir with --tee keeps the console too; --no-label drops prefixes" '
     $BMLAUNCH -n 2 --log-dir logs --tee --no-label -- $PROGS/behave print 1 >out 2>err &&
     grep -qx "out 0 of rank 1" out && grep -qx "out 0 of rank 1" logs/rank-1.log
+'
+
+# bmlaunch's stdout is buffered and its stderr is not: with both on one file
+# (2>&1, or sbatch's one output file) a rank's stderr line landed inside a
+# stdout line that the full buffer had cut ("0: OUT000...01: ERRLINE"). Rank 0
+# stops bmlaunch (and waits until it is stopped) while both write, so that one
+# pass of its loop reads both.
+test_expect_success "stdout and stderr on one file (2>&1): no line is cut by another" '
+    cat >rank.sh <<\EOF &&
+if [ "$BMT_RANK" = 0 ]; then
+    while [ ! -e ready ]; do sleep 0.01; done
+    kill -STOP $PPID
+    until grep -q "^State:.*T" /proc/$PPID/status; do sleep 0.01; done
+    i=0; while [ $i -lt 100 ]; do printf "OUT%0100d\n" $i; i=$((i + 1)); done
+    touch go; while [ ! -e done ]; do sleep 0.01; done
+    kill -CONT $PPID
+else
+    touch ready; while [ ! -e go ]; do sleep 0.01; done
+    echo ERRLINE >&2; touch done
+fi
+EOF
+    with_timeout 30 $BMLAUNCH --metrics-port 0 -n 2 -- sh rank.sh >both 2>&1 &&
+    test $(grep -cE "^0: OUT[0-9]{100}\$" both) -eq 100 && grep -qx "1: ERRLINE" both &&
+    test $(wc -l <both) -eq 101
+'
+
+# A full disk under the console lost the ranks' output without a word, where
+# the same under --log-dir is said.
+test_expect_success "stdout on a full device (/dev/full): the summary says once that the console output is incomplete" '
+    $BMLAUNCH --metrics-port 0 -n 2 -- sh -c "seq 3000" >/dev/full 2>err &&
+    test $(grep -c "^bmlaunch: standard output: the ranks. output is incomplete: writing it failed: No space left on device\$" err) -eq 1
 '
 
 test_expect_success "the summary shows a failing rank's last 10 lines, even without newline" '
