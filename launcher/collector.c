@@ -34,11 +34,17 @@
  * (step, mean over the ranks that reported that step), each rank counted once
  * a point: a process that replaces a rank's and measures a step again
  * replaces the rank's value there.
+ *
+ * The page (web/index.html, embedded) sets every string of the status as
+ * text, and is served with a Content-Security-Policy that runs only its own
+ * script and style, by their SHA-256 taken from the embedded file when the
+ * collector is created (page_csp): the page cannot drift from its policy.
  */
 #include "collector.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <gnutls/crypto.h>
 #include <jansson.h>
 #include <math.h>
 #include <microhttpd.h>
@@ -233,6 +239,7 @@ static const int codes0[] = { 200, 400, 401, 404, 405, 409, 413 };
 struct collector {
     pthread_mutex_t mu;
     char job_id[256], device[16], token[72];
+    char csp[320]; /* the page's Content-Security-Policy (page_csp) */
     bmt_layout_t l;
     bool per_rank;
     double stale_s;
@@ -343,6 +350,46 @@ static void rank_aborted(collector_t *c, int rank, int status, const char *msg)
     rank_failed(c, rank, &f, detail);
 }
 
+/* The Content-Security-Policy of the page (len bytes of HTML) into out:
+ * nothing loads or runs but its own <script> and <style> (by their SHA-256,
+ * so a string that reached the DOM as HTML could run no script), and it
+ * connects only to its own origin (/api/status). Each element is the first
+ * line that is its opening tag alone (a comment may name the tags); the hash
+ * covers its text, from that line's end to the closing tag. -1 when the page
+ * lacks one of the two or out is too small (a build that embedded the wrong
+ * file). */
+static int page_csp(const char *page, size_t len, char *out, size_t outlen)
+{
+    static const char *const tags[2][2] = { { "\n<script>\n", "</script>" },
+                                            { "\n<style>\n", "</style>" } };
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char hash[2][48]; /* base64 of 32 bytes: 44 characters */
+    for (int t = 0; t < 2; t++) {
+        const char *a = memmem(page, len, tags[t][0], strlen(tags[t][0]));
+        if (a == NULL)
+            return -1;
+        a += strlen(tags[t][0]) - 1; /* the text opens with that line's end */
+        const char *b = memmem(a, len - (size_t)(a - page), tags[t][1], strlen(tags[t][1]));
+        unsigned char d[32];
+        if (b == NULL || gnutls_hash_fast(GNUTLS_DIG_SHA256, a, (size_t)(b - a), d) < 0)
+            return -1;
+        char *h = hash[t];
+        for (int i = 0; i < 33; i += 3) { /* 32 bytes: ten whole groups, then two bytes */
+            unsigned v =
+                (unsigned)d[i] << 16 | (unsigned)d[i + 1] << 8 | (i + 2 < 32 ? d[i + 2] : 0);
+            *h++ = b64[v >> 18 & 63], *h++ = b64[v >> 12 & 63], *h++ = b64[v >> 6 & 63];
+            *h++ = i + 2 < 32 ? b64[v & 63] : '=';
+        }
+        *h = '\0';
+    }
+    int n = snprintf(out, outlen,
+                     "default-src 'none'; script-src 'sha256-%s'; style-src 'sha256-%s'; "
+                     "connect-src 'self'; base-uri 'none'; form-action 'none'; "
+                     "frame-ancestors 'none'",
+                     hash[0], hash[1]);
+    return n > 0 && (size_t)n < outlen ? 0 : -1;
+}
+
 collector_t *collector_create(const collector_opts_t *o, bmt_error_t *err)
 {
     collector_t *c = calloc(1, sizeof(*c));
@@ -352,6 +399,13 @@ collector_t *collector_create(const collector_opts_t *o, bmt_error_t *err)
         return NULL;
     }
     pthread_mutex_init(&c->mu, NULL);
+    if (page_csp(collector_page, (size_t)(collector_page_end - collector_page) - 1, c->csp,
+                 sizeof(c->csp)) < 0) {
+        errprintf(err, "the built-in page (launcher/web/index.html) has no <script> or <style> to "
+                       "hash for its Content-Security-Policy: rebuild bmlaunch");
+        collector_destroy(c);
+        return NULL;
+    }
     snprintf(c->job_id, sizeof(c->job_id), "%s", o->job_id);
     snprintf(c->device, sizeof(c->device), "%s", o->device ? o->device : "cpu");
     c->l = *o->layout;
@@ -1860,9 +1914,10 @@ static void *uri_seen(void *cls, const char *uri, struct MHD_Connection *conn)
     return rq; /* NULL (no memory): handle makes one */
 }
 
+/* csp: the Content-Security-Policy (the page's), or NULL. */
 static enum MHD_Result respond(struct MHD_Connection *conn, unsigned code, const char *ctype,
                                const char *body, size_t len, enum MHD_ResponseMemoryMode mode,
-                               const char *allow)
+                               const char *allow, const char *csp)
 {
     struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, mode);
     if (r == NULL)
@@ -1872,6 +1927,8 @@ static enum MHD_Result respond(struct MHD_Connection *conn, unsigned code, const
     MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
     if (allow)
         MHD_add_response_header(r, "Allow", allow);
+    if (csp)
+        MHD_add_response_header(r, "Content-Security-Policy", csp);
     if (code == 401)
         MHD_add_response_header(r, "WWW-Authenticate", "Bearer realm=\"bmt\"");
     enum MHD_Result ok = MHD_queue_response(conn, code, r);
@@ -1885,7 +1942,7 @@ static enum MHD_Result respond_text(struct MHD_Connection *conn, unsigned code, 
     int n = snprintf(buf, sizeof(buf), "%s\n", msg);
     return respond(conn, code, "text/plain; charset=utf-8", buf,
                    (size_t)(n < (int)sizeof(buf) ? n : (int)sizeof(buf) - 1), MHD_RESPMEM_MUST_COPY,
-                   NULL);
+                   NULL, NULL);
 }
 
 /* /api/status takes one query argument, ranks=0 or ranks=1. Anything else
@@ -1950,15 +2007,15 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
         if (route == R_PUSH && strcmp(method, "POST") != 0) {
             collector_count(c, 405);
             return respond(conn, 405, "text/plain; charset=utf-8", "use POST\n", 9,
-                           MHD_RESPMEM_PERSISTENT, "POST");
+                           MHD_RESPMEM_PERSISTENT, "POST", NULL);
         }
         if (route != R_PUSH && !get)
             return respond(conn, 405, "text/plain; charset=utf-8", "use GET\n", 8,
-                           MHD_RESPMEM_PERSISTENT, "GET, HEAD");
+                           MHD_RESPMEM_PERSISTENT, "GET, HEAD", NULL);
         if (route == R_PAGE)
             return respond(conn, 200, "text/html; charset=utf-8", collector_page,
                            (size_t)(collector_page_end - collector_page) - 1,
-                           MHD_RESPMEM_PERSISTENT, NULL);
+                           MHD_RESPMEM_PERSISTENT, NULL, c->csp);
         if (route == R_METRICS || route == R_STATUS) {
             size_t len = 0;
             struct status_args args = { 0 };
@@ -1972,7 +2029,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
             if (text == NULL)
                 return respond_text(conn, 500, "out of memory");
             return respond(conn, 200, route == R_METRICS ? PROM_CONTENT_TYPE : "application/json",
-                           text, len, MHD_RESPMEM_MUST_FREE, NULL);
+                           text, len, MHD_RESPMEM_MUST_FREE, NULL, NULL);
         }
         /* A push: refuse what we can before reading the body. */
         const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
@@ -2013,7 +2070,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     int code = collector_ingest(c, auth, rq->body ? rq->body : "", rq->len, why, sizeof(why));
     if (code == 200)
         return respond(conn, 200, "application/json", "{\"ok\":true}\n", 12, MHD_RESPMEM_PERSISTENT,
-                       NULL);
+                       NULL, NULL);
     return respond_text(conn, (unsigned)code, why);
 }
 

@@ -951,6 +951,112 @@ test_expect_success "any finite figure is accepted (a diverging loss of 1e31, a 
     grep -q "pushc: ok" out
 '
 
+# The page in headless Chromium at $1 into dom.html; its console (with
+# --enable-logging) into chrome.err, where a script error, an SVG attribute the
+# browser refused (NaN, Infinity) or what the page's Content-Security-Policy
+# blocked shows as CONSOLE ... "Error: ..." or "... violates ...": fails then.
+page_dom() {
+    timeout 60 chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage \
+        --host-resolver-rules="MAP * ~NOTFOUND, EXCLUDE 127.0.0.1" --enable-logging=stderr --v=0 \
+        --user-data-dir=$PWD/chrome --virtual-time-budget=5000 --dump-dom "$1" >dom.html 2>chrome.err &&
+    { ! grep "CONSOLE.*\"\(Uncaught\|Error\|Refused\|.* violates\)" chrome.err || { echo "the page logged errors"; false; }; }
+}
+
+# Checks dom.html: every chart's coordinates are finite numbers inside the
+# 400 x 170 box, and each "name=value" argument (a card id=text, or
+# chart-ID=points[/points2]) holds.
+cat >"$TMP/pagecheck.py" <<'EOF'
+import re, sys
+d = open("dom.html").read()
+for svg in re.findall(r"<svg id=\"chart-[^\"]*\".*?</svg>", d):
+    for name, v in re.findall(r" (x1|x2|y1|y2|x|y|cx|cy|points)=\"([^\"]*)\"", svg):
+        for n in re.split(r"[ ,]", v):
+            assert re.fullmatch(r"-?[0-9.]+", n) and -1 <= float(n) <= 401, (name, v, svg[:80])
+for a in sys.argv[1:]:
+    k, want = a.split("=", 1)
+    if k.startswith("chart-"):
+        m = re.search(r"<svg id=\"%s\" data-points=\"(\d+)\"([^>]*)>(.*?)</svg>" % k, d)
+        p2 = re.search(r"data-points2=\"(\d+)\"", m.group(2))
+        got = m.group(1) + ("/" + p2.group(1) if p2 else "")
+        assert got == want, (k, got, want)
+        assert m.group(3).count("<polyline") == len(want.split("/")) - want.split("/").count("0"), (k, m.group(3))
+    else:
+        got = re.search(r"<div class=\"v\" id=\"v-%s\">([^<]*)</div>" % k, d).group(1)
+        assert got == want, (k, got, want)
+print("pagecheck: ok")
+EOF
+
+test_expect_success "headless Chromium: huge and odd figures are drawn inside the charts, without errors; a val_loss with no training loss is drawn; an event without a time gets none" '
+    command -v chromium >/dev/null &&
+    cat >t.py <<-EOF &&
+	assert push({"steps": [step(n, loss=None, tokens_per_s=1.7e308, step_time_s=0) for n in (1, 2, 3)],
+	             "scalars": [{"name": "val_loss", "value": 2 - n / 10, "step": n, "time": time.time()} for n in (1, 2, 3)],
+	             "events": [{"kind": "note", "step": 3, "detail": "no time"}]}) == 200
+	EOF
+    start_job --metrics-port $(free_port) --metrics-linger 30 -n 1 -- $PY $TMP/pushc.py $PWD/t.py &&
+    for i in $(seq 100); do
+        curl -sf "$URL/api/status" >s.json && grep -q "\"state\":\"ended\"" s.json && break; sleep 0.1
+    done &&
+    rc=0; page_dom "$URL/" || rc=$?
+    kill -INT $JOB_PID; { wait $JOB_PID || true; }
+    test $rc -eq 0 && grep -q "pushc: ok" job.out &&
+    $PY $TMP/pagecheck.py chart-tokens=3 chart-loss=0/3 chart-steptime=3 tps=1.70e+308 loss=– val=1.7000 &&
+    grep -q "<li>rank 0: note at step 3 (no time)</li>" dom.html &&
+    ! grep -q "<svg id=\"chart-loss\".*no loss reported.*</svg>" dom.html &&
+    ! grep -o "<svg id=\"chart-steptime\".*</svg>" dom.html | grep -q "class=\"lbl\"[^>]*>-"
+'
+
+test_expect_success "headless Chromium: a loss from -1e308 to 1e308 stays inside its chart; a NaN final loss is not shown as an earlier one after the end" '
+    command -v chromium >/dev/null &&
+    cat >t.py <<-EOF &&
+	assert push({"steps": [step(1, loss=-1e308), step(2, loss=1e308), step(3, loss=2.0), step(4, loss=None)]}) == 200
+	EOF
+    start_job --metrics-port $(free_port) --metrics-linger 30 -n 1 -- $PY $TMP/pushc.py $PWD/t.py &&
+    for i in $(seq 100); do
+        curl -sf "$URL/api/status" >s.json && grep -q "\"state\":\"ended\"" s.json && break; sleep 0.1
+    done &&
+    rc=0; page_dom "$URL/" || rc=$?
+    kill -INT $JOB_PID; { wait $JOB_PID || true; }
+    test $rc -eq 0 && grep -q "pushc: ok" job.out &&
+    grep -q "\"loss\":null" s.json &&
+    $PY $TMP/pagecheck.py chart-loss=3 step=4 loss=– &&
+    grep -o "<svg id=\"chart-loss\".*</svg>" dom.html | grep -q ">-1.00e+308</text>"
+'
+
+test_expect_success "the page is served with a Content-Security-Policy that runs only its own script and style (by SHA-256); under it the page draws and logs no violation" '
+    command -v chromium >/dev/null &&
+    cat >t.py <<-EOF &&
+	assert push({"steps": [step(n) for n in (1, 2, 3)]}) == 200
+	EOF
+    start_job --metrics-port $(free_port) --metrics-linger 30 -n 1 -- $PY $TMP/pushc.py $PWD/t.py &&
+    for i in $(seq 100); do
+        curl -sf "$URL/api/status" >s.json && grep -q "\"state\":\"ended\"" s.json && break; sleep 0.1
+    done &&
+    curl -sfD hdr "$URL/" >page.html && curl -sfD jhdr "$URL/api/status" >/dev/null &&
+    rc=0; page_dom "$URL/" || rc=$?
+    kill -INT $JOB_PID; { wait $JOB_PID || true; }
+    test $rc -eq 0 && $PY $TMP/pagecheck.py chart-tokens=3 step=3 &&
+    $PY - <<-EOF
+	import base64, hashlib, re
+	h, j, d = open("hdr").read(), open("jhdr").read(), open("page.html", "rb").read()
+	field = lambda text, name: re.search(r"^%s: (.*?)\r?$" % name, text, re.M | re.I).group(1)
+	assert field(h, "content-type") == "text/html; charset=utf-8" and field(j, "content-type") == "application/json"
+	for t in (h, j):
+	    assert field(t, "x-content-type-options") == "nosniff" and field(t, "cache-control") == "no-store", t
+	assert not re.search(r"^content-security-policy:", j, re.M | re.I), j
+	def sha(tag):   # the element text, from the end of its opening line
+	    body = re.search(rb"\n<%s>(\n.*?)</%s>" % (tag, tag), d, re.S).group(1)
+	    return base64.b64encode(hashlib.sha256(body).digest()).decode()
+	csp = field(h, "content-security-policy").replace(chr(39), "")
+	want = ("default-src none; script-src sha256-%s; style-src sha256-%s; connect-src self; "
+	        "base-uri none; form-action none; frame-ancestors none" % (sha(b"script"), sha(b"style")))
+	assert csp == want, (csp, want)
+	html = re.sub(rb"<!--.*?-->", b"", d, flags=re.S)   # no second script, no style attribute
+	assert html.count(b"<script") == 1 and not re.search(rb"<[^>]* style=", html)
+	print("ok")
+	EOF
+'
+
 test_expect_success "bmt_step counts a rank that never reported as 0; an older step pushed late does not replace a newer one" '
     cat >t.py <<-EOF &&
 	for n in (1, 2, 3, 5):
@@ -1138,14 +1244,17 @@ test_expect_success "counters never go down across a restart (--max-restarts), n
 	EOF
 '
 
-test_expect_success "a rank that calls PMIx_Abort is named first, with its status, not the SIGTERM that ended it" '
+test_expect_success "a rank that calls PMIx_Abort is named first, with its status, not the SIGTERM that ended it (the page says it aborted)" '
     start_job --metrics-port $(free_port) --metrics-linger 30 -n 3 -- $PROGS/behave --rank 1 abort 42 "loss is NaN" &&
     for i in $(seq 100); do
         curl -sf "$URL/api/status" >s.json && grep -q "\"state\":\"ended\"" s.json && break; sleep 0.1
     done &&
     curl -sf "$URL/metrics" >m.txt &&
+    prc=0; { ! command -v chromium >/dev/null || page_dom "$URL/"; } || prc=$?
     kill -INT $JOB_PID; rc=0; wait $JOB_PID || rc=$?
-    test $rc -eq 42 && host=$(hostname) && promtool check metrics <m.txt &&
+    test $rc -eq 42 && test $prc -eq 0 && host=$(hostname) && promtool check metrics <m.txt &&
+    { ! command -v chromium >/dev/null ||
+      grep -q "<li class=\"failed\">rank 1 on $host failed: called PMIx_Abort with status 42</li>" dom.html; } &&
     grep -q "^bmt_rank_exit_code{job_id=\"[^\"]*\",rank=\"1\",host=\"$host\"} 42$" m.txt &&
     ! grep -q "^bmt_rank_exit_signal{job_id=\"[^\"]*\",rank=\"1\"" m.txt &&
     ! grep -q "^bmt_rank_exit_signal" m.txt &&
