@@ -853,9 +853,16 @@ static void prune(const char *dir, const char *latest, int keep)
             if (c[i].step < c[o].step ||
                 (c[i].step == c[o].step && strcmp(c[i].name, c[o].name) < 0))
                 o = i;
-        char path[4200];
+        char path[4200], gone[4200];
         snprintf(path, sizeof(path), "%s/%s", dir, c[o].name);
-        remove_tree(path);
+        /* Renamed out of the way first: removed file by file in place, a
+         * crash after its train_state.json went left the rest as a step
+         * directory no later prune took (it has no step) nor any sweep (it
+         * is no .tmp-). .tmp-NAME~gone is swept by the next save or load
+         * ('~' is in no checkpoint's name); where the rename fails (such a
+         * directory is there already), the removal is in place, as before. */
+        snprintf(gone, sizeof(gone), "%.3000s/.tmp-%.250s~gone", dir, c[o].name);
+        remove_tree(rename(path, gone) == 0 ? gone : path);
         c[o] = c[--n];
     }
     free(c);

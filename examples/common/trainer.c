@@ -29,6 +29,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -943,63 +946,120 @@ static bool is_step_name(const char *n)
     return true;
 }
 
+/* The run's hold on its --save-dir (rank 0): DIR/.lock, open with an
+ * exclusive flock(2) until the run ends, and whether the run made DIR
+ * (removed again at the end when the lock is all it holds, as when the run
+ * never saved). A file, not DIR itself: NFS takes flock only on a file open
+ * for writing. */
+typedef struct save_lock {
+    int fd; /* -1: none (no --save-dir, another rank, or no locks there) */
+    bool made;
+} save_lock_t;
+
 /* --save-dir, checked before any step runs (rank 0): its checkpoints must be
  * possible, so that a run does not learn at its first save, after hours,
- * that the directory cannot be written; and a run that is not resumed must
- * not mix its checkpoints with another run's (--keep prunes by step, and
- * would remove the newer run's). Tried by making a directory there, as a save
- * does, and removing it. */
-static int check_save_dir(const opts_t *o, bmt_error_t *err)
+ * that the directory cannot be written; a run that is not resumed must not
+ * mix its checkpoints with another run's (--keep prunes by step, and would
+ * remove the newer run's); and no other job may be saving there now. Two
+ * jobs in one directory (a job started twice, a requeued one whose first
+ * copy still runs, both with --resume) removed each other's .tmp- directories
+ * and replaced each other's step directories: each said "saved" and exited
+ * 0, and a step directory could be left with its JSON files only. So DIR is
+ * locked (flock, exclusive, not waited for) for the whole run; on a file
+ * system without flock the run goes on unlocked. Writability is tried by
+ * making the lock and a directory there, as a save does, and removing the
+ * directory. */
+static int check_save_dir(const opts_t *o, save_lock_t *lk, bmt_error_t *err)
 {
     const char *dir = o->save_dir;
-    char probe[4200], newest[256] = "";
+    char path[4200], newest[256] = "";
     struct stat st;
     bool latest = false;
-    if (stat(dir, &st) == 0) {
-        if (!S_ISDIR(st.st_mode))
-            return snprintf(err->text, sizeof(err->text), "--save-dir %.900s is not a directory",
-                            dir),
-                   -1;
-        DIR *d = opendir(dir);
-        if (d == NULL)
+    if (stat(dir, &st) != 0) {
+        if (errno != ENOENT)
             return snprintf(err->text, sizeof(err->text), "--save-dir %.900s: %s", dir,
                             strerror(errno)),
                    -1;
-        for (struct dirent *e; (e = readdir(d)) != NULL;) {
-            if (strcmp(e->d_name, "latest") == 0)
-                latest = true;
-            else if (is_step_name(e->d_name) && strcmp(e->d_name, newest) > 0)
-                snprintf(newest, sizeof(newest), "%s", e->d_name);
-        }
-        closedir(d);
-        if (!o->resume && (latest || newest[0]))
+        /* a save makes it, one level: made now, to hold the lock */
+        if (mkdir(dir, 0755) == 0)
+            lk->made = true;
+        else if (errno != EEXIST) /* (EEXIST: another job's, made since the stat) */
             return snprintf(err->text, sizeof(err->text),
-                            "--save-dir %.900s already holds another run's checkpoints (%s%s): "
-                            "continue that run with --resume, or save into another directory",
-                            dir, latest ? "latest, " : "the newest ", newest[0] ? newest : "..."),
+                            "--save-dir %.900s: cannot make a checkpoint there (mkdir %.900s: %s)",
+                            dir, dir, strerror(errno)),
                    -1;
-        if (o->resume && !latest && newest[0])
-            return snprintf(err->text, sizeof(err->text),
-                            "--resume: %.900s holds checkpoints (the newest %s) but no latest "
-                            "naming the one to resume; write that name into %.900s/latest to "
-                            "resume from it, or start afresh in another directory",
-                            dir, newest, dir),
-                   -1;
-        snprintf(probe, sizeof(probe), "%s/.tmp-probe-%ld", dir, (long)getpid());
-    } else if (errno == ENOENT) {
-        snprintf(probe, sizeof(probe), "%s", dir); /* a save makes it, one level */
-    } else {
-        return snprintf(err->text, sizeof(err->text), "--save-dir %.900s: %s", dir,
-                        strerror(errno)),
+    } else if (!S_ISDIR(st.st_mode)) {
+        return snprintf(err->text, sizeof(err->text), "--save-dir %.900s is not a directory", dir),
                -1;
     }
-    if (mkdir(probe, 0755) != 0)
-        return snprintf(err->text, sizeof(err->text),
-                        "--save-dir %.900s: cannot make a checkpoint there (mkdir %.900s: %s)", dir,
-                        probe, strerror(errno)),
-               -1;
-    rmdir(probe);
-    return 0;
+    int rc = 0;
+    snprintf(path, sizeof(path), "%.4000s/.lock", dir);
+    lk->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lk->fd < 0) {
+        rc = snprintf(err->text, sizeof(err->text),
+                      "--save-dir %.900s: cannot make a checkpoint there (open %.900s: %s)", dir,
+                      path, strerror(errno));
+    } else if (flock(lk->fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+        lk->made = false; /* the other job's now, even if this run made it */
+        rc = snprintf(err->text, sizeof(err->text),
+                      "--save-dir %.900s is in use: another job running now saves its "
+                      "checkpoints there (it holds %.900s); two jobs in one directory remove "
+                      "and replace each other's checkpoints: wait for that job to end, or save "
+                      "into another directory",
+                      dir, path);
+    }
+    DIR *d = rc ? NULL : opendir(dir);
+    if (rc == 0 && d == NULL)
+        rc = snprintf(err->text, sizeof(err->text), "--save-dir %.900s: %s", dir, strerror(errno));
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+        if (strcmp(e->d_name, "latest") == 0)
+            latest = true;
+        else if (is_step_name(e->d_name) && strcmp(e->d_name, newest) > 0)
+            snprintf(newest, sizeof(newest), "%s", e->d_name);
+    }
+    if (d)
+        closedir(d);
+    if (rc == 0 && !o->resume && (latest || newest[0]))
+        rc = snprintf(err->text, sizeof(err->text),
+                      "--save-dir %.900s already holds another run's checkpoints (%s%s): "
+                      "continue that run with --resume, or save into another directory",
+                      dir, latest ? "latest, " : "the newest ", newest[0] ? newest : "...");
+    if (rc == 0 && o->resume && !latest && newest[0])
+        rc = snprintf(err->text, sizeof(err->text),
+                      "--resume: %.900s holds checkpoints (the newest %s) but no latest "
+                      "naming the one to resume; write that name into %.900s/latest to "
+                      "resume from it, or start afresh in another directory",
+                      dir, newest, dir);
+    snprintf(path, sizeof(path), "%.4000s/.tmp-probe-%ld", dir, (long)getpid());
+    if (rc == 0 && mkdir(path, 0755) != 0)
+        rc = snprintf(err->text, sizeof(err->text),
+                      "--save-dir %.900s: cannot make a checkpoint there (mkdir %.900s: %s)", dir,
+                      path, strerror(errno));
+    else if (rc == 0)
+        rmdir(path);
+    return rc ? -1 : 0;
+}
+
+/* The end of a run (rank 0): the lock goes, and so does a directory the run
+ * made and never saved into (the lock its only entry). */
+static void release_save_dir(const opts_t *o, save_lock_t *lk)
+{
+    DIR *d = lk->made ? opendir(o->save_dir) : NULL;
+    bool only_lock = d != NULL;
+    for (struct dirent *e; d && only_lock && (e = readdir(d)) != NULL;)
+        only_lock = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
+                    strcmp(e->d_name, ".lock") == 0;
+    if (d)
+        closedir(d);
+    if (only_lock) {
+        char path[4200];
+        snprintf(path, sizeof(path), "%.4000s/.lock", o->save_dir);
+        unlink(path);
+        rmdir(o->save_dir);
+    }
+    if (lk->fd >= 0)
+        close(lk->fd);
+    *lk = (save_lock_t){ -1, false };
 }
 
 /* NAME --verify DIR: the whole checkpoint, without a job. */
@@ -1028,6 +1088,10 @@ static int verify(const trainer_model_t *md, const char *path)
 static int train(const trainer_model_t *md, const opts_t *o)
 {
     signal(SIGUSR1, on_usr1); /* before anything: its default action ends the process */
+    /* A file-size limit (ulimit -f, which Slurm propagates) makes a write
+     * past it fail with EFBIG, which the save reports naming the file, and
+     * cleans up after; the default action killed the rank without a word. */
+    signal(SIGXFSZ, SIG_IGN);
     bmt_ctx_t *ctx = NULL;
     bmt_error_t err;
     if (bmt_init(&ctx, NULL, &err) < 0) {
@@ -1057,6 +1121,7 @@ static int train(const trainer_model_t *md, const opts_t *o)
     oc.overlap = o->overlap_step;
     oc.max_skipped = o->max_skipped;
     int accum = o->accum; /* a resume may derive it (keep_batch) */
+    save_lock_t lock = { -1, false };
     if (in == NULL || tg == NULL) {
         snprintf(err.text, sizeof(err.text), "out of memory");
         goto out;
@@ -1066,7 +1131,7 @@ static int train(const trainer_model_t *md, const opts_t *o)
             W = 512
         };
         double why[W] = { 0 };
-        if (rank == 0 && check_save_dir(o, &err) < 0)
+        if (rank == 0 && check_save_dir(o, &lock, &err) < 0)
             for (int i = 0; i < W - 1 && err.text[i]; i++)
                 why[i] = (unsigned char)err.text[i];
         bmt_error_t werr;
@@ -1270,6 +1335,7 @@ out:
     data_loader_destroy(val_ld);
     free(in);
     free(tg);
+    release_save_dir(o, &lock);
     if (rc)
         bmt_abort(ctx, rc, err.text);
     /* -1: what the run produced is incomplete (a monitor plugin lost

@@ -32,9 +32,12 @@
  * nothing; nothing is gathered); rank 0 then writes the index, config.json and
  * train_state.json, fsyncs the directory, renames it to DIR/NAME, points
  * DIR/latest at it (write, fsync, rename) and removes the oldest checkpoints
- * beyond `keep`. A checkpoint that DIR/latest names is complete; a crash leaves
- * at most a .tmp- directory, which the next save or load in DIR removes and
- * loading never reads. One exception: re-saving a name moves its old
+ * beyond `keep` (each renamed to DIR/.tmp-NAME~gone first, then removed). A
+ * checkpoint that DIR/latest names is complete; a crash leaves at most a .tmp-
+ * directory, which the next save or load in DIR removes and loading never
+ * reads. Those are the .tmp- directories no save of this process is writing:
+ * one job saves into a DIR at a time (the trainers lock it for the run,
+ * docs/checkpoints.md). One exception: re-saving a name moves its old
  * checkpoint aside (DIR/.tmp-NAME~old) until the new one is renamed in; a
  * crash in between leaves it there, a load through DIR/latest reads it there,
  * and the next save in DIR puts it back as DIR/NAME.

@@ -7,7 +7,8 @@
 #   index is HF's, and PyTorch computing the loss from the saved weights gets
 #   the resumed run's next loss;
 # - keep K, leftovers of a crashed save, corrupt or mismatched checkpoints
-#   refused with the file and tensor named, SIGUSR1 saves and stops;
+#   refused with the file and tensor named, SIGUSR1 saves and stops, a second
+#   job into a running job's --save-dir refused;
 # - models the trainer cannot build (test_safetensors --ckpt): blocks that
 #   would share a file, a parameter of another dtype than the file's, a
 #   1090-character parameter name, a 2999-byte directory, a save while an
@@ -277,6 +278,35 @@ test_expect_success "kill -9 of a rank in the middle of a save: latest still nam
     for f in $TMP/A/step-00000010/*.safetensors; do cmp $f C/step-00000010/$(basename $f) || exit 1; done
 '
 
+# Two jobs in one --save-dir (a job started twice, a requeued one whose first
+# copy still runs) removed each other's .tmp- directories and replaced each
+# other's step directories: both said "saved", exit 0, and a step directory
+# could be left with its JSON files only. The running job locks DIR.
+test_expect_success "a second job into the --save-dir of a running job is refused before its first step (with --resume too); the running job saves as before" '
+    { BMT_TIMEOUT=60 $BMLAUNCH --metrics-port 0 -n 1 -- $GPT2 --data $DATA --steps 100000 \
+        --save-dir W >w1.out 2>w1.err & }
+    pid=$!
+    for i in $(seq 300); do grep -q "step *2/" w1.out && break; sleep 0.1; done
+    rc2=0; run w2 -n 2 -- $GPT2 --data $DATA --steps 3 --save-dir W --resume || rc2=$?
+    kill -USR1 $pid
+    rc=0; wait $pid || rc=$?
+    test $rc -eq 0 && test $rc2 -ne 0 &&
+    grep "^bmlaunch: job failed:" w2.err | grep -q ": --save-dir W is in use: another job running now saves its checkpoints there (it holds W/.lock); two jobs in one directory remove and replace each other.s checkpoints: wait for that job to end, or save into another directory" &&
+    ! grep -q "step   1/3" w2.out && ! test -e W/step-00000003 &&
+    step=$(sed -n "s|^0: gpt2: saved W/step-0*\([0-9]*\) (SIGUSR1: stopping)$|\1|p" w1.out) && test -n "$step" &&
+    test "$(cat W/latest)" = "$(printf step-%08d $step)" && test "$(ls W)" = "$(printf "latest\nstep-%08d" $step)" &&
+    $GPT2 --verify W >/dev/null &&
+    run w3 -n 1 -- $GPT2 --data $DATA --steps $((step + 1)) --save-dir W --resume &&
+    grep -q "^0: gpt2: resumed from W/step-0*$step (step $step)" w3.out ||
+        { echo "the first job: exit $rc; the second: exit $rc2"; tail -2 w2.out; ls W; exit 1; }
+'
+
+test_expect_success "a run that fails before its first save leaves no --save-dir it made; one that was there stays" '
+    { run nd -n 1 -- $GPT2 --data missing.bin --steps 2 --save-dir ND; rc=$?; } && test $rc -ne 0 && ! test -e ND &&
+    mkdir ED && { run ed -n 1 -- $GPT2 --data missing.bin --steps 2 --save-dir ED; rc=$?; } && test $rc -ne 0 &&
+    test "$(ls -a ED | tr "\n" " ")" = ". .. .lock "
+'
+
 test_expect_success "a malformed BMT_FAULT fails bmt_init with what to write" '
     { BMT_FAULT=boom run badf -n 1 -- $GPT2 --data $DATA --steps 1; rc=$?; } &&
     test $rc -ne 0 && grep -q "BMT_FAULT=.boom.: use step:RANK:STEP, save:RANK:STEP or nan:RANK:STEP" badf.err
@@ -286,7 +316,7 @@ test_expect_success "SIGUSR1 to bmlaunch: the ranks save at the next step bounda
     { BMT_TIMEOUT=60 $BMLAUNCH --metrics-port 0 -g 2 -n 2 -- $GPT2 --data $DATA --steps 100000 \
         --save-dir U >usr.out 2>usr.err & }
     pid=$!
-    for i in $(seq 300); do grep -q "step   3/" usr.out && break; sleep 0.1; done
+    for i in $(seq 300); do grep -q "step *3/" usr.out && break; sleep 0.1; done
     kill -USR1 $pid
     rc=0; wait $pid || rc=$?
     test $rc -eq 0 &&

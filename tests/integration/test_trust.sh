@@ -12,7 +12,13 @@
 # - a resume keeps the global batch or refuses with the options that would;
 # - stale .tmp- directories go at any save or resume; long errors are not cut;
 # - a save on a full file system names "No space left on device" in bmlaunch's
-#   summary every time (a real 200 KB tmpfs, in a mount namespace);
+#   summary every time (a real 200 KB tmpfs, in a mount namespace); so does a
+#   save out of space at each later file (a tmpfs filled to the page), and a
+#   read-only remount, a --save-dir whose parent moved and a file-size limit
+#   fail naming the cause, leaving latest and its checkpoint whole (the tmpfs
+#   tests are skipped, and said so, where mount is not allowed);
+# - a crash while --keep removes a checkpoint leaves nothing the next save
+#   does not remove;
 # - ranks that run different numbers of micro-batches, or build their blocks
 #   differently (seed + rank, names, shapes, init), are refused; so are a second
 #   optimizer on a list, a NULL shape, and a checkpoint with an extra block or
@@ -208,6 +214,11 @@ test_expect_success "errors are not cut at 160 characters: a 400-character path 
     grep -qF "$long/ck/transformer.h.3.safetensors: cannot open: No such file or directory" v.err
 '
 
+# Real file systems in a mount namespace of their own (unshare -m: the mounts
+# go with it, however the test ends): root only.
+if [ "$(id -u)" -ne 0 ] || ! unshare -m sh -c "mkdir -p $TMP/mnt && mount -t tmpfs -o size=64k tmpfs $TMP/mnt" 2>/dev/null; then
+    echo "# skipped: the three tmpfs tests (full, filled at each file of a save, made read-only): not root, or mount failed"
+else
 test_expect_success "a save on a full file system (a real 200 KB tmpfs): bmlaunch's summary names No space left on device, 4 runs of 4, and nothing is left behind" '
     mkdir -p full &&
     for i in 1 2 3 4; do
@@ -219,6 +230,80 @@ test_expect_success "a save on a full file system (a real 200 KB tmpfs): bmlaunc
     done
 '
 
+# fill_at K (in a mount namespace): a tmpfs holding a copy of G (latest
+# step-00000004) with room for one more save's model and optimizer files and
+# K pages more (each small file takes one page); a 1x2 run resumes to step 5.
+# Prints its exit status, latest, the directory, whether --verify passed, and
+# bmlaunch's summary.
+fill_at() {
+    local m=$PWD/mnt rc=0 bs free big=0 f
+    mkdir -p $m && mount -t tmpfs -o size=16m tmpfs $m || return 9
+    cp -r $TMP/G $m/ck && bs=$(stat -f -c %S $m) && free=$(stat -f -c %a $m) &&
+        for f in $m/ck/step-00000004/*.safetensors; do big=$((big + ($(stat -c %s $f) + bs - 1) / bs)); done &&
+        fallocate -l $(((free - big - $1) * bs)) $m/filler || return 9
+    with_timeout 100 $BMLAUNCH --metrics-port 0 -n 2 -- $GPT2 --data $DATA --steps 5 --save-dir $m/ck --resume >fill.out 2>fill.err || rc=$?
+    rm $m/filler
+    echo "exit $rc"
+    echo "latest $(cat $m/ck/latest)"
+    echo "entries $(ls -a $m/ck | tr "\n" " ")"
+    $GPT2 --verify $m/ck >/dev/null 2>&1 && echo verified
+    grep "^bmlaunch: job failed:" fill.err
+    return 0
+}
+export -f fill_at with_timeout
+export GPT2 DATA TMP
+
+test_expect_success "out of space at each file of a save after the preallocated ones (each rank.s checksums, the index, config.json, train_state.json, latest.tmp; a tmpfs filled to the page): every run fails naming it, latest and its checkpoint stay whole, nothing is left" '
+    for k in -1 0 1 2 3 4 5 6 7; do
+        unshare -m bash -c "fill_at $k" >r$k || { cat r$k fill.err; exit 1; }
+        if grep -qx "exit 0" r$k; then
+            grep -qx "latest step-00000005" r$k && grep -qx verified r$k || { cat r$k; exit 1; }
+            continue
+        fi
+        grep -qx "exit 1" r$k && grep -qx "latest step-00000004" r$k && grep -qx verified r$k &&
+            grep -qx "entries \. \.\. \.lock latest step-00000002 step-00000004 " r$k &&
+            grep -q "cannot \(create\|write\) [^ ]*: No space left on device" r$k || { cat r$k; exit 1; }
+        sed -n "s#.*cannot \(create\|write\) [^ ]*/\([^/ ]*\): No space left on device.*#\2#p" r$k >>named
+    done &&
+    grep -qx "exit 0" r7 && cat named &&
+    for f in "checksums-0000[01].json.tmp" model.safetensors.index.json.tmp config.json.tmp train_state.json.tmp latest.tmp; do
+        grep -qx "$f" named || { echo "no run failed at $f"; exit 1; }
+    done
+'
+
+# Read-only under a running job: a read-only bind mount over its --save-dir
+# (the file system itself cannot be remounted read-only while the trainer
+# holds DIR/.lock open for writing: mount says busy).
+test_expect_success "the --save-dir made read-only after a save (a read-only bind mount): the next save fails naming the directory, latest and its checkpoint stay, a resume goes on from it" '
+    unshare -m bash -c "mkdir mnt && mount -t tmpfs -o size=16m tmpfs mnt &&
+        { $BMLAUNCH --metrics-port 0 -n 2 -- $GPT2 --data $DATA --steps 400 --save-every 2 --save-dir mnt/ck >ro.out 2>ro.err & }
+        pid=\$!
+        for i in \$(seq 600); do grep -q saved ro.out && break; sleep 0.05; done
+        mount --bind mnt/ck mnt/ck && mount -o remount,bind,ro mnt/ck || kill \$pid
+        rc=0; wait \$pid || rc=\$?; echo \"exit \$rc\" >ro.rc
+        cat mnt/ck/latest >ro.latest; ls -a mnt/ck >ro.ls; $GPT2 --verify mnt/ck >ro.v 2>&1
+        umount mnt/ck && $BMLAUNCH --metrics-port 0 -n 2 -- $GPT2 --data $DATA --steps \$((\$(sed -n \"s/^step-0*//p\" ro.latest) + 1)) --save-dir mnt/ck --resume >re.out 2>&1" &&
+    cat ro.rc && grep -qx "exit 1" ro.rc && s=$(cat ro.latest) &&
+    test "$(sed -n "s|^0: gpt2: saved mnt/ck/||p" ro.out | tail -1)" = $s &&
+    grep "^bmlaunch: job failed:" ro.err | grep -q "cannot create mnt/ck/\.tmp-step-[0-9]*: Read-only file system" &&
+    grep -qx "$s" ro.ls && ! grep -q "^\.tmp" ro.ls && grep -q ": ok: step" ro.v &&
+    grep -q "^0: gpt2: resumed from mnt/ck/$s" re.out
+'
+fi
+
+# A save directory whose parent moved away mid-run (the trainer still holds
+# the directory it locked, but a save goes by its path).
+test_expect_success "the --save-dir's parent renamed mid-run: the next save fails naming the directory; the moved checkpoints stay whole" '
+    mkdir -p a && { BMT_TIMEOUT=60 $BMLAUNCH --metrics-port 0 -n 2 -- $GPT2 --data $DATA --steps 400 --save-every 2 --save-dir a/ck >v.out 2>v.err & }
+    pid=$!
+    for i in $(seq 600); do grep -q saved v.out && break; sleep 0.05; done
+    mv a gone
+    rc=0; wait $pid || rc=$?
+    test $rc -eq 1 && s=$(cat gone/ck/latest) &&
+    grep "^bmlaunch: job failed:" v.err | grep -q "cannot create a/ck: No such file or directory" &&
+    test -d gone/ck/$s && ! ls -a gone/ck | grep -q "^\.tmp" && $GPT2 --verify gone/ck >/dev/null
+'
+
 test_expect_success "ranks that run different numbers of micro-batches are refused at once, naming the rank (2x1, 1x2, 2x2)" '
     for lay in "-g 2 -n 1" "-g 1 -n 2" "-g 2 -n 2"; do
         { run mm $lay -- sh -c "exec $GPT2 --data $DATA --steps 3 --accum \$((1 + BMT_RANK % 2))"; rc=$?; } &&
@@ -228,10 +313,22 @@ test_expect_success "ranks that run different numbers of micro-batches are refus
     done
 '
 
+# A file-size limit (ulimit -f; Slurm propagates the submitting shell's) used
+# to kill the rank with SIGXFSZ at the first file over it: exit 153, no file
+# named, the other ranks told only that it died.
+test_expect_success "a file-size limit (ulimit -f) at a save: the run fails with exit 1 naming the file and File too large, the previous checkpoint stays whole" '
+    cp -r $TMP/G X && rm -rf X/step-00000004 && echo step-00000002 >X/latest &&
+    { run fsz -n 1 -- bash -c "ulimit -f 300 && exec $GPT2 --data $DATA --steps 3 --save-dir X --resume"; rc=$?; } &&
+    test $rc -eq 1 &&
+    grep "^bmlaunch: job failed:" fsz.err | grep -q "checkpoint X/step-00000003: cannot create X/.tmp-step-00000003/transformer.h.0.optim.safetensors: File too large" &&
+    test "$(cat X/latest)" = step-00000002 && test "$(ls -a X | tr "\n" " ")" = ". .. .lock latest step-00000002 " &&
+    $GPT2 --verify X >/dev/null || { echo "exit $rc"; cat fsz.err; ls -a X; exit 1; }
+'
+
 # Error paths a healthy machine never takes, through tests/plugins/failio.so
 # (LD_PRELOAD; it does not mix with sanitizer builds, which replace malloc).
 if grep -q "SAN=1" "$BUILDDIR/.knobs" 2>/dev/null; then
-    echo "# skipped: the two failio.so tests (a sanitizer build: $(cat "$BUILDDIR/.knobs"))"
+    echo "# skipped: the failio.so tests (a sanitizer build: $(cat "$BUILDDIR/.knobs"))"
 else
     FAILIO=$BUILDDIR/tests/plugins/failio.so
     export FAILIO
@@ -254,6 +351,17 @@ else
         grep -q "^1: trust_check: refused: .*failed on rank 0: .*E/ck is written and E/latest names it" fd.out &&
         test "$(cat E/latest)" = ck && test -f E/ck/train_state.json && ! ls -a E | grep -q "^\.tmp" &&
         $BUILDDIR/bin/gpt2 --verify E >v.out 2>&1 || { cat v.out; exit 1; }
+    '
+    # --keep removes an old checkpoint file by file: a crash after its
+    # train_state.json went used to leave the rest (2.7 MiB here) as a step
+    # directory that no later prune or sweep removed.
+    test_expect_success "a crash while --keep removes an old checkpoint (SIGKILL after its train_state.json went, injected): the next save removes what is left" '
+        test -f $FAILIO && cp -r $TMP/G P &&
+        { run pk -n 1 -- env LD_PRELOAD=$FAILIO BMT_TEST_KILL_UNLINK=/train_state.json $GPT2 --data $DATA --steps 5 --save-dir P --resume --keep 1; rc=$?; } &&
+        test $rc -eq 137 && test "$(cat P/latest)" = step-00000005 &&
+        $GPT2 --verify P >/dev/null &&
+        run pk2 -n 1 -- $GPT2 --data $DATA --steps 6 --save-dir P --resume --keep 1 &&
+        test "$(ls -a P | tr "\n" " ")" = ". .. .lock latest step-00000006 " || { ls -la P; exit 1; }
     '
     test_expect_success "a name that cannot be allocated (ENOMEM, injected): the save fails, it does not write a header without that tensor" '
         test -f $FAILIO && run ok -n 1 -- $TC long-name . && test -f ck/train_state.json && rm -rf ck &&

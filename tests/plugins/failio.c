@@ -8,12 +8,18 @@
  *                               TEXT fails with EIO
  *   BMT_TEST_FAIL_MALLOC=SIZE:N the Nth malloc of exactly SIZE bytes returns NULL
  *                               with ENOMEM (each later one goes through)
+ *   BMT_TEST_KILL_UNLINK=TEXT   the process kills itself (SIGKILL) right after
+ *                               its first unlink of a path containing TEXT
+ *                               (a crash in the middle of removing a directory)
  *
  * Not for sanitizer builds (they replace malloc themselves). The real calls are
- * reached without dlsym: the fsync system call, and glibc's __libc_malloc.
+ * reached without dlsym: the fsync and unlink system calls, and glibc's
+ * __libc_malloc.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +49,15 @@ __attribute__((visibility("default"))) int fsync(int fd)
         }
     }
     return (int)syscall(SYS_fsync, fd);
+}
+
+__attribute__((visibility("default"))) int unlink(const char *path)
+{
+    const char *want = getenv("BMT_TEST_KILL_UNLINK");
+    int rc = (int)syscall(SYS_unlinkat, AT_FDCWD, path, 0);
+    if (rc == 0 && want && *want && strstr(path, want))
+        raise(SIGKILL);
+    return rc;
 }
 
 static size_t fail_size;
