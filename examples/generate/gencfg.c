@@ -183,45 +183,41 @@ static int settings(const json_t *root, const char *file, int n_eos, gen_gencfg_
     return rc;
 }
 
-int gen_gencfg_parse(const char *text, const char *file, int vocab, gen_gencfg_t *g,
-                     bmt_error_t *err)
+/* gen_gencfg_parse (model false: a generation_config.json, its own
+ * end-of-sequence ids) and gen_gencfg_parse_model (true: a config.json, n_eos
+ * ids applying). */
+static int parse(const char *text, const char *file, bool model, int vocab, int n_eos,
+                 gen_gencfg_t *g, bmt_error_t *err)
 {
     json_t *root = nn_hf_json_load(text, file, err);
     if (root == NULL)
         return -1;
     gen_gencfg_t t;
     memset(&t, 0, sizeof(t));
-    t.present = true;
+    t.present = !model;
     int rc = json_is_object(root) ? 0
                                   : nn_fail(err, "%s: malformed: a JSON object is needed, not %s",
                                             file, nn_json_kind(root));
-    if (rc == 0)
+    if (rc == 0 && !model)
         rc = eos_ids(json_object_get(root, "eos_token_id"), file, vocab, &t, err);
     if (rc == 0)
-        rc = settings(root, file, t.n_eos, &t, err);
+        rc = settings(root, file, model ? n_eos : t.n_eos, &t, err);
     json_decref(root);
     if (rc == 0)
         *g = t;
     return rc;
 }
 
+int gen_gencfg_parse(const char *text, const char *file, int vocab, gen_gencfg_t *g,
+                     bmt_error_t *err)
+{
+    return parse(text, file, false, vocab, 0, g, err);
+}
+
 int gen_gencfg_parse_model(const char *text, const char *file, int n_eos, gen_gencfg_t *g,
                            bmt_error_t *err)
 {
-    json_t *root = nn_hf_json_load(text, file, err);
-    if (root == NULL)
-        return -1;
-    gen_gencfg_t t;
-    memset(&t, 0, sizeof(t));
-    int rc = json_is_object(root) ? 0
-                                  : nn_fail(err, "%s: malformed: a JSON object is needed, not %s",
-                                            file, nn_json_kind(root));
-    if (rc == 0)
-        rc = settings(root, file, n_eos, &t, err);
-    json_decref(root);
-    if (rc == 0)
-        *g = t;
-    return rc;
+    return parse(text, file, true, 0, n_eos, g, err);
 }
 
 int gen_gencfg_read(const char *dir, int vocab, gen_gencfg_t *g, bmt_error_t *err)

@@ -962,6 +962,20 @@ page_dom() {
     { ! grep "CONSOLE.*\"\(Uncaught\|Error\|Refused\|.* violates\)" chrome.err || { echo "the page logged errors"; false; }; }
 }
 
+# The page of a one-rank job that pushes what the python file $1 says
+# (pushc.py), rendered after the job ended (dom.html, s.json the last
+# status); the job is ended either way.
+ended_page() {
+    local rc=0
+    start_job --metrics-port $(free_port) --metrics-linger 30 -n 1 -- $PY $TMP/pushc.py "$1" || return 1
+    for i in $(seq 100); do
+        curl -sf "$URL/api/status" >s.json && grep -q "\"state\":\"ended\"" s.json && break; sleep 0.1
+    done
+    page_dom "$URL/" || rc=$?
+    kill -INT $JOB_PID; { wait $JOB_PID || true; }
+    [ $rc -eq 0 ] && grep -q "pushc: ok" job.out
+}
+
 # Checks dom.html: every chart's coordinates are finite numbers inside the
 # 400 x 170 box, and each "name=value" argument (a card id=text, or
 # chart-ID=points[/points2]) holds.
@@ -993,13 +1007,7 @@ test_expect_success "headless Chromium: huge and odd figures are drawn inside th
 	             "scalars": [{"name": "val_loss", "value": 2 - n / 10, "step": n, "time": time.time()} for n in (1, 2, 3)],
 	             "events": [{"kind": "note", "step": 3, "detail": "no time"}]}) == 200
 	EOF
-    start_job --metrics-port $(free_port) --metrics-linger 30 -n 1 -- $PY $TMP/pushc.py $PWD/t.py &&
-    for i in $(seq 100); do
-        curl -sf "$URL/api/status" >s.json && grep -q "\"state\":\"ended\"" s.json && break; sleep 0.1
-    done &&
-    rc=0; page_dom "$URL/" || rc=$?
-    kill -INT $JOB_PID; { wait $JOB_PID || true; }
-    test $rc -eq 0 && grep -q "pushc: ok" job.out &&
+    ended_page $PWD/t.py &&
     $PY $TMP/pagecheck.py chart-tokens=3 chart-loss=0/3 chart-steptime=3 tps=1.70e+308 loss=– val=1.7000 &&
     grep -q "<li>rank 0: note at step 3 (no time)</li>" dom.html &&
     ! grep -q "<svg id=\"chart-loss\".*no loss reported.*</svg>" dom.html &&
@@ -1011,13 +1019,7 @@ test_expect_success "headless Chromium: a loss from -1e308 to 1e308 stays inside
     cat >t.py <<-EOF &&
 	assert push({"steps": [step(1, loss=-1e308), step(2, loss=1e308), step(3, loss=2.0), step(4, loss=None)]}) == 200
 	EOF
-    start_job --metrics-port $(free_port) --metrics-linger 30 -n 1 -- $PY $TMP/pushc.py $PWD/t.py &&
-    for i in $(seq 100); do
-        curl -sf "$URL/api/status" >s.json && grep -q "\"state\":\"ended\"" s.json && break; sleep 0.1
-    done &&
-    rc=0; page_dom "$URL/" || rc=$?
-    kill -INT $JOB_PID; { wait $JOB_PID || true; }
-    test $rc -eq 0 && grep -q "pushc: ok" job.out &&
+    ended_page $PWD/t.py &&
     grep -q "\"loss\":null" s.json &&
     $PY $TMP/pagecheck.py chart-loss=3 step=4 loss=– &&
     grep -o "<svg id=\"chart-loss\".*</svg>" dom.html | grep -q ">-1.00e+308</text>"
