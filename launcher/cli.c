@@ -703,6 +703,22 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
                              "USR1 would come at the job's start; give a shorter --signal-lead "
                              "or a longer --time",
                              o->signal_lead, t, limit, o->time ? "" : ", the default --time");
+        /* sbatch(1): "the signal may be sent up to 60 seconds earlier than
+         * specified" (slurmctld checks the limits periodically): with less
+         * than that left before the lead, it came seconds into the job, and a
+         * trainer saved and exited 0 having trained a few steps. */
+        if (limit > 0 && (long)o->signal_lead + CLI_SIGNAL_EARLY >= limit) {
+            char lead[64] = "a longer --time";
+            if (limit - CLI_SIGNAL_EARLY > 1)
+                snprintf(lead, sizeof(lead), "a --signal-lead of at most %ld or a longer --time",
+                         limit - CLI_SIGNAL_EARLY - 1);
+            return errprintf(err,
+                             "--signal-lead %d and the time limit %s (%ld s%s): Slurm sends the "
+                             "signal up to %d s early, so USR1 could come at the job's start; "
+                             "give %s",
+                             o->signal_lead, t, limit, o->time ? "" : ", the default --time",
+                             CLI_SIGNAL_EARLY, lead);
+        }
     }
     if (o->tee && !o->log_dir)
         return errprintf(err, "--tee goes with --log-dir");

@@ -62,6 +62,11 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err);
 /* The largest --signal-lead: sbatch --signal takes 0 to 65535 seconds. */
 #define CLI_MAX_SIGNAL_LEAD 65535
 
+/* How much earlier than --signal-lead Slurm may send it (sbatch(1) --signal:
+ * "up to 60 seconds earlier than specified"): the lead and this must be less
+ * than the time limit, or USR1 may come at the job's start. */
+#define CLI_SIGNAL_EARLY 60
+
 /* The seconds of a time limit sbatch --time takes (as cli_slurm_time_ok), 0 for
  * no limit (UNLIMITED, INFINITE, or 0), or -1 when t is not one. Pure. */
 long cli_slurm_time_seconds(const char *t);

@@ -1158,6 +1158,16 @@ void collector_rank_exited(collector_t *c, int rank, int wait_status, int ended_
     pthread_mutex_unlock(&c->mu);
 }
 
+void collector_rank_host(collector_t *c, int rank, const char *host)
+{
+    if (c == NULL || host == NULL || *host == '\0' || rank < 0 || rank >= c->l.world)
+        return;
+    pthread_mutex_lock(&c->mu);
+    if (c->r[rank].host[0] == '\0') /* what the rank pushed prevails */
+        metrics_utf8_copy(c->r[rank].host, sizeof(c->r[rank].host), host);
+    pthread_mutex_unlock(&c->mu);
+}
+
 void collector_rank_aborted(collector_t *c, int rank, int status, const char *msg)
 {
     if (c == NULL || rank < 0 || rank >= c->l.world)

@@ -129,6 +129,12 @@ void collector_count(collector_t *c, int code);
 #define COLLECTOR_FAILED_SHOWN 16
 void collector_rank_exited(collector_t *c, int rank, int wait_status, int ended_by);
 
+/* The host rank r runs on as bmlaunch knows it (under Slurm the node srun
+ * named in its report of the task's end), for a rank that has not pushed its
+ * own: its failure is then named on that host, not bmlaunch's. NULL host or c:
+ * no-op. */
+void collector_rank_host(collector_t *c, int rank, const char *host);
+
 /* Rank r called PMIx_Abort (bmt_abort) with status and msg (NULL: none): it
  * failed the job, so it is named as failed now, with status as its exit code
  * and a rank_failed event saying so, before the ranks bmlaunch then ends with

@@ -410,7 +410,7 @@ typedef struct exit_report {
     job_t *job;
 } exit_report_t;
 
-static void on_rank_exit(void *arg, int rank, int status, int ended_by)
+static void on_rank_exit(void *arg, int rank, int status, int ended_by, const char *host)
 {
     exit_report_t *x = arg;
     collector_t *c = *x->coll;
@@ -422,6 +422,7 @@ static void on_rank_exit(void *arg, int rank, int status, int ended_by)
     const char *msg;
     if (x->job && job_aborted(x->job, &fr, &code, &msg))
         collector_rank_aborted(c, fr, code, msg[0] ? msg : NULL);
+    collector_rank_host(c, rank, host); /* srun's node of the task, if it never pushed */
     collector_rank_exited(c, rank, status, ended_by);
 }
 
@@ -777,6 +778,7 @@ static int run_slurm(const launch_opts_t *o, const slurm_alloc_t *a)
     gethostname(host, sizeof(host) - 1);
     metrics_env_t me = { 0 };
     collector_t *coll = NULL;
+    exit_report_t exits = { &coll, NULL }; /* srun's reports of the tasks' ends */
     slurm_step_t step;
     slurm_step_init(&step, a->job_id, "");
     job_opts_t jo = {
@@ -789,6 +791,8 @@ static int run_slurm(const launch_opts_t *o, const slurm_alloc_t *a)
         .notify_fd = -1,
         .demux = true,
         .max_restarts = o->max_restarts,
+        .on_exit = on_rank_exit,
+        .on_exit_arg = &exits,
         .signal_step = signal_step,
         .signal_step_arg = &step,
     };
@@ -797,6 +801,7 @@ static int run_slurm(const launch_opts_t *o, const slurm_alloc_t *a)
         fprintf(stderr, "bmlaunch: %s\n", err.text);
         return 1;
     }
+    exits.job = job;
     /* After job_create: the collector's threads inherit the blocked signals. */
     coll = metrics_start(o, &l, job_id, bind, "0.0.0.0", host, &me, NULL, &err);
     if (coll == NULL && o->metrics_port != 0) {

@@ -104,6 +104,28 @@ int slurm_detect_from(slurm_alloc_t *a, const char *(*get)(const char *name), bm
     const char *job = get("SLURM_JOB_ID");
     if (job == NULL || *job == '\0')
         return 0;
+    /* A task of a job step (`srun bmlaunch ...`, as one writes `srun torchrun
+     * ...`): the srun that bmlaunch would start asks for CPUs this step holds,
+     * and waits for them for ever ("step creation temporarily disabled"), once
+     * in every task. The batch script and salloc's shell are no such step; the
+     * interactive step (LaunchParameters=use_interactive_step) and the other
+     * special steps have ids from 0xfffffff0 up, and srun runs from them. */
+    const char *step = get("SLURM_STEP_ID");
+    if (step == NULL || *step == '\0')
+        step = get("SLURM_STEPID");
+    if (step && *step) {
+        char *end;
+        errno = 0;
+        unsigned long long id = strtoull(step, &end, 10);
+        if (end != step && *end == '\0' && errno == 0 && id < 0xfffffff0ull)
+            return errprintf(err,
+                             "bmlaunch runs as a task of job step %.60s.%.60s (srun started "
+                             "it), but it starts the ranks with srun itself, whose step would "
+                             "wait for this one's CPUs for ever; run bmlaunch in the batch "
+                             "script or the salloc shell itself, not under srun, or give "
+                             "--local to run the ranks on this node",
+                             job, step);
+    }
     slurm_alloc_t s = { 0 };
     snprintf(s.job_id, sizeof(s.job_id), "%s", job);
     const char *nn = get("SLURM_JOB_NUM_NODES") ? "SLURM_JOB_NUM_NODES" : "SLURM_NNODES";
@@ -131,6 +153,7 @@ int slurm_plan(const slurm_alloc_t *a, const launch_opts_t *o, bmt_layout_t *l, 
 {
     const bool cuda = strcmp(o->device, "cuda") == 0;
     int gpn = o->gpus_per_node;
+    bool from_alloc = false; /* gpn is the allocation's GPUs or tasks a node */
     if (gpn == 0 && o->nodes > 0) {
         /* --nodes without --gpus-per-node: the world spread over those nodes
          * (bmt_layout_make), as in local mode, not the allocation's count,
@@ -152,6 +175,7 @@ int slurm_plan(const slurm_alloc_t *a, const launch_opts_t *o, bmt_layout_t *l, 
                              "(--gpus-per-node) or give --gpus-per-node",
                              a->job_id);
         gpn = cuda ? a->gpus_per_node : a->tasks_per_node;
+        from_alloc = gpn > 0;
     }
     int world = (long long)o->groups * o->gpus_per_group > BMT_LAYOUT_MAX_WORLD
                     ? 0
@@ -174,7 +198,21 @@ int slurm_plan(const slurm_alloc_t *a, const launch_opts_t *o, bmt_layout_t *l, 
                          "%d GPUs each; ask for more nodes or fewer ranks",
                          o->nodes, gpn, a->job_id, a->gpus_per_node);
     if (bmt_layout_make(l, o->groups, o->gpus_per_group, gpn, o->nodes, err) < 0)
-        return -1;
+        return from_alloc ? errprefix(err,
+                                      "allocation %s has %d %s a node (%s), the ranks a node "
+                                      "unless --gpus-per-node says otherwise: ",
+                                      a->job_id, gpn, cuda ? "GPUs" : "tasks",
+                                      cuda ? "SLURM_GPUS_ON_NODE" : "SLURM_TASKS_PER_NODE")
+                          : -1;
+    /* srun gives each task a CPU at least (without --overcommit, which GPU
+     * ranks do not get: slurm_srun_argv), and refused the step itself, after
+     * the plan, with "More processors requested than permitted". */
+    if (cuda && a->cpus_per_node > 0 && gpn > a->cpus_per_node)
+        return errprintf(err,
+                         "%d ranks a node (one task a GPU) need %d CPUs a node, but the nodes of "
+                         "allocation %s have %d; ask Slurm for --ntasks-per-node %d (or %d CPUs "
+                         "a node), or give fewer ranks a node",
+                         gpn, gpn, a->job_id, a->cpus_per_node, gpn, gpn);
     if (l->nodes > a->nodes)
         return errprintf(err,
                          "%d ranks (%d x %d) on nodes of %d need %d nodes, but allocation %s has "

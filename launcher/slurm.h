@@ -26,7 +26,8 @@ typedef struct slurm_alloc {
 
 /* Read the allocation from getenv. Returns 1 inside an allocation, 0 outside
  * (no SLURM_JOB_ID), -1 when the environment is malformed (err says which
- * variable). */
+ * variable) or bmlaunch runs as a task of a job step (SLURM_STEP_ID: `srun
+ * bmlaunch`, whose own srun would wait for that step's CPUs for ever). */
 int slurm_detect(slurm_alloc_t *a, bmt_error_t *err);
 
 /* The same from an explicit environment lookup (for tests). */
@@ -39,7 +40,9 @@ int slurm_uniform_count(const char *text, int *out);
 /* The layout for o inside allocation a: gpus_per_node defaults to the world
  * divided by --nodes when that is given, else to the allocation's GPUs (cuda)
  * or tasks per node (cpu); the layout's nodes must be at most the
- * allocation's. Errors say what does not fit and what to ask for. */
+ * allocation's, and with cuda its ranks per node at most the allocation's GPUs
+ * and CPUs per node (srun gives each task a CPU). Errors say what does not fit
+ * and what to ask for. */
 int slurm_plan(const slurm_alloc_t *a, const launch_opts_t *o, bmt_layout_t *l, bmt_error_t *err);
 
 /* srun's argument vector (NULL-terminated, malloc'd strings and array) for the

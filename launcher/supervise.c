@@ -517,6 +517,7 @@ static void emit_line(job_t *job, rank_proc_t *rp, bool is_err, const char *line
 
 static void begin_end(job_t *job);
 static int stop_signal_of(const job_t *job);
+static int rank_ended_on(const job_t *job, int status);
 
 /* The signal whose description (strsignal, as srun prints it) is text. */
 static int signal_named(const char *text)
@@ -529,10 +530,38 @@ static int signal_named(const char *text)
     return 0;
 }
 
+/* Each task of srun's list "0-2,5" (span bytes) below the world, as on_exit
+ * reports a local rank's end: its wait status and the signal bmlaunch sent
+ * that ended it (0: none), and the node srun named. */
+static void srun_tasks_exited(job_t *job, const char *list, size_t span, int status, int ended_by,
+                              const char *host)
+{
+    if (job->o.on_exit == NULL)
+        return;
+    const char *p = list, *end = list + span;
+    while (p < end) {
+        char *e;
+        long a = strtol(p, &e, 10), b = a;
+        if (e == p)
+            return;
+        if (*e == '-') {
+            p = e + 1;
+            b = strtol(p, &e, 10);
+            if (e == p || b < a)
+                return;
+        }
+        for (long r = a; r <= b && r < job->o.world; r++)
+            job->o.on_exit(job->o.on_exit_arg, (int)r, status, ended_by, host);
+        p = *e == ',' ? e + 1 : end;
+    }
+}
+
 /* srun's report of a task's end, e.g. "srun: error: node1: task 2: Exited with
  * exit code 3" or "...: task 0: Segmentation fault (core dumped)", or of several
- * that ended alike, "...: tasks 0-2,5: Exited with exit code 1": the first one
- * names the job's first failure (the lowest task of a list stands for it). */
+ * that ended alike, "...: tasks 0-2,5: Exited with exit code 1": every task of
+ * it goes to on_exit (the collector counts the failed ones, as locally), and
+ * the first report names the job's first failure (the lowest task of a list
+ * stands for it). */
 static void srun_report(job_t *job, const char *line, size_t len)
 {
     char buf[512];
@@ -540,11 +569,7 @@ static void srun_report(job_t *job, const char *line, size_t len)
     const char *t = strstr(buf, ": task "), *list = t ? t + 7 : NULL;
     if (t == NULL && (t = strstr(buf, ": tasks ")) != NULL)
         list = t + 8;
-    /* As in local mode (rank_exited), also after SIGINT, SIGTERM or SIGHUP: a
-     * task that died of a signal bmlaunch sent (or that srun sent for it,
-     * signal_ranks) was stopped, one that exited non-zero on its own (its
-     * clean-up failed) or died of another signal has failed. */
-    if (t == NULL || job->fail != FAIL_NONE || *list < '0' || *list > '9')
+    if (t == NULL || *list < '0' || *list > '9')
         return;
     char *end;
     long rank = strtol(list, &end, 10);
@@ -554,16 +579,29 @@ static void srun_report(job_t *job, const char *line, size_t len)
     const char *what = list + span + 2;
     const char *h = strstr(buf, "error: ");
     h = h && h < t ? h + 7 : buf;
-    snprintf(job->fail_host, sizeof(job->fail_host), "%.*s", (int)(t - h), h);
+    char host[sizeof(job->fail_host)];
+    snprintf(host, sizeof(host), "%.*s", (int)(t - h), h);
     int code = 0;
     char desc[128];
     snprintf(desc, sizeof(desc), "%s", what);
     char *core = strstr(desc, " (core dumped)");
     if (core)
         *core = '\0';
-    int sig = sscanf(what, "Exited with exit code %d", &code) == 1 ? code > 128 ? code - 128 : 0
-                                                                   : signal_named(desc);
-    if (sig > 0 && sig < 32 && (job->sent >> sig & 1u)) {
+    /* The tasks' wait status as srun describes it: an exit code, a signal, or
+     * something else ("Out Of Memory"), which fails the job with 1. */
+    int status = sscanf(what, "Exited with exit code %d", &code) == 1 ? (code & 0xff) << 8
+                 : signal_named(desc) > 0                             ? signal_named(desc)
+                                                                      : 1 << 8;
+    /* As in local mode (rank_exited), also after SIGINT, SIGTERM or SIGHUP: a
+     * task that died of a signal bmlaunch sent (or that srun sent for it,
+     * signal_ranks) was stopped, one that exited non-zero on its own (its
+     * clean-up failed) or died of another signal has failed. */
+    const int sig = rank_ended_on(job, status);
+    srun_tasks_exited(job, list, span, status, sig, host);
+    if (job->fail != FAIL_NONE)
+        return;
+    snprintf(job->fail_host, sizeof(job->fail_host), "%s", host);
+    if (sig > 0) {
         /* A task that died of a signal bmlaunch sent (a forwarded SIGUSR1, say,
          * or the SIGTERM of a stop): a stop, as in local mode (rank_exited). */
         if (job->end_signal == 0) {
@@ -825,7 +863,7 @@ static void rank_exited(job_t *job, rank_proc_t *rp, int status)
     rp->end = now_s();
     job->running--;
     if (job->o.on_exit)
-        job->o.on_exit(job->o.on_exit_arg, rp->rank, status, rank_ended_on(job, status));
+        job->o.on_exit(job->o.on_exit_arg, rp->rank, status, rank_ended_on(job, status), NULL);
     if (rp->rank < 0) {
         /* srun: its task reports named the failure, if there was one. After a
          * stop, srun's failure is the stop's doing (exit_status: 128 + it). */

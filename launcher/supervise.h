@@ -38,11 +38,14 @@ typedef struct job_opts {
                        * "RANK: " (srun --label) speaks for all ranks */
     int max_restarts; /* --max-restarts: job_restartable's bound, named in the summary */
     /* Called on the supervisor's thread when a rank's process has exited (local
-     * mode; rank -1: srun, Slurm mode). ended_by: the signal bmlaunch sent
-     * that ended it (one it forwarded, or its own SIGTERM or SIGKILL; also an
-     * exit with 128 + that signal), 0 when the rank ended by itself. NULL:
+     * mode; rank -1: srun, Slurm mode), and in Slurm mode for each task srun
+     * reports ended ("srun: error: node1: task 2: Exited with exit code 3":
+     * wait_status as waitpid would give it, host "node1"; tasks that exit 0
+     * are not reported). ended_by: the signal bmlaunch sent that ended it (one
+     * it forwarded, or its own SIGTERM or SIGKILL; also an exit with 128 + that
+     * signal), 0 when the rank ended by itself. host: NULL in local mode. NULL:
      * none. */
-    void (*on_exit)(void *arg, int rank, int wait_status, int ended_by);
+    void (*on_exit)(void *arg, int rank, int wait_status, int ended_by, const char *host);
     void *on_exit_arg;
     /* Slurm mode: deliver SIGINT, SIGTERM, SIGHUP or SIGKILL to every task of
      * srun's job step (slurm_step_signal: srun would turn them into a status

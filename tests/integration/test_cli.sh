@@ -88,6 +88,9 @@ shm backend, which needs every rank on one node, but this layout spans 2 nodes|-
 --signal-lead 300 is not less than the time limit 5 (300 s)|--sbatch --gpus-per-node 2 --time 5 --signal-lead 300 -- $PROGS/behave env
 --signal-lead 30 is not less than the time limit 0:30 (30 s)|--sbatch --gpus-per-node 2 --time 0:30 --signal-lead 30 -- $PROGS/behave env
 --signal-lead 3600 is not less than the time limit 01:00:00 (3600 s, the default --time)|--sbatch --gpus-per-node 2 --signal-lead 3600 -- $PROGS/behave env
+--signal-lead 50 and the time limit 1 (60 s): Slurm sends the signal up to 60 s early, so USR1 could come at the job's start; give a longer --time|--sbatch --gpus-per-node 2 --time 1 --signal-lead 50 -- $PROGS/behave env
+--signal-lead 120 and the time limit 3 (180 s): Slurm sends the signal up to 60 s early, so USR1 could come at the job's start; give a --signal-lead of at most 119 or a longer --time|--sbatch --gpus-per-node 2 --time 3 -- $PROGS/behave env
+--signal-lead 3541 and the time limit 01:00:00 (3600 s, the default --time): Slurm sends|--sbatch --gpus-per-node 2 --signal-lead 3541 -- $PROGS/behave env
 --submit goes with --sbatch|--submit --gpus-per-node 2 -- $PROGS/behave env
 unknown field {{TIEM}}|--sbatch -g 2 --gpus-per-node 2 --template $TMP/bad.sbatch -- $PROGS/behave env
 --metrics-cert /nonexistent/cert.pem: No such file or directory|-n 1 --log-dir newlogs --metrics-cert /nonexistent/cert.pem --metrics-key /nonexistent/key.pem -- $PROGS/behave env

@@ -2,8 +2,10 @@
 # bmlaunch under a real Slurm cluster (tests/slurm/cluster.sh: slurmctld, slurmd and
 # munge of our own, one node, then two nodes in network namespaces): the ranks run
 # through srun --mpi=pmix, the summary and exit codes are those of local mode, the
-# rendered batch script runs under sbatch --wait, scancel ends every rank; across
-# two nodes the metrics pushes travel over HTTPS only.
+# rendered batch script runs under sbatch --wait, scancel ends every rank, a
+# requeued job resumes from its checkpoint; layouts the allocation cannot take
+# and `srun bmlaunch` are refused before srun; the collector counts the failed
+# ranks srun reports; across two nodes the metrics pushes travel over HTTPS only.
 . "$(dirname "$0")/../integration/lib.sh"
 . "$(dirname "$0")/cluster.sh"
 
@@ -227,6 +229,88 @@ test_expect_success "a layout that does not fit the allocation: exit 2 and what 
     ! grep -q "BMT_RANK" out
 '
 
+# The allocation's tasks a node (salloc -n 8) are the ranks a node when
+# --gpus-per-node does not say: the refusal says where its 8 came from.
+test_expect_success "an allocation of more tasks than ranks: exit 2, naming SLURM_TASKS_PER_NODE as where the ranks a node came from" '
+    { with_timeout 60 salloc -N1 -n8 $BMLAUNCH -n 4 -- $PROGS/behave env >out 2>err; rc=$?; } &&
+    test $rc -eq 2 &&
+    grep -q "bmlaunch: allocation [0-9]* has 8 tasks a node (SLURM_TASKS_PER_NODE), the ranks a node unless --gpus-per-node says otherwise: 4 ranks (1 x 4) do not fill whole nodes of 8" err &&
+    ! grep -q BMT_RANK out &&
+    with_timeout 60 salloc -N1 -n8 $BMLAUNCH -n 4 --gpus-per-node 4 -- $PROGS/behave env >out 2>err &&
+    test $(grep -c ": BMT_RANK=" out) -eq 4
+'
+
+# One task a GPU and no --overcommit: srun needs a CPU for each task, and
+# refused the step itself ("More processors requested than permitted", exit
+# 1) after bmlaunch had planned it.
+test_expect_success "--device cuda, more ranks a node than the allocation has CPUs: exit 2 before srun, and what to ask for" '
+    { with_timeout 60 salloc -N1 -n2 $BMLAUNCH --device cuda -n 4 --gpus-per-node 4 -- $PROGS/behave env >out 2>err; rc=$?; } &&
+    test $rc -eq 2 &&
+    grep -q "bmlaunch: 4 ranks a node (one task a GPU) need 4 CPUs a node, but the nodes of allocation [0-9]* have 2; ask Slurm for --ntasks-per-node 4 (or 4 CPUs a node), or give fewer ranks a node" err &&
+    ! grep -q "^srun" err && ! grep -q BMT_RANK out
+'
+
+# `srun bmlaunch ...` (as one writes `srun torchrun ...`): every task was a
+# bmlaunch whose own srun waited for the step's CPUs for ever ("step creation
+# temporarily disabled, retrying"), until the job's time limit.
+test_expect_success "bmlaunch started by srun (a task of a job step): exit 2 at once, naming the step; --local still runs there" '
+    { with_timeout 60 salloc -N1 -n4 srun -n 2 $BMLAUNCH -n 2 -- $PROGS/hello >out 2>err; rc=$?; } &&
+    { test $rc -eq 2 &&
+        test $(grep -c "^bmlaunch: bmlaunch runs as a task of job step [0-9]*\.0 (srun started it), but it starts the ranks with srun itself" err) -eq 2 &&
+        grep -q "run bmlaunch in the batch script or the salloc shell itself, not under srun, or give --local" err &&
+        ! grep -q "step creation" err || { echo "exit $rc"; cat err; false; }; } &&
+    with_timeout 60 salloc -N1 -n2 srun -n 1 $BMLAUNCH --local -n 2 -- $PROGS/hello >out 2>err &&
+    test $(grep -c "sums of ranks" out) -eq 2
+'
+
+# The collector learns a rank's end from srun's report of it, as it learns a
+# local rank's from waitpid: bmt_ranks_failed, the rank's code and node, a
+# rank_failed event (the BmtRankFailed alert). It said 0 failed ranks here.
+test_expect_success "a rank that fails under srun is a failed rank on /metrics and /api/status too; the ranks bmlaunch ended are not" '
+    port=$(free_port) &&
+    { with_timeout 60 salloc -N1 -n4 $BMLAUNCH --metrics-port $port --metrics-linger 8 -n 4 -- \
+        $PROGS/behave --rank 2 exit 3 >out 2>err & }
+    job=$!
+    for i in $(seq 300); do
+        curl -sf "http://127.0.0.1:$port/api/status" >s.json && grep -q "\"state\":\"ended\"" s.json && break
+        sleep 0.1
+    done
+    curl -sf "http://127.0.0.1:$port/metrics" >m.txt
+    rc=0; wait $job || rc=$?
+    test $rc -eq 3 && grep -q "^bmlaunch: job failed: rank 2 (on $NODE) exited with code 3\$" err &&
+    grep -q "^bmt_ranks_failed{job_id=\"slurm\.[0-9]*\"} 1\$" m.txt &&
+    grep -q "^bmt_ranks_failed_total{job_id=\"slurm\.[0-9]*\"} 1\$" m.txt &&
+    grep -q "^bmt_rank_exit_code{job_id=\"slurm\.[0-9]*\",rank=\"2\",host=\"$NODE\"} 3\$" m.txt &&
+    /usr/bin/python3 -c "
+import json
+s = json.load(open(\"s.json\"))
+assert s[\"exit_status\"] == 3, s[\"exit_status\"]
+assert s[\"failed_ranks\"] == [{\"rank\": 2, \"host\": \"$NODE\", \"exit_code\": 3}], s[\"failed_ranks\"]
+ev = [e for e in s[\"events\"] if e[\"kind\"] == \"rank_failed\"]
+assert [e[\"detail\"] for e in ev] == [\"rank 2 (on $NODE) exited with code 3\"], ev
+" || { cat m.txt | grep -E "failed|exit"; cat s.json; false; }
+'
+
+test_expect_success "ranks that fail alike (srun: \"tasks 0-3: Exited with exit code 3\") are each a failed rank on /api/status" '
+    port=$(free_port) &&
+    { with_timeout 60 salloc -N1 -n4 $BMLAUNCH --metrics-port $port --metrics-linger 8 -n 4 -- \
+        $PROGS/behave exit 3 >out 2>err & }
+    job=$!
+    for i in $(seq 300); do
+        curl -sf "http://127.0.0.1:$port/api/status" >s.json && grep -q "\"state\":\"ended\"" s.json && break
+        sleep 0.1
+    done
+    rc=0; wait $job || rc=$?
+    test $rc -eq 3 && grep -q "^srun: error: $NODE: tasks [0-9,-]*: Exited with exit code 3\$" err &&
+    /usr/bin/python3 -c "
+import json
+s = json.load(open(\"s.json\"))
+assert s[\"ranks_failed\"] == 4 and s[\"ranks_failed_total\"] == 4, s[\"ranks_failed\"]
+assert sorted(f[\"rank\"] for f in s[\"failed_ranks\"]) == [0, 1, 2, 3], s[\"failed_ranks\"]
+assert all(f[\"exit_code\"] == 3 and f[\"host\"] == \"$NODE\" for f in s[\"failed_ranks\"]), s
+" || { cat err s.json; false; }
+'
+
 test_expect_success "--local inside an allocation runs on this machine, bmlaunch as the PMIx server" '
     with_timeout 60 salloc -N1 -n2 $BMLAUNCH --local -v -n 2 -- $PROGS/hello >out 2>err &&
     grep -q "PMIx namespace bmlaunch\\." err && ! grep -q "srun --mpi" err &&
@@ -286,6 +370,31 @@ test_expect_success "USR1 to the batch script (--signal=B:USR1) reaches every ra
     ! grep -q "got USR1 2" u-$id.out &&
     grep -q "^bmlaunch: job failed: rank 0 (on $NODE) exited with code 3\$" u-$id.out &&
     scontrol show job -o $id | grep -q " ExitCode=3:0 "
+'
+
+# scontrol requeue (as preemption does) ends the job and runs its batch script
+# again under the same job id: a new bmlaunch, whose runs count from 0 again
+# (BMT_RESTART counts --max-restarts runs), while Slurm counts the requeues
+# (SLURM_RESTART_COUNT). The trainer's --resume takes DIR/latest. sbatch
+# --open-mode=append keeps the first run's output (Slurm truncates by default).
+test_expect_success "scontrol requeue of a rendered batch job: the trainer resumes from --save-dir's latest; BMT_JOB_ID the same, BMT_RESTART 0 again, SLURM_RESTART_COUNT 1" '
+    $BUILDDIR/bin/gpt2 --prepare $SRC/examples/gpt2/data/corpus.txt --out corpus >/dev/null &&
+    $BMLAUNCH --sbatch -n 2 --gpus-per-node 2 --time 00:05:00 --output "$PWD/rq-%j.out" -- sh -c \
+        "echo run BMT_JOB_ID=\$BMT_JOB_ID BMT_RESTART=\$BMT_RESTART SLURM_RESTART_COUNT=\${SLURM_RESTART_COUNT:-0}; exec $BUILDDIR/bin/gpt2 --data $PWD/corpus_train.bin --steps 1000000 --save-dir $PWD/S --save-every 10 --resume" >rq.sbatch &&
+    id=$(sbatch --parsable --open-mode=append rq.sbatch) &&
+    for i in $(seq 600); do [ -e S/latest ] && break; sleep 0.1; done && test -e S/latest &&
+    scontrol requeue $id &&
+    for i in $(seq 300); do squeue -h -j $id -t PD | grep -q . && break; sleep 0.1; done &&
+    last=$(cat S/latest) && sleep 1 && test "$(cat S/latest)" = "$last" &&
+    scontrol update jobid=$id StartTime=now &&
+    for i in $(seq 600); do grep -q "gpt2: resumed from" rq-$id.out && break; sleep 0.1; done &&
+    scancel $id &&
+    for i in $(seq 100); do squeue -h -j $id | grep -q . || break; sleep 0.2; done &&
+    grep -qx "0: run BMT_JOB_ID=slurm.$id BMT_RESTART=0 SLURM_RESTART_COUNT=0" rq-$id.out &&
+    grep -qx "0: run BMT_JOB_ID=slurm.$id BMT_RESTART=0 SLURM_RESTART_COUNT=1" rq-$id.out &&
+    grep -q "^0: gpt2: resumed from $PWD/S/$last (step [0-9]*)\$" rq-$id.out &&
+    test $(grep -c "gpt2: resumed from" rq-$id.out) -eq 1 ||
+        { cat rq-$id.out | grep -v "step  *[0-9]*/"; false; }
 '
 
 # --max-restarts under srun: each run is a new srun step with a fresh PMIx
@@ -399,6 +508,26 @@ assert s[\"layout\"][\"nodes\"] == 2 and s[\"step\"] == 5, s[\"layout\"]
 assert s[\"tokens_total\"] == 5 * (1000 + 1001 + 1002 + 1003), s[\"tokens_total\"]
 assert sorted({r[\"host\"] for r in s[\"ranks\"]}) == [\"node1\", \"node2\"], s[\"ranks\"]
 "
+    '
+    test_expect_success "two nodes: a rank on node2 that fails before it pushed is named on node2 on /metrics (srun said where), not on the launch node" '
+        port=$(free_port) &&
+        { with_timeout 60 salloc -N2 --ntasks-per-node=2 $BMLAUNCH --backend none --metrics-port $port \
+            --metrics-linger 8 --log-dir logs -g 2 -n 2 -- $PROGS/behave --rank 3 exit 3 >out 2>err & }
+        job=$!
+        for i in $(seq 300); do
+            curl -sf --cacert logs/metrics-ca.pem "https://127.0.0.1:$port/api/status" >s.json &&
+                grep -q "\"state\":\"ended\"" s.json && break
+            sleep 0.1
+        done
+        rc=0; wait $job || rc=$?
+        test $rc -eq 3 && grep -q "^bmlaunch: job failed: rank 3 (on node2) exited with code 3\$" err &&
+        /usr/bin/python3 -c "
+import json
+s = json.load(open(\"s.json\"))
+assert s[\"failed_ranks\"] == [{\"rank\": 3, \"host\": \"node2\", \"exit_code\": 3}], s[\"failed_ranks\"]
+ev = [e[\"detail\"] for e in s[\"events\"] if e[\"kind\"] == \"rank_failed\"]
+assert ev == [\"rank 3 (on node2) exited with code 3\"], ev
+" || { cat err s.json; false; }
     '
     test_expect_success "two nodes: SIGINT reaches every task on both nodes as SIGINT; no step or rank left on either" '
         mkdir pids && export BEHAVE_PIDDIR=$PWD/pids &&

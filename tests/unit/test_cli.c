@@ -82,17 +82,28 @@ static void check_valid(void)
            "--metrics-tls defaults to auto");
     }
     {
-        const char *a[] = { "--sbatch", "--time", "5", "--signal-lead", "299", "p", NULL };
+        const char *a[] = { "--sbatch", "--time", "5", "--signal-lead", "239", "p", NULL };
         const char *b[] = {
             "--sbatch", "--time", "UNLIMITED", "--signal-lead", "65535", "p", NULL
         };
         const char *c[] = { "--sbatch", "--time", "0", "--signal-lead", "65535", "p", NULL };
-        const char *d[] = { "--sbatch", "--signal-lead", "3599", "p", NULL };
+        const char *d[] = { "--sbatch", "--signal-lead", "3539", "p", NULL };
         const char *e[] = { "--sbatch", "--submit", "p", NULL };
-        ok(parse(a, &o, &err) == 0 && o.signal_lead == 299 && parse(b, &o, &err) == 0 &&
+        ok(parse(a, &o, &err) == 0 && o.signal_lead == 239 && parse(b, &o, &err) == 0 &&
                parse(c, &o, &err) == 0 && parse(d, &o, &err) == 0 && parse(e, &o, &err) == 0 &&
                o.submit && o.sbatch,
-           "--signal-lead below the time limit, any with no limit; --sbatch --submit");
+           "--signal-lead more than 60 s below the time limit, any with no limit; --sbatch "
+           "--submit");
+        /* Slurm may send the signal up to 60 s early (sbatch(1)): within 60 s
+         * of the limit it may come at the job's start. */
+        const char *f[] = { "--sbatch", "--time", "5", "--signal-lead", "240", "p", NULL };
+        const char *g[] = { "--sbatch", "--signal-lead", "3540", "p", NULL };
+        const char *h[] = { "--sbatch", "--time", "1", "--signal-lead", "1", "p", NULL };
+        ok(parse(f, &o, &err) == -1 &&
+               strstr(err.text, "give a --signal-lead of at most 239 or a longer --time") &&
+               parse(g, &o, &err) == -1 && strstr(err.text, "the default --time") &&
+               parse(h, &o, &err) == -1 && strstr(err.text, "; give a longer --time"),
+           "--signal-lead within 60 s of the time limit is refused (%s)", err.text);
     }
     {
         const char *a[] = { "--grace", "0", "p", NULL };

@@ -79,13 +79,25 @@ static void check_detect(void)
     ok(detect(old, &a, &err) == 1 && a.nodes == 3 && a.tasks_per_node == 0 && a.gpus_per_node == 0,
        "SLURM_NNODES serves when SLURM_JOB_NUM_NODES is absent; the rest is optional");
 
+    /* The interactive step (use_interactive_step) is 0xfffffffa: srun runs there. */
+    static const char *const interactive[] = {
+        "SLURM_JOB_ID", "8", "SLURM_JOB_NUM_NODES", "1", "SLURM_STEP_ID", "4294967290", NULL
+    };
+    ok(detect(interactive, &a, &err) == 1 && a.nodes == 1,
+       "the interactive step's SLURM_STEP_ID is an allocation to start srun from");
+
     static const char *const bad[][7] = {
+        { "SLURM_JOB_ID", "9", "SLURM_JOB_NUM_NODES", "1", "SLURM_STEP_ID", "0", NULL },
+        { "SLURM_JOB_ID", "9", "SLURM_JOB_NUM_NODES", "1", "SLURM_STEPID", "3", NULL },
         { "SLURM_JOB_ID", "1", NULL },
         { "SLURM_JOB_ID", "1", "SLURM_JOB_NUM_NODES", "two", NULL },
         { "SLURM_JOB_ID", "1", "SLURM_JOB_NUM_NODES", "2", "SLURM_TASKS_PER_NODE", "4(x", NULL },
         { "SLURM_JOB_ID", "1", "SLURM_JOB_NUM_NODES", "2", "SLURM_GPUS_ON_NODE", "-1", NULL },
     };
-    static const char *const want[] = { "SLURM_NNODES is not set", "SLURM_JOB_NUM_NODES",
+    static const char *const want[] = { "bmlaunch runs as a task of job step 9.0 (srun started it)",
+                                        "job step 9.3",
+                                        "SLURM_NNODES is not set",
+                                        "SLURM_JOB_NUM_NODES",
                                         "SLURM_TASKS_PER_NODE='4(x' is malformed",
                                         "SLURM_GPUS_ON_NODE" };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -168,8 +180,21 @@ static void check_plan(void)
           "cuda",
           "--gpus-per-node 8 but the nodes of allocation 42 have 4 GPUs each; give "
           "--gpus-per-node 4 or less, or ask Slurm for nodes with 8 GPUs" },
+        { { "42", 1, 2, 2, 0 },
+          1,
+          4,
+          4,
+          "cuda",
+          "4 ranks a node (one task a GPU) need 4 CPUs a node, but the nodes of allocation 42 "
+          "have 2; ask Slurm for --ntasks-per-node 4" },
         { { "42", 2, 0, 0, 0 }, 1, 3, 0, "cpu", "cannot tell the ranks per node" },
-        { { "42", 1, 4, 4, 0 }, 3, 1, 0, "cpu", "do not fill whole nodes of 4" },
+        { { "42", 1, 4, 4, 0 },
+          3,
+          1,
+          0,
+          "cpu",
+          "allocation 42 has 4 tasks a node (SLURM_TASKS_PER_NODE), the ranks a node unless "
+          "--gpus-per-node says otherwise: 3 ranks (3 x 1) do not fill whole nodes of 4" },
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         o = opts(bad[i].groups, bad[i].gpg, bad[i].gpn, bad[i].device);
