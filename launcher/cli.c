@@ -441,9 +441,14 @@ int cli_parse(int argc, char **argv, launch_opts_t *o, bmt_error_t *err)
                 return errprintf(err, "%s needs a value on one line", name);
             if (optarg[0] == '-')
                 return errprintf(err, "%s needs a value, got the option '%.200s'", name, optarg);
-            if (c != OPT_TEMPLATE && strpbrk(optarg, " \t'\"\\$`"))
-                return errprintf(err, "%s '%.200s': no spaces, quotes, $ or backslashes", name,
-                                 optarg);
+            /* sbatch ends a directive's value at white space and at '#' (the
+             * rest is a comment: --output 'o#1' wrote to o), and a value of
+             * the script line must not need quoting. */
+            if (c != OPT_TEMPLATE && strpbrk(optarg, " \t\v\f'\"\\$`#"))
+                return errprintf(err,
+                                 "%s '%.200s': no spaces, quotes, $, backslashes or '#' (sbatch "
+                                 "would cut or refuse the #SBATCH line there)",
+                                 name, optarg);
             if (c == OPT_TIME && !cli_slurm_time_ok(optarg))
                 return errprintf(err,
                                  "--time '%.200s' is not a Slurm time limit: give MINUTES, "

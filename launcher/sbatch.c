@@ -161,6 +161,15 @@ static const sbatch_var_t *lookup(const sbatch_var_t *v, size_t n, const char *n
 
 char *sbatch_render(const char *tmpl, const sbatch_var_t *vars, size_t nvars, bmt_error_t *err)
 {
+    /* Per field: whether this line uses it, and whether a kept line did. */
+    bool *used = calloc(nvars + 1, sizeof(bool));
+    bool *kept = calloc(nvars + 1, sizeof(bool));
+    if (used == NULL || kept == NULL) {
+        free(used);
+        free(kept);
+        errprintf(err, "out of memory rendering the batch script");
+        return NULL;
+    }
     buf_t out = { 0 };
     int lineno = 0;
     const char *line = tmpl;
@@ -169,7 +178,9 @@ char *sbatch_render(const char *tmpl, const sbatch_var_t *vars, size_t nvars, bm
         const char *eol = strchr(line, '\n');
         size_t len = eol ? (size_t)(eol - line) + 1 : strlen(line);
         buf_t l = { 0 };
-        bool drop = false;
+        const sbatch_var_t *empty = NULL;  /* the first empty field of this line */
+        const sbatch_var_t *needed = NULL; /* the first required field of this line */
+        memset(used, 0, nvars * sizeof(bool));
         const char *p = line, *end = line + len;
         while (p < end) {
             const char *open = p;
@@ -186,6 +197,8 @@ char *sbatch_render(const char *tmpl, const sbatch_var_t *vars, size_t nvars, bm
             if (close + 1 >= end) {
                 free(l.s);
                 free(out.s);
+                free(used);
+                free(kept);
                 errprintf(err, "template line %d: '{{' without '}}'", lineno);
                 return NULL;
             }
@@ -194,23 +207,61 @@ char *sbatch_render(const char *tmpl, const sbatch_var_t *vars, size_t nvars, bm
                 int n = (int)(close - open - 2);
                 free(l.s);
                 free(out.s);
+                free(used);
+                free(kept);
                 errprintf(err, "template line %d: unknown field {{%.*s}}", lineno, n > 40 ? 40 : n,
                           open + 2);
                 return NULL;
             }
-            if (v->value == NULL || v->value[0] == '\0')
-                drop = true;
-            else
+            used[v - vars] = true;
+            if (v->value == NULL || v->value[0] == '\0') {
+                if (empty == NULL)
+                    empty = v;
+            } else
                 put(&l, v->value, strlen(v->value));
+            if (v->required && needed == NULL)
+                needed = v;
             p = close + 2;
         }
-        if (!drop && l.len)
-            put(&out, l.s, l.len);
+        if (empty && needed) {
+            /* Dropping it would drop what the script is for (the program): a
+             * script that exits 0 having run nothing. */
+            free(l.s);
+            free(out.s);
+            free(used);
+            free(kept);
+            errprintf(err,
+                      "template line %d: {{%s}} is empty here, which leaves the line out, and "
+                      "with it {{%s}}, without which the script runs nothing; put {{%s}} on a "
+                      "line of its own",
+                      lineno, empty->name, needed->name, empty->name);
+            return NULL;
+        }
+        if (empty == NULL) {
+            if (l.len)
+                put(&out, l.s, l.len);
+            for (size_t i = 0; i < nvars; i++)
+                kept[i] |= used[i];
+        }
         if (l.bad)
             out.bad = 1;
         free(l.s);
         line += len;
     }
+    for (size_t i = 0; i < nvars; i++) {
+        if (vars[i].required && !kept[i]) {
+            free(out.s);
+            free(used);
+            free(kept);
+            errprintf(err,
+                      "the template has no {{%s}}: the script would not run the program given; "
+                      "keep the line exec {{BMLAUNCH}} {{BMLAUNCH_ARGS}} -- {{PROGRAM}}",
+                      vars[i].name);
+            return NULL;
+        }
+    }
+    free(used);
+    free(kept);
     if (out.bad || out.s == NULL) {
         free(out.s);
         errprintf(err, "out of memory rendering the batch script");
@@ -298,6 +349,15 @@ static char *read_file(const char *path, bmt_error_t *err)
     if (bad) {
         free(b.s);
         errprintf(err, "cannot read %.200s (empty, unreadable or over 1 MiB)", path);
+        return NULL;
+    }
+    /* The text ends at a NUL: what follows (the exec line) would be lost
+     * without a word, and the script would run nothing. */
+    const char *nul = memchr(b.s, '\0', b.len);
+    if (nul) {
+        errprintf(err, "%.200s holds a NUL byte at offset %zu: not a text file (damaged?)", path,
+                  (size_t)(nul - b.s));
+        free(b.s);
         return NULL;
     }
     return b.s;
@@ -406,24 +466,24 @@ char *sbatch_script(const launch_opts_t *o, const bmt_layout_t *l, const char *s
     char *script = NULL;
     if (!args.bad && !program.bad && self_q) {
         const sbatch_var_t vars[] = {
-            { "JOB_NAME", o->job_name ? o->job_name : name },
-            { "NODES", nodes },
+            { "JOB_NAME", o->job_name ? o->job_name : name, false },
+            { "NODES", nodes, false },
             /* GPUs: one task per GPU on every node. CPU ranks may outnumber a
              * node's CPUs, which --ntasks-per-node cannot ask for (sbatch:
              * "Requested node configuration is not available"): the task
              * count with --overcommit instead. */
-            { "TASKS_PER_NODE", cuda ? tpn : "" },
-            { "NTASKS", cuda ? "" : ntasks },
-            { "OVERCOMMIT", cuda ? "" : "--overcommit" },
-            { "GPUS_PER_NODE", cuda ? gpn : "" },
-            { "TIME", o->time ? o->time : CLI_DEFAULT_TIME },
-            { "PARTITION", o->partition ? o->partition : "" },
-            { "ACCOUNT", o->account ? o->account : "" },
-            { "OUTPUT", o->output ? o->output : "bmt-%x-%j.out" },
-            { "SIGNAL_LEAD", lead },
-            { "BMLAUNCH", self_q },
-            { "BMLAUNCH_ARGS", args.s },
-            { "PROGRAM", program.s },
+            { "TASKS_PER_NODE", cuda ? tpn : "", false },
+            { "NTASKS", cuda ? "" : ntasks, false },
+            { "OVERCOMMIT", cuda ? "" : "--overcommit", false },
+            { "GPUS_PER_NODE", cuda ? gpn : "", false },
+            { "TIME", o->time ? o->time : CLI_DEFAULT_TIME, false },
+            { "PARTITION", o->partition ? o->partition : "", false },
+            { "ACCOUNT", o->account ? o->account : "", false },
+            { "OUTPUT", o->output ? o->output : "bmt-%x-%j.out", false },
+            { "SIGNAL_LEAD", lead, false },
+            { "BMLAUNCH", self_q, true },
+            { "BMLAUNCH_ARGS", args.s, true },
+            { "PROGRAM", program.s, true },
         };
         script = sbatch_render(tmpl, vars, sizeof(vars) / sizeof(vars[0]), err);
         if (script == NULL)

@@ -5,11 +5,13 @@
  * value, and a line holding a field whose value is empty is left out (so
  * optional #SBATCH lines disappear when their option was not given). A field
  * the renderer does not know is an error, so a typo in a copied template is
- * caught, not submitted.
+ * caught, not submitted; so is a template without BMLAUNCH, BMLAUNCH_ARGS or
+ * PROGRAM (or with one on a line left out), whose script would run nothing.
  */
 #ifndef BMT_LAUNCHER_SBATCH_H
 #define BMT_LAUNCHER_SBATCH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "bmt/error.h"
@@ -19,9 +21,12 @@
 typedef struct sbatch_var {
     const char *name;  /* "NODES" for {{NODES}} */
     const char *value; /* "" drops the lines that use it */
+    bool required;     /* a kept line must use it (the program's line) */
 } sbatch_var_t;
 
-/* The rendered text (malloc'd), or NULL with err. */
+/* The rendered text (malloc'd), or NULL with err: an unknown field, '{{'
+ * without '}}', a required field the template lacks, or one on a line that an
+ * empty field would leave out (a script that runs nothing, and exits 0). */
 char *sbatch_render(const char *tmpl, const sbatch_var_t *vars, size_t nvars, bmt_error_t *err);
 
 /* arg quoted for a POSIX shell (malloc'd): 'it'\''s' style. */

@@ -5,6 +5,12 @@
 
 # A template with a typo, for the --template case below.
 printf '#!/bin/bash\n#SBATCH --nodes={{NODES}}\n#SBATCH --time={{TIEM}}\n' >"$TMP/bad.sbatch"
+# Templates whose script would run nothing and exit 0: a NUL byte (the text
+# ended there, the exec line lost), no {{PROGRAM}}, the exec line left out for
+# an empty field on it.
+printf '#!/bin/bash\n\0\nexec {{BMLAUNCH}} {{BMLAUNCH_ARGS}} -- {{PROGRAM}}\n' >"$TMP/nul.sbatch"
+printf '#!/bin/bash\nexec {{BMLAUNCH}} {{BMLAUNCH_ARGS}}\n' >"$TMP/noprog.sbatch"
+printf '#!/bin/bash\n#SBATCH --nodes={{NODES}}\nexec {{BMLAUNCH}} {{BMLAUNCH_ARGS}} -- {{PROGRAM}} # {{ACCOUNT}}\n' >"$TMP/drop.sbatch"
 
 # Each line: expected message fragment | arguments
 while IFS='|' read -r want args; do
@@ -93,6 +99,13 @@ shm backend, which needs every rank on one node, but this layout spans 2 nodes|-
 --signal-lead 3541 and the time limit 01:00:00 (3600 s, the default --time): Slurm sends|--sbatch --gpus-per-node 2 --signal-lead 3541 -- $PROGS/behave env
 --submit goes with --sbatch|--submit --gpus-per-node 2 -- $PROGS/behave env
 unknown field {{TIEM}}|--sbatch -g 2 --gpus-per-node 2 --template $TMP/bad.sbatch -- $PROGS/behave env
+--output 'o#%j.out': no spaces, quotes|--sbatch --gpus-per-node 2 --output "o#%j.out" -- $PROGS/behave env
+--job-name 'a#b': no spaces, quotes|--sbatch --gpus-per-node 2 --job-name "a#b" -- $PROGS/behave env
+--partition 'gpu#2': no spaces, quotes|--sbatch --gpus-per-node 2 --partition "gpu#2" -- $PROGS/behave env
+backslashes or '#' (sbatch would cut or refuse the #SBATCH line there)|--sbatch --gpus-per-node 2 --account $'a\vb' -- $PROGS/behave env
+nul.sbatch holds a NUL byte at offset 12: not a text file|--sbatch -g 2 --gpus-per-node 2 --template $TMP/nul.sbatch -- $PROGS/behave env
+noprog.sbatch: the template has no {{PROGRAM}}: the script would not run the program given|--sbatch -g 2 --gpus-per-node 2 --template $TMP/noprog.sbatch -- $PROGS/behave env
+drop.sbatch: template line 3: {{ACCOUNT}} is empty here, which leaves the line out, and with it {{BMLAUNCH}}|--sbatch -g 2 --gpus-per-node 2 --template $TMP/drop.sbatch -- $PROGS/behave env
 --metrics-cert /nonexistent/cert.pem: No such file or directory|-n 1 --log-dir newlogs --metrics-cert /nonexistent/cert.pem --metrics-key /nonexistent/key.pem -- $PROGS/behave env
 cannot serve metrics on 203.0.113.5 port|-n 1 --log-dir newlogs/run1 --metrics-bind 203.0.113.5 -- $PROGS/behave env
 CASES
@@ -233,6 +246,18 @@ test_expect_success "--sbatch: durations are plain decimals the job's bmlaunch t
     sed -n "s/^exec //p" d.sbatch >line && test $(wc -l <line) = 1 &&
     with_timeout 60 bash line >out 2>err &&
     awk -F= "/^0: BMT_TIMEOUT=/ { found = 1; t = \$2 } END { exit !(found && t == 1000000) }" out
+'
+
+# The rendered script, run by bash, runs exactly the program and arguments given
+# and the --log-dir given, whatever they hold.
+test_expect_success "--sbatch: the script runs the very argv and --log-dir given (quotes, \$, newlines, globs, empty, long)" '
+    printf "%s\n" "import sys" "open(\"argv.bin\", \"wb\").write(b\"\".join(a.encode(\"utf-8\", \"surrogateescape\") + b\"\\0\" for a in sys.argv[1:]))" >argv.py &&
+    set -- "a b" "it'"'"'s" "d\"q" "\$HOME" "\`id\`" "\$(id)" "b\\s" "$(printf "n\nl\tt")" "héllo→" -x "*" "?" "[a" "a;b" "" "%j" "{{PROGRAM}}" "$(head -c 70000 /dev/zero | tr "\\0" x)" &&
+    printf "%s\0" "$@" >want.bin &&
+    ld="$(printf -- "-l g'"'"'\"\$x\`\\\n*?[é;")" &&
+    $BMLAUNCH --sbatch -n 1 --gpus-per-node 1 --metrics-port 0 --log-dir "$ld" -- /usr/bin/python3 argv.py "$@" >a.sbatch &&
+    (unset SLURM_JOB_ID; with_timeout 60 bash a.sbatch >out 2>err) &&
+    cmp want.bin argv.bin && test -f "./$ld/rank-0.log"
 '
 
 # The batch script run here by bash (outside an allocation its bmlaunch runs the

@@ -240,7 +240,7 @@ static void check_plan(void)
 
 static void check_render(void)
 {
-    const sbatch_var_t vars[] = { { "A", "1" }, { "B", "" }, { "C", "x y" } };
+    const sbatch_var_t vars[] = { { "A", "1", false }, { "B", "", false }, { "C", "x y", false } };
     bmt_error_t err = { { 0 } };
     char *out = sbatch_render("a={{A}}\nb={{B}}\nc={{C}}{{A}}\nplain\n", vars, 3, &err);
     is_str(out, "a=1\nc=x y1\nplain\n", "fields replaced; a line with an empty field dropped");
@@ -259,6 +259,27 @@ static void check_render(void)
         memset(&err, 0, sizeof(err));
         char *r = sbatch_render(bad[i].tmpl, vars, 3, &err);
         ok(r == NULL && strstr(err.text, bad[i].want), "bad template: '%s'", bad[i].want);
+        free(r);
+    }
+    /* A required field (the program's) the template lacks, or on a line an
+     * empty field leaves out: the script would run nothing. */
+    const sbatch_var_t req[] = { { "A", "1", false }, { "B", "", false }, { "P", "'x'", true } };
+    out = sbatch_render("a={{A}}\nrun {{P}}\n", req, 3, &err);
+    is_str(out, "a=1\nrun 'x'\n", "a required field on a kept line");
+    free(out);
+    static const struct {
+        const char *tmpl, *want;
+    } bad_req[] = {
+        { "a={{A}}\n", "the template has no {{P}}" },
+        { "a={{A}}\nrun {{P}} {{B}}\n",
+          "line 2: {{B}} is empty here, which leaves the line out, and with it {{P}}" },
+        { "{{B}}{{P}}\nrun {{P}}\n", "line 1: {{B}} is empty here" },
+    };
+    for (size_t i = 0; i < sizeof(bad_req) / sizeof(bad_req[0]); i++) {
+        memset(&err, 0, sizeof(err));
+        char *r = sbatch_render(bad_req[i].tmpl, req, 3, &err);
+        ok(r == NULL && strstr(err.text, bad_req[i].want), "required field: '%s' (%s)",
+           bad_req[i].want, err.text);
         free(r);
     }
     static const struct {
