@@ -367,13 +367,15 @@ int data_write_shard_u32(const char *path, const uint32_t *tokens, size_t n, bmt
 struct data_loader {
     int B, T, rank, world;
     int64_t bt;     /* B*T: tokens of one rank's batch */
-    int64_t global; /* world*B*T: tokens of one global batch */
+    int64_t global; /* world*B*T: tokens of one global micro-batch */
+    int accum;      /* micro-batches per global batch (data_loader_set_accum; 1) */
+    int micro;      /* which micro-batch of the global batch at (shard, pos) is next */
     int nshards;
     char **paths;  /* (nshards) glob matches in glob's order, owned */
     int64_t *ntok; /* (nshards) tokens in each shard, as validated at open */
     int *width;    /* (nshards) bytes per token in each shard: 2 or 4 */
     int64_t total; /* sum of ntok */
-    int shard;     /* position of the next global batch: shard index ... */
+    int shard;     /* position of the current global batch: shard index ... */
     int64_t pos;   /* ... and token offset in it (identical on every rank) */
     int fd;        /* the one open shard file, or -1 */
     int fd_shard;  /* which shard fd is, or -1 */
@@ -535,6 +537,7 @@ data_loader_t *data_loader_open(const char *pattern, int B, int T, int rank, int
                           .world = world,
                           .bt = bt,
                           .global = global,
+                          .accum = 1,
                           .fd = -1,
                           .fd_shard = -1 };
     l->paths = calloc(g.gl_pathc, sizeof(*l->paths));
@@ -630,14 +633,17 @@ int data_loader_next(data_loader_t *l, int32_t *inputs, int32_t *targets, bmt_er
     int s = l->shard;
     int64_t p = l->pos;
     /* llm.c: current_sample_idx >= shard_num_samples = (n - 1) / G advances to
-     * the next shard, and after the last one resets to the first. */
-    if (p + l->global + 1 > l->ntok[s]) {
+     * the next shard, and after the last one resets to the first. Decided for
+     * the whole global batch at its first micro-batch, so that its micro-batches
+     * never straddle two shards and every split of one global batch into
+     * ranks and micro-batches reads the same tokens. */
+    if (l->micro == 0 && p + l->global * l->accum + 1 > l->ntok[s]) {
         s = (s + 1) % l->nshards;
         p = 0;
     }
     if (ensure_open(l, s, err) != 0)
         return -1;
-    int64_t first = p + (int64_t)l->rank * l->bt;
+    int64_t first = p + l->micro * l->global + (int64_t)l->rank * l->bt;
     const int w = l->width[s];
     size_t len = (size_t)(l->bt + 1) * (size_t)w;
     off_t off = (off_t)(HEADER_BYTES + w * first);
@@ -670,7 +676,32 @@ int data_loader_next(data_loader_t *l, int32_t *inputs, int32_t *targets, bmt_er
         }
     }
     l->shard = s;
-    l->pos = p + l->global;
+    l->pos = p;
+    if (++l->micro == l->accum) {
+        l->micro = 0;
+        l->pos = p + l->global * l->accum;
+    }
+    return 0;
+}
+
+int data_loader_set_accum(data_loader_t *l, int accum, bmt_error_t *err)
+{
+    if (l == NULL)
+        return data_err(err, "data_loader_set_accum: loader is NULL");
+    if (accum < 1)
+        return data_err(err, "data_loader_set_accum: need accum >= 1, got %d", accum);
+    /* no shard holds more than DATA_SHARD_MAX_TOKENS: a larger batch fits none */
+    const int64_t step =
+        l->global > DATA_SHARD_MAX_TOKENS / accum ? DATA_SHARD_MAX_TOKENS : l->global * accum;
+    for (int s = 0; s < l->nshards; s++)
+        if (l->ntok[s] < step + 1)
+            return data_err(err,
+                            "%s: %lld tokens, fewer than one global batch needs: "
+                            "accum*world*B*T+1 = %d*%d*%d*%d+1 = %lld",
+                            shown(l->paths[s]).s, (long long)l->ntok[s], accum, l->world, l->B,
+                            l->T, (long long)(step + 1));
+    l->accum = accum;
+    l->micro = 0;
     return 0;
 }
 
@@ -680,6 +711,7 @@ void data_loader_reset(data_loader_t *l)
         return;
     l->shard = 0;
     l->pos = 0;
+    l->micro = 0;
 }
 
 void data_loader_position(const data_loader_t *l, int *shard, int64_t *pos)
@@ -702,6 +734,7 @@ int data_loader_seek(data_loader_t *l, int shard, int64_t pos, bmt_error_t *err)
                         (long long)pos, shown(l->paths[shard]).s, (long long)l->ntok[shard]);
     l->shard = shard;
     l->pos = pos;
+    l->micro = 0;
     return 0;
 }
 
@@ -711,7 +744,7 @@ int64_t data_loader_batches(const data_loader_t *l)
 {
     int64_t n = 0;
     for (int s = 0; l && s < l->nshards; s++) /* data_loader_next's rule: G + 1 tokens left */
-        n += (l->ntok[s] - 1) / l->global;
+        n += (l->ntok[s] - 1) / (l->global * l->accum);
     return n;
 }
 

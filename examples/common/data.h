@@ -29,6 +29,9 @@
  *   rank r reads the B*T+1 tokens [p + r*B*T, p + r*B*T + B*T + 1) of shard s:
  *     inputs[i] = tok[i], targets[i] = tok[i + 1]         (i in [0, B*T), row-major (B, T))
  *   p += G
+ * (with accum micro-batches a global batch, data_loader_set_accum, the first
+ * line is taken for accum*G tokens at a step's first micro-batch, and micro-batch
+ * m reads at p + m*G + r*B*T; p += accum*G after the last)
  * so the ranks' inputs of one step tile G consecutive tokens without overlap,
  * each target row is its input row shifted by one token, and each shard serves
  * k_s = floor((n_s - 1)/G) global batches: its last n_s - 1 - k_s*G tokens are
@@ -126,6 +129,20 @@ void data_loader_destroy(data_loader_t *loader);
  * are untouched and the position has not moved. */
 int data_loader_next(data_loader_t *loader, int32_t *inputs, int32_t *targets, bmt_error_t *err);
 
+/* Make one global batch `accum` micro-batches (default 1), as a trainer with
+ * gradient accumulation reads it: the accum calls of data_loader_next of one
+ * step read the consecutive micro-batches [p + m*G, p + (m+1)*G) (G =
+ * world*B*T, m = 0..accum-1) of one shard, and whether the step moves on to
+ * the next shard is decided once, at its first micro-batch, for all accum*G
+ * tokens: so B x accum x world sequences read the same tokens in every split
+ * (1x1 -b 8 and 1x1 -b 2 -a 4 and 2x2 -b 2 alike), shard ends and epochs
+ * included. (llm.c decides it per micro-batch, so its micro-batches of one
+ * step can straddle two shards; with accum 1 the two are the same.) The
+ * position (data_loader_position) is then the next step's; set it between
+ * steps. Returns 0, or -1 and err naming the first shard that holds fewer than
+ * accum*world*B*T+1 tokens (loader unchanged) or accum < 1. */
+int data_loader_set_accum(data_loader_t *loader, int accum, bmt_error_t *err);
+
 /* Back to the first batch of the first shard: position (0, 0). */
 void data_loader_reset(data_loader_t *loader);
 
@@ -142,8 +159,9 @@ int data_loader_seek(data_loader_t *loader, int shard, int64_t pos, bmt_error_t 
 /* Tokens in all shards together. */
 int64_t data_loader_tokens(const data_loader_t *loader);
 
-/* The distinct global batches of all shards together: what data_loader_next
- * serves from position (0, 0) before it starts again at the first. */
+/* The distinct global batches (of accum micro-batches: data_loader_set_accum)
+ * of all shards together: what data_loader_next serves from position (0, 0)
+ * before it starts again at the first. */
 int64_t data_loader_batches(const data_loader_t *loader);
 
 /* Number of shards, tokens in shard i and its token width in bytes (2 or 4);

@@ -1199,6 +1199,10 @@ static int train(const trainer_model_t *md, const opts_t *o)
                        prog, accum, o->B, accum, world, o->T);
         }
     }
+    /* a step's micro-batches are one global batch of the data: the same tokens
+     * whatever the split into ranks and micro-batches (data.h) */
+    if (data_loader_set_accum(train_ld, accum, &err) < 0)
+        goto out;
     if (first > o->steps && rank == 0) {
         printf("%s: the checkpoint is at step %d and --steps is %d: nothing left to train "
                "(raise --steps to go on)\n",

@@ -86,6 +86,53 @@ assert worst <= 1e-5, worst' \$TMP/ref.losses res.losses
     "
 done
 
+# Small shards (1000, 1100, 900, 1300 tokens): a global batch of 8 x 64 moves
+# to the next shard every step or two, so a step whose micro-batches straddled
+# two shards (the shard end decided per micro-batch, as llm.c does) reads other
+# tokens than the same batch in one micro-batch.
+$PY - $DATA $TMP/sh <<-'EOF' || echo "# could not write the small shards"
+	import os, sys, numpy as np
+	t = np.fromfile(sys.argv[1], dtype=np.uint16)[512:]
+	os.makedirs(sys.argv[2], exist_ok=True)
+	for i, n in enumerate([1000, 1100, 900, 1300]):
+	    h = np.zeros(256, np.int32); h[:3] = (20240520, 1, n)
+	    with open("%s/s%d.bin" % (sys.argv[2], i), "wb") as f:
+	        f.write(h.tobytes()); f.write(t[i * 2000:i * 2000 + n].tobytes())
+	EOF
+# same_losses REF GOT: every step of GOT is REF's within 1e-5 (relative)
+same_losses() {
+    $PY -c '
+import sys
+ref = dict(l.split() for l in open(sys.argv[1]))
+got = dict(l.split() for l in open(sys.argv[2]))
+assert got and set(got) <= set(ref), (sorted(got), sorted(ref))
+worst = max(abs(float(got[s]) - float(ref[s])) / float(ref[s]) for s in got)
+print(sys.argv[2], "worst relative difference", worst)
+assert worst <= 1e-5, worst' "$1" "$2"
+}
+export -f same_losses
+
+test_expect_success "one global batch in micro-batches reads the same tokens at shard ends: 1x1 -b 8 = 2x2 -b 2 = 1x1 -b 2 -a 4 = 2x1 -b 2 -a 2 (1e-5), resumed under -a 4 too" '
+    S="$TMP/sh/s*.bin" &&
+    run m8 -n 1 -- $GPT2 --data "$S" --steps 8 --save-dir M --save-every 3 --keep 0 -b 8 &&
+    losses m8 >m8.losses && test $(wc -l <m8.losses) -eq 8 &&
+    run m22 -g 2 -n 2 -- $GPT2 --data "$S" --steps 8 -b 2 && losses m22 >m22.losses &&
+    run ma4 -n 1 -- $GPT2 --data "$S" --steps 8 -b 2 -a 4 && losses ma4 >ma4.losses &&
+    run m21 -g 2 -- $GPT2 --data "$S" --steps 8 -b 2 -a 2 && losses m21 >m21.losses &&
+    same_losses m8.losses m22.losses && same_losses m8.losses ma4.losses &&
+    same_losses m8.losses m21.losses &&
+    echo step-00000003 >M/latest && rm -rf M/step-00000006 M/step-00000008 &&
+    run mr -n 1 -- $GPT2 --data "$S" --steps 8 -b 2 --save-dir M --resume &&
+    grep -q "^0: gpt2: --accum 4 keeps the checkpoint" mr.out &&
+    losses mr >mr.losses && test $(wc -l <mr.losses) -eq 5 && same_losses m8.losses mr.losses
+'
+
+test_expect_success "a shard shorter than a step of micro-batches is refused before step 1, naming it (-b 2 -a 8: 1025 tokens a step, on shards of 900 to 1300)" '
+    rc=0; run short -n 1 -- $GPT2 --data "$TMP/sh/s*.bin" --steps 2 -b 2 -a 8 || rc=$? &&
+    test $rc -ne 0 && ! grep -q "step  *1/" short.out &&
+    grep -q "sh/s0.bin: 1000 tokens, fewer than one global batch needs: accum\*world\*B\*T+1 = 8\*1\*2\*64+1 = 1025" short.err
+'
+
 test_expect_success "an independent reader: valid safetensors, HF index, and PyTorch gets the resumed loss from the saved weights" '
     cp -r $TMP/A R && echo step-00000005 >R/latest && rm -rf R/step-00000010 &&
     run res -g 2 -n 2 -- $GPT2 --data $DATA --steps 6 --save-dir R --resume &&

@@ -681,6 +681,51 @@ static void test_tokenizer(void)
     }
 }
 
+/* A step of accum micro-batches (data_loader_set_accum) reads what one batch of
+ * accum times the rows reads, shard ends and epochs included: the shard end is
+ * decided per step, not per micro-batch (which made the step's micro-batches
+ * straddle shards 1 and 2, whose 90 and 31 tokens hold 8 and 3 micro-batches). */
+static void test_accum(void)
+{
+    bmt_error_t err;
+    data_loader_t *m = data_loader_open(path_in("ds/tok_*.bin"), BB, TT, 0, 1, &err);
+    data_loader_t *w = data_loader_open(path_in("ds/tok_*.bin"), 3 * BB, TT, 0, 1, &err);
+    if (!ok(m && w, "a loader of B %d and one of B %d", BB, 3 * BB)) {
+        data_loader_destroy(m);
+        data_loader_destroy(w);
+        return;
+    }
+    ok(data_loader_set_accum(m, 4, &err) < 0 &&
+           strstr(err.text, "tok_002.bin: 31 tokens, fewer than one global batch needs: "
+                            "accum*world*B*T+1 = 4*1*2*5+1 = 41") != NULL,
+       "accum 4 (41 tokens a step) is refused naming the 31-token shard: %s", err.text);
+    ok(data_loader_set_accum(m, 0, &err) < 0, "accum 0 is refused");
+    ok(data_loader_set_accum(m, 3, &err) == 0, "accum 3 (31 tokens a step) fits every shard");
+    is_int(data_loader_batches(m), data_loader_batches(w), "as many global batches as B x 3");
+    int32_t in[3 * BT], tg[3 * BT], win[3 * BT], wtg[3 * BT];
+    int steps = 2 * (int)data_loader_batches(w) + 3, bad = -1;
+    for (int k = 0; k < steps && bad < 0; k++) {
+        for (int a = 0; a < 3 && bad < 0; a++)
+            if (data_loader_next(m, in + a * BT, tg + a * BT, &err) != 0)
+                bad = k;
+        int s1, s2;
+        int64_t p1, p2;
+        data_loader_position(m, &s1, &p1);
+        if (bad >= 0 || data_loader_next(w, win, wtg, &err) != 0 ||
+            memcmp(in, win, sizeof(in)) != 0 || memcmp(tg, wtg, sizeof(tg)) != 0)
+            bad = k;
+        data_loader_position(w, &s2, &p2);
+        if (s1 != s2 || p1 != p2)
+            bad = k;
+    }
+    ok(bad == -1,
+       "%d steps of 3 micro-batches (two epochs) are the batches of B x 3, and their "
+       "positions (first difference: step %d)",
+       steps, bad);
+    data_loader_destroy(m);
+    data_loader_destroy(w);
+}
+
 static void test_write_shard(void)
 {
     bmt_error_t err;
@@ -852,6 +897,7 @@ int main(void)
     test_open_errors();
     make_shards();
     test_ranks();
+    test_accum();
     test_write_shard();
     test_tokenizer();
     test_decode();
