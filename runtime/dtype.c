@@ -1,4 +1,4 @@
-/* runtime/dtype.c — element types: sizes, names, and bf16 conversion on the host.
+/* runtime/dtype.c — element types: sizes, names, bf16 conversion and finite scans on the host.
  *
  * bf16 is the upper half of an IEEE f32. Conversion rounds to nearest even, as
  * CUDA's __float2bfloat16_rn does, and keeps NaN a (quiet) NaN instead of letting
