@@ -95,6 +95,18 @@ test_expect_success "SIGTERM to bmlaunch reaches every task; exit 143; no rank l
 # GRACE ARGS (the program: behave catch S), wait until RANKS ranks wait for a
 # signal, send bmlaunch each of SIGNALS ("TERM", or "INT INT": the second once
 # every rank has its first), then record while the allocation still runs:
+# Polls URL (an /api/status, curl's options after it) into s.json until the
+# job's state is ended, at most N tenths of a second (first argument).
+until_ended() {
+    local n=$1 url=$2 i
+    shift 2
+    for i in $(seq $n); do
+        curl -sf "$@" "$url" >s.json && grep -q "\"state\":\"ended\"" s.json && break
+        sleep 0.1
+    done
+    return 0
+}
+
 # bmlaunch's exit status (rc), the seconds from the first signal to its end
 # (secs), the job's steps left (steps: none may survive bmlaunch) and whether a
 # rank process is still alive (survivors).
@@ -271,10 +283,7 @@ test_expect_success "a rank that fails under srun is a failed rank on /metrics a
     { with_timeout 60 salloc -N1 -n4 $BMLAUNCH --metrics-port $port --metrics-linger 8 -n 4 -- \
         $PROGS/behave --rank 2 exit 3 >out 2>err & }
     job=$!
-    for i in $(seq 300); do
-        curl -sf "http://127.0.0.1:$port/api/status" >s.json && grep -q "\"state\":\"ended\"" s.json && break
-        sleep 0.1
-    done
+    until_ended 300 "http://127.0.0.1:$port/api/status"
     curl -sf "http://127.0.0.1:$port/metrics" >m.txt
     rc=0; wait $job || rc=$?
     test $rc -eq 3 && grep -q "^bmlaunch: job failed: rank 2 (on $NODE) exited with code 3\$" err &&
@@ -296,10 +305,7 @@ test_expect_success "ranks that fail alike (srun: \"tasks 0-3: Exited with exit 
     { with_timeout 60 salloc -N1 -n4 $BMLAUNCH --metrics-port $port --metrics-linger 8 -n 4 -- \
         $PROGS/behave exit 3 >out 2>err & }
     job=$!
-    for i in $(seq 300); do
-        curl -sf "http://127.0.0.1:$port/api/status" >s.json && grep -q "\"state\":\"ended\"" s.json && break
-        sleep 0.1
-    done
+    until_ended 300 "http://127.0.0.1:$port/api/status"
     rc=0; wait $job || rc=$?
     test $rc -eq 3 && grep -q "^srun: error: $NODE: tasks [0-9,-]*: Exited with exit code 3\$" err &&
     /usr/bin/python3 -c "
@@ -486,11 +492,7 @@ else
         { with_timeout 120 salloc -N2 --ntasks-per-node=2 $BMLAUNCH --backend none --metrics-port $port \
             --metrics-linger 10 --log-dir logs -g 2 -n 2 -- $PROGS/steps --steps 5 --pace 200 >out 2>err & }
         job=$!
-        for i in $(seq 600); do
-            curl -sf --cacert logs/metrics-ca.pem "https://127.0.0.1:$port/api/status?ranks=1" >s.json &&
-                grep -q "\"state\":\"ended\"" s.json && break
-            sleep 0.1
-        done
+        until_ended 600 "https://127.0.0.1:$port/api/status?ranks=1" --cacert logs/metrics-ca.pem
         # still serving (the linger): by the bridge address too, never in plain HTTP
         brrc=0; curl -sf --cacert logs/metrics-ca.pem "https://$brip:$port/metrics" >metrics.txt || brrc=$?
         plainrc=0; curl -s --max-time 5 "http://127.0.0.1:$port/metrics" >plain.txt || plainrc=$?
@@ -515,11 +517,7 @@ assert sorted({r[\"host\"] for r in s[\"ranks\"]}) == [\"node1\", \"node2\"], s[
         { with_timeout 60 salloc -N2 --ntasks-per-node=2 $BMLAUNCH --backend none --metrics-port $port \
             --metrics-linger 8 --log-dir logs -g 2 -n 2 -- $PROGS/behave --rank 3 exit 3 >out 2>err & }
         job=$!
-        for i in $(seq 300); do
-            curl -sf --cacert logs/metrics-ca.pem "https://127.0.0.1:$port/api/status" >s.json &&
-                grep -q "\"state\":\"ended\"" s.json && break
-            sleep 0.1
-        done
+        until_ended 300 "https://127.0.0.1:$port/api/status" --cacert logs/metrics-ca.pem
         rc=0; wait $job || rc=$?
         test $rc -eq 3 && grep -q "^bmlaunch: job failed: rank 3 (on node2) exited with code 3\$" err &&
         /usr/bin/python3 -c "
